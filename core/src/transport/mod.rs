@@ -1,0 +1,3 @@
+//! Transports.
+#[allow(unsafe_code)]
+pub mod shm_ring;

@@ -1,0 +1,1 @@
+//! Native shared-memory ring (being written).

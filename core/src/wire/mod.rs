@@ -1,0 +1,1 @@
+//! Byte formats (being written).
