@@ -1,10 +1,33 @@
-//! Typed configuration: built-in defaults equal to eCAL's, `ecal.ini` parsing and validation.
+//! Typed configuration: built-in defaults equal to eCAL 6's, `ecal.ini` parsing and validation.
 //!
-//! (Parser and validation are being written; the struct shapes below are the contract.)
+//! - [`Config::default`]: eCAL 6's defaults on the wire (local mode, registration on UDP 14000,
+//!   data on 14002, refresh 1000 ms, timeout 10000 ms).
+//! - [`Config::load`]: `$ECAL_INI`, `./ecal.ini`, `$HOME/.ecal/ecal.ini`, `/etc/ecal/ecal.ini`,
+//!   else the defaults. [`Config::from_file`] and [`Config::parse_str`] read one file or text.
+//! - Files are eCAL 5 style ini: eCAL 5.13 section and key names where eCAL has the setting
+//!   (`[common] registration_refresh`, `[network] multicast_ttl`, ...), `[shoal_*]` sections for the
+//!   rest. Every key is declared once in `keys.rs`; the parser and the documented default file
+//!   (`etc/ecal.ini`, [`Config::default_ini_text`]) are both generated from that table.
+//! - A bad value is a [`ConfigError`] naming file, line, key, value and what is allowed; unknown keys
+//!   (the rest of a copied eCAL 5 file) are [`ConfigWarning`]s, logged with `tracing::warn!`.
+//!
+//! The line parser is hand-written; `ini.rs` says why.
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::time::Duration;
+
+mod error;
+mod generate;
+mod ini;
+mod keys;
+mod load;
+mod parse;
+#[cfg(test)]
+mod tests;
+
+pub use error::{ConfigError, ConfigWarning};
+pub use load::SearchPaths;
 
 /// How a blocking receive waits for the next sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,15 +43,21 @@ pub enum WaitStrategy {
 /// The whole configuration of a node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// Registration timing, port and identity.
     pub registration: RegistrationConfig,
+    /// UDP addressing (local broadcast or network multicast).
     pub network: NetworkConfig,
+    /// shoal's native shared-memory ring.
     pub shm_ring: ShmRingConfig,
+    /// How receives wait.
     pub receive: ReceiveConfig,
+    /// The I/O thread.
     pub io: IoConfig,
     /// Where this configuration was read from (`None`: built-in defaults).
     pub source: Option<PathBuf>,
 }
 
+/// Registration settings (`[common]`, `[network] multicast_port`, `[shoal_registration]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RegistrationConfig {
     /// Period of the registration samples (eCAL: 1000 ms).
@@ -43,6 +72,7 @@ pub struct RegistrationConfig {
     pub shm_transport_domain: String,
 }
 
+/// UDP addressing (`[network]`, `[shoal_network]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NetworkConfig {
     /// Network mode (multicast across hosts) instead of local broadcast.
@@ -61,6 +91,7 @@ pub struct NetworkConfig {
     pub data_port: u16,
 }
 
+/// shoal's native shared-memory ring (`[shoal_shm_ring]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShmRingConfig {
     /// Use shoal's native shared-memory ring between shoal processes on one host.
@@ -75,11 +106,14 @@ pub struct ShmRingConfig {
     pub huge_pages_path: PathBuf,
 }
 
+/// Receive settings (`[shoal_receive]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReceiveConfig {
+    /// How a blocking receive waits (`wait`, `spin_us`).
     pub wait: WaitStrategy,
 }
 
+/// I/O thread settings (`[shoal_io]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct IoConfig {
     /// CPUs the I/O thread is pinned to (empty: no pinning).

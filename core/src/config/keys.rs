@@ -1,0 +1,646 @@
+//! The one declaration of every `ecal.ini` key shoal reads: section, name, documentation, allowed
+//! values, and the mapping to and from [`Config`] fields. The parser ([`super::parse`]) and the
+//! documented default file ([`super::generate`]) are both driven by [`KEYS`] and [`SECTIONS`].
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::{Config, WaitStrategy};
+
+/// Spin time written for `spin_us` when the configured strategy does not spin.
+pub(crate) const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+
+/// A section of the generated file.
+#[derive(Debug)]
+pub(crate) struct SectionDef {
+    /// Name inside `[...]`.
+    pub(crate) name: &'static str,
+    /// Heading of the comment block.
+    pub(crate) title: &'static str,
+    /// Comment lines under the heading.
+    pub(crate) doc: &'static [&'static str],
+}
+
+/// One key: where it lives, what it means, what it accepts, and which field it sets.
+#[derive(Debug)]
+pub(crate) struct KeyDef {
+    /// Section name (canonical spelling; matched ASCII case-insensitively).
+    pub(crate) section: &'static str,
+    /// Key name (canonical spelling; matched ASCII case-insensitively).
+    pub(crate) key: &'static str,
+    /// Another `(section, key)` read as this key (e.g. the eCAL 5 name); not written when generating.
+    pub(crate) alias: Option<(&'static str, &'static str)>,
+    /// Meaning, one comment line per entry.
+    pub(crate) doc: &'static [&'static str],
+    /// What the key accepts (shown in the file and in errors). Any `A..=B` in it is checked by a test.
+    pub(crate) allowed: &'static str,
+    /// The value of this key for a configuration, as written in the file.
+    pub(crate) get: fn(&Config) -> String,
+    /// Parses `value` into the draft; `None` when the value is not allowed. Pushes warnings to `notes`.
+    pub(crate) set: fn(&mut Draft, &str, &mut Vec<String>) -> Option<()>,
+}
+
+/// The receive strategy without its spin time (`spin_us` is a separate key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitKind {
+    Block,
+    SpinThenBlock,
+    BusySpin,
+}
+
+/// A configuration being parsed: the fields that map 1:1 plus the split wait strategy.
+#[derive(Debug)]
+pub(crate) struct Draft {
+    pub(crate) cfg: Config,
+    pub(crate) wait: WaitKind,
+    pub(crate) spin: Duration,
+}
+
+impl Draft {
+    pub(crate) fn new(cfg: Config) -> Self {
+        let (wait, spin) = split_wait(cfg.receive.wait);
+        Draft { cfg, wait, spin }
+    }
+
+    pub(crate) fn finish(mut self) -> Config {
+        self.cfg.receive.wait = match self.wait {
+            WaitKind::Block => WaitStrategy::Block,
+            WaitKind::SpinThenBlock => WaitStrategy::SpinThenBlock(self.spin),
+            WaitKind::BusySpin => WaitStrategy::BusySpin,
+        };
+        self.cfg
+    }
+}
+
+pub(crate) fn split_wait(w: WaitStrategy) -> (WaitKind, Duration) {
+    match w {
+        WaitStrategy::Block => (WaitKind::Block, DEFAULT_SPIN),
+        WaitStrategy::SpinThenBlock(d) => (WaitKind::SpinThenBlock, d),
+        WaitStrategy::BusySpin => (WaitKind::BusySpin, DEFAULT_SPIN),
+    }
+}
+
+/// Index of a key in [`KEYS`] by its canonical name (for cross-field rules).
+pub(crate) fn index_of(section: &str, key: &str) -> Option<usize> {
+    KEYS.iter().position(|k| k.section == section && k.key == key)
+}
+
+/// Finds the key for `(section, key)` as written in a file (case-insensitive, aliases included).
+pub(crate) fn lookup(section: &str, key: &str) -> Option<usize> {
+    let eq = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
+    KEYS.iter().position(|k| {
+        (eq(k.section, section) && eq(k.key, key)) || k.alias.is_some_and(|(s, n)| eq(s, section) && eq(n, key))
+    })
+}
+
+/// Whether any key (or alias) lives in this section.
+pub(crate) fn section_known(section: &str) -> bool {
+    KEYS.iter().any(|k| {
+        k.section.eq_ignore_ascii_case(section) || k.alias.is_some_and(|(s, _)| s.eq_ignore_ascii_case(section))
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Value syntax helpers. All return `None` for a value that is not allowed.
+
+/// An unsigned decimal of ASCII digits only (no sign, no spaces inside).
+fn digits(v: &str) -> Option<u64> {
+    if v.is_empty() || v.len() > 20 || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse().ok()
+}
+
+fn int_in(v: &str, lo: u64, hi: u64) -> Option<u64> {
+    digits(v).filter(|n| (lo..=hi).contains(n))
+}
+
+fn port(v: &str) -> Option<u16> {
+    int_in(v, 1, 65535).and_then(|n| u16::try_from(n).ok())
+}
+
+fn boolean(v: &str) -> Option<bool> {
+    const TRUE: [&str; 4] = ["true", "1", "yes", "on"];
+    const FALSE: [&str; 4] = ["false", "0", "no", "off"];
+    if TRUE.iter().any(|t| t.eq_ignore_ascii_case(v)) {
+        Some(true)
+    } else if FALSE.iter().any(|f| f.eq_ignore_ascii_case(v)) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+fn ipv4(v: &str) -> Option<Ipv4Addr> {
+    v.parse().ok()
+}
+
+/// Prefix length of a contiguous netmask, `None` if the ones are not contiguous from the top.
+fn netmask_prefix(m: Ipv4Addr) -> Option<u32> {
+    let bits = u32::from(m);
+    (bits.leading_ones() + bits.trailing_zeros() == 32).then(|| bits.leading_ones())
+}
+
+/// Bytes with an optional binary suffix: `k`/`kb`/`kib`, `m`/..., `g`/... (case-insensitive).
+pub(crate) fn size(v: &str) -> Option<u64> {
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (num, suffix) = v.split_at(split);
+    let n = digits(num)?;
+    let suffix = suffix.trim_start();
+    let units: [(&[&str], u64); 4] = [
+        (&["", "b"], 1),
+        (&["k", "kb", "kib"], 1 << 10),
+        (&["m", "mb", "mib"], 1 << 20),
+        (&["g", "gb", "gib"], 1 << 30),
+    ];
+    let (_, mult) = units.iter().find(|(names, _)| names.iter().any(|s| s.eq_ignore_ascii_case(suffix)))?;
+    n.checked_mul(*mult)
+}
+
+pub(crate) fn fmt_size(n: usize) -> String {
+    for (suffix, unit) in [("g", 1usize << 30), ("m", 1 << 20), ("k", 1 << 10)] {
+        if n >= unit && n.is_multiple_of(unit) {
+            return format!("{}{suffix}", n / unit);
+        }
+    }
+    n.to_string()
+}
+
+/// Highest CPU id accepted in `cpu_affinity` (glibc `CPU_SETSIZE` - 1).
+const MAX_CPU: usize = 1023;
+
+/// `""` or a comma list of CPU ids and inclusive ranges `a-b`; no CPU twice.
+fn cpu_list(v: &str) -> Option<Vec<usize>> {
+    if v.is_empty() {
+        return Some(Vec::new());
+    }
+    let mut seen = [false; MAX_CPU + 1];
+    let mut out = Vec::new();
+    for part in v.split(',') {
+        let part = part.trim();
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let a = usize::try_from(digits(a.trim())?).ok()?;
+        let b = usize::try_from(digits(b.trim())?).ok()?;
+        if a > b || b > MAX_CPU {
+            return None;
+        }
+        for cpu in a..=b {
+            let slot = seen.get_mut(cpu)?;
+            if *slot {
+                return None;
+            }
+            *slot = true;
+            out.push(cpu);
+        }
+    }
+    Some(out)
+}
+
+fn text_ok(v: &str, max_len: usize) -> bool {
+    v.len() <= max_len && !v.chars().any(|c| c.is_control() || c == '"')
+}
+
+fn ms(d: Duration) -> String {
+    d.as_millis().to_string()
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Sections in the order they are written.
+pub(crate) static SECTIONS: &[SectionDef] = &[
+    SectionDef { name: "common", title: "COMMON SETTINGS (eCAL 5 names)", doc: &[] },
+    SectionDef {
+        name: "network",
+        title: "NETWORK SETTINGS (eCAL 5 names)",
+        doc: &[
+            "Other eCAL 5 keys of this section (multicast_config_version, multicast_sndbuf, ...)",
+            "are accepted and ignored with a warning. shoal always computes topic groups the eCAL",
+            "multicast_config_version = v2 way, as eCAL 6 does.",
+        ],
+    },
+    SectionDef { name: "shoal_registration", title: "SHOAL: REGISTRATION", doc: &[] },
+    SectionDef { name: "shoal_network", title: "SHOAL: UDP ADDRESSES AND PORTS", doc: &[] },
+    SectionDef {
+        name: "shoal_shm_ring",
+        title: "SHOAL: NATIVE SHARED-MEMORY RING (between shoal processes on one host)",
+        doc: &[],
+    },
+    SectionDef { name: "shoal_receive", title: "SHOAL: RECEIVING", doc: &[] },
+    SectionDef { name: "shoal_io", title: "SHOAL: I/O THREAD", doc: &[] },
+];
+
+const BOOL: &str = "true or false (also 1/0, yes/no, on/off)";
+
+/// Every key, in the order it is written (and in which cross-field rules look at it).
+pub(crate) static KEYS: &[KeyDef] = &[
+    // ----- [common]
+    KeyDef {
+        section: "common",
+        key: "registration_refresh",
+        alias: None,
+        doc: &[
+            "Period of this process's registration samples, in milliseconds.",
+            "Must be smaller than registration_timeout.",
+        ],
+        allowed: "1..=3600000 (milliseconds)",
+        get: |c| ms(c.registration.refresh),
+        set: |d, v, _| {
+            d.cfg.registration.refresh = Duration::from_millis(int_in(v, 1, 3_600_000)?);
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "common",
+        key: "registration_timeout",
+        alias: None,
+        doc: &[
+            "A remote process, publisher or subscriber whose registration is not refreshed for this",
+            "long is dropped, in milliseconds. Must be greater than registration_refresh.",
+            "(eCAL 5 shipped 60000 here; eCAL 6 uses 10000.)",
+        ],
+        allowed: "1..=3600000 (milliseconds)",
+        get: |c| ms(c.registration.timeout),
+        set: |d, v, _| {
+            d.cfg.registration.timeout = Duration::from_millis(int_in(v, 1, 3_600_000)?);
+            Some(())
+        },
+    },
+    // ----- [network]
+    KeyDef {
+        section: "network",
+        key: "network_enabled",
+        alias: None,
+        doc: &[
+            "true:  communicate across hosts (registration and UDP data by multicast).",
+            "false: this host only (registration and UDP data broadcast to",
+            "       [shoal_network] local_broadcast).",
+        ],
+        allowed: BOOL,
+        get: |c| c.network.enabled.to_string(),
+        set: |d, v, _| {
+            d.cfg.network.enabled = boolean(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "network",
+        key: "multicast_group",
+        alias: None,
+        doc: &[
+            "Base multicast group of network mode: registration is sent to it, and the per-topic",
+            "UDP data groups are derived from it with multicast_mask.",
+        ],
+        allowed: "an IPv4 multicast address (224.0.0.0 to 239.255.255.255)",
+        get: |c| c.network.multicast_group.to_string(),
+        set: |d, v, _| {
+            d.cfg.network.multicast_group = ipv4(v).filter(Ipv4Addr::is_multicast)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "network",
+        key: "multicast_mask",
+        alias: None,
+        doc: &[
+            "Netmask of the per-topic multicast groups (eCAL multicast_config_version = v2 style).",
+            "An eCAL 5 v1 style mask such as 0.0.0.15 is read as its inverse (255.255.255.240),",
+            "with a warning.",
+        ],
+        allowed: "a netmask from 240.0.0.0 to 255.255.255.255, or the inverse of one (eCAL 5 v1)",
+        get: |c| c.network.multicast_mask.to_string(),
+        set: |d, v, notes| {
+            let mask = ipv4(v)?;
+            if netmask_prefix(mask).is_some_and(|p| p >= 4) {
+                d.cfg.network.multicast_mask = mask;
+                return Some(());
+            }
+            let inverse = Ipv4Addr::from(!u32::from(mask));
+            if netmask_prefix(inverse).is_some_and(|p| p >= 4) {
+                notes.push(format!(
+                    "[network] multicast_mask = {mask} is an eCAL 5 v1 style mask; \
+                     read as {inverse} (write that to silence this warning)"
+                ));
+                d.cfg.network.multicast_mask = inverse;
+                return Some(());
+            }
+            None
+        },
+    },
+    KeyDef {
+        section: "network",
+        key: "multicast_port",
+        alias: None,
+        doc: &[
+            "UDP port of the registration samples, local and network mode",
+            "(eCAL 6: registration.network.udp.port). eCAL 5 also used this port + 2 for UDP",
+            "data; shoal takes the data port from [shoal_network] data_port instead.",
+        ],
+        allowed: "1..=65535",
+        get: |c| c.registration.port.to_string(),
+        set: |d, v, _| {
+            d.cfg.registration.port = port(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "network",
+        key: "multicast_ttl",
+        alias: None,
+        doc: &[
+            "Time-to-live (hop limit) of multicast datagrams in network mode.",
+            "(eCAL 5 shipped 2 here; eCAL 6 uses 3.)",
+        ],
+        allowed: "0..=255",
+        get: |c| c.network.multicast_ttl.to_string(),
+        set: |d, v, _| {
+            d.cfg.network.multicast_ttl = u32::try_from(int_in(v, 0, 255)?).ok()?;
+            Some(())
+        },
+    },
+    // ----- [shoal_registration]
+    KeyDef {
+        section: "shoal_registration",
+        key: "loopback",
+        alias: None,
+        doc: &["Apply registration samples sent by this process itself (eCAL 6: registration.loopback)."],
+        allowed: BOOL,
+        get: |c| c.registration.loopback.to_string(),
+        set: |d, v, _| {
+            d.cfg.registration.loopback = boolean(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_registration",
+        key: "shm_transport_domain",
+        alias: Some(("network", "host_group_name")),
+        doc: &[
+            "Processes in the same domain use shared memory with each other; empty means the",
+            "host name (eCAL 6: registration.shm_transport_domain). eCAL 5's",
+            "[network] host_group_name is read as this key.",
+        ],
+        allowed: "empty (the host name) or up to 255 bytes without control characters or '\"'",
+        get: |c| c.registration.shm_transport_domain.clone(),
+        set: |d, v, _| {
+            if !text_ok(v, 255) {
+                return None;
+            }
+            d.cfg.registration.shm_transport_domain = v.to_owned();
+            Some(())
+        },
+    },
+    // ----- [shoal_network]
+    KeyDef {
+        section: "shoal_network",
+        key: "data_port",
+        alias: None,
+        doc: &[
+            "UDP port of the data layer (eCAL 6: transport_layer.udp.port).",
+            "Must differ from [network] multicast_port.",
+        ],
+        allowed: "1..=65535",
+        get: |c| c.network.data_port.to_string(),
+        set: |d, v, _| {
+            d.cfg.network.data_port = port(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_network",
+        key: "local_broadcast",
+        alias: None,
+        doc: &["Broadcast address of registration and UDP data in local mode (network_enabled = false)."],
+        allowed: "an IPv4 address that is neither multicast nor 0.0.0.0",
+        get: |c| c.network.local_broadcast.to_string(),
+        set: |d, v, _| {
+            d.cfg.network.local_broadcast = ipv4(v).filter(|a| !a.is_multicast() && !a.is_unspecified())?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_network",
+        key: "multicast_interface",
+        alias: None,
+        doc: &[
+            "Address of the local interface that sends multicast and joins the groups in network",
+            "mode; 0.0.0.0 lets the operating system choose.",
+        ],
+        allowed: "0.0.0.0 or a unicast IPv4 address",
+        get: |c| c.network.multicast_interface.to_string(),
+        set: |d, v, _| {
+            d.cfg.network.multicast_interface = ipv4(v).filter(|a| !a.is_multicast() && !a.is_broadcast())?;
+            Some(())
+        },
+    },
+    // ----- [shoal_shm_ring]
+    KeyDef {
+        section: "shoal_shm_ring",
+        key: "enabled",
+        alias: None,
+        doc: &[
+            "Use shoal's lock-free shared-memory ring between shoal processes on this host.",
+            "(eCAL processes are served by the eCAL-compatible memory-file layer either way.)",
+        ],
+        allowed: BOOL,
+        get: |c| c.shm_ring.enabled.to_string(),
+        set: |d, v, _| {
+            d.cfg.shm_ring.enabled = boolean(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_shm_ring",
+        key: "slot_count",
+        alias: None,
+        doc: &["Slots per publisher ring: how far a subscriber may fall behind before it loses samples."],
+        allowed: "a power of two in 2..=65536",
+        get: |c| c.shm_ring.slot_count.to_string(),
+        set: |d, v, _| {
+            let n = int_in(v, 2, 65536).filter(|n| n.is_power_of_two())?;
+            d.cfg.shm_ring.slot_count = u32::try_from(n).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_shm_ring",
+        key: "slot_size",
+        alias: None,
+        doc: &[
+            "Initial payload bytes per slot; a larger message grows the ring.",
+            "Suffixes k, m, g (also kb/kib, ...; any case) multiply by 1024, 1024^2, 1024^3.",
+        ],
+        allowed: "64..=1073741824 bytes (64 to 1g)",
+        get: |c| fmt_size(c.shm_ring.slot_size),
+        set: |d, v, _| {
+            let n = size(v).filter(|n| (64..=1 << 30).contains(n))?;
+            d.cfg.shm_ring.slot_size = usize::try_from(n).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_shm_ring",
+        key: "huge_pages",
+        alias: None,
+        doc: &[
+            "Put ring segments on the hugetlbfs mount huge_pages_path (normal pages are used,",
+            "with a warning, when that fails).",
+        ],
+        allowed: BOOL,
+        get: |c| c.shm_ring.huge_pages.to_string(),
+        set: |d, v, _| {
+            d.cfg.shm_ring.huge_pages = boolean(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_shm_ring",
+        key: "huge_pages_path",
+        alias: None,
+        doc: &["The hugetlbfs mount used when huge_pages = true."],
+        allowed: "an absolute path (up to 4095 bytes, no control characters or '\"')",
+        get: |c| c.shm_ring.huge_pages_path.to_string_lossy().into_owned(),
+        set: |d, v, _| {
+            if !text_ok(v, 4095) || !Path::new(v).is_absolute() {
+                return None;
+            }
+            d.cfg.shm_ring.huge_pages_path = PathBuf::from(v);
+            Some(())
+        },
+    },
+    // ----- [shoal_receive]
+    KeyDef {
+        section: "shoal_receive",
+        key: "wait",
+        alias: None,
+        doc: &[
+            "How a blocking receive waits for the next sample:",
+            "  block            sleep on the doorbell at once (least CPU)",
+            "  spin_then_block  spin for spin_us microseconds, then sleep",
+            "  busy_spin        spin, never sleep (least latency; uses a whole core)",
+        ],
+        allowed: "block, spin_then_block or busy_spin",
+        get: |c| {
+            match split_wait(c.receive.wait).0 {
+                WaitKind::Block => "block",
+                WaitKind::SpinThenBlock => "spin_then_block",
+                WaitKind::BusySpin => "busy_spin",
+            }
+            .to_owned()
+        },
+        set: |d, v, _| {
+            d.wait = [
+                ("block", WaitKind::Block),
+                ("spin_then_block", WaitKind::SpinThenBlock),
+                ("busy_spin", WaitKind::BusySpin),
+            ]
+            .into_iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(v))?
+            .1;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_receive",
+        key: "spin_us",
+        alias: None,
+        doc: &["Spin time of wait = spin_then_block, in microseconds; unused by the other strategies."],
+        allowed: "1..=1000000 (microseconds)",
+        get: |c| split_wait(c.receive.wait).1.as_micros().to_string(),
+        set: |d, v, _| {
+            d.spin = Duration::from_micros(int_in(v, 1, 1_000_000)?);
+            Some(())
+        },
+    },
+    // ----- [shoal_io]
+    KeyDef {
+        section: "shoal_io",
+        key: "cpu_affinity",
+        alias: None,
+        doc: &[
+            "CPUs the I/O thread is pinned to: a comma list of CPU ids and ranges, e.g. 2,3 or 0-3,8.",
+            "Empty: no pinning.",
+        ],
+        allowed: "empty, or CPU ids and ranges a-b within 0..=1023, each CPU at most once",
+        get: |c| c.io.cpu_affinity.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
+        set: |d, v, _| {
+            d.cfg.io.cpu_affinity = cpu_list(v)?;
+            Some(())
+        },
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_sections_declared() {
+        for (i, k) in KEYS.iter().enumerate() {
+            assert!(SECTIONS.iter().any(|s| s.name == k.section), "{}", k.key);
+            assert_eq!(lookup(k.section, k.key), Some(i), "[{}] {}", k.section, k.key);
+            if let Some((s, n)) = k.alias {
+                assert_eq!(lookup(s, n), Some(i));
+            }
+            assert!(!k.doc.is_empty(), "[{}] {} has no doc", k.section, k.key);
+        }
+        assert_eq!(lookup("NETWORK", "Multicast_TTL"), lookup("network", "multicast_ttl"));
+        assert_eq!(lookup("network", "multicast_sndbuf"), None);
+    }
+
+    /// Each declared `A..=B` range matches what `set` accepts: A and B pass, B+1 (and A-1) fail.
+    #[test]
+    fn declared_ranges_match_parsers() {
+        let mut checked = 0;
+        for k in KEYS {
+            let Some((lo, hi)) = declared_range(k.allowed) else { continue };
+            let accepts = |n: u64| {
+                let mut d = Draft::new(Config::default());
+                (k.set)(&mut d, &n.to_string(), &mut Vec::new()).is_some()
+            };
+            assert!(accepts(lo), "[{}] {} rejects {lo}", k.section, k.key);
+            assert!(accepts(hi), "[{}] {} rejects {hi}", k.section, k.key);
+            assert!(!accepts(hi + 1), "[{}] {} accepts {}", k.section, k.key, hi + 1);
+            if lo > 0 {
+                assert!(!accepts(lo - 1), "[{}] {} accepts {}", k.section, k.key, lo - 1);
+            }
+            checked += 1;
+        }
+        assert!(checked >= 9, "only {checked} ranges checked");
+    }
+
+    fn declared_range(allowed: &str) -> Option<(u64, u64)> {
+        let (before, after) = allowed.split_once("..=")?;
+        let lo_start = before.rfind(|c: char| !c.is_ascii_digit()).map_or(0, |i| i + 1);
+        let hi_end = after.find(|c: char| !c.is_ascii_digit()).unwrap_or(after.len());
+        Some((before[lo_start..].parse().ok()?, after[..hi_end].parse().ok()?))
+    }
+
+    #[test]
+    fn value_helpers() {
+        assert_eq!(size("64k"), Some(65536));
+        assert_eq!(size("64 KiB"), Some(65536));
+        assert_eq!(size("2M"), Some(2 << 20));
+        assert_eq!(size("1gb"), Some(1 << 30));
+        assert_eq!(size("100"), Some(100));
+        assert_eq!(size("100b"), Some(100));
+        for bad in ["", "k", "1.5m", "-1", "+3", "1t", "99999999999999999999g"] {
+            assert_eq!(size(bad), None, "{bad:?}");
+        }
+        assert_eq!(fmt_size(65536), "64k");
+        assert_eq!(fmt_size(3 << 20), "3m");
+        assert_eq!(fmt_size(1 << 30), "1g");
+        assert_eq!(fmt_size(1000), "1000");
+        assert_eq!(cpu_list("0-3, 8"), Some(vec![0, 1, 2, 3, 8]));
+        assert_eq!(cpu_list(""), Some(vec![]));
+        for bad in ["1,1", "0-2,2", "3-1", "1024", "a", "1,", "-1", "0-99999999999999999999"] {
+            assert_eq!(cpu_list(bad), None, "{bad:?}");
+        }
+        assert_eq!(boolean("ON"), Some(true));
+        assert_eq!(boolean("0"), Some(false));
+        assert_eq!(boolean("maybe"), None);
+        assert_eq!(netmask_prefix(Ipv4Addr::new(255, 255, 255, 240)), Some(28));
+        assert_eq!(netmask_prefix(Ipv4Addr::new(0, 0, 0, 0)), Some(0));
+        assert_eq!(netmask_prefix(Ipv4Addr::new(255, 0, 255, 0)), None);
+    }
+}

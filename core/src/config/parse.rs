@@ -1,0 +1,159 @@
+//! From ini text to a validated [`Config`]: entries are applied in file order through the key
+//! declarations of [`super::keys`], then the cross-field rules run.
+
+use std::path::Path;
+
+use super::ini::{self, Line};
+use super::keys::{self, Draft, KEYS};
+use super::{Config, ConfigError, ConfigWarning};
+
+/// Longest value quoted back in an error message, in characters.
+const MAX_VALUE_IN_ERROR: usize = 200;
+
+/// Parses `text`; `origin` is used in messages and as [`Config::source`].
+pub(crate) fn parse(text: &str, origin: &Path) -> Result<(Config, Vec<ConfigWarning>), ConfigError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut draft = Draft::new(Config::default());
+    let mut warnings = Vec::new();
+    let warning = |line: usize, message: String| ConfigWarning { path: origin.to_path_buf(), line, message };
+    // Line on which each key of KEYS was set.
+    let mut seen: Vec<Option<usize>> = vec![None; KEYS.len()];
+    // Current section and whether shoal reads any key of it.
+    let mut section: Option<(&str, bool)> = None;
+
+    for (index, raw) in text.lines().enumerate() {
+        let line = index + 1;
+        let parsed = ini::parse_line(raw).map_err(|message| ConfigError::Syntax {
+            path: origin.to_path_buf(),
+            line,
+            message,
+        })?;
+        match parsed {
+            Line::Blank => {}
+            Line::Section(name) => {
+                let known = keys::section_known(name);
+                if !known {
+                    warnings
+                        .push(warning(line, format!("section [{name}] is not used by shoal; its keys are ignored")));
+                }
+                section = Some((name, known));
+            }
+            Line::Entry { key, value } => {
+                let Some((section_name, known)) = section else {
+                    return Err(ConfigError::Syntax {
+                        path: origin.to_path_buf(),
+                        line,
+                        message: format!("`{key}` comes before any [section] header"),
+                    });
+                };
+                if !known {
+                    continue;
+                }
+                let Some((idx, def)) = keys::lookup(section_name, key).and_then(|i| Some((i, KEYS.get(i)?))) else {
+                    warnings.push(warning(line, format!("[{section_name}] {key} is not a key shoal knows; ignored")));
+                    continue;
+                };
+                if let Some(first_line) = seen.get(idx).copied().flatten() {
+                    return Err(ConfigError::Duplicate {
+                        path: origin.to_path_buf(),
+                        line,
+                        first_line,
+                        section: def.section,
+                        key: def.key,
+                    });
+                }
+                if let Some(slot) = seen.get_mut(idx) {
+                    *slot = Some(line);
+                }
+                let mut notes = Vec::new();
+                if (def.set)(&mut draft, value, &mut notes).is_none() {
+                    return Err(ConfigError::Value {
+                        path: origin.to_path_buf(),
+                        line,
+                        section: def.section,
+                        key: def.key,
+                        value: shorten(value),
+                        allowed: def.allowed,
+                    });
+                }
+                warnings.extend(notes.into_iter().map(|m| warning(line, m)));
+            }
+        }
+    }
+
+    cross_checks(&draft, &seen, origin, &mut warnings)?;
+    let mut cfg = draft.finish();
+    cfg.source = Some(origin.to_path_buf());
+    Ok((cfg, warnings))
+}
+
+fn shorten(value: &str) -> String {
+    if value.chars().count() <= MAX_VALUE_IN_ERROR {
+        value.to_owned()
+    } else {
+        let mut s: String = value.chars().take(MAX_VALUE_IN_ERROR).collect();
+        s.push('…');
+        s
+    }
+}
+
+/// Rules between keys. Errors name the line of the key the file set (the later one in the table
+/// when both are set); defaults alone never conflict.
+fn cross_checks(
+    draft: &Draft,
+    seen: &[Option<usize>],
+    origin: &Path,
+    warnings: &mut Vec<ConfigWarning>,
+) -> Result<(), ConfigError> {
+    let line_of = |section: &str, key: &str| keys::index_of(section, key).and_then(|i| seen.get(i).copied().flatten());
+    let conflict = |line: Option<usize>, message: String| ConfigError::Conflict {
+        path: origin.to_path_buf(),
+        line: line.unwrap_or(0),
+        message,
+    };
+    let c = &draft.cfg;
+
+    if c.registration.timeout <= c.registration.refresh {
+        let line = line_of("common", "registration_timeout").or_else(|| line_of("common", "registration_refresh"));
+        return Err(conflict(
+            line,
+            format!(
+                "[common] registration_timeout ({} ms) must be greater than \
+                 registration_refresh ({} ms)",
+                c.registration.timeout.as_millis(),
+                c.registration.refresh.as_millis()
+            ),
+        ));
+    }
+
+    if c.network.data_port == c.registration.port {
+        let line = line_of("shoal_network", "data_port").or_else(|| line_of("network", "multicast_port"));
+        return Err(conflict(
+            line,
+            format!(
+                "[shoal_network] data_port ({}) must differ from [network] multicast_port \
+                 ({}, the registration port)",
+                c.network.data_port, c.registration.port
+            ),
+        ));
+    }
+
+    if let Some(line) = line_of("network", "multicast_port")
+        && line_of("shoal_network", "data_port").is_none()
+    {
+        let ecal5_data_port = u32::from(c.registration.port) + 2;
+        if ecal5_data_port != u32::from(c.network.data_port) {
+            warnings.push(ConfigWarning {
+                path: origin.to_path_buf(),
+                line,
+                message: format!(
+                    "eCAL 5 sends UDP data to multicast_port + 2 = {ecal5_data_port}, shoal to \
+                     [shoal_network] data_port = {}; set data_port to match the eCAL 5 nodes \
+                     that use this file",
+                    c.network.data_port
+                ),
+            });
+        }
+    }
+    Ok(())
+}
