@@ -1,0 +1,311 @@
+//! Conversions between the registration model and eCAL's protobuf, and the
+//! `"reg_sample"` framing of registration datagrams.
+
+use std::time::Instant;
+
+use prost::Message;
+
+use crate::types::TypeInfo;
+use crate::wire::{self, EncodeError, WireError};
+
+use super::model::{
+    Direction, EntityKey, Identity, LatencyStats, Layer, LayerKind, LayerPar, LocalTopic, RemoteProcess, RemoteTopic,
+    ShoalPar, TopicStats,
+};
+use super::pb;
+
+/// Sample name of registration datagrams (the receiver ignores it).
+pub const REGISTRATION_SAMPLE_NAME: &str = "reg_sample";
+
+/// `ecal_runtime_version` shoal advertises.
+pub const RUNTIME_VERSION: &str = concat!("shoal ", env!("CARGO_PKG_VERSION"), " (eCAL v6.1.1 compatible)");
+
+/// eCAL component bits shoal advertises: publisher (0x01) | subscriber (0x02).
+pub const COMPONENT_INIT_STATE: i32 = 0x03;
+/// Text form of [`COMPONENT_INIT_STATE`].
+pub const COMPONENT_INIT_INFO: &str = "pub|sub";
+
+/// Why a received registration message could not be decoded.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DecodeError {
+    /// The name prefix is malformed.
+    #[error("registration framing: {0}")]
+    Framing(#[from] WireError),
+    /// The protobuf is malformed.
+    #[error("registration protobuf: {0}")]
+    Protobuf(#[from] prost::DecodeError),
+}
+
+/// A topic id that is not a decimal u64 (eCAL's `std::stoull` throws and the sample is dropped).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("topic id {0:?} is not a decimal u64")]
+pub struct TopicIdError(pub String);
+
+/// Encodes a registration sample into the datagrams to send (name `"reg_sample"`),
+/// fragmenting above `max_fragment_payload` bytes.
+pub fn encode_registration(
+    sample: &pb::Sample,
+    max_fragment_payload: usize,
+    id_source: &mut impl FnMut() -> i32,
+) -> Result<Vec<Vec<u8>>, EncodeError> {
+    wire::encode_message(REGISTRATION_SAMPLE_NAME, &sample.encode_to_vec(), max_fragment_payload, id_source)
+}
+
+/// Decodes a complete framed registration message (as returned by the
+/// [`Reassembler`](crate::wire::Reassembler)). The name is not checked, as in eCAL.
+pub fn decode_registration(framed: &[u8]) -> Result<pb::Sample, DecodeError> {
+    let (_name, payload) = wire::split_name(framed)?;
+    Ok(pb::Sample::decode(payload)?)
+}
+
+/// Parses a topic id the way `std::stoull` does: optional leading whitespace and `+`, then
+/// decimal digits up to the first non-digit; no digits or overflow is an error.
+pub fn parse_topic_id(id: &str) -> Result<u64, TopicIdError> {
+    let s = id.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let s = s.strip_prefix('+').unwrap_or(s);
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    s[..digits].parse::<u64>().map_err(|_| TopicIdError(id.to_owned()))
+}
+
+/// Converts a model layer to its protobuf entry.
+pub fn layer_to_pb(layer: &Layer) -> pb::TransportLayer {
+    let par_layer = match &layer.par {
+        LayerPar::None => None,
+        LayerPar::Shm { memory_files } => Some(pb::ConnectionPar {
+            layer_par_shm: Some(pb::LayerParShm { memory_file_list: memory_files.clone() }),
+            ..Default::default()
+        }),
+        LayerPar::Tcp { port } => {
+            Some(pb::ConnectionPar { layer_par_tcp: Some(pb::LayerParTcp { port: *port }), ..Default::default() })
+        }
+        LayerPar::Shoal(p) => Some(pb::ConnectionPar {
+            layer_par_shoal: Some(pb::LayerParShoal {
+                segment: p.segment.clone(),
+                slot_count: p.slot_count,
+                slot_size: p.slot_size,
+                generation: p.generation,
+                doorbell: p.doorbell.clone(),
+            }),
+            ..Default::default()
+        }),
+    };
+    pb::TransportLayer {
+        r#type: layer.kind.to_i32(),
+        version: layer.version,
+        active: layer.active,
+        par_layer,
+        enabled: layer.enabled,
+    }
+}
+
+/// Converts a protobuf layer entry to the model; the parameters are taken from the
+/// sub-message that belongs to the layer's type (others are ignored).
+pub fn layer_from_pb(layer: &pb::TransportLayer) -> Layer {
+    let kind = LayerKind::from_i32(layer.r#type);
+    let par = layer.par_layer.as_ref().map_or(LayerPar::None, |par| match kind {
+        LayerKind::Shm => par
+            .layer_par_shm
+            .as_ref()
+            .map_or(LayerPar::None, |p| LayerPar::Shm { memory_files: p.memory_file_list.clone() }),
+        LayerKind::Tcp => par.layer_par_tcp.as_ref().map_or(LayerPar::None, |p| LayerPar::Tcp { port: p.port }),
+        LayerKind::ShoalRing => par.layer_par_shoal.as_ref().map_or(LayerPar::None, |p| {
+            LayerPar::Shoal(ShoalPar {
+                segment: p.segment.clone(),
+                slot_count: p.slot_count,
+                slot_size: p.slot_size,
+                generation: p.generation,
+                doorbell: p.doorbell.clone(),
+            })
+        }),
+        LayerKind::Udp | LayerKind::Other(_) => LayerPar::None,
+    });
+    Layer { kind, version: layer.version, enabled: layer.enabled, active: layer.active, par }
+}
+
+fn type_info_to_pb(t: &TypeInfo) -> pb::DataTypeInformation {
+    pb::DataTypeInformation {
+        name: t.name.clone(),
+        encoding: t.encoding.clone(),
+        descriptor_information: t.descriptor.clone(),
+    }
+}
+
+fn type_info_from_pb(t: Option<&pb::DataTypeInformation>) -> TypeInfo {
+    t.map_or_else(TypeInfo::default, |t| TypeInfo {
+        name: t.name.clone(),
+        encoding: t.encoding.clone(),
+        descriptor: t.descriptor_information.clone(),
+    })
+}
+
+fn stats_from_pb(t: &pb::Topic) -> TopicStats {
+    let l = t.data_latency_us.clone().unwrap_or_default();
+    TopicStats {
+        topic_size: t.topic_size,
+        connections_local: t.connections_local,
+        connections_external: t.connections_external,
+        message_drops: t.message_drops,
+        data_id: t.data_id,
+        data_clock: t.data_clock,
+        data_frequency_mhz: t.data_frequency,
+        latency: LatencyStats {
+            count: l.count,
+            latest: l.latest,
+            min: l.min,
+            max: l.max,
+            mean: l.mean,
+            variance: l.variance,
+        },
+    }
+}
+
+/// Our process id as eCAL's `int32` field.
+fn pid_i32(pid: u32) -> i32 {
+    i32::from_ne_bytes(pid.to_ne_bytes())
+}
+
+/// A received `int32` process id as the u32 shoal uses.
+pub(crate) fn pid_u32(pid: i32) -> u32 {
+    u32::from_ne_bytes(pid.to_ne_bytes())
+}
+
+/// The process registration (cmd 4).
+pub fn process_sample(me: &Identity, registration_clock: i32) -> pb::Sample {
+    pb::Sample {
+        cmd_type: pb::CMD_REG_PROCESS,
+        process: Some(pb::Process {
+            registration_clock,
+            host_name: me.host_name.clone(),
+            process_id: pid_i32(me.pid),
+            process_name: me.process_name.clone(),
+            unit_name: me.unit_name.clone(),
+            process_parameter: me.process_parameter.clone(),
+            state: Some(pb::ProcessState { severity: 0, info: String::new(), severity_level: 1 }),
+            time_sync_state: 0,
+            time_sync_module_name: String::new(),
+            component_init_state: COMPONENT_INIT_STATE,
+            component_init_info: COMPONENT_INIT_INFO.to_owned(),
+            ecal_runtime_version: RUNTIME_VERSION.to_owned(),
+            shm_transport_domain: me.shm_transport_domain.clone(),
+            config_file_path: String::new(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The process unregistration (cmd 14): Process {pid, host, name, unit}.
+pub fn process_unreg_sample(me: &Identity) -> pb::Sample {
+    pb::Sample {
+        cmd_type: pb::CMD_UNREG_PROCESS,
+        process: Some(pb::Process {
+            host_name: me.host_name.clone(),
+            process_id: pid_i32(me.pid),
+            process_name: me.process_name.clone(),
+            unit_name: me.unit_name.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn topic_identity(me: &Identity, t: &LocalTopic) -> pb::Topic {
+    pb::Topic {
+        topic_id: t.id.to_string(),
+        host_name: me.host_name.clone(),
+        process_id: pid_i32(me.pid),
+        process_name: me.process_name.clone(),
+        topic_name: t.topic_name.clone(),
+        shm_transport_domain: me.shm_transport_domain.clone(),
+        unit_name: me.unit_name.clone(),
+        ..Default::default()
+    }
+}
+
+/// A publisher (cmd 2) or subscriber (cmd 3) registration.
+pub fn topic_sample(me: &Identity, dir: Direction, t: &LocalTopic, registration_clock: i32) -> pb::Sample {
+    let s = &t.stats;
+    let topic = pb::Topic {
+        registration_clock,
+        datatype_information: Some(type_info_to_pb(&t.type_info)),
+        transport_layer: t.layers.iter().map(layer_to_pb).collect(),
+        topic_size: s.topic_size,
+        connections_local: s.connections_local,
+        connections_external: s.connections_external,
+        message_drops: s.message_drops,
+        data_id: s.data_id,
+        data_clock: s.data_clock,
+        data_frequency: s.data_frequency_mhz,
+        data_latency_us: Some(pb::Statistics {
+            count: s.latency.count,
+            latest: s.latency.latest,
+            min: s.latency.min,
+            max: s.latency.max,
+            mean: s.latency.mean,
+            variance: s.latency.variance,
+        }),
+        ..topic_identity(me, t)
+    };
+    let cmd_type = match dir {
+        Direction::Publisher => pb::CMD_REG_PUBLISHER,
+        Direction::Subscriber => pb::CMD_REG_SUBSCRIBER,
+    };
+    pb::Sample { cmd_type, topic: Some(topic), ..Default::default() }
+}
+
+/// A publisher (cmd 12) or subscriber (cmd 13) unregistration: identity fields only.
+pub fn topic_unreg_sample(me: &Identity, dir: Direction, t: &LocalTopic) -> pb::Sample {
+    let cmd_type = match dir {
+        Direction::Publisher => pb::CMD_UNREG_PUBLISHER,
+        Direction::Subscriber => pb::CMD_UNREG_SUBSCRIBER,
+    };
+    pb::Sample { cmd_type, topic: Some(topic_identity(me, t)), ..Default::default() }
+}
+
+/// The key of a received topic (fails on a non-numeric id).
+pub fn entity_key(t: &pb::Topic) -> Result<EntityKey, TopicIdError> {
+    Ok(EntityKey {
+        host_name: t.host_name.clone(),
+        pid: pid_u32(t.process_id),
+        entity_id: parse_topic_id(&t.topic_id)?,
+    })
+}
+
+/// A received topic registration as a model entry.
+pub fn remote_topic(dir: Direction, t: &pb::Topic) -> Result<RemoteTopic, TopicIdError> {
+    Ok(RemoteTopic {
+        key: entity_key(t)?,
+        direction: dir,
+        topic_name: t.topic_name.clone(),
+        type_info: type_info_from_pb(t.datatype_information.as_ref()),
+        process_name: t.process_name.clone(),
+        unit_name: t.unit_name.clone(),
+        shm_transport_domain: t.shm_transport_domain.clone(),
+        layers: t.transport_layer.iter().map(layer_from_pb).collect(),
+        stats: stats_from_pb(t),
+        registration_clock: t.registration_clock,
+    })
+}
+
+/// A received process registration as a model entry.
+pub fn remote_process(p: &pb::Process, now: Instant) -> RemoteProcess {
+    let state = p.state.clone().unwrap_or_default();
+    RemoteProcess {
+        host_name: p.host_name.clone(),
+        pid: pid_u32(p.process_id),
+        process_name: p.process_name.clone(),
+        unit_name: p.unit_name.clone(),
+        process_parameter: p.process_parameter.clone(),
+        shm_transport_domain: p.shm_transport_domain.clone(),
+        component_init_state: p.component_init_state,
+        component_init_info: p.component_init_info.clone(),
+        ecal_runtime_version: p.ecal_runtime_version.clone(),
+        config_file_path: p.config_file_path.clone(),
+        time_sync_module_name: p.time_sync_module_name.clone(),
+        time_sync_state: p.time_sync_state,
+        state_severity: state.severity,
+        state_severity_level: state.severity_level,
+        state_info: state.info,
+        registration_clock: p.registration_clock,
+        last_seen: now,
+    }
+}

@@ -1,0 +1,548 @@
+//! The sans-IO registration state machine (in the style of `quinn-proto`'s `Connection`).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::config::RegistrationConfig;
+use crate::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, Reassembler, ReassemblyConfig};
+
+use super::codec::{self, DecodeError};
+use super::model::{
+    Direction, EntityKey, Event, Identity, LocalTopic, RegistrationCounters, RemoteProcess, RemoteTopic, TopicStats,
+};
+use super::pb;
+
+#[derive(Debug)]
+struct LocalEntry {
+    direction: Direction,
+    topic: LocalTopic,
+    clock: i32,
+}
+
+#[derive(Debug)]
+struct RemoteEntry {
+    topic: RemoteTopic,
+    last_seen: Instant,
+}
+
+/// eCAL-compatible registration of one process, without I/O.
+///
+/// The driver (the I/O thread) feeds it received datagrams ([`handle_datagram`](Self::handle_datagram))
+/// and timer expiries ([`handle_timeout`](Self::handle_timeout) at [`poll_timeout`](Self::poll_timeout)),
+/// then drains [`poll_transmit`](Self::poll_transmit) (whole UDP datagrams for the registration
+/// address) and [`poll_event`](Self::poll_event). It never reads a clock: every call that
+/// depends on time takes `now`.
+///
+/// Behaviour:
+/// - Every `refresh` it sends the process sample (cmd 4) and one sample per local publisher
+///   (cmd 2) and subscriber (cmd 3), each with an incrementing registration clock. A new or
+///   changed local entity is sent at once, and so is the process sample after construction.
+/// - Received samples are accepted like eCAL's `AcceptRegistrationSample`: same host name, or
+///   same SHM transport domain, or network mode. Samples from our own process are kept (for
+///   monitoring) unless `loopback` is off, but never produce [`Event::Matched`].
+/// - A local publisher matches remote subscribers of the same topic name and vice versa.
+///   On a new match the local entity is registered again at once, so the peer learns our
+///   layer parameters within one round trip.
+/// - Remote entries not refreshed within `timeout` expire; unregistration samples (12/13/14)
+///   remove them at once. Both end matches with [`Event::Unmatched`].
+#[derive(Debug)]
+pub struct Registrar {
+    me: Identity,
+    refresh: Duration,
+    timeout: Duration,
+    loopback: bool,
+    max_fragment_payload: usize,
+    reassembler: Reassembler,
+    rng: StdRng,
+    next_refresh: Instant,
+    process_clock: i32,
+    process_dirty: bool,
+    locals: BTreeMap<u64, LocalEntry>,
+    dirty: BTreeSet<u64>,
+    processes: BTreeMap<(String, u32), RemoteProcess>,
+    topics: BTreeMap<EntityKey, RemoteEntry>,
+    matches: BTreeSet<(u64, EntityKey)>,
+    transmit: VecDeque<Vec<u8>>,
+    events: VecDeque<Event>,
+    counters: RegistrationCounters,
+    shut_down: bool,
+}
+
+impl Registrar {
+    /// A registrar for `identity`. An empty `identity.shm_transport_domain` is replaced by
+    /// `cfg.shm_transport_domain`, or by the host name if that is empty too (as eCAL does).
+    /// The process sample is queued at once.
+    pub fn new(identity: Identity, cfg: &RegistrationConfig, now: Instant) -> Self {
+        let mut me = identity;
+        if me.shm_transport_domain.is_empty() {
+            me.shm_transport_domain = if cfg.shm_transport_domain.is_empty() {
+                me.host_name.clone()
+            } else {
+                cfg.shm_transport_domain.clone()
+            };
+        }
+        // A zero period would make the driver spin; one millisecond is the floor.
+        let refresh = cfg.refresh.max(Duration::from_millis(1));
+        Registrar {
+            me,
+            refresh,
+            timeout: cfg.timeout,
+            loopback: cfg.loopback,
+            max_fragment_payload: DEFAULT_MAX_FRAGMENT_PAYLOAD,
+            reassembler: Reassembler::new(ReassemblyConfig::default()),
+            rng: StdRng::from_os_rng(),
+            next_refresh: now + refresh,
+            process_clock: 0,
+            process_dirty: true,
+            locals: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            processes: BTreeMap::new(),
+            topics: BTreeMap::new(),
+            matches: BTreeSet::new(),
+            transmit: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: RegistrationCounters::default(),
+            shut_down: false,
+        }
+    }
+
+    /// Replaces the fragment size used for sending (default 65483) and the reassembly limits.
+    pub fn with_limits(mut self, max_fragment_payload: usize, reassembly: ReassemblyConfig) -> Self {
+        self.max_fragment_payload = max_fragment_payload.max(1);
+        self.reassembler = Reassembler::new(reassembly);
+        self
+    }
+
+    /// Our identity as sent (with the SHM transport domain resolved).
+    pub fn identity(&self) -> &Identity {
+        &self.me
+    }
+
+    /// Adds a local publisher and registers it at once.
+    pub fn add_publisher(&mut self, now: Instant, t: LocalTopic) {
+        self.add_local(now, Direction::Publisher, t);
+    }
+
+    /// Adds a local subscriber and registers it at once.
+    pub fn add_subscriber(&mut self, now: Instant, t: LocalTopic) {
+        self.add_local(now, Direction::Subscriber, t);
+    }
+
+    fn add_local(&mut self, _now: Instant, direction: Direction, t: LocalTopic) {
+        if self.shut_down {
+            tracing::warn!(id = t.id, "registrar shut down; local entity not added");
+            return;
+        }
+        let id = t.id;
+        if let Some(old) = self.locals.get(&id)
+            && old.direction != direction
+        {
+            // Same id reused with the other direction: treat as removal + new entity.
+            self.drop_local_matches(id);
+        }
+        let clock = self.locals.get(&id).map_or(0, |e| e.clock);
+        self.locals.insert(id, LocalEntry { direction, topic: t, clock });
+        self.dirty.insert(id);
+        self.rematch_local(id);
+    }
+
+    /// Replaces a local entity's description (layers, type, stats) and re-registers it at once.
+    /// Unknown ids are ignored.
+    pub fn update_local(&mut self, _now: Instant, t: LocalTopic) {
+        let id = t.id;
+        let Some(entry) = self.locals.get_mut(&id) else {
+            tracing::warn!(id, "update_local: unknown local entity");
+            return;
+        };
+        entry.topic = t;
+        self.dirty.insert(id);
+        self.rematch_local(id);
+    }
+
+    /// Sets the statistics sent with the entity's next periodic registration (no send now).
+    pub fn set_stats(&mut self, id: u64, stats: TopicStats) {
+        if let Some(entry) = self.locals.get_mut(&id) {
+            entry.topic.stats = stats;
+        }
+    }
+
+    /// Removes a local entity: queues its unregistration (cmd 12/13) at once and ends its matches.
+    pub fn remove_local(&mut self, _now: Instant, id: u64) {
+        let Some(entry) = self.locals.remove(&id) else { return };
+        self.dirty.remove(&id);
+        let sample = codec::topic_unreg_sample(&self.me, entry.direction, &entry.topic);
+        self.queue_sample(&sample);
+        self.drop_local_matches(id);
+    }
+
+    /// Feeds one datagram received on the registration port from `from`.
+    pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
+        self.counters.datagrams_received += 1;
+        let pushed = self.reassembler.push(now, from, datagram);
+        self.counters.reassembly = *self.reassembler.counters();
+        let message = match pushed {
+            Ok(Some(m)) => m,
+            Ok(None) => return,
+            Err(e) => {
+                self.counters.wire_errors += 1;
+                tracing::debug!(%from, error = %e, "registration datagram dropped");
+                return;
+            }
+        };
+        let sample = match codec::decode_registration(&message) {
+            Ok(s) => s,
+            Err(e) => {
+                match e {
+                    DecodeError::Framing(_) => self.counters.framing_errors += 1,
+                    DecodeError::Protobuf(_) => self.counters.decode_errors += 1,
+                }
+                tracing::debug!(%from, error = %e, "registration sample dropped");
+                return;
+            }
+        };
+        self.apply_sample(now, sample);
+    }
+
+    /// Runs what is due at `now`: the periodic refresh, expiry of remote entries and of
+    /// incomplete fragmented messages.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.shut_down {
+            return;
+        }
+        self.reassembler.expire(now);
+        self.counters.reassembly = *self.reassembler.counters();
+        if now >= self.next_refresh {
+            self.process_dirty = true;
+            self.dirty.extend(self.locals.keys().copied());
+            self.next_refresh += self.refresh;
+            if self.next_refresh <= now {
+                self.next_refresh = now + self.refresh;
+            }
+        }
+        let timeout = self.timeout;
+        let stale: Vec<EntityKey> = self
+            .topics
+            .iter()
+            .filter(|(_, e)| now.saturating_duration_since(e.last_seen) >= timeout)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in stale {
+            self.counters.expired_topics += 1;
+            tracing::debug!(?key, "remote topic expired");
+            self.remove_remote(&key);
+        }
+        let before = self.processes.len();
+        self.processes.retain(|_, p| now.saturating_duration_since(p.last_seen) < timeout);
+        self.counters.expired_processes += (before - self.processes.len()) as u64;
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next (`None` after shutdown).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.shut_down {
+            return None;
+        }
+        let mut next = self.next_refresh;
+        for e in self.topics.values() {
+            next = next.min(e.last_seen + self.timeout);
+        }
+        for p in self.processes.values() {
+            next = next.min(p.last_seen + self.timeout);
+        }
+        if let Some(r) = self.reassembler.next_expiry() {
+            next = next.min(r);
+        }
+        Some(next)
+    }
+
+    /// The next UDP datagram to send to the registration address, if any.
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.flush_dirty();
+        let d = self.transmit.pop_front()?;
+        self.counters.datagrams_sent += 1;
+        Some(d)
+    }
+
+    /// The next match event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Unregisters every local entity (cmd 12/13, with [`Event::Unmatched`] for their matches)
+    /// and the process (cmd 14). Afterwards nothing periodic is sent and
+    /// [`poll_timeout`](Self::poll_timeout) returns `None`; drain [`poll_transmit`](Self::poll_transmit).
+    pub fn shutdown(&mut self, now: Instant) {
+        if self.shut_down {
+            return;
+        }
+        let ids: Vec<u64> = self.locals.keys().copied().collect();
+        for id in ids {
+            self.remove_local(now, id);
+        }
+        self.dirty.clear();
+        self.process_dirty = false;
+        let sample = codec::process_unreg_sample(&self.me);
+        self.queue_sample(&sample);
+        self.shut_down = true;
+    }
+
+    /// Known processes (including our own when loopback is on).
+    pub fn processes(&self) -> impl Iterator<Item = &RemoteProcess> {
+        self.processes.values()
+    }
+
+    /// Known publishers and subscribers (including our own when loopback is on).
+    pub fn topics(&self) -> impl Iterator<Item = &RemoteTopic> {
+        self.topics.values().map(|e| &e.topic)
+    }
+
+    /// The remote entities currently matched with local entity `local_id`.
+    pub fn matches_of(&self, local_id: u64) -> impl Iterator<Item = &EntityKey> {
+        self.matches.iter().filter(move |(id, _)| *id == local_id).map(|(_, k)| k)
+    }
+
+    /// Counters of everything received, applied, dropped and sent.
+    pub fn counters(&self) -> &RegistrationCounters {
+        &self.counters
+    }
+
+    // ---------------------------------------------------------------------------------------
+
+    fn queue_sample(&mut self, sample: &pb::Sample) {
+        let rng = &mut self.rng;
+        match codec::encode_registration(sample, self.max_fragment_payload, &mut || rng.random()) {
+            Ok(datagrams) => {
+                self.counters.samples_sent += 1;
+                self.transmit.extend(datagrams);
+            }
+            Err(e) => {
+                self.counters.encode_errors += 1;
+                tracing::warn!(error = %e, cmd = sample.cmd_type, "registration sample not sent");
+            }
+        }
+    }
+
+    fn flush_dirty(&mut self) {
+        if self.process_dirty {
+            self.process_dirty = false;
+            self.process_clock = self.process_clock.wrapping_add(1);
+            let sample = codec::process_sample(&self.me, self.process_clock);
+            self.queue_sample(&sample);
+        }
+        for id in std::mem::take(&mut self.dirty) {
+            let Some(entry) = self.locals.get_mut(&id) else { continue };
+            entry.clock = entry.clock.wrapping_add(1);
+            let sample = codec::topic_sample(&self.me, entry.direction, &entry.topic, entry.clock);
+            self.queue_sample(&sample);
+        }
+    }
+
+    fn accepts(&self, host_name: &str, domain: &str) -> bool {
+        host_name == self.me.host_name
+            || (!domain.is_empty() && domain == self.me.shm_transport_domain)
+            || self.me.network_mode
+    }
+
+    fn is_own(&self, host_name: &str, pid: u32) -> bool {
+        pid == self.me.pid && host_name == self.me.host_name
+    }
+
+    fn apply_sample(&mut self, now: Instant, sample: pb::Sample) {
+        match sample.cmd_type {
+            pb::CMD_REG_PUBLISHER => self.apply_topic(now, Direction::Publisher, sample.topic),
+            pb::CMD_REG_SUBSCRIBER => self.apply_topic(now, Direction::Subscriber, sample.topic),
+            pb::CMD_UNREG_PUBLISHER | pb::CMD_UNREG_SUBSCRIBER => self.apply_topic_unreg(sample.topic),
+            pb::CMD_REG_PROCESS => self.apply_process(now, sample.process),
+            pb::CMD_UNREG_PROCESS => self.apply_process_unreg(sample.process),
+            other => {
+                self.counters.ignored_commands += 1;
+                tracing::trace!(cmd = other, "registration command ignored");
+            }
+        }
+    }
+
+    /// Shared gate: acceptance filter and loopback. Returns false (and counts) to drop.
+    fn gate(&mut self, host_name: &str, domain: &str, pid: u32) -> bool {
+        if !self.accepts(host_name, domain) {
+            self.counters.foreign_rejected += 1;
+            return false;
+        }
+        if !self.loopback && self.is_own(host_name, pid) {
+            self.counters.own_ignored += 1;
+            return false;
+        }
+        true
+    }
+
+    fn apply_topic(&mut self, now: Instant, direction: Direction, topic: Option<pb::Topic>) {
+        let Some(topic) = topic else {
+            self.counters.missing_body += 1;
+            return;
+        };
+        let remote = match codec::remote_topic(direction, &topic) {
+            Ok(r) => r,
+            Err(e) => {
+                self.counters.rejected_ids += 1;
+                tracing::debug!(error = %e, "topic registration discarded");
+                return;
+            }
+        };
+        if !self.gate(&remote.key.host_name, &remote.shm_transport_domain, remote.key.pid) {
+            return;
+        }
+        self.counters.samples_applied += 1;
+        let key = remote.key.clone();
+        let changed = match self.topics.get_mut(&key) {
+            Some(entry) => {
+                let old = &entry.topic;
+                let changed = old.layers != remote.layers
+                    || old.type_info != remote.type_info
+                    || old.direction != remote.direction
+                    || old.topic_name != remote.topic_name;
+                entry.topic = remote;
+                entry.last_seen = now;
+                changed
+            }
+            None => {
+                self.topics.insert(key.clone(), RemoteEntry { topic: remote, last_seen: now });
+                false
+            }
+        };
+        self.rematch_remote(&key, changed);
+    }
+
+    fn apply_topic_unreg(&mut self, topic: Option<pb::Topic>) {
+        let Some(topic) = topic else {
+            self.counters.missing_body += 1;
+            return;
+        };
+        let key = match codec::entity_key(&topic) {
+            Ok(k) => k,
+            Err(e) => {
+                self.counters.rejected_ids += 1;
+                tracing::debug!(error = %e, "topic unregistration discarded");
+                return;
+            }
+        };
+        if !self.gate(&key.host_name, &topic.shm_transport_domain, key.pid) {
+            return;
+        }
+        self.counters.samples_applied += 1;
+        self.counters.unregistrations += 1;
+        self.remove_remote(&key);
+    }
+
+    fn apply_process(&mut self, now: Instant, process: Option<pb::Process>) {
+        let Some(process) = process else {
+            self.counters.missing_body += 1;
+            return;
+        };
+        let pid = codec::pid_u32(process.process_id);
+        if !self.gate(&process.host_name, &process.shm_transport_domain, pid) {
+            return;
+        }
+        self.counters.samples_applied += 1;
+        let p = codec::remote_process(&process, now);
+        self.processes.insert((p.host_name.clone(), p.pid), p);
+    }
+
+    fn apply_process_unreg(&mut self, process: Option<pb::Process>) {
+        let Some(process) = process else {
+            self.counters.missing_body += 1;
+            return;
+        };
+        let pid = codec::pid_u32(process.process_id);
+        if !self.gate(&process.host_name, &process.shm_transport_domain, pid) {
+            return;
+        }
+        self.counters.samples_applied += 1;
+        self.counters.unregistrations += 1;
+        self.processes.remove(&(process.host_name.clone(), pid));
+        // The process is gone: so are its entities (their own unregistrations may be lost).
+        let keys: Vec<EntityKey> =
+            self.topics.keys().filter(|k| k.pid == pid && k.host_name == process.host_name).cloned().collect();
+        for key in keys {
+            self.remove_remote(&key);
+        }
+    }
+
+    fn remove_remote(&mut self, key: &EntityKey) {
+        self.topics.remove(key);
+        let ended: Vec<u64> = self.matches.iter().filter(|(_, k)| k == key).map(|(id, _)| *id).collect();
+        for local_id in ended {
+            self.matches.remove(&(local_id, key.clone()));
+            self.events.push_back(Event::Unmatched { local_id, remote: key.clone() });
+        }
+    }
+
+    fn drop_local_matches(&mut self, local_id: u64) {
+        let ended: Vec<EntityKey> =
+            self.matches.iter().filter(|(id, _)| *id == local_id).map(|(_, k)| k.clone()).collect();
+        for remote in ended {
+            self.matches.remove(&(local_id, remote.clone()));
+            self.events.push_back(Event::Unmatched { local_id, remote });
+        }
+    }
+
+    /// Brings the matches of remote `key` in line with the registry.
+    fn rematch_remote(&mut self, key: &EntityKey, changed: bool) {
+        let Some(entry) = self.topics.get(key) else { return };
+        let remote = &entry.topic;
+        let desired: BTreeSet<u64> = if self.is_own(&key.host_name, key.pid) {
+            BTreeSet::new()
+        } else {
+            self.locals
+                .iter()
+                .filter(|(_, l)| l.direction == remote.direction.opposite() && l.topic.topic_name == remote.topic_name)
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        let current: BTreeSet<u64> = self.matches.iter().filter(|(_, k)| k == key).map(|(id, _)| *id).collect();
+        for &local_id in desired.difference(&current) {
+            self.matches.insert((local_id, key.clone()));
+            self.events.push_back(Event::Matched { local_id, remote: remote.clone() });
+            // Tell the new peer about us now rather than at the next refresh.
+            self.dirty.insert(local_id);
+        }
+        for &local_id in current.difference(&desired) {
+            self.matches.remove(&(local_id, key.clone()));
+            self.events.push_back(Event::Unmatched { local_id, remote: key.clone() });
+        }
+        if changed {
+            for &local_id in current.intersection(&desired) {
+                self.events.push_back(Event::Updated { local_id, remote: remote.clone() });
+            }
+        }
+    }
+
+    /// Brings the matches of local entity `local_id` in line with the registry.
+    fn rematch_local(&mut self, local_id: u64) {
+        let Some(local) = self.locals.get(&local_id) else { return };
+        let want = local.direction.opposite();
+        let desired: BTreeSet<EntityKey> = self
+            .topics
+            .iter()
+            .filter(|(k, e)| {
+                e.topic.direction == want
+                    && e.topic.topic_name == local.topic.topic_name
+                    && !self.is_own(&k.host_name, k.pid)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        let current: BTreeSet<EntityKey> =
+            self.matches.iter().filter(|(id, _)| *id == local_id).map(|(_, k)| k.clone()).collect();
+        for key in desired.difference(&current) {
+            let Some(entry) = self.topics.get(key) else { continue };
+            self.matches.insert((local_id, key.clone()));
+            self.events.push_back(Event::Matched { local_id, remote: entry.topic.clone() });
+            self.dirty.insert(local_id);
+        }
+        for key in current.difference(&desired) {
+            self.matches.remove(&(local_id, key.clone()));
+            self.events.push_back(Event::Unmatched { local_id, remote: key.clone() });
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! Bounded reassembly of fragmented ecaludp v5 messages (`ecaludp: reassembly_v5.cpp`).
+//!
+//! Fragments are keyed by (sender address, id). Fragments may arrive before the info
+//! datagram. Memory is bounded: a cap on messages in flight, a cap on bytes buffered over all
+//! messages (a message is charged the larger of its declared total and the bytes received, plus
+//! a fixed overhead per fragment), and a declared total larger than the cap is refused before
+//! anything is allocated. Incomplete messages expire `max_age` after their first datagram.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use super::WireError;
+use super::header::{DatagramHeader, DatagramKind};
+
+/// Bytes charged per stored fragment on top of its payload (bookkeeping), so that floods of
+/// empty fragments are bounded too.
+const FRAGMENT_OVERHEAD: usize = 64;
+
+/// Limits of a [`Reassembler`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReassemblyConfig {
+    /// An incomplete message is dropped this long after its first datagram (eCAL: 5 s).
+    pub max_age: Duration,
+    /// Most incomplete messages kept at once; further new messages are dropped.
+    pub max_messages: usize,
+    /// Most bytes buffered over all incomplete messages; also the largest message accepted.
+    pub max_bytes: usize,
+}
+
+impl Default for ReassemblyConfig {
+    fn default() -> Self {
+        ReassemblyConfig { max_age: Duration::from_secs(5), max_messages: 64, max_bytes: 64 * 1024 * 1024 }
+    }
+}
+
+/// What a [`Reassembler`] has seen and dropped, one counter per reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReassemblyCounters {
+    /// Datagrams passed to [`Reassembler::push`].
+    pub datagrams: u64,
+    /// Whole (type 3) messages returned.
+    pub whole_messages: u64,
+    /// Fragmented messages reassembled and returned.
+    pub reassembled_messages: u64,
+    /// Datagrams with a bad header (too short, magic, version, type, length).
+    pub malformed: u64,
+    /// Fragments whose index was already received (dropped, message kept).
+    pub duplicate_fragments: u64,
+    /// Second info datagrams for one message (dropped, message kept).
+    pub duplicate_infos: u64,
+    /// Fragments with an index ≥ the announced count (the message is dropped if the info came
+    /// after them, otherwise only the fragment).
+    pub out_of_range: u64,
+    /// Info datagrams with an impossible count (0, or more fragments than bytes).
+    pub invalid_info: u64,
+    /// Messages whose declared or received size exceeds `max_bytes`.
+    pub too_large: u64,
+    /// New messages refused because `max_messages` were in flight.
+    pub in_flight_limit: u64,
+    /// Messages dropped because the byte budget was exhausted.
+    pub buffer_limit: u64,
+    /// Complete messages whose fragment sizes did not add up to the declared total.
+    pub length_mismatch: u64,
+    /// Incomplete messages dropped after `max_age`.
+    pub expired: u64,
+}
+
+#[derive(Debug)]
+struct Pending {
+    first_seen: Instant,
+    /// (fragment count, total length) once the info datagram arrived.
+    info: Option<(u32, u32)>,
+    fragments: BTreeMap<u32, Vec<u8>>,
+    received_bytes: usize,
+    /// Bytes currently charged against the global budget.
+    charged: usize,
+}
+
+impl Pending {
+    fn charge(&self) -> usize {
+        let declared = self.info.map_or(0, |(_, total)| total as usize);
+        declared.max(self.received_bytes) + self.fragments.len() * FRAGMENT_OVERHEAD
+    }
+}
+
+/// Reassembles eCAL datagrams into framed messages. Sans-IO: the caller passes `now`.
+#[derive(Debug)]
+pub struct Reassembler {
+    cfg: ReassemblyConfig,
+    pending: HashMap<(SocketAddr, i32), Pending>,
+    buffered: usize,
+    counters: ReassemblyCounters,
+}
+
+impl Reassembler {
+    /// An empty reassembler with the given limits.
+    pub fn new(cfg: ReassemblyConfig) -> Self {
+        Reassembler { cfg, pending: HashMap::new(), buffered: 0, counters: ReassemblyCounters::default() }
+    }
+
+    /// The limits in use.
+    pub fn config(&self) -> &ReassemblyConfig {
+        &self.cfg
+    }
+
+    /// Drop counters so far.
+    pub fn counters(&self) -> &ReassemblyCounters {
+        &self.counters
+    }
+
+    /// Incomplete messages held.
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Bytes charged against the budget by incomplete messages.
+    pub fn buffered_bytes(&self) -> usize {
+        self.buffered
+    }
+
+    /// When the oldest incomplete message expires, if any.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.pending.values().map(|p| p.first_seen + self.cfg.max_age).min()
+    }
+
+    /// Drops incomplete messages older than `max_age`; returns how many.
+    pub fn expire(&mut self, now: Instant) -> usize {
+        let max_age = self.cfg.max_age;
+        let before = self.pending.len();
+        let mut freed = 0usize;
+        self.pending.retain(|_, p| {
+            let keep = now.saturating_duration_since(p.first_seen) < max_age;
+            if !keep {
+                freed += p.charged;
+            }
+            keep
+        });
+        self.buffered -= freed;
+        let n = before - self.pending.len();
+        self.counters.expired += n as u64;
+        if n > 0 {
+            tracing::debug!(expired = n, "ecaludp reassembly: incomplete messages expired");
+        }
+        n
+    }
+
+    /// Feeds one received datagram. Returns the complete framed message when this datagram
+    /// completes one (borrowed for a whole datagram, owned after reassembly), `Ok(None)` while a
+    /// message is incomplete, or the reason the datagram was dropped (also counted).
+    pub fn push<'a>(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &'a [u8],
+    ) -> Result<Option<Cow<'a, [u8]>>, WireError> {
+        self.counters.datagrams += 1;
+        self.expire(now);
+        let (header, payload) = match DatagramHeader::parse(datagram) {
+            Ok(v) => v,
+            Err(e) => {
+                self.counters.malformed += 1;
+                return Err(e);
+            }
+        };
+        let owned = match header.kind {
+            DatagramKind::Whole => {
+                self.counters.whole_messages += 1;
+                return Ok(Some(Cow::Borrowed(payload)));
+            }
+            DatagramKind::FragmentInfo => self.on_info(now, (from, header.id), header.num, header.len),
+            DatagramKind::Fragment => self.on_fragment(now, (from, header.id), header.num, payload),
+        };
+        owned.map(|done| done.map(Cow::Owned))
+    }
+
+    fn drop_message(&mut self, key: &(SocketAddr, i32)) {
+        if let Some(p) = self.pending.remove(key) {
+            self.buffered -= p.charged;
+        }
+    }
+
+    /// Recomputes the charge of `key` and enforces the byte budget; drops the message if over.
+    fn recharge(&mut self, key: &(SocketAddr, i32)) -> Result<(), WireError> {
+        let Some(p) = self.pending.get_mut(key) else { return Ok(()) };
+        let new_charge = p.charge();
+        let others = self.buffered - p.charged;
+        if others + new_charge > self.cfg.max_bytes {
+            self.counters.buffer_limit += 1;
+            self.drop_message(key);
+            return Err(WireError::BufferFull { limit: self.cfg.max_bytes });
+        }
+        p.charged = new_charge;
+        self.buffered = others + new_charge;
+        Ok(())
+    }
+
+    fn entry(&mut self, now: Instant, key: (SocketAddr, i32)) -> Result<&mut Pending, WireError> {
+        if !self.pending.contains_key(&key) && self.pending.len() >= self.cfg.max_messages {
+            self.counters.in_flight_limit += 1;
+            return Err(WireError::TooManyInFlight { limit: self.cfg.max_messages });
+        }
+        Ok(self.pending.entry(key).or_insert_with(|| Pending {
+            first_seen: now,
+            info: None,
+            fragments: BTreeMap::new(),
+            received_bytes: 0,
+            charged: 0,
+        }))
+    }
+
+    fn on_info(
+        &mut self,
+        now: Instant,
+        key: (SocketAddr, i32),
+        count: u32,
+        total: u32,
+    ) -> Result<Option<Vec<u8>>, WireError> {
+        if total as usize > self.cfg.max_bytes {
+            self.counters.too_large += 1;
+            self.drop_message(&key);
+            return Err(WireError::MessageTooLarge { declared: total as u64, limit: self.cfg.max_bytes });
+        }
+        if count == 0 || count > total.max(1) {
+            self.counters.invalid_info += 1;
+            self.drop_message(&key);
+            return Err(WireError::InvalidFragmentInfo { count, total });
+        }
+        let p = self.entry(now, key)?;
+        if p.info.is_some() {
+            self.counters.duplicate_infos += 1;
+            return Err(WireError::DuplicateInfo);
+        }
+        p.info = Some((count, total));
+        if let Some((&last, _)) = p.fragments.last_key_value()
+            && last >= count
+        {
+            self.counters.out_of_range += 1;
+            self.drop_message(&key);
+            return Err(WireError::FragmentIndexOutOfRange { index: last, count });
+        }
+        self.recharge(&key)?;
+        self.complete_if_done(&key)
+    }
+
+    fn on_fragment(
+        &mut self,
+        now: Instant,
+        key: (SocketAddr, i32),
+        index: u32,
+        payload: &[u8],
+    ) -> Result<Option<Vec<u8>>, WireError> {
+        // Without an info datagram an index can still be bounded: every fragment carries at
+        // least one byte of a message of at most max_bytes.
+        let limit = match self.pending.get(&key).and_then(|p| p.info) {
+            Some((count, _)) => count as u64,
+            None => self.cfg.max_bytes as u64,
+        };
+        if index as u64 >= limit {
+            self.counters.out_of_range += 1;
+            return Err(WireError::FragmentIndexOutOfRange { index, count: limit.min(u32::MAX as u64) as u32 });
+        }
+        let max_bytes = self.cfg.max_bytes;
+        let p = self.entry(now, key)?;
+        if p.fragments.contains_key(&index) {
+            self.counters.duplicate_fragments += 1;
+            return Err(WireError::DuplicateFragment { index });
+        }
+        let received = p.received_bytes + payload.len();
+        let declared = p.info.map(|(_, total)| total as usize);
+        if received > max_bytes || declared.is_some_and(|t| received > t) {
+            let declared = declared.unwrap_or(max_bytes);
+            if received > max_bytes {
+                self.counters.too_large += 1;
+            } else {
+                self.counters.length_mismatch += 1;
+            }
+            self.drop_message(&key);
+            return Err(WireError::LengthMismatch { declared: declared as u64, received: received as u64 });
+        }
+        p.received_bytes = received;
+        p.fragments.insert(index, payload.to_vec());
+        self.recharge(&key)?;
+        self.complete_if_done(&key)
+    }
+
+    fn complete_if_done(&mut self, key: &(SocketAddr, i32)) -> Result<Option<Vec<u8>>, WireError> {
+        let Some(p) = self.pending.get(key) else { return Ok(None) };
+        let Some((count, total)) = p.info else { return Ok(None) };
+        if p.fragments.len() < count as usize {
+            return Ok(None);
+        }
+        let Some(p) = self.pending.remove(key) else { return Ok(None) };
+        self.buffered -= p.charged;
+        if p.received_bytes != total as usize {
+            self.counters.length_mismatch += 1;
+            return Err(WireError::LengthMismatch { declared: total as u64, received: p.received_bytes as u64 });
+        }
+        let mut out = Vec::with_capacity(p.received_bytes);
+        for frag in p.fragments.into_values() {
+            out.extend_from_slice(&frag);
+        }
+        self.counters.reassembled_messages += 1;
+        Ok(Some(out))
+    }
+}

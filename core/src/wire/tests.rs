@@ -1,0 +1,291 @@
+use std::borrow::Cow;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+use super::*;
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+fn ids() -> impl FnMut() -> i32 {
+    let mut next = 0x1234_5678;
+    move || {
+        next += 1;
+        next
+    }
+}
+
+/// Feeds datagrams in order and returns every completed message.
+fn feed(r: &mut Reassembler, now: Instant, from: SocketAddr, dgrams: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    dgrams.iter().filter_map(|d| r.push(now, from, d).ok().flatten().map(Cow::into_owned)).collect()
+}
+
+#[test]
+fn header_round_trip_and_layout() {
+    let h = DatagramHeader { kind: DatagramKind::Fragment, id: -7, num: 3, len: 2 };
+    let mut bytes = h.to_bytes().to_vec();
+    assert_eq!(&bytes[0..8], b"ECAL\x05\x00\x00\x00");
+    assert_eq!(&bytes[8..12], &2u32.to_le_bytes());
+    assert_eq!(&bytes[12..16], &(-7i32).to_le_bytes());
+    bytes.extend_from_slice(b"xyz");
+    let (parsed, payload) = DatagramHeader::parse(&bytes).unwrap();
+    assert_eq!(parsed, h);
+    assert_eq!(payload, b"xy", "only len bytes are payload");
+}
+
+#[test]
+fn header_rejects_bad_input() {
+    let good = DatagramHeader::whole(0).to_bytes();
+    assert_eq!(DatagramHeader::parse(&good[..23]), Err(WireError::TooShort { len: 23 }));
+    let mut bad = good;
+    bad[0] = b'X';
+    assert_eq!(DatagramHeader::parse(&bad), Err(WireError::BadMagic));
+    let mut bad = good;
+    bad[4] = 6;
+    assert_eq!(DatagramHeader::parse(&bad), Err(WireError::UnsupportedVersion(6)));
+    let mut bad = good;
+    bad[8] = 4;
+    assert_eq!(DatagramHeader::parse(&bad), Err(WireError::UnknownType(4)));
+    let long = DatagramHeader::whole(5).to_bytes();
+    assert_eq!(DatagramHeader::parse(&long), Err(WireError::LengthExceedsDatagram { declared: 5, available: 0 }));
+    // Info datagrams carry the total length with no payload: accepted.
+    let info = DatagramHeader { kind: DatagramKind::FragmentInfo, id: 1, num: 2, len: 100 }.to_bytes();
+    assert_eq!(DatagramHeader::parse(&info).unwrap().1.len(), 0);
+}
+
+#[test]
+fn whole_message_round_trip() {
+    let dgrams = encode_message("reg_sample", b"\x08\x04", DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut ids()).unwrap();
+    assert_eq!(dgrams.len(), 1);
+    let d = &dgrams[0];
+    assert_eq!(d.len(), 24 + 2 + 11 + 2);
+    assert_eq!(&d[24..37], b"\x0b\x00reg_sample\x00");
+    let (h, _) = DatagramHeader::parse(d).unwrap();
+    assert_eq!(h, DatagramHeader { kind: DatagramKind::Whole, id: -1, num: 1, len: 15 });
+    let mut r = Reassembler::new(ReassemblyConfig::default());
+    let msg = r.push(Instant::now(), addr(1), d).unwrap().unwrap();
+    assert!(matches!(msg, Cow::Borrowed(_)));
+    assert_eq!(split_name(&msg).unwrap(), ("reg_sample", &b"\x08\x04"[..]));
+}
+
+#[test]
+fn fragmentation_boundary() {
+    let limit = 100;
+    let name = "t"; // prefix = 2 + 1 + 1 = 4 bytes
+    let fits: Vec<u8> = (0..96u8).collect();
+    let one = encode_message(name, &fits, limit, &mut ids()).unwrap();
+    assert_eq!(one.len(), 1, "framed == limit stays whole");
+    assert_eq!(one[0].len(), 24 + 100);
+
+    let over: Vec<u8> = (0..97u8).collect();
+    let many = encode_message(name, &over, limit, &mut ids()).unwrap();
+    assert_eq!(many.len(), 3, "info + 2 fragments");
+    let (info, p) = DatagramHeader::parse(&many[0]).unwrap();
+    assert_eq!((info.kind, info.num, info.len, p.len()), (DatagramKind::FragmentInfo, 2, 101, 0));
+    assert_eq!(many[0].len(), 24);
+    let (f0, p0) = DatagramHeader::parse(&many[1]).unwrap();
+    let (f1, p1) = DatagramHeader::parse(&many[2]).unwrap();
+    assert_eq!((f0.kind, f0.num, f0.len, f0.id), (DatagramKind::Fragment, 0, 100, info.id));
+    assert_eq!((f1.kind, f1.num, f1.len, f1.id), (DatagramKind::Fragment, 1, 1, info.id));
+    assert_eq!(&p0[..4], b"\x02\x00t\x00");
+    assert_eq!(p1, &[96u8]);
+
+    let mut r = Reassembler::new(ReassemblyConfig::default());
+    let out = feed(&mut r, Instant::now(), addr(1), &many);
+    assert_eq!(out.len(), 1);
+    assert_eq!(split_name(&out[0]).unwrap(), (name, &over[..]));
+    assert_eq!(r.in_flight(), 0);
+    assert_eq!(r.buffered_bytes(), 0);
+}
+
+#[test]
+fn fragment_sizes_match_ecal_capture_d() {
+    // Capture D: total 150084 -> 3 fragments; datagrams of 65507, 65507, 19142 bytes.
+    let name = "big";
+    let payload = vec![0xA5u8; 150_084 - framed_len(name, 0)];
+    let d = encode_message(name, &payload, DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || 0xce7d7a69u32 as i32).unwrap();
+    assert_eq!(&d[0][8..24], &[1, 0, 0, 0, 0x69, 0x7a, 0x7d, 0xce, 3, 0, 0, 0, 0x44, 0x4a, 0x02, 0x00]);
+    let sizes: Vec<usize> = d.iter().map(Vec::len).collect();
+    assert_eq!(sizes, vec![24, 65_507, 65_507, 19_142]);
+    assert_eq!(&d[3][20..24], &0x4aaeu32.to_le_bytes());
+    let mut r = Reassembler::new(ReassemblyConfig::default());
+    let out = feed(&mut r, Instant::now(), addr(9), &d);
+    assert_eq!(split_name(&out[0]).unwrap(), (name, &payload[..]));
+}
+
+#[test]
+fn reassembly_out_of_order_and_per_sender() {
+    let payload: Vec<u8> = (0..250u32).map(|i| i as u8).collect();
+    let d = encode_message("x", &payload, 64, &mut || 77).unwrap();
+    assert_eq!(d.len(), 1 + 4);
+    let now = Instant::now();
+    let mut r = Reassembler::new(ReassemblyConfig::default());
+    // Fragments before the info, in reverse, interleaved with a second sender using the same id.
+    let mut got = Vec::new();
+    for dg in d.iter().rev() {
+        got.extend(feed(&mut r, now, addr(1), std::slice::from_ref(dg)));
+        got.extend(feed(&mut r, now, addr(2), std::slice::from_ref(dg)));
+    }
+    assert_eq!(got.len(), 2);
+    for m in &got {
+        assert_eq!(split_name(m).unwrap().1, &payload[..]);
+    }
+    assert_eq!(r.counters().reassembled_messages, 2);
+    assert_eq!(r.buffered_bytes(), 0);
+}
+
+#[test]
+fn duplicates_are_dropped_and_counted() {
+    let d = encode_message("x", &[1u8; 200], 64, &mut || 5).unwrap();
+    let now = Instant::now();
+    let mut r = Reassembler::new(ReassemblyConfig::default());
+    assert_eq!(r.push(now, addr(1), &d[0]), Ok(None));
+    assert_eq!(r.push(now, addr(1), &d[0]), Err(WireError::DuplicateInfo));
+    assert_eq!(r.push(now, addr(1), &d[1]), Ok(None));
+    assert_eq!(r.push(now, addr(1), &d[1]), Err(WireError::DuplicateFragment { index: 0 }));
+    let out = feed(&mut r, now, addr(1), &d[2..]);
+    assert_eq!(out.len(), 1, "message still completes after duplicates");
+    assert_eq!(r.counters().duplicate_fragments, 1);
+    assert_eq!(r.counters().duplicate_infos, 1);
+}
+
+#[test]
+fn out_of_range_indexes() {
+    let now = Instant::now();
+    let mut r = Reassembler::new(ReassemblyConfig::default());
+    let info = DatagramHeader { kind: DatagramKind::FragmentInfo, id: 3, num: 2, len: 4 }.to_bytes().to_vec();
+    let frag = |num: u32| {
+        let mut v = DatagramHeader { kind: DatagramKind::Fragment, id: 3, num, len: 2 }.to_bytes().to_vec();
+        v.extend_from_slice(b"ab");
+        v
+    };
+    r.push(now, addr(1), &info).unwrap();
+    assert_eq!(r.push(now, addr(1), &frag(2)), Err(WireError::FragmentIndexOutOfRange { index: 2, count: 2 }));
+    assert_eq!(r.in_flight(), 1, "after the info only the bad fragment is dropped");
+    assert_eq!(r.counters().out_of_range, 1);
+
+    // Fragment with a large index before the info: the info then drops the whole message.
+    let other = addr(2);
+    r.push(now, other, &frag(9)).unwrap();
+    assert_eq!(r.push(now, other, &info), Err(WireError::FragmentIndexOutOfRange { index: 9, count: 2 }));
+    assert_eq!(r.counters().out_of_range, 2);
+    assert_eq!(r.in_flight(), 1);
+}
+
+#[test]
+fn length_mismatch_and_invalid_info() {
+    let now = Instant::now();
+    let mut r = Reassembler::new(ReassemblyConfig::default());
+    let info = DatagramHeader { kind: DatagramKind::FragmentInfo, id: 1, num: 2, len: 10 }.to_bytes().to_vec();
+    let mut f0 = DatagramHeader { kind: DatagramKind::Fragment, id: 1, num: 0, len: 2 }.to_bytes().to_vec();
+    f0.extend_from_slice(b"ab");
+    let mut f1 = f0.clone();
+    f1[16] = 1;
+    r.push(now, addr(1), &info).unwrap();
+    r.push(now, addr(1), &f0).unwrap();
+    assert_eq!(r.push(now, addr(1), &f1), Err(WireError::LengthMismatch { declared: 10, received: 4 }));
+    assert_eq!(r.counters().length_mismatch, 1);
+    assert_eq!((r.in_flight(), r.buffered_bytes()), (0, 0));
+
+    let zero = DatagramHeader { kind: DatagramKind::FragmentInfo, id: 2, num: 0, len: 10 }.to_bytes();
+    assert!(matches!(r.push(now, addr(1), &zero), Err(WireError::InvalidFragmentInfo { .. })));
+    let too_many = DatagramHeader { kind: DatagramKind::FragmentInfo, id: 2, num: 11, len: 10 }.to_bytes();
+    assert!(matches!(r.push(now, addr(1), &too_many), Err(WireError::InvalidFragmentInfo { .. })));
+    assert_eq!(r.counters().invalid_info, 2);
+}
+
+#[test]
+fn incomplete_messages_expire_after_five_seconds() {
+    let t0 = Instant::now();
+    let d = encode_message("x", &[7u8; 300], 100, &mut || 11).unwrap();
+    let mut r = Reassembler::new(ReassemblyConfig::default());
+    feed(&mut r, t0, addr(1), &d[..2]);
+    assert_eq!(r.in_flight(), 1);
+    assert_eq!(r.next_expiry(), Some(t0 + Duration::from_secs(5)));
+    assert_eq!(r.expire(t0 + Duration::from_millis(4999)), 0);
+    assert_eq!(r.expire(t0 + Duration::from_secs(5)), 1);
+    assert_eq!((r.in_flight(), r.buffered_bytes(), r.counters().expired), (0, 0, 1));
+    // The rest arriving late does not produce a message (its info is gone).
+    let late = feed(&mut r, t0 + Duration::from_secs(6), addr(1), &d[2..]);
+    assert!(late.is_empty());
+}
+
+#[test]
+fn caps_on_messages_and_bytes() {
+    let now = Instant::now();
+    let cfg = ReassemblyConfig { max_age: Duration::from_secs(5), max_messages: 2, max_bytes: 1000 };
+    let mut r = Reassembler::new(cfg);
+    let info =
+        |id: i32, len: u32| DatagramHeader { kind: DatagramKind::FragmentInfo, id, num: 2, len }.to_bytes().to_vec();
+    // Declared total above the cap: refused before anything is stored.
+    assert_eq!(r.push(now, addr(1), &info(1, 1001)), Err(WireError::MessageTooLarge { declared: 1001, limit: 1000 }));
+    assert_eq!(r.in_flight(), 0);
+    // Budget: 600 + 600 > 1000.
+    r.push(now, addr(1), &info(2, 600)).unwrap();
+    assert_eq!(r.buffered_bytes(), 600);
+    assert_eq!(r.push(now, addr(1), &info(3, 600)), Err(WireError::BufferFull { limit: 1000 }));
+    assert_eq!(r.buffered_bytes(), 600);
+    // Messages in flight.
+    r.push(now, addr(1), &info(4, 10)).unwrap();
+    assert_eq!(r.push(now, addr(1), &info(5, 10)), Err(WireError::TooManyInFlight { limit: 2 }));
+    let c = r.counters();
+    assert_eq!((c.too_large, c.buffer_limit, c.in_flight_limit), (1, 1, 1));
+    // Fragments without info are bounded by the budget too.
+    let mut r = Reassembler::new(ReassemblyConfig { max_bytes: 500, ..Default::default() });
+    let mut frag = DatagramHeader { kind: DatagramKind::Fragment, id: 9, num: 0, len: 200 }.to_bytes().to_vec();
+    frag.extend_from_slice(&[0u8; 200]);
+    r.push(now, addr(1), &frag).unwrap();
+    frag[16] = 1;
+    assert!(r.push(now, addr(1), &frag).is_err());
+    assert_eq!(r.buffered_bytes(), 0, "the message over budget is dropped whole");
+}
+
+#[test]
+fn split_name_edge_cases() {
+    assert_eq!(split_name(b""), Err(WireError::NamePrefixTruncated { available: 0, declared: 2 }));
+    assert_eq!(split_name(b"\x05\x00ab"), Err(WireError::NamePrefixTruncated { available: 4, declared: 7 }));
+    assert_eq!(split_name(b"\x00\x00pay").unwrap(), ("", &b"pay"[..]));
+    assert_eq!(split_name(b"\x02\x00ab").unwrap(), ("ab", &b""[..]), "missing NUL tolerated");
+    assert_eq!(split_name(b"\x03\x00\xff\x00\x00"), Err(WireError::NameNotUtf8));
+}
+
+#[test]
+fn encode_errors() {
+    assert_eq!(encode_message("a\0b", b"", 100, &mut ids()), Err(EncodeError::NameContainsNul));
+    assert_eq!(encode_message("a", b"", 0, &mut ids()), Err(EncodeError::ZeroFragmentSize));
+    let long = "n".repeat(65_535);
+    assert_eq!(encode_message(&long, b"", 100, &mut ids()), Err(EncodeError::NameTooLong { len: 65_535 }));
+    assert!(encode_message(&long[..65_534], b"", 1 << 20, &mut ids()).is_ok());
+}
+
+#[test]
+fn random_bytes_never_panic_and_stay_bounded() {
+    let mut rng = StdRng::seed_from_u64(0x5eed);
+    let cfg = ReassemblyConfig { max_age: Duration::from_secs(5), max_messages: 8, max_bytes: 64 * 1024 };
+    let mut r = Reassembler::new(cfg);
+    let t0 = Instant::now();
+    for i in 0..20_000u32 {
+        let len = rng.random_range(0..300);
+        let mut d: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+        if len >= 24 && rng.random_bool(0.8) {
+            // Valid-looking header with random type/id/num/len to reach the deep paths.
+            d[0..4].copy_from_slice(b"ECAL");
+            d[4] = 5;
+            d[8..12].copy_from_slice(&rng.random_range(1u32..=3).to_le_bytes());
+            d[12..16].copy_from_slice(&rng.random_range(0i32..4).to_le_bytes());
+            d[16..20].copy_from_slice(&rng.random_range(0u32..6).to_le_bytes());
+            d[20..24].copy_from_slice(&rng.random_range(0u32..400).to_le_bytes());
+        }
+        let now = t0 + Duration::from_millis(u64::from(i));
+        if let Ok(Some(m)) = r.push(now, addr(rng.random_range(1..4)), &d) {
+            let _ = split_name(&m);
+        }
+        assert!(r.buffered_bytes() <= 64 * 1024);
+        assert!(r.in_flight() <= 8);
+    }
+    assert!(r.counters().malformed > 0);
+    assert!(r.counters().reassembled_messages + r.counters().duplicate_fragments > 0);
+}
