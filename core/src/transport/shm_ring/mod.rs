@@ -1,1 +1,35 @@
-//! Native shared-memory ring (being written).
+//! shoal's native lock-free shared-memory ring.
+//!
+//! - One segment per publisher (`/dev/shm/shoal_<pid>_<unique>_g<generation>`, or on a
+//!   hugetlbfs mount), written by one [`RingWriter`], read in place by any number of
+//!   [`RingReader`]s in any process. Each slot is a seqlock: readers verify after reading that
+//!   the writer did not overwrite the slot, and count every lost sample as a drop. The writer
+//!   never waits and never locks, so a crashed reader cannot block anybody.
+//! - A message larger than the slots makes the writer move to generation + 1 with bigger slots;
+//!   the old segment is marked superseded (with the path of the new one) and readers follow.
+//!   Sequence numbers are continuous across generations. Old generation files stay linked until
+//!   the writer is dropped (at most as many bytes as the current one, since sizes double), so
+//!   that a late reader can always follow the chain.
+//! - One [`Doorbell`] (futex word in a tiny segment `/dev/shm/shoal_db_<pid>_<unique>`) per
+//!   subscribing process; publishers ring it through a [`DoorbellRemote`] after publishing, which
+//!   costs a syscall only when a thread of that process sleeps.
+//! - [`remove_stale_segments`] deletes files left behind by dead processes.
+//!
+//! Names passed between processes ([`RingWriter::segment_name`], [`Doorbell::name`]) are
+//! absolute paths.
+
+mod doorbell;
+mod layout;
+mod reader;
+mod segment;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+pub use doorbell::{
+    Doorbell, DoorbellCreateError, DoorbellOpenError, DoorbellRemote, DoorbellWaitError, WaiterRegistration, WakeReason,
+};
+pub use reader::{ReadOutcome, RingOpenError, RingReader, SampleInfo, SampleView};
+pub use segment::{CleanupError, SHM_DIR, remove_stale_segments};
+pub use writer::{CommitError, LoanError, Published, RingCreateError, RingWriter};

@@ -1,0 +1,330 @@
+//! Futex doorbell: one per subscribing process, rung by writers after they publish.
+//!
+//! Protocol (no lost wake-up, no syscall while nobody sleeps):
+//! - ringer: publish the slot; `fence(SeqCst)`; if `waiters > 0` { `seq += 1`; `FUTEX_WAKE(all)` }.
+//! - waiter: `waiters += 1` (SeqCst) + `fence(SeqCst)`; `observed = seq`; re-check the readers;
+//!   if still nothing, `FUTEX_WAIT(seq, observed, timeout)`; `waiters -= 1`.
+//!
+//! Either the ringer sees the waiter (then `seq` changes after `observed` was loaded, so the
+//! futex wait returns at once or is woken), or the waiter's re-check sees the published slot.
+//! The futex ops are the plain (shared, non-PRIVATE) ones: the word lives in a file mapping.
+
+use std::fs::OpenOptions;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering, fence};
+use std::time::{Duration, Instant};
+
+use memmap2::{MmapMut, MmapOptions};
+
+use super::layout::{DOORBELL_FILE_SIZE, DOORBELL_MAGIC, DOORBELL_VERSION, DoorbellHeader};
+use super::segment::{self, Placement};
+
+/// Error of [`Doorbell::create`].
+#[derive(Debug, thiserror::Error)]
+#[error("doorbell {op} {path}: {source}")]
+pub struct DoorbellCreateError {
+    /// The failed step.
+    pub op: &'static str,
+    /// The file concerned.
+    pub path: PathBuf,
+    /// The OS error.
+    pub source: io::Error,
+}
+
+/// Error of [`DoorbellRemote::open`].
+#[derive(Debug, thiserror::Error)]
+pub enum DoorbellOpenError {
+    /// The name is not a `shoal_db_<pid>_<unique>` path.
+    #[error("not a shoal doorbell name: {0:?}")]
+    BadName(String),
+    /// Opening or mapping failed.
+    #[error("doorbell {op} {path}: {source}")]
+    Io {
+        /// The failed step.
+        op: &'static str,
+        /// The file concerned.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The file is too small.
+    #[error("doorbell {path} has {size} bytes, needs {DOORBELL_FILE_SIZE}")]
+    TooSmall {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+    },
+    /// Wrong magic or version.
+    #[error("doorbell {path}: bad header (magic 0x{magic:016x}, version {version})")]
+    BadHeader {
+        /// The file.
+        path: PathBuf,
+        /// Magic found.
+        magic: u64,
+        /// Version found.
+        version: u32,
+    },
+}
+
+/// Error of a futex wait.
+#[derive(Debug, thiserror::Error)]
+#[error("futex wait failed: {0}")]
+pub struct DoorbellWaitError(#[source] pub io::Error);
+
+/// Why [`Doorbell::wait`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WakeReason {
+    /// Woken by `FUTEX_WAKE` (or spuriously).
+    Woken,
+    /// `seq` already differed from the observed value (EAGAIN).
+    Changed,
+    /// The timeout expired.
+    TimedOut,
+    /// Interrupted by a signal.
+    Interrupted,
+}
+
+fn header(map: &[u8]) -> &DoorbellHeader {
+    // SAFETY: doorbell mappings are DOORBELL_FILE_SIZE (>= size_of::<DoorbellHeader>()) bytes,
+    // page aligned, and DoorbellHeader consists of atomics only.
+    unsafe { &*map.as_ptr().cast::<DoorbellHeader>() }
+}
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> Result<WakeReason, DoorbellWaitError> {
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+    });
+    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: FUTEX_WAIT reads the u32 at a valid, aligned address inside a live shared
+    // mapping and an optional valid timespec; the unused arguments are null / 0.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, ts_ptr, std::ptr::null::<u32>(), 0u32)
+    };
+    if rc == 0 {
+        return Ok(WakeReason::Woken);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) => Ok(WakeReason::Changed),
+        Some(libc::ETIMEDOUT) => Ok(WakeReason::TimedOut),
+        Some(libc::EINTR) => Ok(WakeReason::Interrupted),
+        _ => Err(DoorbellWaitError(e)),
+    }
+}
+
+fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key (valid, aligned, in a live mapping).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        )
+    };
+    if rc < 0 {
+        tracing::debug!("shm_ring: FUTEX_WAKE failed: {}", io::Error::last_os_error());
+    }
+}
+
+/// The waiting side: owned by the subscribing process, unlinked on drop.
+#[derive(Debug)]
+pub struct Doorbell {
+    path: PathBuf,
+    map: MmapMut,
+}
+
+impl Doorbell {
+    /// Creates `/dev/shm/shoal_db_<pid>_<unique>`.
+    pub fn create() -> Result<Doorbell, DoorbellCreateError> {
+        let pid = segment::own_pid();
+        let created = segment::create_mapped(Placement { huge_dir: None }, DOORBELL_FILE_SIZE as u64, 0o666, || {
+            format!("shoal_db_{pid}_{}", segment::unique_token())
+        })
+        .map_err(|f| DoorbellCreateError { op: f.op, path: f.path, source: f.source })?;
+        let h = header(&created.map);
+        h.version.store(DOORBELL_VERSION, Ordering::Relaxed);
+        h.owner_pid.store(pid, Ordering::Relaxed);
+        h.magic.store(DOORBELL_MAGIC, Ordering::Release);
+        Ok(Doorbell { path: created.path, map: created.map })
+    }
+
+    fn header(&self) -> &DoorbellHeader {
+        header(&self.map)
+    }
+
+    /// Path of the doorbell file; publishers pass it to [`DoorbellRemote::open`].
+    pub fn name(&self) -> &str {
+        segment::path_str(&self.path)
+    }
+
+    /// Current value of the futex word.
+    pub fn seq(&self) -> u32 {
+        self.header().seq.0.load(Ordering::SeqCst)
+    }
+
+    /// Threads currently registered as waiters.
+    pub fn waiters(&self) -> u32 {
+        self.header().waiters.0.load(Ordering::SeqCst)
+    }
+
+    /// Marks the calling thread as a waiter (until the guard is dropped) and loads `seq`.
+    /// After this, re-check the readers; if they are still empty, call
+    /// [`WaiterRegistration::wait`].
+    pub fn register_waiter(&self) -> WaiterRegistration<'_> {
+        let h = self.header();
+        h.waiters.0.fetch_add(1, Ordering::SeqCst);
+        // StoreLoad: the registration is visible before the readers are re-checked.
+        fence(Ordering::SeqCst);
+        let observed = h.seq.0.load(Ordering::SeqCst);
+        WaiterRegistration { bell: self, observed }
+    }
+
+    /// Sleeps while `seq == observed_seq` (one `FUTEX_WAIT`). The caller must be registered
+    /// (see [`register_waiter`](Self::register_waiter)), or ringers will not wake it.
+    pub fn wait(&self, observed_seq: u32, timeout: Option<Duration>) -> Result<WakeReason, DoorbellWaitError> {
+        futex_wait(&self.header().seq.0, observed_seq, timeout)
+    }
+
+    /// Waits until `ready()` is true or `deadline` passes; returns `ready()`'s last value.
+    /// `ready` should be cheap (e.g. `has_data()` of the readers served by this doorbell).
+    pub fn wait_until(
+        &self,
+        mut ready: impl FnMut() -> bool,
+        deadline: Option<Instant>,
+    ) -> Result<bool, DoorbellWaitError> {
+        loop {
+            if ready() {
+                return Ok(true);
+            }
+            let timeout = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return Ok(false),
+                },
+                None => None,
+            };
+            let registration = self.register_waiter();
+            if ready() {
+                return Ok(true);
+            }
+            registration.wait(timeout)?;
+        }
+    }
+}
+
+impl Drop for Doorbell {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            tracing::debug!("shm_ring: cannot unlink {}: {e}", self.path.display());
+        }
+    }
+}
+
+/// A registered waiter of a [`Doorbell`]; deregisters on drop.
+#[derive(Debug)]
+pub struct WaiterRegistration<'a> {
+    bell: &'a Doorbell,
+    observed: u32,
+}
+
+impl WaiterRegistration<'_> {
+    /// The `seq` value loaded at registration.
+    pub fn observed_seq(&self) -> u32 {
+        self.observed
+    }
+
+    /// Sleeps until rung (after registration), the timeout, or a signal.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<WakeReason, DoorbellWaitError> {
+        self.bell.wait(self.observed, timeout)
+    }
+}
+
+impl Drop for WaiterRegistration<'_> {
+    fn drop(&mut self) {
+        self.bell.header().waiters.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The ringing side: a publisher's handle on a subscriber process's doorbell.
+#[derive(Debug)]
+pub struct DoorbellRemote {
+    path: PathBuf,
+    map: MmapMut,
+    owner_pid: u32,
+}
+
+impl DoorbellRemote {
+    /// Opens the doorbell at `name` (a path given by [`Doorbell::name`]).
+    pub fn open(name: &str) -> Result<DoorbellRemote, DoorbellOpenError> {
+        let path = Path::new(name);
+        let owner = path
+            .file_name()
+            .and_then(|f| f.to_str())
+            .filter(|f| f.starts_with("shoal_db_"))
+            .and_then(segment::owner_pid_of)
+            .ok_or_else(|| DoorbellOpenError::BadName(name.to_owned()))?;
+        let io = |op| move |source| DoorbellOpenError::Io { op, path: path.to_owned(), source };
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io("open"))?;
+        let size = file.metadata().map_err(io("stat"))?.len();
+        if size < DOORBELL_FILE_SIZE as u64 {
+            return Err(DoorbellOpenError::TooSmall { path: path.to_owned(), size });
+        }
+        // SAFETY: shared mapping of a doorbell file, accessed only through atomics; the owner
+        // never truncates it.
+        let map = unsafe { MmapOptions::new().len(DOORBELL_FILE_SIZE).map_mut(&file) }.map_err(io("mmap"))?;
+        let h = header(&map);
+        let magic = h.magic.load(Ordering::Acquire);
+        let version = h.version.load(Ordering::Relaxed);
+        if magic != DOORBELL_MAGIC || version != DOORBELL_VERSION || h.owner_pid.load(Ordering::Relaxed) != owner {
+            return Err(DoorbellOpenError::BadHeader { path: path.to_owned(), magic, version });
+        }
+        Ok(DoorbellRemote { path: path.to_owned(), map, owner_pid: owner })
+    }
+
+    /// Path of the doorbell.
+    pub fn name(&self) -> &str {
+        segment::path_str(&self.path)
+    }
+
+    /// Process id of the subscriber owning the doorbell.
+    pub fn owner_pid(&self) -> u32 {
+        self.owner_pid
+    }
+
+    /// Whether the owning process still exists.
+    pub fn owner_alive(&self) -> bool {
+        segment::pid_alive(self.owner_pid)
+    }
+
+    /// Call after publishing: wakes the subscriber's sleeping threads, if any. Without waiters
+    /// this is one fence and one load (no syscall). Returns whether a wake was issued.
+    #[inline]
+    pub fn ring(&self) -> bool {
+        fence(Ordering::SeqCst);
+        self.ring_after_fence()
+    }
+
+    /// Rings several doorbells with a single fence; returns how many issued a wake.
+    pub fn ring_all<'a>(bells: impl IntoIterator<Item = &'a DoorbellRemote>) -> usize {
+        fence(Ordering::SeqCst);
+        bells.into_iter().filter(|b| b.ring_after_fence()).count()
+    }
+
+    #[inline]
+    fn ring_after_fence(&self) -> bool {
+        let h = header(&self.map);
+        if h.waiters.0.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        h.seq.0.fetch_add(1, Ordering::SeqCst);
+        futex_wake_all(&h.seq.0);
+        true
+    }
+}

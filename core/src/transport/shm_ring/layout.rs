@@ -1,0 +1,130 @@
+//! Byte layout of ring segments and doorbells (shared between processes, `#[repr(C)]`).
+//!
+//! Every field that another process can observe is an atomic, so that no Rust reference ever
+//! aliases memory that is written without synchronisation. The only plain bytes are the slot
+//! payloads, which are protected by the per-slot seqlock (see `reader.rs`).
+
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU32, AtomicU64};
+
+/// Size of a cache line on the platforms shoal targets.
+pub(super) const CACHE_LINE: usize = 64;
+
+/// `b"SHOALRNG"` read as a little-endian u64.
+pub(super) const RING_MAGIC: u64 = u64::from_le_bytes(*b"SHOALRNG");
+/// Layout version of ring segments.
+pub(super) const RING_VERSION: u32 = 1;
+/// `b"SHOALDBL"` read as a little-endian u64.
+pub(super) const DOORBELL_MAGIC: u64 = u64::from_le_bytes(*b"SHOALDBL");
+/// Layout version of doorbells.
+pub(super) const DOORBELL_VERSION: u32 = 1;
+
+/// Capacity of the "next generation path" field of a superseded segment.
+pub(super) const NEXT_PATH_CAP: usize = 248;
+
+/// Smallest accepted slot count.
+pub(super) const MIN_SLOT_COUNT: u32 = 2;
+/// Largest accepted slot count.
+pub(super) const MAX_SLOT_COUNT: u32 = 1 << 20;
+/// Largest payload of one slot (1 GiB).
+pub(super) const MAX_SLOT_SIZE: usize = 1 << 30;
+/// Largest ring segment (slots plus header) that is created or accepted (64 GiB).
+pub(super) const MAX_SEGMENT_SIZE: u64 = 1 << 36;
+
+/// A value alone on its cache line.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub(super) struct CacheLine<T>(pub(super) T);
+
+/// Header at offset 0 of a ring segment.
+///
+/// Lines 0-1: geometry, written once before `magic` is stored (Release). Line 2: the write
+/// sequence (hot, written on every commit). Lines 3-6: growth control (written once).
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub(super) struct SegmentHeader {
+    /// [`RING_MAGIC`], stored last with Release once the rest is initialised.
+    pub(super) magic: AtomicU64,
+    /// [`RING_VERSION`].
+    pub(super) version: AtomicU32,
+    /// `size_of::<SegmentHeader>()`; slot 0 starts here.
+    pub(super) header_size: AtomicU32,
+    /// Number of slots, a power of two.
+    pub(super) slot_count: AtomicU32,
+    /// `size_of::<SlotHeader>()`; the payload starts this far into a slot.
+    pub(super) slot_header_size: AtomicU32,
+    /// Payload capacity of one slot in bytes.
+    pub(super) slot_size: AtomicU64,
+    /// Distance between two slots: slot header plus `slot_size` rounded up to 64.
+    pub(super) slot_stride: AtomicU64,
+    /// Process id of the writer.
+    pub(super) writer_pid: AtomicU32,
+    pub(super) _pad0: AtomicU32,
+    /// Publisher id given at creation.
+    pub(super) publisher_id: AtomicU64,
+    /// Generation of this segment (0 first, +1 on every growth).
+    pub(super) generation: AtomicU64,
+    /// Sequence number of the first sample written into this generation.
+    pub(super) base_seq: AtomicU64,
+    /// Size of the file as created (may exceed header + slots when rounded to huge pages).
+    pub(super) segment_size: AtomicU64,
+    pub(super) _reserved: [AtomicU64; 6],
+    /// Number of samples ever published by this writer (continuous across generations).
+    pub(super) write_seq: CacheLine<AtomicU64>,
+    /// Non-zero once the writer moved to the next generation (stored with Release after
+    /// `next_path`; no sample is written here afterwards).
+    pub(super) superseded: AtomicU32,
+    /// Length of `next_path`.
+    pub(super) next_path_len: AtomicU32,
+    /// Path of the next generation (UTF-8), valid once `superseded` is set.
+    pub(super) next_path: [AtomicU8; NEXT_PATH_CAP],
+}
+
+/// Header of one slot; the payload follows at offset `size_of::<SlotHeader>()`.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub(super) struct SlotHeader {
+    /// Seqlock: 0 never written, `2*s+1` while sample `s` is written, `2*s+2` once published.
+    pub(super) seq: AtomicU64,
+    /// Payload length in bytes.
+    pub(super) len: AtomicU64,
+    /// Send time, microseconds since the Unix epoch.
+    pub(super) send_time_us: AtomicI64,
+    /// Per-publisher clock given by the caller.
+    pub(super) clock: AtomicU64,
+}
+
+/// A doorbell segment: one per subscribing process.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub(super) struct DoorbellHeader {
+    /// [`DOORBELL_MAGIC`], stored last with Release.
+    pub(super) magic: AtomicU64,
+    /// [`DOORBELL_VERSION`].
+    pub(super) version: AtomicU32,
+    /// Process id of the waiting (subscribing) process.
+    pub(super) owner_pid: AtomicU32,
+    /// Futex word: incremented by a ringer that saw a waiter.
+    pub(super) seq: CacheLine<AtomicU32>,
+    /// Number of threads registered as (about to be) sleeping on `seq`.
+    pub(super) waiters: CacheLine<AtomicU32>,
+}
+
+/// Size of [`SegmentHeader`].
+pub(super) const SEGMENT_HEADER_SIZE: usize = size_of::<SegmentHeader>();
+/// Size of [`SlotHeader`].
+pub(super) const SLOT_HEADER_SIZE: usize = size_of::<SlotHeader>();
+/// Size of a doorbell file (one page).
+pub(super) const DOORBELL_FILE_SIZE: usize = 4096;
+
+/// Distance between two slots for a given payload capacity, `None` on overflow.
+pub(super) fn slot_stride(slot_size: usize) -> Option<usize> {
+    let rounded = slot_size.checked_add(CACHE_LINE - 1)? & !(CACHE_LINE - 1);
+    rounded.checked_add(SLOT_HEADER_SIZE)
+}
+
+/// Bytes used by header plus slots, `None` on overflow or above [`MAX_SEGMENT_SIZE`].
+pub(super) fn ring_bytes(slot_count: u32, slot_size: usize) -> Option<u64> {
+    let stride = u64::try_from(slot_stride(slot_size)?).ok()?;
+    let total = stride.checked_mul(u64::from(slot_count))?.checked_add(SEGMENT_HEADER_SIZE as u64)?;
+    (total <= MAX_SEGMENT_SIZE).then_some(total)
+}

@@ -1,0 +1,524 @@
+//! The subscribing side of a ring: any number of readers, in any process, each with its own
+//! cursor, reading the slots in place.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{Ordering, fence};
+
+use memmap2::{Mmap, MmapOptions};
+
+use super::layout::{
+    MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION, SEGMENT_HEADER_SIZE,
+    SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride,
+};
+use super::segment::{self, RingName};
+
+/// Most generations followed in one `open` or one `try_read_*` call (guards against loops in
+/// corrupted chains; real writers grow at most ~30 times: slot sizes double each time).
+const MAX_HOPS: u32 = 64;
+/// Most overrun skips in one `try_read_*` call before giving up with [`ReadOutcome::Torn`].
+const MAX_SKIPS: u32 = 64;
+
+/// Error of [`RingReader::open`].
+#[derive(Debug, thiserror::Error)]
+pub enum RingOpenError {
+    /// The name is not a path to a `shoal_<pid>_<unique>_g<generation>` file.
+    #[error("not a shoal ring segment name: {0:?}")]
+    BadName(String),
+    /// Opening, sizing or mapping the file failed.
+    #[error("shm ring {op} {path}: {source}")]
+    Io {
+        /// The failed step.
+        op: &'static str,
+        /// The file concerned.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is smaller than a segment header or than its declared geometry.
+    #[error("segment {path} has {size} bytes, needs {needed}")]
+    TooSmall {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+        /// Bytes needed.
+        needed: u64,
+    },
+    /// Wrong magic number (not a shoal ring, or not initialised yet).
+    #[error("segment {path}: bad magic 0x{magic:016x}")]
+    BadMagic {
+        /// The file.
+        path: PathBuf,
+        /// The magic found.
+        magic: u64,
+    },
+    /// Unsupported layout version.
+    #[error("segment {path}: unsupported version {version}")]
+    BadVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version found.
+        version: u32,
+    },
+    /// Inconsistent geometry in the header.
+    #[error("segment {path}: bad geometry: {what}")]
+    BadGeometry {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// The chain of superseded generations is longer than allowed.
+    #[error("segment {path}: too many superseded generations")]
+    ChainTooLong {
+        /// The last file reached.
+        path: PathBuf,
+    },
+}
+
+/// What a `try_read_*` call produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum ReadOutcome<R> {
+    /// No new sample.
+    Empty,
+    /// A sample, verified not to have been overwritten while it was read.
+    Sample(R),
+    /// The writer overwrote the sample while it was being read (or lapped the reader
+    /// repeatedly): the result was discarded and counted in [`RingReader::drops`]. Call again.
+    Torn,
+    /// The segment was superseded and its successor can no longer be opened (the writer is
+    /// gone); this reader will never deliver more samples.
+    Ended,
+}
+
+/// Metadata of a sample (what [`RingReader::try_read_into`] returns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleInfo {
+    /// Sequence number (0-based, continuous across generations).
+    pub seq: u64,
+    /// Payload length.
+    pub len: usize,
+    /// Send time, microseconds since the Unix epoch.
+    pub send_time_us: i64,
+    /// Per-publisher clock.
+    pub clock: u64,
+    /// Publisher id of the ring.
+    pub publisher_id: u64,
+}
+
+/// A sample in place in shared memory, given to the closure of [`RingReader::try_read_with`].
+///
+/// The payload may be overwritten by the writer while the closure runs: the closure must not
+/// trust it (no panics on malformed bytes, no side effects that cannot be undone). Its result is
+/// returned only if the slot was not overwritten in the meantime.
+#[derive(Debug, Clone, Copy)]
+pub struct SampleView<'a> {
+    payload: &'a [u8],
+    info: SampleInfo,
+}
+
+impl<'a> SampleView<'a> {
+    /// The payload bytes, in the shared segment (no copy).
+    pub fn payload(&self) -> &'a [u8] {
+        self.payload
+    }
+
+    /// Payload length.
+    pub fn len(&self) -> usize {
+        self.info.len
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.info.len == 0
+    }
+
+    /// Send time, microseconds since the Unix epoch.
+    pub fn send_time_us(&self) -> i64 {
+        self.info.send_time_us
+    }
+
+    /// Per-publisher clock.
+    pub fn clock(&self) -> u64 {
+        self.info.clock
+    }
+
+    /// Publisher id of the ring.
+    pub fn publisher_id(&self) -> u64 {
+        self.info.publisher_id
+    }
+
+    /// Sequence number of the sample.
+    pub fn seq(&self) -> u64 {
+        self.info.seq
+    }
+
+    /// All metadata.
+    pub fn info(&self) -> SampleInfo {
+        self.info
+    }
+}
+
+/// One validated, mapped generation.
+#[derive(Debug)]
+struct Mapped {
+    map: Mmap,
+    path: PathBuf,
+    name: RingName,
+    slot_count: u32,
+    slot_size: usize,
+    stride: usize,
+    writer_pid: u32,
+    publisher_id: u64,
+    base_seq: u64,
+}
+
+impl Mapped {
+    fn header(&self) -> &SegmentHeader {
+        // SAFETY: open() checked the mapping holds at least SEGMENT_HEADER_SIZE bytes; it is
+        // page aligned and SegmentHeader consists of atomics only.
+        unsafe { &*self.map.as_ptr().cast::<SegmentHeader>() }
+    }
+
+    fn open(path: &Path) -> Result<Mapped, RingOpenError> {
+        let bad_name = || RingOpenError::BadName(path.display().to_string());
+        let name = path.file_name().and_then(|n| n.to_str()).and_then(RingName::parse).ok_or_else(bad_name)?;
+        let io = |op| move |source| RingOpenError::Io { op, path: path.to_owned(), source };
+        let file = File::open(path).map_err(io("open"))?;
+        let size = file.metadata().map_err(io("stat"))?.len();
+        let too_small = |needed| RingOpenError::TooSmall { path: path.to_owned(), size, needed };
+        if size < SEGMENT_HEADER_SIZE as u64 {
+            return Err(too_small(SEGMENT_HEADER_SIZE as u64));
+        }
+        let len = usize::try_from(size).map_err(|_| too_small(size))?;
+        // SAFETY: read-only shared mapping of a shoal segment; the writer never truncates it,
+        // and all concurrent accesses go through atomics or the validated seqlock protocol.
+        let map = unsafe { MmapOptions::new().len(len).populate().map(&file) }.map_err(io("mmap"))?;
+        // SAFETY: size >= SEGMENT_HEADER_SIZE, page-aligned mapping, atomics only.
+        let h = unsafe { &*map.as_ptr().cast::<SegmentHeader>() };
+        let magic = h.magic.load(Ordering::Acquire);
+        if magic != RING_MAGIC {
+            return Err(RingOpenError::BadMagic { path: path.to_owned(), magic });
+        }
+        let version = h.version.load(Ordering::Relaxed);
+        if version != RING_VERSION {
+            return Err(RingOpenError::BadVersion { path: path.to_owned(), version });
+        }
+        let geometry = |what| RingOpenError::BadGeometry { path: path.to_owned(), what };
+        let r = Ordering::Relaxed;
+        if h.header_size.load(r) as usize != SEGMENT_HEADER_SIZE
+            || h.slot_header_size.load(r) as usize != SLOT_HEADER_SIZE
+        {
+            return Err(geometry("header sizes"));
+        }
+        let slot_count = h.slot_count.load(r);
+        if !slot_count.is_power_of_two() || !(MIN_SLOT_COUNT..=MAX_SLOT_COUNT).contains(&slot_count) {
+            return Err(geometry("slot count"));
+        }
+        let slot_size = usize::try_from(h.slot_size.load(r))
+            .ok()
+            .filter(|s| (1..=MAX_SLOT_SIZE).contains(s))
+            .ok_or_else(|| geometry("slot size"))?;
+        let stride = slot_stride(slot_size).ok_or_else(|| geometry("slot size"))?;
+        if h.slot_stride.load(r) != stride as u64 {
+            return Err(geometry("slot stride"));
+        }
+        let needed = ring_bytes(slot_count, slot_size).ok_or_else(|| geometry("too large"))?;
+        if needed > size {
+            return Err(too_small(needed));
+        }
+        if h.generation.load(r) != name.generation {
+            return Err(geometry("generation differs from the name"));
+        }
+        let writer_pid = h.writer_pid.load(r);
+        if writer_pid != name.pid {
+            return Err(geometry("writer pid differs from the name"));
+        }
+        Ok(Mapped {
+            publisher_id: h.publisher_id.load(r),
+            base_seq: h.base_seq.load(r),
+            map,
+            path: path.to_owned(),
+            name,
+            slot_count,
+            slot_size,
+            stride,
+            writer_pid,
+        })
+    }
+
+    /// Path of the successor (valid once `superseded` was seen with Acquire): the one stored in
+    /// the header if its file name is the expected one, else derived in the same directory.
+    fn next_path(&self) -> PathBuf {
+        let expected = self.name.file_name(self.name.generation + 1);
+        let h = self.header();
+        let n = (h.next_path_len.load(Ordering::Relaxed) as usize).min(NEXT_PATH_CAP);
+        let bytes: Vec<u8> = h.next_path[..n].iter().map(|b| b.load(Ordering::Relaxed)).collect();
+        if let Ok(stored) = std::str::from_utf8(&bytes) {
+            let stored = Path::new(stored);
+            if stored.is_absolute() && stored.file_name().and_then(|f| f.to_str()) == Some(&expected) {
+                return stored.to_owned();
+            }
+        }
+        self.path.with_file_name(expected)
+    }
+
+    #[inline]
+    fn slot(&self, seq: u64) -> *const u8 {
+        let index = (seq & u64::from(self.slot_count - 1)) as usize;
+        // SAFETY: index < slot_count and open() checked that the mapping holds
+        // SEGMENT_HEADER_SIZE + slot_count * stride bytes.
+        unsafe { self.map.as_ptr().add(SEGMENT_HEADER_SIZE + index * self.stride) }
+    }
+
+    #[inline]
+    fn slot_header(&self, seq: u64) -> &SlotHeader {
+        // SAFETY: `slot` is in bounds and 64-byte aligned (header size and stride are
+        // multiples of 64, the mapping is page aligned); SlotHeader is atomics only.
+        unsafe { &*self.slot(seq).cast::<SlotHeader>() }
+    }
+}
+
+/// Reader of one publisher's ring; starts at the write position current when opened.
+#[derive(Debug)]
+pub struct RingReader {
+    seg: Mapped,
+    cursor: u64,
+    drops: u64,
+    ended: bool,
+}
+
+impl RingReader {
+    /// Opens the segment at `segment_name` (the path given by
+    /// [`RingWriter::segment_name`](super::RingWriter::segment_name)). If it is already
+    /// superseded the reader follows to the newest generation. Only samples written after
+    /// opening are read.
+    pub fn open(segment_name: &str) -> Result<RingReader, RingOpenError> {
+        let mut seg = Mapped::open(Path::new(segment_name))?;
+        let mut hops = 0;
+        while seg.header().superseded.load(Ordering::Acquire) != 0 {
+            hops += 1;
+            if hops > MAX_HOPS {
+                return Err(RingOpenError::ChainTooLong { path: seg.path });
+            }
+            seg = Mapped::open(&seg.next_path())?;
+        }
+        let cursor = seg.header().write_seq.0.load(Ordering::Acquire);
+        Ok(RingReader { seg, cursor, drops: 0, ended: false })
+    }
+
+    /// Moves the cursor back over the samples still in the ring that were sent at or after
+    /// `min_send_time_us` (at most `slot_count - 1` of them), so that a subscriber which opened
+    /// the ring just after the publisher started serving it still gets those samples. Returns
+    /// how many samples were rewound. A slot being overwritten stops the rewind.
+    pub fn rewind_to_time(&mut self, min_send_time_us: i64) -> u64 {
+        let mut rewound = 0u64;
+        while self.cursor > 0 && rewound + 1 < u64::from(self.seg.slot_count) {
+            let prev = self.cursor - 1;
+            let slot = self.seg.slot_header(prev);
+            let expected = 2 * prev + 2;
+            if slot.seq.load(Ordering::Acquire) != expected {
+                break;
+            }
+            let t = slot.send_time_us.load(Ordering::Relaxed);
+            // Re-check after reading the time: the writer may have started to overwrite the slot.
+            fence(Ordering::Acquire);
+            if slot.seq.load(Ordering::Relaxed) != expected || t < min_send_time_us {
+                break;
+            }
+            self.cursor = prev;
+            rewound += 1;
+        }
+        rewound
+    }
+
+    /// Path of the segment currently read.
+    pub fn segment_name(&self) -> &str {
+        segment::path_str(&self.seg.path)
+    }
+
+    /// Generation of the segment currently read.
+    pub fn generation(&self) -> u64 {
+        self.seg.name.generation
+    }
+
+    /// Publisher id of the ring.
+    pub fn publisher_id(&self) -> u64 {
+        self.seg.publisher_id
+    }
+
+    /// Process id of the writer.
+    pub fn writer_pid(&self) -> u32 {
+        self.seg.writer_pid
+    }
+
+    /// Whether the writer process still exists (`kill(pid, 0)` does not report ESRCH).
+    pub fn writer_alive(&self) -> bool {
+        segment::pid_alive(self.seg.writer_pid)
+    }
+
+    /// Slots in the ring.
+    pub fn slot_count(&self) -> u32 {
+        self.seg.slot_count
+    }
+
+    /// Payload capacity of one slot of the current segment.
+    pub fn slot_size(&self) -> usize {
+        self.seg.slot_size
+    }
+
+    /// Sequence number of the next sample this reader expects.
+    pub fn position(&self) -> u64 {
+        self.cursor
+    }
+
+    /// Samples lost so far: overwritten before they were read (overrun) or while they were
+    /// read (torn).
+    pub fn drops(&self) -> u64 {
+        self.drops
+    }
+
+    /// Whether a `try_read_*` call would make progress (a sample is ready, the reader was
+    /// overrun, or the segment was superseded). No syscall, two loads.
+    #[inline]
+    pub fn has_data(&self) -> bool {
+        if self.ended {
+            return false;
+        }
+        self.seg.slot_header(self.cursor).seq.load(Ordering::Acquire) >= 2 * self.cursor + 2
+            || self.seg.header().superseded.load(Ordering::Acquire) != 0
+    }
+
+    /// Reads the next sample in place: `f` gets a view of the payload in shared memory. After
+    /// `f` returns, the slot is checked again; if the writer overwrote it meanwhile the result is
+    /// discarded ([`ReadOutcome::Torn`], counted as a drop). A reader that fell more than
+    /// `slot_count` behind skips ahead first and counts the skipped samples as drops. A drained,
+    /// superseded segment is replaced by the next generation transparently.
+    #[inline]
+    pub fn try_read_with<R>(&mut self, f: impl FnOnce(SampleView<'_>) -> R) -> ReadOutcome<R> {
+        if self.ended {
+            return ReadOutcome::Ended;
+        }
+        let mut skips = 0;
+        let mut hops = 0;
+        loop {
+            let c = self.cursor;
+            let expected = 2 * c + 2;
+            let slot = self.seg.slot_header(c);
+            let s1 = slot.seq.load(Ordering::Acquire);
+            if s1 == expected {
+                return self.read_slot(c, f);
+            }
+            if s1 > expected {
+                skips += 1;
+                if skips > MAX_SKIPS {
+                    return ReadOutcome::Torn;
+                }
+                self.skip_ahead();
+                continue;
+            }
+            if self.seg.header().superseded.load(Ordering::Acquire) == 0 {
+                return ReadOutcome::Empty;
+            }
+            // Superseded: everything ever written here is visible now.
+            if c < self.seg.header().write_seq.0.load(Ordering::Acquire) {
+                skips += 1;
+                if skips > MAX_SKIPS {
+                    return ReadOutcome::Torn;
+                }
+                continue;
+            }
+            hops += 1;
+            if hops > MAX_HOPS || !self.switch_generation() {
+                return ReadOutcome::Ended;
+            }
+        }
+    }
+
+    #[inline]
+    fn read_slot<R>(&mut self, c: u64, f: impl FnOnce(SampleView<'_>) -> R) -> ReadOutcome<R> {
+        let expected = 2 * c + 2;
+        let slot = self.seg.slot_header(c);
+        let len = slot.len.load(Ordering::Relaxed);
+        let info = SampleInfo {
+            seq: c,
+            len: len.min(self.seg.slot_size as u64) as usize,
+            send_time_us: slot.send_time_us.load(Ordering::Relaxed),
+            clock: slot.clock.load(Ordering::Relaxed),
+            publisher_id: self.seg.publisher_id,
+        };
+        self.cursor = c + 1;
+        if len > self.seg.slot_size as u64 {
+            // Either torn (re-check below) or a corrupt length: never accepted.
+            self.drops += 1;
+            return ReadOutcome::Torn;
+        }
+        // SAFETY: the payload area starts SLOT_HEADER_SIZE into the slot and holds slot_size
+        // >= len bytes inside the mapping. The writer may modify these bytes concurrently
+        // (seqlock); the sequence re-check below discards anything read during such a write.
+        let payload = unsafe { std::slice::from_raw_parts(self.seg.slot(c).add(SLOT_HEADER_SIZE), info.len) };
+        let result = f(SampleView { payload, info });
+        // Seqlock reader: the payload reads above happen before the re-check.
+        fence(Ordering::Acquire);
+        if slot.seq.load(Ordering::Relaxed) != expected {
+            self.drops += 1;
+            return ReadOutcome::Torn;
+        }
+        ReadOutcome::Sample(result)
+    }
+
+    /// The slot at the cursor was overwritten: jump to the oldest sample that may still be
+    /// intact and count everything before it as dropped.
+    #[cold]
+    fn skip_ahead(&mut self) {
+        let w = self.seg.header().write_seq.0.load(Ordering::Acquire);
+        let oldest = w.saturating_sub(u64::from(self.seg.slot_count));
+        let target = oldest.max(self.cursor + 1);
+        self.drops += target - self.cursor;
+        self.cursor = target;
+    }
+
+    /// Opens the next generation; false (and `ended`) if that fails.
+    #[cold]
+    fn switch_generation(&mut self) -> bool {
+        let next = self.seg.next_path();
+        match Mapped::open(&next) {
+            Ok(seg) => {
+                if seg.base_seq >= self.cursor {
+                    self.drops += seg.base_seq - self.cursor;
+                    self.cursor = seg.base_seq;
+                } else {
+                    tracing::warn!(
+                        "shm_ring: {} starts at sample {} but the reader is at {}; resyncing",
+                        next.display(),
+                        seg.base_seq,
+                        self.cursor
+                    );
+                    self.cursor = seg.header().write_seq.0.load(Ordering::Acquire);
+                }
+                self.seg = seg;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "shm_ring: {} was superseded but its successor cannot be opened: {e}",
+                    self.seg.path.display()
+                );
+                self.ended = true;
+                false
+            }
+        }
+    }
+
+    /// Copies the next sample into `buf` (cleared first), then validates it like
+    /// [`try_read_with`](Self::try_read_with). On `Torn`, `buf` holds garbage.
+    pub fn try_read_into(&mut self, buf: &mut Vec<u8>) -> ReadOutcome<SampleInfo> {
+        self.try_read_with(|view| {
+            buf.clear();
+            buf.extend_from_slice(view.payload());
+            view.info()
+        })
+    }
+}

@@ -1,0 +1,304 @@
+//! Segment files: names, creation in /dev/shm or on hugetlbfs (with fallback), pid checks and
+//! stale-file cleanup.
+
+use std::ffi::CString;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use memmap2::{MmapMut, MmapOptions};
+
+/// Directory of ordinary (4 KiB page) shared-memory files.
+pub const SHM_DIR: &str = "/dev/shm";
+
+/// `statfs.f_type` of a hugetlbfs mount.
+const HUGETLBFS_MAGIC: u64 = 0x9584_58f6;
+/// Huge page size assumed when the mount reports something unusable.
+const DEFAULT_HUGE_PAGE: u64 = 2 << 20;
+/// Attempts at finding an unused file name.
+const NAME_ATTEMPTS: u32 = 16;
+
+/// Error of [`remove_stale_segments`].
+#[derive(Debug, thiserror::Error)]
+pub enum CleanupError {
+    /// The directory could not be listed.
+    #[error("cannot list {dir}: {source}")]
+    ReadDir {
+        /// The directory.
+        dir: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+/// A freshly created, mapped, zero-filled segment file.
+#[derive(Debug)]
+pub(super) struct CreatedFile {
+    pub(super) path: PathBuf,
+    pub(super) map: MmapMut,
+    /// The file lives on hugetlbfs.
+    pub(super) huge: bool,
+    /// Why huge pages were requested but not used.
+    pub(super) fallback_reason: Option<String>,
+}
+
+/// Where to create a segment.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Placement<'a> {
+    /// `Some(dir)`: try hugetlbfs at `dir` first.
+    pub(super) huge_dir: Option<&'a Path>,
+}
+
+/// A process-unique token for file names (no `_`, so names stay parseable).
+pub(super) fn unique_token() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos =
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos() ^ (d.as_secs() as u32)).unwrap_or(0);
+    format!("{nanos:08x}{n:x}")
+}
+
+/// This process's id.
+pub(super) fn own_pid() -> u32 {
+    std::process::id()
+}
+
+/// Whether a process with this pid exists (`kill(pid, 0)` does not fail with ESRCH).
+pub(super) fn pid_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 sends nothing; it only checks existence and permission.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Parsed `shoal_<pid>_<unique>_g<generation>` ring file name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RingName {
+    pub(super) pid: u32,
+    pub(super) unique: String,
+    pub(super) generation: u64,
+}
+
+impl RingName {
+    /// File name of this ring at `generation`.
+    pub(super) fn file_name(&self, generation: u64) -> String {
+        format!("shoal_{}_{}_g{}", self.pid, self.unique, generation)
+    }
+
+    /// Parses a file name (not a path).
+    pub(super) fn parse(file_name: &str) -> Option<RingName> {
+        let rest = file_name.strip_prefix("shoal_")?;
+        let (pid, rest) = rest.split_once('_')?;
+        let (unique, generation) = rest.split_once("_g")?;
+        if unique.is_empty() || !unique.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return None;
+        }
+        Some(RingName { pid: parse_decimal(pid)?, unique: unique.to_owned(), generation: parse_decimal(generation)? })
+    }
+}
+
+fn parse_decimal<T: std::str::FromStr>(s: &str) -> Option<T> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// Owner pid of any shoal shared-memory file name (`shoal_<pid>_...` or `shoal_db_<pid>_...`).
+pub(super) fn owner_pid_of(file_name: &str) -> Option<u32> {
+    let rest = file_name.strip_prefix("shoal_")?;
+    let rest = rest.strip_prefix("db_").unwrap_or(rest);
+    let (pid, tail) = rest.split_once('_')?;
+    if tail.is_empty() {
+        return None;
+    }
+    parse_decimal(pid)
+}
+
+/// Path as a `&str` (shoal only creates UTF-8 paths).
+pub(super) fn path_str(path: &Path) -> &str {
+    path.to_str().unwrap_or_default()
+}
+
+fn statfs(dir: &Path) -> io::Result<libc::statfs> {
+    let c = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    // SAFETY: statfs is plain data; all-zero is a valid value.
+    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated string and `buf` a valid out-pointer.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut buf) };
+    if rc == 0 { Ok(buf) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Whether `dir` is a hugetlbfs mount.
+#[cfg(test)]
+pub(super) fn is_hugetlbfs(dir: &Path) -> bool {
+    statfs(dir).is_ok_and(|fs| fs.f_type as u64 == HUGETLBFS_MAGIC)
+}
+
+fn nr_hugepages() -> String {
+    std::fs::read_to_string("/proc/sys/vm/nr_hugepages")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+fn create_exclusive(dir: &Path, file_name: &str, mode: u32) -> io::Result<(PathBuf, File)> {
+    let path = dir.join(file_name);
+    let file = OpenOptions::new().read(true).write(true).create_new(true).mode(mode).open(&path)?;
+    Ok((path, file))
+}
+
+/// Error while creating a segment file: which step failed, on which path.
+#[derive(Debug)]
+pub(super) struct CreateFailure {
+    pub(super) op: &'static str,
+    pub(super) path: PathBuf,
+    pub(super) source: io::Error,
+}
+
+fn fail(op: &'static str, path: &Path, source: io::Error) -> CreateFailure {
+    CreateFailure { op, path: path.to_owned(), source }
+}
+
+/// Creates `dir/file_name` exclusively with `size` bytes (rounded up on hugetlbfs), maps it
+/// shared and read-write. `name_for` is called again with a fresh token if the name exists.
+pub(super) fn create_mapped(
+    placement: Placement<'_>,
+    size: u64,
+    mode: u32,
+    mut name_for: impl FnMut() -> String,
+) -> Result<CreatedFile, CreateFailure> {
+    let mut fallback_reason = None;
+    if let Some(dir) = placement.huge_dir {
+        match try_huge(dir, size, mode, &mut name_for) {
+            Ok(created) => return Ok(created),
+            Err(reason) => {
+                tracing::warn!("shm_ring: huge pages requested but not used, falling back to {SHM_DIR}: {reason}");
+                fallback_reason = Some(reason);
+            }
+        }
+    }
+    let (path, file) = create_unique(Path::new(SHM_DIR), mode, &mut name_for)
+        .map_err(|e| fail("create", &Path::new(SHM_DIR).join("shoal_*"), e))?;
+    let result = (|| {
+        let len = libc::off_t::try_from(size)
+            .map_err(|_| ("fallocate", io::Error::new(io::ErrorKind::InvalidInput, "segment size exceeds off_t")))?;
+        // SAFETY: posix_fallocate only reads the fd and the range; the fd is open for writing.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+        if rc != 0 {
+            return Err(("fallocate", io::Error::from_raw_os_error(rc)));
+        }
+        map_file(&file, size).map_err(|e| ("mmap", e))
+    })();
+    match result {
+        Ok(map) => Ok(CreatedFile { path, map, huge: false, fallback_reason }),
+        Err((op, e)) => {
+            let _ = std::fs::remove_file(&path);
+            Err(fail(op, &path, e))
+        }
+    }
+}
+
+fn create_unique(dir: &Path, mode: u32, name_for: &mut impl FnMut() -> String) -> io::Result<(PathBuf, File)> {
+    let mut last = None;
+    for _ in 0..NAME_ATTEMPTS {
+        match create_exclusive(dir, &name_for(), mode) {
+            Ok(created) => return Ok(created),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists)))
+}
+
+fn map_file(file: &File, size: u64) -> io::Result<MmapMut> {
+    let len = usize::try_from(size).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment too large"))?;
+    // SAFETY: the file was just created by us with O_EXCL; other processes only ever map it
+    // and access it through atomics or the seqlock protocol, never truncate it.
+    unsafe { MmapOptions::new().len(len).populate().map_mut(file) }
+}
+
+/// Tries hugetlbfs at `dir`; the error is a human-readable reason for the fallback.
+fn try_huge(dir: &Path, size: u64, mode: u32, name_for: &mut impl FnMut() -> String) -> Result<CreatedFile, String> {
+    let shown = dir.display();
+    let fs = match statfs(dir) {
+        Ok(fs) => fs,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(format!("no hugetlbfs mounted at {shown} (it does not exist)"));
+        }
+        Err(e) => return Err(format!("cannot statfs {shown}: {e}")),
+    };
+    if fs.f_type as u64 != HUGETLBFS_MAGIC {
+        return Err(format!(
+            "no hugetlbfs mounted at {shown} (filesystem type 0x{:x}, want 0x{HUGETLBFS_MAGIC:x})",
+            fs.f_type as u64
+        ));
+    }
+    let page = u64::try_from(fs.f_bsize)
+        .ok()
+        .filter(|p| p.is_power_of_two() && *p >= DEFAULT_HUGE_PAGE)
+        .unwrap_or(DEFAULT_HUGE_PAGE);
+    let rounded = size.checked_next_multiple_of(page).ok_or_else(|| "segment size overflows".to_owned())?;
+    let (path, file) =
+        create_unique(dir, mode, name_for).map_err(|e| format!("cannot create a file in {shown}: {e}"))?;
+    let mapped = file.set_len(rounded).map_err(|e| format!("ftruncate {}: {e}", path.display())).and_then(|()| {
+        map_file(&file, rounded).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENOMEM) {
+                format!(
+                    "mmap ENOMEM on {}: not enough free huge pages (vm.nr_hugepages is {})",
+                    path.display(),
+                    nr_hugepages()
+                )
+            } else {
+                format!("mmap {}: {e}", path.display())
+            }
+        })
+    });
+    match mapped {
+        Ok(map) => Ok(CreatedFile { path, map, huge: true, fallback_reason: None }),
+        Err(reason) => {
+            let _ = std::fs::remove_file(&path);
+            Err(reason)
+        }
+    }
+}
+
+/// Deletes the `shoal_*` files in `dir` whose owner process (the pid in the name) no longer
+/// exists, and returns their paths. Files that cannot be removed are logged and skipped.
+///
+/// Called once at start-up by the runtime on `/dev/shm` (and on the hugetlbfs mount when huge
+/// pages are configured). Limitation: a process in another pid namespace sharing the directory
+/// looks dead.
+pub fn remove_stale_segments(dir: &Path) -> Result<Vec<PathBuf>, CleanupError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| CleanupError::ReadDir { dir: dir.to_owned(), source })?;
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(owner_pid_of) else {
+            continue;
+        };
+        if pid_alive(pid) {
+            continue;
+        }
+        let path = entry.path();
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                tracing::debug!("shm_ring: removed stale {} (pid {pid} is gone)", path.display());
+                removed.push(path);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!("shm_ring: cannot remove stale {}: {e}", path.display()),
+        }
+    }
+    Ok(removed)
+}

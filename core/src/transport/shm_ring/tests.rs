@@ -1,0 +1,742 @@
+use std::io::{BufRead, BufReader, Write};
+use std::mem::{offset_of, size_of};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use super::layout::{
+    CacheLine, DoorbellHeader, NEXT_PATH_CAP, SEGMENT_HEADER_SIZE, SLOT_HEADER_SIZE, SegmentHeader, SlotHeader,
+};
+use super::*;
+use crate::config::ShmRingConfig;
+
+fn cfg(slot_count: u32, slot_size: usize) -> ShmRingConfig {
+    ShmRingConfig {
+        enabled: true,
+        slot_count,
+        slot_size,
+        huge_pages: false,
+        huge_pages_path: PathBuf::from("/dev/hugepages"),
+    }
+}
+
+/// Payload of sample `clock`: deterministic, so readers can verify every byte.
+fn pattern(clock: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (clock as u8).wrapping_mul(31).wrapping_add(i as u8)).collect()
+}
+
+fn pattern_len(clock: u64) -> usize {
+    8 + (clock as usize * 7) % 56
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "shoal_ring_test_{}_{}_{}",
+        tag,
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+fn read_one(r: &mut RingReader) -> ReadOutcome<(Vec<u8>, SampleInfo)> {
+    r.try_read_with(|v| (v.payload().to_vec(), v.info()))
+}
+
+#[test]
+fn layout_is_as_asserted() {
+    assert_eq!(size_of::<CacheLine<u32>>(), 64);
+    assert_eq!(offset_of!(SegmentHeader, magic), 0);
+    assert_eq!(offset_of!(SegmentHeader, version), 8);
+    assert_eq!(offset_of!(SegmentHeader, header_size), 12);
+    assert_eq!(offset_of!(SegmentHeader, slot_count), 16);
+    assert_eq!(offset_of!(SegmentHeader, slot_header_size), 20);
+    assert_eq!(offset_of!(SegmentHeader, slot_size), 24);
+    assert_eq!(offset_of!(SegmentHeader, slot_stride), 32);
+    assert_eq!(offset_of!(SegmentHeader, writer_pid), 40);
+    assert_eq!(offset_of!(SegmentHeader, publisher_id), 48);
+    assert_eq!(offset_of!(SegmentHeader, generation), 56);
+    assert_eq!(offset_of!(SegmentHeader, base_seq), 64);
+    assert_eq!(offset_of!(SegmentHeader, segment_size), 72);
+    assert_eq!(offset_of!(SegmentHeader, write_seq), 128);
+    assert_eq!(offset_of!(SegmentHeader, superseded), 192);
+    assert_eq!(offset_of!(SegmentHeader, next_path_len), 196);
+    assert_eq!(offset_of!(SegmentHeader, next_path), 200);
+    assert_eq!(200 + NEXT_PATH_CAP, 448);
+    assert_eq!(SEGMENT_HEADER_SIZE, 448);
+    assert_eq!(SEGMENT_HEADER_SIZE % 64, 0);
+
+    assert_eq!(offset_of!(SlotHeader, seq), 0);
+    assert_eq!(offset_of!(SlotHeader, len), 8);
+    assert_eq!(offset_of!(SlotHeader, send_time_us), 16);
+    assert_eq!(offset_of!(SlotHeader, clock), 24);
+    assert_eq!(SLOT_HEADER_SIZE, 64);
+    assert_eq!(layout::slot_stride(1), Some(128));
+    assert_eq!(layout::slot_stride(64), Some(128));
+    assert_eq!(layout::slot_stride(65), Some(192));
+    assert_eq!(layout::ring_bytes(4, 64), Some(448 + 4 * 128));
+
+    assert_eq!(offset_of!(DoorbellHeader, magic), 0);
+    assert_eq!(offset_of!(DoorbellHeader, version), 8);
+    assert_eq!(offset_of!(DoorbellHeader, owner_pid), 12);
+    assert_eq!(offset_of!(DoorbellHeader, seq), 64);
+    assert_eq!(offset_of!(DoorbellHeader, waiters), 128);
+    assert_eq!(size_of::<DoorbellHeader>(), 192);
+}
+
+#[test]
+fn invalid_config_rejected() {
+    assert!(matches!(RingWriter::create(&cfg(3, 64), 1), Err(RingCreateError::InvalidSlotCount(3))));
+    assert!(matches!(RingWriter::create(&cfg(1, 64), 1), Err(RingCreateError::InvalidSlotCount(1))));
+    assert!(matches!(RingWriter::create(&cfg(8, 0), 1), Err(RingCreateError::InvalidSlotSize(0))));
+    assert!(matches!(RingWriter::create(&cfg(1 << 20, 1 << 30), 1), Err(RingCreateError::TooLarge { .. })));
+}
+
+#[test]
+fn round_trip_loan_commit_write_and_copy() {
+    let mut w = RingWriter::create(&cfg(8, 256), 0xABCD).unwrap();
+    assert!(w.segment_name().starts_with("/dev/shm/shoal_"));
+    assert!(w.segment_name().ends_with("_g0"));
+    assert_eq!((w.generation(), w.slot_count(), w.slot_size()), (0, 8, 256));
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    assert_eq!(r.publisher_id(), 0xABCD);
+    assert_eq!(r.writer_pid(), std::process::id());
+    assert!(r.writer_alive());
+    assert!(!r.has_data());
+    assert_eq!(read_one(&mut r), ReadOutcome::Empty);
+
+    let buf = w.loan(5).unwrap();
+    buf.copy_from_slice(b"hello");
+    let p = w.commit(5, 1_700_000_000_000_000, 7).unwrap();
+    assert_eq!(p, Published { seq: 0, segment_changed: false });
+    let p = w.write(b"world!", -3, 8).unwrap();
+    assert_eq!(p.seq, 1);
+    // Commit shorter than the loan.
+    w.loan(100).unwrap()[..2].copy_from_slice(b"ok");
+    let _ = w.commit(2, 5, 9).unwrap();
+    let _ = w.write(b"", 6, 10).unwrap();
+
+    assert!(r.has_data());
+    let ReadOutcome::Sample((bytes, info)) = read_one(&mut r) else { panic!("no sample") };
+    assert_eq!(bytes, b"hello");
+    assert_eq!(
+        info,
+        SampleInfo { seq: 0, len: 5, send_time_us: 1_700_000_000_000_000, clock: 7, publisher_id: 0xABCD }
+    );
+    let ReadOutcome::Sample((bytes, info)) = read_one(&mut r) else { panic!("no sample") };
+    assert_eq!((bytes.as_slice(), info.send_time_us, info.clock), (&b"world!"[..], -3, 8));
+    let mut copy = vec![1, 2, 3];
+    let ReadOutcome::Sample(info) = r.try_read_into(&mut copy) else { panic!("no sample") };
+    assert_eq!((copy.as_slice(), info.clock, info.seq), (&b"ok"[..], 9, 2));
+    let ReadOutcome::Sample(info) = r.try_read_into(&mut copy) else { panic!("no sample") };
+    assert!(copy.is_empty());
+    assert_eq!((info.len, info.clock), (0, 10));
+    assert_eq!(read_one(&mut r), ReadOutcome::Empty);
+    assert!(!r.has_data());
+    assert_eq!(r.drops(), 0);
+}
+
+#[test]
+fn commit_errors() {
+    let mut w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    assert_eq!(w.commit(0, 0, 0), Err(CommitError::NoLoan));
+    w.loan(10).unwrap();
+    assert_eq!(w.commit(11, 0, 0), Err(CommitError::LenExceedsLoan { len: 11, loaned: 10 }));
+    assert_eq!(w.commit(10, 0, 0).unwrap().seq, 0);
+    assert_eq!(w.commit(10, 0, 0), Err(CommitError::NoLoan));
+    assert!(matches!(w.loan(usize::MAX), Err(LoanError::TooLarge { .. })));
+    assert_eq!(w.generation(), 0);
+}
+
+#[test]
+fn reader_starts_at_current_position() {
+    let mut w = RingWriter::create(&cfg(8, 64), 1).unwrap();
+    for i in 0..5 {
+        let _ = w.write(&[i], 0, u64::from(i)).unwrap();
+    }
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    assert_eq!(r.position(), 5);
+    assert_eq!(read_one(&mut r), ReadOutcome::Empty);
+    let _ = w.write(&[42], 0, 42).unwrap();
+    let ReadOutcome::Sample((bytes, info)) = read_one(&mut r) else { panic!() };
+    assert_eq!((bytes, info.seq), (vec![42], 5));
+}
+
+#[test]
+fn one_writer_four_readers_same_data() {
+    let mut w = RingWriter::create(&cfg(16, 64), 9).unwrap();
+    let mut readers: Vec<_> = (0..4).map(|_| RingReader::open(w.segment_name()).unwrap()).collect();
+    for clock in 0..12 {
+        let _ = w.write(&pattern(clock, pattern_len(clock)), clock as i64, clock).unwrap();
+    }
+    for r in &mut readers {
+        for clock in 0..12 {
+            let ReadOutcome::Sample((bytes, info)) = read_one(r) else { panic!("missing {clock}") };
+            assert_eq!(bytes, pattern(clock, pattern_len(clock)));
+            assert_eq!((info.clock, info.seq, info.publisher_id), (clock, clock, 9));
+        }
+        assert_eq!(read_one(r), ReadOutcome::Empty);
+        assert_eq!(r.drops(), 0);
+    }
+}
+
+#[test]
+fn one_writer_four_reader_threads_concurrent() {
+    const TOTAL: u64 = 20_000;
+    let mut w = RingWriter::create(&cfg(64, 64), 3).unwrap();
+    let name = w.segment_name().to_owned();
+    let start = Arc::new(Barrier::new(5));
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let mut r = RingReader::open(&name).unwrap();
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                let deadline = Instant::now() + Duration::from_secs(20);
+                let (mut got, mut last) = (0u64, None);
+                while r.position() < TOTAL {
+                    assert!(Instant::now() < deadline, "reader stuck at {}", r.position());
+                    let outcome = r.try_read_with(|v| {
+                        // Never panic in here: the bytes may be torn.
+                        let ok = v.payload() == pattern(v.clock(), pattern_len(v.clock()));
+                        (ok, v.clock(), v.seq())
+                    });
+                    match outcome {
+                        ReadOutcome::Sample((ok, clock, seq)) => {
+                            assert!(ok, "validated sample {seq} has wrong bytes");
+                            assert_eq!(clock, seq);
+                            assert!(last.is_none_or(|l| seq > l));
+                            last = Some(seq);
+                            got += 1;
+                        }
+                        ReadOutcome::Empty => std::thread::yield_now(),
+                        ReadOutcome::Torn => {}
+                        ReadOutcome::Ended => panic!("ended"),
+                    }
+                }
+                (got, r.drops())
+            })
+        })
+        .collect();
+    start.wait();
+    for clock in 0..TOTAL {
+        let _ = w.write(&pattern(clock, pattern_len(clock)), 0, clock).unwrap();
+        if clock % 64 == 0 {
+            std::thread::yield_now();
+        }
+    }
+    for h in handles {
+        let (got, drops) = h.join().unwrap();
+        assert_eq!(got + drops, TOTAL, "every sample is either read or counted as dropped");
+        assert!(got > 0);
+    }
+}
+
+#[test]
+fn overrun_counted_exactly() {
+    let mut w = RingWriter::create(&cfg(8, 64), 1).unwrap();
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    for clock in 0..13u64 {
+        let _ = w.write(&clock.to_le_bytes(), 0, clock).unwrap();
+    }
+    assert!(r.has_data());
+    let mut clocks = Vec::new();
+    while let ReadOutcome::Sample((_, info)) = read_one(&mut r) {
+        clocks.push(info.clock);
+    }
+    assert_eq!(r.drops(), 5);
+    assert_eq!(clocks, (5..13).collect::<Vec<_>>());
+    // A second lap while the reader is idle.
+    for clock in 13..40u64 {
+        let _ = w.write(&clock.to_le_bytes(), 0, clock).unwrap();
+    }
+    let ReadOutcome::Sample((_, info)) = read_one(&mut r) else { panic!() };
+    assert_eq!(info.clock, 32);
+    assert_eq!(r.drops(), 5 + 19);
+}
+
+#[test]
+fn torn_read_detected() {
+    let mut w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    let _ = w.write(&[1; 16], 0, 0).unwrap();
+    let outcome = r.try_read_with(|v| {
+        let first = v.payload().to_vec();
+        // The writer laps the reader while it is "reading": slot 0 gets overwritten.
+        for clock in 1..=4 {
+            let _ = w.write(&[0xEE; 16], 0, clock).unwrap();
+        }
+        first
+    });
+    assert_eq!(outcome, ReadOutcome::Torn);
+    assert_eq!(r.drops(), 1);
+    // Same with a loan in progress (odd sequence) during the read.
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    let _ = w.write(&[2; 8], 0, 5).unwrap();
+    let outcome = r.try_read_with(|_| {
+        for clock in 6..9 {
+            let _ = w.write(&[3; 8], 0, clock).unwrap();
+        }
+        w.loan(8).unwrap().fill(0xFF);
+    });
+    assert_eq!(outcome, ReadOutcome::Torn);
+    assert_eq!(r.drops(), 1);
+    let _ = w.commit(8, 0, 9).unwrap();
+    let ReadOutcome::Sample((_, info)) = read_one(&mut r) else { panic!() };
+    assert_eq!(info.clock, 6);
+}
+
+#[test]
+fn growth_followed_by_readers() {
+    let mut w = RingWriter::create(&cfg(4, 64), 77).unwrap();
+    let gen0 = w.segment_name().to_owned();
+    let mut r = RingReader::open(&gen0).unwrap();
+    for clock in 0..3 {
+        assert!(!w.write(&pattern(clock, 64), 0, clock).unwrap().segment_changed);
+    }
+    let big = pattern(3, 1000);
+    let p = w.write(&big, 0, 3).unwrap();
+    assert!(p.segment_changed);
+    assert_eq!(p.seq, 3);
+    assert_eq!((w.generation(), w.slot_size()), (1, 1024));
+    let gen1 = w.segment_name().to_owned();
+    assert!(gen1.ends_with("_g1"));
+    assert_eq!(gen1.trim_end_matches("_g1"), gen0.trim_end_matches("_g0"));
+    assert!(Path::new(&gen0).exists(), "old generation stays linked for late readers");
+    assert!(!w.write(&[1, 2, 3], 0, 4).unwrap().segment_changed);
+    // Grow again, to generation 2, loan path.
+    w.loan(5000).unwrap().fill(9);
+    assert!(w.commit(5000, 0, 5).unwrap().segment_changed);
+    assert_eq!((w.generation(), w.slot_size()), (2, 8192));
+
+    let mut clocks = Vec::new();
+    loop {
+        match read_one(&mut r) {
+            ReadOutcome::Sample((bytes, info)) => {
+                let expected = match info.clock {
+                    0..=2 => pattern(info.clock, 64),
+                    3 => big.clone(),
+                    4 => vec![1, 2, 3],
+                    _ => vec![9; 5000],
+                };
+                assert_eq!(bytes, expected);
+                assert_eq!(info.seq, info.clock);
+                clocks.push(info.clock);
+            }
+            ReadOutcome::Empty => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(clocks, vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!((r.generation(), r.drops(), r.slot_size()), (2, 0, 8192));
+    assert_eq!(r.segment_name(), w.segment_name());
+
+    // A reader given the generation-0 name late lands on the newest generation, at its end.
+    let mut late = RingReader::open(&gen0).unwrap();
+    assert_eq!((late.generation(), late.position()), (2, 6));
+    let _ = w.write(b"x", 0, 6).unwrap();
+    let ReadOutcome::Sample((bytes, _)) = read_one(&mut late) else { panic!() };
+    assert_eq!(bytes, b"x");
+}
+
+#[test]
+fn growth_while_reader_lags_counts_drops() {
+    let mut w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    for clock in 0..6 {
+        let _ = w.write(&[0; 8], 0, clock).unwrap(); // 2 overwritten in gen 0
+    }
+    let _ = w.write(&[0; 100], 0, 6).unwrap(); // gen 1
+    let mut clocks = Vec::new();
+    while let ReadOutcome::Sample((_, info)) = read_one(&mut r) {
+        clocks.push(info.clock);
+    }
+    assert_eq!(clocks, vec![2, 3, 4, 5, 6]);
+    assert_eq!(r.drops(), 2);
+}
+
+#[test]
+fn reader_of_dropped_writer_after_growth_ends() {
+    let mut w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    let _ = w.write(&[0; 8], 0, 0).unwrap();
+    let _ = w.write(&[0; 100], 0, 1).unwrap();
+    let next = w.segment_name().to_owned();
+    drop(w); // unlinks both generations; `r` still maps generation 0
+    assert!(matches!(read_one(&mut r), ReadOutcome::Sample(_)));
+    assert!(!Path::new(&next).exists());
+    assert!(r.has_data());
+    assert_eq!(read_one(&mut r), ReadOutcome::Ended);
+    assert_eq!(read_one(&mut r), ReadOutcome::Ended);
+    assert!(!r.has_data());
+}
+
+#[test]
+fn bad_headers_rejected() {
+    let dir = Path::new(SHM_DIR);
+    let pid = std::process::id();
+    let garbage = dir.join(format!("shoal_{pid}_testbad{}_g0", segment::unique_token()));
+    std::fs::write(&garbage, vec![0xA5u8; 8192]).unwrap();
+    let err = RingReader::open(garbage.to_str().unwrap()).unwrap_err();
+    assert!(matches!(err, RingOpenError::BadMagic { .. }), "{err}");
+    std::fs::write(&garbage, [0u8; 100]).unwrap();
+    assert!(matches!(RingReader::open(garbage.to_str().unwrap()), Err(RingOpenError::TooSmall { size: 100, .. })));
+    std::fs::remove_file(&garbage).unwrap();
+    assert!(matches!(RingReader::open(garbage.to_str().unwrap()), Err(RingOpenError::Io { op: "open", .. })));
+    assert!(matches!(RingReader::open("/dev/shm/not_a_ring"), Err(RingOpenError::BadName(_))));
+
+    // Valid writer, then corrupt fields through the file.
+    let mut w = RingWriter::create(&cfg(8, 64), 1).unwrap();
+    let name = w.segment_name().to_owned();
+    let patch = |offset: u64, bytes: &[u8]| {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&name).unwrap();
+        f.write_all_at(bytes, offset).unwrap();
+    };
+    patch(16, &3u32.to_le_bytes()); // slot_count 3
+    assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadGeometry { what: "slot count", .. })));
+    patch(16, &(1u32 << 16).to_le_bytes()); // larger than the file
+    assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::TooSmall { .. })));
+    patch(16, &8u32.to_le_bytes());
+    patch(32, &999u64.to_le_bytes()); // stride
+    assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadGeometry { what: "slot stride", .. })));
+    patch(32, &128u64.to_le_bytes());
+    patch(8, &2u32.to_le_bytes()); // version
+    assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadVersion { version: 2, .. })));
+    patch(8, &1u32.to_le_bytes());
+    assert!(RingReader::open(w.segment_name()).is_ok());
+
+    // A corrupt slot length is never accepted.
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    let _ = w.write(&[1; 8], 0, 0).unwrap();
+    patch(SEGMENT_HEADER_SIZE as u64 + 8, &(1u64 << 40).to_le_bytes());
+    assert_eq!(read_one(&mut r), ReadOutcome::Torn);
+    assert_eq!(r.drops(), 1);
+
+    // Doorbells too.
+    assert!(matches!(DoorbellRemote::open("/dev/shm/whatever"), Err(DoorbellOpenError::BadName(_))));
+    let fake = dir.join(format!("shoal_db_{pid}_testbad{}", segment::unique_token()));
+    std::fs::write(&fake, vec![0u8; 4096]).unwrap();
+    assert!(matches!(DoorbellRemote::open(fake.to_str().unwrap()), Err(DoorbellOpenError::BadHeader { magic: 0, .. })));
+    std::fs::write(&fake, vec![0u8; 10]).unwrap();
+    assert!(matches!(DoorbellRemote::open(fake.to_str().unwrap()), Err(DoorbellOpenError::TooSmall { size: 10, .. })));
+    std::fs::remove_file(&fake).unwrap();
+}
+
+fn dead_pid() -> u32 {
+    let mut child = Command::new("true").spawn().expect("spawn true");
+    let pid = child.id();
+    child.wait().unwrap();
+    assert!(!segment::pid_alive(pid));
+    pid
+}
+
+#[test]
+fn stale_segments_removed_for_dead_pid() {
+    let dead = dead_pid();
+    let me = std::process::id();
+    let dir = temp_dir("stale");
+    let names = [
+        format!("shoal_{dead}_abc_g0"),
+        format!("shoal_{dead}_abc_g1"),
+        format!("shoal_db_{dead}_abc"),
+        format!("shoal_{me}_abc_g0"),
+        format!("shoal_db_{me}_abc"),
+        "shoal_notapid_g0".to_owned(),
+        "ecal_something".to_owned(),
+    ];
+    for n in &names {
+        std::fs::write(dir.join(n), b"x").unwrap();
+    }
+    let mut removed = remove_stale_segments(&dir).unwrap();
+    removed.sort();
+    let mut expected: Vec<_> = names[..3].iter().map(|n| dir.join(n)).collect();
+    expected.sort();
+    assert_eq!(removed, expected);
+    for n in &names[3..] {
+        assert!(dir.join(n).exists(), "{n} must stay");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(matches!(remove_stale_segments(&dir), Err(CleanupError::ReadDir { .. })));
+}
+
+#[test]
+fn reader_sees_dead_writer() {
+    let dead = dead_pid();
+    let w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    // Forge a segment that claims the dead pid (header and name must agree).
+    let forged = w.segment_name().replacen(&format!("shoal_{}_", std::process::id()), &format!("shoal_{dead}_"), 1);
+    std::fs::copy(w.segment_name(), &forged).unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&forged).unwrap();
+        f.write_all_at(&dead.to_le_bytes(), 40).unwrap();
+    }
+    let r = RingReader::open(&forged).unwrap();
+    assert_eq!(r.writer_pid(), dead);
+    assert!(!r.writer_alive());
+    std::fs::remove_file(&forged).unwrap();
+}
+
+#[test]
+fn no_files_left_after_drop() {
+    let mut w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    let mut paths = vec![w.segment_name().to_owned()];
+    let _ = w.write(&[0; 200], 0, 0).unwrap();
+    paths.push(w.segment_name().to_owned());
+    let bell = Doorbell::create().unwrap();
+    paths.push(bell.name().to_owned());
+    assert!(bell.name().starts_with("/dev/shm/shoal_db_"));
+    let remote = DoorbellRemote::open(bell.name()).unwrap();
+    let r = RingReader::open(&paths[0]).unwrap();
+    for p in &paths {
+        assert!(Path::new(p).exists());
+    }
+    drop(w);
+    drop(bell);
+    for p in &paths {
+        assert!(!Path::new(p).exists(), "{p} left behind");
+    }
+    // Mappings outlive the files.
+    assert!(!remote.ring());
+    assert_eq!(r.publisher_id(), 1);
+}
+
+#[test]
+fn doorbell_rings_without_syscall_only_when_nobody_waits() {
+    let bell = Doorbell::create().unwrap();
+    let remote = DoorbellRemote::open(bell.name()).unwrap();
+    assert_eq!(remote.owner_pid(), std::process::id());
+    assert!(remote.owner_alive());
+    assert!(!remote.ring());
+    assert_eq!(bell.seq(), 0);
+    {
+        let reg = bell.register_waiter();
+        assert_eq!(bell.waiters(), 1);
+        assert!(remote.ring());
+        assert_eq!(bell.seq(), 1);
+        // The ring happened after registration: the wait returns at once.
+        assert_eq!(reg.wait(Some(Duration::from_secs(5))).unwrap(), WakeReason::Changed);
+    }
+    assert_eq!(bell.waiters(), 0);
+    assert_eq!(DoorbellRemote::ring_all([&remote, &remote]), 0);
+    let reg = bell.register_waiter();
+    assert_eq!(DoorbellRemote::ring_all([&remote, &remote]), 2);
+    drop(reg);
+    let t = Instant::now();
+    assert_eq!(bell.wait(bell.seq(), Some(Duration::from_millis(20))).unwrap(), WakeReason::TimedOut);
+    assert!(t.elapsed() >= Duration::from_millis(15));
+    assert!(!bell.wait_until(|| false, Some(Instant::now() + Duration::from_millis(10))).unwrap());
+    assert!(bell.wait_until(|| true, Some(Instant::now())).unwrap());
+}
+
+/// Ping-pong across two threads, each sleeping on its own doorbell: a lost wake-up would stall
+/// a round trip until the 3 s deadline and fail the test.
+#[test]
+fn doorbell_wake_across_threads_no_lost_wakeup() {
+    const ROUNDS: u64 = 3000;
+    let mut ping = RingWriter::create(&cfg(8, 64), 1).unwrap();
+    let mut pong = RingWriter::create(&cfg(8, 64), 2).unwrap();
+    let bell_b = Doorbell::create().unwrap();
+    let bell_a = Doorbell::create().unwrap();
+    let ring_b = DoorbellRemote::open(bell_b.name()).unwrap();
+    let ring_a = DoorbellRemote::open(bell_a.name()).unwrap();
+    let mut ping_reader = RingReader::open(ping.segment_name()).unwrap();
+    let mut pong_reader = RingReader::open(pong.segment_name()).unwrap();
+    let woken = Arc::new(AtomicU64::new(0));
+    let woken2 = woken.clone();
+    let b = std::thread::spawn(move || {
+        for round in 0..ROUNDS {
+            let deadline = Some(Instant::now() + Duration::from_secs(3));
+            assert!(bell_b.wait_until(|| ping_reader.has_data(), deadline).unwrap(), "lost wake-up at {round}");
+            let ReadOutcome::Sample(clock) = ping_reader.try_read_with(|v| v.clock()) else { panic!("no sample") };
+            assert_eq!(clock, round);
+            // Vary the timing so that both "already registered" and "sleeping" cases occur.
+            if round % 3 == 0 {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            let _ = pong.write(&clock.to_le_bytes(), 0, clock).unwrap();
+            if ring_a.ring() {
+                woken2.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    for round in 0..ROUNDS {
+        let _ = ping.write(&round.to_le_bytes(), 0, round).unwrap();
+        if ring_b.ring() {
+            woken.fetch_add(1, Ordering::Relaxed);
+        }
+        if round % 5 == 0 {
+            std::thread::sleep(Duration::from_micros(30));
+        }
+        let deadline = Some(Instant::now() + Duration::from_secs(3));
+        assert!(bell_a.wait_until(|| pong_reader.has_data(), deadline).unwrap(), "lost wake-up at {round}");
+        let ReadOutcome::Sample(clock) = pong_reader.try_read_with(|v| v.clock()) else { panic!("no sample") };
+        assert_eq!(clock, round);
+    }
+    b.join().unwrap();
+    assert!(woken.load(Ordering::Relaxed) > 0, "some rings must have found a sleeper");
+    assert_eq!(bell_a.waiters(), 0);
+}
+
+/// Records the messages of tracing events.
+struct Capture(Arc<Mutex<Vec<String>>>);
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut m = Message(String::new());
+        event.record(&mut m);
+        self.0.lock().unwrap().push(format!("{} {}", event.metadata().level(), m.0));
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn hugepage_fallback_warns_and_works() {
+    let not_huge = temp_dir("nothuge");
+    let missing = not_huge.join("missing");
+    for (dir, reason) in [(&not_huge, "filesystem type"), (&missing, "does not exist")] {
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let mut c = cfg(4, 100);
+        c.huge_pages = true;
+        c.huge_pages_path = dir.clone();
+        let mut w = tracing::subscriber::with_default(Capture(logs.clone()), || RingWriter::create(&c, 5).unwrap());
+        let logs = logs.lock().unwrap().clone();
+        assert!(
+            logs.iter().any(|l| l.starts_with("WARN") && l.contains("no hugetlbfs mounted at") && l.contains(reason)),
+            "{logs:?}"
+        );
+        assert!(!w.uses_huge_pages());
+        assert!(w.huge_pages_fallback().unwrap().contains(reason));
+        assert!(w.segment_name().starts_with("/dev/shm/"));
+        let mut r = RingReader::open(w.segment_name()).unwrap();
+        let _ = w.write(b"still works", 0, 1).unwrap();
+        let ReadOutcome::Sample((bytes, _)) = read_one(&mut r) else { panic!() };
+        assert_eq!(bytes, b"still works");
+    }
+    assert_eq!(std::fs::read_dir(&not_huge).unwrap().count(), 0, "nothing created in the non-hugetlbfs dir");
+    std::fs::remove_dir_all(&not_huge).unwrap();
+}
+
+/// Uses huge pages for real when a hugetlbfs with free pages is mounted at /dev/hugepages
+/// (CI sets it up; see toolchain notes §4). Without it, checks the fallback instead.
+#[test]
+fn hugepages_when_available() {
+    let mut c = cfg(4, 1000);
+    c.huge_pages = true;
+    let mut w = RingWriter::create(&c, 5).unwrap();
+    let huge_ok = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("HugePages_Free:") && l.split_whitespace().nth(1) != Some("0"));
+    if w.uses_huge_pages() {
+        assert!(w.segment_name().starts_with("/dev/hugepages/shoal_"));
+        let len = std::fs::metadata(w.segment_name()).unwrap().len();
+        assert_eq!(len % (2 << 20), 0, "rounded to huge pages");
+    } else {
+        assert!(w.huge_pages_fallback().is_some());
+        assert!(w.segment_name().starts_with("/dev/shm/"));
+        if segment::is_hugetlbfs(Path::new("/dev/hugepages")) {
+            assert!(!huge_ok, "huge pages available but not used: {:?}", w.huge_pages_fallback());
+            let reason = w.huge_pages_fallback().unwrap();
+            assert!(reason.contains("mmap ENOMEM") && reason.contains("nr_hugepages"), "{reason}");
+        }
+    }
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    let _ = w.write(&[7; 3000], 0, 1).unwrap(); // grows, also on hugetlbfs
+    let ReadOutcome::Sample((bytes, _)) = read_one(&mut r) else { panic!() };
+    assert_eq!(bytes, vec![7; 3000]);
+}
+
+const CHILD_ENV: &str = "SHOAL_SHM_RING_CHILD_SEGMENT";
+const CHILD_SAMPLES: u64 = 2000;
+
+/// Child half of `multi_process_reader` (runs only when spawned by it).
+#[test]
+#[ignore = "helper process for multi_process_reader"]
+fn child_reader_process() {
+    let Ok(segment) = std::env::var(CHILD_ENV) else { return };
+    let mut r = RingReader::open(&segment).unwrap();
+    let bell = Doorbell::create().unwrap();
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "READY {}", bell.name()).unwrap();
+    out.flush().unwrap();
+    let (mut got, mut bad) = (0u64, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while r.position() < CHILD_SAMPLES && Instant::now() < deadline {
+        if !bell.wait_until(|| r.has_data(), Some(deadline)).unwrap() {
+            break;
+        }
+        match r.try_read_with(|v| v.payload() == pattern(v.clock(), pattern_len(v.clock()))) {
+            ReadOutcome::Sample(true) => got += 1,
+            ReadOutcome::Sample(false) => bad += 1,
+            _ => {}
+        }
+    }
+    writeln!(out, "DONE got={got} drops={} bad={bad}", r.drops()).unwrap();
+}
+
+#[test]
+fn multi_process_reader() {
+    let mut w = RingWriter::create(&cfg(64, 128), 11).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "transport::shm_ring::tests::child_reader_process",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, w.segment_name())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let bell_name = lines
+        .by_ref()
+        .map_while(Result::ok)
+        // libtest may print "test <name> ... " on the same line first.
+        .find_map(|l| l.split_once("READY ").map(|(_, name)| name.trim().to_owned()))
+        .expect("child ready");
+    let remote = DoorbellRemote::open(&bell_name).unwrap();
+    assert_ne!(remote.owner_pid(), std::process::id());
+    for clock in 0..CHILD_SAMPLES {
+        let _ = w.write(&pattern(clock, pattern_len(clock)), 0, clock).unwrap();
+        remote.ring();
+        if clock % 16 == 0 {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+    // Read to the end (closing the pipe early would fail the child's last prints).
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let done = rest.iter().find_map(|l| l.split_once("DONE ").map(|(_, done)| done.to_owned())).expect("child result");
+    assert!(child.wait().unwrap().success());
+    let field = |k: &str| -> u64 {
+        done.split_whitespace().find_map(|kv| kv.strip_prefix(k)).and_then(|v| v.parse().ok()).unwrap()
+    };
+    assert_eq!(field("bad="), 0, "{done}");
+    assert_eq!(field("got=") + field("drops="), CHILD_SAMPLES, "{done}");
+    assert!(field("got=") > CHILD_SAMPLES / 2, "{done}");
+    assert!(!Path::new(&bell_name).exists(), "child's doorbell unlinked on exit");
+}

@@ -1,0 +1,375 @@
+//! The publishing side of a ring: one writer per publisher, never blocks, never locks.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{Ordering, fence};
+
+use memmap2::MmapMut;
+
+use super::layout::{
+    MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION, SEGMENT_HEADER_SIZE,
+    SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride,
+};
+use super::segment::{self, CreateFailure, Placement, RingName};
+use crate::config::ShmRingConfig;
+
+/// Error of [`RingWriter::create`] (and of growth, inside [`LoanError::Grow`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RingCreateError {
+    /// `slot_count` is not a power of two in the accepted range.
+    #[error("slot_count {0} must be a power of two between {MIN_SLOT_COUNT} and {MAX_SLOT_COUNT}")]
+    InvalidSlotCount(u32),
+    /// `slot_size` is zero or too large.
+    #[error("slot_size {0} must be between 1 and {MAX_SLOT_SIZE}")]
+    InvalidSlotSize(usize),
+    /// The whole segment would be too large.
+    #[error("a ring of {slot_count} slots of {slot_size} bytes is too large")]
+    TooLarge {
+        /// Requested slot count.
+        slot_count: u32,
+        /// Requested slot size.
+        slot_size: usize,
+    },
+    /// A file operation failed.
+    #[error("shm ring {op} {path}: {source}")]
+    Io {
+        /// The failed step (create, fallocate, mmap).
+        op: &'static str,
+        /// The file concerned.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+impl From<CreateFailure> for RingCreateError {
+    fn from(f: CreateFailure) -> Self {
+        RingCreateError::Io { op: f.op, path: f.path, source: f.source }
+    }
+}
+
+/// Error of [`RingWriter::loan`] and [`RingWriter::write`].
+#[derive(Debug, thiserror::Error)]
+pub enum LoanError {
+    /// The message exceeds the largest slot a ring can have.
+    #[error("message of {len} bytes exceeds the largest ring slot ({max} bytes)")]
+    TooLarge {
+        /// Requested length.
+        len: usize,
+        /// Largest possible slot size.
+        max: usize,
+    },
+    /// The message needed a bigger segment and creating it failed (the writer stays on the
+    /// current one).
+    #[error("cannot grow the ring: {0}")]
+    Grow(#[from] RingCreateError),
+}
+
+/// Error of [`RingWriter::commit`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CommitError {
+    /// `commit` without a preceding `loan`.
+    #[error("commit without a loan")]
+    NoLoan,
+    /// The committed length is larger than the loaned one.
+    #[error("commit of {len} bytes exceeds the loan of {loaned} bytes")]
+    LenExceedsLoan {
+        /// Committed length.
+        len: usize,
+        /// Loaned length.
+        loaned: usize,
+    },
+}
+
+/// Result of a successful publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub struct Published {
+    /// Sequence number of the sample (0 for the first sample of this writer).
+    pub seq: u64,
+    /// The writer moved to a new segment (bigger slots) since the previous publish: the caller
+    /// must announce [`RingWriter::segment_name`] again. Readers that already follow the old
+    /// segment switch by themselves.
+    pub segment_changed: bool,
+}
+
+/// The current segment of a writer.
+#[derive(Debug)]
+struct Segment {
+    path: PathBuf,
+    map: MmapMut,
+    huge: bool,
+    generation: u64,
+    slot_count: u32,
+    slot_size: usize,
+    stride: usize,
+}
+
+impl Segment {
+    fn header(&self) -> &SegmentHeader {
+        // SAFETY: the mapping is at least SEGMENT_HEADER_SIZE bytes, page aligned (so aligned
+        // for SegmentHeader), and every field of SegmentHeader is an atomic, so shared access
+        // from several processes is sound.
+        unsafe { &*self.map.as_ptr().cast::<SegmentHeader>() }
+    }
+}
+
+/// Writer of one publisher's ring segment.
+///
+/// Hot path: `loan` + `commit` (or `write`) are a few relaxed/release stores and a memcpy;
+/// no syscall, no lock, no wait for readers. Dropping the writer unlinks all its segment files.
+#[derive(Debug)]
+pub struct RingWriter {
+    seg: Segment,
+    /// Segment files of earlier generations, kept linked so that late readers can follow the
+    /// chain of generations; unlinked on drop.
+    old_paths: Vec<PathBuf>,
+    name: RingName,
+    huge_dir: Option<PathBuf>,
+    huge_fallback: Option<String>,
+    publisher_id: u64,
+    /// Sequence number of the next sample.
+    next_seq: u64,
+    /// Length of the outstanding loan.
+    loaned: Option<usize>,
+    /// Segment changed since the last `Published` was returned.
+    changed: bool,
+    mask: u64,
+}
+
+impl RingWriter {
+    /// Creates generation 0 of a new ring segment for `publisher_id`.
+    ///
+    /// With `cfg.huge_pages` the file goes on the hugetlbfs mount `cfg.huge_pages_path` (size
+    /// rounded to the huge page size); on any problem it falls back to `/dev/shm` with a
+    /// `tracing::warn!` giving the reason (see [`RingWriter::huge_pages_fallback`]).
+    pub fn create(cfg: &ShmRingConfig, publisher_id: u64) -> Result<RingWriter, RingCreateError> {
+        let sc = cfg.slot_count;
+        if !sc.is_power_of_two() || !(MIN_SLOT_COUNT..=MAX_SLOT_COUNT).contains(&sc) {
+            return Err(RingCreateError::InvalidSlotCount(sc));
+        }
+        if cfg.slot_size == 0 || cfg.slot_size > MAX_SLOT_SIZE {
+            return Err(RingCreateError::InvalidSlotSize(cfg.slot_size));
+        }
+        let huge_dir = cfg.huge_pages.then(|| cfg.huge_pages_path.clone());
+        let mut name = RingName { pid: segment::own_pid(), unique: segment::unique_token(), generation: 0 };
+        let (seg, fallback) =
+            Self::create_segment(&mut name, huge_dir.as_deref(), sc, cfg.slot_size, publisher_id, 0, 0)?;
+        Ok(RingWriter {
+            mask: u64::from(sc) - 1,
+            seg,
+            old_paths: Vec::new(),
+            name,
+            huge_dir,
+            huge_fallback: fallback,
+            publisher_id,
+            next_seq: 0,
+            loaned: None,
+            changed: false,
+        })
+    }
+
+    /// Creates and initialises one generation. On a name clash for generation 0 the unique
+    /// token is replaced (later generations keep it: their names are derived).
+    fn create_segment(
+        name: &mut RingName,
+        huge_dir: Option<&Path>,
+        slot_count: u32,
+        slot_size: usize,
+        publisher_id: u64,
+        generation: u64,
+        base_seq: u64,
+    ) -> Result<(Segment, Option<String>), RingCreateError> {
+        let too_large = || RingCreateError::TooLarge { slot_count, slot_size };
+        let bytes = ring_bytes(slot_count, slot_size).ok_or_else(too_large)?;
+        let stride = slot_stride(slot_size).ok_or_else(too_large)?;
+        let mut first = true;
+        let created = segment::create_mapped(Placement { huge_dir }, bytes, 0o644, || {
+            if !first && generation == 0 {
+                name.unique = segment::unique_token();
+            }
+            first = false;
+            name.file_name(generation)
+        })?;
+        let seg = Segment {
+            path: created.path,
+            map: created.map,
+            huge: created.huge,
+            generation,
+            slot_count,
+            slot_size,
+            stride,
+        };
+        let h = seg.header();
+        let r = Ordering::Relaxed;
+        h.version.store(RING_VERSION, r);
+        h.header_size.store(SEGMENT_HEADER_SIZE as u32, r);
+        h.slot_count.store(slot_count, r);
+        h.slot_header_size.store(SLOT_HEADER_SIZE as u32, r);
+        h.slot_size.store(slot_size as u64, r);
+        h.slot_stride.store(stride as u64, r);
+        h.writer_pid.store(segment::own_pid(), r);
+        h.publisher_id.store(publisher_id, r);
+        h.generation.store(generation, r);
+        h.base_seq.store(base_seq, r);
+        h.segment_size.store(seg.map.len() as u64, r);
+        h.write_seq.0.store(base_seq, r);
+        h.magic.store(RING_MAGIC, Ordering::Release);
+        Ok((seg, created.fallback_reason))
+    }
+
+    /// Path of the current segment; this is what readers pass to [`super::RingReader::open`].
+    pub fn segment_name(&self) -> &str {
+        segment::path_str(&self.seg.path)
+    }
+
+    /// Generation of the current segment (0, then +1 per growth).
+    pub fn generation(&self) -> u64 {
+        self.seg.generation
+    }
+
+    /// Slots in the ring.
+    pub fn slot_count(&self) -> u32 {
+        self.seg.slot_count
+    }
+
+    /// Payload capacity of one slot of the current segment.
+    pub fn slot_size(&self) -> usize {
+        self.seg.slot_size
+    }
+
+    /// Publisher id given at creation.
+    pub fn publisher_id(&self) -> u64 {
+        self.publisher_id
+    }
+
+    /// Sequence number the next published sample will get.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Whether the current segment is on hugetlbfs.
+    pub fn uses_huge_pages(&self) -> bool {
+        self.seg.huge
+    }
+
+    /// Why huge pages were requested but not used for the most recent segment, if so.
+    pub fn huge_pages_fallback(&self) -> Option<&str> {
+        self.huge_fallback.as_deref()
+    }
+
+    #[inline]
+    fn slot_ptr(&mut self, seq: u64) -> *mut u8 {
+        let index = (seq & self.mask) as usize;
+        // SAFETY: index < slot_count, and the mapping holds SEGMENT_HEADER_SIZE +
+        // slot_count * stride bytes (checked by ring_bytes at creation).
+        unsafe { self.seg.map.as_mut_ptr().add(SEGMENT_HEADER_SIZE + index * self.seg.stride) }
+    }
+
+    /// Lends the payload area of the next slot (exactly `len` bytes), marked as being written.
+    ///
+    /// If `len` exceeds [`slot_size`](Self::slot_size), the writer first moves to a new
+    /// generation with slots of the next power of two ≥ `len`; the following `Published`
+    /// reports `segment_changed`. A second `loan` without `commit` replaces the first.
+    #[inline]
+    pub fn loan(&mut self, len: usize) -> Result<&mut [u8], LoanError> {
+        if len > self.seg.slot_size {
+            self.grow(len)?;
+        }
+        let seq = self.next_seq;
+        let slot = self.slot_ptr(seq);
+        // SAFETY: `slot` points to a SlotHeader inside our mapping (64-byte aligned: the
+        // header size and the stride are multiples of 64); its fields are atomics.
+        let header = unsafe { &*slot.cast::<SlotHeader>() };
+        header.seq.store(2 * seq + 1, Ordering::Relaxed);
+        // Orders the "being written" mark before the payload stores (seqlock writer side).
+        fence(Ordering::Release);
+        self.loaned = Some(len);
+        // SAFETY: the payload area of this slot starts SLOT_HEADER_SIZE after the slot and
+        // holds slot_size >= len bytes. Readers in other processes may read these bytes
+        // concurrently; they detect that through the odd sequence and discard what they read.
+        Ok(unsafe { std::slice::from_raw_parts_mut(slot.add(SLOT_HEADER_SIZE), len) })
+    }
+
+    /// Publishes the loaned slot with `len` payload bytes (≤ the loaned length).
+    #[inline]
+    pub fn commit(&mut self, len: usize, send_time_us: i64, clock: u64) -> Result<Published, CommitError> {
+        let loaned = self.loaned.ok_or(CommitError::NoLoan)?;
+        if len > loaned {
+            return Err(CommitError::LenExceedsLoan { len, loaned });
+        }
+        self.loaned = None;
+        let seq = self.next_seq;
+        let slot = self.slot_ptr(seq);
+        // SAFETY: as in `loan`.
+        let header = unsafe { &*slot.cast::<SlotHeader>() };
+        header.len.store(len as u64, Ordering::Relaxed);
+        header.send_time_us.store(send_time_us, Ordering::Relaxed);
+        header.clock.store(clock, Ordering::Relaxed);
+        header.seq.store(2 * seq + 2, Ordering::Release);
+        self.seg.header().write_seq.0.store(seq + 1, Ordering::Release);
+        self.next_seq = seq + 1;
+        Ok(Published { seq, segment_changed: std::mem::take(&mut self.changed) })
+    }
+
+    /// Copies `bytes` into the next slot and publishes it (`loan` + memcpy + `commit`).
+    #[inline]
+    pub fn write(&mut self, bytes: &[u8], send_time_us: i64, clock: u64) -> Result<Published, LoanError> {
+        self.loan(bytes.len())?.copy_from_slice(bytes);
+        let published = self.commit(bytes.len(), send_time_us, clock);
+        // A loan of bytes.len() was just made, so commit cannot fail.
+        Ok(published.unwrap_or(Published { seq: self.next_seq.wrapping_sub(1), segment_changed: false }))
+    }
+
+    /// Moves to generation + 1 with slots of at least `len` bytes.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, len: usize) -> Result<(), LoanError> {
+        let new_size = len
+            .checked_next_power_of_two()
+            .filter(|s| *s <= MAX_SLOT_SIZE)
+            .ok_or(LoanError::TooLarge { len, max: MAX_SLOT_SIZE })?;
+        let generation = self.seg.generation + 1;
+        let mut name = self.name.clone();
+        let (seg, fallback) = Self::create_segment(
+            &mut name,
+            self.huge_dir.as_deref(),
+            self.seg.slot_count,
+            new_size,
+            self.publisher_id,
+            generation,
+            self.next_seq,
+        )?;
+        // Announce the successor in the old header, then mark it superseded (Release: a
+        // reader that sees the flag also sees the path and the final write_seq).
+        let old = self.seg.header();
+        let path = seg.path.as_os_str().as_encoded_bytes();
+        let n = path.len().min(NEXT_PATH_CAP);
+        for (dst, src) in old.next_path.iter().zip(&path[..n]) {
+            dst.store(*src, Ordering::Relaxed);
+        }
+        old.next_path_len.store(n as u32, Ordering::Relaxed);
+        old.superseded.store(1, Ordering::Release);
+        tracing::debug!(
+            "shm_ring: publisher {} grew to {} ({} bytes per slot)",
+            self.publisher_id,
+            seg.path.display(),
+            new_size
+        );
+        let old = std::mem::replace(&mut self.seg, seg);
+        self.old_paths.push(old.path);
+        self.huge_fallback = fallback;
+        self.loaned = None;
+        self.changed = true;
+        Ok(())
+    }
+}
+
+impl Drop for RingWriter {
+    fn drop(&mut self) {
+        for path in self.old_paths.iter().chain(std::iter::once(&self.seg.path)) {
+            if let Err(e) = std::fs::remove_file(path) {
+                tracing::debug!("shm_ring: cannot unlink {}: {e}", path.display());
+            }
+        }
+    }
+}
