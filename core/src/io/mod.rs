@@ -1,0 +1,301 @@
+//! The one I/O thread: owns the registration sockets and timers and drives the sans-IO [`Registrar`].
+//!
+//! Everything that reaches the network goes through here; user threads talk to it through a command channel and a
+//! [`mio::Waker`]. It never blocks on a send (a full socket buffer drops the datagram and counts it).
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::mpsc;
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mio::net::UdpSocket;
+use mio::{Events, Interest, Poll, Token, Waker};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::config::Config;
+use crate::monitor::Snapshot;
+use crate::pubsub::runtime::{Local, Runtime};
+use crate::registration::{Event, LocalTopic, Registrar};
+
+const RECV_TOKEN: Token = Token(0);
+const WAKE_TOKEN: Token = Token(1);
+
+/// Requests from user threads to the I/O thread.
+#[derive(Debug)]
+pub(crate) enum Command {
+    AddPublisher(LocalTopic),
+    AddSubscriber(LocalTopic),
+    Update(LocalTopic),
+    Remove(u64),
+    Snapshot(mpsc::Sender<Snapshot>),
+    Shutdown,
+}
+
+/// Errors starting the I/O thread.
+#[derive(Debug, thiserror::Error)]
+pub enum IoStartError {
+    /// The registration receive socket could not be opened.
+    #[error("cannot open the registration socket on UDP port {port}: {source}")]
+    Socket {
+        /// The configured registration port.
+        port: u16,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// The poller or the thread could not be created.
+    #[error("cannot start the I/O thread: {0}")]
+    Thread(io::Error),
+}
+
+/// The user-side handle of the I/O thread.
+#[derive(Debug)]
+pub(crate) struct IoHandle {
+    tx: mpsc::Sender<Command>,
+    waker: Arc<Waker>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl IoHandle {
+    /// Sends a command and wakes the thread. Fails silently only when the thread is gone (shutdown).
+    pub(crate) fn send(&self, cmd: Command) {
+        if self.tx.send(cmd).is_ok()
+            && let Err(e) = self.waker.wake()
+        {
+            tracing::warn!("cannot wake the I/O thread: {e}");
+        }
+    }
+
+    /// Stops the thread after it sent the unregistration samples.
+    pub(crate) fn shutdown(&mut self) {
+        self.send(Command::Shutdown);
+        if let Some(t) = self.thread.take()
+            && t.thread().id() != std::thread::current().id()
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Sockets {
+    recv: UdpSocket,
+    send: UdpSocket,
+    dest: SocketAddr,
+}
+
+fn open_sockets(cfg: &Config) -> io::Result<Sockets> {
+    let port = cfg.registration.port;
+    let recv = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    recv.set_reuse_address(true)?;
+    recv.set_nonblocking(true)?;
+    let _ = recv.set_recv_buffer_size(4 << 20);
+    recv.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port).into())?;
+    let send = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    send.set_nonblocking(true)?;
+    let _ = send.set_send_buffer_size(4 << 20);
+    let net = &cfg.network;
+    let dest = if net.enabled {
+        let iface = net.multicast_interface;
+        recv.join_multicast_v4(&net.multicast_group, &iface)?;
+        send.set_multicast_ttl_v4(net.multicast_ttl)?;
+        send.set_multicast_loop_v4(true)?;
+        if !iface.is_unspecified() {
+            send.set_multicast_if_v4(&iface)?;
+        }
+        SocketAddr::V4(SocketAddrV4::new(net.multicast_group, port))
+    } else {
+        send.set_broadcast(true)?;
+        send.set_ttl_v4(1)?;
+        SocketAddr::V4(SocketAddrV4::new(net.local_broadcast, port))
+    };
+    Ok(Sockets { recv: UdpSocket::from_std(recv.into()), send: UdpSocket::from_std(send.into()), dest })
+}
+
+/// Starts the I/O thread for `rt`. The thread holds only a weak reference to the runtime.
+pub(crate) fn start(rt: &Arc<Runtime>, registrar: Registrar) -> Result<IoHandle, IoStartError> {
+    let cfg = &rt.config;
+    let sockets = open_sockets(cfg).map_err(|source| IoStartError::Socket { port: cfg.registration.port, source })?;
+    let poll = Poll::new().map_err(IoStartError::Thread)?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKE_TOKEN).map_err(IoStartError::Thread)?);
+    let (tx, rx) = mpsc::channel();
+    let weak = Arc::downgrade(rt);
+    let affinity = cfg.io.cpu_affinity.clone();
+    let thread = std::thread::Builder::new()
+        .name("shoal-io".into())
+        .spawn(move || {
+            if let Err(e) = crate::sys::set_current_thread_affinity(&affinity) {
+                tracing::warn!("cannot pin the I/O thread to CPUs {affinity:?}: {e}");
+            }
+            let mut io = IoThread { poll, sockets, registrar, rx, rt: weak, doorbells: HashMap::new(), send_drops: 0 };
+            if let Err(e) = io.run() {
+                tracing::error!("shoal I/O thread stopped: {e}");
+            }
+        })
+        .map_err(IoStartError::Thread)?;
+    Ok(IoHandle { tx, waker, thread: Some(thread) })
+}
+
+struct IoThread {
+    poll: Poll,
+    sockets: Sockets,
+    registrar: Registrar,
+    rx: mpsc::Receiver<Command>,
+    rt: Weak<Runtime>,
+    /// Doorbells of remote subscriber processes, shared by all local publishers that serve them.
+    doorbells: HashMap<String, Weak<crate::transport::shm_ring::DoorbellRemote>>,
+    send_drops: u64,
+}
+
+impl IoThread {
+    fn run(&mut self) -> io::Result<()> {
+        self.poll.registry().register(&mut self.sockets.recv, RECV_TOKEN, Interest::READABLE)?;
+        let mut events = Events::with_capacity(64);
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let now = Instant::now();
+            let timeout = self.registrar.poll_timeout().map(|t| t.saturating_duration_since(now));
+            // Cap the sleep so stats and expiry never lag far behind even if the registrar asks for nothing.
+            let timeout = Some(timeout.unwrap_or(Duration::from_millis(500)).min(Duration::from_millis(500)));
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            for ev in events.iter() {
+                if ev.token() == RECV_TOKEN {
+                    self.drain_socket(&mut buf);
+                }
+            }
+            if self.drain_commands() {
+                self.flush();
+                return Ok(());
+            }
+            let now = Instant::now();
+            if self.registrar.poll_timeout().is_some_and(|t| t <= now) {
+                self.update_stats();
+                self.registrar.handle_timeout(now);
+            }
+            self.process_events();
+            self.flush();
+        }
+    }
+
+    fn drain_socket(&mut self, buf: &mut [u8]) {
+        loop {
+            match self.sockets.recv.recv_from(buf) {
+                Ok((n, from)) => self.registrar.handle_datagram(Instant::now(), from, &buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!("registration receive failed: {e}");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Returns true when asked to shut down.
+    fn drain_commands(&mut self) -> bool {
+        while let Ok(cmd) = self.rx.try_recv() {
+            let now = Instant::now();
+            match cmd {
+                Command::AddPublisher(t) => self.registrar.add_publisher(now, t),
+                Command::AddSubscriber(t) => self.registrar.add_subscriber(now, t),
+                Command::Update(t) => self.registrar.update_local(now, t),
+                Command::Remove(id) => self.registrar.remove_local(now, id),
+                Command::Snapshot(reply) => {
+                    let snap = crate::monitor::build_snapshot(&self.registrar, self.rt.upgrade().as_deref());
+                    let _ = reply.send(snap);
+                }
+                Command::Shutdown => {
+                    self.registrar.shutdown(now);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    fn flush(&mut self) {
+        while let Some(d) = self.registrar.poll_transmit() {
+            match self.sockets.send.send_to(&d, self.sockets.dest) {
+                Ok(_) => {}
+                Err(e) => {
+                    self.send_drops += 1;
+                    tracing::debug!("registration datagram of {} B not sent: {e}", d.len());
+                }
+            }
+        }
+    }
+
+    fn update_stats(&mut self) {
+        let Some(rt) = self.rt.upgrade() else { return };
+        for (id, stats) in rt.collect_stats() {
+            self.registrar.set_stats(id, stats);
+        }
+    }
+
+    fn process_events(&mut self) {
+        let Some(rt) = self.rt.upgrade() else {
+            while self.registrar.poll_event().is_some() {}
+            return;
+        };
+        while let Some(ev) = self.registrar.poll_event() {
+            match ev {
+                Event::Matched { local_id, remote } | Event::Updated { local_id, remote } => match rt.local(local_id) {
+                    Some(Local::Pub(p)) => {
+                        let db = self.doorbell_for(&rt, &remote);
+                        p.connect_remote(remote.key.clone(), db);
+                    }
+                    Some(Local::Sub(s)) => s.connect_remote(&rt, &remote),
+                    None => {}
+                },
+                Event::Unmatched { local_id, remote } => {
+                    match rt.local(local_id) {
+                        Some(Local::Pub(p)) => p.disconnect_remote(&remote),
+                        Some(Local::Sub(s)) => s.disconnect_remote(&remote),
+                        None => {}
+                    }
+                    if remote.host_name == rt.identity.host_name && !crate::sys::pid_alive(remote.pid) {
+                        let dir = rt.ring_dir();
+                        if let Err(e) = crate::transport::shm_ring::remove_stale_segments(&dir) {
+                            tracing::debug!("stale segment cleanup in {}: {e}", dir.display());
+                        }
+                    }
+                }
+            }
+        }
+        self.doorbells.retain(|_, w| w.strong_count() > 0);
+    }
+
+    fn doorbell_for(
+        &mut self,
+        rt: &Runtime,
+        remote: &crate::registration::RemoteTopic,
+    ) -> Option<Arc<crate::transport::shm_ring::DoorbellRemote>> {
+        if remote.key.host_name != rt.identity.host_name {
+            return None;
+        }
+        let name = crate::pubsub::runtime::shoal_par(remote)?.doorbell.clone();
+        if name.is_empty() {
+            return None;
+        }
+        if let Some(db) = self.doorbells.get(&name).and_then(Weak::upgrade) {
+            return Some(db);
+        }
+        match crate::transport::shm_ring::DoorbellRemote::open(&name) {
+            Ok(db) => {
+                let db = Arc::new(db);
+                self.doorbells.insert(name, Arc::downgrade(&db));
+                Some(db)
+            }
+            Err(e) => {
+                tracing::warn!("cannot open the doorbell {name} of subscriber process {}: {e}", remote.key.pid);
+                None
+            }
+        }
+    }
+}

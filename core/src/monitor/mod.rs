@@ -1,0 +1,126 @@
+//! A snapshot of everything registration knows, for the monitor GUI and the command-line tools.
+
+use std::time::SystemTime;
+
+use crate::pubsub::runtime::Runtime;
+use crate::registration::{Direction, LayerKind, Registrar};
+use crate::types::TypeInfo;
+
+/// A process seen through registration (eCAL or shoal).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessEntry {
+    /// Host name as announced.
+    pub host_name: String,
+    /// Process id.
+    pub pid: u32,
+    /// Executable path.
+    pub process_name: String,
+    /// eCAL unit name (shoal: the first node's name).
+    pub unit_name: String,
+    /// Runtime version string (`v6.1.1` for eCAL 6.1.1, `shoal-…` for shoal).
+    pub runtime_version: String,
+    /// True for this process.
+    pub is_self: bool,
+}
+
+/// Publisher or subscriber of a topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicDirection {
+    /// Sends on the topic.
+    Publisher,
+    /// Receives on the topic.
+    Subscriber,
+}
+
+/// One publisher or subscriber seen through registration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicEntry {
+    /// Host of the owning process.
+    pub host_name: String,
+    /// Owning process id.
+    pub pid: u32,
+    /// Owning process executable.
+    pub process_name: String,
+    /// Owning unit name.
+    pub unit_name: String,
+    /// Entity id (eCAL `topic_id`).
+    pub entity_id: u64,
+    /// Topic name.
+    pub topic_name: String,
+    /// Publisher or subscriber.
+    pub direction: TopicDirection,
+    /// Announced type information.
+    pub type_info: TypeInfo,
+    /// Enabled transport layers, by name (`shm`, `udp`, `tcp`, `shoal_ring`).
+    pub layers: Vec<String>,
+    /// Messages sent (publisher) or received (subscriber) so far.
+    pub data_clock: i64,
+    /// Message rate in mHz.
+    pub data_frequency_mhz: i32,
+    /// Messages lost.
+    pub message_drops: i32,
+    /// Connected peers on this host.
+    pub connections_local: i32,
+    /// Connected peers on other hosts.
+    pub connections_external: i32,
+}
+
+/// Processes and topics at one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// When it was taken (`None` for an empty snapshot after a failed request).
+    pub taken_at: Option<SystemTime>,
+    /// Every known process.
+    pub processes: Vec<ProcessEntry>,
+    /// Every known publisher and subscriber.
+    pub topics: Vec<TopicEntry>,
+}
+
+fn layer_name(k: &LayerKind) -> String {
+    match k {
+        LayerKind::Udp => "udp".into(),
+        LayerKind::Shm => "shm".into(),
+        LayerKind::Tcp => "tcp".into(),
+        LayerKind::ShoalRing => "shoal_ring".into(),
+        LayerKind::Other(n) => format!("layer_{n}"),
+    }
+}
+
+pub(crate) fn build_snapshot(reg: &Registrar, rt: Option<&Runtime>) -> Snapshot {
+    let my_pid = std::process::id();
+    let my_host = rt.map(|r| r.identity.host_name.clone()).unwrap_or_default();
+    let processes = reg
+        .processes()
+        .map(|p| ProcessEntry {
+            host_name: p.host_name.clone(),
+            pid: p.pid,
+            process_name: p.process_name.clone(),
+            unit_name: p.unit_name.clone(),
+            runtime_version: p.ecal_runtime_version.clone(),
+            is_self: p.pid == my_pid && p.host_name == my_host,
+        })
+        .collect();
+    let topics = reg
+        .topics()
+        .map(|t| TopicEntry {
+            host_name: t.key.host_name.clone(),
+            pid: t.key.pid,
+            process_name: t.process_name.clone(),
+            unit_name: t.unit_name.clone(),
+            entity_id: t.key.entity_id,
+            topic_name: t.topic_name.clone(),
+            direction: match t.direction {
+                Direction::Publisher => TopicDirection::Publisher,
+                Direction::Subscriber => TopicDirection::Subscriber,
+            },
+            type_info: t.type_info.clone(),
+            layers: t.layers.iter().filter(|l| l.enabled).map(|l| layer_name(&l.kind)).collect(),
+            data_clock: t.stats.data_clock,
+            data_frequency_mhz: t.stats.data_frequency_mhz,
+            message_drops: t.stats.message_drops,
+            connections_local: t.stats.connections_local,
+            connections_external: t.stats.connections_external,
+        })
+        .collect();
+    Snapshot { taken_at: Some(SystemTime::now()), processes, topics }
+}

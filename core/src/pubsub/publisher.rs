@@ -1,0 +1,439 @@
+//! [`Publisher`] and the zero-copy [`Loan`].
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::io::Command;
+use crate::pubsub::runtime::{Runtime, lock};
+use crate::pubsub::sample::{Payload, Sample};
+use crate::pubsub::subscriber::SubShared;
+use crate::pubsub::{LoanError, SendError, now_us};
+use crate::registration::{EntityKey, Layer, LayerKind, LayerPar, LocalTopic, ShoalPar, TopicStats};
+use crate::transport::shm_ring::{DoorbellRemote, RingWriter};
+use crate::types::TypeInfo;
+
+#[derive(Default)]
+struct Conns {
+    /// Matched remote subscribers, with the doorbell of their process when they read the native ring.
+    remote: HashMap<EntityKey, Option<Arc<DoorbellRemote>>>,
+    intra: Vec<Arc<SubShared>>,
+}
+
+/// The part of a publisher that the runtime and the I/O thread share.
+pub(crate) struct PubShared {
+    pub(crate) id: u64,
+    pub(crate) topic: Arc<str>,
+    pub(crate) type_info: Arc<TypeInfo>,
+    conns: Mutex<Conns>,
+    /// Bumped on every connection change; the publisher re-reads `conns` only when it moved.
+    version: AtomicU64,
+    pub(crate) clock: AtomicU64,
+    pub(crate) bytes: AtomicU64,
+    last_size: AtomicU64,
+    freq: Mutex<(Instant, u64)>,
+    /// Fired when a subscriber connects, for `wait_for_subscribers`.
+    cond: std::sync::Condvar,
+}
+
+impl std::fmt::Debug for PubShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PubShared").field("id", &self.id).field("topic", &self.topic).finish_non_exhaustive()
+    }
+}
+
+impl PubShared {
+    pub(crate) fn connect_intra(&self, s: &Arc<SubShared>) {
+        let mut c = lock(&self.conns);
+        if !c.intra.iter().any(|x| x.id == s.id) {
+            c.intra.push(Arc::clone(s));
+        }
+        self.changed();
+    }
+
+    pub(crate) fn disconnect_intra(&self, sub_id: u64) {
+        let mut c = lock(&self.conns);
+        c.intra.retain(|x| x.id != sub_id);
+        self.changed();
+    }
+
+    pub(crate) fn connect_remote(&self, key: EntityKey, doorbell: Option<Arc<DoorbellRemote>>) {
+        let mut c = lock(&self.conns);
+        c.remote.insert(key, doorbell);
+        self.changed();
+    }
+
+    pub(crate) fn disconnect_remote(&self, key: &EntityKey) {
+        let mut c = lock(&self.conns);
+        c.remote.remove(key);
+        self.changed();
+    }
+
+    fn changed(&self) {
+        self.version.fetch_add(1, Ordering::Release);
+        self.cond.notify_all();
+    }
+
+    /// Matched subscribers: (same process, other processes).
+    pub(crate) fn connection_counts(&self) -> (usize, usize) {
+        let c = lock(&self.conns);
+        (c.intra.len(), c.remote.len())
+    }
+
+    pub(crate) fn stats(&self, now: Instant) -> TopicStats {
+        let clock = self.clock.load(Ordering::Relaxed);
+        let mut f = lock(&self.freq);
+        let dt = now.saturating_duration_since(f.0).as_secs_f64();
+        let freq_mhz = if dt > 0.0 { ((clock - f.1.min(clock)) as f64 / dt * 1000.0) as i32 } else { 0 };
+        *f = (now, clock);
+        drop(f);
+        let (intra, remote) = self.connection_counts();
+        TopicStats {
+            topic_size: self.last_size.load(Ordering::Relaxed) as i32,
+            connections_local: (intra + remote) as i32,
+            data_clock: clock as i64,
+            data_frequency_mhz: freq_mhz,
+            ..TopicStats::default()
+        }
+    }
+}
+
+/// Cached copy of the connections, refreshed when `PubShared::version` moves.
+#[derive(Default)]
+struct ConnCache {
+    version: u64,
+    doorbells: Vec<Arc<DoorbellRemote>>,
+    remote_count: usize,
+    intra: Vec<Arc<SubShared>>,
+}
+
+/// Sends messages on one topic. Dropping it unregisters it.
+///
+/// `send` and `loan` take `&mut self`: a publisher is one writer. Move it to another thread freely (`Send`).
+pub struct Publisher {
+    shared: Arc<PubShared>,
+    rt: Arc<Runtime>,
+    ring: Option<RingWriter>,
+    cache: ConnCache,
+    clock: u64,
+    scratch: Vec<u8>,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("id", &self.shared.id)
+            .field("topic", &self.shared.topic)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Publisher {
+    pub(crate) fn create(rt: &Arc<Runtime>, topic: &str, type_info: TypeInfo) -> Result<Publisher, crate::CreateError> {
+        if topic.is_empty() {
+            return Err(crate::CreateError::EmptyTopic);
+        }
+        let id = rt.new_entity_id();
+        let ring = if rt.config.shm_ring.enabled {
+            Some(RingWriter::create(&rt.config.shm_ring, id).map_err(|e| crate::CreateError::Ring(e.to_string()))?)
+        } else {
+            None
+        };
+        let shared = Arc::new(PubShared {
+            id,
+            topic: Arc::from(topic),
+            type_info: Arc::new(type_info),
+            conns: Mutex::new(Conns::default()),
+            version: AtomicU64::new(1),
+            clock: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            last_size: AtomicU64::new(0),
+            freq: Mutex::new((Instant::now(), 0)),
+            cond: std::sync::Condvar::new(),
+        });
+        let p = Publisher {
+            shared: Arc::clone(&shared),
+            rt: Arc::clone(rt),
+            ring,
+            cache: ConnCache::default(),
+            clock: 0,
+            scratch: Vec::new(),
+        };
+        rt.add_publisher(&shared);
+        rt.io_send(Command::AddPublisher(p.local_topic()));
+        Ok(p)
+    }
+
+    fn local_topic(&self) -> LocalTopic {
+        let mut layers = Vec::new();
+        if let Some(ring) = &self.ring {
+            layers.push(Layer {
+                kind: LayerKind::ShoalRing,
+                version: 1,
+                enabled: true,
+                active: self.cache.remote_count > 0,
+                par: LayerPar::Shoal(ShoalPar {
+                    segment: ring.segment_name().to_string(),
+                    slot_count: ring.slot_count(),
+                    slot_size: ring.slot_size() as u64,
+                    generation: ring.generation() as u32,
+                    doorbell: String::new(),
+                }),
+            });
+        }
+        LocalTopic {
+            id: self.shared.id,
+            topic_name: self.shared.topic.to_string(),
+            type_info: (*self.shared.type_info).clone(),
+            layers,
+            stats: self.shared.stats(Instant::now()),
+        }
+    }
+
+    /// The entity id announced in registration (eCAL `topic_id`).
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The topic name.
+    pub fn topic(&self) -> &str {
+        &self.shared.topic
+    }
+
+    /// The type information announced for this topic.
+    pub fn type_info(&self) -> &TypeInfo {
+        &self.shared.type_info
+    }
+
+    /// Number of matched subscribers, in this process and in others.
+    pub fn subscriber_count(&self) -> usize {
+        let (a, b) = self.shared.connection_counts();
+        a + b
+    }
+
+    /// Waits until at least `n` subscribers are matched; false on timeout.
+    pub fn wait_for_subscribers(&self, n: usize, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut c = lock(&self.shared.conns);
+        loop {
+            if c.intra.len() + c.remote.len() >= n {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            c = self.shared.cond.wait_timeout(c, deadline - now).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
+    fn refresh(&mut self) {
+        let v = self.shared.version.load(Ordering::Acquire);
+        if v == self.cache.version {
+            return;
+        }
+        let c = lock(&self.shared.conns);
+        let mut doorbells: Vec<Arc<DoorbellRemote>> = Vec::new();
+        for db in c.remote.values().flatten() {
+            if !doorbells.iter().any(|d| Arc::ptr_eq(d, db)) {
+                doorbells.push(Arc::clone(db));
+            }
+        }
+        let was_active = self.cache.remote_count > 0;
+        self.cache = ConnCache { version: v, doorbells, remote_count: c.remote.len(), intra: c.intra.clone() };
+        drop(c);
+        if was_active != (self.cache.remote_count > 0) {
+            self.rt.io_send(Command::Update(self.local_topic()));
+        }
+    }
+
+    /// Sends a copy of `data`, stamped with the current time.
+    pub fn send(&mut self, data: &[u8]) -> Result<(), SendError> {
+        self.send_with_time(data, now_us())
+    }
+
+    /// Sends a copy of `data` with an explicit send time (µs since the UNIX epoch).
+    pub fn send_with_time(&mut self, data: &[u8], send_time_us: i64) -> Result<(), SendError> {
+        self.refresh();
+        let clock = self.clock + 1;
+        if self.cache.remote_count > 0
+            && let Some(ring) = &mut self.ring
+        {
+            let published = ring.write(data, send_time_us, clock).map_err(|e| SendError::Ring(e.to_string()))?;
+            if published.segment_changed {
+                self.rt.io_send(Command::Update(self.local_topic()));
+            }
+            for db in &self.cache.doorbells {
+                db.ring();
+            }
+        }
+        self.deliver_intra(data, send_time_us, clock);
+        self.finish(clock, data.len());
+        Ok(())
+    }
+
+    fn deliver_intra(&self, data: &[u8], send_time_us: i64, clock: u64) {
+        if self.cache.intra.is_empty() {
+            return;
+        }
+        let payload: Arc<[u8]> = Arc::from(data);
+        for s in &self.cache.intra {
+            s.push_intra(Sample {
+                payload: Payload::Shared(Arc::clone(&payload)),
+                send_time_us,
+                clock,
+                publisher_id: self.shared.id,
+                type_info: Arc::clone(&self.shared.type_info),
+                topic: Arc::clone(&self.shared.topic),
+            });
+        }
+        self.rt.self_ringer.ring();
+    }
+
+    fn finish(&mut self, clock: u64, len: usize) {
+        self.clock = clock;
+        self.shared.clock.store(clock, Ordering::Relaxed);
+        self.shared.bytes.fetch_add(len as u64, Ordering::Relaxed);
+        self.shared.last_size.store(len as u64, Ordering::Relaxed);
+    }
+
+    /// Loans `len` bytes of a shared-memory slot to write a message in place (zero-copy).
+    ///
+    /// The returned [`Loan`] must be written ([`Loan::write`] or [`Loan::copy_from_slice`]) before it can be sent.
+    pub fn loan(&mut self, len: usize) -> Result<Loan<'_, Uninit>, LoanError> {
+        self.refresh();
+        match &mut self.ring {
+            Some(ring) => {
+                ring.loan(len).map_err(|e| LoanError::Ring(e.to_string()))?;
+            }
+            None => {
+                self.scratch.clear();
+                self.scratch.resize(len, 0);
+            }
+        }
+        Ok(Loan { publ: self, len, _state: PhantomData })
+    }
+
+    fn loan_buf(&mut self, len: usize) -> &mut [u8] {
+        match &mut self.ring {
+            // Re-lending the same length returns the same slot and cannot grow again, so it cannot fail; the
+            // scratch buffer is only a defensive fallback.
+            Some(ring) => match ring.loan(len) {
+                Ok(buf) => buf,
+                Err(_) => {
+                    self.scratch.resize(len, 0);
+                    &mut self.scratch[..len]
+                }
+            },
+            None => {
+                if self.scratch.len() < len {
+                    self.scratch.resize(len, 0);
+                }
+                &mut self.scratch[..len]
+            }
+        }
+    }
+
+    fn commit_loan(&mut self, len: usize) -> Result<(), SendError> {
+        let t = now_us();
+        let clock = self.clock + 1;
+        match &mut self.ring {
+            Some(ring) => {
+                // Same-process subscribers get their copy before the slot is published (and may be overwritten).
+                let intra_copy =
+                    if self.cache.intra.is_empty() { None } else { ring.loan(len).ok().map(|b| b.to_vec()) };
+                let published = ring.commit(len, t, clock).map_err(|e| SendError::Ring(e.to_string()))?;
+                for db in &self.cache.doorbells {
+                    db.ring();
+                }
+                if published.segment_changed {
+                    self.rt.io_send(Command::Update(self.local_topic()));
+                }
+                if let Some(data) = intra_copy {
+                    self.deliver_intra(&data, t, clock);
+                }
+            }
+            None => {
+                let data = std::mem::take(&mut self.scratch);
+                self.deliver_intra(&data[..len], t, clock);
+                self.scratch = data;
+            }
+        }
+        self.finish(clock, len);
+        Ok(())
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.rt.remove_publisher(self.shared.id);
+        self.rt.io_send(Command::Remove(self.shared.id));
+    }
+}
+
+/// Typestate of a [`Loan`] whose bytes were not written yet.
+#[derive(Debug)]
+pub struct Uninit;
+/// Typestate of a [`Loan`] ready to send.
+#[derive(Debug)]
+pub struct Init;
+
+/// A shared-memory slot loaned by [`Publisher::loan`]; only a written loan (`Loan<Init>`) can be sent.
+///
+/// Dropping a loan without sending it sends nothing.
+#[must_use = "a loan sends nothing until `send()` is called"]
+pub struct Loan<'a, S> {
+    publ: &'a mut Publisher,
+    len: usize,
+    _state: PhantomData<S>,
+}
+
+impl<S> std::fmt::Debug for Loan<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loan").field("topic", &self.publ.shared.topic).field("len", &self.len).finish()
+    }
+}
+
+impl<'a> Loan<'a, Uninit> {
+    /// Writes the message in place through `f`, which gets the whole loaned slice.
+    pub fn write(self, f: impl FnOnce(&mut [u8])) -> Loan<'a, Init> {
+        let len = self.len;
+        f(self.publ.loan_buf(len));
+        Loan { publ: self.publ, len, _state: PhantomData }
+    }
+
+    /// Copies `src` (exactly the loaned length) into the slot.
+    ///
+    /// # Panics
+    /// When `src.len()` differs from the loaned length, like [`slice::copy_from_slice`].
+    pub fn copy_from_slice(self, src: &[u8]) -> Loan<'a, Init> {
+        self.write(|buf| buf.copy_from_slice(src))
+    }
+}
+
+impl Loan<'_, Init> {
+    /// The written bytes, to change them further before sending.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        self.publ.loan_buf(self.len)
+    }
+
+    /// Publishes the slot to every subscriber.
+    pub fn send(self) -> Result<(), SendError> {
+        self.publ.commit_loan(self.len)
+    }
+}
+
+impl<S> Loan<'_, S> {
+    /// The loaned length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length loan.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}

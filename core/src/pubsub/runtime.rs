@@ -1,0 +1,184 @@
+//! The per-process runtime shared by every [`Node`](crate::Node): identity, the I/O thread, the doorbell thread,
+//! and the table of local publishers and subscribers (used for same-process delivery and for the I/O thread's
+//! match events).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Instant;
+
+use crate::config::Config;
+use crate::io::{Command, IoHandle};
+use crate::pubsub::dispatch::Dispatcher;
+use crate::pubsub::publisher::PubShared;
+use crate::pubsub::subscriber::SubShared;
+use crate::registration::{Identity, LayerKind, LayerPar, RemoteTopic, ShoalPar, TopicStats};
+use crate::transport::shm_ring::{Doorbell, DoorbellRemote};
+
+/// A local entity as the I/O thread sees it.
+pub(crate) enum Local {
+    Pub(Arc<PubShared>),
+    Sub(Arc<SubShared>),
+}
+
+#[derive(Default)]
+struct Table {
+    pubs: HashMap<u64, Weak<PubShared>>,
+    subs: HashMap<u64, Weak<SubShared>>,
+}
+
+/// Everything one process shares between its nodes.
+pub(crate) struct Runtime {
+    pub(crate) config: Config,
+    pub(crate) identity: Identity,
+    /// This process's doorbell: every publisher that serves one of our subscribers rings it.
+    pub(crate) doorbell: Arc<Doorbell>,
+    /// A ringer on our own doorbell, for same-process publishers.
+    pub(crate) self_ringer: DoorbellRemote,
+    table: Mutex<Table>,
+    io: Mutex<Option<IoHandle>>,
+    pub(crate) dispatcher: Dispatcher,
+    next_entity: AtomicU64,
+    entity_prefix: u64,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("identity", &self.identity).finish_non_exhaustive()
+    }
+}
+
+/// The shoal ring parameters in a remote topic's registration, if it advertises the native ring.
+pub(crate) fn shoal_par(remote: &RemoteTopic) -> Option<&ShoalPar> {
+    remote.layers.iter().find_map(|l| match (&l.kind, &l.par) {
+        (LayerKind::ShoalRing, LayerPar::Shoal(p)) if l.is_enabled() => Some(p),
+        _ => None,
+    })
+}
+
+impl Runtime {
+    pub(crate) fn new(config: Config, identity: Identity, doorbell: Doorbell, self_ringer: DoorbellRemote) -> Runtime {
+        let pid = u64::from(identity.pid);
+        let random: u64 = rand::random::<u64>() & 0xFF_FFFF;
+        Runtime {
+            config,
+            identity,
+            doorbell: Arc::new(doorbell),
+            self_ringer,
+            table: Mutex::new(Table::default()),
+            io: Mutex::new(None),
+            dispatcher: Dispatcher::default(),
+            next_entity: AtomicU64::new(1),
+            entity_prefix: ((pid & 0xFF_FFFF) << 40) | (random << 16),
+        }
+    }
+
+    pub(crate) fn set_io(&self, io: IoHandle) {
+        *lock(&self.io) = Some(io);
+    }
+
+    /// A fresh entity id, eCAL style: `(pid & 0xFFFFFF) << 40 | random24 << 16 | counter`.
+    pub(crate) fn new_entity_id(&self) -> u64 {
+        // The counter may run into the random bits after 65535 entities; ids stay unique within the process.
+        self.entity_prefix.wrapping_add(self.next_entity.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub(crate) fn io_send(&self, cmd: Command) {
+        if let Some(io) = lock(&self.io).as_ref() {
+            io.send(cmd);
+        }
+    }
+
+    /// Where this process's ring segments live (for stale-segment cleanup).
+    pub(crate) fn ring_dir(&self) -> PathBuf {
+        if self.config.shm_ring.huge_pages {
+            self.config.shm_ring.huge_pages_path.clone()
+        } else {
+            PathBuf::from(crate::transport::shm_ring::SHM_DIR)
+        }
+    }
+
+    pub(crate) fn local(&self, id: u64) -> Option<Local> {
+        let t = lock(&self.table);
+        if let Some(p) = t.pubs.get(&id).and_then(Weak::upgrade) {
+            return Some(Local::Pub(p));
+        }
+        t.subs.get(&id).and_then(Weak::upgrade).map(Local::Sub)
+    }
+
+    /// Registers a new local publisher and connects it with the same-process subscribers of its topic.
+    pub(crate) fn add_publisher(&self, p: &Arc<PubShared>) {
+        let mut t = lock(&self.table);
+        t.pubs.insert(p.id, Arc::downgrade(p));
+        for s in t.subs.values().filter_map(Weak::upgrade) {
+            if *s.topic == *p.topic {
+                p.connect_intra(&s);
+                s.intra_publisher_added(p.type_info.clone());
+            }
+        }
+    }
+
+    /// Registers a new local subscriber and connects it with the same-process publishers of its topic.
+    pub(crate) fn add_subscriber(&self, s: &Arc<SubShared>) {
+        let mut t = lock(&self.table);
+        t.subs.insert(s.id, Arc::downgrade(s));
+        for p in t.pubs.values().filter_map(Weak::upgrade) {
+            if *p.topic == *s.topic {
+                p.connect_intra(s);
+                s.intra_publisher_added(p.type_info.clone());
+            }
+        }
+    }
+
+    pub(crate) fn remove_publisher(&self, id: u64) {
+        let mut t = lock(&self.table);
+        if let Some(p) = t.pubs.remove(&id).and_then(|w| w.upgrade()) {
+            for s in t.subs.values().filter_map(Weak::upgrade) {
+                if *s.topic == *p.topic {
+                    s.intra_publisher_removed();
+                }
+            }
+        }
+    }
+
+    pub(crate) fn remove_subscriber(&self, id: u64) {
+        let mut t = lock(&self.table);
+        if let Some(s) = t.subs.remove(&id).and_then(|w| w.upgrade()) {
+            for p in t.pubs.values().filter_map(Weak::upgrade) {
+                p.disconnect_intra(s.id);
+            }
+        }
+    }
+
+    /// Statistics of every local entity, for the next registration refresh.
+    pub(crate) fn collect_stats(&self) -> Vec<(u64, TopicStats)> {
+        let t = lock(&self.table);
+        let now = Instant::now();
+        let mut out = Vec::with_capacity(t.pubs.len() + t.subs.len());
+        out.extend(t.pubs.values().filter_map(Weak::upgrade).map(|p| (p.id, p.stats(now))));
+        out.extend(t.subs.values().filter_map(Weak::upgrade).map(|s| (s.id, s.stats(now))));
+        out
+    }
+
+    /// Stops the threads; the I/O thread sends the unregistration samples first.
+    pub(crate) fn shutdown(&self) {
+        self.dispatcher.shutdown(self);
+        let io = lock(&self.io).take();
+        if let Some(mut io) = io {
+            io.shutdown();
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Locks a mutex, recovering from poisoning: shoal's shared tables stay consistent between statements, so a panic
+/// in a user callback must not take the whole process's messaging down with it.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,486 @@
+//! [`Subscriber`]: pull (`recv*`) and callback delivery from every matched publisher.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::config::WaitStrategy;
+use crate::io::Command;
+use crate::pubsub::RecvError;
+use crate::pubsub::runtime::{Runtime, lock, shoal_par};
+use crate::pubsub::sample::{Sample, SampleRef};
+use crate::registration::{EntityKey, Layer, LayerKind, LayerPar, LocalTopic, RemoteTopic, ShoalPar, TopicStats};
+use crate::transport::shm_ring::{ReadOutcome, RingReader};
+use crate::types::TypeInfo;
+
+/// The user callback of a callback subscriber.
+pub(crate) type Callback = Box<dyn FnMut(&Sample) + Send>;
+
+struct ReaderEntry {
+    key: EntityKey,
+    reader: RingReader,
+    type_info: Arc<TypeInfo>,
+    /// The reader's segment was superseded and the successor could not be opened: re-open on the next update.
+    ended: bool,
+    /// The publisher went away: the reader is drained of what is left in the ring, then removed.
+    closing: bool,
+}
+
+/// The part of a subscriber that publishers, the runtime and the I/O thread share.
+pub(crate) struct SubShared {
+    pub(crate) id: u64,
+    pub(crate) topic: Arc<str>,
+    pub(crate) type_info: Arc<TypeInfo>,
+    /// Creation time (µs since the epoch): samples sent from then on are delivered if still in a ring.
+    created_us: i64,
+    readers: Mutex<Vec<ReaderEntry>>,
+    /// Round-robin start index over `readers`, so one busy publisher cannot starve the others.
+    next_reader: AtomicUsize,
+    intra: Mutex<VecDeque<Sample>>,
+    intra_len: AtomicUsize,
+    intra_cap: usize,
+    intra_pubs: AtomicUsize,
+    remote_pubs: AtomicUsize,
+    callback: Option<Mutex<Callback>>,
+    pub(crate) received: AtomicU64,
+    /// Drops counted outside the ring readers (same-process queue overflow, readers that went away).
+    drops: AtomicU64,
+    last_clock: AtomicU64,
+    freq: Mutex<(Instant, u64)>,
+    conn_lock: Mutex<()>,
+    conn_cond: Condvar,
+}
+
+impl std::fmt::Debug for SubShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubShared").field("id", &self.id).field("topic", &self.topic).finish_non_exhaustive()
+    }
+}
+
+impl SubShared {
+    pub(crate) fn is_callback(&self) -> bool {
+        self.callback.is_some()
+    }
+
+    /// Queues a same-process sample; the oldest is dropped (and counted) when the queue is full.
+    pub(crate) fn push_intra(&self, s: Sample) {
+        let mut q = lock(&self.intra);
+        if q.len() >= self.intra_cap {
+            q.pop_front();
+            self.drops.fetch_add(1, Ordering::Relaxed);
+        }
+        q.push_back(s);
+        self.intra_len.store(q.len(), Ordering::Release);
+    }
+
+    pub(crate) fn intra_publisher_added(&self, _type_info: Arc<TypeInfo>) {
+        self.intra_pubs.fetch_add(1, Ordering::Relaxed);
+        self.notify_conn();
+    }
+
+    pub(crate) fn intra_publisher_removed(&self) {
+        let _ = self.intra_pubs.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        self.notify_conn();
+    }
+
+    fn notify_conn(&self) {
+        let _g = lock(&self.conn_lock);
+        self.conn_cond.notify_all();
+    }
+
+    /// A matched remote publisher: opens its ring segment (same host, native ring advertised).
+    pub(crate) fn connect_remote(&self, rt: &Runtime, remote: &RemoteTopic) {
+        let mut readers = lock(&self.readers);
+        let known = readers.iter().position(|e| e.key == remote.key);
+        let par = if remote.key.host_name == rt.identity.host_name { shoal_par(remote) } else { None };
+        match (known, par) {
+            (Some(i), Some(par)) => {
+                // Same publisher: a new segment name means it grew; the reader follows by itself, but re-open if it
+                // is on an older generation that was already removed.
+                let e = &mut readers[i];
+                e.type_info = Arc::new(remote.type_info.clone());
+                e.closing = false;
+                // A reader follows a growing ring by itself; re-open only one that lost the chain.
+                if e.ended
+                    && e.reader.segment_name() != par.segment
+                    && let Ok(r) = RingReader::open(&par.segment)
+                {
+                    self.drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
+                    e.reader = r;
+                    e.ended = false;
+                }
+            }
+            (Some(i), None) => {
+                readers[i].type_info = Arc::new(remote.type_info.clone());
+                readers[i].closing = false;
+            }
+            (None, Some(par)) => match RingReader::open(&par.segment) {
+                Ok(mut reader) => {
+                    // Messages the publisher sent after we subscribed but before we opened its ring are ours too.
+                    reader.rewind_to_time(self.created_us);
+                    readers.push(ReaderEntry {
+                        key: remote.key.clone(),
+                        reader,
+                        type_info: Arc::new(remote.type_info.clone()),
+                        ended: false,
+                        closing: false,
+                    });
+                    self.remote_pubs.store(readers.iter().filter(|e| !e.closing).count(), Ordering::Relaxed);
+                    drop(readers);
+                    self.notify_conn();
+                }
+                Err(e) => tracing::warn!(
+                    "topic {}: cannot open the ring {} of publisher {} (pid {}): {e}",
+                    self.topic,
+                    par.segment,
+                    remote.key.entity_id,
+                    remote.key.pid
+                ),
+            },
+            (None, None) => {}
+        }
+    }
+
+    pub(crate) fn disconnect_remote(&self, key: &EntityKey) {
+        let mut readers = lock(&self.readers);
+        if let Some(i) = readers.iter().position(|e| &e.key == key) {
+            if readers[i].reader.has_data() {
+                // Samples still in the ring were sent to us: deliver them before letting the reader go.
+                readers[i].closing = true;
+            } else {
+                let e = readers.swap_remove(i);
+                self.drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
+            }
+        }
+        self.remote_pubs.store(readers.iter().filter(|e| !e.closing).count(), Ordering::Relaxed);
+        drop(readers);
+        self.notify_conn();
+    }
+
+    pub(crate) fn publisher_count(&self) -> usize {
+        self.intra_pubs.load(Ordering::Relaxed) + self.remote_pubs.load(Ordering::Relaxed)
+    }
+
+    /// Total drops: queue overflows plus overruns and torn reads of every ring reader.
+    pub(crate) fn drops(&self) -> u64 {
+        let ring: u64 = lock(&self.readers).iter().map(|e| e.reader.drops()).sum();
+        self.drops.load(Ordering::Relaxed) + ring
+    }
+
+    pub(crate) fn has_data(&self) -> bool {
+        if self.intra_len.load(Ordering::Acquire) > 0 {
+            return true;
+        }
+        lock(&self.readers).iter().any(|e| !e.ended && e.reader.has_data())
+    }
+
+    /// One attempt to take the next sample and run `f` on it.
+    fn try_once<R>(&self, f: &mut impl FnMut(SampleRef<'_>) -> R) -> Option<R> {
+        if self.intra_len.load(Ordering::Acquire) > 0 {
+            let s = {
+                let mut q = lock(&self.intra);
+                let s = q.pop_front();
+                self.intra_len.store(q.len(), Ordering::Release);
+                s
+            };
+            if let Some(s) = s {
+                let r = f(SampleRef {
+                    payload: s.payload(),
+                    send_time_us: s.send_time_us,
+                    clock: s.clock,
+                    publisher_id: s.publisher_id,
+                    type_info: &s.type_info,
+                    topic: &s.topic,
+                });
+                self.delivered(s.clock);
+                return Some(r);
+            }
+        }
+        let mut readers = lock(&self.readers);
+        // Drained readers of departed publishers are removed; their drops stay counted.
+        readers.retain(|e| {
+            let keep = !(e.closing && (e.ended || !e.reader.has_data()));
+            if !keep {
+                self.drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
+            }
+            keep
+        });
+        let n = readers.len();
+        if n == 0 {
+            return None;
+        }
+        let start = self.next_reader.load(Ordering::Relaxed) % n;
+        for i in 0..n {
+            let idx = (start + i) % n;
+            let e = &mut readers[idx];
+            if e.ended {
+                continue;
+            }
+            let topic = &self.topic;
+            let type_info = &e.type_info;
+            // A torn or overrun read is counted by the reader; try again until it is empty.
+            loop {
+                match e.reader.try_read_with(|v| {
+                    let clock = v.clock();
+                    let r = f(SampleRef {
+                        payload: v.payload(),
+                        send_time_us: v.send_time_us(),
+                        clock,
+                        publisher_id: v.publisher_id(),
+                        type_info,
+                        topic,
+                    });
+                    (r, clock)
+                }) {
+                    ReadOutcome::Sample((r, clock)) => {
+                        self.next_reader.store(idx + 1, Ordering::Relaxed);
+                        drop(readers);
+                        self.delivered(clock);
+                        return Some(r);
+                    }
+                    ReadOutcome::Empty => break,
+                    ReadOutcome::Torn => continue,
+                    ReadOutcome::Ended => {
+                        e.ended = true;
+                        break;
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn delivered(&self, clock: u64) {
+        self.received.fetch_add(1, Ordering::Relaxed);
+        self.last_clock.store(clock, Ordering::Relaxed);
+    }
+
+    /// Runs the callback for every sample available now; true when it delivered at least one.
+    pub(crate) fn dispatch(&self) -> bool {
+        let Some(cb) = &self.callback else { return false };
+        let mut any = false;
+        // Copy out first (validated), then call the user without holding any of our locks but the callback's.
+        while let Some(sample) = self.try_once(&mut |s: SampleRef<'_>| s.to_owned_sample()) {
+            any = true;
+            (lock(cb))(&sample);
+        }
+        any
+    }
+
+    pub(crate) fn stats(&self, now: Instant) -> TopicStats {
+        let received = self.received.load(Ordering::Relaxed);
+        let mut f = lock(&self.freq);
+        let dt = now.saturating_duration_since(f.0).as_secs_f64();
+        let freq_mhz = if dt > 0.0 { ((received - f.1.min(received)) as f64 / dt * 1000.0) as i32 } else { 0 };
+        *f = (now, received);
+        drop(f);
+        TopicStats {
+            connections_local: self.publisher_count() as i32,
+            message_drops: self.drops().min(i32::MAX as u64) as i32,
+            data_clock: received as i64,
+            data_frequency_mhz: freq_mhz,
+            ..TopicStats::default()
+        }
+    }
+}
+
+/// Receives messages on one topic from every matched publisher. Dropping it unregisters it.
+pub struct Subscriber {
+    shared: Arc<SubShared>,
+    rt: Arc<Runtime>,
+    wait: WaitStrategy,
+}
+
+impl std::fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscriber")
+            .field("id", &self.shared.id)
+            .field("topic", &self.shared.topic)
+            .field("wait", &self.wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Subscriber {
+    pub(crate) fn create(
+        rt: &Arc<Runtime>,
+        topic: &str,
+        type_info: TypeInfo,
+        callback: Option<Callback>,
+    ) -> Result<Subscriber, crate::CreateError> {
+        if topic.is_empty() {
+            return Err(crate::CreateError::EmptyTopic);
+        }
+        let shared = Arc::new(SubShared {
+            id: rt.new_entity_id(),
+            topic: Arc::from(topic),
+            type_info: Arc::new(type_info),
+            created_us: crate::pubsub::now_us(),
+            readers: Mutex::new(Vec::new()),
+            next_reader: AtomicUsize::new(0),
+            intra: Mutex::new(VecDeque::new()),
+            intra_len: AtomicUsize::new(0),
+            intra_cap: rt.config.shm_ring.slot_count.max(2) as usize,
+            intra_pubs: AtomicUsize::new(0),
+            remote_pubs: AtomicUsize::new(0),
+            callback: callback.map(Mutex::new),
+            received: AtomicU64::new(0),
+            drops: AtomicU64::new(0),
+            last_clock: AtomicU64::new(0),
+            freq: Mutex::new((Instant::now(), 0)),
+            conn_lock: Mutex::new(()),
+            conn_cond: Condvar::new(),
+        });
+        let s = Subscriber { shared: Arc::clone(&shared), rt: Arc::clone(rt), wait: rt.config.receive.wait };
+        rt.add_subscriber(&shared);
+        if shared.is_callback() {
+            rt.dispatcher.add(rt, &shared);
+        }
+        rt.io_send(Command::AddSubscriber(s.local_topic()));
+        Ok(s)
+    }
+
+    fn local_topic(&self) -> LocalTopic {
+        let layers = vec![Layer {
+            kind: LayerKind::ShoalRing,
+            version: 1,
+            enabled: self.rt.config.shm_ring.enabled,
+            active: false,
+            par: LayerPar::Shoal(ShoalPar { doorbell: self.rt.doorbell.name().to_string(), ..ShoalPar::default() }),
+        }];
+        LocalTopic {
+            id: self.shared.id,
+            topic_name: self.shared.topic.to_string(),
+            type_info: (*self.shared.type_info).clone(),
+            layers,
+            stats: TopicStats::default(),
+        }
+    }
+
+    /// The entity id announced in registration.
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The topic name.
+    pub fn topic(&self) -> &str {
+        &self.shared.topic
+    }
+
+    /// How `recv*` waits; the default comes from the configuration (`[shoal] wait_strategy`).
+    pub fn set_wait_strategy(&mut self, wait: WaitStrategy) {
+        self.wait = wait;
+    }
+
+    /// Number of matched publishers, in this process and in others.
+    pub fn publisher_count(&self) -> usize {
+        self.shared.publisher_count()
+    }
+
+    /// Waits until at least `n` publishers are matched; false on timeout.
+    pub fn wait_for_publishers(&self, n: usize, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut g = lock(&self.shared.conn_lock);
+        loop {
+            if self.shared.publisher_count() >= n {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g = self
+                .shared
+                .conn_cond
+                .wait_timeout(g, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
+    /// Messages lost on the way to this subscriber (overruns, torn reads, queue overflow).
+    pub fn drops(&self) -> u64 {
+        self.shared.drops()
+    }
+
+    /// Messages delivered to this subscriber so far.
+    pub fn received(&self) -> u64 {
+        self.shared.received.load(Ordering::Relaxed)
+    }
+
+    /// Waits for the next message.
+    pub fn recv(&self) -> Result<Sample, RecvError> {
+        self.recv_with(None, |s| s.to_owned_sample())
+    }
+
+    /// Waits up to `timeout` for the next message.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Sample, RecvError> {
+        self.recv_with(Some(timeout), |s| s.to_owned_sample())
+    }
+
+    /// The next message if one is there, without waiting.
+    pub fn try_recv(&self) -> Result<Option<Sample>, RecvError> {
+        if self.shared.is_callback() {
+            return Err(RecvError::CallbackMode);
+        }
+        Ok(self.shared.try_once(&mut |s: SampleRef<'_>| s.to_owned_sample()))
+    }
+
+    /// Waits for the next message and runs `f` on a zero-copy view of it; returns what `f` returned.
+    ///
+    /// The view may point into a shared-memory slot. After `f` returns the slot is checked: if the publisher
+    /// overwrote it meanwhile, the result is discarded, a drop is counted and `f` runs again on a later message.
+    pub fn recv_with<R>(
+        &self,
+        timeout: Option<Duration>,
+        mut f: impl FnMut(SampleRef<'_>) -> R,
+    ) -> Result<R, RecvError> {
+        if self.shared.is_callback() {
+            return Err(RecvError::CallbackMode);
+        }
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        let spin_until = match self.wait {
+            WaitStrategy::Block => Some(start),
+            WaitStrategy::SpinThenBlock(d) => Some(start + d),
+            WaitStrategy::BusySpin => None,
+        };
+        let mut spins: u32 = 0;
+        loop {
+            if let Some(r) = self.shared.try_once(&mut f) {
+                return Ok(r);
+            }
+            spins = spins.wrapping_add(1);
+            let spinning = match spin_until {
+                None => true,
+                Some(t) => spins & 63 != 0 || Instant::now() < t,
+            };
+            if spinning {
+                if spins & 1023 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(RecvError::Timeout);
+                }
+                std::hint::spin_loop();
+                continue;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(RecvError::Timeout);
+            }
+            // Sleep on the doorbell; wake at least every 100 ms to notice new publishers.
+            let cap = now + Duration::from_millis(100);
+            let until = deadline.map_or(cap, |d| d.min(cap));
+            if let Err(e) = self.rt.doorbell.wait_until(|| self.shared.has_data(), Some(until)) {
+                tracing::warn!("doorbell wait failed, polling instead: {e}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        self.rt.remove_subscriber(self.shared.id);
+        self.rt.io_send(Command::Remove(self.shared.id));
+    }
+}
