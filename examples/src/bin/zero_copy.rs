@@ -1,0 +1,25 @@
+//! Zero-copy publishing: loan a shared-memory slot, write the message in place, send it.
+//! A subscriber reads it in place with `recv_with` (no copy either).
+
+use std::time::Duration;
+
+fn main() -> anyhow::Result<()> {
+    let node = shoal::Node::init("zero_copy")?;
+    let sub = node.subscriber("images")?;
+    let mut publ = node.publisher("images", shoal::TypeInfo::raw("demo.Image"))?;
+    publ.wait_for_subscribers(1, Duration::from_secs(5));
+    for frame in 0u32..5 {
+        // 1 MiB written straight into the slot that subscribers will read.
+        publ.loan(1 << 20)?
+            .write(|buf| {
+                buf[..4].copy_from_slice(&frame.to_le_bytes());
+                buf[4..].fill(frame as u8);
+            })
+            .send()?;
+        let (n, first) = sub.recv_with(Some(Duration::from_secs(1)), |s| {
+            (u32::from_le_bytes(s.payload()[..4].try_into().unwrap_or_default()), s.payload()[4])
+        })?;
+        eprintln!("frame {n}: first pixel {first}");
+    }
+    Ok(())
+}

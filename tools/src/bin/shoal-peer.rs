@@ -1,0 +1,233 @@
+//! `shoal-peer`: a scripted publisher or subscriber process for multi-process tests and manual checks.
+//!
+//! Every message it publishes is self-checking: bytes 0..8 hold the clock, 8..16 the send time (ns, monotonic
+//! across processes: CLOCK_MONOTONIC), 16..24 a checksum of the rest, and the rest a pattern derived from the
+//! clock. The subscriber verifies each message and reports, as one JSON line on stdout, what it saw.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+#[command(name = "shoal-peer", about = "Scripted shoal publisher/subscriber for tests")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Publish self-checking messages.
+    Pub {
+        #[arg(long)]
+        topic: String,
+        /// Messages to send (0 = until killed).
+        #[arg(long, default_value_t = 100)]
+        count: u64,
+        /// Payload size in bytes (at least 24).
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Messages per second (0 = as fast as possible).
+        #[arg(long, default_value_t = 1000.0)]
+        rate: f64,
+        /// Wait for this many subscribers before sending.
+        #[arg(long, default_value_t = 1)]
+        wait_subs: usize,
+        /// How long to wait for them, in ms.
+        #[arg(long, default_value_t = 10_000)]
+        wait_ms: u64,
+        /// Stay alive this long after the last message, in ms (so late readers can finish).
+        #[arg(long, default_value_t = 200)]
+        linger_ms: u64,
+        /// Write through a zero-copy loan instead of `send`.
+        #[arg(long)]
+        loan: bool,
+    },
+    /// Receive and verify messages.
+    Sub {
+        #[arg(long)]
+        topic: String,
+        /// Stop after this many messages.
+        #[arg(long, default_value_t = 100)]
+        count: u64,
+        /// Give up when no message arrives for this long, in ms.
+        #[arg(long, default_value_t = 10_000)]
+        idle_ms: u64,
+        /// Use the zero-copy `recv_with` view instead of `recv`.
+        #[arg(long)]
+        zero_copy: bool,
+        /// Busy-spin instead of sleeping on the doorbell.
+        #[arg(long)]
+        spin: bool,
+    },
+}
+
+fn mono_ns() -> u64 {
+    // std's Instant has no public epoch; CLOCK_MONOTONIC via a fixed anchor is enough within one boot.
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn checksum(data: &[u8]) -> u64 {
+    // FNV-1a, 64 bit.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in data {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+fn fill(buf: &mut [u8], clock: u64) {
+    for (i, b) in buf[24..].iter_mut().enumerate() {
+        *b = (clock as usize).wrapping_mul(31).wrapping_add(i) as u8;
+    }
+    let sum = checksum(&buf[24..]);
+    buf[0..8].copy_from_slice(&clock.to_le_bytes());
+    buf[8..16].copy_from_slice(&mono_ns().to_le_bytes());
+    buf[16..24].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// (clock, send ns, intact)
+fn verify(buf: &[u8]) -> (u64, u64, bool) {
+    if buf.len() < 24 {
+        return (0, 0, false);
+    }
+    let clock = u64::from_le_bytes(buf[0..8].try_into().unwrap_or_default());
+    let sent = u64::from_le_bytes(buf[8..16].try_into().unwrap_or_default());
+    let sum = u64::from_le_bytes(buf[16..24].try_into().unwrap_or_default());
+    let pattern_ok =
+        buf[24..].iter().enumerate().all(|(i, &b)| b == (clock as usize).wrapping_mul(31).wrapping_add(i) as u8);
+    (clock, sent, pattern_ok && checksum(&buf[24..]) == sum)
+}
+
+fn emit(v: serde_json::Value) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{v}");
+    let _ = out.flush();
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let node = shoal::Node::init("shoal-peer").context("starting the shoal node")?;
+    match cli.cmd {
+        Cmd::Pub { topic, count, size, rate, wait_subs, wait_ms, linger_ms, loan } => {
+            if size < 24 {
+                bail!("--size must be at least 24 bytes (header of the self-checking payload)");
+            }
+            let mut publ = node.publisher(&topic, shoal::TypeInfo::raw("shoal.test.Pattern"))?;
+            emit(json!({"event": "ready", "pid": std::process::id(), "publisher_id": publ.id()}));
+            if wait_subs > 0 && !publ.wait_for_subscribers(wait_subs, Duration::from_millis(wait_ms)) {
+                bail!("only {} of {wait_subs} subscribers matched within {wait_ms} ms", publ.subscriber_count());
+            }
+            emit(json!({"event": "matched", "subscribers": publ.subscriber_count()}));
+            let period = if rate > 0.0 { Some(Duration::from_secs_f64(1.0 / rate)) } else { None };
+            let start = Instant::now();
+            let mut buf = vec![0u8; size];
+            let mut max_gap = Duration::ZERO;
+            let mut last = Instant::now();
+            let mut clock = 0u64;
+            while count == 0 || clock < count {
+                clock += 1;
+                if loan {
+                    publ.loan(size)?.write(|b| fill(b, clock)).send()?;
+                } else {
+                    fill(&mut buf, clock);
+                    publ.send(&buf)?;
+                }
+                let now = Instant::now();
+                max_gap = max_gap.max(now - last);
+                last = now;
+                if let Some(p) = period {
+                    let due = start + p.mul_f64(clock as f64);
+                    let now = Instant::now();
+                    if due > now {
+                        std::thread::sleep(due - now);
+                    }
+                    last = Instant::now();
+                }
+                if clock % 10_000 == 0 {
+                    emit(json!({"event": "progress", "sent": clock, "max_send_gap_us": max_gap.as_micros() as u64}));
+                }
+            }
+            emit(json!({"event": "done", "sent": clock, "max_send_gap_us": max_gap.as_micros() as u64,
+                        "elapsed_ms": start.elapsed().as_millis() as u64}));
+            std::thread::sleep(Duration::from_millis(linger_ms));
+        }
+        Cmd::Sub { topic, count, idle_ms, zero_copy, spin } => {
+            let mut sub = node.subscriber(&topic)?;
+            if spin {
+                sub.set_wait_strategy(shoal::WaitStrategy::BusySpin);
+            }
+            emit(json!({"event": "ready", "pid": std::process::id()}));
+            let created = Instant::now();
+            let mut matched_at: Option<Instant> = None;
+            let mut first_msg_after_match_ms: Option<f64> = None;
+            let (mut received, mut torn, mut out_of_order) = (0u64, 0u64, 0u64);
+            let mut last_clock: std::collections::HashMap<u64, u64> = Default::default();
+            let mut publishers = std::collections::BTreeSet::new();
+            let mut lat_sum_ns: u128 = 0;
+            let mut timed_out = false;
+            while received < count {
+                if matched_at.is_none() && sub.publisher_count() > 0 {
+                    matched_at = Some(Instant::now());
+                }
+                let r = if zero_copy {
+                    sub.recv_with(Some(Duration::from_millis(idle_ms)), |s| {
+                        let (clock, sent, ok) = verify(s.payload());
+                        (s.publisher_id(), s.clock(), clock, sent, ok)
+                    })
+                } else {
+                    sub.recv_timeout(Duration::from_millis(idle_ms)).map(|s| {
+                        let (clock, sent, ok) = verify(s.payload());
+                        (s.publisher_id(), s.clock(), clock, sent, ok)
+                    })
+                };
+                let (pid, shoal_clock, clock, sent, ok) = match r {
+                    Ok(v) => v,
+                    Err(shoal::RecvError::Timeout) => {
+                        timed_out = true;
+                        break;
+                    }
+                    Err(e) => bail!("receive failed: {e}"),
+                };
+                let now_ns = mono_ns();
+                if received == 0 {
+                    let m = matched_at.unwrap_or(created);
+                    first_msg_after_match_ms = Some(m.elapsed().as_secs_f64() * 1e3);
+                    emit(json!({"event": "first", "clock": clock,
+                                "since_match_ms": first_msg_after_match_ms}));
+                }
+                received += 1;
+                publishers.insert(pid);
+                if !ok {
+                    torn += 1;
+                }
+                if ok && clock != shoal_clock {
+                    torn += 1;
+                }
+                let prev = last_clock.insert(pid, shoal_clock).unwrap_or(0);
+                if shoal_clock <= prev {
+                    out_of_order += 1;
+                }
+                lat_sum_ns += u128::from(now_ns.saturating_sub(sent));
+            }
+            emit(json!({
+                "event": "summary",
+                "received": received,
+                "torn": torn,
+                "out_of_order": out_of_order,
+                "drops": sub.drops(),
+                "publishers": publishers.len(),
+                "timed_out": timed_out,
+                "first_msg_after_match_ms": first_msg_after_match_ms,
+                "mean_latency_us": if received > 0 { (lat_sum_ns / u128::from(received)) as f64 / 1e3 } else { 0.0 },
+            }));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,276 @@
+//! Multi-process pub/sub over the native shared-memory ring, driven through the `shoal-peer` binary.
+//!
+//! Every test uses its own topic name (test name + pid), so tests may run in parallel with each other and with
+//! other shoal or eCAL processes on the host.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const PEER: &str = env!("CARGO_BIN_EXE_shoal-peer");
+
+struct Peer {
+    child: Child,
+    lines: mpsc::Receiver<Value>,
+}
+
+/// An `ecal.ini` for the peers: a deeper ring (256 slots) than the default 16, so that a peer descheduled for a
+/// few milliseconds on a loaded 2-core CI machine is not overrun in the tests that require every message.
+fn deep_ring_ini() -> String {
+    let path = format!("{}/deep_ring_{}.ini", env!("CARGO_TARGET_TMPDIR"), std::process::id());
+    if !std::path::Path::new(&path).exists() {
+        let text = "[shoal_shm_ring]\nslot_count = 256\nslot_size = 8k\n";
+        std::fs::write(&path, text).expect("write test ecal.ini");
+    }
+    path
+}
+
+impl Peer {
+    /// A peer with the default configuration (16 slots of 64 KiB).
+    fn spawn(args: &[&str]) -> Peer {
+        Peer::spawn_env(args, None)
+    }
+
+    /// A peer whose ring has 256 slots.
+    fn spawn_deep(args: &[&str]) -> Peer {
+        Peer::spawn_env(args, Some(deep_ring_ini()))
+    }
+
+    fn spawn_env(args: &[&str], ecal_ini: Option<String>) -> Peer {
+        let mut cmd = Command::new(PEER);
+        if let Some(ini) = ecal_ini {
+            cmd.env("ECAL_INI", ini);
+        }
+        let mut child =
+            cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn shoal-peer");
+        let stdout: ChildStdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if tx.send(v).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Peer { child, lines: rx }
+    }
+
+    /// The next JSON line whose `event` equals `event`, within `timeout`.
+    fn expect(&self, event: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) if v["event"] == event => return v,
+                Ok(_) => continue,
+                Err(_) => panic!("peer {} sent no {event:?} line within {timeout:?}", self.child.id()),
+            }
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn wait_success(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                assert!(status.success(), "peer {} exited with {status}", self.child.id());
+                return;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("peer {} did not exit within {timeout:?}", self.child.id());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn sigkill(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn topic(name: &str) -> String {
+    format!("test_{name}_{}", std::process::id())
+}
+
+const T: Duration = Duration::from_secs(20);
+
+/// The files a process left in /dev/shm (shoal names carry the owner's pid).
+fn shm_files_of(pid: u32) -> Vec<String> {
+    let prefix_a = format!("shoal_{pid}_");
+    let prefix_b = format!("shoal_db_{pid}_");
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix_a) || n.starts_with(&prefix_b))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn check_summary(s: &Value, expected: u64, publishers: u64) {
+    assert_eq!(s["received"], expected, "summary: {s}");
+    assert_eq!(s["torn"], 0, "torn messages: {s}");
+    assert_eq!(s["out_of_order"], 0, "out of order: {s}");
+    assert_eq!(s["publishers"], publishers, "summary: {s}");
+}
+
+#[test]
+fn one_to_one_every_message_in_order() {
+    let t = topic("one_to_one");
+    let sub = Peer::spawn_deep(&["sub", "--topic", &t, "--count", "2000"]);
+    sub.expect("ready", T);
+    let mut publ = Peer::spawn_deep(&["pub", "--topic", &t, "--count", "2000", "--rate", "20000", "--size", "256"]);
+    let s = sub.expect("summary", T);
+    check_summary(&s, 2000, 1);
+    assert_eq!(s["drops"], 0, "{s}");
+    publ.wait_success(T);
+    assert!(shm_files_of(publ.pid()).is_empty(), "publisher left files in /dev/shm");
+}
+
+#[test]
+fn one_to_four_subscribers() {
+    let t = topic("one_to_four");
+    let subs: Vec<Peer> =
+        (0..4).map(|_| Peer::spawn_deep(&["sub", "--topic", &t, "--count", "1000", "--zero-copy"])).collect();
+    for s in &subs {
+        s.expect("ready", T);
+    }
+    let mut publ = Peer::spawn_deep(&[
+        "pub",
+        "--topic",
+        &t,
+        "--count",
+        "1000",
+        "--rate",
+        "5000",
+        "--size",
+        "4096",
+        "--wait-subs",
+        "4",
+    ]);
+    for s in &subs {
+        let summary = s.expect("summary", T);
+        check_summary(&summary, 1000, 1);
+    }
+    publ.wait_success(T);
+}
+
+#[test]
+fn large_messages_grow_the_ring() {
+    let t = topic("large");
+    let sub = Peer::spawn(&["sub", "--topic", &t, "--count", "50"]);
+    sub.expect("ready", T);
+    // 3 MB is far above the default slot size: the publisher's ring grows, the reader follows.
+    let mut publ =
+        Peer::spawn(&["pub", "--topic", &t, "--count", "50", "--rate", "200", "--size", "3000000", "--loan"]);
+    check_summary(&sub.expect("summary", T), 50, 1);
+    publ.wait_success(T);
+}
+
+#[test]
+fn late_joiner_gets_its_first_message_quickly() {
+    let t = topic("late_joiner");
+    let mut publ = Peer::spawn(&["pub", "--topic", &t, "--count", "0", "--rate", "1000", "--wait-subs", "0"]);
+    publ.expect("matched", T);
+    std::thread::sleep(Duration::from_millis(1500));
+    let sub = Peer::spawn(&["sub", "--topic", &t, "--count", "200"]);
+    let first = sub.expect("first", T);
+    let since_match = first["since_match_ms"].as_f64().expect("since_match_ms");
+    // Within 50 ms of the match (messages come every 1 ms), not a registration period (1 s) later.
+    assert!(since_match < 50.0, "first message {since_match} ms after the match");
+    let s = sub.expect("summary", T);
+    check_summary(&s, 200, 1);
+    publ.sigkill();
+}
+
+#[test]
+fn publisher_restart_is_followed() {
+    let t = topic("restart");
+    let sub = Peer::spawn_deep(&["sub", "--topic", &t, "--count", "600"]);
+    sub.expect("ready", T);
+    let mut p1 = Peer::spawn_deep(&["pub", "--topic", &t, "--count", "300", "--rate", "2000"]);
+    p1.wait_success(T);
+    let mut p2 = Peer::spawn_deep(&["pub", "--topic", &t, "--count", "300", "--rate", "2000"]);
+    let s = sub.expect("summary", T);
+    check_summary(&s, 600, 2);
+    p2.wait_success(T);
+}
+
+#[test]
+fn killed_subscriber_does_not_stall_the_publisher() {
+    let t = topic("sub_killed");
+    let mut victim = Peer::spawn(&["sub", "--topic", &t, "--count", "100000000"]);
+    let survivor = Peer::spawn(&["sub", "--topic", &t, "--count", "400000", "--idle-ms", "5000"]);
+    victim.expect("ready", T);
+    survivor.expect("ready", T);
+    let mut publ =
+        Peer::spawn(&["pub", "--topic", &t, "--count", "400000", "--rate", "0", "--size", "64", "--wait-subs", "2"]);
+    publ.expect("progress", T);
+    victim.sigkill();
+    let done = publ.expect("done", Duration::from_secs(60));
+    // Full rate continues: no send ever waited on the dead reader.
+    let gap = done["max_send_gap_us"].as_u64().expect("gap");
+    assert!(gap < 200_000, "a send took {gap} µs after the subscriber was killed");
+    let s = survivor.expect("summary", Duration::from_secs(60));
+    assert_eq!(s["torn"], 0, "{s}");
+    assert_eq!(s["out_of_order"], 0, "{s}");
+    // At full rate a reader may be overrun; what it lost is counted, never silent.
+    let received = s["received"].as_u64().expect("received");
+    let drops = s["drops"].as_u64().expect("drops");
+    assert!(received > 0);
+    assert!(received + drops >= 400_000 || s["timed_out"] == true, "{s}");
+    publ.wait_success(T);
+    // A node starting after the crash removes the killed subscriber's doorbell.
+    let dead_pid = victim.pid();
+    let mut cleaner = Peer::spawn(&["sub", "--topic", &topic("cleaner2"), "--count", "1", "--idle-ms", "100"]);
+    cleaner.wait_success(T);
+    assert!(shm_files_of(dead_pid).is_empty(), "files of the killed subscriber remain: {:?}", shm_files_of(dead_pid));
+}
+
+#[test]
+fn killed_publisher_mid_write_leaves_no_torn_data_and_no_hang() {
+    let t = topic("pub_killed");
+    let subs: Vec<Peer> =
+        (0..2).map(|_| Peer::spawn(&["sub", "--topic", &t, "--count", "100000000", "--idle-ms", "1500"])).collect();
+    for s in &subs {
+        s.expect("ready", T);
+    }
+    // 1 MB messages at full rate: most of the time the publisher is inside a copy when it dies.
+    let mut publ =
+        Peer::spawn(&["pub", "--topic", &t, "--count", "0", "--rate", "0", "--size", "1000000", "--wait-subs", "2"]);
+    publ.expect("matched", T);
+    std::thread::sleep(Duration::from_millis(700));
+    let dead_pid = publ.pid();
+    publ.sigkill();
+    for s in &subs {
+        // The subscriber's recv times out (1.5 s idle) and it reports: no hang.
+        let summary = s.expect("summary", Duration::from_secs(15));
+        assert_eq!(summary["torn"], 0, "{summary}");
+        assert_eq!(summary["out_of_order"], 0, "{summary}");
+        assert!(summary["received"].as_u64().unwrap_or(0) > 0, "{summary}");
+    }
+    // A node starting after the crash removes the dead publisher's segment.
+    let mut cleaner = Peer::spawn(&["sub", "--topic", &topic("cleaner"), "--count", "1", "--idle-ms", "100"]);
+    cleaner.wait_success(T);
+    assert!(shm_files_of(dead_pid).is_empty(), "files of the killed publisher remain: {:?}", shm_files_of(dead_pid));
+}
