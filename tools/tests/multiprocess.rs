@@ -274,3 +274,18 @@ fn killed_publisher_mid_write_leaves_no_torn_data_and_no_hang() {
     cleaner.wait_success(T);
     assert!(shm_files_of(dead_pid).is_empty(), "files of the killed publisher remain: {:?}", shm_files_of(dead_pid));
 }
+
+#[test]
+fn bad_ini_value_stops_init_with_file_line_and_range() {
+    let path = format!("{}/bad_{}.ini", env!("CARGO_TARGET_TMPDIR"), std::process::id());
+    std::fs::write(&path, "[network]\nnetwork_enabled = false\nmulticast_ttl = 300\n").expect("write ini");
+    let out = Command::new(PEER)
+        .args(["sub", "--topic", &topic("bad_ini"), "--count", "1", "--idle-ms", "10"])
+        .env("ECAL_INI", &path)
+        .output()
+        .expect("run shoal-peer");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let want = format!("{path}:3: [network] multicast_ttl = \"300\": allowed 0..=255");
+    assert!(err.contains(&want), "stderr does not name file, line, key and range:\n{err}");
+}

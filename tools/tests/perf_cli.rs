@@ -4,7 +4,11 @@ use std::process::Command;
 
 fn perf(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_shoal")).arg("perf").args(args).output().expect("run shoal");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
@@ -14,8 +18,17 @@ fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
 #[test]
 fn baseline_only_json_covers_every_mode_wait_and_size() {
     let (ok, out, err) = perf(&[
-        "--baseline-only", "--json", "--sizes", "64,4k", "--iterations", "300", "--count", "2000", "--pingpong",
-        "--throughput", "--zero-copy",
+        "--baseline-only",
+        "--json",
+        "--sizes",
+        "64,4k",
+        "--iterations",
+        "300",
+        "--count",
+        "2000",
+        "--pingpong",
+        "--throughput",
+        "--zero-copy",
     ]);
     assert!(ok, "stderr: {err}");
     let lines = json_lines(&out);

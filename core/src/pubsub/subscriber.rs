@@ -39,7 +39,10 @@ pub(crate) struct SubShared {
     next_reader: AtomicUsize,
     intra: Mutex<VecDeque<Sample>>,
     intra_len: AtomicUsize,
+    /// Bounds of the same-process queue: at most this many samples and bytes (the oldest are dropped).
     intra_cap: usize,
+    intra_cap_bytes: usize,
+    intra_bytes: AtomicUsize,
     intra_pubs: AtomicUsize,
     remote_pubs: AtomicUsize,
     callback: Option<Mutex<Callback>>,
@@ -66,11 +69,15 @@ impl SubShared {
     /// Queues a same-process sample; the oldest is dropped (and counted) when the queue is full.
     pub(crate) fn push_intra(&self, s: Sample) {
         let mut q = lock(&self.intra);
-        if q.len() >= self.intra_cap {
-            q.pop_front();
-            self.drops.fetch_add(1, Ordering::Relaxed);
-        }
+        let mut bytes = self.intra_bytes.load(Ordering::Relaxed) + s.payload().len();
         q.push_back(s);
+        while q.len() > 1 && (q.len() > self.intra_cap || bytes > self.intra_cap_bytes) {
+            if let Some(old) = q.pop_front() {
+                bytes -= old.payload().len();
+                self.drops.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.intra_bytes.store(bytes, Ordering::Relaxed);
         self.intra_len.store(q.len(), Ordering::Release);
     }
 
@@ -181,6 +188,9 @@ impl SubShared {
             let s = {
                 let mut q = lock(&self.intra);
                 let s = q.pop_front();
+                if let Some(s) = &s {
+                    self.intra_bytes.fetch_sub(s.payload().len(), Ordering::Relaxed);
+                }
                 self.intra_len.store(q.len(), Ordering::Release);
                 s
             };
@@ -321,7 +331,10 @@ impl Subscriber {
             next_reader: AtomicUsize::new(0),
             intra: Mutex::new(VecDeque::new()),
             intra_len: AtomicUsize::new(0),
-            intra_cap: rt.config.shm_ring.slot_count.max(2) as usize,
+            // As much memory as a ring of the configured geometry, and at least as many samples as it has slots.
+            intra_cap: (rt.config.shm_ring.slot_count as usize).max(1024),
+            intra_cap_bytes: (rt.config.shm_ring.slot_count as usize).saturating_mul(rt.config.shm_ring.slot_size),
+            intra_bytes: AtomicUsize::new(0),
             intra_pubs: AtomicUsize::new(0),
             remote_pubs: AtomicUsize::new(0),
             callback: callback.map(Mutex::new),

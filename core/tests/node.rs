@@ -1,0 +1,129 @@
+//! The public API inside one process: same-process delivery, pull and callback forms, loans, errors, snapshot.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use shoal::monitor::TopicDirection;
+use shoal::{Node, RecvError, TypeInfo};
+
+fn node() -> Node {
+    Node::init_with_config("node_test", shoal::Config::default()).expect("init")
+}
+
+fn topic(name: &str) -> String {
+    format!("node_{name}_{}", std::process::id())
+}
+
+const T: Duration = Duration::from_secs(5);
+
+#[test]
+fn same_process_pull_delivers_payload_and_metadata() {
+    let node = node();
+    let t = topic("pull");
+    let sub = node.subscriber(&t).expect("subscriber");
+    let mut publ = node.publisher(&t, TypeInfo::new("demo.Text", "raw", b"desc".to_vec())).expect("publisher");
+    assert!(publ.wait_for_subscribers(1, T));
+    assert!(sub.wait_for_publishers(1, T));
+    for i in 1..=3u8 {
+        publ.send(&[i; 10]).expect("send");
+    }
+    for i in 1..=3u64 {
+        let s = sub.recv_timeout(T).expect("recv");
+        assert_eq!(s.payload(), &[i as u8; 10]);
+        assert_eq!(s.clock(), i);
+        assert_eq!(s.publisher_id(), publ.id());
+        assert_eq!(s.type_info().name, "demo.Text");
+        assert_eq!(s.type_info().descriptor, b"desc");
+        assert_eq!(s.topic(), t);
+        let now_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+        assert!((now_us - s.send_time_us()).abs() < 5_000_000);
+    }
+    assert!(sub.try_recv().expect("try_recv").is_none());
+    assert!(matches!(sub.recv_timeout(Duration::from_millis(20)), Err(RecvError::Timeout)));
+}
+
+#[test]
+fn loan_typestate_and_recv_with() {
+    let node = node();
+    let t = topic("loan");
+    let sub = node.subscriber(&t).expect("subscriber");
+    let mut publ = node.publisher(&t, TypeInfo::raw("bytes")).expect("publisher");
+    let loan = publ.loan(100_000).expect("loan");
+    assert_eq!(loan.len(), 100_000);
+    // `loan.send()` does not compile here: only a written loan can be sent.
+    loan.write(|b| b.fill(9)).send().expect("send");
+    let sum: u64 = sub.recv_with(Some(T), |s| s.payload().iter().map(|&b| u64::from(b)).sum()).expect("recv_with");
+    assert_eq!(sum, 900_000);
+    // An unsent loan sends nothing.
+    drop(publ.loan(10).expect("loan"));
+    assert!(sub.try_recv().expect("try_recv").is_none());
+}
+
+#[test]
+fn callback_subscriber_runs_on_the_doorbell_thread() {
+    let node = node();
+    let t = topic("callback");
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let count = Arc::new(AtomicU64::new(0));
+    let (g, c) = (Arc::clone(&got), Arc::clone(&count));
+    let sub = node
+        .subscriber_with_callback(&t, move |s| {
+            g.lock().unwrap().push(s.payload().to_vec());
+            c.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(std::thread::current().name(), Some("shoal-doorbell"));
+        })
+        .expect("subscriber");
+    assert_eq!(sub.recv_timeout(Duration::from_millis(1)).unwrap_err(), RecvError::CallbackMode);
+    let mut publ = node.publisher(&t, TypeInfo::raw("bytes")).expect("publisher");
+    for i in 0..50u32 {
+        publ.send(&i.to_le_bytes()).expect("send");
+    }
+    let deadline = Instant::now() + T;
+    while count.load(Ordering::SeqCst) < 50 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let got = got.lock().unwrap();
+    assert_eq!(got.len(), 50);
+    for (i, p) in got.iter().enumerate() {
+        assert_eq!(p, &(i as u32).to_le_bytes());
+    }
+}
+
+#[test]
+fn empty_topic_is_an_error() {
+    let node = node();
+    assert!(matches!(node.publisher("", TypeInfo::default()), Err(shoal::CreateError::EmptyTopic)));
+    assert!(matches!(node.subscriber(""), Err(shoal::CreateError::EmptyTopic)));
+}
+
+#[test]
+fn snapshot_lists_own_process_and_topics_until_dropped() {
+    let node = node();
+    let t = topic("snapshot");
+    let publ = node.publisher(&t, TypeInfo::raw("snap.Type")).expect("publisher");
+    let sub = node.subscriber(&t).expect("subscriber");
+    let find = |want_pub: bool, want_sub: bool| {
+        let deadline = Instant::now() + T;
+        loop {
+            let snap = node.snapshot();
+            let has = |d: TopicDirection| snap.topics.iter().any(|e| e.topic_name == t && e.direction == d);
+            let me = snap.processes.iter().any(|p| p.is_self && p.pid == std::process::id());
+            if me && has(TopicDirection::Publisher) == want_pub && has(TopicDirection::Subscriber) == want_sub {
+                return snap;
+            }
+            assert!(Instant::now() < deadline, "snapshot never showed pub={want_pub} sub={want_sub}: {snap:#?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let snap = find(true, true);
+    let entry = snap.topics.iter().find(|e| e.topic_name == t && e.direction == TopicDirection::Publisher).unwrap();
+    assert_eq!(entry.type_info.name, "snap.Type");
+    assert_eq!(entry.entity_id, publ.id());
+    assert_eq!(entry.host_name, node.host_name());
+    assert!(entry.layers.iter().any(|l| l == "shoal_ring"), "{entry:?}");
+    drop(publ);
+    find(false, true);
+    drop(sub);
+    find(false, false);
+}
