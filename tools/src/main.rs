@@ -1,1 +1,34 @@
-fn main() {}
+//! `shoal`: the command line of the shoal pub/sub framework.
+
+mod perf;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+/// shoal command line tools.
+#[derive(Debug, Parser)]
+#[command(name = "shoal", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Measure latency, throughput, fan-out and memory of shoal (optionally against a raw ring).
+    Perf(perf::PerfArgs),
+    /// Internal: the echo/sink process spawned by `shoal perf`.
+    #[command(hide = true)]
+    PerfPeer(perf::PeerArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")))
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Perf(args) => perf::run(args),
+        Command::PerfPeer(args) => perf::run_peer(args),
+    }
+}

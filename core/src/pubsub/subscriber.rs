@@ -465,9 +465,10 @@ impl Subscriber {
                 return Ok(r);
             }
             spins = spins.wrapping_add(1);
-            let spinning = match spin_until {
-                None => true,
-                Some(t) => spins & 63 != 0 || Instant::now() < t,
+            let spinning = match (self.wait, spin_until) {
+                (WaitStrategy::Block, _) => false,
+                (_, None) => true,
+                (_, Some(t)) => spins & 63 != 0 || Instant::now() < t,
             };
             if spinning {
                 if spins & 1023 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {

@@ -150,7 +150,7 @@ fn main() -> Result<()> {
                     }
                     last = Instant::now();
                 }
-                if clock % 10_000 == 0 {
+                if clock.is_multiple_of(10_000) {
                     emit(json!({"event": "progress", "sent": clock, "max_send_gap_us": max_gap.as_micros() as u64}));
                 }
             }

@@ -474,8 +474,10 @@ impl RingReader {
     #[cold]
     fn skip_ahead(&mut self) {
         let w = self.seg.header().write_seq.0.load(Ordering::Acquire);
-        let oldest = w.saturating_sub(u64::from(self.seg.slot_count));
-        let target = oldest.max(self.cursor + 1);
+        // Not the oldest slot (the writer is about to overwrite it) but the middle of the ring: an overrun
+        // reader then has half a ring of slack to catch up instead of being lapped again at once.
+        let resume = w.saturating_sub(u64::from(self.seg.slot_count / 2).max(1));
+        let target = resume.max(self.cursor + 1);
         self.drops += target - self.cursor;
         self.cursor = target;
     }

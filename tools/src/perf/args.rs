@@ -1,0 +1,299 @@
+//! Command-line arguments of `shoal perf` and of the hidden `perf-peer` subcommand.
+
+use std::fmt;
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+
+/// `shoal perf`: latency, throughput, fan-out and memory measurements.
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "\
+Modes: without --pingpong/--throughput/--zero-copy/--subscribers, ping-pong and throughput run.
+Latency is one-way = round-trip / 2 between two processes (this one and a spawned echo peer).
+--baseline adds the same measurements over a plain two-process SPSC ring in /dev/shm (no
+middleware) and prints every shoal figure as a ratio to it (latency: shoal/baseline, lower is
+better; throughput: shoal/baseline, higher is better).
+On a 2-core machine leave --pin off: the runtime threads of each process then share both cores.")]
+pub(crate) struct PerfArgs {
+    /// Payload sizes (k/m suffixes are 1024 multiples), e.g. 64,1k,64k,1m,4m.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "64,1k,64k,1m,4m")]
+    pub(crate) sizes: Vec<usize>,
+    /// Round trips per size (default: 10000 for small sizes, fewer for big ones so a run stays short).
+    #[arg(long)]
+    pub(crate) iterations: Option<u64>,
+    /// Messages per size in throughput and fan-out modes (default: scaled by size).
+    #[arg(long)]
+    pub(crate) count: Option<u64>,
+    /// Receive wait strategy: spin (busy spin) or block (futex doorbell). Default: both.
+    #[arg(long, value_enum)]
+    pub(crate) wait: Option<WaitMode>,
+    /// Run ping-pong latency (copying send and receive).
+    #[arg(long)]
+    pub(crate) pingpong: bool,
+    /// Run streaming throughput (the publisher sends as fast as it can).
+    #[arg(long)]
+    pub(crate) throughput: bool,
+    /// Run zero-copy ping-pong: loaned slots, only a 16-byte header is written and read.
+    #[arg(long)]
+    pub(crate) zero_copy: bool,
+    /// Run 1->N fan-out with N subscriber processes (compared with N=1): cost of send().
+    #[arg(long, value_name = "N")]
+    pub(crate) subscribers: Option<usize>,
+    /// Also measure a plain two-process SPSC ring in /dev/shm (no middleware) and print ratios.
+    #[arg(long)]
+    pub(crate) baseline: bool,
+    /// Measure only the baseline ring (no shoal node is created).
+    #[arg(long, conflicts_with = "baseline")]
+    pub(crate) baseline_only: bool,
+    /// Pin this process to CPU 0 and peer k to CPU k (modulo the CPU count). Off by default:
+    /// on a 2-core machine pinning leaves no core for the runtime threads.
+    #[arg(long)]
+    pub(crate) pin: bool,
+    /// One JSON object per line and measurement instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Memory mode: create this many publishers and subscribers in one process (use with --rss).
+    #[arg(long, value_name = "N", requires = "rss")]
+    pub(crate) topics: Option<usize>,
+    /// Memory mode: print RSS without shared-memory mappings and the thread count (use with --topics).
+    #[arg(long, requires = "topics")]
+    pub(crate) rss: bool,
+}
+
+/// The hidden `perf-peer` subcommand: the echo/sink process spawned by `shoal perf`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct PeerArgs {
+    /// Which system the peer talks over.
+    #[arg(long, value_enum)]
+    pub(crate) system: System,
+    /// Receive wait strategy.
+    #[arg(long, value_enum)]
+    pub(crate) wait: WaitMode,
+    /// shoal: topic prefix; baseline: path prefix of the ring files.
+    #[arg(long)]
+    pub(crate) name: String,
+    /// Index of this peer (fan-out: each peer has its own index).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) index: usize,
+    /// Pid of the parent: the peer exits when its parent is gone.
+    #[arg(long)]
+    pub(crate) parent: u32,
+    /// Pin to this CPU.
+    #[arg(long)]
+    pub(crate) cpu: Option<usize>,
+    /// Only receive (fan-out sinks): no answer link.
+    #[arg(long)]
+    pub(crate) sink_only: bool,
+}
+
+/// Receive wait strategy of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub(crate) enum WaitMode {
+    /// Busy spin (`WaitStrategy::BusySpin`).
+    Spin,
+    /// Futex doorbell (`WaitStrategy::Block`).
+    Block,
+}
+
+impl WaitMode {
+    /// The name used in reports and on the peer's command line.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            WaitMode::Spin => "spin",
+            WaitMode::Block => "block",
+        }
+    }
+}
+
+impl fmt::Display for WaitMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The system under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum System {
+    /// shoal publishers/subscribers (shared-memory ring transport).
+    Shoal,
+    /// The plain SPSC ring of `baseline.rs`.
+    Baseline,
+}
+
+impl System {
+    /// `system` field of the report.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            System::Shoal => "shoal",
+            System::Baseline => "baseline",
+        }
+    }
+
+    /// `transport` field of the report.
+    pub(crate) fn transport(self) -> &'static str {
+        match self {
+            System::Shoal => "shm_ring",
+            System::Baseline => "baseline_ring",
+        }
+    }
+}
+
+/// The measurement kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Copying ping-pong latency.
+    PingPong,
+    /// Streaming throughput.
+    Throughput,
+    /// Zero-copy ping-pong latency (header only).
+    ZeroCopy,
+    /// 1->N fan-out: publisher cost per send.
+    Fanout,
+}
+
+impl Mode {
+    /// `mode` field of the report.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Mode::PingPong => "pingpong",
+            Mode::Throughput => "throughput",
+            Mode::ZeroCopy => "zero_copy",
+            Mode::Fanout => "fanout",
+        }
+    }
+}
+
+impl PerfArgs {
+    /// The wait modes to run, in order.
+    pub(crate) fn waits(&self) -> Vec<WaitMode> {
+        match self.wait {
+            Some(w) => vec![w],
+            None => vec![WaitMode::Spin, WaitMode::Block],
+        }
+    }
+
+    /// The measurement modes to run, in order.
+    pub(crate) fn modes(&self) -> Vec<Mode> {
+        let mut modes = Vec::new();
+        let explicit = self.pingpong || self.throughput || self.zero_copy || self.subscribers.is_some();
+        if self.pingpong || !explicit {
+            modes.push(Mode::PingPong);
+        }
+        if self.throughput || !explicit {
+            modes.push(Mode::Throughput);
+        }
+        if self.zero_copy {
+            modes.push(Mode::ZeroCopy);
+        }
+        if self.subscribers.is_some() {
+            modes.push(Mode::Fanout);
+        }
+        modes
+    }
+
+    /// Checks combinations clap cannot express.
+    pub(crate) fn validate(&self) -> anyhow::Result<()> {
+        if self.sizes.is_empty() {
+            bail!("--sizes is empty: give at least one size, e.g. --sizes 64,1k");
+        }
+        if let Some(&s) = self.sizes.iter().find(|&&s| s < crate::perf::HEADER_LEN) {
+            bail!(
+                "size {s} is too small: every message carries a {}-byte header (sequence + timestamp); use --sizes with values >= {}",
+                crate::perf::HEADER_LEN,
+                crate::perf::HEADER_LEN
+            );
+        }
+        if self.iterations == Some(0) || self.count == Some(0) {
+            bail!("--iterations and --count must be at least 1");
+        }
+        if self.subscribers == Some(0) {
+            bail!("--subscribers must be at least 1");
+        }
+        if self.baseline_only && self.subscribers.is_some() {
+            bail!("--subscribers measures shoal's fan-out; it has no baseline-only form (drop --baseline-only)");
+        }
+        if self.topics == Some(0) {
+            bail!("--topics must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// Round trips for a payload size (excluding warm-up).
+    pub(crate) fn iterations_for(&self, size: usize) -> u64 {
+        self.iterations.unwrap_or_else(|| ((256u64 << 20) / size as u64).clamp(100, 10_000))
+    }
+
+    /// Warm-up round trips for a payload size.
+    pub(crate) fn warmup_for(&self, size: usize) -> u64 {
+        (self.iterations_for(size) / 10).clamp(10, 1000)
+    }
+
+    /// Messages per throughput run.
+    pub(crate) fn count_for(&self, size: usize) -> u64 {
+        self.count.unwrap_or_else(|| ((1u64 << 30) / size as u64).clamp(200, 200_000))
+    }
+
+    /// Messages per fan-out run.
+    pub(crate) fn fanout_count_for(&self, size: usize) -> u64 {
+        self.count.unwrap_or_else(|| ((256u64 << 20) / size as u64).clamp(50, 5_000))
+    }
+}
+
+/// Parses `64`, `1k`, `64K`, `1m`, `4M` (1024 multiples).
+pub(crate) fn parse_size(s: &str) -> anyhow::Result<usize> {
+    let t = s.trim();
+    let (digits, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1024usize),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1024 * 1024),
+        _ => (t, 1),
+    };
+    let n: usize = digits.parse().with_context(|| {
+        format!("bad size {s:?}: expected a number with an optional k or m suffix, e.g. 64, 1k, 4m")
+    })?;
+    let v = n.checked_mul(mult).with_context(|| format!("size {s:?} is too large"))?;
+    if v == 0 {
+        bail!("size {s:?} is zero: sizes must be positive");
+    }
+    if v > 1 << 30 {
+        bail!("size {s:?} is larger than 1 GiB: pick a smaller size");
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_suffixes() {
+        assert_eq!(parse_size("64").unwrap(), 64);
+        assert_eq!(parse_size("1k").unwrap(), 1024);
+        assert_eq!(parse_size("64K").unwrap(), 65536);
+        assert_eq!(parse_size("1m").unwrap(), 1 << 20);
+        assert_eq!(parse_size(" 4M ").unwrap(), 4 << 20);
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("k").is_err());
+        assert!(parse_size("12x").is_err());
+        assert!(parse_size("2048m").is_err());
+    }
+
+    #[test]
+    fn iteration_defaults_scale_with_size() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            a: PerfArgs,
+        }
+        let t = T::parse_from(["x"]);
+        assert_eq!(t.a.iterations_for(64), 10_000);
+        assert_eq!(t.a.iterations_for(4 << 20), 100);
+        assert_eq!(t.a.modes(), vec![Mode::PingPong, Mode::Throughput]);
+        assert_eq!(t.a.waits(), vec![WaitMode::Spin, WaitMode::Block]);
+        let t = T::parse_from(["x", "--zero-copy", "--wait", "block", "--iterations", "7"]);
+        assert_eq!(t.a.modes(), vec![Mode::ZeroCopy]);
+        assert_eq!(t.a.waits(), vec![WaitMode::Block]);
+        assert_eq!(t.a.iterations_for(4 << 20), 7);
+        assert!(T::try_parse_from(["x", "--rss"]).is_err());
+    }
+}

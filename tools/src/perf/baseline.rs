@@ -1,0 +1,435 @@
+//! The baseline: a plain single-producer single-consumer ring in a /dev/shm file shared by two
+//! processes, with no middleware. The writer copies the payload into a slot and publishes it by
+//! advancing `write_idx`; the reader copies it out and frees the slot by advancing `read_idx`.
+//! A full ring makes the writer wait (no overwrite). In block mode the reader sleeps on a futex
+//! doorbell that the writer rings only when a reader announced itself in `waiters`.
+
+use std::fs::{self, File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use memmap2::MmapMut;
+
+use super::args::WaitMode;
+use super::link::{HEADER_LEN, Receiver, Sender, TimedOut};
+
+const MAGIC: u64 = 0x5348_4f41_4c42_4153; // "SHOALBAS"
+
+/// Slots per ring: the same as shoal's default `shm_ring.slot_count`.
+pub(crate) const SLOT_COUNT: u64 = 16;
+
+/// Offset of a slot's payload inside the slot (the slot starts with its length word).
+const SLOT_DATA_OFFSET: usize = 64;
+
+/// Control block at the start of the ring file; writer and reader fields on separate cache lines.
+#[repr(C)]
+#[derive(Debug)]
+struct Header {
+    magic: AtomicU64,
+    slot_count: AtomicU64,
+    slot_size: AtomicU64,
+    _pad0: [u64; 5],
+    /// Messages published so far (written by the writer).
+    write_idx: AtomicU64,
+    /// Futex word: bumped by the writer when a reader waits.
+    doorbell: AtomicU32,
+    _pad1: [u32; 13],
+    /// Messages consumed so far (written by the reader).
+    read_idx: AtomicU64,
+    /// Readers sleeping (or about to sleep) on `doorbell`.
+    waiters: AtomicU32,
+    _pad2: [u32; 13],
+}
+
+const HEADER_SIZE: usize = std::mem::size_of::<Header>();
+
+/// One end of a ring file mapped into this process.
+#[derive(Debug)]
+pub(crate) struct Ring {
+    _map: MmapMut,
+    base: *mut u8,
+    slot_count: u64,
+    slot_size: usize,
+    stride: usize,
+    wait: WaitMode,
+    /// Set on the end that created the file: it is removed on drop.
+    unlink: Option<PathBuf>,
+}
+
+fn stride_for(slot_size: usize) -> Option<usize> {
+    SLOT_DATA_OFFSET.checked_add(slot_size)?.checked_next_multiple_of(64)
+}
+
+fn total_size(slot_count: u64, slot_size: usize) -> Option<usize> {
+    stride_for(slot_size)?.checked_mul(usize::try_from(slot_count).ok()?)?.checked_add(HEADER_SIZE)
+}
+
+fn map_file(file: &File, path: &Path) -> anyhow::Result<MmapMut> {
+    // SAFETY: the file is a ring file of this tool; the other process only changes it through
+    // the atomics of the header and slots, and slot contents are only accessed under the SPSC
+    // protocol (see `write_with` / `read_with`).
+    unsafe { MmapMut::map_mut(file) }.with_context(|| format!("mmap of {}", path.display()))
+}
+
+impl Ring {
+    /// Creates the ring file (it must not exist) with slots of `slot_size` payload bytes.
+    pub(crate) fn create(path: &Path, slot_size: usize, wait: WaitMode) -> anyhow::Result<Ring> {
+        let total = total_size(SLOT_COUNT, slot_size).context("ring size overflows")?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .with_context(|| format!("creating {} (is /dev/shm mounted and writable?)", path.display()))?;
+        let mut ring = (|| {
+            file.set_len(total as u64)
+                .with_context(|| format!("sizing {} to {total} bytes (is /dev/shm full?)", path.display()))?;
+            let map = map_file(&file, path)?;
+            Ring::from_map(map, SLOT_COUNT, slot_size, wait)
+        })()
+        .inspect_err(|_| {
+            let _ = fs::remove_file(path);
+        })?;
+        ring.unlink = Some(path.to_path_buf());
+        let h = ring.header();
+        h.slot_count.store(SLOT_COUNT, Ordering::Relaxed);
+        h.slot_size.store(slot_size as u64, Ordering::Relaxed);
+        h.magic.store(MAGIC, Ordering::Release);
+        Ok(ring)
+    }
+
+    /// Opens a ring file created by the other process.
+    pub(crate) fn open(path: &Path, wait: WaitMode) -> anyhow::Result<Ring> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .with_context(|| format!("opening ring file {}", path.display()))?;
+        let len = file.metadata()?.len();
+        if len < HEADER_SIZE as u64 {
+            bail!("{} is {len} bytes, too small for a ring header", path.display());
+        }
+        let map = map_file(&file, path)?;
+        let mut ring = Ring::from_map(map, 0, 0, wait)?;
+        let h = ring.header();
+        if h.magic.load(Ordering::Acquire) != MAGIC {
+            bail!("{} is not a baseline ring file (bad magic)", path.display());
+        }
+        let count = h.slot_count.load(Ordering::Relaxed);
+        let size = usize::try_from(h.slot_size.load(Ordering::Relaxed)).context("slot size too large")?;
+        match total_size(count, size) {
+            Some(t) if count > 0 && t as u64 <= len => {}
+            _ => bail!("{}: header says {count} slots of {size} bytes, which does not fit the file", path.display()),
+        }
+        ring.slot_count = count;
+        ring.slot_size = size;
+        ring.stride = stride_for(size).context("slot size overflows")?;
+        Ok(ring)
+    }
+
+    fn from_map(mut map: MmapMut, slot_count: u64, slot_size: usize, wait: WaitMode) -> anyhow::Result<Ring> {
+        if map.len() < HEADER_SIZE {
+            bail!("mapping too small for a ring header");
+        }
+        let base = map.as_mut_ptr();
+        let stride = stride_for(slot_size).context("slot size overflows")?;
+        Ok(Ring { _map: map, base, slot_count, slot_size, stride, wait, unlink: None })
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: `base` is the page-aligned start of a live mapping of at least HEADER_SIZE
+        // bytes (checked in `from_map`), and Header consists of atomics only, so shared access
+        // (also from the other process) is sound.
+        unsafe { &*(self.base as *const Header) }
+    }
+
+    /// The length word of slot `i` (`i < slot_count`).
+    fn slot_len(&self, i: u64) -> &AtomicU64 {
+        let off = HEADER_SIZE + (i % self.slot_count) as usize * self.stride;
+        // SAFETY: `off + 8` is inside the mapping (its size was checked against slot_count and
+        // stride), 64-byte aligned, and the word is only accessed atomically.
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    fn slot_data(&self, i: u64) -> *mut u8 {
+        let off = HEADER_SIZE + (i % self.slot_count) as usize * self.stride + SLOT_DATA_OFFSET;
+        self.base.wrapping_add(off)
+    }
+
+    /// Largest payload a slot holds.
+    pub(crate) fn slot_size(&self) -> usize {
+        self.slot_size
+    }
+
+    /// Writes one message of `len` bytes: `f` fills the slot in place, then it is published.
+    /// Waits (up to `timeout`) while the ring is full.
+    pub(crate) fn write_with<R>(
+        &mut self,
+        len: usize,
+        timeout: Duration,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> anyhow::Result<R> {
+        if len > self.slot_size {
+            bail!("message of {len} bytes does not fit a {}-byte slot", self.slot_size);
+        }
+        let h = self.header();
+        let w = h.write_idx.load(Ordering::Relaxed);
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while w.wrapping_sub(h.read_idx.load(Ordering::Acquire)) >= self.slot_count {
+            spins = spins.wrapping_add(1);
+            // A full ring is not a receive wait: spin briefly, then give the core to the reader.
+            if self.wait == WaitMode::Spin && spins < 1024 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+            if spins.is_multiple_of(1024) && start.elapsed() > timeout {
+                bail!("baseline ring stayed full for {timeout:?}: the reading process is gone or stuck");
+            }
+        }
+        // SAFETY: slot `w` is free: the reader has consumed every index below `w - slot_count + 1`
+        // (checked above with Acquire), and this process is the only writer of this ring, so no
+        // one else touches these `len <= slot_size` bytes until `write_idx` passes `w`.
+        let buf = unsafe { std::slice::from_raw_parts_mut(self.slot_data(w), len) };
+        let r = f(buf);
+        self.slot_len(w).store(len as u64, Ordering::Relaxed);
+        h.write_idx.store(w + 1, Ordering::Release);
+        fence(Ordering::SeqCst);
+        if h.waiters.load(Ordering::Relaxed) > 0 {
+            h.doorbell.fetch_add(1, Ordering::SeqCst);
+            futex_wake(&h.doorbell);
+        }
+        Ok(r)
+    }
+
+    /// Reads the next message: `f` sees the slot in place, then the slot is freed.
+    pub(crate) fn read_with<R>(&mut self, timeout: Duration, f: impl FnOnce(&[u8]) -> R) -> anyhow::Result<R> {
+        let h = self.header();
+        let r = h.read_idx.load(Ordering::Relaxed);
+        if h.write_idx.load(Ordering::Acquire) == r {
+            self.wait_for(r, timeout)?;
+        }
+        let len = self.slot_len(r).load(Ordering::Relaxed);
+        if len > self.slot_size as u64 {
+            bail!("corrupt baseline ring: slot length {len} > slot size {}", self.slot_size);
+        }
+        // SAFETY: `write_idx > r` was observed with Acquire, so the writer finished slot `r` and
+        // will not touch it until `read_idx` passes `r`; `len <= slot_size` keeps it in the slot.
+        let data = unsafe { std::slice::from_raw_parts(self.slot_data(r), len as usize) };
+        let out = f(data);
+        h.read_idx.store(r + 1, Ordering::Release);
+        Ok(out)
+    }
+
+    fn wait_for(&self, r: u64, timeout: Duration) -> anyhow::Result<()> {
+        let h = self.header();
+        let start = Instant::now();
+        let ready = || h.write_idx.load(Ordering::Acquire) != r;
+        let timed_out = || anyhow::Error::new(TimedOut(timeout));
+        match self.wait {
+            WaitMode::Spin => {
+                let mut spins = 0u32;
+                while !ready() {
+                    std::hint::spin_loop();
+                    spins = spins.wrapping_add(1);
+                    if spins.is_multiple_of(4096) && start.elapsed() > timeout {
+                        return Err(timed_out());
+                    }
+                }
+            }
+            WaitMode::Block => loop {
+                h.waiters.fetch_add(1, Ordering::SeqCst);
+                let seen = h.doorbell.load(Ordering::SeqCst);
+                fence(Ordering::SeqCst);
+                if ready() {
+                    h.waiters.fetch_sub(1, Ordering::SeqCst);
+                    return Ok(());
+                }
+                let left = timeout.saturating_sub(start.elapsed());
+                if left.is_zero() {
+                    h.waiters.fetch_sub(1, Ordering::SeqCst);
+                    return Err(timed_out());
+                }
+                futex_wait(&h.doorbell, seen, left.min(Duration::from_millis(100)));
+                h.waiters.fetch_sub(1, Ordering::SeqCst);
+                if ready() {
+                    return Ok(());
+                }
+            },
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if let Some(p) = &self.unlink {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
+/// FUTEX_WAIT without the private flag: the word lives in memory shared between processes.
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts =
+        libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    // SAFETY: `word` is a valid, aligned u32 that outlives the call; the timeout pointer is valid;
+    // FUTEX_WAIT only reads the word. EAGAIN/ETIMEDOUT/EINTR are handled by the caller's re-check.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            0usize,
+            0u32,
+        );
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: `word` is a valid, aligned u32; FUTEX_WAKE does not access memory beyond it.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32);
+    }
+}
+
+/// Paths of the two rings of one baseline session (`<prefix>_ping`: main to peer, `_pong`: back).
+pub(crate) fn ring_paths(prefix: &str) -> (PathBuf, PathBuf) {
+    (PathBuf::from(format!("{prefix}_ping")), PathBuf::from(format!("{prefix}_pong")))
+}
+
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Sender for Ring {
+    fn send_copy(&mut self, payload: &[u8]) -> anyhow::Result<()> {
+        self.write_with(payload.len(), IO_TIMEOUT, |b| b.copy_from_slice(payload))
+    }
+
+    fn send_header(&mut self, len: usize, header: &[u8; HEADER_LEN]) -> anyhow::Result<()> {
+        self.write_with(len, IO_TIMEOUT, |b| b[..HEADER_LEN].copy_from_slice(header))
+    }
+}
+
+impl Receiver for Ring {
+    fn recv_copy(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> anyhow::Result<()> {
+        self.read_with(timeout, |s| {
+            buf.clear();
+            buf.extend_from_slice(s);
+        })
+    }
+
+    fn recv_header(&mut self, timeout: Duration) -> anyhow::Result<([u8; HEADER_LEN], usize)> {
+        self.read_with(timeout, |s| {
+            let mut h = [0u8; HEADER_LEN];
+            let n = s.len().min(HEADER_LEN);
+            h[..n].copy_from_slice(&s[..n]);
+            (h, s.len())
+        })
+    }
+
+    fn drops(&self) -> u64 {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::offset_of;
+
+    #[test]
+    fn header_layout() {
+        assert_eq!(HEADER_SIZE, 192);
+        assert_eq!(offset_of!(Header, magic), 0);
+        assert_eq!(offset_of!(Header, slot_count), 8);
+        assert_eq!(offset_of!(Header, slot_size), 16);
+        assert_eq!(offset_of!(Header, write_idx), 64);
+        assert_eq!(offset_of!(Header, doorbell), 72);
+        assert_eq!(offset_of!(Header, read_idx), 128);
+        assert_eq!(offset_of!(Header, waiters), 136);
+        assert_eq!(stride_for(100), Some(192));
+        assert_eq!(total_size(16, 64), Some(192 + 16 * 128));
+    }
+
+    fn tmp(name: &str) -> PathBuf {
+        PathBuf::from(format!("/dev/shm/shoal_perf_test_{}_{name}", std::process::id()))
+    }
+
+    #[test]
+    fn ring_passes_messages_in_order_and_applies_backpressure() {
+        for wait in [WaitMode::Spin, WaitMode::Block] {
+            let p = tmp(&format!("order_{wait}"));
+            let mut w = Ring::create(&p, 256, wait).unwrap();
+            let mut r = Ring::open(&p, wait).unwrap();
+            assert_eq!(r.slot_size(), 256);
+            for i in 0..SLOT_COUNT {
+                w.send_copy(&[i as u8; 100]).unwrap();
+            }
+            // Full: the writer times out instead of overwriting.
+            let e = w.write_with(1, Duration::from_millis(20), |_| ()).unwrap_err();
+            assert!(e.to_string().contains("stayed full"), "{e}");
+            let mut buf = Vec::new();
+            for i in 0..SLOT_COUNT {
+                r.recv_copy(&mut buf, Duration::from_secs(1)).unwrap();
+                assert_eq!(buf, vec![i as u8; 100]);
+            }
+            let e = r.recv_copy(&mut buf, Duration::from_millis(20)).unwrap_err();
+            assert!(super::super::link::is_timeout(&e), "{e}");
+            assert!(w.send_copy(&[0; 257]).is_err());
+            drop(w);
+            assert!(!p.exists(), "the creator unlinks the file");
+        }
+    }
+
+    #[test]
+    fn blocked_reader_is_woken_by_another_thread() {
+        let p = tmp("wake");
+        let mut w = Ring::create(&p, 64, WaitMode::Block).unwrap();
+        let p2 = p.clone();
+        let reader = std::thread::spawn(move || {
+            let mut r = Ring::open(&p2, WaitMode::Block).unwrap();
+            let mut got = Vec::new();
+            for _ in 0..1000 {
+                got.push(r.recv_header(Duration::from_secs(5)).unwrap());
+            }
+            got
+        });
+        for i in 0..1000u64 {
+            let mut h = [0u8; HEADER_LEN];
+            h[..8].copy_from_slice(&i.to_le_bytes());
+            w.send_header(48, &h).unwrap();
+            if i % 100 == 0 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        let got = reader.join().unwrap();
+        for (i, (h, len)) in got.iter().enumerate() {
+            assert_eq!(u64::from_le_bytes(h[..8].try_into().unwrap()), i as u64);
+            assert_eq!(*len, 48);
+        }
+    }
+
+    #[test]
+    fn open_rejects_foreign_and_truncated_files() {
+        let p = tmp("bad");
+        fs::write(&p, vec![0u8; 4096]).unwrap();
+        let e = Ring::open(&p, WaitMode::Spin).unwrap_err();
+        assert!(e.to_string().contains("bad magic"), "{e}");
+        let mut bytes = vec![0u8; 4096];
+        bytes[..8].copy_from_slice(&MAGIC.to_le_bytes());
+        bytes[8..16].copy_from_slice(&1000u64.to_le_bytes());
+        bytes[16..24].copy_from_slice(&4096u64.to_le_bytes());
+        fs::write(&p, &bytes).unwrap();
+        let e = Ring::open(&p, WaitMode::Spin).unwrap_err();
+        assert!(e.to_string().contains("does not fit"), "{e}");
+        fs::remove_file(&p).unwrap();
+        fs::write(&p, b"x").unwrap();
+        assert!(Ring::open(&p, WaitMode::Spin).is_err());
+        fs::remove_file(&p).unwrap();
+    }
+}

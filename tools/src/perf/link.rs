@@ -1,0 +1,70 @@
+//! What the measurement loops need from a transport, implemented by the baseline ring and by
+//! shoal's publisher/subscriber, plus the 16-byte message header (sequence + send timestamp).
+
+use std::time::Duration;
+
+/// Bytes of the header at the start of every message: sequence number and CLOCK_MONOTONIC
+/// send time in ns, both little endian.
+pub(crate) const HEADER_LEN: usize = 16;
+
+/// Sending side of a one-way link.
+pub(crate) trait Sender {
+    /// Copies `payload` into the transport and publishes it.
+    fn send_copy(&mut self, payload: &[u8]) -> anyhow::Result<()>;
+    /// Publishes a `len`-byte message of which only the header is written (zero-copy path).
+    fn send_header(&mut self, len: usize, header: &[u8; HEADER_LEN]) -> anyhow::Result<()>;
+}
+
+/// Receiving side of a one-way link.
+pub(crate) trait Receiver {
+    /// Receives the next message, copying it into `buf` (cleared first, capacity reused).
+    fn recv_copy(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> anyhow::Result<()>;
+    /// Receives the next message reading only its header; returns the header and the length.
+    fn recv_header(&mut self, timeout: Duration) -> anyhow::Result<([u8; HEADER_LEN], usize)>;
+    /// Messages the transport reports as lost for this receiver so far.
+    fn drops(&self) -> u64;
+}
+
+/// A receive that saw no message within its timeout (other errors are fatal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimedOut(pub(crate) Duration);
+
+impl std::fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no message within {:?}: the other process is gone or stuck", self.0)
+    }
+}
+
+impl std::error::Error for TimedOut {}
+
+/// True if `e` is a receive timeout.
+pub(crate) fn is_timeout(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<TimedOut>().is_some()
+}
+
+/// Encodes a header.
+pub(crate) fn header(seq: u64, send_ns: u64) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..8].copy_from_slice(&seq.to_le_bytes());
+    h[8..].copy_from_slice(&send_ns.to_le_bytes());
+    h
+}
+
+/// Decodes the header at the start of `msg` (`None` if the message is shorter than a header).
+pub(crate) fn parse_header(msg: &[u8]) -> Option<(u64, u64)> {
+    let seq = u64::from_le_bytes(msg.get(..8)?.try_into().ok()?);
+    let ts = u64::from_le_bytes(msg.get(8..HEADER_LEN)?.try_into().ok()?);
+    Some((seq, ts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trip() {
+        let h = header(7, 123_456_789);
+        assert_eq!(parse_header(&h), Some((7, 123_456_789)));
+        assert_eq!(parse_header(&h[..15]), None);
+    }
+}

@@ -1,0 +1,163 @@
+//! `shoal perf`: two-process latency and throughput of shoal's shared-memory path, zero-copy
+//! latency, 1->N fan-out cost, and per-process memory, optionally as ratios to a plain SPSC ring
+//! (`--baseline`) measured in the same invocation.
+//!
+//! Modules: `args` (CLI), `peer` (the spawned echo/sink process and its stdin/stdout control),
+//! `link` (the transport interface the loops use), `pingpong`, `throughput`, `fanout`, `rss`,
+//! `baseline` (the raw ring), `shoal_link` (shoal as a link), `report` (table / JSON), `sys` (OS).
+
+mod args;
+mod baseline;
+mod fanout;
+mod link;
+mod peer;
+mod pingpong;
+mod report;
+mod rss;
+mod shoal_link;
+mod sys;
+mod throughput;
+
+use anyhow::Context;
+use shoal::Node;
+
+pub(crate) use args::{PeerArgs, PerfArgs};
+pub(crate) use link::HEADER_LEN;
+pub(crate) use peer::run_peer;
+
+use args::{Mode, System, WaitMode};
+use link::{Receiver, Sender};
+use peer::{Peer, PeerSpec};
+use report::Reporter;
+
+/// What one measurement session runs with.
+#[derive(Debug)]
+pub(crate) struct Run<'a> {
+    pub(crate) args: &'a PerfArgs,
+    pub(crate) system: System,
+    pub(crate) wait: WaitMode,
+    /// CPUs available before this process pinned itself.
+    pub(crate) cpus: usize,
+}
+
+impl Run<'_> {
+    /// The CPU for peer `i` with `--pin` (this process is on CPU 0).
+    pub(crate) fn peer_cpu(&self, i: usize) -> Option<usize> {
+        self.args.pin.then(|| (i + 1) % self.cpus.max(1))
+    }
+}
+
+/// Entry point of `shoal perf`.
+pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
+    args.validate()?;
+    let cpus = sys::cpu_count();
+    if args.pin {
+        sys::pin_to_cpu(0)?;
+    }
+    if let (true, Some(topics)) = (args.rss, args.topics) {
+        return rss::run(&args, topics);
+    }
+    let pid = std::process::id();
+    let mut session = 0u32;
+    let mut next_name = move || {
+        session += 1;
+        format!("shoal_perf_{pid}_{session}")
+    };
+    let mut rep = Reporter::new(args.json);
+    rep.note(&format!(
+        "shoal perf: {} CPUs, pinning {}; latency = one-way (RTT/2); cpu = user/sys ms during the run; rss = peak (VmHWM)",
+        cpus,
+        if args.pin { "on" } else { "off" }
+    ));
+    let mut node: Option<Node> = None;
+    let modes: Vec<Mode> = args.modes().into_iter().filter(|m| *m != Mode::Fanout).collect();
+    for wait in args.waits() {
+        if !modes.is_empty() {
+            if args.baseline || args.baseline_only {
+                let run = Run { args: &args, system: System::Baseline, wait, cpus };
+                baseline_session(&run, &modes, &next_name(), &mut rep)?;
+            }
+            if !args.baseline_only {
+                let run = Run { args: &args, system: System::Shoal, wait, cpus };
+                shoal_session(&run, node_of(&mut node)?, &modes, &next_name(), &mut rep)?;
+            }
+        }
+        if let Some(n) = args.subscribers {
+            let run = Run { args: &args, system: System::Shoal, wait, cpus };
+            fanout::run(&run, node_of(&mut node)?, n, &mut next_name, &mut rep)?;
+        }
+    }
+    Ok(())
+}
+
+fn node_of(node: &mut Option<Node>) -> anyhow::Result<&Node> {
+    if node.is_none() {
+        *node = Some(Node::init("shoal-perf").context("starting the shoal node (check the ecal.ini it names)")?);
+    }
+    node.as_ref().context("shoal node")
+}
+
+fn baseline_session(run: &Run, modes: &[Mode], name: &str, rep: &mut Reporter) -> anyhow::Result<()> {
+    let prefix = format!("/dev/shm/{name}");
+    let (ping, pong) = baseline::ring_paths(&prefix);
+    let slot = run.args.sizes.iter().copied().max().unwrap_or(HEADER_LEN);
+    let mut tx = baseline::Ring::create(&ping, slot, run.wait)?;
+    let mut rx = baseline::Ring::create(&pong, slot, run.wait)?;
+    let spec = PeerSpec {
+        system: System::Baseline,
+        wait: run.wait,
+        name: &prefix,
+        index: 0,
+        sink_only: false,
+        cpu: run.peer_cpu(0),
+    };
+    let mut peer = Peer::spawn(&spec)?;
+    peer.wait_ready()?;
+    rep.note(&format!(
+        "-- baseline: SPSC ring {}_{{ping,pong}}, {} slots of {} B, wait={}",
+        prefix,
+        baseline::SLOT_COUNT,
+        tx.slot_size(),
+        run.wait
+    ));
+    run_modes(run, &mut tx, &mut rx, &mut peer, modes, rep)?;
+    peer.quit()
+}
+
+fn shoal_session(run: &Run, node: &Node, modes: &[Mode], name: &str, rep: &mut Reporter) -> anyhow::Result<()> {
+    let (ping, pong) = shoal_link::topics(name);
+    let mut tx = shoal_link::publisher(node, &ping)?;
+    let mut rx = shoal_link::subscriber(node, &pong, run.wait)?;
+    let spec =
+        PeerSpec { system: System::Shoal, wait: run.wait, name, index: 0, sink_only: false, cpu: run.peer_cpu(0) };
+    let mut peer = Peer::spawn(&spec)?;
+    peer.wait_ready()?;
+    shoal_link::wait_subscribers(&tx, 1)?;
+    shoal_link::wait_publisher(&rx)?;
+    rep.note(&format!("-- shoal: topics {ping} / {pong}, wait={}", run.wait));
+    run_modes(run, &mut tx, &mut rx, &mut peer, modes, rep)?;
+    peer.quit()
+}
+
+fn run_modes<S: Sender, R: Receiver>(
+    run: &Run,
+    tx: &mut S,
+    rx: &mut R,
+    peer: &mut Peer,
+    modes: &[Mode],
+    rep: &mut Reporter,
+) -> anyhow::Result<()> {
+    for &mode in modes {
+        for &size in &run.args.sizes {
+            let m = match mode {
+                Mode::PingPong => pingpong::measure(run, tx, rx, peer, size, false),
+                Mode::ZeroCopy => pingpong::measure(run, tx, rx, peer, size, true),
+                Mode::Throughput => throughput::measure(run, tx, rx, peer, size),
+                Mode::Fanout => continue,
+            }
+            .with_context(|| format!("{} {} {} with {size} B", run.system.as_str(), mode.as_str(), run.wait))?;
+            rep.report(m);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,380 @@
+//! Measurements, their ratios to the baseline, and the two output forms (table, JSON lines).
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use hdrhistogram::Histogram;
+use serde_json::{Map, Value, json};
+
+use super::args::{Mode, System, WaitMode};
+use super::sys::CpuTime;
+
+/// A new latency histogram in ns (1 ns .. 1 hour, 3 significant digits).
+pub(crate) fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid static histogram bounds")
+}
+
+/// Percentiles of a latency distribution, ns.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Latency {
+    pub(crate) p50: u64,
+    pub(crate) p90: u64,
+    pub(crate) p99: u64,
+    pub(crate) p999: u64,
+    pub(crate) max: u64,
+    pub(crate) mean: f64,
+}
+
+impl Latency {
+    /// Summarizes a histogram (`None` when it is empty).
+    pub(crate) fn from_histogram(h: &Histogram<u64>) -> Option<Latency> {
+        (!h.is_empty()).then(|| Latency {
+            p50: h.value_at_quantile(0.5),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+            mean: h.mean(),
+        })
+    }
+
+    /// As a JSON object (the peer sends it to the main process).
+    pub(crate) fn to_json(self) -> Value {
+        json!({"p50": self.p50, "p90": self.p90, "p99": self.p99, "p999": self.p999, "max": self.max, "mean": self.mean})
+    }
+
+    /// Parses [`Latency::to_json`].
+    pub(crate) fn from_json(v: &Value) -> Option<Latency> {
+        let u = |k: &str| v.get(k)?.as_u64();
+        Some(Latency {
+            p50: u("p50")?,
+            p90: u("p90")?,
+            p99: u("p99")?,
+            p999: u("p999")?,
+            max: u("max")?,
+            mean: v.get("mean")?.as_f64()?,
+        })
+    }
+}
+
+/// One measured run (one system, wait mode, mode and size).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Measurement {
+    pub(crate) system: System,
+    pub(crate) wait: WaitMode,
+    pub(crate) mode: Mode,
+    pub(crate) size: usize,
+    /// Subscribers (peer processes) of the run.
+    pub(crate) subscribers: usize,
+    /// Pingpong/zero-copy: one-way latency (RTT/2). Throughput: send-to-receive latency under
+    /// load. Fan-out: time inside `send()`.
+    pub(crate) latency: Option<Latency>,
+    /// Pingpong: round trips per second; throughput: messages received per second; fan-out: sends per second.
+    pub(crate) msgs_per_s: f64,
+    /// Messages measured (excluding warm-up).
+    pub(crate) messages: u64,
+    /// Messages sent but not received (throughput, fan-out; summed over subscribers).
+    pub(crate) lost: Option<u64>,
+    /// Drops the transport counted at the receivers.
+    pub(crate) drops: Option<u64>,
+    /// CPU time of the main process during the run.
+    pub(crate) cpu: CpuTime,
+    /// CPU time of the peer processes during the run (summed).
+    pub(crate) peer_cpu: CpuTime,
+    /// Peak RSS of the main process (VmHWM, kB).
+    pub(crate) peak_rss_kb: u64,
+    /// Largest peak RSS of the peers (VmHWM, kB).
+    pub(crate) peer_peak_rss_kb: u64,
+    /// Extra note printed with the row (e.g. fan-out pacing).
+    pub(crate) note: Option<String>,
+    /// Extra numeric JSON fields (e.g. fan-out `send_ns_ratio_vs_1`).
+    pub(crate) extra: Vec<(&'static str, f64)>,
+}
+
+impl Measurement {
+    fn bytes_per_s(&self) -> f64 {
+        self.msgs_per_s * self.size as f64
+    }
+}
+
+/// shoal / baseline for each figure.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Ratios {
+    pub(crate) latency: Option<[f64; 5]>,
+    pub(crate) msgs_per_s: f64,
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { f64::NAN }
+}
+
+/// Ratios of `m` to baseline `b`.
+pub(crate) fn ratios(m: &Measurement, b: &Measurement) -> Ratios {
+    let latency = match (m.latency, b.latency) {
+        (Some(x), Some(y)) => Some([
+            ratio(x.p50 as f64, y.p50 as f64),
+            ratio(x.p90 as f64, y.p90 as f64),
+            ratio(x.p99 as f64, y.p99 as f64),
+            ratio(x.p999 as f64, y.p999 as f64),
+            ratio(x.max as f64, y.max as f64),
+        ]),
+        _ => None,
+    };
+    Ratios { latency, msgs_per_s: ratio(m.msgs_per_s, b.msgs_per_s) }
+}
+
+/// The JSON object of one measurement.
+pub(crate) fn to_json(m: &Measurement, r: Option<&Ratios>) -> Value {
+    let mut o = Map::new();
+    o.insert("system".into(), m.system.as_str().into());
+    o.insert("transport".into(), m.system.transport().into());
+    o.insert("wait".into(), m.wait.as_str().into());
+    o.insert("mode".into(), m.mode.as_str().into());
+    o.insert("size_bytes".into(), m.size.into());
+    o.insert("subscribers".into(), m.subscribers.into());
+    let l = m.latency;
+    o.insert("p50_ns".into(), l.map(|l| l.p50).into());
+    o.insert("p90_ns".into(), l.map(|l| l.p90).into());
+    o.insert("p99_ns".into(), l.map(|l| l.p99).into());
+    o.insert("p999_ns".into(), l.map(|l| l.p999).into());
+    o.insert("max_ns".into(), l.map(|l| l.max).into());
+    o.insert("mean_ns".into(), l.map(|l| l.mean).into());
+    o.insert("msgs_per_s".into(), m.msgs_per_s.into());
+    o.insert("bytes_per_s".into(), m.bytes_per_s().into());
+    o.insert("messages".into(), m.messages.into());
+    o.insert("lost".into(), m.lost.into());
+    o.insert("drops".into(), m.drops.into());
+    o.insert("cpu_user_ms".into(), (m.cpu.user_us as f64 / 1000.0).into());
+    o.insert("cpu_sys_ms".into(), (m.cpu.sys_us as f64 / 1000.0).into());
+    o.insert("peak_rss_kb".into(), m.peak_rss_kb.into());
+    o.insert("peer_cpu_user_ms".into(), (m.peer_cpu.user_us as f64 / 1000.0).into());
+    o.insert("peer_cpu_sys_ms".into(), (m.peer_cpu.sys_us as f64 / 1000.0).into());
+    o.insert("peer_peak_rss_kb".into(), m.peer_peak_rss_kb.into());
+    if let Some(n) = &m.note {
+        o.insert("note".into(), n.clone().into());
+    }
+    for (k, v) in &m.extra {
+        o.insert((*k).into(), if v.is_finite() { Value::from(*v) } else { Value::Null });
+    }
+    if let Some(r) = r {
+        let f = |x: f64| if x.is_finite() { Value::from(x) } else { Value::Null };
+        if let Some(lr) = r.latency {
+            for (k, v) in ["p50_ratio", "p90_ratio", "p99_ratio", "p999_ratio", "max_ratio"].iter().zip(lr) {
+                o.insert((*k).into(), f(v));
+            }
+        }
+        o.insert("msgs_per_s_ratio".into(), f(r.msgs_per_s));
+        o.insert("bytes_per_s_ratio".into(), f(r.msgs_per_s));
+    }
+    Value::Object(o)
+}
+
+/// Formats ns compactly: `850ns`, `1.23us`, `45.6ms`.
+pub(crate) fn fmt_ns(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns}ns"),
+        1_000..1_000_000 => format!("{:.2}us", ns as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.2}ms", ns as f64 / 1e6),
+        _ => format!("{:.2}s", ns as f64 / 1e9),
+    }
+}
+
+/// Formats a byte count with a binary suffix: `64B`, `1K`, `4M`.
+pub(crate) fn fmt_size(n: usize) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{}M", n >> 20)
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
+        format!("{}K", n >> 10)
+    } else {
+        format!("{n}B")
+    }
+}
+
+fn fmt_rate(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1}k", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+fn fmt_ratio(x: f64) -> String {
+    match x {
+        x if !x.is_finite() => "-".into(),
+        x if x >= 0.095 => format!("{x:.2}x"),
+        x => format!("{x:.1e}x"),
+    }
+}
+
+/// Table header line.
+pub(crate) const TABLE_HEADER: &str = "system   wait  mode        size subs      p50      p90      p99    p99.9      max     msg/s     GB/s   lost  cpu main u/s ms  cpu peer u/s ms  rss main/peer MB";
+
+/// One table row (plus a ratio line when `r` is given).
+pub(crate) fn table_row(m: &Measurement, r: Option<&Ratios>) -> String {
+    let lat = |f: fn(&Latency) -> u64| m.latency.as_ref().map(|l| fmt_ns(f(l))).unwrap_or_else(|| "-".into());
+    let mut s = format!(
+        "{:<8} {:<5} {:<10} {:>5} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8.3} {:>6} {:>16} {:>16} {:>16}",
+        m.system.as_str(),
+        m.wait.as_str(),
+        m.mode.as_str(),
+        fmt_size(m.size),
+        m.subscribers,
+        lat(|l| l.p50),
+        lat(|l| l.p90),
+        lat(|l| l.p99),
+        lat(|l| l.p999),
+        lat(|l| l.max),
+        fmt_rate(m.msgs_per_s),
+        m.bytes_per_s() / 1e9,
+        m.lost.map(|l| l.to_string()).unwrap_or_else(|| "-".into()),
+        format!("{:.0}/{:.0}", m.cpu.user_us as f64 / 1e3, m.cpu.sys_us as f64 / 1e3),
+        format!("{:.0}/{:.0}", m.peer_cpu.user_us as f64 / 1e3, m.peer_cpu.sys_us as f64 / 1e3),
+        format!("{:.1}/{:.1}", m.peak_rss_kb as f64 / 1024.0, m.peer_peak_rss_kb as f64 / 1024.0),
+    );
+    if let Some(n) = &m.note {
+        s.push_str(&format!("\n{:20}{n}", ""));
+    }
+    if let Some(r) = r {
+        s.push_str(&format!("\n{:20}vs baseline:", ""));
+        if let Some(l) = r.latency {
+            for (name, v) in ["p50", "p90", "p99", "p99.9", "max"].iter().zip(l) {
+                s.push_str(&format!(" {name} {}", fmt_ratio(v)));
+            }
+        }
+        s.push_str(&format!("  msg/s {}", fmt_ratio(r.msgs_per_s)));
+    }
+    s
+}
+
+/// Prints measurements as they come and keeps the baseline ones for the ratios.
+#[derive(Debug)]
+pub(crate) struct Reporter {
+    json: bool,
+    header_printed: bool,
+    baselines: HashMap<(&'static str, WaitMode, usize), Measurement>,
+}
+
+impl Reporter {
+    /// A reporter writing JSON lines (`json`) or a table to stdout.
+    pub(crate) fn new(json: bool) -> Reporter {
+        Reporter { json, header_printed: false, baselines: HashMap::new() }
+    }
+
+    /// Prints a free-text line (table mode only; JSON output stays machine-readable).
+    pub(crate) fn note(&mut self, text: &str) {
+        if !self.json {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{text}");
+        }
+    }
+
+    /// Prints one measurement, with ratios when a baseline of the same kind was reported.
+    pub(crate) fn report(&mut self, m: Measurement) {
+        let key = (m.mode.as_str(), m.wait, m.size);
+        let r = match m.system {
+            System::Baseline => None,
+            System::Shoal => self.baselines.get(&key).map(|b| ratios(&m, b)),
+        };
+        let mut out = std::io::stdout().lock();
+        if self.json {
+            let _ = writeln!(out, "{}", to_json(&m, r.as_ref()));
+        } else {
+            if !self.header_printed {
+                let _ = writeln!(out, "{TABLE_HEADER}");
+                self.header_printed = true;
+            }
+            let _ = writeln!(out, "{}", table_row(&m, r.as_ref()));
+        }
+        let _ = out.flush();
+        if m.system == System::Baseline {
+            self.baselines.insert(key, m);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(system: System, p50: u64, rate: f64) -> Measurement {
+        Measurement {
+            system,
+            wait: WaitMode::Spin,
+            mode: Mode::PingPong,
+            size: 64,
+            subscribers: 1,
+            latency: Some(Latency { p50, p90: p50, p99: p50, p999: p50, max: p50, mean: p50 as f64 }),
+            msgs_per_s: rate,
+            messages: 10,
+            lost: None,
+            drops: Some(0),
+            cpu: CpuTime { user_us: 1500, sys_us: 0 },
+            peer_cpu: CpuTime::default(),
+            peak_rss_kb: 1024,
+            peer_peak_rss_kb: 2048,
+            note: None,
+            extra: vec![("x_extra", 2.5)],
+        }
+    }
+
+    #[test]
+    fn json_has_the_required_fields_and_ratios() {
+        let b = sample(System::Baseline, 1000, 2000.0);
+        let m = sample(System::Shoal, 1120, 1000.0);
+        let r = ratios(&m, &b);
+        let v = to_json(&m, Some(&r));
+        for k in [
+            "system",
+            "transport",
+            "wait",
+            "size_bytes",
+            "p50_ns",
+            "p90_ns",
+            "p99_ns",
+            "p999_ns",
+            "max_ns",
+            "msgs_per_s",
+            "bytes_per_s",
+            "mode",
+            "cpu_user_ms",
+            "cpu_sys_ms",
+            "peak_rss_kb",
+            "p50_ratio",
+        ] {
+            assert!(v.get(k).is_some(), "missing {k}");
+        }
+        assert_eq!(v["system"], "shoal");
+        assert_eq!(v["transport"], "shm_ring");
+        assert_eq!(v["mode"], "pingpong");
+        assert_eq!(v["bytes_per_s"], 64_000.0);
+        assert_eq!(v["cpu_user_ms"], 1.5);
+        assert!((v["p50_ratio"].as_f64().unwrap() - 1.12).abs() < 1e-9);
+        assert_eq!(v["msgs_per_s_ratio"], 0.5);
+        assert!(table_row(&m, Some(&r)).contains("p50 1.12x"));
+        assert!(to_json(&b, None).get("p50_ratio").is_none());
+        assert_eq!(v["x_extra"], 2.5);
+    }
+
+    #[test]
+    fn latency_json_round_trip_and_formatting() {
+        let mut h = new_histogram();
+        for v in 1..=1000u64 {
+            h.record(v * 100).unwrap();
+        }
+        let l = Latency::from_histogram(&h).unwrap();
+        assert!((49_000..=51_000).contains(&l.p50), "{}", l.p50);
+        assert_eq!(Latency::from_json(&l.to_json()), Some(l));
+        assert!(Latency::from_histogram(&new_histogram()).is_none());
+        assert_eq!(fmt_ns(850), "850ns");
+        assert_eq!(fmt_ns(1234), "1.23us");
+        assert_eq!(fmt_ns(45_600_000), "45.60ms");
+        assert_eq!(fmt_size(64), "64B");
+        assert_eq!(fmt_ratio(1.124), "1.12x");
+        assert_eq!(fmt_ratio(0.0046), "4.6e-3x");
+        assert_eq!(fmt_ratio(f64::NAN), "-");
+        assert_eq!(fmt_size(4 << 20), "4M");
+        assert_eq!(fmt_size(65536), "64K");
+    }
+}

@@ -1,0 +1,140 @@
+//! The shoal side of the links: a `Publisher` as [`Sender`] and a `Subscriber` as [`Receiver`].
+//! Topics are `<name>_ping` (main to peers) and `<name>_pong` (peer to main); `<name>` holds the
+//! main process's pid, so concurrent runs do not collide.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use shoal::config::WaitStrategy;
+use shoal::{Node, Publisher, RecvError, Subscriber, TypeInfo};
+
+use super::args::{PeerArgs, WaitMode};
+use super::link::{HEADER_LEN, Receiver, Sender, TimedOut};
+
+/// How long discovery (registration) may take before a run gives up.
+pub(crate) const MATCH_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The type name the perf topics carry.
+const TYPE_NAME: &str = "shoal.perf.Bytes";
+
+/// A publisher used as a [`Sender`].
+#[derive(Debug)]
+pub(crate) struct ShoalTx(pub(crate) Publisher);
+
+/// A subscriber used as a [`Receiver`] (copy or header-only through `recv_with`).
+#[derive(Debug)]
+pub(crate) struct ShoalRx(pub(crate) Subscriber);
+
+impl Sender for ShoalTx {
+    fn send_copy(&mut self, payload: &[u8]) -> anyhow::Result<()> {
+        self.0.send(payload).context("shoal send")
+    }
+
+    fn send_header(&mut self, len: usize, header: &[u8; HEADER_LEN]) -> anyhow::Result<()> {
+        let loan = self.0.loan(len).context("shoal loan")?;
+        loan.write(|b| b[..HEADER_LEN].copy_from_slice(header)).send().context("shoal send of a loan")
+    }
+}
+
+fn map_recv(e: RecvError, timeout: Duration) -> anyhow::Error {
+    match e {
+        RecvError::Timeout => anyhow::Error::new(TimedOut(timeout)),
+        e => anyhow::Error::new(e).context("shoal receive"),
+    }
+}
+
+impl Receiver for ShoalRx {
+    fn recv_copy(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> anyhow::Result<()> {
+        self.0
+            .recv_with(Some(timeout), |s| {
+                buf.clear();
+                buf.extend_from_slice(s.payload());
+            })
+            .map_err(|e| map_recv(e, timeout))
+    }
+
+    fn recv_header(&mut self, timeout: Duration) -> anyhow::Result<([u8; HEADER_LEN], usize)> {
+        self.0
+            .recv_with(Some(timeout), |s| {
+                let p = s.payload();
+                let mut h = [0u8; HEADER_LEN];
+                let n = p.len().min(HEADER_LEN);
+                h[..n].copy_from_slice(&p[..n]);
+                (h, p.len())
+            })
+            .map_err(|e| map_recv(e, timeout))
+    }
+
+    fn drops(&self) -> u64 {
+        self.0.drops()
+    }
+}
+
+/// The `WaitStrategy` of a wait mode.
+pub(crate) fn strategy(wait: WaitMode) -> WaitStrategy {
+    match wait {
+        WaitMode::Spin => WaitStrategy::BusySpin,
+        WaitMode::Block => WaitStrategy::Block,
+    }
+}
+
+/// Topic names of a session.
+pub(crate) fn topics(name: &str) -> (String, String) {
+    (format!("{name}_ping"), format!("{name}_pong"))
+}
+
+/// Creates a publisher.
+pub(crate) fn publisher(node: &Node, topic: &str) -> anyhow::Result<ShoalTx> {
+    let p = node
+        .publisher(topic, TypeInfo::raw(TYPE_NAME))
+        .with_context(|| format!("creating the shoal publisher of {topic}"))?;
+    Ok(ShoalTx(p))
+}
+
+/// Creates a subscriber with the wait strategy of `wait`.
+pub(crate) fn subscriber(node: &Node, topic: &str, wait: WaitMode) -> anyhow::Result<ShoalRx> {
+    let mut s = node.subscriber(topic).with_context(|| format!("creating the shoal subscriber of {topic}"))?;
+    s.set_wait_strategy(strategy(wait));
+    Ok(ShoalRx(s))
+}
+
+/// Waits until `tx` sees `n` subscribers.
+pub(crate) fn wait_subscribers(tx: &ShoalTx, n: usize) -> anyhow::Result<()> {
+    if !tx.0.wait_for_subscribers(n, MATCH_TIMEOUT) {
+        bail!(
+            "{} of {n} subscriber(s) of {} matched within {MATCH_TIMEOUT:?}: check that shoal registration \
+             (UDP port 14000 on loopback) works and that the peer processes started",
+            tx.0.subscriber_count(),
+            tx.0.topic()
+        );
+    }
+    Ok(())
+}
+
+/// Waits until `rx` sees a publisher.
+pub(crate) fn wait_publisher(rx: &ShoalRx) -> anyhow::Result<()> {
+    if !rx.0.wait_for_publishers(1, MATCH_TIMEOUT) {
+        bail!(
+            "no publisher of {} matched within {MATCH_TIMEOUT:?}: check that shoal registration \
+             (UDP port 14000 on loopback) works",
+            rx.0.topic()
+        );
+    }
+    Ok(())
+}
+
+/// The peer's endpoints: a subscriber of `<name>_ping` and (unless sink-only) a publisher of
+/// `<name>_pong`, both matched before it returns.
+/// The node is returned so that it lives as long as the endpoints.
+pub(crate) fn open_peer(args: &PeerArgs) -> anyhow::Result<(Node, ShoalRx, Option<ShoalTx>)> {
+    let node =
+        Node::init(&format!("shoal-perf-peer-{}", args.index)).context("starting the shoal node of the perf peer")?;
+    let (ping, pong) = topics(&args.name);
+    let rx = subscriber(&node, &ping, args.wait)?;
+    let tx = if args.sink_only { None } else { Some(publisher(&node, &pong)?) };
+    wait_publisher(&rx)?;
+    if let Some(tx) = &tx {
+        wait_subscribers(tx, 1)?;
+    }
+    Ok((node, rx, tx))
+}

@@ -1,0 +1,206 @@
+//! Small OS helpers: monotonic clock, CPU time, peak RSS, CPU pinning, parent-death signal,
+//! and the /proc readers of the memory mode.
+
+use std::fs;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for all processes of the host, so a timestamp
+/// written by one process can be compared with a reading in another.
+pub(crate) fn mono_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC is always supported on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    debug_assert_eq!(rc, 0);
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+/// User and system CPU time of this process (all threads), in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CpuTime {
+    /// User time, µs.
+    pub(crate) user_us: u64,
+    /// System time, µs.
+    pub(crate) sys_us: u64,
+}
+
+impl CpuTime {
+    /// getrusage(RUSAGE_SELF).
+    pub(crate) fn now() -> CpuTime {
+        // SAFETY: an all-zero rusage is a valid value (plain integers and timevals).
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `ru` is a valid, writable rusage; RUSAGE_SELF is a valid `who`.
+        let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        if rc != 0 {
+            return CpuTime::default();
+        }
+        let us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
+        CpuTime { user_us: us(ru.ru_utime), sys_us: us(ru.ru_stime) }
+    }
+
+    /// The time spent since `earlier`.
+    pub(crate) fn since(self, earlier: CpuTime) -> CpuTime {
+        CpuTime {
+            user_us: self.user_us.saturating_sub(earlier.user_us),
+            sys_us: self.sys_us.saturating_sub(earlier.sys_us),
+        }
+    }
+}
+
+/// Reads a `kB` field (e.g. `VmHWM`, `VmRSS`) of /proc/self/status.
+pub(crate) fn status_kb(field: &str) -> anyhow::Result<u64> {
+    let text = fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    parse_status_kb(&text, field).with_context(|| format!("no {field} line in /proc/self/status"))
+}
+
+fn parse_status_kb(text: &str, field: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(field)?.strip_prefix(':')?;
+        rest.trim().trim_end_matches("kB").trim().parse().ok()
+    })
+}
+
+/// Peak resident set size (VmHWM) of this process in kB, 0 if unreadable.
+pub(crate) fn peak_rss_kb() -> u64 {
+    status_kb("VmHWM").unwrap_or(0)
+}
+
+/// Number of CPUs this process may run on.
+pub(crate) fn cpu_count() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// Pins the calling thread (and the threads it creates later) to one CPU.
+pub(crate) fn pin_to_cpu(cpu: usize) -> anyhow::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        bail!("CPU {cpu} is out of range");
+    }
+    // SAFETY: an all-zero cpu_set_t is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu < CPU_SETSIZE` (checked above), so CPU_SET stays inside `set`.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 means the calling thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("sched_setaffinity to CPU {cpu} failed: run without --pin"));
+    }
+    Ok(())
+}
+
+/// Makes the kernel kill this process when its parent dies, then checks that the parent
+/// (`parent_pid`) is still the parent (it may have died before the call).
+pub(crate) fn die_with_parent(parent_pid: u32) -> anyhow::Result<()> {
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number as its only argument.
+    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()).context("prctl(PR_SET_PDEATHSIG)");
+    }
+    if std::os::unix::process::parent_id() != parent_pid {
+        bail!("the parent process {parent_pid} is gone; the peer exits");
+    }
+    Ok(())
+}
+
+/// Memory of the shared-memory mappings of this process, from /proc/self/smaps.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ShmRss {
+    /// Sum of `Rss` of mappings under /dev/shm, memfd or a hugetlbfs mount, kB.
+    pub(crate) rss_kb: u64,
+    /// Number of such mappings.
+    pub(crate) mappings: usize,
+}
+
+/// Mount points of hugetlbfs file systems (from /proc/self/mounts).
+pub(crate) fn hugetlbfs_mounts() -> Vec<PathBuf> {
+    let text = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_dev, dir, ty) = (f.next()?, f.next()?, f.next()?);
+            (ty == "hugetlbfs").then(|| PathBuf::from(dir))
+        })
+        .collect()
+}
+
+/// Sums the shared-memory mappings of this process.
+pub(crate) fn shm_rss() -> anyhow::Result<ShmRss> {
+    let text = fs::read_to_string("/proc/self/smaps").context("reading /proc/self/smaps")?;
+    Ok(parse_smaps_shm(&text, &hugetlbfs_mounts()))
+}
+
+fn parse_smaps_shm(text: &str, huge_mounts: &[PathBuf]) -> ShmRss {
+    let mut out = ShmRss::default();
+    let mut counting = false;
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let first = fields.next().unwrap_or("");
+        // A mapping header starts with an address range "lo-hi".
+        if first.contains('-') && first.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+            let path = line.split_whitespace().nth(5).unwrap_or("");
+            counting = path.starts_with("/dev/shm/")
+                || path.starts_with("/memfd:")
+                || huge_mounts.iter().any(|m| std::path::Path::new(path).starts_with(m));
+            if counting {
+                out.mappings += 1;
+            }
+        } else if counting && first == "Rss:" {
+            out.rss_kb += fields.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        }
+    }
+    out
+}
+
+/// Number of threads of this process (/proc/self/task entries).
+pub(crate) fn thread_count() -> anyhow::Result<usize> {
+    Ok(fs::read_dir("/proc/self/task").context("reading /proc/self/task")?.count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_field_is_parsed() {
+        let t = "Name:\tx\nVmHWM:\t   12345 kB\nVmRSS:\t  999 kB\n";
+        assert_eq!(parse_status_kb(t, "VmHWM"), Some(12345));
+        assert_eq!(parse_status_kb(t, "VmRSS"), Some(999));
+        assert_eq!(parse_status_kb(t, "VmSwap"), None);
+        assert!(peak_rss_kb() > 0);
+    }
+
+    #[test]
+    fn smaps_counts_only_shared_memory_mappings() {
+        let t = "\
+7f0000000000-7f0000100000 rw-s 00000000 00:1a 42                         /dev/shm/shoal_x
+Size:               1024 kB
+Rss:                 300 kB
+7f0000100000-7f0000200000 r--p 00000000 08:01 7                          /usr/lib/libc.so.6
+Rss:                 500 kB
+7f0000200000-7f0000400000 rw-s 00000000 00:2b 9                          /dev/hugepages/ring (deleted)
+Rss:                2048 kB
+7f0000400000-7f0000500000 rw-p 00000000 00:00 0
+Rss:                  40 kB
+";
+        let r = parse_smaps_shm(t, &[PathBuf::from("/dev/hugepages")]);
+        assert_eq!(r, ShmRss { rss_kb: 2348, mappings: 2 });
+        let r = parse_smaps_shm(t, &[]);
+        assert_eq!(r, ShmRss { rss_kb: 300, mappings: 1 });
+    }
+
+    #[test]
+    fn clock_and_cpu_time_advance() {
+        let a = mono_ns();
+        let c0 = CpuTime::now();
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        assert!(mono_ns() > a);
+        let d = CpuTime::now().since(c0);
+        assert!(d.user_us + d.sys_us > 0);
+        assert!(thread_count().unwrap() >= 1);
+    }
+}
