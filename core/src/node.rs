@@ -154,7 +154,10 @@ fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> 
         network_mode: config.network.enabled,
     };
     let registrar = Registrar::new(identity.clone(), &config.registration, Instant::now());
-    let rt = Arc::new(Runtime::new(config, identity, doorbell, self_ringer));
+    // The eCAL-facing layers (UDP, eCAL shared memory) register their factories here, in priority order.
+    let writer_factories: Vec<Box<dyn crate::transport::LayerWriterFactory>> = Vec::new();
+    let reader_factories: Vec<Box<dyn crate::transport::LayerReaderFactory>> = Vec::new();
+    let rt = Arc::new(Runtime::new(config, identity, doorbell, self_ringer, writer_factories, reader_factories));
     let io = crate::io::start(&rt, registrar)?;
     rt.set_io(io);
     Ok(rt)

@@ -248,7 +248,7 @@ impl IoThread {
                 Event::Matched { local_id, remote } | Event::Updated { local_id, remote } => match rt.local(local_id) {
                     Some(Local::Pub(p)) => {
                         let db = self.doorbell_for(&rt, &remote);
-                        p.connect_remote(remote.key.clone(), db);
+                        p.connect_remote(remote, db);
                     }
                     Some(Local::Sub(s)) => s.connect_remote(&rt, &remote),
                     None => {}

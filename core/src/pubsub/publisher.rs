@@ -11,14 +11,22 @@ use crate::pubsub::runtime::{Runtime, lock};
 use crate::pubsub::sample::{Payload, Sample};
 use crate::pubsub::subscriber::SubShared;
 use crate::pubsub::{LoanError, SendError, now_us};
+use crate::registration::RemoteTopic;
 use crate::registration::{EntityKey, Layer, LayerKind, LayerPar, LocalTopic, ShoalPar, TopicStats};
 use crate::transport::shm_ring::{DoorbellRemote, RingWriter};
+use crate::transport::{LayerWriter, SampleMeta};
 use crate::types::TypeInfo;
+
+/// A matched subscriber in another process.
+struct RemoteSub {
+    topic: RemoteTopic,
+    /// The doorbell of its process when it reads our native ring.
+    doorbell: Option<Arc<DoorbellRemote>>,
+}
 
 #[derive(Default)]
 struct Conns {
-    /// Matched remote subscribers, with the doorbell of their process when they read the native ring.
-    remote: HashMap<EntityKey, Option<Arc<DoorbellRemote>>>,
+    remote: HashMap<EntityKey, RemoteSub>,
     intra: Vec<Arc<SubShared>>,
 }
 
@@ -36,6 +44,9 @@ pub(crate) struct PubShared {
     freq: Mutex<(Instant, u64)>,
     /// Fired when a subscriber connects, for `wait_for_subscribers`.
     cond: std::sync::Condvar,
+    host_name: String,
+    /// Samples the eCAL-facing layers could not send.
+    layer_drops: AtomicU64,
 }
 
 impl std::fmt::Debug for PubShared {
@@ -59,9 +70,9 @@ impl PubShared {
         self.changed();
     }
 
-    pub(crate) fn connect_remote(&self, key: EntityKey, doorbell: Option<Arc<DoorbellRemote>>) {
+    pub(crate) fn connect_remote(&self, topic: RemoteTopic, doorbell: Option<Arc<DoorbellRemote>>) {
         let mut c = lock(&self.conns);
-        c.remote.insert(key, doorbell);
+        c.remote.insert(topic.key.clone(), RemoteSub { topic, doorbell });
         self.changed();
     }
 
@@ -82,6 +93,13 @@ impl PubShared {
         (c.intra.len(), c.remote.len())
     }
 
+    /// Matched subscribers: (on this host, on other hosts).
+    fn host_counts(&self, host: &str) -> (usize, usize) {
+        let c = lock(&self.conns);
+        let local = c.remote.keys().filter(|k| k.host_name == host).count();
+        (c.intra.len() + local, c.remote.len() - local)
+    }
+
     pub(crate) fn stats(&self, now: Instant) -> TopicStats {
         let clock = self.clock.load(Ordering::Relaxed);
         let mut f = lock(&self.freq);
@@ -89,10 +107,12 @@ impl PubShared {
         let freq_mhz = if dt > 0.0 { ((clock - f.1.min(clock)) as f64 / dt * 1000.0) as i32 } else { 0 };
         *f = (now, clock);
         drop(f);
-        let (intra, remote) = self.connection_counts();
+        let (local, external) = self.host_counts(&self.host_name);
         TopicStats {
             topic_size: self.last_size.load(Ordering::Relaxed) as i32,
-            connections_local: (intra + remote) as i32,
+            connections_local: local as i32,
+            connections_external: external as i32,
+            message_drops: self.layer_drops.load(Ordering::Relaxed).min(i32::MAX as u64) as i32,
             data_clock: clock as i64,
             data_frequency_mhz: freq_mhz,
             ..TopicStats::default()
@@ -105,8 +125,11 @@ impl PubShared {
 struct ConnCache {
     version: u64,
     doorbells: Vec<Arc<DoorbellRemote>>,
+    /// Remote subscribers served through the native ring.
     remote_count: usize,
     intra: Vec<Arc<SubShared>>,
+    /// Indexes into `Publisher::layers` of the layers that have subscribers.
+    active_layers: Vec<usize>,
 }
 
 /// Sends messages on one topic. Dropping it unregisters it.
@@ -117,6 +140,8 @@ pub struct Publisher {
     rt: Arc<Runtime>,
     ring: Option<RingWriter>,
     cache: ConnCache,
+    /// eCAL-facing layers (UDP, eCAL shared memory), in priority order.
+    layers: Vec<Box<dyn LayerWriter>>,
     clock: u64,
     scratch: Vec<u8>,
 }
@@ -153,12 +178,17 @@ impl Publisher {
             last_size: AtomicU64::new(0),
             freq: Mutex::new((Instant::now(), 0)),
             cond: std::sync::Condvar::new(),
+            host_name: rt.identity.host_name.clone(),
+            layer_drops: AtomicU64::new(0),
         });
+        let layers =
+            rt.writer_factories.iter().filter_map(|f| f.create(shared.id, &shared.topic, &shared.type_info)).collect();
         let p = Publisher {
             shared: Arc::clone(&shared),
             rt: Arc::clone(rt),
             ring,
             cache: ConnCache::default(),
+            layers,
             clock: 0,
             scratch: Vec::new(),
         };
@@ -184,6 +214,7 @@ impl Publisher {
                 }),
             });
         }
+        layers.extend(self.layers.iter().filter_map(|l| l.advert()));
         LocalTopic {
             id: self.shared.id,
             topic_name: self.shared.topic.to_string(),
@@ -236,16 +267,38 @@ impl Publisher {
             return;
         }
         let c = lock(&self.shared.conns);
+        // Layer choice per remote subscriber: the native ring when it reads it (same host, shoal), else the first
+        // eCAL-facing layer that accepts it.
         let mut doorbells: Vec<Arc<DoorbellRemote>> = Vec::new();
-        for db in c.remote.values().flatten() {
-            if !doorbells.iter().any(|d| Arc::ptr_eq(d, db)) {
-                doorbells.push(Arc::clone(db));
+        let mut ring_targets = 0;
+        let mut assigned: Vec<Vec<&RemoteTopic>> = vec![Vec::new(); self.layers.len()];
+        for r in c.remote.values() {
+            if let Some(db) = &r.doorbell {
+                ring_targets += 1;
+                if !doorbells.iter().any(|d| Arc::ptr_eq(d, db)) {
+                    doorbells.push(Arc::clone(db));
+                }
+                continue;
+            }
+            let same_host = r.topic.key.host_name == self.rt.identity.host_name;
+            if let Some(i) = self.layers.iter().position(|l| l.accepts(&r.topic, same_host)) {
+                assigned[i].push(&r.topic);
             }
         }
+        let adverts_before: Vec<_> = self.layers.iter().map(|l| l.advert()).collect();
+        let mut active_layers = Vec::new();
+        for (i, (layer, targets)) in self.layers.iter_mut().zip(&assigned).enumerate() {
+            layer.set_targets(targets);
+            if !targets.is_empty() {
+                active_layers.push(i);
+            }
+        }
+        let adverts_changed = self.layers.iter().map(|l| l.advert()).collect::<Vec<_>>() != adverts_before;
         let was_active = self.cache.remote_count > 0;
-        self.cache = ConnCache { version: v, doorbells, remote_count: c.remote.len(), intra: c.intra.clone() };
+        self.cache =
+            ConnCache { version: v, doorbells, remote_count: ring_targets, intra: c.intra.clone(), active_layers };
         drop(c);
-        if was_active != (self.cache.remote_count > 0) {
+        if adverts_changed || was_active != (self.cache.remote_count > 0) {
             self.rt.io_send(Command::Update(self.local_topic()));
         }
     }
@@ -270,9 +323,25 @@ impl Publisher {
                 db.ring();
             }
         }
+        self.write_layers(data, send_time_us, clock);
         self.deliver_intra(data, send_time_us, clock);
         self.finish(clock, data.len());
         Ok(())
+    }
+
+    /// Sends through every eCAL-facing layer that has subscribers; a failing layer drops (counted), the others
+    /// still get the sample.
+    fn write_layers(&mut self, data: &[u8], send_time_us: i64, clock: u64) {
+        if self.cache.active_layers.is_empty() {
+            return;
+        }
+        let meta = SampleMeta { publisher_id: self.shared.id, clock, send_time_us };
+        for &i in &self.cache.active_layers {
+            if let Err(e) = self.layers[i].write(data, &meta) {
+                self.shared.layer_drops.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("topic {}: {:?} layer: {e}", self.shared.topic, self.layers[i].kind());
+            }
+        }
     }
 
     fn deliver_intra(&self, data: &[u8], send_time_us: i64, clock: u64) {
@@ -281,7 +350,7 @@ impl Publisher {
         }
         let payload: Arc<[u8]> = Arc::from(data);
         for s in &self.cache.intra {
-            s.push_intra(Sample {
+            s.push_inbox(Sample {
                 payload: Payload::Shared(Arc::clone(&payload)),
                 send_time_us,
                 clock,
@@ -342,9 +411,10 @@ impl Publisher {
         let clock = self.clock + 1;
         match &mut self.ring {
             Some(ring) => {
-                // Same-process subscribers get their copy before the slot is published (and may be overwritten).
-                let intra_copy =
-                    if self.cache.intra.is_empty() { None } else { ring.loan(len).ok().map(|b| b.to_vec()) };
+                // Same-process subscribers and the eCAL layers get their copy before the slot is published (and may
+                // be overwritten).
+                let need_copy = !self.cache.intra.is_empty() || !self.cache.active_layers.is_empty();
+                let intra_copy = if need_copy { ring.loan(len).ok().map(|b| b.to_vec()) } else { None };
                 let published = ring.commit(len, t, clock).map_err(|e| SendError::Ring(e.to_string()))?;
                 for db in &self.cache.doorbells {
                     db.ring();
@@ -353,11 +423,13 @@ impl Publisher {
                     self.rt.io_send(Command::Update(self.local_topic()));
                 }
                 if let Some(data) = intra_copy {
+                    self.write_layers(&data, t, clock);
                     self.deliver_intra(&data, t, clock);
                 }
             }
             None => {
                 let data = std::mem::take(&mut self.scratch);
+                self.write_layers(&data[..len], t, clock);
                 self.deliver_intra(&data[..len], t, clock);
                 self.scratch = data;
             }

@@ -15,6 +15,7 @@ use crate::pubsub::publisher::PubShared;
 use crate::pubsub::subscriber::SubShared;
 use crate::registration::{Identity, LayerKind, LayerPar, RemoteTopic, ShoalPar, TopicStats};
 use crate::transport::shm_ring::{Doorbell, DoorbellRemote};
+use crate::transport::{LayerReaderFactory, LayerWriterFactory};
 
 /// A local entity as the I/O thread sees it.
 pub(crate) enum Local {
@@ -39,6 +40,10 @@ pub(crate) struct Runtime {
     table: Mutex<Table>,
     io: Mutex<Option<IoHandle>>,
     pub(crate) dispatcher: Dispatcher,
+    /// eCAL-facing layers for publishers, in priority order (eCAL local order: shm, udp, tcp).
+    pub(crate) writer_factories: Vec<Box<dyn LayerWriterFactory>>,
+    /// eCAL-facing layers for subscribers.
+    pub(crate) reader_factories: Vec<Box<dyn LayerReaderFactory>>,
     next_entity: AtomicU64,
     entity_prefix: u64,
 }
@@ -58,7 +63,14 @@ pub(crate) fn shoal_par(remote: &RemoteTopic) -> Option<&ShoalPar> {
 }
 
 impl Runtime {
-    pub(crate) fn new(config: Config, identity: Identity, doorbell: Doorbell, self_ringer: DoorbellRemote) -> Runtime {
+    pub(crate) fn new(
+        config: Config,
+        identity: Identity,
+        doorbell: Doorbell,
+        self_ringer: DoorbellRemote,
+        writer_factories: Vec<Box<dyn LayerWriterFactory>>,
+        reader_factories: Vec<Box<dyn LayerReaderFactory>>,
+    ) -> Runtime {
         let pid = u64::from(identity.pid);
         let random: u64 = rand::random::<u64>() & 0xFF_FFFF;
         Runtime {
@@ -69,6 +81,8 @@ impl Runtime {
             table: Mutex::new(Table::default()),
             io: Mutex::new(None),
             dispatcher: Dispatcher::default(),
+            writer_factories,
+            reader_factories,
             next_entity: AtomicU64::new(1),
             entity_prefix: ((pid & 0xFF_FFFF) << 40) | (random << 16),
         }

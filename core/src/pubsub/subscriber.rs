@@ -12,6 +12,7 @@ use crate::pubsub::runtime::{Runtime, lock, shoal_par};
 use crate::pubsub::sample::{Sample, SampleRef};
 use crate::registration::{EntityKey, Layer, LayerKind, LayerPar, LocalTopic, RemoteTopic, ShoalPar, TopicStats};
 use crate::transport::shm_ring::{ReadOutcome, RingReader};
+use crate::transport::{Inbox, LayerReader};
 use crate::types::TypeInfo;
 
 /// The user callback of a callback subscriber.
@@ -35,6 +36,8 @@ pub(crate) struct SubShared {
     /// Creation time (µs since the epoch): samples sent from then on are delivered if still in a ring.
     created_us: i64,
     readers: Mutex<Vec<ReaderEntry>>,
+    /// Connections of the eCAL-facing layers (UDP, eCAL shared memory) to remote publishers.
+    layer_conns: Mutex<Vec<(EntityKey, Box<dyn LayerReader>)>>,
     /// Round-robin start index over `readers`, so one busy publisher cannot starve the others.
     next_reader: AtomicUsize,
     intra: Mutex<VecDeque<Sample>>,
@@ -53,6 +56,9 @@ pub(crate) struct SubShared {
     freq: Mutex<(Instant, u64)>,
     conn_lock: Mutex<()>,
     conn_cond: Condvar,
+    /// For layer readers that push from their own threads: ring our process's doorbell after a push.
+    #[allow(dead_code)] // read by `Inbox::push`, which the eCAL layers being added call
+    runtime: std::sync::Weak<Runtime>,
 }
 
 impl std::fmt::Debug for SubShared {
@@ -66,8 +72,9 @@ impl SubShared {
         self.callback.is_some()
     }
 
-    /// Queues a same-process sample; the oldest is dropped (and counted) when the queue is full.
-    pub(crate) fn push_intra(&self, s: Sample) {
+    /// Queues a sample from a same-process publisher or an eCAL-facing layer; the oldest is dropped (and counted)
+    /// when the queue is full.
+    pub(crate) fn push_inbox(&self, s: Sample) {
         let mut q = lock(&self.intra);
         let mut bytes = self.intra_bytes.load(Ordering::Relaxed) + s.payload().len();
         q.push_back(s);
@@ -96,11 +103,17 @@ impl SubShared {
         self.conn_cond.notify_all();
     }
 
-    /// A matched remote publisher: opens its ring segment (same host, native ring advertised).
-    pub(crate) fn connect_remote(&self, rt: &Runtime, remote: &RemoteTopic) {
+    /// A matched remote publisher: opens its ring segment (same host, native ring advertised), or else connects
+    /// the eCAL-facing layers that serve it.
+    pub(crate) fn connect_remote(self: &Arc<Self>, rt: &Runtime, remote: &RemoteTopic) {
+        let same_host = remote.key.host_name == rt.identity.host_name;
+        let par = if same_host && rt.config.shm_ring.enabled { shoal_par(remote) } else { None };
+        if par.is_none() {
+            self.connect_layers(rt, remote, same_host);
+            return;
+        }
         let mut readers = lock(&self.readers);
         let known = readers.iter().position(|e| e.key == remote.key);
-        let par = if remote.key.host_name == rt.identity.host_name { shoal_par(remote) } else { None };
         match (known, par) {
             (Some(i), Some(par)) => {
                 // Same publisher: a new segment name means it grew; the reader follows by itself, but re-open if it
@@ -133,7 +146,7 @@ impl SubShared {
                         ended: false,
                         closing: false,
                     });
-                    self.remote_pubs.store(readers.iter().filter(|e| !e.closing).count(), Ordering::Relaxed);
+                    self.remote_pubs.store(self.remote_count(&readers), Ordering::Relaxed);
                     drop(readers);
                     self.notify_conn();
                 }
@@ -149,7 +162,49 @@ impl SubShared {
         }
     }
 
+    fn connect_layers(self: &Arc<Self>, rt: &Runtime, remote: &RemoteTopic, same_host: bool) {
+        let mut conns = lock(&self.layer_conns);
+        let mut known = false;
+        for (k, c) in conns.iter_mut() {
+            if *k == remote.key {
+                c.update(remote);
+                known = true;
+            }
+        }
+        if known {
+            return;
+        }
+        let inbox: Arc<dyn Inbox> = Arc::clone(self) as Arc<dyn Inbox>;
+        let before = conns.len();
+        for f in &rt.reader_factories {
+            if let Some(c) = f.connect(&self.topic, Arc::clone(&inbox), remote, same_host) {
+                conns.push((remote.key.clone(), c));
+            }
+        }
+        if conns.len() != before {
+            self.remote_pubs.fetch_add(1, Ordering::Relaxed);
+            drop(conns);
+            self.notify_conn();
+        }
+    }
+
     pub(crate) fn disconnect_remote(&self, key: &EntityKey) {
+        {
+            let mut conns = lock(&self.layer_conns);
+            let before = conns.len();
+            conns.retain(|(k, c)| {
+                if k == key {
+                    self.drops.fetch_add(c.drops(), Ordering::Relaxed);
+                }
+                k != key
+            });
+            if conns.len() != before {
+                let _ = self.remote_pubs.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+                drop(conns);
+                self.notify_conn();
+                return;
+            }
+        }
         let mut readers = lock(&self.readers);
         if let Some(i) = readers.iter().position(|e| &e.key == key) {
             if readers[i].reader.has_data() {
@@ -160,19 +215,32 @@ impl SubShared {
                 self.drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
             }
         }
-        self.remote_pubs.store(readers.iter().filter(|e| !e.closing).count(), Ordering::Relaxed);
+        self.remote_pubs.store(self.remote_count(&readers), Ordering::Relaxed);
         drop(readers);
         self.notify_conn();
+    }
+
+    /// Remote publishers: ring readers that are not closing plus eCAL-layer connections (one per publisher).
+    fn remote_count(&self, readers: &[ReaderEntry]) -> usize {
+        let mut keys: Vec<&EntityKey> = Vec::new();
+        let conns = lock(&self.layer_conns);
+        for (k, _) in conns.iter() {
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        readers.iter().filter(|e| !e.closing).count() + keys.len()
     }
 
     pub(crate) fn publisher_count(&self) -> usize {
         self.intra_pubs.load(Ordering::Relaxed) + self.remote_pubs.load(Ordering::Relaxed)
     }
 
-    /// Total drops: queue overflows plus overruns and torn reads of every ring reader.
+    /// Total drops: queue overflows plus overruns and torn reads of every ring reader and the eCAL layers' losses.
     pub(crate) fn drops(&self) -> u64 {
         let ring: u64 = lock(&self.readers).iter().map(|e| e.reader.drops()).sum();
-        self.drops.load(Ordering::Relaxed) + ring
+        let layers: u64 = lock(&self.layer_conns).iter().map(|(_, c)| c.drops()).sum();
+        self.drops.load(Ordering::Relaxed) + ring + layers
     }
 
     pub(crate) fn has_data(&self) -> bool {
@@ -312,6 +380,20 @@ impl std::fmt::Debug for Subscriber {
     }
 }
 
+impl Inbox for SubShared {
+    fn push(&self, sample: Sample) {
+        self.push_inbox(sample);
+        // Wake this process's waiters (pull subscribers and the doorbell thread).
+        if let Some(rt) = self.runtime.upgrade() {
+            rt.self_ringer.ring();
+        }
+    }
+
+    fn reads_ring_of(&self, publisher_id: u64) -> bool {
+        lock(&self.readers).iter().any(|e| e.key.entity_id == publisher_id && !e.closing)
+    }
+}
+
 impl Subscriber {
     pub(crate) fn create(
         rt: &Arc<Runtime>,
@@ -328,6 +410,7 @@ impl Subscriber {
             type_info: Arc::new(type_info),
             created_us: crate::pubsub::now_us(),
             readers: Mutex::new(Vec::new()),
+            layer_conns: Mutex::new(Vec::new()),
             next_reader: AtomicUsize::new(0),
             intra: Mutex::new(VecDeque::new()),
             intra_len: AtomicUsize::new(0),
@@ -344,6 +427,7 @@ impl Subscriber {
             freq: Mutex::new((Instant::now(), 0)),
             conn_lock: Mutex::new(()),
             conn_cond: Condvar::new(),
+            runtime: Arc::downgrade(rt),
         });
         let s = Subscriber { shared: Arc::clone(&shared), rt: Arc::clone(rt), wait: rt.config.receive.wait };
         rt.add_subscriber(&shared);
@@ -355,13 +439,14 @@ impl Subscriber {
     }
 
     fn local_topic(&self) -> LocalTopic {
-        let layers = vec![Layer {
+        let mut layers = vec![Layer {
             kind: LayerKind::ShoalRing,
             version: 1,
             enabled: self.rt.config.shm_ring.enabled,
             active: false,
             par: LayerPar::Shoal(ShoalPar { doorbell: self.rt.doorbell.name().to_string(), ..ShoalPar::default() }),
         }];
+        layers.extend(self.rt.reader_factories.iter().filter_map(|f| f.subscriber_advert()));
         LocalTopic {
             id: self.shared.id,
             topic_name: self.shared.topic.to_string(),

@@ -1,3 +1,106 @@
-//! Transports.
+//! Transports. `shm_ring` is shoal's own; the eCAL-facing layers (UDP, eCAL shared-memory memfiles, later TCP)
+//! plug into publishers and subscribers through the [`LayerWriter`] and [`LayerReaderFactory`] traits below, so
+//! `pubsub` never knows their byte formats.
+//!
+//! Layer choice per connection (a publisher and one remote subscriber) is made by the publisher, in priority order:
+//! same process (in-memory queue) > native ring (same host, both shoal) > eCAL layers in the order the runtime lists
+//! them (eCAL's local priority: shm, udp, tcp). A layer is started lazily, when it gets its first subscriber, and
+//! only then appears in the publisher's registration, as eCAL does.
+
+use crate::registration::{Layer, LayerKind, RemoteTopic};
+
 #[allow(unsafe_code)]
 pub mod shm_ring;
+
+/// What travels with every sample, whatever the layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SampleMeta {
+    /// The publisher's entity id (eCAL `topic_id`).
+    pub(crate) publisher_id: u64,
+    /// The publisher's message counter (1, 2, ...).
+    pub(crate) clock: u64,
+    /// Send time, µs since the UNIX epoch.
+    pub(crate) send_time_us: i64,
+}
+
+/// Errors of [`LayerWriter::write`].
+#[derive(Debug, thiserror::Error)]
+#[allow(dead_code)] // constructed by the eCAL layers (transport/udp, transport/ecal_shm), which are being added
+pub(crate) enum LayerWriteError {
+    /// The layer failed for this message (the error text says why); other layers still got it.
+    #[error("{layer:?} layer: {message}")]
+    Failed {
+        /// Which layer.
+        layer: LayerKind,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// Publisher side of an eCAL-facing layer, owned by one publisher.
+pub(crate) trait LayerWriter: Send + std::fmt::Debug {
+    /// The layer's kind (its `transport_layer.type` in registration).
+    fn kind(&self) -> LayerKind;
+
+    /// Whether this layer can serve `remote` (whose registration advertises its enabled layers);
+    /// `same_host` tells whether it runs on our host (shared-memory layers need that).
+    fn accepts(&self, remote: &RemoteTopic, same_host: bool) -> bool;
+
+    /// The remote subscribers this layer serves from now on (chosen by the publisher). The first non-empty call
+    /// starts the layer (lazy start); an empty list may leave it started, as eCAL does.
+    fn set_targets(&mut self, targets: &[&RemoteTopic]);
+
+    /// The registration entry, or `None` while the layer is not started.
+    fn advert(&self) -> Option<Layer>;
+
+    /// Sends one sample to the layer's targets. Never blocks for long: a layer that cannot take the sample now
+    /// drops it and counts it.
+    fn write(&mut self, payload: &[u8], meta: &SampleMeta) -> Result<(), LayerWriteError>;
+}
+
+/// Creates the eCAL-facing writers of a new publisher (not started yet).
+pub(crate) trait LayerWriterFactory: Send + Sync + std::fmt::Debug {
+    /// A writer for a publisher with this id, topic and type.
+    fn create(
+        &self,
+        publisher_id: u64,
+        topic: &str,
+        type_info: &crate::types::TypeInfo,
+    ) -> Option<Box<dyn LayerWriter>>;
+}
+
+/// Where a reader layer delivers what it receives: the subscriber's inbox (also used by same-process publishers).
+#[allow(dead_code)] // called by the eCAL layers (transport/udp, transport/ecal_shm), which are being added
+pub(crate) trait Inbox: Send + Sync {
+    /// Delivers one sample (the inbox copies nothing more; it counts and bounds).
+    fn push(&self, sample: crate::pubsub::sample::Sample);
+    /// Whether samples of this publisher already arrive through the native ring (then other layers' copies are
+    /// duplicates and must be dropped by the caller).
+    fn reads_ring_of(&self, publisher_id: u64) -> bool;
+}
+
+/// A subscriber-side connection of an eCAL-facing layer to one remote publisher; dropping it disconnects.
+pub(crate) trait LayerReader: Send + std::fmt::Debug {
+    /// The remote publisher's registration changed (e.g. its memfile was re-created under a new name).
+    fn update(&mut self, remote: &RemoteTopic);
+    /// Samples lost on this connection so far.
+    fn drops(&self) -> u64 {
+        0
+    }
+}
+
+/// Creates subscriber-side layer connections, and says what the subscriber advertises for the layer.
+pub(crate) trait LayerReaderFactory: Send + Sync + std::fmt::Debug {
+    /// The entry a subscriber advertises (e.g. `udp` enabled), or `None` if the layer is switched off.
+    fn subscriber_advert(&self) -> Option<Layer>;
+
+    /// Connects a subscriber to a remote publisher that advertises this layer, or `None` if this layer does not
+    /// serve it (the publisher did not start it, another host for a shared-memory layer, ...).
+    fn connect(
+        &self,
+        topic: &str,
+        inbox: std::sync::Arc<dyn Inbox>,
+        remote: &RemoteTopic,
+        same_host: bool,
+    ) -> Option<Box<dyn LayerReader>>;
+}
