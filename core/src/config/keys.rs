@@ -219,6 +219,12 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
             "multicast_config_version = v2 way, as eCAL 6 does.",
         ],
     },
+    SectionDef {
+        name: "publisher",
+        title: "PUBLISHER LAYERS (eCAL 5 names; shoal processes on one host always use the native ring)",
+        doc: &[],
+    },
+    SectionDef { name: "subscriber", title: "SUBSCRIBER LAYERS", doc: &[] },
     SectionDef { name: "shoal_registration", title: "SHOAL: REGISTRATION", doc: &[] },
     SectionDef { name: "shoal_network", title: "SHOAL: UDP ADDRESSES AND PORTS", doc: &[] },
     SectionDef {
@@ -231,6 +237,12 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
 ];
 
 const BOOL: &str = "true or false (also 1/0, yes/no, on/off)";
+const ECAL5_USE: &str = "true or false (also eCAL 5's 0 = off, 1 = on, 2 = auto, read as on)";
+
+/// eCAL 5's `use_*` publisher keys: 0 off, 1 on, 2 auto; shoal also takes booleans.
+fn ecal5_use(v: &str) -> Option<bool> {
+    if v.trim() == "2" || v.trim().eq_ignore_ascii_case("auto") { Some(true) } else { boolean(v) }
+}
 
 /// Every key, in the order it is written (and in which cross-field rules look at it).
 pub(crate) static KEYS: &[KeyDef] = &[
@@ -355,6 +367,80 @@ pub(crate) static KEYS: &[KeyDef] = &[
         get: |c| c.network.multicast_ttl.to_string(),
         set: |d, v, _| {
             d.cfg.network.multicast_ttl = u32::try_from(int_in(v, 0, 255)?).ok()?;
+            Some(())
+        },
+    },
+    // ----- [publisher]
+    KeyDef {
+        section: "publisher",
+        key: "use_shm",
+        alias: None,
+        doc: &["Serve eCAL shared-memory subscribers on this host (eCAL memfiles)."],
+        allowed: ECAL5_USE,
+        get: |c| c.layers.pub_shm.to_string(),
+        set: |d, v, _| {
+            d.cfg.layers.pub_shm = ecal5_use(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "publisher",
+        key: "use_udp_mc",
+        alias: None,
+        doc: &["Serve UDP subscribers (local broadcast, or multicast in network mode)."],
+        allowed: ECAL5_USE,
+        get: |c| c.layers.pub_udp.to_string(),
+        set: |d, v, _| {
+            d.cfg.layers.pub_udp = ecal5_use(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "publisher",
+        key: "use_tcp",
+        alias: None,
+        doc: &["Serve TCP subscribers (eCAL tcp_pubsub)."],
+        allowed: ECAL5_USE,
+        get: |c| c.layers.pub_tcp.to_string(),
+        set: |d, v, _| {
+            d.cfg.layers.pub_tcp = ecal5_use(v)?;
+            Some(())
+        },
+    },
+    // ----- [subscriber]
+    KeyDef {
+        section: "subscriber",
+        key: "shm_rec_enabled",
+        alias: None,
+        doc: &["Receive from eCAL publishers through their shared-memory memfiles."],
+        allowed: BOOL,
+        get: |c| c.layers.sub_shm.to_string(),
+        set: |d, v, _| {
+            d.cfg.layers.sub_shm = boolean(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "subscriber",
+        key: "udp_mc_rec_enabled",
+        alias: None,
+        doc: &["Receive UDP (from eCAL publishers, and from shoal publishers on other hosts)."],
+        allowed: BOOL,
+        get: |c| c.layers.sub_udp.to_string(),
+        set: |d, v, _| {
+            d.cfg.layers.sub_udp = boolean(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "subscriber",
+        key: "tcp_rec_enabled",
+        alias: None,
+        doc: &["Receive TCP (eCAL tcp_pubsub)."],
+        allowed: BOOL,
+        get: |c| c.layers.sub_tcp.to_string(),
+        set: |d, v, _| {
+            d.cfg.layers.sub_tcp = boolean(v)?;
             Some(())
         },
     },

@@ -53,6 +53,8 @@ pub struct Config {
     pub receive: ReceiveConfig,
     /// The I/O thread.
     pub io: IoConfig,
+    /// Which eCAL-facing transport layers publishers and subscribers use.
+    pub layers: LayersConfig,
     /// Where this configuration was read from (`None`: built-in defaults).
     pub source: Option<PathBuf>,
 }
@@ -120,6 +122,30 @@ pub struct IoConfig {
     pub cpu_affinity: Vec<usize>,
 }
 
+/// Which eCAL-facing transport layers are on (eCAL 6 defaults: publishers may use shm, udp and tcp; subscribers
+/// receive shm and udp).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayersConfig {
+    /// Publishers may serve eCAL shared-memory subscribers (memfiles).
+    pub pub_shm: bool,
+    /// Publishers may serve UDP subscribers.
+    pub pub_udp: bool,
+    /// Publishers may serve TCP subscribers.
+    pub pub_tcp: bool,
+    /// Subscribers read eCAL shared-memory memfiles.
+    pub sub_shm: bool,
+    /// Subscribers receive UDP.
+    pub sub_udp: bool,
+    /// Subscribers receive TCP.
+    pub sub_tcp: bool,
+}
+
+impl Default for LayersConfig {
+    fn default() -> Self {
+        LayersConfig { pub_shm: true, pub_udp: true, pub_tcp: true, sub_shm: true, sub_udp: true, sub_tcp: false }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -148,6 +174,7 @@ impl Default for Config {
             },
             receive: ReceiveConfig { wait: WaitStrategy::Block },
             io: IoConfig { cpu_affinity: Vec::new() },
+            layers: LayersConfig::default(),
             source: None,
         }
     }

@@ -209,6 +209,7 @@ use_shm                   = 2
     assert_eq!(cfg.network.multicast_ttl, 2);
     assert_eq!(cfg.registration.timeout, Duration::from_millis(60000));
     assert_eq!(cfg.registration.shm_transport_domain, "rack7");
+    assert!(cfg.layers.pub_shm, "eCAL 5's use_shm = 2 (auto) means on");
     let shown: Vec<String> = warnings.iter().map(ToString::to_string).collect();
     assert_eq!(
         shown,
@@ -216,7 +217,6 @@ use_shm                   = 2
             "/cfg/ecal.ini:4: [network] multicast_config_version is not a key shoal knows; ignored",
             "/cfg/ecal.ini:6: [network] multicast_mask = 0.0.0.15 is an eCAL 5 v1 style mask; read as 255.255.255.240 (write that to silence this warning)",
             "/cfg/ecal.ini:9: [network] multicast_sndbuf is not a key shoal knows; ignored",
-            "/cfg/ecal.ini:16: section [publisher] is not used by shoal; its keys are ignored",
         ]
     );
 }
