@@ -1,6 +1,7 @@
 //! `shoal`: the command line of the shoal pub/sub framework.
 
 mod perf;
+mod topic;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
@@ -17,6 +18,9 @@ struct Cli {
 enum Command {
     /// Measure latency, throughput, fan-out and memory of shoal (optionally against a raw ring).
     Perf(perf::PerfArgs),
+    /// List, echo and publish topics (shoal's and eCAL's).
+    #[command(subcommand)]
+    Topic(topic::TopicCommand),
     /// Internal: the echo/sink process spawned by `shoal perf`.
     #[command(hide = true)]
     PerfPeer(perf::PeerArgs),
@@ -30,5 +34,6 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Perf(args) => perf::run(args),
         Command::PerfPeer(args) => perf::run_peer(args),
+        Command::Topic(cmd) => topic::run(cmd),
     }
 }
