@@ -13,6 +13,7 @@
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod config;
+pub mod dynamic;
 mod io;
 pub mod monitor;
 mod node;
@@ -29,5 +30,8 @@ pub use node::{CreateError, InitError, Node};
 pub use pubsub::publisher::{Init, Loan, Publisher, Uninit};
 pub use pubsub::sample::{Sample, SampleRef};
 pub use pubsub::subscriber::Subscriber;
+pub use pubsub::typed::{MessageMeta, Received, TypedPublisher, TypedRecvError, TypedSendError, TypedSubscriber};
 pub use pubsub::{LoanError, RecvError, SendError};
-pub use types::TypeInfo;
+#[doc(hidden)]
+pub use types::codegen_support as __codegen;
+pub use types::{DecodeError, EncodeError, Message, MessageSink, TypeInfo};

@@ -553,7 +553,9 @@ pub(crate) static KEYS: &[KeyDef] = &[
         key: "slot_size",
         alias: None,
         doc: &[
-            "Initial payload bytes per slot; a larger message grows the ring.",
+            "Initial payload bytes per slot. A larger message grows the ring to slots of the next power",
+            "of two, with fewer of them: slot_count x slot_size bytes are kept as the budget, but a grown",
+            "ring keeps at least 16 slots.",
             "Suffixes k, m, g (also kb/kib, ...; any case) multiply by 1024, 1024^2, 1024^3.",
         ],
         allowed: "64..=1073741824 bytes (64 to 1g)",

@@ -167,8 +167,8 @@ impl Default for Config {
             },
             shm_ring: ShmRingConfig {
                 enabled: true,
-                slot_count: 16,
-                slot_size: 64 * 1024,
+                slot_count: 256,
+                slot_size: 4 * 1024,
                 huge_pages: false,
                 huge_pages_path: PathBuf::from("/dev/hugepages"),
             },

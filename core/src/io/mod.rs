@@ -22,6 +22,8 @@ use crate::registration::{Event, LocalTopic, Registrar};
 
 const RECV_TOKEN: Token = Token(0);
 const WAKE_TOKEN: Token = Token(1);
+/// Tokens of the layers' sockets ([`crate::transport::IoSource`]) start here.
+const SOURCE_TOKEN_BASE: usize = 2;
 
 /// Requests from user threads to the I/O thread.
 #[derive(Debug)]
@@ -121,6 +123,8 @@ pub(crate) fn start(rt: &Arc<Runtime>, registrar: Registrar) -> Result<IoHandle,
     let waker = Arc::new(Waker::new(poll.registry(), WAKE_TOKEN).map_err(IoStartError::Thread)?);
     let (tx, rx) = mpsc::channel();
     let weak = Arc::downgrade(rt);
+    let sources: Vec<Box<dyn crate::transport::IoSource>> =
+        rt.reader_factories.iter().filter_map(|f| f.io_source()).collect();
     let affinity = cfg.io.cpu_affinity.clone();
     let thread = std::thread::Builder::new()
         .name("shoal-io".into())
@@ -128,7 +132,8 @@ pub(crate) fn start(rt: &Arc<Runtime>, registrar: Registrar) -> Result<IoHandle,
             if let Err(e) = crate::sys::set_current_thread_affinity(&affinity) {
                 tracing::warn!("cannot pin the I/O thread to CPUs {affinity:?}: {e}");
             }
-            let mut io = IoThread { poll, sockets, registrar, rx, rt: weak, doorbells: HashMap::new(), send_drops: 0 };
+            let mut io =
+                IoThread { poll, sockets, registrar, rx, rt: weak, doorbells: HashMap::new(), send_drops: 0, sources };
             if let Err(e) = io.run() {
                 tracing::error!("shoal I/O thread stopped: {e}");
             }
@@ -146,6 +151,8 @@ struct IoThread {
     /// Doorbells of remote subscriber processes, shared by all local publishers that serve them.
     doorbells: HashMap<String, Weak<crate::transport::shm_ring::DoorbellRemote>>,
     send_drops: u64,
+    /// Sockets of the eCAL-facing layers (the UDP data socket), token `SOURCE_TOKEN_BASE + index`.
+    sources: Vec<Box<dyn crate::transport::IoSource>>,
 }
 
 impl IoThread {
@@ -167,11 +174,20 @@ impl IoThread {
             for ev in events.iter() {
                 if ev.token() == RECV_TOKEN {
                     self.drain_socket(&mut buf);
+                } else if let Some(src) =
+                    ev.token().0.checked_sub(SOURCE_TOKEN_BASE).and_then(|i| self.sources.get_mut(i))
+                {
+                    src.on_readable(Instant::now());
                 }
             }
             if self.drain_commands() {
                 self.flush();
                 return Ok(());
+            }
+            // Before our registration goes out (flush), so a new subscriber's layers already listen.
+            let now = Instant::now();
+            for (i, src) in self.sources.iter_mut().enumerate() {
+                src.maintain(self.poll.registry(), Token(SOURCE_TOKEN_BASE + i), now);
             }
             let now = Instant::now();
             if self.registrar.poll_timeout().is_some_and(|t| t <= now) {
@@ -248,16 +264,20 @@ impl IoThread {
                 Event::Matched { local_id, remote } | Event::Updated { local_id, remote } => match rt.local(local_id) {
                     Some(Local::Pub(p)) => {
                         let db = self.doorbell_for(&rt, &remote);
-                        p.connect_remote(remote, db);
+                        if p.connect_remote(remote, db) {
+                            self.registrar.update_local(Instant::now(), p.local_topic());
+                        }
                     }
                     Some(Local::Sub(s)) => s.connect_remote(&rt, &remote),
                     None => {}
                 },
                 Event::Unmatched { local_id, remote } => {
                     match rt.local(local_id) {
-                        Some(Local::Pub(p)) => p.disconnect_remote(&remote),
+                        Some(Local::Pub(p)) if p.disconnect_remote(&remote) => {
+                            self.registrar.update_local(Instant::now(), p.local_topic());
+                        }
                         Some(Local::Sub(s)) => s.disconnect_remote(&remote),
-                        None => {}
+                        Some(Local::Pub(_)) | None => {}
                     }
                     if remote.host_name == rt.identity.host_name && !crate::sys::pid_alive(remote.pid) {
                         let dir = rt.ring_dir();
@@ -276,7 +296,8 @@ impl IoThread {
         rt: &Runtime,
         remote: &crate::registration::RemoteTopic,
     ) -> Option<Arc<crate::transport::shm_ring::DoorbellRemote>> {
-        if remote.key.host_name != rt.identity.host_name {
+        // Without a ring of our own (switched off) a subscriber cannot read us through it: other layers serve it.
+        if remote.key.host_name != rt.identity.host_name || !rt.config.shm_ring.enabled {
             return None;
         }
         let name = crate::pubsub::runtime::shoal_par(remote)?.doorbell.clone();

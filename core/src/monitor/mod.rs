@@ -63,6 +63,9 @@ pub struct TopicEntry {
     pub connections_local: i32,
     /// Connected peers on other hosts.
     pub connections_external: i32,
+    /// The type disagrees with a subscriber of this process on the same topic ([`TypeInfo::mismatches`]): set on
+    /// the publisher announcing the other type and on the local subscriber expecting its own.
+    pub type_mismatch: bool,
 }
 
 /// Processes and topics at one moment.
@@ -100,7 +103,7 @@ pub(crate) fn build_snapshot(reg: &Registrar, rt: Option<&Runtime>) -> Snapshot 
             is_self: p.pid == my_pid && p.host_name == my_host,
         })
         .collect();
-    let topics = reg
+    let mut topics: Vec<TopicEntry> = reg
         .topics()
         .map(|t| TopicEntry {
             host_name: t.key.host_name.clone(),
@@ -120,7 +123,29 @@ pub(crate) fn build_snapshot(reg: &Registrar, rt: Option<&Runtime>) -> Snapshot 
             message_drops: t.stats.message_drops,
             connections_local: t.stats.connections_local,
             connections_external: t.stats.connections_external,
+            type_mismatch: false,
         })
         .collect();
+    flag_type_mismatches(&mut topics, &my_host, my_pid);
     Snapshot { taken_at: Some(SystemTime::now()), processes, topics }
+}
+
+/// Sets `type_mismatch` on publishers whose type disagrees with a subscriber of this process on the same topic,
+/// and on those subscribers.
+fn flag_type_mismatches(topics: &mut [TopicEntry], my_host: &str, my_pid: u32) {
+    let local_subs: Vec<(usize, String, TypeInfo)> = topics
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.direction == TopicDirection::Subscriber && t.pid == my_pid && t.host_name == my_host)
+        .map(|(i, t)| (i, t.topic_name.clone(), t.type_info.clone()))
+        .collect();
+    for (sub_index, topic, expected) in local_subs {
+        for i in 0..topics.len() {
+            let t = &topics[i];
+            if t.direction == TopicDirection::Publisher && t.topic_name == topic && t.type_info.mismatches(&expected) {
+                topics[i].type_mismatch = true;
+                topics[sub_index].type_mismatch = true;
+            }
+        }
+    }
 }

@@ -5,6 +5,7 @@ pub(crate) mod publisher;
 pub(crate) mod runtime;
 pub(crate) mod sample;
 pub(crate) mod subscriber;
+pub(crate) mod typed;
 
 /// Errors of [`Publisher::send`](crate::Publisher::send) and [`Loan::send`](crate::Loan::send).
 #[derive(Debug, thiserror::Error)]

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,12 @@ struct RemoteSub {
     topic: RemoteTopic,
     /// The doorbell of its process when it reads our native ring.
     doorbell: Option<Arc<DoorbellRemote>>,
+}
+
+/// The eCAL-facing layer writers of one publisher and which of them have subscribers.
+struct LayerSet {
+    writers: Vec<Box<dyn LayerWriter>>,
+    active: Vec<bool>,
 }
 
 #[derive(Default)]
@@ -47,6 +53,15 @@ pub(crate) struct PubShared {
     host_name: String,
     /// Samples the eCAL-facing layers could not send.
     layer_drops: AtomicU64,
+    /// The eCAL-facing layers (UDP, eCAL shared memory), in priority order. Shared with the I/O thread so that a
+    /// layer starts when a subscriber matches (eCAL's lazy start), not at the next send.
+    layers: Mutex<LayerSet>,
+    /// True while a layer has subscribers; checked without the lock on every send.
+    layers_active: AtomicBool,
+    /// True while a remote subscriber reads the native ring.
+    ring_active: AtomicBool,
+    /// The native ring's registration parameters (set again by the publisher when the ring grows).
+    ring_par: Mutex<Option<ShoalPar>>,
 }
 
 impl std::fmt::Debug for PubShared {
@@ -70,16 +85,70 @@ impl PubShared {
         self.changed();
     }
 
-    pub(crate) fn connect_remote(&self, topic: RemoteTopic, doorbell: Option<Arc<DoorbellRemote>>) {
-        let mut c = lock(&self.conns);
-        c.remote.insert(topic.key.clone(), RemoteSub { topic, doorbell });
+    /// A matched (or updated) remote subscriber; true when our registration changed (a layer started, the ring
+    /// became active) and must be sent again.
+    pub(crate) fn connect_remote(&self, topic: RemoteTopic, doorbell: Option<Arc<DoorbellRemote>>) -> bool {
+        lock(&self.conns).remote.insert(topic.key.clone(), RemoteSub { topic, doorbell });
+        // Layers first, then wake `wait_for_subscribers`: a send right after the match must find them started.
+        let changed = self.assign_layers();
         self.changed();
+        changed
     }
 
-    pub(crate) fn disconnect_remote(&self, key: &EntityKey) {
-        let mut c = lock(&self.conns);
-        c.remote.remove(key);
+    /// A remote subscriber went away; true when our registration changed.
+    pub(crate) fn disconnect_remote(&self, key: &EntityKey) -> bool {
+        lock(&self.conns).remote.remove(key);
+        let changed = self.assign_layers();
         self.changed();
+        changed
+    }
+
+    /// Chooses the layer of every remote subscriber: the native ring when it reads it (same host, shoal), else the
+    /// first eCAL-facing layer that accepts it; starts layers that get their first subscriber. True when the
+    /// registration (layer adverts, ring activity) changed.
+    fn assign_layers(&self) -> bool {
+        let c = lock(&self.conns);
+        let mut set = lock(&self.layers);
+        let LayerSet { writers, active } = &mut *set;
+        let mut assigned: Vec<Vec<&RemoteTopic>> = vec![Vec::new(); writers.len()];
+        for r in c.remote.values().filter(|r| r.doorbell.is_none()) {
+            let same_host = r.topic.key.host_name == self.host_name;
+            if let Some(i) = writers.iter().position(|l| l.accepts(&r.topic, same_host)) {
+                assigned[i].push(&r.topic);
+            }
+        }
+        let before: Vec<_> = writers.iter().map(|l| l.advert()).collect();
+        for ((layer, targets), is_active) in writers.iter_mut().zip(&assigned).zip(active.iter_mut()) {
+            layer.set_targets(targets);
+            *is_active = !targets.is_empty();
+        }
+        self.layers_active.store(active.iter().any(|a| *a), Ordering::Release);
+        let adverts_changed = writers.iter().map(|l| l.advert()).collect::<Vec<_>>() != before;
+        let ring_active = c.remote.values().any(|r| r.doorbell.is_some());
+        let ring_changed = self.ring_active.swap(ring_active, Ordering::Relaxed) != ring_active;
+        adverts_changed || ring_changed
+    }
+
+    /// Our registration: the native ring (if any) and every started eCAL-facing layer.
+    pub(crate) fn local_topic(&self) -> LocalTopic {
+        let mut layers = Vec::new();
+        if let Some(par) = lock(&self.ring_par).clone() {
+            layers.push(Layer {
+                kind: LayerKind::ShoalRing,
+                version: 2,
+                enabled: true,
+                active: self.ring_active.load(Ordering::Relaxed),
+                par: LayerPar::Shoal(par),
+            });
+        }
+        layers.extend(lock(&self.layers).writers.iter().filter_map(|l| l.advert()));
+        LocalTopic {
+            id: self.id,
+            topic_name: self.topic.to_string(),
+            type_info: (*self.type_info).clone(),
+            layers,
+            stats: self.stats(Instant::now()),
+        }
     }
 
     fn changed(&self) {
@@ -128,8 +197,6 @@ struct ConnCache {
     /// Remote subscribers served through the native ring.
     remote_count: usize,
     intra: Vec<Arc<SubShared>>,
-    /// Indexes into `Publisher::layers` of the layers that have subscribers.
-    active_layers: Vec<usize>,
 }
 
 /// Sends messages on one topic. Dropping it unregisters it.
@@ -140,8 +207,6 @@ pub struct Publisher {
     rt: Arc<Runtime>,
     ring: Option<RingWriter>,
     cache: ConnCache,
-    /// eCAL-facing layers (UDP, eCAL shared memory), in priority order.
-    layers: Vec<Box<dyn LayerWriter>>,
     clock: u64,
     scratch: Vec<u8>,
 }
@@ -180,48 +245,47 @@ impl Publisher {
             cond: std::sync::Condvar::new(),
             host_name: rt.identity.host_name.clone(),
             layer_drops: AtomicU64::new(0),
+            layers: Mutex::new(LayerSet { writers: Vec::new(), active: Vec::new() }),
+            layers_active: AtomicBool::new(false),
+            ring_active: AtomicBool::new(false),
+            ring_par: Mutex::new(None),
         });
-        let layers =
-            rt.writer_factories.iter().filter_map(|f| f.create(shared.id, &shared.topic, &shared.type_info)).collect();
+        let writers: Vec<Box<dyn LayerWriter>> =
+            rt.writer_factories.iter().filter_map(|f| f.create(id, topic, &shared.type_info)).collect();
+        *lock(&shared.layers) = LayerSet { active: vec![false; writers.len()], writers };
         let p = Publisher {
             shared: Arc::clone(&shared),
             rt: Arc::clone(rt),
             ring,
             cache: ConnCache::default(),
-            layers,
             clock: 0,
             scratch: Vec::new(),
         };
+        p.update_ring_par();
         rt.add_publisher(&shared);
         rt.io_send(Command::AddPublisher(p.local_topic()));
         Ok(p)
     }
 
     fn local_topic(&self) -> LocalTopic {
-        let mut layers = Vec::new();
-        if let Some(ring) = &self.ring {
-            layers.push(Layer {
-                kind: LayerKind::ShoalRing,
-                version: 1,
-                enabled: true,
-                active: self.cache.remote_count > 0,
-                par: LayerPar::Shoal(ShoalPar {
-                    segment: ring.segment_name().to_string(),
-                    slot_count: ring.slot_count(),
-                    slot_size: ring.slot_size() as u64,
-                    generation: ring.generation() as u32,
-                    doorbell: String::new(),
-                }),
-            });
-        }
-        layers.extend(self.layers.iter().filter_map(|l| l.advert()));
-        LocalTopic {
-            id: self.shared.id,
-            topic_name: self.shared.topic.to_string(),
-            type_info: (*self.shared.type_info).clone(),
-            layers,
-            stats: self.shared.stats(Instant::now()),
-        }
+        self.shared.local_topic()
+    }
+
+    /// Publishes the ring's current geometry to the shared state (at creation and after growth).
+    fn update_ring_par(&self) {
+        *lock(&self.shared.ring_par) = self.ring.as_ref().map(|ring| ShoalPar {
+            segment: ring.segment_name().to_string(),
+            slot_count: ring.slot_count(),
+            slot_size: ring.slot_size() as u64,
+            generation: ring.generation() as u32,
+            doorbell: String::new(),
+        });
+    }
+
+    /// The ring moved to a bigger segment: announce it at once.
+    fn ring_grew(&self) {
+        self.update_ring_par();
+        self.rt.io_send(Command::Update(self.local_topic()));
     }
 
     /// The entity id announced in registration (eCAL `topic_id`).
@@ -267,40 +331,15 @@ impl Publisher {
             return;
         }
         let c = lock(&self.shared.conns);
-        // Layer choice per remote subscriber: the native ring when it reads it (same host, shoal), else the first
-        // eCAL-facing layer that accepts it.
         let mut doorbells: Vec<Arc<DoorbellRemote>> = Vec::new();
         let mut ring_targets = 0;
-        let mut assigned: Vec<Vec<&RemoteTopic>> = vec![Vec::new(); self.layers.len()];
-        for r in c.remote.values() {
-            if let Some(db) = &r.doorbell {
-                ring_targets += 1;
-                if !doorbells.iter().any(|d| Arc::ptr_eq(d, db)) {
-                    doorbells.push(Arc::clone(db));
-                }
-                continue;
-            }
-            let same_host = r.topic.key.host_name == self.rt.identity.host_name;
-            if let Some(i) = self.layers.iter().position(|l| l.accepts(&r.topic, same_host)) {
-                assigned[i].push(&r.topic);
+        for db in c.remote.values().filter_map(|r| r.doorbell.as_ref()) {
+            ring_targets += 1;
+            if !doorbells.iter().any(|d| Arc::ptr_eq(d, db)) {
+                doorbells.push(Arc::clone(db));
             }
         }
-        let adverts_before: Vec<_> = self.layers.iter().map(|l| l.advert()).collect();
-        let mut active_layers = Vec::new();
-        for (i, (layer, targets)) in self.layers.iter_mut().zip(&assigned).enumerate() {
-            layer.set_targets(targets);
-            if !targets.is_empty() {
-                active_layers.push(i);
-            }
-        }
-        let adverts_changed = self.layers.iter().map(|l| l.advert()).collect::<Vec<_>>() != adverts_before;
-        let was_active = self.cache.remote_count > 0;
-        self.cache =
-            ConnCache { version: v, doorbells, remote_count: ring_targets, intra: c.intra.clone(), active_layers };
-        drop(c);
-        if adverts_changed || was_active != (self.cache.remote_count > 0) {
-            self.rt.io_send(Command::Update(self.local_topic()));
-        }
+        self.cache = ConnCache { version: v, doorbells, remote_count: ring_targets, intra: c.intra.clone() };
     }
 
     /// Sends a copy of `data`, stamped with the current time.
@@ -317,11 +356,9 @@ impl Publisher {
         {
             let published = ring.write(data, send_time_us, clock).map_err(|e| SendError::Ring(e.to_string()))?;
             if published.segment_changed {
-                self.rt.io_send(Command::Update(self.local_topic()));
+                self.ring_grew();
             }
-            for db in &self.cache.doorbells {
-                db.ring();
-            }
+            DoorbellRemote::ring_all(self.cache.doorbells.iter().map(|d| &**d));
         }
         self.write_layers(data, send_time_us, clock);
         self.deliver_intra(data, send_time_us, clock);
@@ -331,15 +368,32 @@ impl Publisher {
 
     /// Sends through every eCAL-facing layer that has subscribers; a failing layer drops (counted), the others
     /// still get the sample.
-    fn write_layers(&mut self, data: &[u8], send_time_us: i64, clock: u64) {
-        if self.cache.active_layers.is_empty() {
+    fn write_layers(&self, data: &[u8], send_time_us: i64, clock: u64) {
+        if !self.shared.layers_active.load(Ordering::Acquire) {
             return;
         }
+        // A layer that had to change its advert to take this payload (eCAL shm: memfile re-created under a new
+        // name) is re-registered before the write, and readers get 5 ms to follow, as eCAL does.
+        let readvertise = {
+            let mut set = lock(&self.shared.layers);
+            let LayerSet { writers, active } = &mut *set;
+            let mut any = false;
+            for (layer, _) in writers.iter_mut().zip(active.iter()).filter(|(_, a)| **a) {
+                any |= layer.prepare(data.len());
+            }
+            any
+        };
+        if readvertise {
+            self.rt.io_send(Command::Update(self.local_topic()));
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let meta = SampleMeta { publisher_id: self.shared.id, clock, send_time_us };
-        for &i in &self.cache.active_layers {
-            if let Err(e) = self.layers[i].write(data, &meta) {
+        let mut set = lock(&self.shared.layers);
+        let LayerSet { writers, active } = &mut *set;
+        for (layer, _) in writers.iter_mut().zip(active.iter()).filter(|(_, a)| **a) {
+            if let Err(e) = layer.write(data, &meta) {
                 self.shared.layer_drops.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!("topic {}: {:?} layer: {e}", self.shared.topic, self.layers[i].kind());
+                tracing::debug!("topic {}: {:?} layer: {e}", self.shared.topic, layer.kind());
             }
         }
     }
@@ -413,14 +467,12 @@ impl Publisher {
             Some(ring) => {
                 // Same-process subscribers and the eCAL layers get their copy before the slot is published (and may
                 // be overwritten).
-                let need_copy = !self.cache.intra.is_empty() || !self.cache.active_layers.is_empty();
+                let need_copy = !self.cache.intra.is_empty() || self.shared.layers_active.load(Ordering::Acquire);
                 let intra_copy = if need_copy { ring.loan(len).ok().map(|b| b.to_vec()) } else { None };
                 let published = ring.commit(len, t, clock).map_err(|e| SendError::Ring(e.to_string()))?;
-                for db in &self.cache.doorbells {
-                    db.ring();
-                }
+                DoorbellRemote::ring_all(self.cache.doorbells.iter().map(|d| &**d));
                 if published.segment_changed {
-                    self.rt.io_send(Command::Update(self.local_topic()));
+                    self.ring_grew();
                 }
                 if let Some(data) = intra_copy {
                     self.write_layers(&data, t, clock);

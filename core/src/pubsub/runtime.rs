@@ -57,7 +57,8 @@ impl std::fmt::Debug for Runtime {
 /// The shoal ring parameters in a remote topic's registration, if it advertises the native ring.
 pub(crate) fn shoal_par(remote: &RemoteTopic) -> Option<&ShoalPar> {
     remote.layers.iter().find_map(|l| match (&l.kind, &l.par) {
-        (LayerKind::ShoalRing, LayerPar::Shoal(p)) if l.is_enabled() => Some(p),
+        // shoal's own layer: the flag itself (eCAL's "version < 2 means enabled" rule is for eCAL 5 layers).
+        (LayerKind::ShoalRing, LayerPar::Shoal(p)) if l.enabled => Some(p),
         _ => None,
     })
 }

@@ -15,6 +15,9 @@ use crate::transport::shm_ring::{ReadOutcome, RingReader};
 use crate::transport::{Inbox, LayerReader};
 use crate::types::TypeInfo;
 
+/// A connection of an eCAL-facing layer: (publisher, index of its factory in `Runtime::reader_factories`, reader).
+type LayerConn = (EntityKey, usize, Box<dyn LayerReader>);
+
 /// The user callback of a callback subscriber.
 pub(crate) type Callback = Box<dyn FnMut(&Sample) + Send>;
 
@@ -37,7 +40,13 @@ pub(crate) struct SubShared {
     created_us: i64,
     readers: Mutex<Vec<ReaderEntry>>,
     /// Connections of the eCAL-facing layers (UDP, eCAL shared memory) to remote publishers.
-    layer_conns: Mutex<Vec<(EntityKey, Box<dyn LayerReader>)>>,
+    /// (publisher, index of the factory in `Runtime::reader_factories`, connection).
+    layer_conns: Mutex<Vec<LayerConn>>,
+    /// Last clock delivered through the inbox per publisher id: the same publisher can reach us through two
+    /// layers (eCAL shm, and udp started for another subscriber); the second copy is a duplicate, not a loss.
+    inbox_clocks: Mutex<std::collections::HashMap<u64, u64>>,
+    /// Duplicates and out-of-order samples dropped by the inbox.
+    pub(crate) duplicates: AtomicU64,
     /// Round-robin start index over `readers`, so one busy publisher cannot starve the others.
     next_reader: AtomicUsize,
     intra: Mutex<VecDeque<Sample>>,
@@ -57,7 +66,6 @@ pub(crate) struct SubShared {
     conn_lock: Mutex<()>,
     conn_cond: Condvar,
     /// For layer readers that push from their own threads: ring our process's doorbell after a push.
-    #[allow(dead_code)] // read by `Inbox::push`, which the eCAL layers being added call
     runtime: std::sync::Weak<Runtime>,
 }
 
@@ -75,6 +83,15 @@ impl SubShared {
     /// Queues a sample from a same-process publisher or an eCAL-facing layer; the oldest is dropped (and counted)
     /// when the queue is full.
     pub(crate) fn push_inbox(&self, s: Sample) {
+        {
+            let mut clocks = lock(&self.inbox_clocks);
+            let last = clocks.entry(s.publisher_id).or_insert(0);
+            if s.clock <= *last {
+                self.duplicates.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            *last = s.clock;
+        }
         let mut q = lock(&self.intra);
         let mut bytes = self.intra_bytes.load(Ordering::Relaxed) + s.payload().len();
         q.push_back(s);
@@ -164,24 +181,21 @@ impl SubShared {
 
     fn connect_layers(self: &Arc<Self>, rt: &Runtime, remote: &RemoteTopic, same_host: bool) {
         let mut conns = lock(&self.layer_conns);
-        let mut known = false;
-        for (k, c) in conns.iter_mut() {
-            if *k == remote.key {
-                c.update(remote);
-                known = true;
-            }
-        }
-        if known {
-            return;
-        }
+        let was_known = conns.iter().any(|(k, _, _)| *k == remote.key);
+        // Update the layers already connected to this publisher; connect the ones that were not (a publisher may
+        // start another layer later, e.g. its shm memfile after udp).
         let inbox: Arc<dyn Inbox> = Arc::clone(self) as Arc<dyn Inbox>;
-        let before = conns.len();
-        for f in &rt.reader_factories {
-            if let Some(c) = f.connect(&self.topic, Arc::clone(&inbox), remote, same_host) {
-                conns.push((remote.key.clone(), c));
+        for (i, f) in rt.reader_factories.iter().enumerate() {
+            match conns.iter_mut().find(|(k, fi, _)| *k == remote.key && *fi == i) {
+                Some((_, _, c)) => c.update(remote),
+                None => {
+                    if let Some(c) = f.connect(&self.topic, Arc::clone(&inbox), remote, same_host) {
+                        conns.push((remote.key.clone(), i, c));
+                    }
+                }
             }
         }
-        if conns.len() != before {
+        if !was_known && conns.iter().any(|(k, _, _)| *k == remote.key) {
             self.remote_pubs.fetch_add(1, Ordering::Relaxed);
             drop(conns);
             self.notify_conn();
@@ -189,10 +203,11 @@ impl SubShared {
     }
 
     pub(crate) fn disconnect_remote(&self, key: &EntityKey) {
+        lock(&self.inbox_clocks).remove(&key.entity_id);
         {
             let mut conns = lock(&self.layer_conns);
             let before = conns.len();
-            conns.retain(|(k, c)| {
+            conns.retain(|(k, _, c)| {
                 if k == key {
                     self.drops.fetch_add(c.drops(), Ordering::Relaxed);
                 }
@@ -224,7 +239,7 @@ impl SubShared {
     fn remote_count(&self, readers: &[ReaderEntry]) -> usize {
         let mut keys: Vec<&EntityKey> = Vec::new();
         let conns = lock(&self.layer_conns);
-        for (k, _) in conns.iter() {
+        for (k, _, _) in conns.iter() {
             if !keys.contains(&k) {
                 keys.push(k);
             }
@@ -239,7 +254,7 @@ impl SubShared {
     /// Total drops: queue overflows plus overruns and torn reads of every ring reader and the eCAL layers' losses.
     pub(crate) fn drops(&self) -> u64 {
         let ring: u64 = lock(&self.readers).iter().map(|e| e.reader.drops()).sum();
-        let layers: u64 = lock(&self.layer_conns).iter().map(|(_, c)| c.drops()).sum();
+        let layers: u64 = lock(&self.layer_conns).iter().map(|(_, _, c)| c.drops()).sum();
         self.drops.load(Ordering::Relaxed) + ring + layers
     }
 
@@ -392,6 +407,10 @@ impl Inbox for SubShared {
     fn reads_ring_of(&self, publisher_id: u64) -> bool {
         lock(&self.readers).iter().any(|e| e.key.entity_id == publisher_id && !e.closing)
     }
+
+    fn count_drops(&self, n: u64) {
+        self.drops.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 impl Subscriber {
@@ -411,6 +430,8 @@ impl Subscriber {
             created_us: crate::pubsub::now_us(),
             readers: Mutex::new(Vec::new()),
             layer_conns: Mutex::new(Vec::new()),
+            inbox_clocks: Mutex::new(std::collections::HashMap::new()),
+            duplicates: AtomicU64::new(0),
             next_reader: AtomicUsize::new(0),
             intra: Mutex::new(VecDeque::new()),
             intra_len: AtomicUsize::new(0),
@@ -434,6 +455,11 @@ impl Subscriber {
         if shared.is_callback() {
             rt.dispatcher.add(rt, &shared);
         }
+        // Layers that receive from publishers not registered yet (eCAL UDP) listen from now on.
+        let inbox: Arc<dyn Inbox> = Arc::clone(&shared) as Arc<dyn Inbox>;
+        for f in &rt.reader_factories {
+            f.subscriber_created(shared.id, &shared.topic, &inbox);
+        }
         rt.io_send(Command::AddSubscriber(s.local_topic()));
         Ok(s)
     }
@@ -441,7 +467,7 @@ impl Subscriber {
     fn local_topic(&self) -> LocalTopic {
         let mut layers = vec![Layer {
             kind: LayerKind::ShoalRing,
-            version: 1,
+            version: 2,
             enabled: self.rt.config.shm_ring.enabled,
             active: false,
             par: LayerPar::Shoal(ShoalPar { doorbell: self.rt.doorbell.name().to_string(), ..ShoalPar::default() }),
@@ -579,6 +605,9 @@ impl Subscriber {
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
+        for f in &self.rt.reader_factories {
+            f.subscriber_dropped(self.shared.id, &self.shared.topic);
+        }
         self.rt.remove_subscriber(self.shared.id);
         self.rt.io_send(Command::Remove(self.shared.id));
     }

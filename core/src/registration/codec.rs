@@ -138,6 +138,22 @@ fn type_info_from_pb(t: Option<&pb::DataTypeInformation>) -> TypeInfo {
     })
 }
 
+/// Latency statistics as eCAL 6.1.1 writes them. Its `Statistics` struct defaults `min` to +∞ and `max` to −∞
+/// (`ecal_struct_sample_registration.h`), so both are always written (prost would elide a 0.0, which eCAL would
+/// then read as ±∞). Nothing measured (the model's all-zero default) is sent as eCAL's own "no data" values ±∞.
+fn latency_to_pb(l: &LatencyStats) -> pb::Statistics {
+    let nothing_measured = l.count == 0 && l.min == 0.0 && l.max == 0.0;
+    let (min, max) = if nothing_measured { (f64::INFINITY, f64::NEG_INFINITY) } else { (l.min, l.max) };
+    pb::Statistics {
+        count: l.count,
+        latest: l.latest,
+        min: Some(min),
+        max: Some(max),
+        mean: l.mean,
+        variance: l.variance,
+    }
+}
+
 fn stats_from_pb(t: &pb::Topic) -> TopicStats {
     let l = t.data_latency_us.clone().unwrap_or_default();
     TopicStats {
@@ -151,8 +167,9 @@ fn stats_from_pb(t: &pb::Topic) -> TopicStats {
         latency: LatencyStats {
             count: l.count,
             latest: l.latest,
-            min: l.min,
-            max: l.max,
+            // Missing: eCAL's defaults.
+            min: l.min.unwrap_or(f64::INFINITY),
+            max: l.max.unwrap_or(f64::NEG_INFINITY),
             mean: l.mean,
             variance: l.variance,
         },
@@ -235,14 +252,7 @@ pub fn topic_sample(me: &Identity, dir: Direction, t: &LocalTopic, registration_
         data_id: s.data_id,
         data_clock: s.data_clock,
         data_frequency: s.data_frequency_mhz,
-        data_latency_us: Some(pb::Statistics {
-            count: s.latency.count,
-            latest: s.latency.latest,
-            min: s.latency.min,
-            max: s.latency.max,
-            mean: s.latency.mean,
-            variance: s.latency.variance,
-        }),
+        data_latency_us: Some(latency_to_pb(&s.latency)),
         ..topic_identity(me, t)
     };
     let cmd_type = match dir {
@@ -307,5 +317,50 @@ pub fn remote_process(p: &pb::Process, now: Instant) -> RemoteProcess {
         state_info: state.info,
         registration_clock: p.registration_clock,
         last_seen: now,
+    }
+}
+
+#[cfg(test)]
+mod latency_tests {
+    use prost::Message;
+
+    use super::*;
+
+    /// Field numbers present in an encoded `Statistics`.
+    fn present(stats: &pb::Statistics) -> Vec<u32> {
+        let bytes = stats.encode_to_vec();
+        let mut fields = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            let key = bytes[i];
+            fields.push(u32::from(key >> 3));
+            // Tags here are one byte; varint count (one byte for small values) or fixed64 doubles.
+            i += if key & 7 == 1 { 9 } else { 2 };
+        }
+        fields
+    }
+
+    #[test]
+    fn zero_min_and_max_are_written_because_ecal_defaults_them_to_infinity() {
+        let l = LatencyStats { count: 3, latest: 1.0, min: 0.0, max: 0.0, mean: 0.5, variance: 0.0 };
+        let pb = latency_to_pb(&l);
+        assert_eq!((pb.min, pb.max), (Some(0.0), Some(0.0)));
+        let fields = present(&pb);
+        assert!(fields.contains(&3) && fields.contains(&4), "min and max on the wire: {fields:?}");
+        let back = pb::Statistics::decode(pb.encode_to_vec().as_slice()).unwrap();
+        assert_eq!((back.min, back.max), (Some(0.0), Some(0.0)));
+    }
+
+    #[test]
+    fn nothing_measured_is_sent_as_ecals_no_data_values() {
+        let pb = latency_to_pb(&LatencyStats::default());
+        assert_eq!((pb.count, pb.min, pb.max), (0, Some(f64::INFINITY), Some(f64::NEG_INFINITY)));
+    }
+
+    #[test]
+    fn missing_min_and_max_decode_as_ecal_defaults() {
+        let topic = pb::Topic { data_latency_us: Some(pb::Statistics::default()), ..Default::default() };
+        let stats = stats_from_pb(&topic);
+        assert_eq!((stats.latency.min, stats.latency.max), (f64::INFINITY, f64::NEG_INFINITY));
     }
 }

@@ -219,12 +219,12 @@ pub struct Statistics {
     /// Latest value.
     #[prost(double, tag = "2")]
     pub latest: f64,
-    /// Minimum.
-    #[prost(double, tag = "3")]
-    pub min: f64,
-    /// Maximum.
-    #[prost(double, tag = "4")]
-    pub max: f64,
+    /// Minimum. Optional so that a real 0.0 is written: eCAL's default for a missing `min` is +∞, not 0.
+    #[prost(double, optional, tag = "3")]
+    pub min: Option<f64>,
+    /// Maximum. Optional so that a real 0.0 is written: eCAL's default for a missing `max` is −∞, not 0.
+    #[prost(double, optional, tag = "4")]
+    pub max: Option<f64>,
     /// Mean.
     #[prost(double, tag = "5")]
     pub mean: f64,

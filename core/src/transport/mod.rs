@@ -12,6 +12,10 @@ use crate::registration::{Layer, LayerKind, RemoteTopic};
 #[allow(unsafe_code)]
 pub mod shm_ring;
 
+#[allow(unsafe_code)]
+pub mod ecal_shm;
+pub mod udp;
+
 /// What travels with every sample, whatever the layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SampleMeta {
@@ -25,7 +29,6 @@ pub(crate) struct SampleMeta {
 
 /// Errors of [`LayerWriter::write`].
 #[derive(Debug, thiserror::Error)]
-#[allow(dead_code)] // constructed by the eCAL layers (transport/udp, transport/ecal_shm), which are being added
 pub(crate) enum LayerWriteError {
     /// The layer failed for this message (the error text says why); other layers still got it.
     #[error("{layer:?} layer: {message}")]
@@ -53,6 +56,13 @@ pub(crate) trait LayerWriter: Send + std::fmt::Debug {
     /// The registration entry, or `None` while the layer is not started.
     fn advert(&self) -> Option<Layer>;
 
+    /// Called before [`LayerWriter::write`] with the payload length: makes room for it (e.g. re-creates a
+    /// shared-memory file under a new name). True when [`LayerWriter::advert`] changed, so that the publisher
+    /// re-registers at once, before the write, as eCAL does.
+    fn prepare(&mut self, _len: usize) -> bool {
+        false
+    }
+
     /// Sends one sample to the layer's targets. Never blocks for long: a layer that cannot take the sample now
     /// drops it and counts it.
     fn write(&mut self, payload: &[u8], meta: &SampleMeta) -> Result<(), LayerWriteError>;
@@ -70,13 +80,14 @@ pub(crate) trait LayerWriterFactory: Send + Sync + std::fmt::Debug {
 }
 
 /// Where a reader layer delivers what it receives: the subscriber's inbox (also used by same-process publishers).
-#[allow(dead_code)] // called by the eCAL layers (transport/udp, transport/ecal_shm), which are being added
 pub(crate) trait Inbox: Send + Sync {
     /// Delivers one sample (the inbox copies nothing more; it counts and bounds).
     fn push(&self, sample: crate::pubsub::sample::Sample);
     /// Whether samples of this publisher already arrive through the native ring (then other layers' copies are
     /// duplicates and must be dropped by the caller).
     fn reads_ring_of(&self, publisher_id: u64) -> bool;
+    /// Counts `n` samples a layer lost or rejected on the way to this subscriber (they show in its drops).
+    fn count_drops(&self, n: u64);
 }
 
 /// A subscriber-side connection of an eCAL-facing layer to one remote publisher; dropping it disconnects.
@@ -103,4 +114,27 @@ pub(crate) trait LayerReaderFactory: Send + Sync + std::fmt::Debug {
         remote: &RemoteTopic,
         same_host: bool,
     ) -> Option<Box<dyn LayerReader>>;
+
+    /// A subscriber was created (before its registration goes out). Layers that receive from publishers they do
+    /// not know yet (eCAL UDP) start listening for it here.
+    fn subscriber_created(&self, _sub_id: u64, _topic: &str, _inbox: &std::sync::Arc<dyn Inbox>) {}
+
+    /// The subscriber created with `sub_id` is being dropped.
+    fn subscriber_dropped(&self, _sub_id: u64, _topic: &str) {}
+
+    /// Sockets this layer wants the I/O thread to poll; asked once when the I/O thread starts.
+    fn io_source(&self) -> Option<Box<dyn IoSource>> {
+        None
+    }
+}
+
+/// Sockets a layer receives on, driven by the I/O thread (never blocking).
+pub(crate) trait IoSource: Send {
+    /// Called after every wake-up of the I/O thread (at least every 500 ms): open or close sockets, join or leave
+    /// groups, expire state. Sockets are registered with `registry` (readable) under `token`. Must be cheap when
+    /// nothing changed.
+    fn maintain(&mut self, registry: &mio::Registry, token: mio::Token, now: std::time::Instant);
+
+    /// The socket registered under the source's token is readable: receive until it would block.
+    fn on_readable(&mut self, now: std::time::Instant);
 }

@@ -19,6 +19,14 @@ const MAX_HOPS: u32 = 64;
 /// Most overrun skips in one `try_read_*` call before giving up with [`ReadOutcome::Torn`].
 const MAX_SKIPS: u32 = 64;
 
+/// Value of a slot's seqlock word once sample `seq` is published (`2 * seq + 2`). Wrapping: the
+/// write sequence comes from shared memory, where a corrupt segment can hold any value; a real
+/// writer never gets near 2^63 samples, so for it this is the plain formula.
+#[inline]
+fn published_word(seq: u64) -> u64 {
+    seq.wrapping_mul(2).wrapping_add(2)
+}
+
 /// Error of [`RingReader::open`].
 #[derive(Debug, thiserror::Error)]
 pub enum RingOpenError {
@@ -232,6 +240,9 @@ impl Mapped {
         if h.generation.load(r) != name.generation {
             return Err(geometry("generation differs from the name"));
         }
+        if name.generation == u64::MAX {
+            return Err(geometry("generation has no successor"));
+        }
         let writer_pid = h.writer_pid.load(r);
         if writer_pid != name.pid {
             return Err(geometry("writer pid differs from the name"));
@@ -318,7 +329,7 @@ impl RingReader {
         while self.cursor > 0 && rewound + 1 < u64::from(self.seg.slot_count) {
             let prev = self.cursor - 1;
             let slot = self.seg.slot_header(prev);
-            let expected = 2 * prev + 2;
+            let expected = published_word(prev);
             if slot.seq.load(Ordering::Acquire) != expected {
                 break;
             }
@@ -387,7 +398,7 @@ impl RingReader {
         if self.ended {
             return false;
         }
-        self.seg.slot_header(self.cursor).seq.load(Ordering::Acquire) >= 2 * self.cursor + 2
+        self.seg.slot_header(self.cursor).seq.load(Ordering::Acquire) >= published_word(self.cursor)
             || self.seg.header().superseded.load(Ordering::Acquire) != 0
     }
 
@@ -405,7 +416,7 @@ impl RingReader {
         let mut hops = 0;
         loop {
             let c = self.cursor;
-            let expected = 2 * c + 2;
+            let expected = published_word(c);
             let slot = self.seg.slot_header(c);
             let s1 = slot.seq.load(Ordering::Acquire);
             if s1 == expected {
@@ -439,7 +450,7 @@ impl RingReader {
 
     #[inline]
     fn read_slot<R>(&mut self, c: u64, f: impl FnOnce(SampleView<'_>) -> R) -> ReadOutcome<R> {
-        let expected = 2 * c + 2;
+        let expected = published_word(c);
         let slot = self.seg.slot_header(c);
         let len = slot.len.load(Ordering::Relaxed);
         let info = SampleInfo {
@@ -449,10 +460,10 @@ impl RingReader {
             clock: slot.clock.load(Ordering::Relaxed),
             publisher_id: self.seg.publisher_id,
         };
-        self.cursor = c + 1;
+        self.cursor = c.wrapping_add(1);
         if len > self.seg.slot_size as u64 {
             // Either torn (re-check below) or a corrupt length: never accepted.
-            self.drops += 1;
+            self.drops = self.drops.saturating_add(1);
             return ReadOutcome::Torn;
         }
         // SAFETY: the payload area starts SLOT_HEADER_SIZE into the slot and holds slot_size
@@ -463,7 +474,7 @@ impl RingReader {
         // Seqlock reader: the payload reads above happen before the re-check.
         fence(Ordering::Acquire);
         if slot.seq.load(Ordering::Relaxed) != expected {
-            self.drops += 1;
+            self.drops = self.drops.saturating_add(1);
             return ReadOutcome::Torn;
         }
         ReadOutcome::Sample(result)
@@ -477,8 +488,8 @@ impl RingReader {
         // Not the oldest slot (the writer is about to overwrite it) but the middle of the ring: an overrun
         // reader then has half a ring of slack to catch up instead of being lapped again at once.
         let resume = w.saturating_sub(u64::from(self.seg.slot_count / 2).max(1));
-        let target = resume.max(self.cursor + 1);
-        self.drops += target - self.cursor;
+        let target = resume.max(self.cursor.saturating_add(1));
+        self.drops = self.drops.saturating_add(target - self.cursor);
         self.cursor = target;
     }
 
@@ -489,7 +500,7 @@ impl RingReader {
         match Mapped::open(&next) {
             Ok(seg) => {
                 if seg.base_seq >= self.cursor {
-                    self.drops += seg.base_seq - self.cursor;
+                    self.drops = self.drops.saturating_add(seg.base_seq - self.cursor);
                     self.cursor = seg.base_seq;
                 } else {
                     tracing::warn!(

@@ -741,3 +741,28 @@ fn multi_process_reader() {
     assert!(field("got=") > CHILD_SAMPLES / 2, "{done}");
     assert!(!Path::new(&bell_name).exists(), "child's doorbell unlinked on exit");
 }
+
+#[test]
+fn growth_trades_slots_for_size_within_the_budget() {
+    // 256 slots of 4 KiB: a budget of 1 MiB.
+    let mut w = RingWriter::create(&cfg(256, 4096), 9).unwrap();
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    let _ = w.write(&[1; 8000], 0, 1).unwrap(); // 8 KiB slots: 128 of them
+    assert_eq!((w.slot_size(), w.slot_count()), (8192, 128));
+    let _ = w.write(&[2; 60_000], 0, 2).unwrap(); // 64 KiB slots: 16
+    assert_eq!((w.slot_size(), w.slot_count()), (65536, 16));
+    let _ = w.write(&[3; 3_000_000], 0, 3).unwrap(); // 4 MiB slots: still 16, the floor
+    assert_eq!((w.slot_size(), w.slot_count()), (4 << 20, GROWN_MIN_SLOTS));
+    for expected in 1..=3u8 {
+        let ReadOutcome::Sample((bytes, _)) = read_one(&mut r) else { panic!("sample {expected}") };
+        assert!(bytes.iter().all(|&b| b == expected));
+    }
+    assert_eq!(r.slot_count(), GROWN_MIN_SLOTS);
+    assert_eq!(r.drops(), 0);
+    // Sequence numbers keep working with the new mask.
+    for c in 4..40u64 {
+        let _ = w.write(&c.to_le_bytes(), 0, c).unwrap();
+        let ReadOutcome::Sample((bytes, info)) = read_one(&mut r) else { panic!("sample {c}") };
+        assert_eq!((bytes.as_slice(), info.clock), (c.to_le_bytes().as_slice(), c));
+    }
+}

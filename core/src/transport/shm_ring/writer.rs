@@ -80,6 +80,9 @@ pub enum CommitError {
     },
 }
 
+/// The fewest slots a ring that grew for large messages keeps (unless it started with fewer).
+pub const GROWN_MIN_SLOTS: u32 = 16;
+
 /// Result of a successful publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
@@ -120,6 +123,9 @@ impl Segment {
 #[derive(Debug)]
 pub struct RingWriter {
     seg: Segment,
+    /// Bytes of payload the configured geometry holds (slot_count × slot_size); a grown ring keeps about this
+    /// budget by trading slots for size, but never drops below [`GROWN_MIN_SLOTS`] slots.
+    budget: usize,
     /// Segment files of earlier generations, kept linked so that late readers can follow the
     /// chain of generations; unlinked on drop.
     old_paths: Vec<PathBuf>,
@@ -156,6 +162,7 @@ impl RingWriter {
             Self::create_segment(&mut name, huge_dir.as_deref(), sc, cfg.slot_size, publisher_id, 0, 0)?;
         Ok(RingWriter {
             mask: u64::from(sc) - 1,
+            budget: (sc as usize).saturating_mul(cfg.slot_size),
             seg,
             old_paths: Vec::new(),
             name,
@@ -330,10 +337,14 @@ impl RingWriter {
             .ok_or(LoanError::TooLarge { len, max: MAX_SLOT_SIZE })?;
         let generation = self.seg.generation + 1;
         let mut name = self.name.clone();
+        // Fewer, bigger slots: keep the payload budget, with at least GROWN_MIN_SLOTS and never more than before.
+        let by_budget = u32::try_from(self.budget / new_size).unwrap_or(u32::MAX).max(1);
+        let by_budget = if by_budget.is_power_of_two() { by_budget } else { by_budget.next_power_of_two() / 2 };
+        let slot_count = by_budget.clamp(GROWN_MIN_SLOTS.min(self.seg.slot_count), self.seg.slot_count);
         let (seg, fallback) = Self::create_segment(
             &mut name,
             self.huge_dir.as_deref(),
-            self.seg.slot_count,
+            slot_count,
             new_size,
             self.publisher_id,
             generation,
@@ -355,6 +366,7 @@ impl RingWriter {
             seg.path.display(),
             new_size
         );
+        self.mask = u64::from(slot_count) - 1;
         let old = std::mem::replace(&mut self.seg, seg);
         self.old_paths.push(old.path);
         self.huge_fallback = fallback;

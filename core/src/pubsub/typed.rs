@@ -1,0 +1,384 @@
+//! Typed publishers and subscribers: [`TypedPublisher`] and [`TypedSubscriber`] over a generated [`Message`] type.
+//!
+//! ```no_run
+//! # fn demo<Imu: shoal::Message + Default>() -> Result<(), Box<dyn std::error::Error>> {
+//! let node = shoal::Node::init("typed")?;
+//! let mut publ = node.typed_publisher::<Imu>("imu")?;
+//! let sub = node.typed_subscriber::<Imu>("imu")?;
+//! publ.send(&Imu::default())?;
+//! let got = sub.recv_timeout(std::time::Duration::from_secs(1))?;
+//! println!("clock {} from {}", got.meta.clock, got.meta.publisher_id);
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::config::WaitStrategy;
+use crate::pubsub::publisher::Publisher;
+use crate::pubsub::runtime::{Runtime, lock};
+use crate::pubsub::sample::{Sample, SampleRef};
+use crate::pubsub::subscriber::Subscriber;
+use crate::pubsub::{LoanError, RecvError, SendError};
+use crate::types::{DecodeError, EncodeError, Message, MessageSink, TypeInfo};
+
+/// Errors of [`TypedPublisher::send`].
+#[derive(Debug, thiserror::Error)]
+pub enum TypedSendError {
+    /// The message could not be encoded.
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    /// No shared-memory slot for the encoded size.
+    #[error(transparent)]
+    Loan(#[from] LoanError),
+    /// The slot could not be published.
+    #[error(transparent)]
+    Send(#[from] SendError),
+}
+
+/// Errors of the `recv*` methods of [`TypedSubscriber`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TypedRecvError {
+    /// Nothing received (timeout), or a callback subscriber was asked to `recv`.
+    #[error(transparent)]
+    Recv(#[from] RecvError),
+    /// A message arrived but its bytes are not a valid message of the expected type (the message is consumed).
+    #[error("{error} (publisher {publisher_id:#x}, clock {clock})")]
+    Decode {
+        /// The decoder's error.
+        error: DecodeError,
+        /// The sending publisher's entity id.
+        publisher_id: u64,
+        /// The message's clock.
+        clock: u64,
+    },
+    /// A message arrived from a publisher announcing another type (see [`TypeInfo::mismatches`]); it was not decoded.
+    #[error(
+        "publisher {publisher_id:#x} sends `{announced}` ({announced_encoding}), this subscriber expects `{expected}`"
+    )]
+    TypeMismatch {
+        /// The publisher's announced type name.
+        announced: String,
+        /// The publisher's announced encoding.
+        announced_encoding: String,
+        /// This subscriber's type name.
+        expected: &'static str,
+        /// The sending publisher's entity id.
+        publisher_id: u64,
+    },
+}
+
+/// Metadata of a received message.
+#[derive(Debug, Clone)]
+pub struct MessageMeta {
+    /// Send time stamped by the publisher, in µs since the UNIX epoch.
+    pub send_time_us: i64,
+    /// The publisher's message counter (1 for its first message).
+    pub clock: u64,
+    /// The publisher's entity id.
+    pub publisher_id: u64,
+    /// The publisher's announced type information.
+    pub type_info: Arc<TypeInfo>,
+}
+
+impl MessageMeta {
+    fn of(s: &SampleRef<'_>) -> MessageMeta {
+        MessageMeta {
+            send_time_us: s.send_time_us,
+            clock: s.clock,
+            publisher_id: s.publisher_id,
+            type_info: Arc::clone(s.type_info),
+        }
+    }
+}
+
+/// A decoded message with its metadata.
+#[derive(Debug, Clone)]
+pub struct Received<M> {
+    /// The message.
+    pub msg: M,
+    /// Who sent it and when.
+    pub meta: MessageMeta,
+}
+
+/// A [`MessageSink`] writing into one shared-memory loan of the publisher, then sending it.
+struct LoanSink<'p> {
+    publ: &'p mut Publisher,
+    failure: Option<TypedSendError>,
+    used: bool,
+}
+
+impl MessageSink for LoanSink<'_> {
+    fn write_exact(
+        &mut self,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> Result<(), EncodeError>,
+    ) -> Result<(), EncodeError> {
+        if std::mem::replace(&mut self.used, true) {
+            return Err(EncodeError::Sink("a message must be written with one write_exact call".into()));
+        }
+        let loan = match self.publ.loan(len) {
+            Ok(l) => l,
+            Err(e) => {
+                let text = e.to_string();
+                self.failure = Some(e.into());
+                return Err(EncodeError::Sink(text));
+            }
+        };
+        let mut filled = Ok(());
+        let loan = loan.write(|buf| filled = fill(buf));
+        // On an encoder error the loan is dropped unsent.
+        filled?;
+        loan.send().map_err(|e| {
+            let text = e.to_string();
+            self.failure = Some(e.into());
+            EncodeError::Sink(text)
+        })
+    }
+}
+
+/// Sends messages of type `M` on one topic, announcing `M::type_info()`. Dropping it unregisters it.
+pub struct TypedPublisher<M: Message> {
+    publ: Publisher,
+    _type: PhantomData<fn(&M)>,
+}
+
+impl<M: Message> std::fmt::Debug for TypedPublisher<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TypedPublisher").field("type", &M::type_info().name).field("publ", &self.publ).finish()
+    }
+}
+
+impl<M: Message> TypedPublisher<M> {
+    pub(crate) fn new(publ: Publisher) -> Self {
+        TypedPublisher { publ, _type: PhantomData }
+    }
+
+    /// Encodes `msg` straight into a shared-memory loan and sends it (protobuf: no intermediate buffer;
+    /// FlatBuffers: one copy from the reused builder).
+    pub fn send(&mut self, msg: &M) -> Result<(), TypedSendError> {
+        let mut sink = LoanSink { publ: &mut self.publ, failure: None, used: false };
+        let res = msg.encode(&mut sink);
+        match (res, sink.failure.take()) {
+            (Ok(()), _) if sink.used => Ok(()),
+            (Ok(()), _) => Err(EncodeError::Sink("the encoder wrote nothing".into()).into()),
+            (Err(_), Some(f)) => Err(f),
+            (Err(e), None) => Err(e.into()),
+        }
+    }
+
+    /// The untyped publisher underneath (statistics, `send` of pre-encoded bytes).
+    pub fn raw(&self) -> &Publisher {
+        &self.publ
+    }
+
+    /// The untyped publisher underneath, mutably.
+    pub fn raw_mut(&mut self) -> &mut Publisher {
+        &mut self.publ
+    }
+
+    /// The topic name.
+    pub fn topic(&self) -> &str {
+        self.publ.topic()
+    }
+
+    /// The entity id announced in registration.
+    pub fn id(&self) -> u64 {
+        self.publ.id()
+    }
+
+    /// Number of matched subscribers.
+    pub fn subscriber_count(&self) -> usize {
+        self.publ.subscriber_count()
+    }
+
+    /// Waits until at least `n` subscribers are matched; false on timeout.
+    pub fn wait_for_subscribers(&self, n: usize, timeout: Duration) -> bool {
+        self.publ.wait_for_subscribers(n, timeout)
+    }
+}
+
+/// Checks publishers' announced types against the expected one, warning once per publisher.
+#[derive(Debug)]
+struct TypeCheck {
+    expected: &'static TypeInfo,
+    topic: Arc<str>,
+    /// Publisher id → its announced type mismatches.
+    seen: Mutex<HashMap<u64, bool>>,
+}
+
+impl TypeCheck {
+    fn check(&self, publisher_id: u64, announced: &TypeInfo) -> Result<(), TypedRecvError> {
+        let mut seen = lock(&self.seen);
+        let bad = *seen.entry(publisher_id).or_insert_with(|| {
+            let bad = announced.mismatches(self.expected);
+            if bad {
+                tracing::warn!(
+                    "topic {}: publisher {publisher_id:#x} announces type `{}` ({}), expected `{}` ({}); \
+                     its messages are rejected",
+                    self.topic,
+                    announced.name,
+                    announced.encoding,
+                    self.expected.name,
+                    self.expected.encoding
+                );
+            }
+            bad
+        });
+        if bad {
+            Err(TypedRecvError::TypeMismatch {
+                announced: announced.name.clone(),
+                announced_encoding: announced.encoding.clone(),
+                expected: type_name(self.expected),
+                publisher_id,
+            })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn type_name(t: &'static TypeInfo) -> &'static str {
+    t.name.as_str()
+}
+
+/// A view of an owned sample.
+fn sample_ref(s: &Sample) -> SampleRef<'_> {
+    SampleRef {
+        payload: s.payload(),
+        send_time_us: s.send_time_us,
+        clock: s.clock,
+        publisher_id: s.publisher_id,
+        type_info: &s.type_info,
+        topic: &s.topic,
+    }
+}
+
+fn decode_sample<M: Message>(check: &TypeCheck, s: SampleRef<'_>) -> Result<Received<M>, TypedRecvError> {
+    check.check(s.publisher_id, s.type_info)?;
+    match M::decode(s.payload) {
+        Ok(msg) => Ok(Received { msg, meta: MessageMeta::of(&s) }),
+        Err(error) => Err(TypedRecvError::Decode { error, publisher_id: s.publisher_id, clock: s.clock }),
+    }
+}
+
+/// Receives messages of type `M` on one topic, announcing `M::type_info()` as the type it expects.
+///
+/// A publisher announcing another type is reported once (`tracing::warn!`, and `type_mismatch` in the monitor
+/// snapshot) and its messages are rejected with [`TypedRecvError::TypeMismatch`]; bytes that do not decode give
+/// [`TypedRecvError::Decode`]. Neither panics.
+pub struct TypedSubscriber<M: Message> {
+    sub: Subscriber,
+    check: Arc<TypeCheck>,
+    decode_errors: Arc<AtomicU64>,
+    _type: PhantomData<fn() -> M>,
+}
+
+impl<M: Message> std::fmt::Debug for TypedSubscriber<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TypedSubscriber").field("type", &M::type_info().name).field("sub", &self.sub).finish()
+    }
+}
+
+impl<M: Message> TypedSubscriber<M> {
+    pub(crate) fn create(rt: &Arc<Runtime>, topic: &str) -> Result<Self, crate::CreateError> {
+        let check = Arc::new(TypeCheck { expected: M::type_info(), topic: Arc::from(topic), seen: Mutex::default() });
+        let sub = Subscriber::create(rt, topic, M::type_info().clone(), None)?;
+        Ok(TypedSubscriber { sub, check, decode_errors: Arc::default(), _type: PhantomData })
+    }
+
+    pub(crate) fn create_with_callback(
+        rt: &Arc<Runtime>,
+        topic: &str,
+        mut callback: impl FnMut(M, &MessageMeta) + Send + 'static,
+    ) -> Result<Self, crate::CreateError> {
+        let check = Arc::new(TypeCheck { expected: M::type_info(), topic: Arc::from(topic), seen: Mutex::default() });
+        let decode_errors = Arc::new(AtomicU64::new(0));
+        let (c, errors) = (Arc::clone(&check), Arc::clone(&decode_errors));
+        let raw = move |s: &Sample| match decode_sample::<M>(&c, sample_ref(s)) {
+            Ok(r) => callback(r.msg, &r.meta),
+            Err(TypedRecvError::TypeMismatch { .. }) => {
+                errors.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("topic {}: {e}", c.topic);
+            }
+        };
+        let sub = Subscriber::create(rt, topic, M::type_info().clone(), Some(Box::new(raw)))?;
+        Ok(TypedSubscriber { sub, check, decode_errors, _type: PhantomData })
+    }
+
+    /// Waits for the next message and decodes it.
+    pub fn recv(&self) -> Result<Received<M>, TypedRecvError> {
+        self.sub.recv_with(None, |s| decode_sample::<M>(&self.check, s))?
+    }
+
+    /// Waits up to `timeout` for the next message and decodes it.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Received<M>, TypedRecvError> {
+        self.sub.recv_with(Some(timeout), |s| decode_sample::<M>(&self.check, s))?
+    }
+
+    /// The next message if one is there, decoded, without waiting.
+    pub fn try_recv(&self) -> Result<Option<Received<M>>, TypedRecvError> {
+        let Some(s) = self.sub.try_recv()? else { return Ok(None) };
+        decode_sample::<M>(&self.check, sample_ref(&s)).map(Some)
+    }
+
+    /// Waits (up to `timeout`, or forever with `None`) for the next message and runs `f` on a borrowed view of it:
+    /// zero-copy for FlatBuffers (`XxxRef<'_>` reading the shared-memory slot in place), the decoded message for
+    /// protobuf. As with [`Subscriber::recv_with`], a result computed on a slot the publisher overwrote meanwhile
+    /// is discarded and `f` runs again on a later message.
+    pub fn recv_with<R>(
+        &self,
+        timeout: Option<Duration>,
+        mut f: impl FnMut(M::View<'_>, &MessageMeta) -> R,
+    ) -> Result<R, TypedRecvError> {
+        self.sub.recv_with(timeout, |s| {
+            self.check.check(s.publisher_id, s.type_info)?;
+            let meta = MessageMeta::of(&s);
+            match M::view(s.payload) {
+                Ok(v) => Ok(f(v, &meta)),
+                Err(error) => Err(TypedRecvError::Decode { error, publisher_id: s.publisher_id, clock: s.clock }),
+            }
+        })?
+    }
+
+    /// Messages a callback subscriber could not deliver (type mismatch or decode error); each is also logged.
+    pub fn decode_errors(&self) -> u64 {
+        self.decode_errors.load(Ordering::Relaxed)
+    }
+
+    /// The untyped subscriber underneath (statistics, drops, raw samples).
+    pub fn raw(&self) -> &Subscriber {
+        &self.sub
+    }
+
+    /// The topic name.
+    pub fn topic(&self) -> &str {
+        self.sub.topic()
+    }
+
+    /// Number of matched publishers.
+    pub fn publisher_count(&self) -> usize {
+        self.sub.publisher_count()
+    }
+
+    /// Waits until at least `n` publishers are matched; false on timeout.
+    pub fn wait_for_publishers(&self, n: usize, timeout: Duration) -> bool {
+        self.sub.wait_for_publishers(n, timeout)
+    }
+
+    /// How `recv*` waits.
+    pub fn set_wait_strategy(&mut self, wait: WaitStrategy) {
+        self.sub.set_wait_strategy(wait);
+    }
+
+    /// Messages lost on the way (overruns, queue overflow).
+    pub fn drops(&self) -> u64 {
+        self.sub.drops()
+    }
+}

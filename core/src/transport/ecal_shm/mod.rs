@@ -1,0 +1,677 @@
+//! eCAL's shared-memory layer (`transport_layer.type = 4`), for talking to eCAL 5.11+/6.x processes on this host.
+//!
+//! Two shoal processes never use it (they use the native ring); it serves eCAL peers:
+//! - **Publisher side** (`EcalShmWriter`): memfiles `ecal_<hex>` (one, or several in multi-buffer mode) written
+//!   under their flag lock `<memfile>_mtx`, then the event `<memfile>_<subscriber pid>_evt` of every subscribing
+//!   process is set. The writer owns (creates or opens, and removes) those events, its memfiles and their `_mtx`.
+//!   A payload that does not fit makes the writer re-create the memfile under a new name, 50 % larger than needed,
+//!   and the publisher re-registers at once (`LayerWriter::prepare`).
+//! - **Subscriber side** (`EcalShmReaderFactory`): one observer thread per memfile per process (shared by every
+//!   subscriber of this process reading it) waits on `<memfile>_<our pid>_evt`, copies the message under the flag
+//!   lock, acknowledges when the header asks for it (`ack_timout_ms != 0`), and hands it to each subscriber, which
+//!   drops duplicates and out-of-order clocks per publisher. Readers remove nothing a live writer owns.
+//!
+//! Synchronisation is glibc's process-shared pthread objects in `/dev/shm` (`sync`); the byte layouts are in
+//! `memfile`. A memfile is untrusted input: every size is checked against the mapping before a byte is copied.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::pubsub::sample::{Payload, Sample};
+use crate::registration::{Layer, LayerKind, LayerPar, RemoteTopic};
+use crate::transport::{
+    Inbox, LayerReader, LayerReaderFactory, LayerWriteError, LayerWriter, LayerWriterFactory, SampleMeta,
+};
+use crate::types::TypeInfo;
+
+pub(crate) mod memfile;
+pub(crate) mod sync;
+
+#[cfg(test)]
+mod tests;
+
+use memfile::{MemFileHeader, MemfileOpenError, MemfileReader, MemfileWriter, ReadError};
+use sync::{NamedSync, SyncOpenError};
+
+/// Publisher-side settings (eCAL's `publisher.layer.shm` defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ShmWriterOptions {
+    /// Smallest payload capacity of a memfile (`memfile_min_size_bytes`, 4096).
+    pub(crate) min_size: u64,
+    /// Extra capacity when a memfile is re-created for a larger payload, in % (`memfile_reserve_percent`, 50).
+    pub(crate) reserve_percent: u64,
+    /// Memfiles written round-robin (`memfile_buffer_count`, 1).
+    pub(crate) buffer_count: usize,
+    /// Wait this long for every subscriber process to acknowledge a message (`acknowledge_timeout_ms`, 0 = never).
+    pub(crate) ack_timeout_ms: i64,
+}
+
+impl Default for ShmWriterOptions {
+    fn default() -> Self {
+        ShmWriterOptions { min_size: 4096, reserve_percent: 50, buffer_count: 1, ack_timeout_ms: 0 }
+    }
+}
+
+/// Most memfile names accepted from one publisher registration (multi-buffer mode; a registration is untrusted).
+const MAX_MEMFILES: usize = 16;
+/// How long an observer sleeps on its event before it checks whether it must stop.
+const OBSERVER_WAIT: Duration = Duration::from_millis(500);
+/// Failed attempts (of [`memfile::READER_LOCK_TIMEOUT`]) after which an observer gives one event up.
+const MAX_LOCK_ATTEMPTS: u32 = 200;
+
+/// The memfile names a publisher advertises in its shm layer entries (deduplicated, at most [`MAX_MEMFILES`]).
+fn advertised_memfiles(remote: &RemoteTopic) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for l in remote.layers.iter().filter(|l| l.kind == LayerKind::Shm) {
+        if let LayerPar::Shm { memory_files } = &l.par {
+            for f in memory_files {
+                if !f.is_empty() && !out.contains(f) && out.len() < MAX_MEMFILES {
+                    out.push(f.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Publisher side
+// ------------------------------------------------------------------------------------------------------------------
+
+/// The two events of one subscribing process on one memfile (owned by the writer).
+#[derive(Debug)]
+struct TargetEvents {
+    snd: NamedSync,
+    ack: NamedSync,
+    /// The process is a current target (departed ones keep their events until the memfile goes, as in eCAL).
+    active: bool,
+    /// Missed an acknowledge: not waited for again until it is targeted anew.
+    ack_invalid: bool,
+}
+
+/// One memfile and the events of the processes it serves.
+#[derive(Debug)]
+struct Buffer {
+    file: MemfileWriter,
+    events: BTreeMap<u32, TargetEvents>,
+}
+
+impl Buffer {
+    fn create(max_data_size: u64, pids: &BTreeSet<u32>) -> Result<Buffer, MemfileOpenError> {
+        let mut b = Buffer { file: MemfileWriter::create(max_data_size)?, events: BTreeMap::new() };
+        for &pid in pids {
+            b.connect(pid);
+        }
+        Ok(b)
+    }
+
+    /// Opens (owns) `<memfile>_<pid>_evt` and `_ack_evt` if needed, and re-validates the acknowledge.
+    fn connect(&mut self, pid: u32) {
+        if let Some(e) = self.events.get_mut(&pid) {
+            e.active = true;
+            e.ack_invalid = false;
+            return;
+        }
+        let base = format!("{}_{pid}", self.file.name());
+        let open = || -> Result<TargetEvents, SyncOpenError> {
+            Ok(TargetEvents {
+                snd: NamedSync::open_or_create(&format!("{base}_evt"))?,
+                ack: NamedSync::open_or_create(&format!("{base}_ack_evt"))?,
+                active: true,
+                ack_invalid: false,
+            })
+        };
+        match open() {
+            Ok(e) => {
+                self.events.insert(pid, e);
+            }
+            Err(e) => tracing::warn!("eCAL shm: cannot open the events of subscriber process {pid}: {e}"),
+        }
+    }
+
+    /// The process is no longer a target: release a writer waiting for its acknowledge, stop signalling it.
+    fn disconnect(&mut self, pid: u32) {
+        if let Some(e) = self.events.get_mut(&pid) {
+            e.ack.set();
+            e.active = false;
+            e.ack_invalid = true;
+        }
+    }
+
+    /// Sets every target's event, with eCAL's acknowledge handshake when `ack_timeout_ms != 0`.
+    fn signal(&mut self, ack_timeout_ms: i64) {
+        if ack_timeout_ms > 0 {
+            // Stale acknowledges of earlier messages must not count for this one.
+            for e in self.events.values().filter(|e| e.active) {
+                while e.ack.wait(Duration::ZERO, None) {}
+            }
+        }
+        for e in self.events.values().filter(|e| e.active) {
+            e.snd.set();
+        }
+        if ack_timeout_ms > 0 {
+            let deadline = Instant::now() + Duration::from_millis(ack_timeout_ms as u64);
+            for (pid, e) in self.events.iter_mut().filter(|(_, e)| e.active && !e.ack_invalid) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if !e.ack.wait(left, None) {
+                    tracing::debug!("eCAL shm: subscriber process {pid} did not acknowledge in time");
+                    e.ack_invalid = true;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // The writer owns the events: release anyone waiting on an acknowledge, then remove them. The memfile and
+        // its `_mtx` are removed by `MemfileWriter`'s drop afterwards.
+        for e in self.events.values() {
+            e.ack.set();
+            e.snd.unlink();
+            e.ack.unlink();
+        }
+    }
+}
+
+/// Publisher side of eCAL's shm layer, owned by one publisher.
+#[derive(Debug)]
+pub(crate) struct EcalShmWriter {
+    topic: String,
+    opts: ShmWriterOptions,
+    /// Empty until the first target arrives (lazy start).
+    buffers: Vec<Buffer>,
+    targets: BTreeSet<u32>,
+    next: usize,
+    /// A memfile was re-created outside `prepare` (lock timeout): re-register on the next `prepare`.
+    advert_dirty: bool,
+    /// Our own process id (a target in our own process would be a bug upstream; ignored).
+    own_pid: u32,
+}
+
+impl EcalShmWriter {
+    /// A writer (not started) for a publisher on `topic`.
+    pub(crate) fn new(topic: &str, opts: ShmWriterOptions) -> EcalShmWriter {
+        EcalShmWriter {
+            topic: topic.to_string(),
+            opts: ShmWriterOptions { buffer_count: opts.buffer_count.clamp(1, MAX_MEMFILES), ..opts },
+            buffers: Vec::new(),
+            targets: BTreeSet::new(),
+            next: 0,
+            advert_dirty: false,
+            own_pid: std::process::id(),
+        }
+    }
+
+    /// The current memfile names.
+    pub(crate) fn memfile_names(&self) -> Vec<String> {
+        self.buffers.iter().map(|b| b.file.name().to_string()).collect()
+    }
+
+    fn initial_capacity(&self) -> u64 {
+        memfile::MSG_HDR_SIZE as u64 + self.opts.min_size
+    }
+
+    fn start(&mut self) {
+        let cap = self.initial_capacity();
+        while self.buffers.len() < self.opts.buffer_count {
+            match Buffer::create(cap, &self.targets) {
+                Ok(b) => self.buffers.push(b),
+                Err(e) => {
+                    tracing::warn!("topic {}: cannot create an eCAL memfile: {e}", self.topic);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Re-creates buffer `i` under a new name with room for `max_data_size`; false if that failed (the old one
+    /// stays).
+    fn recreate(&mut self, i: usize, max_data_size: u64) -> bool {
+        match Buffer::create(max_data_size, &self.targets) {
+            Ok(b) => {
+                let old = std::mem::replace(&mut self.buffers[i], b);
+                tracing::debug!(
+                    "topic {}: memfile {} re-created as {} ({} bytes)",
+                    self.topic,
+                    old.file.name(),
+                    self.buffers[i].file.name(),
+                    max_data_size
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!("topic {}: cannot re-create an eCAL memfile: {e}", self.topic);
+                false
+            }
+        }
+    }
+
+    fn grown_capacity(&self, len: usize) -> u64 {
+        let len = len as u64;
+        let reserve = len.saturating_mul(self.opts.reserve_percent) / 100;
+        (memfile::MSG_HDR_SIZE as u64).saturating_add(len).saturating_add(reserve).max(self.initial_capacity())
+    }
+}
+
+impl LayerWriter for EcalShmWriter {
+    fn kind(&self) -> LayerKind {
+        LayerKind::Shm
+    }
+
+    fn accepts(&self, remote: &RemoteTopic, same_host: bool) -> bool {
+        same_host
+            && remote.key.pid != 0
+            && remote.key.pid != self.own_pid
+            && remote.layers.iter().any(|l| l.kind == LayerKind::Shm && l.is_enabled())
+    }
+
+    fn set_targets(&mut self, targets: &[&RemoteTopic]) {
+        let pids: BTreeSet<u32> = targets.iter().map(|t| t.key.pid).collect();
+        if !pids.is_empty() && self.buffers.is_empty() {
+            self.targets = pids.clone();
+            self.start();
+        }
+        for b in &mut self.buffers {
+            for &pid in &pids {
+                b.connect(pid);
+            }
+            for &pid in self.targets.difference(&pids) {
+                b.disconnect(pid);
+            }
+        }
+        self.targets = pids;
+    }
+
+    fn advert(&self) -> Option<Layer> {
+        if self.buffers.is_empty() {
+            return None;
+        }
+        Some(Layer::new(LayerKind::Shm, true, true, LayerPar::Shm { memory_files: self.memfile_names() }))
+    }
+
+    fn prepare(&mut self, len: usize) -> bool {
+        if self.buffers.is_empty() {
+            return false;
+        }
+        self.next %= self.buffers.len();
+        let i = self.next;
+        let need = (memfile::MSG_HDR_SIZE as u64).saturating_add(len as u64);
+        let grew = need > self.buffers[i].file.max_data_size() && self.recreate(i, self.grown_capacity(len));
+        grew | std::mem::take(&mut self.advert_dirty)
+    }
+
+    fn write(&mut self, payload: &[u8], meta: &SampleMeta) -> Result<(), LayerWriteError> {
+        if self.buffers.is_empty() {
+            return Ok(());
+        }
+        self.next %= self.buffers.len();
+        let i = self.next;
+        self.next += 1;
+        let need = (memfile::MSG_HDR_SIZE as u64).saturating_add(payload.len() as u64);
+        if need > self.buffers[i].file.max_data_size() {
+            // `prepare` was not called (or failed): grow now; the new name is announced on the next `prepare`.
+            if !self.recreate(i, self.grown_capacity(payload.len())) {
+                return Err(LayerWriteError::Failed {
+                    layer: LayerKind::Shm,
+                    message: format!("no memfile for {} bytes", payload.len()),
+                });
+            }
+            self.advert_dirty = true;
+        }
+        let hdr = MemFileHeader {
+            hdr_size: memfile::MSG_HDR_SIZE as u16,
+            data_size: payload.len() as u64,
+            id: 0,
+            clock: meta.clock,
+            time: meta.send_time_us,
+            hash: meta.publisher_id ^ (meta.clock << 1),
+            options: 0,
+            ack_timeout_ms: self.opts.ack_timeout_ms,
+        };
+        if !self.buffers[i].file.write(&hdr, payload) {
+            // Locked by a crashed or stuck process: give this memfile up, as eCAL does, and use a fresh one.
+            let cap = self.buffers[i].file.max_data_size();
+            tracing::warn!(
+                "topic {}: memfile {} stayed locked; re-creating it",
+                self.topic,
+                self.buffers[i].file.name()
+            );
+            if !self.recreate(i, cap) || !self.buffers[i].file.write(&hdr, payload) {
+                return Err(LayerWriteError::Failed { layer: LayerKind::Shm, message: "memfile locked".into() });
+            }
+            self.advert_dirty = true;
+        }
+        self.buffers[i].signal(self.opts.ack_timeout_ms);
+        Ok(())
+    }
+}
+
+/// Creates the eCAL shm writer of every new publisher.
+#[derive(Debug, Default)]
+pub(crate) struct EcalShmWriterFactory {
+    opts: ShmWriterOptions,
+}
+
+impl LayerWriterFactory for EcalShmWriterFactory {
+    fn create(&self, _publisher_id: u64, topic: &str, _type_info: &TypeInfo) -> Option<Box<dyn LayerWriter>> {
+        Some(Box::new(EcalShmWriter::new(topic, self.opts)))
+    }
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Subscriber side
+// ------------------------------------------------------------------------------------------------------------------
+
+/// Per (local subscriber, remote publisher): where samples go and the clock filter.
+struct Sink {
+    inbox: Arc<dyn Inbox>,
+    publisher_id: u64,
+    type_info: Arc<TypeInfo>,
+    topic: Arc<str>,
+    /// Last delivered clock (None before the first); held while pushing so that observers of several memfiles of
+    /// the same publisher deliver in clock order.
+    last_clock: Mutex<Option<u64>>,
+    /// Messages lost: clock gaps after the first delivery plus out-of-order arrivals (dropped).
+    drops: AtomicU64,
+    /// Exact repeats of the last clock (dropped, not lost).
+    duplicates: AtomicU64,
+}
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sink").field("publisher_id", &self.publisher_id).field("topic", &self.topic).finish()
+    }
+}
+
+impl Sink {
+    fn offer(&self, clock: u64, send_time_us: i64, payload: &Arc<[u8]>) {
+        let mut last = crate::pubsub::runtime::lock(&self.last_clock);
+        if let Some(l) = *last {
+            if clock == l {
+                self.duplicates.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            if clock < l {
+                self.drops.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            self.drops.fetch_add(clock - l - 1, Ordering::Relaxed);
+        }
+        *last = Some(clock);
+        // No `Inbox::reads_ring_of` check here: subscribers connect this layer only to publishers whose ring they
+        // do not read, and that call would take the subscriber's reader lock from this thread while the subscriber
+        // may hold its connection lock waiting for this thread to stop (lock-order inversion).
+        self.inbox.push(Sample {
+            payload: Payload::Shared(Arc::clone(payload)),
+            send_time_us,
+            clock,
+            publisher_id: self.publisher_id,
+            type_info: Arc::clone(&self.type_info),
+            topic: Arc::clone(&self.topic),
+        });
+    }
+}
+
+/// One observed memfile of another process (one per memfile per process, shared by our subscribers).
+struct Observer {
+    name: String,
+    sinks: Mutex<Vec<Arc<Sink>>>,
+    stop: AtomicBool,
+    /// `<memfile>_<our pid>_evt`, shared with the thread (to wake it when stopping).
+    event: Arc<NamedSync>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Messages rejected because the memfile's headers were invalid.
+    bad: AtomicU64,
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// Observers of this process, by memfile name (event names carry the process id, so there is one per process).
+static OBSERVERS: Mutex<BTreeMap<String, Arc<Observer>>> = Mutex::new(BTreeMap::new());
+
+/// Errors starting to observe a memfile.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ObserveError {
+    /// The memfile (or its `_mtx`) could not be opened.
+    #[error(transparent)]
+    Memfile(#[from] MemfileOpenError),
+    /// An event could not be opened.
+    #[error(transparent)]
+    Event(#[from] SyncOpenError),
+    /// The thread could not be started.
+    #[error("cannot start the observer thread: {0}")]
+    Thread(std::io::Error),
+}
+
+impl Observer {
+    /// Joins the observer of `name` (starting it if needed) with `sink`.
+    fn attach(name: &str, pid: u32, sink: &Arc<Sink>) -> Result<ObserverRef, ObserveError> {
+        let mut pool = crate::pubsub::runtime::lock(&OBSERVERS);
+        if let Some(o) = pool.get(name) {
+            crate::pubsub::runtime::lock(&o.sinks).push(Arc::clone(sink));
+            return Ok(ObserverRef { obs: Arc::clone(o), sink: Arc::clone(sink) });
+        }
+        // Open the memfile first: no event files are created for a memfile that is already gone.
+        let reader = MemfileReader::open(name)?;
+        let event = Arc::new(NamedSync::open_or_create(&format!("{name}_{pid}_evt"))?);
+        let ack = NamedSync::open_or_create(&format!("{name}_{pid}_ack_evt"))?;
+        let obs = Arc::new(Observer {
+            name: name.to_string(),
+            sinks: Mutex::new(vec![Arc::clone(sink)]),
+            stop: AtomicBool::new(false),
+            event: Arc::clone(&event),
+            thread: Mutex::new(None),
+            bad: AtomicU64::new(0),
+        });
+        let o2 = Arc::clone(&obs);
+        let handle = std::thread::Builder::new()
+            .name("shoal-ecalshm".into())
+            .spawn(move || o2.run(reader, &event, &ack))
+            .map_err(ObserveError::Thread)?;
+        *crate::pubsub::runtime::lock(&obs.thread) = Some(handle);
+        pool.insert(name.to_string(), Arc::clone(&obs));
+        Ok(ObserverRef { obs, sink: Arc::clone(sink) })
+    }
+
+    fn run(&self, mut reader: MemfileReader, event: &NamedSync, ack: &NamedSync) {
+        let mut last_clock = 0u64;
+        let mut pending = false;
+        let mut attempts = 0u32;
+        while !self.stop.load(Ordering::Acquire) {
+            if !pending {
+                pending = event.wait(OBSERVER_WAIT, Some(&self.stop));
+                attempts = 0;
+                continue;
+            }
+            match reader.read(memfile::READER_LOCK_TIMEOUT, last_clock) {
+                Ok(Some(msg)) => {
+                    pending = false;
+                    last_clock = msg.header.clock;
+                    let payload: Arc<[u8]> = Arc::from(msg.payload);
+                    let sinks = crate::pubsub::runtime::lock(&self.sinks).clone();
+                    for s in &sinks {
+                        s.offer(msg.header.clock, msg.header.time, &payload);
+                    }
+                    if msg.header.ack_timeout_ms != 0 {
+                        ack.set();
+                    }
+                }
+                Ok(None) => pending = false,
+                Err(ReadError::Locked) => {
+                    attempts += 1;
+                    if attempts >= MAX_LOCK_ATTEMPTS {
+                        tracing::warn!("eCAL memfile {} stayed locked; skipping this update", self.name);
+                        pending = false;
+                    }
+                }
+                Err(e) => {
+                    pending = false;
+                    if self.bad.fetch_add(1, Ordering::Relaxed) == 0 {
+                        tracing::warn!("eCAL memfile {}: {e}", self.name);
+                    }
+                }
+            }
+        }
+        // Leftovers: a memfile that is gone has no writer any more, so event files that still exist were created
+        // by us after the writer removed its own; the creator of `_mtx` removes it (eCAL's rule).
+        let gone = !std::path::Path::new(sync::SHM_DIR).join(&self.name).exists();
+        if gone {
+            event.unlink();
+            ack.unlink();
+        }
+        if reader.lock_object().created() {
+            reader.lock_object().unlink();
+        }
+    }
+}
+
+/// A subscriber's attachment to an observer; dropping it detaches, and stops the observer when it was the last.
+struct ObserverRef {
+    obs: Arc<Observer>,
+    sink: Arc<Sink>,
+}
+
+impl std::fmt::Debug for ObserverRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObserverRef").field("memfile", &self.obs.name).finish()
+    }
+}
+
+impl Drop for ObserverRef {
+    fn drop(&mut self) {
+        let last = {
+            let mut pool = crate::pubsub::runtime::lock(&OBSERVERS);
+            let mut sinks = crate::pubsub::runtime::lock(&self.obs.sinks);
+            sinks.retain(|s| !Arc::ptr_eq(s, &self.sink));
+            let last = sinks.is_empty();
+            if last && pool.get(&self.obs.name).is_some_and(|o| Arc::ptr_eq(o, &self.obs)) {
+                pool.remove(&self.obs.name);
+            }
+            last
+        };
+        if last {
+            self.obs.stop.store(true, Ordering::Release);
+            self.obs.event.wake();
+            let handle = crate::pubsub::runtime::lock(&self.obs.thread).take();
+            if let Some(h) = handle
+                && h.join().is_err()
+            {
+                tracing::warn!("eCAL memfile observer {} panicked", self.obs.name);
+            }
+        }
+    }
+}
+
+/// A subscriber's connection to one eCAL publisher over shm: observes every memfile it advertises.
+#[derive(Debug)]
+pub(crate) struct EcalShmReader {
+    sink: Arc<Sink>,
+    pid: u32,
+    observed: Vec<(String, ObserverRef)>,
+}
+
+impl EcalShmReader {
+    fn follow(&mut self, names: &[String]) {
+        self.observed.retain(|(n, _)| names.contains(n));
+        for n in names {
+            if self.observed.iter().any(|(o, _)| o == n) {
+                continue;
+            }
+            match Observer::attach(n, self.pid, &self.sink) {
+                Ok(r) => self.observed.push((n.clone(), r)),
+                Err(e) => tracing::warn!("topic {}: cannot observe eCAL memfile {n}: {e}", self.sink.topic),
+            }
+        }
+    }
+
+    /// The memfiles observed now.
+    #[cfg(test)]
+    pub(crate) fn observed(&self) -> Vec<String> {
+        self.observed.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// Repeated clocks dropped so far.
+    #[cfg(test)]
+    pub(crate) fn duplicates(&self) -> u64 {
+        self.sink.duplicates.load(Ordering::Relaxed)
+    }
+
+    /// Messages rejected because of invalid memfile headers, over the memfiles observed now.
+    #[cfg(test)]
+    pub(crate) fn bad_headers(&self) -> u64 {
+        self.observed.iter().map(|(_, r)| r.obs.bad.load(Ordering::Relaxed)).sum()
+    }
+}
+
+impl LayerReader for EcalShmReader {
+    fn update(&mut self, remote: &RemoteTopic) {
+        self.follow(&advertised_memfiles(remote));
+    }
+
+    fn drops(&self) -> u64 {
+        self.sink.drops.load(Ordering::Relaxed)
+    }
+}
+
+/// Subscriber side of eCAL's shm layer.
+#[derive(Debug)]
+pub(crate) struct EcalShmReaderFactory {
+    pid: u32,
+}
+
+impl EcalShmReaderFactory {
+    /// A factory for this process.
+    pub(crate) fn new() -> Self {
+        EcalShmReaderFactory { pid: std::process::id() }
+    }
+
+    /// Connects a subscriber to `remote`'s memfiles (the [`LayerReaderFactory::connect`] body, typed).
+    pub(crate) fn connect_shm(
+        &self,
+        topic: &str,
+        inbox: Arc<dyn Inbox>,
+        remote: &RemoteTopic,
+        same_host: bool,
+    ) -> Option<EcalShmReader> {
+        let names = advertised_memfiles(remote);
+        if !same_host || names.is_empty() {
+            return None;
+        }
+        let sink = Arc::new(Sink {
+            inbox,
+            publisher_id: remote.key.entity_id,
+            type_info: Arc::new(remote.type_info.clone()),
+            topic: Arc::from(topic),
+            last_clock: Mutex::new(None),
+            drops: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+        });
+        let mut r = EcalShmReader { sink, pid: self.pid, observed: Vec::new() };
+        r.follow(&names);
+        Some(r)
+    }
+}
+
+impl LayerReaderFactory for EcalShmReaderFactory {
+    fn subscriber_advert(&self) -> Option<Layer> {
+        Some(Layer::new(LayerKind::Shm, true, false, LayerPar::None))
+    }
+
+    fn connect(
+        &self,
+        topic: &str,
+        inbox: Arc<dyn Inbox>,
+        remote: &RemoteTopic,
+        same_host: bool,
+    ) -> Option<Box<dyn LayerReader>> {
+        self.connect_shm(topic, inbox, remote, same_host).map(|r| Box::new(r) as Box<dyn LayerReader>)
+    }
+}

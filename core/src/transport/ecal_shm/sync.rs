@@ -1,0 +1,335 @@
+//! eCAL's named synchronisation objects on Linux: a 96-byte POSIX shared-memory file holding a process-shared
+//! glibc `pthread_mutex_t`, a `pthread_cond_t` (CLOCK_MONOTONIC) and one flag byte.
+//!
+//! The same layout serves two purposes (eCAL `ecal_named_mutex_impl.cpp` and `ecal_event.cpp`):
+//! - `<memfile>_mtx`, the "flag lock" that guards a memfile: `flag` = locked;
+//! - `<memfile>_<pid>_evt` / `<memfile>_<pid>_ack_evt`, auto-reset events: `flag` = set.
+//!
+//! Files are created under `flock` (eCAL 6.1's `open_or_create_mapped_region`): whoever finds the file empty sizes
+//! and initialises it while holding the exclusive lock, and is its creator.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use memmap2::{MmapOptions, MmapRaw};
+
+/// Where POSIX shared-memory objects live (`shm_open("/name")` opens `/dev/shm/name` on glibc).
+pub(crate) const SHM_DIR: &str = "/dev/shm";
+
+/// The shared object of eCAL's named mutex and named event (`struct alignas(8) { mtx; cvar; uint8_t flag; }`).
+#[repr(C, align(8))]
+pub(crate) struct SyncObject {
+    /// Process-shared, non-robust, default-type mutex guarding `flag`.
+    pub(crate) mtx: libc::pthread_mutex_t,
+    /// Process-shared condition on CLOCK_MONOTONIC, signalled when `flag` changes.
+    pub(crate) cvar: libc::pthread_cond_t,
+    /// Mutex: 1 = locked. Event: 1 = set.
+    pub(crate) flag: u8,
+}
+
+/// Size of the file (and of [`SyncObject`]): 96 bytes on glibc x86_64.
+pub(crate) const SYNC_FILE_SIZE: usize = size_of::<SyncObject>();
+
+/// Errors opening a named synchronisation object.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SyncOpenError {
+    /// A file system call failed.
+    #[error("{call} {path}: {source}")]
+    Io {
+        /// The call.
+        call: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The file exists but is smaller than the object (another layout or a foreign file).
+    #[error("{path} has {size} bytes, expected at least {SYNC_FILE_SIZE}")]
+    TooSmall {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+    },
+    /// pthread initialisation failed.
+    #[error("{call} failed for {path}: error {code}")]
+    Pthread {
+        /// The call.
+        call: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The returned error number.
+        code: i32,
+    },
+}
+
+/// An opened (mapped) named synchronisation object.
+#[derive(Debug)]
+pub(crate) struct NamedSync {
+    map: MmapRaw,
+    path: PathBuf,
+    /// This handle found the file empty and initialised it.
+    created: bool,
+}
+
+// SAFETY: the mapping is only accessed through the process-shared pthread objects it contains (and the flag, only
+// while holding the mutex); those are designed for concurrent use from any thread of any process.
+unsafe impl Send for NamedSync {}
+// SAFETY: as above; every method takes `&self` and synchronises through the shared mutex.
+unsafe impl Sync for NamedSync {}
+
+fn io_err<'a>(call: &'static str, path: &'a std::path::Path) -> impl FnOnce(io::Error) -> SyncOpenError + 'a {
+    move |source| SyncOpenError::Io { call, path: path.to_path_buf(), source }
+}
+
+/// Exclusive `flock` held until dropped.
+struct Flock<'a>(&'a File);
+
+impl<'a> Flock<'a> {
+    fn lock(f: &'a File) -> io::Result<Self> {
+        loop {
+            // SAFETY: flock on a valid, open descriptor owned by `f`.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(Flock(f));
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+impl Drop for Flock<'_> {
+    fn drop(&mut self) {
+        // SAFETY: unlocking a descriptor that is still open (the borrow keeps the File alive).
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+/// Opens `/dev/shm/<name>` read-write, creating it (mode 0666) if it does not exist; true when created here.
+pub(crate) fn open_or_create_shm(path: &std::path::Path) -> io::Result<(File, bool)> {
+    match std::fs::OpenOptions::new().read(true).write(true).create_new(true).mode(0o666).open(path) {
+        Ok(f) => {
+            // eCAL creates with umask 0: the files must be usable by every user of the host.
+            f.set_permissions(std::fs::Permissions::from_mode(0o666))?;
+            Ok((f, true))
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            Ok((std::fs::OpenOptions::new().read(true).write(true).open(path)?, false))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A CLOCK_MONOTONIC absolute time `d` from now (the clock eCAL's conditions use).
+fn monotonic_deadline(d: Duration) -> libc::timespec {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    add_duration(ts, d)
+}
+
+/// A CLOCK_REALTIME absolute time `d` from now (the clock `pthread_mutex_timedlock` uses).
+fn realtime_deadline(d: Duration) -> libc::timespec {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    add_duration(ts, d)
+}
+
+fn add_duration(mut ts: libc::timespec, d: Duration) -> libc::timespec {
+    ts.tv_sec = ts.tv_sec.saturating_add(d.as_secs().min(i64::MAX as u64 / 2) as libc::time_t);
+    ts.tv_nsec += libc::c_long::from(d.subsec_nanos());
+    if ts.tv_nsec >= 1_000_000_000 {
+        ts.tv_nsec -= 1_000_000_000;
+        ts.tv_sec = ts.tv_sec.saturating_add(1);
+    }
+    ts
+}
+
+/// The inner pthread mutex is held only for a few instructions by any party; a wait this long means its holder
+/// died inside that window (the mutex is not robust). We give up instead of hanging the thread forever.
+const INNER_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The inner pthread mutex, unlocked on drop.
+struct InnerGuard<'a>(&'a NamedSync);
+
+impl Drop for InnerGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: we hold the mutex (the guard exists only after a successful lock); the object is mapped.
+        unsafe { libc::pthread_mutex_unlock(&raw mut (*self.0.obj()).mtx) };
+    }
+}
+
+impl NamedSync {
+    /// Opens `/dev/shm/<name>`, creating and initialising it under `flock` when it is new or empty.
+    pub(crate) fn open_or_create(name: &str) -> Result<NamedSync, SyncOpenError> {
+        let path = PathBuf::from(SHM_DIR).join(name);
+        let (file, _) = open_or_create_shm(&path).map_err(io_err("open", &path))?;
+        let _flock = Flock::lock(&file).map_err(io_err("flock", &path))?;
+        let size = file.metadata().map_err(io_err("fstat", &path))?.len();
+        let needs_init = size == 0;
+        if needs_init {
+            file.set_len(SYNC_FILE_SIZE as u64).map_err(io_err("ftruncate", &path))?;
+        } else if size < SYNC_FILE_SIZE as u64 {
+            return Err(SyncOpenError::TooSmall { path, size });
+        }
+        let map = MmapOptions::new().len(SYNC_FILE_SIZE).map_raw(&file).map_err(io_err("mmap", &path))?;
+        let s = NamedSync { map, path, created: needs_init };
+        if needs_init {
+            s.init()?;
+        }
+        Ok(s)
+    }
+
+    fn obj(&self) -> *mut SyncObject {
+        self.map.as_mut_ptr().cast::<SyncObject>()
+    }
+
+    /// Whether this handle created (initialised) the file.
+    pub(crate) fn created(&self) -> bool {
+        self.created
+    }
+
+    /// `pthread_mutexattr_setpshared(SHARED)`, `pthread_condattr_setpshared(SHARED)` +
+    /// `setclock(CLOCK_MONOTONIC)`, `flag = 0`, as eCAL initialises.
+    fn init(&self) -> Result<(), SyncOpenError> {
+        let o = self.obj();
+        let check = |call: &'static str, code: i32| {
+            if code == 0 { Ok(()) } else { Err(SyncOpenError::Pthread { call, path: self.path.clone(), code }) }
+        };
+        // SAFETY: the attribute objects are local and initialised before use and destroyed after; `o` points to
+        // a freshly sized, mapped, page-aligned region of SYNC_FILE_SIZE bytes that no other process touches
+        // while we hold the exclusive flock (openers wait for it before mapping).
+        unsafe {
+            let mut ma: libc::pthread_mutexattr_t = std::mem::zeroed();
+            check("pthread_mutexattr_init", libc::pthread_mutexattr_init(&mut ma))?;
+            let r = libc::pthread_mutexattr_setpshared(&mut ma, libc::PTHREAD_PROCESS_SHARED);
+            let r = if r == 0 { libc::pthread_mutex_init(&raw mut (*o).mtx, &ma) } else { r };
+            libc::pthread_mutexattr_destroy(&mut ma);
+            check("pthread_mutex_init", r)?;
+            let mut ca: libc::pthread_condattr_t = std::mem::zeroed();
+            check("pthread_condattr_init", libc::pthread_condattr_init(&mut ca))?;
+            let mut r = libc::pthread_condattr_setpshared(&mut ca, libc::PTHREAD_PROCESS_SHARED);
+            if r == 0 {
+                r = libc::pthread_condattr_setclock(&mut ca, libc::CLOCK_MONOTONIC);
+            }
+            if r == 0 {
+                r = libc::pthread_cond_init(&raw mut (*o).cvar, &ca);
+            }
+            libc::pthread_condattr_destroy(&mut ca);
+            check("pthread_cond_init", r)?;
+            (&raw mut (*o).flag).write_volatile(0);
+        }
+        Ok(())
+    }
+
+    fn lock_inner(&self) -> Option<InnerGuard<'_>> {
+        let deadline = realtime_deadline(INNER_LOCK_TIMEOUT);
+        // SAFETY: the mutex lives in our mapping and was initialised (process-shared) by the file's creator under
+        // flock before anyone could map it.
+        let r = unsafe { libc::pthread_mutex_timedlock(&raw mut (*self.obj()).mtx, &deadline) };
+        if r == 0 {
+            Some(InnerGuard(self))
+        } else {
+            tracing::warn!(
+                "{}: inner pthread mutex not available (error {r}); its holder may have died",
+                self.path.display()
+            );
+            None
+        }
+    }
+
+    fn flag(&self, _g: &InnerGuard<'_>) -> u8 {
+        // SAFETY: read while holding the mutex that guards the flag; the pointer is in our mapping.
+        unsafe { (&raw const (*self.obj()).flag).read_volatile() }
+    }
+
+    fn set_flag(&self, _g: &InnerGuard<'_>, v: u8) {
+        // SAFETY: written while holding the mutex that guards the flag; the pointer is in our mapping.
+        unsafe { (&raw mut (*self.obj()).flag).write_volatile(v) }
+    }
+
+    fn signal(&self, _g: &InnerGuard<'_>) {
+        // SAFETY: the condition was initialised by the file's creator; signalling with the mutex held is allowed.
+        unsafe { libc::pthread_cond_signal(&raw mut (*self.obj()).cvar) };
+    }
+
+    /// Waits on the condition until `deadline` (CLOCK_MONOTONIC); false on timeout or error.
+    fn wait_cond(&self, _g: &InnerGuard<'_>, deadline: &libc::timespec) -> bool {
+        // SAFETY: we hold the mutex (the guard proves it); the condition uses CLOCK_MONOTONIC as `deadline` does.
+        unsafe { libc::pthread_cond_timedwait(&raw mut (*self.obj()).cvar, &raw mut (*self.obj()).mtx, deadline) == 0 }
+    }
+
+    /// Waits until the flag is `want` (or `stop` is set, or the timeout passes), then sets it to `new`.
+    fn wait_flag_then(&self, want: u8, new: u8, timeout: Duration, stop: Option<&AtomicBool>) -> bool {
+        let Some(g) = self.lock_inner() else { return false };
+        let deadline = monotonic_deadline(timeout);
+        loop {
+            // A stopping waiter consumes nothing (a successor may be waiting on the same event already).
+            if stop.is_some_and(|s| s.load(Ordering::Acquire)) {
+                return false;
+            }
+            if self.flag(&g) == want {
+                self.set_flag(&g, new);
+                return true;
+            }
+            if timeout.is_zero() {
+                return false;
+            }
+            if !self.wait_cond(&g, &deadline) && self.flag(&g) != want {
+                return false;
+            }
+        }
+    }
+
+    /// Flag lock (eCAL named mutex): waits up to `timeout` until the flag is 0, then sets it to 1.
+    pub(crate) fn lock(&self, timeout: Duration) -> bool {
+        self.wait_flag_then(0, 1, timeout, None)
+    }
+
+    /// Flag unlock: flag = 0 and signal one waiter.
+    pub(crate) fn unlock(&self) {
+        if let Some(g) = self.lock_inner() {
+            self.set_flag(&g, 0);
+            self.signal(&g);
+        }
+    }
+
+    /// Event set: flag = 1 and signal the waiter.
+    pub(crate) fn set(&self) {
+        if let Some(g) = self.lock_inner() {
+            self.set_flag(&g, 1);
+            self.signal(&g);
+        }
+    }
+
+    /// Event wait (auto-reset): true when the event was set within `timeout` (and is now reset). Returns false
+    /// early when `stop` becomes true and [`NamedSync::wake`] is called.
+    pub(crate) fn wait(&self, timeout: Duration, stop: Option<&AtomicBool>) -> bool {
+        self.wait_flag_then(1, 0, timeout, stop)
+    }
+
+    /// Wakes every waiter without setting the flag (they re-check their stop flag and keep waiting otherwise).
+    pub(crate) fn wake(&self) {
+        if let Some(_g) = self.lock_inner() {
+            // SAFETY: the condition was initialised by the file's creator; broadcasting with the mutex held is allowed.
+            unsafe { libc::pthread_cond_broadcast(&raw mut (*self.obj()).cvar) };
+        }
+    }
+
+    /// Removes the file name (the mapping stays valid until dropped).
+    pub(crate) fn unlink(&self) {
+        if let Err(e) = std::fs::remove_file(&self.path)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            tracing::debug!("cannot remove {}: {e}", self.path.display());
+        }
+    }
+}

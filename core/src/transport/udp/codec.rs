@@ -1,0 +1,189 @@
+//! Byte formats of eCAL's UDP data layer: the data `Sample` protobuf (cmd 1, `set_sample`) and the per-topic
+//! multicast group (`topic2mcast`, V2).
+//!
+//! The encoder writes exactly the fields, in exactly the order, eCAL 6.1.1's protozero serializer writes them
+//! (`ecal_serialize_sample_payload.cpp`), straight into a caller-owned buffer, so a publisher reuses one buffer
+//! for all its messages. The decoder is prost's (fields in any order, unknown fields skipped) and never panics.
+
+use std::net::Ipv4Addr;
+
+use prost::Message;
+
+use crate::registration::{TopicIdError, parse_topic_id, pb};
+
+/// Why the protobuf of a received data datagram was rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum DataDecodeError {
+    /// Not a valid `eCAL.pb.Sample`.
+    #[error("invalid data sample protobuf: {0}")]
+    Protobuf(#[from] prost::DecodeError),
+    /// A sample with another command than 1 (`set_sample`).
+    #[error("sample command {0} is not a data sample (1)")]
+    NotData(i32),
+    /// The `topic` field is missing.
+    #[error("data sample without topic")]
+    MissingTopic,
+    /// The `content` field is missing.
+    #[error("data sample without content")]
+    MissingContent,
+    /// `topic_id` is not a decimal u64 (eCAL drops such samples too).
+    #[error(transparent)]
+    BadTopicId(#[from] TopicIdError),
+    /// A negative clock.
+    #[error("negative clock {0}")]
+    NegativeClock(i64),
+}
+
+/// A decoded data sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataSample {
+    /// `topic.topic_name`.
+    pub topic_name: String,
+    /// `topic.topic_id` parsed as u64: the publisher's entity id.
+    pub publisher_id: u64,
+    /// `topic.host_name`.
+    pub host_name: String,
+    /// `content.clock`: the publisher's send counter.
+    pub clock: u64,
+    /// `content.time`: send time, µs since the UNIX epoch.
+    pub time_us: i64,
+    /// `content.payload`.
+    pub payload: Vec<u8>,
+}
+
+/// The fields of one outgoing data sample.
+#[derive(Debug, Clone, Copy)]
+pub struct DataSampleRef<'a> {
+    /// Topic name.
+    pub topic_name: &'a str,
+    /// The publisher's entity id as a decimal string (eCAL `topic_id`).
+    pub topic_id: &'a str,
+    /// The publisher's entity id (for the hash).
+    pub publisher_id: u64,
+    /// `gethostname()` of the publisher.
+    pub host_name: &'a str,
+    /// Send counter (1, 2, ...).
+    pub clock: u64,
+    /// Send time, µs since the UNIX epoch.
+    pub time_us: i64,
+    /// The message.
+    pub payload: &'a [u8],
+}
+
+fn varint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
+}
+
+fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
+}
+
+/// Tag byte of field `n` (< 16) with wire type `t`.
+const fn tag(n: u8, t: u8) -> u8 {
+    (n << 3) | t
+}
+
+const VARINT: u8 = 0;
+const LEN: u8 = 2;
+
+fn bytes_field_len(len: usize) -> usize {
+    1 + varint_len(len as u64) + len
+}
+
+fn put_bytes_field(buf: &mut Vec<u8>, field: u8, data: &[u8]) {
+    buf.push(tag(field, LEN));
+    put_varint(buf, data.len() as u64);
+    buf.extend_from_slice(data);
+}
+
+/// eCAL's `Content.hash`: `topic_id ^ (clock << 1)` (libstdc++ `std::hash` of `SSndHash`).
+pub fn content_hash(publisher_id: u64, clock: u64) -> u64 {
+    publisher_id ^ (clock << 1)
+}
+
+/// Appends the protobuf `eCAL.pb.Sample` of a data sample to `buf`, field for field as eCAL 6.1.1 writes it:
+/// `1 cmd_type = 1`, `5 topic {7 topic_name, 6 topic_id, 3 process_id = 0, 2 host_name}`,
+/// `6 content {1 id = 0, 2 clock, 3 time, 6 size = 0, 4 payload, 7 hash}`, `8 padding = ""`.
+pub fn encode_data_sample(buf: &mut Vec<u8>, s: &DataSampleRef<'_>) {
+    let topic_len = bytes_field_len(s.topic_name.len())
+        + bytes_field_len(s.topic_id.len())
+        + 2
+        + bytes_field_len(s.host_name.len());
+    let hash = content_hash(s.publisher_id, s.clock);
+    let content_len = 2
+        + 1
+        + varint_len(s.clock)
+        + 1
+        + varint_len(s.time_us as u64)
+        + 2
+        + bytes_field_len(s.payload.len())
+        + 1
+        + varint_len(hash);
+    buf.reserve(
+        2 + 1 + varint_len(topic_len as u64) + topic_len + 1 + varint_len(content_len as u64) + content_len + 2,
+    );
+    buf.extend_from_slice(&[tag(1, VARINT), pb::CMD_SET_SAMPLE as u8]);
+    buf.push(tag(5, LEN));
+    put_varint(buf, topic_len as u64);
+    put_bytes_field(buf, 7, s.topic_name.as_bytes());
+    put_bytes_field(buf, 6, s.topic_id.as_bytes());
+    buf.extend_from_slice(&[tag(3, VARINT), 0]);
+    put_bytes_field(buf, 2, s.host_name.as_bytes());
+    buf.push(tag(6, LEN));
+    put_varint(buf, content_len as u64);
+    buf.extend_from_slice(&[tag(1, VARINT), 0]);
+    buf.push(tag(2, VARINT));
+    put_varint(buf, s.clock);
+    buf.push(tag(3, VARINT));
+    put_varint(buf, s.time_us as u64);
+    buf.extend_from_slice(&[tag(6, VARINT), 0]);
+    put_bytes_field(buf, 4, s.payload);
+    buf.push(tag(7, VARINT));
+    put_varint(buf, hash);
+    buf.extend_from_slice(&[tag(8, LEN), 0]);
+}
+
+/// Decodes the protobuf of a data datagram (after the topic-name prefix).
+pub fn decode_data_sample(bytes: &[u8]) -> Result<DataSample, DataDecodeError> {
+    let s = pb::Sample::decode(bytes)?;
+    if s.cmd_type != pb::CMD_SET_SAMPLE {
+        return Err(DataDecodeError::NotData(s.cmd_type));
+    }
+    let topic = s.topic.ok_or(DataDecodeError::MissingTopic)?;
+    let content = s.content.ok_or(DataDecodeError::MissingContent)?;
+    let publisher_id = parse_topic_id(&topic.topic_id)?;
+    let clock = u64::try_from(content.clock).map_err(|_| DataDecodeError::NegativeClock(content.clock))?;
+    Ok(DataSample {
+        topic_name: topic.topic_name,
+        publisher_id,
+        host_name: topic.host_name,
+        clock,
+        time_us: content.time,
+        payload: content.payload,
+    })
+}
+
+/// eCAL's FNV-1 hash of a topic name (`fnv_hash` in `ecal_udp_topic2mcast.h`), truncated to 32 bits.
+pub fn fnv1_32(topic: &str) -> u32 {
+    topic.bytes().fold(2_166_136_261u32, |h, b| h.wrapping_mul(16_777_619) ^ u32::from(b))
+}
+
+/// The V2 multicast group of `topic` (`topic2mcast`): `(group & mask) | (fnv1(topic) & !mask)`, moved up by one
+/// inside the mask when that equals `group` (which carries registration).
+pub fn topic_group(topic: &str, group: Ipv4Addr, mask: Ipv4Addr) -> Ipv4Addr {
+    let (g, m) = (u32::from(group), u32::from(mask));
+    let mut a = (g & m) | (fnv1_32(topic) & !m);
+    if a == g {
+        a = (g & m) | (g.wrapping_add(1) & !m);
+    }
+    Ipv4Addr::from(a)
+}

@@ -1,0 +1,571 @@
+//! eCAL's UDP data layer (`transport_layer` type 1, "udp_mc").
+//!
+//! - Addressing: local mode broadcasts every topic to `local_broadcast:data_port` (127.255.255.255:14002); network
+//!   mode sends to the topic's V2 multicast group ([`codec::topic_group`]) and receives on the base group and the
+//!   groups of the subscribed topics.
+//! - Datagrams: ecaludp v5 header, `[u16 name_len][topic\0]` prefix, then the data `Sample` protobuf
+//!   ([`codec`]); messages above 65,483 framed bytes are fragmented, received ones go through the bounded
+//!   [`Reassembler`](crate::wire::Reassembler).
+//! - Publisher side (`UdpLayer::writer_factory`): a writer per publisher, started lazily by its first UDP
+//!   subscriber (only then does the `udp` entry appear in the publisher's registration), writing from the
+//!   publisher's thread through one non-blocking socket per runtime; a full socket buffer drops the message and
+//!   counts it.
+//! - Subscriber side (`UdpLayer::reader_factory`): every subscriber is in a table (topic → subscribers) from its
+//!   creation, so it receives from publishers it has not heard of yet (eCAL does the same). The I/O thread
+//!   receives (`recv.rs`); duplicate and out-of-order clocks are dropped and counted per subscriber and publisher.
+
+pub mod codec;
+mod net;
+mod recv;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet};
+use std::io::IoSlice;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use socket2::{SockAddr, Socket};
+
+use crate::config::Config;
+use crate::pubsub::runtime::lock;
+use crate::registration::{Layer, LayerKind, LayerPar, RemoteTopic};
+use crate::transport::{
+    Inbox, IoSource, LayerReader, LayerReaderFactory, LayerWriteError, LayerWriter, LayerWriterFactory, SampleMeta,
+};
+use crate::types::TypeInfo;
+use crate::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, DatagramHeader, DatagramKind, HEADER_LEN};
+
+use codec::{DataSampleRef, encode_data_sample};
+
+/// Publisher states kept per subscriber for clock checks; above this many the idle ones are forgotten.
+const MAX_TRACKED_PUBLISHERS: usize = 1024;
+/// A publisher not heard from for this long is forgotten by the clock check (when the table is full).
+const PUBLISHER_IDLE: Duration = Duration::from_secs(60);
+
+/// Process-wide counters of one runtime's UDP layer (drops per subscriber also go to the subscriber's count).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    /// Messages handed to the send socket completely.
+    pub(crate) sent: AtomicU64,
+    /// Messages dropped on send (socket buffer full or another send error).
+    pub(crate) send_drops: AtomicU64,
+    /// Datagrams received.
+    pub(crate) datagrams: AtomicU64,
+    /// Datagrams dropped by the header check or reassembly (see the reassembler's counters for the reason).
+    pub(crate) wire_drops: AtomicU64,
+    /// Complete messages with a malformed name prefix.
+    pub(crate) framing_errors: AtomicU64,
+    /// Messages for a subscribed topic whose protobuf was rejected.
+    pub(crate) decode_errors: AtomicU64,
+    /// Messages for topics nobody here subscribes to (ignored, not a loss).
+    pub(crate) unknown_topic: AtomicU64,
+    /// Samples delivered to subscribers.
+    pub(crate) delivered: AtomicU64,
+    /// Samples dropped as duplicates (clock already seen).
+    pub(crate) duplicates: AtomicU64,
+    /// Samples dropped as out of order (clock lower than one already delivered).
+    pub(crate) out_of_order: AtomicU64,
+    /// Samples never received, from gaps in a publisher's clock.
+    pub(crate) lost: AtomicU64,
+    /// Copies skipped because the subscriber reads that publisher through the native ring or the same process.
+    pub(crate) skipped_other_path: AtomicU64,
+}
+
+/// Per subscriber and publisher: what the clock check remembers.
+#[derive(Debug, Clone, Copy)]
+struct PubState {
+    last_clock: u64,
+    last_seen: Instant,
+    duplicates: u64,
+    out_of_order: u64,
+    lost: u64,
+}
+
+/// One live subscriber in the table.
+struct SubEntry {
+    sub_id: u64,
+    /// Data address of the subscriber's inbox, to find the entry from `connect`.
+    inbox_addr: usize,
+    inbox: Weak<dyn Inbox>,
+    pubs: HashMap<u64, PubState>,
+    /// Type information of publishers known from registration (recorded by the layer readers).
+    types: HashMap<u64, Arc<TypeInfo>>,
+}
+
+/// Verdict of the clock check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClockCheck {
+    /// Deliver; `lost` samples were skipped before it.
+    Accept { lost: u64 },
+    /// Same clock as the last one.
+    Duplicate,
+    /// Older than the last one.
+    OutOfOrder,
+}
+
+impl SubEntry {
+    fn check_clock(&mut self, publisher_id: u64, clock: u64, now: Instant) -> ClockCheck {
+        if self.pubs.len() >= MAX_TRACKED_PUBLISHERS && !self.pubs.contains_key(&publisher_id) {
+            self.pubs.retain(|_, p| now.saturating_duration_since(p.last_seen) < PUBLISHER_IDLE);
+            if self.pubs.len() >= MAX_TRACKED_PUBLISHERS
+                && let Some(oldest) = self.pubs.iter().min_by_key(|(_, p)| p.last_seen).map(|(k, _)| *k)
+            {
+                self.pubs.remove(&oldest);
+            }
+        }
+        let p = self.pubs.entry(publisher_id).or_insert(PubState {
+            last_clock: 0,
+            last_seen: now,
+            duplicates: 0,
+            out_of_order: 0,
+            lost: 0,
+        });
+        p.last_seen = now;
+        if p.last_clock == 0 {
+            p.last_clock = clock;
+            return ClockCheck::Accept { lost: 0 };
+        }
+        if clock == p.last_clock {
+            p.duplicates += 1;
+            return ClockCheck::Duplicate;
+        }
+        if clock < p.last_clock {
+            p.out_of_order += 1;
+            return ClockCheck::OutOfOrder;
+        }
+        let lost = clock - p.last_clock - 1;
+        p.lost += lost;
+        p.last_clock = clock;
+        ClockCheck::Accept { lost }
+    }
+}
+
+/// topic → its live subscribers.
+#[derive(Default)]
+struct SubTable {
+    topics: HashMap<Arc<str>, Vec<SubEntry>>,
+}
+
+/// State shared by the factories, the writers, the readers and the I/O thread's receiver of one runtime.
+struct Shared {
+    config: crate::config::NetworkConfig,
+    pub_enabled: bool,
+    sub_enabled: bool,
+    host_name: String,
+    /// The multicast interface, resolved on first use (network mode only).
+    iface: OnceLock<Ipv4Addr>,
+    /// The send socket, opened by the first writer that starts (`None`: it could not be opened).
+    sender: OnceLock<Option<Socket>>,
+    subs: Mutex<SubTable>,
+    /// Bumped whenever the set of subscribed topics changes.
+    subs_version: AtomicU64,
+    /// Ids of this runtime's publishers: their datagrams looping back are same-process duplicates.
+    local_publishers: Mutex<HashSet<u64>>,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("udp::Shared")
+            .field("network", &self.config.enabled)
+            .field("pub_enabled", &self.pub_enabled)
+            .field("sub_enabled", &self.sub_enabled)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    fn iface(&self) -> Ipv4Addr {
+        *self.iface.get_or_init(|| net::multicast_interface(&self.config))
+    }
+
+    fn sender(&self) -> Option<&Socket> {
+        self.sender
+            .get_or_init(|| match net::open_send_socket(&self.config, self.iface_if_network()) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!("UDP data layer: cannot open the send socket, UDP publishing is off: {e}");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn iface_if_network(&self) -> Ipv4Addr {
+        if self.config.enabled { self.iface() } else { Ipv4Addr::UNSPECIFIED }
+    }
+
+    /// The subscribed topics, when they changed since `seen` (which is updated).
+    fn topics_if_changed(&self, seen: &mut u64) -> Option<Vec<Arc<str>>> {
+        let v = self.subs_version.load(Ordering::Acquire);
+        if v == *seen {
+            return None;
+        }
+        *seen = v;
+        Some(lock(&self.subs).topics.keys().cloned().collect())
+    }
+}
+
+/// The UDP layer of one runtime: hands out the writer and reader factories, which share its state.
+#[derive(Debug, Clone)]
+pub(crate) struct UdpLayer {
+    shared: Arc<Shared>,
+}
+
+impl UdpLayer {
+    /// The layer for a runtime with this configuration and host name; opens no socket yet.
+    pub(crate) fn new(config: &Config, host_name: &str) -> UdpLayer {
+        UdpLayer {
+            shared: Arc::new(Shared {
+                config: config.network.clone(),
+                pub_enabled: config.layers.pub_udp,
+                sub_enabled: config.layers.sub_udp,
+                host_name: host_name.to_string(),
+                iface: OnceLock::new(),
+                sender: OnceLock::new(),
+                subs: Mutex::new(SubTable::default()),
+                subs_version: AtomicU64::new(0),
+                local_publishers: Mutex::new(HashSet::new()),
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    /// The publisher-side factory (creates writers only when `layers.pub_udp` is on).
+    pub(crate) fn writer_factory(&self) -> UdpWriterFactory {
+        UdpWriterFactory { shared: Arc::clone(&self.shared) }
+    }
+
+    /// The subscriber-side factory (does anything only when `layers.sub_udp` is on).
+    pub(crate) fn reader_factory(&self) -> UdpReaderFactory {
+        UdpReaderFactory { shared: Arc::clone(&self.shared) }
+    }
+}
+
+/// Creates a [`LayerWriter`] per publisher.
+#[derive(Debug)]
+pub(crate) struct UdpWriterFactory {
+    shared: Arc<Shared>,
+}
+
+impl LayerWriterFactory for UdpWriterFactory {
+    fn create(&self, publisher_id: u64, topic: &str, _type_info: &TypeInfo) -> Option<Box<dyn LayerWriter>> {
+        if !self.shared.pub_enabled {
+            return None;
+        }
+        if topic.as_bytes().contains(&0) || topic.len() + 1 > usize::from(u16::MAX) {
+            tracing::warn!("topic {topic:?}: its name cannot be framed for UDP (NUL byte or too long); no UDP layer");
+            return None;
+        }
+        lock(&self.shared.local_publishers).insert(publisher_id);
+        let dest = net::destination(&self.shared.config, topic);
+        Some(Box::new(UdpWriter {
+            shared: Arc::clone(&self.shared),
+            publisher_id,
+            id_str: publisher_id.to_string(),
+            topic: topic.to_string(),
+            dest: dest.into(),
+            dest_v4: dest,
+            started: false,
+            targets: 0,
+            buf: Vec::new(),
+            next_fragment_id: rand::random::<u32>(),
+        }))
+    }
+}
+
+/// The UDP writer of one publisher.
+struct UdpWriter {
+    shared: Arc<Shared>,
+    publisher_id: u64,
+    id_str: String,
+    topic: String,
+    dest: SockAddr,
+    dest_v4: SocketAddrV4,
+    started: bool,
+    targets: usize,
+    /// Reused for every message: `[24-byte header][u16 name_len][topic\0][Sample protobuf]`.
+    buf: Vec<u8>,
+    next_fragment_id: u32,
+}
+
+impl std::fmt::Debug for UdpWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpWriter")
+            .field("publisher_id", &self.publisher_id)
+            .field("topic", &self.topic)
+            .field("dest", &self.dest_v4)
+            .field("started", &self.started)
+            .field("targets", &self.targets)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for UdpWriter {
+    fn drop(&mut self) {
+        lock(&self.shared.local_publishers).remove(&self.publisher_id);
+    }
+}
+
+/// Whether `e` means "the socket cannot take it now" (the message is dropped, not an error of the layer).
+fn is_congestion(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS)
+}
+
+impl UdpWriter {
+    fn fail(&self, message: String) -> LayerWriteError {
+        self.shared.counters.send_drops.fetch_add(1, Ordering::Relaxed);
+        LayerWriteError::Failed { layer: LayerKind::Udp, message }
+    }
+
+    fn send_error(&self, e: &std::io::Error, what: &str) -> LayerWriteError {
+        if is_congestion(e) {
+            self.fail(format!("{what} to {} dropped: socket buffer full ({e})", self.dest_v4))
+        } else {
+            self.fail(format!("{what} to {} failed: {e}", self.dest_v4))
+        }
+    }
+}
+
+impl LayerWriter for UdpWriter {
+    fn kind(&self) -> LayerKind {
+        LayerKind::Udp
+    }
+
+    fn accepts(&self, remote: &RemoteTopic, _same_host: bool) -> bool {
+        remote.layers.iter().any(|l| l.kind == LayerKind::Udp && l.is_enabled())
+    }
+
+    fn set_targets(&mut self, targets: &[&RemoteTopic]) {
+        if !targets.is_empty() && !self.started {
+            self.started = true;
+            tracing::debug!("topic {}: UDP layer started, sending to {}", self.topic, self.dest_v4);
+        }
+        self.targets = targets.len();
+    }
+
+    fn advert(&self) -> Option<Layer> {
+        self.started.then(|| Layer::new(LayerKind::Udp, true, self.targets > 0, LayerPar::None))
+    }
+
+    fn write(&mut self, payload: &[u8], meta: &SampleMeta) -> Result<(), LayerWriteError> {
+        self.next_fragment_id = self.next_fragment_id.wrapping_add(1);
+        let mut buf = std::mem::take(&mut self.buf);
+        self.frame(&mut buf, payload, meta);
+        let result = self.send(&mut buf);
+        self.buf = buf;
+        if result.is_ok() {
+            self.shared.counters.sent.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+}
+
+impl UdpWriter {
+    /// Fills `buf` with 24 free header bytes, the `[u16 name_len][topic\0]` prefix and the data sample.
+    fn frame(&self, buf: &mut Vec<u8>, payload: &[u8], meta: &SampleMeta) {
+        buf.clear();
+        buf.resize(HEADER_LEN, 0);
+        // The topic length was checked at creation, so it fits the u16 prefix.
+        buf.extend_from_slice(&((self.topic.len() + 1) as u16).to_le_bytes());
+        buf.extend_from_slice(self.topic.as_bytes());
+        buf.push(0);
+        encode_data_sample(
+            buf,
+            &DataSampleRef {
+                topic_name: &self.topic,
+                topic_id: &self.id_str,
+                publisher_id: self.publisher_id,
+                host_name: &self.shared.host_name,
+                clock: meta.clock,
+                time_us: meta.send_time_us,
+                payload,
+            },
+        );
+    }
+
+    /// Sends the framed `buf` as eCAL datagrams through the runtime's send socket.
+    fn send(&self, buf: &mut [u8]) -> Result<(), LayerWriteError> {
+        let Some(sock) = self.shared.sender() else {
+            return Err(self.fail("no UDP send socket".to_string()));
+        };
+        let dest = &self.dest;
+        let r = send_datagrams(buf, self.next_fragment_id as i32, |parts| match parts {
+            [one] => sock.send_to(one, dest).map(|_| ()),
+            _ => sock.send_to_vectored(parts, dest).map(|_| ()),
+        });
+        match r {
+            Ok(()) => Ok(()),
+            Err(SendFramedError::TooLarge(total)) => {
+                Err(self.fail(format!("message of {total} bytes exceeds the u32 length field")))
+            }
+            Err(SendFramedError::Io { what, source }) => Err(self.send_error(&source, &what)),
+        }
+    }
+}
+
+/// Why [`send_datagrams`] stopped.
+#[derive(Debug, thiserror::Error)]
+enum SendFramedError {
+    /// The framed message does not fit the u32 length field.
+    #[error("message of {0} bytes exceeds the u32 length field")]
+    TooLarge(usize),
+    /// `send` failed for one datagram (the rest of the message was not sent).
+    #[error("{what}: {source}")]
+    Io {
+        /// Which datagram.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// Splits `buf` (24 free header bytes, then the framed message) into eCAL datagrams and hands each to `send` as
+/// header and body slices: one type-3 datagram (header written in place), or a type-1 info datagram followed by
+/// type-2 fragments of at most 65,483 bytes, all with fragment id `id`. Nothing is copied.
+fn send_datagrams(
+    buf: &mut [u8],
+    id: i32,
+    mut send: impl FnMut(&[IoSlice<'_>]) -> std::io::Result<()>,
+) -> Result<(), SendFramedError> {
+    let total = buf.len() - HEADER_LEN;
+    let total_u32 = u32::try_from(total).map_err(|_| SendFramedError::TooLarge(total))?;
+    if total <= DEFAULT_MAX_FRAGMENT_PAYLOAD {
+        buf[..HEADER_LEN].copy_from_slice(&DatagramHeader::whole(total_u32).to_bytes());
+        return send(&[IoSlice::new(buf)]).map_err(|source| SendFramedError::Io { what: "datagram".into(), source });
+    }
+    let count = total.div_ceil(DEFAULT_MAX_FRAGMENT_PAYLOAD) as u32;
+    let info = DatagramHeader { kind: DatagramKind::FragmentInfo, id, num: count, len: total_u32 }.to_bytes();
+    send(&[IoSlice::new(&info)]).map_err(|source| SendFramedError::Io { what: "fragment info".into(), source })?;
+    for (index, chunk) in buf[HEADER_LEN..].chunks(DEFAULT_MAX_FRAGMENT_PAYLOAD).enumerate() {
+        let header =
+            DatagramHeader { kind: DatagramKind::Fragment, id, num: index as u32, len: chunk.len() as u32 }.to_bytes();
+        send(&[IoSlice::new(&header), IoSlice::new(chunk)])
+            .map_err(|source| SendFramedError::Io { what: format!("fragment {index} of {count}"), source })?;
+    }
+    Ok(())
+}
+
+/// Subscriber side: keeps the subscriber table and connects subscribers to UDP publishers.
+#[derive(Debug)]
+pub(crate) struct UdpReaderFactory {
+    shared: Arc<Shared>,
+}
+
+fn inbox_addr(inbox: &Arc<dyn Inbox>) -> usize {
+    Arc::as_ptr(inbox) as *const () as usize
+}
+
+impl LayerReaderFactory for UdpReaderFactory {
+    fn subscriber_advert(&self) -> Option<Layer> {
+        self.shared.sub_enabled.then(|| Layer::new(LayerKind::Udp, true, false, LayerPar::None))
+    }
+
+    fn connect(
+        &self,
+        topic: &str,
+        inbox: Arc<dyn Inbox>,
+        remote: &RemoteTopic,
+        _same_host: bool,
+    ) -> Option<Box<dyn LayerReader>> {
+        if !self.shared.sub_enabled || !remote.layers.iter().any(|l| l.kind == LayerKind::Udp && l.is_enabled()) {
+            return None;
+        }
+        let addr = inbox_addr(&inbox);
+        let publisher_id = remote.key.entity_id;
+        let mut t = lock(&self.shared.subs);
+        let entry = t.topics.get_mut(topic)?.iter_mut().find(|e| e.inbox_addr == addr)?;
+        entry.types.insert(publisher_id, Arc::new(remote.type_info.clone()));
+        drop(t);
+        tracing::debug!("topic {topic}: UDP connection to publisher {publisher_id} ({})", remote.key.host_name);
+        Some(Box::new(UdpReader { shared: Arc::clone(&self.shared), topic: Arc::from(topic), addr, publisher_id }))
+    }
+
+    fn subscriber_created(&self, sub_id: u64, topic: &str, inbox: &Arc<dyn Inbox>) {
+        if !self.shared.sub_enabled {
+            return;
+        }
+        let mut t = lock(&self.shared.subs);
+        let entries = t.topics.entry(Arc::from(topic)).or_default();
+        entries.push(SubEntry {
+            sub_id,
+            inbox_addr: inbox_addr(inbox),
+            inbox: Arc::downgrade(inbox),
+            pubs: HashMap::new(),
+            types: HashMap::new(),
+        });
+        self.shared.subs_version.fetch_add(1, Ordering::Release);
+    }
+
+    fn subscriber_dropped(&self, sub_id: u64, topic: &str) {
+        if !self.shared.sub_enabled {
+            return;
+        }
+        let removed = {
+            let mut t = lock(&self.shared.subs);
+            let mut removed = Vec::new();
+            if let Some(entries) = t.topics.get_mut(topic) {
+                while let Some(i) = entries.iter().position(|e| e.sub_id == sub_id) {
+                    removed.push(entries.swap_remove(i));
+                }
+                if entries.is_empty() {
+                    t.topics.remove(topic);
+                }
+            }
+            removed
+        };
+        if !removed.is_empty() {
+            self.shared.subs_version.fetch_add(1, Ordering::Release);
+        }
+        // The entries (and the weak inboxes) are dropped here, outside the table lock.
+        drop(removed);
+    }
+
+    fn io_source(&self) -> Option<Box<dyn IoSource>> {
+        self.shared.sub_enabled.then(|| Box::new(recv::UdpReceiver::new(Arc::clone(&self.shared))) as Box<dyn IoSource>)
+    }
+}
+
+/// A subscriber's UDP connection to one registered publisher: keeps its type information in the table.
+struct UdpReader {
+    shared: Arc<Shared>,
+    topic: Arc<str>,
+    addr: usize,
+    publisher_id: u64,
+}
+
+impl std::fmt::Debug for UdpReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpReader").field("topic", &self.topic).field("publisher_id", &self.publisher_id).finish()
+    }
+}
+
+impl UdpReader {
+    fn with_entry(&self, f: impl FnOnce(&mut SubEntry)) {
+        let mut t = lock(&self.shared.subs);
+        if let Some(e) = t.topics.get_mut(&self.topic).and_then(|v| v.iter_mut().find(|e| e.inbox_addr == self.addr)) {
+            f(e);
+        }
+    }
+}
+
+impl LayerReader for UdpReader {
+    fn update(&mut self, remote: &RemoteTopic) {
+        let ti = Arc::new(remote.type_info.clone());
+        self.with_entry(|e| {
+            e.types.insert(remote.key.entity_id, ti);
+        });
+    }
+}
+
+impl Drop for UdpReader {
+    fn drop(&mut self) {
+        let id = self.publisher_id;
+        self.with_entry(|e| {
+            e.types.remove(&id);
+        });
+    }
+}

@@ -1,0 +1,322 @@
+//! The receive side of the UDP data layer, run by the I/O thread: the data socket (opened while at least one
+//! subscriber exists), group membership in network mode, reassembly, decoding, clock checks and delivery.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use mio::net::UdpSocket;
+use mio::{Interest, Registry, Token};
+
+use crate::pubsub::runtime::lock;
+use crate::pubsub::sample::{Payload, Sample};
+use crate::transport::{Inbox, IoSource};
+use crate::types::TypeInfo;
+use crate::wire::{Reassembler, ReassemblyConfig, split_name};
+
+use super::codec::{DataSample, decode_data_sample, topic_group};
+use super::{ClockCheck, Shared};
+
+/// How often a summary of the counters is logged (debug) when they changed.
+const SUMMARY_EVERY: Duration = Duration::from_secs(10);
+
+/// What to do with a decoded sample for one subscriber (decided under the table lock, done after it).
+enum Action {
+    Deliver(Arc<dyn Inbox>, Arc<TypeInfo>),
+    Drop(Arc<dyn Inbox>, u64),
+    /// Keep the upgraded inbox alive until the table lock is released (it may be the last reference).
+    Release(Arc<dyn Inbox>),
+}
+
+/// The data socket and everything the I/O thread keeps for it.
+pub(crate) struct UdpReceiver {
+    shared: Arc<Shared>,
+    socket: Option<UdpSocket>,
+    /// Topic groups joined (network mode), besides the base group.
+    joined: BTreeSet<Ipv4Addr>,
+    seen_version: u64,
+    /// The socket could not be opened for this subscriber-table version (retried when it changes).
+    failed_version: Option<u64>,
+    reassembler: Reassembler,
+    buf: Vec<u8>,
+    actions: Vec<Action>,
+    empty_type: Arc<TypeInfo>,
+    last_summary: Instant,
+    last_summary_datagrams: u64,
+}
+
+impl UdpReceiver {
+    pub(crate) fn new(shared: Arc<Shared>) -> UdpReceiver {
+        UdpReceiver {
+            shared,
+            socket: None,
+            joined: BTreeSet::new(),
+            seen_version: 0,
+            failed_version: None,
+            reassembler: Reassembler::new(ReassemblyConfig::default()),
+            buf: vec![0u8; 65_536],
+            actions: Vec::new(),
+            empty_type: Arc::new(TypeInfo::default()),
+            last_summary: Instant::now(),
+            last_summary_datagrams: 0,
+        }
+    }
+
+    /// Brings the socket and the group memberships in line with the subscribed topics.
+    fn sync(&mut self, registry: &Registry, token: Token, topics: &[Arc<str>]) {
+        if topics.is_empty() {
+            if let Some(mut s) = self.socket.take() {
+                let _ = registry.deregister(&mut s);
+                self.joined.clear();
+                self.reassembler = Reassembler::new(self.reassembler.config().clone());
+                tracing::debug!("UDP data layer: no subscriber left, data socket closed");
+            }
+            return;
+        }
+        let net = &self.shared.config;
+        if self.socket.is_none() {
+            let iface = if net.enabled { self.shared.iface() } else { Ipv4Addr::UNSPECIFIED };
+            let opened = super::net::open_recv_socket(net, iface).and_then(|mut s| {
+                registry.register(&mut s, token, Interest::READABLE)?;
+                Ok(s)
+            });
+            match opened {
+                Ok(s) => {
+                    tracing::debug!(
+                        "UDP data layer: receiving on 0.0.0.0:{}{}",
+                        net.data_port,
+                        if net.enabled { format!(", group {} on {iface}", net.multicast_group) } else { String::new() }
+                    );
+                    self.socket = Some(s);
+                    self.failed_version = None;
+                }
+                Err(e) => {
+                    if self.failed_version != Some(self.seen_version) {
+                        tracing::warn!("UDP data layer: cannot open the data socket on port {}: {e}", net.data_port);
+                    }
+                    self.failed_version = Some(self.seen_version);
+                    return;
+                }
+            }
+        }
+        if !net.enabled {
+            return;
+        }
+        let Some(socket) = &self.socket else { return };
+        let iface = self.shared.iface();
+        let wanted: BTreeSet<Ipv4Addr> = topics
+            .iter()
+            .map(|t| topic_group(t, net.multicast_group, net.multicast_mask))
+            .filter(|g| *g != net.multicast_group)
+            .collect();
+        for g in self.joined.difference(&wanted) {
+            if let Err(e) = socket.leave_multicast_v4(g, &iface) {
+                tracing::debug!("UDP data layer: leaving group {g} failed: {e}");
+            }
+        }
+        for g in wanted.difference(&self.joined) {
+            match socket.join_multicast_v4(g, &iface) {
+                Ok(()) => tracing::debug!("UDP data layer: joined topic group {g} on {iface}"),
+                Err(e) => tracing::warn!("UDP data layer: cannot join topic group {g} on {iface}: {e}"),
+            }
+        }
+        self.joined = wanted;
+    }
+
+    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
+        let c = &self.shared.counters;
+        c.datagrams.fetch_add(1, Ordering::Relaxed);
+        match self.reassembler.push(now, from, datagram) {
+            Ok(Some(msg)) => self.handle_message(now, from, &msg),
+            Ok(None) => {}
+            Err(e) => {
+                c.wire_drops.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("UDP data layer: datagram from {from} dropped: {e}");
+            }
+        }
+    }
+
+    fn handle_message(&mut self, now: Instant, from: SocketAddr, msg: &[u8]) {
+        let c = &self.shared.counters;
+        let (name, proto) = match split_name(msg) {
+            Ok(v) => v,
+            Err(e) => {
+                c.framing_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("UDP data layer: message from {from} dropped: {e}");
+                return;
+            }
+        };
+        if !lock(&self.shared.subs).topics.contains_key(name) {
+            c.unknown_topic.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let sample = match decode_data_sample(proto) {
+            Ok(s) => s,
+            Err(e) => {
+                c.decode_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("UDP data layer: sample on {name:?} from {from} dropped: {e}");
+                self.count_topic_drop(name);
+                return;
+            }
+        };
+        self.dispatch(now, sample);
+    }
+
+    /// One loss for every subscriber of `topic` (a sample for it could not be decoded).
+    fn count_topic_drop(&mut self, topic: &str) {
+        {
+            let t = lock(&self.shared.subs);
+            if let Some(entries) = t.topics.get(topic) {
+                self.actions.extend(entries.iter().filter_map(|e| e.inbox.upgrade()).map(|i| Action::Drop(i, 1)));
+            }
+        }
+        self.run_actions(None);
+    }
+
+    fn dispatch(&mut self, now: Instant, sample: DataSample) {
+        let c = &self.shared.counters;
+        if lock(&self.shared.local_publishers).contains(&sample.publisher_id) {
+            // Our own publisher's datagram looped back: same-process subscribers got it directly.
+            c.skipped_other_path.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        {
+            let mut t = lock(&self.shared.subs);
+            let Some(topic) = t.topics.get_key_value(sample.topic_name.as_str()).map(|(k, _)| Arc::clone(k)) else {
+                c.unknown_topic.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            let Some(entries) = t.topics.get_mut(&topic) else { return };
+            for e in entries.iter_mut() {
+                let Some(inbox) = e.inbox.upgrade() else { continue };
+                if inbox.reads_ring_of(sample.publisher_id) {
+                    c.skipped_other_path.fetch_add(1, Ordering::Relaxed);
+                    self.actions.push(Action::Release(inbox));
+                    continue;
+                }
+                match e.check_clock(sample.publisher_id, sample.clock, now) {
+                    ClockCheck::Accept { lost } => {
+                        if lost > 0 {
+                            c.lost.fetch_add(lost, Ordering::Relaxed);
+                            tracing::debug!(
+                                "topic {topic}: {lost} samples of publisher {} never arrived (clock {})",
+                                sample.publisher_id,
+                                sample.clock
+                            );
+                            self.actions.push(Action::Drop(Arc::clone(&inbox), lost));
+                        }
+                        let ti = e.types.get(&sample.publisher_id).cloned().unwrap_or_else(|| self.empty_type.clone());
+                        self.actions.push(Action::Deliver(inbox, ti));
+                    }
+                    ClockCheck::Duplicate => {
+                        c.duplicates.fetch_add(1, Ordering::Relaxed);
+                        self.actions.push(Action::Drop(inbox, 1));
+                    }
+                    ClockCheck::OutOfOrder => {
+                        c.out_of_order.fetch_add(1, Ordering::Relaxed);
+                        self.actions.push(Action::Drop(inbox, 1));
+                    }
+                }
+            }
+            drop(t);
+            self.run_actions(Some((sample, topic)));
+        }
+    }
+
+    /// Delivers and counts what was decided under the table lock, outside it.
+    fn run_actions(&mut self, sample: Option<(DataSample, Arc<str>)>) {
+        let deliveries = self.actions.iter().filter(|a| matches!(a, Action::Deliver(..))).count();
+        let mut sample = sample;
+        let mut shared_payload: Option<Arc<[u8]>> = None;
+        for a in self.actions.drain(..) {
+            match a {
+                Action::Deliver(inbox, type_info) => {
+                    let Some((s, topic)) = sample.as_mut() else { continue };
+                    let payload = if deliveries == 1 {
+                        Payload::Owned(std::mem::take(&mut s.payload))
+                    } else {
+                        let p = shared_payload.get_or_insert_with(|| Arc::from(std::mem::take(&mut s.payload)));
+                        Payload::Shared(Arc::clone(p))
+                    };
+                    inbox.push(Sample {
+                        payload,
+                        send_time_us: s.time_us,
+                        clock: s.clock,
+                        publisher_id: s.publisher_id,
+                        type_info,
+                        topic: Arc::clone(topic),
+                    });
+                    self.shared.counters.delivered.fetch_add(1, Ordering::Relaxed);
+                }
+                Action::Drop(inbox, n) => inbox.count_drops(n),
+                Action::Release(inbox) => drop(inbox),
+            }
+        }
+    }
+
+    fn log_summary(&mut self, now: Instant) {
+        if now.saturating_duration_since(self.last_summary) < SUMMARY_EVERY {
+            return;
+        }
+        self.last_summary = now;
+        let c = &self.shared.counters;
+        let datagrams = c.datagrams.load(Ordering::Relaxed);
+        if datagrams == self.last_summary_datagrams {
+            return;
+        }
+        self.last_summary_datagrams = datagrams;
+        let r = self.reassembler.counters();
+        tracing::debug!(
+            datagrams,
+            delivered = c.delivered.load(Ordering::Relaxed),
+            wire_drops = c.wire_drops.load(Ordering::Relaxed),
+            expired = r.expired,
+            duplicate_fragments = r.duplicate_fragments,
+            out_of_range = r.out_of_range,
+            in_flight_limit = r.in_flight_limit,
+            buffer_limit = r.buffer_limit,
+            decode_errors = c.decode_errors.load(Ordering::Relaxed),
+            duplicates = c.duplicates.load(Ordering::Relaxed),
+            out_of_order = c.out_of_order.load(Ordering::Relaxed),
+            lost = c.lost.load(Ordering::Relaxed),
+            send_drops = c.send_drops.load(Ordering::Relaxed),
+            "UDP data layer counters"
+        );
+    }
+}
+
+impl IoSource for UdpReceiver {
+    fn maintain(&mut self, registry: &Registry, token: Token, now: Instant) {
+        let mut seen = self.seen_version;
+        if let Some(topics) = self.shared.topics_if_changed(&mut seen) {
+            self.seen_version = seen;
+            self.sync(registry, token, &topics);
+        }
+        if self.reassembler.next_expiry().is_some_and(|t| t <= now) {
+            let before = self.reassembler.counters().expired;
+            self.reassembler.expire(now);
+            let n = self.reassembler.counters().expired - before;
+            self.shared.counters.wire_drops.fetch_add(n, Ordering::Relaxed);
+        }
+        self.log_summary(now);
+    }
+
+    fn on_readable(&mut self, now: Instant) {
+        let mut buf = std::mem::take(&mut self.buf);
+        while let Some(socket) = &self.socket {
+            match socket.recv_from(&mut buf) {
+                Ok((n, from)) => self.handle_datagram(now, from, &buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!("UDP data layer: receive failed: {e}");
+                    break;
+                }
+            }
+        }
+        self.buf = buf;
+    }
+}

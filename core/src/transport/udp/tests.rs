@@ -1,0 +1,373 @@
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use super::codec::{DataSampleRef, content_hash, decode_data_sample, encode_data_sample, fnv1_32, topic_group};
+use super::*;
+use crate::wire::{MAX_DATAGRAM_LEN, Reassembler, ReassemblyConfig, split_name};
+
+/// Capture C of the protocol notes: an eCAL 6.1.1 publisher's data datagram on topic `hello` (104 bytes).
+const CAPTURE_C: [u8; 104] = [
+    0x45, 0x43, 0x41, 0x4c, 0x05, 0x00, 0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, //
+    0x01, 0x00, 0x00, 0x00, 0x50, 0x00, 0x00, 0x00, 0x06, 0x00, 0x68, 0x65, 0x6c, 0x6c, 0x6f, 0x00, //
+    0x08, 0x01, 0x2a, 0x20, 0x3a, 0x05, 0x68, 0x65, 0x6c, 0x6c, 0x6f, 0x32, 0x11, 0x31, 0x37, 0x35, //
+    0x39, 0x33, 0x37, 0x32, 0x34, 0x34, 0x33, 0x34, 0x34, 0x34, 0x38, 0x33, 0x38, 0x34, 0x18, 0x00, //
+    0x12, 0x02, 0x76, 0x6d, 0x32, 0x20, 0x08, 0x00, 0x10, 0x15, 0x18, 0xf7, 0xf7, 0xfc, 0xcb, 0xda, //
+    0xae, 0x98, 0x03, 0x30, 0x00, 0x22, 0x06, 0x6d, 0x73, 0x67, 0x20, 0x32, 0x30, 0x38, 0xaa, 0x80, //
+    0xc4, 0xf9, 0xe2, 0xac, 0xa0, 0x1f, 0x42, 0x00,
+];
+
+const CAPTURE_C_ID: u64 = 17_593_724_434_448_384;
+const CAPTURE_C_TIME: i64 = 1_796_007_843_019_767;
+
+/// Frames `payload` as a publisher writer does: 24 free header bytes, name prefix, data sample.
+fn framed(topic: &str, id: u64, host: &str, clock: u64, time_us: i64, payload: &[u8]) -> Vec<u8> {
+    let mut buf = vec![0u8; HEADER_LEN];
+    buf.extend_from_slice(&((topic.len() + 1) as u16).to_le_bytes());
+    buf.extend_from_slice(topic.as_bytes());
+    buf.push(0);
+    let id_str = id.to_string();
+    encode_data_sample(
+        &mut buf,
+        &DataSampleRef {
+            topic_name: topic,
+            topic_id: &id_str,
+            publisher_id: id,
+            host_name: host,
+            clock,
+            time_us,
+            payload,
+        },
+    );
+    buf
+}
+
+/// The datagrams `send_datagrams` produces for `buf`.
+fn datagrams(buf: &mut [u8], id: i32) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    send_datagrams(buf, id, |parts| {
+        out.push(parts.iter().flat_map(|p| p.iter().copied()).collect());
+        Ok(())
+    })
+    .expect("send_datagrams");
+    out
+}
+
+#[test]
+fn encoder_reproduces_capture_c_byte_for_byte() {
+    let mut buf = framed("hello", CAPTURE_C_ID, "vm", 21, CAPTURE_C_TIME, b"msg 20");
+    let d = datagrams(&mut buf, 7);
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0], CAPTURE_C.to_vec());
+}
+
+#[test]
+fn decoder_reads_capture_c() {
+    let (_, msg) = crate::wire::DatagramHeader::parse(&CAPTURE_C).expect("header");
+    let (name, proto) = split_name(msg).expect("name");
+    assert_eq!(name, "hello");
+    let s = decode_data_sample(proto).expect("decode");
+    assert_eq!(s.topic_name, "hello");
+    assert_eq!(s.publisher_id, CAPTURE_C_ID);
+    assert_eq!(s.host_name, "vm");
+    assert_eq!(s.clock, 21);
+    assert_eq!(s.time_us, CAPTURE_C_TIME);
+    assert_eq!(s.payload, b"msg 20");
+    assert_eq!(content_hash(CAPTURE_C_ID, 21), 17_593_724_434_448_426);
+}
+
+#[test]
+fn round_trip_with_edge_values() {
+    for (clock, time, payload) in
+        [(1u64, 0i64, Vec::new()), (u64::MAX >> 1, -5, vec![0u8; 300]), (300, i64::MAX, (0..=255).collect())]
+    {
+        let buf = framed("t/äöü", u64::MAX, "host-x", clock, time, &payload);
+        let (name, proto) = split_name(&buf[HEADER_LEN..]).expect("name");
+        assert_eq!(name, "t/äöü");
+        let s = decode_data_sample(proto).expect("decode");
+        assert_eq!((s.publisher_id, s.clock, s.time_us), (u64::MAX, clock, time));
+        assert_eq!(s.payload, payload);
+        assert_eq!(s.host_name, "host-x");
+        // prost agrees on every field, including the ones the decoder does not return.
+        let pb = <crate::registration::pb::Sample as prost::Message>::decode(proto).expect("prost");
+        let content = pb.content.expect("content");
+        assert_eq!(content.hash as u64, content_hash(u64::MAX, clock));
+        assert_eq!((content.id, content.size), (0, 0));
+        assert_eq!(pb.topic.expect("topic").process_id, 0);
+    }
+}
+
+#[test]
+fn decoder_rejects_bad_samples() {
+    assert!(matches!(decode_data_sample(&[0x08]), Err(codec::DataDecodeError::Protobuf(_))));
+    // Registration sample (cmd 2).
+    assert!(matches!(decode_data_sample(&[0x08, 0x02]), Err(codec::DataDecodeError::NotData(2))));
+    assert!(matches!(decode_data_sample(&[0x08, 0x01]), Err(codec::DataDecodeError::MissingTopic)));
+    // Topic with a non-numeric id, and content.
+    let bad_id = [0x08, 0x01, 0x2a, 0x04, 0x32, 0x02, b'x', b'1', 0x32, 0x00];
+    assert!(matches!(decode_data_sample(&bad_id), Err(codec::DataDecodeError::BadTopicId(_))));
+    let no_content = [0x08, 0x01, 0x2a, 0x03, 0x32, 0x01, b'1'];
+    assert!(matches!(decode_data_sample(&no_content), Err(codec::DataDecodeError::MissingContent)));
+    // Random bytes never panic.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for len in 0..2000usize {
+        let bytes: Vec<u8> = (0..len % 97)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let _ = decode_data_sample(&bytes);
+    }
+}
+
+#[test]
+fn topic_groups_match_ecal() {
+    let (g, m) = (Ipv4Addr::new(239, 0, 0, 1), Ipv4Addr::new(255, 255, 255, 240));
+    // The protocol notes' netns capture: `nettopic` maps to 239.0.0.7.
+    assert_eq!(topic_group("nettopic", g, m), Ipv4Addr::new(239, 0, 0, 7));
+    // FNV-1 (not 1a), 32 bit: the empty string is the offset basis.
+    assert_eq!(fnv1_32(""), 2_166_136_261);
+    assert_eq!(fnv1_32("a"), 2_166_136_261u32.wrapping_mul(16_777_619) ^ 0x61);
+    // A topic whose hash lands on the base group moves to the next address inside the mask.
+    let t = (0..10_000).map(|i| format!("t{i}")).find(|t| fnv1_32(t) & 0xF == 1).expect("a colliding name");
+    assert_eq!(topic_group(&t, g, m), Ipv4Addr::new(239, 0, 0, 2));
+    // Everything stays inside 239.0.0.0/28.
+    for i in 0..200 {
+        let a = topic_group(&format!("topic_{i}"), g, m).octets();
+        assert_eq!(&a[..3], &[239, 0, 0]);
+        assert!(a[3] < 16 && a[3] != 1);
+    }
+}
+
+#[test]
+fn fragmentation_round_trip_1mb() {
+    let payload: Vec<u8> = (0..1_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let mut buf = framed("big", 42, "h", 3, 123, &payload);
+    let framed_len = buf.len() - HEADER_LEN;
+    let d = datagrams(&mut buf, -7);
+    let count = framed_len.div_ceil(DEFAULT_MAX_FRAGMENT_PAYLOAD);
+    assert_eq!(d.len(), 1 + count);
+    assert_eq!(d[0].len(), HEADER_LEN);
+    assert!(d[1..d.len() - 1].iter().all(|x| x.len() == MAX_DATAGRAM_LEN));
+    let from: SocketAddr = "127.0.0.1:5000".parse().expect("addr");
+    let now = Instant::now();
+    // Fragments out of order and one duplicated: still exactly one message.
+    let mut r = Reassembler::new(ReassemblyConfig::default());
+    let mut order: Vec<usize> = (0..d.len()).rev().collect();
+    order.insert(3, 5);
+    let mut done = Vec::new();
+    for i in order {
+        if let Ok(Some(m)) = r.push(now, from, &d[i]) {
+            done.push(m.into_owned());
+        }
+    }
+    assert_eq!(done.len(), 1);
+    assert_eq!(r.counters().duplicate_fragments, 1);
+    let (name, proto) = split_name(&done[0]).expect("name");
+    assert_eq!(name, "big");
+    let s = decode_data_sample(proto).expect("decode");
+    assert_eq!((s.publisher_id, s.clock, s.time_us), (42, 3, 123));
+    assert!(s.payload == payload);
+}
+
+#[test]
+fn message_at_the_fragmentation_limit_is_one_datagram() {
+    let len = |topic: &str, n: usize| framed(topic, 1, "h", 1, 1, &vec![0; n]).len() - HEADER_LEN;
+    // A (topic, payload size) whose framed message is exactly 65,483 bytes (varint lengths make some sizes
+    // unreachable for a given topic name).
+    let (topic, n) = ["x", "xy", "xyz"]
+        .iter()
+        .find_map(|t| {
+            (DEFAULT_MAX_FRAGMENT_PAYLOAD - 100..DEFAULT_MAX_FRAGMENT_PAYLOAD)
+                .find(|&n| len(t, n) == DEFAULT_MAX_FRAGMENT_PAYLOAD)
+                .map(|n| (*t, n))
+        })
+        .expect("an exact size");
+    let mut exact = framed(topic, 1, "h", 1, 1, &vec![0; n]);
+    assert_eq!(datagrams(&mut exact, 1).len(), 1);
+    let mut over = framed(topic, 1, "h", 1, 1, &vec![0; n + 1]);
+    let d = datagrams(&mut over, 1);
+    assert_eq!(d.len(), 3, "info + 2 fragments");
+    assert_eq!(d[1].len(), MAX_DATAGRAM_LEN);
+    assert_eq!(d[2].len(), HEADER_LEN + len(topic, n + 1) - DEFAULT_MAX_FRAGMENT_PAYLOAD);
+}
+
+fn entry() -> SubEntry {
+    let inbox: Arc<dyn Inbox> = Arc::new(Collect::default());
+    SubEntry {
+        sub_id: 1,
+        inbox_addr: inbox_addr(&inbox),
+        inbox: Arc::downgrade(&inbox),
+        pubs: HashMap::new(),
+        types: HashMap::new(),
+    }
+}
+
+#[test]
+fn clock_check_drops_duplicates_and_out_of_order_per_publisher() {
+    let mut e = entry();
+    let now = Instant::now();
+    assert_eq!(e.check_clock(7, 10, now), ClockCheck::Accept { lost: 0 });
+    assert_eq!(e.check_clock(7, 11, now), ClockCheck::Accept { lost: 0 });
+    assert_eq!(e.check_clock(7, 11, now), ClockCheck::Duplicate);
+    assert_eq!(e.check_clock(7, 9, now), ClockCheck::OutOfOrder);
+    assert_eq!(e.check_clock(7, 15, now), ClockCheck::Accept { lost: 3 });
+    assert_eq!(e.check_clock(7, 14, now), ClockCheck::OutOfOrder);
+    // Another publisher has its own clock.
+    assert_eq!(e.check_clock(8, 1, now), ClockCheck::Accept { lost: 0 });
+    assert_eq!(e.check_clock(8, 1, now), ClockCheck::Duplicate);
+    let p = e.pubs[&7];
+    assert_eq!((p.duplicates, p.out_of_order, p.lost, p.last_clock), (1, 2, 3, 15));
+}
+
+#[test]
+fn clock_check_state_is_bounded() {
+    let mut e = entry();
+    let t0 = Instant::now();
+    for id in 0..(MAX_TRACKED_PUBLISHERS as u64 + 500) {
+        e.check_clock(id, 1, t0 + Duration::from_micros(id));
+    }
+    assert!(e.pubs.len() <= MAX_TRACKED_PUBLISHERS);
+    // The newest publisher is still tracked.
+    assert_eq!(e.check_clock(MAX_TRACKED_PUBLISHERS as u64 + 499, 1, t0), ClockCheck::Duplicate);
+}
+
+/// An inbox that keeps what it gets.
+#[derive(Default)]
+struct Collect {
+    samples: Mutex<Vec<crate::pubsub::sample::Sample>>,
+    drops: AtomicU64,
+}
+
+impl Inbox for Collect {
+    fn push(&self, sample: crate::pubsub::sample::Sample) {
+        lock(&self.samples).push(sample);
+    }
+    fn reads_ring_of(&self, _publisher_id: u64) -> bool {
+        false
+    }
+    fn count_drops(&self, n: u64) {
+        self.drops.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+fn remote_sub(layers: Vec<Layer>) -> RemoteTopic {
+    RemoteTopic {
+        key: crate::registration::EntityKey { host_name: "h".into(), pid: 1, entity_id: 99 },
+        direction: crate::registration::Direction::Subscriber,
+        topic_name: "t".into(),
+        type_info: TypeInfo::default(),
+        process_name: String::new(),
+        unit_name: String::new(),
+        shm_transport_domain: String::new(),
+        layers,
+        stats: Default::default(),
+        registration_clock: 0,
+    }
+}
+
+#[test]
+fn writer_starts_lazily_and_accepts_udp_subscribers_only() {
+    let layer = UdpLayer::new(&Config::default(), "h");
+    let mut w = layer.writer_factory().create(5, "t", &TypeInfo::default()).expect("writer");
+    assert_eq!(w.advert(), None);
+    let udp = remote_sub(vec![Layer::new(LayerKind::Udp, true, false, LayerPar::None)]);
+    let udp_off = remote_sub(vec![Layer::new(LayerKind::Udp, false, false, LayerPar::None)]);
+    let ecal5 =
+        remote_sub(vec![Layer { kind: LayerKind::Udp, version: 1, enabled: false, active: true, par: LayerPar::None }]);
+    let shm_only = remote_sub(vec![Layer::new(LayerKind::Shm, true, false, LayerPar::None)]);
+    assert!(w.accepts(&udp, true) && w.accepts(&ecal5, false));
+    assert!(!w.accepts(&udp_off, true) && !w.accepts(&shm_only, true));
+    w.set_targets(&[]);
+    assert_eq!(w.advert(), None);
+    w.set_targets(&[&udp]);
+    assert_eq!(w.advert(), Some(Layer::new(LayerKind::Udp, true, true, LayerPar::None)));
+    w.set_targets(&[]);
+    assert_eq!(w.advert(), Some(Layer::new(LayerKind::Udp, true, false, LayerPar::None)));
+    // Switched off in the configuration: no writer, no subscriber advert, no receive socket.
+    let mut cfg = Config::default();
+    cfg.layers.pub_udp = false;
+    cfg.layers.sub_udp = false;
+    let off = UdpLayer::new(&cfg, "h");
+    assert!(off.writer_factory().create(5, "t", &TypeInfo::default()).is_none());
+    assert!(off.reader_factory().subscriber_advert().is_none());
+    assert!(off.reader_factory().io_source().is_none());
+    assert_eq!(
+        UdpLayer::new(&Config::default(), "h").reader_factory().subscriber_advert(),
+        Some(Layer::new(LayerKind::Udp, true, false, LayerPar::None))
+    );
+}
+
+/// Loopback on a private port: a writer broadcasts, the receiver (as the I/O thread drives it) delivers to the
+/// subscriber's inbox, with type info once connected, and drops replays.
+#[test]
+fn writer_to_receiver_over_loopback() {
+    let mut cfg = Config::default();
+    // A port derived from the pid, away from eCAL's 14000-14002.
+    cfg.network.data_port = 20_000 + (std::process::id() % 20_000) as u16;
+    let layer = UdpLayer::new(&cfg, "h");
+    let rf = layer.reader_factory();
+    let collect = Arc::new(Collect::default());
+    let inbox: Arc<dyn Inbox> = collect.clone();
+    rf.subscriber_created(1, "loop_t", &inbox);
+    let mut src = rf.io_source().expect("source");
+    let mut poll = mio::Poll::new().expect("poll");
+    let mut events = mio::Events::with_capacity(8);
+    src.maintain(poll.registry(), mio::Token(9), Instant::now());
+
+    let mut w = layer.writer_factory().create(77, "loop_t", &TypeInfo::default()).expect("writer");
+    let udp = remote_sub(vec![Layer::new(LayerKind::Udp, true, false, LayerPar::None)]);
+    w.set_targets(&[&udp]);
+    // Datagrams of a local publisher are same-process duplicates: use a second layer as the "remote" process.
+    let other = UdpLayer::new(&cfg, "h2");
+    let mut w2 = other.writer_factory().create(78, "loop_t", &TypeInfo::default()).expect("writer");
+    w2.set_targets(&[&udp]);
+    let mut pub_reg = remote_sub(vec![Layer::new(LayerKind::Udp, true, true, LayerPar::None)]);
+    pub_reg.key.entity_id = 78;
+    pub_reg.type_info = TypeInfo::raw("demo.T");
+    let conn = rf.connect("loop_t", Arc::clone(&inbox), &pub_reg, true).expect("connected");
+    let big: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+    w.write(b"own", &SampleMeta { publisher_id: 77, clock: 1, send_time_us: 1 }).expect("write");
+    for (clock, payload) in [(1u64, &b"a"[..]), (2, &big[..]), (2, b"replay"), (5, b"e")] {
+        w2.write(payload, &SampleMeta { publisher_id: 78, clock, send_time_us: 10 }).expect("write");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while lock(&collect.samples).len() < 3 && Instant::now() < deadline {
+        poll.poll(&mut events, Some(Duration::from_millis(50))).expect("poll");
+        src.on_readable(Instant::now());
+        src.maintain(poll.registry(), mio::Token(9), Instant::now());
+    }
+    let got = lock(&collect.samples);
+    let summary: Vec<(u64, u64, usize)> = got.iter().map(|s| (s.publisher_id, s.clock, s.payload().len())).collect();
+    assert_eq!(summary, vec![(78, 1, 1), (78, 2, 200_000), (78, 5, 1)]);
+    assert!(got[1].payload() == &big[..]);
+    assert_eq!(got[0].type_info().name, "demo.T");
+    assert_eq!(&*got[0].topic, "loop_t");
+    // The replayed clock 2 is a duplicate, 3 and 4 never came.
+    assert_eq!(collect.drops.load(Ordering::Relaxed), 1 + 2);
+    let c = &layer.shared.counters;
+    assert_eq!(c.duplicates.load(Ordering::Relaxed), 1);
+    assert_eq!(c.lost.load(Ordering::Relaxed), 2);
+    assert!(c.skipped_other_path.load(Ordering::Relaxed) >= 1, "own publisher's datagram skipped");
+    assert_eq!(other.shared.counters.sent.load(Ordering::Relaxed), 4);
+    drop(got);
+    drop(conn);
+    rf.subscriber_dropped(1, "loop_t");
+    assert!(lock(&layer.shared.subs).topics.is_empty());
+}
+
+#[test]
+fn multicast_interface_is_the_configured_one_or_a_real_address() {
+    let mut net = Config::default().network;
+    net.multicast_interface = Ipv4Addr::new(10, 1, 2, 3);
+    assert_eq!(super::net::multicast_interface(&net), Ipv4Addr::new(10, 1, 2, 3));
+    net.multicast_interface = Ipv4Addr::UNSPECIFIED;
+    // The route's source address (or 127.0.0.1 without a route): never 0.0.0.0, so IP_MULTICAST_IF is explicit.
+    assert!(!super::net::multicast_interface(&net).is_unspecified());
+    // Local mode sends every topic to the broadcast address, network mode to the topic's group.
+    assert_eq!(super::net::destination(&net, "nettopic"), "127.255.255.255:14002".parse().expect("addr"));
+    net.enabled = true;
+    assert_eq!(super::net::destination(&net, "nettopic"), "239.0.0.7:14002".parse().expect("addr"));
+}
