@@ -74,6 +74,10 @@ pub(crate) struct PubArgs {
     /// How long to wait for them, in seconds; then publish anyway (and say so).
     #[arg(long, default_value_t = 5.0)]
     wait_timeout: f64,
+    /// After the subscribers matched, wait this long (ms) before the first message: an eCAL shared-memory
+    /// subscriber attaches to our memfile when our registration reaches it, a few ms after the match.
+    #[arg(long, default_value_t = 300)]
+    settle_ms: u64,
 }
 
 /// Runs a `shoal topic` command.
@@ -201,7 +205,7 @@ fn echo(node: &Node, a: &EchoArgs) -> Result<()> {
 }
 
 fn publish(node: &Node, a: &PubArgs) -> Result<()> {
-    if !(a.rate > 0.0) {
+    if !a.rate.is_finite() || a.rate <= 0.0 {
         bail!("--rate must be a positive number of messages per second");
     }
     let mut publ = node.publisher(&a.topic, TypeInfo::new(a.type_name.clone(), a.encoding.clone(), Vec::new()))?;
@@ -212,6 +216,9 @@ fn publish(node: &Node, a: &PubArgs) -> Result<()> {
             publ.subscriber_count(),
             a.wait_subs
         );
+    }
+    if publ.subscriber_count() > 0 {
+        std::thread::sleep(Duration::from_millis(a.settle_ms));
     }
     let period = Duration::from_secs_f64(1.0 / a.rate);
     let start = Instant::now();

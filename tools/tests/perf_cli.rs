@@ -32,7 +32,8 @@ fn baseline_only_json_covers_every_mode_wait_and_size() {
     ]);
     assert!(ok, "stderr: {err}");
     let lines = json_lines(&out);
-    assert_eq!(lines.len(), 2 * 3 * 2, "{out}");
+    // Per wait and size: pingpong, zero_copy, throughput, throughput_paced.
+    assert_eq!(lines.len(), 2 * 4 * 2, "{out}");
     for v in &lines {
         assert_eq!(v["system"], "baseline");
         assert_eq!(v["transport"], "baseline_ring");
@@ -40,8 +41,19 @@ fn baseline_only_json_covers_every_mode_wait_and_size() {
         assert!(v["p50_ns"].as_u64() <= v["p99_ns"].as_u64());
         assert!(v["msgs_per_s"].as_f64().unwrap() > 0.0);
         assert!(v["peer_peak_rss_kb"].as_u64().unwrap() > 0);
-        if v["mode"] == "throughput" {
+        if v["mode"] == "throughput_paced" {
+            // Paced at half the unpaced rate measured just before for the same wait and size.
+            let unpaced = lines
+                .iter()
+                .find(|u| u["mode"] == "throughput" && u["wait"] == v["wait"] && u["size_bytes"] == v["size_bytes"])
+                .expect("unpaced row");
+            let target = v["rate_target"].as_f64().unwrap();
+            assert!((target - unpaced["msgs_per_s"].as_f64().unwrap() / 2.0).abs() < 1e-6, "{v}");
+            assert_eq!(v["lost"], 0, "{v}");
+            assert_eq!(v["messages"], 2000);
+        } else if v["mode"] == "throughput" {
             assert_eq!(v["lost"], 0, "the baseline ring applies back-pressure: {v}");
+            assert!(v.get("rate_target").is_none());
         } else {
             assert_eq!(v["messages"], 300);
         }
@@ -58,4 +70,51 @@ fn bad_arguments_say_what_to_do() {
     let (ok, _, err) = perf(&["--sizes", "12x"]);
     assert!(!ok);
     assert!(err.contains("k or m suffix"), "{err}");
+}
+
+#[test]
+fn targets_are_evaluated_from_what_ran() {
+    let (ok, out, err) = perf(&[
+        "--baseline",
+        "--json",
+        "--wait",
+        "block",
+        "--sizes",
+        "64,4m",
+        "--iterations",
+        "100",
+        "--pingpong",
+        "--zero-copy",
+    ]);
+    assert!(ok, "stderr: {err}");
+    let lines = json_lines(&out);
+    let targets: Vec<_> = lines.iter().filter(|v| v["mode"] == "target").collect();
+    let ids: Vec<_> = targets.iter().map(|v| (v["target"].as_str().unwrap(), v["wait"].as_str().unwrap())).collect();
+    assert_eq!(ids, vec![("T3", "block"), ("T4", "block")], "{out}");
+    for t in &targets {
+        assert!(t["value"].as_f64().unwrap() > 0.0, "{t}");
+        assert!(t["limit"].as_f64().unwrap() > 0.0 && t["pass"].is_boolean(), "{t}");
+    }
+    // T4 names every size from 64 B to 4 MB; only two ran.
+    assert_eq!(targets[1]["complete"], false);
+    assert!(targets[1]["detail"].as_str().unwrap().contains("not measured: 1K, 64K, 1M"), "{}", targets[1]);
+}
+
+#[test]
+fn fanout_reports_cpu_cost_per_send_against_one_subscriber() {
+    let (ok, out, err) = perf(&["--subscribers", "2", "--json", "--wait", "block", "--sizes", "64", "--count", "300"]);
+    assert!(ok, "stderr: {err}");
+    let lines = json_lines(&out);
+    let fanout: Vec<_> = lines.iter().filter(|v| v["mode"] == "fanout").collect();
+    assert_eq!(fanout.len(), 2, "{out}");
+    assert_eq!((fanout[0]["subscribers"].as_u64(), fanout[1]["subscribers"].as_u64()), (Some(1), Some(2)));
+    for v in &fanout {
+        assert!(v["send_cpu_ns"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(v["send_wall_ns"].as_f64().unwrap() > 0.0, "{v}");
+    }
+    let ratio = fanout[1]["send_cpu_ratio_vs_1"].as_f64().unwrap();
+    let expect = fanout[1]["send_cpu_ns"].as_f64().unwrap() / fanout[0]["send_cpu_ns"].as_f64().unwrap();
+    assert!((ratio - expect).abs() < 1e-9, "{ratio} {expect}");
+    let t5 = lines.iter().find(|v| v["target"] == "T5").expect("T5 row");
+    assert_eq!(t5["complete"], false, "2 subscribers and one size: {t5}");
 }

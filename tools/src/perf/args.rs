@@ -13,6 +13,14 @@ Latency is one-way = round-trip / 2 between two processes (this one and a spawne
 --baseline adds the same measurements over a plain two-process SPSC ring in /dev/shm (no
 middleware) and prints every shoal figure as a ratio to it (latency: shoal/baseline, lower is
 better; throughput: shoal/baseline, higher is better).
+Throughput runs twice per size: unpaced (as fast as the sender can; shoal's ring is lossy, so
+an overrun reader loses messages) and paced at --rate (default: half the baseline's unpaced
+msg/s of that size and wait mode), where nothing may be lost.
+Fan-out's cost per send is the publishing thread's CPU time inside send() (preemption
+excluded), with the wall time alongside.
+A final \"targets\" section evaluates the foundation targets T1-T6 from what ran; --targets runs
+exactly what they need, with the baseline, both waits: ping-pong and fan-out (1 vs 4) at 64,1k,
+64k,1m,4m, throughput at 64 B, zero-copy at 64 B and 4 MB, and a separate 100-topic process.
 On a 2-core machine leave --pin off: the runtime threads of each process then share both cores.")]
 pub(crate) struct PerfArgs {
     /// Payload sizes (k/m suffixes are 1024 multiples), e.g. 64,1k,64k,1m,4m.
@@ -37,8 +45,19 @@ pub(crate) struct PerfArgs {
     #[arg(long)]
     pub(crate) zero_copy: bool,
     /// Run 1->N fan-out with N subscriber processes (compared with N=1): cost of send().
-    #[arg(long, value_name = "N")]
+    /// `--subscribers` alone means 4.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "4")]
     pub(crate) subscribers: Option<usize>,
+    /// Paced throughput rate in messages per second (default: half the baseline's unpaced rate
+    /// for the same size and wait mode, or min(100k msg/s, 1 GB/s) without a baseline).
+    #[arg(long, value_name = "MSG_PER_S")]
+    pub(crate) rate: Option<f64>,
+    /// Run exactly what targets T1-T6 need, with the baseline, then evaluate them.
+    #[arg(long, conflicts_with_all = [
+        "sizes", "wait", "pingpong", "throughput", "zero_copy", "subscribers", "baseline", "baseline_only",
+        "topics", "rss",
+    ])]
+    pub(crate) targets: bool,
     /// Also measure a plain two-process SPSC ring in /dev/shm (no middleware) and print ratios.
     #[arg(long)]
     pub(crate) baseline: bool,
@@ -143,8 +162,10 @@ impl System {
 pub(crate) enum Mode {
     /// Copying ping-pong latency.
     PingPong,
-    /// Streaming throughput.
+    /// Streaming throughput, unpaced (the sender never waits for the reader).
     Throughput,
+    /// Streaming throughput at a fixed rate (`--rate`); runs together with [`Mode::Throughput`].
+    ThroughputPaced,
     /// Zero-copy ping-pong latency (header only).
     ZeroCopy,
     /// 1->N fan-out: publisher cost per send.
@@ -157,6 +178,7 @@ impl Mode {
         match self {
             Mode::PingPong => "pingpong",
             Mode::Throughput => "throughput",
+            Mode::ThroughputPaced => "throughput_paced",
             Mode::ZeroCopy => "zero_copy",
             Mode::Fanout => "fanout",
         }
@@ -215,7 +237,38 @@ impl PerfArgs {
         if self.topics == Some(0) {
             bail!("--topics must be at least 1");
         }
+        if let Some(r) = self.rate
+            && !(r.is_finite() && r > 0.0)
+        {
+            bail!("--rate {r} must be a positive number of messages per second, e.g. --rate 500000");
+        }
         Ok(())
+    }
+
+    /// The arguments `--targets` stands for: every size from 64 B to 4 MB, both waits, every
+    /// mode with the baseline, fan-out 1 vs 4 subscribers.
+    pub(crate) fn for_targets(&self) -> PerfArgs {
+        PerfArgs {
+            sizes: TARGET_SIZES.to_vec(),
+            wait: None,
+            pingpong: true,
+            throughput: true,
+            zero_copy: true,
+            subscribers: Some(TARGET_SUBSCRIBERS),
+            baseline: true,
+            baseline_only: false,
+            ..self.clone()
+        }
+    }
+
+    /// The sizes a mode runs at: `--sizes`, except under `--targets`, where throughput runs at
+    /// 64 B only (T2) and zero-copy at 64 B and 4 MB only (T3).
+    pub(crate) fn sizes_for(&self, mode: Mode) -> Vec<usize> {
+        match (self.targets, mode) {
+            (true, Mode::Throughput | Mode::ThroughputPaced) => vec![64],
+            (true, Mode::ZeroCopy) => vec![64, 4 << 20],
+            _ => self.sizes.clone(),
+        }
     }
 
     /// Round trips for a payload size (excluding warm-up).
@@ -238,6 +291,15 @@ impl PerfArgs {
         self.count.unwrap_or_else(|| ((256u64 << 20) / size as u64).clamp(50, 5_000))
     }
 }
+
+/// Sizes of the targets: 64 B, 1 KB, 64 KB, 1 MB, 4 MB.
+pub(crate) const TARGET_SIZES: [usize; 5] = [64, 1 << 10, 64 << 10, 1 << 20, 4 << 20];
+
+/// Subscribers of the fan-out target (T5).
+pub(crate) const TARGET_SUBSCRIBERS: usize = 4;
+
+/// Topics of the memory target (T6).
+pub(crate) const TARGET_TOPICS: usize = 100;
 
 /// Parses `64`, `1k`, `64K`, `1m`, `4M` (1024 multiples).
 pub(crate) fn parse_size(s: &str) -> anyhow::Result<usize> {
@@ -295,5 +357,22 @@ mod tests {
         assert_eq!(t.a.waits(), vec![WaitMode::Block]);
         assert_eq!(t.a.iterations_for(4 << 20), 7);
         assert!(T::try_parse_from(["x", "--rss"]).is_err());
+        let t = T::parse_from(["x", "--subscribers", "--json"]);
+        assert_eq!(t.a.subscribers, Some(4));
+        assert!(t.a.json);
+        let t = T::parse_from(["x", "--subscribers", "2"]);
+        assert_eq!(t.a.subscribers, Some(2));
+        let t = T::parse_from(["x", "--targets"]);
+        let a = t.a.for_targets();
+        assert_eq!(a.sizes, TARGET_SIZES);
+        assert_eq!(a.modes(), vec![Mode::PingPong, Mode::Throughput, Mode::ZeroCopy, Mode::Fanout]);
+        assert!(a.baseline && a.subscribers == Some(4) && a.waits().len() == 2);
+        assert_eq!(a.sizes_for(Mode::Throughput), vec![64]);
+        assert_eq!(a.sizes_for(Mode::ZeroCopy), vec![64, 4 << 20]);
+        assert_eq!(a.sizes_for(Mode::PingPong), TARGET_SIZES);
+        assert_eq!(T::parse_from(["x", "--sizes", "1k"]).a.sizes_for(Mode::ZeroCopy), vec![1024]);
+        assert!(T::try_parse_from(["x", "--targets", "--sizes", "64"]).is_err());
+        let t = T::parse_from(["x", "--rate", "0"]);
+        assert!(t.a.validate().is_err());
     }
 }

@@ -20,6 +20,11 @@ const MAGIC: u64 = 0x5348_4f41_4c42_4153; // "SHOALBAS"
 /// Slots per ring: the same as shoal's default `shm_ring.slot_count`.
 pub(crate) const SLOT_COUNT: u64 = 16;
 
+/// How long a spin-mode writer spins on a full ring before it yields the CPU on every check: the
+/// spinning reader frees a slot within nanoseconds unless it is descheduled, possibly on this
+/// very core (a loaded 2-core machine), and then spinning on would only keep it from running.
+const SPIN_BEFORE_YIELD: Duration = Duration::from_micros(50);
+
 /// Offset of a slot's payload inside the slot (the slot starts with its length word).
 const SLOT_DATA_OFFSET: usize = 64;
 
@@ -178,16 +183,24 @@ impl Ring {
         let w = h.write_idx.load(Ordering::Relaxed);
         let start = Instant::now();
         let mut spins = 0u32;
+        let mut yielding = self.wait == WaitMode::Block;
         while w.wrapping_sub(h.read_idx.load(Ordering::Acquire)) >= self.slot_count {
             spins = spins.wrapping_add(1);
-            // A full ring is not a receive wait: spin briefly, then give the core to the reader.
-            if self.wait == WaitMode::Spin && spins < 1024 {
-                std::hint::spin_loop();
-            } else {
+            // A full ring is not a receive wait. In spin mode the reader spins on the other core
+            // and frees a slot within nanoseconds: spin (a yield would hand the core to any other
+            // runnable process for a whole time slice); yield only once the reader seems
+            // descheduled. In block mode, yield at once.
+            if yielding {
                 std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
             }
-            if spins.is_multiple_of(1024) && start.elapsed() > timeout {
-                bail!("baseline ring stayed full for {timeout:?}: the reading process is gone or stuck");
+            if spins.is_multiple_of(256) {
+                let waited = start.elapsed();
+                yielding |= waited > SPIN_BEFORE_YIELD;
+                if waited > timeout {
+                    bail!("baseline ring stayed full for {timeout:?}: the reading process is gone or stuck");
+                }
             }
         }
         // SAFETY: slot `w` is free: the reader has consumed every index below `w - slot_count + 1`
@@ -230,6 +243,7 @@ impl Ring {
         let ready = || h.write_idx.load(Ordering::Acquire) != r;
         let timed_out = || anyhow::Error::new(TimedOut(timeout));
         match self.wait {
+            // A pure busy spin, like shoal's `WaitStrategy::BusySpin`.
             WaitMode::Spin => {
                 let mut spins = 0u32;
                 while !ready() {

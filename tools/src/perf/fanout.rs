@@ -1,6 +1,11 @@
-//! 1->N fan-out: one publisher, N subscriber processes (sinks). Measures the time spent inside
-//! `send()` per message while the subscribers keep up (sends are paced), first with one
-//! subscriber and then with N, and reports the N/1 ratio of the mean send cost.
+//! 1->N fan-out: one publisher, N subscriber processes (sinks), first with one subscriber and
+//! then with N, sends paced so that the subscribers keep up.
+//!
+//! The cost per send is the publishing thread's CPU time inside `send()` (CLOCK_THREAD_CPUTIME_ID
+//! read around each send, less the cost of the clock reads themselves, summed and divided by the
+//! sends): unlike wall time it excludes the time the thread was preempted, which on a 2-core
+//! machine with N spinning subscribers would dominate. The wall time per send is reported
+//! alongside. The N/1 ratios of both are the fan-out cost (target T5).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -10,10 +15,11 @@ use shoal::Node;
 use super::Run;
 use super::args::{Mode, System};
 use super::link::{HEADER_LEN, Sender, header};
+use super::pace::Pacer;
 use super::peer::{Peer, PeerCommand, PeerSpec};
-use super::report::{Latency, Measurement, Reporter, fmt_ns, new_histogram};
+use super::report::{Measurement, Reporter, fmt_ns, new_histogram};
 use super::shoal_link;
-use super::sys::{CpuTime, mono_ns, peak_rss_kb};
+use super::sys::{CpuTime, mono_ns, peak_rss_kb, thread_cpu_ns};
 
 /// Gap between two sends so that `n` subscribers copying `size` bytes each keep up.
 pub(crate) fn pacing_gap(n: usize, size: usize) -> Duration {
@@ -21,14 +27,47 @@ pub(crate) fn pacing_gap(n: usize, size: usize) -> Duration {
     Duration::from_nanos(20_000 + (n as u64 * size as u64) / 2)
 }
 
-fn pace_until(deadline: Instant) {
-    let now = Instant::now();
-    if deadline > now + Duration::from_micros(300) {
-        std::thread::sleep(deadline - now - Duration::from_micros(200));
+/// Mean cost of one `send()`, ns.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SendCost {
+    /// CPU time of the publishing thread.
+    pub(crate) cpu_ns: f64,
+    /// Wall time.
+    pub(crate) wall_ns: f64,
+}
+
+/// What reading the two clocks around a send costs by itself (median of empty brackets), ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ClockOverhead {
+    cpu_ns: u64,
+    wall_ns: u64,
+}
+
+impl ClockOverhead {
+    fn calibrate() -> ClockOverhead {
+        const ROUNDS: usize = 2001;
+        let mut cpu = Vec::with_capacity(ROUNDS);
+        let mut wall = Vec::with_capacity(ROUNDS);
+        for _ in 0..ROUNDS {
+            let (c, w) = bracket(|| ());
+            cpu.push(c);
+            wall.push(w);
+        }
+        cpu.sort_unstable();
+        wall.sort_unstable();
+        ClockOverhead { cpu_ns: cpu[ROUNDS / 2], wall_ns: wall[ROUNDS / 2] }
     }
-    while Instant::now() < deadline {
-        std::hint::spin_loop();
-    }
+}
+
+/// Runs `f` between two readings of the thread CPU clock and of the monotonic clock; returns
+/// the (CPU, wall) ns elapsed, clock reads included.
+#[inline]
+fn bracket(f: impl FnOnce()) -> (u64, u64) {
+    let c0 = thread_cpu_ns();
+    let t0 = Instant::now();
+    f();
+    let wall = t0.elapsed().as_nanos() as u64;
+    (thread_cpu_ns().saturating_sub(c0), wall)
 }
 
 /// Runs fan-out with 1 and with `n_max` subscribers for every size.
@@ -39,7 +78,8 @@ pub(crate) fn run(
     name_of: &mut dyn FnMut() -> String,
     rep: &mut Reporter,
 ) -> anyhow::Result<()> {
-    let mut mean_at_one: HashMap<usize, f64> = HashMap::new();
+    let overhead = ClockOverhead::calibrate();
+    let mut at_one: HashMap<usize, SendCost> = HashMap::new();
     let rounds: Vec<usize> = if n_max == 1 { vec![1] } else { vec![1, n_max] };
     for n in rounds {
         let name = name_of();
@@ -61,11 +101,16 @@ pub(crate) fn run(
             p.wait_ready()?;
         }
         shoal_link::wait_subscribers(&tx, n)?;
-        rep.note(&format!("-- fan-out: shoal, wait={}, {n} subscriber process(es), topic {ping}", run.wait));
-        for &size in &run.args.sizes {
-            let m = measure(run, &mut tx, &mut peers, size, mean_at_one.get(&size).copied())?;
-            if let (1, Some(l)) = (n, m.latency) {
-                mean_at_one.insert(size, l.mean);
+        rep.note(&format!(
+            "-- fan-out: shoal, wait={}, {n} subscriber process(es), topic {ping}; cost per send = the publishing \
+             thread's CPU time inside send() (excludes preemption; wall time alongside); latency columns = wall \
+             time inside send()",
+            run.wait
+        ));
+        for size in run.args.sizes_for(Mode::Fanout) {
+            let (m, cost) = measure(run, &mut tx, &mut peers, size, overhead, at_one.get(&size).copied())?;
+            if n == 1 {
+                at_one.insert(size, cost);
             }
             rep.report(m);
         }
@@ -81,29 +126,31 @@ fn measure(
     tx: &mut shoal_link::ShoalTx,
     peers: &mut [Peer],
     size: usize,
-    mean_at_one: Option<f64>,
-) -> anyhow::Result<Measurement> {
+    overhead: ClockOverhead,
+    at_one: Option<SendCost>,
+) -> anyhow::Result<(Measurement, SendCost)> {
     let n = peers.len();
     let count = run.args.fanout_count_for(size);
     for p in peers.iter_mut() {
         p.command(PeerCommand::Sink { count })?;
     }
     let gap = pacing_gap(n, size);
+    let mut pacer = Pacer::new(1e9 / gap.as_nanos() as f64, 1);
     let mut out = vec![0u8; size];
     let mut hist = new_histogram();
-    let mut inside = Duration::ZERO;
+    let (mut cpu_sum, mut wall_sum) = (0u64, 0u64);
     let cpu0 = CpuTime::now();
     let start = Instant::now();
-    let mut next = start;
     for seq in 0..count {
-        pace_until(next);
+        pacer.wait_for(seq);
         out[..HEADER_LEN].copy_from_slice(&header(seq, mono_ns()));
-        let t0 = Instant::now();
-        tx.send_copy(&out)?;
-        let dt = t0.elapsed();
-        inside += dt;
-        let _ = hist.record((dt.as_nanos() as u64).max(1));
-        next = t0 + gap;
+        let mut sent = Ok(());
+        let (cpu, wall) = bracket(|| sent = tx.send_copy(&out));
+        sent?;
+        let wall = wall.saturating_sub(overhead.wall_ns);
+        cpu_sum += cpu.saturating_sub(overhead.cpu_ns);
+        wall_sum += wall;
+        let _ = hist.record(wall.max(1));
     }
     let elapsed = start.elapsed();
     let cpu = CpuTime::now().since(cpu0);
@@ -119,13 +166,25 @@ fn measure(
         peer_cpu.sys_us += r.cpu.sys_us;
         peer_rss = peer_rss.max(r.peak_rss_kb);
     }
-    let latency: Option<Latency> = Latency::from_histogram(&hist);
-    let mean = inside.as_nanos() as f64 / count as f64;
-    let mut note = format!("send() mean {} (paced every {})", fmt_ns(mean as u64), fmt_ns(gap.as_nanos() as u64));
-    let mut extra = vec![("send_mean_ns", mean), ("pacing_gap_ns", gap.as_nanos() as f64)];
-    if let (Some(one), true) = (mean_at_one, n > 1) {
-        note.push_str(&format!("; {n} subscribers cost {:.2}x the send() of 1", mean / one));
-        extra.push(("send_ns_ratio_vs_1", mean / one));
+    let cost = SendCost { cpu_ns: cpu_sum as f64 / count as f64, wall_ns: wall_sum as f64 / count as f64 };
+    let mut note = format!(
+        "cost per send: cpu {} (wall {}), paced every {}",
+        fmt_ns(cost.cpu_ns as u64),
+        fmt_ns(cost.wall_ns as u64),
+        fmt_ns(gap.as_nanos() as u64)
+    );
+    let mut extra = vec![
+        ("send_cpu_ns", cost.cpu_ns),
+        ("send_wall_ns", cost.wall_ns),
+        ("pacing_gap_ns", gap.as_nanos() as f64),
+        ("clock_overhead_cpu_ns", overhead.cpu_ns as f64),
+        ("clock_overhead_wall_ns", overhead.wall_ns as f64),
+    ];
+    if let (Some(one), true) = (at_one, n > 1) {
+        let (rc, rw) = (cost.cpu_ns / one.cpu_ns, cost.wall_ns / one.wall_ns);
+        note.push_str(&format!("; {n} subscribers vs 1: cpu {rc:.2}x, wall {rw:.2}x"));
+        extra.push(("send_cpu_ratio_vs_1", rc));
+        extra.push(("send_wall_ratio_vs_1", rw));
     }
     let lost = (count * n as u64).saturating_sub(received);
     if lost > 0 {
@@ -133,13 +192,13 @@ fn measure(
             "; subscribers did not keep up ({lost} lost): fewer spinning processes than cores, --wait block, or --count"
         ));
     }
-    Ok(Measurement {
+    let m = Measurement {
         system: System::Shoal,
         wait: run.wait,
         mode: Mode::Fanout,
         size,
         subscribers: n,
-        latency,
+        latency: super::report::Latency::from_histogram(&hist),
         msgs_per_s: count as f64 / elapsed.as_secs_f64(),
         messages: count,
         lost: Some(lost),
@@ -150,7 +209,8 @@ fn measure(
         peer_peak_rss_kb: peer_rss,
         note: Some(note),
         extra,
-    })
+    };
+    Ok((m, cost))
 }
 
 #[cfg(test)]
@@ -161,8 +221,19 @@ mod tests {
     fn pacing_grows_with_subscribers_and_size() {
         assert_eq!(pacing_gap(1, 64), Duration::from_nanos(20_032));
         assert!(pacing_gap(4, 4 << 20) > pacing_gap(1, 4 << 20));
-        let t = Instant::now();
-        pace_until(t + Duration::from_millis(2));
-        assert!(t.elapsed() >= Duration::from_millis(2));
+    }
+
+    #[test]
+    fn clock_overhead_is_small_and_bracket_measures_work() {
+        let o = ClockOverhead::calibrate();
+        assert!(o.cpu_ns < 100_000 && o.wall_ns < 100_000, "{o:?}");
+        let (cpu, wall) = bracket(|| {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_millis(2) {
+                std::hint::spin_loop();
+            }
+        });
+        assert!(wall >= 2_000_000, "{wall}");
+        assert!(cpu > 0 && cpu <= wall + 1_000_000, "{cpu} {wall}");
     }
 }

@@ -4,18 +4,21 @@
 //!
 //! Modules: `args` (CLI), `peer` (the spawned echo/sink process and its stdin/stdout control),
 //! `link` (the transport interface the loops use), `pingpong`, `throughput`, `fanout`, `rss`,
-//! `baseline` (the raw ring), `shoal_link` (shoal as a link), `report` (table / JSON), `sys` (OS).
+//! `pace` (fixed-rate sending), `baseline` (the raw ring), `shoal_link` (shoal as a link),
+//! `report` (table / JSON), `targets` (T1-T6 from the run's measurements), `sys` (OS).
 
 mod args;
 mod baseline;
 mod fanout;
 mod link;
+mod pace;
 mod peer;
 mod pingpong;
 mod report;
 mod rss;
 mod shoal_link;
 mod sys;
+mod targets;
 mod throughput;
 
 use anyhow::Context;
@@ -25,10 +28,11 @@ pub(crate) use args::{PeerArgs, PerfArgs};
 pub(crate) use link::HEADER_LEN;
 pub(crate) use peer::run_peer;
 
-use args::{Mode, System, WaitMode};
+use args::{Mode, System, TARGET_TOPICS, WaitMode};
 use link::{Receiver, Sender};
 use peer::{Peer, PeerSpec};
 use report::Reporter;
+use throughput::Pacing;
 
 /// What one measurement session runs with.
 #[derive(Debug)]
@@ -50,6 +54,7 @@ impl Run<'_> {
 /// Entry point of `shoal perf`.
 pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
     args.validate()?;
+    let args = if args.targets { args.for_targets() } else { args };
     let cpus = sys::cpu_count();
     if args.pin {
         sys::pin_to_cpu(0)?;
@@ -87,6 +92,19 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
             fanout::run(&run, node_of(&mut node)?, n, &mut next_name, &mut rep)?;
         }
     }
+    let rss = if args.targets {
+        let r = rss::measure_in_child(TARGET_TOPICS)?;
+        if rep.is_json() {
+            rep.line(&r.to_json().to_string());
+        } else {
+            rep.line(&format!("-- memory: a separate process with {TARGET_TOPICS} topics\n{}", r.to_text()));
+        }
+        Some(r)
+    } else {
+        None
+    };
+    let targets = targets::evaluate(rep.measurements(), rss.as_ref());
+    targets::print(&mut rep, &targets);
     Ok(())
 }
 
@@ -148,15 +166,28 @@ fn run_modes<S: Sender, R: Receiver>(
     rep: &mut Reporter,
 ) -> anyhow::Result<()> {
     for &mode in modes {
-        for &size in &run.args.sizes {
-            let m = match mode {
-                Mode::PingPong => pingpong::measure(run, tx, rx, peer, size, false),
-                Mode::ZeroCopy => pingpong::measure(run, tx, rx, peer, size, true),
-                Mode::Throughput => throughput::measure(run, tx, rx, peer, size),
-                Mode::Fanout => continue,
+        for size in run.args.sizes_for(mode) {
+            let context = || format!("{} {} {} with {size} B", run.system.as_str(), mode.as_str(), run.wait);
+            match mode {
+                Mode::PingPong | Mode::ZeroCopy => {
+                    let m = pingpong::measure(run, tx, rx, peer, size, mode == Mode::ZeroCopy).with_context(context)?;
+                    rep.report(m);
+                }
+                Mode::Throughput => {
+                    let unpaced =
+                        throughput::measure(run, tx, rx, peer, size, Pacing::Unpaced).with_context(context)?;
+                    let summary_of = unpaced.clone();
+                    // The baseline's own unpaced run, just reported, sets its paced rate too.
+                    rep.report(unpaced);
+                    let base = rep.baseline(Mode::Throughput, run.wait, size).map(|b| b.msgs_per_s);
+                    let rate = throughput::paced_rate(run.args, size, base);
+                    let mut paced =
+                        throughput::measure(run, tx, rx, peer, size, Pacing::Rate(rate)).with_context(context)?;
+                    paced.note = Some(throughput::summary(&summary_of, &paced));
+                    rep.report(paced);
+                }
+                Mode::ThroughputPaced | Mode::Fanout => {}
             }
-            .with_context(|| format!("{} {} {} with {size} B", run.system.as_str(), mode.as_str(), run.wait))?;
-            rep.report(m);
         }
     }
     Ok(())

@@ -1,6 +1,5 @@
 //! Measurements, their ratios to the baseline, and the two output forms (table, JSON lines).
 
-use std::collections::HashMap;
 use std::io::Write;
 
 use hdrhistogram::Histogram;
@@ -87,7 +86,7 @@ pub(crate) struct Measurement {
     pub(crate) peer_peak_rss_kb: u64,
     /// Extra note printed with the row (e.g. fan-out pacing).
     pub(crate) note: Option<String>,
-    /// Extra numeric JSON fields (e.g. fan-out `send_ns_ratio_vs_1`).
+    /// Extra numeric JSON fields (e.g. fan-out `send_cpu_ratio_vs_1`, paced `rate_target`).
     pub(crate) extra: Vec<(&'static str, f64)>,
 }
 
@@ -190,7 +189,8 @@ pub(crate) fn fmt_size(n: usize) -> String {
     }
 }
 
-fn fmt_rate(x: f64) -> String {
+/// Formats a rate compactly: `1.23M`, `45.6k`, `789`.
+pub(crate) fn fmt_rate(x: f64) -> String {
     if x >= 1e6 {
         format!("{:.2}M", x / 1e6)
     } else if x >= 1e3 {
@@ -200,7 +200,8 @@ fn fmt_rate(x: f64) -> String {
     }
 }
 
-fn fmt_ratio(x: f64) -> String {
+/// Formats a ratio: `1.12x`, `4.6e-3x`, `-` when undefined.
+pub(crate) fn fmt_ratio(x: f64) -> String {
     match x {
         x if !x.is_finite() => "-".into(),
         x if x >= 0.095 => format!("{x:.2}x"),
@@ -209,13 +210,13 @@ fn fmt_ratio(x: f64) -> String {
 }
 
 /// Table header line.
-pub(crate) const TABLE_HEADER: &str = "system   wait  mode        size subs      p50      p90      p99    p99.9      max     msg/s     GB/s   lost  cpu main u/s ms  cpu peer u/s ms  rss main/peer MB";
+pub(crate) const TABLE_HEADER: &str = "system   wait  mode              size subs      p50      p90      p99    p99.9      max     msg/s     GB/s   lost  cpu main u/s ms  cpu peer u/s ms  rss main/peer MB";
 
 /// One table row (plus a ratio line when `r` is given).
 pub(crate) fn table_row(m: &Measurement, r: Option<&Ratios>) -> String {
     let lat = |f: fn(&Latency) -> u64| m.latency.as_ref().map(|l| fmt_ns(f(l))).unwrap_or_else(|| "-".into());
     let mut s = format!(
-        "{:<8} {:<5} {:<10} {:>5} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8.3} {:>6} {:>16} {:>16} {:>16}",
+        "{:<8} {:<5} {:<16} {:>5} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8.3} {:>6} {:>16} {:>16} {:>16}",
         m.system.as_str(),
         m.wait.as_str(),
         m.mode.as_str(),
@@ -248,18 +249,44 @@ pub(crate) fn table_row(m: &Measurement, r: Option<&Ratios>) -> String {
     s
 }
 
-/// Prints measurements as they come and keeps the baseline ones for the ratios.
+/// Prints measurements as they come and keeps them all (for the baseline ratios, the paced
+/// rates and the final targets).
 #[derive(Debug)]
 pub(crate) struct Reporter {
     json: bool,
     header_printed: bool,
-    baselines: HashMap<(&'static str, WaitMode, usize), Measurement>,
+    all: Vec<Measurement>,
 }
 
 impl Reporter {
     /// A reporter writing JSON lines (`json`) or a table to stdout.
     pub(crate) fn new(json: bool) -> Reporter {
-        Reporter { json, header_printed: false, baselines: HashMap::new() }
+        Reporter { json, header_printed: false, all: Vec::new() }
+    }
+
+    /// Whether the output is JSON lines.
+    pub(crate) fn is_json(&self) -> bool {
+        self.json
+    }
+
+    /// Every measurement reported so far, in order.
+    pub(crate) fn measurements(&self) -> &[Measurement] {
+        &self.all
+    }
+
+    /// The latest baseline measurement of a mode, wait mode and size.
+    pub(crate) fn baseline(&self, mode: Mode, wait: WaitMode, size: usize) -> Option<&Measurement> {
+        self.all
+            .iter()
+            .rev()
+            .find(|m| m.system == System::Baseline && m.mode == mode && m.wait == wait && m.size == size)
+    }
+
+    /// Prints a line as is, in both output forms (e.g. a JSON object in JSON mode).
+    pub(crate) fn line(&mut self, text: &str) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{text}");
+        let _ = out.flush();
     }
 
     /// Prints a free-text line (table mode only; JSON output stays machine-readable).
@@ -272,10 +299,9 @@ impl Reporter {
 
     /// Prints one measurement, with ratios when a baseline of the same kind was reported.
     pub(crate) fn report(&mut self, m: Measurement) {
-        let key = (m.mode.as_str(), m.wait, m.size);
         let r = match m.system {
             System::Baseline => None,
-            System::Shoal => self.baselines.get(&key).map(|b| ratios(&m, b)),
+            System::Shoal => self.baseline(m.mode, m.wait, m.size).map(|b| ratios(&m, b)),
         };
         let mut out = std::io::stdout().lock();
         if self.json {
@@ -288,9 +314,8 @@ impl Reporter {
             let _ = writeln!(out, "{}", table_row(&m, r.as_ref()));
         }
         let _ = out.flush();
-        if m.system == System::Baseline {
-            self.baselines.insert(key, m);
-        }
+        drop(out);
+        self.all.push(m);
     }
 }
 

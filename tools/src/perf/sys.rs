@@ -16,6 +16,16 @@ pub(crate) fn mono_ns() -> u64 {
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
+/// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID) in nanoseconds: time the thread
+/// actually ran, excluding the time it was preempted or asleep.
+pub(crate) fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID is supported on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    debug_assert_eq!(rc, 0);
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
 /// User and system CPU time of this process (all threads), in microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct CpuTime {
@@ -199,6 +209,9 @@ Rss:                  40 kB
         }
         std::hint::black_box(x);
         assert!(mono_ns() > a);
+        let t = thread_cpu_ns();
+        std::hint::black_box((0..1_000_000u64).fold(0u64, |x, i| x.wrapping_mul(31).wrapping_add(i)));
+        assert!(thread_cpu_ns() > t);
         let d = CpuTime::now().since(c0);
         assert!(d.user_us + d.sys_us > 0);
         assert!(thread_count().unwrap() >= 1);

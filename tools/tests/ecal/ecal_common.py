@@ -1,0 +1,178 @@
+"""Shared helpers of the eCAL 6.1.1 peer scripts used by shoal's interop tests.
+
+Every script prints JSON objects, one per line, on stdout and nothing else: eCAL's C++ core
+logs to stdout, so `json_stdout()` moves the process's file descriptor 1 to stderr and keeps
+a private duplicate of the original stdout for the JSON lines.
+
+The payload format `pattern` is the one of shoal's `shoal-peer` (tools/src/bin/shoal-peer.rs), so
+eCAL and shoal peers can check each other's messages:
+bytes 0..8 clock (u64 LE), 8..16 send time (CLOCK_MONOTONIC ns, u64 LE), 16..24 FNV-1a 64 of
+bytes 24.., and byte 24+i = (clock * 31 + i) mod 256. Payloads shorter than 24 bytes are the
+pattern alone: byte i = (clock * 31 + i) mod 256.
+"""
+
+import json
+import os
+import signal
+import struct
+import sys
+import threading
+import time
+
+_OUT = None
+
+# eCAL init component flags (ecal/core/include/ecal/init.h; the binding's `init` module).
+PUBLISHER = 0x01
+SUBSCRIBER = 0x02
+SERVICE = 0x04
+MONITORING = 0x08
+LOGGING = 0x10
+TIMESYNC = 0x20
+DEFAULT = PUBLISHER | SUBSCRIBER | SERVICE | LOGGING | TIMESYNC  # 55, the binding's default
+
+
+def json_stdout():
+    """Reserve the real stdout for JSON lines; everything else written to fd 1 goes to stderr."""
+    global _OUT
+    if _OUT is not None:
+        return
+    sys.stdout.flush()
+    fd = os.dup(1)
+    os.dup2(2, 1)
+    _OUT = os.fdopen(fd, "w", buffering=1)
+
+
+def emit(obj):
+    """Print one JSON line on the reserved stdout."""
+    out = _OUT if _OUT is not None else sys.stdout
+    out.write(json.dumps(obj, sort_keys=True) + "\n")
+    out.flush()
+
+
+def fail(msg, code=1):
+    """Report an error as JSON and on stderr, then exit with `code`."""
+    emit({"event": "error", "error": msg})
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def import_ecal():
+    """Import the nanobind binding of eCAL 6.1.1 (exits with code 3 if it is not installed)."""
+    try:
+        import ecal.nanobind_core as ecal_core  # noqa: PLC0415
+    except ImportError as e:  # pragma: no cover - depends on the venv
+        fail(f"cannot import ecal.nanobind_core ({e}); run scripts/ecal-venv", code=3)
+    return ecal_core
+
+
+def initialize(ecal_core, unit_name, components):
+    """`ecal_core.initialize` with the default configuration (from eCAL's defaults, no ecal.yaml)."""
+    cfg = ecal_core.init.get_configuration()
+    if not ecal_core.initialize(cfg, unit_name, components):
+        fail(f"eCAL initialize({unit_name!r}, {components:#x}) failed", code=3)
+    return cfg
+
+
+class StopFlag:
+    """Set by SIGTERM / SIGINT so that scripts can finalize eCAL and exit cleanly."""
+
+    def __init__(self):
+        self.event = threading.Event()
+        signal.signal(signal.SIGTERM, self._handler)
+        signal.signal(signal.SIGINT, self._handler)
+
+    def _handler(self, _signum, _frame):
+        self.event.set()
+
+    def is_set(self):
+        return self.event.is_set()
+
+    def sleep(self, seconds):
+        """Sleep up to `seconds`; True if interrupted by a stop signal."""
+        return self.event.wait(max(0.0, seconds))
+
+
+def fnv1a64(data):
+    """FNV-1a, 64 bit (the checksum shoal-peer uses)."""
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def digest(data):
+    """The digest printed for every payload: FNV-1a 64 of all bytes, as 16 hex digits."""
+    return f"{fnv1a64(data):016x}"
+
+
+def _pattern_bytes(clock, start, n):
+    return bytes(((clock * 31 + start + i) & 0xFF) for i in range(n))
+
+
+def make_payload(clock, size):
+    """The self-checking payload number `clock` of `size` bytes (see the module docs)."""
+    if size < 24:
+        return _pattern_bytes(clock, 0, size)
+    rest = _pattern_bytes(clock, 0, size - 24)
+    return struct.pack("<QQQ", clock, time.monotonic_ns(), fnv1a64(rest)) + rest
+
+
+def check_payload(data):
+    """(clock, intact) of a payload in the format above; clock is None when it is too short."""
+    if len(data) < 24:
+        return None, False
+    clock, _sent, checksum = struct.unpack_from("<QQQ", data, 0)
+    rest = data[24:]
+    return clock, rest == _pattern_bytes(clock, 0, len(rest)) and fnv1a64(rest) == checksum
+
+
+def layer_flags(layer):
+    """(udp, shm, tcp) enable flags for a `--layer` value."""
+    table = {
+        "udp": (True, False, False),
+        "shm": (False, True, False),
+        "tcp": (False, False, True),
+        "all": (True, True, True),
+        "default": None,
+    }
+    if layer not in table:
+        fail(f"unknown layer {layer!r} (udp, shm, tcp, all, default)", code=2)
+    return table[layer]
+
+
+# Descriptors longer than this are printed as length and digest only.
+DESCRIPTOR_HEX_MAX = 1024
+
+
+def datatype_dict(dt):
+    """A `DataTypeInformation` as JSON: name, encoding, descriptor length, digest (FNV-1a 64 hex)
+    and, up to DESCRIPTOR_HEX_MAX bytes, hex."""
+    desc = dt.descriptor
+    if isinstance(desc, str):
+        desc = desc.encode("utf-8", "surrogateescape")
+    desc = bytes(desc or b"")
+    out = {
+        "name": dt.name,
+        "encoding": dt.encoding,
+        "descriptor_len": len(desc),
+        "descriptor_digest": digest(desc),
+    }
+    if len(desc) <= DESCRIPTOR_HEX_MAX:
+        out["descriptor_hex"] = desc.hex()
+    return out
+
+
+def descriptor_arg(hex_text, path):
+    """Descriptor bytes from `--descriptor-hex` or `--descriptor-file` (exits with code 2 on errors)."""
+    if hex_text and path:
+        fail("give --descriptor-hex or --descriptor-file, not both", code=2)
+    if path:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            fail(f"--descriptor-file: {e}", code=2)
+    try:
+        return bytes.fromhex(hex_text)
+    except ValueError as e:
+        fail(f"--descriptor-hex: {e}", code=2)

@@ -1,0 +1,326 @@
+//! eCAL shared-memory layer against the real eCAL 6.1.1 (the `eclipse-ecal` wheel), both directions, with
+//! message sizes that force memfile re-creation (1 KiB → 64 KiB → 1 MiB), eCAL's multi-buffer mode with its
+//! acknowledge handshake, its zero-copy mode, and a check that no `/dev/shm` file of the exchange is left behind.
+//!
+//! The shoal side is a node in this test process whose subscribers do not receive UDP
+//! (`[subscriber] udp_mc_rec_enabled = false`), so data can only arrive over SHM; the eCAL side is
+//! `tools/tests/ecal/shm_pub.py` / `shm_sub.py` with only the SHM layer enabled. The venv comes from
+//! `scripts/ecal-venv` (run on first use). Tests run one at a time (they share this process's pid, which names
+//! the subscriber events), with topic names containing the pid.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn ecal_python() -> &'static Path {
+    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let r = PYTHON.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo root").to_path_buf();
+        let script = root.join("scripts/ecal-venv");
+        let out = Command::new("bash")
+            .arg(&script)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if !out.status.success() {
+            return Err(format!("{} failed: {}", script.display(), String::from_utf8_lossy(&out.stderr)));
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let python = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+        if python.is_file() { Ok(python) } else { Err(format!("no python path printed: {stdout}")) }
+    });
+    match r {
+        Ok(p) => p,
+        Err(e) => panic!("the eCAL 6.1.1 Python environment is not available: {e}"),
+    }
+}
+
+/// An eCAL peer script printing JSON lines; killed on drop.
+struct Py {
+    child: Child,
+    lines: Receiver<Value>,
+}
+
+impl Py {
+    fn spawn(script: &str, args: &[&str]) -> Py {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ecal").join(script);
+        let mut child = Command::new(ecal_python())
+            .arg(&path)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the eCAL peer");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(&line)
+                    && tx.send(v).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        Py { child, lines }
+    }
+
+    fn expect(&self, event: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) if v["event"] == event => return v,
+                Ok(v) if v["event"] == "error" => panic!("eCAL peer failed: {v}"),
+                Ok(_) => continue,
+                Err(_) => panic!("eCAL peer {} sent no {event:?} line within {timeout:?}", self.child.id()),
+            }
+        }
+    }
+
+    fn wait_success(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                assert!(status.success(), "eCAL peer exited with {status}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "eCAL peer did not exit within {timeout:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Py {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn node() -> shoal::Node {
+    let cfg = shoal::Config::parse_str("[subscriber]\nudp_mc_rec_enabled = false\n", "ecal_shm_test.ini")
+        .expect("test configuration");
+    assert!(!cfg.layers.sub_udp && cfg.layers.sub_shm && cfg.layers.pub_shm);
+    shoal::Node::init_with_config("ecal_shm_test", cfg).expect("shoal node")
+}
+
+fn topic(name: &str) -> String {
+    format!("shoal_ecalshm_{}_{name}", std::process::id())
+}
+
+/// Payload `n` of `size` bytes, as `shm_common.py` builds it.
+fn make(n: u64, size: usize) -> Vec<u8> {
+    let mut b: Vec<u8> = (0..size).map(|i| (n as usize * 31 + i) as u8).collect();
+    if size >= 8 {
+        b[..8].copy_from_slice(&n.to_le_bytes());
+    }
+    b
+}
+
+fn sizes(spec: &[(usize, usize)]) -> Vec<usize> {
+    spec.iter().flat_map(|&(size, count)| std::iter::repeat_n(size, count)).collect()
+}
+
+/// Records the memfiles that serve subscriber process `pid` (they all get an `ecal_<hex>_<pid>_evt`), by
+/// polling /dev/shm while the exchange runs.
+struct MemfileWatch {
+    names: Arc<Mutex<BTreeSet<String>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MemfileWatch {
+    fn start(pid: u32) -> MemfileWatch {
+        let names = Arc::new(Mutex::new(BTreeSet::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (n2, s2) = (Arc::clone(&names), Arc::clone(&stop));
+        let suffix = format!("_{pid}_evt");
+        let thread = std::thread::spawn(move || {
+            while !s2.load(Ordering::Relaxed) {
+                if let Ok(dir) = std::fs::read_dir("/dev/shm") {
+                    for e in dir.flatten() {
+                        let f = e.file_name().to_string_lossy().into_owned();
+                        if f.starts_with("ecal_")
+                            && let Some(mf) = f.strip_suffix(&suffix)
+                        {
+                            n2.lock().unwrap_or_else(|e| e.into_inner()).insert(mf.to_string());
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        MemfileWatch { names, stop, thread: Some(thread) }
+    }
+
+    /// Stops watching; the memfiles seen.
+    fn finish(mut self) -> BTreeSet<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.names.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Every file of those memfiles: memfile, `_mtx`, and the subscriber's two events.
+    fn files(pid: u32, names: &BTreeSet<String>) -> Vec<String> {
+        names
+            .iter()
+            .flat_map(|n| [n.clone(), format!("{n}_mtx"), format!("{n}_{pid}_evt"), format!("{n}_{pid}_ack_evt")])
+            .collect()
+    }
+
+    /// Waits (up to 5 s) until none of the files of `names` exists.
+    fn assert_gone(pid: u32, names: &BTreeSet<String>) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let left: Vec<String> =
+                Self::files(pid, names).into_iter().filter(|f| Path::new("/dev/shm").join(f).exists()).collect();
+            if left.is_empty() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "files left in /dev/shm: {left:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for MemfileWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Receives `want.len()` messages on `sub` and checks number, bytes and order.
+fn receive_all(sub: &shoal::Subscriber, want: &[usize]) {
+    let mut last_clock = 0;
+    for (i, &size) in want.iter().enumerate() {
+        let n = i as u64 + 1;
+        let s = sub
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("message {n} of {} not received: {e} (drops {})", want.len(), sub.drops()));
+        assert_eq!(s.payload().len(), size, "message {n}: size");
+        let got_n = u64::from_le_bytes(s.payload()[..8].try_into().expect("8 bytes"));
+        assert_eq!(got_n, n, "message {n} arrived as {got_n}");
+        assert!(s.payload() == &make(n, size)[..], "message {n}: bytes differ");
+        assert!(s.clock() > last_clock, "clock {} after {last_clock}", s.clock());
+        last_clock = s.clock();
+    }
+    assert!(sub.recv_timeout(Duration::from_millis(300)).is_err(), "a message arrived twice or unexpectedly");
+    assert_eq!(sub.drops(), 0);
+}
+
+#[test]
+fn ecal_publisher_to_shoal_subscriber_growing_sizes() {
+    let _g = serial();
+    let node = node();
+    let t = topic("e2s_grow");
+    let sub = node.subscriber(&t).expect("subscriber");
+    let want = sizes(&[(1024, 15), (64 * 1024, 15), (1024 * 1024, 10)]);
+    let watch = MemfileWatch::start(std::process::id());
+    let spec = "1024x15,65536x15,1048576x10";
+    let mut publ = Py::spawn("shm_pub.py", &["--topic", &t, "--sizes", spec, "--rate", "40", "--settle-ms", "1500"]);
+    publ.expect("ready", Duration::from_secs(20));
+    publ.expect("matched", Duration::from_secs(20));
+    receive_all(&sub, &want);
+    let done = publ.expect("done", Duration::from_secs(20));
+    assert_eq!(done["sent"], want.len());
+    drop(sub);
+    publ.wait_success(Duration::from_secs(20));
+    let names = watch.finish();
+    assert!(names.len() >= 3, "1 KiB, 64 KiB and 1 MiB need three memfiles, saw {names:?}");
+    MemfileWatch::assert_gone(std::process::id(), &names);
+}
+
+#[test]
+fn ecal_publisher_multi_buffer_with_acknowledge() {
+    let _g = serial();
+    let node = node();
+    let t = topic("e2s_multi");
+    let sub = node.subscriber(&t).expect("subscriber");
+    let want = sizes(&[(2000, 30)]);
+    let watch = MemfileWatch::start(std::process::id());
+    let args = ["--topic", &t, "--sizes", "2000x30", "--rate", "100", "--buffers", "3", "--ack-ms", "2000"];
+    let mut publ = Py::spawn("shm_pub.py", &args);
+    publ.expect("matched", Duration::from_secs(20));
+    receive_all(&sub, &want);
+    assert_eq!(publ.expect("done", Duration::from_secs(20))["sent"], want.len());
+    drop(sub);
+    publ.wait_success(Duration::from_secs(20));
+    let names = watch.finish();
+    assert_eq!(names.len(), 3, "three buffers: {names:?}");
+    MemfileWatch::assert_gone(std::process::id(), &names);
+}
+
+#[test]
+fn ecal_publisher_zero_copy_mode() {
+    let _g = serial();
+    let node = node();
+    let t = topic("e2s_zero_copy");
+    let sub = node.subscriber(&t).expect("subscriber");
+    let want = sizes(&[(3000, 20)]);
+    let watch = MemfileWatch::start(std::process::id());
+    let mut publ = Py::spawn("shm_pub.py", &["--topic", &t, "--sizes", "3000x20", "--rate", "50", "--zero-copy"]);
+    publ.expect("matched", Duration::from_secs(20));
+    receive_all(&sub, &want);
+    assert_eq!(publ.expect("done", Duration::from_secs(20))["sent"], want.len());
+    drop(sub);
+    publ.wait_success(Duration::from_secs(20));
+    let names = watch.finish();
+    assert_eq!(names.len(), 1, "{names:?}");
+    MemfileWatch::assert_gone(std::process::id(), &names);
+}
+
+#[test]
+fn shoal_publisher_to_ecal_subscriber_growing_sizes() {
+    let _g = serial();
+    let node = node();
+    let t = topic("s2e_grow");
+    let mut publ = node.publisher(&t, shoal::TypeInfo::raw("shoal.test.Shm")).expect("publisher");
+    let want = sizes(&[(1024, 15), (64 * 1024, 15), (1024 * 1024, 10)]);
+    let count = want.len().to_string();
+    let mut sub = Py::spawn("shm_sub.py", &["--topic", &t, "--count", &count]);
+    let pid = sub.expect("ready", Duration::from_secs(20))["pid"].as_u64().expect("pid") as u32;
+    let watch = MemfileWatch::start(pid);
+    assert!(publ.wait_for_subscribers(1, Duration::from_secs(20)), "the eCAL subscriber did not match");
+    // The match started our shm layer (memfile + immediate registration, as eCAL does); the eCAL subscriber opens
+    // the memfile when that registration reaches it, a few ms later.
+    std::thread::sleep(Duration::from_millis(500));
+    for (i, &size) in want.iter().enumerate() {
+        let n = i as u64 + 1;
+        publ.send(&make(n, size)).expect("send");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    for (i, &size) in want.iter().enumerate() {
+        let m = sub.expect("msg", Duration::from_secs(10));
+        assert_eq!(m["n"], i + 1, "order: {m}");
+        assert_eq!(m["size"], size, "{m}");
+        assert_eq!(m["intact"], true, "{m}");
+        assert_eq!(m["send_clock"], i + 1, "{m}");
+    }
+    let summary = sub.expect("summary", Duration::from_secs(10));
+    assert_eq!(summary["received"], want.len(), "{summary}");
+    assert_eq!(summary["timed_out"], false, "{summary}");
+    sub.wait_success(Duration::from_secs(20));
+    drop(publ);
+    let names = watch.finish();
+    assert!(names.len() >= 3, "1 KiB, 64 KiB and 1 MiB need three memfiles, saw {names:?}");
+    MemfileWatch::assert_gone(pid, &names);
+}

@@ -1,0 +1,68 @@
+//! shoal ↔ shoal over eCAL's UDP data layer on one host (local mode: broadcast to 127.255.255.255:14002).
+//!
+//! Both peers get an `ecal.ini` that switches off shoal's native ring and eCAL shared memory, so UDP is the only
+//! path left. Topics carry the test's pid, so tests may run in parallel with each other and other processes.
+
+mod udp_support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use udp_support::{PEER, Proc, assert_clean_summary, topic, write_ini};
+
+/// An `ecal.ini` that leaves UDP as the only transport between two shoal processes.
+fn udp_only_ini() -> String {
+    write_ini(
+        "udp_only",
+        "[shoal_shm_ring]\nenabled = false\n[publisher]\nuse_shm = false\n[subscriber]\nshm_rec_enabled = false\n",
+    )
+}
+
+/// Runs a subscriber and a publisher peer over UDP and checks that every message arrived once, in order, intact.
+fn transfer(name: &str, count: u64, size: usize, rate: u32) {
+    let ini = udp_only_ini();
+    let t = topic(name);
+    let (count_s, size_s, rate_s) = (count.to_string(), size.to_string(), rate.to_string());
+    let mut sub_cmd = Command::new(PEER);
+    sub_cmd.env("ECAL_INI", &ini).args(["sub", "--topic", &t, "--count", &count_s, "--idle-ms", "8000"]);
+    let mut sub = Proc::spawn("shoal sub", sub_cmd);
+    sub.expect("ready", Duration::from_secs(10));
+    let mut pub_cmd = Command::new(PEER);
+    pub_cmd.env("ECAL_INI", &ini).args([
+        "pub",
+        "--topic",
+        &t,
+        "--count",
+        &count_s,
+        "--size",
+        &size_s,
+        "--rate",
+        &rate_s,
+        "--wait-subs",
+        "1",
+    ]);
+    let mut publ = Proc::spawn("shoal pub", pub_cmd);
+    let done = publ.expect("done", Duration::from_secs(25));
+    assert_eq!(done["sent"], count);
+    let summary = sub.expect("summary", Duration::from_secs(15));
+    eprintln!("{name}: publisher {done}\n{name}: subscriber {summary}");
+    assert_clean_summary(&summary, count);
+    sub.wait_success(Duration::from_secs(5));
+    publ.wait_success(Duration::from_secs(5));
+}
+
+#[test]
+fn small_messages_over_udp() {
+    transfer("small", 500, 64, 2000);
+}
+
+#[test]
+fn one_megabyte_messages_over_udp_fragmented() {
+    transfer("1mb", 20, 1_000_000, 40);
+}
+
+#[test]
+fn messages_just_above_the_fragmentation_limit() {
+    // 65,483 framed bytes is the largest unfragmented message; a 70,000-byte payload needs two fragments.
+    transfer("70k", 100, 70_000, 500);
+}

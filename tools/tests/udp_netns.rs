@@ -1,0 +1,173 @@
+//! Network mode between two "hosts": two network namespaces joined by a veth pair (10.231.x.x, only inside the
+//! namespaces; multicast routed to the veth), each process with its own UTS namespace and host name. shoal sends
+//! to the topic's multicast group and receives on 239.0.0.1 and the topic groups; eCAL 6.1.1 (network mode
+//! through an `ecal.yaml`) sends all topics to 239.0.0.1.
+//!
+//! Needs root (`ip netns`); without it every test here prints why and passes without running.
+
+mod udp_support;
+
+use std::time::Duration;
+
+use udp_support::{NetnsPair, PEER, Proc, assert_clean_summary, ecal_python, is_root, script, topic, write_ini};
+
+fn root_or_skip(test: &str) -> bool {
+    let root = is_root();
+    if !root {
+        eprintln!("SKIPPED {test}: creating network namespaces needs root");
+    }
+    root
+}
+
+/// shoal in network mode; `iface` is `multicast_interface` (None: 0.0.0.0, chosen from the route).
+fn net_ini(name: &str, iface: Option<&str>) -> String {
+    let mut text = String::from("[network]\nnetwork_enabled = true\n");
+    if let Some(a) = iface {
+        text.push_str(&format!("[shoal_network]\nmulticast_interface = {a}\n"));
+    }
+    write_ini(name, &text)
+}
+
+/// A directory with an `ecal.yaml` that puts eCAL in network mode (eCAL reads `ecal.yaml` from its working dir).
+fn ecal_network_dir() -> String {
+    let dir = format!("{}/ecal_net_{}", env!("CARGO_TARGET_TMPDIR"), std::process::id());
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(format!("{dir}/ecal.yaml"), "communication_mode: network\n").expect("write ecal.yaml");
+    dir
+}
+
+/// shoal publisher on host `from` → shoal subscriber on host `to`, `count` messages of `size` bytes at `rate`/s.
+#[allow(clippy::too_many_arguments)]
+fn shoal_transfer(
+    net: &NetnsPair,
+    from: usize,
+    to: usize,
+    inis: [&str; 2],
+    name: &str,
+    count: u64,
+    size: usize,
+    rate: u32,
+) {
+    let t = topic(&format!("net_{name}"));
+    let (count_s, size_s, rate_s) = (count.to_string(), size.to_string(), rate.to_string());
+    let hosts = ["shoal-net-a", "shoal-net-b"];
+    let mut sub_cmd =
+        net.command(to, hosts[to], PEER, &["sub", "--topic", &t, "--count", &count_s, "--idle-ms", "8000"]);
+    sub_cmd.env("ECAL_INI", inis[to]);
+    let mut sub = Proc::spawn("shoal sub", sub_cmd);
+    sub.expect("ready", Duration::from_secs(10));
+    let mut pub_cmd = net.command(
+        from,
+        hosts[from],
+        PEER,
+        &["pub", "--topic", &t, "--count", &count_s, "--size", &size_s, "--rate", &rate_s, "--wait-subs", "1"],
+    );
+    pub_cmd.env("ECAL_INI", inis[from]);
+    let mut publ = Proc::spawn("shoal pub", pub_cmd);
+    let done = publ.expect("done", Duration::from_secs(20));
+    assert_eq!(done["sent"], count);
+    let summary = sub.expect("summary", Duration::from_secs(15));
+    eprintln!("{name}: publisher {done}\n{name}: subscriber {summary}");
+    assert_clean_summary(&summary, count);
+    sub.wait_success(Duration::from_secs(5));
+    publ.wait_success(Duration::from_secs(5));
+}
+
+#[test]
+fn shoal_to_shoal_across_namespaces_both_ways() {
+    if !root_or_skip("shoal_to_shoal_across_namespaces_both_ways") {
+        return;
+    }
+    let net = NetnsPair::create("s", 7);
+    // Host a names its interface, host b leaves 0.0.0.0 (the route's interface is chosen).
+    let ini_a = net_ini("net_a", Some(net.addr(0)));
+    let ini_b = net_ini("net_b", None);
+    let inis = [ini_a.as_str(), ini_b.as_str()];
+    shoal_transfer(&net, 0, 1, inis, "a2b", 200, 64, 200);
+    shoal_transfer(&net, 1, 0, inis, "b2a", 200, 64, 200);
+    // 1 MB = 16 datagrams of 64 KiB, each cut into ~45 IP fragments on the 1500-byte veth: a burst of several
+    // megabytes overflows the receive buffer (as it would for eCAL), so these go at a paced 20 MB/s.
+    shoal_transfer(&net, 0, 1, inis, "a2b_1mb", 10, 1_000_000, 20);
+}
+
+#[test]
+fn ecal_pub_in_one_namespace_to_shoal_sub_in_the_other() {
+    if !root_or_skip("ecal_pub_in_one_namespace_to_shoal_sub_in_the_other") {
+        return;
+    }
+    let python = ecal_python();
+    let net = NetnsPair::create("e", 8);
+    let ini_b = net_ini("net_eb", None);
+    let t = topic("net_e2s");
+    let count = 100u64;
+    let mut sub_cmd =
+        net.command(1, "shoal-b", PEER, &["sub", "--topic", &t, "--count", &count.to_string(), "--idle-ms", "10000"]);
+    sub_cmd.env("ECAL_INI", &ini_b);
+    let mut sub = Proc::spawn("shoal sub", sub_cmd);
+    sub.expect("ready", Duration::from_secs(10));
+    let pub_py = script("pub.py");
+    let mut pub_cmd = net.command(
+        0,
+        "ecal-a",
+        &python,
+        &[&pub_py, "--topic", &t, "--count", &count.to_string(), "--size", "300", "--rate", "100", "--wait-subs", "1"],
+    );
+    pub_cmd.current_dir(ecal_network_dir());
+    let mut publ = Proc::spawn("eCAL pub", pub_cmd);
+    let ready = publ.expect("ready", Duration::from_secs(15));
+    assert_eq!(ready["host_name"], "ecal-a");
+    let done = publ.expect("done", Duration::from_secs(20));
+    assert_eq!(done["sent"], count, "{done}");
+    let summary = sub.expect("summary", Duration::from_secs(15));
+    eprintln!("net_e2s: eCAL publisher {done}\nnet_e2s: shoal subscriber {summary}");
+    assert_clean_summary(&summary, count);
+    sub.wait_success(Duration::from_secs(5));
+    publ.wait_success(Duration::from_secs(10));
+}
+
+#[test]
+fn shoal_pub_in_one_namespace_to_ecal_sub_in_the_other() {
+    if !root_or_skip("shoal_pub_in_one_namespace_to_ecal_sub_in_the_other") {
+        return;
+    }
+    let python = ecal_python();
+    let net = NetnsPair::create("f", 9);
+    let ini_b = net_ini("net_fb", None);
+    let t = topic("net_s2e");
+    let count = 100u64;
+    let sub_py = script("sub.py");
+    let mut sub_cmd = net.command(
+        0,
+        "ecal-a",
+        &python,
+        &[&sub_py, "--topic", &t, "--count", &count.to_string(), "--layer", "udp", "--timeout-ms", "25000"],
+    );
+    sub_cmd.current_dir(ecal_network_dir());
+    let mut sub = Proc::spawn("eCAL sub", sub_cmd);
+    sub.expect("ready", Duration::from_secs(15));
+    let mut pub_cmd = net.command(
+        1,
+        "shoal-b",
+        PEER,
+        &["pub", "--topic", &t, "--count", &count.to_string(), "--size", "300", "--rate", "100", "--wait-subs", "1"],
+    );
+    pub_cmd.env("ECAL_INI", &ini_b);
+    let mut publ = Proc::spawn("shoal pub", pub_cmd);
+    let ready = publ.expect("ready", Duration::from_secs(10));
+    let done = publ.expect("done", Duration::from_secs(20));
+    assert_eq!(done["sent"], count);
+    let lines = sub.until("summary", Duration::from_secs(20));
+    let summary = lines.last().expect("summary");
+    eprintln!("net_s2e: shoal publisher {done}\nnet_s2e: eCAL subscriber {summary}");
+    let msgs: Vec<_> = lines.iter().filter(|v| v["event"] == "msg").collect();
+    let clocks: Vec<u64> = msgs.iter().map(|m| m["send_clock"].as_u64().expect("clock")).collect();
+    assert_eq!(clocks, (1..=count).collect::<Vec<_>>(), "every message once, in order");
+    for m in &msgs {
+        assert_eq!(m["intact"], true, "{m}");
+        assert_eq!(m["pub_entity_id"], ready["publisher_id"], "{m}");
+        assert_eq!(m["pub_host"], "shoal-b", "{m}");
+    }
+    assert_eq!(summary["intact"], count);
+    sub.wait_exit_reported(Duration::from_secs(10));
+    publ.wait_success(Duration::from_secs(5));
+}
