@@ -17,7 +17,8 @@ use super::link::{HEADER_LEN, Receiver, Sender, TimedOut};
 
 const MAGIC: u64 = 0x5348_4f41_4c42_4153; // "SHOALBAS"
 
-/// Slots per ring: the same as shoal's default `shm_ring.slot_count`.
+/// Slots per ring: the fewest a grown shoal ring keeps (shoal starts with 256 small slots and trades slots for size;
+/// the baseline writer waits when full, so its depth only bounds how far it runs ahead).
 pub(crate) const SLOT_COUNT: u64 = 16;
 
 /// How long a spin-mode writer spins on a full ring before it yields the CPU on every check: the
