@@ -17,8 +17,8 @@ struct Peer {
     lines: mpsc::Receiver<Value>,
 }
 
-/// An `ecal.ini` for the peers: a deeper ring (256 slots) than the default 16, so that a peer descheduled for a
-/// few milliseconds on a loaded 2-core CI machine is not overrun in the tests that require every message.
+/// An `ecal.ini` for the peers: 256 slots of 8 KiB, so the tests also cover a configured ring geometry (and the
+/// 4 KiB messages of `one_to_four_subscribers` fit without growing the ring).
 fn deep_ring_ini() -> String {
     let path = format!("{}/deep_ring_{}.ini", env!("CARGO_TARGET_TMPDIR"), std::process::id());
     if !std::path::Path::new(&path).exists() {
@@ -29,12 +29,12 @@ fn deep_ring_ini() -> String {
 }
 
 impl Peer {
-    /// A peer with the default configuration (16 slots of 64 KiB).
+    /// A peer with the default configuration (4096 slots of 256 bytes, growing for larger messages).
     fn spawn(args: &[&str]) -> Peer {
         Peer::spawn_env(args, None)
     }
 
-    /// A peer whose ring has 256 slots.
+    /// A peer whose ring has 256 slots of 8 KiB.
     fn spawn_deep(args: &[&str]) -> Peer {
         Peer::spawn_env(args, Some(deep_ring_ini()))
     }

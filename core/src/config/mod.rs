@@ -167,8 +167,10 @@ impl Default for Config {
             },
             shm_ring: ShmRingConfig {
                 enabled: true,
-                slot_count: 256,
-                slot_size: 4 * 1024,
+                // 1 MiB of payload per publisher: 4096 small slots absorb a reader's scheduling gaps of a few ms at
+                // a million messages per second; larger messages trade slots for size within the same budget.
+                slot_count: 4096,
+                slot_size: 256,
                 huge_pages: false,
                 huge_pages_path: PathBuf::from("/dev/hugepages"),
             },

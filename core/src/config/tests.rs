@@ -108,7 +108,7 @@ fn generated_text_documents_every_key() {
         assert!(text.contains(&format!("; allowed: {}\n{} =", k.allowed, k.key)), "{}", k.key);
     }
     assert!(text.contains("; default: 1000\n; allowed: 1..=3600000 (milliseconds)\nregistration_refresh = 1000\n"));
-    assert!(text.contains("slot_size = 4k\n"));
+    assert!(text.contains("slot_size = 256\n"));
     assert!(text.contains("; default: (empty)\n"));
     assert!(text.contains("\ncpu_affinity =\n"));
 }

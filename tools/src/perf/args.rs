@@ -198,11 +198,14 @@ impl PerfArgs {
     pub(crate) fn modes(&self) -> Vec<Mode> {
         let mut modes = Vec::new();
         let explicit = self.pingpong || self.throughput || self.zero_copy || self.subscribers.is_some();
-        if self.pingpong || !explicit {
-            modes.push(Mode::PingPong);
-        }
+        // Throughput first: one publisher serves the whole run and its ring only grows, so streaming small
+        // messages after the 4 MB ping-pong would measure a ring of 16 huge slots instead of the small-slot ring an
+        // application sending small messages has.
         if self.throughput || !explicit {
             modes.push(Mode::Throughput);
+        }
+        if self.pingpong || !explicit {
+            modes.push(Mode::PingPong);
         }
         if self.zero_copy {
             modes.push(Mode::ZeroCopy);
@@ -350,7 +353,7 @@ mod tests {
         let t = T::parse_from(["x"]);
         assert_eq!(t.a.iterations_for(64), 10_000);
         assert_eq!(t.a.iterations_for(4 << 20), 100);
-        assert_eq!(t.a.modes(), vec![Mode::PingPong, Mode::Throughput]);
+        assert_eq!(t.a.modes(), vec![Mode::Throughput, Mode::PingPong]);
         assert_eq!(t.a.waits(), vec![WaitMode::Spin, WaitMode::Block]);
         let t = T::parse_from(["x", "--zero-copy", "--wait", "block", "--iterations", "7"]);
         assert_eq!(t.a.modes(), vec![Mode::ZeroCopy]);
@@ -365,7 +368,7 @@ mod tests {
         let t = T::parse_from(["x", "--targets"]);
         let a = t.a.for_targets();
         assert_eq!(a.sizes, TARGET_SIZES);
-        assert_eq!(a.modes(), vec![Mode::PingPong, Mode::Throughput, Mode::ZeroCopy, Mode::Fanout]);
+        assert_eq!(a.modes(), vec![Mode::Throughput, Mode::PingPong, Mode::ZeroCopy, Mode::Fanout]);
         assert!(a.baseline && a.subscribers == Some(4) && a.waits().len() == 2);
         assert_eq!(a.sizes_for(Mode::Throughput), vec![64]);
         assert_eq!(a.sizes_for(Mode::ZeroCopy), vec![64, 4 << 20]);
