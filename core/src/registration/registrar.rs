@@ -435,30 +435,28 @@ impl Registrar {
         self.remove_remote(&key);
     }
 
-    fn apply_process(&mut self, now: Instant, process: Option<pb::Process>) {
+    /// A process body that passes the acceptance gate, with its pid; counts what it rejects.
+    fn accepted_process(&mut self, process: Option<pb::Process>) -> Option<(pb::Process, u32)> {
         let Some(process) = process else {
             self.counters.missing_body += 1;
-            return;
+            return None;
         };
         let pid = codec::pid_u32(process.process_id);
         if !self.gate(&process.host_name, &process.shm_transport_domain, pid) {
-            return;
+            return None;
         }
         self.counters.samples_applied += 1;
+        Some((process, pid))
+    }
+
+    fn apply_process(&mut self, now: Instant, process: Option<pb::Process>) {
+        let Some((process, _)) = self.accepted_process(process) else { return };
         let p = codec::remote_process(&process, now);
         self.processes.insert((p.host_name.clone(), p.pid), p);
     }
 
     fn apply_process_unreg(&mut self, process: Option<pb::Process>) {
-        let Some(process) = process else {
-            self.counters.missing_body += 1;
-            return;
-        };
-        let pid = codec::pid_u32(process.process_id);
-        if !self.gate(&process.host_name, &process.shm_transport_domain, pid) {
-            return;
-        }
-        self.counters.samples_applied += 1;
+        let Some((process, pid)) = self.accepted_process(process) else { return };
         self.counters.unregistrations += 1;
         self.processes.remove(&(process.host_name.clone(), pid));
         // The process is gone: so are its entities (their own unregistrations may be lost).

@@ -68,18 +68,8 @@ pub(super) fn own_pid() -> u32 {
     std::process::id()
 }
 
-/// Whether a process with this pid exists (`kill(pid, 0)` does not fail with ESRCH).
-pub(super) fn pid_alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: kill with signal 0 sends nothing; it only checks existence and permission.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
+/// Whether a process with this pid exists (see [`crate::sys::pid_alive`]).
+pub(super) use crate::sys::pid_alive;
 
 /// Parsed `shoal_<pid>_<unique>_g<generation>` ring file name.
 #[derive(Debug, Clone, PartialEq, Eq)]
