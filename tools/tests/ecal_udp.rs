@@ -5,13 +5,13 @@
 //! Both sides use the self-checking payload of `shoal-peer` (clock, time, checksum, pattern), so each side checks
 //! the other's bytes; the clock in the payload must equal the sample's clock, which shows order and no loss.
 
-mod udp_support;
+mod support;
 
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use udp_support::{PEER, Proc, assert_clean_summary, ecal_python, script, topic, write_ini};
+use support::{PEER, Proc, assert_clean_summary, ecal_python, script, topic, write_ini};
 
 /// eCAL publisher (eCAL's default layers) → shoal subscriber that disables eCAL shared memory, so the eCAL
 /// publisher must start its UDP writer for it.

@@ -3,19 +3,13 @@
 //! Every test uses its own topic name (test name + pid), so tests may run in parallel with each other and with
 //! other shoal or eCAL processes on the host.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
-
-const PEER: &str = env!("CARGO_BIN_EXE_shoal-peer");
-
-struct Peer {
-    child: Child,
-    lines: mpsc::Receiver<Value>,
-}
+use support::{PEER, Proc};
 
 /// An `ecal.ini` for the peers: 256 slots of 8 KiB, so the tests also cover a configured ring geometry (and the
 /// 4 KiB messages of `one_to_four_subscribers` fit without growing the ring).
@@ -28,83 +22,23 @@ fn deep_ring_ini() -> String {
     path
 }
 
-impl Peer {
-    /// A peer with the default configuration (4096 slots of 256 bytes, growing for larger messages).
-    fn spawn(args: &[&str]) -> Peer {
-        Peer::spawn_env(args, None)
-    }
-
-    /// A peer whose ring has 256 slots of 8 KiB.
-    fn spawn_deep(args: &[&str]) -> Peer {
-        Peer::spawn_env(args, Some(deep_ring_ini()))
-    }
-
-    fn spawn_env(args: &[&str], ecal_ini: Option<String>) -> Peer {
-        let mut cmd = Command::new(PEER);
-        if let Some(ini) = ecal_ini {
-            cmd.env("ECAL_INI", ini);
-        }
-        let mut child =
-            cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn shoal-peer");
-        let stdout: ChildStdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && tx.send(v).is_err()
-                {
-                    break;
-                }
-            }
-        });
-        Peer { child, lines: rx }
-    }
-
-    /// The next JSON line whose `event` equals `event`, within `timeout`.
-    fn expect(&self, event: &str, timeout: Duration) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(v) if v["event"] == event => return v,
-                Ok(_) => continue,
-                Err(_) => panic!("peer {} sent no {event:?} line within {timeout:?}", self.child.id()),
-            }
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn wait_success(&mut self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                assert!(status.success(), "peer {} exited with {status}", self.child.id());
-                return;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("peer {} did not exit within {timeout:?}", self.child.id());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn sigkill(&mut self) {
-        self.child.kill().expect("SIGKILL");
-        let _ = self.child.wait();
-    }
+/// A `shoal-peer` with the default configuration (4096 slots of 256 bytes, growing for larger messages).
+fn spawn(args: &[&str]) -> Proc {
+    spawn_env(args, None)
 }
 
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+/// A `shoal-peer` whose ring has 256 slots of 8 KiB.
+fn spawn_deep(args: &[&str]) -> Proc {
+    spawn_env(args, Some(deep_ring_ini()))
+}
+
+fn spawn_env(args: &[&str], ecal_ini: Option<String>) -> Proc {
+    let mut cmd = Command::new(PEER);
+    if let Some(ini) = ecal_ini {
+        cmd.env("ECAL_INI", ini);
     }
+    cmd.args(args);
+    Proc::spawn("shoal-peer", cmd)
 }
 
 fn topic(name: &str) -> String {
@@ -137,9 +71,9 @@ fn check_summary(s: &Value, expected: u64, publishers: u64) {
 #[test]
 fn one_to_one_every_message_in_order() {
     let t = topic("one_to_one");
-    let sub = Peer::spawn_deep(&["sub", "--topic", &t, "--count", "2000"]);
+    let sub = spawn_deep(&["sub", "--topic", &t, "--count", "2000"]);
     sub.expect("ready", T);
-    let mut publ = Peer::spawn_deep(&["pub", "--topic", &t, "--count", "2000", "--rate", "20000", "--size", "256"]);
+    let mut publ = spawn_deep(&["pub", "--topic", &t, "--count", "2000", "--rate", "20000", "--size", "256"]);
     let s = sub.expect("summary", T);
     check_summary(&s, 2000, 1);
     assert_eq!(s["drops"], 0, "{s}");
@@ -150,24 +84,13 @@ fn one_to_one_every_message_in_order() {
 #[test]
 fn one_to_four_subscribers() {
     let t = topic("one_to_four");
-    let subs: Vec<Peer> =
-        (0..4).map(|_| Peer::spawn_deep(&["sub", "--topic", &t, "--count", "1000", "--zero-copy"])).collect();
+    let subs: Vec<Proc> =
+        (0..4).map(|_| spawn_deep(&["sub", "--topic", &t, "--count", "1000", "--zero-copy"])).collect();
     for s in &subs {
         s.expect("ready", T);
     }
-    let mut publ = Peer::spawn_deep(&[
-        "pub",
-        "--topic",
-        &t,
-        "--count",
-        "1000",
-        "--rate",
-        "5000",
-        "--size",
-        "4096",
-        "--wait-subs",
-        "4",
-    ]);
+    let mut publ =
+        spawn_deep(&["pub", "--topic", &t, "--count", "1000", "--rate", "5000", "--size", "4096", "--wait-subs", "4"]);
     for s in &subs {
         let summary = s.expect("summary", T);
         check_summary(&summary, 1000, 1);
@@ -178,11 +101,10 @@ fn one_to_four_subscribers() {
 #[test]
 fn large_messages_grow_the_ring() {
     let t = topic("large");
-    let sub = Peer::spawn(&["sub", "--topic", &t, "--count", "50"]);
+    let sub = spawn(&["sub", "--topic", &t, "--count", "50"]);
     sub.expect("ready", T);
     // 3 MB is far above the default slot size: the publisher's ring grows, the reader follows.
-    let mut publ =
-        Peer::spawn(&["pub", "--topic", &t, "--count", "50", "--rate", "200", "--size", "3000000", "--loan"]);
+    let mut publ = spawn(&["pub", "--topic", &t, "--count", "50", "--rate", "200", "--size", "3000000", "--loan"]);
     check_summary(&sub.expect("summary", T), 50, 1);
     publ.wait_success(T);
 }
@@ -190,10 +112,10 @@ fn large_messages_grow_the_ring() {
 #[test]
 fn late_joiner_gets_its_first_message_quickly() {
     let t = topic("late_joiner");
-    let mut publ = Peer::spawn(&["pub", "--topic", &t, "--count", "0", "--rate", "1000", "--wait-subs", "0"]);
+    let mut publ = spawn(&["pub", "--topic", &t, "--count", "0", "--rate", "1000", "--wait-subs", "0"]);
     publ.expect("matched", T);
     std::thread::sleep(Duration::from_millis(1500));
-    let sub = Peer::spawn(&["sub", "--topic", &t, "--count", "200"]);
+    let sub = spawn(&["sub", "--topic", &t, "--count", "200"]);
     let first = sub.expect("first", T);
     let since_match = first["since_match_ms"].as_f64().expect("since_match_ms");
     // Within 50 ms of the match (messages come every 1 ms), not a registration period (1 s) later.
@@ -206,11 +128,11 @@ fn late_joiner_gets_its_first_message_quickly() {
 #[test]
 fn publisher_restart_is_followed() {
     let t = topic("restart");
-    let sub = Peer::spawn_deep(&["sub", "--topic", &t, "--count", "600"]);
+    let sub = spawn_deep(&["sub", "--topic", &t, "--count", "600"]);
     sub.expect("ready", T);
-    let mut p1 = Peer::spawn_deep(&["pub", "--topic", &t, "--count", "300", "--rate", "2000"]);
+    let mut p1 = spawn_deep(&["pub", "--topic", &t, "--count", "300", "--rate", "2000"]);
     p1.wait_success(T);
-    let mut p2 = Peer::spawn_deep(&["pub", "--topic", &t, "--count", "300", "--rate", "2000"]);
+    let mut p2 = spawn_deep(&["pub", "--topic", &t, "--count", "300", "--rate", "2000"]);
     let s = sub.expect("summary", T);
     check_summary(&s, 600, 2);
     p2.wait_success(T);
@@ -219,12 +141,12 @@ fn publisher_restart_is_followed() {
 #[test]
 fn killed_subscriber_does_not_stall_the_publisher() {
     let t = topic("sub_killed");
-    let mut victim = Peer::spawn(&["sub", "--topic", &t, "--count", "100000000"]);
-    let survivor = Peer::spawn(&["sub", "--topic", &t, "--count", "400000", "--idle-ms", "5000"]);
+    let mut victim = spawn(&["sub", "--topic", &t, "--count", "100000000"]);
+    let survivor = spawn(&["sub", "--topic", &t, "--count", "400000", "--idle-ms", "5000"]);
     victim.expect("ready", T);
     survivor.expect("ready", T);
     let mut publ =
-        Peer::spawn(&["pub", "--topic", &t, "--count", "400000", "--rate", "0", "--size", "64", "--wait-subs", "2"]);
+        spawn(&["pub", "--topic", &t, "--count", "400000", "--rate", "0", "--size", "64", "--wait-subs", "2"]);
     publ.expect("progress", T);
     victim.sigkill();
     let done = publ.expect("done", Duration::from_secs(60));
@@ -242,7 +164,7 @@ fn killed_subscriber_does_not_stall_the_publisher() {
     publ.wait_success(T);
     // A node starting after the crash removes the killed subscriber's doorbell.
     let dead_pid = victim.pid();
-    let mut cleaner = Peer::spawn(&["sub", "--topic", &topic("cleaner2"), "--count", "1", "--idle-ms", "100"]);
+    let mut cleaner = spawn(&["sub", "--topic", &topic("cleaner2"), "--count", "1", "--idle-ms", "100"]);
     cleaner.wait_success(T);
     assert!(shm_files_of(dead_pid).is_empty(), "files of the killed subscriber remain: {:?}", shm_files_of(dead_pid));
 }
@@ -250,14 +172,14 @@ fn killed_subscriber_does_not_stall_the_publisher() {
 #[test]
 fn killed_publisher_mid_write_leaves_no_torn_data_and_no_hang() {
     let t = topic("pub_killed");
-    let subs: Vec<Peer> =
-        (0..2).map(|_| Peer::spawn(&["sub", "--topic", &t, "--count", "100000000", "--idle-ms", "1500"])).collect();
+    let subs: Vec<Proc> =
+        (0..2).map(|_| spawn(&["sub", "--topic", &t, "--count", "100000000", "--idle-ms", "1500"])).collect();
     for s in &subs {
         s.expect("ready", T);
     }
     // 1 MB messages at full rate: most of the time the publisher is inside a copy when it dies.
     let mut publ =
-        Peer::spawn(&["pub", "--topic", &t, "--count", "0", "--rate", "0", "--size", "1000000", "--wait-subs", "2"]);
+        spawn(&["pub", "--topic", &t, "--count", "0", "--rate", "0", "--size", "1000000", "--wait-subs", "2"]);
     publ.expect("matched", T);
     std::thread::sleep(Duration::from_millis(700));
     let dead_pid = publ.pid();
@@ -270,7 +192,7 @@ fn killed_publisher_mid_write_leaves_no_torn_data_and_no_hang() {
         assert!(summary["received"].as_u64().unwrap_or(0) > 0, "{summary}");
     }
     // A node starting after the crash removes the dead publisher's segment.
-    let mut cleaner = Peer::spawn(&["sub", "--topic", &topic("cleaner"), "--count", "1", "--idle-ms", "100"]);
+    let mut cleaner = spawn(&["sub", "--topic", &topic("cleaner"), "--count", "1", "--idle-ms", "100"]);
     cleaner.wait_success(T);
     assert!(shm_files_of(dead_pid).is_empty(), "files of the killed publisher remain: {:?}", shm_files_of(dead_pid));
 }

@@ -3,12 +3,12 @@
 //! Both peers get an `ecal.ini` that switches off shoal's native ring and eCAL shared memory, so UDP is the only
 //! path left. Topics carry the test's pid, so tests may run in parallel with each other and other processes.
 
-mod udp_support;
+mod support;
 
 use std::process::Command;
 use std::time::Duration;
 
-use udp_support::{PEER, Proc, assert_clean_summary, topic, write_ini};
+use support::{PEER, Proc, assert_clean_summary, topic, write_ini};
 
 /// An `ecal.ini` that leaves UDP as the only transport between two shoal processes.
 fn udp_only_ini() -> String {

@@ -5,11 +5,11 @@
 //!
 //! Needs root (`ip netns`); without it every test here prints why and passes without running.
 
-mod udp_support;
+mod support;
 
 use std::time::Duration;
 
-use udp_support::{NetnsPair, PEER, Proc, assert_clean_summary, ecal_python, is_root, script, topic, write_ini};
+use support::{NetnsPair, PEER, Proc, assert_clean_summary, ecal_python, is_root, script, topic, write_ini};
 
 fn root_or_skip(test: &str) -> bool {
     let root = is_root();

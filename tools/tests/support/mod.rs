@@ -1,5 +1,6 @@
-//! Helpers shared by the UDP data-layer tests (`udp.rs`, `ecal_udp.rs`, `udp_netns.rs`): child processes that
-//! print JSON lines, the eCAL 6.1.1 Python environment, and a pair of network namespaces joined by a veth pair.
+//! Helpers shared by the multi-process tests (`multiprocess.rs`, `udp.rs`, `ecal_udp.rs`, `udp_netns.rs`): child
+//! processes that print JSON lines, the eCAL 6.1.1 Python environment, and a pair of network namespaces joined by a
+//! veth pair.
 
 #![allow(dead_code)] // each test file uses a different subset
 
@@ -107,6 +108,17 @@ impl Proc {
             assert!(Instant::now() < deadline, "{} did not exit within {timeout:?}", self.name);
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The child's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills the child with SIGKILL and reaps it.
+    pub(crate) fn sigkill(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        let _ = self.child.wait();
     }
 
     /// Waits for a successful exit.
