@@ -17,7 +17,7 @@ Throughput runs twice per size: unpaced (as fast as the sender can; shoal's ring
 an overrun reader loses messages) and paced at --rate (default: half the baseline's unpaced
 msg/s of that size and wait mode), where nothing may be lost.
 Fan-out's cost per send is the publishing thread's CPU time inside send() (preemption
-excluded), with the wall time alongside.
+excluded; median over the sends, mean and wall time alongside); N=1 and N=4 run at one pace.
 A final \"targets\" section evaluates the foundation targets T1-T6 from what ran; --targets runs
 exactly what they need, with the baseline, both waits: ping-pong and fan-out (1 vs 4) at 64,1k,
 64k,1m,4m, throughput at 64 B, zero-copy at 64 B and 4 MB, and a separate 100-topic process.

@@ -1,11 +1,15 @@
 //! 1->N fan-out: one publisher, N subscriber processes (sinks), first with one subscriber and
-//! then with N, sends paced so that the subscribers keep up.
+//! then with N, sends paced so that N subscribers keep up (the same pace for both runs, so the
+//! two differ only in the number of subscribers).
 //!
 //! The cost per send is the publishing thread's CPU time inside `send()` (CLOCK_THREAD_CPUTIME_ID
-//! read around each send, less the cost of the clock reads themselves, summed and divided by the
-//! sends): unlike wall time it excludes the time the thread was preempted, which on a 2-core
-//! machine with N spinning subscribers would dominate. The wall time per send is reported
-//! alongside. The N/1 ratios of both are the fan-out cost (target T5).
+//! read around each send, less the median cost of the clock reads themselves, taken next to the sends in the same
+//! conditions): unlike wall time it
+//! excludes the time the thread was preempted, which on a 2-core machine with N spinning
+//! subscribers would dominate. Its median over the sends is the figure compared (target T5),
+//! the mean is reported alongside (it also carries the rare send that met a page fault, a timer
+//! interrupt or a slow clock read under contention), and so is the wall time. A warm-up of
+//! unmeasured sends first lets the ring reach its size for the payload and fault its pages in.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -27,13 +31,23 @@ pub(crate) fn pacing_gap(n: usize, size: usize) -> Duration {
     Duration::from_nanos(20_000 + (n as u64 * size as u64) / 2)
 }
 
-/// Mean cost of one `send()`, ns.
+/// Cost of one `send()`, ns.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct SendCost {
-    /// CPU time of the publishing thread.
-    pub(crate) cpu_ns: f64,
-    /// Wall time.
-    pub(crate) wall_ns: f64,
+    /// Median CPU time of the publishing thread.
+    pub(crate) cpu_p50_ns: f64,
+    /// Mean CPU time of the publishing thread.
+    pub(crate) cpu_mean_ns: f64,
+    /// Median wall time.
+    pub(crate) wall_p50_ns: f64,
+    /// Mean wall time.
+    pub(crate) wall_mean_ns: f64,
+}
+
+/// Unmeasured sends before the measured ones: enough for the ring to grow to the payload's size
+/// and for its slots to be written once.
+fn warmup_for(count: u64) -> u64 {
+    (count / 10).clamp(20, 500)
 }
 
 /// What reading the two clocks around a send costs by itself (median of empty brackets), ns.
@@ -44,18 +58,18 @@ struct ClockOverhead {
 }
 
 impl ClockOverhead {
+    /// Measured on an idle publisher, before any subscriber starts (used if a run has no sends).
     fn calibrate() -> ClockOverhead {
-        const ROUNDS: usize = 2001;
-        let mut cpu = Vec::with_capacity(ROUNDS);
-        let mut wall = Vec::with_capacity(ROUNDS);
-        for _ in 0..ROUNDS {
-            let (c, w) = bracket(|| ());
-            cpu.push(c);
-            wall.push(w);
-        }
-        cpu.sort_unstable();
-        wall.sort_unstable();
-        ClockOverhead { cpu_ns: cpu[ROUNDS / 2], wall_ns: wall[ROUNDS / 2] }
+        let mut brackets: Vec<(u64, u64)> = (0..2001).map(|_| bracket(|| ())).collect();
+        ClockOverhead::median_of(&mut brackets).unwrap_or(ClockOverhead { cpu_ns: 0, wall_ns: 0 })
+    }
+
+    /// Medians of empty (CPU, wall) brackets; `None` without any.
+    fn median_of(brackets: &mut [(u64, u64)]) -> Option<ClockOverhead> {
+        let mid = brackets.len().checked_sub(1)? / 2;
+        let cpu_ns = *brackets.select_nth_unstable_by_key(mid, |b| b.0).1;
+        let wall_ns = *brackets.select_nth_unstable_by_key(mid, |b| b.1).1;
+        Some(ClockOverhead { cpu_ns: cpu_ns.0, wall_ns: wall_ns.1 })
     }
 }
 
@@ -81,6 +95,7 @@ pub(crate) fn run(
     let overhead = ClockOverhead::calibrate();
     let mut at_one: HashMap<usize, SendCost> = HashMap::new();
     let rounds: Vec<usize> = if n_max == 1 { vec![1] } else { vec![1, n_max] };
+    let pace = |size| pacing_gap(n_max, size);
     for n in rounds {
         let name = name_of();
         let (ping, _) = shoal_link::topics(&name);
@@ -108,7 +123,7 @@ pub(crate) fn run(
             run.wait
         ));
         for size in run.args.sizes_for(Mode::Fanout) {
-            let (m, cost) = measure(run, &mut tx, &mut peers, size, overhead, at_one.get(&size).copied())?;
+            let (m, cost) = measure(run, &mut tx, &mut peers, size, pace(size), overhead, at_one.get(&size).copied())?;
             if n == 1 {
                 at_one.insert(size, cost);
             }
@@ -126,31 +141,36 @@ fn measure(
     tx: &mut shoal_link::ShoalTx,
     peers: &mut [Peer],
     size: usize,
+    gap: Duration,
     overhead: ClockOverhead,
     at_one: Option<SendCost>,
 ) -> anyhow::Result<(Measurement, SendCost)> {
     let n = peers.len();
     let count = run.args.fanout_count_for(size);
+    let warmup = warmup_for(count);
     for p in peers.iter_mut() {
-        p.command(PeerCommand::Sink { count })?;
+        p.command(PeerCommand::Sink { count: warmup + count })?;
     }
-    let gap = pacing_gap(n, size);
     let mut pacer = Pacer::new(1e9 / gap.as_nanos() as f64, 1);
     let mut out = vec![0u8; size];
-    let mut hist = new_histogram();
-    let (mut cpu_sum, mut wall_sum) = (0u64, 0u64);
-    let cpu0 = CpuTime::now();
-    let start = Instant::now();
-    for seq in 0..count {
+    for seq in 0..warmup {
         pacer.wait_for(seq);
         out[..HEADER_LEN].copy_from_slice(&header(seq, mono_ns()));
+        tx.send_copy(&out)?;
+    }
+    // Raw brackets around each send, and empty brackets next to them: the clock reads' own cost is taken in the
+    // same conditions as the sends (under N spinning subscribers a thread-CPU clock read costs more than idle).
+    let mut raw: Vec<(u64, u64)> = Vec::with_capacity(count as usize);
+    let mut empty: Vec<(u64, u64)> = Vec::with_capacity(count as usize);
+    let cpu0 = CpuTime::now();
+    let start = Instant::now();
+    for seq in warmup..warmup + count {
+        pacer.wait_for(seq);
+        out[..HEADER_LEN].copy_from_slice(&header(seq, mono_ns()));
+        empty.push(bracket(|| ()));
         let mut sent = Ok(());
-        let (cpu, wall) = bracket(|| sent = tx.send_copy(&out));
+        raw.push(bracket(|| sent = tx.send_copy(&out)));
         sent?;
-        let wall = wall.saturating_sub(overhead.wall_ns);
-        cpu_sum += cpu.saturating_sub(overhead.cpu_ns);
-        wall_sum += wall;
-        let _ = hist.record(wall.max(1));
     }
     let elapsed = start.elapsed();
     let cpu = CpuTime::now().since(cpu0);
@@ -166,27 +186,52 @@ fn measure(
         peer_cpu.sys_us += r.cpu.sys_us;
         peer_rss = peer_rss.max(r.peak_rss_kb);
     }
-    let cost = SendCost { cpu_ns: cpu_sum as f64 / count as f64, wall_ns: wall_sum as f64 / count as f64 };
+    let overhead = ClockOverhead::median_of(&mut empty).unwrap_or(overhead);
+    let mut hist = new_histogram();
+    let mut cpu_hist = new_histogram();
+    let (mut cpu_sum, mut wall_sum) = (0u64, 0u64);
+    for (cpu, wall) in raw {
+        let cpu = cpu.saturating_sub(overhead.cpu_ns);
+        let wall = wall.saturating_sub(overhead.wall_ns);
+        cpu_sum += cpu;
+        wall_sum += wall;
+        let _ = hist.record(wall.max(1));
+        let _ = cpu_hist.record(cpu.max(1));
+    }
+    let cost = SendCost {
+        cpu_p50_ns: cpu_hist.value_at_quantile(0.5) as f64,
+        cpu_mean_ns: cpu_sum as f64 / count as f64,
+        wall_p50_ns: hist.value_at_quantile(0.5) as f64,
+        wall_mean_ns: wall_sum as f64 / count as f64,
+    };
     let mut note = format!(
-        "cost per send: cpu {} (wall {}), paced every {}",
-        fmt_ns(cost.cpu_ns as u64),
-        fmt_ns(cost.wall_ns as u64),
+        "cost per send: cpu p50 {} mean {} (wall p50 {} mean {}), paced every {}, after {warmup} warm-up sends",
+        fmt_ns(cost.cpu_p50_ns as u64),
+        fmt_ns(cost.cpu_mean_ns as u64),
+        fmt_ns(cost.wall_p50_ns as u64),
+        fmt_ns(cost.wall_mean_ns as u64),
         fmt_ns(gap.as_nanos() as u64)
     );
     let mut extra = vec![
-        ("send_cpu_ns", cost.cpu_ns),
-        ("send_wall_ns", cost.wall_ns),
+        ("send_cpu_ns", cost.cpu_p50_ns),
+        ("send_cpu_mean_ns", cost.cpu_mean_ns),
+        ("send_wall_ns", cost.wall_p50_ns),
+        ("send_wall_mean_ns", cost.wall_mean_ns),
         ("pacing_gap_ns", gap.as_nanos() as f64),
+        ("warmup_sends", warmup as f64),
         ("clock_overhead_cpu_ns", overhead.cpu_ns as f64),
         ("clock_overhead_wall_ns", overhead.wall_ns as f64),
     ];
     if let (Some(one), true) = (at_one, n > 1) {
-        let (rc, rw) = (cost.cpu_ns / one.cpu_ns, cost.wall_ns / one.wall_ns);
-        note.push_str(&format!("; {n} subscribers vs 1: cpu {rc:.2}x, wall {rw:.2}x"));
+        let rc = cost.cpu_p50_ns / one.cpu_p50_ns;
+        let rm = cost.cpu_mean_ns / one.cpu_mean_ns;
+        let rw = cost.wall_p50_ns / one.wall_p50_ns;
+        note.push_str(&format!("; {n} subscribers vs 1: cpu p50 {rc:.2}x (mean {rm:.2}x), wall p50 {rw:.2}x"));
         extra.push(("send_cpu_ratio_vs_1", rc));
+        extra.push(("send_cpu_mean_ratio_vs_1", rm));
         extra.push(("send_wall_ratio_vs_1", rw));
     }
-    let lost = (count * n as u64).saturating_sub(received);
+    let lost = ((warmup + count) * n as u64).saturating_sub(received);
     if lost > 0 {
         note.push_str(&format!(
             "; subscribers did not keep up ({lost} lost): fewer spinning processes than cores, --wait block, or --count"
