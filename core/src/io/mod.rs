@@ -267,6 +267,12 @@ impl IoThread {
                         if p.connect_remote(remote, db) {
                             self.registrar.update_local(Instant::now(), p.local_topic());
                         }
+                        // Several subscriber processes: their wake-ups go through the waker thread (started here,
+                        // off the send path, with this thread's affinity).
+                        let bells = p.ring_doorbells();
+                        if bells.len() > 1 {
+                            rt.waker.watch(&bells);
+                        }
                     }
                     Some(Local::Sub(s)) => s.connect_remote(&rt, &remote),
                     None => {}

@@ -6,6 +6,7 @@ pub(crate) mod runtime;
 pub(crate) mod sample;
 pub(crate) mod subscriber;
 pub(crate) mod typed;
+pub(crate) mod waker;
 
 /// Errors of [`Publisher::send`](crate::Publisher::send) and [`Loan::send`](crate::Loan::send).
 #[derive(Debug, thiserror::Error)]

@@ -10,6 +10,7 @@ use crate::io::Command;
 use crate::pubsub::runtime::{Runtime, lock};
 use crate::pubsub::sample::{Payload, Sample};
 use crate::pubsub::subscriber::SubShared;
+use crate::pubsub::waker;
 use crate::pubsub::{LoanError, SendError, now_us};
 use crate::registration::RemoteTopic;
 use crate::registration::{EntityKey, Layer, LayerKind, LayerPar, LocalTopic, ShoalPar, TopicStats};
@@ -34,6 +35,22 @@ struct LayerSet {
 struct Conns {
     remote: HashMap<EntityKey, RemoteSub>,
     intra: Vec<Arc<SubShared>>,
+}
+
+impl Conns {
+    /// The doorbells of the subscriber processes reading the native ring (one per process), and the number of
+    /// remote subscribers reading it.
+    fn ring_doorbells(&self) -> (Vec<Arc<DoorbellRemote>>, usize) {
+        let mut doorbells: Vec<Arc<DoorbellRemote>> = Vec::new();
+        let mut readers = 0;
+        for db in self.remote.values().filter_map(|r| r.doorbell.as_ref()) {
+            readers += 1;
+            if !doorbells.iter().any(|d| Arc::ptr_eq(d, db)) {
+                doorbells.push(Arc::clone(db));
+            }
+        }
+        (doorbells, readers)
+    }
 }
 
 /// The part of a publisher that the runtime and the I/O thread share.
@@ -93,6 +110,11 @@ impl PubShared {
         let changed = self.assign_layers();
         self.changed();
         changed
+    }
+
+    /// The doorbells of the subscriber processes that read our native ring, one per process.
+    pub(crate) fn ring_doorbells(&self) -> Vec<Arc<DoorbellRemote>> {
+        lock(&self.conns).ring_doorbells().0
     }
 
     /// A remote subscriber went away; true when our registration changed.
@@ -331,14 +353,7 @@ impl Publisher {
             return;
         }
         let c = lock(&self.shared.conns);
-        let mut doorbells: Vec<Arc<DoorbellRemote>> = Vec::new();
-        let mut ring_targets = 0;
-        for db in c.remote.values().filter_map(|r| r.doorbell.as_ref()) {
-            ring_targets += 1;
-            if !doorbells.iter().any(|d| Arc::ptr_eq(d, db)) {
-                doorbells.push(Arc::clone(db));
-            }
-        }
+        let (doorbells, ring_targets) = c.ring_doorbells();
         self.cache = ConnCache { version: v, doorbells, remote_count: ring_targets, intra: c.intra.clone() };
     }
 
@@ -358,7 +373,7 @@ impl Publisher {
             if published.segment_changed {
                 self.ring_grew();
             }
-            DoorbellRemote::ring_all(self.cache.doorbells.iter().map(|d| &**d));
+            waker::ring_after_publish(&self.rt.waker, &self.cache.doorbells);
         }
         self.write_layers(data, send_time_us, clock);
         self.deliver_intra(data, send_time_us, clock);
@@ -470,7 +485,7 @@ impl Publisher {
                 let need_copy = !self.cache.intra.is_empty() || self.shared.layers_active.load(Ordering::Acquire);
                 let intra_copy = if need_copy { ring.loan(len).ok().map(|b| b.to_vec()) } else { None };
                 let published = ring.commit(len, t, clock).map_err(|e| SendError::Ring(e.to_string()))?;
-                DoorbellRemote::ring_all(self.cache.doorbells.iter().map(|d| &**d));
+                waker::ring_after_publish(&self.rt.waker, &self.cache.doorbells);
                 if published.segment_changed {
                     self.ring_grew();
                 }

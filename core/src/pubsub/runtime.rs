@@ -13,6 +13,7 @@ use crate::io::{Command, IoHandle};
 use crate::pubsub::dispatch::Dispatcher;
 use crate::pubsub::publisher::PubShared;
 use crate::pubsub::subscriber::SubShared;
+use crate::pubsub::waker::Waker;
 use crate::registration::{Identity, LayerKind, LayerPar, RemoteTopic, ShoalPar, TopicStats};
 use crate::transport::shm_ring::{Doorbell, DoorbellRemote};
 use crate::transport::{LayerReaderFactory, LayerWriterFactory};
@@ -40,6 +41,8 @@ pub(crate) struct Runtime {
     table: Mutex<Table>,
     io: Mutex<Option<IoHandle>>,
     pub(crate) dispatcher: Dispatcher,
+    /// Rings subscriber processes' doorbells for publishers that find several asleep.
+    pub(crate) waker: Waker,
     /// eCAL-facing layers for publishers, in priority order (eCAL local order: shm, udp, tcp).
     pub(crate) writer_factories: Vec<Box<dyn LayerWriterFactory>>,
     /// eCAL-facing layers for subscribers.
@@ -82,6 +85,7 @@ impl Runtime {
             table: Mutex::new(Table::default()),
             io: Mutex::new(None),
             dispatcher: Dispatcher::default(),
+            waker: Waker::default(),
             writer_factories,
             reader_factories,
             next_entity: AtomicU64::new(1),
@@ -179,6 +183,7 @@ impl Runtime {
     /// Stops the threads; the I/O thread sends the unregistration samples first.
     pub(crate) fn shutdown(&self) {
         self.dispatcher.shutdown(self);
+        self.waker.shutdown();
         let io = lock(&self.io).take();
         if let Some(mut io) = io {
             io.shutdown();

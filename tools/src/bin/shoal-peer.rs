@@ -171,6 +171,7 @@ fn main() -> Result<()> {
             let mut last_clock: std::collections::HashMap<u64, u64> = Default::default();
             let mut publishers = std::collections::BTreeSet::new();
             let mut lat_sum_ns: u128 = 0;
+            let mut lat_max_ns: u64 = 0;
             let mut timed_out = false;
             while received < count {
                 if matched_at.is_none() && sub.publisher_count() > 0 {
@@ -215,6 +216,7 @@ fn main() -> Result<()> {
                     out_of_order += 1;
                 }
                 lat_sum_ns += u128::from(now_ns.saturating_sub(sent));
+                lat_max_ns = lat_max_ns.max(now_ns.saturating_sub(sent));
             }
             emit(json!({
                 "event": "summary",
@@ -226,6 +228,7 @@ fn main() -> Result<()> {
                 "timed_out": timed_out,
                 "first_msg_after_match_ms": first_msg_after_match_ms,
                 "mean_latency_us": if received > 0 { (lat_sum_ns / u128::from(received)) as f64 / 1e3 } else { 0.0 },
+                "max_latency_us": lat_max_ns / 1000,
             }));
         }
     }

@@ -18,6 +18,7 @@ an overrun reader loses messages) and paced at --rate (default: half the baselin
 msg/s of that size and wait mode), where nothing may be lost.
 Fan-out's cost per send is the publishing thread's CPU time inside send() (preemption
 excluded; median over the sends, mean and wall time alongside); N=1 and N=4 run at one pace.
+In spin mode the publishing thread keeps CPU 0 and the spinning subscribers share the others.
 A final \"targets\" section evaluates the foundation targets T1-T6 from what ran; --targets runs
 exactly what they need, with the baseline, both waits: ping-pong and fan-out (1 vs 4) at 64,1k,
 64k,1m,4m, throughput at 64 B, zero-copy at 64 B and 4 MB, and a separate 100-topic process.
@@ -64,8 +65,9 @@ pub(crate) struct PerfArgs {
     /// Measure only the baseline ring (no shoal node is created).
     #[arg(long, conflicts_with = "baseline")]
     pub(crate) baseline_only: bool,
-    /// Pin this process to CPU 0 and peer k to CPU k (modulo the CPU count). Off by default:
-    /// on a 2-core machine pinning leaves no core for the runtime threads.
+    /// Pin this process to CPU 0 and peer k to CPU k (modulo the CPU count; fan-out subscribers
+    /// only on CPUs 1..). Off by default: on a 2-core machine pinning leaves no core for the
+    /// runtime threads. (Spin-mode fan-out always keeps CPU 0 for the publishing thread.)
     #[arg(long)]
     pub(crate) pin: bool,
     /// One JSON object per line and measurement instead of a table.

@@ -10,6 +10,12 @@
 //! the mean is reported alongside (it also carries the rare send that met a page fault, a timer
 //! interrupt or a slow clock read under contention), and so is the wall time. A warm-up of
 //! unmeasured sends first lets the ring reach its size for the payload and fault its pages in.
+//!
+//! The publisher writes the whole payload before each send, as an application that produces its
+//! message does. Without that, on a 2-core machine the N subscribers' copies run on the
+//! publisher's core while it waits for the next send and evict its idle buffer: the N=4 run then
+//! measured cache misses on a source buffer nobody had touched for milliseconds (1 MB: 1.2-1.4x),
+//! not the cost of send().
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -17,13 +23,14 @@ use std::time::{Duration, Instant};
 use shoal::Node;
 
 use super::Run;
+use super::args::WaitMode;
 use super::args::{Mode, System};
 use super::link::{HEADER_LEN, Sender, header};
 use super::pace::Pacer;
 use super::peer::{Peer, PeerCommand, PeerSpec};
 use super::report::{Measurement, Reporter, fmt_ns, new_histogram};
 use super::shoal_link;
-use super::sys::{CpuTime, mono_ns, peak_rss_kb, thread_cpu_ns};
+use super::sys::{CpuTime, mono_ns, peak_rss_kb, pin_thread_for_scope, thread_cpu_ns};
 
 /// Gap between two sends so that `n` subscribers copying `size` bytes each keep up.
 pub(crate) fn pacing_gap(n: usize, size: usize) -> Duration {
@@ -92,6 +99,12 @@ pub(crate) fn run(
     name_of: &mut dyn FnMut() -> String,
     rep: &mut Reporter,
 ) -> anyhow::Result<()> {
+    // Spinning subscribers need cores of their own: with more spinning processes than cores, the ones sharing the
+    // publisher's core would make its cost the scheduler's (every send after a context switch meets cold caches).
+    // So in spin mode (and with --pin) the publishing thread keeps CPU 0 and the subscribers share the others.
+    let isolate = run.cpus > 1 && (run.wait == WaitMode::Spin || run.args.pin);
+    let _pinned = if isolate && !run.args.pin { Some(pin_thread_for_scope(0)?) } else { None };
+    let sink_cpu = |i: usize| isolate.then(|| 1 + i % (run.cpus - 1));
     let overhead = ClockOverhead::calibrate();
     let mut at_one: HashMap<usize, SendCost> = HashMap::new();
     let rounds: Vec<usize> = if n_max == 1 { vec![1] } else { vec![1, n_max] };
@@ -108,7 +121,7 @@ pub(crate) fn run(
                 name: &name,
                 index: i,
                 sink_only: true,
-                cpu: run.peer_cpu(i),
+                cpu: sink_cpu(i),
             };
             peers.push(Peer::spawn(&spec)?);
         }
@@ -116,10 +129,15 @@ pub(crate) fn run(
             p.wait_ready()?;
         }
         shoal_link::wait_subscribers(&tx, n)?;
+        let placement = if isolate {
+            format!("publishing thread on CPU 0, subscribers on CPUs 1-{}", run.cpus - 1)
+        } else {
+            "unpinned".to_string()
+        };
         rep.note(&format!(
-            "-- fan-out: shoal, wait={}, {n} subscriber process(es), topic {ping}; cost per send = the publishing \
-             thread's CPU time inside send() (excludes preemption; wall time alongside); latency columns = wall \
-             time inside send()",
+            "-- fan-out: shoal, wait={}, {n} subscriber process(es), topic {ping}, {placement}; cost per send = the \
+             publishing thread's CPU time inside send() (excludes preemption; wall time alongside); latency columns \
+             = wall time inside send()",
             run.wait
         ));
         for size in run.args.sizes_for(Mode::Fanout) {
@@ -166,6 +184,7 @@ fn measure(
     let start = Instant::now();
     for seq in warmup..warmup + count {
         pacer.wait_for(seq);
+        out.fill(seq as u8);
         out[..HEADER_LEN].copy_from_slice(&header(seq, mono_ns()));
         empty.push(bracket(|| ()));
         let mut sent = Ok(());
@@ -178,8 +197,14 @@ fn measure(
     let mut drops = 0;
     let mut peer_cpu = CpuTime::default();
     let mut peer_rss = 0;
+    // Delivery latency (send to receive) of the slowest subscriber: p50 and p99.
+    let mut delivery: Option<(u64, u64)> = None;
     for p in peers.iter_mut() {
         let r = p.report()?;
+        if let Some(l) = r.latency {
+            let (p50, p99) = delivery.unwrap_or((0, 0));
+            delivery = Some((p50.max(l.p50), p99.max(l.p99)));
+        }
         received += r.received;
         drops += r.drops;
         peer_cpu.user_us += r.cpu.user_us;
@@ -222,6 +247,11 @@ fn measure(
         ("clock_overhead_cpu_ns", overhead.cpu_ns as f64),
         ("clock_overhead_wall_ns", overhead.wall_ns as f64),
     ];
+    if let Some((p50, p99)) = delivery {
+        note.push_str(&format!("; delivery p50 {} p99 {} (slowest subscriber)", fmt_ns(p50), fmt_ns(p99)));
+        extra.push(("delivery_p50_ns", p50 as f64));
+        extra.push(("delivery_p99_ns", p99 as f64));
+    }
     if let (Some(one), true) = (at_one, n > 1) {
         let rc = cost.cpu_p50_ns / one.cpu_p50_ns;
         let rm = cost.cpu_mean_ns / one.cpu_mean_ns;

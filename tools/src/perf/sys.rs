@@ -99,6 +99,34 @@ pub(crate) fn pin_to_cpu(cpu: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The calling thread's CPU affinity, restored on drop (see [`pin_thread_for_scope`]).
+pub(crate) struct AffinityGuard {
+    saved: libc::cpu_set_t,
+}
+
+impl Drop for AffinityGuard {
+    fn drop(&mut self) {
+        // SAFETY: `saved` is a valid cpu_set_t of the size passed; pid 0 means the calling thread.
+        let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.saved) };
+        if rc != 0 {
+            eprintln!("shoal perf: cannot restore the CPU affinity: {}", std::io::Error::last_os_error());
+        }
+    }
+}
+
+/// Pins the calling thread to `cpu` until the guard is dropped (threads it creates meanwhile keep the pin).
+pub(crate) fn pin_thread_for_scope(cpu: usize) -> anyhow::Result<AffinityGuard> {
+    // SAFETY: an all-zero cpu_set_t is the empty set; sched_getaffinity fills it.
+    let mut saved: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `saved` is a valid, writable cpu_set_t of the size passed; pid 0 means the calling thread.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut saved) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()).context("sched_getaffinity");
+    }
+    pin_to_cpu(cpu)?;
+    Ok(AffinityGuard { saved })
+}
+
 /// Makes the kernel kill this process when its parent dies, then checks that the parent
 /// (`parent_pid`) is still the parent (it may have died before the call).
 pub(crate) fn die_with_parent(parent_pid: u32) -> anyhow::Result<()> {

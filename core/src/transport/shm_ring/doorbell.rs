@@ -8,11 +8,16 @@
 //! Either the ringer sees the waiter (then `seq` changes after `observed` was loaded, so the
 //! futex wait returns at once or is woken), or the waiter's re-check sees the published slot.
 //! The futex ops are the plain (shared, non-PRIVATE) ones: the word lives in a file mapping.
+//!
+//! [`LocalBell`] is the same protocol on a process-private word (PRIVATE futex ops), for threads of one process;
+//! [`DoorbellRemote::hand_over`] marks a remote doorbell to be rung later by another thread of the publishing
+//! process (the waker thread), so that a send with several sleeping subscriber processes makes one wake-up, not one
+//! per process.
 
 use std::fs::OpenOptions;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
 use std::time::{Duration, Instant};
 
 use memmap2::{MmapMut, MmapOptions};
@@ -92,7 +97,28 @@ fn header(map: &[u8]) -> &DoorbellHeader {
     unsafe { &*map.as_ptr().cast::<DoorbellHeader>() }
 }
 
-fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> Result<WakeReason, DoorbellWaitError> {
+/// Whether a futex word is shared between processes (in a file mapping) or private to this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    Shared,
+    Private,
+}
+
+impl Scope {
+    fn op(self, op: libc::c_int) -> libc::c_int {
+        match self {
+            Scope::Shared => op,
+            Scope::Private => op | libc::FUTEX_PRIVATE_FLAG,
+        }
+    }
+}
+
+fn futex_wait(
+    word: &AtomicU32,
+    scope: Scope,
+    expected: u32,
+    timeout: Option<Duration>,
+) -> Result<WakeReason, DoorbellWaitError> {
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
         tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
@@ -101,7 +127,15 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> Res
     // SAFETY: FUTEX_WAIT reads the u32 at a valid, aligned address inside a live shared
     // mapping and an optional valid timespec; the unused arguments are null / 0.
     let rc = unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, ts_ptr, std::ptr::null::<u32>(), 0u32)
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            scope.op(libc::FUTEX_WAIT),
+            expected,
+            ts_ptr,
+            std::ptr::null::<u32>(),
+            0u32,
+        )
     };
     if rc == 0 {
         return Ok(WakeReason::Woken);
@@ -115,13 +149,13 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> Res
     }
 }
 
-fn futex_wake_all(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE only uses the address as a key (valid, aligned, in a live mapping).
+fn futex_wake_all(word: &AtomicU32, scope: Scope) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key (valid, aligned, in a live mapping or allocation).
     let rc = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
-            libc::FUTEX_WAKE,
+            scope.op(libc::FUTEX_WAKE),
             i32::MAX,
             std::ptr::null::<libc::timespec>(),
             std::ptr::null::<u32>(),
@@ -189,7 +223,7 @@ impl Doorbell {
     /// Sleeps while `seq == observed_seq` (one `FUTEX_WAIT`). The caller must be registered
     /// (see [`register_waiter`](Self::register_waiter)), or ringers will not wake it.
     pub fn wait(&self, observed_seq: u32, timeout: Option<Duration>) -> Result<WakeReason, DoorbellWaitError> {
-        futex_wait(&self.header().seq.0, observed_seq, timeout)
+        futex_wait(&self.header().seq.0, Scope::Shared, observed_seq, timeout)
     }
 
     /// Waits until `ready()` is true or `deadline` passes; returns `ready()`'s last value.
@@ -258,6 +292,8 @@ pub struct DoorbellRemote {
     path: PathBuf,
     map: MmapMut,
     owner_pid: u32,
+    /// Handed over to another thread of this process, which will ring it (see [`DoorbellRemote::hand_over`]).
+    handed_over: AtomicBool,
 }
 
 impl DoorbellRemote {
@@ -285,7 +321,7 @@ impl DoorbellRemote {
         if magic != DOORBELL_MAGIC || version != DOORBELL_VERSION || h.owner_pid.load(Ordering::Relaxed) != owner {
             return Err(DoorbellOpenError::BadHeader { path: path.to_owned(), magic, version });
         }
-        Ok(DoorbellRemote { path: path.to_owned(), map, owner_pid: owner })
+        Ok(DoorbellRemote { path: path.to_owned(), map, owner_pid: owner, handed_over: AtomicBool::new(false) })
     }
 
     /// Path of the doorbell.
@@ -317,14 +353,103 @@ impl DoorbellRemote {
         bells.into_iter().filter(|b| b.ring_after_fence()).count()
     }
 
+    /// Like [`ring`](Self::ring), for a caller that has already issued `fence(SeqCst)` after publishing.
     #[inline]
-    fn ring_after_fence(&self) -> bool {
-        let h = header(&self.map);
-        if h.waiters.0.load(Ordering::SeqCst) == 0 {
+    pub fn ring_after_fence(&self) -> bool {
+        if !self.has_waiters() {
             return false;
         }
-        h.seq.0.fetch_add(1, Ordering::SeqCst);
-        futex_wake_all(&h.seq.0);
+        self.wake();
         true
+    }
+
+    /// Whether a thread of the owning process is registered as (about to be) sleeping. Call after publishing and
+    /// `fence(SeqCst)`; if true, the doorbell must be rung ([`wake`](Self::wake) or [`hand_over`](Self::hand_over)).
+    #[inline]
+    pub fn has_waiters(&self) -> bool {
+        header(&self.map).waiters.0.load(Ordering::SeqCst) != 0
+    }
+
+    /// Wakes the owning process's sleeping threads (one syscall), without checking for waiters first.
+    pub fn wake(&self) {
+        let h = header(&self.map);
+        h.seq.0.fetch_add(1, Ordering::SeqCst);
+        futex_wake_all(&h.seq.0, Scope::Shared);
+    }
+
+    /// Marks this doorbell to be rung by another thread of this process, which must then be told (the waker
+    /// thread, through its [`LocalBell`]). Everything this thread published before is visible to that thread when
+    /// it takes the mark with [`take_handed_over`](Self::take_handed_over). Returns false if it was already marked
+    /// (one ring serves both).
+    #[inline]
+    pub fn hand_over(&self) -> bool {
+        !self.handed_over.swap(true, Ordering::AcqRel)
+    }
+
+    /// Takes the mark set by [`hand_over`](Self::hand_over); if it was set, the caller rings the doorbell
+    /// ([`ring`](Self::ring)).
+    #[inline]
+    pub fn take_handed_over(&self) -> bool {
+        self.handed_over.swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether the doorbell is marked by [`hand_over`](Self::hand_over) and not yet taken.
+    pub fn is_handed_over(&self) -> bool {
+        self.handed_over.load(Ordering::SeqCst)
+    }
+}
+
+/// The doorbell protocol of this module on a process-private futex word: threads of one process wait on it and
+/// other threads of that process ring it. No syscall for the ringer while nobody sleeps.
+#[derive(Debug, Default)]
+pub struct LocalBell {
+    seq: AtomicU32,
+    waiters: AtomicU32,
+}
+
+impl LocalBell {
+    /// A bell nobody waits on.
+    pub fn new() -> LocalBell {
+        LocalBell::default()
+    }
+
+    /// Marks the calling thread as a waiter until the guard is dropped. After this, re-check the condition; if it
+    /// is still false, call [`LocalWaiter::wait`].
+    pub fn register_waiter(&self) -> LocalWaiter<'_> {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        // StoreLoad: the registration is visible before the condition is re-checked.
+        fence(Ordering::SeqCst);
+        LocalWaiter { bell: self, observed: self.seq.load(Ordering::SeqCst) }
+    }
+
+    /// Call after making the condition true: wakes the waiters, if any. Returns whether a wake was issued.
+    pub fn ring(&self) -> bool {
+        fence(Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        self.seq.fetch_add(1, Ordering::SeqCst);
+        futex_wake_all(&self.seq, Scope::Private);
+        true
+    }
+}
+
+/// A registered waiter of a [`LocalBell`]; deregisters on drop.
+#[derive(Debug)]
+pub struct LocalWaiter<'a> {
+    bell: &'a LocalBell,
+    observed: u32,
+}
+
+impl LocalWaiter<'_> {
+    /// Sleeps until rung (after registration), the timeout, or a signal.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<WakeReason, DoorbellWaitError> {
+        futex_wait(&self.bell.seq, Scope::Private, self.observed, timeout)
+    }
+}
+
+impl Drop for LocalWaiter<'_> {
+    fn drop(&mut self) {
+        self.bell.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 }

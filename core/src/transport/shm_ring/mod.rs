@@ -12,7 +12,8 @@
 //!   that a late reader can always follow the chain.
 //! - One [`Doorbell`] (futex word in a tiny segment `/dev/shm/shoal_db_<pid>_<unique>`) per
 //!   subscribing process; publishers ring it through a [`DoorbellRemote`] after publishing, which
-//!   costs a syscall only when a thread of that process sleeps.
+//!   costs a syscall only when a thread of that process sleeps. With several sleeping subscriber processes a
+//!   publisher hands the doorbells over ([`DoorbellRemote::hand_over`]) to a thread that rings them for it.
 //! - [`remove_stale_segments`] deletes files left behind by dead processes.
 //!
 //! Names passed between processes ([`RingWriter::segment_name`], [`Doorbell::name`]) are
@@ -28,7 +29,8 @@ mod writer;
 mod tests;
 
 pub use doorbell::{
-    Doorbell, DoorbellCreateError, DoorbellOpenError, DoorbellRemote, DoorbellWaitError, WaiterRegistration, WakeReason,
+    Doorbell, DoorbellCreateError, DoorbellOpenError, DoorbellRemote, DoorbellWaitError, LocalBell, LocalWaiter,
+    WaiterRegistration, WakeReason,
 };
 pub use reader::{ReadOutcome, RingOpenError, RingReader, SampleInfo, SampleView};
 pub use segment::{CleanupError, SHM_DIR, remove_stale_segments};
