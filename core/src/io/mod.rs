@@ -264,14 +264,20 @@ impl IoThread {
                 Event::Matched { local_id, remote } | Event::Updated { local_id, remote } => match rt.local(local_id) {
                     Some(Local::Pub(p)) => {
                         let db = self.doorbell_for(&rt, &remote);
+                        // Several subscriber processes: their wake-ups go through the waker thread (started here,
+                        // off the send path, with this thread's affinity). It learns of the doorbell before the
+                        // publisher can hand it over.
+                        if let Some(db) = &db {
+                            let mut bells = p.ring_doorbells();
+                            if !bells.iter().any(|b| Arc::ptr_eq(b, db)) {
+                                bells.push(Arc::clone(db));
+                            }
+                            if bells.len() > 1 {
+                                rt.waker.watch(&bells);
+                            }
+                        }
                         if p.connect_remote(remote, db) {
                             self.registrar.update_local(Instant::now(), p.local_topic());
-                        }
-                        // Several subscriber processes: their wake-ups go through the waker thread (started here,
-                        // off the send path, with this thread's affinity).
-                        let bells = p.ring_doorbells();
-                        if bells.len() > 1 {
-                            rt.waker.watch(&bells);
                         }
                     }
                     Some(Local::Sub(s)) => s.connect_remote(&rt, &remote),

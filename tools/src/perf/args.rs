@@ -17,7 +17,8 @@ Throughput runs twice per size: unpaced (as fast as the sender can; shoal's ring
 an overrun reader loses messages) and paced at --rate (default: half the baseline's unpaced
 msg/s of that size and wait mode), where nothing may be lost.
 Fan-out's cost per send is the publishing thread's CPU time inside send() (preemption
-excluded; median over the sends, mean and wall time alongside); N=1 and N=4 run at one pace.
+excluded; median over the sends, mean and wall time alongside), one publisher in phases of
+1, N, N, 1, 1, N, N, 1 subscriber processes at one pace.
 In spin mode the publishing thread keeps CPU 0 and the spinning subscribers share the others.
 A final \"targets\" section evaluates the foundation targets T1-T6 from what ran; --targets runs
 exactly what they need, with the baseline, both waits: ping-pong and fan-out (1 vs 4) at 64,1k,
@@ -293,7 +294,7 @@ impl PerfArgs {
 
     /// Messages per fan-out run.
     pub(crate) fn fanout_count_for(&self, size: usize) -> u64 {
-        self.count.unwrap_or_else(|| ((256u64 << 20) / size as u64).clamp(50, 5_000))
+        self.count.unwrap_or_else(|| ((512u64 << 20) / size as u64).clamp(200, 20_000))
     }
 }
 

@@ -1,30 +1,35 @@
-//! 1->N fan-out: one publisher, N subscriber processes (sinks), first with one subscriber and
-//! then with N, sends paced so that N subscribers keep up (the same pace for both runs, so the
-//! two differ only in the number of subscribers).
+//! 1->N fan-out: the cost of `send()` with N subscriber processes against its cost with one.
+//!
+//! One publisher, one topic; a subscriber process (sink) that stays, and N-1 more that join and
+//! leave. Per payload size the publisher sends in phases with 1, N, N, 1, 1, N, N, 1 subscribers
+//! (the machine's drift falls on both counts alike), at one pace for all (one send per gap, so
+//! that N subscribers keep up). Comparing one publisher with itself matters: two publishers of
+//! the same process, identical but for their rings' addresses, differ by up to 1.8x at 64 B on
+//! this kind of machine.
 //!
 //! The cost per send is the publishing thread's CPU time inside `send()` (CLOCK_THREAD_CPUTIME_ID
-//! read around each send, less the median cost of the clock reads themselves, taken next to the sends in the same
-//! conditions): unlike wall time it
-//! excludes the time the thread was preempted, which on a 2-core machine with N spinning
-//! subscribers would dominate. Its median over the sends is the figure compared (target T5),
-//! the mean is reported alongside (it also carries the rare send that met a page fault, a timer
-//! interrupt or a slow clock read under contention), and so is the wall time. A warm-up of
-//! unmeasured sends first lets the ring reach its size for the payload and fault its pages in.
+//! read around each send, less the median cost of the clock reads themselves, taken next to the
+//! sends in the same conditions): unlike wall time it excludes the time the thread was preempted,
+//! which on a 2-core machine with N spinning subscribers would dominate. Its median over the
+//! sends is the figure compared (target T5); the mean is reported alongside (it also carries the
+//! rare send that met a page fault, a timer interrupt or a slow clock read under contention), and
+//! so is the wall time. Each phase starts with unmeasured sends that let the ring reach its size
+//! for the payload and fault its pages in.
 //!
 //! The publisher writes the whole payload before each send, as an application that produces its
-//! message does. Without that, on a 2-core machine the N subscribers' copies run on the
-//! publisher's core while it waits for the next send and evict its idle buffer: the N=4 run then
+//! message does. Without that, on a 2-core machine the subscribers' copies run on the
+//! publisher's core while it waits for the next send and evict its idle buffer: the N side then
 //! measured cache misses on a source buffer nobody had touched for milliseconds (1 MB: 1.2-1.4x),
 //! not the cost of send().
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use anyhow::bail;
+use hdrhistogram::Histogram;
 use shoal::Node;
 
 use super::Run;
-use super::args::WaitMode;
-use super::args::{Mode, System};
+use super::args::{Mode, System, WaitMode};
 use super::link::{HEADER_LEN, Sender, header};
 use super::pace::Pacer;
 use super::peer::{Peer, PeerCommand, PeerSpec};
@@ -91,7 +96,134 @@ fn bracket(f: impl FnOnce()) -> (u64, u64) {
     (thread_cpu_ns().saturating_sub(c0), wall)
 }
 
-/// Runs fan-out with 1 and with `n_max` subscribers for every size.
+/// Subscriber counts of the phases of one size: ABBA order, so that a linear drift of the machine cancels.
+fn phase_plan(n_max: usize) -> Vec<usize> {
+    if n_max <= 1 {
+        return vec![1];
+    }
+    [1, n_max, n_max, 1, 1, n_max, n_max, 1].to_vec()
+}
+
+/// What the phases of one size gathered for one subscriber count.
+#[derive(Default)]
+struct Gathered {
+    /// (CPU, wall) brackets around each measured send.
+    raw: Vec<(u64, u64)>,
+    /// Messages each subscriber should have received, summed over the subscribers.
+    expected: u64,
+    received: u64,
+    drops: u64,
+    peer_cpu: CpuTime,
+    peer_rss_kb: u64,
+    /// Delivery latency (send to receive) of the slowest subscriber of any phase: p50, p99.
+    delivery: Option<(u64, u64)>,
+    elapsed: Duration,
+    cpu: CpuTime,
+    warmup: u64,
+}
+
+/// The publisher and its sinks.
+struct Bench<'r> {
+    run: &'r Run<'r>,
+    name: String,
+    tx: shoal_link::ShoalTx,
+    peers: Vec<Peer>,
+    isolate: bool,
+}
+
+impl Bench<'_> {
+    /// Spawns or stops sinks until the publisher has exactly `n` subscribers.
+    fn set_subscribers(&mut self, n: usize) -> anyhow::Result<()> {
+        while self.peers.len() > n {
+            if let Some(p) = self.peers.pop() {
+                p.quit()?;
+            }
+        }
+        let first_new = self.peers.len();
+        for i in first_new..n {
+            let spec = PeerSpec {
+                system: System::Shoal,
+                wait: self.run.wait,
+                name: &self.name,
+                index: i,
+                sink_only: true,
+                // Subscribers off the publisher's CPU (see `run`).
+                cpu: self.isolate.then(|| 1 + i % (self.run.cpus - 1)),
+            };
+            self.peers.push(Peer::spawn(&spec)?);
+        }
+        for p in &mut self.peers[first_new..] {
+            p.wait_ready()?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.tx.0.subscriber_count() != n {
+            if Instant::now() > deadline {
+                bail!(
+                    "the fan-out publisher has {} subscribers, expected {n} within 10 s: check shoal registration \
+                     (UDP port 14000 on loopback)",
+                    self.tx.0.subscriber_count()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Ok(())
+    }
+
+    /// One phase: `count` measured sends (after a warm-up) to the current subscribers.
+    fn phase(
+        &mut self,
+        out: &mut [u8],
+        gap: Duration,
+        count: u64,
+        acc: &mut Gathered,
+        empty: &mut Vec<(u64, u64)>,
+    ) -> anyhow::Result<()> {
+        let warmup = warmup_for(count);
+        for p in &mut self.peers {
+            p.command(PeerCommand::Sink { count: warmup + count })?;
+        }
+        let mut pacer = Pacer::new(1e9 / gap.as_nanos() as f64, 1);
+        for seq in 0..warmup {
+            pacer.wait_for(seq);
+            out[..HEADER_LEN].copy_from_slice(&header(seq, mono_ns()));
+            self.tx.send_copy(out)?;
+        }
+        let cpu0 = CpuTime::now();
+        let start = Instant::now();
+        for seq in warmup..warmup + count {
+            pacer.wait_for(seq);
+            out.fill(seq as u8);
+            out[..HEADER_LEN].copy_from_slice(&header(seq, mono_ns()));
+            // An empty bracket next to each send: the clock reads' own cost in the same conditions (under N spinning
+            // subscribers a thread-CPU clock read costs more than idle).
+            empty.push(bracket(|| ()));
+            let mut sent = Ok(());
+            acc.raw.push(bracket(|| sent = self.tx.send_copy(out)));
+            sent?;
+        }
+        acc.elapsed += start.elapsed();
+        let cpu = CpuTime::now().since(cpu0);
+        acc.cpu.user_us += cpu.user_us;
+        acc.cpu.sys_us += cpu.sys_us;
+        acc.warmup = warmup;
+        acc.expected += (warmup + count) * self.peers.len() as u64;
+        for p in &mut self.peers {
+            let r = p.report()?;
+            if let Some(l) = r.latency {
+                let (p50, p99) = acc.delivery.unwrap_or((0, 0));
+                acc.delivery = Some((p50.max(l.p50), p99.max(l.p99)));
+            }
+            acc.received += r.received;
+            acc.drops += r.drops;
+            acc.peer_cpu.user_us += r.cpu.user_us;
+            acc.peer_cpu.sys_us += r.cpu.sys_us;
+            acc.peer_rss_kb = acc.peer_rss_kb.max(r.peak_rss_kb);
+        }
+        Ok(())
+    }
+}
+
+/// Runs fan-out with 1 and with `n_max` subscribers for every size (see the module comment).
 pub(crate) fn run(
     run: &Run,
     node: &Node,
@@ -104,138 +236,69 @@ pub(crate) fn run(
     // So in spin mode (and with --pin) the publishing thread keeps CPU 0 and the subscribers share the others.
     let isolate = run.cpus > 1 && (run.wait == WaitMode::Spin || run.args.pin);
     let _pinned = if isolate && !run.args.pin { Some(pin_thread_for_scope(0)?) } else { None };
-    let sink_cpu = |i: usize| isolate.then(|| 1 + i % (run.cpus - 1));
     let overhead = ClockOverhead::calibrate();
-    let mut at_one: HashMap<usize, SendCost> = HashMap::new();
-    let rounds: Vec<usize> = if n_max == 1 { vec![1] } else { vec![1, n_max] };
-    let pace = |size| pacing_gap(n_max, size);
-    for n in rounds {
-        let name = name_of();
-        let (ping, _) = shoal_link::topics(&name);
-        let mut tx = shoal_link::publisher(node, &ping)?;
-        let mut peers = Vec::with_capacity(n);
-        for i in 0..n {
-            let spec = PeerSpec {
-                system: System::Shoal,
-                wait: run.wait,
-                name: &name,
-                index: i,
-                sink_only: true,
-                cpu: sink_cpu(i),
-            };
-            peers.push(Peer::spawn(&spec)?);
+    let name = name_of();
+    let (topic, _) = shoal_link::topics(&name);
+    let tx = shoal_link::publisher(node, &topic)?;
+    let mut bench = Bench { run, name, tx, peers: Vec::new(), isolate };
+    bench.set_subscribers(1)?;
+    let placement = if isolate {
+        format!("publishing thread on CPU 0, subscribers on CPUs 1-{}", run.cpus - 1)
+    } else {
+        "unpinned".to_string()
+    };
+    let plan = phase_plan(n_max);
+    rep.note(&format!(
+        "-- fan-out: shoal, wait={}, topic {topic}, phases of {} subscriber process(es) per size, {placement}; cost \
+         per send = the publishing thread's CPU time inside send() (excludes preemption; wall time alongside); \
+         latency columns = wall time inside send()",
+        run.wait,
+        plan.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    ));
+    for size in run.args.sizes_for(Mode::Fanout) {
+        let gap = pacing_gap(n_max, size);
+        let phases_per_count = plan.iter().filter(|n| **n == 1).count() as u64;
+        let per_phase = run.args.fanout_count_for(size).div_ceil(phases_per_count).max(1);
+        let mut one = Gathered::default();
+        let mut many = Gathered::default();
+        let mut empty = Vec::new();
+        let mut out = vec![0u8; size];
+        for &n in &plan {
+            bench.set_subscribers(n)?;
+            let acc = if n == 1 { &mut one } else { &mut many };
+            bench.phase(&mut out, gap, per_phase, acc, &mut empty)?;
         }
-        for p in &mut peers {
-            p.wait_ready()?;
-        }
-        shoal_link::wait_subscribers(&tx, n)?;
-        let placement = if isolate {
-            format!("publishing thread on CPU 0, subscribers on CPUs 1-{}", run.cpus - 1)
-        } else {
-            "unpinned".to_string()
-        };
-        rep.note(&format!(
-            "-- fan-out: shoal, wait={}, {n} subscriber process(es), topic {ping}, {placement}; cost per send = the \
-             publishing thread's CPU time inside send() (excludes preemption; wall time alongside); latency columns \
-             = wall time inside send()",
-            run.wait
-        ));
-        for size in run.args.sizes_for(Mode::Fanout) {
-            let (m, cost) = measure(run, &mut tx, &mut peers, size, pace(size), overhead, at_one.get(&size).copied())?;
-            if n == 1 {
-                at_one.insert(size, cost);
-            }
-            rep.report(m);
-        }
-        for p in peers {
-            p.quit()?;
+        let overhead = ClockOverhead::median_of(&mut empty).unwrap_or(overhead);
+        let first = report(run, rep, size, 1, gap, one, overhead, None);
+        if n_max > 1 {
+            report(run, rep, size, n_max, gap, many, overhead, Some(first));
         }
     }
-    Ok(())
+    bench.set_subscribers(0)
 }
 
-fn measure(
+/// Reports the sends of one subscriber count; with `vs_one`, their ratio to the one-subscriber cost. Returns the cost.
+#[allow(clippy::too_many_arguments)]
+fn report(
     run: &Run,
-    tx: &mut shoal_link::ShoalTx,
-    peers: &mut [Peer],
+    rep: &mut Reporter,
     size: usize,
+    n: usize,
     gap: Duration,
+    acc: Gathered,
     overhead: ClockOverhead,
-    at_one: Option<SendCost>,
-) -> anyhow::Result<(Measurement, SendCost)> {
-    let n = peers.len();
-    let count = run.args.fanout_count_for(size);
-    let warmup = warmup_for(count);
-    for p in peers.iter_mut() {
-        p.command(PeerCommand::Sink { count: warmup + count })?;
-    }
-    let mut pacer = Pacer::new(1e9 / gap.as_nanos() as f64, 1);
-    let mut out = vec![0u8; size];
-    for seq in 0..warmup {
-        pacer.wait_for(seq);
-        out[..HEADER_LEN].copy_from_slice(&header(seq, mono_ns()));
-        tx.send_copy(&out)?;
-    }
-    // Raw brackets around each send, and empty brackets next to them: the clock reads' own cost is taken in the
-    // same conditions as the sends (under N spinning subscribers a thread-CPU clock read costs more than idle).
-    let mut raw: Vec<(u64, u64)> = Vec::with_capacity(count as usize);
-    let mut empty: Vec<(u64, u64)> = Vec::with_capacity(count as usize);
-    let cpu0 = CpuTime::now();
-    let start = Instant::now();
-    for seq in warmup..warmup + count {
-        pacer.wait_for(seq);
-        out.fill(seq as u8);
-        out[..HEADER_LEN].copy_from_slice(&header(seq, mono_ns()));
-        empty.push(bracket(|| ()));
-        let mut sent = Ok(());
-        raw.push(bracket(|| sent = tx.send_copy(&out)));
-        sent?;
-    }
-    let elapsed = start.elapsed();
-    let cpu = CpuTime::now().since(cpu0);
-    let mut received = 0;
-    let mut drops = 0;
-    let mut peer_cpu = CpuTime::default();
-    let mut peer_rss = 0;
-    // Delivery latency (send to receive) of the slowest subscriber: p50 and p99.
-    let mut delivery: Option<(u64, u64)> = None;
-    for p in peers.iter_mut() {
-        let r = p.report()?;
-        if let Some(l) = r.latency {
-            let (p50, p99) = delivery.unwrap_or((0, 0));
-            delivery = Some((p50.max(l.p50), p99.max(l.p99)));
-        }
-        received += r.received;
-        drops += r.drops;
-        peer_cpu.user_us += r.cpu.user_us;
-        peer_cpu.sys_us += r.cpu.sys_us;
-        peer_rss = peer_rss.max(r.peak_rss_kb);
-    }
-    let overhead = ClockOverhead::median_of(&mut empty).unwrap_or(overhead);
-    let mut hist = new_histogram();
-    let mut cpu_hist = new_histogram();
-    let (mut cpu_sum, mut wall_sum) = (0u64, 0u64);
-    for (cpu, wall) in raw {
-        let cpu = cpu.saturating_sub(overhead.cpu_ns);
-        let wall = wall.saturating_sub(overhead.wall_ns);
-        cpu_sum += cpu;
-        wall_sum += wall;
-        let _ = hist.record(wall.max(1));
-        let _ = cpu_hist.record(cpu.max(1));
-    }
-    let cost = SendCost {
-        cpu_p50_ns: cpu_hist.value_at_quantile(0.5) as f64,
-        cpu_mean_ns: cpu_sum as f64 / count as f64,
-        wall_p50_ns: hist.value_at_quantile(0.5) as f64,
-        wall_mean_ns: wall_sum as f64 / count as f64,
-    };
+    vs_one: Option<SendCost>,
+) -> SendCost {
+    let (hist, cost) = summarize(&acc.raw, overhead);
+    let messages = acc.raw.len() as u64;
     let mut note = format!(
-        "cost per send: cpu p50 {} mean {} (wall p50 {} mean {}), paced every {}, after {warmup} warm-up sends",
+        "cost per send: cpu p50 {} mean {} (wall p50 {} mean {}), a send every {}, {} warm-up sends per phase",
         fmt_ns(cost.cpu_p50_ns as u64),
         fmt_ns(cost.cpu_mean_ns as u64),
         fmt_ns(cost.wall_p50_ns as u64),
         fmt_ns(cost.wall_mean_ns as u64),
-        fmt_ns(gap.as_nanos() as u64)
+        fmt_ns(gap.as_nanos() as u64),
+        acc.warmup
     );
     let mut extra = vec![
         ("send_cpu_ns", cost.cpu_p50_ns),
@@ -243,16 +306,16 @@ fn measure(
         ("send_wall_ns", cost.wall_p50_ns),
         ("send_wall_mean_ns", cost.wall_mean_ns),
         ("pacing_gap_ns", gap.as_nanos() as f64),
-        ("warmup_sends", warmup as f64),
+        ("warmup_sends", acc.warmup as f64),
         ("clock_overhead_cpu_ns", overhead.cpu_ns as f64),
         ("clock_overhead_wall_ns", overhead.wall_ns as f64),
     ];
-    if let Some((p50, p99)) = delivery {
+    if let Some((p50, p99)) = acc.delivery {
         note.push_str(&format!("; delivery p50 {} p99 {} (slowest subscriber)", fmt_ns(p50), fmt_ns(p99)));
         extra.push(("delivery_p50_ns", p50 as f64));
         extra.push(("delivery_p99_ns", p99 as f64));
     }
-    if let (Some(one), true) = (at_one, n > 1) {
+    if let Some(one) = vs_one {
         let rc = cost.cpu_p50_ns / one.cpu_p50_ns;
         let rm = cost.cpu_mean_ns / one.cpu_mean_ns;
         let rw = cost.wall_p50_ns / one.wall_p50_ns;
@@ -261,36 +324,68 @@ fn measure(
         extra.push(("send_cpu_mean_ratio_vs_1", rm));
         extra.push(("send_wall_ratio_vs_1", rw));
     }
-    let lost = ((warmup + count) * n as u64).saturating_sub(received);
+    let lost = acc.expected.saturating_sub(acc.received);
     if lost > 0 {
         note.push_str(&format!(
-            "; subscribers did not keep up ({lost} lost): fewer spinning processes than cores, --wait block, or --count"
+            "; subscribers did not keep up ({lost} lost): fewer spinning processes than cores, --wait block, or \
+             --count"
         ));
     }
-    let m = Measurement {
+    rep.report(Measurement {
         system: System::Shoal,
         wait: run.wait,
         mode: Mode::Fanout,
         size,
         subscribers: n,
         latency: super::report::Latency::from_histogram(&hist),
-        msgs_per_s: count as f64 / elapsed.as_secs_f64(),
-        messages: count,
+        msgs_per_s: messages as f64 / acc.elapsed.as_secs_f64().max(1e-9),
+        messages,
         lost: Some(lost),
-        drops: Some(drops),
-        cpu,
-        peer_cpu,
+        drops: Some(acc.drops),
+        cpu: acc.cpu,
+        peer_cpu: acc.peer_cpu,
         peak_rss_kb: peak_rss_kb(),
-        peer_peak_rss_kb: peer_rss,
+        peer_peak_rss_kb: acc.peer_rss_kb,
         note: Some(note),
         extra,
+    });
+    cost
+}
+
+/// The wall-time histogram and the cost of a group of sends, clock overhead removed.
+fn summarize(raw: &[(u64, u64)], overhead: ClockOverhead) -> (Histogram<u64>, SendCost) {
+    let mut hist = new_histogram();
+    let mut cpu_hist = new_histogram();
+    let (mut cpu_sum, mut wall_sum) = (0u64, 0u64);
+    for &(cpu, wall) in raw {
+        let cpu = cpu.saturating_sub(overhead.cpu_ns);
+        let wall = wall.saturating_sub(overhead.wall_ns);
+        cpu_sum += cpu;
+        wall_sum += wall;
+        let _ = hist.record(wall.max(1));
+        let _ = cpu_hist.record(cpu.max(1));
+    }
+    let n = raw.len().max(1) as f64;
+    let cost = SendCost {
+        cpu_p50_ns: cpu_hist.value_at_quantile(0.5) as f64,
+        cpu_mean_ns: cpu_sum as f64 / n,
+        wall_p50_ns: hist.value_at_quantile(0.5) as f64,
+        wall_mean_ns: wall_sum as f64 / n,
     };
-    Ok((m, cost))
+    (hist, cost)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn phases_alternate_abba_with_as_many_of_each_count() {
+        let p = phase_plan(4);
+        assert_eq!(p, vec![1, 4, 4, 1, 1, 4, 4, 1]);
+        assert_eq!(p.iter().filter(|n| **n == 1).count(), p.iter().filter(|n| **n == 4).count());
+        assert_eq!(phase_plan(1), vec![1]);
+    }
 
     #[test]
     fn pacing_grows_with_subscribers_and_size() {
