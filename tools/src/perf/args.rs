@@ -17,8 +17,8 @@ Throughput runs twice per size: unpaced (as fast as the sender can; shoal's ring
 an overrun reader loses messages) and paced at --rate (default: half the baseline's unpaced
 msg/s of that size and wait mode), where nothing may be lost.
 Fan-out's cost per send is the publishing thread's CPU time inside send() (preemption
-excluded; median over the sends, mean and wall time alongside), one publisher in phases of
-1, N, N, 1, 1, N, N, 1 subscriber processes at one pace.
+excluded; median of 8 phases' medians per count, mean and wall time alongside), one publisher in
+phases of 1, N, N, 1, ... subscriber processes at one pace.
 In spin mode the publishing thread keeps CPU 0 and the spinning subscribers share the others.
 A final \"targets\" section evaluates the foundation targets T1-T6 from what ran; --targets runs
 exactly what they need, with the baseline, both waits: ping-pong and fan-out (1 vs 4) at 64,1k,

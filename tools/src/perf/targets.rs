@@ -209,7 +209,8 @@ fn t5(ms: &[Measurement], wait: WaitMode) -> Option<Target> {
         .filter_map(|m| Some((m.size, extra(m, "send_cpu_ratio_vs_1")?)))
         .collect();
     let n = ms.iter().filter(|m| m.mode == Mode::Fanout && m.wait == wait).map(|m| m.subscribers).max()?;
-    let mut t = over_sizes(("T5", Some(wait), "fan-out cpu/send p50 N=4 vs N=1"), 1.2, Cmp::AtMost, &points)?;
+    let mut t =
+        over_sizes(("T5", Some(wait), "fan-out cpu/send N=4 vs N=1, phase medians"), 1.2, Cmp::AtMost, &points)?;
     if n != TARGET_SUBSCRIBERS {
         t.complete = false;
         t.detail.push_str(&format!("; ran with {n} subscribers, the target names {TARGET_SUBSCRIBERS}"));
