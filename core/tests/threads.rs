@@ -1,4 +1,5 @@
-//! A process with 100 topics runs at most 3 threads that shoal started (the I/O thread, the doorbell thread).
+//! A process with 100 topics runs at most 3 threads that shoal started (the I/O thread, the doorbell thread, and the
+//! waker thread once a publisher serves two or more subscriber processes).
 
 use std::time::Duration;
 
