@@ -8,7 +8,7 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use support::{PEER, Proc, assert_clean_summary, topic, write_ini};
+use support::{PEER, Proc, finish_transfer, topic, write_ini};
 
 /// An `ecal.ini` that leaves UDP as the only transport between two shoal processes.
 fn udp_only_ini() -> String {
@@ -25,7 +25,7 @@ fn transfer(name: &str, count: u64, size: usize, rate: u32) {
     let (count_s, size_s, rate_s) = (count.to_string(), size.to_string(), rate.to_string());
     let mut sub_cmd = Command::new(PEER);
     sub_cmd.env("ECAL_INI", &ini).args(["sub", "--topic", &t, "--count", &count_s, "--idle-ms", "8000"]);
-    let mut sub = Proc::spawn("shoal sub", sub_cmd);
+    let sub = Proc::spawn("shoal sub", sub_cmd);
     sub.expect("ready", Duration::from_secs(10));
     let mut pub_cmd = Command::new(PEER);
     pub_cmd.env("ECAL_INI", &ini).args([
@@ -41,14 +41,8 @@ fn transfer(name: &str, count: u64, size: usize, rate: u32) {
         "--wait-subs",
         "1",
     ]);
-    let mut publ = Proc::spawn("shoal pub", pub_cmd);
-    let done = publ.expect("done", Duration::from_secs(25));
-    assert_eq!(done["sent"], count);
-    let summary = sub.expect("summary", Duration::from_secs(15));
-    eprintln!("{name}: publisher {done}\n{name}: subscriber {summary}");
-    assert_clean_summary(&summary, count);
-    sub.wait_success(Duration::from_secs(5));
-    publ.wait_success(Duration::from_secs(5));
+    let publ = Proc::spawn("shoal pub", pub_cmd);
+    finish_transfer(name, publ, sub, count);
 }
 
 #[test]

@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{NetnsPair, PEER, Proc, assert_clean_summary, ecal_python, is_root, script, topic, write_ini};
+use support::{NetnsPair, PEER, Proc, ecal_python, finish_transfer, is_root, script, topic, write_ini};
 
 fn root_or_skip(test: &str) -> bool {
     let root = is_root();
@@ -54,7 +54,7 @@ fn shoal_transfer(
     let mut sub_cmd =
         net.command(to, hosts[to], PEER, &["sub", "--topic", &t, "--count", &count_s, "--idle-ms", "8000"]);
     sub_cmd.env("ECAL_INI", inis[to]);
-    let mut sub = Proc::spawn("shoal sub", sub_cmd);
+    let sub = Proc::spawn("shoal sub", sub_cmd);
     sub.expect("ready", Duration::from_secs(10));
     let mut pub_cmd = net.command(
         from,
@@ -63,14 +63,8 @@ fn shoal_transfer(
         &["pub", "--topic", &t, "--count", &count_s, "--size", &size_s, "--rate", &rate_s, "--wait-subs", "1"],
     );
     pub_cmd.env("ECAL_INI", inis[from]);
-    let mut publ = Proc::spawn("shoal pub", pub_cmd);
-    let done = publ.expect("done", Duration::from_secs(20));
-    assert_eq!(done["sent"], count);
-    let summary = sub.expect("summary", Duration::from_secs(15));
-    eprintln!("{name}: publisher {done}\n{name}: subscriber {summary}");
-    assert_clean_summary(&summary, count);
-    sub.wait_success(Duration::from_secs(5));
-    publ.wait_success(Duration::from_secs(5));
+    let publ = Proc::spawn("shoal pub", pub_cmd);
+    finish_transfer(name, publ, sub, count);
 }
 
 #[test]
@@ -103,7 +97,7 @@ fn ecal_pub_in_one_namespace_to_shoal_sub_in_the_other() {
     let mut sub_cmd =
         net.command(1, "shoal-b", PEER, &["sub", "--topic", &t, "--count", &count.to_string(), "--idle-ms", "10000"]);
     sub_cmd.env("ECAL_INI", &ini_b);
-    let mut sub = Proc::spawn("shoal sub", sub_cmd);
+    let sub = Proc::spawn("shoal sub", sub_cmd);
     sub.expect("ready", Duration::from_secs(10));
     let pub_py = script("pub.py");
     let mut pub_cmd = net.command(
@@ -113,16 +107,10 @@ fn ecal_pub_in_one_namespace_to_shoal_sub_in_the_other() {
         &[&pub_py, "--topic", &t, "--count", &count.to_string(), "--size", "300", "--rate", "100", "--wait-subs", "1"],
     );
     pub_cmd.current_dir(ecal_network_dir());
-    let mut publ = Proc::spawn("eCAL pub", pub_cmd);
+    let publ = Proc::spawn("eCAL pub", pub_cmd);
     let ready = publ.expect("ready", Duration::from_secs(15));
     assert_eq!(ready["host_name"], "ecal-a");
-    let done = publ.expect("done", Duration::from_secs(20));
-    assert_eq!(done["sent"], count, "{done}");
-    let summary = sub.expect("summary", Duration::from_secs(15));
-    eprintln!("net_e2s: eCAL publisher {done}\nnet_e2s: shoal subscriber {summary}");
-    assert_clean_summary(&summary, count);
-    sub.wait_success(Duration::from_secs(5));
-    publ.wait_success(Duration::from_secs(10));
+    finish_transfer("net_e2s", publ, sub, count);
 }
 
 #[test]

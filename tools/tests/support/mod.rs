@@ -154,6 +154,18 @@ pub(crate) fn assert_clean_summary(summary: &Value, count: u64) {
     assert_eq!(summary["timed_out"], false, "{summary}");
 }
 
+/// Waits for the publisher peer's `done` (all `count` messages sent) and the `shoal-peer sub`'s clean summary
+/// (`assert_clean_summary`), prints both under `name`, then waits for both processes to exit successfully.
+pub(crate) fn finish_transfer(name: &str, mut publ: Proc, mut sub: Proc, count: u64) {
+    let done = publ.expect("done", Duration::from_secs(25));
+    assert_eq!(done["sent"], count, "the publisher sent everything: {done}");
+    let summary = sub.expect("summary", Duration::from_secs(15));
+    eprintln!("{name}: publisher {done}\n{name}: subscriber {summary}");
+    assert_clean_summary(&summary, count);
+    sub.wait_success(Duration::from_secs(5));
+    publ.wait_success(Duration::from_secs(10));
+}
+
 fn run(args: &[&str]) -> Result<(), String> {
     let out = Command::new(args[0]).args(&args[1..]).output().map_err(|e| format!("{args:?}: {e}"))?;
     if out.status.success() {
