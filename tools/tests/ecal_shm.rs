@@ -227,65 +227,48 @@ fn receive_all(sub: &shoal::Subscriber, want: &[usize]) {
     assert_eq!(sub.drops(), 0);
 }
 
-#[test]
-fn ecal_publisher_to_shoal_subscriber_growing_sizes() {
+/// An eCAL publisher (`shm_pub.py`, `sizes` as (bytes, count) runs, plus `args`) to a shoal subscriber over eCAL's
+/// memfiles: every message arrives intact, and the memfiles it used (returned) are gone after both sides close.
+fn ecal_publisher_to_shoal(name: &str, spec: &[(usize, usize)], args: &[&str]) -> BTreeSet<String> {
     let _g = serial();
     let node = node();
-    let t = topic("e2s_grow");
+    let t = topic(name);
     let sub = node.subscriber(&t).expect("subscriber");
-    let want = sizes(&[(1024, 15), (64 * 1024, 15), (1024 * 1024, 10)]);
+    let want = sizes(spec);
     let watch = MemfileWatch::start(std::process::id());
-    let spec = "1024x15,65536x15,1048576x10";
-    let mut publ = Py::spawn("shm_pub.py", &["--topic", &t, "--sizes", spec, "--rate", "40", "--settle-ms", "1500"]);
+    let spec = spec.iter().map(|(size, n)| format!("{size}x{n}")).collect::<Vec<_>>().join(",");
+    let mut all = vec!["--topic", &t, "--sizes", &spec];
+    all.extend_from_slice(args);
+    let mut publ = Py::spawn("shm_pub.py", &all);
     publ.expect("ready", Duration::from_secs(20));
     publ.expect("matched", Duration::from_secs(20));
     receive_all(&sub, &want);
-    let done = publ.expect("done", Duration::from_secs(20));
-    assert_eq!(done["sent"], want.len());
+    assert_eq!(publ.expect("done", Duration::from_secs(20))["sent"], want.len());
     drop(sub);
     publ.wait_success(Duration::from_secs(20));
     let names = watch.finish();
-    assert!(names.len() >= 3, "1 KiB, 64 KiB and 1 MiB need three memfiles, saw {names:?}");
     MemfileWatch::assert_gone(std::process::id(), &names);
+    names
+}
+
+#[test]
+fn ecal_publisher_to_shoal_subscriber_growing_sizes() {
+    let spec = [(1024, 15), (64 * 1024, 15), (1024 * 1024, 10)];
+    let names = ecal_publisher_to_shoal("e2s_grow", &spec, &["--rate", "40", "--settle-ms", "1500"]);
+    assert!(names.len() >= 3, "1 KiB, 64 KiB and 1 MiB need three memfiles, saw {names:?}");
 }
 
 #[test]
 fn ecal_publisher_multi_buffer_with_acknowledge() {
-    let _g = serial();
-    let node = node();
-    let t = topic("e2s_multi");
-    let sub = node.subscriber(&t).expect("subscriber");
-    let want = sizes(&[(2000, 30)]);
-    let watch = MemfileWatch::start(std::process::id());
-    let args = ["--topic", &t, "--sizes", "2000x30", "--rate", "100", "--buffers", "3", "--ack-ms", "2000"];
-    let mut publ = Py::spawn("shm_pub.py", &args);
-    publ.expect("matched", Duration::from_secs(20));
-    receive_all(&sub, &want);
-    assert_eq!(publ.expect("done", Duration::from_secs(20))["sent"], want.len());
-    drop(sub);
-    publ.wait_success(Duration::from_secs(20));
-    let names = watch.finish();
+    let args = ["--rate", "100", "--buffers", "3", "--ack-ms", "2000"];
+    let names = ecal_publisher_to_shoal("e2s_multi", &[(2000, 30)], &args);
     assert_eq!(names.len(), 3, "three buffers: {names:?}");
-    MemfileWatch::assert_gone(std::process::id(), &names);
 }
 
 #[test]
 fn ecal_publisher_zero_copy_mode() {
-    let _g = serial();
-    let node = node();
-    let t = topic("e2s_zero_copy");
-    let sub = node.subscriber(&t).expect("subscriber");
-    let want = sizes(&[(3000, 20)]);
-    let watch = MemfileWatch::start(std::process::id());
-    let mut publ = Py::spawn("shm_pub.py", &["--topic", &t, "--sizes", "3000x20", "--rate", "50", "--zero-copy"]);
-    publ.expect("matched", Duration::from_secs(20));
-    receive_all(&sub, &want);
-    assert_eq!(publ.expect("done", Duration::from_secs(20))["sent"], want.len());
-    drop(sub);
-    publ.wait_success(Duration::from_secs(20));
-    let names = watch.finish();
+    let names = ecal_publisher_to_shoal("e2s_zero_copy", &[(3000, 20)], &["--rate", "50", "--zero-copy"]);
     assert_eq!(names.len(), 1, "{names:?}");
-    MemfileWatch::assert_gone(std::process::id(), &names);
 }
 
 #[test]
