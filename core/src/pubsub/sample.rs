@@ -62,6 +62,18 @@ impl Sample {
         &self.topic
     }
 
+    /// A borrowed view of this sample, as `recv_with` closures get it.
+    pub(crate) fn view(&self) -> SampleRef<'_> {
+        SampleRef {
+            payload: self.payload(),
+            send_time_us: self.send_time_us,
+            clock: self.clock,
+            publisher_id: self.publisher_id,
+            type_info: &self.type_info,
+            topic: &self.topic,
+        }
+    }
+
     /// Takes the payload out as a `Vec` (copies only when it is shared).
     pub fn into_payload(self) -> Vec<u8> {
         match self.payload {

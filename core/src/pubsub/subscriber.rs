@@ -278,14 +278,7 @@ impl SubShared {
                 s
             };
             if let Some(s) = s {
-                let r = f(SampleRef {
-                    payload: s.payload(),
-                    send_time_us: s.send_time_us,
-                    clock: s.clock,
-                    publisher_id: s.publisher_id,
-                    type_info: &s.type_info,
-                    topic: &s.topic,
-                });
+                let r = f(s.view());
                 self.delivered(s.clock);
                 return Some(r);
             }

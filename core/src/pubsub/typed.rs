@@ -245,18 +245,6 @@ fn type_name(t: &'static TypeInfo) -> &'static str {
     t.name.as_str()
 }
 
-/// A view of an owned sample.
-fn sample_ref(s: &Sample) -> SampleRef<'_> {
-    SampleRef {
-        payload: s.payload(),
-        send_time_us: s.send_time_us,
-        clock: s.clock,
-        publisher_id: s.publisher_id,
-        type_info: &s.type_info,
-        topic: &s.topic,
-    }
-}
-
 fn decode_sample<M: Message>(check: &TypeCheck, s: SampleRef<'_>) -> Result<Received<M>, TypedRecvError> {
     check.check(s.publisher_id, s.type_info)?;
     match M::decode(s.payload) {
@@ -298,7 +286,7 @@ impl<M: Message> TypedSubscriber<M> {
         let check = Arc::new(TypeCheck { expected: M::type_info(), topic: Arc::from(topic), seen: Mutex::default() });
         let decode_errors = Arc::new(AtomicU64::new(0));
         let (c, errors) = (Arc::clone(&check), Arc::clone(&decode_errors));
-        let raw = move |s: &Sample| match decode_sample::<M>(&c, sample_ref(s)) {
+        let raw = move |s: &Sample| match decode_sample::<M>(&c, s.view()) {
             Ok(r) => callback(r.msg, &r.meta),
             Err(TypedRecvError::TypeMismatch { .. }) => {
                 errors.fetch_add(1, Ordering::Relaxed);
@@ -325,7 +313,7 @@ impl<M: Message> TypedSubscriber<M> {
     /// The next message if one is there, decoded, without waiting.
     pub fn try_recv(&self) -> Result<Option<Received<M>>, TypedRecvError> {
         let Some(s) = self.sub.try_recv()? else { return Ok(None) };
-        decode_sample::<M>(&self.check, sample_ref(&s)).map(Some)
+        decode_sample::<M>(&self.check, s.view()).map(Some)
     }
 
     /// Waits (up to `timeout`, or forever with `None`) for the next message and runs `f` on a borrowed view of it:
