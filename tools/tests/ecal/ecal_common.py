@@ -73,6 +73,30 @@ def initialize(ecal_core, unit_name, components):
     return cfg
 
 
+def start(unit_name, components):
+    """What every peer does first: JSON lines on stdout, a stop flag for SIGTERM/SIGINT, eCAL imported and
+    initialized. Returns (ecal_core, stop)."""
+    json_stdout()
+    stop = StopFlag()
+    ecal_core = import_ecal()
+    initialize(ecal_core, unit_name, components)
+    return ecal_core, stop
+
+
+def wait_until_enough(enough, stop, lock, state, timeout_ms, idle_ms):
+    """Waits until the event `enough` is set or `stop` is; returns True if it gave up first: `timeout_ms` since the
+    call, or `idle_ms` since `state["last"]` (the monotonic time of the last message, read under `lock`)."""
+    start = time.monotonic()
+    while not enough.is_set() and not stop.is_set():
+        now = time.monotonic()
+        with lock:
+            last = state["last"]
+        if now - start >= timeout_ms / 1000.0 or (last is not None and now - last >= idle_ms / 1000.0):
+            return True
+        enough.wait(0.02)
+    return False
+
+
 class StopFlag:
     """Set by SIGTERM / SIGINT so that scripts can finalize eCAL and exit cleanly."""
 

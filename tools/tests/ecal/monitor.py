@@ -82,10 +82,7 @@ def main():
     if args.seconds <= 0 or args.interval_ms <= 0:
         ec.fail("--seconds and --interval-ms must be positive", code=2)
 
-    ec.json_stdout()
-    stop = ec.StopFlag()
-    ecal_core = ec.import_ecal()
-    ec.initialize(ecal_core, args.unit, ec.DEFAULT | ec.MONITORING)
+    ecal_core, stop = ec.start(args.unit, ec.DEFAULT | ec.MONITORING)
     emit_count = 0
     try:
         ec.emit({"event": "ready", "pid": os.getpid(), "ecal_version": ecal_core.get_version_string(),

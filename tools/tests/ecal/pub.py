@@ -48,10 +48,7 @@ def main():
     descriptor = ec.descriptor_arg(args.descriptor_hex, args.descriptor_file)
     flags = ec.layer_flags(args.layer)
 
-    ec.json_stdout()
-    stop = ec.StopFlag()
-    ecal_core = ec.import_ecal()
-    ec.initialize(ecal_core, args.unit, ec.DEFAULT)
+    ecal_core, stop = ec.start(args.unit, ec.DEFAULT)
     try:
         pcfg = ecal_core.get_publisher_configuration()
         if flags is not None:

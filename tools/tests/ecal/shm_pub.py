@@ -36,10 +36,7 @@ def main():
     args = ap.parse_args()
     sizes = sc.parse_sizes(args.sizes)
 
-    ec.json_stdout()
-    stop = ec.StopFlag()
-    ecal_core = ec.import_ecal()
-    ec.initialize(ecal_core, "shoal_shm_pub", ec.DEFAULT)
+    ecal_core, stop = ec.start("shoal_shm_pub", ec.DEFAULT)
     try:
         pcfg = ecal_core.get_publisher_configuration()
         pcfg.layer.udp.enable, pcfg.layer.shm.enable, pcfg.layer.tcp.enable = False, True, False

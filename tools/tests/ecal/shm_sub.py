@@ -27,10 +27,7 @@ def main():
     ap.add_argument("--idle-ms", type=int, default=5000)
     args = ap.parse_args()
 
-    ec.json_stdout()
-    stop = ec.StopFlag()
-    ecal_core = ec.import_ecal()
-    ec.initialize(ecal_core, "shoal_shm_sub", ec.DEFAULT)
+    ecal_core, stop = ec.start("shoal_shm_sub", ec.DEFAULT)
     lock = threading.Lock()
     state = {"received": 0, "intact": 0, "last": None}
     enough = threading.Event()
@@ -52,16 +49,7 @@ def main():
         sub = ecal_core.Subscriber(args.topic, ecal_core.DataTypeInformation("", "", b""), scfg)
         sub.set_receive_callback(on_message)
         ec.emit({"event": "ready", "pid": os.getpid()})
-        start = time.monotonic()
-        timed_out = False
-        while not enough.is_set() and not stop.is_set():
-            now = time.monotonic()
-            with lock:
-                last = state["last"]
-            if now - start >= args.timeout_ms / 1000.0 or (last is not None and now - last >= args.idle_ms / 1000.0):
-                timed_out = True
-                break
-            enough.wait(0.02)
+        timed_out = ec.wait_until_enough(enough, stop, lock, state, args.timeout_ms, args.idle_ms)
         sub.remove_receive_callback()
         with lock:
             ec.emit({"event": "summary", "received": state["received"], "intact": state["intact"],

@@ -48,10 +48,7 @@ def main():
     descriptor = ec.descriptor_arg(args.descriptor_hex, args.descriptor_file)
     flags = ec.layer_flags(args.layer)
 
-    ec.json_stdout()
-    stop = ec.StopFlag()
-    ecal_core = ec.import_ecal()
-    ec.initialize(ecal_core, args.unit, ec.DEFAULT)
+    ecal_core, stop = ec.start(args.unit, ec.DEFAULT)
     lock = threading.Lock()
     state = {"received": 0, "intact": 0, "bytes": 0, "last": None, "publishers": set()}
     enough = threading.Event()
@@ -98,15 +95,8 @@ def main():
             "datatype": ec.datatype_dict(sub.get_data_type_information()),
         })
         start = time.monotonic()
-        timed_out = False
-        while not enough.is_set() and not stop.is_set():
-            now = time.monotonic()
-            with lock:
-                last = state["last"]
-            if now - start >= args.timeout_ms / 1000.0 or (last is not None and now - last >= args.idle_ms / 1000.0):
-                timed_out = args.count > 0
-                break
-            enough.wait(0.02)
+        gave_up = ec.wait_until_enough(enough, stop, lock, state, args.timeout_ms, args.idle_ms)
+        timed_out = gave_up and args.count > 0
         sub.remove_receive_callback()
         with lock:
             ec.emit({
