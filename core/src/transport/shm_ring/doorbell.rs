@@ -167,6 +167,56 @@ fn futex_wake_all(word: &AtomicU32, scope: Scope) {
     }
 }
 
+/// The two words of the doorbell protocol (module comment), wherever they live.
+#[derive(Clone, Copy)]
+struct Words<'a> {
+    seq: &'a AtomicU32,
+    waiters: &'a AtomicU32,
+    scope: Scope,
+}
+
+impl Words<'_> {
+    /// Registers a waiter; returns the `seq` to wait on.
+    fn register(self) -> u32 {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        // StoreLoad: the registration is visible before the condition is re-checked.
+        fence(Ordering::SeqCst);
+        self.seq.load(Ordering::SeqCst)
+    }
+
+    fn deregister(self) {
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn has_waiters(self) -> bool {
+        self.waiters.load(Ordering::SeqCst) != 0
+    }
+
+    fn wake(self) {
+        self.seq.fetch_add(1, Ordering::SeqCst);
+        futex_wake_all(self.seq, self.scope);
+    }
+
+    /// After publishing: fence, and wake if anybody waits. Returns whether a wake was issued.
+    fn ring(self) -> bool {
+        fence(Ordering::SeqCst);
+        if !self.has_waiters() {
+            return false;
+        }
+        self.wake();
+        true
+    }
+
+    fn wait(self, observed: u32, timeout: Option<Duration>) -> Result<WakeReason, DoorbellWaitError> {
+        futex_wait(self.seq, self.scope, observed, timeout)
+    }
+}
+
+fn shared_words(map: &[u8]) -> Words<'_> {
+    let h = header(map);
+    Words { seq: &h.seq.0, waiters: &h.waiters.0, scope: Scope::Shared }
+}
+
 /// The waiting side: owned by the subscribing process, unlinked on drop.
 #[derive(Debug)]
 pub struct Doorbell {
@@ -212,18 +262,13 @@ impl Doorbell {
     /// After this, re-check the readers; if they are still empty, call
     /// [`WaiterRegistration::wait`].
     pub fn register_waiter(&self) -> WaiterRegistration<'_> {
-        let h = self.header();
-        h.waiters.0.fetch_add(1, Ordering::SeqCst);
-        // StoreLoad: the registration is visible before the readers are re-checked.
-        fence(Ordering::SeqCst);
-        let observed = h.seq.0.load(Ordering::SeqCst);
-        WaiterRegistration { bell: self, observed }
+        WaiterRegistration { bell: self, observed: shared_words(&self.map).register() }
     }
 
     /// Sleeps while `seq == observed_seq` (one `FUTEX_WAIT`). The caller must be registered
     /// (see [`register_waiter`](Self::register_waiter)), or ringers will not wake it.
     pub fn wait(&self, observed_seq: u32, timeout: Option<Duration>) -> Result<WakeReason, DoorbellWaitError> {
-        futex_wait(&self.header().seq.0, Scope::Shared, observed_seq, timeout)
+        shared_words(&self.map).wait(observed_seq, timeout)
     }
 
     /// Waits until `ready()` is true or `deadline` passes; returns `ready()`'s last value.
@@ -282,7 +327,7 @@ impl WaiterRegistration<'_> {
 
 impl Drop for WaiterRegistration<'_> {
     fn drop(&mut self) {
-        self.bell.header().waiters.0.fetch_sub(1, Ordering::SeqCst);
+        shared_words(&self.bell.map).deregister();
     }
 }
 
@@ -343,38 +388,19 @@ impl DoorbellRemote {
     /// this is one fence and one load (no syscall). Returns whether a wake was issued.
     #[inline]
     pub fn ring(&self) -> bool {
-        fence(Ordering::SeqCst);
-        self.ring_after_fence()
-    }
-
-    /// Rings several doorbells with a single fence; returns how many issued a wake.
-    pub fn ring_all<'a>(bells: impl IntoIterator<Item = &'a DoorbellRemote>) -> usize {
-        fence(Ordering::SeqCst);
-        bells.into_iter().filter(|b| b.ring_after_fence()).count()
-    }
-
-    /// Like [`ring`](Self::ring), for a caller that has already issued `fence(SeqCst)` after publishing.
-    #[inline]
-    pub fn ring_after_fence(&self) -> bool {
-        if !self.has_waiters() {
-            return false;
-        }
-        self.wake();
-        true
+        shared_words(&self.map).ring()
     }
 
     /// Whether a thread of the owning process is registered as (about to be) sleeping. Call after publishing and
     /// `fence(SeqCst)`; if true, the doorbell must be rung ([`wake`](Self::wake) or [`hand_over`](Self::hand_over)).
     #[inline]
     pub fn has_waiters(&self) -> bool {
-        header(&self.map).waiters.0.load(Ordering::SeqCst) != 0
+        shared_words(&self.map).has_waiters()
     }
 
     /// Wakes the owning process's sleeping threads (one syscall), without checking for waiters first.
     pub fn wake(&self) {
-        let h = header(&self.map);
-        h.seq.0.fetch_add(1, Ordering::SeqCst);
-        futex_wake_all(&h.seq.0, Scope::Shared);
+        shared_words(&self.map).wake();
     }
 
     /// Marks this doorbell to be rung by another thread of this process, which must then be told (the waker
@@ -416,21 +442,16 @@ impl LocalBell {
     /// Marks the calling thread as a waiter until the guard is dropped. After this, re-check the condition; if it
     /// is still false, call [`LocalWaiter::wait`].
     pub fn register_waiter(&self) -> LocalWaiter<'_> {
-        self.waiters.fetch_add(1, Ordering::SeqCst);
-        // StoreLoad: the registration is visible before the condition is re-checked.
-        fence(Ordering::SeqCst);
-        LocalWaiter { bell: self, observed: self.seq.load(Ordering::SeqCst) }
+        LocalWaiter { bell: self, observed: self.words().register() }
+    }
+
+    fn words(&self) -> Words<'_> {
+        Words { seq: &self.seq, waiters: &self.waiters, scope: Scope::Private }
     }
 
     /// Call after making the condition true: wakes the waiters, if any. Returns whether a wake was issued.
     pub fn ring(&self) -> bool {
-        fence(Ordering::SeqCst);
-        if self.waiters.load(Ordering::SeqCst) == 0 {
-            return false;
-        }
-        self.seq.fetch_add(1, Ordering::SeqCst);
-        futex_wake_all(&self.seq, Scope::Private);
-        true
+        self.words().ring()
     }
 }
 
@@ -444,12 +465,12 @@ pub struct LocalWaiter<'a> {
 impl LocalWaiter<'_> {
     /// Sleeps until rung (after registration), the timeout, or a signal.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<WakeReason, DoorbellWaitError> {
-        futex_wait(&self.bell.seq, Scope::Private, self.observed, timeout)
+        self.bell.words().wait(self.observed, timeout)
     }
 }
 
 impl Drop for LocalWaiter<'_> {
     fn drop(&mut self) {
-        self.bell.waiters.fetch_sub(1, Ordering::SeqCst);
+        self.bell.words().deregister();
     }
 }
