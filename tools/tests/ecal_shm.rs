@@ -8,16 +8,16 @@
 //! `scripts/ecal-venv` (run on first use). Tests run one at a time (they share this process's pid, which names
 //! the subscriber events), with topic names containing the pid.
 
+mod support;
+
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, channel};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use support::{Proc, ecal_python, script};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -25,93 +25,11 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn ecal_python() -> &'static Path {
-    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let r = PYTHON.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo root").to_path_buf();
-        let script = root.join("scripts/ecal-venv");
-        let out = Command::new("bash")
-            .arg(&script)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!("{} failed: {}", script.display(), String::from_utf8_lossy(&out.stderr)));
-        }
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let python = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
-        if python.is_file() { Ok(python) } else { Err(format!("no python path printed: {stdout}")) }
-    });
-    match r {
-        Ok(p) => p,
-        Err(e) => panic!("the eCAL 6.1.1 Python environment is not available: {e}"),
-    }
-}
-
-/// An eCAL peer script printing JSON lines; killed on drop.
-struct Py {
-    child: Child,
-    lines: Receiver<Value>,
-}
-
-impl Py {
-    fn spawn(script: &str, args: &[&str]) -> Py {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ecal").join(script);
-        let mut child = Command::new(ecal_python())
-            .arg(&path)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn the eCAL peer");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(&line)
-                    && tx.send(v).is_err()
-                {
-                    break;
-                }
-            }
-        });
-        Py { child, lines }
-    }
-
-    fn expect(&self, event: &str, timeout: Duration) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(v) if v["event"] == event => return v,
-                Ok(v) if v["event"] == "error" => panic!("eCAL peer failed: {v}"),
-                Ok(_) => continue,
-                Err(_) => panic!("eCAL peer {} sent no {event:?} line within {timeout:?}", self.child.id()),
-            }
-        }
-    }
-
-    fn wait_success(&mut self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                assert!(status.success(), "eCAL peer exited with {status}");
-                return;
-            }
-            assert!(Instant::now() < deadline, "eCAL peer did not exit within {timeout:?}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Py {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// An eCAL peer script of `tools/tests/ecal/` (run by the venv's python), printing JSON lines.
+fn py(name: &str, args: &[&str]) -> Proc {
+    let mut cmd = Command::new(ecal_python());
+    cmd.arg(script(name)).args(args).stdin(Stdio::null());
+    Proc::spawn(&format!("eCAL peer {name}"), cmd)
 }
 
 fn node() -> shoal::Node {
@@ -239,7 +157,7 @@ fn ecal_publisher_to_shoal(name: &str, spec: &[(usize, usize)], args: &[&str]) -
     let spec = spec.iter().map(|(size, n)| format!("{size}x{n}")).collect::<Vec<_>>().join(",");
     let mut all = vec!["--topic", &t, "--sizes", &spec];
     all.extend_from_slice(args);
-    let mut publ = Py::spawn("shm_pub.py", &all);
+    let mut publ = py("shm_pub.py", &all);
     publ.expect("ready", Duration::from_secs(20));
     publ.expect("matched", Duration::from_secs(20));
     receive_all(&sub, &want);
@@ -279,7 +197,7 @@ fn shoal_publisher_to_ecal_subscriber_growing_sizes() {
     let mut publ = node.publisher(&t, shoal::TypeInfo::raw("shoal.test.Shm")).expect("publisher");
     let want = sizes(&[(1024, 15), (64 * 1024, 15), (1024 * 1024, 10)]);
     let count = want.len().to_string();
-    let mut sub = Py::spawn("shm_sub.py", &["--topic", &t, "--count", &count]);
+    let mut sub = py("shm_sub.py", &["--topic", &t, "--count", &count]);
     let pid = sub.expect("ready", Duration::from_secs(20))["pid"].as_u64().expect("pid") as u32;
     let watch = MemfileWatch::start(pid);
     assert!(publ.wait_for_subscribers(1, Duration::from_secs(20)), "the eCAL subscriber did not match");

@@ -1,4 +1,5 @@
-//! Helpers shared by the multi-process tests (`multiprocess.rs`, `udp.rs`, `ecal_udp.rs`, `udp_netns.rs`): child
+//! Helpers shared by the multi-process tests (`multiprocess.rs`, `udp.rs`, `ecal_udp.rs`, `udp_netns.rs`,
+//! `ecal_shm.rs`): child
 //! processes that print JSON lines, the eCAL 6.1.1 Python environment, and a pair of network namespaces joined by a
 //! veth pair.
 
@@ -70,12 +71,13 @@ impl Proc {
         Proc { child, lines: rx, name: name.to_string() }
     }
 
-    /// Lines up to and including the first whose `event` is `event`, within `timeout`.
+    /// Lines up to and including the first whose `event` is `event`, within `timeout`; an `error` line fails at once.
     pub(crate) fn until(&self, event: &str, timeout: Duration) -> Vec<Value> {
         let deadline = Instant::now() + timeout;
         let mut seen = Vec::new();
         loop {
             match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(v) if v["event"] == "error" && event != "error" => panic!("{} failed: {v}", self.name),
                 Ok(v) => {
                     let last = v["event"] == event;
                     seen.push(v);
