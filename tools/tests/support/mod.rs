@@ -1,7 +1,6 @@
-//! Helpers shared by the multi-process tests (`multiprocess.rs`, `udp.rs`, `ecal_udp.rs`, `udp_netns.rs`,
-//! `ecal_shm.rs`): child
-//! processes that print JSON lines, the eCAL 6.1.1 Python environment, and a pair of network namespaces joined by a
-//! veth pair.
+//! Helpers shared by the multi-process tests (`multiprocess.rs`, `wakeups.rs`, `udp.rs`, `ecal_udp.rs`,
+//! `udp_netns.rs`, `ecal_shm.rs`): child processes that print JSON lines, the eCAL 6.1.1 Python environment, and a
+//! pair of network namespaces joined by a veth pair.
 
 #![allow(dead_code)] // each test file uses a different subset
 
