@@ -110,22 +110,6 @@ fn large_messages_grow_the_ring() {
 }
 
 #[test]
-fn late_joiner_gets_its_first_message_quickly() {
-    let t = topic("late_joiner");
-    let mut publ = spawn(&["pub", "--topic", &t, "--count", "0", "--rate", "1000", "--wait-subs", "0"]);
-    publ.expect("matched", T);
-    std::thread::sleep(Duration::from_millis(1500));
-    let sub = spawn(&["sub", "--topic", &t, "--count", "200"]);
-    let first = sub.expect("first", T);
-    let since_match = first["since_match_ms"].as_f64().expect("since_match_ms");
-    // Within 50 ms of the match (messages come every 1 ms), not a registration period (1 s) later.
-    assert!(since_match < 50.0, "first message {since_match} ms after the match");
-    let s = sub.expect("summary", T);
-    check_summary(&s, 200, 1);
-    publ.sigkill();
-}
-
-#[test]
 fn publisher_restart_is_followed() {
     let t = topic("restart");
     let sub = spawn_deep(&["sub", "--topic", &t, "--count", "600"]);

@@ -1,4 +1,4 @@
-//! Helpers shared by the multi-process tests (`multiprocess.rs`, `wakeups.rs`, `udp.rs`, `ecal_udp.rs`,
+//! Helpers shared by the multi-process tests (`multiprocess.rs`, `timing.rs`, `udp.rs`, `ecal_udp.rs`,
 //! `udp_netns.rs`, `ecal_shm.rs`): child processes that print JSON lines, the eCAL 6.1.1 Python environment, and a
 //! pair of network namespaces joined by a veth pair.
 
