@@ -3,254 +3,71 @@
 //! The eCAL side is played by the Python peers in `tools/tests/ecal/` (`monitor.py`, `pub.py`, `sub.py`,
 //! `sniff.py`), run with the venv that `scripts/ecal-venv` creates in `target/ecal-venv` (the tests run the script
 //! themselves, so `cargo test` works on a fresh clone; it needs PyPI once). The shoal side is `shoal-peer` and
-//! `shoal-snapshot`. Every peer prints JSON lines; [`Peer`] collects them and kills its process on drop.
+//! `shoal-snapshot`. Every peer prints JSON lines; `support::Proc` collects them and stops its process on drop.
 //!
 //! All processes talk through the host's registration port 14000, like every eCAL process, so each test uses
 //! topic names that contain the test binary's pid and the test name.
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
-use std::sync::{Arc, Mutex, OnceLock};
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::{PEER, Proc, SNAPSHOT, ecal_python, script};
 
 // ---------------------------------------------------------------------------------------------------------------
 // Harness
 // ---------------------------------------------------------------------------------------------------------------
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ has a parent").to_path_buf()
-}
-
-fn peer_script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ecal").join(name)
-}
-
-/// The venv's python, created by `scripts/ecal-venv` on first use (once per test binary).
-fn ecal_python() -> &'static Path {
-    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let r = PYTHON.get_or_init(|| {
-        let script = repo_root().join("scripts/ecal-venv");
-        let out = Command::new("bash")
-            .arg(&script)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() {
-            return Err(format!("{} failed ({}):\n{stderr}", script.display(), out.status));
-        }
-        let python = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
-        if !python.is_file() {
-            return Err(format!("{} printed no python path:\n{stdout}\n{stderr}", script.display()));
-        }
-        Ok(python)
-    });
-    match r {
-        Ok(p) => p,
-        Err(e) => panic!("the eCAL 6.1.1 Python environment is not available: {e}"),
-    }
-}
 
 /// A unique topic name for this test binary and test.
 fn topic(test: &str) -> String {
     format!("shoal_interop_{}_{test}", std::process::id())
 }
 
-/// A child process printing JSON lines on stdout; killed (and reaped) on drop.
-struct Peer {
-    name: String,
-    child: Child,
-    lines: Receiver<Value>,
-    seen: Vec<Value>,
-    stderr: Arc<Mutex<String>>,
-    /// A shoal process: after killing it, remove the shared-memory files it could not.
-    shoal: bool,
+/// `program args` as a [`Proc`], logging warnings only (its stderr is shown when a wait for it fails).
+fn spawn(name: &str, program: &str, args: &[&str]) -> Proc {
+    let mut cmd = Command::new(program);
+    cmd.args(args).env("RUST_LOG", "warn");
+    Proc::spawn(name, cmd)
 }
 
-impl Peer {
-    fn spawn(name: &str, program: &Path, args: &[&str]) -> Peer {
-        let mut child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .env("RUST_LOG", "warn")
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name} ({}): {e}", program.display()));
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut err_pipe = child.stderr.take().expect("piped stderr");
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                // Only JSON objects are ours; anything else (a stray log line) is ignored.
-                if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(&line)
-                    && tx.send(v).is_err()
-                {
-                    break;
-                }
-            }
-        });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err_pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                let mut s = sink.lock().unwrap_or_else(|e| e.into_inner());
-                s.push_str(&String::from_utf8_lossy(&buf[..n]));
-                if s.len() > 64 * 1024 {
-                    let cut = s.len() - 32 * 1024;
-                    let cut = (cut..s.len()).find(|&i| s.is_char_boundary(i)).unwrap_or(s.len());
-                    s.drain(..cut);
-                }
-            }
-        });
-        Peer { name: name.to_string(), child, lines, seen: Vec::new(), stderr, shoal: false }
-    }
-
-    /// An eCAL peer script run by the venv's python.
-    fn python(name: &str, script: &str, args: &[&str]) -> Peer {
-        let script = peer_script(script);
-        let mut all = vec![script.to_str().expect("UTF-8 path")];
-        all.extend_from_slice(args);
-        Peer::spawn(name, ecal_python(), &all)
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The next line satisfying `pred` within `timeout`; None on timeout or when the process ended.
-    fn wait_for(&mut self, timeout: Duration, mut pred: impl FnMut(&Value) -> bool) -> Option<Value> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(v) => {
-                    self.seen.push(v.clone());
-                    if self.seen.len() > 50 {
-                        self.seen.remove(0);
-                    }
-                    if pred(&v) {
-                        return Some(v);
-                    }
-                }
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,
-            }
-        }
-    }
-
-    /// Like [`wait_for`](Self::wait_for), but fails the test with the peer's output when nothing matches.
-    fn expect(&mut self, what: &str, timeout: Duration, pred: impl FnMut(&Value) -> bool) -> Value {
-        match self.wait_for(timeout, pred) {
-            Some(v) => v,
-            None => panic!("{}: no line with {what} within {timeout:?}\n{}", self.name, self.report()),
-        }
-    }
-
-    fn event(&mut self, event: &str, timeout: Duration) -> Value {
-        self.expect(&format!("event {event:?}"), timeout, |v| v["event"] == event)
-    }
-
-    /// Last lines seen and stderr, for failure messages.
-    fn report(&self) -> String {
-        let last: Vec<String> = self.seen.iter().rev().take(3).map(|v| truncate(&v.to_string(), 3000)).collect();
-        let err = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
-        format!("last lines (newest first):\n{}\nstderr (tail):\n{}", last.join("\n"), tail(&err, 3000))
-    }
-
-    fn signal(&self, sig: libc::c_int) {
-        let Ok(pid) = libc::pid_t::try_from(self.child.id()) else { return };
-        // SAFETY: plain kill(2) on our own child's pid; the child is not reaped yet (we hold it), so the pid
-        // cannot have been reused.
-        unsafe { libc::kill(pid, sig) };
-    }
-
-    /// Waits for the process to exit.
-    fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return Some(s);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+/// An eCAL peer script from `tools/tests/ecal/`, run by the venv's python.
+fn python(name: &str, peer_script: &str, args: &[&str]) -> Proc {
+    let mut all = vec![script(peer_script)];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    spawn(name, &ecal_python(), &all)
 }
 
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            // Give it the chance of a clean exit (shm files, unregistration), then insist.
-            self.signal(libc::SIGTERM);
-            if self.wait_exit(Duration::from_secs(3)).is_none() {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-            }
-        }
-        if self.shoal {
-            // A shoal process that did not exit cleanly leaves its ring and doorbell: remove those of dead processes.
-            let _ = shoal::transport::shm_ring::remove_stale_segments(Path::new(shoal::transport::shm_ring::SHM_DIR));
-        }
-    }
+fn shoal_peer(name: &str, args: &[&str]) -> Proc {
+    spawn(name, PEER, args)
 }
 
-fn truncate(s: &str, n: usize) -> String {
-    if s.len() <= n {
-        return s.to_string();
-    }
-    let end = (0..=n).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0);
-    format!("{}…", &s[..end])
-}
-
-fn tail(s: &str, n: usize) -> &str {
-    let start = s.len().saturating_sub(n);
-    let start = (start..=s.len()).find(|&i| s.is_char_boundary(i)).unwrap_or(s.len());
-    &s[start..]
-}
-
-fn shoal_peer(name: &str, args: &[&str]) -> Peer {
-    let mut p = Peer::spawn(name, Path::new(env!("CARGO_BIN_EXE_shoal-peer")), args);
-    p.shoal = true;
-    p
-}
-
-fn shoal_snapshot(name: &str, args: &[&str]) -> Peer {
-    let mut p = Peer::spawn(name, Path::new(env!("CARGO_BIN_EXE_shoal-snapshot")), args);
-    p.shoal = true;
-    p
+fn shoal_snapshot(name: &str, args: &[&str]) -> Proc {
+    spawn(name, SNAPSHOT, args)
 }
 
 /// eCAL's monitoring, streamed every 200 ms for `seconds`, restricted to topics containing `filter`.
-fn ecal_monitor(filter: &str, seconds: u32) -> Peer {
-    let mut m = Peer::python(
+fn ecal_monitor(filter: &str, seconds: u32) -> Proc {
+    let m = python(
         "monitor.py",
         "monitor.py",
         &["--seconds", &seconds.to_string(), "--interval-ms", "200", "--topic-contains", filter],
     );
-    m.event("ready", Duration::from_secs(20));
+    m.expect("ready", Duration::from_secs(20));
     m
 }
 
 /// shoal's snapshot, streamed every 200 ms for `seconds`, restricted to topics containing `filter`.
-fn shoal_monitor(filter: &str, seconds: u32, extra: &[&str]) -> Peer {
+fn shoal_monitor(filter: &str, seconds: u32, extra: &[&str]) -> Proc {
     let ms = (seconds * 1000).to_string();
     let mut args =
         vec!["--wait-ms", "0", "--duration-ms", ms.as_str(), "--interval-ms", "200", "--topic-contains", filter];
     args.extend_from_slice(extra);
-    let mut s = shoal_snapshot("shoal-snapshot (monitor)", &args);
-    s.event("ready", Duration::from_secs(10));
+    let s = shoal_snapshot("shoal-snapshot (monitor)", &args);
+    s.expect("ready", Duration::from_secs(10));
     s
 }
 
@@ -315,12 +132,12 @@ const DISCOVERY: Duration = Duration::from_secs(15);
 fn shoal_is_visible_in_ecal_monitoring() {
     let t = topic("visible");
     let t_typed = format!("{t}_typed");
-    let mut publ =
+    let publ =
         shoal_peer("shoal-peer pub", &["pub", "--topic", &t, "--wait-subs", "0", "--count", "0", "--rate", "100"]);
-    let mut sub = shoal_peer("shoal-peer sub", &["sub", "--topic", &t, "--count", "1000000000", "--idle-ms", "60000"]);
+    let sub = shoal_peer("shoal-peer sub", &["sub", "--topic", &t, "--count", "1000000000", "--idle-ms", "60000"]);
     // A typed shoal subscriber (shoal-peer's subscriber announces no type), with a binary descriptor.
     let desc_hex = "000102ff7f80fe0a";
-    let mut typed = shoal_snapshot(
+    let typed = shoal_snapshot(
         "shoal-snapshot (typed sub)",
         &[
             "--subscribe",
@@ -335,14 +152,14 @@ fn shoal_is_visible_in_ecal_monitoring() {
             "60000",
         ],
     );
-    let pub_ready = publ.event("ready", Duration::from_secs(10));
-    sub.event("ready", Duration::from_secs(10));
-    let typed_ready = typed.event("ready", Duration::from_secs(10));
+    let pub_ready = publ.expect("ready", Duration::from_secs(10));
+    sub.expect("ready", Duration::from_secs(10));
+    let typed_ready = typed.expect("ready", Duration::from_secs(10));
     let host = host_of(&typed_ready);
     let pub_id = pub_ready["publisher_id"].as_u64().expect("publisher_id");
     let (pub_pid, sub_pid, typed_pid) = (publ.pid(), sub.pid(), typed.pid());
 
-    let mut mon = ecal_monitor(&t, 30);
+    let mon = ecal_monitor(&t, 30);
     let snap = mon.wait_for(DISCOVERY, |v| {
         is_snapshot(v)
             && [pub_pid, sub_pid, typed_pid].iter().all(|&p| find(arr(v, "processes"), |x| pid_is(x, p)).is_some())
@@ -413,7 +230,7 @@ fn ecal_is_visible_in_shoal_snapshot() {
     let (t_pub, t_sub) = (format!("{t}_pub"), format!("{t}_sub"));
     let pub_desc = "00ff0102fe7f80";
     let sub_desc = "0a0b0c";
-    let mut epub = Peer::python(
+    let epub = python(
         "pub.py",
         "pub.py",
         &[
@@ -435,7 +252,7 @@ fn ecal_is_visible_in_shoal_snapshot() {
             "ecal_interop_pub",
         ],
     );
-    let mut esub = Peer::python(
+    let esub = python(
         "sub.py",
         "sub.py",
         &[
@@ -457,12 +274,12 @@ fn ecal_is_visible_in_shoal_snapshot() {
             "ecal_interop_sub",
         ],
     );
-    let pub_ready = epub.event("ready", Duration::from_secs(20));
-    let sub_ready = esub.event("ready", Duration::from_secs(20));
+    let pub_ready = epub.expect("ready", Duration::from_secs(20));
+    let sub_ready = esub.expect("ready", Duration::from_secs(20));
     assert_eq!(pub_ready["datatype"]["descriptor_hex"], pub_desc, "pub.py announces the descriptor given");
     let (pub_pid, sub_pid) = (epub.pid(), esub.pid());
 
-    let mut shoal = shoal_monitor(&t, 30, &[]);
+    let shoal = shoal_monitor(&t, 30, &[]);
     let snap = shoal.wait_for(DISCOVERY, |v| {
         is_snapshot(v)
             && find(arr(v, "processes"), |x| pid_is(x, pub_pid)).is_some()
@@ -524,7 +341,7 @@ fn large_type_descriptor_crosses_both_ways() {
     let digest = fnv1a64_hex(&desc);
     let file = TempFile::with_bytes("bigdesc.bin", &desc);
 
-    let mut shoal = shoal_snapshot(
+    let shoal = shoal_snapshot(
         "shoal-snapshot (big publisher)",
         &[
             "--publish",
@@ -545,8 +362,8 @@ fn large_type_descriptor_crosses_both_ways() {
             &t,
         ],
     );
-    shoal.event("ready", Duration::from_secs(10));
-    let mut epub = Peer::python(
+    shoal.expect("ready", Duration::from_secs(10));
+    let epub = python(
         "pub.py",
         "pub.py",
         &[
@@ -564,9 +381,9 @@ fn large_type_descriptor_crosses_both_ways() {
             file.path(),
         ],
     );
-    epub.event("ready", Duration::from_secs(20));
+    epub.expect("ready", Duration::from_secs(20));
     let (shoal_pid, ecal_pid) = (shoal.pid(), epub.pid());
-    let mut mon = ecal_monitor(&t, 30);
+    let mon = ecal_monitor(&t, 30);
 
     let big = |x: &Value, pid: u32, name: &str| {
         pid_is(x, pid) && x["datatype"]["name"] == name && x["datatype"]["descriptor_len"] == 150_000
@@ -617,8 +434,8 @@ fn shoal_unregistration_reaches_ecal() {
         shoal_snapshot("shoal-snapshot (clean exit)", &clean_args.iter().map(String::as_str).collect::<Vec<_>>());
     let mut killed =
         shoal_snapshot("shoal-snapshot (killed)", &killed_args.iter().map(String::as_str).collect::<Vec<_>>());
-    clean.event("ready", Duration::from_secs(10));
-    killed.event("ready", Duration::from_secs(10));
+    clean.expect("ready", Duration::from_secs(10));
+    killed.expect("ready", Duration::from_secs(10));
     let (clean_pid, killed_pid) = (clean.pid(), killed.pid());
 
     let listed = |v: &Value, pid: u32| {
@@ -631,7 +448,7 @@ fn shoal_unregistration_reaches_ecal() {
             && find(arr(v, "publishers"), |x| pid_is(x, pid)).is_none()
             && find(arr(v, "subscribers"), |x| pid_is(x, pid)).is_none()
     };
-    let mut mon = ecal_monitor(&t, 40);
+    let mon = ecal_monitor(&t, 40);
     if mon.wait_for(DISCOVERY, |v| is_snapshot(v) && listed(v, clean_pid) && listed(v, killed_pid)).is_none() {
         panic!("eCAL did not list both shoal processes with their entities\n{}", mon.report());
     }
@@ -661,7 +478,7 @@ fn shoal_unregistration_reaches_ecal() {
     // The killed one is only dropped by eCAL's 10 s timeout: it is still there 4 s after the kill.
     let until = stopped + Duration::from_secs(4);
     while Instant::now() < until {
-        let v = mon.expect("a snapshot", Duration::from_secs(5), is_snapshot);
+        let v = mon.expect_line("a snapshot", Duration::from_secs(5), is_snapshot);
         if Instant::now() < until {
             assert!(listed(&v, killed_pid), "killed process vanished before eCAL's timeout: {v}");
         }
@@ -675,19 +492,19 @@ fn shoal_unregistration_reaches_ecal() {
 #[test]
 fn ecal_unregistration_reaches_shoal() {
     let t = topic("ecal_unreg");
-    let mut shoal = shoal_monitor(&t, 40, &[]);
-    let mut epub = Peer::python(
+    let shoal = shoal_monitor(&t, 40, &[]);
+    let mut epub = python(
         "pub.py",
         "pub.py",
         &["--topic", &t, "--count", "0", "--rate", "10", "--finalize-delay-ms", "2500", "--linger-ms", "0"],
     );
-    let mut esub = Peer::python(
+    let mut esub = python(
         "sub.py",
         "sub.py",
         &["--topic", &t, "--count", "0", "--timeout-ms", "60000", "--quiet", "--finalize-delay-ms", "2500"],
     );
-    epub.event("ready", Duration::from_secs(20));
-    esub.event("ready", Duration::from_secs(20));
+    epub.expect("ready", Duration::from_secs(20));
+    esub.expect("ready", Duration::from_secs(20));
     let (pub_pid, sub_pid) = (epub.pid(), esub.pid());
     let has = |v: &Value, pid: u32| find(arr(v, "topics"), |x| pid_is(x, pid)).is_some();
     if shoal.wait_for(DISCOVERY, |v| is_snapshot(v) && has(v, pub_pid) && has(v, sub_pid)).is_none() {
@@ -697,8 +514,8 @@ fn ecal_unregistration_reaches_shoal() {
     // SIGTERM: the peers delete their entity ("deleted"), then wait before finalize.
     epub.signal(libc::SIGTERM);
     esub.signal(libc::SIGTERM);
-    epub.event("deleted", Duration::from_secs(5));
-    esub.event("deleted", Duration::from_secs(5));
+    epub.expect("deleted", Duration::from_secs(5));
+    esub.expect("deleted", Duration::from_secs(5));
     let deleted = Instant::now();
     let gone = shoal.wait_for(Duration::from_secs(5), |v| is_snapshot(v) && !has(v, pub_pid) && !has(v, sub_pid));
     let after = deleted.elapsed();
@@ -706,6 +523,6 @@ fn ecal_unregistration_reaches_shoal() {
     assert!(after < Duration::from_secs(5), "took {after:?}");
     for p in [&mut epub, &mut esub] {
         let status = p.wait_exit(Duration::from_secs(10)).expect("peer exits");
-        assert!(status.success(), "{}: {status}\n{}", p.name, p.report());
+        assert!(status.success(), "{}: {status}\n{}", p.name(), p.report());
     }
 }
