@@ -186,6 +186,21 @@ def datatype_dict(dt):
     return out
 
 
+def emit_ready(entity, cfg):
+    """The "ready" line of a publisher or subscriber peer: pid, its topic id, the layers its
+    configuration `cfg` enables and its data type information."""
+    tid = entity.get_topic_id()
+    emit({
+        "event": "ready",
+        "pid": os.getpid(),
+        "host_name": tid.topic_id.host_name,
+        "topic_id": tid.topic_id.entity_id,
+        "topic_name": tid.topic_name,
+        "layers": {"udp": cfg.layer.udp.enable, "shm": cfg.layer.shm.enable, "tcp": cfg.layer.tcp.enable},
+        "datatype": datatype_dict(entity.get_data_type_information()),
+    })
+
+
 def descriptor_arg(hex_text, path):
     """Descriptor bytes from `--descriptor-hex` or `--descriptor-file` (exits with code 2 on errors)."""
     if hex_text and path:

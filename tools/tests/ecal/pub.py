@@ -55,16 +55,7 @@ def main():
             pcfg.layer.udp.enable, pcfg.layer.shm.enable, pcfg.layer.tcp.enable = flags
         dt = ecal_core.DataTypeInformation(args.type_name, args.encoding, descriptor)
         pub = ecal_core.Publisher(args.topic, dt, pcfg)
-        tid = pub.get_topic_id()
-        ec.emit({
-            "event": "ready",
-            "pid": os.getpid(),
-            "host_name": tid.topic_id.host_name,
-            "topic_id": tid.topic_id.entity_id,
-            "topic_name": tid.topic_name,
-            "layers": {"udp": pcfg.layer.udp.enable, "shm": pcfg.layer.shm.enable, "tcp": pcfg.layer.tcp.enable},
-            "datatype": ec.datatype_dict(pub.get_data_type_information()),
-        })
+        ec.emit_ready(pub, pcfg)
         if args.wait_subs > 0:
             deadline = time.monotonic() + args.wait_ms / 1000.0
             while pub.get_subscriber_count() < args.wait_subs:

@@ -84,16 +84,7 @@ def main():
         dt = ecal_core.DataTypeInformation(args.type_name, args.encoding, descriptor)
         sub = ecal_core.Subscriber(args.topic, dt, scfg)
         sub.set_receive_callback(on_message)
-        tid = sub.get_topic_id()
-        ec.emit({
-            "event": "ready",
-            "pid": os.getpid(),
-            "host_name": tid.topic_id.host_name,
-            "topic_id": tid.topic_id.entity_id,
-            "topic_name": tid.topic_name,
-            "layers": {"udp": scfg.layer.udp.enable, "shm": scfg.layer.shm.enable, "tcp": scfg.layer.tcp.enable},
-            "datatype": ec.datatype_dict(sub.get_data_type_information()),
-        })
+        ec.emit_ready(sub, scfg)
         start = time.monotonic()
         gave_up = ec.wait_until_enough(enough, stop, lock, state, args.timeout_ms, args.idle_ms)
         timed_out = gave_up and args.count > 0
