@@ -236,6 +236,25 @@ pub struct RemoteTopic {
     pub registration_clock: i32,
 }
 
+#[cfg(test)]
+impl RemoteTopic {
+    /// A topic `t` on host `h` with only identity, direction and layers set, for the transports' tests.
+    pub(crate) fn for_test(pid: u32, entity_id: u64, layers: Vec<Layer>, direction: Direction) -> RemoteTopic {
+        RemoteTopic {
+            key: EntityKey { host_name: "h".into(), pid, entity_id },
+            direction,
+            topic_name: "t".into(),
+            type_info: TypeInfo::default(),
+            process_name: String::new(),
+            unit_name: String::new(),
+            shm_transport_domain: String::new(),
+            layers,
+            stats: TopicStats::default(),
+            registration_clock: 0,
+        }
+    }
+}
+
 /// A process learnt from registration (cmd 4).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RemoteProcess {

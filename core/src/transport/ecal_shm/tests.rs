@@ -11,7 +11,7 @@ use super::memfile::{
 };
 use super::sync::{NamedSync, SHM_DIR, SYNC_FILE_SIZE, SyncObject};
 use super::*;
-use crate::registration::{Direction, EntityKey, TopicStats};
+use crate::registration::Direction;
 
 #[test]
 fn sync_object_layout_matches_glibc_x86_64() {
@@ -139,24 +139,8 @@ impl TestInbox {
     }
 }
 
-fn remote(pid: u32, id: u64, layers: Vec<Layer>, direction: Direction) -> RemoteTopic {
-    RemoteTopic {
-        key: EntityKey { host_name: "h".into(), pid, entity_id: id },
-        direction,
-        topic_name: "t".into(),
-        type_info: TypeInfo::default(),
-        process_name: String::new(),
-        unit_name: String::new(),
-        shm_transport_domain: String::new(),
-        layers,
-        stats: TopicStats::default(),
-        registration_clock: 0,
-    }
-}
-
-/// An eCAL-like subscriber in process `pid` (the events are named with it).
 fn ecal_sub(pid: u32) -> RemoteTopic {
-    remote(pid, 7, vec![Layer::new(LayerKind::Shm, true, false, LayerPar::None)], Direction::Subscriber)
+    RemoteTopic::for_test(pid, 7, vec![Layer::new(LayerKind::Shm, true, false, LayerPar::None)], Direction::Subscriber)
 }
 
 fn pattern(clock: u64, len: usize) -> Vec<u8> {
@@ -178,7 +162,12 @@ fn pair(opts: ShmWriterOptions) -> Pair {
     assert!(writer.accepts(&ecal_sub(pid + 1), true));
     assert!(!writer.accepts(&ecal_sub(pid + 1), false));
     assert!(!writer.accepts(
-        &remote(pid + 1, 7, vec![Layer::new(LayerKind::Shm, false, false, LayerPar::None)], Direction::Subscriber),
+        &RemoteTopic::for_test(
+            pid + 1,
+            7,
+            vec![Layer::new(LayerKind::Shm, false, false, LayerPar::None)],
+            Direction::Subscriber
+        ),
         true
     ));
     assert!(writer.advert().is_none(), "not started before a target");
@@ -187,7 +176,7 @@ fn pair(opts: ShmWriterOptions) -> Pair {
     let publisher = 0xABCD;
     let inbox = Arc::new(TestInbox::default());
     let factory = EcalShmReaderFactory::new();
-    let pubr = remote(pid, publisher, vec![advert], Direction::Publisher);
+    let pubr = RemoteTopic::for_test(pid, publisher, vec![advert], Direction::Publisher);
     assert!(factory.connect_shm("t", inbox.clone(), &pubr, false).is_none(), "shm is same-host only");
     let reader = factory.connect_shm("t", inbox.clone(), &pubr, true).expect("connect");
     Pair { writer, reader, inbox, publisher }
@@ -197,7 +186,7 @@ impl Pair {
     fn send(&mut self, clock: u64, len: usize) {
         if self.writer.prepare(len) {
             // What the publisher does: re-register; what the subscriber does on the new registration: follow.
-            let pubr = remote(
+            let pubr = RemoteTopic::for_test(
                 std::process::id(),
                 self.publisher,
                 vec![self.writer.advert().expect("advert")],
@@ -312,7 +301,12 @@ fn two_subscribers_share_one_observer() {
     let opts = ShmWriterOptions { ack_timeout_ms: 2000, ..ShmWriterOptions::default() };
     let mut p = pair(opts);
     let inbox2 = Arc::new(TestInbox::default());
-    let pubr = remote(std::process::id(), p.publisher, vec![p.writer.advert().expect("advert")], Direction::Publisher);
+    let pubr = RemoteTopic::for_test(
+        std::process::id(),
+        p.publisher,
+        vec![p.writer.advert().expect("advert")],
+        Direction::Publisher,
+    );
     let r2 = EcalShmReaderFactory::new().connect_shm("t", inbox2.clone(), &pubr, true).expect("connect");
     for c in 1..=20 {
         p.send(c, 50);
@@ -413,7 +407,7 @@ fn observer_counts_bad_headers_and_keeps_running() {
     raw_memfile(&name, 256, (24, 1 << 40, 1 << 40), Some((64, 1, 1)));
     let inbox = Arc::new(TestInbox::default());
     let layer = Layer::new(LayerKind::Shm, true, true, LayerPar::Shm { memory_files: vec![name.clone()] });
-    let pubr = remote(std::process::id(), 1, vec![layer], Direction::Publisher);
+    let pubr = RemoteTopic::for_test(std::process::id(), 1, vec![layer], Direction::Publisher);
     let r = EcalShmReaderFactory::new().connect_shm("t", inbox.clone(), &pubr, true).expect("connect");
     let evt = NamedSync::open_or_create(&format!("{name}_{}_evt", std::process::id())).expect("event");
     evt.set();

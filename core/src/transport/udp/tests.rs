@@ -254,18 +254,7 @@ impl Inbox for Collect {
 }
 
 fn remote_sub(layers: Vec<Layer>) -> RemoteTopic {
-    RemoteTopic {
-        key: crate::registration::EntityKey { host_name: "h".into(), pid: 1, entity_id: 99 },
-        direction: crate::registration::Direction::Subscriber,
-        topic_name: "t".into(),
-        type_info: TypeInfo::default(),
-        process_name: String::new(),
-        unit_name: String::new(),
-        shm_transport_domain: String::new(),
-        layers,
-        stats: Default::default(),
-        registration_clock: 0,
-    }
+    RemoteTopic::for_test(1, 99, layers, crate::registration::Direction::Subscriber)
 }
 
 #[test]
