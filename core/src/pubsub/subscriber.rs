@@ -11,6 +11,7 @@ use crate::pubsub::RecvError;
 use crate::pubsub::runtime::{Runtime, lock, shoal_par};
 use crate::pubsub::sample::{Sample, SampleRef};
 use crate::registration::{EntityKey, Layer, LayerKind, LayerPar, LocalTopic, RemoteTopic, ShoalPar, TopicStats};
+use crate::transport::clock::{ClockCheck, PublisherClocks};
 use crate::transport::shm_ring::{ReadOutcome, RingReader};
 use crate::transport::{Inbox, LayerReader};
 use crate::types::TypeInfo;
@@ -42,11 +43,10 @@ pub(crate) struct SubShared {
     /// Connections of the eCAL-facing layers (UDP, eCAL shared memory) to remote publishers.
     /// (publisher, index of the factory in `Runtime::reader_factories`, connection).
     layer_conns: Mutex<Vec<LayerConn>>,
-    /// Last clock delivered through the inbox per publisher id: the same publisher can reach us through two
-    /// layers (eCAL shm, and udp started for another subscriber); the second copy is a duplicate, not a loss.
-    inbox_clocks: Mutex<std::collections::HashMap<u64, u64>>,
-    /// Duplicates and out-of-order samples dropped by the inbox.
-    pub(crate) duplicates: AtomicU64,
+    /// Last clock delivered through the eCAL-facing layers per publisher id: the same publisher can reach us
+    /// through two layers (eCAL shm, and udp started for another subscriber); the second copy is a repeat, not a
+    /// loss. Bounded, as publisher ids of UDP samples come from the wire.
+    layer_clocks: Mutex<PublisherClocks>,
     /// Round-robin start index over `readers`, so one busy publisher cannot starve the others.
     next_reader: AtomicUsize,
     intra: Mutex<VecDeque<Sample>>,
@@ -80,18 +80,24 @@ impl SubShared {
         self.callback.is_some()
     }
 
+    /// Queues a sample from an eCAL-facing layer, unless that publisher's sample already came through another
+    /// layer (a repeat is dropped; an older one is dropped and counted). Gaps are counted by the layer that saw
+    /// them.
+    fn push_from_layer(&self, s: Sample) {
+        match lock(&self.layer_clocks).check(s.publisher_id, s.clock) {
+            ClockCheck::Accept { .. } => {}
+            ClockCheck::Duplicate => return,
+            ClockCheck::OutOfOrder => {
+                self.drops.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        self.push_inbox(s);
+    }
+
     /// Queues a sample from a same-process publisher or an eCAL-facing layer; the oldest is dropped (and counted)
     /// when the queue is full.
     pub(crate) fn push_inbox(&self, s: Sample) {
-        {
-            let mut clocks = lock(&self.inbox_clocks);
-            let last = clocks.entry(s.publisher_id).or_insert(0);
-            if s.clock <= *last {
-                self.duplicates.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            *last = s.clock;
-        }
         let mut q = lock(&self.intra);
         let mut bytes = self.intra_bytes.load(Ordering::Relaxed) + s.payload().len();
         q.push_back(s);
@@ -203,7 +209,7 @@ impl SubShared {
     }
 
     pub(crate) fn disconnect_remote(&self, key: &EntityKey) {
-        lock(&self.inbox_clocks).remove(&key.entity_id);
+        lock(&self.layer_clocks).forget(key.entity_id);
         {
             let mut conns = lock(&self.layer_conns);
             let before = conns.len();
@@ -390,7 +396,7 @@ impl std::fmt::Debug for Subscriber {
 
 impl Inbox for SubShared {
     fn push(&self, sample: Sample) {
-        self.push_inbox(sample);
+        self.push_from_layer(sample);
         // Wake this process's waiters (pull subscribers and the doorbell thread).
         if let Some(rt) = self.runtime.upgrade() {
             rt.self_ringer.ring();
@@ -423,8 +429,7 @@ impl Subscriber {
             created_us: crate::pubsub::now_us(),
             readers: Mutex::new(Vec::new()),
             layer_conns: Mutex::new(Vec::new()),
-            inbox_clocks: Mutex::new(std::collections::HashMap::new()),
-            duplicates: AtomicU64::new(0),
+            layer_clocks: Mutex::default(),
             next_reader: AtomicUsize::new(0),
             intra: Mutex::new(VecDeque::new()),
             intra_len: AtomicUsize::new(0),
@@ -603,5 +608,41 @@ impl Drop for Subscriber {
         }
         self.rt.remove_subscriber(self.shared.id);
         self.rt.io_send(Command::Remove(self.shared.id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::Sample;
+    use crate::pubsub::sample::Payload;
+    use crate::transport::Inbox;
+    use crate::types::TypeInfo;
+
+    fn sample(publisher_id: u64, clock: u64) -> Sample {
+        Sample {
+            payload: Payload::Owned(vec![clock as u8]),
+            send_time_us: 0,
+            clock,
+            publisher_id,
+            type_info: Arc::new(TypeInfo::default()),
+            topic: "t".into(),
+        }
+    }
+
+    #[test]
+    fn a_publisher_reached_through_two_layers_is_delivered_once() {
+        let node = crate::Node::init_with_config("sub_layer_clocks", crate::Config::default()).expect("init");
+        let sub = node.subscriber("sub_layer_clocks_topic").expect("subscriber");
+        let inbox: &dyn Inbox = &*sub.shared;
+        // Clock 1 and 2 through one layer, 2 again through another (a repeat, not a loss), then 1 late.
+        for (publisher, clock) in [(5, 1), (5, 2), (5, 2), (6, 1), (5, 1), (5, 3)] {
+            inbox.push(sample(publisher, clock));
+        }
+        let got: Vec<(u64, u64)> =
+            std::iter::from_fn(|| sub.try_recv().expect("try_recv")).map(|s| (s.publisher_id, s.clock)).collect();
+        assert_eq!(got, [(5, 1), (5, 2), (6, 1), (5, 3)]);
+        assert_eq!(sub.drops(), 1, "the late sample is dropped and counted, the repeat is not a loss");
     }
 }

@@ -9,6 +9,7 @@
 
 use crate::registration::{Layer, LayerKind, RemoteTopic};
 
+pub(crate) mod clock;
 #[allow(unsafe_code)]
 pub mod shm_ring;
 

@@ -25,13 +25,13 @@ use std::io::IoSlice;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::{Duration, Instant};
 
 use socket2::{SockAddr, Socket};
 
 use crate::config::Config;
 use crate::pubsub::runtime::lock;
 use crate::registration::{Layer, LayerKind, LayerPar, RemoteTopic};
+use crate::transport::clock::PublisherClocks;
 use crate::transport::{
     Inbox, IoSource, LayerReader, LayerReaderFactory, LayerWriteError, LayerWriter, LayerWriterFactory, SampleMeta,
 };
@@ -39,11 +39,6 @@ use crate::types::TypeInfo;
 use crate::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, DatagramHeader, DatagramKind, HEADER_LEN};
 
 use codec::{DataSampleRef, encode_data_sample};
-
-/// Publisher states kept per subscriber for clock checks; above this many the idle ones are forgotten.
-const MAX_TRACKED_PUBLISHERS: usize = 1024;
-/// A publisher not heard from for this long is forgotten by the clock check (when the table is full).
-const PUBLISHER_IDLE: Duration = Duration::from_secs(60);
 
 /// Process-wide counters of one runtime's UDP layer (drops per subscriber also go to the subscriber's count).
 #[derive(Debug, Default)]
@@ -74,73 +69,16 @@ pub(crate) struct Counters {
     pub(crate) skipped_other_path: AtomicU64,
 }
 
-/// Per subscriber and publisher: what the clock check remembers.
-#[derive(Debug, Clone, Copy)]
-struct PubState {
-    last_clock: u64,
-    last_seen: Instant,
-    duplicates: u64,
-    out_of_order: u64,
-    lost: u64,
-}
-
 /// One live subscriber in the table.
 struct SubEntry {
     sub_id: u64,
     /// Data address of the subscriber's inbox, to find the entry from `connect`.
     inbox_addr: usize,
     inbox: Weak<dyn Inbox>,
-    pubs: HashMap<u64, PubState>,
+    /// Clock check per publisher (bounded: publisher ids come from datagrams).
+    pubs: PublisherClocks,
     /// Type information of publishers known from registration (recorded by the layer readers).
     types: HashMap<u64, Arc<TypeInfo>>,
-}
-
-/// Verdict of the clock check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ClockCheck {
-    /// Deliver; `lost` samples were skipped before it.
-    Accept { lost: u64 },
-    /// Same clock as the last one.
-    Duplicate,
-    /// Older than the last one.
-    OutOfOrder,
-}
-
-impl SubEntry {
-    fn check_clock(&mut self, publisher_id: u64, clock: u64, now: Instant) -> ClockCheck {
-        if self.pubs.len() >= MAX_TRACKED_PUBLISHERS && !self.pubs.contains_key(&publisher_id) {
-            self.pubs.retain(|_, p| now.saturating_duration_since(p.last_seen) < PUBLISHER_IDLE);
-            if self.pubs.len() >= MAX_TRACKED_PUBLISHERS
-                && let Some(oldest) = self.pubs.iter().min_by_key(|(_, p)| p.last_seen).map(|(k, _)| *k)
-            {
-                self.pubs.remove(&oldest);
-            }
-        }
-        let p = self.pubs.entry(publisher_id).or_insert(PubState {
-            last_clock: 0,
-            last_seen: now,
-            duplicates: 0,
-            out_of_order: 0,
-            lost: 0,
-        });
-        p.last_seen = now;
-        if p.last_clock == 0 {
-            p.last_clock = clock;
-            return ClockCheck::Accept { lost: 0 };
-        }
-        if clock == p.last_clock {
-            p.duplicates += 1;
-            return ClockCheck::Duplicate;
-        }
-        if clock < p.last_clock {
-            p.out_of_order += 1;
-            return ClockCheck::OutOfOrder;
-        }
-        let lost = clock - p.last_clock - 1;
-        p.lost += lost;
-        p.last_clock = clock;
-        ClockCheck::Accept { lost }
-    }
 }
 
 /// topic → its live subscribers.
@@ -494,7 +432,7 @@ impl LayerReaderFactory for UdpReaderFactory {
             sub_id,
             inbox_addr: inbox_addr(inbox),
             inbox: Arc::downgrade(inbox),
-            pubs: HashMap::new(),
+            pubs: PublisherClocks::default(),
             types: HashMap::new(),
         });
         self.shared.subs_version.fetch_add(1, Ordering::Release);

@@ -17,8 +17,9 @@ use crate::transport::{Inbox, IoSource};
 use crate::types::TypeInfo;
 use crate::wire::{Reassembler, ReassemblyConfig, split_name};
 
+use super::Shared;
 use super::codec::{DataSample, decode_data_sample, topic_group};
-use super::{ClockCheck, Shared};
+use crate::transport::clock::ClockCheck;
 
 /// How often a summary of the counters is logged (debug) when they changed.
 const SUMMARY_EVERY: Duration = Duration::from_secs(10);
@@ -130,7 +131,7 @@ impl UdpReceiver {
         let c = &self.shared.counters;
         c.datagrams.fetch_add(1, Ordering::Relaxed);
         match self.reassembler.push(now, from, datagram) {
-            Ok(Some(msg)) => self.handle_message(now, from, &msg),
+            Ok(Some(msg)) => self.handle_message(from, &msg),
             Ok(None) => {}
             Err(e) => {
                 c.wire_drops.fetch_add(1, Ordering::Relaxed);
@@ -139,7 +140,7 @@ impl UdpReceiver {
         }
     }
 
-    fn handle_message(&mut self, now: Instant, from: SocketAddr, msg: &[u8]) {
+    fn handle_message(&mut self, from: SocketAddr, msg: &[u8]) {
         let c = &self.shared.counters;
         let (name, proto) = match split_name(msg) {
             Ok(v) => v,
@@ -162,7 +163,7 @@ impl UdpReceiver {
                 return;
             }
         };
-        self.dispatch(now, sample);
+        self.dispatch(sample);
     }
 
     /// One loss for every subscriber of `topic` (a sample for it could not be decoded).
@@ -176,7 +177,7 @@ impl UdpReceiver {
         self.run_actions(None);
     }
 
-    fn dispatch(&mut self, now: Instant, sample: DataSample) {
+    fn dispatch(&mut self, sample: DataSample) {
         let c = &self.shared.counters;
         if lock(&self.shared.local_publishers).contains(&sample.publisher_id) {
             // Our own publisher's datagram looped back: same-process subscribers got it directly.
@@ -197,7 +198,7 @@ impl UdpReceiver {
                     self.actions.push(Action::Release(inbox));
                     continue;
                 }
-                match e.check_clock(sample.publisher_id, sample.clock, now) {
+                match e.pubs.check(sample.publisher_id, sample.clock) {
                     ClockCheck::Accept { lost } => {
                         if lost > 0 {
                             c.lost.fetch_add(lost, Ordering::Relaxed);

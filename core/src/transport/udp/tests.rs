@@ -194,46 +194,6 @@ fn message_at_the_fragmentation_limit_is_one_datagram() {
     assert_eq!(d[2].len(), HEADER_LEN + len(topic, n + 1) - DEFAULT_MAX_FRAGMENT_PAYLOAD);
 }
 
-fn entry() -> SubEntry {
-    let inbox: Arc<dyn Inbox> = Arc::new(Collect::default());
-    SubEntry {
-        sub_id: 1,
-        inbox_addr: inbox_addr(&inbox),
-        inbox: Arc::downgrade(&inbox),
-        pubs: HashMap::new(),
-        types: HashMap::new(),
-    }
-}
-
-#[test]
-fn clock_check_drops_duplicates_and_out_of_order_per_publisher() {
-    let mut e = entry();
-    let now = Instant::now();
-    assert_eq!(e.check_clock(7, 10, now), ClockCheck::Accept { lost: 0 });
-    assert_eq!(e.check_clock(7, 11, now), ClockCheck::Accept { lost: 0 });
-    assert_eq!(e.check_clock(7, 11, now), ClockCheck::Duplicate);
-    assert_eq!(e.check_clock(7, 9, now), ClockCheck::OutOfOrder);
-    assert_eq!(e.check_clock(7, 15, now), ClockCheck::Accept { lost: 3 });
-    assert_eq!(e.check_clock(7, 14, now), ClockCheck::OutOfOrder);
-    // Another publisher has its own clock.
-    assert_eq!(e.check_clock(8, 1, now), ClockCheck::Accept { lost: 0 });
-    assert_eq!(e.check_clock(8, 1, now), ClockCheck::Duplicate);
-    let p = e.pubs[&7];
-    assert_eq!((p.duplicates, p.out_of_order, p.lost, p.last_clock), (1, 2, 3, 15));
-}
-
-#[test]
-fn clock_check_state_is_bounded() {
-    let mut e = entry();
-    let t0 = Instant::now();
-    for id in 0..(MAX_TRACKED_PUBLISHERS as u64 + 500) {
-        e.check_clock(id, 1, t0 + Duration::from_micros(id));
-    }
-    assert!(e.pubs.len() <= MAX_TRACKED_PUBLISHERS);
-    // The newest publisher is still tracked.
-    assert_eq!(e.check_clock(MAX_TRACKED_PUBLISHERS as u64 + 499, 1, t0), ClockCheck::Duplicate);
-}
-
 /// An inbox that keeps what it gets.
 #[derive(Default)]
 struct Collect {
