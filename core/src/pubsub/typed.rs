@@ -11,7 +11,7 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -206,38 +206,41 @@ impl<M: Message> TypedPublisher<M> {
 struct TypeCheck {
     expected: &'static TypeInfo,
     topic: Arc<str>,
-    /// Publisher id → its announced type mismatches.
-    seen: Mutex<HashMap<u64, bool>>,
+    /// Publishers already warned about (bounded: ids of UDP samples come from the wire; beyond the bound a
+    /// mismatching publisher is still rejected, only not named in the log again).
+    warned: Mutex<HashSet<u64>>,
 }
 
+/// Publishers a [`TypeCheck`] remembers having warned about.
+const MAX_WARNED_PUBLISHERS: usize = 256;
+
 impl TypeCheck {
+    fn new<M: Message>(topic: &str) -> TypeCheck {
+        TypeCheck { expected: M::type_info(), topic: Arc::from(topic), warned: Mutex::default() }
+    }
+
     fn check(&self, publisher_id: u64, announced: &TypeInfo) -> Result<(), TypedRecvError> {
-        let mut seen = lock(&self.seen);
-        let bad = *seen.entry(publisher_id).or_insert_with(|| {
-            let bad = announced.mismatches(self.expected);
-            if bad {
-                tracing::warn!(
-                    "topic {}: publisher {publisher_id:#x} announces type `{}` ({}), expected `{}` ({}); \
-                     its messages are rejected",
-                    self.topic,
-                    announced.name,
-                    announced.encoding,
-                    self.expected.name,
-                    self.expected.encoding
-                );
-            }
-            bad
-        });
-        if bad {
-            Err(TypedRecvError::TypeMismatch {
-                announced: announced.name.clone(),
-                announced_encoding: announced.encoding.clone(),
-                expected: type_name(self.expected),
-                publisher_id,
-            })
-        } else {
-            Ok(())
+        if !announced.mismatches(self.expected) {
+            return Ok(());
         }
+        let mut warned = lock(&self.warned);
+        if warned.len() < MAX_WARNED_PUBLISHERS && warned.insert(publisher_id) {
+            tracing::warn!(
+                "topic {}: publisher {publisher_id:#x} announces type `{}` ({}), expected `{}` ({}); \
+                 its messages are rejected",
+                self.topic,
+                announced.name,
+                announced.encoding,
+                self.expected.name,
+                self.expected.encoding
+            );
+        }
+        Err(TypedRecvError::TypeMismatch {
+            announced: announced.name.clone(),
+            announced_encoding: announced.encoding.clone(),
+            expected: type_name(self.expected),
+            publisher_id,
+        })
     }
 }
 
@@ -273,7 +276,7 @@ impl<M: Message> std::fmt::Debug for TypedSubscriber<M> {
 
 impl<M: Message> TypedSubscriber<M> {
     pub(crate) fn create(rt: &Arc<Runtime>, topic: &str) -> Result<Self, crate::CreateError> {
-        let check = Arc::new(TypeCheck { expected: M::type_info(), topic: Arc::from(topic), seen: Mutex::default() });
+        let check = Arc::new(TypeCheck::new::<M>(topic));
         let sub = Subscriber::create(rt, topic, M::type_info().clone(), None)?;
         Ok(TypedSubscriber { sub, check, decode_errors: Arc::default(), _type: PhantomData })
     }
@@ -283,7 +286,7 @@ impl<M: Message> TypedSubscriber<M> {
         topic: &str,
         mut callback: impl FnMut(M, &MessageMeta) + Send + 'static,
     ) -> Result<Self, crate::CreateError> {
-        let check = Arc::new(TypeCheck { expected: M::type_info(), topic: Arc::from(topic), seen: Mutex::default() });
+        let check = Arc::new(TypeCheck::new::<M>(topic));
         let decode_errors = Arc::new(AtomicU64::new(0));
         let (c, errors) = (Arc::clone(&check), Arc::clone(&decode_errors));
         let raw = move |s: &Sample| match decode_sample::<M>(&c, s.view()) {
