@@ -155,13 +155,8 @@ impl PubShared {
     pub(crate) fn local_topic(&self) -> LocalTopic {
         let mut layers = Vec::new();
         if let Some(par) = lock(&self.ring_par).clone() {
-            layers.push(Layer {
-                kind: LayerKind::ShoalRing,
-                version: 2,
-                enabled: true,
-                active: self.ring_active.load(Ordering::Relaxed),
-                par: LayerPar::Shoal(par),
-            });
+            let active = self.ring_active.load(Ordering::Relaxed);
+            layers.push(Layer::new(LayerKind::ShoalRing, true, active, LayerPar::Shoal(par)));
         }
         layers.extend(lock(&self.layers).writers.iter().filter_map(|l| l.advert()));
         LocalTopic {
@@ -389,21 +384,22 @@ impl Publisher {
         }
         // A layer that had to change its advert to take this payload (eCAL shm: memfile re-created under a new
         // name) is re-registered before the write, and readers get 5 ms to follow, as eCAL does.
-        let readvertise = {
-            let mut set = lock(&self.shared.layers);
+        let mut set = lock(&self.shared.layers);
+        let mut readvertise = false;
+        {
             let LayerSet { writers, active } = &mut *set;
-            let mut any = false;
             for (layer, _) in writers.iter_mut().zip(active.iter()).filter(|(_, a)| **a) {
-                any |= layer.prepare(data.len());
+                readvertise |= layer.prepare(data.len());
             }
-            any
-        };
+        }
         if readvertise {
+            // `local_topic` reads the layer set.
+            drop(set);
             self.rt.io_send(Command::Update(self.local_topic()));
             std::thread::sleep(Duration::from_millis(5));
+            set = lock(&self.shared.layers);
         }
         let meta = SampleMeta { publisher_id: self.shared.id, clock, send_time_us };
-        let mut set = lock(&self.shared.layers);
         let LayerSet { writers, active } = &mut *set;
         for (layer, _) in writers.iter_mut().zip(active.iter()).filter(|(_, a)| **a) {
             if let Err(e) = layer.write(data, &meta) {
@@ -414,10 +410,16 @@ impl Publisher {
     }
 
     fn deliver_intra(&self, data: &[u8], send_time_us: i64, clock: u64) {
+        if !self.cache.intra.is_empty() {
+            self.deliver_intra_shared(Arc::from(data), send_time_us, clock);
+        }
+    }
+
+    /// Gives every same-process subscriber a reference to `payload`.
+    fn deliver_intra_shared(&self, payload: Arc<[u8]>, send_time_us: i64, clock: u64) {
         if self.cache.intra.is_empty() {
             return;
         }
-        let payload: Arc<[u8]> = Arc::from(data);
         for s in &self.cache.intra {
             s.push_inbox(Sample {
                 payload: Payload::Shared(Arc::clone(&payload)),
@@ -483,15 +485,16 @@ impl Publisher {
                 // Same-process subscribers and the eCAL layers get their copy before the slot is published (and may
                 // be overwritten).
                 let need_copy = !self.cache.intra.is_empty() || self.shared.layers_active.load(Ordering::Acquire);
-                let intra_copy = if need_copy { ring.loan(len).ok().map(|b| b.to_vec()) } else { None };
+                let copy: Option<Arc<[u8]>> =
+                    if need_copy { ring.loan(len).ok().map(|b| Arc::from(&*b)) } else { None };
                 let published = ring.commit(len, t, clock).map_err(|e| SendError::Ring(e.to_string()))?;
                 waker::ring_after_publish(&self.rt.waker, &self.cache.doorbells);
                 if published.segment_changed {
                     self.ring_grew();
                 }
-                if let Some(data) = intra_copy {
+                if let Some(data) = copy {
                     self.write_layers(&data, t, clock);
-                    self.deliver_intra(&data, t, clock);
+                    self.deliver_intra_shared(data, t, clock);
                 }
             }
             None => {

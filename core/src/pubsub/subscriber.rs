@@ -463,13 +463,9 @@ impl Subscriber {
     }
 
     fn local_topic(&self) -> LocalTopic {
-        let mut layers = vec![Layer {
-            kind: LayerKind::ShoalRing,
-            version: 2,
-            enabled: self.rt.config.shm_ring.enabled,
-            active: false,
-            par: LayerPar::Shoal(ShoalPar { doorbell: self.rt.doorbell.name().to_string(), ..ShoalPar::default() }),
-        }];
+        let par = ShoalPar { doorbell: self.rt.doorbell.name().to_string(), ..ShoalPar::default() };
+        let mut layers =
+            vec![Layer::new(LayerKind::ShoalRing, self.rt.config.shm_ring.enabled, false, LayerPar::Shoal(par))];
         layers.extend(self.rt.reader_factories.iter().filter_map(|f| f.subscriber_advert()));
         LocalTopic {
             id: self.shared.id,

@@ -97,6 +97,9 @@ impl Waker {
 /// Rings the doorbells of `bells` whose process sleeps, after the caller published (and before it returns to the
 /// user): one sleeping process directly, two or more through the waker thread. Returns how many were asleep.
 pub(crate) fn ring_after_publish(waker: &Waker, bells: &[Arc<DoorbellRemote>]) -> usize {
+    if bells.is_empty() {
+        return 0;
+    }
     // StoreLoad between the publish and the waiter checks (see the doorbell protocol).
     fence(Ordering::SeqCst);
     let delegate = bells.len() > 1 && waker.shared.running.load(Ordering::Relaxed);
