@@ -38,18 +38,16 @@ struct Conns {
 }
 
 impl Conns {
-    /// The doorbells of the subscriber processes reading the native ring (one per process), and the number of
-    /// remote subscribers reading it.
-    fn ring_doorbells(&self) -> (Vec<Arc<DoorbellRemote>>, usize) {
+    /// The doorbells of the subscriber processes reading the native ring (one per process; none when nobody
+    /// reads it).
+    fn ring_doorbells(&self) -> Vec<Arc<DoorbellRemote>> {
         let mut doorbells: Vec<Arc<DoorbellRemote>> = Vec::new();
-        let mut readers = 0;
         for db in self.remote.values().filter_map(|r| r.doorbell.as_ref()) {
-            readers += 1;
             if !doorbells.iter().any(|d| Arc::ptr_eq(d, db)) {
                 doorbells.push(Arc::clone(db));
             }
         }
-        (doorbells, readers)
+        doorbells
     }
 }
 
@@ -114,7 +112,7 @@ impl PubShared {
 
     /// The doorbells of the subscriber processes that read our native ring, one per process.
     pub(crate) fn ring_doorbells(&self) -> Vec<Arc<DoorbellRemote>> {
-        lock(&self.conns).ring_doorbells().0
+        lock(&self.conns).ring_doorbells()
     }
 
     /// A remote subscriber went away; true when our registration changed.
@@ -210,9 +208,8 @@ impl PubShared {
 #[derive(Default)]
 struct ConnCache {
     version: u64,
+    /// Doorbells of the subscriber processes reading the native ring (empty: nobody reads it).
     doorbells: Vec<Arc<DoorbellRemote>>,
-    /// Remote subscribers served through the native ring.
-    remote_count: usize,
     intra: Vec<Arc<SubShared>>,
 }
 
@@ -348,8 +345,7 @@ impl Publisher {
             return;
         }
         let c = lock(&self.shared.conns);
-        let (doorbells, ring_targets) = c.ring_doorbells();
-        self.cache = ConnCache { version: v, doorbells, remote_count: ring_targets, intra: c.intra.clone() };
+        self.cache = ConnCache { version: v, doorbells: c.ring_doorbells(), intra: c.intra.clone() };
     }
 
     /// Sends a copy of `data`, stamped with the current time.
@@ -361,7 +357,7 @@ impl Publisher {
     pub fn send_with_time(&mut self, data: &[u8], send_time_us: i64) -> Result<(), SendError> {
         self.refresh();
         let clock = self.clock + 1;
-        if self.cache.remote_count > 0
+        if !self.cache.doorbells.is_empty()
             && let Some(ring) = &mut self.ring
         {
             let published = ring.write(data, send_time_us, clock).map_err(|e| SendError::Ring(e.to_string()))?;
