@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{PEER, Proc};
+use support::{PEER, Proc, shm_files_of};
 
 /// An `ecal.ini` for the peers: 256 slots of 8 KiB, so the tests also cover a configured ring geometry (and the
 /// 4 KiB messages of `one_to_four_subscribers` fit without growing the ring).
@@ -46,20 +46,6 @@ fn topic(name: &str) -> String {
 }
 
 const T: Duration = Duration::from_secs(20);
-
-/// The files a process left in /dev/shm (shoal names carry the owner's pid).
-fn shm_files_of(pid: u32) -> Vec<String> {
-    let prefix_a = format!("shoal_{pid}_");
-    let prefix_b = format!("shoal_db_{pid}_");
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&prefix_a) || n.starts_with(&prefix_b))
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 fn check_summary(s: &Value, expected: u64, publishers: u64) {
     assert_eq!(s["received"], expected, "summary: {s}");

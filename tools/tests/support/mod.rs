@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 #[allow(unused_imports)] // as above
-pub(crate) use process::{Proc, ecal_python, script};
+pub(crate) use process::{Proc, ecal_python, script, shm_files_of};
 
 /// The `shoal-peer` binary.
 pub(crate) const PEER: &str = env!("CARGO_BIN_EXE_shoal-peer");

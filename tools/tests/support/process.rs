@@ -57,7 +57,7 @@ const STDERR_KEPT: usize = 64 * 1024;
 
 /// A child process printing JSON objects, one per line, on stdout. Its stderr is collected (the tail is kept) and
 /// shown, with its last lines, when a wait for it fails. On drop it gets SIGTERM (a chance to exit cleanly), then
-/// SIGKILL after 3 s; the shared-memory files of dead processes are then removed, as the next shoal node would.
+/// SIGKILL after 3 s; the shared-memory files it left are then removed.
 pub(crate) struct Proc {
     child: Child,
     lines: mpsc::Receiver<Value>,
@@ -239,9 +239,25 @@ impl Drop for Proc {
                 let _ = self.child.wait();
             }
         }
-        // A shoal process that did not exit cleanly leaves its ring and doorbell: remove those of dead processes.
-        let _ = shoal::transport::shm_ring::remove_stale_segments(Path::new(shoal::transport::shm_ring::SHM_DIR));
+        // A shoal process that did not exit cleanly leaves its ring and doorbell: remove this one's (only this
+        // one's: the crash tests check that the next node removes a dead process's files).
+        for name in shm_files_of(self.child.id()) {
+            let _ = std::fs::remove_file(Path::new(shoal::transport::shm_ring::SHM_DIR).join(name));
+        }
     }
+}
+
+/// The files process `pid` has in /dev/shm (shoal's names carry the owner's pid).
+pub(crate) fn shm_files_of(pid: u32) -> Vec<String> {
+    let prefixes = [format!("shoal_{pid}_"), format!("shoal_db_{pid}_")];
+    std::fs::read_dir(shoal::transport::shm_ring::SHM_DIR)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| prefixes.iter().any(|p| n.starts_with(p.as_str())))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// `s` cut to at most `n` bytes (on a character boundary), with an ellipsis when cut.
