@@ -160,16 +160,13 @@ fn shoal_is_visible_in_ecal_monitoring() {
     let (pub_pid, sub_pid, typed_pid) = (publ.pid(), sub.pid(), typed.pid());
 
     let mon = ecal_monitor(&t, 30);
-    let snap = mon.wait_for(DISCOVERY, |v| {
+    let snap = mon.expect_line("the shoal processes and topics", DISCOVERY, |v| {
         is_snapshot(v)
             && [pub_pid, sub_pid, typed_pid].iter().all(|&p| find(arr(v, "processes"), |x| pid_is(x, p)).is_some())
             && find(arr(v, "publishers"), |x| pid_is(x, pub_pid)).is_some()
             && find(arr(v, "subscribers"), |x| pid_is(x, sub_pid)).is_some()
             && find(arr(v, "subscribers"), |x| pid_is(x, typed_pid)).is_some()
     });
-    let Some(snap) = snap else {
-        panic!("eCAL's monitoring did not list the shoal processes and topics within {DISCOVERY:?}\n{}", mon.report())
-    };
 
     for (pid, unit) in [(pub_pid, "shoal-peer"), (sub_pid, "shoal-peer"), (typed_pid, "shoal-snapshot")] {
         let p = find(arr(&snap, "processes"), |x| pid_is(x, pid)).expect("listed");
@@ -209,18 +206,13 @@ fn shoal_is_visible_in_ecal_monitoring() {
     assert_eq!(s["datatype"]["descriptor_hex"], desc_hex, "descriptor bytes: {s}");
 
     // The shoal publisher and subscriber find each other, and eCAL sees the statistics they announce.
-    let snap = mon.wait_for(DISCOVERY, |v| {
+    mon.expect_line("shoal publisher statistics (connections_local 1, data_clock > 0)", DISCOVERY, |v| {
         is_snapshot(v)
             && find(arr(v, "publishers"), |x| {
                 pid_is(x, pub_pid) && x["connections_local"] == 1 && x["data_clock"].as_i64().unwrap_or(0) > 0
             })
             .is_some()
     });
-    assert!(
-        snap.is_some(),
-        "shoal publisher statistics (connections_local 1, data_clock > 0) not seen\n{}",
-        mon.report()
-    );
 }
 
 /// (b) shoal's snapshot lists eCAL processes, publishers and subscribers exactly as eCAL announced them.
@@ -280,16 +272,13 @@ fn ecal_is_visible_in_shoal_snapshot() {
     let (pub_pid, sub_pid) = (epub.pid(), esub.pid());
 
     let shoal = shoal_monitor(&t, 30, &[]);
-    let snap = shoal.wait_for(DISCOVERY, |v| {
+    let snap = shoal.expect_line("the eCAL peers", DISCOVERY, |v| {
         is_snapshot(v)
             && find(arr(v, "processes"), |x| pid_is(x, pub_pid)).is_some()
             && find(arr(v, "processes"), |x| pid_is(x, sub_pid)).is_some()
             && find(arr(v, "topics"), |x| pid_is(x, pub_pid)).is_some()
             && find(arr(v, "topics"), |x| pid_is(x, sub_pid)).is_some()
     });
-    let Some(snap) = snap else {
-        panic!("shoal's snapshot did not list the eCAL peers within {DISCOVERY:?}\n{}", shoal.report())
-    };
     let host = host_of(&snap);
     assert_eq!(pub_ready["host_name"], host.as_str(), "eCAL and shoal agree on the host name");
 
@@ -324,11 +313,10 @@ fn ecal_is_visible_in_shoal_snapshot() {
     assert_eq!(s["layers"], serde_json::json!(["shm"]), "enabled layers of the SHM-only eCAL subscriber: {s}");
 
     // eCAL's publisher statistics arrive too (it sends at 20 Hz even without subscribers).
-    let stats = shoal.wait_for(DISCOVERY, |v| {
+    shoal.expect_line("the eCAL publisher's data_clock above 0", DISCOVERY, |v| {
         is_snapshot(v)
             && find(arr(v, "topics"), |x| pid_is(x, pub_pid) && x["data_clock"].as_i64().unwrap_or(0) > 0).is_some()
     });
-    assert!(stats.is_some(), "eCAL publisher's data_clock never above 0 in shoal's snapshot\n{}", shoal.report());
 }
 
 /// Registration samples larger than one datagram (a 150 kB type descriptor: ecaludp fragmentation) in both
@@ -388,21 +376,15 @@ fn large_type_descriptor_crosses_both_ways() {
     let big = |x: &Value, pid: u32, name: &str| {
         pid_is(x, pid) && x["datatype"]["name"] == name && x["datatype"]["descriptor_len"] == 150_000
     };
-    let seen_by_ecal = mon.wait_for(DISCOVERY, |v| {
+    let seen_by_ecal = mon.expect_line("shoal's publisher with its 150 kB descriptor", DISCOVERY, |v| {
         is_snapshot(v) && find(arr(v, "publishers"), |x| big(x, shoal_pid, "big.FromShoal")).is_some()
     });
-    let Some(seen_by_ecal) = seen_by_ecal else {
-        panic!("eCAL did not list shoal's publisher with its 150 kB descriptor\n{}", mon.report())
-    };
     let p = find(arr(&seen_by_ecal, "publishers"), |x| pid_is(x, shoal_pid)).expect("listed");
     assert_eq!(p["datatype"]["descriptor_digest"], digest.as_str(), "descriptor bytes as eCAL got them");
 
-    let seen_by_shoal = shoal.wait_for(DISCOVERY, |v| {
+    let seen_by_shoal = shoal.expect_line("eCAL's publisher with its 150 kB descriptor", DISCOVERY, |v| {
         is_snapshot(v) && find(arr(v, "topics"), |x| big(x, ecal_pid, "big.FromEcal")).is_some()
     });
-    let Some(seen_by_shoal) = seen_by_shoal else {
-        panic!("shoal did not list eCAL's publisher with its 150 kB descriptor\n{}", shoal.report())
-    };
     let p = find(arr(&seen_by_shoal, "topics"), |x| pid_is(x, ecal_pid)).expect("listed");
     assert_eq!(p["datatype"]["descriptor_digest"], digest.as_str(), "descriptor bytes as shoal got them");
 }
@@ -449,26 +431,23 @@ fn shoal_unregistration_reaches_ecal() {
             && find(arr(v, "subscribers"), |x| pid_is(x, pid)).is_none()
     };
     let mon = ecal_monitor(&t, 40);
-    if mon.wait_for(DISCOVERY, |v| is_snapshot(v) && listed(v, clean_pid) && listed(v, killed_pid)).is_none() {
-        panic!("eCAL did not list both shoal processes with their entities\n{}", mon.report());
-    }
+    mon.expect_line("both shoal processes with their entities", DISCOVERY, |v| {
+        is_snapshot(v) && listed(v, clean_pid) && listed(v, killed_pid)
+    });
 
     // Clean exit (SIGTERM: shoal-snapshot drops its node) versus SIGKILL, at the same moment.
     clean.signal(libc::SIGTERM);
     killed.signal(libc::SIGKILL);
     let stopped = Instant::now();
-    let status = clean.wait_exit(Duration::from_secs(5)).expect("shoal-snapshot exits on SIGTERM");
-    assert!(status.success(), "clean exit: {status}\n{}", clean.report());
+    clean.wait_success(Duration::from_secs(5));
     killed.wait_exit(Duration::from_secs(5)).expect("killed");
 
-    let dropped = mon.wait_for(Duration::from_secs(5), |v| is_snapshot(v) && gone(v, clean_pid));
+    let dropped = mon.expect_line(
+        "the cleanly exited shoal process gone (unregistration applied)",
+        Duration::from_secs(5),
+        |v| is_snapshot(v) && gone(v, clean_pid),
+    );
     let after = stopped.elapsed();
-    let Some(dropped) = dropped else {
-        panic!(
-            "eCAL still lists the cleanly exited shoal process 5 s later (unregistration not applied)\n{}",
-            mon.report()
-        )
-    };
     assert!(after < Duration::from_secs(5), "unregistration took {after:?}");
     assert!(
         listed(&dropped, killed_pid),
@@ -507,9 +486,9 @@ fn ecal_unregistration_reaches_shoal() {
     esub.expect("ready", Duration::from_secs(20));
     let (pub_pid, sub_pid) = (epub.pid(), esub.pid());
     let has = |v: &Value, pid: u32| find(arr(v, "topics"), |x| pid_is(x, pid)).is_some();
-    if shoal.wait_for(DISCOVERY, |v| is_snapshot(v) && has(v, pub_pid) && has(v, sub_pid)).is_none() {
-        panic!("shoal did not list the eCAL publisher and subscriber\n{}", shoal.report());
-    }
+    shoal.expect_line("the eCAL publisher and subscriber", DISCOVERY, |v| {
+        is_snapshot(v) && has(v, pub_pid) && has(v, sub_pid)
+    });
 
     // SIGTERM: the peers delete their entity ("deleted"), then wait before finalize.
     epub.signal(libc::SIGTERM);
@@ -517,12 +496,11 @@ fn ecal_unregistration_reaches_shoal() {
     epub.expect("deleted", Duration::from_secs(5));
     esub.expect("deleted", Duration::from_secs(5));
     let deleted = Instant::now();
-    let gone = shoal.wait_for(Duration::from_secs(5), |v| is_snapshot(v) && !has(v, pub_pid) && !has(v, sub_pid));
+    shoal.expect_line("eCAL's deleted entities gone", Duration::from_secs(5), |v| {
+        is_snapshot(v) && !has(v, pub_pid) && !has(v, sub_pid)
+    });
     let after = deleted.elapsed();
-    assert!(gone.is_some(), "eCAL's deleted entities still in shoal's snapshot 5 s later\n{}", shoal.report());
     assert!(after < Duration::from_secs(5), "took {after:?}");
-    for p in [&mut epub, &mut esub] {
-        let status = p.wait_exit(Duration::from_secs(10)).expect("peer exits");
-        assert!(status.success(), "{}: {status}\n{}", p.name(), p.report());
-    }
+    epub.wait_success(Duration::from_secs(10));
+    esub.wait_success(Duration::from_secs(10));
 }
