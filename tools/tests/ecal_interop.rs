@@ -15,43 +15,21 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{PEER, Proc, SNAPSHOT, ecal_python, script};
+use support::{Proc, SNAPSHOT, ecal_peer, shoal_peer, topic};
 
 // ---------------------------------------------------------------------------------------------------------------
 // Harness
 // ---------------------------------------------------------------------------------------------------------------
 
-/// A unique topic name for this test binary and test.
-fn topic(test: &str) -> String {
-    format!("shoal_interop_{}_{test}", std::process::id())
-}
-
-/// `program args` as a [`Proc`], logging warnings only (its stderr is shown when a wait for it fails).
-fn spawn(name: &str, program: &str, args: &[&str]) -> Proc {
-    let mut cmd = Command::new(program);
-    cmd.args(args).env("RUST_LOG", "warn");
-    Proc::spawn(name, cmd)
-}
-
-/// An eCAL peer script from `tools/tests/ecal/`, run by the venv's python.
-fn python(name: &str, peer_script: &str, args: &[&str]) -> Proc {
-    let mut all = vec![script(peer_script)];
-    all.extend(args.iter().map(|a| a.to_string()));
-    let all: Vec<&str> = all.iter().map(String::as_str).collect();
-    spawn(name, &ecal_python(), &all)
-}
-
-fn shoal_peer(name: &str, args: &[&str]) -> Proc {
-    spawn(name, PEER, args)
-}
-
 fn shoal_snapshot(name: &str, args: &[&str]) -> Proc {
-    spawn(name, SNAPSHOT, args)
+    let mut cmd = Command::new(SNAPSHOT);
+    cmd.args(args);
+    Proc::spawn(name, cmd)
 }
 
 /// eCAL's monitoring, streamed every 200 ms for `seconds`, restricted to topics containing `filter`.
 fn ecal_monitor(filter: &str, seconds: u32) -> Proc {
-    let m = python(
+    let m = ecal_peer(
         "monitor.py",
         "monitor.py",
         &["--seconds", &seconds.to_string(), "--interval-ms", "200", "--topic-contains", filter],
@@ -132,9 +110,13 @@ const DISCOVERY: Duration = Duration::from_secs(15);
 fn shoal_is_visible_in_ecal_monitoring() {
     let t = topic("visible");
     let t_typed = format!("{t}_typed");
-    let publ =
-        shoal_peer("shoal-peer pub", &["pub", "--topic", &t, "--wait-subs", "0", "--count", "0", "--rate", "100"]);
-    let sub = shoal_peer("shoal-peer sub", &["sub", "--topic", &t, "--count", "1000000000", "--idle-ms", "60000"]);
+    let publ = shoal_peer(
+        "shoal-peer pub",
+        &["pub", "--topic", &t, "--wait-subs", "0", "--count", "0", "--rate", "100"],
+        None,
+    );
+    let sub =
+        shoal_peer("shoal-peer sub", &["sub", "--topic", &t, "--count", "1000000000", "--idle-ms", "60000"], None);
     // A typed shoal subscriber (shoal-peer's subscriber announces no type), with a binary descriptor.
     let desc_hex = "000102ff7f80fe0a";
     let typed = shoal_snapshot(
@@ -222,7 +204,7 @@ fn ecal_is_visible_in_shoal_snapshot() {
     let (t_pub, t_sub) = (format!("{t}_pub"), format!("{t}_sub"));
     let pub_desc = "00ff0102fe7f80";
     let sub_desc = "0a0b0c";
-    let epub = python(
+    let epub = ecal_peer(
         "pub.py",
         "pub.py",
         &[
@@ -244,7 +226,7 @@ fn ecal_is_visible_in_shoal_snapshot() {
             "ecal_interop_pub",
         ],
     );
-    let esub = python(
+    let esub = ecal_peer(
         "sub.py",
         "sub.py",
         &[
@@ -351,7 +333,7 @@ fn large_type_descriptor_crosses_both_ways() {
         ],
     );
     shoal.expect("ready", Duration::from_secs(10));
-    let epub = python(
+    let epub = ecal_peer(
         "pub.py",
         "pub.py",
         &[
@@ -472,12 +454,12 @@ fn shoal_unregistration_reaches_ecal() {
 fn ecal_unregistration_reaches_shoal() {
     let t = topic("ecal_unreg");
     let shoal = shoal_monitor(&t, 40, &[]);
-    let mut epub = python(
+    let mut epub = ecal_peer(
         "pub.py",
         "pub.py",
         &["--topic", &t, "--count", "0", "--rate", "10", "--finalize-delay-ms", "2500", "--linger-ms", "0"],
     );
-    let mut esub = python(
+    let mut esub = ecal_peer(
         "sub.py",
         "sub.py",
         &["--topic", &t, "--count", "0", "--timeout-ms", "60000", "--quiet", "--finalize-delay-ms", "2500"],

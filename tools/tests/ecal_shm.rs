@@ -12,12 +12,12 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Stdio};
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use support::{Proc, ecal_python, script};
+use support::{ecal_peer, topic};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -25,22 +25,11 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// An eCAL peer script of `tools/tests/ecal/` (run by the venv's python), printing JSON lines.
-fn py(name: &str, args: &[&str]) -> Proc {
-    let mut cmd = Command::new(ecal_python());
-    cmd.arg(script(name)).args(args).stdin(Stdio::null());
-    Proc::spawn(&format!("eCAL peer {name}"), cmd)
-}
-
 fn node() -> shoal::Node {
     let cfg = shoal::Config::parse_str("[subscriber]\nudp_mc_rec_enabled = false\n", "ecal_shm_test.ini")
         .expect("test configuration");
     assert!(!cfg.layers.sub_udp && cfg.layers.sub_shm && cfg.layers.pub_shm);
     shoal::Node::init_with_config("ecal_shm_test", cfg).expect("shoal node")
-}
-
-fn topic(name: &str) -> String {
-    format!("shoal_ecalshm_{}_{name}", std::process::id())
 }
 
 /// Payload `n` of `size` bytes, as `shm_common.py` builds it.
@@ -157,7 +146,7 @@ fn ecal_publisher_to_shoal(name: &str, spec: &[(usize, usize)], args: &[&str]) -
     let spec = spec.iter().map(|(size, n)| format!("{size}x{n}")).collect::<Vec<_>>().join(",");
     let mut all = vec!["--topic", &t, "--sizes", &spec];
     all.extend_from_slice(args);
-    let mut publ = py("shm_pub.py", &all);
+    let mut publ = ecal_peer("eCAL shm_pub.py", "shm_pub.py", &all);
     publ.expect("ready", Duration::from_secs(20));
     publ.expect("matched", Duration::from_secs(20));
     receive_all(&sub, &want);
@@ -197,7 +186,7 @@ fn shoal_publisher_to_ecal_subscriber_growing_sizes() {
     let mut publ = node.publisher(&t, shoal::TypeInfo::raw("shoal.test.Shm")).expect("publisher");
     let want = sizes(&[(1024, 15), (64 * 1024, 15), (1024 * 1024, 10)]);
     let count = want.len().to_string();
-    let mut sub = py("shm_sub.py", &["--topic", &t, "--count", &count]);
+    let mut sub = ecal_peer("eCAL shm_sub.py", "shm_sub.py", &["--topic", &t, "--count", &count]);
     let pid = sub.expect("ready", Duration::from_secs(20))["pid"].as_u64().expect("pid") as u32;
     let watch = MemfileWatch::start(pid);
     assert!(publ.wait_for_subscribers(1, Duration::from_secs(20)), "the eCAL subscriber did not match");

@@ -7,38 +7,41 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{PEER, Proc, ecal_python, finish_transfer, script, topic, write_ini};
+use support::{ecal_peer, ecal_python, finish_transfer, shoal_peer, topic, write_ini};
 
 /// eCAL publisher (eCAL's default layers) → shoal subscriber that disables eCAL shared memory, so the eCAL
 /// publisher must start its UDP writer for it.
 fn ecal_to_shoal(name: &str, count: u64, size: usize, rate: f64) {
-    let python = ecal_python();
+    ecal_python(); // the venv first (made on first use), before any peer's timers run
     let ini = write_ini("ecal_udp_sub", "[subscriber]\nshm_rec_enabled = false\n");
     let t = topic(&format!("ecal_{name}"));
-    let mut sub_cmd = Command::new(PEER);
-    sub_cmd.env("ECAL_INI", &ini).args(["sub", "--topic", &t, "--count", &count.to_string(), "--idle-ms", "10000"]);
-    let sub = Proc::spawn("shoal sub", sub_cmd);
+    let sub = shoal_peer(
+        "shoal sub",
+        &["sub", "--topic", &t, "--count", &count.to_string(), "--idle-ms", "10000"],
+        Some(&ini),
+    );
     sub.expect("ready", Duration::from_secs(10));
-    let mut pub_cmd = Command::new(&python);
-    pub_cmd.arg(script("pub.py")).args([
-        "--topic",
-        &t,
-        "--count",
-        &count.to_string(),
-        "--size",
-        &size.to_string(),
-        "--rate",
-        &rate.to_string(),
-        "--wait-subs",
-        "1",
-        "--type-name",
-        "ecal.test.Pattern",
-    ]);
-    let publ = Proc::spawn("eCAL pub", pub_cmd);
+    let publ = ecal_peer(
+        "eCAL pub",
+        "pub.py",
+        &[
+            "--topic",
+            &t,
+            "--count",
+            &count.to_string(),
+            "--size",
+            &size.to_string(),
+            "--rate",
+            &rate.to_string(),
+            "--wait-subs",
+            "1",
+            "--type-name",
+            "ecal.test.Pattern",
+        ],
+    );
     let ready = publ.expect("ready", Duration::from_secs(15));
     eprintln!("{name}: eCAL publisher {ready}");
     finish_transfer(name, publ, sub, count);
@@ -46,40 +49,44 @@ fn ecal_to_shoal(name: &str, count: u64, size: usize, rate: f64) {
 
 /// shoal publisher → eCAL subscriber with only UDP enabled.
 fn shoal_to_ecal(name: &str, count: u64, size: usize, rate: f64) {
-    let python = ecal_python();
+    ecal_python(); // the venv first (made on first use), before any peer's timers run
     let t = topic(&format!("ecal_{name}"));
-    let mut sub_cmd = Command::new(&python);
-    sub_cmd.arg(script("sub.py")).args([
-        "--topic",
-        &t,
-        "--count",
-        &count.to_string(),
-        "--layer",
-        "udp",
-        "--timeout-ms",
-        "25000",
-        "--idle-ms",
-        "10000",
-    ]);
-    let mut sub = Proc::spawn("eCAL sub", sub_cmd);
+    let mut sub = ecal_peer(
+        "eCAL sub",
+        "sub.py",
+        &[
+            "--topic",
+            &t,
+            "--count",
+            &count.to_string(),
+            "--layer",
+            "udp",
+            "--timeout-ms",
+            "25000",
+            "--idle-ms",
+            "10000",
+        ],
+    );
     sub.expect("ready", Duration::from_secs(15));
-    let mut pub_cmd = Command::new(PEER);
-    pub_cmd.args([
-        "pub",
-        "--topic",
-        &t,
-        "--count",
-        &count.to_string(),
-        "--size",
-        &size.to_string(),
-        "--rate",
-        &rate.to_string(),
-        "--wait-subs",
-        "1",
-        "--linger-ms",
-        "1500",
-    ]);
-    let mut publ = Proc::spawn("shoal pub", pub_cmd);
+    let mut publ = shoal_peer(
+        "shoal pub",
+        &[
+            "pub",
+            "--topic",
+            &t,
+            "--count",
+            &count.to_string(),
+            "--size",
+            &size.to_string(),
+            "--rate",
+            &rate.to_string(),
+            "--wait-subs",
+            "1",
+            "--linger-ms",
+            "1500",
+        ],
+        None,
+    );
     let ready = publ.expect("ready", Duration::from_secs(10));
     let publisher_id = ready["publisher_id"].as_u64().expect("publisher id");
     let done = publ.expect("done", Duration::from_secs(25));

@@ -8,51 +8,25 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::Value;
-use support::{PEER, Proc, shm_files_of};
+use support::{PEER, Proc, check_summary, shm_files_of, shoal_peer, topic, write_ini};
 
 /// An `ecal.ini` for the peers: 256 slots of 8 KiB, so the tests also cover a configured ring geometry (and the
 /// 4 KiB messages of `one_to_four_subscribers` fit without growing the ring).
 fn deep_ring_ini() -> String {
-    let path = format!("{}/deep_ring_{}.ini", env!("CARGO_TARGET_TMPDIR"), std::process::id());
-    if !std::path::Path::new(&path).exists() {
-        let text = "[shoal_shm_ring]\nslot_count = 256\nslot_size = 8k\n";
-        std::fs::write(&path, text).expect("write test ecal.ini");
-    }
-    path
+    write_ini("deep_ring", "[shoal_shm_ring]\nslot_count = 256\nslot_size = 8k\n")
 }
 
 /// A `shoal-peer` with the default configuration (4096 slots of 256 bytes, growing for larger messages).
 fn spawn(args: &[&str]) -> Proc {
-    spawn_env(args, None)
+    shoal_peer("shoal-peer", args, None)
 }
 
 /// A `shoal-peer` whose ring has 256 slots of 8 KiB.
 fn spawn_deep(args: &[&str]) -> Proc {
-    spawn_env(args, Some(deep_ring_ini()))
-}
-
-fn spawn_env(args: &[&str], ecal_ini: Option<String>) -> Proc {
-    let mut cmd = Command::new(PEER);
-    if let Some(ini) = ecal_ini {
-        cmd.env("ECAL_INI", ini);
-    }
-    cmd.args(args);
-    Proc::spawn("shoal-peer", cmd)
-}
-
-fn topic(name: &str) -> String {
-    format!("test_{name}_{}", std::process::id())
+    shoal_peer("shoal-peer", args, Some(&deep_ring_ini()))
 }
 
 const T: Duration = Duration::from_secs(20);
-
-fn check_summary(s: &Value, expected: u64, publishers: u64) {
-    assert_eq!(s["received"], expected, "summary: {s}");
-    assert_eq!(s["torn"], 0, "torn messages: {s}");
-    assert_eq!(s["out_of_order"], 0, "out of order: {s}");
-    assert_eq!(s["publishers"], publishers, "summary: {s}");
-}
 
 #[test]
 fn one_to_one_every_message_in_order() {

@@ -7,17 +7,14 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
-use support::{PEER, Proc, assert_clean_summary, topic};
+use support::{Proc, assert_clean_summary, check_summary, shoal_peer, topic};
 
 const T: Duration = Duration::from_secs(20);
 
 fn spawn(args: &[&str]) -> Proc {
-    let mut cmd = Command::new(PEER);
-    cmd.args(args);
-    Proc::spawn("shoal-peer", cmd)
+    shoal_peer("shoal-peer", args, None)
 }
 
 /// Three subscriber processes asleep on their doorbells between messages: every send finds several sleepers and hands
@@ -54,9 +51,7 @@ fn late_joiner_gets_its_first_message_quickly() {
     // Within 50 ms of the match (messages come every 1 ms), not a registration period (1 s) later.
     assert!(since_match < 50.0, "first message {since_match} ms after the match");
     let s = sub.expect("summary", T);
-    assert_eq!(s["received"], 200, "summary: {s}");
-    assert_eq!(s["torn"], 0, "torn messages: {s}");
-    assert_eq!(s["out_of_order"], 0, "out of order: {s}");
+    check_summary(&s, 200, 1);
     sub.wait_success(T);
     publ.sigkill(); // its files are removed when `publ` is dropped
 }

@@ -5,10 +5,9 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
-use support::{PEER, Proc, finish_transfer, topic, write_ini};
+use support::{finish_transfer, shoal_peer, topic, write_ini};
 
 /// An `ecal.ini` that leaves UDP as the only transport between two shoal processes.
 fn udp_only_ini() -> String {
@@ -23,25 +22,13 @@ fn transfer(name: &str, count: u64, size: usize, rate: u32) {
     let ini = udp_only_ini();
     let t = topic(name);
     let (count_s, size_s, rate_s) = (count.to_string(), size.to_string(), rate.to_string());
-    let mut sub_cmd = Command::new(PEER);
-    sub_cmd.env("ECAL_INI", &ini).args(["sub", "--topic", &t, "--count", &count_s, "--idle-ms", "8000"]);
-    let sub = Proc::spawn("shoal sub", sub_cmd);
+    let sub = shoal_peer("shoal sub", &["sub", "--topic", &t, "--count", &count_s, "--idle-ms", "8000"], Some(&ini));
     sub.expect("ready", Duration::from_secs(10));
-    let mut pub_cmd = Command::new(PEER);
-    pub_cmd.env("ECAL_INI", &ini).args([
-        "pub",
-        "--topic",
-        &t,
-        "--count",
-        &count_s,
-        "--size",
-        &size_s,
-        "--rate",
-        &rate_s,
-        "--wait-subs",
-        "1",
-    ]);
-    let publ = Proc::spawn("shoal pub", pub_cmd);
+    let publ = shoal_peer(
+        "shoal pub",
+        &["pub", "--topic", &t, "--count", &count_s, "--size", &size_s, "--rate", &rate_s, "--wait-subs", "1"],
+        Some(&ini),
+    );
     finish_transfer(name, publ, sub, count);
 }
 
