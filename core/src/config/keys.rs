@@ -510,7 +510,8 @@ pub(crate) static KEYS: &[KeyDef] = &[
         alias: None,
         doc: &[
             "Address of the local interface that sends multicast and joins the groups in network",
-            "mode; 0.0.0.0 lets the operating system choose.",
+            "mode (registration and data alike); 0.0.0.0 takes the interface of the route to",
+            "multicast_group, as the operating system would.",
         ],
         allowed: "0.0.0.0 or a unicast IPv4 address",
         get: |c| c.network.multicast_interface.to_string(),

@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token, Waker};
-use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::Config;
 use crate::monitor::Snapshot;
 use crate::pubsub::runtime::{Local, Runtime};
 use crate::registration::{Event, LocalTopic, Registrar};
+use crate::transport::udp::net as udp_net;
 
 const RECV_TOKEN: Token = Token(0);
 const WAKE_TOKEN: Token = Token(1);
@@ -87,32 +87,16 @@ struct Sockets {
     dest: SocketAddr,
 }
 
+/// The registration sockets: the same kind as the UDP data layer's (one interface for both), on the registration
+/// port, sending to the local broadcast address or, in network mode, the multicast group.
 fn open_sockets(cfg: &Config) -> io::Result<Sockets> {
     let port = cfg.registration.port;
-    let recv = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-    recv.set_reuse_address(true)?;
-    recv.set_nonblocking(true)?;
-    let _ = recv.set_recv_buffer_size(4 << 20);
-    recv.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port).into())?;
-    let send = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-    send.set_nonblocking(true)?;
-    let _ = send.set_send_buffer_size(4 << 20);
     let net = &cfg.network;
-    let dest = if net.enabled {
-        let iface = net.multicast_interface;
-        recv.join_multicast_v4(&net.multicast_group, &iface)?;
-        send.set_multicast_ttl_v4(net.multicast_ttl)?;
-        send.set_multicast_loop_v4(true)?;
-        if !iface.is_unspecified() {
-            send.set_multicast_if_v4(&iface)?;
-        }
-        SocketAddr::V4(SocketAddrV4::new(net.multicast_group, port))
-    } else {
-        send.set_broadcast(true)?;
-        send.set_ttl_v4(1)?;
-        SocketAddr::V4(SocketAddrV4::new(net.local_broadcast, port))
-    };
-    Ok(Sockets { recv: UdpSocket::from_std(recv.into()), send: UdpSocket::from_std(send.into()), dest })
+    let iface = if net.enabled { udp_net::multicast_interface(net) } else { Ipv4Addr::UNSPECIFIED };
+    let recv = udp_net::open_recv_socket(net, iface, port)?;
+    let send = UdpSocket::from_std(udp_net::open_send_socket(net, iface)?.into());
+    let to = if net.enabled { net.multicast_group } else { net.local_broadcast };
+    Ok(Sockets { recv, send, dest: SocketAddr::V4(SocketAddrV4::new(to, port)) })
 }
 
 /// Starts the I/O thread for `rt`. The thread holds only a weak reference to the runtime.

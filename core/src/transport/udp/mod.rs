@@ -15,7 +15,7 @@
 //!   receives (`recv.rs`); duplicate and out-of-order clocks are dropped and counted per subscriber and publisher.
 
 pub mod codec;
-mod net;
+pub(crate) mod net;
 mod recv;
 #[cfg(test)]
 mod tests;

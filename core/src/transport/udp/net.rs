@@ -1,4 +1,6 @@
-//! Sockets of the UDP data layer: where data goes, the send socket, the receive socket.
+//! eCAL's UDP sockets: where data goes, the send socket, the receive socket, and the multicast interface they use.
+//! The registration sockets of the I/O thread are made here too (on the registration port), so registration and
+//! data use the same interface for the same configuration.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
@@ -70,14 +72,14 @@ pub(crate) fn open_send_socket(net: &NetworkConfig, iface: Ipv4Addr) -> io::Resu
     Ok(s)
 }
 
-/// The receive socket: `0.0.0.0:data_port`, SO_REUSEADDR, non-blocking, large buffer. In network mode it joins
-/// the base group on `iface`; topic groups are joined by the caller.
-pub(crate) fn open_recv_socket(net: &NetworkConfig, iface: Ipv4Addr) -> io::Result<mio::net::UdpSocket> {
+/// A receive socket: `0.0.0.0:port`, SO_REUSEADDR, non-blocking, large buffer. In network mode it joins the base
+/// group on `iface`; the data layer's topic groups are joined by the caller.
+pub(crate) fn open_recv_socket(net: &NetworkConfig, iface: Ipv4Addr, port: u16) -> io::Result<mio::net::UdpSocket> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
     s.set_reuse_address(true)?;
     s.set_nonblocking(true)?;
     let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
-    s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, net.data_port).into())?;
+    s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port).into())?;
     if net.enabled {
         s.join_multicast_v4(&net.multicast_group, &iface)?;
     }

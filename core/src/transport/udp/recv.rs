@@ -80,7 +80,7 @@ impl UdpReceiver {
         let net = &self.shared.config;
         if self.socket.is_none() {
             let iface = if net.enabled { self.shared.iface() } else { Ipv4Addr::UNSPECIFIED };
-            let opened = super::net::open_recv_socket(net, iface).and_then(|mut s| {
+            let opened = super::net::open_recv_socket(net, iface, net.data_port).and_then(|mut s| {
                 registry.register(&mut s, token, Interest::READABLE)?;
                 Ok(s)
             });
