@@ -328,7 +328,7 @@ impl LayerWriter for EcalShmWriter {
             id: 0,
             clock: meta.clock,
             time: meta.send_time_us,
-            hash: meta.publisher_id ^ (meta.clock << 1),
+            hash: crate::transport::udp::codec::content_hash(meta.publisher_id, meta.clock),
             options: 0,
             ack_timeout_ms: self.opts.ack_timeout_ms,
         };
@@ -388,7 +388,7 @@ impl std::fmt::Debug for Sink {
 }
 
 impl Sink {
-    fn offer(&self, clock: u64, send_time_us: i64, payload: &Arc<[u8]>) {
+    fn offer(&self, clock: u64, send_time_us: i64, payload: Payload) {
         let mut last = crate::pubsub::runtime::lock(&self.last_clock);
         if let Some(l) = *last {
             if clock == l {
@@ -406,7 +406,7 @@ impl Sink {
         // do not read, and that call would take the subscriber's reader lock from this thread while the subscriber
         // may hold its connection lock waiting for this thread to stop (lock-order inversion).
         self.inbox.push(Sample {
-            payload: Payload::Shared(Arc::clone(payload)),
+            payload,
             send_time_us,
             clock,
             publisher_id: self.publisher_id,
@@ -419,7 +419,8 @@ impl Sink {
 /// One observed memfile of another process (one per memfile per process, shared by our subscribers).
 struct Observer {
     name: String,
-    sinks: Mutex<Vec<Arc<Sink>>>,
+    /// Our subscribers' sinks; replaced as a whole on attach and detach, so a message only clones the `Arc`.
+    sinks: Mutex<Arc<[Arc<Sink>]>>,
     stop: AtomicBool,
     /// `<memfile>_<our pid>_evt`, shared with the thread (to wake it when stopping).
     event: Arc<NamedSync>,
@@ -456,7 +457,8 @@ impl Observer {
     fn attach(name: &str, pid: u32, sink: &Arc<Sink>) -> Result<ObserverRef, ObserveError> {
         let mut pool = crate::pubsub::runtime::lock(&OBSERVERS);
         if let Some(o) = pool.get(name) {
-            crate::pubsub::runtime::lock(&o.sinks).push(Arc::clone(sink));
+            let mut sinks = crate::pubsub::runtime::lock(&o.sinks);
+            *sinks = sinks.iter().cloned().chain([Arc::clone(sink)]).collect();
             return Ok(ObserverRef { obs: Arc::clone(o), sink: Arc::clone(sink) });
         }
         // Open the memfile first: no event files are created for a memfile that is already gone.
@@ -465,7 +467,7 @@ impl Observer {
         let ack = NamedSync::open_or_create(&format!("{name}_{pid}_ack_evt"))?;
         let obs = Arc::new(Observer {
             name: name.to_string(),
-            sinks: Mutex::new(vec![Arc::clone(sink)]),
+            sinks: Mutex::new(Arc::from([Arc::clone(sink)])),
             stop: AtomicBool::new(false),
             event: Arc::clone(&event),
             thread: Mutex::new(None),
@@ -495,10 +497,16 @@ impl Observer {
                 Ok(Some(msg)) => {
                     pending = false;
                     last_clock = msg.header.clock;
-                    let payload: Arc<[u8]> = Arc::from(msg.payload);
-                    let sinks = crate::pubsub::runtime::lock(&self.sinks).clone();
-                    for s in &sinks {
-                        s.offer(msg.header.clock, msg.header.time, &payload);
+                    let sinks = Arc::clone(&crate::pubsub::runtime::lock(&self.sinks));
+                    let (clock, time) = (msg.header.clock, msg.header.time);
+                    if let [one] = &sinks[..] {
+                        // One subscriber (the usual case): it takes the bytes read, no second copy.
+                        one.offer(clock, time, Payload::Owned(msg.payload));
+                    } else {
+                        let shared: Arc<[u8]> = Arc::from(msg.payload);
+                        for s in sinks.iter() {
+                            s.offer(clock, time, Payload::Shared(Arc::clone(&shared)));
+                        }
                     }
                     if msg.header.ack_timeout_ms != 0 {
                         ack.set();
@@ -550,7 +558,7 @@ impl Drop for ObserverRef {
         let last = {
             let mut pool = crate::pubsub::runtime::lock(&OBSERVERS);
             let mut sinks = crate::pubsub::runtime::lock(&self.obs.sinks);
-            sinks.retain(|s| !Arc::ptr_eq(s, &self.sink));
+            *sinks = sinks.iter().filter(|s| !Arc::ptr_eq(s, &self.sink)).cloned().collect();
             let last = sinks.is_empty();
             if last && pool.get(&self.obs.name).is_some_and(|o| Arc::ptr_eq(o, &self.obs)) {
                 pool.remove(&self.obs.name);

@@ -333,7 +333,7 @@ fn sink_drops_duplicates_and_out_of_order() {
     };
     let p: Arc<[u8]> = Arc::from(&b"x"[..]);
     for c in [5, 6, 6, 4, 9, 10] {
-        sink.offer(c, 0, &p);
+        sink.offer(c, 0, Payload::Shared(Arc::clone(&p)));
     }
     let clocks: Vec<u64> = inbox.samples.lock().expect("lock").iter().map(|s| s.clock).collect();
     assert_eq!(clocks, [5, 6, 9, 10]);
