@@ -140,15 +140,13 @@ fn type_info_from_pb(t: Option<&pb::DataTypeInformation>) -> TypeInfo {
 
 /// Latency statistics as eCAL 6.1.1 writes them. Its `Statistics` struct defaults `min` to +∞ and `max` to −∞
 /// (`ecal_struct_sample_registration.h`), so both are always written (prost would elide a 0.0, which eCAL would
-/// then read as ±∞). Nothing measured (the model's all-zero default) is sent as eCAL's own "no data" values ±∞.
+/// then read as ±∞); nothing measured is the model's default, eCAL's ±∞.
 fn latency_to_pb(l: &LatencyStats) -> pb::Statistics {
-    let nothing_measured = l.count == 0 && l.min == 0.0 && l.max == 0.0;
-    let (min, max) = if nothing_measured { (f64::INFINITY, f64::NEG_INFINITY) } else { (l.min, l.max) };
     pb::Statistics {
         count: l.count,
         latest: l.latest,
-        min: Some(min),
-        max: Some(max),
+        min: Some(l.min),
+        max: Some(l.max),
         mean: l.mean,
         variance: l.variance,
     }

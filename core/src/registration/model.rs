@@ -128,8 +128,9 @@ impl Layer {
     }
 }
 
-/// Latency statistics in µs (`Topic.data_latency_us`).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// Latency statistics in µs (`Topic.data_latency_us`). The default is eCAL's "nothing measured": `min` +∞ and
+/// `max` −∞, the rest 0.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LatencyStats {
     /// Samples measured.
     pub count: u64,
@@ -143,6 +144,12 @@ pub struct LatencyStats {
     pub mean: f64,
     /// Variance.
     pub variance: f64,
+}
+
+impl Default for LatencyStats {
+    fn default() -> Self {
+        LatencyStats { count: 0, latest: 0.0, min: f64::INFINITY, max: f64::NEG_INFINITY, mean: 0.0, variance: 0.0 }
+    }
 }
 
 /// Statistics of a topic entity, as carried in its registration.
