@@ -129,15 +129,15 @@ def digest(data):
     return f"{fnv1a64(data):016x}"
 
 
-def _pattern_bytes(clock, start, n):
-    return bytes(((clock * 31 + start + i) & 0xFF) for i in range(n))
+def _pattern_bytes(clock, n):
+    return bytes(((clock * 31 + i) & 0xFF) for i in range(n))
 
 
 def make_payload(clock, size):
     """The self-checking payload number `clock` of `size` bytes (see the module docs)."""
     if size < 24:
-        return _pattern_bytes(clock, 0, size)
-    rest = _pattern_bytes(clock, 0, size - 24)
+        return _pattern_bytes(clock, size)
+    rest = _pattern_bytes(clock, size - 24)
     return struct.pack("<QQQ", clock, time.monotonic_ns(), fnv1a64(rest)) + rest
 
 
@@ -147,7 +147,7 @@ def check_payload(data):
         return None, False
     clock, _sent, checksum = struct.unpack_from("<QQQ", data, 0)
     rest = data[24:]
-    return clock, rest == _pattern_bytes(clock, 0, len(rest)) and fnv1a64(rest) == checksum
+    return clock, rest == _pattern_bytes(clock, len(rest)) and fnv1a64(rest) == checksum
 
 
 def layer_flags(layer):
@@ -199,6 +199,16 @@ def emit_ready(entity, cfg):
         "layers": {"udp": cfg.layer.udp.enable, "shm": cfg.layer.shm.enable, "tcp": cfg.layer.tcp.enable},
         "datatype": datatype_dict(entity.get_data_type_information()),
     })
+
+
+def wait_for_subscribers(pub, count, wait_ms, stop):
+    """Waits until `pub` has `count` subscribers; returns False if `wait_ms` passed or `stop` was set first."""
+    deadline = time.monotonic() + wait_ms / 1000.0
+    while pub.get_subscriber_count() < count:
+        if time.monotonic() >= deadline or stop.is_set():
+            return False
+        stop.sleep(0.01)
+    return True
 
 
 def descriptor_arg(hex_text, path):

@@ -56,15 +56,10 @@ def main():
         dt = ecal_core.DataTypeInformation(args.type_name, args.encoding, descriptor)
         pub = ecal_core.Publisher(args.topic, dt, pcfg)
         ec.emit_ready(pub, pcfg)
-        if args.wait_subs > 0:
-            deadline = time.monotonic() + args.wait_ms / 1000.0
-            while pub.get_subscriber_count() < args.wait_subs:
-                if time.monotonic() >= deadline or stop.is_set():
-                    ec.emit({"event": "done", "sent": 0, "failed_sends": 0,
-                             "subscribers": pub.get_subscriber_count()})
-                    ec.fail(f"only {pub.get_subscriber_count()} of {args.wait_subs} subscribers "
-                            f"within {args.wait_ms} ms", code=4)
-                stop.sleep(0.01)
+        if not ec.wait_for_subscribers(pub, args.wait_subs, args.wait_ms, stop):
+            ec.emit({"event": "done", "sent": 0, "failed_sends": 0, "subscribers": pub.get_subscriber_count()})
+            ec.fail(f"only {pub.get_subscriber_count()} of {args.wait_subs} subscribers within {args.wait_ms} ms",
+                    code=4)
         ec.emit({"event": "matched", "subscribers": pub.get_subscriber_count()})
 
         period = 1.0 / args.rate if args.rate > 0 else 0.0

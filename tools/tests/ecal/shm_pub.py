@@ -5,7 +5,7 @@ Usage: shm_pub.py --topic T --sizes 1024x20,65536x20 [--rate HZ] [--buffers N] [
                   [--wait-subs K] [--wait-ms MS] [--settle-ms MS] [--linger-ms MS]
 
 Sends one message per entry of --sizes (payload format: shm_common.py), message n = 1, 2, ...
-Lines: {"event": "ready", pid, topic_id}, {"event": "matched", subscribers}, {"event": "done", sent, failed}.
+Lines: {"event": "ready", pid, topic_id, ...}, {"event": "matched", subscribers}, {"event": "done", sent, failed}.
 --settle-ms: wait this long after the subscriber matched before the first message (the subscriber must learn
 the memfile name from our registration first; eCAL SHM delivers only the latest content to a late reader).
 Exit codes: 0 ok, 3 eCAL not usable, 4 not enough subscribers within --wait-ms.
@@ -39,17 +39,14 @@ def main():
     ecal_core, stop = ec.start("shoal_shm_pub", ec.DEFAULT)
     try:
         pcfg = ecal_core.get_publisher_configuration()
-        pcfg.layer.udp.enable, pcfg.layer.shm.enable, pcfg.layer.tcp.enable = False, True, False
+        pcfg.layer.udp.enable, pcfg.layer.shm.enable, pcfg.layer.tcp.enable = ec.layer_flags("shm")
         pcfg.layer.shm.memfile_buffer_count = args.buffers
         pcfg.layer.shm.acknowledge_timeout_ms = args.ack_ms
         pcfg.layer.shm.zero_copy_mode = args.zero_copy
         pub = ecal_core.Publisher(args.topic, ecal_core.DataTypeInformation("shoal.test.Shm", "raw", b""), pcfg)
-        ec.emit({"event": "ready", "pid": os.getpid(), "topic_id": pub.get_topic_id().topic_id.entity_id})
-        deadline = time.monotonic() + args.wait_ms / 1000.0
-        while pub.get_subscriber_count() < args.wait_subs:
-            if time.monotonic() >= deadline or stop.is_set():
-                ec.fail(f"only {pub.get_subscriber_count()} of {args.wait_subs} subscribers", code=4)
-            stop.sleep(0.01)
+        ec.emit_ready(pub, pcfg)
+        if not ec.wait_for_subscribers(pub, args.wait_subs, args.wait_ms, stop):
+            ec.fail(f"only {pub.get_subscriber_count()} of {args.wait_subs} subscribers", code=4)
         ec.emit({"event": "matched", "subscribers": pub.get_subscriber_count()})
         stop.sleep(args.settle_ms / 1000.0)
         period = 1.0 / args.rate if args.rate > 0 else 0.0

@@ -3,7 +3,7 @@
 
 Usage: shm_sub.py --topic T --count N [--timeout-ms MS] [--idle-ms MS]
 
-Lines: {"event": "ready", pid}, one {"event": "msg", n, size, intact, send_clock} per message (payload format:
+Lines: {"event": "ready", pid, topic_id, ...}, one {"event": "msg", n, size, intact, send_clock} per message (payload format:
 shm_common.py), then {"event": "summary", received, intact, timed_out}.
 Exit codes: 0 got N messages, 3 eCAL not usable, 5 timed out.
 """
@@ -45,10 +45,10 @@ def main():
 
     try:
         scfg = ecal_core.get_subscriber_configuration()
-        scfg.layer.udp.enable, scfg.layer.shm.enable, scfg.layer.tcp.enable = False, True, False
+        scfg.layer.udp.enable, scfg.layer.shm.enable, scfg.layer.tcp.enable = ec.layer_flags("shm")
         sub = ecal_core.Subscriber(args.topic, ecal_core.DataTypeInformation("", "", b""), scfg)
         sub.set_receive_callback(on_message)
-        ec.emit({"event": "ready", "pid": os.getpid()})
+        ec.emit_ready(sub, scfg)
         timed_out = ec.wait_until_enough(enough, stop, lock, state, args.timeout_ms, args.idle_ms)
         sub.remove_receive_callback()
         with lock:
