@@ -1,8 +1,8 @@
 //! Interoperability with the real eCAL 6.1.1 (the `eclipse-ecal` wheel from PyPI), registration level.
 //!
-//! The eCAL side is played by the Python peers in `tools/tests/ecal/` (`monitor.py`, `pub.py`, `sub.py`,
-//! `sniff.py`), run with the venv that `scripts/ecal-venv` creates in `target/ecal-venv` (the tests run the script
-//! themselves, so `cargo test` works on a fresh clone; it needs PyPI once). The shoal side is `shoal-peer` and
+//! The eCAL side is played by the Python peers in `tools/tests/ecal/` (`monitor.py`, `pub.py`, `sub.py`), run with
+//! the venv that `scripts/ecal-venv` creates in `target/ecal-venv` (the tests run the script themselves, so
+//! `cargo test` works on a fresh clone; it needs PyPI once). The shoal side is `shoal-peer` and
 //! `shoal-snapshot`. Every peer prints JSON lines; `support::Proc` collects them and stops its process on drop.
 //!
 //! All processes talk through the host's registration port 14000, like every eCAL process, so each test uses
