@@ -9,7 +9,9 @@ mod support;
 
 use std::time::Duration;
 
-use support::{NetnsPair, PEER, Proc, ecal_python, finish_transfer, is_root, script, topic, write_ini};
+use support::{
+    NetnsPair, PEER, Proc, ecal_python, finish_transfer, finish_transfer_to_ecal, is_root, script, topic, write_ini,
+};
 
 fn root_or_skip(test: &str) -> bool {
     let root = is_root();
@@ -131,7 +133,7 @@ fn shoal_pub_in_one_namespace_to_ecal_sub_in_the_other() {
         &[&sub_py, "--topic", &t, "--count", &count.to_string(), "--layer", "udp", "--timeout-ms", "25000"],
     );
     sub_cmd.current_dir(ecal_network_dir());
-    let mut sub = Proc::spawn("eCAL sub", sub_cmd);
+    let sub = Proc::spawn("eCAL sub", sub_cmd);
     sub.expect("ready", Duration::from_secs(15));
     let mut pub_cmd = net.command(
         1,
@@ -140,22 +142,9 @@ fn shoal_pub_in_one_namespace_to_ecal_sub_in_the_other() {
         &["pub", "--topic", &t, "--count", &count.to_string(), "--size", "300", "--rate", "100", "--wait-subs", "1"],
     );
     pub_cmd.env("ECAL_INI", &ini_b);
-    let mut publ = Proc::spawn("shoal pub", pub_cmd);
+    let publ = Proc::spawn("shoal pub", pub_cmd);
     let ready = publ.expect("ready", Duration::from_secs(10));
-    let done = publ.expect("done", Duration::from_secs(20));
-    assert_eq!(done["sent"], count);
-    let lines = sub.until("summary", Duration::from_secs(20));
-    let summary = lines.last().expect("summary");
-    eprintln!("net_s2e: shoal publisher {done}\nnet_s2e: eCAL subscriber {summary}");
-    let msgs: Vec<_> = lines.iter().filter(|v| v["event"] == "msg").collect();
-    let clocks: Vec<u64> = msgs.iter().map(|m| m["send_clock"].as_u64().expect("clock")).collect();
-    assert_eq!(clocks, (1..=count).collect::<Vec<_>>(), "every message once, in order");
-    for m in &msgs {
-        assert_eq!(m["intact"], true, "{m}");
-        assert_eq!(m["pub_entity_id"], ready["publisher_id"], "{m}");
+    for m in finish_transfer_to_ecal("net_s2e", publ, sub, &ready, count) {
         assert_eq!(m["pub_host"], "shoal-b", "{m}");
     }
-    assert_eq!(summary["intact"], count);
-    sub.wait_exit_reported(Duration::from_secs(10));
-    publ.wait_success(Duration::from_secs(5));
 }

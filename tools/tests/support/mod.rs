@@ -77,6 +77,37 @@ pub(crate) fn finish_transfer(name: &str, mut publ: Proc, mut sub: Proc, count: 
     publ.wait_success(Duration::from_secs(10));
 }
 
+/// The shoal → eCAL counterpart of [`finish_transfer`]: waits for the shoal publisher's `done` (all `count` sent)
+/// and the eCAL `sub.py`'s summary, prints both under `name`, checks that every message arrived once, in order and
+/// intact from the publisher of `ready` (its ready line), waits for both exits, and returns the `msg` lines for the
+/// caller's own checks.
+pub(crate) fn finish_transfer_to_ecal(
+    name: &str,
+    mut publ: Proc,
+    mut sub: Proc,
+    ready: &Value,
+    count: u64,
+) -> Vec<Value> {
+    let done = publ.expect("done", Duration::from_secs(25));
+    assert_eq!(done["sent"], count, "the publisher sent everything: {done}");
+    let mut lines = sub.until("summary", Duration::from_secs(25));
+    let summary = lines.pop().expect("summary");
+    eprintln!("{name}: shoal publisher {done}\n{name}: eCAL subscriber {summary}");
+    let msgs: Vec<Value> = lines.into_iter().filter(|v| v["event"] == "msg").collect();
+    let clocks: Vec<u64> = msgs.iter().map(|m| m["send_clock"].as_u64().expect("send_clock")).collect();
+    assert_eq!(clocks, (1..=count).collect::<Vec<_>>(), "every message once, in order");
+    for m in &msgs {
+        assert_eq!(m["intact"], true, "bytes intact: {m}");
+        assert_eq!(m["pub_entity_id"], ready["publisher_id"], "eCAL sees our publisher id: {m}");
+    }
+    assert_eq!(summary["received"], count, "{summary}");
+    assert_eq!(summary["intact"], count, "{summary}");
+    assert_eq!(summary["timed_out"], false, "{summary}");
+    sub.wait_exit_reported(Duration::from_secs(10));
+    publ.wait_success(Duration::from_secs(5));
+    msgs
+}
+
 fn run(args: &[&str]) -> Result<(), String> {
     let out = Command::new(args[0]).args(&args[1..]).output().map_err(|e| format!("{args:?}: {e}"))?;
     if out.status.success() {
