@@ -13,6 +13,17 @@ pub(crate) fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid static histogram bounds")
 }
 
+/// The latest measurement of a system, mode, wait mode and size among `ms`.
+pub(crate) fn find(
+    ms: &[Measurement],
+    system: System,
+    mode: Mode,
+    wait: WaitMode,
+    size: usize,
+) -> Option<&Measurement> {
+    ms.iter().rev().find(|m| m.system == system && m.mode == mode && m.wait == wait && m.size == size)
+}
+
 /// Percentiles of a latency distribution, ns.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Latency {
@@ -91,6 +102,11 @@ pub(crate) struct Measurement {
 }
 
 impl Measurement {
+    /// The value of extra figure `key`, if this measurement has it.
+    pub(crate) fn extra_value(&self, key: &str) -> Option<f64> {
+        self.extra.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+
     fn bytes_per_s(&self) -> f64 {
         self.msgs_per_s * self.size as f64
     }
@@ -276,10 +292,7 @@ impl Reporter {
 
     /// The latest baseline measurement of a mode, wait mode and size.
     pub(crate) fn baseline(&self, mode: Mode, wait: WaitMode, size: usize) -> Option<&Measurement> {
-        self.all
-            .iter()
-            .rev()
-            .find(|m| m.system == System::Baseline && m.mode == mode && m.wait == wait && m.size == size)
+        find(&self.all, System::Baseline, mode, wait, size)
     }
 
     /// Prints a line as is, in both output forms (e.g. a JSON object in JSON mode).

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::args::{Mode, System, TARGET_SIZES, TARGET_SUBSCRIBERS, TARGET_TOPICS, WaitMode};
-use super::report::{Measurement, Reporter, fmt_size};
+use super::report::{Measurement, Reporter, find, fmt_size};
 use super::rss::{RssReport, TARGET_KB};
 
 /// How a target's value is compared with its limit.
@@ -99,16 +99,8 @@ impl Target {
     }
 }
 
-fn find(ms: &[Measurement], system: System, mode: Mode, wait: WaitMode, size: usize) -> Option<&Measurement> {
-    ms.iter().rev().find(|m| m.system == system && m.mode == mode && m.wait == wait && m.size == size)
-}
-
 fn p50(m: &Measurement) -> Option<f64> {
     m.latency.map(|l| l.p50 as f64)
-}
-
-fn extra(m: &Measurement, key: &str) -> Option<f64> {
-    m.extra.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
 }
 
 /// Sizes measured in a mode, in order of first appearance.
@@ -159,6 +151,7 @@ fn t2(ms: &[Measurement], wait: WaitMode) -> Option<Target> {
     let s = find(ms, System::Shoal, Mode::Throughput, wait, size)?;
     let b = find(ms, System::Baseline, Mode::Throughput, wait, size)?;
     let ratio = s.msgs_per_s / b.msgs_per_s;
+    let (limit, cmp) = (0.5, Cmp::AtLeast);
     let paced = find(ms, System::Shoal, Mode::ThroughputPaced, wait, size);
     let paced_lost = paced.and_then(|p| p.lost);
     let mut detail =
@@ -166,7 +159,7 @@ fn t2(ms: &[Measurement], wait: WaitMode) -> Option<Target> {
     match (paced, paced_lost) {
         (Some(p), Some(l)) => detail.push_str(&format!(
             "; paced at {:.0} msg/s: {l} lost (must be 0)",
-            extra(p, "rate_target").unwrap_or(f64::NAN)
+            p.extra_value("rate_target").unwrap_or(f64::NAN)
         )),
         _ => detail.push_str("; paced run missing"),
     }
@@ -175,10 +168,10 @@ fn t2(ms: &[Measurement], wait: WaitMode) -> Option<Target> {
         wait: Some(wait),
         what: "64B throughput vs baseline, paced loss = 0",
         value: ratio,
-        limit: 0.5,
-        cmp: Cmp::AtLeast,
+        limit,
+        cmp,
         unit: "x",
-        pass: ratio >= 0.5 && paced_lost == Some(0),
+        pass: cmp.holds(ratio, limit) && paced_lost == Some(0),
         complete: paced_lost.is_some(),
         detail,
     })
@@ -188,15 +181,16 @@ fn t3(ms: &[Measurement], wait: WaitMode) -> Option<Target> {
     let big = p50(find(ms, System::Shoal, Mode::ZeroCopy, wait, 4 << 20)?)?;
     let small = p50(find(ms, System::Shoal, Mode::ZeroCopy, wait, 64)?)?;
     let ratio = big / small;
+    let (limit, cmp) = (2.0, Cmp::AtMost);
     Some(Target {
         id: "T3",
         wait: Some(wait),
         what: "zero-copy p50 4M / p50 64B",
         value: ratio,
-        limit: 2.0,
-        cmp: Cmp::AtMost,
+        limit,
+        cmp,
         unit: "x",
-        pass: ratio <= 2.0,
+        pass: cmp.holds(ratio, limit),
         complete: true,
         detail: format!("4M {big:.0} ns, 64B {small:.0} ns"),
     })
@@ -206,7 +200,7 @@ fn t5(ms: &[Measurement], wait: WaitMode) -> Option<Target> {
     let points: Vec<(usize, f64)> = ms
         .iter()
         .filter(|m| m.mode == Mode::Fanout && m.wait == wait && m.subscribers > 1)
-        .filter_map(|m| Some((m.size, extra(m, "send_cpu_ratio_vs_1")?)))
+        .filter_map(|m| Some((m.size, m.extra_value("send_cpu_ratio_vs_1")?)))
         .collect();
     let n = ms.iter().filter(|m| m.mode == Mode::Fanout && m.wait == wait).map(|m| m.subscribers).max()?;
     let mut t =

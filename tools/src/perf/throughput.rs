@@ -112,7 +112,7 @@ pub(crate) fn measure<S: Sender, R: Receiver>(
 /// The one-line summary of a size: `unpaced: X msg/s (Y lost) / paced at R msg/s: Z lost`,
 /// with the rates the sender achieved (a preempted sender falls behind a pace).
 pub(crate) fn summary(unpaced: &Measurement, paced: &Measurement) -> String {
-    let get = |m: &Measurement, key: &str| m.extra.iter().find(|(k, _)| *k == key).map_or(f64::NAN, |(_, v)| *v);
+    let get = |m: &Measurement, key: &str| m.extra_value(key).unwrap_or(f64::NAN);
     let lost = |m: &Measurement| m.lost.unwrap_or(0);
     format!(
         "unpaced: {} msg/s ({} lost; sent at {}) / paced at {} msg/s: {} lost (sent at {}){}",
