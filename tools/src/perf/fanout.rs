@@ -78,11 +78,11 @@ struct ClockOverhead {
 
 impl ClockOverhead {
     /// Medians of empty (CPU, wall) brackets; `None` without any.
-    fn median_of(brackets: &mut [(u64, u64)]) -> Option<ClockOverhead> {
-        let mid = brackets.len().checked_sub(1)? / 2;
-        let cpu_ns = *brackets.select_nth_unstable_by_key(mid, |b| b.0).1;
-        let wall_ns = *brackets.select_nth_unstable_by_key(mid, |b| b.1).1;
-        Some(ClockOverhead { cpu_ns: cpu_ns.0, wall_ns: wall_ns.1 })
+    fn median_of(brackets: &[(u64, u64)]) -> Option<ClockOverhead> {
+        (!brackets.is_empty()).then(|| ClockOverhead {
+            cpu_ns: median(brackets.iter().map(|b| b.0)),
+            wall_ns: median(brackets.iter().map(|b| b.1)),
+        })
     }
 }
 
@@ -229,7 +229,7 @@ impl Bench<'_> {
         acc.cpu.user_us += cpu.user_us;
         acc.cpu.sys_us += cpu.sys_us;
         // Each send's cost: its burst's bracket less this phase's median clock cost, shared by the burst's sends.
-        let overhead = ClockOverhead::median_of(&mut empty).unwrap_or(ClockOverhead { cpu_ns: 0, wall_ns: 0 });
+        let overhead = ClockOverhead::median_of(&empty).unwrap_or(ClockOverhead { cpu_ns: 0, wall_ns: 0 });
         let sends: Vec<(u64, u64)> = raw
             .iter()
             .map(|&(cpu, wall)| {
@@ -459,9 +459,9 @@ mod tests {
 
     #[test]
     fn clock_overhead_is_small_and_bracket_measures_work() {
-        let mut empty: Vec<(u64, u64)> = (0..2001).map(|_| bracket(|| ())).collect();
-        let o = ClockOverhead::median_of(&mut empty).expect("brackets");
-        assert_eq!(ClockOverhead::median_of(&mut []), None);
+        let empty: Vec<(u64, u64)> = (0..2001).map(|_| bracket(|| ())).collect();
+        let o = ClockOverhead::median_of(&empty).expect("brackets");
+        assert_eq!(ClockOverhead::median_of(&[]), None);
         assert!(o.cpu_ns < 100_000 && o.wall_ns < 100_000, "{o:?}");
         let (cpu, wall) = bracket(|| {
             let t = Instant::now();
