@@ -214,7 +214,7 @@ fn t5(ms: &[Measurement], wait: WaitMode) -> Option<Target> {
 
 fn t6(ms: &[Measurement], rss: &RssReport) -> Target {
     let unreported = ms.iter().filter(|m| m.peak_rss_kb == 0 || m.peer_peak_rss_kb == 0).count();
-    let mb = rss.private_kb as f64 / 1024.0;
+    let mb = rss.private_kb() as f64 / 1024.0;
     Target {
         id: "T6",
         wait: None,
@@ -357,7 +357,6 @@ mod tests {
             vm_rss_kb: 9000,
             shm_rss_kb: 2000,
             shm_mappings: 2,
-            private_kb: 7000,
             peak_rss_kb: 9000,
             cpu: CpuTime::default(),
             threads: 3,
