@@ -70,14 +70,6 @@ fn host_of(ready: &Value) -> String {
     ready["host_name"].as_str().expect("ready line has host_name").to_string()
 }
 
-fn fnv1a64_hex(data: &[u8]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in data {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
-}
-
 /// A temporary file removed on drop.
 struct TempFile(PathBuf);
 
@@ -308,7 +300,7 @@ fn large_type_descriptor_crosses_both_ways() {
     let t = topic("bigdesc");
     let (t_shoal, t_ecal) = (format!("{t}_from_shoal"), format!("{t}_from_ecal"));
     let desc: Vec<u8> = (0..150_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-    let digest = fnv1a64_hex(&desc);
+    let digest = format!("{:016x}", shoal_tools::fnv1a64(&desc));
     let file = TempFile::with_bytes("bigdesc.bin", &desc);
 
     let shoal = shoal_snapshot(

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use serde_json::json;
+use shoal_tools::{emit, fnv1a64, mono_ns};
 
 #[derive(Parser, Debug)]
 #[command(name = "shoal-peer", about = "Scripted shoal publisher/subscriber for tests")]
@@ -64,28 +65,11 @@ enum Cmd {
     },
 }
 
-fn mono_ns() -> u64 {
-    // std's Instant has no public epoch; CLOCK_MONOTONIC via a fixed anchor is enough within one boot.
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn checksum(data: &[u8]) -> u64 {
-    // FNV-1a, 64 bit.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in data {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
 fn fill(buf: &mut [u8], clock: u64) {
     for (i, b) in buf[24..].iter_mut().enumerate() {
         *b = (clock as usize).wrapping_mul(31).wrapping_add(i) as u8;
     }
-    let sum = checksum(&buf[24..]);
+    let sum = fnv1a64(&buf[24..]);
     buf[0..8].copy_from_slice(&clock.to_le_bytes());
     buf[8..16].copy_from_slice(&mono_ns().to_le_bytes());
     buf[16..24].copy_from_slice(&sum.to_le_bytes());
@@ -101,14 +85,7 @@ fn verify(buf: &[u8]) -> (u64, u64, bool) {
     let sum = u64::from_le_bytes(buf[16..24].try_into().unwrap_or_default());
     let pattern_ok =
         buf[24..].iter().enumerate().all(|(i, &b)| b == (clock as usize).wrapping_mul(31).wrapping_add(i) as u8);
-    (clock, sent, pattern_ok && checksum(&buf[24..]) == sum)
-}
-
-fn emit(v: serde_json::Value) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{v}");
-    let _ = out.flush();
+    (clock, sent, pattern_ok && fnv1a64(&buf[24..]) == sum)
 }
 
 fn main() -> Result<()> {
@@ -120,11 +97,11 @@ fn main() -> Result<()> {
                 bail!("--size must be at least 24 bytes (header of the self-checking payload)");
             }
             let mut publ = node.publisher(&topic, shoal::TypeInfo::raw("shoal.test.Pattern"))?;
-            emit(json!({"event": "ready", "pid": std::process::id(), "publisher_id": publ.id()}));
+            emit(&json!({"event": "ready", "pid": std::process::id(), "publisher_id": publ.id()}));
             if wait_subs > 0 && !publ.wait_for_subscribers(wait_subs, Duration::from_millis(wait_ms)) {
                 bail!("only {} of {wait_subs} subscribers matched within {wait_ms} ms", publ.subscriber_count());
             }
-            emit(json!({"event": "matched", "subscribers": publ.subscriber_count()}));
+            emit(&json!({"event": "matched", "subscribers": publ.subscriber_count()}));
             let period = if rate > 0.0 { Some(Duration::from_secs_f64(1.0 / rate)) } else { None };
             let start = Instant::now();
             let mut buf = vec![0u8; size];
@@ -151,10 +128,10 @@ fn main() -> Result<()> {
                     last = Instant::now();
                 }
                 if clock.is_multiple_of(10_000) {
-                    emit(json!({"event": "progress", "sent": clock, "max_send_gap_us": max_gap.as_micros() as u64}));
+                    emit(&json!({"event": "progress", "sent": clock, "max_send_gap_us": max_gap.as_micros() as u64}));
                 }
             }
-            emit(json!({"event": "done", "sent": clock, "max_send_gap_us": max_gap.as_micros() as u64,
+            emit(&json!({"event": "done", "sent": clock, "max_send_gap_us": max_gap.as_micros() as u64,
                         "elapsed_ms": start.elapsed().as_millis() as u64}));
             std::thread::sleep(Duration::from_millis(linger_ms));
         }
@@ -163,7 +140,7 @@ fn main() -> Result<()> {
             if spin {
                 sub.set_wait_strategy(shoal::WaitStrategy::BusySpin);
             }
-            emit(json!({"event": "ready", "pid": std::process::id()}));
+            emit(&json!({"event": "ready", "pid": std::process::id()}));
             let created = Instant::now();
             let mut matched_at: Option<Instant> = None;
             let mut first_msg_after_match_ms: Option<f64> = None;
@@ -200,7 +177,7 @@ fn main() -> Result<()> {
                 if received == 0 {
                     let m = matched_at.unwrap_or(created);
                     first_msg_after_match_ms = Some(m.elapsed().as_secs_f64() * 1e3);
-                    emit(json!({"event": "first", "clock": clock,
+                    emit(&json!({"event": "first", "clock": clock,
                                 "since_match_ms": first_msg_after_match_ms}));
                 }
                 received += 1;
@@ -218,7 +195,7 @@ fn main() -> Result<()> {
                 lat_sum_ns += u128::from(now_ns.saturating_sub(sent));
                 lat_max_ns = lat_max_ns.max(now_ns.saturating_sub(sent));
             }
-            emit(json!({
+            emit(&json!({
                 "event": "summary",
                 "received": received,
                 "torn": torn,

@@ -13,6 +13,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use serde_json::{Value, json};
 use shoal::monitor::{Snapshot, TopicDirection};
+use shoal_tools::{emit, fnv1a64};
 
 #[derive(Parser, Debug)]
 #[command(name = "shoal-snapshot", about = "Print shoal's registration snapshot as JSON lines")]
@@ -68,15 +69,6 @@ fn install_signal_handlers() {
 
 /// Descriptors longer than this are printed as length and digest only.
 const DESCRIPTOR_HEX_MAX: usize = 1024;
-
-/// FNV-1a 64 (the digest the Python peers print).
-fn fnv1a64(data: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in data {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -144,13 +136,6 @@ fn snapshot_json(s: &Snapshot, filter: &str, t: f64, host: &str) -> Value {
         "event": "snapshot", "t": t, "self_pid": std::process::id(), "host_name": host,
         "processes": processes, "topics": topics,
     })
-}
-
-fn emit(v: &Value) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{v}");
-    let _ = out.flush();
 }
 
 /// Sleeps up to `d`; false when a stop signal arrived.

@@ -6,27 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 
-/// CLOCK_MONOTONIC in nanoseconds: one clock for all processes of the host, so a timestamp
-/// written by one process can be compared with a reading in another.
-pub(crate) fn mono_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-/// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID) in nanoseconds: time the thread
-/// actually ran, excluding the time it was preempted or asleep.
-pub(crate) fn thread_cpu_ns() -> u64 {
-    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
-}
-
-/// `clock_gettime(clock)` in nanoseconds, for clocks Linux always supports.
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec; the callers pass CLOCK_MONOTONIC or CLOCK_THREAD_CPUTIME_ID,
-    // which Linux always supports.
-    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
-    debug_assert_eq!(rc, 0);
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
-}
+pub(crate) use shoal_tools::{mono_ns, thread_cpu_ns};
 
 /// User and system CPU time of this process (all threads), in microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

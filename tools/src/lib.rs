@@ -1,0 +1,47 @@
+//! What the shoal-tools binaries (`shoal`, `shoal-peer`, `shoal-snapshot`) and their tests share: the clocks the
+//! measurements read, the FNV-1a digest the peers print, and the JSON-lines output of the scripted peers.
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for all processes of the host, so a timestamp written by one process
+/// can be compared with a reading in another.
+pub fn mono_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID) in nanoseconds: time the thread actually ran,
+/// excluding the time it was preempted or asleep.
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// `clock_gettime(clock)` in nanoseconds, for clocks Linux always supports.
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; the callers pass CLOCK_MONOTONIC or CLOCK_THREAD_CPUTIME_ID,
+    // which Linux always supports.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    debug_assert_eq!(rc, 0);
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+/// FNV-1a, 64 bit: `shoal-peer`'s payload checksum and the descriptor digest that `shoal-snapshot` and the Python
+/// eCAL peers print.
+pub fn fnv1a64(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// Writes `v` as one line on stdout and flushes it: the scripted peers' output is read line by line as it comes.
+pub fn emit(v: &serde_json::Value) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{v}");
+    let _ = out.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fnv1a64_matches_the_reference_values() {
+        assert_eq!(super::fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(super::fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}
