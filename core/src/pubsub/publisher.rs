@@ -62,7 +62,8 @@ pub(crate) struct PubShared {
     pub(crate) clock: AtomicU64,
     pub(crate) bytes: AtomicU64,
     last_size: AtomicU64,
-    freq: Mutex<(Instant, u64)>,
+    /// Start of the current frequency window and the clock then, and the frequency of the last window (mHz).
+    freq: Mutex<(Instant, u64, i32)>,
     /// Fired when a subscriber connects, for `wait_for_subscribers`.
     cond: std::sync::Condvar,
     host_name: String,
@@ -162,7 +163,7 @@ impl PubShared {
             topic_name: self.topic.to_string(),
             type_info: (*self.type_info).clone(),
             layers,
-            stats: self.stats(Instant::now()),
+            stats: self.current_stats(),
         }
     }
 
@@ -184,13 +185,26 @@ impl PubShared {
         (c.intra.len() + local, c.remote.len() - local)
     }
 
+    /// The statistics of the periodic registration: ends the current frequency window at `now` and starts the
+    /// next.
     pub(crate) fn stats(&self, now: Instant) -> TopicStats {
         let clock = self.clock.load(Ordering::Relaxed);
         let mut f = lock(&self.freq);
         let dt = now.saturating_duration_since(f.0).as_secs_f64();
         let freq_mhz = if dt > 0.0 { ((clock - f.1.min(clock)) as f64 / dt * 1000.0) as i32 } else { 0 };
-        *f = (now, clock);
+        *f = (now, clock, freq_mhz);
         drop(f);
+        self.stats_with(clock, freq_mhz)
+    }
+
+    /// The statistics for an immediate re-registration (a match, a layer change): the last window's frequency, the
+    /// window itself left to the periodic registration.
+    fn current_stats(&self) -> TopicStats {
+        let freq_mhz = lock(&self.freq).2;
+        self.stats_with(self.clock.load(Ordering::Relaxed), freq_mhz)
+    }
+
+    fn stats_with(&self, clock: u64, freq_mhz: i32) -> TopicStats {
         let (local, external) = self.host_counts(&self.host_name);
         TopicStats {
             topic_size: self.last_size.load(Ordering::Relaxed) as i32,
@@ -255,7 +269,7 @@ impl Publisher {
             clock: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             last_size: AtomicU64::new(0),
-            freq: Mutex::new((Instant::now(), 0)),
+            freq: Mutex::new((Instant::now(), 0, 0)),
             cond: std::sync::Condvar::new(),
             host_name: rt.identity.host_name.clone(),
             layer_drops: AtomicU64::new(0),
