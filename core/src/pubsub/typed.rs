@@ -248,12 +248,19 @@ fn type_name(t: &'static TypeInfo) -> &'static str {
     t.name.as_str()
 }
 
-fn decode_sample<M: Message>(check: &TypeCheck, s: SampleRef<'_>) -> Result<Received<M>, TypedRecvError> {
+/// Checks the sample's announced type, then `parse`s its payload (decode or view).
+fn checked<'a, T>(
+    check: &TypeCheck,
+    s: &SampleRef<'a>,
+    parse: impl FnOnce(&'a [u8]) -> Result<T, DecodeError>,
+) -> Result<T, TypedRecvError> {
     check.check(s.publisher_id, s.type_info)?;
-    match M::decode(s.payload) {
-        Ok(msg) => Ok(Received { msg, meta: MessageMeta::of(&s) }),
-        Err(error) => Err(TypedRecvError::Decode { error, publisher_id: s.publisher_id, clock: s.clock }),
-    }
+    parse(s.payload).map_err(|error| TypedRecvError::Decode { error, publisher_id: s.publisher_id, clock: s.clock })
+}
+
+fn decode_sample<M: Message>(check: &TypeCheck, s: SampleRef<'_>) -> Result<Received<M>, TypedRecvError> {
+    let msg = checked(check, &s, M::decode)?;
+    Ok(Received { msg, meta: MessageMeta::of(&s) })
 }
 
 /// Receives messages of type `M` on one topic, announcing `M::type_info()` as the type it expects.
@@ -329,12 +336,8 @@ impl<M: Message> TypedSubscriber<M> {
         mut f: impl FnMut(M::View<'_>, &MessageMeta) -> R,
     ) -> Result<R, TypedRecvError> {
         self.sub.recv_with(timeout, |s| {
-            self.check.check(s.publisher_id, s.type_info)?;
-            let meta = MessageMeta::of(&s);
-            match M::view(s.payload) {
-                Ok(v) => Ok(f(v, &meta)),
-                Err(error) => Err(TypedRecvError::Decode { error, publisher_id: s.publisher_id, clock: s.clock }),
-            }
+            let view = checked(&self.check, &s, M::view)?;
+            Ok(f(view, &MessageMeta::of(&s)))
         })?
     }
 
