@@ -139,7 +139,6 @@ pub struct RingWriter {
     loaned: Option<usize>,
     /// Segment changed since the last `Published` was returned.
     changed: bool,
-    mask: u64,
 }
 
 impl RingWriter {
@@ -161,7 +160,6 @@ impl RingWriter {
         let (seg, fallback) =
             Self::create_segment(&mut name, huge_dir.as_deref(), sc, cfg.slot_size, publisher_id, 0, 0)?;
         Ok(RingWriter {
-            mask: u64::from(sc) - 1,
             budget: (sc as usize).saturating_mul(cfg.slot_size),
             seg,
             old_paths: Vec::new(),
@@ -266,7 +264,8 @@ impl RingWriter {
 
     #[inline]
     fn slot_ptr(&mut self, seq: u64) -> *mut u8 {
-        let index = (seq & self.mask) as usize;
+        // slot_count is a power of two (checked at creation, kept by growth).
+        let index = (seq & (u64::from(self.seg.slot_count) - 1)) as usize;
         // SAFETY: index < slot_count, and the mapping holds SEGMENT_HEADER_SIZE +
         // slot_count * stride bytes (checked by ring_bytes at creation).
         unsafe { self.seg.map.as_mut_ptr().add(SEGMENT_HEADER_SIZE + index * self.seg.stride) }
@@ -366,7 +365,6 @@ impl RingWriter {
             seg.path.display(),
             new_size
         );
-        self.mask = u64::from(slot_count) - 1;
         let old = std::mem::replace(&mut self.seg, seg);
         self.old_paths.push(old.path);
         self.huge_fallback = fallback;
