@@ -1,5 +1,5 @@
-//! Decoding any topic from the type information it carries, without generated code: what `shoal topic echo` and
-//! the monitor use.
+//! Decoding any topic from the type information it carries, without generated code (for tools such as a monitor;
+//! `shoal topic echo` does not use it yet and shows payloads as text or hex).
 //!
 //! - `proto`: the descriptor is a serialized `FileDescriptorSet` (as eCAL writes it); the payload is decoded to a
 //!   reflective [`prost_reflect::DynamicMessage`] and from there to JSON.
