@@ -180,7 +180,7 @@ fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> 
     let mut reader_factories: Vec<Box<dyn crate::transport::LayerReaderFactory>> = Vec::new();
     // eCAL shared-memory layer (memfiles): first in eCAL's local priority.
     if config.layers.pub_shm {
-        writer_factories.push(Box::new(crate::transport::ecal_shm::EcalShmWriterFactory::default()));
+        writer_factories.push(Box::new(crate::transport::ecal_shm::EcalShmWriterFactory::new(&config.layers)));
     }
     if config.layers.sub_shm {
         reader_factories.push(Box::new(crate::transport::ecal_shm::EcalShmReaderFactory::new()));

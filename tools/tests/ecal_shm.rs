@@ -1,5 +1,5 @@
 //! eCAL shared-memory layer against the real eCAL 6.1.1 (the `eclipse-ecal` wheel), both directions, with
-//! message sizes that force memfile re-creation (1 KiB → 64 KiB → 1 MiB), eCAL's multi-buffer mode with its
+//! message sizes that force memfile re-creation (1 KiB → 64 KiB → 1 MiB), multi-buffer mode with its
 //! acknowledge handshake, its zero-copy mode, and a check that no `/dev/shm` file of the exchange is left behind.
 //!
 //! The shoal side is a node in this test process whose subscribers do not receive UDP
@@ -26,8 +26,13 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn node() -> shoal::Node {
-    let cfg = shoal::Config::parse_str("[subscriber]\nudp_mc_rec_enabled = false\n", "ecal_shm_test.ini")
-        .expect("test configuration");
+    node_with("")
+}
+
+/// A node whose subscribers receive no UDP, with `publisher` as its `[publisher]` section.
+fn node_with(publisher: &str) -> shoal::Node {
+    let ini = format!("[subscriber]\nudp_mc_rec_enabled = false\n[publisher]\n{publisher}");
+    let cfg = shoal::Config::parse_str(&ini, "ecal_shm_test.ini").expect("test configuration");
     assert!(!cfg.layers.sub_udp && cfg.layers.sub_shm && cfg.layers.pub_shm);
     shoal::Node::init_with_config("ecal_shm_test", cfg).expect("shoal node")
 }
@@ -212,5 +217,37 @@ fn shoal_publisher_to_ecal_subscriber_growing_sizes() {
     drop(publ);
     let names = watch.finish();
     assert!(names.len() >= 3, "1 KiB, 64 KiB and 1 MiB need three memfiles, saw {names:?}");
+    MemfileWatch::assert_gone(pid, &names);
+}
+
+/// `[publisher] memfile_buffer_count = 3` and `memfile_ack_timeout = 2000`: messages sent back to back, with no
+/// pause, all reach the eCAL subscriber, as each send waits for its acknowledgement (without it eCAL's shared memory
+/// hands a reader only the latest message), and they go round-robin through three memfiles.
+#[test]
+fn shoal_publisher_multi_buffer_with_acknowledge() {
+    let _g = serial();
+    let node = node_with("memfile_buffer_count = 3\nmemfile_ack_timeout = 2000\n");
+    let t = topic("s2e_ack");
+    let mut publ = node.publisher(&t, shoal::TypeInfo::raw("shoal.test.Shm")).expect("publisher");
+    let want = sizes(&[(1024, 30)]);
+    let count = want.len().to_string();
+    let mut sub = ecal_peer("eCAL shm_sub.py", "shm_sub.py", &["--topic", &t, "--count", &count]);
+    let pid = sub.expect("ready", Duration::from_secs(20))["pid"].as_u64().expect("pid") as u32;
+    let watch = MemfileWatch::start(pid);
+    assert!(publ.wait_for_subscribers(1, Duration::from_secs(20)), "the eCAL subscriber did not match");
+    std::thread::sleep(Duration::from_millis(500));
+    for (i, &size) in want.iter().enumerate() {
+        publ.send(&make(i as u64 + 1, size)).expect("send");
+    }
+    for i in 0..want.len() {
+        let m = sub.expect("msg", Duration::from_secs(10));
+        assert_eq!(m["n"], i + 1, "every message, in order: {m}");
+        assert_eq!(m["intact"], true, "{m}");
+    }
+    sub.expect("summary", Duration::from_secs(10));
+    sub.wait_success(Duration::from_secs(20));
+    drop(publ);
+    let names = watch.finish();
+    assert_eq!(names.len(), 3, "three memfiles written in turn: {names:?}");
     MemfileWatch::assert_gone(pid, &names);
 }

@@ -407,6 +407,60 @@ pub(crate) static KEYS: &[KeyDef] = &[
             Some(())
         },
     },
+    KeyDef {
+        section: "publisher",
+        key: "memfile_minsize",
+        alias: None,
+        doc: &["Smallest payload capacity of an eCAL shared-memory memfile (suffixes k, m, g as for slot_size)."],
+        allowed: "64..=1073741824 bytes (64 to 1g)",
+        get: |c| fmt_size(c.layers.memfile_min_size as usize),
+        set: |d, v, _| {
+            d.cfg.layers.memfile_min_size = size(v).filter(|n| (64..=1 << 30).contains(n))?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "publisher",
+        key: "memfile_reserve",
+        alias: None,
+        doc: &["Extra capacity, in percent, when a memfile is re-created for a larger message."],
+        allowed: "0..=1000",
+        get: |c| c.layers.memfile_reserve_percent.to_string(),
+        set: |d, v, _| {
+            d.cfg.layers.memfile_reserve_percent = int_in(v, 0, 1000)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "publisher",
+        key: "memfile_ack_timeout",
+        alias: None,
+        doc: &[
+            "Milliseconds a publisher waits, per message, until every eCAL shared-memory subscriber process has",
+            "read it (eCAL's acknowledge handshake); 0 does not wait.",
+        ],
+        allowed: "0..=60000",
+        get: |c| c.layers.memfile_ack_timeout_ms.to_string(),
+        set: |d, v, _| {
+            d.cfg.layers.memfile_ack_timeout_ms = u32::try_from(int_in(v, 0, 60_000)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "publisher",
+        key: "memfile_buffer_count",
+        alias: None,
+        doc: &[
+            "Memfiles a publisher writes in turn, so a slow eCAL subscriber still reads one while the next",
+            "message goes to another.",
+        ],
+        allowed: "1..=16",
+        get: |c| c.layers.memfile_buffer_count.to_string(),
+        set: |d, v, _| {
+            d.cfg.layers.memfile_buffer_count = u32::try_from(int_in(v, 1, 16)?).ok()?;
+            Some(())
+        },
+    },
     // ----- [subscriber]
     KeyDef {
         section: "subscriber",

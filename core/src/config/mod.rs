@@ -138,11 +138,32 @@ pub struct LayersConfig {
     pub sub_udp: bool,
     /// Subscribers receive TCP.
     pub sub_tcp: bool,
+    /// Smallest payload capacity of a publisher's eCAL memfile, bytes (`[publisher] memfile_minsize`).
+    pub memfile_min_size: u64,
+    /// Extra capacity when a memfile is re-created for a larger payload, % (`[publisher] memfile_reserve`).
+    pub memfile_reserve_percent: u64,
+    /// How long a publisher waits for every eCAL shm subscriber process to acknowledge a message, ms; 0 = never
+    /// (`[publisher] memfile_ack_timeout`).
+    pub memfile_ack_timeout_ms: u32,
+    /// Memfiles a publisher writes round-robin (`[publisher] memfile_buffer_count`).
+    pub memfile_buffer_count: u32,
 }
 
 impl Default for LayersConfig {
     fn default() -> Self {
-        LayersConfig { pub_shm: true, pub_udp: true, pub_tcp: true, sub_shm: true, sub_udp: true, sub_tcp: false }
+        LayersConfig {
+            pub_shm: true,
+            pub_udp: true,
+            pub_tcp: true,
+            sub_shm: true,
+            sub_udp: true,
+            sub_tcp: false,
+            // eCAL's defaults.
+            memfile_min_size: 4096,
+            memfile_reserve_percent: 50,
+            memfile_ack_timeout_ms: 0,
+            memfile_buffer_count: 1,
+        }
     }
 }
 

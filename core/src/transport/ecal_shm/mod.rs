@@ -356,6 +356,20 @@ pub(crate) struct EcalShmWriterFactory {
     opts: ShmWriterOptions,
 }
 
+impl EcalShmWriterFactory {
+    /// Writers with the `[publisher] memfile_*` settings of `layers`.
+    pub(crate) fn new(layers: &crate::config::LayersConfig) -> EcalShmWriterFactory {
+        EcalShmWriterFactory {
+            opts: ShmWriterOptions {
+                min_size: layers.memfile_min_size,
+                reserve_percent: layers.memfile_reserve_percent,
+                buffer_count: layers.memfile_buffer_count as usize,
+                ack_timeout_ms: i64::from(layers.memfile_ack_timeout_ms),
+            },
+        }
+    }
+}
+
 impl LayerWriterFactory for EcalShmWriterFactory {
     fn create(&self, _publisher_id: u64, topic: &str, _type_info: &TypeInfo) -> Option<Box<dyn LayerWriter>> {
         Some(Box::new(EcalShmWriter::new(topic, self.opts)))

@@ -468,3 +468,13 @@ fn memfile_writer_refuses_oversized_payload() {
     drop(w);
     assert!(!shm_exists(&name) && !shm_exists(&format!("{name}_mtx")));
 }
+
+#[test]
+fn writer_options_default_to_the_configuration_defaults() {
+    let f = EcalShmWriterFactory::new(&crate::config::LayersConfig::default());
+    assert_eq!(f.opts, ShmWriterOptions::default());
+    let layers =
+        crate::config::LayersConfig { memfile_buffer_count: 3, memfile_ack_timeout_ms: 500, ..Default::default() };
+    let f = EcalShmWriterFactory::new(&layers);
+    assert_eq!((f.opts.buffer_count, f.opts.ack_timeout_ms), (3, 500));
+}
