@@ -85,6 +85,9 @@ struct SubEntry {
 #[derive(Default)]
 struct SubTable {
     topics: HashMap<Arc<str>, Vec<SubEntry>>,
+    /// Ids of this runtime's publishers: their datagrams looping back are same-process duplicates (kept here, so a
+    /// received sample is checked under the one lock it takes anyway).
+    local_publishers: HashSet<u64>,
 }
 
 /// State shared by the factories, the writers, the readers and the I/O thread's receiver of one runtime.
@@ -100,8 +103,6 @@ struct Shared {
     subs: Mutex<SubTable>,
     /// Bumped whenever the set of subscribed topics changes.
     subs_version: AtomicU64,
-    /// Ids of this runtime's publishers: their datagrams looping back are same-process duplicates.
-    local_publishers: Mutex<HashSet<u64>>,
     counters: Counters,
 }
 
@@ -166,7 +167,6 @@ impl UdpLayer {
                 sender: OnceLock::new(),
                 subs: Mutex::new(SubTable::default()),
                 subs_version: AtomicU64::new(0),
-                local_publishers: Mutex::new(HashSet::new()),
                 counters: Counters::default(),
             }),
         }
@@ -198,7 +198,7 @@ impl LayerWriterFactory for UdpWriterFactory {
             tracing::warn!("topic {topic:?}: its name cannot be framed for UDP (NUL byte or too long); no UDP layer");
             return None;
         }
-        lock(&self.shared.local_publishers).insert(publisher_id);
+        lock(&self.shared.subs).local_publishers.insert(publisher_id);
         let dest = net::destination(&self.shared.config, topic);
         Some(Box::new(UdpWriter {
             shared: Arc::clone(&self.shared),
@@ -244,7 +244,7 @@ impl std::fmt::Debug for UdpWriter {
 
 impl Drop for UdpWriter {
     fn drop(&mut self) {
-        lock(&self.shared.local_publishers).remove(&self.publisher_id);
+        lock(&self.shared.subs).local_publishers.remove(&self.publisher_id);
     }
 }
 

@@ -179,13 +179,13 @@ impl UdpReceiver {
 
     fn dispatch(&mut self, sample: DataSample) {
         let c = &self.shared.counters;
-        if lock(&self.shared.local_publishers).contains(&sample.publisher_id) {
-            // Our own publisher's datagram looped back: same-process subscribers got it directly.
-            c.skipped_other_path.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
         {
             let mut t = lock(&self.shared.subs);
+            if t.local_publishers.contains(&sample.publisher_id) {
+                // Our own publisher's datagram looped back: same-process subscribers got it directly.
+                c.skipped_other_path.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             let Some(topic) = t.topics.get_key_value(sample.topic_name.as_str()).map(|(k, _)| Arc::clone(k)) else {
                 c.unknown_topic.fetch_add(1, Ordering::Relaxed);
                 return;
