@@ -1,6 +1,8 @@
 //! The eCAL message framing on top of ecaludp: `[u16 LE name_len][name + NUL][payload]`,
 //! split into datagrams (`CSampleSender::Send`, ecaludp `datagram_builder_v5.cpp`).
 
+use std::io::IoSlice;
+
 use super::WireError;
 use super::header::{DatagramHeader, DatagramKind, HEADER_LEN};
 
@@ -32,7 +34,104 @@ pub fn framed_len(name: &str, payload_len: usize) -> usize {
     2 + name.len() + 1 + payload_len
 }
 
-/// Frames `payload` under `name` and splits it into UDP datagrams.
+/// Starts a message in `buf` (cleared first): [`HEADER_LEN`] bytes kept free for the datagram header, then the
+/// name prefix `[u16 LE strlen(name)+1][name][NUL]`. Append the payload to `buf`, then send it with
+/// [`send_framed`].
+pub fn begin_framed(buf: &mut Vec<u8>, name: &str) -> Result<(), EncodeError> {
+    if name.as_bytes().contains(&0) {
+        return Err(EncodeError::NameContainsNul);
+    }
+    let name_field = u16::try_from(name.len() + 1).map_err(|_| EncodeError::NameTooLong { len: name.len() })?;
+    buf.clear();
+    buf.resize(HEADER_LEN, 0);
+    buf.extend_from_slice(&name_field.to_le_bytes());
+    buf.extend_from_slice(name.as_bytes());
+    buf.push(0);
+    Ok(())
+}
+
+/// Which datagram of a message [`send_framed`] was sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DatagramPart {
+    /// The message in one datagram (type 3).
+    Whole,
+    /// The fragment info datagram (type 1) announcing `count` fragments.
+    FragmentInfo {
+        /// Fragments that follow.
+        count: u32,
+    },
+    /// Fragment `index` of `count` (type 2).
+    Fragment {
+        /// 0-based index.
+        index: u32,
+        /// Fragments in the message.
+        count: u32,
+    },
+}
+
+impl std::fmt::Display for DatagramPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DatagramPart::Whole => write!(f, "datagram"),
+            DatagramPart::FragmentInfo { .. } => write!(f, "fragment info"),
+            DatagramPart::Fragment { index, count } => write!(f, "fragment {index} of {count}"),
+        }
+    }
+}
+
+/// Why [`send_framed`] stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum SendFramedError<E> {
+    /// The message cannot be framed.
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    /// `send` failed for one datagram (the rest of the message was not sent).
+    #[error("{part}: {error}")]
+    Send {
+        /// The datagram that failed.
+        part: DatagramPart,
+        /// The error `send` returned.
+        error: E,
+    },
+}
+
+/// Splits the message in `buf` ([`begin_framed`] plus the payload) into datagrams and hands each to `send` as
+/// header and body slices, without copying: one type-3 datagram if the framed message is at most
+/// `max_fragment_payload` bytes (its header written into the free bytes), else a type-1 info datagram
+/// (num = fragment count, len = total length) and type-2 fragments (num = index, len = bytes in it), all with the
+/// id `id_source` returns (asked once, and only for a fragmented message).
+pub fn send_framed<E>(
+    buf: &mut [u8],
+    max_fragment_payload: usize,
+    id_source: &mut impl FnMut() -> i32,
+    mut send: impl FnMut(&[IoSlice<'_>]) -> Result<(), E>,
+) -> Result<(), SendFramedError<E>> {
+    if max_fragment_payload == 0 {
+        return Err(EncodeError::ZeroFragmentSize.into());
+    }
+    let total = buf.len().saturating_sub(HEADER_LEN);
+    let total_u32 = u32::try_from(total).map_err(|_| EncodeError::MessageTooLarge { len: total })?;
+    if total <= max_fragment_payload {
+        buf[..HEADER_LEN].copy_from_slice(&DatagramHeader::whole(total_u32).to_bytes());
+        return send(&[IoSlice::new(buf)]).map_err(|error| SendFramedError::Send { part: DatagramPart::Whole, error });
+    }
+    // count <= total <= u32::MAX, so this cannot fail.
+    let count =
+        u32::try_from(total.div_ceil(max_fragment_payload)).map_err(|_| EncodeError::MessageTooLarge { len: total })?;
+    let id = id_source();
+    let info = DatagramHeader { kind: DatagramKind::FragmentInfo, id, num: count, len: total_u32 }.to_bytes();
+    send(&[IoSlice::new(&info)])
+        .map_err(|error| SendFramedError::Send { part: DatagramPart::FragmentInfo { count }, error })?;
+    for (index, chunk) in (0u32..).zip(buf[HEADER_LEN..].chunks(max_fragment_payload)) {
+        let header = DatagramHeader { kind: DatagramKind::Fragment, id, num: index, len: chunk.len() as u32 };
+        send(&[IoSlice::new(&header.to_bytes()), IoSlice::new(chunk)])
+            .map_err(|error| SendFramedError::Send { part: DatagramPart::Fragment { index, count }, error })?;
+    }
+    Ok(())
+}
+
+/// Frames `payload` under `name` and splits it into UDP datagrams, each in its own buffer (for registration and
+/// tests; the data path sends with [`send_framed`] without copying).
 ///
 /// The framed message is `[u16 LE strlen(name)+1][name][NUL][payload]`. If it is at most
 /// `max_fragment_payload` bytes (eCAL: [`DEFAULT_MAX_FRAGMENT_PAYLOAD`](super::DEFAULT_MAX_FRAGMENT_PAYLOAD))
@@ -48,53 +147,23 @@ pub fn encode_message(
     if max_fragment_payload == 0 {
         return Err(EncodeError::ZeroFragmentSize);
     }
-    if name.as_bytes().contains(&0) {
-        return Err(EncodeError::NameContainsNul);
-    }
-    let name_field = u16::try_from(name.len() + 1).map_err(|_| EncodeError::NameTooLong { len: name.len() })?;
     let total = framed_len(name, payload.len());
-    let total_u32 = u32::try_from(total).map_err(|_| EncodeError::MessageTooLarge { len: total })?;
-
-    let mut framed_prefix = Vec::with_capacity(2 + name.len() + 1);
-    framed_prefix.extend_from_slice(&name_field.to_le_bytes());
-    framed_prefix.extend_from_slice(name.as_bytes());
-    framed_prefix.push(0);
-
-    if total <= max_fragment_payload {
-        let mut dgram = Vec::with_capacity(HEADER_LEN + total);
-        dgram.extend_from_slice(&DatagramHeader::whole(total_u32).to_bytes());
-        dgram.extend_from_slice(&framed_prefix);
-        dgram.extend_from_slice(payload);
-        return Ok(vec![dgram]);
+    if u32::try_from(total).is_err() {
+        return Err(EncodeError::MessageTooLarge { len: total });
     }
-
-    let count = total.div_ceil(max_fragment_payload);
-    // count <= total <= u32::MAX, so this cannot fail.
-    let count_u32 = u32::try_from(count).map_err(|_| EncodeError::MessageTooLarge { len: total })?;
-    let id = id_source();
-    let mut out = Vec::with_capacity(1 + count);
-    out.push(
-        DatagramHeader { kind: DatagramKind::FragmentInfo, id, num: count_u32, len: total_u32 }.to_bytes().to_vec(),
-    );
-    // Walk the virtual concatenation prefix ++ payload in chunks of max_fragment_payload.
-    let mut offset = 0usize;
-    for index in 0..count_u32 {
-        let end = (offset + max_fragment_payload).min(total);
-        let chunk_len = end - offset;
-        let mut dgram = Vec::with_capacity(HEADER_LEN + chunk_len);
-        let header = DatagramHeader { kind: DatagramKind::Fragment, id, num: index, len: chunk_len as u32 };
-        dgram.extend_from_slice(&header.to_bytes());
-        let plen = framed_prefix.len();
-        if offset < plen {
-            dgram.extend_from_slice(&framed_prefix[offset..end.min(plen)]);
-        }
-        if end > plen {
-            dgram.extend_from_slice(&payload[offset.max(plen) - plen..end - plen]);
-        }
-        out.push(dgram);
-        offset = end;
+    let mut buf = Vec::with_capacity(HEADER_LEN + total);
+    begin_framed(&mut buf, name)?;
+    buf.extend_from_slice(payload);
+    let mut out = Vec::new();
+    let sent = send_framed(&mut buf, max_fragment_payload, id_source, |parts| {
+        out.push(parts.iter().flat_map(|p| p.iter().copied()).collect());
+        Ok::<(), std::convert::Infallible>(())
+    });
+    match sent {
+        Ok(()) => Ok(out),
+        Err(SendFramedError::Encode(e)) => Err(e),
+        Err(SendFramedError::Send { error, .. }) => match error {},
     }
-    Ok(out)
 }
 
 /// Splits a complete framed message into its name and payload.

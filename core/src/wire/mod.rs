@@ -15,7 +15,9 @@ pub mod reassembly;
 #[cfg(test)]
 mod tests;
 
-pub use frame::{EncodeError, encode_message, framed_len, split_name};
+pub use frame::{
+    DatagramPart, EncodeError, SendFramedError, begin_framed, encode_message, framed_len, send_framed, split_name,
+};
 pub use header::{
     DEFAULT_MAX_FRAGMENT_PAYLOAD, DatagramHeader, DatagramKind, HEADER_LEN, MAGIC, MAX_DATAGRAM_LEN, VERSION,
 };

@@ -21,7 +21,6 @@ mod recv;
 mod tests;
 
 use std::collections::{HashMap, HashSet};
-use std::io::IoSlice;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -36,7 +35,7 @@ use crate::transport::{
     Inbox, IoSource, LayerReader, LayerReaderFactory, LayerWriteError, LayerWriter, LayerWriterFactory, SampleMeta,
 };
 use crate::types::TypeInfo;
-use crate::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, DatagramHeader, DatagramKind, HEADER_LEN};
+use crate::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, SendFramedError, send_framed};
 
 use codec::{DataSampleRef, encode_data_sample};
 
@@ -194,8 +193,8 @@ impl LayerWriterFactory for UdpWriterFactory {
         if !self.shared.pub_enabled {
             return None;
         }
-        if topic.as_bytes().contains(&0) || topic.len() + 1 > usize::from(u16::MAX) {
-            tracing::warn!("topic {topic:?}: its name cannot be framed for UDP (NUL byte or too long); no UDP layer");
+        if let Err(e) = crate::wire::begin_framed(&mut Vec::new(), topic) {
+            tracing::warn!("topic {topic:?}: its name cannot be framed for UDP ({e}); no UDP layer");
             return None;
         }
         lock(&self.shared.subs).local_publishers.insert(publisher_id);
@@ -292,8 +291,7 @@ impl LayerWriter for UdpWriter {
     fn write(&mut self, payload: &[u8], meta: &SampleMeta) -> Result<(), LayerWriteError> {
         self.next_fragment_id = self.next_fragment_id.wrapping_add(1);
         let mut buf = std::mem::take(&mut self.buf);
-        self.frame(&mut buf, payload, meta);
-        let result = self.send(&mut buf);
+        let result = self.frame(&mut buf, payload, meta).and_then(|()| self.send(&mut buf));
         self.buf = buf;
         if result.is_ok() {
             self.shared.counters.sent.fetch_add(1, Ordering::Relaxed);
@@ -304,13 +302,9 @@ impl LayerWriter for UdpWriter {
 
 impl UdpWriter {
     /// Fills `buf` with 24 free header bytes, the `[u16 name_len][topic\0]` prefix and the data sample.
-    fn frame(&self, buf: &mut Vec<u8>, payload: &[u8], meta: &SampleMeta) {
-        buf.clear();
-        buf.resize(HEADER_LEN, 0);
-        // The topic length was checked at creation, so it fits the u16 prefix.
-        buf.extend_from_slice(&((self.topic.len() + 1) as u16).to_le_bytes());
-        buf.extend_from_slice(self.topic.as_bytes());
-        buf.push(0);
+    fn frame(&self, buf: &mut Vec<u8>, payload: &[u8], meta: &SampleMeta) -> Result<(), LayerWriteError> {
+        // The topic name was checked at creation; this cannot fail.
+        crate::wire::begin_framed(buf, &self.topic).map_err(|e| self.fail(e.to_string()))?;
         encode_data_sample(
             buf,
             &DataSampleRef {
@@ -323,6 +317,7 @@ impl UdpWriter {
                 payload,
             },
         );
+        Ok(())
     }
 
     /// Sends the framed `buf` as eCAL datagrams through the runtime's send socket.
@@ -331,60 +326,17 @@ impl UdpWriter {
             return Err(self.fail("no UDP send socket".to_string()));
         };
         let dest = &self.dest;
-        let r = send_datagrams(buf, self.next_fragment_id as i32, |parts| match parts {
+        let id = self.next_fragment_id as i32;
+        let r = send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || id, |parts| match parts {
             [one] => sock.send_to(one, dest).map(|_| ()),
             _ => sock.send_to_vectored(parts, dest).map(|_| ()),
         });
         match r {
             Ok(()) => Ok(()),
-            Err(SendFramedError::TooLarge(total)) => {
-                Err(self.fail(format!("message of {total} bytes exceeds the u32 length field")))
-            }
-            Err(SendFramedError::Io { what, source }) => Err(self.send_error(&source, &what)),
+            Err(SendFramedError::Encode(e)) => Err(self.fail(e.to_string())),
+            Err(SendFramedError::Send { part, error }) => Err(self.send_error(&error, &part.to_string())),
         }
     }
-}
-
-/// Why [`send_datagrams`] stopped.
-#[derive(Debug, thiserror::Error)]
-enum SendFramedError {
-    /// The framed message does not fit the u32 length field.
-    #[error("message of {0} bytes exceeds the u32 length field")]
-    TooLarge(usize),
-    /// `send` failed for one datagram (the rest of the message was not sent).
-    #[error("{what}: {source}")]
-    Io {
-        /// Which datagram.
-        what: String,
-        /// The error.
-        source: std::io::Error,
-    },
-}
-
-/// Splits `buf` (24 free header bytes, then the framed message) into eCAL datagrams and hands each to `send` as
-/// header and body slices: one type-3 datagram (header written in place), or a type-1 info datagram followed by
-/// type-2 fragments of at most 65,483 bytes, all with fragment id `id`. Nothing is copied.
-fn send_datagrams(
-    buf: &mut [u8],
-    id: i32,
-    mut send: impl FnMut(&[IoSlice<'_>]) -> std::io::Result<()>,
-) -> Result<(), SendFramedError> {
-    let total = buf.len() - HEADER_LEN;
-    let total_u32 = u32::try_from(total).map_err(|_| SendFramedError::TooLarge(total))?;
-    if total <= DEFAULT_MAX_FRAGMENT_PAYLOAD {
-        buf[..HEADER_LEN].copy_from_slice(&DatagramHeader::whole(total_u32).to_bytes());
-        return send(&[IoSlice::new(buf)]).map_err(|source| SendFramedError::Io { what: "datagram".into(), source });
-    }
-    let count = total.div_ceil(DEFAULT_MAX_FRAGMENT_PAYLOAD) as u32;
-    let info = DatagramHeader { kind: DatagramKind::FragmentInfo, id, num: count, len: total_u32 }.to_bytes();
-    send(&[IoSlice::new(&info)]).map_err(|source| SendFramedError::Io { what: "fragment info".into(), source })?;
-    for (index, chunk) in buf[HEADER_LEN..].chunks(DEFAULT_MAX_FRAGMENT_PAYLOAD).enumerate() {
-        let header =
-            DatagramHeader { kind: DatagramKind::Fragment, id, num: index as u32, len: chunk.len() as u32 }.to_bytes();
-        send(&[IoSlice::new(&header), IoSlice::new(chunk)])
-            .map_err(|source| SendFramedError::Io { what: format!("fragment {index} of {count}"), source })?;
-    }
-    Ok(())
 }
 
 /// Subscriber side: keeps the subscriber table and connects subscribers to UDP publishers.

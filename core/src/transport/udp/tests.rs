@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 
 use super::codec::{DataSampleRef, content_hash, decode_data_sample, encode_data_sample, fnv1_32, topic_group};
 use super::*;
-use crate::wire::{MAX_DATAGRAM_LEN, Reassembler, ReassemblyConfig, split_name};
+use crate::wire::{HEADER_LEN, MAX_DATAGRAM_LEN, Reassembler, ReassemblyConfig, begin_framed, split_name};
 
 /// Capture C of the protocol notes: an eCAL 6.1.1 publisher's data datagram on topic `hello` (104 bytes).
 const CAPTURE_C: [u8; 104] = [
@@ -21,10 +21,8 @@ const CAPTURE_C_TIME: i64 = 1_796_007_843_019_767;
 
 /// Frames `payload` as a publisher writer does: 24 free header bytes, name prefix, data sample.
 fn framed(topic: &str, id: u64, host: &str, clock: u64, time_us: i64, payload: &[u8]) -> Vec<u8> {
-    let mut buf = vec![0u8; HEADER_LEN];
-    buf.extend_from_slice(&((topic.len() + 1) as u16).to_le_bytes());
-    buf.extend_from_slice(topic.as_bytes());
-    buf.push(0);
+    let mut buf = Vec::new();
+    begin_framed(&mut buf, topic).expect("a framable topic name");
     let id_str = id.to_string();
     encode_data_sample(
         &mut buf,
@@ -41,14 +39,14 @@ fn framed(topic: &str, id: u64, host: &str, clock: u64, time_us: i64, payload: &
     buf
 }
 
-/// The datagrams `send_datagrams` produces for `buf`.
+/// The datagrams `send_framed` produces for `buf`, as the UDP writer sends them.
 fn datagrams(buf: &mut [u8], id: i32) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
-    send_datagrams(buf, id, |parts| {
+    send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || id, |parts| {
         out.push(parts.iter().flat_map(|p| p.iter().copied()).collect());
-        Ok(())
+        Ok::<(), std::io::Error>(())
     })
-    .expect("send_datagrams");
+    .expect("send_framed");
     out
 }
 
