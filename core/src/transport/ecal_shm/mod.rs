@@ -351,7 +351,7 @@ impl LayerWriter for EcalShmWriter {
 }
 
 /// Creates the eCAL shm writer of every new publisher.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct EcalShmWriterFactory {
     opts: ShmWriterOptions,
 }
