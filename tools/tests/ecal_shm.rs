@@ -183,21 +183,31 @@ fn ecal_publisher_zero_copy_mode() {
     assert_eq!(names.len(), 1, "{names:?}");
 }
 
-#[test]
-fn shoal_publisher_to_ecal_subscriber_growing_sizes() {
-    let _g = serial();
-    let node = node();
-    let t = topic("s2e_grow");
-    let mut publ = node.publisher(&t, shoal::TypeInfo::raw("shoal.test.Shm")).expect("publisher");
-    let want = sizes(&[(1024, 15), (64 * 1024, 15), (1024 * 1024, 10)]);
-    let count = want.len().to_string();
-    let mut sub = ecal_peer("eCAL shm_sub.py", "shm_sub.py", &["--topic", &t, "--count", &count]);
+/// A shoal publisher on `node` and an eCAL `shm_sub.py` expecting `count` messages, matched, with the memfiles of the
+/// subscriber's process watched: (publisher, subscriber, its pid, the watch).
+fn shoal_publisher_to_ecal(
+    node: &shoal::Node,
+    name: &str,
+    count: usize,
+) -> (shoal::Publisher, support::Proc, u32, MemfileWatch) {
+    let t = topic(name);
+    let publ = node.publisher(&t, shoal::TypeInfo::raw("shoal.test.Shm")).expect("publisher");
+    let sub = ecal_peer("eCAL shm_sub.py", "shm_sub.py", &["--topic", &t, "--count", &count.to_string()]);
     let pid = sub.expect("ready", Duration::from_secs(20))["pid"].as_u64().expect("pid") as u32;
     let watch = MemfileWatch::start(pid);
     assert!(publ.wait_for_subscribers(1, Duration::from_secs(20)), "the eCAL subscriber did not match");
     // The match started our shm layer (memfile + immediate registration, as eCAL does); the eCAL subscriber opens
     // the memfile when that registration reaches it, a few ms later.
     std::thread::sleep(Duration::from_millis(500));
+    (publ, sub, pid, watch)
+}
+
+#[test]
+fn shoal_publisher_to_ecal_subscriber_growing_sizes() {
+    let _g = serial();
+    let node = node();
+    let want = sizes(&[(1024, 15), (64 * 1024, 15), (1024 * 1024, 10)]);
+    let (mut publ, mut sub, pid, watch) = shoal_publisher_to_ecal(&node, "s2e_grow", want.len());
     for (i, &size) in want.iter().enumerate() {
         let n = i as u64 + 1;
         publ.send(&make(n, size)).expect("send");
@@ -227,15 +237,8 @@ fn shoal_publisher_to_ecal_subscriber_growing_sizes() {
 fn shoal_publisher_multi_buffer_with_acknowledge() {
     let _g = serial();
     let node = node_with("memfile_buffer_count = 3\nmemfile_ack_timeout = 2000\n");
-    let t = topic("s2e_ack");
-    let mut publ = node.publisher(&t, shoal::TypeInfo::raw("shoal.test.Shm")).expect("publisher");
     let want = sizes(&[(1024, 30)]);
-    let count = want.len().to_string();
-    let mut sub = ecal_peer("eCAL shm_sub.py", "shm_sub.py", &["--topic", &t, "--count", &count]);
-    let pid = sub.expect("ready", Duration::from_secs(20))["pid"].as_u64().expect("pid") as u32;
-    let watch = MemfileWatch::start(pid);
-    assert!(publ.wait_for_subscribers(1, Duration::from_secs(20)), "the eCAL subscriber did not match");
-    std::thread::sleep(Duration::from_millis(500));
+    let (mut publ, mut sub, pid, watch) = shoal_publisher_to_ecal(&node, "s2e_ack", want.len());
     for (i, &size) in want.iter().enumerate() {
         publ.send(&make(i as u64 + 1, size)).expect("send");
     }
