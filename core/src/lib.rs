@@ -1,14 +1,28 @@
 //! shoal: decentralized publish/subscribe, wire-compatible with eCAL 5.13 / 6.x.
 //!
+//! A [`Node`] joins the process's runtime; publishers and subscribers come from its builders, one entry point per
+//! role with options as methods:
+//!
 //! ```no_run
 //! let node = shoal::Node::init("hello")?;
-//! let mut publ = node.publisher("greeting", shoal::TypeInfo::raw("text"))?;
-//! let sub = node.subscriber("greeting")?;
+//! let mut publ = node.publisher("greeting").type_info(shoal::TypeInfo::raw("text")).create()?;
+//! let sub = node.subscriber("greeting").create()?;
 //! publ.send(b"hello")?;
 //! let s = sub.recv_timeout(std::time::Duration::from_secs(1))?;
 //! assert_eq!(s.payload(), b"hello");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! - Raw bytes: [`Publisher`] (`send`, zero-copy [`Loan`]), [`Subscriber`] (`recv`, `recv_timeout`, `try_recv`,
+//!   `recv_with` on a zero-copy [`SampleRef`]).
+//! - Generated messages (`shoal-codegen`, [`Message`]): `.typed::<M>()` gives [`TypedPublisher`] and
+//!   [`TypedSubscriber`].
+//! - Callbacks: `.callback(..)` gives a [`CallbackSubscriber`], run on the process's doorbell thread.
+//! - What the system looks like: [`Node::snapshot`] ([`monitor`]); decoding any protobuf topic from its
+//!   registration descriptor: [`dynamic`]; configuration: [`config`] (`ecal.ini`); every error type: [`error`].
+//!
+//! The modules `registration`, `transport` and `wire` are public only for the fuzz targets and the repository's
+//! tests; they are hidden from these docs and are not a stable API.
 #![deny(unsafe_code)]
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
@@ -18,20 +32,42 @@ mod io;
 pub mod monitor;
 mod node;
 mod pubsub;
+#[doc(hidden)]
 pub mod registration;
+mod sample;
+mod sync;
 mod sys;
+#[doc(hidden)]
 pub mod transport;
-pub mod types;
+mod types;
+#[doc(hidden)]
 pub mod wire;
 
+/// The builders of [`Node::publisher`] and [`Node::subscriber`] and their kinds.
+pub mod builder {
+    pub use crate::pubsub::builder::{CallbackSubscriberBuilder, PublisherBuilder, Raw, SubscriberBuilder, Typed};
+}
+
+/// Every error type of the public API, with the transport errors they carry as their cause.
+pub mod error {
+    pub use crate::config::ConfigError;
+    pub use crate::io::IoStartError;
+    pub use crate::node::InitError;
+    pub use crate::pubsub::typed::{TypedRecvError, TypedSendError};
+    pub use crate::pubsub::{CreateError, LoanError, RecvError, SendError};
+    pub use crate::transport::shm_ring::{
+        CommitError, DoorbellCreateError, DoorbellOpenError, RingCreateError, SlotError,
+    };
+    pub use crate::types::{DecodeError, EncodeError};
+}
+
 pub use config::{Config, WaitStrategy};
-pub use io::IoStartError;
-pub use node::{CreateError, InitError, Node};
-pub use pubsub::publisher::{Init, Loan, Publisher, Uninit};
-pub use pubsub::sample::{Sample, SampleRef};
-pub use pubsub::subscriber::Subscriber;
-pub use pubsub::typed::{MessageMeta, Received, TypedPublisher, TypedRecvError, TypedSendError, TypedSubscriber};
-pub use pubsub::{LoanError, RecvError, SendError};
+pub use error::{CreateError, InitError, LoanError, RecvError, SendError, TypedRecvError, TypedSendError};
+pub use node::Node;
+pub use pubsub::publisher::{Loan, Publisher, Unwritten, Written};
+pub use pubsub::subscriber::{CallbackSubscriber, Subscriber};
+pub use pubsub::typed::{MessageMeta, Received, TypedPublisher, TypedSubscriber};
+pub use sample::{Sample, SampleRef};
 #[doc(hidden)]
 pub use types::codegen_support as __codegen;
 pub use types::{DecodeError, EncodeError, Message, MessageSink, TypeInfo};

@@ -74,7 +74,7 @@ pub trait MessageSink {
 
 /// A [`MessageSink`] that appends to a `Vec`.
 #[derive(Debug, Default)]
-pub struct VecSink(pub Vec<u8>);
+pub(crate) struct VecSink(pub(crate) Vec<u8>);
 
 impl MessageSink for VecSink {
     fn write_exact(

@@ -21,9 +21,9 @@ fn hundred_topics_use_at_most_three_shoal_threads() {
     let mut cb_subs = Vec::new();
     for i in 0..100 {
         let topic = format!("threads_{tag}_{i}");
-        pubs.push(node.publisher(&topic, shoal::TypeInfo::raw("t")).expect("publisher"));
-        subs.push(node.subscriber(&topic).expect("subscriber"));
-        cb_subs.push(node.subscriber_with_callback(&topic, |_s| {}).expect("callback subscriber"));
+        pubs.push(node.publisher(&topic).type_info(shoal::TypeInfo::raw("t")).create().expect("publisher"));
+        subs.push(node.subscriber(&topic).create().expect("subscriber"));
+        cb_subs.push(node.subscriber(&topic).callback(|_s| {}).create().expect("callback subscriber"));
     }
     for (i, p) in pubs.iter_mut().enumerate() {
         p.send(format!("m{i}").as_bytes()).expect("send");

@@ -8,7 +8,7 @@ use std::time::Duration;
 fn raw_subscriber_decodes_typed_proto_topic_dynamically() {
     let topic = format!("dyn_echo_{}", std::process::id());
     let node = shoal::Node::init("dyn_echo").unwrap();
-    let sub = node.subscriber(&topic).unwrap();
+    let sub = node.subscriber(&topic).create().unwrap();
     let mut publ = Command::new(env!("CARGO_BIN_EXE_typed_proto"))
         .args(["pub", "3", "20", &topic])
         .stdout(Stdio::null())
@@ -47,7 +47,7 @@ fn raw_subscriber_decodes_typed_proto_topic_dynamically() {
 fn raw_subscriber_shows_flatbuffers_topic_as_raw_view() {
     let topic = format!("dyn_echo_fb_{}", std::process::id());
     let node = shoal::Node::init("dyn_echo").unwrap();
-    let sub = node.subscriber(&topic).unwrap();
+    let sub = node.subscriber(&topic).create().unwrap();
     let mut publ = Command::new(env!("CARGO_BIN_EXE_typed_fbs"))
         .args(["pub", "1", "20", &topic])
         .stdout(Stdio::null())

@@ -63,7 +63,7 @@ fn shoal_typed_publisher_to_ecal_python_subscriber() {
 fn ecal_python_typed_publisher_to_shoal_typed_subscriber() {
     let topic = format!("typed_from_ecal_{}", std::process::id());
     let node = shoal::Node::init("typed_from_ecal").unwrap();
-    let sub = node.typed_subscriber::<proto::pb::Imu>(&topic).unwrap();
+    let sub = node.subscriber(&topic).typed::<proto::pb::Imu>().create().unwrap();
     let mut py = typed_peer("pub", &topic);
     for seq in 1..=3 {
         let got = sub.recv_timeout(T).unwrap();

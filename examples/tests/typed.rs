@@ -86,14 +86,17 @@ fn imu(seq: u64) -> proto::pb::Imu {
 fn in_process_typed_pull_callback_and_view() {
     let node = node();
     let topic = format!("typed_inproc_{}", std::process::id());
-    let sub = node.typed_subscriber::<proto::pb::Imu>(&topic).unwrap();
+    let sub = node.subscriber(&topic).typed::<proto::pb::Imu>().create().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let _cb = node
-        .typed_subscriber_with_callback::<proto::pb::Imu>(&topic, move |m, meta| {
+        .subscriber(&topic)
+        .typed::<proto::pb::Imu>()
+        .callback(move |m, meta| {
             tx.send((m.header.unwrap().seq, meta.clock)).unwrap();
         })
+        .create()
         .unwrap();
-    let mut publ = node.typed_publisher::<proto::pb::Imu>(&topic).unwrap();
+    let mut publ = node.publisher(&topic).typed::<proto::pb::Imu>().create().unwrap();
     assert_eq!(publ.raw().type_info(), proto::pb::Imu::type_info());
     publ.send(&imu(7)).unwrap();
     let got = sub.recv_timeout(Duration::from_secs(2)).unwrap();
@@ -108,8 +111,8 @@ fn in_process_typed_pull_callback_and_view() {
 
     // FlatBuffers: the zero-copy view reads the bytes in place.
     let ftopic = format!("typed_inproc_fb_{}", std::process::id());
-    let fsub = node.typed_subscriber::<fbs::demo::Pose>(&ftopic).unwrap();
-    let mut fpubl = node.typed_publisher::<fbs::demo::Pose>(&ftopic).unwrap();
+    let fsub = node.subscriber(&ftopic).typed::<fbs::demo::Pose>().create().unwrap();
+    let mut fpubl = node.publisher(&ftopic).typed::<fbs::demo::Pose>().create().unwrap();
     let pose = fbs::demo::Pose { seq: 3, frame_id: Some("map".into()), ..Default::default() };
     fpubl.send(&pose).unwrap();
     let (seq, frame) = fsub
@@ -125,8 +128,8 @@ fn malformed_payload_is_a_decode_error() {
     let node = node();
     // protobuf: a field with the invalid wire type 7, and a truncated length-delimited field.
     let topic = format!("typed_bad_pb_{}", std::process::id());
-    let sub = node.typed_subscriber::<proto::pb::Imu>(&topic).unwrap();
-    let mut raw = node.publisher(&topic, proto::pb::Imu::type_info().clone()).unwrap();
+    let sub = node.subscriber(&topic).typed::<proto::pb::Imu>().create().unwrap();
+    let mut raw = node.publisher(&topic).type_info(proto::pb::Imu::type_info().clone()).create().unwrap();
     for bad in [&[0x0f, 0x01][..], &[0x0a, 0x40, 0x01][..]] {
         raw.send(bad).unwrap();
         match sub.recv_timeout(Duration::from_secs(2)) {
@@ -140,8 +143,8 @@ fn malformed_payload_is_a_decode_error() {
 
     // FlatBuffers: too short, and an offset pointing outside the buffer.
     let ftopic = format!("typed_bad_fb_{}", std::process::id());
-    let fsub = node.typed_subscriber::<fbs::demo::Pose>(&ftopic).unwrap();
-    let mut fraw = node.publisher(&ftopic, fbs::demo::Pose::type_info().clone()).unwrap();
+    let fsub = node.subscriber(&ftopic).typed::<fbs::demo::Pose>().create().unwrap();
+    let mut fraw = node.publisher(&ftopic).type_info(fbs::demo::Pose::type_info().clone()).create().unwrap();
     for bad in [&[1u8, 2][..], &[0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0][..]] {
         fraw.send(bad).unwrap();
         assert!(
@@ -153,7 +156,7 @@ fn malformed_payload_is_a_decode_error() {
         assert!(matches!(r, Err(shoal::TypedRecvError::Decode { .. })), "{r:?}");
     }
     // A valid one still goes through afterwards.
-    let mut fpubl = node.typed_publisher::<fbs::demo::Pose>(&ftopic).unwrap();
+    let mut fpubl = node.publisher(&ftopic).typed::<fbs::demo::Pose>().create().unwrap();
     fpubl.send(&fbs::demo::Pose { seq: 9, ..Default::default() }).unwrap();
     assert_eq!(fsub.recv_timeout(Duration::from_secs(2)).unwrap().msg.seq, 9);
 }
@@ -162,8 +165,8 @@ fn malformed_payload_is_a_decode_error() {
 fn type_mismatch_is_reported_and_flagged() {
     let node = node();
     let topic = format!("typed_mismatch_{}", std::process::id());
-    let sub = node.typed_subscriber::<fbs::demo::Pose>(&topic).unwrap();
-    let mut publ = node.typed_publisher::<proto::pb::Imu>(&topic).unwrap();
+    let sub = node.subscriber(&topic).typed::<fbs::demo::Pose>().create().unwrap();
+    let mut publ = node.publisher(&topic).typed::<proto::pb::Imu>().create().unwrap();
     publ.send(&imu(1)).unwrap();
     match sub.recv_timeout(Duration::from_secs(2)) {
         Err(shoal::TypedRecvError::TypeMismatch { announced, announced_encoding, expected, .. }) => {
@@ -184,8 +187,8 @@ fn type_mismatch_is_reported_and_flagged() {
     }
     // A matching pair on another topic is not flagged.
     let ok_topic = format!("typed_match_{}", std::process::id());
-    let _s = node.typed_subscriber::<proto::pb::Imu>(&ok_topic).unwrap();
-    let _p = node.typed_publisher::<proto::pb::Imu>(&ok_topic).unwrap();
+    let _s = node.subscriber(&ok_topic).typed::<proto::pb::Imu>().create().unwrap();
+    let _p = node.publisher(&ok_topic).typed::<proto::pb::Imu>().create().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let snap = node.snapshot();

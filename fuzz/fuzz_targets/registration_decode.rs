@@ -25,7 +25,7 @@ use shoal::Config;
 use shoal::registration::{
     EntityKey, Event, Identity, Layer, LayerKind, LayerPar, LocalTopic, Registrar, decode_registration, pb,
 };
-use shoal::types::TypeInfo;
+use shoal::TypeInfo;
 use shoal::wire::{DatagramHeader, MAX_DATAGRAM_LEN};
 
 /// Identity of the fuzzed registrar (the seeds use the same host so their samples are accepted).

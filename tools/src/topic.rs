@@ -166,7 +166,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn echo(node: &Node, a: &EchoArgs) -> Result<()> {
-    let sub = node.subscriber(&a.topic)?;
+    let sub = node.subscriber(&a.topic).create()?;
     let mut pubs = Publishers { snap: Snapshot::default(), taken: None, known: HashMap::new() };
     let timeout = a.timeout.map(Duration::from_secs_f64);
     let mut n = 0u64;
@@ -208,7 +208,10 @@ fn publish(node: &Node, a: &PubArgs) -> Result<()> {
     if !a.rate.is_finite() || a.rate <= 0.0 {
         bail!("--rate must be a positive number of messages per second");
     }
-    let mut publ = node.publisher(&a.topic, TypeInfo::new(a.type_name.clone(), a.encoding.clone(), Vec::new()))?;
+    let mut publ = node
+        .publisher(&a.topic)
+        .type_info(TypeInfo::new(a.type_name.clone(), a.encoding.clone(), Vec::new()))
+        .create()?;
     let wait = Duration::from_secs_f64(a.wait_timeout.max(0.0));
     if a.wait_subs > 0 && !publ.wait_for_subscribers(a.wait_subs, wait) {
         eprintln!(

@@ -145,7 +145,7 @@ fn ecal_publisher_to_shoal(name: &str, spec: &[(usize, usize)], args: &[&str]) -
     let _g = serial();
     let node = node();
     let t = topic(name);
-    let sub = node.subscriber(&t).expect("subscriber");
+    let sub = node.subscriber(&t).create().expect("subscriber");
     let want = sizes(spec);
     let watch = MemfileWatch::start(std::process::id());
     let spec = spec.iter().map(|(size, n)| format!("{size}x{n}")).collect::<Vec<_>>().join(",");
@@ -191,7 +191,7 @@ fn shoal_publisher_to_ecal(
     count: usize,
 ) -> (shoal::Publisher, support::Proc, u32, MemfileWatch) {
     let t = topic(name);
-    let publ = node.publisher(&t, shoal::TypeInfo::raw("shoal.test.Shm")).expect("publisher");
+    let publ = node.publisher(&t).type_info(shoal::TypeInfo::raw("shoal.test.Shm")).create().expect("publisher");
     let sub = ecal_peer("eCAL shm_sub.py", "shm_sub.py", &["--topic", &t, "--count", &count.to_string()]);
     let pid = sub.expect("ready", Duration::from_secs(20))["pid"].as_u64().expect("pid") as u32;
     let watch = MemfileWatch::start(pid);

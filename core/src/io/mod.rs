@@ -2,8 +2,10 @@
 //!
 //! Everything that reaches the network goes through here; user threads talk to it through a command channel and a
 //! [`mio::Waker`]. It never blocks on a send (a full socket buffer drops the datagram and counts it).
+//!
+//! The thread only moves datagrams, timers and events: what a match means for local publishers and subscribers is
+//! decided by the [`EventHandler`] it is started with (the runtime of `pubsub`), which it calls with every event.
 
-use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::mpsc;
@@ -16,14 +18,24 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::config::Config;
 use crate::monitor::Snapshot;
-use crate::pubsub::runtime::{Local, Runtime};
-use crate::registration::{Event, LocalTopic, Registrar};
+use crate::registration::{Event, LocalTopic, Registrar, TopicStats};
+use crate::transport::IoSource;
 use crate::transport::udp::net as udp_net;
 
 const RECV_TOKEN: Token = Token(0);
 const WAKE_TOKEN: Token = Token(1);
 /// Tokens of the layers' sockets ([`crate::transport::IoSource`]) start here.
 const SOURCE_TOKEN_BASE: usize = 2;
+
+/// What the I/O thread hands to the owner of the local publishers and subscribers.
+pub(crate) trait EventHandler: Send + Sync {
+    /// A registration event about one local entity. Returns the entity's new registration when the event changed
+    /// it (a layer started, the native ring became active), so that it is announced at once.
+    fn on_event(&self, event: Event) -> Option<LocalTopic>;
+
+    /// The statistics of every local entity, for the periodic registration.
+    fn collect_stats(&self) -> Vec<(u64, TopicStats)>;
+}
 
 /// Requests from user threads to the I/O thread.
 #[derive(Debug)]
@@ -99,16 +111,18 @@ fn open_sockets(cfg: &Config) -> io::Result<Sockets> {
     Ok(Sockets { recv, send, dest: SocketAddr::V4(SocketAddrV4::new(to, port)) })
 }
 
-/// Starts the I/O thread for `rt`. The thread holds only a weak reference to the runtime.
-pub(crate) fn start(rt: &Arc<Runtime>, registrar: Registrar) -> Result<IoHandle, IoStartError> {
-    let cfg = &rt.config;
+/// Starts the I/O thread: registration on the sockets of `cfg`, the layers' `sources` polled beside them, events
+/// handed to `handler` (held weakly: the thread never keeps its owner alive).
+pub(crate) fn start(
+    cfg: &Config,
+    registrar: Registrar,
+    sources: Vec<Box<dyn IoSource>>,
+    handler: Weak<dyn EventHandler>,
+) -> Result<IoHandle, IoStartError> {
     let sockets = open_sockets(cfg).map_err(|source| IoStartError::Socket { port: cfg.registration.port, source })?;
     let poll = Poll::new().map_err(IoStartError::Thread)?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKE_TOKEN).map_err(IoStartError::Thread)?);
     let (tx, rx) = mpsc::channel();
-    let weak = Arc::downgrade(rt);
-    let sources: Vec<Box<dyn crate::transport::IoSource>> =
-        rt.reader_factories.iter().filter_map(|f| f.io_source()).collect();
     let affinity = cfg.io.cpu_affinity.clone();
     let thread = std::thread::Builder::new()
         .name("shoal-io".into())
@@ -116,8 +130,7 @@ pub(crate) fn start(rt: &Arc<Runtime>, registrar: Registrar) -> Result<IoHandle,
             if let Err(e) = crate::sys::set_current_thread_affinity(&affinity) {
                 tracing::warn!("cannot pin the I/O thread to CPUs {affinity:?}: {e}");
             }
-            let mut io =
-                IoThread { poll, sockets, registrar, rx, rt: weak, doorbells: HashMap::new(), send_drops: 0, sources };
+            let mut io = IoThread { poll, sockets, registrar, rx, handler, send_drops: 0, sources };
             if let Err(e) = io.run() {
                 tracing::error!("shoal I/O thread stopped: {e}");
             }
@@ -131,12 +144,10 @@ struct IoThread {
     sockets: Sockets,
     registrar: Registrar,
     rx: mpsc::Receiver<Command>,
-    rt: Weak<Runtime>,
-    /// Doorbells of remote subscriber processes, shared by all local publishers that serve them.
-    doorbells: HashMap<String, Weak<crate::transport::shm_ring::DoorbellRemote>>,
+    handler: Weak<dyn EventHandler>,
     send_drops: u64,
     /// Sockets of the eCAL-facing layers (the UDP data socket), token `SOURCE_TOKEN_BASE + index`.
-    sources: Vec<Box<dyn crate::transport::IoSource>>,
+    sources: Vec<Box<dyn IoSource>>,
 }
 
 impl IoThread {
@@ -207,7 +218,7 @@ impl IoThread {
                 Command::Update(t) => self.registrar.update_local(now, t),
                 Command::Remove(id) => self.registrar.remove_local(now, id),
                 Command::Snapshot(reply) => {
-                    let snap = crate::monitor::build_snapshot(&self.registrar, self.rt.upgrade().as_deref());
+                    let snap = crate::monitor::build_snapshot(&self.registrar);
                     let _ = reply.send(snap);
                 }
                 Command::Shutdown => {
@@ -232,86 +243,17 @@ impl IoThread {
     }
 
     fn update_stats(&mut self) {
-        let Some(rt) = self.rt.upgrade() else { return };
-        for (id, stats) in rt.collect_stats() {
+        let Some(handler) = self.handler.upgrade() else { return };
+        for (id, stats) in handler.collect_stats() {
             self.registrar.set_stats(id, stats);
         }
     }
 
     fn process_events(&mut self) {
-        let Some(rt) = self.rt.upgrade() else {
-            while self.registrar.poll_event().is_some() {}
-            return;
-        };
+        let handler = self.handler.upgrade();
         while let Some(ev) = self.registrar.poll_event() {
-            match ev {
-                Event::Matched { local_id, remote } | Event::Updated { local_id, remote } => match rt.local(local_id) {
-                    Some(Local::Pub(p)) => {
-                        let db = self.doorbell_for(&rt, &remote);
-                        // Several subscriber processes: their wake-ups go through the waker thread (started here,
-                        // off the send path, with this thread's affinity). It learns of the doorbell before the
-                        // publisher can hand it over.
-                        if let Some(db) = &db {
-                            let mut bells = p.ring_doorbells();
-                            if !bells.iter().any(|b| Arc::ptr_eq(b, db)) {
-                                bells.push(Arc::clone(db));
-                            }
-                            if bells.len() > 1 {
-                                rt.waker.watch(&bells);
-                            }
-                        }
-                        if p.connect_remote(remote, db) {
-                            self.registrar.update_local(Instant::now(), p.local_topic());
-                        }
-                    }
-                    Some(Local::Sub(s)) => s.connect_remote(&rt, &remote),
-                    None => {}
-                },
-                Event::Unmatched { local_id, remote } => {
-                    match rt.local(local_id) {
-                        Some(Local::Pub(p)) if p.disconnect_remote(&remote) => {
-                            self.registrar.update_local(Instant::now(), p.local_topic());
-                        }
-                        Some(Local::Sub(s)) => s.disconnect_remote(&remote),
-                        Some(Local::Pub(_)) | None => {}
-                    }
-                    if remote.host_name == rt.identity.host_name && !crate::sys::pid_alive(remote.pid) {
-                        let dir = rt.ring_dir();
-                        if let Err(e) = crate::transport::shm_ring::remove_stale_segments(&dir) {
-                            tracing::debug!("stale segment cleanup in {}: {e}", dir.display());
-                        }
-                    }
-                }
-            }
-        }
-        self.doorbells.retain(|_, w| w.strong_count() > 0);
-    }
-
-    fn doorbell_for(
-        &mut self,
-        rt: &Runtime,
-        remote: &crate::registration::RemoteTopic,
-    ) -> Option<Arc<crate::transport::shm_ring::DoorbellRemote>> {
-        // Without a ring of our own (switched off) a subscriber cannot read us through it: other layers serve it.
-        if remote.key.host_name != rt.identity.host_name || !rt.config.shm_ring.enabled {
-            return None;
-        }
-        let name = crate::pubsub::runtime::shoal_par(remote)?.doorbell.clone();
-        if name.is_empty() {
-            return None;
-        }
-        if let Some(db) = self.doorbells.get(&name).and_then(Weak::upgrade) {
-            return Some(db);
-        }
-        match crate::transport::shm_ring::DoorbellRemote::open(&name) {
-            Ok(db) => {
-                let db = Arc::new(db);
-                self.doorbells.insert(name, Arc::downgrade(&db));
-                Some(db)
-            }
-            Err(e) => {
-                tracing::warn!("cannot open the doorbell {name} of subscriber process {}: {e}", remote.key.pid);
-                None
+            if let Some(changed) = handler.as_ref().and_then(|h| h.on_event(ev)) {
+                self.registrar.update_local(Instant::now(), changed);
             }
         }
     }

@@ -2,7 +2,6 @@
 
 use std::time::SystemTime;
 
-use crate::pubsub::runtime::Runtime;
 use crate::registration::{Direction, LayerKind, Registrar};
 use crate::types::TypeInfo;
 
@@ -89,9 +88,10 @@ fn layer_name(k: &LayerKind) -> String {
     }
 }
 
-pub(crate) fn build_snapshot(reg: &Registrar, rt: Option<&Runtime>) -> Snapshot {
-    let my_pid = std::process::id();
-    let my_host = rt.map(|r| r.identity.host_name.clone()).unwrap_or_default();
+/// The snapshot of what `reg` knows now; this process is the registrar's own identity.
+pub(crate) fn build_snapshot(reg: &Registrar) -> Snapshot {
+    let my_pid = reg.identity().pid;
+    let my_host = reg.identity().host_name.clone();
     let processes = reg
         .processes()
         .map(|p| ProcessEntry {

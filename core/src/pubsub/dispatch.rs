@@ -7,8 +7,9 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::pubsub::runtime::{Runtime, lock};
+use crate::pubsub::runtime::Runtime;
 use crate::pubsub::subscriber::SubShared;
+use crate::sync::lock;
 use crate::transport::shm_ring::Doorbell;
 
 #[derive(Default)]

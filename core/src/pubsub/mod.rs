@@ -1,41 +1,54 @@
-//! Publishers, subscribers and the per-process runtime that connects them over the transports.
+//! Publishers, subscribers, their builders, and the per-process runtime that connects them over the transports.
 
+pub(crate) mod builder;
 pub(crate) mod dispatch;
 pub(crate) mod publisher;
 pub(crate) mod runtime;
-pub(crate) mod sample;
 pub(crate) mod subscriber;
 pub(crate) mod typed;
 pub(crate) mod waker;
 
+use crate::transport::shm_ring::{CommitError, RingCreateError, SlotError};
+
+/// Errors of `create()` on a publisher or subscriber builder.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    /// Topic names must not be empty.
+    #[error("the topic name is empty")]
+    EmptyTopic,
+    /// The publisher's shared-memory ring could not be created (is `/dev/shm`, or the huge-page mount, writable
+    /// and large enough?).
+    #[error("cannot create the publisher's shared-memory ring: {0}")]
+    Ring(#[from] RingCreateError),
+}
+
 /// Errors of [`Publisher::send`](crate::Publisher::send) and [`Loan::send`](crate::Loan::send).
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
-    /// The shared-memory ring could not take the message (e.g. it could not grow for a large message).
-    #[error("shared-memory ring: {0}")]
-    Ring(String),
+    /// The shared-memory ring has no slot for the message (too large, or the ring could not grow for it).
+    #[error(transparent)]
+    Slot(#[from] SlotError),
+    /// The written slot could not be published.
+    #[error(transparent)]
+    Commit(#[from] CommitError),
 }
 
 /// Errors of [`Publisher::loan`](crate::Publisher::loan).
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum LoanError {
-    /// The shared-memory ring could not provide a slot of that size.
-    #[error("shared-memory ring: {0}")]
-    Ring(String),
+    /// The shared-memory ring has no slot of that size (too large, or the ring could not grow for it).
+    #[error(transparent)]
+    Slot(#[from] SlotError),
 }
 
 /// Errors of the `recv*` methods of [`Subscriber`](crate::Subscriber).
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecvError {
     /// No message arrived in time.
     #[error("no message within the timeout")]
     Timeout,
-    /// This subscriber delivers to its callback; it has no pull API.
-    #[error("this subscriber was created with a callback; recv is not available")]
-    CallbackMode,
-}
-
-/// Now, in µs since the UNIX epoch (eCAL's send-time unit).
-pub(crate) fn now_us() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
 }

@@ -7,13 +7,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::io::Command;
-use crate::pubsub::runtime::{Runtime, lock};
-use crate::pubsub::sample::{Payload, Sample};
+use crate::pubsub::runtime::Runtime;
 use crate::pubsub::subscriber::SubShared;
 use crate::pubsub::waker;
-use crate::pubsub::{LoanError, SendError, now_us};
+use crate::pubsub::{CreateError, LoanError, SendError};
 use crate::registration::RemoteTopic;
 use crate::registration::{EntityKey, Layer, LayerKind, LayerPar, LocalTopic, ShoalPar, TopicStats};
+use crate::sample::now_us;
+use crate::sample::{Payload, Sample};
+use crate::sync::lock;
 use crate::transport::shm_ring::{DoorbellRemote, RingWriter};
 use crate::transport::{LayerWriter, SampleMeta};
 use crate::types::TypeInfo;
@@ -250,16 +252,12 @@ impl std::fmt::Debug for Publisher {
 }
 
 impl Publisher {
-    pub(crate) fn create(rt: &Arc<Runtime>, topic: &str, type_info: TypeInfo) -> Result<Publisher, crate::CreateError> {
+    pub(crate) fn create(rt: &Arc<Runtime>, topic: &str, type_info: TypeInfo) -> Result<Publisher, CreateError> {
         if topic.is_empty() {
-            return Err(crate::CreateError::EmptyTopic);
+            return Err(CreateError::EmptyTopic);
         }
         let id = rt.new_entity_id();
-        let ring = if rt.config.shm_ring.enabled {
-            Some(RingWriter::create(&rt.config.shm_ring, id).map_err(|e| crate::CreateError::Ring(e.to_string()))?)
-        } else {
-            None
-        };
+        let ring = if rt.config.shm_ring.enabled { Some(RingWriter::create(&rt.config.shm_ring, id)?) } else { None };
         let shared = Arc::new(PubShared {
             id,
             topic: Arc::from(topic),
@@ -374,7 +372,7 @@ impl Publisher {
         if !self.cache.doorbells.is_empty()
             && let Some(ring) = &mut self.ring
         {
-            let published = ring.write(data, send_time_us, clock).map_err(|e| SendError::Ring(e.to_string()))?;
+            let published = ring.write(data, send_time_us, clock)?;
             if published.segment_changed {
                 self.ring_grew();
             }
@@ -453,11 +451,11 @@ impl Publisher {
     /// Loans `len` bytes of a shared-memory slot to write a message in place (zero-copy).
     ///
     /// The returned [`Loan`] must be written ([`Loan::write`] or [`Loan::copy_from_slice`]) before it can be sent.
-    pub fn loan(&mut self, len: usize) -> Result<Loan<'_, Uninit>, LoanError> {
+    pub fn loan(&mut self, len: usize) -> Result<Loan<'_, Unwritten>, LoanError> {
         self.refresh();
         match &mut self.ring {
             Some(ring) => {
-                ring.loan(len).map_err(|e| LoanError::Ring(e.to_string()))?;
+                ring.loan(len)?;
             }
             None => {
                 self.scratch.clear();
@@ -497,7 +495,7 @@ impl Publisher {
                 let need_copy = !self.cache.intra.is_empty() || self.shared.layers_active.load(Ordering::Acquire);
                 let copy: Option<Arc<[u8]>> =
                     if need_copy { ring.loan(len).ok().map(|b| Arc::from(&*b)) } else { None };
-                let published = ring.commit(len, t, clock).map_err(|e| SendError::Ring(e.to_string()))?;
+                let published = ring.commit(len, t, clock)?;
                 waker::ring_after_publish(&self.rt.waker, &self.cache.doorbells);
                 if published.segment_changed {
                     self.ring_grew();
@@ -528,12 +526,12 @@ impl Drop for Publisher {
 
 /// Typestate of a [`Loan`] whose bytes were not written yet.
 #[derive(Debug)]
-pub struct Uninit;
+pub struct Unwritten;
 /// Typestate of a [`Loan`] ready to send.
 #[derive(Debug)]
-pub struct Init;
+pub struct Written;
 
-/// A shared-memory slot loaned by [`Publisher::loan`]; only a written loan (`Loan<Init>`) can be sent.
+/// A shared-memory slot loaned by [`Publisher::loan`]; only a written loan (`Loan<Written>`) can be sent.
 ///
 /// Dropping a loan without sending it sends nothing.
 #[must_use = "a loan sends nothing until `send()` is called"]
@@ -549,9 +547,9 @@ impl<S> std::fmt::Debug for Loan<'_, S> {
     }
 }
 
-impl<'a> Loan<'a, Uninit> {
+impl<'a> Loan<'a, Unwritten> {
     /// Writes the message in place through `f`, which gets the whole loaned slice.
-    pub fn write(self, f: impl FnOnce(&mut [u8])) -> Loan<'a, Init> {
+    pub fn write(self, f: impl FnOnce(&mut [u8])) -> Loan<'a, Written> {
         let len = self.len;
         f(self.publ.loan_buf(len));
         Loan { publ: self.publ, len, _state: PhantomData }
@@ -561,12 +559,12 @@ impl<'a> Loan<'a, Uninit> {
     ///
     /// # Panics
     /// When `src.len()` differs from the loaned length, like [`slice::copy_from_slice`].
-    pub fn copy_from_slice(self, src: &[u8]) -> Loan<'a, Init> {
+    pub fn copy_from_slice(self, src: &[u8]) -> Loan<'a, Written> {
         self.write(|buf| buf.copy_from_slice(src))
     }
 }
 
-impl Loan<'_, Init> {
+impl Loan<'_, Written> {
     /// The written bytes, to change them further before sending.
     pub fn payload_mut(&mut self) -> &mut [u8] {
         self.publ.loan_buf(self.len)

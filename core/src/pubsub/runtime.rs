@@ -1,25 +1,27 @@
-//! The per-process runtime shared by every [`Node`](crate::Node): identity, the I/O thread, the doorbell thread,
-//! and the table of local publishers and subscribers (used for same-process delivery and for the I/O thread's
-//! match events).
+//! The per-process runtime shared by every node: identity, the I/O thread, the doorbell thread, and the table of
+//! local publishers and subscribers (used for same-process delivery). It is the I/O thread's [`EventHandler`]:
+//! it applies registration's match events to the local publishers and subscribers (connecting them, opening
+//! subscriber processes' doorbells, starting the waker thread, removing dead processes' segments).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use crate::config::Config;
-use crate::io::{Command, IoHandle};
+use crate::io::{Command, EventHandler, IoHandle};
 use crate::pubsub::dispatch::Dispatcher;
 use crate::pubsub::publisher::PubShared;
 use crate::pubsub::subscriber::SubShared;
 use crate::pubsub::waker::Waker;
-use crate::registration::{Identity, LayerKind, LayerPar, RemoteTopic, ShoalPar, TopicStats};
+use crate::registration::{Event, Identity, LayerKind, LayerPar, LocalTopic, RemoteTopic, ShoalPar, TopicStats};
+use crate::sync::lock;
 use crate::transport::shm_ring::{Doorbell, DoorbellRemote};
 use crate::transport::{LayerReaderFactory, LayerWriterFactory};
 
-/// A local entity as the I/O thread sees it.
-pub(crate) enum Local {
+/// A local entity, as a match event names it.
+enum Local {
     Pub(Arc<PubShared>),
     Sub(Arc<SubShared>),
 }
@@ -39,6 +41,8 @@ pub(crate) struct Runtime {
     /// A ringer on our own doorbell, for same-process publishers.
     pub(crate) self_ringer: DoorbellRemote,
     table: Mutex<Table>,
+    /// Doorbells of remote subscriber processes, shared by all local publishers that serve them.
+    doorbells: Mutex<HashMap<String, Weak<DoorbellRemote>>>,
     io: Mutex<Option<IoHandle>>,
     pub(crate) dispatcher: Dispatcher,
     /// Rings subscriber processes' doorbells for publishers that find several asleep.
@@ -83,6 +87,7 @@ impl Runtime {
             doorbell: Arc::new(doorbell),
             self_ringer,
             table: Mutex::new(Table::default()),
+            doorbells: Mutex::default(),
             io: Mutex::new(None),
             dispatcher: Dispatcher::default(),
             waker: Waker::default(),
@@ -118,7 +123,7 @@ impl Runtime {
         }
     }
 
-    pub(crate) fn local(&self, id: u64) -> Option<Local> {
+    fn local(&self, id: u64) -> Option<Local> {
         let t = lock(&self.table);
         if let Some(p) = t.pubs.get(&id).and_then(Weak::upgrade) {
             return Some(Local::Pub(p));
@@ -197,8 +202,83 @@ impl Drop for Runtime {
     }
 }
 
-/// Locks a mutex, recovering from poisoning: shoal's shared tables stay consistent between statements, so a panic
-/// in a user callback must not take the whole process's messaging down with it.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+impl EventHandler for Runtime {
+    fn on_event(&self, event: Event) -> Option<LocalTopic> {
+        match event {
+            Event::Matched { local_id, remote } | Event::Updated { local_id, remote } => match self.local(local_id)? {
+                Local::Pub(p) => {
+                    let db = self.doorbell_for(&remote);
+                    // Several subscriber processes: their wake-ups go through the waker thread (started here, on
+                    // the I/O thread, off the send path, with its affinity). It learns of the doorbell before the
+                    // publisher can hand it over.
+                    if let Some(db) = &db {
+                        let mut bells = p.ring_doorbells();
+                        if !bells.iter().any(|b| Arc::ptr_eq(b, db)) {
+                            bells.push(Arc::clone(db));
+                        }
+                        if bells.len() > 1 {
+                            self.waker.watch(&bells);
+                        }
+                    }
+                    p.connect_remote(remote, db).then(|| p.local_topic())
+                }
+                Local::Sub(s) => {
+                    s.connect_remote(self, &remote);
+                    None
+                }
+            },
+            Event::Unmatched { local_id, remote } => {
+                let changed = match self.local(local_id) {
+                    Some(Local::Pub(p)) => p.disconnect_remote(&remote).then(|| p.local_topic()),
+                    Some(Local::Sub(s)) => {
+                        s.disconnect_remote(&remote);
+                        None
+                    }
+                    None => None,
+                };
+                if remote.host_name == self.identity.host_name && !crate::sys::pid_alive(remote.pid) {
+                    let dir = self.ring_dir();
+                    if let Err(e) = crate::transport::shm_ring::remove_stale_segments(&dir) {
+                        tracing::debug!("stale segment cleanup in {}: {e}", dir.display());
+                    }
+                }
+                lock(&self.doorbells).retain(|_, w| w.strong_count() > 0);
+                changed
+            }
+        }
+    }
+
+    fn collect_stats(&self) -> Vec<(u64, TopicStats)> {
+        Runtime::collect_stats(self)
+    }
+}
+
+impl Runtime {
+    /// The doorbell of a matched subscriber's process, when it reads our native ring (same host, shoal), opened
+    /// once per process and shared by every local publisher that serves it.
+    fn doorbell_for(&self, remote: &RemoteTopic) -> Option<Arc<DoorbellRemote>> {
+        // Without a ring of our own (switched off) a subscriber cannot read us through it: other layers serve it.
+        if remote.key.host_name != self.identity.host_name || !self.config.shm_ring.enabled {
+            return None;
+        }
+        let name = shoal_par(remote)?.doorbell.clone();
+        if name.is_empty() {
+            return None;
+        }
+        let mut doorbells = lock(&self.doorbells);
+        if let Some(db) = doorbells.get(&name).and_then(Weak::upgrade) {
+            return Some(db);
+        }
+        match DoorbellRemote::open(&name) {
+            Ok(db) => {
+                let db = Arc::new(db);
+                doorbells.insert(name, Arc::downgrade(&db));
+                Some(db)
+            }
+            Err(e) => {
+                tracing::warn!("cannot open the doorbell {name} of subscriber process {}: {e}", remote.key.pid);
+                None
+            }
+        }
+    }
 }

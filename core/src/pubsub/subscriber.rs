@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use crate::config::WaitStrategy;
 use crate::io::Command;
-use crate::pubsub::RecvError;
-use crate::pubsub::runtime::{Runtime, lock, shoal_par};
-use crate::pubsub::sample::{Sample, SampleRef};
+use crate::pubsub::runtime::{Runtime, shoal_par};
+use crate::pubsub::{CreateError, RecvError};
 use crate::registration::{EntityKey, Layer, LayerKind, LayerPar, LocalTopic, RemoteTopic, ShoalPar, TopicStats};
+use crate::sample::{Sample, SampleRef};
+use crate::sync::lock;
 use crate::transport::clock::{ClockCheck, PublisherClocks};
 use crate::transport::shm_ring::{ReadOutcome, RingReader};
 use crate::transport::{Inbox, LayerReader};
@@ -377,18 +378,157 @@ impl SubShared {
     }
 }
 
-/// Receives messages on one topic from every matched publisher. Dropping it unregisters it.
-pub struct Subscriber {
-    shared: Arc<SubShared>,
+/// What every kind of subscriber holds: its shared state and the runtime. Dropping it unregisters the subscriber.
+pub(crate) struct SubHandle {
+    pub(crate) shared: Arc<SubShared>,
     rt: Arc<Runtime>,
+}
+
+impl SubHandle {
+    /// Creates the subscriber, connects it with same-process publishers and announces it.
+    pub(crate) fn create(
+        rt: &Arc<Runtime>,
+        topic: &str,
+        type_info: TypeInfo,
+        callback: Option<Callback>,
+    ) -> Result<SubHandle, CreateError> {
+        if topic.is_empty() {
+            return Err(CreateError::EmptyTopic);
+        }
+        let shared = Arc::new(SubShared {
+            id: rt.new_entity_id(),
+            topic: Arc::from(topic),
+            type_info: Arc::new(type_info),
+            created_us: crate::sample::now_us(),
+            readers: Mutex::new(Vec::new()),
+            layer_conns: Mutex::new(Vec::new()),
+            layer_clocks: Mutex::default(),
+            next_reader: AtomicUsize::new(0),
+            intra: Mutex::new(VecDeque::new()),
+            intra_len: AtomicUsize::new(0),
+            // As much memory as a ring of the configured geometry, and at least as many samples as it has slots.
+            intra_cap: (rt.config.shm_ring.slot_count as usize).max(1024),
+            intra_cap_bytes: (rt.config.shm_ring.slot_count as usize).saturating_mul(rt.config.shm_ring.slot_size),
+            intra_bytes: AtomicUsize::new(0),
+            intra_pubs: AtomicUsize::new(0),
+            remote_pubs: AtomicUsize::new(0),
+            callback: callback.map(Mutex::new),
+            received: AtomicU64::new(0),
+            drops: AtomicU64::new(0),
+            last_clock: AtomicU64::new(0),
+            freq: Mutex::new((Instant::now(), 0)),
+            conn_lock: Mutex::new(()),
+            conn_cond: Condvar::new(),
+            runtime: Arc::downgrade(rt),
+        });
+        let h = SubHandle { shared: Arc::clone(&shared), rt: Arc::clone(rt) };
+        rt.add_subscriber(&shared);
+        if shared.is_callback() {
+            rt.dispatcher.add(rt, &shared);
+        }
+        // Layers that receive from publishers not registered yet (eCAL UDP) listen from now on.
+        let inbox: Arc<dyn Inbox> = Arc::clone(&shared) as Arc<dyn Inbox>;
+        for f in &rt.reader_factories {
+            f.subscriber_created(shared.id, &shared.topic, &inbox);
+        }
+        rt.io_send(Command::AddSubscriber(h.local_topic()));
+        Ok(h)
+    }
+
+    fn local_topic(&self) -> LocalTopic {
+        let par = ShoalPar { doorbell: self.rt.doorbell.name().to_string(), ..ShoalPar::default() };
+        let mut layers =
+            vec![Layer::new(LayerKind::ShoalRing, self.rt.config.shm_ring.enabled, false, LayerPar::Shoal(par))];
+        layers.extend(self.rt.reader_factories.iter().filter_map(|f| f.subscriber_advert()));
+        LocalTopic {
+            id: self.shared.id,
+            topic_name: self.shared.topic.to_string(),
+            type_info: (*self.shared.type_info).clone(),
+            layers,
+            stats: TopicStats::default(),
+        }
+    }
+
+    pub(crate) fn wait_for_publishers(&self, n: usize, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut g = lock(&self.shared.conn_lock);
+        loop {
+            if self.shared.publisher_count() >= n {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g = self
+                .shared
+                .conn_cond
+                .wait_timeout(g, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+}
+
+impl Drop for SubHandle {
+    fn drop(&mut self) {
+        for f in &self.rt.reader_factories {
+            f.subscriber_dropped(self.shared.id, &self.shared.topic);
+        }
+        self.rt.remove_subscriber(self.shared.id);
+        self.rt.io_send(Command::Remove(self.shared.id));
+    }
+}
+
+/// The status methods every kind of subscriber has, on `self.handle()`.
+macro_rules! subscriber_status {
+    () => {
+        /// The entity id announced in registration.
+        pub fn id(&self) -> u64 {
+            self.handle().shared.id
+        }
+
+        /// The topic name.
+        pub fn topic(&self) -> &str {
+            &self.handle().shared.topic
+        }
+
+        /// Number of matched publishers, in this process and in others.
+        pub fn publisher_count(&self) -> usize {
+            self.handle().shared.publisher_count()
+        }
+
+        /// Waits until at least `n` publishers are matched; false on timeout.
+        pub fn wait_for_publishers(&self, n: usize, timeout: std::time::Duration) -> bool {
+            self.handle().wait_for_publishers(n, timeout)
+        }
+
+        /// Messages lost on the way to this subscriber (overruns, torn reads, queue overflow, late samples).
+        pub fn drops(&self) -> u64 {
+            self.handle().shared.drops()
+        }
+
+        /// Messages delivered to this subscriber so far.
+        pub fn received(&self) -> u64 {
+            self.handle().shared.received.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    };
+}
+pub(crate) use subscriber_status;
+
+/// Receives messages on one topic from every matched publisher, pulled with `recv*`. Dropping it unregisters it.
+///
+/// Created by [`SubscriberBuilder::create`](crate::builder::SubscriberBuilder::create).
+pub struct Subscriber {
+    handle: SubHandle,
     wait: WaitStrategy,
 }
 
 impl std::fmt::Debug for Subscriber {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Subscriber")
-            .field("id", &self.shared.id)
-            .field("topic", &self.shared.topic)
+            .field("id", &self.handle.shared.id)
+            .field("topic", &self.handle.shared.topic)
             .field("wait", &self.wait)
             .finish_non_exhaustive()
     }
@@ -417,114 +557,22 @@ impl Subscriber {
         rt: &Arc<Runtime>,
         topic: &str,
         type_info: TypeInfo,
-        callback: Option<Callback>,
-    ) -> Result<Subscriber, crate::CreateError> {
-        if topic.is_empty() {
-            return Err(crate::CreateError::EmptyTopic);
-        }
-        let shared = Arc::new(SubShared {
-            id: rt.new_entity_id(),
-            topic: Arc::from(topic),
-            type_info: Arc::new(type_info),
-            created_us: crate::pubsub::now_us(),
-            readers: Mutex::new(Vec::new()),
-            layer_conns: Mutex::new(Vec::new()),
-            layer_clocks: Mutex::default(),
-            next_reader: AtomicUsize::new(0),
-            intra: Mutex::new(VecDeque::new()),
-            intra_len: AtomicUsize::new(0),
-            // As much memory as a ring of the configured geometry, and at least as many samples as it has slots.
-            intra_cap: (rt.config.shm_ring.slot_count as usize).max(1024),
-            intra_cap_bytes: (rt.config.shm_ring.slot_count as usize).saturating_mul(rt.config.shm_ring.slot_size),
-            intra_bytes: AtomicUsize::new(0),
-            intra_pubs: AtomicUsize::new(0),
-            remote_pubs: AtomicUsize::new(0),
-            callback: callback.map(Mutex::new),
-            received: AtomicU64::new(0),
-            drops: AtomicU64::new(0),
-            last_clock: AtomicU64::new(0),
-            freq: Mutex::new((Instant::now(), 0)),
-            conn_lock: Mutex::new(()),
-            conn_cond: Condvar::new(),
-            runtime: Arc::downgrade(rt),
-        });
-        let s = Subscriber { shared: Arc::clone(&shared), rt: Arc::clone(rt), wait: rt.config.receive.wait };
-        rt.add_subscriber(&shared);
-        if shared.is_callback() {
-            rt.dispatcher.add(rt, &shared);
-        }
-        // Layers that receive from publishers not registered yet (eCAL UDP) listen from now on.
-        let inbox: Arc<dyn Inbox> = Arc::clone(&shared) as Arc<dyn Inbox>;
-        for f in &rt.reader_factories {
-            f.subscriber_created(shared.id, &shared.topic, &inbox);
-        }
-        rt.io_send(Command::AddSubscriber(s.local_topic()));
-        Ok(s)
+        wait: Option<WaitStrategy>,
+    ) -> Result<Subscriber, CreateError> {
+        let handle = SubHandle::create(rt, topic, type_info, None)?;
+        Ok(Subscriber { handle, wait: wait.unwrap_or(rt.config.receive.wait) })
     }
 
-    fn local_topic(&self) -> LocalTopic {
-        let par = ShoalPar { doorbell: self.rt.doorbell.name().to_string(), ..ShoalPar::default() };
-        let mut layers =
-            vec![Layer::new(LayerKind::ShoalRing, self.rt.config.shm_ring.enabled, false, LayerPar::Shoal(par))];
-        layers.extend(self.rt.reader_factories.iter().filter_map(|f| f.subscriber_advert()));
-        LocalTopic {
-            id: self.shared.id,
-            topic_name: self.shared.topic.to_string(),
-            type_info: (*self.shared.type_info).clone(),
-            layers,
-            stats: TopicStats::default(),
-        }
+    pub(crate) fn handle(&self) -> &SubHandle {
+        &self.handle
     }
 
-    /// The entity id announced in registration.
-    pub fn id(&self) -> u64 {
-        self.shared.id
-    }
+    subscriber_status!();
 
-    /// The topic name.
-    pub fn topic(&self) -> &str {
-        &self.shared.topic
-    }
-
-    /// How `recv*` waits; the default comes from the configuration (`[shoal] wait_strategy`).
-    pub fn set_wait_strategy(&mut self, wait: WaitStrategy) {
-        self.wait = wait;
-    }
-
-    /// Number of matched publishers, in this process and in others.
-    pub fn publisher_count(&self) -> usize {
-        self.shared.publisher_count()
-    }
-
-    /// Waits until at least `n` publishers are matched; false on timeout.
-    pub fn wait_for_publishers(&self, n: usize, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        let mut g = lock(&self.shared.conn_lock);
-        loop {
-            if self.shared.publisher_count() >= n {
-                return true;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            g = self
-                .shared
-                .conn_cond
-                .wait_timeout(g, deadline - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
-        }
-    }
-
-    /// Messages lost on the way to this subscriber (overruns, torn reads, queue overflow).
-    pub fn drops(&self) -> u64 {
-        self.shared.drops()
-    }
-
-    /// Messages delivered to this subscriber so far.
-    pub fn received(&self) -> u64 {
-        self.shared.received.load(Ordering::Relaxed)
+    /// How `recv*` waits (set with [`SubscriberBuilder::wait`](crate::builder::SubscriberBuilder::wait), by default
+    /// `[shoal] wait_strategy` of the configuration).
+    pub fn wait_strategy(&self) -> WaitStrategy {
+        self.wait
     }
 
     /// Waits for the next message.
@@ -538,14 +586,12 @@ impl Subscriber {
     }
 
     /// The next message if one is there, without waiting.
-    pub fn try_recv(&self) -> Result<Option<Sample>, RecvError> {
-        if self.shared.is_callback() {
-            return Err(RecvError::CallbackMode);
-        }
-        Ok(self.shared.try_once(&mut |s: SampleRef<'_>| s.to_owned_sample()))
+    pub fn try_recv(&self) -> Option<Sample> {
+        self.handle.shared.try_once(&mut |s: SampleRef<'_>| s.to_owned_sample())
     }
 
-    /// Waits for the next message and runs `f` on a zero-copy view of it; returns what `f` returned.
+    /// Waits (up to `timeout`, or forever with `None`) for the next message and runs `f` on a zero-copy view of it;
+    /// returns what `f` returned.
     ///
     /// The view may point into a shared-memory slot. After `f` returns the slot is checked: if the publisher
     /// overwrote it meanwhile, the result is discarded, a drop is counted and `f` runs again on a later message.
@@ -554,9 +600,7 @@ impl Subscriber {
         timeout: Option<Duration>,
         mut f: impl FnMut(SampleRef<'_>) -> R,
     ) -> Result<R, RecvError> {
-        if self.shared.is_callback() {
-            return Err(RecvError::CallbackMode);
-        }
+        let shared = &self.handle.shared;
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);
         let spin_until = match self.wait {
@@ -566,7 +610,7 @@ impl Subscriber {
         };
         let mut spins: u32 = 0;
         loop {
-            if let Some(r) = self.shared.try_once(&mut f) {
+            if let Some(r) = shared.try_once(&mut f) {
                 return Ok(r);
             }
             spins = spins.wrapping_add(1);
@@ -589,7 +633,7 @@ impl Subscriber {
             // Sleep on the doorbell; wake at least every 100 ms to notice new publishers.
             let cap = now + Duration::from_millis(100);
             let until = deadline.map_or(cap, |d| d.min(cap));
-            if let Err(e) = self.rt.doorbell.wait_until(|| self.shared.has_data(), Some(until)) {
+            if let Err(e) = self.handle.rt.doorbell.wait_until(|| shared.has_data(), Some(until)) {
                 tracing::warn!("doorbell wait failed, polling instead: {e}");
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -597,13 +641,54 @@ impl Subscriber {
     }
 }
 
-impl Drop for Subscriber {
-    fn drop(&mut self) {
-        for f in &self.rt.reader_factories {
-            f.subscriber_dropped(self.shared.id, &self.shared.topic);
-        }
-        self.rt.remove_subscriber(self.shared.id);
-        self.rt.io_send(Command::Remove(self.shared.id));
+/// Receives messages on one topic and hands each to its callback, on this process's doorbell thread. It has no
+/// `recv`: messages go to the callback only. Dropping it unregisters it (a callback that is running finishes).
+///
+/// Created by [`CallbackSubscriberBuilder::create`](crate::builder::CallbackSubscriberBuilder::create), for raw
+/// samples or, after [`typed`](crate::builder::SubscriberBuilder::typed), for decoded messages.
+///
+/// ```compile_fail
+/// # let node = shoal::Node::init("doc")?;
+/// let sub = node.subscriber("t").callback(|_s| {}).create()?;
+/// sub.recv(); // a callback subscriber has no pull API
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct CallbackSubscriber {
+    handle: SubHandle,
+    /// Messages a typed callback could not be given (type mismatch, decode error); none for raw callbacks.
+    decode_errors: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for CallbackSubscriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallbackSubscriber")
+            .field("id", &self.handle.shared.id)
+            .field("topic", &self.handle.shared.topic)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallbackSubscriber {
+    pub(crate) fn create(
+        rt: &Arc<Runtime>,
+        topic: &str,
+        type_info: TypeInfo,
+        callback: Callback,
+        decode_errors: Arc<AtomicU64>,
+    ) -> Result<CallbackSubscriber, CreateError> {
+        Ok(CallbackSubscriber { handle: SubHandle::create(rt, topic, type_info, Some(callback))?, decode_errors })
+    }
+
+    fn handle(&self) -> &SubHandle {
+        &self.handle
+    }
+
+    subscriber_status!();
+
+    /// Messages a typed callback was not given because they did not decode or came from a publisher announcing
+    /// another type (each cause is also logged); always 0 for a raw callback.
+    pub fn decode_errors(&self) -> u64 {
+        self.decode_errors.load(Ordering::Relaxed)
     }
 }
 
@@ -612,7 +697,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::Sample;
-    use crate::pubsub::sample::Payload;
+    use crate::sample::Payload;
     use crate::transport::Inbox;
     use crate::types::TypeInfo;
 
@@ -630,14 +715,13 @@ mod tests {
     #[test]
     fn a_publisher_reached_through_two_layers_is_delivered_once() {
         let node = crate::Node::init_with_config("sub_layer_clocks", crate::Config::default()).expect("init");
-        let sub = node.subscriber("sub_layer_clocks_topic").expect("subscriber");
-        let inbox: &dyn Inbox = &*sub.shared;
+        let sub = node.subscriber("sub_layer_clocks_topic").create().expect("subscriber");
+        let inbox: &dyn Inbox = &*sub.handle.shared;
         // Clock 1 and 2 through one layer, 2 again through another (a repeat, not a loss), then 1 late.
         for (publisher, clock) in [(5, 1), (5, 2), (5, 2), (6, 1), (5, 1), (5, 3)] {
             inbox.push(sample(publisher, clock));
         }
-        let got: Vec<(u64, u64)> =
-            std::iter::from_fn(|| sub.try_recv().expect("try_recv")).map(|s| (s.publisher_id, s.clock)).collect();
+        let got: Vec<(u64, u64)> = std::iter::from_fn(|| sub.try_recv()).map(|s| (s.publisher_id, s.clock)).collect();
         assert_eq!(got, [(5, 1), (5, 2), (6, 1), (5, 3)]);
         assert_eq!(sub.drops(), 1, "the late sample is dropped and counted, the repeat is not a loss");
     }

@@ -3,8 +3,8 @@
 //! ```no_run
 //! # fn demo<Imu: shoal::Message + Default>() -> Result<(), Box<dyn std::error::Error>> {
 //! let node = shoal::Node::init("typed")?;
-//! let mut publ = node.typed_publisher::<Imu>("imu")?;
-//! let sub = node.typed_subscriber::<Imu>("imu")?;
+//! let mut publ = node.publisher("imu").typed::<Imu>().create()?;
+//! let sub = node.subscriber("imu").typed::<Imu>().create()?;
 //! publ.send(&Imu::default())?;
 //! let got = sub.recv_timeout(std::time::Duration::from_secs(1))?;
 //! println!("clock {} from {}", got.meta.clock, got.meta.publisher_id);
@@ -19,10 +19,11 @@ use std::time::Duration;
 
 use crate::config::WaitStrategy;
 use crate::pubsub::publisher::Publisher;
-use crate::pubsub::runtime::{Runtime, lock};
-use crate::pubsub::sample::{Sample, SampleRef};
-use crate::pubsub::subscriber::Subscriber;
-use crate::pubsub::{LoanError, RecvError, SendError};
+use crate::pubsub::runtime::Runtime;
+use crate::pubsub::subscriber::{CallbackSubscriber, SubHandle, Subscriber, subscriber_status};
+use crate::pubsub::{CreateError, LoanError, RecvError, SendError};
+use crate::sample::{Sample, SampleRef};
+use crate::sync::lock;
 use crate::types::{DecodeError, EncodeError, Message, MessageSink, TypeInfo};
 
 /// Errors of [`TypedPublisher::send`].
@@ -271,7 +272,6 @@ fn decode_sample<M: Message>(check: &TypeCheck, s: SampleRef<'_>) -> Result<Rece
 pub struct TypedSubscriber<M: Message> {
     sub: Subscriber,
     check: Arc<TypeCheck>,
-    decode_errors: Arc<AtomicU64>,
     _type: PhantomData<fn() -> M>,
 }
 
@@ -282,33 +282,17 @@ impl<M: Message> std::fmt::Debug for TypedSubscriber<M> {
 }
 
 impl<M: Message> TypedSubscriber<M> {
-    pub(crate) fn create(rt: &Arc<Runtime>, topic: &str) -> Result<Self, crate::CreateError> {
+    pub(crate) fn create(rt: &Arc<Runtime>, topic: &str, wait: Option<WaitStrategy>) -> Result<Self, CreateError> {
         let check = Arc::new(TypeCheck::new::<M>(topic));
-        let sub = Subscriber::create(rt, topic, M::type_info().clone(), None)?;
-        Ok(TypedSubscriber { sub, check, decode_errors: Arc::default(), _type: PhantomData })
+        let sub = Subscriber::create(rt, topic, M::type_info().clone(), wait)?;
+        Ok(TypedSubscriber { sub, check, _type: PhantomData })
     }
 
-    pub(crate) fn create_with_callback(
-        rt: &Arc<Runtime>,
-        topic: &str,
-        mut callback: impl FnMut(M, &MessageMeta) + Send + 'static,
-    ) -> Result<Self, crate::CreateError> {
-        let check = Arc::new(TypeCheck::new::<M>(topic));
-        let decode_errors = Arc::new(AtomicU64::new(0));
-        let (c, errors) = (Arc::clone(&check), Arc::clone(&decode_errors));
-        let raw = move |s: &Sample| match decode_sample::<M>(&c, s.view()) {
-            Ok(r) => callback(r.msg, &r.meta),
-            Err(TypedRecvError::TypeMismatch { .. }) => {
-                errors.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("topic {}: {e}", c.topic);
-            }
-        };
-        let sub = Subscriber::create(rt, topic, M::type_info().clone(), Some(Box::new(raw)))?;
-        Ok(TypedSubscriber { sub, check, decode_errors, _type: PhantomData })
+    fn handle(&self) -> &SubHandle {
+        self.sub.handle()
     }
+
+    subscriber_status!();
 
     /// Waits for the next message and decodes it.
     pub fn recv(&self) -> Result<Received<M>, TypedRecvError> {
@@ -322,7 +306,7 @@ impl<M: Message> TypedSubscriber<M> {
 
     /// The next message if one is there, decoded, without waiting.
     pub fn try_recv(&self) -> Result<Option<Received<M>>, TypedRecvError> {
-        let Some(s) = self.sub.try_recv()? else { return Ok(None) };
+        let Some(s) = self.sub.try_recv() else { return Ok(None) };
         decode_sample::<M>(&self.check, s.view()).map(Some)
     }
 
@@ -341,38 +325,33 @@ impl<M: Message> TypedSubscriber<M> {
         })?
     }
 
-    /// Messages a callback subscriber could not deliver (type mismatch or decode error); each is also logged.
-    pub fn decode_errors(&self) -> u64 {
-        self.decode_errors.load(Ordering::Relaxed)
-    }
-
     /// The untyped subscriber underneath (statistics, drops, raw samples).
     pub fn raw(&self) -> &Subscriber {
         &self.sub
     }
+}
 
-    /// The topic name.
-    pub fn topic(&self) -> &str {
-        self.sub.topic()
-    }
-
-    /// Number of matched publishers.
-    pub fn publisher_count(&self) -> usize {
-        self.sub.publisher_count()
-    }
-
-    /// Waits until at least `n` publishers are matched; false on timeout.
-    pub fn wait_for_publishers(&self, n: usize, timeout: Duration) -> bool {
-        self.sub.wait_for_publishers(n, timeout)
-    }
-
-    /// How `recv*` waits.
-    pub fn set_wait_strategy(&mut self, wait: WaitStrategy) {
-        self.sub.set_wait_strategy(wait);
-    }
-
-    /// Messages lost on the way (overruns, queue overflow).
-    pub fn drops(&self) -> u64 {
-        self.sub.drops()
-    }
+/// Creates a callback subscriber that decodes every message as `M` before calling `callback`; messages that do not
+/// decode, or come from a publisher announcing another type, are counted
+/// ([`CallbackSubscriber::decode_errors`]) and logged.
+pub(crate) fn typed_callback_subscriber<M: Message>(
+    rt: &Arc<Runtime>,
+    topic: &str,
+    mut callback: impl FnMut(M, &MessageMeta) + Send + 'static,
+) -> Result<CallbackSubscriber, CreateError> {
+    let check = TypeCheck::new::<M>(topic);
+    let decode_errors = Arc::new(AtomicU64::new(0));
+    let errors = Arc::clone(&decode_errors);
+    let raw = move |s: &Sample| match decode_sample::<M>(&check, s.view()) {
+        Ok(r) => callback(r.msg, &r.meta),
+        // Logged once per publisher by the check.
+        Err(TypedRecvError::TypeMismatch { .. }) => {
+            errors.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) => {
+            errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("topic {}: {e}", check.topic);
+        }
+    };
+    CallbackSubscriber::create(rt, topic, M::type_info().clone(), Box::new(raw), decode_errors)
 }

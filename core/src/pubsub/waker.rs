@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::pubsub::runtime::lock;
+use crate::sync::lock;
 use crate::transport::shm_ring::{DoorbellRemote, LocalBell};
 
 /// How long the thread sleeps without work before it drops doorbells no publisher uses any more.

@@ -83,7 +83,7 @@ pub(crate) trait LayerWriterFactory: Send + Sync + std::fmt::Debug {
 /// Where a reader layer delivers what it receives: the subscriber's inbox (also used by same-process publishers).
 pub(crate) trait Inbox: Send + Sync {
     /// Delivers one sample (the inbox copies nothing more; it counts and bounds).
-    fn push(&self, sample: crate::pubsub::sample::Sample);
+    fn push(&self, sample: crate::sample::Sample);
     /// Whether samples of this publisher already arrive through the native ring (then other layers' copies are
     /// duplicates and must be dropped by the caller).
     fn reads_ring_of(&self, publisher_id: u64) -> bool;

@@ -20,7 +20,7 @@ fn mono_ns() -> u64 {
 
 fn publisher(topic: &str, seconds: u64, rate: f64, size: usize) -> Result<()> {
     let node = shoal::Node::init("demo_pub")?;
-    let mut publ = node.publisher(topic, shoal::TypeInfo::raw("shoal.demo.Bytes"))?;
+    let mut publ = node.publisher(topic).type_info(shoal::TypeInfo::raw("shoal.demo.Bytes")).create()?;
     if !publ.wait_for_subscribers(2, Duration::from_secs(10)) {
         bail!("the subscribers did not show up within 10 s");
     }
@@ -48,7 +48,7 @@ fn publisher(topic: &str, seconds: u64, rate: f64, size: usize) -> Result<()> {
 
 fn subscriber(topic: &str, name: &str, seconds: u64) -> Result<()> {
     let node = shoal::Node::init(name)?;
-    let sub = node.subscriber(topic)?;
+    let sub = node.subscriber(topic).create()?;
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
     let (mut count, mut bytes) = (0u64, 0u64);
     let mut window = Instant::now();

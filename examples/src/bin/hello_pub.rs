@@ -4,7 +4,7 @@ use std::time::Duration;
 
 fn main() -> anyhow::Result<()> {
     let node = shoal::Node::init("hello_pub")?;
-    let mut publ = node.publisher("hello", shoal::TypeInfo::raw("std.string"))?;
+    let mut publ = node.publisher("hello").type_info(shoal::TypeInfo::raw("std.string")).create()?;
     for n in 0.. {
         let text = format!("hello {n}");
         publ.send(text.as_bytes())?;

@@ -2,7 +2,7 @@
 
 fn main() -> anyhow::Result<()> {
     let node = shoal::Node::init("hello_sub")?;
-    let sub = node.subscriber("hello")?;
+    let sub = node.subscriber("hello").create()?;
     loop {
         let s = sub.recv()?;
         let now_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_micros() as i64;

@@ -58,7 +58,7 @@ fn main() -> anyhow::Result<()> {
         Some("pub") => {
             let (n, period) = (count(1, 5), count(2, 100));
             let topic = args.get(3).map_or(TOPIC, String::as_str);
-            let mut publ = node.typed_publisher::<Pose>(topic)?;
+            let mut publ = node.publisher(topic).typed::<Pose>().create()?;
             if !publ.wait_for_subscribers(1, Duration::from_secs(20)) {
                 anyhow::bail!("no subscriber on `{topic}` within 20 s");
             }
@@ -71,7 +71,7 @@ fn main() -> anyhow::Result<()> {
         Some("sub") => {
             let n = count(1, 5);
             let topic = args.get(2).map_or(TOPIC, String::as_str);
-            let sub = node.typed_subscriber::<Pose>(topic)?;
+            let sub = node.subscriber(topic).typed::<Pose>().create()?;
             println!("ready: {} ({topic})", <Pose as shoal::Message>::type_info().name);
             for _ in 0..n {
                 // Zero-copy: the view reads the shared-memory slot in place.
@@ -82,8 +82,8 @@ fn main() -> anyhow::Result<()> {
             }
         }
         None => {
-            let sub = node.typed_subscriber::<Pose>(TOPIC)?;
-            let mut publ = node.typed_publisher::<Pose>(TOPIC)?;
+            let sub = node.subscriber(TOPIC).typed::<Pose>().create()?;
+            let mut publ = node.publisher(TOPIC).typed::<Pose>().create()?;
             for seq in 1..=3 {
                 publ.send(&sample(seq))?;
                 let got = sub.recv_timeout(Duration::from_secs(1))?;

@@ -69,7 +69,7 @@ fn main() -> anyhow::Result<()> {
         Some("pub") => {
             let (n, period) = (count(1, 5), count(2, 100));
             let topic = args.get(3).map_or(TOPIC, String::as_str);
-            let mut publ = node.typed_publisher::<Imu>(topic)?;
+            let mut publ = node.publisher(topic).typed::<Imu>().create()?;
             if !publ.wait_for_subscribers(1, Duration::from_secs(20)) {
                 anyhow::bail!("no subscriber on `{topic}` within 20 s");
             }
@@ -83,7 +83,7 @@ fn main() -> anyhow::Result<()> {
         Some("sub") => {
             let n = count(1, 5);
             let topic = args.get(2).map_or(TOPIC, String::as_str);
-            let sub = node.typed_subscriber::<Imu>(topic)?;
+            let sub = node.subscriber(topic).typed::<Imu>().create()?;
             println!("ready: {} ({topic})", <Imu as shoal::Message>::type_info().name);
             for _ in 0..n {
                 let got = sub.recv_timeout(Duration::from_secs(30))?;
@@ -91,8 +91,8 @@ fn main() -> anyhow::Result<()> {
             }
         }
         None => {
-            let sub = node.typed_subscriber::<Imu>(TOPIC)?;
-            let mut publ = node.typed_publisher::<Imu>(TOPIC)?;
+            let sub = node.subscriber(TOPIC).typed::<Imu>().create()?;
+            let mut publ = node.publisher(TOPIC).typed::<Imu>().create()?;
             for seq in 1..=3 {
                 publ.send(&sample(seq))?;
                 let got = sub.recv_timeout(Duration::from_secs(1))?;

@@ -15,7 +15,7 @@ use shoal::registration::codec::{
 };
 use shoal::registration::{Direction, Identity, Layer, LayerKind, LayerPar, LocalTopic, ShoalPar, pb};
 use shoal::transport::shm_ring::RingWriter;
-use shoal::types::TypeInfo;
+use shoal::TypeInfo;
 use shoal::wire::{HEADER_LEN, encode_message};
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;

@@ -96,7 +96,7 @@ fn main() -> Result<()> {
             if size < 24 {
                 bail!("--size must be at least 24 bytes (header of the self-checking payload)");
             }
-            let mut publ = node.publisher(&topic, shoal::TypeInfo::raw("shoal.test.Pattern"))?;
+            let mut publ = node.publisher(&topic).type_info(shoal::TypeInfo::raw("shoal.test.Pattern")).create()?;
             emit(&json!({"event": "ready", "pid": std::process::id(), "publisher_id": publ.id()}));
             if wait_subs > 0 && !publ.wait_for_subscribers(wait_subs, Duration::from_millis(wait_ms)) {
                 bail!("only {} of {wait_subs} subscribers matched within {wait_ms} ms", publ.subscriber_count());
@@ -136,10 +136,11 @@ fn main() -> Result<()> {
             std::thread::sleep(Duration::from_millis(linger_ms));
         }
         Cmd::Sub { topic, count, idle_ms, zero_copy, spin } => {
-            let mut sub = node.subscriber(&topic)?;
+            let mut builder = node.subscriber(&topic);
             if spin {
-                sub.set_wait_strategy(shoal::WaitStrategy::BusySpin);
+                builder = builder.wait(shoal::WaitStrategy::BusySpin);
             }
+            let sub = builder.create()?;
             emit(&json!({"event": "ready", "pid": std::process::id()}));
             let created = Instant::now();
             let mut matched_at: Option<Instant> = None;

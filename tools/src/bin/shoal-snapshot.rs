@@ -161,11 +161,11 @@ fn main() -> Result<()> {
     let type_info = shoal::TypeInfo::new(cli.type_name.clone(), cli.encoding.clone(), descriptor);
     let node = shoal::Node::init(&cli.unit).context("starting the shoal node")?;
     let publisher = match &cli.publish {
-        Some(t) => Some(node.publisher(t, type_info.clone()).context("creating the publisher")?),
+        Some(t) => Some(node.publisher(t).type_info(type_info.clone()).create().context("creating the publisher")?),
         None => None,
     };
     let subscriber = match &cli.subscribe {
-        Some(t) => Some(node.subscriber_typed(t, type_info.clone()).context("creating the subscriber")?),
+        Some(t) => Some(node.subscriber(t).type_info(type_info.clone()).create().context("creating the subscriber")?),
         None => None,
     };
     emit(&json!({

@@ -86,15 +86,20 @@ pub(crate) fn topics(name: &str) -> (String, String) {
 /// Creates a publisher.
 pub(crate) fn publisher(node: &Node, topic: &str) -> anyhow::Result<ShoalTx> {
     let p = node
-        .publisher(topic, TypeInfo::raw(TYPE_NAME))
+        .publisher(topic)
+        .type_info(TypeInfo::raw(TYPE_NAME))
+        .create()
         .with_context(|| format!("creating the shoal publisher of {topic}"))?;
     Ok(ShoalTx(p))
 }
 
 /// Creates a subscriber with the wait strategy of `wait`.
 pub(crate) fn subscriber(node: &Node, topic: &str, wait: WaitMode) -> anyhow::Result<ShoalRx> {
-    let mut s = node.subscriber(topic).with_context(|| format!("creating the shoal subscriber of {topic}"))?;
-    s.set_wait_strategy(strategy(wait));
+    let s = node
+        .subscriber(topic)
+        .wait(strategy(wait))
+        .create()
+        .with_context(|| format!("creating the shoal subscriber of {topic}"))?;
     Ok(ShoalRx(s))
 }
 

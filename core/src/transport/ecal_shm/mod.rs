@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::pubsub::sample::{Payload, Sample};
 use crate::registration::{Layer, LayerKind, LayerPar, RemoteTopic};
+use crate::sample::{Payload, Sample};
 use crate::transport::{
     Inbox, LayerReader, LayerReaderFactory, LayerWriteError, LayerWriter, LayerWriterFactory, SampleMeta,
 };
@@ -403,7 +403,7 @@ impl std::fmt::Debug for Sink {
 
 impl Sink {
     fn offer(&self, clock: u64, send_time_us: i64, payload: Payload) {
-        let mut last = crate::pubsub::runtime::lock(&self.last_clock);
+        let mut last = crate::sync::lock(&self.last_clock);
         if let Some(l) = *last {
             if clock == l {
                 self.duplicates.fetch_add(1, Ordering::Relaxed);
@@ -469,9 +469,9 @@ pub(crate) enum ObserveError {
 impl Observer {
     /// Joins the observer of `name` (starting it if needed) with `sink`.
     fn attach(name: &str, pid: u32, sink: &Arc<Sink>) -> Result<ObserverRef, ObserveError> {
-        let mut pool = crate::pubsub::runtime::lock(&OBSERVERS);
+        let mut pool = crate::sync::lock(&OBSERVERS);
         if let Some(o) = pool.get(name) {
-            let mut sinks = crate::pubsub::runtime::lock(&o.sinks);
+            let mut sinks = crate::sync::lock(&o.sinks);
             *sinks = sinks.iter().cloned().chain([Arc::clone(sink)]).collect();
             return Ok(ObserverRef { obs: Arc::clone(o), sink: Arc::clone(sink) });
         }
@@ -492,7 +492,7 @@ impl Observer {
             .name("shoal-ecalshm".into())
             .spawn(move || o2.run(reader, &event, &ack))
             .map_err(ObserveError::Thread)?;
-        *crate::pubsub::runtime::lock(&obs.thread) = Some(handle);
+        *crate::sync::lock(&obs.thread) = Some(handle);
         pool.insert(name.to_string(), Arc::clone(&obs));
         Ok(ObserverRef { obs, sink: Arc::clone(sink) })
     }
@@ -511,7 +511,7 @@ impl Observer {
                 Ok(Some(msg)) => {
                     pending = false;
                     last_clock = msg.header.clock;
-                    let sinks = Arc::clone(&crate::pubsub::runtime::lock(&self.sinks));
+                    let sinks = Arc::clone(&crate::sync::lock(&self.sinks));
                     let (clock, time) = (msg.header.clock, msg.header.time);
                     if let [one] = &sinks[..] {
                         // One subscriber (the usual case): it takes the bytes read, no second copy.
@@ -570,8 +570,8 @@ impl std::fmt::Debug for ObserverRef {
 impl Drop for ObserverRef {
     fn drop(&mut self) {
         let last = {
-            let mut pool = crate::pubsub::runtime::lock(&OBSERVERS);
-            let mut sinks = crate::pubsub::runtime::lock(&self.obs.sinks);
+            let mut pool = crate::sync::lock(&OBSERVERS);
+            let mut sinks = crate::sync::lock(&self.obs.sinks);
             *sinks = sinks.iter().filter(|s| !Arc::ptr_eq(s, &self.sink)).cloned().collect();
             let last = sinks.is_empty();
             if last && pool.get(&self.obs.name).is_some_and(|o| Arc::ptr_eq(o, &self.obs)) {
@@ -582,7 +582,7 @@ impl Drop for ObserverRef {
         if last {
             self.obs.stop.store(true, Ordering::Release);
             self.obs.event.wake();
-            let handle = crate::pubsub::runtime::lock(&self.obs.thread).take();
+            let handle = crate::sync::lock(&self.obs.thread).take();
             if let Some(h) = handle
                 && h.join().is_err()
             {

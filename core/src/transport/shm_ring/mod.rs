@@ -34,4 +34,4 @@ pub use doorbell::{
 };
 pub use reader::{ReadOutcome, RingOpenError, RingReader, SampleInfo, SampleView};
 pub use segment::{CleanupError, SHM_DIR, remove_stale_segments};
-pub use writer::{CommitError, GROWN_MIN_SLOTS, LoanError, Published, RingCreateError, RingWriter};
+pub use writer::{CommitError, GROWN_MIN_SLOTS, Published, RingCreateError, RingWriter, SlotError};

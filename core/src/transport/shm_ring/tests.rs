@@ -148,7 +148,7 @@ fn commit_errors() {
     assert_eq!(w.commit(11, 0, 0), Err(CommitError::LenExceedsLoan { len: 11, loaned: 10 }));
     assert_eq!(w.commit(10, 0, 0).unwrap().seq, 0);
     assert_eq!(w.commit(10, 0, 0), Err(CommitError::NoLoan));
-    assert!(matches!(w.loan(usize::MAX), Err(LoanError::TooLarge { .. })));
+    assert!(matches!(w.loan(usize::MAX), Err(SlotError::TooLarge { .. })));
     assert_eq!(w.generation(), 0);
 }
 

@@ -12,7 +12,7 @@ use super::layout::{
 use super::segment::{self, CreateFailure, Placement, RingName};
 use crate::config::ShmRingConfig;
 
-/// Error of [`RingWriter::create`] (and of growth, inside [`LoanError::Grow`]).
+/// Error of [`RingWriter::create`] (and of growth, inside [`SlotError::Grow`]).
 #[derive(Debug, thiserror::Error)]
 pub enum RingCreateError {
     /// `slot_count` is not a power of two in the accepted range.
@@ -49,7 +49,7 @@ impl From<CreateFailure> for RingCreateError {
 
 /// Error of [`RingWriter::loan`] and [`RingWriter::write`].
 #[derive(Debug, thiserror::Error)]
-pub enum LoanError {
+pub enum SlotError {
     /// The message exceeds the largest slot a ring can have.
     #[error("message of {len} bytes exceeds the largest ring slot ({max} bytes)")]
     TooLarge {
@@ -277,7 +277,7 @@ impl RingWriter {
     /// generation with slots of the next power of two ≥ `len`; the following `Published`
     /// reports `segment_changed`. A second `loan` without `commit` replaces the first.
     #[inline]
-    pub fn loan(&mut self, len: usize) -> Result<&mut [u8], LoanError> {
+    pub fn loan(&mut self, len: usize) -> Result<&mut [u8], SlotError> {
         if len > self.seg.slot_size {
             self.grow(len)?;
         }
@@ -319,7 +319,7 @@ impl RingWriter {
 
     /// Copies `bytes` into the next slot and publishes it (`loan` + memcpy + `commit`).
     #[inline]
-    pub fn write(&mut self, bytes: &[u8], send_time_us: i64, clock: u64) -> Result<Published, LoanError> {
+    pub fn write(&mut self, bytes: &[u8], send_time_us: i64, clock: u64) -> Result<Published, SlotError> {
         self.loan(bytes.len())?.copy_from_slice(bytes);
         let published = self.commit(bytes.len(), send_time_us, clock);
         // A loan of bytes.len() was just made, so commit cannot fail.
@@ -329,11 +329,11 @@ impl RingWriter {
     /// Moves to generation + 1 with slots of at least `len` bytes.
     #[cold]
     #[inline(never)]
-    fn grow(&mut self, len: usize) -> Result<(), LoanError> {
+    fn grow(&mut self, len: usize) -> Result<(), SlotError> {
         let new_size = len
             .checked_next_power_of_two()
             .filter(|s| *s <= MAX_SLOT_SIZE)
-            .ok_or(LoanError::TooLarge { len, max: MAX_SLOT_SIZE })?;
+            .ok_or(SlotError::TooLarge { len, max: MAX_SLOT_SIZE })?;
         let generation = self.seg.generation + 1;
         let mut name = self.name.clone();
         // Fewer, bigger slots: keep the payload budget, with at least GROWN_MIN_SLOTS and never more than before.

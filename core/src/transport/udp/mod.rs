@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use socket2::{SockAddr, Socket};
 
 use crate::config::Config;
-use crate::pubsub::runtime::lock;
 use crate::registration::{Layer, LayerKind, LayerPar, RemoteTopic};
+use crate::sync::lock;
 use crate::transport::clock::PublisherClocks;
 use crate::transport::{
     Inbox, IoSource, LayerReader, LayerReaderFactory, LayerWriteError, LayerWriter, LayerWriterFactory, SampleMeta,

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use mio::net::UdpSocket;
 use mio::{Interest, Registry, Token};
 
-use crate::pubsub::runtime::lock;
-use crate::pubsub::sample::{Payload, Sample};
+use crate::sample::{Payload, Sample};
+use crate::sync::lock;
 use crate::transport::{Inbox, IoSource};
 use crate::types::TypeInfo;
 use crate::wire::{Reassembler, ReassemblyConfig, split_name};

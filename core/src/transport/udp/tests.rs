@@ -195,12 +195,12 @@ fn message_at_the_fragmentation_limit_is_one_datagram() {
 /// An inbox that keeps what it gets.
 #[derive(Default)]
 struct Collect {
-    samples: Mutex<Vec<crate::pubsub::sample::Sample>>,
+    samples: Mutex<Vec<crate::sample::Sample>>,
     drops: AtomicU64,
 }
 
 impl Inbox for Collect {
-    fn push(&self, sample: crate::pubsub::sample::Sample) {
+    fn push(&self, sample: crate::sample::Sample) {
         lock(&self.samples).push(sample);
     }
     fn reads_ring_of(&self, _publisher_id: u64) -> bool {

@@ -1,4 +1,5 @@
-//! Received samples: the owned [`Sample`] and the zero-copy [`SampleRef`].
+//! Received samples: the owned [`Sample`] and the zero-copy [`SampleRef`], shared by the transports (which deliver
+//! them) and the public API (which hands them out), so it sits below both.
 
 use std::sync::Arc;
 
@@ -139,4 +140,9 @@ impl<'a> SampleRef<'a> {
             topic: Arc::clone(self.topic),
         }
     }
+}
+
+/// Now, in µs since the UNIX epoch (eCAL's send-time unit).
+pub(crate) fn now_us() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
 }

@@ -1,0 +1,181 @@
+//! Builders for publishers and subscribers: one entry point per role ([`Node::publisher`](crate::Node::publisher),
+//! [`Node::subscriber`](crate::Node::subscriber)), options as methods, and `create()` at the end.
+//!
+//! ```no_run
+//! # fn demo<Imu: shoal::Message + Default>() -> Result<(), Box<dyn std::error::Error>> {
+//! use shoal::{TypeInfo, WaitStrategy};
+//! let node = shoal::Node::init("builders")?;
+//! let raw = node.publisher("camera").type_info(TypeInfo::raw("demo.Image")).create()?; // shoal::Publisher
+//! let imu = node.publisher("imu").typed::<Imu>().create()?;                            // TypedPublisher<Imu>
+//! let sub = node.subscriber("imu").typed::<Imu>().wait(WaitStrategy::BusySpin).create()?; // TypedSubscriber<Imu>
+//! let cb = node.subscriber("camera").callback(|s| println!("{} B", s.payload().len())).create()?; // CallbackSubscriber
+//! # Ok(()) }
+//! ```
+//!
+//! The type parameter of a builder says what `create()` returns: [`Raw`] (bytes, [`Publisher`] or
+//! [`Subscriber`]) or [`Typed<M>`] (messages of a generated type `M`). A callback subscriber is a type of its own,
+//! [`CallbackSubscriber`], without `recv` methods.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use crate::config::WaitStrategy;
+use crate::pubsub::CreateError;
+use crate::pubsub::publisher::Publisher;
+use crate::pubsub::runtime::Runtime;
+use crate::pubsub::subscriber::{CallbackSubscriber, Subscriber};
+use crate::pubsub::typed::{MessageMeta, TypedPublisher, TypedSubscriber, typed_callback_subscriber};
+use crate::sample::Sample;
+use crate::types::{Message, TypeInfo};
+
+/// Builder kind: raw bytes, with the type information given by [`type_info`](PublisherBuilder::type_info) (none by
+/// default).
+#[derive(Debug, Default)]
+pub struct Raw {
+    type_info: TypeInfo,
+}
+
+/// Builder kind: messages of the generated type `M`, announcing `M::type_info()`.
+pub struct Typed<M>(PhantomData<fn(M) -> M>);
+
+impl<M> std::fmt::Debug for Typed<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Typed")
+    }
+}
+
+/// Options of a new publisher; from [`Node::publisher`](crate::Node::publisher).
+#[must_use = "a builder creates nothing until `create()` is called"]
+#[derive(Debug)]
+pub struct PublisherBuilder<K = Raw> {
+    rt: Arc<Runtime>,
+    topic: String,
+    kind: K,
+}
+
+impl PublisherBuilder<Raw> {
+    pub(crate) fn new(rt: &Arc<Runtime>, topic: &str) -> Self {
+        PublisherBuilder { rt: Arc::clone(rt), topic: topic.to_string(), kind: Raw::default() }
+    }
+
+    /// The type information announced in registration (name, encoding, descriptor), so that subscribers and tools
+    /// know what the bytes are. Default: none.
+    pub fn type_info(mut self, type_info: TypeInfo) -> Self {
+        self.kind.type_info = type_info;
+        self
+    }
+
+    /// Publishes messages of the generated type `M` (a [`TypedPublisher<M>`]), announcing `M::type_info()`.
+    pub fn typed<M: Message>(self) -> PublisherBuilder<Typed<M>> {
+        PublisherBuilder { rt: self.rt, topic: self.topic, kind: Typed(PhantomData) }
+    }
+
+    /// Creates the publisher and announces it.
+    pub fn create(self) -> Result<Publisher, CreateError> {
+        Publisher::create(&self.rt, &self.topic, self.kind.type_info)
+    }
+}
+
+impl<M: Message> PublisherBuilder<Typed<M>> {
+    /// Creates the typed publisher and announces it.
+    pub fn create(self) -> Result<TypedPublisher<M>, CreateError> {
+        Ok(TypedPublisher::new(Publisher::create(&self.rt, &self.topic, M::type_info().clone())?))
+    }
+}
+
+/// Options of a new subscriber; from [`Node::subscriber`](crate::Node::subscriber).
+#[must_use = "a builder creates nothing until `create()` is called"]
+#[derive(Debug)]
+pub struct SubscriberBuilder<K = Raw> {
+    rt: Arc<Runtime>,
+    topic: String,
+    wait: Option<WaitStrategy>,
+    kind: K,
+}
+
+impl<K> SubscriberBuilder<K> {
+    /// How `recv*` waits for a message: [`WaitStrategy::Block`] (sleep on the futex doorbell),
+    /// [`WaitStrategy::SpinThenBlock`] or [`WaitStrategy::BusySpin`]. Default: `[shoal] wait_strategy` of the
+    /// configuration.
+    pub fn wait(mut self, wait: WaitStrategy) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+}
+
+impl SubscriberBuilder<Raw> {
+    pub(crate) fn new(rt: &Arc<Runtime>, topic: &str) -> Self {
+        SubscriberBuilder { rt: Arc::clone(rt), topic: topic.to_string(), wait: None, kind: Raw::default() }
+    }
+
+    /// The type information this subscriber announces as the one it expects (shown by monitors; eCAL matches on
+    /// topic names only). Default: none.
+    pub fn type_info(mut self, type_info: TypeInfo) -> Self {
+        self.kind.type_info = type_info;
+        self
+    }
+
+    /// Receives messages of the generated type `M` (a [`TypedSubscriber<M>`]), announcing `M::type_info()`.
+    pub fn typed<M: Message>(self) -> SubscriberBuilder<Typed<M>> {
+        SubscriberBuilder { rt: self.rt, topic: self.topic, wait: self.wait, kind: Typed(PhantomData) }
+    }
+
+    /// Delivers every sample to `callback` on this process's doorbell thread instead of `recv*`.
+    pub fn callback<F>(self, callback: F) -> CallbackSubscriberBuilder<Raw, F>
+    where
+        F: FnMut(&Sample) + Send + 'static,
+    {
+        CallbackSubscriberBuilder { rt: self.rt, topic: self.topic, kind: self.kind, callback }
+    }
+
+    /// Creates the subscriber and announces it.
+    pub fn create(self) -> Result<Subscriber, CreateError> {
+        Subscriber::create(&self.rt, &self.topic, self.kind.type_info, self.wait)
+    }
+}
+
+impl<M: Message> SubscriberBuilder<Typed<M>> {
+    /// Delivers every message, decoded, to `callback` on this process's doorbell thread instead of `recv*`.
+    pub fn callback<F>(self, callback: F) -> CallbackSubscriberBuilder<Typed<M>, F>
+    where
+        F: FnMut(M, &MessageMeta) + Send + 'static,
+    {
+        CallbackSubscriberBuilder { rt: self.rt, topic: self.topic, kind: self.kind, callback }
+    }
+
+    /// Creates the typed subscriber and announces it.
+    pub fn create(self) -> Result<TypedSubscriber<M>, CreateError> {
+        TypedSubscriber::create(&self.rt, &self.topic, self.wait)
+    }
+}
+
+/// A subscriber builder with a callback; from [`SubscriberBuilder::callback`].
+#[must_use = "a builder creates nothing until `create()` is called"]
+pub struct CallbackSubscriberBuilder<K, F> {
+    rt: Arc<Runtime>,
+    topic: String,
+    kind: K,
+    callback: F,
+}
+
+impl<K: std::fmt::Debug, F> std::fmt::Debug for CallbackSubscriberBuilder<K, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallbackSubscriberBuilder").field("topic", &self.topic).field("kind", &self.kind).finish()
+    }
+}
+
+impl<F: FnMut(&Sample) + Send + 'static> CallbackSubscriberBuilder<Raw, F> {
+    /// Creates the callback subscriber and announces it; the doorbell thread starts with the first one.
+    pub fn create(self) -> Result<CallbackSubscriber, CreateError> {
+        let none = Arc::new(AtomicU64::new(0));
+        CallbackSubscriber::create(&self.rt, &self.topic, self.kind.type_info, Box::new(self.callback), none)
+    }
+}
+
+impl<M: Message, F: FnMut(M, &MessageMeta) + Send + 'static> CallbackSubscriberBuilder<Typed<M>, F> {
+    /// Creates the typed callback subscriber and announces it; the doorbell thread starts with the first one.
+    pub fn create(self) -> Result<CallbackSubscriber, CreateError> {
+        typed_callback_subscriber::<M>(&self.rt, &self.topic, self.callback)
+    }
+}
