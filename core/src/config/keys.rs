@@ -244,6 +244,12 @@ fn ecal5_use(v: &str) -> Option<bool> {
     if v.trim() == "2" || v.trim().eq_ignore_ascii_case("auto") { Some(true) } else { boolean(v) }
 }
 
+/// The warning for a value that asks for a feature shoal does not have yet (the key is read so that eCAL's own
+/// files load; `what` names the missing feature, `applied` what the value still does, if anything).
+fn not_supported(notes: &mut Vec<String>, section: &str, key: &str, value: &str, what: &str, applied: &str) {
+    notes.push(format!("[{section}] {key} = {value}: {what} is not supported yet; {applied}"));
+}
+
 /// Every key, in the order it is written (and in which cross-field rules look at it).
 pub(crate) static KEYS: &[KeyDef] = &[
     // ----- [common]
@@ -399,11 +405,16 @@ pub(crate) static KEYS: &[KeyDef] = &[
         section: "publisher",
         key: "use_tcp",
         alias: None,
-        doc: &["Serve TCP subscribers (eCAL tcp_pubsub)."],
+        doc: &[
+            "Serve TCP subscribers (eCAL tcp_pubsub): not supported yet, shoal has no TCP layer.",
+            "true (eCAL 6's default) is warned about at start-up and ignored.",
+        ],
         allowed: ECAL5_USE,
-        get: |c| c.layers.pub_tcp.to_string(),
-        set: |d, v, _| {
-            d.cfg.layers.pub_tcp = ecal5_use(v)?;
+        get: |_| false.to_string(),
+        set: |_, v, notes| {
+            if ecal5_use(v)? {
+                not_supported(notes, "publisher", "use_tcp", v, "eCAL's TCP layer", "ignored");
+            }
             Some(())
         },
     },
@@ -490,11 +501,16 @@ pub(crate) static KEYS: &[KeyDef] = &[
         section: "subscriber",
         key: "tcp_rec_enabled",
         alias: None,
-        doc: &["Receive TCP (eCAL tcp_pubsub)."],
+        doc: &[
+            "Receive TCP (eCAL tcp_pubsub): not supported yet, shoal has no TCP layer.",
+            "true is warned about at start-up and ignored.",
+        ],
         allowed: BOOL,
-        get: |c| c.layers.sub_tcp.to_string(),
-        set: |d, v, _| {
-            d.cfg.layers.sub_tcp = boolean(v)?;
+        get: |_| false.to_string(),
+        set: |_, v, notes| {
+            if boolean(v)? {
+                not_supported(notes, "subscriber", "tcp_rec_enabled", v, "eCAL's TCP layer", "ignored");
+            }
             Some(())
         },
     },
