@@ -532,15 +532,29 @@ pub(crate) static KEYS: &[KeyDef] = &[
         key: "shm_transport_domain",
         alias: Some(("network", "host_group_name")),
         doc: &[
-            "Processes in the same domain use shared memory with each other; empty means the",
-            "host name (eCAL 6: registration.shm_transport_domain). eCAL 5's",
-            "[network] host_group_name is read as this key.",
+            "The shared-memory domain announced in registration; empty means the host name",
+            "(eCAL 6: registration.shm_transport_domain). In local mode, registrations of processes",
+            "with another host name but this domain are accepted. eCAL uses shared memory between",
+            "all processes of one domain; shoal only between processes of one host name: shared",
+            "memory across host names is not supported yet, and a non-empty value is warned about",
+            "at start-up. eCAL 5's [network] host_group_name is read as this key.",
         ],
         allowed: "empty (the host name) or up to 255 bytes without control characters or '\"'",
         get: |c| c.registration.shm_transport_domain.clone(),
-        set: |d, v, _| {
+        set: |d, v, notes| {
             if !text_ok(v, 255) {
                 return None;
+            }
+            if !v.is_empty() {
+                not_supported(
+                    notes,
+                    "shoal_registration",
+                    "shm_transport_domain",
+                    &format!("{v:?}"),
+                    "shared memory with processes of another host name",
+                    "the domain is announced and accepted in registration, but shoal uses shared memory only \
+                     within its own host name",
+                );
             }
             d.cfg.registration.shm_transport_domain = v.to_owned();
             Some(())

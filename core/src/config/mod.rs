@@ -10,9 +10,10 @@
 //!   (`etc/ecal.ini`, [`Config::default_ini_text`]) are both generated from that table.
 //! - A bad value is a [`ConfigError`] naming file, line, key, value and what is allowed; unknown keys
 //!   (the rest of a copied eCAL 5 file) are [`ConfigWarning`]s, logged with `tracing::warn!`.
-//! - Keys of eCAL features shoal does not have yet (`[publisher] use_tcp`, `[subscriber] tcp_rec_enabled`)
-//!   are read so that eCAL files load: a value that leaves the feature off is silent, one that asks for it is
-//!   a [`ConfigWarning`] saying "not supported yet". [`Config`] has no field for a feature that does not exist.
+//! - Keys of eCAL features shoal does not have yet (`[publisher] use_tcp`, `[subscriber] tcp_rec_enabled`,
+//!   shared memory across host names through `shm_transport_domain`) are read so that eCAL files load: a value
+//!   that leaves the feature off is silent, one that asks for it is a [`ConfigWarning`] saying "not supported
+//!   yet". [`Config`] has no field for a feature that does not exist.
 //!
 //! The line parser is hand-written; `ini.rs` says why.
 
@@ -73,7 +74,8 @@ pub struct RegistrationConfig {
     pub port: u16,
     /// Apply samples sent by this process itself (eCAL: true).
     pub loopback: bool,
-    /// eCAL `shm_transport_domain`; empty means the host name.
+    /// eCAL `shm_transport_domain`, announced in registration; empty means the host name. shoal itself uses shared
+    /// memory only between processes of one host name.
     pub shm_transport_domain: String,
 }
 
