@@ -221,7 +221,7 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
     },
     SectionDef {
         name: "publisher",
-        title: "PUBLISHER LAYERS (eCAL 5 names; shoal processes on one host always use the native ring)",
+        title: "PUBLISHER LAYERS (eCAL 5 names; the native ring between shoal processes is [shoal_shm_ring])",
         doc: &[],
     },
     SectionDef { name: "subscriber", title: "SUBSCRIBER LAYERS", doc: &[] },
