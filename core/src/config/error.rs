@@ -85,7 +85,9 @@ pub enum ConfigError {
 }
 
 /// Something in a file that was accepted but is probably not what its author meant (an unknown key,
-/// a key that has no effect, an eCAL 5 value that was translated). Also logged with `tracing::warn!`.
+/// a key that has no effect, an eCAL 5 value that was translated, a value asking for a feature that is
+/// "not supported yet"). Logged with `tracing::warn!` by [`Config::load`](super::Config::load),
+/// [`Config::from_file`](super::Config::from_file) and [`Config::parse_str`](super::Config::parse_str).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigWarning {
     /// The file.

@@ -221,7 +221,7 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
     },
     SectionDef {
         name: "publisher",
-        title: "PUBLISHER LAYERS (eCAL 5 names; shoal processes on one host always use the native ring)",
+        title: "PUBLISHER LAYERS (eCAL 5 names; the native ring between shoal processes is [shoal_shm_ring])",
         doc: &[],
     },
     SectionDef { name: "subscriber", title: "SUBSCRIBER LAYERS", doc: &[] },
@@ -242,6 +242,12 @@ const ECAL5_USE: &str = "true or false (also eCAL 5's 0 = off, 1 = on, 2 = auto,
 /// eCAL 5's `use_*` publisher keys: 0 off, 1 on, 2 auto; shoal also takes booleans.
 fn ecal5_use(v: &str) -> Option<bool> {
     if v.trim() == "2" || v.trim().eq_ignore_ascii_case("auto") { Some(true) } else { boolean(v) }
+}
+
+/// The warning for a value that asks for a feature shoal does not have yet (the key is read so that eCAL's own
+/// files load; `what` names the missing feature, `applied` what the value still does, if anything).
+fn not_supported(notes: &mut Vec<String>, section: &str, key: &str, value: &str, what: &str, applied: &str) {
+    notes.push(format!("[{section}] {key} = {value}: {what} is not supported yet; {applied}"));
 }
 
 /// Every key, in the order it is written (and in which cross-field rules look at it).
@@ -399,11 +405,16 @@ pub(crate) static KEYS: &[KeyDef] = &[
         section: "publisher",
         key: "use_tcp",
         alias: None,
-        doc: &["Serve TCP subscribers (eCAL tcp_pubsub)."],
+        doc: &[
+            "Serve TCP subscribers (eCAL tcp_pubsub): not supported yet, shoal has no TCP layer.",
+            "true (eCAL 6's default) is warned about at start-up and ignored.",
+        ],
         allowed: ECAL5_USE,
-        get: |c| c.layers.pub_tcp.to_string(),
-        set: |d, v, _| {
-            d.cfg.layers.pub_tcp = ecal5_use(v)?;
+        get: |_| false.to_string(),
+        set: |_, v, notes| {
+            if ecal5_use(v)? {
+                not_supported(notes, "publisher", "use_tcp", v, "eCAL's TCP layer", "ignored");
+            }
             Some(())
         },
     },
@@ -490,11 +501,16 @@ pub(crate) static KEYS: &[KeyDef] = &[
         section: "subscriber",
         key: "tcp_rec_enabled",
         alias: None,
-        doc: &["Receive TCP (eCAL tcp_pubsub)."],
+        doc: &[
+            "Receive TCP (eCAL tcp_pubsub): not supported yet, shoal has no TCP layer.",
+            "true is warned about at start-up and ignored.",
+        ],
         allowed: BOOL,
-        get: |c| c.layers.sub_tcp.to_string(),
-        set: |d, v, _| {
-            d.cfg.layers.sub_tcp = boolean(v)?;
+        get: |_| false.to_string(),
+        set: |_, v, notes| {
+            if boolean(v)? {
+                not_supported(notes, "subscriber", "tcp_rec_enabled", v, "eCAL's TCP layer", "ignored");
+            }
             Some(())
         },
     },
@@ -516,15 +532,29 @@ pub(crate) static KEYS: &[KeyDef] = &[
         key: "shm_transport_domain",
         alias: Some(("network", "host_group_name")),
         doc: &[
-            "Processes in the same domain use shared memory with each other; empty means the",
-            "host name (eCAL 6: registration.shm_transport_domain). eCAL 5's",
-            "[network] host_group_name is read as this key.",
+            "The shared-memory domain announced in registration; empty means the host name",
+            "(eCAL 6: registration.shm_transport_domain). In local mode, registrations of processes",
+            "with another host name but this domain are accepted. eCAL uses shared memory between",
+            "all processes of one domain; shoal only between processes of one host name: shared",
+            "memory across host names is not supported yet, and a non-empty value is warned about",
+            "at start-up. eCAL 5's [network] host_group_name is read as this key.",
         ],
         allowed: "empty (the host name) or up to 255 bytes without control characters or '\"'",
         get: |c| c.registration.shm_transport_domain.clone(),
-        set: |d, v, _| {
+        set: |d, v, notes| {
             if !text_ok(v, 255) {
                 return None;
+            }
+            if !v.is_empty() {
+                not_supported(
+                    notes,
+                    "shoal_registration",
+                    "shm_transport_domain",
+                    &format!("{v:?}"),
+                    "shared memory with processes of another host name",
+                    "the domain is announced and accepted in registration, but shoal uses shared memory only \
+                     within its own host name",
+                );
             }
             d.cfg.registration.shm_transport_domain = v.to_owned();
             Some(())

@@ -147,7 +147,7 @@ impl Config {
         Ok(cfg)
     }
 
-    /// [`Config::from_file`], returning the warnings instead of logging them (for `shoal config check`).
+    /// [`Config::from_file`], returning the warnings instead of logging them (for a caller that shows them itself).
     pub fn from_file_with_warnings(path: impl AsRef<Path>) -> Result<(Config, Vec<ConfigWarning>), ConfigError> {
         from_file(path.as_ref())
     }

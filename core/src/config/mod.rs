@@ -10,6 +10,10 @@
 //!   (`etc/ecal.ini`, [`Config::default_ini_text`]) are both generated from that table.
 //! - A bad value is a [`ConfigError`] naming file, line, key, value and what is allowed; unknown keys
 //!   (the rest of a copied eCAL 5 file) are [`ConfigWarning`]s, logged with `tracing::warn!`.
+//! - Keys of eCAL features shoal does not have yet (`[publisher] use_tcp`, `[subscriber] tcp_rec_enabled`,
+//!   shared memory across host names through `shm_transport_domain`) are read so that eCAL files load: a value
+//!   that leaves the feature off is silent, one that asks for it is a [`ConfigWarning`] saying "not supported
+//!   yet". [`Config`] has no field for a feature that does not exist.
 //!
 //! The line parser is hand-written; `ini.rs` says why.
 
@@ -70,7 +74,8 @@ pub struct RegistrationConfig {
     pub port: u16,
     /// Apply samples sent by this process itself (eCAL: true).
     pub loopback: bool,
-    /// eCAL `shm_transport_domain`; empty means the host name.
+    /// eCAL `shm_transport_domain`, announced in registration; empty means the host name. shoal itself uses shared
+    /// memory only between processes of one host name.
     pub shm_transport_domain: String,
 }
 
@@ -122,22 +127,19 @@ pub struct IoConfig {
     pub cpu_affinity: Vec<usize>,
 }
 
-/// Which eCAL-facing transport layers are on (eCAL 6 defaults: publishers may use shm, udp and tcp; subscribers
-/// receive shm and udp).
+/// Which eCAL-facing transport layers are on (as in eCAL 6, shm and udp by default). eCAL's TCP layer is not
+/// supported yet, so it has no switch here (`[publisher] use_tcp` and `[subscriber] tcp_rec_enabled` are only
+/// warned about).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LayersConfig {
     /// Publishers may serve eCAL shared-memory subscribers (memfiles).
     pub pub_shm: bool,
     /// Publishers may serve UDP subscribers.
     pub pub_udp: bool,
-    /// Publishers may serve TCP subscribers.
-    pub pub_tcp: bool,
     /// Subscribers read eCAL shared-memory memfiles.
     pub sub_shm: bool,
     /// Subscribers receive UDP.
     pub sub_udp: bool,
-    /// Subscribers receive TCP.
-    pub sub_tcp: bool,
     /// Smallest payload capacity of a publisher's eCAL memfile, bytes (`[publisher] memfile_minsize`).
     pub memfile_min_size: u64,
     /// Extra capacity when a memfile is re-created for a larger payload, % (`[publisher] memfile_reserve`).
@@ -154,10 +156,8 @@ impl Default for LayersConfig {
         LayersConfig {
             pub_shm: true,
             pub_udp: true,
-            pub_tcp: true,
             sub_shm: true,
             sub_udp: true,
-            sub_tcp: false,
             // eCAL's defaults.
             memfile_min_size: 4096,
             memfile_reserve_percent: 50,

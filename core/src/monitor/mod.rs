@@ -1,4 +1,5 @@
-//! A snapshot of everything registration knows, for the monitor GUI and the command-line tools.
+//! A snapshot of everything registration knows, for [`Node::snapshot`](crate::Node::snapshot) and the command-line
+//! tools (`shoal topic list`; `shoal topic echo` names a sample's publisher with it).
 
 use std::time::SystemTime;
 
