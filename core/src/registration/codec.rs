@@ -153,7 +153,7 @@ fn latency_to_pb(l: &LatencyStats) -> pb::Statistics {
 }
 
 fn stats_from_pb(t: &pb::Topic) -> TopicStats {
-    let l = t.data_latency_us.clone().unwrap_or_default();
+    let l = t.data_latency_us.unwrap_or_default();
     TopicStats {
         topic_size: t.topic_size,
         connections_local: t.connections_local,

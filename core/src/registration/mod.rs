@@ -1,6 +1,6 @@
 //! Registration: eCAL-compatible discovery as a sans-IO state machine.
 //!
-//! - [`pb`]: eCAL's registration protobuf (`eCAL.pb.Sample` and friends) via prost derives.
+//! - [`pb`]: eCAL's registration protobuf (`eCAL.pb.Sample` and friends), generated from `core/proto/`.
 //! - [`codec`]: model ⇄ protobuf, `"reg_sample"` framing, topic id parsing.
 //! - [`Registrar`]: periodic registration of the local process and entities, the registry of
 //!   remote processes and topics with expiry, and matching (see its docs).

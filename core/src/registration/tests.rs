@@ -267,7 +267,7 @@ fn decodes_capture_b_publisher_sample_and_matches_it() {
     assert_eq!(t.shm_transport_domain, "vm");
     assert_eq!(t.unit_name, "py_pub");
     assert_eq!((t.connections_local, t.data_clock, t.data_frequency), (1, 13, 4995));
-    let lat = t.data_latency_us.clone().unwrap();
+    let lat = t.data_latency_us.unwrap();
     assert_eq!((lat.count, lat.min, lat.max), (0, Some(f64::INFINITY), Some(f64::NEG_INFINITY)));
 
     let remote = codec::remote_topic(Direction::Publisher, &t).unwrap();
