@@ -35,6 +35,7 @@ mod pubsub;
 #[doc(hidden)]
 pub mod registration;
 mod sample;
+mod stats;
 mod sync;
 mod sys;
 #[doc(hidden)]

@@ -13,7 +13,7 @@ const ROWS: &[&[&str]] = &[
     &["monitor", "transport"],
     &["registration"],
     &["wire", "dynamic", "sample"],
-    &["config", "types", "sys", "sync"],
+    &["config", "types", "sys", "sync", "stats"],
 ];
 
 fn row_of(module: &str) -> Option<usize> {

@@ -218,7 +218,7 @@ impl IoThread {
                 Command::Update(t) => self.registrar.update_local(now, t),
                 Command::Remove(id) => self.registrar.remove_local(now, id),
                 Command::Snapshot(reply) => {
-                    let snap = crate::monitor::build_snapshot(&self.registrar);
+                    let snap = crate::monitor::build_snapshot(&self.registrar, Instant::now());
                     let _ = reply.send(snap);
                 }
                 Command::Shutdown => {

@@ -1,7 +1,9 @@
 //! A snapshot of everything registration knows, for [`Node::snapshot`](crate::Node::snapshot) and the command-line
 //! tools (`shoal topic list`; `shoal topic echo` names a sample's publisher with it).
 
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
+
+pub use crate::stats::{ConnectionStats, LatencyHistogram, LatencySummary, ShoalStats, Via};
 
 use crate::registration::{Direction, LayerKind, Registrar};
 use crate::types::TypeInfo;
@@ -17,10 +19,19 @@ pub struct ProcessEntry {
     pub process_name: String,
     /// eCAL unit name (shoal: the first node's name).
     pub unit_name: String,
-    /// Runtime version string (`v6.1.1` for eCAL 6.1.1, `shoal-…` for shoal).
+    /// Runtime version string (`v6.1.1` for eCAL 6.1.1, `shoal 0.1.0 (eCAL v6.1.1 compatible)` for shoal).
     pub runtime_version: String,
+    /// True for a shoal process (its runtime version starts with `shoal`), false for eCAL.
+    pub is_shoal: bool,
     /// True for this process.
     pub is_self: bool,
+    /// Time since its last registration arrived (registration refreshes every second by default; an entry
+    /// disappears after the registration timeout, 10 s by default).
+    pub registration_age: Duration,
+    /// The state it announces: eCAL's severity (0 unknown, 1 healthy, 2 warning, 3 critical, 4 failed).
+    pub state_severity: i32,
+    /// The state's text.
+    pub state_info: String,
 }
 
 /// Publisher or subscriber of a topic.
@@ -57,8 +68,18 @@ pub struct TopicEntry {
     pub data_clock: i64,
     /// Message rate in mHz.
     pub data_frequency_mhz: i32,
-    /// Messages lost.
+    /// Messages lost (eCAL's `message_drops`).
     pub message_drops: i32,
+    /// Size of the last message in bytes (eCAL's `topic_size`).
+    pub topic_size: i32,
+    /// Latency figures of a subscriber in µs, as eCAL 6.1 announces them (`data_latency_us`; count 0: nothing
+    /// measured).
+    pub latency: LatencySummary,
+    /// shoal's statistics beyond eCAL's fields (bytes, bandwidth, per-connection latency histograms); `None` for
+    /// eCAL processes.
+    pub shoal: Option<ShoalStats>,
+    /// Time since its last registration arrived.
+    pub registration_age: Duration,
     /// Connected peers on this host.
     pub connections_local: i32,
     /// Connected peers on other hosts.
@@ -89,8 +110,8 @@ fn layer_name(k: &LayerKind) -> String {
     }
 }
 
-/// The snapshot of what `reg` knows now; this process is the registrar's own identity.
-pub(crate) fn build_snapshot(reg: &Registrar) -> Snapshot {
+/// The snapshot of what `reg` knows at `now`; this process is the registrar's own identity.
+pub(crate) fn build_snapshot(reg: &Registrar, now: Instant) -> Snapshot {
     let my_pid = reg.identity().pid;
     let my_host = reg.identity().host_name.clone();
     let processes = reg
@@ -101,12 +122,16 @@ pub(crate) fn build_snapshot(reg: &Registrar) -> Snapshot {
             process_name: p.process_name.clone(),
             unit_name: p.unit_name.clone(),
             runtime_version: p.ecal_runtime_version.clone(),
+            is_shoal: p.ecal_runtime_version.starts_with("shoal"),
             is_self: p.pid == my_pid && p.host_name == my_host,
+            registration_age: now.saturating_duration_since(p.last_seen),
+            state_severity: p.state_severity,
+            state_info: p.state_info.clone(),
         })
         .collect();
     let mut topics: Vec<TopicEntry> = reg
-        .topics()
-        .map(|t| TopicEntry {
+        .topics_seen()
+        .map(|(t, seen)| TopicEntry {
             host_name: t.key.host_name.clone(),
             pid: t.key.pid,
             process_name: t.process_name.clone(),
@@ -122,6 +147,10 @@ pub(crate) fn build_snapshot(reg: &Registrar) -> Snapshot {
             data_clock: t.stats.data_clock,
             data_frequency_mhz: t.stats.data_frequency_mhz,
             message_drops: t.stats.message_drops,
+            topic_size: t.stats.topic_size,
+            latency: t.stats.latency,
+            shoal: t.stats.shoal.clone(),
+            registration_age: now.saturating_duration_since(seen),
             connections_local: t.stats.connections_local,
             connections_external: t.stats.connections_external,
             type_mismatch: false,

@@ -9,10 +9,11 @@ use crate::types::TypeInfo;
 use crate::wire::{self, EncodeError, WireError};
 
 use super::model::{
-    Direction, EntityKey, Identity, LatencyStats, Layer, LayerKind, LayerPar, LocalTopic, RemoteProcess, RemoteTopic,
-    ShoalPar, TopicStats,
+    Direction, EntityKey, Identity, Layer, LayerKind, LayerPar, LocalTopic, RemoteProcess, RemoteTopic, ShoalPar,
+    TopicStats,
 };
 use super::pb;
+use crate::stats::{ConnectionStats, LatencyHistogram, LatencySummary, ShoalStats, Via};
 
 /// Sample name of registration datagrams (the receiver ignores it).
 pub const REGISTRATION_SAMPLE_NAME: &str = "reg_sample";
@@ -141,14 +142,73 @@ fn type_info_from_pb(t: Option<&pb::DataTypeInformation>) -> TypeInfo {
 /// Latency statistics as eCAL 6.1.1 writes them. Its `Statistics` struct defaults `min` to +∞ and `max` to −∞
 /// (`ecal_struct_sample_registration.h`), so both are always written (prost would elide a 0.0, which eCAL would
 /// then read as ±∞); nothing measured is the model's default, eCAL's ±∞.
-fn latency_to_pb(l: &LatencyStats) -> pb::Statistics {
+fn latency_to_pb(l: &LatencySummary) -> pb::Statistics {
     pb::Statistics {
         count: l.count,
-        latest: l.latest,
-        min: Some(l.min),
-        max: Some(l.max),
-        mean: l.mean,
-        variance: l.variance,
+        latest: l.latest_us,
+        min: Some(l.min_us),
+        max: Some(l.max_us),
+        mean: l.mean_us,
+        variance: l.variance_us2,
+    }
+}
+
+/// Connections of one entity sent or kept from a received registration; further entries are ignored (a subscriber
+/// has one per publisher and way of delivery, so real ones stay far below).
+pub const MAX_CONNECTIONS: usize = 256;
+
+fn connection_to_pb(c: &ConnectionStats) -> pb::ConnectionStats {
+    let (latency_bucket, latency_count) = c.latency.sparse().map(|(i, n)| (i as u32, n)).unzip();
+    pb::ConnectionStats {
+        publisher_id: c.publisher_id,
+        via: c.via.code(),
+        same_host: c.same_host,
+        messages: c.messages,
+        bytes: c.bytes,
+        drops: c.drops,
+        window_ms: c.window_ms,
+        window_messages: c.window_messages,
+        window_bytes: c.window_bytes,
+        last_size: c.last_size,
+        latency_bucket,
+        latency_count,
+        latency_min_ns: c.latency.min_ns().unwrap_or(0),
+        latency_max_ns: c.latency.max_ns().unwrap_or(0),
+    }
+}
+
+/// A received connection entry; `None` for a way of delivery shoal does not know.
+fn connection_from_pb(c: &pb::ConnectionStats) -> Option<ConnectionStats> {
+    let pairs = c.latency_bucket.iter().zip(&c.latency_count).map(|(&i, &n)| (i as usize, n));
+    let (latency, _ignored) = LatencyHistogram::from_sparse(pairs, c.latency_min_ns, c.latency_max_ns);
+    Some(ConnectionStats {
+        publisher_id: c.publisher_id,
+        via: Via::from_code(c.via)?,
+        same_host: c.same_host,
+        messages: c.messages,
+        bytes: c.bytes,
+        drops: c.drops,
+        window_ms: c.window_ms,
+        window_messages: c.window_messages,
+        window_bytes: c.window_bytes,
+        last_size: c.last_size,
+        latency,
+    })
+}
+
+fn shoal_stats_to_pb(s: &ShoalStats) -> pb::TopicStatsShoal {
+    pb::TopicStatsShoal {
+        bytes: s.bytes,
+        bandwidth_bps: s.bandwidth_bps,
+        connections: s.connections.iter().take(MAX_CONNECTIONS).map(connection_to_pb).collect(),
+    }
+}
+
+fn shoal_stats_from_pb(s: &pb::TopicStatsShoal) -> ShoalStats {
+    ShoalStats {
+        bytes: s.bytes,
+        bandwidth_bps: if s.bandwidth_bps.is_finite() { s.bandwidth_bps.max(0.0) } else { 0.0 },
+        connections: s.connections.iter().take(MAX_CONNECTIONS).filter_map(connection_from_pb).collect(),
     }
 }
 
@@ -162,15 +222,16 @@ fn stats_from_pb(t: &pb::Topic) -> TopicStats {
         data_id: t.data_id,
         data_clock: t.data_clock,
         data_frequency_mhz: t.data_frequency,
-        latency: LatencyStats {
+        latency: LatencySummary {
             count: l.count,
-            latest: l.latest,
+            latest_us: l.latest,
             // Missing: eCAL's defaults.
-            min: l.min.unwrap_or(f64::INFINITY),
-            max: l.max.unwrap_or(f64::NEG_INFINITY),
-            mean: l.mean,
-            variance: l.variance,
+            min_us: l.min.unwrap_or(f64::INFINITY),
+            max_us: l.max.unwrap_or(f64::NEG_INFINITY),
+            mean_us: l.mean,
+            variance_us2: l.variance,
         },
+        shoal: t.shoal_stats.as_ref().map(shoal_stats_from_pb),
     }
 }
 
@@ -251,6 +312,7 @@ pub fn topic_sample(me: &Identity, dir: Direction, t: &LocalTopic, registration_
         data_clock: s.data_clock,
         data_frequency: s.data_frequency_mhz,
         data_latency_us: Some(latency_to_pb(&s.latency)),
+        shoal_stats: s.shoal.as_ref().map(shoal_stats_to_pb),
         ..topic_identity(me, t)
     };
     let cmd_type = match dir {
@@ -340,7 +402,7 @@ mod latency_tests {
 
     #[test]
     fn zero_min_and_max_are_written_because_ecal_defaults_them_to_infinity() {
-        let l = LatencyStats { count: 3, latest: 1.0, min: 0.0, max: 0.0, mean: 0.5, variance: 0.0 };
+        let l = LatencySummary { count: 3, latest_us: 1.0, min_us: 0.0, max_us: 0.0, mean_us: 0.5, variance_us2: 0.0 };
         let pb = latency_to_pb(&l);
         assert_eq!((pb.min, pb.max), (Some(0.0), Some(0.0)));
         let fields = present(&pb);
@@ -351,7 +413,7 @@ mod latency_tests {
 
     #[test]
     fn nothing_measured_is_sent_as_ecals_no_data_values() {
-        let pb = latency_to_pb(&LatencyStats::default());
+        let pb = latency_to_pb(&LatencySummary::default());
         assert_eq!((pb.count, pb.min, pb.max), (0, Some(f64::INFINITY), Some(f64::NEG_INFINITY)));
     }
 
@@ -359,6 +421,40 @@ mod latency_tests {
     fn missing_min_and_max_decode_as_ecal_defaults() {
         let topic = pb::Topic { data_latency_us: Some(pb::Statistics::default()), ..Default::default() };
         let stats = stats_from_pb(&topic);
-        assert_eq!((stats.latency.min, stats.latency.max), (f64::INFINITY, f64::NEG_INFINITY));
+        assert_eq!((stats.latency.min_us, stats.latency.max_us), (f64::INFINITY, f64::NEG_INFINITY));
+        assert_eq!(stats.shoal, None, "no extension from an eCAL peer");
+    }
+
+    #[test]
+    fn shoal_statistics_round_trip_through_the_extension_and_are_bounded() {
+        let mut latency = LatencyHistogram::default();
+        for ns in [300, 450, 450, 90_000] {
+            latency.record(ns);
+        }
+        let conn = ConnectionStats {
+            publisher_id: 7,
+            via: Via::Udp,
+            same_host: true,
+            messages: 10,
+            bytes: 640,
+            drops: 1,
+            window_ms: 1000,
+            window_messages: 4,
+            window_bytes: 256,
+            last_size: 64,
+            latency,
+        };
+        let stats =
+            ShoalStats { bytes: 640, bandwidth_bps: 256.0, connections: vec![conn.clone(); MAX_CONNECTIONS + 5] };
+        let pb = shoal_stats_to_pb(&stats);
+        assert_eq!(pb.connections.len(), MAX_CONNECTIONS);
+        let mut wire = pb::TopicStatsShoal::decode(pb.encode_to_vec().as_slice()).unwrap();
+        // An unknown way of delivery and a NaN bandwidth from a peer are dropped, not trusted.
+        wire.connections.push(pb::ConnectionStats { via: 99, ..Default::default() });
+        wire.bandwidth_bps = f64::NAN;
+        let back = shoal_stats_from_pb(&wire);
+        assert_eq!(back.connections.len(), MAX_CONNECTIONS);
+        assert_eq!(back.connections[0], conn);
+        assert_eq!(back.bandwidth_bps, 0.0);
     }
 }

@@ -15,7 +15,7 @@ mod tests;
 
 pub use codec::{DecodeError, TopicIdError, decode_registration, encode_registration, parse_topic_id};
 pub use model::{
-    Direction, EntityKey, Event, Identity, LatencyStats, Layer, LayerKind, LayerPar, LocalTopic, RegistrationCounters,
-    RemoteProcess, RemoteTopic, ShoalPar, TopicStats,
+    Direction, EntityKey, Event, Identity, Layer, LayerKind, LayerPar, LocalTopic, RegistrationCounters, RemoteProcess,
+    RemoteTopic, ShoalPar, TopicStats,
 };
 pub use registrar::Registrar;

@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use crate::stats::{LatencySummary, ShoalStats};
 use crate::types::TypeInfo;
 use crate::wire::ReassemblyCounters;
 
@@ -128,32 +129,8 @@ impl Layer {
     }
 }
 
-/// Latency statistics in µs (`Topic.data_latency_us`). The default is eCAL's "nothing measured": `min` +∞ and
-/// `max` −∞, the rest 0.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LatencyStats {
-    /// Samples measured.
-    pub count: u64,
-    /// Latest.
-    pub latest: f64,
-    /// Minimum.
-    pub min: f64,
-    /// Maximum.
-    pub max: f64,
-    /// Mean.
-    pub mean: f64,
-    /// Variance.
-    pub variance: f64,
-}
-
-impl Default for LatencyStats {
-    fn default() -> Self {
-        LatencyStats { count: 0, latest: 0.0, min: f64::INFINITY, max: f64::NEG_INFINITY, mean: 0.0, variance: 0.0 }
-    }
-}
-
 /// Statistics of a topic entity, as carried in its registration.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct TopicStats {
     /// Topic (message) size in bytes.
     pub topic_size: i32,
@@ -169,8 +146,10 @@ pub struct TopicStats {
     pub data_clock: i64,
     /// Rate in mHz.
     pub data_frequency_mhz: i32,
-    /// Latency.
-    pub latency: LatencyStats,
+    /// Latency in µs (`data_latency_us`, subscribers); the default is eCAL's "nothing measured".
+    pub latency: LatencySummary,
+    /// shoal's extension (bytes, bandwidth, per-connection statistics); `None` from eCAL peers.
+    pub shoal: Option<ShoalStats>,
 }
 
 /// A publisher or subscriber of this process.

@@ -299,6 +299,11 @@ impl Registrar {
         self.topics.values().map(|e| &e.topic)
     }
 
+    /// Known publishers and subscribers with the time their last registration arrived.
+    pub fn topics_seen(&self) -> impl Iterator<Item = (&RemoteTopic, Instant)> {
+        self.topics.values().map(|e| (&e.topic, e.last_seen))
+    }
+
     /// The remote entities currently matched with local entity `local_id`.
     pub fn matches_of(&self, local_id: u64) -> impl Iterator<Item = &EntityKey> {
         self.matches.iter().filter(move |(id, _)| *id == local_id).map(|(_, k)| k)

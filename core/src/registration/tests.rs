@@ -299,7 +299,7 @@ fn our_samples_carry_the_fields_ecal_reads() {
     let me = Identity { shm_transport_domain: "vm".into(), ..ident("vm", 4242) };
     let mut t = local((4242u64 << 40) | 5, "shmtopic", vec![udp_layer(), shoal_layer(3)]);
     t.stats.data_clock = 9;
-    t.stats.latency.max = 12.5;
+    t.stats.latency.max_us = 12.5;
     let s = codec::topic_sample(&me, Direction::Publisher, &t, 7);
     let bytes = codec::encode_registration(&s, wire::DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || 0).unwrap();
     assert_eq!(bytes.len(), 1);
@@ -489,7 +489,7 @@ fn periodic_refresh_sends_process_and_every_entity() {
     assert_eq!(net.exchange(), 0, "set_stats sends nothing by itself");
     net.advance(Duration::from_secs(2));
     assert_eq!(clock_of(net.reg(b)), c1 + 2);
-    let stats = net.reg(b).topics().find(|t| t.key.entity_id == 1).unwrap().stats;
+    let stats = net.reg(b).topics().find(|t| t.key.entity_id == 1).unwrap().stats.clone();
     assert_eq!(stats.data_clock, 42);
 }
 

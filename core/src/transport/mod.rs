@@ -1,5 +1,5 @@
 //! Transports. `shm_ring` is shoal's own; the eCAL-facing layers (UDP, eCAL shared-memory memfiles, later TCP)
-//! plug into publishers and subscribers through the [`LayerWriter`] and [`LayerReaderFactory`] traits below, so
+//! plug into publishers and subscribers through the `LayerWriter` and `LayerReaderFactory` traits below, so
 //! `pubsub` never knows their byte formats.
 //!
 //! Layer choice per connection (a publisher and one remote subscriber) is made by the publisher, in priority order:

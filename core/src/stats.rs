@@ -1,0 +1,412 @@
+//! Fixed-size statistics measured on the data path: the log-bucket [`LatencyHistogram`] and the running
+//! [`LatencySummary`] eCAL's registration carries. Both are plain values (no allocation when recording), filled by
+//! subscribers where the data arrives, sent in registration, and shown by the monitor.
+
+/// Values below this many nanoseconds have a bucket each.
+const EXACT: u64 = 16;
+/// Sub-buckets per power of two above [`EXACT`]: bucket widths are 1/8 of their lower bound (≤ 12.5 % apart).
+const SUB_BITS: u32 = 3;
+const SUBS: usize = 1 << SUB_BITS;
+/// The highest power of two with buckets of its own: values of 2^40 ns (18 min) and more share the last bucket.
+const TOP_EXP: u32 = 40;
+
+/// Number of buckets of a [`LatencyHistogram`].
+pub(crate) const LATENCY_BUCKETS: usize = EXACT as usize + (TOP_EXP as usize - 4) * SUBS;
+
+/// A histogram of latencies in nanoseconds with logarithmic buckets: exact below 16 ns, then eight buckets per power
+/// of two (each ≤ 12.5 % wide), up to 2^40 ns. Recording is a few instructions and never allocates.
+#[derive(Clone, PartialEq, Eq)]
+pub struct LatencyHistogram {
+    counts: Box<[u32; LATENCY_BUCKETS]>,
+    count: u64,
+    min_ns: u64,
+    max_ns: u64,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram { counts: Box::new([0; LATENCY_BUCKETS]), count: 0, min_ns: u64::MAX, max_ns: 0 }
+    }
+}
+
+impl std::fmt::Debug for LatencyHistogram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LatencyHistogram")
+            .field("count", &self.count)
+            .field("p50_ns", &self.percentile(0.5))
+            .field("max_ns", &self.max_ns())
+            .finish()
+    }
+}
+
+/// The bucket of a value in nanoseconds.
+pub(crate) fn bucket_of(ns: u64) -> usize {
+    if ns < EXACT {
+        return ns as usize;
+    }
+    let exp = 63 - ns.leading_zeros();
+    if exp >= TOP_EXP {
+        return LATENCY_BUCKETS - 1;
+    }
+    let sub = ((ns >> (exp - SUB_BITS)) as usize) & (SUBS - 1);
+    EXACT as usize + (exp as usize - 4) * SUBS + sub
+}
+
+/// The values `[lower, upper)` in nanoseconds that bucket `index` holds (the last bucket has no upper bound:
+/// `u64::MAX`).
+pub(crate) fn bucket_bounds(index: usize) -> (u64, u64) {
+    if index < EXACT as usize {
+        return (index as u64, index as u64 + 1);
+    }
+    let i = index.min(LATENCY_BUCKETS - 1) - EXACT as usize;
+    let exp = (i / SUBS) as u32 + 4;
+    let sub = (i % SUBS) as u64;
+    let lower = (SUBS as u64 + sub) << (exp - SUB_BITS);
+    let upper = if index >= LATENCY_BUCKETS - 1 { u64::MAX } else { (SUBS as u64 + sub + 1) << (exp - SUB_BITS) };
+    (lower, upper)
+}
+
+impl LatencyHistogram {
+    /// Counts one latency.
+    pub fn record(&mut self, ns: u64) {
+        let b = &mut self.counts[bucket_of(ns)];
+        *b = b.saturating_add(1);
+        self.count += 1;
+        self.min_ns = self.min_ns.min(ns);
+        self.max_ns = self.max_ns.max(ns);
+    }
+
+    /// Number of latencies counted.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// True when nothing was counted.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The smallest latency counted (exact).
+    pub fn min_ns(&self) -> Option<u64> {
+        (self.count > 0).then_some(self.min_ns)
+    }
+
+    /// The largest latency counted (exact).
+    pub fn max_ns(&self) -> Option<u64> {
+        (self.count > 0).then_some(self.max_ns)
+    }
+
+    /// The latency below which a fraction `q` (0.0–1.0) of the counted ones lie: the midpoint of the bucket that
+    /// holds the `q`-th value, clamped to the exact minimum and maximum. `None` when empty.
+    pub fn percentile(&self, q: f64) -> Option<u64> {
+        if self.count == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * self.count as f64).ceil() as u64).max(1);
+        let mut seen = 0u64;
+        for (i, &c) in self.counts.iter().enumerate() {
+            seen += u64::from(c);
+            if seen >= rank {
+                let (lo, hi) = bucket_bounds(i);
+                let mid = if hi == u64::MAX { lo } else { lo + (hi - lo) / 2 };
+                return Some(mid.clamp(self.min_ns, self.max_ns));
+            }
+        }
+        Some(self.max_ns)
+    }
+
+    /// Adds every count of `other`.
+    pub fn merge(&mut self, other: &LatencyHistogram) {
+        for (a, b) in self.counts.iter_mut().zip(other.counts.iter()) {
+            *a = a.saturating_add(*b);
+        }
+        self.count += other.count;
+        self.min_ns = self.min_ns.min(other.min_ns);
+        self.max_ns = self.max_ns.max(other.max_ns);
+    }
+
+    /// The non-empty buckets as `(index, count)`, in order (what registration sends).
+    pub fn sparse(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        self.counts.iter().enumerate().filter(|(_, c)| **c > 0).map(|(i, c)| (i, *c))
+    }
+
+    /// The non-empty buckets as `(lower ns, upper ns, count)`, in order (for plots).
+    pub fn buckets(&self) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
+        self.sparse().map(|(i, c)| {
+            let (lo, hi) = bucket_bounds(i);
+            (lo, hi, c)
+        })
+    }
+
+    /// Rebuilds a histogram from `(index, count)` pairs and the exact extremes, as registration carries it.
+    /// Out-of-range indices are ignored (the result counts only what it could place); returns the histogram and
+    /// the number of pairs ignored.
+    pub fn from_sparse(pairs: impl IntoIterator<Item = (usize, u32)>, min_ns: u64, max_ns: u64) -> (Self, usize) {
+        let mut h = LatencyHistogram::default();
+        let mut ignored = 0;
+        for (i, c) in pairs {
+            match h.counts.get_mut(i) {
+                Some(slot) => {
+                    *slot = slot.saturating_add(c);
+                    h.count += u64::from(c);
+                }
+                None => ignored += 1,
+            }
+        }
+        if h.count > 0 {
+            h.min_ns = min_ns.min(max_ns);
+            h.max_ns = max_ns;
+        }
+        (h, ignored)
+    }
+
+    /// Forgets every count.
+    pub fn clear(&mut self) {
+        self.counts.fill(0);
+        self.count = 0;
+        self.min_ns = u64::MAX;
+        self.max_ns = 0;
+    }
+}
+
+/// Running latency figures in microseconds, as eCAL 6.1's registration carries them for a subscriber
+/// (`data_latency_us`: count, latest, min, max, mean, variance). "Nothing measured" is eCAL's: min +∞, max −∞.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LatencySummary {
+    /// Latencies counted.
+    pub count: u64,
+    /// The last one, µs.
+    pub latest_us: f64,
+    /// The smallest, µs.
+    pub min_us: f64,
+    /// The largest, µs.
+    pub max_us: f64,
+    /// Their mean, µs.
+    pub mean_us: f64,
+    /// Their variance, µs².
+    pub variance_us2: f64,
+}
+
+impl Default for LatencySummary {
+    fn default() -> Self {
+        LatencySummary {
+            count: 0,
+            latest_us: 0.0,
+            min_us: f64::INFINITY,
+            max_us: f64::NEG_INFINITY,
+            mean_us: 0.0,
+            variance_us2: 0.0,
+        }
+    }
+}
+
+impl LatencySummary {
+    /// Counts one latency (Welford's update, so the variance stays exact over long runs).
+    pub fn record_us(&mut self, us: f64) {
+        self.count += 1;
+        self.latest_us = us;
+        self.min_us = self.min_us.min(us);
+        self.max_us = self.max_us.max(us);
+        let delta = us - self.mean_us;
+        self.mean_us += delta / self.count as f64;
+        let m2 = self.variance_us2 * (self.count - 1) as f64 + delta * (us - self.mean_us);
+        self.variance_us2 = m2 / self.count as f64;
+    }
+
+    /// Combines two summaries (Chan's parallel formula); `latest` is taken from `other` when it has counts.
+    pub fn merge(&mut self, other: &LatencySummary) {
+        if other.count == 0 {
+            return;
+        }
+        if self.count == 0 {
+            *self = *other;
+            return;
+        }
+        let (na, nb) = (self.count as f64, other.count as f64);
+        let n = na + nb;
+        let delta = other.mean_us - self.mean_us;
+        let m2 = self.variance_us2 * na + other.variance_us2 * nb + delta * delta * na * nb / n;
+        self.mean_us += delta * nb / n;
+        self.variance_us2 = m2 / n;
+        self.count += other.count;
+        self.min_us = self.min_us.min(other.min_us);
+        self.max_us = self.max_us.max(other.max_us);
+        self.latest_us = other.latest_us;
+    }
+}
+
+/// The way a sample reached a subscriber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Via {
+    /// From a publisher of the same process (in-memory queue).
+    SameProcess,
+    /// Through a shoal publisher's shared-memory ring.
+    #[default]
+    ShoalRing,
+    /// Through eCAL's shared-memory memfiles.
+    EcalShm,
+    /// Through eCAL's UDP data layer.
+    Udp,
+    /// Through eCAL's TCP layer.
+    Tcp,
+}
+
+impl Via {
+    /// The name shown by the tools (`intra`, `shoal_ring`, `shm`, `udp`, `tcp`: eCAL's layer names).
+    pub fn name(self) -> &'static str {
+        match self {
+            Via::SameProcess => "intra",
+            Via::ShoalRing => "shoal_ring",
+            Via::EcalShm => "shm",
+            Via::Udp => "udp",
+            Via::Tcp => "tcp",
+        }
+    }
+
+    /// The number registration carries (shoal's extension).
+    pub fn code(self) -> i32 {
+        match self {
+            Via::SameProcess => 0,
+            Via::ShoalRing => 1,
+            Via::EcalShm => 2,
+            Via::Udp => 3,
+            Via::Tcp => 4,
+        }
+    }
+
+    /// The inverse of [`Via::code`]; `None` for a number shoal does not know.
+    pub fn from_code(code: i32) -> Option<Via> {
+        [Via::SameProcess, Via::ShoalRing, Via::EcalShm, Via::Udp, Via::Tcp].into_iter().find(|v| v.code() == code)
+    }
+}
+
+/// What a subscriber measured on one connection: one publisher, one way ([`Via`]). Totals since the connection
+/// started, and the last statistics window (one registration period, about a second).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ConnectionStats {
+    /// The publisher's entity id.
+    pub publisher_id: u64,
+    /// How its samples arrive.
+    pub via: Via,
+    /// Publisher and subscriber share a clock (same host): only then is the latency meaningful.
+    pub same_host: bool,
+    /// Messages received so far.
+    pub messages: u64,
+    /// Payload bytes received so far.
+    pub bytes: u64,
+    /// Messages lost on this connection so far.
+    pub drops: u64,
+    /// Length of the last window, ms.
+    pub window_ms: u32,
+    /// Messages received in the last window.
+    pub window_messages: u64,
+    /// Payload bytes received in the last window.
+    pub window_bytes: u64,
+    /// Size of the last message, bytes.
+    pub last_size: u64,
+    /// Latencies (receive time − the publisher's send time) of the last window.
+    pub latency: LatencyHistogram,
+}
+
+impl ConnectionStats {
+    /// Messages per second over the last window.
+    pub fn rate_hz(&self) -> f64 {
+        per_second(self.window_messages, self.window_ms)
+    }
+
+    /// Payload bytes per second over the last window.
+    pub fn bandwidth_bps(&self) -> f64 {
+        per_second(self.window_bytes, self.window_ms)
+    }
+}
+
+fn per_second(n: u64, window_ms: u32) -> f64 {
+    if window_ms == 0 { 0.0 } else { n as f64 * 1000.0 / f64::from(window_ms) }
+}
+
+/// shoal's statistics of one publisher or subscriber beyond eCAL's fields, sent in shoal's registration extension.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ShoalStats {
+    /// Payload bytes sent (publisher) or received (subscriber) so far.
+    pub bytes: u64,
+    /// Payload bytes per second over the last window.
+    pub bandwidth_bps: f64,
+    /// Subscribers: one entry per publisher and way of delivery.
+    pub connections: Vec<ConnectionStats>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_cover_every_value_in_order_and_stay_within_an_eighth() {
+        let mut last = 0;
+        for ns in (0..100_000u64).chain([1 << 20, (1 << 30) + 12345, (1 << 39) + 1, 1 << 40, u64::MAX]) {
+            let b = bucket_of(ns);
+            assert!(b >= last || ns < 100_000, "bucket order");
+            let (lo, hi) = bucket_bounds(b);
+            assert!(lo <= ns && (ns < hi || hi == u64::MAX), "{ns} in bucket {b} = [{lo}, {hi})");
+            if ns >= EXACT && hi != u64::MAX {
+                assert!((hi - lo) * 8 <= lo, "bucket {b} [{lo}, {hi}) wider than 1/8");
+            }
+            if ns < 100_000 {
+                last = b;
+            }
+        }
+        assert_eq!(bucket_of(u64::MAX), LATENCY_BUCKETS - 1);
+    }
+
+    #[test]
+    fn percentiles_of_a_known_distribution() {
+        let mut h = LatencyHistogram::default();
+        assert_eq!(h.percentile(0.5), None);
+        for ns in 1..=1000u64 {
+            h.record(ns * 1000); // 1 µs .. 1 ms
+        }
+        assert_eq!(h.count(), 1000);
+        let p50 = h.percentile(0.5).expect("p50") as f64;
+        let p99 = h.percentile(0.99).expect("p99") as f64;
+        assert!((p50 / 500_000.0 - 1.0).abs() < 0.07, "p50 {p50}");
+        assert!((p99 / 990_000.0 - 1.0).abs() < 0.07, "p99 {p99}");
+        assert_eq!(h.percentile(1.0), Some(1_000_000));
+        assert_eq!(h.min_ns(), Some(1000));
+    }
+
+    #[test]
+    fn sparse_round_trip_and_bad_indices_are_ignored() {
+        let mut h = LatencyHistogram::default();
+        for ns in [5, 500, 5000, 5000, 1 << 35] {
+            h.record(ns);
+        }
+        let pairs: Vec<_> = h.sparse().collect();
+        assert_eq!(pairs.len(), 4);
+        let (back, ignored) = LatencyHistogram::from_sparse(pairs.iter().copied(), 5, 1 << 35);
+        assert_eq!((back, ignored), (h.clone(), 0));
+        let (partial, ignored) = LatencyHistogram::from_sparse([(3, 2), (LATENCY_BUCKETS, 9), (usize::MAX, 1)], 3, 3);
+        assert_eq!((partial.count(), ignored), (2, 2));
+        let mut merged = h.clone();
+        merged.merge(&partial);
+        assert_eq!(merged.count(), 7);
+        assert_eq!(merged.min_ns(), Some(3));
+    }
+
+    #[test]
+    fn summary_matches_direct_mean_and_variance_and_merges() {
+        let values = [3.0, 5.0, 8.0, 13.0, 21.0];
+        let mut a = LatencySummary::default();
+        let mut b = LatencySummary::default();
+        let mut all = LatencySummary::default();
+        for (i, v) in values.iter().enumerate() {
+            all.record_us(*v);
+            if i < 2 { a.record_us(*v) } else { b.record_us(*v) }
+        }
+        let mean = values.iter().sum::<f64>() / 5.0;
+        let var = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / 5.0;
+        assert!((all.mean_us - mean).abs() < 1e-9 && (all.variance_us2 - var).abs() < 1e-9);
+        a.merge(&b);
+        assert!((a.mean_us - mean).abs() < 1e-9 && (a.variance_us2 - var).abs() < 1e-9);
+        assert_eq!((a.count, a.min_us, a.max_us, a.latest_us), (5, 3.0, 21.0, 21.0));
+        assert_eq!(LatencySummary::default().max_us, f64::NEG_INFINITY);
+    }
+}
