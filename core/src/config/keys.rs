@@ -725,6 +725,22 @@ pub(crate) static KEYS: &[KeyDef] = &[
             Some(())
         },
     },
+    KeyDef {
+        section: "shoal_receive",
+        key: "latency_statistics",
+        alias: None,
+        doc: &[
+            "Measure every received message's latency (receive time minus the publisher's send time) per",
+            "publisher and layer, for registration and the monitor: one clock read per message. Off: rate,",
+            "bandwidth, size and drops are still measured, latency is not.",
+        ],
+        allowed: BOOL,
+        get: |c| c.receive.latency_statistics.to_string(),
+        set: |d, v, _| {
+            d.cfg.receive.latency_statistics = boolean(v)?;
+            Some(())
+        },
+    },
     // ----- [shoal_io]
     KeyDef {
         section: "shoal_io",
