@@ -730,9 +730,10 @@ pub(crate) static KEYS: &[KeyDef] = &[
         key: "latency_statistics",
         alias: None,
         doc: &[
-            "Measure every received message's latency (receive time minus the publisher's send time) per",
-            "publisher and layer, for registration and the monitor: one clock read per message. Off: rate,",
-            "bandwidth, size and drops are still measured, latency is not.",
+            "Measure received messages' latency (receive time minus the publisher's send time) per",
+            "publisher and layer, for registration and the monitor: every message up to about 1000 a second",
+            "per connection, a spread sample of faster streams (one clock read per measured message).",
+            "Off: rate, bandwidth, size and drops are still measured, latency is not.",
         ],
         allowed: BOOL,
         get: |c| c.receive.latency_statistics.to_string(),

@@ -1,8 +1,22 @@
 //! Statistics measured where the data arrives: one [`ConnMeter`] per connection of a subscriber (one publisher, one
 //! way of delivery), updated for every delivered sample, and turned into a [`ConnectionStats`] window at every
 //! registration refresh.
+//!
+//! Counting a message costs a few additions; measuring its latency costs a clock read (about 30 ns here, a sixth of
+//! a 64 B shared-memory hop). So latency is measured on every message up to about [`LATENCY_SAMPLES_PER_S`]
+//! messages per second per connection, and above that on a spread sample: the gap between two measured messages
+//! is drawn at random around a mean that doubles after [`SAMPLER_BATCH`] measurements come faster than twice the
+//! target, halves when they come slower than half of it, and shrinks at once when the stream slows down. The histogram of a fast stream is then that sample's (hundreds of values a
+//! second, plenty for percentiles); `count` in eCAL's latency figures counts measured messages.
 
 use crate::stats::{ConnectionStats, LatencyHistogram, LatencySummary, Via};
+
+/// Latencies measured per second and connection, about, at most (every message below that rate).
+pub(crate) const LATENCY_SAMPLES_PER_S: u64 = 1000;
+/// Measurements between two adjustments of the sampling gap.
+pub(crate) const SAMPLER_BATCH: u32 = 128;
+/// The largest mean gap between two measured messages.
+const MAX_GAP: u32 = 1 << 20;
 
 /// Windows without a message after which a meter of the inbox table is forgotten (its publisher is gone or
 /// silent; a new message starts a fresh one).
@@ -25,6 +39,17 @@ pub(crate) struct ConnMeter {
     sum_sq_us: f64,
     latest_us: f64,
     idle_windows: u32,
+    /// Messages still to skip before the next latency measurement (1: measure the next one).
+    countdown: u32,
+    /// Mean gap between two measured messages (1: every message).
+    gap: u32,
+    /// Measurements in the current batch, and the receive time of its first.
+    batch: u32,
+    batch_start_ns: i64,
+    /// Receive time of the last measured message.
+    last_measured_ns: i64,
+    /// xorshift state for the random gaps.
+    rng: u32,
 }
 
 impl ConnMeter {
@@ -42,26 +67,76 @@ impl ConnMeter {
             sum_sq_us: 0.0,
             latest_us: 0.0,
             idle_windows: 0,
+            countdown: 1,
+            gap: 1,
+            batch: 0,
+            batch_start_ns: 0,
+            last_measured_ns: 0,
+            rng: (publisher_id as u32) | 1,
         }
     }
 
-    /// One delivered sample of `len` bytes; `latency_ns` when latency is measured (negative values, from clocks
-    /// that disagree, count as 0).
+    /// Whether the next delivered message's latency is to be measured (then read the clock and pass it to
+    /// [`ConnMeter::record`]).
     #[inline]
-    pub(crate) fn record(&mut self, len: usize, latency_ns: Option<i64>) {
+    pub(crate) fn latency_due(&self) -> bool {
+        self.countdown <= 1
+    }
+
+    /// One delivered sample of `len` bytes; `times` = (its send time, our receive time) in ns when its latency was
+    /// measured ([`ConnMeter::latency_due`]). A negative latency, from clocks that disagree, counts as 0.
+    #[inline]
+    pub(crate) fn record(&mut self, len: usize, times: Option<(i64, i64)>) {
         self.messages += 1;
         self.window_messages += 1;
         self.bytes += len as u64;
         self.window_bytes += len as u64;
         self.last_size = len as u64;
-        if let Some(ns) = latency_ns {
-            let ns = ns.max(0) as u64;
-            self.latency.record(ns);
-            let us = ns as f64 / 1000.0;
-            self.sum_us += us;
-            self.sum_sq_us += us * us;
-            self.latest_us = us;
+        match times {
+            Some((sent_ns, received_ns)) => self.measured(received_ns.saturating_sub(sent_ns), received_ns),
+            None => self.countdown = self.countdown.saturating_sub(1).max(1),
         }
+    }
+
+    fn measured(&mut self, latency_ns: i64, received_ns: i64) {
+        let ns = latency_ns.max(0) as u64;
+        self.latency.record(ns);
+        let us = ns as f64 / 1000.0;
+        self.sum_us += us;
+        self.sum_sq_us += us * us;
+        self.latest_us = us;
+        // A measurement long after the last one (the stream slowed down): shrink the gap at once, in proportion.
+        let target_ns = 1_000_000_000 / LATENCY_SAMPLES_PER_S;
+        let since_last = received_ns.saturating_sub(self.last_measured_ns).max(0) as u64;
+        if self.gap > 1 && since_last > 4 * target_ns {
+            self.gap = (u64::from(self.gap) * target_ns / since_last).max(1) as u32;
+            self.batch = 0;
+        }
+        self.last_measured_ns = received_ns;
+        // Grow it once a batch is measured faster than twice the target rate (and shrink it below half).
+        if self.batch == 0 {
+            self.batch_start_ns = received_ns;
+        }
+        self.batch += 1;
+        if self.batch >= SAMPLER_BATCH {
+            let elapsed_ns = received_ns.saturating_sub(self.batch_start_ns).max(1) as u64;
+            let rate = u64::from(SAMPLER_BATCH) * 1_000_000_000 / elapsed_ns;
+            if rate > 2 * LATENCY_SAMPLES_PER_S {
+                self.gap = (self.gap * 2).min(MAX_GAP);
+            } else if rate < LATENCY_SAMPLES_PER_S / 2 {
+                self.gap = (self.gap / 2).max(1);
+            }
+            self.batch = 0;
+        }
+        self.countdown = if self.gap <= 1 {
+            1
+        } else {
+            // A gap drawn evenly from [gap/2, 3·gap/2): no aliasing with periodic traffic.
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 17;
+            self.rng ^= self.rng << 5;
+            self.gap / 2 + self.rng % self.gap + 1
+        };
     }
 
     /// Ends the window: its statistics (with the connection's `drops` so far and whether it shares our clock) and
@@ -165,11 +240,43 @@ impl MeterTable {
 mod tests {
     use super::*;
 
+    /// Delivers `n` messages `every_ns` apart, measuring whenever due; returns how many were measured.
+    fn stream(m: &mut ConnMeter, n: u64, every_ns: i64, t0: i64) -> u64 {
+        let mut measured = 0;
+        for i in 0..n as i64 {
+            let t = t0 + i * every_ns;
+            let times = m.latency_due().then_some((t - 500, t));
+            measured += u64::from(times.is_some());
+            m.record(64, times);
+        }
+        measured
+    }
+
+    #[test]
+    fn slow_streams_are_measured_whole_and_fast_ones_sampled_near_the_target_rate() {
+        // 500 msgs/s: every message.
+        let mut slow = ConnMeter::new(1, Via::ShoalRing);
+        assert_eq!(stream(&mut slow, 2000, 2_000_000, 0), 2000);
+        // 1 M msgs/s for 2 s: about LATENCY_SAMPLES_PER_S a second once the gap has settled.
+        let mut fast = ConnMeter::new(2, Via::ShoalRing);
+        let measured = stream(&mut fast, 2_000_000, 1000, 0);
+        assert!(measured < 6 * LATENCY_SAMPLES_PER_S, "{measured} measured of 2 M");
+        let last_second = stream(&mut fast, 1_000_000, 1000, 2_000_000_000);
+        assert!(
+            (LATENCY_SAMPLES_PER_S / 3..=3 * LATENCY_SAMPLES_PER_S).contains(&last_second),
+            "{last_second} measured in the last second"
+        );
+        // The rate falls: the gap shrinks back to every message.
+        let measured = stream(&mut fast, 20_000, 10_000_000, 4_000_000_000);
+        assert!(measured > 19_000, "{measured} of 20000 at 100 msgs/s");
+        assert_eq!(fast.take_window(1000, 0, true).0.latency.min_ns(), Some(500));
+    }
+
     #[test]
     fn a_window_reports_its_messages_and_latency_then_starts_empty() {
         let mut m = ConnMeter::new(9, Via::ShoalRing);
         for (len, ns) in [(10, 1000), (20, 3000), (30, -5)] {
-            m.record(len, Some(ns));
+            m.record(len, Some((100, 100 + ns)));
         }
         m.record(40, None);
         let (s, l) = m.take_window(500, 2, true);

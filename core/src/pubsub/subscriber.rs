@@ -299,9 +299,9 @@ impl SubShared {
                 s
             };
             if let Some(s) = s {
-                let received_ns = self.latency_on.then(now_ns);
                 if let Some(m) = lock(&self.inbox_meters).get(s.publisher_id, s.via) {
-                    m.record(s.payload().len(), received_ns.map(|t| t - s.send_time_ns));
+                    let times = (self.latency_on && m.latency_due()).then(|| (s.send_time_ns, now_ns()));
+                    m.record(s.payload().len(), times);
                 }
                 let r = f(s.view());
                 self.delivered(s.clock, s.payload().len());
@@ -330,12 +330,12 @@ impl SubShared {
             }
             let topic = &self.topic;
             let type_info = &e.type_info;
-            let latency_on = self.latency_on;
+            let latency_due = self.latency_on && e.meter.latency_due();
             // A torn or overrun read is counted by the reader; try again until it is empty.
             loop {
                 match e.reader.try_read_with(|v| {
                     // Received when it is handed over (before the user's closure runs).
-                    let received_ns = latency_on.then(now_ns);
+                    let received_ns = latency_due.then(now_ns);
                     let clock = v.clock();
                     let (len, sent_ns) = (v.payload().len(), v.send_time_ns());
                     let r = f(SampleRef {
@@ -347,10 +347,10 @@ impl SubShared {
                         type_info,
                         topic,
                     });
-                    (r, clock, len, received_ns.map(|t| t - sent_ns))
+                    (r, clock, len, received_ns.map(|t| (sent_ns, t)))
                 }) {
-                    ReadOutcome::Sample((r, clock, len, latency_ns)) => {
-                        e.meter.record(len, latency_ns);
+                    ReadOutcome::Sample((r, clock, len, times)) => {
+                        e.meter.record(len, times);
                         self.next_reader.store(idx + 1, Ordering::Relaxed);
                         drop(readers);
                         self.delivered(clock, len);
