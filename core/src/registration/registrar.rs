@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::config::LimitsConfig;
 use crate::config::RegistrationConfig;
-use crate::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, Reassembler, ReassemblyConfig};
+use crate::wire::{self, DEFAULT_MAX_FRAGMENT_PAYLOAD, Reassembler, ReassemblyConfig};
 
 use super::codec::{self, DecodeError};
 use super::model::{
@@ -57,6 +58,7 @@ pub struct Registrar {
     loopback: bool,
     max_fragment_payload: usize,
     reassembler: Reassembler,
+    bounds: LimitsConfig,
     rng: StdRng,
     next_refresh: Instant,
     process_clock: i32,
@@ -93,7 +95,8 @@ impl Registrar {
             timeout: cfg.timeout,
             loopback: cfg.loopback,
             max_fragment_payload: DEFAULT_MAX_FRAGMENT_PAYLOAD,
-            reassembler: Reassembler::new(ReassemblyConfig::default()),
+            reassembler: Reassembler::new(reassembly_of(&LimitsConfig::default())),
+            bounds: LimitsConfig::default(),
             rng: StdRng::from_os_rng(),
             next_refresh: now + refresh,
             process_clock: 0,
@@ -114,6 +117,14 @@ impl Registrar {
     pub fn with_limits(mut self, max_fragment_payload: usize, reassembly: ReassemblyConfig) -> Self {
         self.max_fragment_payload = max_fragment_payload.max(1);
         self.reassembler = Reassembler::new(reassembly);
+        self
+    }
+
+    /// Replaces the bounds on what received registration may cost (`[shoal_limits]`), including the
+    /// reassembly limits they imply.
+    pub fn with_bounds(mut self, bounds: &LimitsConfig) -> Self {
+        self.reassembler = Reassembler::new(reassembly_of(bounds));
+        self.bounds = bounds.clone();
         self
     }
 
@@ -182,6 +193,11 @@ impl Registrar {
     /// Feeds one datagram received on the registration port from `from`.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
         self.counters.datagrams_received += 1;
+        // Local mode sends to the loopback broadcast address only: anything else is not from this host.
+        if !self.me.network_mode && !from.ip().is_loopback() {
+            self.counters.non_local_source += 1;
+            return;
+        }
         let pushed = self.reassembler.push(now, from, datagram);
         self.counters.reassembly = *self.reassembler.counters();
         let message = match pushed {
@@ -193,6 +209,16 @@ impl Registrar {
                 return;
             }
         };
+        // Bounds before decoding: decoding allocates per entry. (Framing and malformed protobuf are left to the
+        // decoder below, which counts them as such.)
+        if let Ok((_, payload)) = wire::split_name(&message)
+            && let Err(e) = super::limits::check_sample(payload, &self.bounds)
+            && e != super::limits::LimitError::Malformed
+        {
+            self.counters.over_limits += 1;
+            tracing::debug!(%from, error = %e, "registration sample over the limits dropped");
+            return;
+        }
         let sample = match codec::decode_registration(&message) {
             Ok(s) => s,
             Err(e) => {
@@ -345,6 +371,16 @@ impl Registrar {
         }
     }
 
+    /// Whether a new remote topic fits: in all, and for its process.
+    fn room_for_topic(&self, key: &EntityKey) -> bool {
+        if self.topics.len() >= self.bounds.remote_topics {
+            return false;
+        }
+        let first = EntityKey { host_name: key.host_name.clone(), pid: key.pid, entity_id: 0 };
+        let last = EntityKey { entity_id: u64::MAX, ..first.clone() };
+        self.topics.range(first..=last).take(self.bounds.topics_per_process).count() < self.bounds.topics_per_process
+    }
+
     fn accepts(&self, host_name: &str, domain: &str) -> bool {
         host_name == self.me.host_name
             || (!domain.is_empty() && domain == self.me.shm_transport_domain)
@@ -400,6 +436,10 @@ impl Registrar {
         }
         self.counters.samples_applied += 1;
         let key = remote.key.clone();
+        if !self.topics.contains_key(&key) && !self.room_for_topic(&key) {
+            self.counters.registry_full += 1;
+            return;
+        }
         let changed = match self.topics.get_mut(&key) {
             Some(entry) => {
                 let old = &entry.topic;
@@ -457,7 +497,12 @@ impl Registrar {
     fn apply_process(&mut self, now: Instant, process: Option<pb::Process>) {
         let Some((process, _)) = self.accepted_process(process) else { return };
         let p = codec::remote_process(&process, now);
-        self.processes.insert((p.host_name.clone(), p.pid), p);
+        let key = (p.host_name.clone(), p.pid);
+        if !self.processes.contains_key(&key) && self.processes.len() >= self.bounds.remote_processes {
+            self.counters.registry_full += 1;
+            return;
+        }
+        self.processes.insert(key, p);
     }
 
     fn apply_process_unreg(&mut self, process: Option<pb::Process>) {
@@ -547,5 +592,15 @@ impl Registrar {
             self.matches.remove(&(local_id, key.clone()));
             self.events.push_back(Event::Unmatched { local_id, remote: key.clone() });
         }
+    }
+}
+
+/// Reassembly of registration messages under `bounds`: one message of at most `registration_message_bytes` in
+/// flight (all incomplete ones together share that budget), `fragmented_per_source` per sender.
+fn reassembly_of(bounds: &LimitsConfig) -> ReassemblyConfig {
+    ReassemblyConfig {
+        max_bytes: bounds.registration_message_bytes,
+        max_per_source: bounds.fragmented_per_source,
+        ..ReassemblyConfig::default()
     }
 }
