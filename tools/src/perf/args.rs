@@ -138,7 +138,7 @@ impl fmt::Display for WaitMode {
 pub(crate) enum System {
     /// shoal publishers/subscribers (shared-memory ring transport).
     Shoal,
-    /// The plain SPSC ring of `baseline.rs`.
+    /// The plain SPSC ring of `shoal_baseline::spsc`.
     Baseline,
 }
 

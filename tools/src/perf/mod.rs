@@ -4,11 +4,12 @@
 //!
 //! Modules: `args` (CLI), `peer` (the spawned echo/sink process and its stdin/stdout control),
 //! `link` (the transport interface the loops use), `pingpong`, `throughput`, `fanout`, `rss`,
-//! `pace` (fixed-rate sending), `baseline` (the raw ring), `shoal_link` (shoal as a link),
-//! `report` (table / JSON), `targets` (T1-T6 from the run's measurements), `sys` (OS).
+//! `pace` (fixed-rate sending), `baseline_link` (the raw ring of the `shoal-baseline` crate as a
+//! link), `shoal_link` (shoal as a link), `report` (table / JSON), `targets` (T1-T6 from the
+//! run's measurements), `sys` (OS).
 
 mod args;
-mod baseline;
+mod baseline_link;
 mod fanout;
 mod link;
 mod pace;
@@ -29,6 +30,7 @@ pub(crate) use link::HEADER_LEN;
 pub(crate) use peer::run_peer;
 
 use args::{Mode, System, TARGET_TOPICS, WaitMode};
+use baseline_link::BaselineLink;
 use link::{Receiver, Sender};
 use peer::{Peer, PeerSpec};
 use report::Reporter;
@@ -117,10 +119,10 @@ fn node_of(node: &mut Option<Node>) -> anyhow::Result<&Node> {
 
 fn baseline_session(run: &Run, modes: &[Mode], name: &str, rep: &mut Reporter) -> anyhow::Result<()> {
     let prefix = format!("/dev/shm/{name}");
-    let (ping, pong) = baseline::ring_paths(&prefix);
+    let (ping, pong) = baseline_link::ring_paths(&prefix);
     let slot = run.args.sizes.iter().copied().max().unwrap_or(HEADER_LEN);
-    let mut tx = baseline::Ring::create(&ping, slot, run.wait)?;
-    let mut rx = baseline::Ring::create(&pong, slot, run.wait)?;
+    let mut tx = BaselineLink::create(&ping, slot, run.wait)?;
+    let mut rx = BaselineLink::create(&pong, slot, run.wait)?;
     let spec = PeerSpec {
         system: System::Baseline,
         wait: run.wait,
@@ -134,8 +136,8 @@ fn baseline_session(run: &Run, modes: &[Mode], name: &str, rep: &mut Reporter) -
     rep.note(&format!(
         "-- baseline: SPSC ring {}_{{ping,pong}}, {} slots of {} B, wait={}",
         prefix,
-        baseline::SLOT_COUNT,
-        tx.slot_size(),
+        baseline_link::SLOT_COUNT,
+        tx.0.slot_size(),
         run.wait
     ));
     run_modes(run, &mut tx, &mut rx, &mut peer, modes, rep)?;
