@@ -5,8 +5,8 @@
 //! Modules: `args` (CLI), `peer` (the spawned echo/sink process and its stdin/stdout control),
 //! `link` (the transport interface the loops use), `pingpong`, `throughput`, `fanout`, `rss`,
 //! `pace` (fixed-rate sending), `baseline_link` (the raw ring of the `shoal-baseline` crate as a
-//! link), `shoal_link` (shoal as a link), `report` (table / JSON), `targets` (T1-T6 from the
-//! run's measurements), `sys` (OS).
+//! link), `shoal_link` (shoal as a link), `report` (table / JSON), `sys` (OS). The project's
+//! acceptance targets are evaluated from the `--json` output by `shoal-bench` (`bench/`).
 
 mod args;
 mod baseline_link;
@@ -19,7 +19,6 @@ mod report;
 mod rss;
 mod shoal_link;
 mod sys;
-mod targets;
 mod throughput;
 
 use anyhow::Context;
@@ -29,7 +28,7 @@ pub(crate) use args::{PeerArgs, PerfArgs};
 pub(crate) use link::HEADER_LEN;
 pub(crate) use peer::run_peer;
 
-use args::{Mode, System, TARGET_TOPICS, WaitMode};
+use args::{Mode, System, WaitMode};
 use baseline_link::BaselineLink;
 use link::{Receiver, Sender};
 use peer::{Peer, PeerSpec};
@@ -56,7 +55,6 @@ impl Run<'_> {
 /// Entry point of `shoal perf`.
 pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
     args.validate()?;
-    let args = if args.targets { args.for_targets() } else { args };
     let cpus = sys::cpu_count();
     if args.pin {
         sys::pin_to_cpu(0)?;
@@ -94,19 +92,6 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
             fanout::run(&run, node_of(&mut node)?, n, &mut next_name, &mut rep)?;
         }
     }
-    let rss = if args.targets {
-        let r = rss::measure_in_child(TARGET_TOPICS)?;
-        if rep.is_json() {
-            rep.line(&r.to_json().to_string());
-        } else {
-            rep.line(&format!("-- memory: a separate process with {TARGET_TOPICS} topics\n{}", r.to_text()));
-        }
-        Some(r)
-    } else {
-        None
-    };
-    let targets = targets::evaluate(rep.measurements(), rss.as_ref());
-    targets::print(&mut rep, &targets);
     Ok(())
 }
 
@@ -168,7 +153,7 @@ fn run_modes<S: Sender, R: Receiver>(
     rep: &mut Reporter,
 ) -> anyhow::Result<()> {
     for &mode in modes {
-        for size in run.args.sizes_for(mode) {
+        for &size in &run.args.sizes {
             let context = || format!("{} {} {} with {size} B", run.system.as_str(), mode.as_str(), run.wait);
             match mode {
                 Mode::PingPong | Mode::ZeroCopy => {
