@@ -334,6 +334,8 @@ pub struct RegistrationCounters {
     /// New remote entities ignored because the registry was full (`remote_topics`, `topics_per_process`,
     /// `remote_processes`).
     pub registry_full: u64,
+    /// Remote entities evicted from a full registry to make room for one of another sending address.
+    pub evicted: u64,
     /// Samples from our own process dropped because loopback is off.
     pub own_ignored: u64,
     /// Samples with commands registration does not handle (data, services, clients, unknown).

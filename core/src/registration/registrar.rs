@@ -1,6 +1,6 @@
 //! The sans-IO registration state machine (in the style of `quinn-proto`'s `Connection`).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,57 @@ struct LocalEntry {
 struct RemoteEntry {
     topic: RemoteTopic,
     last_seen: Instant,
+    /// The address its registration came from.
+    source: SocketAddr,
+}
+
+/// Which sending address registered which remote entities, so that a full registry makes room by evicting an
+/// entity of the address holding the most, never of a smaller one: a flood from one socket (or a few) cannot lock
+/// out the other processes, whatever pids and names it claims.
+#[derive(Debug, Default)]
+struct SourceShares {
+    keys: HashMap<SocketAddr, BTreeSet<EntityKey>>,
+    /// (entities held, address), largest last.
+    sizes: BTreeSet<(usize, SocketAddr)>,
+}
+
+impl SourceShares {
+    fn resize(&mut self, source: SocketAddr, from: usize, to: usize) {
+        self.sizes.remove(&(from, source));
+        if to > 0 {
+            self.sizes.insert((to, source));
+        }
+    }
+
+    fn insert(&mut self, source: SocketAddr, key: EntityKey) {
+        let set = self.keys.entry(source).or_default();
+        let before = set.len();
+        set.insert(key);
+        let after = set.len();
+        self.resize(source, before, after);
+    }
+
+    fn remove(&mut self, source: SocketAddr, key: &EntityKey) {
+        let Some(set) = self.keys.get_mut(&source) else { return };
+        let before = set.len();
+        set.remove(key);
+        let after = set.len();
+        if after == 0 {
+            self.keys.remove(&source);
+        }
+        self.resize(source, before, after);
+    }
+
+    /// The entity to evict so that a new one from `source` fits, or `None` when `source` itself holds (about)
+    /// the most: then the newcomer is refused instead.
+    fn victim(&self, source: SocketAddr) -> Option<EntityKey> {
+        let &(largest, big) = self.sizes.last()?;
+        let mine = self.keys.get(&source).map_or(0, BTreeSet::len);
+        if big == source || mine + 1 >= largest {
+            return None;
+        }
+        self.keys.get(&big)?.first().cloned()
+    }
 }
 
 /// eCAL-compatible registration of one process, without I/O.
@@ -67,6 +118,7 @@ pub struct Registrar {
     dirty: BTreeSet<u64>,
     processes: BTreeMap<(String, u32), RemoteProcess>,
     topics: BTreeMap<EntityKey, RemoteEntry>,
+    shares: SourceShares,
     matches: BTreeSet<(u64, EntityKey)>,
     transmit: VecDeque<Vec<u8>>,
     events: VecDeque<Event>,
@@ -105,6 +157,7 @@ impl Registrar {
             dirty: BTreeSet::new(),
             processes: BTreeMap::new(),
             topics: BTreeMap::new(),
+            shares: SourceShares::default(),
             matches: BTreeSet::new(),
             transmit: VecDeque::new(),
             events: VecDeque::new(),
@@ -230,7 +283,7 @@ impl Registrar {
                 return;
             }
         };
-        self.apply_sample(now, sample);
+        self.apply_sample(now, sample, from);
     }
 
     /// Runs what is due at `now`: the periodic refresh, expiry of remote entries and of
@@ -371,11 +424,26 @@ impl Registrar {
         }
     }
 
-    /// Whether a new remote topic fits: in all, and for its process.
-    fn room_for_topic(&self, key: &EntityKey) -> bool {
-        if self.topics.len() >= self.bounds.remote_topics {
+    /// Whether a new remote topic from `source` fits: under its process's bound, and in the registry, evicting an
+    /// entity of the sending address that holds the most when it is full (see [`SourceShares`]).
+    fn make_room(&mut self, key: &EntityKey, source: SocketAddr) -> bool {
+        if !self.room_in_process(key) {
             return false;
         }
+        if self.topics.len() < self.bounds.remote_topics {
+            return true;
+        }
+        match self.shares.victim(source) {
+            Some(victim) => {
+                self.counters.evicted += 1;
+                self.remove_remote(&victim);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn room_in_process(&self, key: &EntityKey) -> bool {
         let first = EntityKey { host_name: key.host_name.clone(), pid: key.pid, entity_id: 0 };
         let last = EntityKey { entity_id: u64::MAX, ..first.clone() };
         self.topics.range(first..=last).take(self.bounds.topics_per_process).count() < self.bounds.topics_per_process
@@ -391,10 +459,10 @@ impl Registrar {
         pid == self.me.pid && host_name == self.me.host_name
     }
 
-    fn apply_sample(&mut self, now: Instant, sample: pb::Sample) {
+    fn apply_sample(&mut self, now: Instant, sample: pb::Sample, from: SocketAddr) {
         match sample.cmd_type {
-            pb::CMD_REG_PUBLISHER => self.apply_topic(now, Direction::Publisher, sample.topic),
-            pb::CMD_REG_SUBSCRIBER => self.apply_topic(now, Direction::Subscriber, sample.topic),
+            pb::CMD_REG_PUBLISHER => self.apply_topic(now, Direction::Publisher, sample.topic, from),
+            pb::CMD_REG_SUBSCRIBER => self.apply_topic(now, Direction::Subscriber, sample.topic, from),
             pb::CMD_UNREG_PUBLISHER | pb::CMD_UNREG_SUBSCRIBER => self.apply_topic_unreg(sample.topic),
             pb::CMD_REG_PROCESS => self.apply_process(now, sample.process),
             pb::CMD_UNREG_PROCESS => self.apply_process_unreg(sample.process),
@@ -418,7 +486,7 @@ impl Registrar {
         true
     }
 
-    fn apply_topic(&mut self, now: Instant, direction: Direction, topic: Option<pb::Topic>) {
+    fn apply_topic(&mut self, now: Instant, direction: Direction, topic: Option<pb::Topic>, from: SocketAddr) {
         let Some(topic) = topic else {
             self.counters.missing_body += 1;
             return;
@@ -436,7 +504,7 @@ impl Registrar {
         }
         self.counters.samples_applied += 1;
         let key = remote.key.clone();
-        if !self.topics.contains_key(&key) && !self.room_for_topic(&key) {
+        if !self.topics.contains_key(&key) && !self.make_room(&key, from) {
             self.counters.registry_full += 1;
             return;
         }
@@ -449,10 +517,16 @@ impl Registrar {
                     || old.topic_name != remote.topic_name;
                 entry.topic = remote;
                 entry.last_seen = now;
+                if entry.source != from {
+                    let old = std::mem::replace(&mut entry.source, from);
+                    self.shares.remove(old, &key);
+                    self.shares.insert(from, key.clone());
+                }
                 changed
             }
             None => {
-                self.topics.insert(key.clone(), RemoteEntry { topic: remote, last_seen: now });
+                self.topics.insert(key.clone(), RemoteEntry { topic: remote, last_seen: now, source: from });
+                self.shares.insert(from, key.clone());
                 false
             }
         };
@@ -518,7 +592,9 @@ impl Registrar {
     }
 
     fn remove_remote(&mut self, key: &EntityKey) {
-        self.topics.remove(key);
+        if let Some(e) = self.topics.remove(key) {
+            self.shares.remove(e.source, key);
+        }
         let ended: Vec<u64> = self.matches.iter().filter(|(_, k)| k == key).map(|(id, _)| *id).collect();
         for local_id in ended {
             self.matches.remove(&(local_id, key.clone()));

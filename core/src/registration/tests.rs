@@ -744,6 +744,10 @@ fn the_registry_is_bounded_in_all_and_per_process() {
     // Known entities are still refreshed when the registry is full.
     r.handle_datagram(t0 + Duration::from_secs(5), addr(1), &remote_pub_datagram(10, 0, "flood"));
     assert_eq!(r.counters().registry_full, 1030);
+    // A full registry makes room for another sending address, at the expense of the one holding the most.
+    r.handle_datagram(t0, addr(2), &remote_pub_datagram(50, 7, "legit"));
+    assert!(r.topics().any(|t| t.key.pid == 50), "a process of another address is not locked out");
+    assert_eq!((r.topics().count(), r.counters().evicted), (50, 1));
     // Processes: three kept.
     for pid in 100..110 {
         let s = codec::process_sample(&ident("h1", pid), 1);
