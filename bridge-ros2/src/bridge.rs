@@ -342,7 +342,7 @@ async fn main_loop(
         smol::Timer::after(Duration::from_millis(50)).await;
         let now = Instant::now();
         if now >= next_check {
-            next_check = now + Duration::from_millis(500);
+            next_check = now + Duration::from_millis(250);
             check_endpoints(dp, running, &mut reported);
         }
         if !stats_every.is_zero() && now >= next_stats {
@@ -386,7 +386,10 @@ fn check_endpoints(
         let own_prefixes: Vec<_> = r.own.iter().map(|g| g.prefix).collect();
         let mut report = |guid: rustdds::GUID, kind: &'static str, line: serde_json::Value| {
             if reported.insert((guid, kind)) {
-                tracing::warn!("{}", line["message"].as_str().unwrap_or_default());
+                match line["message"].as_str() {
+                    Some(m) => tracing::warn!("{m}"),
+                    None => tracing::info!("{line}"),
+                }
                 emit(&line);
             }
         };
@@ -407,6 +410,12 @@ fn check_endpoints(
             if !r.route.direction.to_shoal() {
                 continue;
             }
+            report(
+                t.key,
+                "seen",
+                json!({"event": "remote_endpoint", "route": route_name(&r.route), "kind": "writer",
+                "remote": format!("{:?}", t.key)}),
+            );
             let reliable_reader = r.route.qos.reliability == Reliability::Reliable;
             let offered = reliability_name(t.reliability);
             if reliable_reader && !matches!(t.reliability, Some(rustdds::policy::Reliability::Reliable { .. })) {
@@ -446,6 +455,12 @@ fn check_endpoints(
                 );
                 continue;
             }
+            report(
+                t.key(),
+                "seen",
+                json!({"event": "remote_endpoint", "route": route_name(&r.route), "kind": "reader",
+                "remote": format!("{:?}", t.key())}),
+            );
             let q = t.qos();
             if r.route.qos.reliability == Reliability::BestEffort
                 && matches!(q.reliability(), Some(rustdds::policy::Reliability::Reliable { .. }))
