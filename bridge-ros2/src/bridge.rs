@@ -217,83 +217,22 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
 
     let mut running = Vec::new();
     for route in &config.routes {
+        let mut env = StartEnv { shoal_node: &shoal_node, node: &mut node, ex: &ex, stop: &stop };
         let r = match route.ros_type {
-            RosType::String => {
-                start::<ProtoCodec<pb::std_msgs::String>>(route, Default::default(), &shoal_node, &mut node, &ex, &stop)
-            }
-            RosType::Header => {
-                start::<ProtoCodec<pb::std_msgs::Header>>(route, Default::default(), &shoal_node, &mut node, &ex, &stop)
-            }
-            RosType::Time => start::<ProtoCodec<pb::builtin_interfaces::Time>>(
-                route,
-                Default::default(),
-                &shoal_node,
-                &mut node,
-                &ex,
-                &stop,
-            ),
-            RosType::Pose => start::<ProtoCodec<pb::geometry_msgs::Pose>>(
-                route,
-                Default::default(),
-                &shoal_node,
-                &mut node,
-                &ex,
-                &stop,
-            ),
-            RosType::PoseStamped => start::<ProtoCodec<pb::geometry_msgs::PoseStamped>>(
-                route,
-                Default::default(),
-                &shoal_node,
-                &mut node,
-                &ex,
-                &stop,
-            ),
-            RosType::Twist => start::<ProtoCodec<pb::geometry_msgs::Twist>>(
-                route,
-                Default::default(),
-                &shoal_node,
-                &mut node,
-                &ex,
-                &stop,
-            ),
-            RosType::TransformStamped => start::<ProtoCodec<pb::geometry_msgs::TransformStamped>>(
-                route,
-                Default::default(),
-                &shoal_node,
-                &mut node,
-                &ex,
-                &stop,
-            ),
-            RosType::Imu => {
-                start::<ProtoCodec<pb::sensor_msgs::Imu>>(route, Default::default(), &shoal_node, &mut node, &ex, &stop)
-            }
-            RosType::Image => start::<ProtoCodec<pb::sensor_msgs::Image>>(
-                route,
-                Default::default(),
-                &shoal_node,
-                &mut node,
-                &ex,
-                &stop,
-            ),
-            RosType::PointCloud2 => start::<ProtoCodec<pb::sensor_msgs::PointCloud2>>(
-                route,
-                Default::default(),
-                &shoal_node,
-                &mut node,
-                &ex,
-                &stop,
-            ),
-            RosType::NavSatFix => start::<ProtoCodec<pb::sensor_msgs::NavSatFix>>(
-                route,
-                Default::default(),
-                &shoal_node,
-                &mut node,
-                &ex,
-                &stop,
-            ),
+            RosType::String => env.start(route, ProtoCodec::<pb::std_msgs::String>::default()),
+            RosType::Header => env.start(route, ProtoCodec::<pb::std_msgs::Header>::default()),
+            RosType::Time => env.start(route, ProtoCodec::<pb::builtin_interfaces::Time>::default()),
+            RosType::Pose => env.start(route, ProtoCodec::<pb::geometry_msgs::Pose>::default()),
+            RosType::PoseStamped => env.start(route, ProtoCodec::<pb::geometry_msgs::PoseStamped>::default()),
+            RosType::Twist => env.start(route, ProtoCodec::<pb::geometry_msgs::Twist>::default()),
+            RosType::TransformStamped => env.start(route, ProtoCodec::<pb::geometry_msgs::TransformStamped>::default()),
+            RosType::Imu => env.start(route, ProtoCodec::<pb::sensor_msgs::Imu>::default()),
+            RosType::Image => env.start(route, ProtoCodec::<pb::sensor_msgs::Image>::default()),
+            RosType::PointCloud2 => env.start(route, ProtoCodec::<pb::sensor_msgs::PointCloud2>::default()),
+            RosType::NavSatFix => env.start(route, ProtoCodec::<pb::sensor_msgs::NavSatFix>::default()),
             RosType::Raw => {
                 let shoal_type = route.shoal_type.clone().unwrap_or_else(|| RosType::Raw.to_string());
-                start(route, RawCodec { shoal_type }, &shoal_node, &mut node, &ex, &stop)
+                env.start(route, RawCodec { shoal_type })
             }
         }?;
         tracing::info!(route = %route_name(route), direction = ?route.direction, qos = ?route.qos, "bridging");
@@ -355,228 +294,220 @@ async fn main_loop(
     }
 }
 
-fn reliability_name(r: Option<rustdds::policy::Reliability>) -> &'static str {
-    match r {
-        Some(rustdds::policy::Reliability::BestEffort) => "best_effort",
-        Some(rustdds::policy::Reliability::Reliable { .. }) => "reliable",
-        None => "best_effort (default)",
-    }
-}
-
-fn durability_rank(d: Option<rustdds::policy::Durability>) -> u8 {
-    match d {
-        None | Some(rustdds::policy::Durability::Volatile) => 0,
-        Some(rustdds::policy::Durability::TransientLocal) => 1,
-        Some(_) => 2,
-    }
+/// A remote DDS endpoint, as discovery describes it.
+struct Remote {
+    guid: rustdds::GUID,
+    /// "writer" or "reader".
+    kind: &'static str,
+    topic: String,
+    type_name: String,
+    reliable: bool,
+    transient_local: bool,
 }
 
 /// Reports (once per remote endpoint and problem) remote DDS writers and readers on bridged topics whose QoS
-/// cannot match the bridge's (DDS then silently connects nothing), or whose type name differs.
+/// cannot match the bridge's (DDS then silently connects nothing), or whose type name differs; and, as
+/// `remote_endpoint` events, the ones that match.
 fn check_endpoints(
     dp: &rustdds::DomainParticipant,
     running: &[Running],
     reported: &mut HashSet<(rustdds::GUID, &'static str)>,
 ) {
-    let writers = dp.discovered_writers();
-    let readers = dp.discovered_readers();
+    use rustdds::policy::{Durability as D, Reliability as R};
+    let rel = |r: Option<R>| matches!(r, Some(R::Reliable { .. }));
+    let tl = |d: Option<D>| !matches!(d, None | Some(D::Volatile));
+    let mut remotes: Vec<Remote> = dp
+        .discovered_writers()
+        .into_iter()
+        .map(|w| {
+            let t = w.publication_topic_data;
+            Remote {
+                guid: t.key,
+                kind: "writer",
+                topic: t.topic_name,
+                type_name: t.type_name,
+                reliable: rel(t.reliability),
+                transient_local: tl(t.durability),
+            }
+        })
+        .collect();
+    remotes.extend(dp.discovered_readers().into_iter().map(|rd| {
+        let t = rd.subscription_topic_data;
+        let q = t.qos();
+        Remote {
+            guid: t.key(),
+            kind: "reader",
+            topic: t.topic_name().clone(),
+            type_name: t.type_name().clone(),
+            reliable: rel(q.reliability()),
+            transient_local: tl(q.durability()),
+        }
+    }));
     for r in running {
         let dds_topic = format!("rt{}", r.route.ros_topic);
         let want_type = r.route.ros_type.dds_name();
         let own_prefixes: Vec<_> = r.own.iter().map(|g| g.prefix).collect();
-        let mut report = |guid: rustdds::GUID, kind: &'static str, line: serde_json::Value| {
-            if reported.insert((guid, kind)) {
-                match line["message"].as_str() {
-                    Some(m) => tracing::warn!("{m}"),
-                    None => tracing::info!("{line}"),
+        let (ours_reliable, ours_tl) =
+            (r.route.qos.reliability == Reliability::Reliable, r.route.qos.durability == Durability::TransientLocal);
+        for e in remotes.iter().filter(|e| e.topic == dds_topic && !own_prefixes.contains(&e.guid.prefix)) {
+            let is_writer = e.kind == "writer";
+            if (is_writer && !r.route.direction.to_shoal()) || (!is_writer && !r.route.direction.to_ros()) {
+                continue;
+            }
+            let base = json!({"route": route_name(&r.route), "remote": format!("{:?}", e.guid), "kind": e.kind});
+            let mut report = |problem: &'static str, extra: serde_json::Value| {
+                if reported.insert((e.guid, problem)) {
+                    let mut line = base.clone();
+                    if let (Some(l), Some(x)) = (line.as_object_mut(), extra.as_object()) {
+                        l.extend(x.clone());
+                    }
+                    match line["message"].as_str() {
+                        Some(m) => tracing::warn!("{m}"),
+                        None => tracing::info!("{line}"),
+                    }
+                    emit(&line);
                 }
-                emit(&line);
-            }
-        };
-        for w in &writers {
-            let t = &w.publication_topic_data;
-            if t.topic_name != dds_topic || own_prefixes.contains(&t.key.prefix) {
-                continue;
-            }
-            if t.type_name != want_type {
+            };
+            if e.type_name != want_type {
                 report(
-                    t.key,
                     "type",
-                    json!({"event": "type_mismatch", "route": route_name(&r.route), "remote": format!("{:?}", t.key),
-                    "message": format!("a ROS 2 writer on {} publishes {}, the bridge expects {want_type}: DDS will not connect them", r.route.ros_topic, t.type_name)}),
+                    json!({"event": "type_mismatch", "message": format!(
+                    "a ROS 2 {} on {} has type {}, the bridge's is {want_type}: DDS will not connect them",
+                    e.kind, r.route.ros_topic, e.type_name)}),
                 );
                 continue;
             }
-            if !r.route.direction.to_shoal() {
-                continue;
-            }
-            report(
-                t.key,
-                "seen",
-                json!({"event": "remote_endpoint", "route": route_name(&r.route), "kind": "writer",
-                "remote": format!("{:?}", t.key)}),
-            );
-            let reliable_reader = r.route.qos.reliability == Reliability::Reliable;
-            let offered = reliability_name(t.reliability);
-            if reliable_reader && !matches!(t.reliability, Some(rustdds::policy::Reliability::Reliable { .. })) {
+            report("seen", json!({"event": "remote_endpoint"}));
+            // DDS matching: a reliable reader needs a reliable writer, a transient-local reader a transient-local writer.
+            let (w_rel, r_rel, w_tl, r_tl) = if is_writer {
+                (e.reliable, ours_reliable, e.transient_local, ours_tl)
+            } else {
+                (ours_reliable, e.reliable, ours_tl, e.transient_local)
+            };
+            let side =
+                if is_writer { "remote writer, the bridge's reader" } else { "remote reader, the bridge's writer" };
+            if r_rel && !w_rel {
                 report(
-                    t.key,
                     "reliability",
-                    json!({"event": "qos_mismatch", "route": route_name(&r.route), "remote": format!("{:?}", t.key),
-                    "side": "writer", "offered": offered, "requested": "reliable",
-                    "message": format!("QoS mismatch on {}: a remote writer offers {offered}, the bridge's reader requests reliable, so its samples are not received; set reliability = \"best_effort\" on this topic", r.route.ros_topic)}),
+                    json!({"event": "qos_mismatch", "offered": "best_effort", "requested": "reliable",
+                    "message": format!("QoS mismatch on {} ({side}): the writer offers best_effort, the reader requests \
+                    reliable, so nothing flows; make both reliable or both best_effort", r.route.ros_topic)}),
                 );
             }
-            let want_durability = u8::from(r.route.qos.durability == Durability::TransientLocal);
-            if durability_rank(t.durability) < want_durability {
+            if r_tl && !w_tl {
                 report(
-                    t.key,
                     "durability",
-                    json!({"event": "qos_mismatch", "route": route_name(&r.route), "remote": format!("{:?}", t.key),
-                    "side": "writer", "offered": "volatile", "requested": "transient_local",
-                    "message": format!("QoS mismatch on {}: a remote writer is volatile, the bridge's reader requests transient_local; set durability = \"volatile\"", r.route.ros_topic)}),
-                );
-            }
-        }
-        if !r.route.direction.to_ros() {
-            continue;
-        }
-        for rd in &readers {
-            let t = &rd.subscription_topic_data;
-            if *t.topic_name() != dds_topic || own_prefixes.contains(&t.key().prefix) {
-                continue;
-            }
-            if *t.type_name() != want_type {
-                report(
-                    t.key(),
-                    "type",
-                    json!({"event": "type_mismatch", "route": route_name(&r.route), "remote": format!("{:?}", t.key()),
-                    "message": format!("a ROS 2 reader on {} expects {}, the bridge publishes {want_type}: DDS will not connect them", r.route.ros_topic, t.type_name())}),
-                );
-                continue;
-            }
-            report(
-                t.key(),
-                "seen",
-                json!({"event": "remote_endpoint", "route": route_name(&r.route), "kind": "reader",
-                "remote": format!("{:?}", t.key())}),
-            );
-            let q = t.qos();
-            if r.route.qos.reliability == Reliability::BestEffort
-                && matches!(q.reliability(), Some(rustdds::policy::Reliability::Reliable { .. }))
-            {
-                report(
-                    t.key(),
-                    "reliability",
-                    json!({"event": "qos_mismatch", "route": route_name(&r.route), "remote": format!("{:?}", t.key()),
-                    "side": "reader", "offered": "best_effort", "requested": "reliable",
-                    "message": format!("QoS mismatch on {}: a remote reader requests reliable, the bridge's writer is best_effort, so it receives nothing; set reliability = \"reliable\"", r.route.ros_topic)}),
-                );
-            }
-            if durability_rank(q.durability()) > u8::from(r.route.qos.durability == Durability::TransientLocal) {
-                report(
-                    t.key(),
-                    "durability",
-                    json!({"event": "qos_mismatch", "route": route_name(&r.route), "remote": format!("{:?}", t.key()),
-                    "side": "reader", "offered": "volatile", "requested": "transient_local",
-                    "message": format!("QoS mismatch on {}: a remote reader requests transient_local, the bridge's writer is volatile; set durability = \"transient_local\"", r.route.ros_topic)}),
+                    json!({"event": "qos_mismatch", "offered": "volatile", "requested": "transient_local",
+                    "message": format!("QoS mismatch on {} ({side}): the writer is volatile, the reader requests \
+                    transient_local, so nothing flows", r.route.ros_topic)}),
                 );
             }
         }
     }
 }
 
-fn start<C: Codec>(
-    route: &Route,
-    codec: C,
-    shoal_node: &shoal::Node,
-    node: &mut ros2_client::Node,
-    ex: &smol::LocalExecutor<'_>,
-    stop: &Arc<AtomicBool>,
-) -> Result<Running, BridgeError> {
-    let codec = Arc::new(codec);
-    let stats = Arc::new(RouteStats::new(route_name(route)));
-    let qos = qos_profile(route);
-    let name = Name::parse(&route.ros_topic).map_err(|e| ros_err(&format!("topic name {}", route.ros_topic), e))?;
-    let (pkg, ty) = route.ros_type.ros_name();
-    let topic = node
-        .create_topic(&name, MessageTypeName::new(pkg, ty), &qos)
-        .map_err(|e| ros_err(&format!("topic {}", route.ros_topic), e))?;
-    let shoal_err = |source| BridgeError::ShoalTopic { topic: route.shoal_topic.clone(), source };
-    let mut own = Vec::new();
+/// What starting a route needs.
+struct StartEnv<'a, 'ex> {
+    shoal_node: &'a shoal::Node,
+    node: &'a mut ros2_client::Node,
+    ex: &'a smol::LocalExecutor<'ex>,
+    stop: &'a Arc<AtomicBool>,
+}
 
-    // ROS 2 → shoal: created first, so that the shoal → ROS 2 side knows the shoal publisher to ignore.
-    let mut own_shoal_pub = None;
-    let mut ros_sub: Option<Subscription<C::Ros>> = None;
-    let mut shoal_pub = None;
-    if route.direction.to_shoal() {
-        let p =
-            shoal_node.publisher(&route.shoal_topic).type_info(codec.shoal_type_info()).create().map_err(shoal_err)?;
-        own_shoal_pub = Some(p.id());
-        shoal_pub = Some(p);
-        let s = node.create_subscription::<C::Ros>(&topic, Some(qos.clone())).map_err(|e| ros_err("DDS reader", e))?;
-        own.push(s.guid());
-        ros_sub = Some(s);
-    }
+impl StartEnv<'_, '_> {
+    fn start<C: Codec>(&mut self, route: &Route, codec: C) -> Result<Running, BridgeError> {
+        let StartEnv { shoal_node, node, ex, stop } = self;
+        let codec = Arc::new(codec);
+        let stats = Arc::new(RouteStats::new(route_name(route)));
+        let qos = qos_profile(route);
+        let name = Name::parse(&route.ros_topic).map_err(|e| ros_err(&format!("topic name {}", route.ros_topic), e))?;
+        let (pkg, ty) = route.ros_type.ros_name();
+        let topic = node
+            .create_topic(&name, MessageTypeName::new(pkg, ty), &qos)
+            .map_err(|e| ros_err(&format!("topic {}", route.ros_topic), e))?;
+        let shoal_err = |source| BridgeError::ShoalTopic { topic: route.shoal_topic.clone(), source };
+        let mut own = Vec::new();
 
-    let mut thread = None;
-    let mut own_ros_gid = None;
-    if route.direction.to_ros() {
-        let ros_pub = node.create_publisher::<C::Ros>(&topic, Some(qos)).map_err(|e| ros_err("DDS writer", e))?;
-        own.push(ros_pub.guid());
-        own_ros_gid = Some(ros_pub.gid());
-        let sub =
-            shoal_node.subscriber(&route.shoal_topic).type_info(codec.shoal_type_info()).create().map_err(shoal_err)?;
-        let (codec, stats, stop) = (Arc::clone(&codec), Arc::clone(&stats), Arc::clone(stop));
-        let t = std::thread::Builder::new()
-            .name(format!("to-ros {}", route.ros_topic))
-            .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let Ok(sample) = sub.recv_timeout(Duration::from_millis(100)) else { continue };
-                    if Some(sample.publisher_id()) == own_shoal_pub {
-                        stats.own_ignored.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    match codec.to_ros(&sample) {
-                        Ok(msg) => match ros_pub.publish(msg) {
-                            Ok(()) => {
-                                stats.to_ros.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Err(e) => stats.dropped(Cause::RosWrite, &format!("{e:?}")),
-                        },
-                        Err((cause, detail)) => stats.dropped(cause, &detail),
-                    }
-                }
-            })
-            .map_err(|e| ros_err("thread", e))?;
-        thread = Some(t);
-    }
+        // ROS 2 → shoal: created first, so that the shoal → ROS 2 side knows the shoal publisher to ignore.
+        let mut own_shoal_pub = None;
+        let mut ros_sub: Option<Subscription<C::Ros>> = None;
+        let mut shoal_pub = None;
+        if route.direction.to_shoal() {
+            let p = shoal_node
+                .publisher(&route.shoal_topic)
+                .type_info(codec.shoal_type_info())
+                .create()
+                .map_err(shoal_err)?;
+            own_shoal_pub = Some(p.id());
+            shoal_pub = Some(p);
+            let s =
+                node.create_subscription::<C::Ros>(&topic, Some(qos.clone())).map_err(|e| ros_err("DDS reader", e))?;
+            own.push(s.guid());
+            ros_sub = Some(s);
+        }
 
-    if let (Some(sub), Some(mut publ)) = (ros_sub, shoal_pub) {
-        let (codec, stats) = (Arc::clone(&codec), Arc::clone(&stats));
-        ex.spawn(async move {
-            let stream = sub.async_stream();
-            futures::pin_mut!(stream);
-            while let Some(item) = stream.next().await {
-                match item {
-                    Ok((msg, info)) => {
-                        if Some(info.publisher_gid()) == own_ros_gid {
+        let mut thread = None;
+        let mut own_ros_gid = None;
+        if route.direction.to_ros() {
+            let ros_pub = node.create_publisher::<C::Ros>(&topic, Some(qos)).map_err(|e| ros_err("DDS writer", e))?;
+            own.push(ros_pub.guid());
+            own_ros_gid = Some(ros_pub.gid());
+            let sub = shoal_node
+                .subscriber(&route.shoal_topic)
+                .type_info(codec.shoal_type_info())
+                .create()
+                .map_err(shoal_err)?;
+            let (codec, stats, stop) = (Arc::clone(&codec), Arc::clone(&stats), Arc::clone(stop));
+            let t = std::thread::Builder::new()
+                .name(format!("to-ros {}", route.ros_topic))
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let Ok(sample) = sub.recv_timeout(Duration::from_millis(100)) else { continue };
+                        if Some(sample.publisher_id()) == own_shoal_pub {
                             stats.own_ignored.fetch_add(1, Ordering::Relaxed);
                             continue;
                         }
-                        let bytes = codec.to_shoal(msg);
-                        match publ.send(&bytes) {
-                            Ok(()) => {
-                                stats.to_shoal.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Err(e) => stats.dropped(Cause::ShoalSend, &e),
+                        match codec.to_ros(&sample) {
+                            Ok(msg) => match ros_pub.publish(msg) {
+                                Ok(()) => {
+                                    stats.to_ros.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Err(e) => stats.dropped(Cause::RosWrite, &format!("{e:?}")),
+                            },
+                            Err((cause, detail)) => stats.dropped(cause, &detail),
                         }
                     }
-                    Err(e) => stats.dropped(Cause::CdrDecode, &format!("{e:?}")),
+                })
+                .map_err(|e| ros_err("thread", e))?;
+            thread = Some(t);
+        }
+
+        if let (Some(sub), Some(mut publ)) = (ros_sub, shoal_pub) {
+            let (codec, stats) = (Arc::clone(&codec), Arc::clone(&stats));
+            ex.spawn(async move {
+                let stream = sub.async_stream();
+                futures::pin_mut!(stream);
+                while let Some(item) = stream.next().await {
+                    match item {
+                        Ok((msg, info)) => {
+                            if Some(info.publisher_gid()) == own_ros_gid {
+                                stats.own_ignored.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            let bytes = codec.to_shoal(msg);
+                            match publ.send(&bytes) {
+                                Ok(()) => {
+                                    stats.to_shoal.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Err(e) => stats.dropped(Cause::ShoalSend, &e),
+                            }
+                        }
+                        Err(e) => stats.dropped(Cause::CdrDecode, &format!("{e:?}")),
+                    }
                 }
-            }
-        })
-        .detach();
+            })
+            .detach();
+        }
+        Ok(Running { route: route.clone(), stats, thread, own })
     }
-    Ok(Running { route: route.clone(), stats, thread, own })
 }

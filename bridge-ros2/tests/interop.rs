@@ -362,7 +362,12 @@ fn qos_mismatch_is_reported() {
     eprintln!("reported: {v}");
     assert_eq!(v["offered"], "best_effort", "{v}");
     assert_eq!(v["requested"], "reliable", "{v}");
-    assert!(v["message"].as_str().is_some_and(|m| m.contains("/scan") && m.contains("best_effort")), "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("/scan") && m.contains("best_effort") && m.contains("remote writer")),
+        "{v}"
+    );
 }
 
 #[test]
