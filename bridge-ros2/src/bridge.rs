@@ -1,0 +1,513 @@
+//! The running bridge: one shoal node and one ROS 2 node (a RustDDS participant through ros2-client), and per
+//! route a shoal → ROS 2 thread and/or a ROS 2 → shoal task.
+//!
+//! Threads: the caller's thread runs a single-threaded executor with ros2-client's spinner (discovery, graph,
+//! parameter services), every ROS 2 → shoal task, the statistics timer and the endpoint check (QoS and type
+//! mismatches of the remote DDS endpoints on the bridged topics); each shoal → ROS 2 route has a thread that
+//! receives from shoal and writes to DDS. RustDDS adds its own event-loop thread, shoal its I/O thread.
+
+use std::collections::HashSet;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use ros2_client::dds::rustdds;
+use ros2_client::{
+    Context, MessageTypeName, Name, NodeName, NodeOptions, QosProfile, Subscription,
+    qos::{Durability as RosDurability, History, Reliability as RosReliability, WhenFull},
+};
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::json;
+use shoal::{Sample, TypeInfo};
+
+use crate::config::{Config, Durability, Reliability, Route};
+use crate::mapping::ToRos;
+use crate::pb;
+use crate::ros;
+use crate::stats::{Cause, RouteStats};
+use crate::types::RosType;
+
+/// Errors that stop the bridge from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    /// shoal could not start.
+    #[error("shoal: {0}")]
+    Shoal(#[from] shoal::InitError),
+    /// A shoal publisher or subscriber could not be created.
+    #[error("shoal topic {topic}: {source}")]
+    ShoalTopic {
+        /// The topic.
+        topic: String,
+        /// Why.
+        source: shoal::CreateError,
+    },
+    /// The DDS participant, node, topic, reader or writer could not be created.
+    #[error("ROS 2 / DDS: {0}")]
+    Ros(String),
+}
+
+fn ros_err(what: &str, e: impl std::fmt::Debug) -> BridgeError {
+    BridgeError::Ros(format!("{what}: {e:?}"))
+}
+
+/// How a route turns shoal payloads into ROS 2 messages and back.
+pub trait Codec: Send + Sync + 'static {
+    /// The ROS 2 message struct.
+    type Ros: Serialize + DeserializeOwned + std::fmt::Debug + Send + 'static;
+    /// What the bridge's shoal publisher and subscriber announce.
+    fn shoal_type_info(&self) -> TypeInfo;
+    /// shoal sample → ROS 2 message; a drop cause and its detail when the sample is bad input.
+    fn to_ros(&self, sample: &Sample) -> Result<Self::Ros, (Cause, String)>;
+    /// ROS 2 message → shoal payload.
+    fn to_shoal(&self, msg: Self::Ros) -> Vec<u8>;
+}
+
+/// A built-in type: the shipped protobuf message `P`, mapped field by field.
+#[derive(Debug)]
+pub struct ProtoCodec<P>(PhantomData<fn() -> P>);
+
+impl<P> Default for ProtoCodec<P> {
+    fn default() -> Self {
+        ProtoCodec(PhantomData)
+    }
+}
+
+impl<P> Codec for ProtoCodec<P>
+where
+    P: shoal::Message + prost::Message + Default + ToRos,
+    P::Ros: Serialize + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    type Ros = P::Ros;
+    fn shoal_type_info(&self) -> TypeInfo {
+        P::type_info().clone()
+    }
+    fn to_ros(&self, sample: &Sample) -> Result<P::Ros, (Cause, String)> {
+        let want = P::type_info();
+        let got = sample.type_info();
+        // A publisher without type information (raw eCAL publishers) is taken at its word.
+        if !got.name.is_empty()
+            && (got.name != want.name || (!got.encoding.is_empty() && got.encoding != want.encoding))
+        {
+            return Err((
+                Cause::TypeMismatch,
+                format!("publisher announces {} ({}), the route carries {} (proto)", got.name, got.encoding, want.name),
+            ));
+        }
+        let msg = <P as prost::Message>::decode(sample.payload()).map_err(|e| {
+            (Cause::ProtoDecode, format!("{} bytes are not a {}: {e}", sample.payload().len(), want.name))
+        })?;
+        msg.to_ros().map_err(|e| (Cause::Map, e.to_string()))
+    }
+    fn to_shoal(&self, msg: P::Ros) -> Vec<u8> {
+        prost::Message::encode_to_vec(&P::from_ros(msg))
+    }
+}
+
+/// The raw fallback: `std_msgs/msg/UInt8MultiArray` carrying the payload and its shoal type name.
+#[derive(Debug)]
+pub struct RawCodec {
+    shoal_type: String,
+}
+
+impl Codec for RawCodec {
+    type Ros = ros::UInt8MultiArray;
+    fn shoal_type_info(&self) -> TypeInfo {
+        TypeInfo::raw(self.shoal_type.clone())
+    }
+    fn to_ros(&self, sample: &Sample) -> Result<ros::UInt8MultiArray, (Cause, String)> {
+        let data = sample.payload().to_vec();
+        let len = u32::try_from(data.len()).map_err(|_| (Cause::Map, "payload larger than 4 GiB".to_string()))?;
+        let dim = ros::MultiArrayDimension { label: sample.type_info().name.clone(), size: len, stride: len };
+        Ok(ros::UInt8MultiArray { layout: ros::MultiArrayLayout { dim: vec![dim], data_offset: 0 }, data })
+    }
+    fn to_shoal(&self, msg: ros::UInt8MultiArray) -> Vec<u8> {
+        msg.data
+    }
+}
+
+/// The ROS 2 QoS profile of a route (the same for its reader and its writer).
+pub fn qos_profile(route: &Route) -> QosProfile {
+    let q = &route.qos;
+    let p = QosProfile::publisher_default().history(History::KeepLast { depth: q.history_depth });
+    let p = match q.reliability {
+        // A write waits up to 2 s for room in the reliable window (a 6 MB sample is ~95 datagrams).
+        Reliability::Reliable => {
+            p.reliability(RosReliability::Reliable { when_full: WhenFull::Wait(Duration::from_secs(2)) })
+        }
+        Reliability::BestEffort => p.reliability(RosReliability::BestEffort),
+    };
+    match q.durability {
+        Durability::Volatile => p.durability(RosDurability::Volatile),
+        Durability::TransientLocal => p.durability(RosDurability::TransientLocal),
+    }
+}
+
+/// `net.core.rmem_max` (the cap on any socket's receive buffer), if readable.
+pub fn rmem_max() -> Option<usize> {
+    std::fs::read_to_string("/proc/sys/net/core/rmem_max").ok()?.trim().parse().ok()
+}
+
+/// Warns when the kernel will cap the requested DDS receive buffer: multi-megabyte samples then overflow it in
+/// bursts, and RustDDS repairs lost fragments slowly (256-byte fragments), so they arrive late or not at all.
+pub fn check_socket_limits(requested: usize) -> Option<String> {
+    let max = rmem_max()?;
+    (max < requested).then(|| {
+        format!(
+            "net.core.rmem_max is {max} bytes, below the requested DDS receive buffer of {requested} bytes: the \
+             kernel caps every socket at {max}, so samples of several MB (images, point clouds) can overflow it and \
+             be lost or repaired slowly. Raise the limit (sysctl -w net.core.rmem_max={requested}), or use \
+             reliability = \"best_effort\" for those topics. ROS 2 peers receiving large samples need a large \
+             buffer too (Cyclone DDS: <Internal><SocketReceiveBufferSize min=\"4MB\"/></Internal>)."
+        )
+    })
+}
+
+/// Parts of a running route the main loop needs.
+struct Running {
+    route: Route,
+    stats: Arc<RouteStats>,
+    thread: Option<JoinHandle<()>>,
+    /// GUIDs of the bridge's own DDS endpoints of this route.
+    own: Vec<rustdds::GUID>,
+}
+
+fn route_name(r: &Route) -> String {
+    format!("{} <-> {} [{}]", r.shoal_topic, r.ros_topic, r.ros_type)
+}
+
+/// Prints one JSON line on stdout (the bridge's machine-readable events: ready, stats, qos_mismatch, ...).
+pub fn emit(v: &serde_json::Value) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{v}");
+    let _ = out.flush();
+}
+
+/// Runs the bridge until `stop` becomes true.
+pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
+    config.check_routes().map_err(|e| BridgeError::Ros(e.to_string()))?;
+    let shoal_node = shoal::Node::init(&config.unit_name)?;
+    if let Some(w) = check_socket_limits(config.socket_receive_buffer) {
+        tracing::warn!("{w}");
+        emit(&json!({"event": "warning", "kind": "rmem_max", "message": w}));
+    }
+
+    let mut b = rustdds::DomainParticipantBuilder::new(config.domain_id)
+        .socket_receive_buffer_size(config.socket_receive_buffer)
+        .socket_send_buffer_size(config.socket_send_buffer);
+    if !config.interfaces.is_empty() {
+        b = b.with_only_networks(config.interfaces.iter().copied());
+    }
+    let dp = b.build().map_err(|e| ros_err("DDS participant", e))?;
+    let ctx = Context::from_domain_participant(dp.clone()).map_err(|e| ros_err("ROS 2 context", e))?;
+    let node_name = NodeName::new(&config.namespace, &config.node_name).map_err(|e| ros_err("node name", e))?;
+    let mut node = ctx.new_node(node_name, NodeOptions::new().enable_rosout(true)).map_err(|e| ros_err("node", e))?;
+
+    let ex = smol::LocalExecutor::new();
+    let spinner = node.spinner().map_err(|e| ros_err("spinner", e))?;
+    ex.spawn(async move {
+        if let Err(e) = spinner.spin().await {
+            tracing::error!("ROS 2 spinner stopped: {e:?}");
+        }
+    })
+    .detach();
+
+    let mut running = Vec::new();
+    for route in &config.routes {
+        let mut env = StartEnv { shoal_node: &shoal_node, node: &mut node, ex: &ex, stop: &stop };
+        let r = match route.ros_type {
+            RosType::String => env.start(route, ProtoCodec::<pb::std_msgs::String>::default()),
+            RosType::Header => env.start(route, ProtoCodec::<pb::std_msgs::Header>::default()),
+            RosType::Time => env.start(route, ProtoCodec::<pb::builtin_interfaces::Time>::default()),
+            RosType::Pose => env.start(route, ProtoCodec::<pb::geometry_msgs::Pose>::default()),
+            RosType::PoseStamped => env.start(route, ProtoCodec::<pb::geometry_msgs::PoseStamped>::default()),
+            RosType::Twist => env.start(route, ProtoCodec::<pb::geometry_msgs::Twist>::default()),
+            RosType::TransformStamped => env.start(route, ProtoCodec::<pb::geometry_msgs::TransformStamped>::default()),
+            RosType::Imu => env.start(route, ProtoCodec::<pb::sensor_msgs::Imu>::default()),
+            RosType::Image => env.start(route, ProtoCodec::<pb::sensor_msgs::Image>::default()),
+            RosType::PointCloud2 => env.start(route, ProtoCodec::<pb::sensor_msgs::PointCloud2>::default()),
+            RosType::NavSatFix => env.start(route, ProtoCodec::<pb::sensor_msgs::NavSatFix>::default()),
+            RosType::Raw => {
+                let shoal_type = route.shoal_type.clone().unwrap_or_else(|| RosType::Raw.to_string());
+                env.start(route, RawCodec { shoal_type })
+            }
+        }?;
+        tracing::info!(route = %route_name(route), direction = ?route.direction, qos = ?route.qos, "bridging");
+        running.push(r);
+    }
+
+    let stats_pub = shoal_node
+        .publisher("shoal_ros2_bridge/stats")
+        .type_info(TypeInfo::raw("json"))
+        .create()
+        .map_err(|source| BridgeError::ShoalTopic { topic: "shoal_ros2_bridge/stats".into(), source })?;
+    emit(&json!({
+        "event": "ready",
+        "node": node.fully_qualified_name(),
+        "domain_id": config.domain_id,
+        "routes": running.iter().map(|r| route_name(&r.route)).collect::<Vec<_>>(),
+    }));
+
+    let main = main_loop(config, &dp, &running, stats_pub, &stop);
+    smol::block_on(ex.run(main));
+
+    stop.store(true, Ordering::Relaxed);
+    for r in &mut running {
+        if let Some(t) = r.thread.take() {
+            let _ = t.join();
+        }
+    }
+    emit(
+        &json!({"event": "stats", "final": true, "routes": running.iter().map(|r| r.stats.to_json()).collect::<Vec<_>>()}),
+    );
+    Ok(())
+}
+
+async fn main_loop(
+    config: &Config,
+    dp: &rustdds::DomainParticipant,
+    running: &[Running],
+    mut stats_pub: shoal::Publisher,
+    stop: &AtomicBool,
+) {
+    let mut reported: HashSet<(rustdds::GUID, &'static str)> = HashSet::new();
+    let stats_every = Duration::from_millis(config.stats_interval_ms);
+    let mut next_stats = Instant::now() + stats_every;
+    let mut next_check = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        smol::Timer::after(Duration::from_millis(50)).await;
+        let now = Instant::now();
+        if now >= next_check {
+            next_check = now + Duration::from_millis(250);
+            check_endpoints(dp, running, &mut reported);
+        }
+        if !stats_every.is_zero() && now >= next_stats {
+            next_stats = now + stats_every;
+            let line =
+                json!({"event": "stats", "routes": running.iter().map(|r| r.stats.to_json()).collect::<Vec<_>>()});
+            emit(&line);
+            let _ = stats_pub.send(line.to_string().as_bytes());
+        }
+    }
+}
+
+/// A remote DDS endpoint, as discovery describes it.
+struct Remote {
+    guid: rustdds::GUID,
+    /// "writer" or "reader".
+    kind: &'static str,
+    topic: String,
+    type_name: String,
+    reliable: bool,
+    transient_local: bool,
+}
+
+/// Reports (once per remote endpoint and problem) remote DDS writers and readers on bridged topics whose QoS
+/// cannot match the bridge's (DDS then silently connects nothing), or whose type name differs; and, as
+/// `remote_endpoint` events, the ones that match.
+fn check_endpoints(
+    dp: &rustdds::DomainParticipant,
+    running: &[Running],
+    reported: &mut HashSet<(rustdds::GUID, &'static str)>,
+) {
+    use rustdds::policy::{Durability as D, Reliability as R};
+    let rel = |r: Option<R>| matches!(r, Some(R::Reliable { .. }));
+    let tl = |d: Option<D>| !matches!(d, None | Some(D::Volatile));
+    let mut remotes: Vec<Remote> = dp
+        .discovered_writers()
+        .into_iter()
+        .map(|w| {
+            let t = w.publication_topic_data;
+            Remote {
+                guid: t.key,
+                kind: "writer",
+                topic: t.topic_name,
+                type_name: t.type_name,
+                reliable: rel(t.reliability),
+                transient_local: tl(t.durability),
+            }
+        })
+        .collect();
+    remotes.extend(dp.discovered_readers().into_iter().map(|rd| {
+        let t = rd.subscription_topic_data;
+        let q = t.qos();
+        Remote {
+            guid: t.key(),
+            kind: "reader",
+            topic: t.topic_name().clone(),
+            type_name: t.type_name().clone(),
+            reliable: rel(q.reliability()),
+            transient_local: tl(q.durability()),
+        }
+    }));
+    for r in running {
+        let dds_topic = format!("rt{}", r.route.ros_topic);
+        let want_type = r.route.ros_type.dds_name();
+        let own_prefixes: Vec<_> = r.own.iter().map(|g| g.prefix).collect();
+        let (ours_reliable, ours_tl) =
+            (r.route.qos.reliability == Reliability::Reliable, r.route.qos.durability == Durability::TransientLocal);
+        for e in remotes.iter().filter(|e| e.topic == dds_topic && !own_prefixes.contains(&e.guid.prefix)) {
+            let is_writer = e.kind == "writer";
+            if (is_writer && !r.route.direction.to_shoal()) || (!is_writer && !r.route.direction.to_ros()) {
+                continue;
+            }
+            let base = json!({"route": route_name(&r.route), "remote": format!("{:?}", e.guid), "kind": e.kind});
+            let mut report = |problem: &'static str, extra: serde_json::Value| {
+                if reported.insert((e.guid, problem)) {
+                    let mut line = base.clone();
+                    if let (Some(l), Some(x)) = (line.as_object_mut(), extra.as_object()) {
+                        l.extend(x.clone());
+                    }
+                    match line["message"].as_str() {
+                        Some(m) => tracing::warn!("{m}"),
+                        None => tracing::info!("{line}"),
+                    }
+                    emit(&line);
+                }
+            };
+            if e.type_name != want_type {
+                report(
+                    "type",
+                    json!({"event": "type_mismatch", "message": format!(
+                    "a ROS 2 {} on {} has type {}, the bridge's is {want_type}: DDS will not connect them",
+                    e.kind, r.route.ros_topic, e.type_name)}),
+                );
+                continue;
+            }
+            report("seen", json!({"event": "remote_endpoint"}));
+            // DDS matching: a reliable reader needs a reliable writer, a transient-local reader a transient-local writer.
+            let (w_rel, r_rel, w_tl, r_tl) = if is_writer {
+                (e.reliable, ours_reliable, e.transient_local, ours_tl)
+            } else {
+                (ours_reliable, e.reliable, ours_tl, e.transient_local)
+            };
+            let side =
+                if is_writer { "remote writer, the bridge's reader" } else { "remote reader, the bridge's writer" };
+            if r_rel && !w_rel {
+                report(
+                    "reliability",
+                    json!({"event": "qos_mismatch", "offered": "best_effort", "requested": "reliable",
+                    "message": format!("QoS mismatch on {} ({side}): the writer offers best_effort, the reader requests \
+                    reliable, so nothing flows; make both reliable or both best_effort", r.route.ros_topic)}),
+                );
+            }
+            if r_tl && !w_tl {
+                report(
+                    "durability",
+                    json!({"event": "qos_mismatch", "offered": "volatile", "requested": "transient_local",
+                    "message": format!("QoS mismatch on {} ({side}): the writer is volatile, the reader requests \
+                    transient_local, so nothing flows", r.route.ros_topic)}),
+                );
+            }
+        }
+    }
+}
+
+/// What starting a route needs.
+struct StartEnv<'a, 'ex> {
+    shoal_node: &'a shoal::Node,
+    node: &'a mut ros2_client::Node,
+    ex: &'a smol::LocalExecutor<'ex>,
+    stop: &'a Arc<AtomicBool>,
+}
+
+impl StartEnv<'_, '_> {
+    fn start<C: Codec>(&mut self, route: &Route, codec: C) -> Result<Running, BridgeError> {
+        let StartEnv { shoal_node, node, ex, stop } = self;
+        let codec = Arc::new(codec);
+        let stats = Arc::new(RouteStats::new(route_name(route)));
+        let qos = qos_profile(route);
+        let name = Name::parse(&route.ros_topic).map_err(|e| ros_err(&format!("topic name {}", route.ros_topic), e))?;
+        let (pkg, ty) = route.ros_type.ros_name();
+        let topic = node
+            .create_topic(&name, MessageTypeName::new(pkg, ty), &qos)
+            .map_err(|e| ros_err(&format!("topic {}", route.ros_topic), e))?;
+        let shoal_err = |source| BridgeError::ShoalTopic { topic: route.shoal_topic.clone(), source };
+        let mut own = Vec::new();
+
+        // ROS 2 → shoal: created first, so that the shoal → ROS 2 side knows the shoal publisher to ignore.
+        let mut own_shoal_pub = None;
+        let mut ros_sub: Option<Subscription<C::Ros>> = None;
+        let mut shoal_pub = None;
+        if route.direction.to_shoal() {
+            let p = shoal_node
+                .publisher(&route.shoal_topic)
+                .type_info(codec.shoal_type_info())
+                .create()
+                .map_err(shoal_err)?;
+            own_shoal_pub = Some(p.id());
+            shoal_pub = Some(p);
+            let s =
+                node.create_subscription::<C::Ros>(&topic, Some(qos.clone())).map_err(|e| ros_err("DDS reader", e))?;
+            own.push(s.guid());
+            ros_sub = Some(s);
+        }
+
+        let mut thread = None;
+        let mut own_ros_gid = None;
+        if route.direction.to_ros() {
+            let ros_pub = node.create_publisher::<C::Ros>(&topic, Some(qos)).map_err(|e| ros_err("DDS writer", e))?;
+            own.push(ros_pub.guid());
+            own_ros_gid = Some(ros_pub.gid());
+            let sub = shoal_node
+                .subscriber(&route.shoal_topic)
+                .type_info(codec.shoal_type_info())
+                .create()
+                .map_err(shoal_err)?;
+            let (codec, stats, stop) = (Arc::clone(&codec), Arc::clone(&stats), Arc::clone(stop));
+            let t = std::thread::Builder::new()
+                .name(format!("to-ros {}", route.ros_topic))
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let Ok(sample) = sub.recv_timeout(Duration::from_millis(100)) else { continue };
+                        if Some(sample.publisher_id()) == own_shoal_pub {
+                            stats.own_ignored.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        match codec.to_ros(&sample) {
+                            Ok(msg) => match ros_pub.publish(msg) {
+                                Ok(()) => {
+                                    stats.to_ros.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Err(e) => stats.dropped(Cause::RosWrite, &format!("{e:?}")),
+                            },
+                            Err((cause, detail)) => stats.dropped(cause, &detail),
+                        }
+                    }
+                })
+                .map_err(|e| ros_err("thread", e))?;
+            thread = Some(t);
+        }
+
+        if let (Some(sub), Some(mut publ)) = (ros_sub, shoal_pub) {
+            let (codec, stats) = (Arc::clone(&codec), Arc::clone(&stats));
+            ex.spawn(async move {
+                let stream = sub.async_stream();
+                futures::pin_mut!(stream);
+                while let Some(item) = stream.next().await {
+                    match item {
+                        Ok((msg, info)) => {
+                            if Some(info.publisher_gid()) == own_ros_gid {
+                                stats.own_ignored.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            let bytes = codec.to_shoal(msg);
+                            match publ.send(&bytes) {
+                                Ok(()) => {
+                                    stats.to_shoal.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Err(e) => stats.dropped(Cause::ShoalSend, &e),
+                            }
+                        }
+                        Err(e) => stats.dropped(Cause::CdrDecode, &format!("{e:?}")),
+                    }
+                }
+            })
+            .detach();
+        }
+        Ok(Running { route: route.clone(), stats, thread, own })
+    }
+}

@@ -1,0 +1,551 @@
+//! The bridge's configuration: a TOML file (every key checked; an error names `file:line:column`, the key and the
+//! allowed values) and command-line overrides. `etc/bridge.toml` in this crate documents every key.
+//!
+//! QoS: the ROS 2 (rclcpp) defaults are written out here — reliable, volatile, keep-last 10 — because
+//! ros2-client's own `QosProfile::default()` is best-effort with depth 1.
+
+use std::net::IpAddr;
+use std::ops::Range;
+use std::path::Path;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::types::RosType;
+
+/// Which way a topic is bridged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// shoal (and eCAL) publishers → ROS 2 subscribers.
+    ShoalToRos,
+    /// ROS 2 publishers → shoal (and eCAL) subscribers.
+    RosToShoal,
+    /// Both ways; the bridge ignores its own publications on either side, so nothing echoes.
+    Both,
+}
+
+impl Direction {
+    /// Whether shoal samples go to ROS 2.
+    pub fn to_ros(self) -> bool {
+        matches!(self, Direction::ShoalToRos | Direction::Both)
+    }
+    /// Whether ROS 2 samples go to shoal.
+    pub fn to_shoal(self) -> bool {
+        matches!(self, Direction::RosToShoal | Direction::Both)
+    }
+    const ALLOWED: &'static str = "shoal_to_ros, ros_to_shoal, both";
+    fn parse(s: &str) -> Option<Direction> {
+        match s {
+            "shoal_to_ros" => Some(Direction::ShoalToRos),
+            "ros_to_shoal" => Some(Direction::RosToShoal),
+            "both" => Some(Direction::Both),
+            _ => None,
+        }
+    }
+}
+
+/// DDS reliability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reliability {
+    /// Lost samples are repaired (the ROS default).
+    Reliable,
+    /// Lost samples stay lost (ROS's sensor-data profile).
+    BestEffort,
+}
+
+/// DDS durability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Only samples published while a subscriber exists (the ROS default).
+    Volatile,
+    /// Late joiners get the last `history_depth` samples (latched topics, `/tf_static`).
+    TransientLocal,
+}
+
+/// The QoS of one bridged topic, used for the bridge's DDS reader and writer alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Qos {
+    /// Reliability (default reliable).
+    pub reliability: Reliability,
+    /// Durability (default volatile).
+    pub durability: Durability,
+    /// Keep-last depth (default 10).
+    pub history_depth: usize,
+}
+
+impl Default for Qos {
+    /// The ROS 2 default profile: reliable, volatile, keep-last 10.
+    fn default() -> Self {
+        Qos { reliability: Reliability::Reliable, durability: Durability::Volatile, history_depth: 10 }
+    }
+}
+
+/// One bridged topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The shoal (eCAL) topic name.
+    pub shoal_topic: String,
+    /// The ROS 2 topic name (absolute, e.g. `/camera/image`; on DDS `rt/camera/image`).
+    pub ros_topic: String,
+    /// The ROS 2 type.
+    pub ros_type: RosType,
+    /// The direction.
+    pub direction: Direction,
+    /// The DDS QoS.
+    pub qos: Qos,
+    /// Raw routes only: the type name the shoal publisher announces (default `std_msgs/msg/UInt8MultiArray`'s
+    /// label, or the label each ROS sample carries is not used: shoal announces one type per publisher).
+    pub shoal_type: Option<String>,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `ROS_DOMAIN_ID` (0–232).
+    pub domain_id: u16,
+    /// The ROS 2 node name (shown by `ros2 node list`).
+    pub node_name: String,
+    /// The ROS 2 node namespace.
+    pub namespace: String,
+    /// The IP addresses of the interfaces DDS may use (RustDDS `with_only_networks`); empty: all.
+    pub interfaces: Vec<IpAddr>,
+    /// SO_RCVBUF requested for every DDS socket, bytes.
+    pub socket_receive_buffer: usize,
+    /// SO_SNDBUF requested for every DDS socket, bytes.
+    pub socket_send_buffer: usize,
+    /// The shoal (eCAL) unit name of the bridge.
+    pub unit_name: String,
+    /// How often a statistics line is printed and published, milliseconds (0: never).
+    pub stats_interval_ms: u64,
+    /// The bridged topics.
+    pub routes: Vec<Route>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            domain_id: 0,
+            node_name: "shoal_ros2_bridge".into(),
+            namespace: "/".into(),
+            interfaces: Vec::new(),
+            socket_receive_buffer: 8 << 20,
+            socket_send_buffer: 8 << 20,
+            unit_name: "shoal_ros2_bridge".into(),
+            stats_interval_ms: 1000,
+            routes: Vec::new(),
+        }
+    }
+}
+
+/// A configuration error: where (`file:line:column`, when from a file) and what.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {reason}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A key or value in the file is wrong.
+    #[error("{path}:{line}:{column}: {message}")]
+    File {
+        /// The file.
+        path: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong and what is allowed.
+        message: String,
+    },
+    /// A command-line value is wrong.
+    #[error("{flag}: {message}")]
+    Flag {
+        /// The flag.
+        flag: String,
+        /// What is wrong and what is allowed.
+        message: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    ros: Option<FileRos>,
+    shoal: Option<FileShoal>,
+    #[serde(default)]
+    topic: Vec<FileTopic>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRos {
+    domain_id: Option<Spanned<i64>>,
+    node_name: Option<Spanned<String>>,
+    namespace: Option<Spanned<String>>,
+    interfaces: Option<Vec<Spanned<String>>>,
+    socket_receive_buffer: Option<Spanned<i64>>,
+    socket_send_buffer: Option<Spanned<i64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileShoal {
+    unit_name: Option<Spanned<String>>,
+    stats_interval_ms: Option<Spanned<i64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTopic {
+    shoal: Spanned<String>,
+    ros: Option<Spanned<String>>,
+    #[serde(rename = "type")]
+    ros_type: Spanned<String>,
+    direction: Option<Spanned<String>>,
+    reliability: Option<Reliability>,
+    durability: Option<Durability>,
+    history_depth: Option<Spanned<i64>>,
+    shoal_type: Option<Spanned<String>>,
+}
+
+/// Line and column (1-based) of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+struct FileCtx<'a> {
+    path: &'a str,
+    text: &'a str,
+}
+
+impl FileCtx<'_> {
+    fn err(&self, span: Range<usize>, message: impl Into<String>) -> ConfigError {
+        let (line, column) = line_col(self.text, span.start);
+        ConfigError::File { path: self.path.into(), line, column, message: message.into() }
+    }
+
+    fn int<T: TryFrom<i64>>(&self, v: &Spanned<i64>, key: &str, range: (i64, i64)) -> Result<T, ConfigError> {
+        let x = *v.get_ref();
+        if x < range.0 || x > range.1 {
+            return Err(self.err(v.span(), format!("{key} = {x}: allowed {}..={}", range.0, range.1)));
+        }
+        T::try_from(x).map_err(|_| self.err(v.span(), format!("{key} = {x}: out of range")))
+    }
+}
+
+/// Checks a ROS 2 topic name: absolute, `/`-separated tokens of `[A-Za-z0-9_]`, not starting with a digit, no
+/// `//` or `__`, no trailing `/`.
+pub fn check_ros_topic(name: &str) -> Result<(), String> {
+    let rule = "a ROS 2 topic name is absolute, like /camera/image: tokens of letters, digits and _, \
+                separated by single /, no token starting with a digit, no __";
+    let Some(rest) = name.strip_prefix('/') else { return Err(format!("{name:?}: {rule}")) };
+    let ok = !rest.is_empty()
+        && rest.split('/').all(|t| {
+            !t.is_empty()
+                && !t.starts_with(|c: char| c.is_ascii_digit())
+                && !t.contains("__")
+                && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
+    if ok { Ok(()) } else { Err(format!("{name:?}: {rule}")) }
+}
+
+fn check_node_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok { Ok(()) } else { Err(format!("{name:?}: letters, digits and _, not starting with a digit")) }
+}
+
+/// The ROS topic a shoal topic maps to by default: `/` + the shoal name, with characters ROS does not allow
+/// replaced by `_`.
+pub fn default_ros_topic(shoal_topic: &str) -> String {
+    let cleaned: String = shoal_topic
+        .trim_matches('/')
+        .split('/')
+        .map(|t| {
+            let t: String = t.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+            if t.starts_with(|c: char| c.is_ascii_digit()) { format!("_{t}") } else { t }
+        })
+        .collect::<Vec<_>>()
+        .join("/");
+    format!("/{cleaned}")
+}
+
+impl Config {
+    /// Reads and checks a TOML configuration file.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Read { path: path.display().to_string(), reason: e.to_string() })?;
+        Config::from_toml(&path.display().to_string(), &text)
+    }
+
+    /// Parses and checks configuration text; `path` is used in error messages.
+    pub fn from_toml(path: &str, text: &str) -> Result<Config, ConfigError> {
+        let cx = FileCtx { path, text };
+        let file: FileConfig = toml::from_str(text).map_err(|e| {
+            let span = e.span().unwrap_or(0..0);
+            cx.err(span, e.message().trim().to_string())
+        })?;
+        let mut c = Config::default();
+        if let Some(ros) = file.ros {
+            if let Some(v) = &ros.domain_id {
+                c.domain_id = cx.int(v, "domain_id", (0, 232))?;
+            }
+            if let Some(v) = ros.node_name {
+                check_node_name(v.get_ref()).map_err(|m| cx.err(v.span(), format!("node_name = {m}")))?;
+                c.node_name = v.into_inner();
+            }
+            if let Some(v) = ros.namespace {
+                if v.get_ref() != "/" {
+                    check_ros_topic(v.get_ref()).map_err(|m| cx.err(v.span(), format!("namespace = {m}")))?;
+                }
+                c.namespace = v.into_inner();
+            }
+            if let Some(list) = ros.interfaces {
+                for v in list {
+                    let ip: IpAddr = v.get_ref().parse().map_err(|_| {
+                        cx.err(
+                            v.span(),
+                            format!("interfaces: {:?} is not an IP address (e.g. \"127.0.0.1\")", v.get_ref()),
+                        )
+                    })?;
+                    c.interfaces.push(ip);
+                }
+            }
+            if let Some(v) = &ros.socket_receive_buffer {
+                c.socket_receive_buffer = cx.int(v, "socket_receive_buffer", (0, 1 << 30))?;
+            }
+            if let Some(v) = &ros.socket_send_buffer {
+                c.socket_send_buffer = cx.int(v, "socket_send_buffer", (0, 1 << 30))?;
+            }
+        }
+        if let Some(shoal) = file.shoal {
+            if let Some(v) = shoal.unit_name {
+                if v.get_ref().is_empty() {
+                    return Err(cx.err(v.span(), "unit_name: must not be empty"));
+                }
+                c.unit_name = v.into_inner();
+            }
+            if let Some(v) = &shoal.stats_interval_ms {
+                c.stats_interval_ms = cx.int(v, "stats_interval_ms", (0, 3_600_000))?;
+            }
+        }
+        for t in file.topic {
+            let ros_type = RosType::parse(t.ros_type.get_ref()).ok_or_else(|| {
+                cx.err(
+                    t.ros_type.span(),
+                    format!("type = {:?}: unknown; allowed: {}", t.ros_type.get_ref(), RosType::allowed()),
+                )
+            })?;
+            if t.shoal.get_ref().is_empty() {
+                return Err(cx.err(t.shoal.span(), "shoal: the topic name must not be empty"));
+            }
+            let ros_topic = match &t.ros {
+                Some(v) => {
+                    check_ros_topic(v.get_ref()).map_err(|m| cx.err(v.span(), format!("ros = {m}")))?;
+                    v.get_ref().clone()
+                }
+                None => default_ros_topic(t.shoal.get_ref()),
+            };
+            let direction = match &t.direction {
+                Some(v) => Direction::parse(v.get_ref()).ok_or_else(|| {
+                    cx.err(v.span(), format!("direction = {:?}: allowed {}", v.get_ref(), Direction::ALLOWED))
+                })?,
+                None => Direction::Both,
+            };
+            let mut qos = Qos::default();
+            if let Some(r) = t.reliability {
+                qos.reliability = r;
+            }
+            if let Some(d) = t.durability {
+                qos.durability = d;
+            }
+            if let Some(v) = &t.history_depth {
+                qos.history_depth = cx.int(v, "history_depth", (1, 100_000))?;
+            }
+            if let Some(v) = &t.shoal_type
+                && ros_type != RosType::Raw
+            {
+                return Err(cx.err(
+                    v.span(),
+                    format!("shoal_type: only for type = \"raw\"; {ros_type} announces its protobuf type"),
+                ));
+            }
+            c.routes.push(Route {
+                shoal_topic: t.shoal.into_inner(),
+                ros_topic,
+                ros_type,
+                direction,
+                qos,
+                shoal_type: t.shoal_type.map(Spanned::into_inner),
+            });
+        }
+        Ok(c)
+    }
+
+    /// Parses a `--topic` flag: `SHOAL_TOPIC=TYPE[,key=value...]` with keys `ros`, `direction`, `reliability`,
+    /// `durability`, `history_depth`, `shoal_type` (the same values as the file's `[[topic]]` keys).
+    pub fn parse_topic_flag(spec: &str) -> Result<Route, ConfigError> {
+        let flag = |m: String| ConfigError::Flag { flag: format!("--topic {spec}"), message: m };
+        let mut parts = spec.split(',');
+        let head = parts.next().unwrap_or_default();
+        let (shoal, ty) = head
+            .split_once('=')
+            .ok_or_else(|| flag("expected SHOAL_TOPIC=TYPE[,ros=/name][,direction=..][,...]".into()))?;
+        if shoal.is_empty() {
+            return Err(flag("the shoal topic name is empty".into()));
+        }
+        let ros_type =
+            RosType::parse(ty).ok_or_else(|| flag(format!("type {ty:?}: unknown; allowed: {}", RosType::allowed())))?;
+        let mut r = Route {
+            shoal_topic: shoal.into(),
+            ros_topic: default_ros_topic(shoal),
+            ros_type,
+            direction: Direction::Both,
+            qos: Qos::default(),
+            shoal_type: None,
+        };
+        for kv in parts {
+            let (k, v) = kv.split_once('=').ok_or_else(|| flag(format!("{kv:?}: expected key=value")))?;
+            match k {
+                "ros" => {
+                    check_ros_topic(v).map_err(|m| flag(format!("ros = {m}")))?;
+                    r.ros_topic = v.into();
+                }
+                "direction" => {
+                    r.direction = Direction::parse(v)
+                        .ok_or_else(|| flag(format!("direction {v:?}: allowed {}", Direction::ALLOWED)))?;
+                }
+                "reliability" => {
+                    r.qos.reliability = match v {
+                        "reliable" => Reliability::Reliable,
+                        "best_effort" => Reliability::BestEffort,
+                        _ => return Err(flag(format!("reliability {v:?}: allowed reliable, best_effort"))),
+                    }
+                }
+                "durability" => {
+                    r.qos.durability = match v {
+                        "volatile" => Durability::Volatile,
+                        "transient_local" => Durability::TransientLocal,
+                        _ => return Err(flag(format!("durability {v:?}: allowed volatile, transient_local"))),
+                    }
+                }
+                "history_depth" => {
+                    r.qos.history_depth = v
+                        .parse()
+                        .ok()
+                        .filter(|d| (1..=100_000).contains(d))
+                        .ok_or_else(|| flag(format!("history_depth {v:?}: allowed 1..=100000")))?;
+                }
+                "shoal_type" if ros_type == RosType::Raw => r.shoal_type = Some(v.into()),
+                "shoal_type" => return Err(flag("shoal_type: only for type raw".into())),
+                _ => {
+                    return Err(flag(format!(
+                        "unknown key {k:?}; allowed ros, direction, reliability, durability, history_depth, shoal_type"
+                    )));
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    /// Checks what only the whole set of routes can show: two routes may not publish the same topic.
+    pub fn check_routes(&self) -> Result<(), ConfigError> {
+        for (i, a) in self.routes.iter().enumerate() {
+            for b in &self.routes[i + 1..] {
+                if a.direction.to_ros() && b.direction.to_ros() && a.ros_topic == b.ros_topic {
+                    return Err(ConfigError::Flag {
+                        flag: "topics".into(),
+                        message: format!("two routes publish ROS topic {}", a.ros_topic),
+                    });
+                }
+                if a.direction.to_shoal() && b.direction.to_shoal() && a.shoal_topic == b.shoal_topic {
+                    return Err(ConfigError::Flag {
+                        flag: "topics".into(),
+                        message: format!("two routes publish shoal topic {}", a.shoal_topic),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documented_file_parses() {
+        let text = include_str!("../etc/bridge.toml");
+        let c = Config::from_toml("etc/bridge.toml", text).expect("the documented file parses");
+        assert!(!c.routes.is_empty());
+        c.check_routes().expect("no conflicting routes");
+    }
+
+    #[test]
+    fn defaults_are_the_ros_defaults() {
+        let c = Config::from_toml("t.toml", "[[topic]]\nshoal = \"chat\"\ntype = \"std_msgs/msg/String\"\n").unwrap();
+        let r = &c.routes[0];
+        assert_eq!(r.ros_topic, "/chat");
+        assert_eq!(r.direction, Direction::Both);
+        assert_eq!(
+            r.qos,
+            Qos { reliability: Reliability::Reliable, durability: Durability::Volatile, history_depth: 10 }
+        );
+        assert_eq!(c.domain_id, 0);
+    }
+
+    fn err(text: &str) -> String {
+        Config::from_toml("b.toml", text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn errors_name_file_line_and_allowed_values() {
+        let e = err("[ros]\ndomain_id = 300\n");
+        assert!(e.starts_with("b.toml:2:13: domain_id = 300: allowed 0..=232"), "{e}");
+        let e = err("[ros]\ndomian_id = 3\n");
+        assert!(
+            e.starts_with("b.toml:2:1:") && e.contains("unknown field `domian_id`") && e.contains("domain_id"),
+            "{e}"
+        );
+        let e = err("[[topic]]\nshoal = \"a\"\ntype = \"sensor_msgs/msg/Imu\"\ndirection = \"up\"\n");
+        assert!(e.starts_with("b.toml:4:13: direction = \"up\": allowed shoal_to_ros, ros_to_shoal, both"), "{e}");
+        let e = err("[[topic]]\nshoal = \"a\"\ntype = \"sensor_msgs/msg/Imu\"\nreliability = \"sometimes\"\n");
+        assert!(e.starts_with("b.toml:4:") && e.contains("reliable") && e.contains("best_effort"), "{e}");
+        let e = err("[[topic]]\nshoal = \"a\"\ntype = \"foo/msg/Bar\"\n");
+        assert!(e.starts_with("b.toml:3:8: type = \"foo/msg/Bar\": unknown; allowed: std_msgs/msg/String"), "{e}");
+        let e = err("[[topic]]\nshoal = \"a\"\nros = \"no_slash\"\ntype = \"raw\"\n");
+        assert!(e.starts_with("b.toml:3:7: ros = \"no_slash\""), "{e}");
+        let e = err("[[topic]]\nshoal = \"a\"\n");
+        assert!(e.contains("missing field `type`"), "{e}");
+        let e = err("[ros]\ninterfaces = [\"lo\"]\n");
+        assert!(e.starts_with("b.toml:2:15: interfaces: \"lo\" is not an IP address"), "{e}");
+    }
+
+    #[test]
+    fn topic_flags() {
+        let r = Config::parse_topic_flag("cam=sensor_msgs/msg/Image,ros=/camera/image,direction=shoal_to_ros,reliability=best_effort,history_depth=5").unwrap();
+        assert_eq!(r.ros_topic, "/camera/image");
+        assert_eq!(r.direction, Direction::ShoalToRos);
+        assert_eq!(r.qos.reliability, Reliability::BestEffort);
+        assert_eq!(r.qos.history_depth, 5);
+        assert!(
+            Config::parse_topic_flag("cam=sensor_msgs/msg/Image,speed=3")
+                .unwrap_err()
+                .to_string()
+                .contains("allowed ros")
+        );
+        assert!(Config::parse_topic_flag("cam").is_err());
+        assert_eq!(default_ros_topic("a.b/1x"), "/a_b/_1x");
+    }
+}

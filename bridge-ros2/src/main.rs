@@ -1,0 +1,115 @@
+//! `shoal-ros2-bridge`: bridges shoal (and eCAL) topics to and from ROS 2 over DDS.
+//!
+//! ```text
+//! shoal-ros2-bridge --config bridge.toml
+//! shoal-ros2-bridge --topic chatter=std_msgs/msg/String --topic camera=sensor_msgs/msg/Image,direction=shoal_to_ros
+//! ```
+//!
+//! Logs go to stderr (`RUST_LOG`, default `info`); machine-readable events (ready, stats, qos_mismatch,
+//! type_mismatch, warning) are JSON lines on stdout. SIGINT / SIGTERM stop it cleanly.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context as _;
+use clap::Parser;
+use shoal_ros2_bridge::bridge;
+use shoal_ros2_bridge::config::Config;
+
+/// Bridges shoal (and eCAL) topics to and from ROS 2 over DDS, with no ROS install.
+#[derive(Parser, Debug)]
+#[command(name = "shoal-ros2-bridge", version)]
+struct Args {
+    /// TOML configuration file (see bridge-ros2/etc/bridge.toml for every key).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// A bridged topic, added to the file's: SHOAL_TOPIC=TYPE[,ros=/name][,direction=shoal_to_ros|ros_to_shoal|both]
+    /// [,reliability=reliable|best_effort][,durability=volatile|transient_local][,history_depth=N][,shoal_type=NAME].
+    /// TYPE is e.g. sensor_msgs/msg/Image, or raw. Defaults: ros=/SHOAL_TOPIC, both, reliable, volatile, 10.
+    #[arg(long = "topic", short = 't')]
+    topics: Vec<String>,
+    /// ROS_DOMAIN_ID (0..=232); overrides the file and the environment.
+    #[arg(long)]
+    domain_id: Option<u16>,
+    /// IP address of an interface DDS may use (repeatable); overrides the file's `interfaces`.
+    #[arg(long = "interface")]
+    interfaces: Vec<IpAddr>,
+    /// The ROS 2 node name.
+    #[arg(long)]
+    node_name: Option<String>,
+    /// SO_RCVBUF for the DDS sockets, bytes.
+    #[arg(long)]
+    socket_receive_buffer: Option<usize>,
+    /// Statistics interval in milliseconds (0: none).
+    #[arg(long)]
+    stats_interval_ms: Option<u64>,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_sig: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    let args = Args::parse();
+    let mut config = match &args.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    let file_has_domain = args
+        .config
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .is_some_and(|t| t.lines().any(|l| l.trim_start().starts_with("domain_id")));
+    if let Some(d) = args.domain_id {
+        anyhow::ensure!(d <= 232, "--domain-id {d}: allowed 0..=232");
+        config.domain_id = d;
+    } else if !file_has_domain && let Ok(v) = std::env::var("ROS_DOMAIN_ID") {
+        config.domain_id = v
+            .trim()
+            .parse()
+            .ok()
+            .filter(|d| *d <= 232)
+            .with_context(|| format!("ROS_DOMAIN_ID={v:?}: allowed 0..=232"))?;
+    }
+    if !args.interfaces.is_empty() {
+        config.interfaces = args.interfaces.clone();
+    }
+    if let Some(n) = args.node_name {
+        config.node_name = n;
+    }
+    if let Some(b) = args.socket_receive_buffer {
+        config.socket_receive_buffer = b;
+    }
+    if let Some(s) = args.stats_interval_ms {
+        config.stats_interval_ms = s;
+    }
+    for t in &args.topics {
+        config.routes.push(Config::parse_topic_flag(t)?);
+    }
+    anyhow::ensure!(!config.routes.is_empty(), "no topics to bridge: give --config FILE or --topic SHOAL=TYPE");
+    config.check_routes()?;
+
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that only stores to an atomic (async-signal-safe);
+        // `signal` has no other preconditions.
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        while !STOP.load(Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        watcher.store(true, Ordering::Relaxed);
+    });
+    bridge::run(&config, stop)?;
+    Ok(())
+}

@@ -1,0 +1,125 @@
+//! Deterministic messages, number `i` of a run: the interop tests and the benchmark send them on one side and
+//! check them on the other (`tests/dds/peer.py` builds the same ones with rosbags).
+
+use crate::pb::{builtin_interfaces, geometry_msgs, sensor_msgs, std_msgs};
+
+fn header(i: u32, frame: &str) -> Option<std_msgs::Header> {
+    Some(std_msgs::Header {
+        stamp: Some(builtin_interfaces::Time { sec: i as i32, nanosec: i.wrapping_mul(1000) }),
+        frame_id: frame.into(),
+    })
+}
+
+/// The byte pattern of image and point cloud number `i`: byte `k` is `(k + i) % 251`.
+pub fn pattern(i: u32, len: usize) -> Vec<u8> {
+    (0..len).map(|k| ((k + i as usize) % 251) as u8).collect()
+}
+
+/// `std_msgs.String` number `i`.
+pub fn string(i: u32) -> std_msgs::String {
+    std_msgs::String { data: format!("hello {i}") }
+}
+
+/// `sensor_msgs.Imu` number `i` (values exact in binary, so they compare equal after any round trip).
+pub fn imu(i: u32) -> sensor_msgs::Imu {
+    let f = f64::from(i);
+    let cov = |g: &dyn Fn(f64) -> f64| (0..9).map(|k| g(f64::from(k))).collect::<Vec<_>>();
+    sensor_msgs::Imu {
+        header: header(i, "imu"),
+        orientation: Some(geometry_msgs::Quaternion { x: f + 0.5, y: 0.25, z: -f, w: 1.0 }),
+        orientation_covariance: cov(&|k| k + f),
+        angular_velocity: Some(geometry_msgs::Vector3 { x: 0.5 * f, y: 1.5, z: -2.0 }),
+        angular_velocity_covariance: cov(&|k| 0.125 * k),
+        linear_acceleration: Some(geometry_msgs::Vector3 { x: 9.75, y: f, z: 0.0 }),
+        linear_acceleration_covariance: cov(&|k| -k),
+    }
+}
+
+/// `sensor_msgs.Image` number `i`, rgb8, 1024 pixels wide, about `size` bytes of data.
+pub fn image(i: u32, size: usize) -> sensor_msgs::Image {
+    let height = (size / 3072).max(1) as u32;
+    sensor_msgs::Image {
+        header: header(i, "camera"),
+        height,
+        width: 1024,
+        encoding: "rgb8".into(),
+        is_bigendian: 0,
+        step: 3072,
+        data: pattern(i, 3072 * height as usize),
+    }
+}
+
+/// `sensor_msgs.PointCloud2` number `i`: x, y, z float32 at 16-byte points, about `size` bytes of data.
+pub fn pointcloud2(i: u32, size: usize) -> sensor_msgs::PointCloud2 {
+    let width = (size / 16).max(1) as u32;
+    let field = |name: &str, offset| sensor_msgs::PointField { name: name.into(), offset, datatype: 7, count: 1 };
+    sensor_msgs::PointCloud2 {
+        header: header(i, "lidar"),
+        height: 1,
+        width,
+        fields: vec![field("x", 0), field("y", 4), field("z", 8)],
+        is_bigendian: false,
+        point_step: 16,
+        row_step: 16 * width,
+        data: pattern(i, 16 * width as usize),
+        is_dense: true,
+    }
+}
+
+/// `geometry_msgs.PoseStamped` number `i`.
+pub fn pose_stamped(i: u32) -> geometry_msgs::PoseStamped {
+    let f = f64::from(i);
+    geometry_msgs::PoseStamped {
+        header: header(i, "map"),
+        pose: Some(geometry_msgs::Pose {
+            position: Some(geometry_msgs::Point { x: f, y: -f, z: 0.5 }),
+            orientation: Some(geometry_msgs::Quaternion { x: 0.0, y: 0.0, z: 0.5, w: 0.75 }),
+        }),
+    }
+}
+
+/// `geometry_msgs.Twist` number `i`.
+pub fn twist(i: u32) -> geometry_msgs::Twist {
+    let f = f64::from(i);
+    geometry_msgs::Twist {
+        linear: Some(geometry_msgs::Vector3 { x: f, y: 0.0, z: 0.0 }),
+        angular: Some(geometry_msgs::Vector3 { x: 0.0, y: 0.0, z: -0.25 * f }),
+    }
+}
+
+/// `geometry_msgs.TransformStamped` number `i`.
+pub fn transform_stamped(i: u32) -> geometry_msgs::TransformStamped {
+    let f = f64::from(i);
+    geometry_msgs::TransformStamped {
+        header: header(i, "odom"),
+        child_frame_id: "base_link".into(),
+        transform: Some(geometry_msgs::Transform {
+            translation: Some(geometry_msgs::Vector3 { x: f, y: 2.0, z: 3.0 }),
+            rotation: Some(geometry_msgs::Quaternion { x: 0.0, y: 0.0, z: 0.0, w: 1.0 }),
+        }),
+    }
+}
+
+/// `sensor_msgs.NavSatFix` number `i`.
+pub fn nav_sat_fix(i: u32) -> sensor_msgs::NavSatFix {
+    let f = f64::from(i);
+    sensor_msgs::NavSatFix {
+        header: header(i, "gps"),
+        status: Some(sensor_msgs::NavSatStatus { status: -1, service: 1 }),
+        latitude: 48.0 + f / 1024.0,
+        longitude: 11.5,
+        altitude: 520.25,
+        position_covariance: (0..9).map(f64::from).collect(),
+        position_covariance_type: 2,
+    }
+}
+
+/// The message number a `std_msgs.String` of [`string`] carries.
+pub fn string_index(s: &std_msgs::String) -> Option<u32> {
+    s.data.strip_prefix("hello ")?.parse().ok()
+}
+
+/// The message number in a header of these messages (its `stamp.sec`).
+pub fn header_index(h: &Option<std_msgs::Header>) -> Option<u32> {
+    h.as_ref()?.stamp.as_ref().and_then(|t| u32::try_from(t.sec).ok())
+}

@@ -1,0 +1,361 @@
+"""The ROS 2 side of the bridge tests: Eclipse Cyclone DDS 11.0.1 (PyPI) speaking ROS 2's DDS conventions
+(topics rt/<name>, types pkg::msg::dds_::T_, XCDR1), with rosbags as the independent CDR serializer.
+
+Every message number i is built with rosbags exactly as bridge-ros2/src/testdata.rs builds it, serialized by
+rosbags, and turned into the Cyclone object by Cyclone's own deserializer; a receiver compares Cyclone's
+serialization of what arrived with rosbags' bytes of message i. Prints JSON lines: ready, done, summary, ...
+
+  peer.py pub  TYPE TOPIC COUNT SIZE [--best-effort] [--bad N] [--rate HZ]
+  peer.py sub  TYPE TOPIC COUNT SIZE [--timeout S]
+  peer.py echo TOPIC_IN TOPIC_OUT [--timeout S]          (std_msgs/UInt8MultiArray, for the benchmark)
+  peer.py rtt  TOPIC_PING TOPIC_PONG SIZE COUNT           (Cyclone -> echo -> Cyclone baseline)
+  peer.py oracle FILE                                     (lines: TYPE INDEX SIZE HEX; compare with rosbags)
+"""
+import json
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from cyclonedds.core import Policy, Qos
+from cyclonedds.domain import DomainParticipant
+from cyclonedds.idl import IdlStruct
+from cyclonedds.idl.types import array, float64, int8, int32, sequence, uint8, uint16, uint32
+from cyclonedds.pub import DataWriter
+from cyclonedds.sub import DataReader
+from cyclonedds.topic import Topic
+from cyclonedds.util import duration
+from rosbags.typesys import Stores, get_typestore
+
+TS = get_typestore(Stores.ROS2_JAZZY)
+T = TS.types
+
+
+def out(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+# ---- Cyclone IDL structs: the ROS 2 DDS types -------------------------------------------------------------
+@dataclass
+class Time_(IdlStruct, typename="builtin_interfaces::msg::dds_::Time_"):
+    sec: int32
+    nanosec: uint32
+
+
+@dataclass
+class Header_(IdlStruct, typename="std_msgs::msg::dds_::Header_"):
+    stamp: Time_
+    frame_id: str
+
+
+@dataclass
+class String_(IdlStruct, typename="std_msgs::msg::dds_::String_"):
+    data: str
+
+
+@dataclass
+class MultiArrayDimension_(IdlStruct, typename="std_msgs::msg::dds_::MultiArrayDimension_"):
+    label: str
+    size: uint32
+    stride: uint32
+
+
+@dataclass
+class MultiArrayLayout_(IdlStruct, typename="std_msgs::msg::dds_::MultiArrayLayout_"):
+    dim: sequence[MultiArrayDimension_]
+    data_offset: uint32
+
+
+@dataclass
+class UInt8MultiArray_(IdlStruct, typename="std_msgs::msg::dds_::UInt8MultiArray_"):
+    layout: MultiArrayLayout_
+    data: sequence[uint8]
+
+
+@dataclass
+class Vector3_(IdlStruct, typename="geometry_msgs::msg::dds_::Vector3_"):
+    x: float64
+    y: float64
+    z: float64
+
+
+@dataclass
+class Quaternion_(IdlStruct, typename="geometry_msgs::msg::dds_::Quaternion_"):
+    x: float64
+    y: float64
+    z: float64
+    w: float64
+
+
+@dataclass
+class Imu_(IdlStruct, typename="sensor_msgs::msg::dds_::Imu_"):
+    header: Header_
+    orientation: Quaternion_
+    orientation_covariance: array[float64, 9]
+    angular_velocity: Vector3_
+    angular_velocity_covariance: array[float64, 9]
+    linear_acceleration: Vector3_
+    linear_acceleration_covariance: array[float64, 9]
+
+
+@dataclass
+class Image_(IdlStruct, typename="sensor_msgs::msg::dds_::Image_"):
+    header: Header_
+    height: uint32
+    width: uint32
+    encoding: str
+    is_bigendian: uint8
+    step: uint32
+    data: sequence[uint8]
+
+
+@dataclass
+class PointField_(IdlStruct, typename="sensor_msgs::msg::dds_::PointField_"):
+    name: str
+    offset: uint32
+    datatype: uint8
+    count: uint32
+
+
+@dataclass
+class PointCloud2_(IdlStruct, typename="sensor_msgs::msg::dds_::PointCloud2_"):
+    header: Header_
+    height: uint32
+    width: uint32
+    fields: sequence[PointField_]
+    is_bigendian: bool
+    point_step: uint32
+    row_step: uint32
+    data: sequence[uint8]
+    is_dense: bool
+
+
+# A writer whose samples carry the Imu type name but not an Imu's bytes: CDR the bridge cannot decode.
+@dataclass
+class BadImu_(IdlStruct, typename="sensor_msgs::msg::dds_::Imu_"):
+    junk: str
+
+
+CYCLONE = {"string": String_, "imu": Imu_, "image": Image_, "pointcloud2": PointCloud2_, "raw": UInt8MultiArray_}
+ROSNAME = {
+    "string": "std_msgs/msg/String",
+    "imu": "sensor_msgs/msg/Imu",
+    "image": "sensor_msgs/msg/Image",
+    "pointcloud2": "sensor_msgs/msg/PointCloud2",
+    "pose_stamped": "geometry_msgs/msg/PoseStamped",
+    "twist": "geometry_msgs/msg/Twist",
+    "transform_stamped": "geometry_msgs/msg/TransformStamped",
+    "nav_sat_fix": "sensor_msgs/msg/NavSatFix",
+    "raw": "std_msgs/msg/UInt8MultiArray",
+}
+
+
+# ---- the messages of testdata.rs, built with rosbags ------------------------------------------------------
+def header(i, frame):
+    return T["std_msgs/msg/Header"](stamp=T["builtin_interfaces/msg/Time"](sec=i, nanosec=(i * 1000) % 2**32), frame_id=frame)
+
+
+def pattern(i, n):
+    return ((np.arange(n, dtype=np.int64) + i) % 251).astype(np.uint8)
+
+
+def build(kind, i, size):
+    V3, Q = T["geometry_msgs/msg/Vector3"], T["geometry_msgs/msg/Quaternion"]
+    f = float(i)
+    k = np.arange(9, dtype=np.float64)
+    if kind == "string":
+        return T["std_msgs/msg/String"](data=f"hello {i}")
+    if kind == "imu":
+        return T["sensor_msgs/msg/Imu"](
+            header=header(i, "imu"),
+            orientation=Q(x=f + 0.5, y=0.25, z=-f, w=1.0), orientation_covariance=k + f,
+            angular_velocity=V3(x=0.5 * f, y=1.5, z=-2.0), angular_velocity_covariance=0.125 * k,
+            linear_acceleration=V3(x=9.75, y=f, z=0.0), linear_acceleration_covariance=-k)
+    if kind == "image":
+        h = max(1, size // 3072)
+        return T["sensor_msgs/msg/Image"](header=header(i, "camera"), height=h, width=1024, encoding="rgb8",
+                                          is_bigendian=0, step=3072, data=pattern(i, 3072 * h))
+    if kind == "pointcloud2":
+        w = max(1, size // 16)
+        PF = T["sensor_msgs/msg/PointField"]
+        return T["sensor_msgs/msg/PointCloud2"](
+            header=header(i, "lidar"), height=1, width=w,
+            fields=[PF(name=n, offset=o, datatype=7, count=1) for n, o in (("x", 0), ("y", 4), ("z", 8))],
+            is_bigendian=False, point_step=16, row_step=16 * w, data=pattern(i, 16 * w), is_dense=True)
+    if kind == "pose_stamped":
+        P = T["geometry_msgs/msg/Point"]
+        return T["geometry_msgs/msg/PoseStamped"](header=header(i, "map"), pose=T["geometry_msgs/msg/Pose"](
+            position=P(x=f, y=-f, z=0.5), orientation=Q(x=0.0, y=0.0, z=0.5, w=0.75)))
+    if kind == "twist":
+        return T["geometry_msgs/msg/Twist"](linear=V3(x=f, y=0.0, z=0.0), angular=V3(x=0.0, y=0.0, z=-0.25 * f))
+    if kind == "transform_stamped":
+        return T["geometry_msgs/msg/TransformStamped"](header=header(i, "odom"), child_frame_id="base_link",
+                                                       transform=T["geometry_msgs/msg/Transform"](
+                                                           translation=V3(x=f, y=2.0, z=3.0), rotation=Q(x=0.0, y=0.0, z=0.0, w=1.0)))
+    if kind == "nav_sat_fix":
+        return T["sensor_msgs/msg/NavSatFix"](header=header(i, "gps"),
+                                              status=T["sensor_msgs/msg/NavSatStatus"](status=-1, service=1),
+                                              latitude=48.0 + f / 1024.0, longitude=11.5, altitude=520.25,
+                                              position_covariance=k.copy(), position_covariance_type=2)
+    raise SystemExit(f"unknown kind {kind}")
+
+
+def cdr(kind, i, size):
+    return bytes(TS.serialize_cdr(build(kind, i, size), ROSNAME[kind]))
+
+
+def unpad(b):
+    # Some serializers pad the payload to a multiple of 4; compare without trailing zero padding of < 4 bytes.
+    return b
+
+
+def index_of(kind, obj):
+    if kind == "string":
+        return int(obj.data.split()[1])
+    return obj.header.stamp.sec
+
+
+def qos(best_effort, depth=10):
+    rel = Policy.Reliability.BestEffort if best_effort else Policy.Reliability.Reliable(duration(seconds=2))
+    return Qos(rel, Policy.Durability.Volatile, Policy.History.KeepLast(depth),
+               Policy.DataRepresentation(use_cdrv0_representation=True))
+
+
+def arg(name, default, conv=float):
+    if name in sys.argv:
+        return conv(sys.argv[sys.argv.index(name) + 1])
+    return default
+
+
+def wait_matched(w, timeout):
+    end = time.time() + timeout
+    while not w.get_matched_subscriptions():
+        if time.time() > end:
+            out(event="error", message="no matched subscription")
+            sys.exit(2)
+        time.sleep(0.05)
+
+
+def main():
+    mode = sys.argv[1]
+    dp = DomainParticipant(int(arg("--domain", 0, int)))
+    if mode == "pub":
+        kind, topic, count, size = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+        best_effort = "--best-effort" in sys.argv
+        t = Topic(dp, "rt" + topic, CYCLONE[kind], qos=qos(best_effort))
+        w = DataWriter(dp, t, qos=qos(best_effort))
+        out(event="ready")
+        if best_effort:
+            time.sleep(arg("--linger", 3.0))  # no match status worth waiting for: the reader may refuse it
+        else:
+            wait_matched(w, arg("--timeout", 20.0))
+        time.sleep(0.5)  # let the reader's side of discovery settle
+        bad = int(arg("--bad", 0, int))
+        if bad:
+            bt = Topic(dp, "rt" + topic, BadImu_, qos=qos(False))
+            bw = DataWriter(dp, bt, qos=qos(False))
+            wait_matched(bw, arg("--timeout", 20.0))
+            for _ in range(bad):
+                bw.write(BadImu_(junk="x"))
+            time.sleep(0.5)
+        period = 1.0 / arg("--rate", 50.0)
+        for i in range(1, count + 1):
+            w.write(CYCLONE[kind].deserialize(cdr(kind, i, size)))
+            time.sleep(period)
+        out(event="done", sent=count)
+        time.sleep(arg("--linger", 2.0))
+    elif mode == "sub":
+        kind, topic, count, size = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+        t = Topic(dp, "rt" + topic, CYCLONE[kind], qos=qos(False))
+        r = DataReader(dp, t, qos=qos(False, depth=100))
+        out(event="ready")
+        seen, bad, dup = set(), [], 0
+        end = time.time() + arg("--timeout", 30.0)
+        while len(seen) < count and time.time() < end:
+            got = r.take(N=10)
+            if not got:
+                time.sleep(0.005)
+                continue
+            for s in got:
+                if not s.sample_info.valid_data:
+                    continue
+                i = index_of(kind, s)
+                if i in seen:
+                    dup += 1
+                if s.serialize() != cdr(kind, i, size):
+                    bad.append(i)
+                seen.add(i)
+        missing = sorted(set(range(1, count + 1)) - seen)
+        out(event="summary", received=len(seen), intact=len(seen) - len(bad), bad=bad[:10], duplicates=dup,
+            missing=missing[:20], timed_out=len(seen) < count)
+    elif mode == "echo":
+        tin, tout = sys.argv[2], sys.argv[3]
+        ti = Topic(dp, "rt" + tin, UInt8MultiArray_, qos=qos(False))
+        to = Topic(dp, "rt" + tout, UInt8MultiArray_, qos=qos(False))
+        r = DataReader(dp, ti, qos=qos(False, depth=100))
+        w = DataWriter(dp, to, qos=qos(False))
+        out(event="ready")
+        n, end = 0, time.time() + arg("--timeout", 120.0)
+        while time.time() < end:
+            for s in r.take(N=10):
+                if s.sample_info.valid_data:
+                    w.write(s)
+                    n += 1
+            time.sleep(0.0002)
+        out(event="summary", echoed=n)
+    elif mode == "rtt":
+        tping, tpong, size, count = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+        tp = Topic(dp, "rt" + tping, UInt8MultiArray_, qos=qos(False))
+        tq = Topic(dp, "rt" + tpong, UInt8MultiArray_, qos=qos(False))
+        w = DataWriter(dp, tp, qos=qos(False))
+        r = DataReader(dp, tq, qos=qos(False, depth=100))
+        out(event="ready")
+        wait_matched(w, 20.0)
+        time.sleep(1.0)
+        payload = bytearray(size)
+        rtts, lost = [], 0
+        t_start = time.time()
+        for i in range(count):
+            payload[0:4] = i.to_bytes(4, "little")
+            msg = UInt8MultiArray_(layout=MultiArrayLayout_(dim=[], data_offset=0), data=bytes(payload))
+            t0 = time.perf_counter()
+            w.write(msg)
+            end = t0 + 5.0
+            got = False
+            while time.perf_counter() < end and not got:
+                for s in r.take(N=10):
+                    if s.sample_info.valid_data and int.from_bytes(bytes(s.data[0:4]), "little") == i:
+                        got = True
+                if not got:
+                    time.sleep(0.00005)
+            if got:
+                rtts.append((time.perf_counter() - t0) * 1e6)
+            else:
+                lost += 1
+        wall = time.time() - t_start
+        rtts.sort()
+        pct = lambda p: rtts[min(len(rtts) - 1, int(p * len(rtts)))] if rtts else None
+        out(event="summary", size=size, count=count, received=len(rtts), lost=lost, p50_us=pct(0.5), p90_us=pct(0.9),
+            p99_us=pct(0.99), msgs_per_s=len(rtts) / wall, mb_per_s=len(rtts) * size / wall / 1e6)
+    elif mode == "oracle":
+        passed, failed = 0, []
+        for line in open(sys.argv[2]):
+            kind, i, size, hexs = line.split()
+            mine = bytes.fromhex(hexs)
+            ref = cdr(kind, int(i), int(size))
+            ok = mine == ref
+            # rosbags must also read the bridge's bytes back into the same message.
+            back = TS.serialize_cdr(TS.deserialize_cdr(mine, ROSNAME[kind]), ROSNAME[kind])
+            ok = ok and bytes(back) == ref
+            if ok:
+                passed += 1
+            else:
+                failed.append({"kind": kind, "len": len(mine), "ref_len": len(ref),
+                               "first_diff": next((k for k, (a, b) in enumerate(zip(mine, ref)) if a != b), None)})
+        out(event="summary", passed=passed, failed=failed)
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main()
