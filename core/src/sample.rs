@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::stats::Via;
 use crate::types::TypeInfo;
 
 /// Bytes of a received sample: shared with other same-process subscribers, or owned.
@@ -25,7 +26,10 @@ impl Payload {
 #[derive(Debug, Clone)]
 pub struct Sample {
     pub(crate) payload: Payload,
-    pub(crate) send_time_us: i64,
+    /// Send time stamped by the publisher, ns since the UNIX epoch (µs × 1000 from eCAL layers).
+    pub(crate) send_time_ns: i64,
+    /// How it arrived.
+    pub(crate) via: Via,
     pub(crate) clock: u64,
     pub(crate) publisher_id: u64,
     pub(crate) type_info: Arc<TypeInfo>,
@@ -38,9 +42,19 @@ impl Sample {
         self.payload.as_slice()
     }
 
-    /// Send time stamped by the publisher, in µs since the UNIX epoch.
+    /// Send time stamped by the publisher, in µs since the UNIX epoch (eCAL's unit).
     pub fn send_time_us(&self) -> i64 {
-        self.send_time_us
+        self.send_time_ns.div_euclid(1000)
+    }
+
+    /// Send time stamped by the publisher, in ns since the UNIX epoch (µs precision from eCAL's layers).
+    pub fn send_time_ns(&self) -> i64 {
+        self.send_time_ns
+    }
+
+    /// How the sample reached this subscriber.
+    pub fn via(&self) -> Via {
+        self.via
     }
 
     /// The publisher's message counter: 1 for its first message, +1 for each one after.
@@ -67,7 +81,8 @@ impl Sample {
     pub(crate) fn view(&self) -> SampleRef<'_> {
         SampleRef {
             payload: self.payload(),
-            send_time_us: self.send_time_us,
+            send_time_ns: self.send_time_ns,
+            via: self.via,
             clock: self.clock,
             publisher_id: self.publisher_id,
             type_info: &self.type_info,
@@ -91,7 +106,8 @@ impl Sample {
 #[derive(Debug, Clone, Copy)]
 pub struct SampleRef<'a> {
     pub(crate) payload: &'a [u8],
-    pub(crate) send_time_us: i64,
+    pub(crate) send_time_ns: i64,
+    pub(crate) via: Via,
     pub(crate) clock: u64,
     pub(crate) publisher_id: u64,
     pub(crate) type_info: &'a Arc<TypeInfo>,
@@ -104,9 +120,19 @@ impl<'a> SampleRef<'a> {
         self.payload
     }
 
-    /// Send time stamped by the publisher, in µs since the UNIX epoch.
+    /// Send time stamped by the publisher, in µs since the UNIX epoch (eCAL's unit).
     pub fn send_time_us(&self) -> i64 {
-        self.send_time_us
+        self.send_time_ns.div_euclid(1000)
+    }
+
+    /// Send time stamped by the publisher, in ns since the UNIX epoch (µs precision from eCAL's layers).
+    pub fn send_time_ns(&self) -> i64 {
+        self.send_time_ns
+    }
+
+    /// How the sample reached this subscriber.
+    pub fn via(&self) -> Via {
+        self.via
     }
 
     /// The publisher's message counter.
@@ -133,7 +159,8 @@ impl<'a> SampleRef<'a> {
     pub fn to_owned_sample(&self) -> Sample {
         Sample {
             payload: Payload::Owned(self.payload.to_vec()),
-            send_time_us: self.send_time_us,
+            send_time_ns: self.send_time_ns,
+            via: self.via,
             clock: self.clock,
             publisher_id: self.publisher_id,
             type_info: Arc::clone(self.type_info),
@@ -142,7 +169,7 @@ impl<'a> SampleRef<'a> {
     }
 }
 
-/// Now, in µs since the UNIX epoch (eCAL's send-time unit).
-pub(crate) fn now_us() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+/// Now, in ns since the UNIX epoch (the clock publishers stamp send times with; eCAL's unit is its µs).
+pub(crate) fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }

@@ -130,3 +130,38 @@ fn snapshot_lists_own_process_and_topics_until_dropped() {
     drop(sub);
     find(false, false);
 }
+
+#[test]
+fn subscriber_statistics_reach_the_snapshot() {
+    let node = node();
+    let t = topic("stats");
+    let mut publ = node.publisher(&t).create().expect("publisher");
+    let sub = node.subscriber(&t).create().expect("subscriber");
+    for i in 0..100u32 {
+        publ.send(&[i as u8; 64]).expect("send");
+        sub.recv_timeout(T).expect("recv");
+    }
+    // The next periodic registration (every second) carries the counts; the process reads its own.
+    let deadline = Instant::now() + T;
+    let (sub_entry, pub_entry) = loop {
+        let snap = node.snapshot();
+        let find = |d| snap.topics.iter().find(|e| e.topic_name == t && e.direction == d).cloned();
+        if let (Some(s), Some(p)) = (find(TopicDirection::Subscriber), find(TopicDirection::Publisher))
+            && s.shoal.as_ref().is_some_and(|x| x.connections.first().is_some_and(|c| c.messages == 100))
+        {
+            break (s, p);
+        }
+        assert!(Instant::now() < deadline, "no statistics of 100 messages in the snapshot: {snap:#?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stats = sub_entry.shoal.expect("shoal statistics");
+    let conn = &stats.connections[0];
+    assert_eq!((conn.publisher_id, conn.via, conn.same_host), (publ.id(), shoal::monitor::Via::SameProcess, true));
+    assert_eq!((conn.bytes, conn.last_size, conn.drops, stats.bytes), (6400, 64, 0, 6400));
+    // eCAL's figures: every message's latency counted, plausible on one host (well under a second).
+    assert_eq!(sub_entry.latency.count, 100);
+    assert!(sub_entry.latency.min_us >= 0.0 && sub_entry.latency.max_us < 1e6, "{:?}", sub_entry.latency);
+    assert!(sub_entry.latency.mean_us <= sub_entry.latency.max_us);
+    assert_eq!(sub_entry.data_clock, 100);
+    assert_eq!((pub_entry.data_clock, pub_entry.shoal.expect("publisher statistics").bytes), (100, 6400));
+}

@@ -187,6 +187,23 @@ fn shoal_is_visible_in_ecal_monitoring() {
             })
             .is_some()
     });
+    // The subscriber's frequency and latency, as eCAL 6.1.1's own monitoring holds them (the serialized
+    // monitoring's data_latency_us: the binding's Topic objects do not expose it).
+    let v = mon.expect_line("shoal subscriber frequency and latency", DISCOVERY, |v| {
+        is_snapshot(v)
+            && find(arr(v, "subscribers"), |x| {
+                pid_is(x, sub_pid)
+                    && x["data_frequency"].as_i64().unwrap_or(0) > 0
+                    && x["data_latency_us"]["count"].as_u64().unwrap_or(0) > 0
+            })
+            .is_some()
+    });
+    let s = find(arr(&v, "subscribers"), |x| pid_is(x, sub_pid)).expect("listed");
+    let lat = &s["data_latency_us"];
+    let (min, mean, max) = (lat["min"].as_f64(), lat["mean"].as_f64(), lat["max"].as_f64());
+    assert!(matches!((min, mean, max), (Some(a), Some(m), Some(b)) if 0.0 <= a && a <= m && m <= b && b < 1e6), "{s}");
+    // 100 Hz, announced in mHz.
+    assert!((50_000..200_000).contains(&s["data_frequency"].as_i64().unwrap_or(0)), "{s}");
 }
 
 /// (b) shoal's snapshot lists eCAL processes, publishers and subscribers exactly as eCAL announced them.

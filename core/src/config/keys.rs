@@ -725,6 +725,23 @@ pub(crate) static KEYS: &[KeyDef] = &[
             Some(())
         },
     },
+    KeyDef {
+        section: "shoal_receive",
+        key: "latency_statistics",
+        alias: None,
+        doc: &[
+            "Measure received messages' latency (receive time minus the publisher's send time) per",
+            "publisher and layer, for registration and the monitor: every message up to about 1000 a second",
+            "per connection, a spread sample of faster streams (one clock read per measured message).",
+            "Off: rate, bandwidth, size and drops are still measured, latency is not.",
+        ],
+        allowed: BOOL,
+        get: |c| c.receive.latency_statistics.to_string(),
+        set: |d, v, _| {
+            d.cfg.receive.latency_statistics = boolean(v)?;
+            Some(())
+        },
+    },
     // ----- [shoal_io]
     KeyDef {
         section: "shoal_io",

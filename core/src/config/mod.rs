@@ -118,6 +118,8 @@ pub struct ShmRingConfig {
 pub struct ReceiveConfig {
     /// How a blocking receive waits (`wait`, `spin_us`).
     pub wait: WaitStrategy,
+    /// Measure the latency of received messages (`latency_statistics`, default on; sampled above ~1000 msgs/s).
+    pub latency_statistics: bool,
 }
 
 /// I/O thread settings (`[shoal_io]`).
@@ -195,7 +197,7 @@ impl Default for Config {
                 huge_pages: false,
                 huge_pages_path: PathBuf::from("/dev/hugepages"),
             },
-            receive: ReceiveConfig { wait: WaitStrategy::Block },
+            receive: ReceiveConfig { wait: WaitStrategy::Block, latency_statistics: true },
             io: IoConfig { cpu_affinity: Vec::new() },
             layers: LayersConfig::default(),
             source: None,

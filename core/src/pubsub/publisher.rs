@@ -13,8 +13,9 @@ use crate::pubsub::waker;
 use crate::pubsub::{CreateError, LoanError, SendError};
 use crate::registration::RemoteTopic;
 use crate::registration::{EntityKey, Layer, LayerKind, LayerPar, LocalTopic, ShoalPar, TopicStats};
-use crate::sample::now_us;
+use crate::sample::now_ns;
 use crate::sample::{Payload, Sample};
+use crate::stats::{ShoalStats, Via};
 use crate::sync::lock;
 use crate::transport::shm_ring::{DoorbellRemote, RingWriter};
 use crate::transport::{LayerWriter, SampleMeta};
@@ -53,6 +54,17 @@ impl Conns {
     }
 }
 
+/// A publisher's statistics window.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    start: Instant,
+    clock: u64,
+    bytes: u64,
+    /// The last window's frequency, mHz, and bandwidth, bytes/s.
+    freq_mhz: i32,
+    bandwidth_bps: f64,
+}
+
 /// The part of a publisher that the runtime and the I/O thread share.
 pub(crate) struct PubShared {
     pub(crate) id: u64,
@@ -64,8 +76,8 @@ pub(crate) struct PubShared {
     pub(crate) clock: AtomicU64,
     pub(crate) bytes: AtomicU64,
     last_size: AtomicU64,
-    /// Start of the current frequency window and the clock then, and the frequency of the last window (mHz).
-    freq: Mutex<(Instant, u64, i32)>,
+    /// The statistics window: its start, the clock and bytes then, and the last window's frequency and bandwidth.
+    freq: Mutex<Window>,
     /// Fired when a subscriber connects, for `wait_for_subscribers`.
     cond: std::sync::Condvar,
     host_name: String,
@@ -187,26 +199,30 @@ impl PubShared {
         (c.intra.len() + local, c.remote.len() - local)
     }
 
-    /// The statistics of the periodic registration: ends the current frequency window at `now` and starts the
-    /// next.
+    /// The statistics of the periodic registration: ends the current window at `now` and starts the next.
     pub(crate) fn stats(&self, now: Instant) -> TopicStats {
         let clock = self.clock.load(Ordering::Relaxed);
-        let mut f = lock(&self.freq);
-        let dt = now.saturating_duration_since(f.0).as_secs_f64();
-        let freq_mhz = if dt > 0.0 { ((clock - f.1.min(clock)) as f64 / dt * 1000.0) as i32 } else { 0 };
-        *f = (now, clock, freq_mhz);
-        drop(f);
-        self.stats_with(clock, freq_mhz)
+        let bytes = self.bytes.load(Ordering::Relaxed);
+        let mut w = lock(&self.freq);
+        let dt = now.saturating_duration_since(w.start).as_secs_f64();
+        if dt > 0.0 {
+            w.freq_mhz = ((clock - w.clock.min(clock)) as f64 / dt * 1000.0) as i32;
+            w.bandwidth_bps = (bytes - w.bytes.min(bytes)) as f64 / dt;
+        }
+        (w.start, w.clock, w.bytes) = (now, clock, bytes);
+        let window = *w;
+        drop(w);
+        self.stats_with(clock, bytes, &window)
     }
 
-    /// The statistics for an immediate re-registration (a match, a layer change): the last window's frequency, the
+    /// The statistics for an immediate re-registration (a match, a layer change): the last window's figures, the
     /// window itself left to the periodic registration.
     fn current_stats(&self) -> TopicStats {
-        let freq_mhz = lock(&self.freq).2;
-        self.stats_with(self.clock.load(Ordering::Relaxed), freq_mhz)
+        let window = *lock(&self.freq);
+        self.stats_with(self.clock.load(Ordering::Relaxed), self.bytes.load(Ordering::Relaxed), &window)
     }
 
-    fn stats_with(&self, clock: u64, freq_mhz: i32) -> TopicStats {
+    fn stats_with(&self, clock: u64, bytes: u64, w: &Window) -> TopicStats {
         let (local, external) = self.host_counts(&self.host_name);
         TopicStats {
             topic_size: self.last_size.load(Ordering::Relaxed) as i32,
@@ -214,7 +230,8 @@ impl PubShared {
             connections_external: external as i32,
             message_drops: self.layer_drops.load(Ordering::Relaxed).min(i32::MAX as u64) as i32,
             data_clock: clock as i64,
-            data_frequency_mhz: freq_mhz,
+            data_frequency_mhz: w.freq_mhz,
+            shoal: Some(ShoalStats { bytes, bandwidth_bps: w.bandwidth_bps, connections: Vec::new() }),
             ..TopicStats::default()
         }
     }
@@ -267,7 +284,7 @@ impl Publisher {
             clock: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             last_size: AtomicU64::new(0),
-            freq: Mutex::new((Instant::now(), 0, 0)),
+            freq: Mutex::new(Window { start: Instant::now(), clock: 0, bytes: 0, freq_mhz: 0, bandwidth_bps: 0.0 }),
             cond: std::sync::Condvar::new(),
             host_name: rt.identity.host_name.clone(),
             layer_drops: AtomicU64::new(0),
@@ -362,31 +379,35 @@ impl Publisher {
 
     /// Sends a copy of `data`, stamped with the current time.
     pub fn send(&mut self, data: &[u8]) -> Result<(), SendError> {
-        self.send_with_time(data, now_us())
+        self.send_at(data, now_ns())
     }
 
-    /// Sends a copy of `data` with an explicit send time (µs since the UNIX epoch).
+    /// Sends a copy of `data` with an explicit send time (µs since the UNIX epoch, eCAL's unit).
     pub fn send_with_time(&mut self, data: &[u8], send_time_us: i64) -> Result<(), SendError> {
+        self.send_at(data, send_time_us.saturating_mul(1000))
+    }
+
+    fn send_at(&mut self, data: &[u8], send_time_ns: i64) -> Result<(), SendError> {
         self.refresh();
         let clock = self.clock + 1;
         if !self.cache.doorbells.is_empty()
             && let Some(ring) = &mut self.ring
         {
-            let published = ring.write(data, send_time_us, clock)?;
+            let published = ring.write(data, send_time_ns, clock)?;
             if published.segment_changed {
                 self.ring_grew();
             }
             waker::ring_after_publish(&self.rt.waker, &self.cache.doorbells);
         }
-        self.write_layers(data, send_time_us, clock);
-        self.deliver_intra(data, send_time_us, clock);
+        self.write_layers(data, send_time_ns, clock);
+        self.deliver_intra(data, send_time_ns, clock);
         self.finish(clock, data.len());
         Ok(())
     }
 
     /// Sends through every eCAL-facing layer that has subscribers; a failing layer drops (counted), the others
     /// still get the sample.
-    fn write_layers(&self, data: &[u8], send_time_us: i64, clock: u64) {
+    fn write_layers(&self, data: &[u8], send_time_ns: i64, clock: u64) {
         if !self.shared.layers_active.load(Ordering::Acquire) {
             return;
         }
@@ -407,7 +428,7 @@ impl Publisher {
             std::thread::sleep(Duration::from_millis(5));
             set = lock(&self.shared.layers);
         }
-        let meta = SampleMeta { publisher_id: self.shared.id, clock, send_time_us };
+        let meta = SampleMeta { publisher_id: self.shared.id, clock, send_time_us: send_time_ns.div_euclid(1000) };
         let LayerSet { writers, active } = &mut *set;
         for (layer, _) in writers.iter_mut().zip(active.iter()).filter(|(_, a)| **a) {
             if let Err(e) = layer.write(data, &meta) {
@@ -417,21 +438,22 @@ impl Publisher {
         }
     }
 
-    fn deliver_intra(&self, data: &[u8], send_time_us: i64, clock: u64) {
+    fn deliver_intra(&self, data: &[u8], send_time_ns: i64, clock: u64) {
         if !self.cache.intra.is_empty() {
-            self.deliver_intra_shared(Arc::from(data), send_time_us, clock);
+            self.deliver_intra_shared(Arc::from(data), send_time_ns, clock);
         }
     }
 
     /// Gives every same-process subscriber a reference to `payload`.
-    fn deliver_intra_shared(&self, payload: Arc<[u8]>, send_time_us: i64, clock: u64) {
+    fn deliver_intra_shared(&self, payload: Arc<[u8]>, send_time_ns: i64, clock: u64) {
         if self.cache.intra.is_empty() {
             return;
         }
         for s in &self.cache.intra {
             s.push_inbox(Sample {
                 payload: Payload::Shared(Arc::clone(&payload)),
-                send_time_us,
+                send_time_ns,
+                via: Via::SameProcess,
                 clock,
                 publisher_id: self.shared.id,
                 type_info: Arc::clone(&self.shared.type_info),
@@ -486,7 +508,7 @@ impl Publisher {
     }
 
     fn commit_loan(&mut self, len: usize) -> Result<(), SendError> {
-        let t = now_us();
+        let t = now_ns();
         let clock = self.clock + 1;
         match &mut self.ring {
             Some(ring) => {

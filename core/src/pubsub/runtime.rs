@@ -181,7 +181,7 @@ impl Runtime {
         let now = Instant::now();
         let mut out = Vec::with_capacity(t.pubs.len() + t.subs.len());
         out.extend(t.pubs.values().filter_map(Weak::upgrade).map(|p| (p.id, p.stats(now))));
-        out.extend(t.subs.values().filter_map(Weak::upgrade).map(|s| (s.id, s.stats(now))));
+        out.extend(t.subs.values().filter_map(Weak::upgrade).map(|s| (s.id, s.stats(now, &self.identity.host_name))));
         out
     }
 

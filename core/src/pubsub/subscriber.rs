@@ -7,10 +7,12 @@ use std::time::{Duration, Instant};
 
 use crate::config::WaitStrategy;
 use crate::io::Command;
+use crate::pubsub::meter::{ConnMeter, MeterTable};
 use crate::pubsub::runtime::{Runtime, shoal_par};
 use crate::pubsub::{CreateError, RecvError};
 use crate::registration::{EntityKey, Layer, LayerKind, LayerPar, LocalTopic, RemoteTopic, ShoalPar, TopicStats};
-use crate::sample::{Sample, SampleRef};
+use crate::sample::{Sample, SampleRef, now_ns};
+use crate::stats::{ConnectionStats, LatencySummary, ShoalStats, Via};
 use crate::sync::lock;
 use crate::transport::clock::{ClockCheck, PublisherClocks};
 use crate::transport::shm_ring::{ReadOutcome, RingReader};
@@ -31,6 +33,8 @@ struct ReaderEntry {
     ended: bool,
     /// The publisher went away: the reader is drained of what is left in the ring, then removed.
     closing: bool,
+    /// Statistics of this connection.
+    meter: ConnMeter,
 }
 
 /// The part of a subscriber that publishers, the runtime and the I/O thread share.
@@ -38,8 +42,8 @@ pub(crate) struct SubShared {
     pub(crate) id: u64,
     pub(crate) topic: Arc<str>,
     pub(crate) type_info: Arc<TypeInfo>,
-    /// Creation time (µs since the epoch): samples sent from then on are delivered if still in a ring.
-    created_us: i64,
+    /// Creation time (ns since the epoch): samples sent from then on are delivered if still in a ring.
+    created_ns: i64,
     readers: Mutex<Vec<ReaderEntry>>,
     /// Connections of the eCAL-facing layers (UDP, eCAL shared memory) to remote publishers.
     /// (publisher, index of the factory in `Runtime::reader_factories`, connection).
@@ -63,7 +67,15 @@ pub(crate) struct SubShared {
     /// Drops counted outside the ring readers (same-process queue overflow, readers that went away).
     drops: AtomicU64,
     last_clock: AtomicU64,
+    /// Start of the current statistics window and the received count then.
     freq: Mutex<(Instant, u64)>,
+    /// Measure latency (`[shoal_receive] latency_statistics`).
+    latency_on: bool,
+    /// Statistics of the connections whose samples come through the inbox.
+    inbox_meters: Mutex<MeterTable>,
+    /// Latency of every window so far (eCAL's `data_latency_us`), and bytes received.
+    latency_total: Mutex<LatencySummary>,
+    bytes: AtomicU64,
     conn_lock: Mutex<()>,
     conn_cond: Condvar,
     /// For layer readers that push from their own threads: ring our process's doorbell after a push.
@@ -162,13 +174,14 @@ impl SubShared {
             (None, Some(par)) => match RingReader::open(&par.segment) {
                 Ok(mut reader) => {
                     // Messages the publisher sent after we subscribed but before we opened its ring are ours too.
-                    reader.rewind_to_time(self.created_us);
+                    reader.rewind_to_time(self.created_ns);
                     readers.push(ReaderEntry {
                         key: remote.key.clone(),
                         reader,
                         type_info: Arc::new(remote.type_info.clone()),
                         ended: false,
                         closing: false,
+                        meter: ConnMeter::new(remote.key.entity_id, Via::ShoalRing),
                     });
                     self.remote_pubs.store(self.remote_count(&readers), Ordering::Relaxed);
                     drop(readers);
@@ -211,6 +224,7 @@ impl SubShared {
 
     pub(crate) fn disconnect_remote(&self, key: &EntityKey) {
         lock(&self.layer_clocks).forget(key.entity_id);
+        lock(&self.inbox_meters).forget(key.entity_id);
         {
             let mut conns = lock(&self.layer_conns);
             let before = conns.len();
@@ -285,8 +299,12 @@ impl SubShared {
                 s
             };
             if let Some(s) = s {
+                if let Some(m) = lock(&self.inbox_meters).get(s.publisher_id, s.via) {
+                    let times = (self.latency_on && m.latency_due()).then(|| (s.send_time_ns, now_ns()));
+                    m.record(s.payload().len(), times);
+                }
                 let r = f(s.view());
-                self.delivered(s.clock);
+                self.delivered(s.clock, s.payload().len());
                 return Some(r);
             }
         }
@@ -312,24 +330,30 @@ impl SubShared {
             }
             let topic = &self.topic;
             let type_info = &e.type_info;
+            let latency_due = self.latency_on && e.meter.latency_due();
             // A torn or overrun read is counted by the reader; try again until it is empty.
             loop {
                 match e.reader.try_read_with(|v| {
+                    // Received when it is handed over (before the user's closure runs).
+                    let received_ns = latency_due.then(now_ns);
                     let clock = v.clock();
+                    let (len, sent_ns) = (v.payload().len(), v.send_time_ns());
                     let r = f(SampleRef {
                         payload: v.payload(),
-                        send_time_us: v.send_time_us(),
+                        send_time_ns: sent_ns,
+                        via: Via::ShoalRing,
                         clock,
                         publisher_id: v.publisher_id(),
                         type_info,
                         topic,
                     });
-                    (r, clock)
+                    (r, clock, len, received_ns.map(|t| (sent_ns, t)))
                 }) {
-                    ReadOutcome::Sample((r, clock)) => {
+                    ReadOutcome::Sample((r, clock, len, times)) => {
+                        e.meter.record(len, times);
                         self.next_reader.store(idx + 1, Ordering::Relaxed);
                         drop(readers);
-                        self.delivered(clock);
+                        self.delivered(clock, len);
                         return Some(r);
                     }
                     ReadOutcome::Empty => break,
@@ -344,8 +368,9 @@ impl SubShared {
         None
     }
 
-    fn delivered(&self, clock: u64) {
+    fn delivered(&self, clock: u64, len: usize) {
         self.received.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(len as u64, Ordering::Relaxed);
         self.last_clock.store(clock, Ordering::Relaxed);
     }
 
@@ -361,20 +386,69 @@ impl SubShared {
         any
     }
 
-    pub(crate) fn stats(&self, now: Instant) -> TopicStats {
+    /// The statistics of the periodic registration: ends the current window at `now` (frequency, bandwidth, every
+    /// connection's window) and starts the next.
+    pub(crate) fn stats(&self, now: Instant, host_name: &str) -> TopicStats {
         let received = self.received.load(Ordering::Relaxed);
+        let bytes = self.bytes.load(Ordering::Relaxed);
         let mut f = lock(&self.freq);
-        let dt = now.saturating_duration_since(f.0).as_secs_f64();
-        let freq_mhz = if dt > 0.0 { ((received - f.1.min(received)) as f64 / dt * 1000.0) as i32 } else { 0 };
+        let dt = now.saturating_duration_since(f.0);
+        let secs = dt.as_secs_f64();
+        let freq_mhz = if secs > 0.0 { ((received - f.1.min(received)) as f64 / secs * 1000.0) as i32 } else { 0 };
         *f = (now, received);
         drop(f);
+        let window_ms = u32::try_from(dt.as_millis()).unwrap_or(u32::MAX);
+        let (connections, window_latency) = self.take_windows(window_ms, host_name);
+        let window_bytes: u64 = connections.iter().map(|c| c.window_bytes).sum();
+        let mut latency = lock(&self.latency_total);
+        latency.merge(&window_latency);
         TopicStats {
             connections_local: self.publisher_count() as i32,
             message_drops: self.drops().min(i32::MAX as u64) as i32,
             data_clock: received as i64,
             data_frequency_mhz: freq_mhz,
+            latency: *latency,
+            shoal: Some(ShoalStats {
+                bytes,
+                bandwidth_bps: if secs > 0.0 { window_bytes as f64 / secs } else { 0.0 },
+                connections,
+            }),
             ..TopicStats::default()
         }
+    }
+
+    /// Ends the window of every connection: their statistics and the window's latency over all of them.
+    fn take_windows(&self, window_ms: u32, host_name: &str) -> (Vec<ConnectionStats>, LatencySummary) {
+        let mut out = Vec::new();
+        let mut latency = LatencySummary::default();
+        for e in lock(&self.readers).iter_mut() {
+            let (c, l) = e.meter.take_window(window_ms, e.reader.drops(), true);
+            latency.merge(&l);
+            out.push(c);
+        }
+        // Drops and hosts of the eCAL layers' connections, by publisher id.
+        let layer_info: Vec<(u64, bool, u64)> = lock(&self.layer_conns)
+            .iter()
+            .map(|(k, _, c)| (k.entity_id, k.host_name == host_name, c.drops()))
+            .collect();
+        let mut meters = lock(&self.inbox_meters);
+        for m in meters.iter_mut() {
+            let mine = layer_info.iter().filter(|(id, _, _)| *id == m.publisher_id);
+            let (same_host, drops) = match m.via {
+                // A publisher of this process, or eCAL memfiles: always this host.
+                Via::SameProcess => (true, 0),
+                Via::EcalShm => (true, mine.map(|(_, _, d)| d).sum()),
+                Via::ShoalRing | Via::Udp | Via::Tcp => {
+                    mine.fold((false, 0), |(h, d), (_, same, drops)| (h || *same, d + drops))
+                }
+            };
+            let (c, l) = m.take_window(window_ms, drops, same_host);
+            latency.merge(&l);
+            out.push(c);
+        }
+        meters.prune();
+        out.truncate(crate::registration::codec::MAX_CONNECTIONS);
+        (out, latency)
     }
 }
 
@@ -399,7 +473,7 @@ impl SubHandle {
             id: rt.new_entity_id(),
             topic: Arc::from(topic),
             type_info: Arc::new(type_info),
-            created_us: crate::sample::now_us(),
+            created_ns: now_ns(),
             readers: Mutex::new(Vec::new()),
             layer_conns: Mutex::new(Vec::new()),
             layer_clocks: Mutex::default(),
@@ -417,6 +491,10 @@ impl SubHandle {
             drops: AtomicU64::new(0),
             last_clock: AtomicU64::new(0),
             freq: Mutex::new((Instant::now(), 0)),
+            latency_on: rt.config.receive.latency_statistics,
+            inbox_meters: Mutex::default(),
+            latency_total: Mutex::default(),
+            bytes: AtomicU64::new(0),
             conn_lock: Mutex::new(()),
             conn_cond: Condvar::new(),
             runtime: Arc::downgrade(rt),
@@ -704,7 +782,8 @@ mod tests {
     fn sample(publisher_id: u64, clock: u64) -> Sample {
         Sample {
             payload: Payload::Owned(vec![clock as u8]),
-            send_time_us: 0,
+            send_time_ns: 0,
+            via: crate::stats::Via::Udp,
             clock,
             publisher_id,
             type_info: Arc::new(TypeInfo::default()),

@@ -23,6 +23,7 @@ use crate::pubsub::runtime::Runtime;
 use crate::pubsub::subscriber::{CallbackSubscriber, SubHandle, Subscriber, subscriber_status};
 use crate::pubsub::{CreateError, LoanError, RecvError, SendError};
 use crate::sample::{Sample, SampleRef};
+use crate::stats::Via;
 use crate::sync::lock;
 use crate::types::{DecodeError, EncodeError, Message, MessageSink, TypeInfo};
 
@@ -75,8 +76,12 @@ pub enum TypedRecvError {
 /// Metadata of a received message.
 #[derive(Debug, Clone)]
 pub struct MessageMeta {
-    /// Send time stamped by the publisher, in µs since the UNIX epoch.
+    /// Send time stamped by the publisher, in µs since the UNIX epoch (eCAL's unit).
     pub send_time_us: i64,
+    /// Send time stamped by the publisher, in ns since the UNIX epoch (µs precision from eCAL's layers).
+    pub send_time_ns: i64,
+    /// How the message reached this subscriber.
+    pub via: Via,
     /// The publisher's message counter (1 for its first message).
     pub clock: u64,
     /// The publisher's entity id.
@@ -88,7 +93,9 @@ pub struct MessageMeta {
 impl MessageMeta {
     fn of(s: &SampleRef<'_>) -> MessageMeta {
         MessageMeta {
-            send_time_us: s.send_time_us,
+            send_time_us: s.send_time_us(),
+            send_time_ns: s.send_time_ns,
+            via: s.via,
             clock: s.clock,
             publisher_id: s.publisher_id,
             type_info: Arc::clone(s.type_info),

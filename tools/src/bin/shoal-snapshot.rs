@@ -129,6 +129,14 @@ fn snapshot_json(s: &Snapshot, filter: &str, t: f64, host: &str) -> Value {
                 "message_drops": t.message_drops,
                 "connections_local": t.connections_local,
                 "connections_external": t.connections_external,
+                "topic_size": t.topic_size,
+                "latency_count": t.latency.count,
+                "latency_mean_us": t.latency.mean_us,
+                "connections": t.shoal.as_ref().map(|s| s.connections.iter().map(|c| json!({
+                    "publisher_id": c.publisher_id.to_string(), "via": c.via.name(), "same_host": c.same_host,
+                    "messages": c.messages, "drops": c.drops, "rate_hz": c.rate_hz(),
+                    "latency_count": c.latency.count(), "latency_p50_ns": c.latency.percentile(0.5),
+                })).collect::<Vec<_>>()),
             })
         })
         .collect();

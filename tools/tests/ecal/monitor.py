@@ -13,7 +13,9 @@ processes on the host register too). Exit codes: 0 ok, 2 bad arguments, 3 eCAL n
 """
 
 import argparse
+import math
 import os
+import struct
 import sys
 import time
 
@@ -47,7 +49,63 @@ def layer_name(t):
     return {"UDP_MC": "udp", "SHM": "shm", "TCP": "tcp", "NONE": "none"}.get(name, name.lower())
 
 
-def topic_dict(t):
+def _varint(buf, i):
+    shift = value = 0
+    while True:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+
+
+def _fields(buf):
+    """(field number, wire type, value) of one protobuf message; value is int, bytes or the 8 raw bytes."""
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = _varint(buf, i)
+        elif wt == 1:
+            v, i = buf[i:i + 8], i + 8
+        elif wt == 2:
+            n, i = _varint(buf, i)
+            v, i = buf[i:i + n], i + n
+        elif wt == 5:
+            v, i = buf[i:i + 4], i + 4
+        else:
+            raise ValueError(f"wire type {wt}")
+        yield num, wt, v
+
+
+def serialized_latencies(ecal_core):
+    """topic_id -> eCAL's `data_latency_us` {count, latest, min, max, mean, variance} (infinities as None),
+    read from the serialized monitoring (`eCAL.pb.Monitoring`: topics are field 4, `Topic.topic_id` 6,
+    `data_latency_us` 31); the binding's Topic objects do not expose it."""
+    out = {}
+    names = {1: "count", 2: "latest", 3: "min", 4: "max", 5: "mean", 6: "variance"}
+    for num, _, topic in _fields(ecal_core.monitoring.get_serialized_monitoring()):
+        if num != 4:
+            continue
+        topic_id, latency = None, None
+        for tnum, _, v in _fields(topic):
+            if tnum == 6:
+                topic_id = v.decode()
+            elif tnum == 31:
+                latency = {}
+                for snum, wt, sv in _fields(v):
+                    if snum in names:
+                        x = sv if wt == 0 else struct.unpack("<d", sv)[0]
+                        # eCAL's "nothing measured" is min +inf / max -inf, which JSON cannot carry: null.
+                        latency[names[snum]] = x if wt == 0 or math.isfinite(x) else None
+        if topic_id is not None and latency is not None:
+            out[topic_id] = latency
+    return out
+
+
+def topic_dict(t, latencies):
     return {
         "topic_name": t.topic_name,
         "topic_id": t.topic_id,
@@ -69,6 +127,7 @@ def topic_dict(t):
         "data_clock": t.data_clock,
         "data_frequency": t.data_frequency,
         "registration_clock": t.registration_clock,
+        "data_latency_us": latencies.get(str(t.topic_id)),
     }
 
 
@@ -95,13 +154,14 @@ def main():
             except RuntimeError as e:
                 ec.fail(f"get_monitoring failed: {e}", code=3)
             keep = lambda t: args.topic_contains in t.topic_name  # noqa: E731
+            lat = serialized_latencies(ecal_core)
             ec.emit({
                 "event": "snapshot",
                 "t": round(time.monotonic() - start, 3),
                 "self_pid": os.getpid(),
                 "processes": [process_dict(p) for p in mon.processes],
-                "publishers": [topic_dict(t) for t in mon.publishers if keep(t)],
-                "subscribers": [topic_dict(t) for t in mon.subscribers if keep(t)],
+                "publishers": [topic_dict(t, lat) for t in mon.publishers if keep(t)],
+                "subscribers": [topic_dict(t, lat) for t in mon.subscribers if keep(t)],
             })
             emit_count += 1
             now = time.monotonic()

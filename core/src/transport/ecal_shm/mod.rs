@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::registration::{Layer, LayerKind, LayerPar, RemoteTopic};
 use crate::sample::{Payload, Sample};
+use crate::stats::Via;
 use crate::transport::{
     Inbox, LayerReader, LayerReaderFactory, LayerWriteError, LayerWriter, LayerWriterFactory, SampleMeta,
 };
@@ -421,7 +422,8 @@ impl Sink {
         // may hold its connection lock waiting for this thread to stop (lock-order inversion).
         self.inbox.push(Sample {
             payload,
-            send_time_us,
+            send_time_ns: send_time_us.saturating_mul(1000),
+            via: Via::EcalShm,
             clock,
             publisher_id: self.publisher_id,
             type_info: Arc::clone(&self.type_info),

@@ -208,7 +208,7 @@ fn check_delivered(samples: &[Sample], sizes: &[usize]) {
     for (i, (s, &len)) in samples.iter().zip(sizes).enumerate() {
         let clock = i as u64 + 1;
         assert_eq!(s.clock, clock);
-        assert_eq!(s.send_time_us, clock as i64 * 10);
+        assert_eq!(s.send_time_us(), clock as i64 * 10);
         assert_eq!(s.publisher_id, 0xABCD);
         assert_eq!(s.payload(), &pattern(clock, len)[..], "message {clock}");
     }

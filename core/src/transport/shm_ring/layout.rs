@@ -12,7 +12,7 @@ pub(super) const CACHE_LINE: usize = 64;
 /// `b"SHOALRNG"` read as a little-endian u64.
 pub(super) const RING_MAGIC: u64 = u64::from_le_bytes(*b"SHOALRNG");
 /// Layout version of ring segments.
-pub(super) const RING_VERSION: u32 = 1;
+pub(super) const RING_VERSION: u32 = 2;
 /// `b"SHOALDBL"` read as a little-endian u64.
 pub(super) const DOORBELL_MAGIC: u64 = u64::from_le_bytes(*b"SHOALDBL");
 /// Layout version of doorbells.
@@ -87,8 +87,8 @@ pub(super) struct SlotHeader {
     pub(super) seq: AtomicU64,
     /// Payload length in bytes.
     pub(super) len: AtomicU64,
-    /// Send time, microseconds since the Unix epoch.
-    pub(super) send_time_us: AtomicI64,
+    /// Send time, nanoseconds since the Unix epoch.
+    pub(super) send_time_ns: AtomicI64,
     /// Per-publisher clock given by the caller.
     pub(super) clock: AtomicU64,
 }

@@ -108,8 +108,8 @@ pub struct SampleInfo {
     pub seq: u64,
     /// Payload length.
     pub len: usize,
-    /// Send time, microseconds since the Unix epoch.
-    pub send_time_us: i64,
+    /// Send time, nanoseconds since the Unix epoch.
+    pub send_time_ns: i64,
     /// Per-publisher clock.
     pub clock: u64,
     /// Publisher id of the ring.
@@ -143,9 +143,9 @@ impl<'a> SampleView<'a> {
         self.info.len == 0
     }
 
-    /// Send time, microseconds since the Unix epoch.
-    pub fn send_time_us(&self) -> i64 {
-        self.info.send_time_us
+    /// Send time, nanoseconds since the Unix epoch.
+    pub fn send_time_ns(&self) -> i64 {
+        self.info.send_time_ns
     }
 
     /// Per-publisher clock.
@@ -321,10 +321,10 @@ impl RingReader {
     }
 
     /// Moves the cursor back over the samples still in the ring that were sent at or after
-    /// `min_send_time_us` (at most `slot_count - 1` of them), so that a subscriber which opened
+    /// `min_send_time_ns` (at most `slot_count - 1` of them), so that a subscriber which opened
     /// the ring just after the publisher started serving it still gets those samples. Returns
     /// how many samples were rewound. A slot being overwritten stops the rewind.
-    pub fn rewind_to_time(&mut self, min_send_time_us: i64) -> u64 {
+    pub fn rewind_to_time(&mut self, min_send_time_ns: i64) -> u64 {
         let mut rewound = 0u64;
         while self.cursor > 0 && rewound + 1 < u64::from(self.seg.slot_count) {
             let prev = self.cursor - 1;
@@ -333,10 +333,10 @@ impl RingReader {
             if slot.seq.load(Ordering::Acquire) != expected {
                 break;
             }
-            let t = slot.send_time_us.load(Ordering::Relaxed);
+            let t = slot.send_time_ns.load(Ordering::Relaxed);
             // Re-check after reading the time: the writer may have started to overwrite the slot.
             fence(Ordering::Acquire);
-            if slot.seq.load(Ordering::Relaxed) != expected || t < min_send_time_us {
+            if slot.seq.load(Ordering::Relaxed) != expected || t < min_send_time_ns {
                 break;
             }
             self.cursor = prev;
@@ -456,7 +456,7 @@ impl RingReader {
         let info = SampleInfo {
             seq: c,
             len: len.min(self.seg.slot_size as u64) as usize,
-            send_time_us: slot.send_time_us.load(Ordering::Relaxed),
+            send_time_ns: slot.send_time_ns.load(Ordering::Relaxed),
             clock: slot.clock.load(Ordering::Relaxed),
             publisher_id: self.seg.publisher_id,
         };

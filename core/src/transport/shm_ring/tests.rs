@@ -72,7 +72,7 @@ fn layout_is_as_asserted() {
 
     assert_eq!(offset_of!(SlotHeader, seq), 0);
     assert_eq!(offset_of!(SlotHeader, len), 8);
-    assert_eq!(offset_of!(SlotHeader, send_time_us), 16);
+    assert_eq!(offset_of!(SlotHeader, send_time_ns), 16);
     assert_eq!(offset_of!(SlotHeader, clock), 24);
     assert_eq!(SLOT_HEADER_SIZE, 64);
     assert_eq!(layout::slot_stride(1), Some(128));
@@ -125,10 +125,10 @@ fn round_trip_loan_commit_write_and_copy() {
     assert_eq!(bytes, b"hello");
     assert_eq!(
         info,
-        SampleInfo { seq: 0, len: 5, send_time_us: 1_700_000_000_000_000, clock: 7, publisher_id: 0xABCD }
+        SampleInfo { seq: 0, len: 5, send_time_ns: 1_700_000_000_000_000, clock: 7, publisher_id: 0xABCD }
     );
     let ReadOutcome::Sample((bytes, info)) = read_one(&mut r) else { panic!("no sample") };
-    assert_eq!((bytes.as_slice(), info.send_time_us, info.clock), (&b"world!"[..], -3, 8));
+    assert_eq!((bytes.as_slice(), info.send_time_ns, info.clock), (&b"world!"[..], -3, 8));
     let mut copy = vec![1, 2, 3];
     let ReadOutcome::Sample(info) = r.try_read_into(&mut copy) else { panic!("no sample") };
     assert_eq!((copy.as_slice(), info.clock, info.seq), (&b"ok"[..], 9, 2));
@@ -406,9 +406,9 @@ fn bad_headers_rejected() {
     patch(32, &999u64.to_le_bytes()); // stride
     assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadGeometry { what: "slot stride", .. })));
     patch(32, &128u64.to_le_bytes());
-    patch(8, &2u32.to_le_bytes()); // version
-    assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadVersion { version: 2, .. })));
-    patch(8, &1u32.to_le_bytes());
+    patch(8, &1u32.to_le_bytes()); // version 1: send times in µs, not this layout's ns
+    assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadVersion { version: 1, .. })));
+    patch(8, &2u32.to_le_bytes());
     assert!(RingReader::open(w.segment_name()).is_ok());
 
     // A corrupt slot length is never accepted.

@@ -298,7 +298,7 @@ impl RingWriter {
 
     /// Publishes the loaned slot with `len` payload bytes (≤ the loaned length).
     #[inline]
-    pub fn commit(&mut self, len: usize, send_time_us: i64, clock: u64) -> Result<Published, CommitError> {
+    pub fn commit(&mut self, len: usize, send_time_ns: i64, clock: u64) -> Result<Published, CommitError> {
         let loaned = self.loaned.ok_or(CommitError::NoLoan)?;
         if len > loaned {
             return Err(CommitError::LenExceedsLoan { len, loaned });
@@ -309,7 +309,7 @@ impl RingWriter {
         // SAFETY: as in `loan`.
         let header = unsafe { &*slot.cast::<SlotHeader>() };
         header.len.store(len as u64, Ordering::Relaxed);
-        header.send_time_us.store(send_time_us, Ordering::Relaxed);
+        header.send_time_ns.store(send_time_ns, Ordering::Relaxed);
         header.clock.store(clock, Ordering::Relaxed);
         header.seq.store(2 * seq + 2, Ordering::Release);
         self.seg.header().write_seq.0.store(seq + 1, Ordering::Release);
@@ -319,9 +319,9 @@ impl RingWriter {
 
     /// Copies `bytes` into the next slot and publishes it (`loan` + memcpy + `commit`).
     #[inline]
-    pub fn write(&mut self, bytes: &[u8], send_time_us: i64, clock: u64) -> Result<Published, SlotError> {
+    pub fn write(&mut self, bytes: &[u8], send_time_ns: i64, clock: u64) -> Result<Published, SlotError> {
         self.loan(bytes.len())?.copy_from_slice(bytes);
-        let published = self.commit(bytes.len(), send_time_us, clock);
+        let published = self.commit(bytes.len(), send_time_ns, clock);
         // A loan of bytes.len() was just made, so commit cannot fail.
         Ok(published.unwrap_or(Published { seq: self.next_seq.wrapping_sub(1), segment_changed: false }))
     }

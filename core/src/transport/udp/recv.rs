@@ -12,6 +12,7 @@ use mio::net::UdpSocket;
 use mio::{Interest, Registry, Token};
 
 use crate::sample::{Payload, Sample};
+use crate::stats::Via;
 use crate::sync::lock;
 use crate::transport::{Inbox, IoSource};
 use crate::types::TypeInfo;
@@ -244,7 +245,8 @@ impl UdpReceiver {
                     };
                     inbox.push(Sample {
                         payload,
-                        send_time_us: s.time_us,
+                        send_time_ns: s.time_us.saturating_mul(1000),
+                        via: Via::Udp,
                         clock: s.clock,
                         publisher_id: s.publisher_id,
                         type_info,
