@@ -22,7 +22,7 @@ use crate::model::{
 use crate::source::{Message, MessageSource, SnapshotSource};
 
 /// The graph draws at most this many topics (filter to see others).
-pub const MAX_GRAPH_TOPICS: usize = 150;
+pub const MAX_GRAPH_TOPICS: usize = 60;
 /// The inspector keeps this many messages to step through.
 pub const INSPECTOR_KEEP: usize = 100;
 const ROW_H: f32 = 20.0;
@@ -498,47 +498,35 @@ impl MonitorApp {
                     body.rows(ROW_H, self.order.processes.len(), |mut row| {
                         let p = &view.processes[self.order.processes[row.index()]];
                         let color = health_color(p.problems.health());
-                        let txt = |s: &str| RichText::new(s.to_owned()).color(color);
-                        row.col(|ui| {
-                            ui.label(txt(&p.host));
-                        });
-                        row.col(|ui| {
-                            ui.label(txt(&p.pid.to_string()));
-                        });
-                        row.col(|ui| {
-                            let unit =
-                                if p.is_self { format!("{} (this monitor)", p.unit) } else { p.unit.to_string() };
-                            ui.label(txt(&unit));
-                        });
-                        row.col(|ui| {
-                            ui.label(txt(&p.name));
-                        });
-                        row.col(|ui| {
-                            ui.label(txt(p.kind));
-                        });
-                        row.col(|ui| {
-                            ui.label(txt(&p.version));
-                        });
-                        row.col(|ui| {
-                            ui.label(txt(&format!("{:.1} s", p.registration_age_s)));
-                        });
-                        row.col(|ui| {
-                            let state = match p.state_severity {
-                                1 => "healthy",
-                                2 => "warning",
-                                3 => "critical",
-                                4 => "failed",
-                                _ => "unknown",
-                            };
-                            let mut s = state.to_owned();
-                            if !p.state_info.is_empty() {
-                                s.push_str(&format!(": {}", p.state_info));
-                            }
-                            if !p.problems.is_empty() {
-                                s.push_str(&format!(" — {}", p.problems.text()));
-                            }
-                            ui.label(txt(&s));
-                        });
+                        let state = match p.state_severity {
+                            1 => "healthy",
+                            2 => "warning",
+                            3 => "critical",
+                            4 => "failed",
+                            _ => "unknown",
+                        };
+                        let mut state = state.to_owned();
+                        if !p.state_info.is_empty() {
+                            state.push_str(&format!(": {}", p.state_info));
+                        }
+                        if !p.problems.is_empty() {
+                            state.push_str(&format!(" — {}", p.problems.text()));
+                        }
+                        let unit = if p.is_self { format!("{} (this monitor)", p.unit) } else { p.unit.to_string() };
+                        text_cells(
+                            &mut row,
+                            color,
+                            [
+                                p.host.to_string(),
+                                p.pid.to_string(),
+                                unit,
+                                p.name.to_string(),
+                                p.kind.to_owned(),
+                                p.version.to_string(),
+                                format!("{:.1} s", p.registration_age_s),
+                                state,
+                            ],
+                        );
                     });
                 });
         });
@@ -589,40 +577,24 @@ impl MonitorApp {
                             clicked = Some(t.name.clone());
                         }
                     });
-                    row.col(|ui| {
-                        ui.label(txt(format!("{} ({})", t.type_name, t.encoding)));
-                    });
-                    row.col(|ui| {
-                        ui.label(txt(t.publishers.to_string()));
-                    });
-                    row.col(|ui| {
-                        ui.label(txt(t.subscribers.to_string()));
-                    });
-                    row.col(|ui| {
-                        ui.label(txt(fmt_rate(t.rate_hz)));
-                    });
-                    row.col(|ui| {
-                        ui.label(txt(fmt_bandwidth(t.bandwidth_bps)));
-                    });
-                    row.col(|ui| {
-                        ui.label(txt(fmt_bytes(t.size_bytes as f64)));
-                    });
-                    row.col(|ui| {
-                        ui.label(txt(t.drops.to_string()));
-                    });
                     let (p50, p99) = latency_cells(t);
-                    row.col(|ui| {
-                        ui.label(txt(p50));
-                    });
-                    row.col(|ui| {
-                        ui.label(txt(p99));
-                    });
-                    row.col(|ui| {
-                        ui.label(txt(t.problems.text()));
-                    });
-                    row.col(|ui| {
-                        ui.label(txt(t.layers.to_string()));
-                    });
+                    text_cells(
+                        &mut row,
+                        color,
+                        [
+                            format!("{} ({})", t.type_name, t.encoding),
+                            t.publishers.to_string(),
+                            t.subscribers.to_string(),
+                            fmt_rate(t.rate_hz),
+                            fmt_bandwidth(t.bandwidth_bps),
+                            fmt_bytes(t.size_bytes as f64),
+                            t.drops.to_string(),
+                            p50,
+                            p99,
+                            t.problems.text(),
+                            t.layers.to_string(),
+                        ],
+                    );
                 });
             });
         self.state.sort = sort;
@@ -699,34 +671,28 @@ impl MonitorApp {
                                 pick = Some(c.key());
                             }
                         });
-                        row.col(|ui| {
-                            ui.label(txt(c.subscriber.to_string()));
-                        });
-                        row.col(|ui| {
-                            ui.label(txt(c.via.to_owned()));
-                        });
-                        row.col(|ui| {
-                            ui.label(txt(fmt_rate(c.rate_hz)));
-                        });
-                        row.col(|ui| {
-                            ui.label(txt(fmt_bandwidth(c.bandwidth_bps)));
-                        });
-                        row.col(|ui| {
-                            ui.label(txt(c.drops.to_string()));
-                        });
                         let lat: [String; 4] = match (&c.latency, c.same_host) {
                             (_, false) => ["clock not shared".into(), String::new(), String::new(), String::new()],
                             (Some(l), true) => [fmt_us(l.p50_us), fmt_us(l.p90_us), fmt_us(l.p99_us), fmt_us(l.max_us)],
                             (None, true) => ["-".into(), "-".into(), "-".into(), "-".into()],
                         };
-                        for s in lat {
-                            row.col(|ui| {
-                                ui.label(txt(s));
-                            });
-                        }
-                        row.col(|ui| {
-                            ui.label(txt(c.problems.text()));
-                        });
+                        let [p50, p90, p99, max] = lat;
+                        text_cells(
+                            &mut row,
+                            color,
+                            [
+                                c.subscriber.to_string(),
+                                c.via.to_owned(),
+                                fmt_rate(c.rate_hz),
+                                fmt_bandwidth(c.bandwidth_bps),
+                                c.drops.to_string(),
+                                p50,
+                                p90,
+                                p99,
+                                max,
+                                c.problems.text(),
+                            ],
+                        );
                     });
                 });
         });
@@ -775,30 +741,15 @@ impl MonitorApp {
         };
         let h = ((ui.available_height() - 40.0) / 2.0).max(120.0);
         let w = (ui.available_width() / 2.0 - 8.0).max(200.0);
-        let x_fmt = |m: egui_plot::GridMark, _r: &std::ops::RangeInclusive<f64>| format!("{:.0} s", m.value);
         ui.horizontal(|ui| {
             ui.vertical(|ui| {
                 ui.label("Rate (messages/s)");
-                Plot::new("rate")
-                    .height(h)
-                    .width(w)
-                    .include_x(-self.state.window_s)
-                    .include_x(0.0)
-                    .include_y(0.0)
-                    .x_axis_formatter(x_fmt)
-                    .allow_scroll(false)
+                time_plot("rate", h, w, self.state.window_s)
                     .show(ui, |p| p.line(Line::new("rate", PlotPoints::from(rate))));
             });
             ui.vertical(|ui| {
                 ui.label("Bandwidth (bytes/s)");
-                Plot::new("bandwidth")
-                    .height(h)
-                    .width(w)
-                    .include_x(-self.state.window_s)
-                    .include_x(0.0)
-                    .include_y(0.0)
-                    .x_axis_formatter(x_fmt)
-                    .allow_scroll(false)
+                time_plot("bandwidth", h, w, self.state.window_s)
                     .y_axis_formatter(|m, _| fmt_bytes(m.value))
                     .show(ui, |p| p.line(Line::new("bandwidth", PlotPoints::from(bw))));
             });
@@ -806,30 +757,21 @@ impl MonitorApp {
         ui.horizontal(|ui| {
             ui.vertical(|ui| {
                 ui.label("Latency (µs): P50–P99 band, P90, max");
-                Plot::new("latency")
-                    .height(h)
-                    .width(w)
-                    .include_x(-self.state.window_s)
-                    .include_x(0.0)
-                    .include_y(0.0)
-                    .x_axis_formatter(x_fmt)
-                    .allow_scroll(false)
-                    .legend(Legend::default())
-                    .show(ui, |p| {
-                        if !xs.is_empty() {
-                            p.add(
-                                FilledArea::new("P50–P99", &xs, &p50, &p99)
-                                    .fill_color(Color32::from_rgba_unmultiplied(80, 140, 255, 60)),
-                            );
-                        }
-                        let line = |n: &'static str, ys: &[f64]| {
-                            Line::new(n, PlotPoints::from(xs.iter().zip(ys).map(|(x, y)| [*x, *y]).collect::<Vec<_>>()))
-                        };
-                        p.line(line("P50", &p50));
-                        p.line(line("P90", &p90));
-                        p.line(line("P99", &p99));
-                        p.line(line("max", &max));
-                    });
+                time_plot("latency", h, w, self.state.window_s).legend(Legend::default()).show(ui, |p| {
+                    if !xs.is_empty() {
+                        p.add(
+                            FilledArea::new("P50–P99", &xs, &p50, &p99)
+                                .fill_color(Color32::from_rgba_unmultiplied(80, 140, 255, 60)),
+                        );
+                    }
+                    let line = |n: &'static str, ys: &[f64]| {
+                        Line::new(n, PlotPoints::from(xs.iter().zip(ys).map(|(x, y)| [*x, *y]).collect::<Vec<_>>()))
+                    };
+                    p.line(line("P50", &p50));
+                    p.line(line("P90", &p90));
+                    p.line(line("P99", &p99));
+                    p.line(line("max", &max));
+                });
             });
             ui.vertical(|ui| {
                 ui.label("Latency histogram of the last window (log µs)");
@@ -962,16 +904,18 @@ impl MonitorApp {
         let mut left: Vec<(Arc<str>, Health)> = Vec::new();
         let mut right: Vec<(Arc<str>, Health)> = Vec::new();
         let mut edges: Vec<(usize, usize, bool, Health)> = Vec::new(); // (process, topic, is_pub, health)
-        let proc_health = |label: &str| {
-            view.processes.iter().find(|p| p.label() == label).map_or(Health::Warning, |p| p.problems.health())
-        };
+        let health: std::collections::HashMap<(&str, u32), Health> =
+            view.processes.iter().map(|p| ((&*p.host, p.pid), p.problems.health())).collect();
         for (ti, t) in topics.iter().enumerate() {
             for e in view.entities_of(&t.name) {
                 let side = if e.direction == "pub" { &mut left } else { &mut right };
                 let pi = match side.iter().position(|(l, _)| *l == e.process) {
                     Some(i) => i,
                     None => {
-                        side.push((e.process.clone(), proc_health(&e.process)));
+                        side.push((
+                            e.process.clone(),
+                            health.get(&(&*e.host, e.pid)).copied().unwrap_or(Health::Warning),
+                        ));
                         side.len() - 1
                     }
                 };
@@ -1112,6 +1056,27 @@ fn health_fill(h: Health) -> Color32 {
         Health::Ok => Color32::from_rgb(110, 190, 110),
         Health::Warning => Color32::from_rgb(240, 180, 60),
         Health::Error => Color32::from_rgb(235, 95, 85),
+    }
+}
+
+/// A plot over the last `window_s` seconds (x: seconds before the shown view), from 0 up.
+fn time_plot(id: &str, height: f32, width: f32, window_s: f64) -> Plot<'static> {
+    Plot::new(id)
+        .height(height)
+        .width(width)
+        .include_x(-window_s)
+        .include_x(0.0)
+        .include_y(0.0)
+        .x_axis_formatter(|m, _| format!("{:.0} s", m.value))
+        .allow_scroll(false)
+}
+
+/// One label cell per text, all in `color`.
+fn text_cells(row: &mut egui_extras::TableRow<'_, '_>, color: Color32, cells: impl IntoIterator<Item = String>) {
+    for text in cells {
+        row.col(|ui| {
+            ui.label(RichText::new(text).color(color));
+        });
     }
 }
 

@@ -180,7 +180,7 @@ impl Fixture {
         topics.push(remote);
 
         // /camera: an eCAL publisher, 30 Hz, 1 MB, read over eCAL's shm; from step 3 on it loses frames.
-        let drops = (k / 4) * 3 + (k / 7) * 5;
+        let drops = k.saturating_sub(2) * 3 + (k / 7) * 5;
         let mut cam = self.publisher(2001, 0x5001, "/camera", TypeInfo::raw("sensor.Image"), "shm", 30.0, 1 << 20);
         cam.shoal = None;
         topics.push(cam);
@@ -202,45 +202,20 @@ impl Fixture {
         }
 
         // /cmd_vel: a subscriber with no publisher.
-        let mut cmd =
-            self.subscriber(3001, 0x3002, "/cmd_vel", TypeInfo::new("pb.Twist", "proto", Vec::new()), "", vec![], 0);
+        let mut cmd = self.subscriber(3001, 0x3002, "/cmd_vel", proto("pb.Twist"), "", vec![], 0);
         cmd.host_name = REMOTE_HOST.into();
         if TELEOP_STEPS.contains(&k) {
             let c = self.connection(0x1006, Via::Udp, false, k, 20.0, 48, 0, 300.0, 0.5);
             if let Some(s) = cmd.shoal.as_mut() {
                 s.connections.push(c);
             }
-            topics.push(self.publisher(
-                1005,
-                0x1006,
-                "/cmd_vel",
-                TypeInfo::new("pb.Twist", "proto", Vec::new()),
-                "udp",
-                20.0,
-                48,
-            ));
+            topics.push(self.publisher(1005, 0x1006, "/cmd_vel", proto("pb.Twist"), "udp", 20.0, 48));
         }
         topics.push(cmd);
 
         // /odom: the publisher sends pb.Odometry, the subscriber expects pb.Pose.
-        topics.push(self.publisher(
-            1004,
-            0x1005,
-            "/odom",
-            TypeInfo::new("pb.Odometry", "proto", Vec::new()),
-            "shoal_ring",
-            50.0,
-            96,
-        ));
-        topics.push(self.subscriber(
-            1002,
-            0x2005,
-            "/odom",
-            TypeInfo::new("pb.Pose", "proto", Vec::new()),
-            "shoal_ring",
-            vec![],
-            0,
-        ));
+        topics.push(self.publisher(1004, 0x1005, "/odom", proto("pb.Odometry"), "shoal_ring", 50.0, 96));
+        topics.push(self.subscriber(1002, 0x2005, "/odom", proto("pb.Pose"), "shoal_ring", vec![], 0));
 
         // Scale: generated processes and topics.
         for p in 0..self.extra_processes.min(self.extra_topics.max(1)) {
@@ -263,27 +238,12 @@ impl Fixture {
             let sub_pid = 10_000 + ((i + 1) % procs) as u32;
             let name = format!("/fleet/sensor_{i:04}");
             let rate = 10.0 + (i % 90) as f64;
-            topics.push(self.publisher(
-                pub_pid,
-                0x10_0000 + i as u64,
-                &name,
-                TypeInfo::raw("fleet.Reading"),
-                "shoal_ring",
-                rate,
-                128,
-            ));
-            let mut c = self.connection(0x10_0000 + i as u64, Via::ShoalRing, true, k, rate, 128, 0, 5.0, 0.5);
+            let (pub_id, sub_id, ti) = (0x10_0000 + i as u64, 0x20_0000 + i as u64, TypeInfo::raw("fleet.Reading"));
+            topics.push(self.publisher(pub_pid, pub_id, &name, ti.clone(), "shoal_ring", rate, 128));
+            let mut c = self.connection(pub_id, Via::ShoalRing, true, k, rate, 128, 0, 5.0, 0.5);
             c.latency = LatencyHistogram::default();
             c.latency.record(5_000 + (i as u64 % 7) * 300);
-            topics.push(self.subscriber(
-                sub_pid,
-                0x20_0000 + i as u64,
-                &name,
-                TypeInfo::raw("fleet.Reading"),
-                "shoal_ring",
-                vec![c],
-                0,
-            ));
+            topics.push(self.subscriber(sub_pid, sub_id, &name, ti, "shoal_ring", vec![c], 0));
         }
         Snapshot { taken_at: Some(taken_at), processes, topics }
     }
@@ -407,6 +367,11 @@ impl SnapshotSource for Fixture {
     fn snapshot(&mut self) -> Snapshot {
         self.next_snapshot()
     }
+}
+
+/// A protobuf type without descriptor.
+fn proto(name: &str) -> TypeInfo {
+    TypeInfo::new(name, "proto", Vec::new())
 }
 
 /// `pb.sensors.Imu`'s descriptor: a serialized `FileDescriptorSet`, as eCAL and shoal announce it.

@@ -41,6 +41,9 @@ struct Args {
     /// The topic to select.
     #[arg(long)]
     select: Option<String>,
+    /// The Topic view's plot window, seconds (30, 60 or 300).
+    #[arg(long, default_value_t = 60.0)]
+    window_s: f64,
     /// Window size, `WIDTHxHEIGHT`.
     #[arg(long, default_value = "1280x800", value_parser = parse_size)]
     size: (f32, f32),
@@ -99,6 +102,7 @@ fn main() -> Result<()> {
     }
     app.state.tab = tab;
     app.select_topic(args.select.as_deref());
+    app.state.window_s = args.window_s;
     let options = eframe::NativeOptions {
         renderer: eframe::Renderer::Glow,
         viewport: egui::ViewportBuilder::default()

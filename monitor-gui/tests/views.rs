@@ -19,6 +19,20 @@ fn harness(app: MonitorApp) -> Harness<'static, MonitorApp> {
     Harness::builder().with_size(egui::vec2(1400.0, 900.0)).build_ui_state(|ui, app: &mut MonitorApp| app.ui(ui), app)
 }
 
+/// The Inspector on `topic`, after `steps` refreshes before and `after` refreshes with it open.
+fn inspecting(topic: &str, steps: u32, after: u32) -> Harness<'static, MonitorApp> {
+    let mut app = app_after(steps);
+    app.select_topic(Some(topic));
+    app.state.tab = Tab::Inspector;
+    let mut h = harness(app);
+    h.run();
+    for _ in 0..after {
+        h.state_mut().refresh_now();
+    }
+    h.run();
+    h
+}
+
 fn top(h: &Harness<'_, MonitorApp>, label: &str) -> f32 {
     h.get_by_label(label).rect().top()
 }
@@ -92,14 +106,7 @@ fn selecting_a_topic_opens_its_detail_with_connections() {
 
 #[test]
 fn inspector_decodes_protobuf_through_the_descriptor_and_pauses() {
-    let mut app = app_after(3);
-    app.select_topic(Some("/imu"));
-    app.state.tab = Tab::Inspector;
-    let mut h = harness(app);
-    h.run();
-    h.state_mut().refresh_now();
-    h.state_mut().refresh_now();
-    h.run();
+    let mut h = inspecting("/imu", 3, 2);
     h.get_by_label_contains("type pb.sensors.Imu (proto)");
     h.get_by_label("frame_id: \"imu_link\"");
     h.get_by_label("z: 9.81");
@@ -120,13 +127,7 @@ fn inspector_decodes_protobuf_through_the_descriptor_and_pauses() {
 
 #[test]
 fn inspector_shows_text_payloads_as_text() {
-    let mut app = app_after(2);
-    app.select_topic(Some("/status"));
-    app.state.tab = Tab::Inspector;
-    let mut h = harness(app);
-    h.run();
-    h.state_mut().refresh_now();
-    h.run();
+    let h = inspecting("/status", 2, 1);
     h.get_by_label("Text:");
     h.get_by_label_contains("ok, uptime");
 }
