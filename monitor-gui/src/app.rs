@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use egui::{Color32, RichText, Sense};
@@ -230,7 +231,10 @@ enum InspectMode {
 
 /// The monitor application state; [`MonitorApp::ui`] draws it into any `egui::Ui` (the window, or a test harness).
 pub struct MonitorApp {
-    snapshots: Box<dyn SnapshotSource>,
+    /// Taken by the refresh thread once [`MonitorApp::start_refresh_thread`] ran.
+    snapshots: Option<Box<dyn SnapshotSource + Send>>,
+    /// Views from the refresh thread.
+    feed: Option<mpsc::Receiver<Arc<View>>>,
     messages: Box<dyn MessageSource>,
     interner: Interner,
     history: History,
@@ -251,10 +255,16 @@ impl std::fmt::Debug for MonitorApp {
 }
 
 impl MonitorApp {
-    /// An app that takes a snapshot every `refresh` by itself (when drawn).
-    pub fn new(snapshots: Box<dyn SnapshotSource>, messages: Box<dyn MessageSource>, refresh: Duration) -> MonitorApp {
+    /// An app that takes a snapshot every `refresh` by itself: when drawn, or on its own thread after
+    /// [`MonitorApp::start_refresh_thread`].
+    pub fn new(
+        snapshots: Box<dyn SnapshotSource + Send>,
+        messages: Box<dyn MessageSource>,
+        refresh: Duration,
+    ) -> MonitorApp {
         MonitorApp {
-            snapshots,
+            snapshots: Some(snapshots),
+            feed: None,
             messages,
             interner: Interner::default(),
             history: History::default(),
@@ -269,15 +279,16 @@ impl MonitorApp {
     }
 
     /// An app that refreshes only when [`MonitorApp::refresh_now`] is called (tests).
-    pub fn manual(snapshots: Box<dyn SnapshotSource>, messages: Box<dyn MessageSource>) -> MonitorApp {
+    pub fn manual(snapshots: Box<dyn SnapshotSource + Send>, messages: Box<dyn MessageSource>) -> MonitorApp {
         let mut app = MonitorApp::new(snapshots, messages, Duration::from_secs(1));
         app.auto_refresh = false;
         app
     }
 
-    /// Takes one snapshot now and polls the inspected topic.
+    /// Takes one snapshot now and polls the inspected topic (nothing once the refresh thread runs).
     pub fn refresh_now(&mut self) {
-        let snap = self.snapshots.snapshot();
+        let Some(source) = self.snapshots.as_mut() else { return };
+        let snap = source.snapshot();
         let view = build_view(&snap, self.history.latest().map(|v| &**v), &mut self.interner);
         self.history.push(view);
         self.refreshes += 1;
@@ -285,6 +296,37 @@ impl MonitorApp {
             self.interner.shrink();
         }
         self.poll_messages();
+    }
+
+    /// Moves snapshots and building views off the UI thread: a thread takes a snapshot every refresh, builds its
+    /// view and calls `wake` (the window's repaint request); the UI only adds finished views. The thread ends when
+    /// the app is dropped.
+    pub fn start_refresh_thread(&mut self, wake: impl Fn() + Send + 'static) -> std::io::Result<()> {
+        let Some(mut source) = self.snapshots.take() else { return Ok(()) };
+        let mut interner = std::mem::take(&mut self.interner);
+        let mut prev = self.history.latest().cloned();
+        let refresh = self.refresh;
+        let (tx, rx) = mpsc::sync_channel::<Arc<View>>(4);
+        std::thread::Builder::new().name("shoal-monitor-refresh".into()).spawn(move || {
+            let mut next = Instant::now() + refresh;
+            for n in 1u64.. {
+                if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                next += refresh;
+                let view = Arc::new(build_view(&source.snapshot(), prev.as_deref(), &mut interner));
+                if tx.send(view.clone()).is_err() {
+                    return;
+                }
+                wake();
+                prev = Some(view);
+                if n.is_multiple_of(64) {
+                    interner.shrink();
+                }
+            }
+        })?;
+        self.feed = Some(rx);
+        Ok(())
     }
 
     /// The kept views and events.
@@ -340,7 +382,20 @@ impl MonitorApp {
 
     /// Draws the whole monitor into `ui`; takes a snapshot first when one is due.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
-        if self.auto_refresh {
+        if let Some(feed) = &self.feed {
+            let mut got = false;
+            while let Ok(view) = feed.try_recv() {
+                self.history.push_shared(view);
+                got = true;
+            }
+            let inspecting = matches!(self.state.tab, Tab::Inspector) && !self.inspector.paused;
+            if got || inspecting {
+                self.poll_messages();
+            }
+            if inspecting {
+                ui.ctx().request_repaint_after(self.refresh);
+            }
+        } else if self.auto_refresh {
             let now = Instant::now();
             let due = self.last_refresh.is_none_or(|t| now.duration_since(t) >= self.refresh);
             if due {

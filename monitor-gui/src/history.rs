@@ -196,6 +196,11 @@ impl History {
 
     /// Adds the newest view, finds its events, and forgets what is older than the retention.
     pub fn push(&mut self, view: View) {
+        self.push_shared(Arc::new(view));
+    }
+
+    /// [`History::push`] of a view built elsewhere (the refresh thread).
+    pub fn push_shared(&mut self, view: Arc<View>) {
         if let Some(last) = self.views.back() {
             for e in diff(last, &view) {
                 if self.events.len() == MAX_EVENTS {
@@ -205,7 +210,7 @@ impl History {
             }
         }
         let newest = view.time_s;
-        self.views.push_back(Arc::new(view));
+        self.views.push_back(view);
         while self.views.front().is_some_and(|v| newest - v.time_s > self.retain_s) {
             self.views.pop_front();
         }

@@ -7,7 +7,7 @@ use clap::Parser;
 use shoal_monitor::app::{MonitorApp, Tab};
 use shoal_monitor::fixture::{Fixture, FixtureMessages};
 use shoal_monitor::headless;
-use shoal_monitor::source::{MessageSource, NodeSource, SnapshotSource};
+use shoal_monitor::source::{MessageSource, NodeMessages, NodeSnapshots, SnapshotSource};
 
 /// The shoal monitor: processes and topics of this host (and the network in network mode), shoal's and eCAL's,
 /// with rate, drops and latency.
@@ -74,21 +74,16 @@ fn main() -> Result<()> {
     let Some(tab) = Tab::from_name(&args.tab) else {
         bail!("unknown tab `{}` (overview, topic, inspector, graph, events)", args.tab);
     };
-    let (mut snapshots, messages): (Box<dyn SnapshotSource>, Box<dyn MessageSource>) = if args.fixture {
+    let (mut snapshots, messages): (Box<dyn SnapshotSource + Send>, Box<dyn MessageSource>) = if args.fixture {
         let f = match args.fixture_scale {
             Some((t, p)) => Fixture::with_scale(t, p),
             None => Fixture::new(),
         };
         (Box::new(f), Box::new(FixtureMessages::default()))
     } else {
-        let node = NodeSource::new("shoal_monitor").context("starting the shoal node (check ecal.ini and /dev/shm)")?;
-        if args.headless {
-            (Box::new(node), Box::new(shoal_monitor::source::NoMessages))
-        } else {
-            // One node serves both: snapshots and the inspector's subscriber.
-            let shared = std::rc::Rc::new(std::cell::RefCell::new(node));
-            (Box::new(Shared(shared.clone())), Box::new(Shared(shared)))
-        }
+        let node =
+            shoal::Node::init("shoal_monitor").context("starting the shoal node (check ecal.ini and /dev/shm)")?;
+        (Box::new(NodeSnapshots(node.clone())), Box::new(NodeMessages::new(node)))
     };
     if args.headless {
         let stdout = std::io::stdout();
@@ -114,27 +109,13 @@ fn main() -> Result<()> {
     eframe::run_native(
         "shoal monitor",
         options,
-        Box::new(move |_cc| Ok(Box::new(Runner { app, bench: bench.then(Bench::default) }))),
+        Box::new(move |cc| {
+            let ctx = cc.egui_ctx.clone();
+            app.start_refresh_thread(move || ctx.request_repaint())?;
+            Ok(Box::new(Runner { app, bench: bench.then(Bench::default) }))
+        }),
     )
     .map_err(|e| anyhow::anyhow!("cannot open the window: {e}"))
-}
-
-/// A `NodeSource` shared by the snapshot and message roles (both used on the UI thread only).
-struct Shared(std::rc::Rc<std::cell::RefCell<NodeSource>>);
-
-impl SnapshotSource for Shared {
-    fn snapshot(&mut self) -> shoal::monitor::Snapshot {
-        self.0.borrow_mut().snapshot()
-    }
-}
-
-impl MessageSource for Shared {
-    fn select(&mut self, topic: Option<&str>) {
-        self.0.borrow_mut().select(topic);
-    }
-    fn poll(&mut self, out: &mut Vec<shoal_monitor::source::Message>) {
-        self.0.borrow_mut().poll(out);
-    }
 }
 
 #[derive(Default)]

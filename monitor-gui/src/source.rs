@@ -38,28 +38,33 @@ pub trait MessageSource {
     fn poll(&mut self, out: &mut Vec<Message>);
 }
 
-/// Both sources from one shoal node.
+/// Snapshots of a shoal node.
+#[derive(Debug, Clone)]
+pub struct NodeSnapshots(pub shoal::Node);
+
+impl SnapshotSource for NodeSnapshots {
+    fn snapshot(&mut self) -> Snapshot {
+        self.0.snapshot()
+    }
+}
+
+/// The inspected topic's messages, through a raw subscriber of a shoal node.
 #[derive(Debug)]
-pub struct NodeSource {
+pub struct NodeMessages {
     node: shoal::Node,
     sub: Option<shoal::Subscriber>,
     topic: Option<String>,
+    last_type: Option<Arc<TypeInfo>>,
 }
 
-impl NodeSource {
-    /// Joins the network as unit `name`.
-    pub fn new(name: &str) -> Result<NodeSource, shoal::InitError> {
-        Ok(NodeSource { node: shoal::Node::init(name)?, sub: None, topic: None })
+impl NodeMessages {
+    /// Subscribes through `node` when a topic is selected.
+    pub fn new(node: shoal::Node) -> NodeMessages {
+        NodeMessages { node, sub: None, topic: None, last_type: None }
     }
 }
 
-impl SnapshotSource for NodeSource {
-    fn snapshot(&mut self) -> Snapshot {
-        self.node.snapshot()
-    }
-}
-
-impl MessageSource for NodeSource {
+impl MessageSource for NodeMessages {
     fn select(&mut self, topic: Option<&str>) {
         if topic == self.topic.as_deref() {
             return;
@@ -79,9 +84,15 @@ impl MessageSource for NodeSource {
         // Bounded: a fast topic must not keep the UI thread here.
         for _ in 0..256 {
             let Some(s) = sub.try_recv() else { break };
+            // One type information for a run of messages of the same type.
+            let type_info = match &self.last_type {
+                Some(t) if **t == *s.type_info() => t.clone(),
+                _ => Arc::new(s.type_info().clone()),
+            };
+            self.last_type = Some(type_info.clone());
             out.push(Message {
                 payload: Arc::from(s.payload()),
-                type_info: Arc::new(s.type_info().clone()),
+                type_info,
                 publisher_id: s.publisher_id(),
                 clock: s.clock(),
                 send_time_us: s.send_time_us(),
