@@ -147,7 +147,7 @@ fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> 
         shm_transport_domain: domain,
         network_mode: config.network.enabled,
     };
-    let registrar = Registrar::new(identity.clone(), &config.registration, Instant::now());
+    let registrar = Registrar::new(identity.clone(), &config.registration, Instant::now()).with_bounds(&config.limits);
     // The eCAL-facing layers (UDP, eCAL shared memory) register their factories here, in priority order.
     let mut writer_factories: Vec<Box<dyn crate::transport::LayerWriterFactory>> = Vec::new();
     let mut reader_factories: Vec<Box<dyn crate::transport::LayerReaderFactory>> = Vec::new();

@@ -234,6 +234,15 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
     },
     SectionDef { name: "shoal_receive", title: "SHOAL: RECEIVING", doc: &[] },
     SectionDef { name: "shoal_io", title: "SHOAL: I/O THREAD", doc: &[] },
+    SectionDef {
+        name: "shoal_limits",
+        title: "SHOAL: BOUNDS ON WHAT OTHER PROCESSES CAN COST THIS ONE",
+        doc: &[
+            "Registration samples and datagrams come from any process of the host (or, in network mode,",
+            "the network). Whatever they announce, this process stores and does a bounded amount; what",
+            "goes over a bound is dropped and counted. The defaults leave room for large real systems.",
+        ],
+    },
 ];
 
 const BOOL: &str = "true or false (also 1/0, yes/no, on/off)";
@@ -755,6 +764,116 @@ pub(crate) static KEYS: &[KeyDef] = &[
         get: |c| c.io.cpu_affinity.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
         set: |d, v, _| {
             d.cfg.io.cpu_affinity = cpu_list(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_limits",
+        key: "registration_message_bytes",
+        alias: None,
+        doc: &["Largest registration message accepted, in bytes (after reassembly of its datagrams)."],
+        allowed: "65536..=67108864 (bytes)",
+        get: |c| c.limits.registration_message_bytes.to_string(),
+        set: |d, v, _| {
+            d.cfg.limits.registration_message_bytes = usize::try_from(int_in(v, 65536, 67108864)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_limits",
+        key: "remote_topics",
+        alias: None,
+        doc: &["Remote publishers and subscribers kept in all; further new ones are ignored."],
+        allowed: "1..=1000000",
+        get: |c| c.limits.remote_topics.to_string(),
+        set: |d, v, _| {
+            d.cfg.limits.remote_topics = usize::try_from(int_in(v, 1, 1000000)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_limits",
+        key: "topics_per_process",
+        alias: None,
+        doc: &["Remote publishers and subscribers kept per process."],
+        allowed: "1..=1000000",
+        get: |c| c.limits.topics_per_process.to_string(),
+        set: |d, v, _| {
+            d.cfg.limits.topics_per_process = usize::try_from(int_in(v, 1, 1000000)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_limits",
+        key: "remote_processes",
+        alias: None,
+        doc: &["Remote processes kept."],
+        allowed: "1..=1000000",
+        get: |c| c.limits.remote_processes.to_string(),
+        set: |d, v, _| {
+            d.cfg.limits.remote_processes = usize::try_from(int_in(v, 1, 1000000)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_limits",
+        key: "layers_per_topic",
+        alias: None,
+        doc: &["Transport layer entries in one registration sample; a sample with more is dropped."],
+        allowed: "1..=1024",
+        get: |c| c.limits.layers_per_topic.to_string(),
+        set: |d, v, _| {
+            d.cfg.limits.layers_per_topic = usize::try_from(int_in(v, 1, 1024)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_limits",
+        key: "string_bytes",
+        alias: None,
+        doc: &[
+            "Bytes of one name or other text field of a registration sample; a sample with a longer one is dropped.",
+        ],
+        allowed: "64..=1048576 (bytes)",
+        get: |c| c.limits.string_bytes.to_string(),
+        set: |d, v, _| {
+            d.cfg.limits.string_bytes = usize::try_from(int_in(v, 64, 1048576)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_limits",
+        key: "descriptor_bytes",
+        alias: None,
+        doc: &["Bytes of one type descriptor; a sample with a larger one is dropped."],
+        allowed: "0..=67108864 (bytes)",
+        get: |c| c.limits.descriptor_bytes.to_string(),
+        set: |d, v, _| {
+            d.cfg.limits.descriptor_bytes = usize::try_from(int_in(v, 0, 67108864)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_limits",
+        key: "fragmented_per_source",
+        alias: None,
+        doc: &["Incomplete fragmented messages kept per sending address (of 64 in all)."],
+        allowed: "1..=64",
+        get: |c| c.limits.fragmented_per_source.to_string(),
+        set: |d, v, _| {
+            d.cfg.limits.fragmented_per_source = usize::try_from(int_in(v, 1, 64)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_limits",
+        key: "receive_batch",
+        alias: None,
+        doc: &["Datagrams the I/O thread takes from one socket before it serves its timers and other sockets."],
+        allowed: "1..=65536",
+        get: |c| c.limits.receive_batch.to_string(),
+        set: |d, v, _| {
+            d.cfg.limits.receive_batch = usize::try_from(int_in(v, 1, 65536)?).ok()?;
             Some(())
         },
     },

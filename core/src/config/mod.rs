@@ -57,6 +57,8 @@ pub struct Config {
     pub receive: ReceiveConfig,
     /// The I/O thread.
     pub io: IoConfig,
+    /// Bounds on what other processes can make this one store or do.
+    pub limits: LimitsConfig,
     /// Which eCAL-facing transport layers publishers and subscribers use.
     pub layers: LayersConfig,
     /// Where this configuration was read from (`None`: built-in defaults).
@@ -120,6 +122,46 @@ pub struct ReceiveConfig {
     pub wait: WaitStrategy,
     /// Measure the latency of received messages (`latency_statistics`, default on; sampled above ~1000 msgs/s).
     pub latency_statistics: bool,
+}
+
+/// Bounds on what registration and data from other processes can cost this one (`[shoal_limits]`): a peer that
+/// announces a million topics or sends 16 MB samples full of empty entries costs a bounded amount, counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitsConfig {
+    /// Largest registration message accepted (bytes, after reassembly).
+    pub registration_message_bytes: usize,
+    /// Remote publishers and subscribers kept in all.
+    pub remote_topics: usize,
+    /// Remote publishers and subscribers kept per process.
+    pub topics_per_process: usize,
+    /// Remote processes kept.
+    pub remote_processes: usize,
+    /// Transport layer entries of one registration sample.
+    pub layers_per_topic: usize,
+    /// Bytes of one name or other text field of a registration sample.
+    pub string_bytes: usize,
+    /// Bytes of one type descriptor.
+    pub descriptor_bytes: usize,
+    /// Incomplete fragmented messages kept per sending address.
+    pub fragmented_per_source: usize,
+    /// Datagrams the I/O thread takes from one socket before it serves timers and the other sockets.
+    pub receive_batch: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            registration_message_bytes: 4 << 20,
+            remote_topics: 20_000,
+            topics_per_process: 2_000,
+            remote_processes: 2_000,
+            layers_per_topic: 16,
+            string_bytes: 4096,
+            descriptor_bytes: 1 << 20,
+            fragmented_per_source: 4,
+            receive_batch: 256,
+        }
+    }
 }
 
 /// I/O thread settings (`[shoal_io]`).
@@ -198,6 +240,7 @@ impl Default for Config {
                 huge_pages_path: PathBuf::from("/dev/hugepages"),
             },
             receive: ReceiveConfig { wait: WaitStrategy::Block, latency_statistics: true },
+            limits: LimitsConfig::default(),
             io: IoConfig { cpu_affinity: Vec::new() },
             layers: LayersConfig::default(),
             source: None,

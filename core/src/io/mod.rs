@@ -124,13 +124,14 @@ pub(crate) fn start(
     let waker = Arc::new(Waker::new(poll.registry(), WAKE_TOKEN).map_err(IoStartError::Thread)?);
     let (tx, rx) = mpsc::channel();
     let affinity = cfg.io.cpu_affinity.clone();
+    let receive_batch = cfg.limits.receive_batch.max(1);
     let thread = std::thread::Builder::new()
         .name("shoal-io".into())
         .spawn(move || {
             if let Err(e) = crate::sys::set_current_thread_affinity(&affinity) {
                 tracing::warn!("cannot pin the I/O thread to CPUs {affinity:?}: {e}");
             }
-            let mut io = IoThread { poll, sockets, registrar, rx, handler, send_drops: 0, sources };
+            let mut io = IoThread { poll, sockets, registrar, rx, handler, send_drops: 0, sources, receive_batch };
             if let Err(e) = io.run() {
                 tracing::error!("shoal I/O thread stopped: {e}");
             }
@@ -148,6 +149,8 @@ struct IoThread {
     send_drops: u64,
     /// Sockets of the eCAL-facing layers (the UDP data socket), token `SOURCE_TOKEN_BASE + index`.
     sources: Vec<Box<dyn IoSource>>,
+    /// Datagrams taken from one socket per loop turn.
+    receive_batch: usize,
 }
 
 impl IoThread {
@@ -155,12 +158,20 @@ impl IoThread {
         self.poll.registry().register(&mut self.sockets.recv, RECV_TOKEN, Interest::READABLE)?;
         let mut events = Events::with_capacity(64);
         let mut buf = vec![0u8; 65536];
+        // Sockets left with datagrams after their batch (`[shoal_limits] receive_batch`): mio reports readiness
+        // only on changes, so they are drained again on the next turn, after timers and commands had theirs.
+        let mut reg_pending = false;
+        let mut sources_pending = vec![false; self.sources.len()];
         loop {
             let now = Instant::now();
             let timeout = self.registrar.poll_timeout().map(|t| t.saturating_duration_since(now));
-            // Cap the sleep so stats and expiry never lag far behind even if the registrar asks for nothing.
-            let timeout = Some(timeout.unwrap_or(Duration::from_millis(500)).min(Duration::from_millis(500)));
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
+            // Cap the sleep so stats and expiry never lag far behind even if the registrar asks for nothing; do not
+            // sleep at all while a socket has datagrams left.
+            let mut timeout = timeout.unwrap_or(Duration::from_millis(500)).min(Duration::from_millis(500));
+            if reg_pending || sources_pending.iter().any(|p| *p) {
+                timeout = Duration::ZERO;
+            }
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
@@ -168,11 +179,19 @@ impl IoThread {
             }
             for ev in events.iter() {
                 if ev.token() == RECV_TOKEN {
-                    self.drain_socket(&mut buf);
-                } else if let Some(src) =
-                    ev.token().0.checked_sub(SOURCE_TOKEN_BASE).and_then(|i| self.sources.get_mut(i))
+                    reg_pending = true;
+                } else if let Some(p) =
+                    ev.token().0.checked_sub(SOURCE_TOKEN_BASE).and_then(|i| sources_pending.get_mut(i))
                 {
-                    src.on_readable(Instant::now());
+                    *p = true;
+                }
+            }
+            if reg_pending {
+                reg_pending = self.drain_socket(&mut buf);
+            }
+            for (src, pending) in self.sources.iter_mut().zip(sources_pending.iter_mut()) {
+                if *pending {
+                    *pending = src.on_readable(Instant::now(), self.receive_batch);
                 }
             }
             if self.drain_commands() {
@@ -194,18 +213,20 @@ impl IoThread {
         }
     }
 
-    fn drain_socket(&mut self, buf: &mut [u8]) {
-        loop {
+    /// Takes up to `receive_batch` registration datagrams; true when the batch ended before the socket was empty.
+    fn drain_socket(&mut self, buf: &mut [u8]) -> bool {
+        for _ in 0..self.receive_batch {
             match self.sockets.recv.recv_from(buf) {
                 Ok((n, from)) => self.registrar.handle_datagram(Instant::now(), from, &buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     tracing::warn!("registration receive failed: {e}");
-                    break;
+                    return false;
                 }
             }
         }
+        true
     }
 
     /// Returns true when asked to shut down.

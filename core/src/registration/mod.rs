@@ -6,6 +6,7 @@
 //!   remote processes and topics with expiry, and matching (see its docs).
 
 pub mod codec;
+pub mod limits;
 pub mod model;
 pub mod pb;
 mod registrar;

@@ -327,6 +327,15 @@ pub struct RegistrationCounters {
     pub missing_body: u64,
     /// Samples from another host and domain while in local mode.
     pub foreign_rejected: u64,
+    /// Datagrams dropped in local mode because they did not come from a loopback address.
+    pub non_local_source: u64,
+    /// Samples dropped before decoding because they exceeded a `[shoal_limits]` bound (layers, text, descriptor).
+    pub over_limits: u64,
+    /// New remote entities ignored because the registry was full (`remote_topics`, `topics_per_process`,
+    /// `remote_processes`).
+    pub registry_full: u64,
+    /// Remote entities evicted from a full registry to make room for one of another sending address.
+    pub evicted: u64,
     /// Samples from our own process dropped because loopback is off.
     pub own_ignored: u64,
     /// Samples with commands registration does not handle (data, services, clients, unknown).

@@ -1,14 +1,15 @@
 //! The sans-IO registration state machine (in the style of `quinn-proto`'s `Connection`).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::config::LimitsConfig;
 use crate::config::RegistrationConfig;
-use crate::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, Reassembler, ReassemblyConfig};
+use crate::wire::{self, DEFAULT_MAX_FRAGMENT_PAYLOAD, Reassembler, ReassemblyConfig};
 
 use super::codec::{self, DecodeError};
 use super::model::{
@@ -27,6 +28,57 @@ struct LocalEntry {
 struct RemoteEntry {
     topic: RemoteTopic,
     last_seen: Instant,
+    /// The address its registration came from.
+    source: SocketAddr,
+}
+
+/// Which sending address registered which remote entities, so that a full registry makes room by evicting an
+/// entity of the address holding the most, never of a smaller one: a flood from one socket (or a few) cannot lock
+/// out the other processes, whatever pids and names it claims.
+#[derive(Debug, Default)]
+struct SourceShares {
+    keys: HashMap<SocketAddr, BTreeSet<EntityKey>>,
+    /// (entities held, address), largest last.
+    sizes: BTreeSet<(usize, SocketAddr)>,
+}
+
+impl SourceShares {
+    fn resize(&mut self, source: SocketAddr, from: usize, to: usize) {
+        self.sizes.remove(&(from, source));
+        if to > 0 {
+            self.sizes.insert((to, source));
+        }
+    }
+
+    fn insert(&mut self, source: SocketAddr, key: EntityKey) {
+        let set = self.keys.entry(source).or_default();
+        let before = set.len();
+        set.insert(key);
+        let after = set.len();
+        self.resize(source, before, after);
+    }
+
+    fn remove(&mut self, source: SocketAddr, key: &EntityKey) {
+        let Some(set) = self.keys.get_mut(&source) else { return };
+        let before = set.len();
+        set.remove(key);
+        let after = set.len();
+        if after == 0 {
+            self.keys.remove(&source);
+        }
+        self.resize(source, before, after);
+    }
+
+    /// The entity to evict so that a new one from `source` fits, or `None` when `source` itself holds (about)
+    /// the most: then the newcomer is refused instead.
+    fn victim(&self, source: SocketAddr) -> Option<EntityKey> {
+        let &(largest, big) = self.sizes.last()?;
+        let mine = self.keys.get(&source).map_or(0, BTreeSet::len);
+        if big == source || mine + 1 >= largest {
+            return None;
+        }
+        self.keys.get(&big)?.first().cloned()
+    }
 }
 
 /// eCAL-compatible registration of one process, without I/O.
@@ -57,6 +109,7 @@ pub struct Registrar {
     loopback: bool,
     max_fragment_payload: usize,
     reassembler: Reassembler,
+    bounds: LimitsConfig,
     rng: StdRng,
     next_refresh: Instant,
     process_clock: i32,
@@ -65,6 +118,7 @@ pub struct Registrar {
     dirty: BTreeSet<u64>,
     processes: BTreeMap<(String, u32), RemoteProcess>,
     topics: BTreeMap<EntityKey, RemoteEntry>,
+    shares: SourceShares,
     matches: BTreeSet<(u64, EntityKey)>,
     transmit: VecDeque<Vec<u8>>,
     events: VecDeque<Event>,
@@ -93,7 +147,8 @@ impl Registrar {
             timeout: cfg.timeout,
             loopback: cfg.loopback,
             max_fragment_payload: DEFAULT_MAX_FRAGMENT_PAYLOAD,
-            reassembler: Reassembler::new(ReassemblyConfig::default()),
+            reassembler: Reassembler::new(reassembly_of(&LimitsConfig::default())),
+            bounds: LimitsConfig::default(),
             rng: StdRng::from_os_rng(),
             next_refresh: now + refresh,
             process_clock: 0,
@@ -102,6 +157,7 @@ impl Registrar {
             dirty: BTreeSet::new(),
             processes: BTreeMap::new(),
             topics: BTreeMap::new(),
+            shares: SourceShares::default(),
             matches: BTreeSet::new(),
             transmit: VecDeque::new(),
             events: VecDeque::new(),
@@ -114,6 +170,14 @@ impl Registrar {
     pub fn with_limits(mut self, max_fragment_payload: usize, reassembly: ReassemblyConfig) -> Self {
         self.max_fragment_payload = max_fragment_payload.max(1);
         self.reassembler = Reassembler::new(reassembly);
+        self
+    }
+
+    /// Replaces the bounds on what received registration may cost (`[shoal_limits]`), including the
+    /// reassembly limits they imply.
+    pub fn with_bounds(mut self, bounds: &LimitsConfig) -> Self {
+        self.reassembler = Reassembler::new(reassembly_of(bounds));
+        self.bounds = bounds.clone();
         self
     }
 
@@ -182,6 +246,11 @@ impl Registrar {
     /// Feeds one datagram received on the registration port from `from`.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
         self.counters.datagrams_received += 1;
+        // Local mode sends to the loopback broadcast address only: anything else is not from this host.
+        if !self.me.network_mode && !from.ip().is_loopback() {
+            self.counters.non_local_source += 1;
+            return;
+        }
         let pushed = self.reassembler.push(now, from, datagram);
         self.counters.reassembly = *self.reassembler.counters();
         let message = match pushed {
@@ -193,6 +262,16 @@ impl Registrar {
                 return;
             }
         };
+        // Bounds before decoding: decoding allocates per entry. (Framing and malformed protobuf are left to the
+        // decoder below, which counts them as such.)
+        if let Ok((_, payload)) = wire::split_name(&message)
+            && let Err(e) = super::limits::check_sample(payload, &self.bounds)
+            && e != super::limits::LimitError::Malformed
+        {
+            self.counters.over_limits += 1;
+            tracing::debug!(%from, error = %e, "registration sample over the limits dropped");
+            return;
+        }
         let sample = match codec::decode_registration(&message) {
             Ok(s) => s,
             Err(e) => {
@@ -204,7 +283,7 @@ impl Registrar {
                 return;
             }
         };
-        self.apply_sample(now, sample);
+        self.apply_sample(now, sample, from);
     }
 
     /// Runs what is due at `now`: the periodic refresh, expiry of remote entries and of
@@ -345,6 +424,31 @@ impl Registrar {
         }
     }
 
+    /// Whether a new remote topic from `source` fits: under its process's bound, and in the registry, evicting an
+    /// entity of the sending address that holds the most when it is full (see [`SourceShares`]).
+    fn make_room(&mut self, key: &EntityKey, source: SocketAddr) -> bool {
+        if !self.room_in_process(key) {
+            return false;
+        }
+        if self.topics.len() < self.bounds.remote_topics {
+            return true;
+        }
+        match self.shares.victim(source) {
+            Some(victim) => {
+                self.counters.evicted += 1;
+                self.remove_remote(&victim);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn room_in_process(&self, key: &EntityKey) -> bool {
+        let first = EntityKey { host_name: key.host_name.clone(), pid: key.pid, entity_id: 0 };
+        let last = EntityKey { entity_id: u64::MAX, ..first.clone() };
+        self.topics.range(first..=last).take(self.bounds.topics_per_process).count() < self.bounds.topics_per_process
+    }
+
     fn accepts(&self, host_name: &str, domain: &str) -> bool {
         host_name == self.me.host_name
             || (!domain.is_empty() && domain == self.me.shm_transport_domain)
@@ -355,10 +459,10 @@ impl Registrar {
         pid == self.me.pid && host_name == self.me.host_name
     }
 
-    fn apply_sample(&mut self, now: Instant, sample: pb::Sample) {
+    fn apply_sample(&mut self, now: Instant, sample: pb::Sample, from: SocketAddr) {
         match sample.cmd_type {
-            pb::CMD_REG_PUBLISHER => self.apply_topic(now, Direction::Publisher, sample.topic),
-            pb::CMD_REG_SUBSCRIBER => self.apply_topic(now, Direction::Subscriber, sample.topic),
+            pb::CMD_REG_PUBLISHER => self.apply_topic(now, Direction::Publisher, sample.topic, from),
+            pb::CMD_REG_SUBSCRIBER => self.apply_topic(now, Direction::Subscriber, sample.topic, from),
             pb::CMD_UNREG_PUBLISHER | pb::CMD_UNREG_SUBSCRIBER => self.apply_topic_unreg(sample.topic),
             pb::CMD_REG_PROCESS => self.apply_process(now, sample.process),
             pb::CMD_UNREG_PROCESS => self.apply_process_unreg(sample.process),
@@ -382,7 +486,7 @@ impl Registrar {
         true
     }
 
-    fn apply_topic(&mut self, now: Instant, direction: Direction, topic: Option<pb::Topic>) {
+    fn apply_topic(&mut self, now: Instant, direction: Direction, topic: Option<pb::Topic>, from: SocketAddr) {
         let Some(topic) = topic else {
             self.counters.missing_body += 1;
             return;
@@ -400,6 +504,10 @@ impl Registrar {
         }
         self.counters.samples_applied += 1;
         let key = remote.key.clone();
+        if !self.topics.contains_key(&key) && !self.make_room(&key, from) {
+            self.counters.registry_full += 1;
+            return;
+        }
         let changed = match self.topics.get_mut(&key) {
             Some(entry) => {
                 let old = &entry.topic;
@@ -409,10 +517,16 @@ impl Registrar {
                     || old.topic_name != remote.topic_name;
                 entry.topic = remote;
                 entry.last_seen = now;
+                if entry.source != from {
+                    let old = std::mem::replace(&mut entry.source, from);
+                    self.shares.remove(old, &key);
+                    self.shares.insert(from, key.clone());
+                }
                 changed
             }
             None => {
-                self.topics.insert(key.clone(), RemoteEntry { topic: remote, last_seen: now });
+                self.topics.insert(key.clone(), RemoteEntry { topic: remote, last_seen: now, source: from });
+                self.shares.insert(from, key.clone());
                 false
             }
         };
@@ -457,7 +571,12 @@ impl Registrar {
     fn apply_process(&mut self, now: Instant, process: Option<pb::Process>) {
         let Some((process, _)) = self.accepted_process(process) else { return };
         let p = codec::remote_process(&process, now);
-        self.processes.insert((p.host_name.clone(), p.pid), p);
+        let key = (p.host_name.clone(), p.pid);
+        if !self.processes.contains_key(&key) && self.processes.len() >= self.bounds.remote_processes {
+            self.counters.registry_full += 1;
+            return;
+        }
+        self.processes.insert(key, p);
     }
 
     fn apply_process_unreg(&mut self, process: Option<pb::Process>) {
@@ -473,7 +592,9 @@ impl Registrar {
     }
 
     fn remove_remote(&mut self, key: &EntityKey) {
-        self.topics.remove(key);
+        if let Some(e) = self.topics.remove(key) {
+            self.shares.remove(e.source, key);
+        }
         let ended: Vec<u64> = self.matches.iter().filter(|(_, k)| k == key).map(|(id, _)| *id).collect();
         for local_id in ended {
             self.matches.remove(&(local_id, key.clone()));
@@ -547,5 +668,15 @@ impl Registrar {
             self.matches.remove(&(local_id, key.clone()));
             self.events.push_back(Event::Unmatched { local_id, remote: key.clone() });
         }
+    }
+}
+
+/// Reassembly of registration messages under `bounds`: one message of at most `registration_message_bytes` in
+/// flight (all incomplete ones together share that budget), `fragmented_per_source` per sender.
+fn reassembly_of(bounds: &LimitsConfig) -> ReassemblyConfig {
+    ReassemblyConfig {
+        max_bytes: bounds.registration_message_bytes,
+        max_per_source: bounds.fragmented_per_source,
+        ..ReassemblyConfig::default()
     }
 }

@@ -711,3 +711,72 @@ fn garbage_is_counted_and_never_panics() {
     assert!(c.ignored_commands + c.missing_body > 0, "{c:?}");
     r.handle_timeout(t0 + Duration::from_secs(60));
 }
+
+/// A publisher registration of entity `id` of process `pid` on host `h1`, as one datagram.
+fn remote_pub_datagram(pid: u32, id: u64, name: &str) -> Vec<u8> {
+    let me = ident("h1", pid);
+    let s = codec::topic_sample(&me, Direction::Publisher, &local(id, name, vec![]), 1);
+    codec::encode_registration(&s, wire::DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || 0).unwrap().remove(0)
+}
+
+#[test]
+fn the_registry_is_bounded_in_all_and_per_process() {
+    let t0 = Instant::now();
+    let bounds = crate::config::LimitsConfig {
+        remote_topics: 50,
+        topics_per_process: 20,
+        remote_processes: 3,
+        ..Default::default()
+    };
+    let mut r = Registrar::new(ident("h1", 1), &cfg(), t0).with_bounds(&bounds);
+    // One process announcing 1000 topics keeps 20; five processes keep 50 in all.
+    for id in 0..1000 {
+        r.handle_datagram(t0, addr(1), &remote_pub_datagram(10, id, "flood"));
+    }
+    assert_eq!(r.topics().count(), 20);
+    for pid in 11..15 {
+        for id in 0..20 {
+            r.handle_datagram(t0, addr(1), &remote_pub_datagram(pid, id, "flood"));
+        }
+    }
+    assert_eq!(r.topics().count(), 50);
+    assert_eq!(r.counters().registry_full, 980 + 50);
+    // Known entities are still refreshed when the registry is full.
+    r.handle_datagram(t0 + Duration::from_secs(5), addr(1), &remote_pub_datagram(10, 0, "flood"));
+    assert_eq!(r.counters().registry_full, 1030);
+    // A full registry makes room for another sending address, at the expense of the one holding the most.
+    r.handle_datagram(t0, addr(2), &remote_pub_datagram(50, 7, "legit"));
+    assert!(r.topics().any(|t| t.key.pid == 50), "a process of another address is not locked out");
+    assert_eq!((r.topics().count(), r.counters().evicted), (50, 1));
+    // Processes: three kept.
+    for pid in 100..110 {
+        let s = codec::process_sample(&ident("h1", pid), 1);
+        for d in codec::encode_registration(&s, wire::DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || 0).unwrap() {
+            r.handle_datagram(t0, addr(1), &d);
+        }
+    }
+    assert_eq!(r.processes().count(), 3);
+    // Expiry makes room again.
+    r.handle_timeout(t0 + Duration::from_secs(11));
+    r.handle_datagram(t0 + Duration::from_secs(11), addr(1), &remote_pub_datagram(99, 1, "after"));
+    assert!(r.topics().any(|t| t.key.pid == 99));
+}
+
+#[test]
+fn local_mode_takes_registration_from_loopback_only_and_oversized_samples_are_refused() {
+    let t0 = Instant::now();
+    let mut r = Registrar::new(ident("h1", 1), &cfg(), t0);
+    let from_lan = SocketAddr::from(([192, 0, 2, 7], 14000));
+    r.handle_datagram(t0, from_lan, &remote_pub_datagram(10, 1, "lan"));
+    assert_eq!((r.topics().count(), r.counters().non_local_source), (0, 1));
+    // In network mode the same datagram is accepted.
+    let mut n = Registrar::new(Identity { network_mode: true, ..ident("h1", 2) }, &cfg(), t0);
+    n.handle_datagram(t0, from_lan, &remote_pub_datagram(10, 1, "lan"));
+    assert_eq!(n.topics().count(), 1);
+    // A sample with 17 layers is dropped before decoding, counted.
+    let me = ident("h1", 10);
+    let s = codec::topic_sample(&me, Direction::Publisher, &local(5, "layers", vec![udp_layer(); 17]), 1);
+    let d = codec::encode_registration(&s, wire::DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || 0).unwrap().remove(0);
+    r.handle_datagram(t0, addr(1), &d);
+    assert_eq!((r.topics().count(), r.counters().over_limits), (0, 1));
+}

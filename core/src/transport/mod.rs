@@ -136,6 +136,7 @@ pub(crate) trait IoSource: Send {
     /// nothing changed.
     fn maintain(&mut self, registry: &mio::Registry, token: mio::Token, now: std::time::Instant);
 
-    /// The socket registered under the source's token is readable: receive until it would block.
-    fn on_readable(&mut self, now: std::time::Instant);
+    /// The socket registered under the source's token is readable: receive up to `batch` datagrams. True when
+    /// the batch ended before the socket would block (the I/O thread calls again on its next turn).
+    fn on_readable(&mut self, now: std::time::Instant, batch: usize) -> bool;
 }

@@ -27,11 +27,18 @@ pub struct ReassemblyConfig {
     pub max_messages: usize,
     /// Most bytes buffered over all incomplete messages; also the largest message accepted.
     pub max_bytes: usize,
+    /// Most incomplete messages from one sending address (IP), so that one sender cannot take every slot.
+    pub max_per_source: usize,
 }
 
 impl Default for ReassemblyConfig {
     fn default() -> Self {
-        ReassemblyConfig { max_age: Duration::from_secs(5), max_messages: 64, max_bytes: 64 * 1024 * 1024 }
+        ReassemblyConfig {
+            max_age: Duration::from_secs(5),
+            max_messages: 64,
+            max_bytes: 64 * 1024 * 1024,
+            max_per_source: 64,
+        }
     }
 }
 
@@ -59,6 +66,8 @@ pub struct ReassemblyCounters {
     pub too_large: u64,
     /// New messages refused because `max_messages` were in flight.
     pub in_flight_limit: u64,
+    /// New messages refused because their sender had `max_per_source` in flight.
+    pub source_limit: u64,
     /// Messages dropped because the byte budget was exhausted.
     pub buffer_limit: u64,
     /// Complete messages whose fragment sizes did not add up to the declared total.
@@ -200,6 +209,12 @@ impl Reassembler {
         if !self.pending.contains_key(&key) && self.pending.len() >= self.cfg.max_messages {
             self.counters.in_flight_limit += 1;
             return Err(WireError::TooManyInFlight { limit: self.cfg.max_messages });
+        }
+        if !self.pending.contains_key(&key)
+            && self.pending.keys().filter(|(addr, _)| addr.ip() == key.0.ip()).count() >= self.cfg.max_per_source
+        {
+            self.counters.source_limit += 1;
+            return Err(WireError::TooManyInFlight { limit: self.cfg.max_per_source });
         }
         Ok(self.pending.entry(key).or_insert_with(|| Pending {
             first_seen: now,

@@ -216,7 +216,8 @@ fn incomplete_messages_expire_after_five_seconds() {
 #[test]
 fn caps_on_messages_and_bytes() {
     let now = Instant::now();
-    let cfg = ReassemblyConfig { max_age: Duration::from_secs(5), max_messages: 2, max_bytes: 1000 };
+    let cfg =
+        ReassemblyConfig { max_age: Duration::from_secs(5), max_messages: 2, max_bytes: 1000, max_per_source: 64 };
     let mut r = Reassembler::new(cfg);
     let info =
         |id: i32, len: u32| DatagramHeader { kind: DatagramKind::FragmentInfo, id, num: 2, len }.to_bytes().to_vec();
@@ -264,7 +265,8 @@ fn encode_errors() {
 #[test]
 fn random_bytes_never_panic_and_stay_bounded() {
     let mut rng = StdRng::seed_from_u64(0x5eed);
-    let cfg = ReassemblyConfig { max_age: Duration::from_secs(5), max_messages: 8, max_bytes: 64 * 1024 };
+    let cfg =
+        ReassemblyConfig { max_age: Duration::from_secs(5), max_messages: 8, max_bytes: 64 * 1024, max_per_source: 64 };
     let mut r = Reassembler::new(cfg);
     let t0 = Instant::now();
     for i in 0..20_000u32 {

@@ -20,9 +20,6 @@ Fan-out's cost per send is the publishing thread's CPU time inside send() (preem
 excluded; median of 8 phases' medians per count, mean and wall time alongside), one publisher in
 phases of 1, N, N, 1, ... subscriber processes at one pace.
 In spin mode the publishing thread keeps CPU 0 and the spinning subscribers share the others.
-A final \"targets\" section evaluates the foundation targets T1-T6 from what ran; --targets runs
-exactly what they need, with the baseline, both waits: ping-pong and fan-out (1 vs 4) at 64,1k,
-64k,1m,4m, throughput at 64 B, zero-copy at 64 B and 4 MB, and a separate 100-topic process.
 On a 2-core machine leave --pin off: the runtime threads of each process then share both cores.")]
 pub(crate) struct PerfArgs {
     /// Payload sizes (k/m suffixes are 1024 multiples), e.g. 64,1k,64k,1m,4m.
@@ -54,12 +51,6 @@ pub(crate) struct PerfArgs {
     /// for the same size and wait mode, or min(100k msg/s, 1 GB/s) without a baseline).
     #[arg(long, value_name = "MSG_PER_S")]
     pub(crate) rate: Option<f64>,
-    /// Run exactly what targets T1-T6 need, with the baseline, then evaluate them.
-    #[arg(long, conflicts_with_all = [
-        "sizes", "wait", "pingpong", "throughput", "zero_copy", "subscribers", "baseline", "baseline_only",
-        "topics", "rss",
-    ])]
-    pub(crate) targets: bool,
     /// Also measure a plain two-process SPSC ring in /dev/shm (no middleware) and print ratios.
     #[arg(long)]
     pub(crate) baseline: bool,
@@ -138,7 +129,7 @@ impl fmt::Display for WaitMode {
 pub(crate) enum System {
     /// shoal publishers/subscribers (shared-memory ring transport).
     Shoal,
-    /// The plain SPSC ring of `baseline.rs`.
+    /// The plain SPSC ring of `shoal_baseline::spsc`.
     Baseline,
 }
 
@@ -251,32 +242,6 @@ impl PerfArgs {
         Ok(())
     }
 
-    /// The arguments `--targets` stands for: every size from 64 B to 4 MB, both waits, every
-    /// mode with the baseline, fan-out 1 vs 4 subscribers.
-    pub(crate) fn for_targets(&self) -> PerfArgs {
-        PerfArgs {
-            sizes: TARGET_SIZES.to_vec(),
-            wait: None,
-            pingpong: true,
-            throughput: true,
-            zero_copy: true,
-            subscribers: Some(TARGET_SUBSCRIBERS),
-            baseline: true,
-            baseline_only: false,
-            ..self.clone()
-        }
-    }
-
-    /// The sizes a mode runs at: `--sizes`, except under `--targets`, where throughput runs at
-    /// 64 B only (T2) and zero-copy at 64 B and 4 MB only (T3).
-    pub(crate) fn sizes_for(&self, mode: Mode) -> Vec<usize> {
-        match (self.targets, mode) {
-            (true, Mode::Throughput | Mode::ThroughputPaced) => vec![64],
-            (true, Mode::ZeroCopy) => vec![64, 4 << 20],
-            _ => self.sizes.clone(),
-        }
-    }
-
     /// Round trips for a payload size (excluding warm-up).
     pub(crate) fn iterations_for(&self, size: usize) -> u64 {
         self.iterations.unwrap_or_else(|| ((256u64 << 20) / size as u64).clamp(100, 10_000))
@@ -297,15 +262,6 @@ impl PerfArgs {
         self.count.unwrap_or_else(|| ((512u64 << 20) / size as u64).clamp(200, 20_000))
     }
 }
-
-/// Sizes of the targets: 64 B, 1 KB, 64 KB, 1 MB, 4 MB.
-pub(crate) const TARGET_SIZES: [usize; 5] = [64, 1 << 10, 64 << 10, 1 << 20, 4 << 20];
-
-/// Subscribers of the fan-out target (T5).
-pub(crate) const TARGET_SUBSCRIBERS: usize = 4;
-
-/// Topics of the memory target (T6).
-pub(crate) const TARGET_TOPICS: usize = 100;
 
 /// Parses `64`, `1k`, `64K`, `1m`, `4M` (1024 multiples).
 pub(crate) fn parse_size(s: &str) -> anyhow::Result<usize> {
@@ -368,16 +324,7 @@ mod tests {
         assert!(t.a.json);
         let t = T::parse_from(["x", "--subscribers", "2"]);
         assert_eq!(t.a.subscribers, Some(2));
-        let t = T::parse_from(["x", "--targets"]);
-        let a = t.a.for_targets();
-        assert_eq!(a.sizes, TARGET_SIZES);
-        assert_eq!(a.modes(), vec![Mode::Throughput, Mode::PingPong, Mode::ZeroCopy, Mode::Fanout]);
-        assert!(a.baseline && a.subscribers == Some(4) && a.waits().len() == 2);
-        assert_eq!(a.sizes_for(Mode::Throughput), vec![64]);
-        assert_eq!(a.sizes_for(Mode::ZeroCopy), vec![64, 4 << 20]);
-        assert_eq!(a.sizes_for(Mode::PingPong), TARGET_SIZES);
-        assert_eq!(T::parse_from(["x", "--sizes", "1k"]).a.sizes_for(Mode::ZeroCopy), vec![1024]);
-        assert!(T::try_parse_from(["x", "--targets", "--sizes", "64"]).is_err());
+        assert!(T::try_parse_from(["x", "--targets"]).is_err(), "the targets are shoal-bench's");
         let t = T::parse_from(["x", "--rate", "0"]);
         assert!(t.a.validate().is_err());
     }

@@ -4,11 +4,12 @@
 //!
 //! Modules: `args` (CLI), `peer` (the spawned echo/sink process and its stdin/stdout control),
 //! `link` (the transport interface the loops use), `pingpong`, `throughput`, `fanout`, `rss`,
-//! `pace` (fixed-rate sending), `baseline` (the raw ring), `shoal_link` (shoal as a link),
-//! `report` (table / JSON), `targets` (T1-T6 from the run's measurements), `sys` (OS).
+//! `pace` (fixed-rate sending), `baseline_link` (the raw ring of the `shoal-baseline` crate as a
+//! link), `shoal_link` (shoal as a link), `report` (table / JSON), `sys` (OS). The project's
+//! acceptance targets are evaluated from the `--json` output by `shoal-bench` (`bench/`).
 
 mod args;
-mod baseline;
+mod baseline_link;
 mod fanout;
 mod link;
 mod pace;
@@ -18,7 +19,6 @@ mod report;
 mod rss;
 mod shoal_link;
 mod sys;
-mod targets;
 mod throughput;
 
 use anyhow::Context;
@@ -28,7 +28,8 @@ pub(crate) use args::{PeerArgs, PerfArgs};
 pub(crate) use link::HEADER_LEN;
 pub(crate) use peer::run_peer;
 
-use args::{Mode, System, TARGET_TOPICS, WaitMode};
+use args::{Mode, System, WaitMode};
+use baseline_link::BaselineLink;
 use link::{Receiver, Sender};
 use peer::{Peer, PeerSpec};
 use report::Reporter;
@@ -54,7 +55,6 @@ impl Run<'_> {
 /// Entry point of `shoal perf`.
 pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
     args.validate()?;
-    let args = if args.targets { args.for_targets() } else { args };
     let cpus = sys::cpu_count();
     if args.pin {
         sys::pin_to_cpu(0)?;
@@ -92,19 +92,6 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
             fanout::run(&run, node_of(&mut node)?, n, &mut next_name, &mut rep)?;
         }
     }
-    let rss = if args.targets {
-        let r = rss::measure_in_child(TARGET_TOPICS)?;
-        if rep.is_json() {
-            rep.line(&r.to_json().to_string());
-        } else {
-            rep.line(&format!("-- memory: a separate process with {TARGET_TOPICS} topics\n{}", r.to_text()));
-        }
-        Some(r)
-    } else {
-        None
-    };
-    let targets = targets::evaluate(rep.measurements(), rss.as_ref());
-    targets::print(&mut rep, &targets);
     Ok(())
 }
 
@@ -117,10 +104,10 @@ fn node_of(node: &mut Option<Node>) -> anyhow::Result<&Node> {
 
 fn baseline_session(run: &Run, modes: &[Mode], name: &str, rep: &mut Reporter) -> anyhow::Result<()> {
     let prefix = format!("/dev/shm/{name}");
-    let (ping, pong) = baseline::ring_paths(&prefix);
+    let (ping, pong) = baseline_link::ring_paths(&prefix);
     let slot = run.args.sizes.iter().copied().max().unwrap_or(HEADER_LEN);
-    let mut tx = baseline::Ring::create(&ping, slot, run.wait)?;
-    let mut rx = baseline::Ring::create(&pong, slot, run.wait)?;
+    let mut tx = BaselineLink::create(&ping, slot, run.wait)?;
+    let mut rx = BaselineLink::create(&pong, slot, run.wait)?;
     let spec = PeerSpec {
         system: System::Baseline,
         wait: run.wait,
@@ -134,8 +121,8 @@ fn baseline_session(run: &Run, modes: &[Mode], name: &str, rep: &mut Reporter) -
     rep.note(&format!(
         "-- baseline: SPSC ring {}_{{ping,pong}}, {} slots of {} B, wait={}",
         prefix,
-        baseline::SLOT_COUNT,
-        tx.slot_size(),
+        baseline_link::SLOT_COUNT,
+        tx.0.slot_size(),
         run.wait
     ));
     run_modes(run, &mut tx, &mut rx, &mut peer, modes, rep)?;
@@ -166,7 +153,7 @@ fn run_modes<S: Sender, R: Receiver>(
     rep: &mut Reporter,
 ) -> anyhow::Result<()> {
     for &mode in modes {
-        for size in run.args.sizes_for(mode) {
+        for &size in &run.args.sizes {
             let context = || format!("{} {} {} with {size} B", run.system.as_str(), mode.as_str(), run.wait);
             match mode {
                 Mode::PingPong | Mode::ZeroCopy => {

@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 use super::args::{PeerArgs, System, WaitMode};
+use super::baseline_link::BaselineLink;
 use super::link::{Receiver, Sender, is_timeout, parse_header};
 use super::report::{Latency, new_histogram};
 use super::sys::{CpuTime, mono_ns, peak_rss_kb};
@@ -211,9 +212,9 @@ pub(crate) fn run_peer(args: PeerArgs) -> anyhow::Result<()> {
     }
     match args.system {
         System::Baseline => {
-            let (ping, pong) = super::baseline::ring_paths(&args.name);
-            let rx = super::baseline::Ring::open(&ping, args.wait)?;
-            let tx = if args.sink_only { None } else { Some(super::baseline::Ring::open(&pong, args.wait)?) };
+            let (ping, pong) = super::baseline_link::ring_paths(&args.name);
+            let rx = BaselineLink::open(&ping, args.wait)?;
+            let tx = if args.sink_only { None } else { Some(BaselineLink::open(&pong, args.wait)?) };
             serve(rx, tx)
         }
         System::Shoal => {

@@ -13,17 +13,6 @@ pub(crate) fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid static histogram bounds")
 }
 
-/// The latest measurement of a system, mode, wait mode and size among `ms`.
-pub(crate) fn find(
-    ms: &[Measurement],
-    system: System,
-    mode: Mode,
-    wait: WaitMode,
-    size: usize,
-) -> Option<&Measurement> {
-    ms.iter().rev().find(|m| m.system == system && m.mode == mode && m.wait == wait && m.size == size)
-}
-
 /// Percentiles of a latency distribution, ns.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Latency {
@@ -265,8 +254,8 @@ pub(crate) fn table_row(m: &Measurement, r: Option<&Ratios>) -> String {
     s
 }
 
-/// Prints measurements as they come and keeps them all (for the baseline ratios, the paced
-/// rates and the final targets).
+/// Prints measurements as they come and keeps them all (for the baseline ratios and the paced
+/// rates).
 #[derive(Debug)]
 pub(crate) struct Reporter {
     json: bool,
@@ -280,26 +269,12 @@ impl Reporter {
         Reporter { json, header_printed: false, all: Vec::new() }
     }
 
-    /// Whether the output is JSON lines.
-    pub(crate) fn is_json(&self) -> bool {
-        self.json
-    }
-
-    /// Every measurement reported so far, in order.
-    pub(crate) fn measurements(&self) -> &[Measurement] {
-        &self.all
-    }
-
     /// The latest baseline measurement of a mode, wait mode and size.
     pub(crate) fn baseline(&self, mode: Mode, wait: WaitMode, size: usize) -> Option<&Measurement> {
-        find(&self.all, System::Baseline, mode, wait, size)
-    }
-
-    /// Prints a line as is, in both output forms (e.g. a JSON object in JSON mode).
-    pub(crate) fn line(&mut self, text: &str) {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{text}");
-        let _ = out.flush();
+        self.all
+            .iter()
+            .rev()
+            .find(|m| m.system == System::Baseline && m.mode == mode && m.wait == wait && m.size == size)
     }
 
     /// Prints a free-text line (table mode only; JSON output stays machine-readable).

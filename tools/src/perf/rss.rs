@@ -1,13 +1,11 @@
 //! `shoal perf --topics N --rss`: N publishers and N subscribers in one process exchange a few
 //! messages; then the private memory (VmRSS minus the shared-memory mappings), the peak RSS, the
-//! CPU time and the thread count are printed. Target (T6): < 20 MB without the mappings.
-//! `--targets` runs this mode in a child process of its own and reads its JSON line.
+//! CPU time and the thread count are printed.
 
 use std::io::Write;
-use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde_json::{Value, json};
 use shoal::Node;
 
@@ -15,9 +13,6 @@ use super::args::{PerfArgs, WaitMode};
 use super::link::{Receiver, Sender};
 use super::shoal_link;
 use super::sys::{CpuTime, peak_rss_kb, shm_rss, status_kb, thread_count};
-
-/// The private-memory target of the memory mode.
-pub(crate) const TARGET_KB: u64 = 20 * 1024;
 
 const MESSAGES_PER_TOPIC: u64 = 3;
 
@@ -48,11 +43,6 @@ impl RssReport {
         self.vm_rss_kb.saturating_sub(self.shm_rss_kb)
     }
 
-    /// Whether the private memory is within [`TARGET_KB`].
-    pub(crate) fn within_target(&self) -> bool {
-        self.private_kb() < TARGET_KB
-    }
-
     /// The JSON line of the memory mode.
     pub(crate) fn to_json(&self) -> Value {
         json!({
@@ -60,24 +50,7 @@ impl RssReport {
             "subscribers": self.topics, "messages_received": self.received, "vm_rss_kb": self.vm_rss_kb,
             "shm_rss_kb": self.shm_rss_kb, "shm_mappings": self.shm_mappings, "rss_without_shm_kb": self.private_kb(),
             "peak_rss_kb": self.peak_rss_kb, "cpu_user_ms": self.cpu.user_us as f64 / 1000.0,
-            "cpu_sys_ms": self.cpu.sys_us as f64 / 1000.0, "threads": self.threads, "target_kb": TARGET_KB,
-            "within_target": self.within_target(),
-        })
-    }
-
-    /// Parses [`RssReport::to_json`].
-    pub(crate) fn from_json(v: &Value) -> Option<RssReport> {
-        let u = |k: &str| v.get(k)?.as_u64();
-        let ms = |k: &str| v.get(k)?.as_f64().map(|x| (x * 1000.0).round() as u64);
-        Some(RssReport {
-            topics: usize::try_from(u("topics")?).ok()?,
-            received: u("messages_received")?,
-            vm_rss_kb: u("vm_rss_kb")?,
-            shm_rss_kb: u("shm_rss_kb")?,
-            shm_mappings: usize::try_from(u("shm_mappings")?).ok()?,
-            peak_rss_kb: u("peak_rss_kb")?,
-            cpu: CpuTime { user_us: ms("cpu_user_ms")?, sys_us: ms("cpu_sys_ms")? },
-            threads: usize::try_from(u("threads")?).ok()?,
+            "cpu_sys_ms": self.cpu.sys_us as f64 / 1000.0, "threads": self.threads,
         })
     }
 
@@ -88,7 +61,7 @@ impl RssReport {
             "{t} publishers + {t} subscribers in one process, {r} messages received\n\
              VmRSS                {:>8.1} MB  (peak {:.1} MB)\n\
              shared-memory Rss    {:>8.1} MB  ({} mappings under /dev/shm, memfd, hugetlbfs)\n\
-             RSS without shm      {:>8.1} MB  (target < {} MB: {})\n\
+             RSS without shm      {:>8.1} MB\n\
              cpu user/sys         {:>8.0} / {:.0} ms\n\
              threads              {:>8}",
             mb(self.vm_rss_kb),
@@ -96,8 +69,6 @@ impl RssReport {
             mb(self.shm_rss_kb),
             self.shm_mappings,
             mb(self.private_kb()),
-            TARGET_KB / 1024,
-            if self.within_target() { "ok" } else { "OVER TARGET" },
             self.cpu.user_us as f64 / 1000.0,
             self.cpu.sys_us as f64 / 1000.0,
             self.threads,
@@ -159,30 +130,12 @@ pub(crate) fn measure(topics: usize) -> anyhow::Result<RssReport> {
     })
 }
 
-/// Runs the memory mode in a child process (`shoal perf --topics N --rss --json`), so that
-/// the figures are those of a process that does nothing else.
-pub(crate) fn measure_in_child(topics: usize) -> anyhow::Result<RssReport> {
-    let exe = std::env::current_exe().context("cannot find this executable to spawn the memory probe")?;
-    let out = Command::new(exe)
-        .args(["perf", "--topics", &topics.to_string(), "--rss", "--json"])
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .context("running the memory probe process")?;
-    if !out.status.success() {
-        bail!("the memory probe (shoal perf --topics {topics} --rss) failed with {}; its error is above", out.status);
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().last().unwrap_or("");
-    let v: Value = serde_json::from_str(line).with_context(|| format!("bad memory probe output {line:?}"))?;
-    RssReport::from_json(&v).with_context(|| format!("incomplete memory probe output {line:?}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn report_json_round_trip_and_text() {
+    fn report_json_and_text() {
         let r = RssReport {
             topics: 100,
             received: 300,
@@ -193,11 +146,11 @@ mod tests {
             cpu: CpuTime { user_us: 12_000, sys_us: 34_000 },
             threads: 3,
         };
-        assert!(r.within_target());
-        assert_eq!(RssReport::from_json(&r.to_json()), Some(r.clone()));
-        assert!(r.to_text().contains("RSS without shm") && r.to_text().contains("ok"));
-        let over = RssReport { vm_rss_kb: r.shm_rss_kb + TARGET_KB, ..r };
-        assert!(!over.within_target());
-        assert!(over.to_text().contains("OVER TARGET"));
+        let v = r.to_json();
+        assert_eq!((v["mode"].as_str(), v["topics"].as_u64()), (Some("rss"), Some(100)));
+        assert_eq!(v["rss_without_shm_kb"], 10_000);
+        assert_eq!((v["cpu_user_ms"].as_f64(), v["threads"].as_u64()), (Some(12.0), Some(3)));
+        let text = r.to_text();
+        assert!(text.contains("RSS without shm") && text.contains("9.8 MB"), "{text}");
     }
 }

@@ -310,11 +310,20 @@ impl IoSource for UdpReceiver {
         self.log_summary(now);
     }
 
-    fn on_readable(&mut self, now: Instant) {
+    fn on_readable(&mut self, now: Instant, batch: usize) -> bool {
         let mut buf = std::mem::take(&mut self.buf);
+        let mut more = false;
+        let mut left = batch;
         while let Some(socket) = &self.socket {
+            if left == 0 {
+                more = true;
+                break;
+            }
             match socket.recv_from(&mut buf) {
-                Ok((n, from)) => self.handle_datagram(now, from, &buf[..n]),
+                Ok((n, from)) => {
+                    left -= 1;
+                    self.handle_datagram(now, from, &buf[..n]);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -324,5 +333,6 @@ impl IoSource for UdpReceiver {
             }
         }
         self.buf = buf;
+        more
     }
 }

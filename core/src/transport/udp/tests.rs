@@ -283,7 +283,7 @@ fn writer_to_receiver_over_loopback() {
     let deadline = Instant::now() + Duration::from_secs(5);
     while lock(&collect.samples).len() < 3 && Instant::now() < deadline {
         poll.poll(&mut events, Some(Duration::from_millis(50))).expect("poll");
-        src.on_readable(Instant::now());
+        src.on_readable(Instant::now(), 1024);
         src.maintain(poll.registry(), mio::Token(9), Instant::now());
     }
     let got = lock(&collect.samples);

@@ -9,17 +9,73 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
 use memmap2::MmapMut;
-
-use super::args::WaitMode;
-use super::link::{HEADER_LEN, Receiver, Sender, TimedOut};
 
 const MAGIC: u64 = 0x5348_4f41_4c42_4153; // "SHOALBAS"
 
+/// How the reader waits for a message (and how a writer waits on a full ring).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Wait {
+    /// Busy spin.
+    Spin,
+    /// Sleep on the ring's futex doorbell (the writer yields while the ring is full).
+    Block,
+}
+
+/// What can go wrong with a ring.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Creating, sizing, opening or mapping the ring file failed.
+    #[error("{context}")]
+    Io {
+        /// What was done, with the path and a hint.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a ring file of this crate, or its header does not fit its size.
+    #[error("{0}")]
+    BadFile(String),
+    /// The requested slot size or slot count makes the ring larger than the address space.
+    #[error("a ring of {slot_count} slots of {slot_size} bytes overflows")]
+    TooBig {
+        /// Slots asked for.
+        slot_count: u64,
+        /// Payload bytes per slot asked for.
+        slot_size: usize,
+    },
+    /// A message larger than a slot.
+    #[error("message of {len} bytes does not fit a {slot_size}-byte slot")]
+    MessageTooLarge {
+        /// The message's length.
+        len: usize,
+        /// The ring's slot size.
+        slot_size: usize,
+    },
+    /// The ring stayed full for the whole timeout of a write.
+    #[error("baseline ring stayed full for {0:?}: the reading process is gone or stuck")]
+    Full(Duration),
+    /// No message arrived within the timeout of a read.
+    #[error("no message within {0:?}: the writing process is gone or stuck")]
+    TimedOut(Duration),
+    /// A slot's length word is larger than the slot.
+    #[error("corrupt baseline ring: slot length {len} > slot size {slot_size}")]
+    Corrupt {
+        /// The length word read.
+        len: u64,
+        /// The ring's slot size.
+        slot_size: usize,
+    },
+}
+
+fn io_error(context: String) -> impl FnOnce(std::io::Error) -> Error {
+    move |source| Error::Io { context, source }
+}
+
 /// Slots per ring: the fewest a grown shoal ring keeps (shoal starts with 256 small slots and trades slots for size;
 /// the baseline writer waits when full, so its depth only bounds how far it runs ahead).
-pub(crate) const SLOT_COUNT: u64 = 16;
+pub const SLOT_COUNT: u64 = 16;
 
 /// How long a spin-mode writer spins on a full ring before it yields the CPU on every check: the
 /// spinning reader frees a slot within nanoseconds unless it is descheduled, possibly on this
@@ -53,13 +109,13 @@ const HEADER_SIZE: usize = std::mem::size_of::<Header>();
 
 /// One end of a ring file mapped into this process.
 #[derive(Debug)]
-pub(crate) struct Ring {
+pub struct Ring {
     _map: MmapMut,
     base: *mut u8,
     slot_count: u64,
     slot_size: usize,
     stride: usize,
-    wait: WaitMode,
+    wait: Wait,
     /// Set on the end that created the file: it is removed on drop.
     unlink: Option<PathBuf>,
 }
@@ -72,26 +128,26 @@ fn total_size(slot_count: u64, slot_size: usize) -> Option<usize> {
     stride_for(slot_size)?.checked_mul(usize::try_from(slot_count).ok()?)?.checked_add(HEADER_SIZE)
 }
 
-fn map_file(file: &File, path: &Path) -> anyhow::Result<MmapMut> {
+fn map_file(file: &File, path: &Path) -> Result<MmapMut, Error> {
     // SAFETY: the file is a ring file of this tool; the other process only changes it through
     // the atomics of the header and slots, and slot contents are only accessed under the SPSC
     // protocol (see `write_with` / `read_with`).
-    unsafe { MmapMut::map_mut(file) }.with_context(|| format!("mmap of {}", path.display()))
+    unsafe { MmapMut::map_mut(file) }.map_err(io_error(format!("mmap of {}", path.display())))
 }
 
 impl Ring {
     /// Creates the ring file (it must not exist) with slots of `slot_size` payload bytes.
-    pub(crate) fn create(path: &Path, slot_size: usize, wait: WaitMode) -> anyhow::Result<Ring> {
-        let total = total_size(SLOT_COUNT, slot_size).context("ring size overflows")?;
+    pub fn create(path: &Path, slot_size: usize, wait: Wait) -> Result<Ring, Error> {
+        let total = total_size(SLOT_COUNT, slot_size).ok_or(Error::TooBig { slot_count: SLOT_COUNT, slot_size })?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .open(path)
-            .with_context(|| format!("creating {} (is /dev/shm mounted and writable?)", path.display()))?;
+            .map_err(io_error(format!("creating {} (is /dev/shm mounted and writable?)", path.display())))?;
         let mut ring = (|| {
             file.set_len(total as u64)
-                .with_context(|| format!("sizing {} to {total} bytes (is /dev/shm full?)", path.display()))?;
+                .map_err(io_error(format!("sizing {} to {total} bytes (is /dev/shm full?)", path.display())))?;
             let map = map_file(&file, path)?;
             Ring::from_map(map, SLOT_COUNT, slot_size, wait)
         })()
@@ -107,40 +163,46 @@ impl Ring {
     }
 
     /// Opens a ring file created by the other process.
-    pub(crate) fn open(path: &Path, wait: WaitMode) -> anyhow::Result<Ring> {
+    pub fn open(path: &Path, wait: Wait) -> Result<Ring, Error> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
-            .with_context(|| format!("opening ring file {}", path.display()))?;
-        let len = file.metadata()?.len();
+            .map_err(io_error(format!("opening ring file {}", path.display())))?;
+        let len = file.metadata().map_err(io_error(format!("reading the size of {}", path.display())))?.len();
         if len < HEADER_SIZE as u64 {
-            bail!("{} is {len} bytes, too small for a ring header", path.display());
+            return Err(Error::BadFile(format!("{} is {len} bytes, too small for a ring header", path.display())));
         }
         let map = map_file(&file, path)?;
         let mut ring = Ring::from_map(map, 0, 0, wait)?;
         let h = ring.header();
         if h.magic.load(Ordering::Acquire) != MAGIC {
-            bail!("{} is not a baseline ring file (bad magic)", path.display());
+            return Err(Error::BadFile(format!("{} is not a baseline ring file (bad magic)", path.display())));
         }
         let count = h.slot_count.load(Ordering::Relaxed);
-        let size = usize::try_from(h.slot_size.load(Ordering::Relaxed)).context("slot size too large")?;
+        let size = usize::try_from(h.slot_size.load(Ordering::Relaxed))
+            .map_err(|_| Error::BadFile(format!("{}: slot size too large", path.display())))?;
         match total_size(count, size) {
             Some(t) if count > 0 && t as u64 <= len => {}
-            _ => bail!("{}: header says {count} slots of {size} bytes, which does not fit the file", path.display()),
+            _ => {
+                return Err(Error::BadFile(format!(
+                    "{}: header says {count} slots of {size} bytes, which does not fit the file",
+                    path.display()
+                )));
+            }
         }
         ring.slot_count = count;
         ring.slot_size = size;
-        ring.stride = stride_for(size).context("slot size overflows")?;
+        ring.stride = stride_for(size).ok_or(Error::TooBig { slot_count: count, slot_size: size })?;
         Ok(ring)
     }
 
-    fn from_map(mut map: MmapMut, slot_count: u64, slot_size: usize, wait: WaitMode) -> anyhow::Result<Ring> {
+    fn from_map(mut map: MmapMut, slot_count: u64, slot_size: usize, wait: Wait) -> Result<Ring, Error> {
         if map.len() < HEADER_SIZE {
-            bail!("mapping too small for a ring header");
+            return Err(Error::BadFile("mapping too small for a ring header".into()));
         }
         let base = map.as_mut_ptr();
-        let stride = stride_for(slot_size).context("slot size overflows")?;
+        let stride = stride_for(slot_size).ok_or(Error::TooBig { slot_count, slot_size })?;
         Ok(Ring { _map: map, base, slot_count, slot_size, stride, wait, unlink: None })
     }
 
@@ -165,26 +227,21 @@ impl Ring {
     }
 
     /// Largest payload a slot holds.
-    pub(crate) fn slot_size(&self) -> usize {
+    pub fn slot_size(&self) -> usize {
         self.slot_size
     }
 
     /// Writes one message of `len` bytes: `f` fills the slot in place, then it is published.
     /// Waits (up to `timeout`) while the ring is full.
-    pub(crate) fn write_with<R>(
-        &mut self,
-        len: usize,
-        timeout: Duration,
-        f: impl FnOnce(&mut [u8]) -> R,
-    ) -> anyhow::Result<R> {
+    pub fn write_with<R>(&mut self, len: usize, timeout: Duration, f: impl FnOnce(&mut [u8]) -> R) -> Result<R, Error> {
         if len > self.slot_size {
-            bail!("message of {len} bytes does not fit a {}-byte slot", self.slot_size);
+            return Err(Error::MessageTooLarge { len, slot_size: self.slot_size });
         }
         let h = self.header();
         let w = h.write_idx.load(Ordering::Relaxed);
         let start = Instant::now();
         let mut spins = 0u32;
-        let mut yielding = self.wait == WaitMode::Block;
+        let mut yielding = self.wait == Wait::Block;
         while w.wrapping_sub(h.read_idx.load(Ordering::Acquire)) >= self.slot_count {
             spins = spins.wrapping_add(1);
             // A full ring is not a receive wait. In spin mode the reader spins on the other core
@@ -200,7 +257,7 @@ impl Ring {
                 let waited = start.elapsed();
                 yielding |= waited > SPIN_BEFORE_YIELD;
                 if waited > timeout {
-                    bail!("baseline ring stayed full for {timeout:?}: the reading process is gone or stuck");
+                    return Err(Error::Full(timeout));
                 }
             }
         }
@@ -220,7 +277,7 @@ impl Ring {
     }
 
     /// Reads the next message: `f` sees the slot in place, then the slot is freed.
-    pub(crate) fn read_with<R>(&mut self, timeout: Duration, f: impl FnOnce(&[u8]) -> R) -> anyhow::Result<R> {
+    pub fn read_with<R>(&mut self, timeout: Duration, f: impl FnOnce(&[u8]) -> R) -> Result<R, Error> {
         let h = self.header();
         let r = h.read_idx.load(Ordering::Relaxed);
         if h.write_idx.load(Ordering::Acquire) == r {
@@ -228,7 +285,7 @@ impl Ring {
         }
         let len = self.slot_len(r).load(Ordering::Relaxed);
         if len > self.slot_size as u64 {
-            bail!("corrupt baseline ring: slot length {len} > slot size {}", self.slot_size);
+            return Err(Error::Corrupt { len, slot_size: self.slot_size });
         }
         // SAFETY: `write_idx > r` was observed with Acquire, so the writer finished slot `r` and
         // will not touch it until `read_idx` passes `r`; `len <= slot_size` keeps it in the slot.
@@ -238,14 +295,14 @@ impl Ring {
         Ok(out)
     }
 
-    fn wait_for(&self, r: u64, timeout: Duration) -> anyhow::Result<()> {
+    fn wait_for(&self, r: u64, timeout: Duration) -> Result<(), Error> {
         let h = self.header();
         let start = Instant::now();
         let ready = || h.write_idx.load(Ordering::Acquire) != r;
-        let timed_out = || anyhow::Error::new(TimedOut(timeout));
+        let timed_out = || Error::TimedOut(timeout);
         match self.wait {
             // A pure busy spin, like shoal's `WaitStrategy::BusySpin`.
-            WaitMode::Spin => {
+            Wait::Spin => {
                 let mut spins = 0u32;
                 while !ready() {
                     std::hint::spin_loop();
@@ -255,7 +312,7 @@ impl Ring {
                     }
                 }
             }
-            WaitMode::Block => loop {
+            Wait::Block => loop {
                 h.waiters.fetch_add(1, Ordering::SeqCst);
                 let seen = h.doorbell.load(Ordering::SeqCst);
                 fence(Ordering::SeqCst);
@@ -314,42 +371,8 @@ fn futex_wake(word: &AtomicU32) {
 }
 
 /// Paths of the two rings of one baseline session (`<prefix>_ping`: main to peer, `_pong`: back).
-pub(crate) fn ring_paths(prefix: &str) -> (PathBuf, PathBuf) {
+pub fn ring_paths(prefix: &str) -> (PathBuf, PathBuf) {
     (PathBuf::from(format!("{prefix}_ping")), PathBuf::from(format!("{prefix}_pong")))
-}
-
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
-
-impl Sender for Ring {
-    fn send_copy(&mut self, payload: &[u8]) -> anyhow::Result<()> {
-        self.write_with(payload.len(), IO_TIMEOUT, |b| b.copy_from_slice(payload))
-    }
-
-    fn send_header(&mut self, len: usize, header: &[u8; HEADER_LEN]) -> anyhow::Result<()> {
-        self.write_with(len, IO_TIMEOUT, |b| b[..HEADER_LEN].copy_from_slice(header))
-    }
-}
-
-impl Receiver for Ring {
-    fn recv_copy(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> anyhow::Result<()> {
-        self.read_with(timeout, |s| {
-            buf.clear();
-            buf.extend_from_slice(s);
-        })
-    }
-
-    fn recv_header(&mut self, timeout: Duration) -> anyhow::Result<([u8; HEADER_LEN], usize)> {
-        self.read_with(timeout, |s| {
-            let mut h = [0u8; HEADER_LEN];
-            let n = s.len().min(HEADER_LEN);
-            h[..n].copy_from_slice(&s[..n]);
-            (h, s.len())
-        })
-    }
-
-    fn drops(&self) -> u64 {
-        0
-    }
 }
 
 #[cfg(test)]
@@ -377,25 +400,25 @@ mod tests {
 
     #[test]
     fn ring_passes_messages_in_order_and_applies_backpressure() {
-        for wait in [WaitMode::Spin, WaitMode::Block] {
-            let p = tmp(&format!("order_{wait}"));
+        for wait in [Wait::Spin, Wait::Block] {
+            let p = tmp(&format!("order_{wait:?}"));
             let mut w = Ring::create(&p, 256, wait).unwrap();
             let mut r = Ring::open(&p, wait).unwrap();
             assert_eq!(r.slot_size(), 256);
             for i in 0..SLOT_COUNT {
-                w.send_copy(&[i as u8; 100]).unwrap();
+                w.write_with(100, Duration::from_secs(1), |b| b.fill(i as u8)).unwrap();
             }
             // Full: the writer times out instead of overwriting.
             let e = w.write_with(1, Duration::from_millis(20), |_| ()).unwrap_err();
-            assert!(e.to_string().contains("stayed full"), "{e}");
-            let mut buf = Vec::new();
+            assert!(matches!(e, Error::Full(_)) && e.to_string().contains("stayed full"), "{e}");
             for i in 0..SLOT_COUNT {
-                r.recv_copy(&mut buf, Duration::from_secs(1)).unwrap();
-                assert_eq!(buf, vec![i as u8; 100]);
+                let got = r.read_with(Duration::from_secs(1), <[u8]>::to_vec).unwrap();
+                assert_eq!(got, vec![i as u8; 100]);
             }
-            let e = r.recv_copy(&mut buf, Duration::from_millis(20)).unwrap_err();
-            assert!(super::super::link::is_timeout(&e), "{e}");
-            assert!(w.send_copy(&[0; 257]).is_err());
+            let e = r.read_with(Duration::from_millis(20), |_| ()).unwrap_err();
+            assert!(matches!(e, Error::TimedOut(_)), "{e}");
+            let e = w.write_with(257, Duration::from_secs(1), |_| ()).unwrap_err();
+            assert!(matches!(e, Error::MessageTooLarge { len: 257, slot_size: 256 }), "{e}");
             drop(w);
             assert!(!p.exists(), "the creator unlinks the file");
         }
@@ -404,20 +427,18 @@ mod tests {
     #[test]
     fn blocked_reader_is_woken_by_another_thread() {
         let p = tmp("wake");
-        let mut w = Ring::create(&p, 64, WaitMode::Block).unwrap();
+        let mut w = Ring::create(&p, 64, Wait::Block).unwrap();
         let p2 = p.clone();
         let reader = std::thread::spawn(move || {
-            let mut r = Ring::open(&p2, WaitMode::Block).unwrap();
+            let mut r = Ring::open(&p2, Wait::Block).unwrap();
             let mut got = Vec::new();
             for _ in 0..1000 {
-                got.push(r.recv_header(Duration::from_secs(5)).unwrap());
+                got.push(r.read_with(Duration::from_secs(5), |s| (s[..8].to_vec(), s.len())).unwrap());
             }
             got
         });
         for i in 0..1000u64 {
-            let mut h = [0u8; HEADER_LEN];
-            h[..8].copy_from_slice(&i.to_le_bytes());
-            w.send_header(48, &h).unwrap();
+            w.write_with(48, Duration::from_secs(1), |b| b[..8].copy_from_slice(&i.to_le_bytes())).unwrap();
             if i % 100 == 0 {
                 std::thread::sleep(Duration::from_millis(2));
             }
@@ -433,18 +454,18 @@ mod tests {
     fn open_rejects_foreign_and_truncated_files() {
         let p = tmp("bad");
         fs::write(&p, vec![0u8; 4096]).unwrap();
-        let e = Ring::open(&p, WaitMode::Spin).unwrap_err();
+        let e = Ring::open(&p, Wait::Spin).unwrap_err();
         assert!(e.to_string().contains("bad magic"), "{e}");
         let mut bytes = vec![0u8; 4096];
         bytes[..8].copy_from_slice(&MAGIC.to_le_bytes());
         bytes[8..16].copy_from_slice(&1000u64.to_le_bytes());
         bytes[16..24].copy_from_slice(&4096u64.to_le_bytes());
         fs::write(&p, &bytes).unwrap();
-        let e = Ring::open(&p, WaitMode::Spin).unwrap_err();
+        let e = Ring::open(&p, Wait::Spin).unwrap_err();
         assert!(e.to_string().contains("does not fit"), "{e}");
         fs::remove_file(&p).unwrap();
         fs::write(&p, b"x").unwrap();
-        assert!(Ring::open(&p, WaitMode::Spin).is_err());
+        assert!(Ring::open(&p, Wait::Spin).is_err());
         fs::remove_file(&p).unwrap();
     }
 }

@@ -1,0 +1,12 @@
+//! Reference implementations that `shoal perf --baseline` measures beside shoal, with no middleware in between.
+//!
+//! [`spsc`]: a plain single-producer single-consumer ring in a `/dev/shm` file shared by two processes. It is the
+//! floor shoal's shared-memory ring is compared with (latency and throughput ratios in the same run). It is not
+//! part of shoal: nothing but the measurement tool uses it.
+//!
+//! Unsafe code (the mapping, the slot accesses and the futex calls) lives in [`spsc`] only, each block with its
+//! `// SAFETY:` comment (the workspace lints deny undocumented unsafe blocks and unsafe operations in unsafe
+//! functions).
+#![warn(missing_docs)]
+
+pub mod spsc;

@@ -1,0 +1,123 @@
+//! `shoal-bench`: shoal's performance acceptance checks, run against the built `shoal` command line.
+//!
+//! `shoal-bench targets` runs `shoal perf ... --json` as child processes (the `shoal` binary next to this one,
+//! `$SHOAL_BIN` or `--shoal`), evaluates targets T1-T6 from their JSON lines and prints one row per target. The
+//! exit code is 0 only when every target was measured and passed. It depends on `shoal perf`'s output format,
+//! not on its code.
+
+mod runs;
+mod targets;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use serde_json::json;
+
+use targets::{Rows, Status};
+
+/// shoal's acceptance benchmarks.
+#[derive(Debug, Parser)]
+#[command(name = "shoal-bench", about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Measure what targets T1-T6 need with `shoal perf --json` and check them (exit code 0: all pass).
+    Targets(TargetsArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Runs, per wait mode (spin, block): the baseline ring and shoal streaming 64 B (T2); ping-pong at
+64 B-4 MB and zero-copy (T1 spin, T4 block, T3); fan-out to 1 and 4 subscriber processes (T5); then
+a process with 100 topics (T6). A target whose measurements are missing (a failed run, a missing
+row or value) is NOT MEASURED, which fails the check like a FAIL does.")]
+struct TargetsArgs {
+    /// The shoal binary to measure (default: $SHOAL_BIN, else `shoal` next to this executable).
+    #[arg(long, value_name = "PATH")]
+    shoal: Option<PathBuf>,
+    /// Evaluate the JSON lines of an earlier run (written by --save) instead of measuring.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["shoal", "save"])]
+    from: Option<PathBuf>,
+    /// Also write every JSON line the runs printed to FILE.
+    #[arg(long, value_name = "FILE")]
+    save: Option<PathBuf>,
+    /// One JSON object per target and a final summary object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let Command::Targets(args) = Cli::parse().command;
+    match targets_command(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("shoal-bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Measures (or reads) the rows, prints the targets; `Ok(true)` when every target passed and no run failed.
+fn targets_command(args: &TargetsArgs) -> anyhow::Result<bool> {
+    let outcome = match &args.from {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let (rows, bad) = runs::parse_lines(&text);
+            if let Some(line) = bad {
+                anyhow::bail!("{} has a line that is not a JSON object: {line:?}", path.display());
+            }
+            runs::Outcome { rows, failures: Vec::new() }
+        }
+        None => {
+            let shoal = runs::find_shoal(args.shoal.clone())?;
+            let mut save = match &args.save {
+                Some(p) => Some(BufWriter::new(File::create(p).with_context(|| format!("creating {}", p.display()))?)),
+                None => None,
+            };
+            let outcome = runs::run_all(&shoal, &runs::plan(), save.as_mut().map(|w| w as &mut dyn Write))?;
+            if let Some(mut w) = save {
+                w.flush().context("writing --save")?;
+            }
+            outcome
+        }
+    };
+    let targets = targets::evaluate(&Rows(outcome.rows));
+    let (pass, fail, unmeasured) =
+        [Status::Pass, Status::Fail, Status::NotMeasured].map(|s| targets::count(&targets, s)).into();
+    let all_pass = pass == targets.len() && outcome.failures.is_empty();
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        for t in &targets {
+            writeln!(out, "{}", t.to_json())?;
+        }
+        let summary = json!({
+            "summary": "targets", "pass": pass, "fail": fail, "not_measured": unmeasured,
+            "failed_runs": outcome.failures, "all_pass": all_pass,
+        });
+        writeln!(out, "{summary}")?;
+    } else {
+        writeln!(
+            out,
+            "-- targets (shoal vs the baseline ring of the same run for T1-T4, vs 1 subscriber for T5; value = worst \
+             over sizes)"
+        )?;
+        for t in &targets {
+            writeln!(out, "{}", t.to_text())?;
+        }
+        writeln!(out, "{pass} of {} pass, {fail} FAIL, {unmeasured} NOT MEASURED", targets.len())?;
+        for f in &outcome.failures {
+            writeln!(out, "failed run: {f}")?;
+        }
+        writeln!(out, "{}", if all_pass { "result: PASS" } else { "result: FAIL" })?;
+    }
+    Ok(all_pass)
+}

@@ -1,0 +1,159 @@
+//! The `shoal perf --json` runs the targets need, run as child processes, and their JSON lines.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+use crate::targets::{SIZES, SUBSCRIBERS, TOPICS};
+
+/// One invocation of `shoal perf`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Run {
+    /// The arguments after `shoal perf`.
+    pub(crate) args: Vec<String>,
+    /// The targets it measures for.
+    pub(crate) for_targets: &'static str,
+}
+
+impl Run {
+    fn new(for_targets: &'static str, args: &[&str]) -> Run {
+        Run { args: args.iter().map(|a| (*a).to_string()).collect(), for_targets }
+    }
+
+    /// The command line, for messages.
+    pub(crate) fn command_line(&self) -> String {
+        format!("shoal perf {}", self.args.join(" "))
+    }
+}
+
+/// What the targets measure, per wait mode in order spin, block: the baseline ring and shoal (each with a
+/// fresh publisher) streaming 64 B, then ping-pong at every target size followed by zero-copy ping-pong on the same
+/// grown ring, then fan-out to 1 and 4 subscriber processes; last a separate process with 100 topics.
+pub(crate) fn plan() -> Vec<Run> {
+    let all_sizes = SIZES.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(",");
+    let subscribers = SUBSCRIBERS.to_string();
+    let mut runs = Vec::new();
+    for wait in ["spin", "block"] {
+        let perf = |targets, extra: &[&str]| Run::new(targets, &[&["--json", "--wait", wait][..], extra].concat());
+        runs.push(perf("T2", &["--baseline", "--throughput", "--sizes", "64"]));
+        runs.push(perf("T1 T3 T4", &["--baseline", "--pingpong", "--zero-copy", "--sizes", &all_sizes]));
+        runs.push(perf("T5", &["--subscribers", &subscribers, "--sizes", &all_sizes]));
+    }
+    runs.push(Run::new("T6", &["--json", "--topics", &TOPICS.to_string(), "--rss"]));
+    runs
+}
+
+/// The `shoal` binary: `explicit` (`--shoal`), else `$SHOAL_BIN`, else `shoal` next to this executable (the same
+/// target directory and profile).
+pub(crate) fn find_shoal(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let path = match explicit.or_else(|| std::env::var_os("SHOAL_BIN").map(PathBuf::from)) {
+        Some(p) => p,
+        None => std::env::current_exe()
+            .context("cannot find this executable to look for `shoal` next to it; pass --shoal PATH")?
+            .with_file_name("shoal"),
+    };
+    if !path.is_file() {
+        bail!(
+            "no shoal binary at {}: build it with the same profile as shoal-bench (`cargo build --release -p \
+             shoal-tools -p shoal-bench`), or pass --shoal PATH (or set SHOAL_BIN)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// The rows of all runs and the runs that failed.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    /// Every JSON object the runs printed, in order.
+    pub(crate) rows: Vec<Value>,
+    /// One line per failed run: its command line and what went wrong.
+    pub(crate) failures: Vec<String>,
+}
+
+/// Runs every run of `runs` one after the other (a failed run does not stop the others: the targets it measures
+/// for are then not measured), printing progress on stderr; the runs' own stderr passes through. Each JSON line
+/// is also written to `save`.
+pub(crate) fn run_all(shoal: &Path, runs: &[Run], mut save: Option<&mut dyn Write>) -> anyhow::Result<Outcome> {
+    let mut out = Outcome::default();
+    for (i, run) in runs.iter().enumerate() {
+        eprintln!("shoal-bench: run {}/{} for {}: {}", i + 1, runs.len(), run.for_targets, run.command_line());
+        let start = Instant::now();
+        let result = Command::new(shoal).arg("perf").args(&run.args).stdin(Stdio::null()).output();
+        let output = match result {
+            Ok(o) => o,
+            Err(e) => {
+                out.failures.push(format!("{}: cannot start {}: {e}", run.command_line(), shoal.display()));
+                continue;
+            }
+        };
+        let text = String::from_utf8_lossy(&output.stdout);
+        let (rows, bad) = parse_lines(&text);
+        if let Some(w) = save.as_deref_mut() {
+            for r in &rows {
+                writeln!(w, "{r}").context("writing --save")?;
+            }
+        }
+        eprintln!("shoal-bench:   {} rows in {:.1} s, {}", rows.len(), start.elapsed().as_secs_f64(), output.status);
+        if !output.status.success() {
+            out.failures.push(format!("{}: {} (its error is above)", run.command_line(), output.status));
+        }
+        if let Some(line) = bad {
+            out.failures.push(format!("{}: printed a line that is not a JSON object: {line:?}", run.command_line()));
+        }
+        out.rows.extend(rows);
+    }
+    Ok(out)
+}
+
+/// The JSON objects among `text`'s lines, and the first non-empty line that is not one.
+pub(crate) fn parse_lines(text: &str) -> (Vec<Value>, Option<String>) {
+    let mut rows = Vec::new();
+    let mut bad = None;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match serde_json::from_str::<Value>(line) {
+            Ok(v) if v.is_object() => rows.push(v),
+            _ => {
+                bad.get_or_insert_with(|| line.to_string());
+            }
+        }
+    }
+    (rows, bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_measures_every_target_size_in_both_waits() {
+        let p = plan();
+        assert_eq!(p.len(), 7);
+        assert_eq!(
+            p[1].command_line(),
+            "shoal perf --json --wait spin --baseline --pingpong --zero-copy --sizes 64,1024,65536,1048576,4194304"
+        );
+        assert_eq!(p[3].command_line(), "shoal perf --json --wait block --baseline --throughput --sizes 64");
+        assert_eq!(p[5].args[..4], ["--json", "--wait", "block", "--subscribers"]);
+        assert_eq!(p[6].command_line(), "shoal perf --json --topics 100 --rss");
+        assert!(p.iter().all(|r| r.args[0] == "--json"));
+    }
+
+    #[test]
+    fn lines_that_are_not_json_objects_are_reported() {
+        let (rows, bad) = parse_lines("{\"a\":1}\n\n{\"b\":2}\n");
+        assert_eq!((rows.len(), bad), (2, None));
+        let (rows, bad) = parse_lines("{\"a\":1}\nsystem   wait\n[1]\n");
+        assert_eq!((rows.len(), bad.as_deref()), (1, Some("system   wait")));
+    }
+
+    #[test]
+    fn a_missing_shoal_binary_says_how_to_build_it() {
+        let e = find_shoal(Some("/nonexistent/shoal".into())).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/shoal") && e.contains("cargo build --release -p shoal-tools"), "{e}");
+    }
+}

@@ -1,0 +1,505 @@
+//! The foundation targets T1-T6, evaluated from the JSON lines `shoal perf --json` printed: shoal against the
+//! baseline ring of the same run (same method and wait mode), fan-out against one subscriber, and the memory of a
+//! 100-topic process. Only the output format of `shoal perf` is read here, none of its code.
+//!
+//! A target passes only when everything it names was measured and holds. A measured value over its limit is a
+//! FAIL (even if other values are missing); otherwise anything missing makes it NOT MEASURED.
+
+use serde_json::{Value, json};
+
+/// The sizes T1, T4 and T5 name, with their labels.
+pub(crate) const SIZES: [(u64, &str); 5] =
+    [(64, "64B"), (1 << 10, "1K"), (64 << 10, "64K"), (1 << 20, "1M"), (4 << 20, "4M")];
+
+/// Subscriber processes of the fan-out target (T5).
+pub(crate) const SUBSCRIBERS: u64 = 4;
+
+/// Topics of the memory target (T6).
+pub(crate) const TOPICS: u64 = 100;
+
+/// T6's limit: RSS outside the shared-memory mappings, MB.
+const RSS_LIMIT_MB: f64 = 20.0;
+
+/// How a target's value is compared with its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cmp {
+    /// value <= limit.
+    AtMost,
+    /// value >= limit.
+    AtLeast,
+    /// value < limit.
+    Below,
+}
+
+impl Cmp {
+    fn holds(self, value: f64, limit: f64) -> bool {
+        match self {
+            Cmp::AtMost => value <= limit,
+            Cmp::AtLeast => value >= limit,
+            Cmp::Below => value < limit,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Cmp::AtMost => "<=",
+            Cmp::AtLeast => ">=",
+            Cmp::Below => "<",
+        }
+    }
+
+    /// The worse of two values under this comparison.
+    fn worse(self, a: f64, b: f64) -> f64 {
+        match self {
+            Cmp::AtLeast => a.min(b),
+            Cmp::AtMost | Cmp::Below => a.max(b),
+        }
+    }
+}
+
+/// The result of one target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    /// Everything the target names was measured and holds.
+    Pass,
+    /// A measured value breaks the limit.
+    Fail,
+    /// Something the target names was not measured (a run failed, a row or a value is missing).
+    NotMeasured,
+}
+
+impl Status {
+    fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "PASS",
+            Status::Fail => "FAIL",
+            Status::NotMeasured => "NOT MEASURED",
+        }
+    }
+
+    /// Fail if a measured value failed, else not measured if anything is missing, else pass.
+    fn of(failed: bool, missing: bool) -> Status {
+        match (failed, missing) {
+            (true, _) => Status::Fail,
+            (false, true) => Status::NotMeasured,
+            (false, false) => Status::Pass,
+        }
+    }
+}
+
+/// One evaluated target (for one wait mode where the target is per wait mode).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Target {
+    /// `T1` .. `T6`.
+    pub(crate) id: &'static str,
+    /// The wait mode evaluated (`spin`, `block`), if the target depends on it.
+    pub(crate) wait: Option<&'static str>,
+    /// What is compared.
+    pub(crate) what: &'static str,
+    /// The worst value measured, if any.
+    pub(crate) value: Option<f64>,
+    /// The limit.
+    pub(crate) limit: f64,
+    /// How value and limit compare.
+    pub(crate) cmp: Cmp,
+    /// `x` (ratio) or `MB`.
+    pub(crate) unit: &'static str,
+    /// The result.
+    pub(crate) status: Status,
+    /// The per-size values, what was not measured, and anything else that decided the result.
+    pub(crate) detail: String,
+}
+
+impl Target {
+    fn fmt_value(&self, x: f64) -> String {
+        if self.unit == "x" { format!("{x:.2}x") } else { format!("{x:.1} {}", self.unit) }
+    }
+
+    /// The JSON line of `shoal-bench targets --json`.
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "target": self.id, "wait": self.wait, "what": self.what, "value": self.value, "limit": self.limit,
+            "cmp": self.cmp.as_str(), "unit": self.unit, "status": self.status.as_str(),
+            "pass": self.status == Status::Pass, "detail": self.detail,
+        })
+    }
+
+    /// The table row.
+    pub(crate) fn to_text(&self) -> String {
+        format!(
+            "{:<3} {:<5} {:<44} {:>9} {:<2} {:<8} {:<12}  {}",
+            self.id,
+            self.wait.unwrap_or("-"),
+            self.what,
+            self.value.map_or_else(|| "-".to_string(), |v| self.fmt_value(v)),
+            self.cmp.as_str(),
+            self.fmt_value(self.limit),
+            self.status.as_str(),
+            self.detail
+        )
+    }
+}
+
+/// A finite number at `key` of a row.
+fn num(row: &Value, key: &str) -> Option<f64> {
+    row.get(key)?.as_f64().filter(|x| x.is_finite())
+}
+
+/// The JSON lines of the runs, queried the way the targets need them.
+#[derive(Debug, Default)]
+pub(crate) struct Rows(pub(crate) Vec<Value>);
+
+impl Rows {
+    /// The latest measurement row of a system, mode, wait mode and size.
+    fn find(&self, system: &str, mode: &str, wait: &str, size: u64) -> Option<&Value> {
+        self.0.iter().rev().find(|r| {
+            r["system"] == system && r["mode"] == mode && r["wait"] == wait && r["size_bytes"].as_u64() == Some(size)
+        })
+    }
+
+    /// Rows of the measurement modes (every mode but the memory mode's `rss`).
+    fn measurements(&self) -> impl Iterator<Item = &Value> {
+        self.0.iter().filter(|r| r.get("size_bytes").is_some() && r["mode"] != "rss")
+    }
+}
+
+/// Builds a target from one value per target size: the worst measured is the value.
+fn over_sizes(
+    (id, wait, what): (&'static str, Option<&'static str>, &'static str),
+    limit: f64,
+    cmp: Cmp,
+    points: &[(&str, Option<f64>)],
+) -> Target {
+    let measured: Vec<(&str, f64)> = points.iter().filter_map(|(s, v)| Some((*s, (*v)?))).collect();
+    let value = measured.iter().map(|(_, v)| *v).reduce(|a, b| cmp.worse(a, b));
+    let failed = measured.iter().any(|(_, v)| !cmp.holds(*v, limit));
+    let missing: Vec<&str> = points.iter().filter(|(_, v)| v.is_none()).map(|(s, _)| *s).collect();
+    let mut detail = measured.iter().map(|(s, v)| format!("{s} {v:.2}x")).collect::<Vec<_>>().join(", ");
+    if !missing.is_empty() {
+        if !detail.is_empty() {
+            detail.push_str("; ");
+        }
+        detail.push_str(&format!("not measured: {}", missing.join(", ")));
+    }
+    Target { id, wait, what, value, limit, cmp, unit: "x", status: Status::of(failed, !missing.is_empty()), detail }
+}
+
+/// Shoal's ping-pong p50 over the baseline's, per target size.
+fn pingpong_vs_baseline(rows: &Rows, wait: &str) -> Vec<(&'static str, Option<f64>)> {
+    let p50 = |system, size| num(rows.find(system, "pingpong", wait, size)?, "p50_ns");
+    SIZES
+        .iter()
+        .map(|&(size, label)| {
+            let ratio = p50("shoal", size).zip(p50("baseline", size).filter(|b| *b > 0.0)).map(|(s, b)| s / b);
+            (label, ratio)
+        })
+        .collect()
+}
+
+fn t2(rows: &Rows, wait: &'static str) -> Target {
+    let (limit, cmp) = (0.5, Cmp::AtLeast);
+    let shoal = rows.find("shoal", "throughput", wait, 64);
+    let base = rows.find("baseline", "throughput", wait, 64);
+    let rate = |r: Option<&Value>| num(r?, "msgs_per_s");
+    let ratio = rate(shoal).zip(rate(base).filter(|b| *b > 0.0)).map(|(s, b)| s / b);
+    let paced = rows.find("shoal", "throughput_paced", wait, 64);
+    let paced_lost = paced.and_then(|p| p["lost"].as_u64());
+    let fmt = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.0}"));
+    let mut detail = format!(
+        "unpaced {} vs baseline {} msg/s ({} lost)",
+        fmt(rate(shoal)),
+        fmt(rate(base)),
+        shoal.and_then(|s| s["lost"].as_u64()).map_or_else(|| "-".to_string(), |l| l.to_string())
+    );
+    match paced_lost {
+        Some(l) => detail.push_str(&format!(
+            "; paced at {} msg/s: {l} lost (must be 0)",
+            fmt(paced.and_then(|p| num(p, "rate_target")))
+        )),
+        None => detail.push_str("; paced run: not measured"),
+    }
+    if ratio.is_none() {
+        detail.push_str("; unpaced ratio: not measured");
+    }
+    let failed = ratio.is_some_and(|r| !cmp.holds(r, limit)) || paced_lost.is_some_and(|l| l > 0);
+    Target {
+        id: "T2",
+        wait: Some(wait),
+        what: "64B throughput vs baseline, paced loss = 0",
+        value: ratio,
+        limit,
+        cmp,
+        unit: "x",
+        status: Status::of(failed, ratio.is_none() || paced_lost.is_none()),
+        detail,
+    }
+}
+
+fn t3(rows: &Rows, wait: &'static str) -> Target {
+    let (limit, cmp) = (2.0, Cmp::AtMost);
+    let p50 = |size| num(rows.find("shoal", "zero_copy", wait, size)?, "p50_ns");
+    let (big, small) = (p50(4 << 20), p50(64));
+    let value = big.zip(small.filter(|s| *s > 0.0)).map(|(b, s)| b / s);
+    let ns = |x: Option<f64>| x.map_or_else(|| "not measured".to_string(), |x| format!("{x:.0} ns"));
+    Target {
+        id: "T3",
+        wait: Some(wait),
+        what: "zero-copy p50 4M / p50 64B",
+        value,
+        limit,
+        cmp,
+        unit: "x",
+        status: Status::of(value.is_some_and(|v| !cmp.holds(v, limit)), value.is_none()),
+        detail: format!("4M {}, 64B {}", ns(big), ns(small)),
+    }
+}
+
+fn t5(rows: &Rows, wait: &'static str) -> Target {
+    let points: Vec<(&str, Option<f64>)> = SIZES
+        .iter()
+        .map(|&(size, label)| {
+            let row = rows.0.iter().rev().find(|r| {
+                r["system"] == "shoal"
+                    && r["mode"] == "fanout"
+                    && r["wait"] == wait
+                    && r["size_bytes"].as_u64() == Some(size)
+                    && r["subscribers"].as_u64() == Some(SUBSCRIBERS)
+            });
+            (label, row.and_then(|r| num(r, "send_cpu_ratio_vs_1")))
+        })
+        .collect();
+    over_sizes(("T5", Some(wait), "fan-out cpu/send N=4 vs N=1, phase medians"), 1.2, Cmp::AtMost, &points)
+}
+
+fn t6(rows: &Rows) -> Target {
+    let mut missing = Vec::new();
+    let rss = rows.0.iter().rev().find(|r| r["mode"] == "rss");
+    let topics = rss.and_then(|r| r["topics"].as_u64());
+    if rss.is_none() {
+        missing.push(format!("the {TOPICS}-topic memory run"));
+    } else if topics != Some(TOPICS) {
+        missing.push(format!("{TOPICS} topics (the memory run had {})", topics.map_or("-".into(), |t| t.to_string())));
+    }
+    let kb = |k: &str| rss.and_then(|r| num(r, k));
+    let value = kb("rss_without_shm_kb").map(|k| k / 1024.0);
+    if rss.is_some() && value.is_none() {
+        missing.push("rss_without_shm_kb".into());
+    }
+    let rows_total = rows.measurements().count();
+    let reported = rows
+        .measurements()
+        .filter(|r| ["peak_rss_kb", "peer_peak_rss_kb"].iter().all(|k| num(r, k).is_some_and(|v| v > 0.0)))
+        .count();
+    if rows_total == 0 || reported < rows_total {
+        missing.push(format!("peak RSS of both processes ({reported} of {rows_total} measurement rows have it)"));
+    }
+    let mb = |k: &str| kb(k).map_or_else(|| "-".to_string(), |v| format!("{:.1} MB", v / 1024.0));
+    let ms = |k: &str| kb(k).map_or_else(|| "-".to_string(), |v| format!("{v:.0}"));
+    let mut detail = format!(
+        "{} topics: VmRSS {}, shm {}, peak {}, cpu {}/{} ms, {} threads; peak RSS of both processes in {reported} of \
+         {rows_total} measurement rows",
+        topics.map_or("-".into(), |t| t.to_string()),
+        mb("vm_rss_kb"),
+        mb("shm_rss_kb"),
+        mb("peak_rss_kb"),
+        ms("cpu_user_ms"),
+        ms("cpu_sys_ms"),
+        ms("threads"),
+    );
+    if !missing.is_empty() {
+        detail.push_str(&format!("; not measured: {}", missing.join(", ")));
+    }
+    let (limit, cmp) = (RSS_LIMIT_MB, Cmp::Below);
+    Target {
+        id: "T6",
+        wait: None,
+        what: "100-topic process RSS outside shm mappings",
+        value,
+        limit,
+        cmp,
+        unit: "MB",
+        status: Status::of(value.is_some_and(|v| !cmp.holds(v, limit)), !missing.is_empty()),
+        detail,
+    }
+}
+
+/// Evaluates every target, in order; each is there whether or not it was measured.
+pub(crate) fn evaluate(rows: &Rows) -> Vec<Target> {
+    let waits = ["spin", "block"];
+    let mut out = Vec::new();
+    let spin = pingpong_vs_baseline(rows, "spin");
+    out.push(over_sizes(("T1", Some("spin"), "ping-pong p50 vs baseline, 64B-4M"), 1.5, Cmp::AtMost, &spin));
+    out.extend(waits.iter().map(|w| t2(rows, w)));
+    out.extend(waits.iter().map(|w| t3(rows, w)));
+    let block = pingpong_vs_baseline(rows, "block");
+    out.push(over_sizes(("T4", Some("block"), "ping-pong p50 vs baseline, 64B-4M"), 1.3, Cmp::AtMost, &block));
+    out.extend(waits.iter().map(|w| t5(rows, w)));
+    out.push(t6(rows));
+    out
+}
+
+/// How many targets have each status.
+pub(crate) fn count(targets: &[Target], status: Status) -> usize {
+    targets.iter().filter(|t| t.status == status).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A measurement row as `shoal perf --json` prints it (the fields the targets read, and a few more).
+    fn row(system: &str, mode: &str, wait: &str, size: u64, p50: u64, rate: f64) -> Value {
+        json!({
+            "system": system, "transport": "shm_ring", "wait": wait, "mode": mode, "size_bytes": size,
+            "subscribers": 1, "p50_ns": p50, "p99_ns": p50, "msgs_per_s": rate, "messages": 10, "lost": 0,
+            "peak_rss_kb": 1000, "peer_peak_rss_kb": 1000,
+        })
+    }
+
+    fn rss_row(topics: u64, vm_rss_kb: u64, shm_rss_kb: u64) -> Value {
+        json!({
+            "mode": "rss", "system": "shoal", "topics": topics, "vm_rss_kb": vm_rss_kb, "shm_rss_kb": shm_rss_kb,
+            "rss_without_shm_kb": vm_rss_kb - shm_rss_kb, "peak_rss_kb": vm_rss_kb, "cpu_user_ms": 12.0,
+            "cpu_sys_ms": 30.0, "threads": 3,
+        })
+    }
+
+    /// Every row a complete, passing run gives.
+    fn passing() -> Vec<Value> {
+        let mut rows = Vec::new();
+        for wait in ["spin", "block"] {
+            for system in ["baseline", "shoal"] {
+                rows.push(row(system, "throughput", wait, 64, 1000, if system == "shoal" { 600.0 } else { 1000.0 }));
+                let mut paced = row(system, "throughput_paced", wait, 64, 1000, 500.0);
+                paced["rate_target"] = json!(500.0);
+                rows.push(paced);
+                for (size, _) in SIZES {
+                    rows.push(row(system, "pingpong", wait, size, if system == "shoal" { 110 } else { 100 }, 1.0));
+                    rows.push(row(system, "zero_copy", wait, size, 500, 1.0));
+                }
+            }
+            for (size, _) in SIZES {
+                rows.push(row("shoal", "fanout", wait, size, 1, 1.0));
+                let mut n = row("shoal", "fanout", wait, size, 1, 1.0);
+                n["subscribers"] = json!(SUBSCRIBERS);
+                n["send_cpu_ratio_vs_1"] = json!(1.1);
+                rows.push(n);
+            }
+        }
+        rows.push(rss_row(TOPICS, 9000, 2000));
+        rows
+    }
+
+    fn statuses(rows: Vec<Value>) -> Vec<(&'static str, Option<&'static str>, Status)> {
+        evaluate(&Rows(rows)).iter().map(|t| (t.id, t.wait, t.status)).collect()
+    }
+
+    fn target(rows: Vec<Value>, id: &str, wait: Option<&str>) -> Target {
+        evaluate(&Rows(rows)).into_iter().find(|t| t.id == id && t.wait == wait).expect("every target is evaluated")
+    }
+
+    #[test]
+    fn a_complete_run_within_the_limits_passes_every_target() {
+        let s = statuses(passing());
+        assert_eq!(s.len(), 9);
+        assert!(s.iter().all(|(_, _, st)| *st == Status::Pass), "{s:?}");
+        let t1 = target(passing(), "T1", Some("spin"));
+        assert!((t1.value.unwrap() - 1.1).abs() < 1e-9);
+        assert!(t1.detail.starts_with("64B 1.10x, 1K 1.10x"), "{}", t1.detail);
+        let t6 = target(passing(), "T6", None);
+        assert!((t6.value.unwrap() - 7000.0 / 1024.0).abs() < 1e-9);
+        assert!(t6.to_text().contains("PASS") && t6.detail.contains("in 68 of 68 measurement rows"), "{}", t6.detail);
+    }
+
+    #[test]
+    fn no_rows_at_all_measures_nothing() {
+        let s = statuses(Vec::new());
+        assert_eq!(s.len(), 9);
+        assert!(s.iter().all(|(_, _, st)| *st == Status::NotMeasured), "{s:?}");
+        let t = &evaluate(&Rows::default())[0];
+        assert_eq!((t.value, t.to_json()["value"].clone()), (None, Value::Null));
+        assert!(t.to_text().contains("NOT MEASURED"), "{}", t.to_text());
+        assert_eq!(t.to_json()["pass"], false);
+    }
+
+    #[test]
+    fn a_missing_size_is_not_measured_and_never_a_pass() {
+        let rows: Vec<Value> = passing()
+            .into_iter()
+            .filter(|r| !(r["mode"] == "pingpong" && r["wait"] == "spin" && r["size_bytes"] == 4 << 20))
+            .collect();
+        let t1 = target(rows, "T1", Some("spin"));
+        assert_eq!(t1.status, Status::NotMeasured);
+        assert!((t1.value.unwrap() - 1.1).abs() < 1e-9, "the measured sizes still give the value");
+        assert!(t1.detail.ends_with("; not measured: 4M"), "{}", t1.detail);
+    }
+
+    #[test]
+    fn a_value_over_its_limit_fails_even_when_others_are_missing() {
+        let mut rows: Vec<Value> = passing().into_iter().filter(|r| r["size_bytes"] != 1 << 20).collect();
+        for r in rows.iter_mut().filter(|r| r["mode"] == "pingpong" && r["system"] == "shoal" && r["wait"] == "block") {
+            if r["size_bytes"] == 64 {
+                r["p50_ns"] = json!(140);
+            }
+        }
+        let t4 = target(rows.clone(), "T4", Some("block"));
+        assert_eq!(t4.status, Status::Fail, "1.4x > 1.3x: {}", t4.detail);
+        assert!((t4.value.unwrap() - 1.4).abs() < 1e-9);
+        assert!(t4.detail.contains("64B 1.40x") && t4.detail.contains("not measured: 1M"), "{}", t4.detail);
+        assert_eq!(target(rows, "T1", Some("spin")).status, Status::NotMeasured);
+    }
+
+    #[test]
+    fn t2_needs_half_the_rate_and_a_paced_run_without_loss() {
+        let set = |rows: &mut Vec<Value>, mode: &str, key: &str, v: Value| {
+            for r in rows.iter_mut().filter(|r| r["system"] == "shoal" && r["mode"] == mode && r["wait"] == "block") {
+                r[key] = v.clone();
+            }
+        };
+        let mut rows = passing();
+        set(&mut rows, "throughput_paced", "lost", json!(3));
+        let t = target(rows, "T2", Some("block"));
+        assert_eq!(t.status, Status::Fail);
+        assert!(t.detail.contains("paced at 500 msg/s: 3 lost"), "{}", t.detail);
+        let mut rows = passing();
+        set(&mut rows, "throughput", "msgs_per_s", json!(400.0));
+        assert_eq!(target(rows, "T2", Some("block")).status, Status::Fail, "0.4x < 0.5x");
+        let rows: Vec<Value> = passing().into_iter().filter(|r| r["mode"] != "throughput_paced").collect();
+        let t = target(rows, "T2", Some("block"));
+        assert_eq!(t.status, Status::NotMeasured);
+        assert!(t.detail.contains("paced run: not measured"), "{}", t.detail);
+        let mut rows = passing();
+        set(&mut rows, "throughput", "msgs_per_s", Value::Null);
+        assert_eq!(target(rows, "T2", Some("block")).status, Status::NotMeasured);
+    }
+
+    #[test]
+    fn t3_t5_t6_limits_and_what_they_need() {
+        let mut rows = passing();
+        for r in rows.iter_mut().filter(|r| r["mode"] == "zero_copy" && r["size_bytes"] == 4 << 20) {
+            r["p50_ns"] = json!(1100);
+        }
+        assert_eq!(target(rows, "T3", Some("spin")).status, Status::Fail, "2.2x > 2x");
+        // Fan-out with another subscriber count than the target names measures nothing of it.
+        let mut rows = passing();
+        for r in rows.iter_mut().filter(|r| r["mode"] == "fanout" && r["subscribers"] == SUBSCRIBERS) {
+            r["subscribers"] = json!(2);
+        }
+        let t5 = target(rows, "T5", Some("spin"));
+        assert_eq!(t5.status, Status::NotMeasured);
+        assert!(t5.detail.contains("not measured: 64B, 1K, 64K, 1M, 4M"), "{}", t5.detail);
+        let mut rows = passing();
+        *rows.last_mut().unwrap() = rss_row(TOPICS, 30_000, 5_000);
+        assert_eq!(target(rows, "T6", None).status, Status::Fail, "25 MB");
+        let mut rows = passing();
+        *rows.last_mut().unwrap() = rss_row(10, 9000, 2000);
+        assert_eq!(target(rows, "T6", None).status, Status::NotMeasured, "10 topics are not the target's 100");
+        let mut rows = passing();
+        rows[0]["peer_peak_rss_kb"] = json!(0);
+        let t6 = target(rows, "T6", None);
+        assert_eq!(t6.status, Status::NotMeasured);
+        assert!(t6.detail.contains("67 of 68"), "{}", t6.detail);
+        let rows: Vec<Value> = passing().into_iter().filter(|r| r["mode"] != "rss").collect();
+        assert_eq!(target(rows, "T6", None).status, Status::NotMeasured);
+    }
+}

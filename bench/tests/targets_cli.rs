@@ -1,0 +1,119 @@
+//! `shoal-bench targets` end to end: the evaluation of saved JSON lines (`--from`), and the contract with
+//! `shoal perf --json` (the fields the targets read are the ones the command line prints).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+fn bench(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal-bench")).arg("targets").args(args).output().expect("run");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A file under the target directory for this test's JSON lines.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    dir.join(format!("shoal_bench_{}_{name}.jsonl", std::process::id()))
+}
+
+fn write_lines(path: &Path, rows: &[Value]) {
+    let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(path, text).expect("write the JSON lines");
+}
+
+fn row(system: &str, mode: &str, wait: &str, size: u64, p50: u64) -> Value {
+    json!({
+        "system": system, "wait": wait, "mode": mode, "size_bytes": size, "subscribers": 1, "p50_ns": p50,
+        "msgs_per_s": 1000.0, "lost": 0, "peak_rss_kb": 1000, "peer_peak_rss_kb": 1000,
+    })
+}
+
+#[test]
+fn saved_lines_pass_fail_and_not_measured_targets_and_the_exit_code_says_so() {
+    let path = scratch("canned");
+    write_lines(
+        &path,
+        &[
+            row("shoal", "zero_copy", "spin", 64, 500),
+            row("shoal", "zero_copy", "spin", 4 << 20, 600),
+            row("baseline", "pingpong", "block", 64, 100),
+            row("shoal", "pingpong", "block", 64, 140),
+        ],
+    );
+    let (code, out, err) = bench(&["--from", path.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let line = |id: &str, wait: &str| {
+        out.lines().find(|l| l.starts_with(&format!("{id:<3} {wait:<5} "))).unwrap_or_else(|| panic!("{id}: {out}"))
+    };
+    assert!(line("T3", "spin").contains("1.20x <= 2.00x    PASS"), "{out}");
+    assert!(line("T4", "block").contains("FAIL") && line("T4", "block").contains("64B 1.40x"), "{out}");
+    assert!(line("T1", "spin").contains("NOT MEASURED") && line("T6", "-").contains("NOT MEASURED"), "{out}");
+    assert!(out.contains("1 of 9 pass, 1 FAIL, 7 NOT MEASURED") && out.contains("result: FAIL"), "{out}");
+
+    let (code, out, _) = bench(&["--from", path.to_str().unwrap(), "--json"]);
+    assert_eq!(code, Some(1));
+    let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    assert_eq!(lines.len(), 10, "9 targets and the summary: {out}");
+    assert_eq!(lines[0]["status"], "NOT MEASURED");
+    assert_eq!(lines[0]["value"], Value::Null);
+    assert_eq!(lines[9]["all_pass"], false);
+    assert_eq!((lines[9]["pass"].as_u64(), lines[9]["not_measured"].as_u64()), (Some(1), Some(7)));
+    std::fs::remove_file(&path).unwrap();
+
+    let (code, _, err) = bench(&["--from", "/nonexistent/rows.jsonl"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("/nonexistent/rows.jsonl"), "{err}");
+}
+
+/// The `shoal` binary cargo built beside `shoal-bench` (the tools' tests make cargo build it).
+fn shoal_binary() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_BIN_EXE_shoal-bench")).with_file_name("shoal");
+    p.is_file().then_some(p)
+}
+
+#[test]
+fn the_targets_read_what_shoal_perf_prints() {
+    let Some(shoal) = shoal_binary() else {
+        eprintln!("SKIPPED: no shoal binary next to shoal-bench (cargo test --workspace builds it)");
+        return;
+    };
+    // One wait mode, few sizes, short runs: every target of the block wait and T6 get their values.
+    let runs: [&[&str]; 4] = [
+        &["--wait", "block", "--baseline", "--throughput", "--sizes", "64", "--count", "2000"],
+        &["--wait", "block", "--baseline", "--pingpong", "--zero-copy", "--sizes", "64,4m", "--iterations", "100"],
+        &["--wait", "block", "--subscribers", "4", "--sizes", "64", "--count", "300"],
+        &["--topics", "100", "--rss"],
+    ];
+    let mut text = String::new();
+    for args in runs {
+        let out = Command::new(&shoal).arg("perf").arg("--json").args(args).output().expect("run shoal perf");
+        assert!(out.status.success(), "shoal perf {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        text.push_str(&String::from_utf8_lossy(&out.stdout));
+    }
+    let path = scratch("contract");
+    std::fs::write(&path, &text).unwrap();
+    let (code, out, err) = bench(&["--from", path.to_str().unwrap(), "--json"]);
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(code, Some(1), "spin was not measured: {out}{err}");
+    let targets: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    let get = |id: &str, wait: Option<&str>| {
+        targets.iter().find(|t| t["target"] == id && t["wait"].as_str() == wait).unwrap_or_else(|| panic!("{id}"))
+    };
+    for (id, wait) in [("T2", Some("block")), ("T3", Some("block")), ("T6", None)] {
+        let t = get(id, wait);
+        assert!(t["value"].as_f64().is_some() && t["status"] != "NOT MEASURED", "everything it needs ran: {t}");
+    }
+    for (id, size) in [("T4", "64B "), ("T5", "64B ")] {
+        let t = get(id, Some("block"));
+        assert!(t["value"].as_f64().is_some() && t["detail"].as_str().unwrap().starts_with(size), "{t}");
+        assert!(t["detail"].as_str().unwrap().contains("not measured: 1K, 64K, 1M"), "{t}");
+    }
+    for (id, wait) in [("T1", "spin"), ("T2", "spin"), ("T3", "spin"), ("T5", "spin")] {
+        assert_eq!(get(id, Some(wait))["status"], "NOT MEASURED");
+    }
+}
