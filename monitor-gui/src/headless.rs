@@ -1,0 +1,107 @@
+//! `shoal-monitor --headless`: every refresh, what the window would show, as one JSON object a line (`--json`) or
+//! as a short text table.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::history::{Event, diff};
+use crate::model::{Interner, View, build_view, fmt_bandwidth, fmt_rate, fmt_us};
+use crate::source::SnapshotSource;
+
+/// The JSON object of one view: `time_s`, `hosts`, `processes`, `topics` (each with its `connections`) and the
+/// `events` found since the view before.
+pub fn view_json(view: &View, events: &[Event]) -> Value {
+    let topics: Vec<Value> = view
+        .topics
+        .iter()
+        .map(|t| {
+            let mut v = serde_json::to_value(t).unwrap_or(Value::Null);
+            let conns: Vec<Value> = view
+                .connections_of(&t.name)
+                .map(|c| {
+                    let mut cv = serde_json::to_value(c).unwrap_or(Value::Null);
+                    if !c.same_host {
+                        cv["latency"] = json!("clock not shared");
+                    }
+                    cv
+                })
+                .collect();
+            v["connections"] = Value::Array(conns);
+            v
+        })
+        .collect();
+    json!({
+        "time_s": view.time_s,
+        "hosts": view.hosts,
+        "processes": view.processes,
+        "topics": topics,
+        "events": events,
+    })
+}
+
+/// A few lines of text for one view (without `--json`).
+pub fn view_text(view: &View) -> String {
+    let mut s = format!(
+        "{} processes, {} topics, {} with problems\n",
+        view.processes.len(),
+        view.topics.len(),
+        view.problem_count()
+    );
+    for t in &view.topics {
+        let lat = t.latency.map_or("-".into(), |l| format!("P50 {} P99 {}", fmt_us(l.p50_us), fmt_us(l.p99_us)));
+        s.push_str(&format!(
+            "  {:<32} {:>2} pub {:>2} sub {:>10} {:>12} drops {:<6} {}  {}\n",
+            t.name,
+            t.publishers,
+            t.subscribers,
+            fmt_rate(t.rate_hz),
+            fmt_bandwidth(t.bandwidth_bps),
+            t.drops,
+            lat,
+            t.problems.text()
+        ));
+    }
+    s
+}
+
+/// Prints one line per `interval` for `duration` (the first after the first interval, so that registrations have
+/// arrived), then returns.
+pub fn run(
+    source: &mut dyn SnapshotSource,
+    duration: Duration,
+    interval: Duration,
+    as_json: bool,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    let start = Instant::now();
+    let mut interner = Interner::default();
+    let mut prev: Option<View> = None;
+    let mut n = 0u32;
+    loop {
+        n += 1;
+        let due = start + interval * n;
+        if due > start + duration + interval / 2 {
+            return Ok(());
+        }
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let view = build_view(&source.snapshot(), prev.as_ref(), &mut interner);
+        let events = prev.as_ref().map(|p| diff(p, &view)).unwrap_or_default();
+        if as_json {
+            writeln!(out, "{}", view_json(&view, &events))?;
+        } else {
+            write!(out, "{}", view_text(&view))?;
+            for e in &events {
+                writeln!(out, "  event: {} {} {}", e.kind.label(), e.subject, e.detail)?;
+            }
+        }
+        out.flush()?;
+        prev = Some(view);
+        if n.is_multiple_of(64) {
+            interner.shrink();
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The last minutes of views, for plots, freeze and scroll-back, and the events found by diffing them.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::model::{ConnKey, Problem, View};
+
+/// How much history is kept by default.
+pub const DEFAULT_RETAIN_S: f64 = 300.0;
+/// At most this many events are kept.
+pub const MAX_EVENTS: usize = 10_000;
+
+/// What happened between two views.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A process appeared.
+    ProcessNew,
+    /// A process disappeared (its registration expired or it unregistered).
+    ProcessGone,
+    /// A publisher or subscriber appeared.
+    EntityNew,
+    /// A publisher or subscriber unregistered (it was fresh when it vanished).
+    EntityGone,
+    /// A publisher or subscriber vanished after its registration had gone stale: it expired.
+    Expired,
+    /// A subscriber started receiving from a publisher over a layer.
+    Match,
+    /// That connection ended.
+    Unmatch,
+    /// A topic's types began to disagree.
+    TypeMismatch,
+    /// Messages were lost.
+    Drops,
+}
+
+impl EventKind {
+    /// Every kind, in display order.
+    pub const ALL: [EventKind; 9] = [
+        EventKind::ProcessNew,
+        EventKind::ProcessGone,
+        EventKind::EntityNew,
+        EventKind::EntityGone,
+        EventKind::Expired,
+        EventKind::Match,
+        EventKind::Unmatch,
+        EventKind::TypeMismatch,
+        EventKind::Drops,
+    ];
+
+    /// Short text for tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            EventKind::ProcessNew => "process new",
+            EventKind::ProcessGone => "process gone",
+            EventKind::EntityNew => "new",
+            EventKind::EntityGone => "gone",
+            EventKind::Expired => "expired",
+            EventKind::Match => "match",
+            EventKind::Unmatch => "unmatch",
+            EventKind::TypeMismatch => "type mismatch",
+            EventKind::Drops => "drops",
+        }
+    }
+
+    /// Drawn as a problem.
+    pub fn is_problem(self) -> bool {
+        matches!(self, EventKind::Expired | EventKind::TypeMismatch | EventKind::Drops | EventKind::ProcessGone)
+    }
+}
+
+/// One event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    /// When the view that showed it was taken, seconds since the UNIX epoch.
+    pub time_s: f64,
+    /// What happened.
+    pub kind: EventKind,
+    /// The topic, or the process for process events.
+    pub subject: Arc<str>,
+    /// Details.
+    pub detail: String,
+}
+
+/// The events between `old` and `new`.
+pub fn diff(old: &View, new: &View) -> Vec<Event> {
+    let mut out = Vec::new();
+    let t = new.time_s;
+    let mut ev = |kind, subject: &Arc<str>, detail: String| {
+        out.push(Event { time_s: t, kind, subject: subject.clone(), detail })
+    };
+    let old_procs: HashMap<(&str, u32), _> = old.processes.iter().map(|p| ((&*p.host, p.pid), p)).collect();
+    let new_procs: HashSet<(&str, u32)> = new.processes.iter().map(|p| (&*p.host, p.pid)).collect();
+    for p in &new.processes {
+        if !old_procs.contains_key(&(&*p.host, p.pid)) {
+            ev(EventKind::ProcessNew, &p.unit, format!("{} ({})", p.label(), p.version));
+        }
+    }
+    for p in &old.processes {
+        if !new_procs.contains(&(&*p.host, p.pid)) {
+            ev(
+                EventKind::ProcessGone,
+                &p.unit,
+                format!("{} (last registration {:.1} s before)", p.label(), p.registration_age_s),
+            );
+        }
+    }
+    let key = |e: &crate::model::EntityRow| (e.host.clone(), e.pid, e.entity_id);
+    let old_ents: HashMap<_, _> = old.entities.iter().map(|e| (key(e), e)).collect();
+    let new_ents: HashSet<_> = new.entities.iter().map(key).collect();
+    for e in &new.entities {
+        if !old_ents.contains_key(&key(e)) {
+            ev(EventKind::EntityNew, &e.topic, format!("{} {} ({})", e.direction, e.process, e.type_name));
+        }
+    }
+    for e in &old.entities {
+        if !new_ents.contains(&key(e)) {
+            if e.registration_age_s > crate::model::STALE_AFTER.as_secs_f64() {
+                ev(
+                    EventKind::Expired,
+                    &e.topic,
+                    format!("{} {}: no registration for {:.1} s", e.direction, e.process, e.registration_age_s),
+                );
+            } else {
+                ev(EventKind::EntityGone, &e.topic, format!("{} {}", e.direction, e.process));
+            }
+        }
+    }
+    let old_conns: HashMap<ConnKey, _> = old.connections.iter().map(|c| (c.key(), c)).collect();
+    let new_conns: HashSet<ConnKey> = new.connections.iter().map(|c| c.key()).collect();
+    for c in &new.connections {
+        match old_conns.get(&c.key()) {
+            None => ev(EventKind::Match, &c.topic, format!("{} -> {} via {}", c.publisher, c.subscriber, c.via)),
+            Some(o) if c.drops > o.drops => ev(
+                EventKind::Drops,
+                &c.topic,
+                format!(
+                    "{} lost ({} -> {} via {}, {} in all)",
+                    c.drops - o.drops,
+                    c.publisher,
+                    c.subscriber,
+                    c.via,
+                    c.drops
+                ),
+            ),
+            Some(_) => {}
+        }
+    }
+    for c in &old.connections {
+        if !new_conns.contains(&c.key()) {
+            ev(EventKind::Unmatch, &c.topic, format!("{} -> {} via {}", c.publisher, c.subscriber, c.via));
+        }
+    }
+    for tp in &new.topics {
+        let before = old.topic(&tp.name);
+        if tp.problems.contains(Problem::TypeMismatch)
+            && !before.is_some_and(|b| b.problems.contains(Problem::TypeMismatch))
+        {
+            let types: Vec<String> =
+                new.entities_of(&tp.name).map(|e| format!("{} {}", e.direction, e.type_name)).collect();
+            ev(EventKind::TypeMismatch, &tp.name, types.join(", "));
+        }
+        // Drops of subscribers without per-connection figures (eCAL subscribers).
+        if new.connections_of(&tp.name).next().is_none()
+            && let Some(b) = before
+            && tp.drops > b.drops
+        {
+            ev(EventKind::Drops, &tp.name, format!("{} lost ({} in all)", tp.drops - b.drops, tp.drops));
+        }
+    }
+    out
+}
+
+/// The kept views (oldest first) and events.
+#[derive(Debug)]
+pub struct History {
+    views: VecDeque<Arc<View>>,
+    events: VecDeque<Event>,
+    retain_s: f64,
+    generation: u64,
+}
+
+impl Default for History {
+    fn default() -> Self {
+        History::new(DEFAULT_RETAIN_S)
+    }
+}
+
+impl History {
+    /// Keeps `retain_s` seconds of views.
+    pub fn new(retain_s: f64) -> History {
+        History { views: VecDeque::new(), events: VecDeque::new(), retain_s, generation: 0 }
+    }
+
+    /// Adds the newest view, finds its events, and forgets what is older than the retention.
+    pub fn push(&mut self, view: View) {
+        self.push_shared(Arc::new(view));
+    }
+
+    /// [`History::push`] of a view built elsewhere (the refresh thread).
+    pub fn push_shared(&mut self, view: Arc<View>) {
+        if let Some(last) = self.views.back() {
+            for e in diff(last, &view) {
+                if self.events.len() == MAX_EVENTS {
+                    self.events.pop_front();
+                }
+                self.events.push_back(e);
+            }
+        }
+        let newest = view.time_s;
+        self.views.push_back(view);
+        while self.views.front().is_some_and(|v| newest - v.time_s > self.retain_s) {
+            self.views.pop_front();
+        }
+        self.generation += 1;
+    }
+
+    /// Changes whenever a view is added.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Number of kept views.
+    pub fn len(&self) -> usize {
+        self.views.len()
+    }
+
+    /// True before the first view.
+    pub fn is_empty(&self) -> bool {
+        self.views.is_empty()
+    }
+
+    /// The newest view.
+    pub fn latest(&self) -> Option<&Arc<View>> {
+        self.views.back()
+    }
+
+    /// The view at `index` (0 the oldest kept).
+    pub fn get(&self, index: usize) -> Option<&Arc<View>> {
+        self.views.get(index)
+    }
+
+    /// The kept views, oldest first.
+    pub fn views(&self) -> impl DoubleEndedIterator<Item = &Arc<View>> + ExactSizeIterator {
+        self.views.iter()
+    }
+
+    /// The events, oldest first.
+    pub fn events(&self) -> &VecDeque<Event> {
+        &self.events
+    }
+}

@@ -1,0 +1,14 @@
+//! The shoal monitor: every process and topic that registration shows (shoal's and eCAL's), with rate, bandwidth,
+//! drops and per-connection latency, live in a window (egui) or as JSON lines (`--headless --json`).
+//!
+//! A thin client of [`shoal::monitor`]: [`source`] takes a [`Snapshot`](shoal::monitor::Snapshot) per refresh from
+//! a [`shoal::Node`], [`model`] turns it into the [`View`](model::View) both front ends show, [`history`] keeps the
+//! last minutes of views (plots, freeze, scroll-back) and the events found by diffing them, [`app`] draws the window
+//! and [`headless`] prints the lines. [`fixture`] is a scripted network for the tests and screenshots.
+
+pub mod app;
+pub mod fixture;
+pub mod headless;
+pub mod history;
+pub mod model;
+pub mod source;

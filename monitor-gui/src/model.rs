@@ -1,0 +1,634 @@
+//! The view model: what the window and the headless mode show, built from one [`Snapshot`] (and the view before it,
+//! to see drops rising). Both front ends read only this, so they show the same figures.
+//!
+//! A [`View`] is immutable once built and kept in the [`History`](crate::history::History) for scroll-back; its
+//! strings are interned `Arc<str>`, so minutes of history of a thousand topics stay small.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use shoal::monitor::{LatencyHistogram, Snapshot, TopicDirection, TopicEntry, Via};
+
+/// A peer whose last registration is older than this is shown as stale (registration refreshes every second; eCAL
+/// drops a peer after 10 s).
+pub const STALE_AFTER: Duration = Duration::from_secs(3);
+
+/// What is wrong with a topic, a process or a connection. Several can hold at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Problem {
+    /// More messages were lost since the previous refresh.
+    DropsRising,
+    /// A publisher's type disagrees with a subscriber's.
+    TypeMismatch,
+    /// Publishers but no subscriber.
+    NoSubscribers,
+    /// Subscribers but no publisher.
+    NoPublishers,
+    /// A peer's registration is late (older than [`STALE_AFTER`]).
+    Stale,
+    /// The process announces a warning, critical or failed state.
+    BadState,
+}
+
+impl Problem {
+    /// Short text for tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Problem::DropsRising => "drops rising",
+            Problem::TypeMismatch => "type mismatch",
+            Problem::NoSubscribers => "no subscriber",
+            Problem::NoPublishers => "no publisher",
+            Problem::Stale => "stale",
+            Problem::BadState => "bad state",
+        }
+    }
+
+    /// True for problems shown in red (data is lost or cannot be read); the others are warnings.
+    pub fn is_error(self) -> bool {
+        matches!(self, Problem::DropsRising | Problem::TypeMismatch | Problem::BadState)
+    }
+}
+
+/// A small set of [`Problem`]s.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn add(&mut self, p: Problem) {
+        if !self.0.contains(&p) {
+            self.0.push(p);
+            self.0.sort();
+        }
+    }
+
+    /// True when nothing is wrong.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The problems, in a fixed order.
+    pub fn iter(&self) -> impl Iterator<Item = Problem> + '_ {
+        self.0.iter().copied()
+    }
+
+    /// True when `p` is among them.
+    pub fn contains(&self, p: Problem) -> bool {
+        self.0.contains(&p)
+    }
+
+    /// The worst health these problems make.
+    pub fn health(&self) -> Health {
+        if self.0.iter().any(|p| p.is_error()) {
+            Health::Error
+        } else if self.0.is_empty() {
+            Health::Ok
+        } else {
+            Health::Warning
+        }
+    }
+
+    /// The labels joined by ", " (empty when nothing is wrong).
+    pub fn text(&self) -> String {
+        self.0.iter().map(|p| p.label()).collect::<Vec<_>>().join(", ")
+    }
+}
+
+impl Serialize for Problems {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+/// Traffic-light health of a row (the graph's colours).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    /// Nothing wrong.
+    Ok,
+    /// Something to look at.
+    Warning,
+    /// Data is lost or cannot be read.
+    Error,
+}
+
+/// Latency percentiles in µs (from a [`LatencyHistogram`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    /// Latencies counted.
+    pub count: u64,
+    /// Median, µs.
+    pub p50_us: f64,
+    /// 90th percentile, µs.
+    pub p90_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// Largest, µs.
+    pub max_us: f64,
+}
+
+impl Percentiles {
+    /// The percentiles of `h`; `None` when it counted nothing.
+    pub fn of(h: &LatencyHistogram) -> Option<Percentiles> {
+        let us = |q: f64| h.percentile(q).map_or(0.0, |ns| ns as f64 / 1000.0);
+        (!h.is_empty()).then(|| Percentiles {
+            count: h.count(),
+            p50_us: us(0.5),
+            p90_us: us(0.9),
+            p99_us: us(0.99),
+            max_us: h.max_ns().map_or(0.0, |ns| ns as f64 / 1000.0),
+        })
+    }
+}
+
+/// A histogram's non-empty buckets `(lower ns, upper ns, count)`, kept per connection and per topic for the plot.
+pub type Buckets = Arc<[(u64, u64, u32)]>;
+
+/// One host.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostRow {
+    /// Host name.
+    pub host: Arc<str>,
+    /// Processes on it.
+    pub processes: usize,
+    /// Publishers and subscribers on it.
+    pub entities: usize,
+}
+
+/// One process.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProcessRow {
+    /// Host name.
+    pub host: Arc<str>,
+    /// Process id.
+    pub pid: u32,
+    /// Executable (file name).
+    pub name: Arc<str>,
+    /// Unit name.
+    pub unit: Arc<str>,
+    /// `shoal` or `eCAL`.
+    pub kind: &'static str,
+    /// Runtime version as announced.
+    pub version: Arc<str>,
+    /// Seconds since its last registration.
+    pub registration_age_s: f64,
+    /// eCAL state severity (0 unknown, 1 healthy, 2 warning, 3 critical, 4 failed).
+    pub state_severity: i32,
+    /// The state's text.
+    pub state_info: Arc<str>,
+    /// The monitor itself.
+    pub is_self: bool,
+    /// What is wrong.
+    pub problems: Problems,
+}
+
+impl ProcessRow {
+    /// `unit@host:pid`, how the other tables name a process.
+    pub fn label(&self) -> String {
+        format!("{}@{}:{}", self.unit, self.host, self.pid)
+    }
+}
+
+/// One topic: every publisher and subscriber of one name, together.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TopicRow {
+    /// Topic name.
+    pub name: Arc<str>,
+    /// Type name (the publishers'; the subscribers' when none publishes).
+    pub type_name: Arc<str>,
+    /// Encoding (`proto`, `flatb`, `raw`, …).
+    pub encoding: Arc<str>,
+    /// Number of publishers.
+    pub publishers: usize,
+    /// Number of subscribers.
+    pub subscribers: usize,
+    /// Layers in use, joined by `,`.
+    pub layers: Arc<str>,
+    /// Messages per second (sum over the publishers; the subscribers' when no publisher reports).
+    pub rate_hz: f64,
+    /// Payload bytes per second.
+    pub bandwidth_bps: f64,
+    /// Size of the last message, bytes (largest over the publishers).
+    pub size_bytes: u64,
+    /// Messages lost, summed over the subscribers.
+    pub drops: u64,
+    /// Latency over every same-host connection's last window (shoal subscribers), if any was measured.
+    pub latency: Option<Percentiles>,
+    /// Mean latency eCAL's registration announces (eCAL and shoal subscribers), µs, if any.
+    pub latency_mean_us: Option<f64>,
+    /// Connections that cross hosts (their latency is not shown: the clocks are not shared).
+    pub cross_host_connections: usize,
+    /// What is wrong.
+    pub problems: Problems,
+    /// Merged latency histogram of the topic's connections (plot).
+    #[serde(skip)]
+    pub buckets: Buckets,
+}
+
+/// One publisher or subscriber.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EntityRow {
+    /// Topic name.
+    pub topic: Arc<str>,
+    /// `pub` or `sub`.
+    pub direction: &'static str,
+    /// Owning process (`unit@host:pid`).
+    pub process: Arc<str>,
+    /// Host.
+    #[serde(skip)]
+    pub host: Arc<str>,
+    /// Process id.
+    #[serde(skip)]
+    pub pid: u32,
+    /// Entity id.
+    pub entity_id: u64,
+    /// Type name.
+    pub type_name: Arc<str>,
+    /// Messages sent or received.
+    pub messages: i64,
+    /// Drops (subscriber).
+    pub drops: u64,
+    /// Announced type mismatch.
+    pub type_mismatch: bool,
+    /// Seconds since its last registration.
+    pub registration_age_s: f64,
+}
+
+/// What a shoal subscriber measured from one publisher, over one layer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConnectionRow {
+    /// Topic name.
+    pub topic: Arc<str>,
+    /// Publisher's entity id.
+    pub publisher_id: u64,
+    /// Publishing process (`unit@host:pid`), or the id when its registration is unknown.
+    pub publisher: Arc<str>,
+    /// Subscriber's entity id.
+    pub subscriber_id: u64,
+    /// Subscribing process (`unit@host:pid`).
+    pub subscriber: Arc<str>,
+    /// Layer (`intra`, `shoal_ring`, `shm`, `udp`, `tcp`).
+    pub via: &'static str,
+    /// Publisher and subscriber share a host clock; otherwise latency is not shown.
+    pub same_host: bool,
+    /// Messages per second over the last window.
+    pub rate_hz: f64,
+    /// Bytes per second over the last window.
+    pub bandwidth_bps: f64,
+    /// Messages received so far.
+    pub messages: u64,
+    /// Bytes received so far.
+    pub bytes: u64,
+    /// Messages lost so far.
+    pub drops: u64,
+    /// Size of the last message.
+    pub last_size: u64,
+    /// Latency of the last window (same host only).
+    pub latency: Option<Percentiles>,
+    /// What is wrong.
+    pub problems: Problems,
+    /// The last window's histogram (plot).
+    #[serde(skip)]
+    pub buckets: Buckets,
+}
+
+impl ConnectionRow {
+    /// Identifies a connection across refreshes.
+    pub fn key(&self) -> ConnKey {
+        ConnKey { publisher_id: self.publisher_id, subscriber_id: self.subscriber_id, via: self.via }
+    }
+}
+
+/// A connection's identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnKey {
+    /// Publisher's entity id.
+    pub publisher_id: u64,
+    /// Subscriber's entity id.
+    pub subscriber_id: u64,
+    /// Layer name.
+    pub via: &'static str,
+}
+
+/// Everything one refresh shows.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct View {
+    /// When the snapshot was taken, seconds since the UNIX epoch.
+    pub time_s: f64,
+    /// Hosts, by name.
+    pub hosts: Vec<HostRow>,
+    /// Processes, by host and pid (the monitor included, marked `is_self`).
+    pub processes: Vec<ProcessRow>,
+    /// Topics, by name (the monitor's own inspector subscriber left out).
+    pub topics: Vec<TopicRow>,
+    /// Publishers and subscribers (the monitor's own left out).
+    pub entities: Vec<EntityRow>,
+    /// Connections measured by shoal subscribers, by topic.
+    pub connections: Vec<ConnectionRow>,
+    #[serde(skip)]
+    topic_index: HashMap<Arc<str>, usize>,
+}
+
+impl View {
+    /// The topic called `name`.
+    pub fn topic(&self, name: &str) -> Option<&TopicRow> {
+        self.topic_index.get(name).map(|&i| &self.topics[i])
+    }
+
+    /// The connections of topic `name`.
+    pub fn connections_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a ConnectionRow> + 'a {
+        let start = self.connections.partition_point(|c| &*c.topic < name);
+        self.connections[start..].iter().take_while(move |c| &*c.topic == name)
+    }
+
+    /// The publishers and subscribers of topic `name`.
+    pub fn entities_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a EntityRow> + 'a {
+        let start = self.entities.partition_point(|e| &*e.topic < name);
+        self.entities[start..].iter().take_while(move |e| &*e.topic == name)
+    }
+
+    /// Rows with at least one problem: topics, processes.
+    pub fn problem_count(&self) -> usize {
+        self.topics.iter().filter(|t| !t.problems.is_empty()).count()
+            + self.processes.iter().filter(|p| !p.problems.is_empty()).count()
+    }
+}
+
+/// Shares equal strings between views.
+#[derive(Debug, Default)]
+pub struct Interner(HashSet<Arc<str>>);
+
+impl Interner {
+    /// The shared copy of `s`.
+    pub fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.0.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.0.insert(a.clone());
+        a
+    }
+
+    /// Forgets strings no view uses any more (call now and then).
+    pub fn shrink(&mut self) {
+        self.0.retain(|a| Arc::strong_count(a) > 1);
+    }
+}
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+fn via_name(v: Via) -> &'static str {
+    v.name()
+}
+
+/// Builds the view of `snap`. `prev` (the view before) tells whether drops are rising.
+pub fn build_view(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner) -> View {
+    let time_s =
+        snap.taken_at.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok()).map_or(0.0, |d| d.as_secs_f64());
+    let self_proc: Option<(&str, u32)> =
+        snap.processes.iter().find(|p| p.is_self).map(|p| (p.host_name.as_str(), p.pid));
+    let is_self = |t: &TopicEntry| self_proc == Some((t.host_name.as_str(), t.pid));
+
+    // Processes.
+    let mut processes: Vec<ProcessRow> = snap
+        .processes
+        .iter()
+        .map(|p| {
+            let mut problems = Problems::default();
+            if p.registration_age > STALE_AFTER && !p.is_self {
+                problems.add(Problem::Stale);
+            }
+            if p.state_severity >= 2 {
+                problems.add(Problem::BadState);
+            }
+            ProcessRow {
+                host: interner.get(&p.host_name),
+                pid: p.pid,
+                name: interner.get(file_name(&p.process_name)),
+                unit: interner.get(&p.unit_name),
+                kind: if p.is_shoal { "shoal" } else { "eCAL" },
+                version: interner.get(&p.runtime_version),
+                registration_age_s: p.registration_age.as_secs_f64(),
+                state_severity: p.state_severity,
+                state_info: interner.get(&p.state_info),
+                is_self: p.is_self,
+                problems,
+            }
+        })
+        .collect();
+    processes.sort_by(|a, b| (&a.host, a.pid).cmp(&(&b.host, b.pid)));
+    let proc_label: HashMap<(&str, u32), Arc<str>> =
+        processes.iter().map(|p| ((&*p.host, p.pid), interner.get(&p.label()))).collect();
+    let label_of = |interner: &mut Interner, t: &TopicEntry| -> Arc<str> {
+        proc_label
+            .get(&(t.host_name.as_str(), t.pid))
+            .cloned()
+            .unwrap_or_else(|| interner.get(&format!("{}@{}:{}", t.unit_name, t.host_name, t.pid)))
+    };
+
+    // Hosts.
+    let mut hosts: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for p in &snap.processes {
+        hosts.entry(&p.host_name).or_default().0 += 1;
+    }
+    for t in &snap.topics {
+        hosts.entry(&t.host_name).or_default().1 += 1;
+    }
+    let hosts = hosts
+        .into_iter()
+        .map(|(h, (processes, entities))| HostRow { host: interner.get(h), processes, entities })
+        .collect();
+
+    // Publishers and subscribers by topic (the monitor's own subscriber left out).
+    let mut by_topic: BTreeMap<&str, Vec<&TopicEntry>> = BTreeMap::new();
+    for t in snap.topics.iter().filter(|t| !is_self(t)) {
+        by_topic.entry(&t.topic_name).or_default().push(t);
+    }
+    let publisher_of: HashMap<u64, &TopicEntry> =
+        snap.topics.iter().filter(|t| t.direction == TopicDirection::Publisher).map(|t| (t.entity_id, t)).collect();
+    let prev_drops = |name: &str| prev.and_then(|v| v.topic(name)).map(|t| t.drops);
+    let prev_conn_drops: HashMap<ConnKey, u64> =
+        prev.map(|v| v.connections.iter().map(|c| (c.key(), c.drops)).collect()).unwrap_or_default();
+
+    let mut topics = Vec::with_capacity(by_topic.len());
+    let mut entities = Vec::with_capacity(snap.topics.len());
+    let mut connections = Vec::new();
+    for (name, list) in &by_topic {
+        let name_a = interner.get(name);
+        let pubs: Vec<&TopicEntry> =
+            list.iter().copied().filter(|t| t.direction == TopicDirection::Publisher).collect();
+        let subs: Vec<&TopicEntry> =
+            list.iter().copied().filter(|t| t.direction == TopicDirection::Subscriber).collect();
+        let typed = pubs.first().or(subs.first()).map(|t| &t.type_info);
+        let mut layers: Vec<&str> = Vec::new();
+        for t in list {
+            for l in &t.layers {
+                if !layers.contains(&l.as_str()) {
+                    layers.push(l);
+                }
+            }
+        }
+        layers.sort_unstable();
+        let pub_rate: f64 = pubs.iter().map(|t| f64::from(t.data_frequency_mhz) / 1000.0).sum();
+        let sub_rate = subs.iter().map(|t| f64::from(t.data_frequency_mhz) / 1000.0).fold(0.0, f64::max);
+        let rate_hz = if pubs.is_empty() { sub_rate } else { pub_rate };
+        let size_bytes = pubs.iter().chain(&subs).map(|t| t.topic_size.max(0) as u64).max().unwrap_or(0);
+        let shoal_bw: Option<f64> =
+            pubs.iter().filter_map(|t| t.shoal.as_ref().map(|s| s.bandwidth_bps)).reduce(|a, b| a + b);
+        let bandwidth_bps = shoal_bw.unwrap_or(rate_hz * size_bytes as f64);
+
+        let mut problems = Problems::default();
+        if !pubs.is_empty() && subs.is_empty() {
+            problems.add(Problem::NoSubscribers);
+        }
+        if pubs.is_empty() && !subs.is_empty() {
+            problems.add(Problem::NoPublishers);
+        }
+        if list.iter().any(|t| t.type_mismatch) || types_disagree(&pubs, &subs) {
+            problems.add(Problem::TypeMismatch);
+        }
+        if list.iter().any(|t| t.registration_age > STALE_AFTER) {
+            problems.add(Problem::Stale);
+        }
+
+        // Connections measured by shoal subscribers.
+        let mut merged = LatencyHistogram::default();
+        let mut cross_host = 0;
+        let mut drops = 0u64;
+        let mut latency_summary = shoal::monitor::LatencySummary::default();
+        for s in &subs {
+            latency_summary.merge(&s.latency);
+            let conns = s.shoal.as_ref().map(|st| st.connections.as_slice()).unwrap_or(&[]);
+            let conn_drops: u64 = conns.iter().map(|c| c.drops).sum();
+            drops += conn_drops.max(s.message_drops.max(0) as u64);
+            for c in conns {
+                let publisher = publisher_of
+                    .get(&c.publisher_id)
+                    .map(|p| label_of(interner, p))
+                    .unwrap_or_else(|| interner.get(&format!("publisher {:x}", c.publisher_id)));
+                let latency = if c.same_host { Percentiles::of(&c.latency) } else { None };
+                if c.same_host {
+                    merged.merge(&c.latency);
+                } else {
+                    cross_host += 1;
+                }
+                let via = via_name(c.via);
+                let key = ConnKey { publisher_id: c.publisher_id, subscriber_id: s.entity_id, via };
+                let mut cp = Problems::default();
+                if prev_conn_drops.get(&key).is_some_and(|&d| c.drops > d) {
+                    cp.add(Problem::DropsRising);
+                }
+                connections.push(ConnectionRow {
+                    topic: name_a.clone(),
+                    publisher_id: c.publisher_id,
+                    publisher,
+                    subscriber_id: s.entity_id,
+                    subscriber: label_of(interner, s),
+                    via,
+                    same_host: c.same_host,
+                    rate_hz: c.rate_hz(),
+                    bandwidth_bps: c.bandwidth_bps(),
+                    messages: c.messages,
+                    bytes: c.bytes,
+                    drops: c.drops,
+                    last_size: c.last_size,
+                    latency,
+                    problems: cp,
+                    buckets: c.latency.buckets().collect(),
+                });
+            }
+        }
+        if prev_drops(name).is_some_and(|d| drops > d) {
+            problems.add(Problem::DropsRising);
+        }
+        for t in list {
+            entities.push(EntityRow {
+                topic: name_a.clone(),
+                direction: match t.direction {
+                    TopicDirection::Publisher => "pub",
+                    TopicDirection::Subscriber => "sub",
+                },
+                process: label_of(interner, t),
+                host: interner.get(&t.host_name),
+                pid: t.pid,
+                entity_id: t.entity_id,
+                type_name: interner.get(&t.type_info.name),
+                messages: t.data_clock,
+                drops: t.message_drops.max(0) as u64,
+                type_mismatch: t.type_mismatch,
+                registration_age_s: t.registration_age.as_secs_f64(),
+            });
+        }
+        topics.push(TopicRow {
+            name: name_a,
+            type_name: interner.get(typed.map_or("", |t| t.name.as_str())),
+            encoding: interner.get(typed.map_or("", |t| t.encoding.as_str())),
+            publishers: pubs.len(),
+            subscribers: subs.len(),
+            layers: interner.get(&layers.join(",")),
+            rate_hz,
+            bandwidth_bps,
+            size_bytes,
+            drops,
+            latency: Percentiles::of(&merged),
+            latency_mean_us: (latency_summary.count > 0).then_some(latency_summary.mean_us),
+            cross_host_connections: cross_host,
+            problems,
+            buckets: merged.buckets().collect(),
+        });
+    }
+    let topic_index = topics.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+    View { time_s, hosts, processes, topics, entities, connections, topic_index }
+}
+
+/// True when a publisher and a subscriber announce different non-empty types (the snapshot flags mismatches only
+/// against the monitor's own subscribers).
+fn types_disagree(pubs: &[&TopicEntry], subs: &[&TopicEntry]) -> bool {
+    pubs.iter().any(|p| {
+        subs.iter().any(|s| {
+            !p.type_info.name.is_empty()
+                && !s.type_info.name.is_empty()
+                && (p.type_info.name != s.type_info.name || p.type_info.encoding != s.type_info.encoding)
+        })
+    })
+}
+
+/// `1.2 kHz`, `12.0 Hz`.
+pub fn fmt_rate(hz: f64) -> String {
+    if hz >= 1000.0 { format!("{:.1} kHz", hz / 1000.0) } else { format!("{hz:.1} Hz") }
+}
+
+/// `1.5 MB/s`, `12 kB/s`, `80 B/s`.
+pub fn fmt_bandwidth(bps: f64) -> String {
+    format!("{}/s", fmt_bytes(bps))
+}
+
+/// `1.5 MB`, `12.0 kB`, `80 B`.
+pub fn fmt_bytes(b: f64) -> String {
+    if b >= 1e9 {
+        format!("{:.2} GB", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.1} MB", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.1} kB", b / 1e3)
+    } else {
+        format!("{b:.0} B")
+    }
+}
+
+/// `850 ns`, `12.3 µs`, `4.1 ms`, `2.0 s`.
+pub fn fmt_us(us: f64) -> String {
+    if us < 1.0 {
+        format!("{:.0} ns", us * 1000.0)
+    } else if us < 1000.0 {
+        format!("{us:.1} µs")
+    } else if us < 1e6 {
+        format!("{:.1} ms", us / 1000.0)
+    } else {
+        format!("{:.1} s", us / 1e6)
+    }
+}

@@ -1,0 +1,54 @@
+//! `shoal-monitor --headless --json`: one JSON object a line with what the window shows.
+
+use std::process::Command;
+use std::time::Duration;
+
+use shoal_monitor::fixture::Fixture;
+
+fn lines(out: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(out).lines().map(|l| serde_json::from_str(l).expect("a JSON object a line")).collect()
+}
+
+#[test]
+fn headless_json_lists_topics_with_rates_drops_and_latency_per_connection() {
+    let mut out = Vec::new();
+    let mut fixture = Fixture::new();
+    shoal_monitor::headless::run(&mut fixture, Duration::from_millis(160), Duration::from_millis(20), true, &mut out)
+        .expect("run");
+    let lines = lines(&out);
+    assert_eq!(lines.len(), 8, "one line per interval");
+    let last = lines.last().expect("a line");
+    let topic = |name: &str| {
+        last["topics"].as_array().expect("topics").iter().find(|t| t["name"] == name).cloned().expect(name)
+    };
+    let demo = topic("shoal_demo/0");
+    assert!(demo["rate_hz"].as_f64().expect("rate") > 900.0);
+    assert!(demo["latency"]["p99_us"].as_f64().expect("p99") > 0.0);
+    let conns = demo["connections"].as_array().expect("connections");
+    assert_eq!(conns.len(), 2);
+    for c in conns {
+        assert_eq!(c["via"], "shoal_ring");
+        assert!(c["latency"]["p50_us"].as_f64().expect("p50") > 0.0);
+        assert!(c["rate_hz"].as_f64().expect("rate") > 900.0);
+    }
+    let imu = topic("/imu");
+    let udp = imu["connections"].as_array().expect("c").iter().find(|c| c["via"] == "udp").cloned().expect("udp");
+    assert_eq!(udp["latency"], "clock not shared");
+    let camera = topic("/camera");
+    assert!(camera["drops"].as_u64().expect("drops") > 0);
+    assert!(camera["problems"].as_array().expect("problems").iter().any(|p| p == "drops_rising"));
+    assert!(last["processes"].as_array().expect("processes").iter().any(|p| p["kind"] == "eCAL"));
+    assert!(lines.iter().any(|l| l["events"].as_array().is_some_and(|e| !e.is_empty())), "events are reported");
+}
+
+#[test]
+fn the_binary_prints_one_line_per_second_and_exits() {
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal-monitor"))
+        .args(["--headless", "--json", "--fixture", "--seconds", "2"])
+        .output()
+        .expect("run shoal-monitor");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = lines(&out.stdout);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["topics"].as_array().expect("topics").len(), 6);
+}

@@ -1,0 +1,207 @@
+//! Each view of the monitor against the scripted network (`shoal_monitor::fixture`), through egui_kittest's
+//! AccessKit tree: find by label, filter, sort, select, the inspector's protobuf decoding, problem highlighting,
+//! the graph, the events and freeze. No window and no renderer: these run anywhere.
+
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+use shoal_monitor::app::{MonitorApp, Tab};
+use shoal_monitor::fixture::{Fixture, FixtureMessages};
+
+fn app_after(steps: u32) -> MonitorApp {
+    let mut app = MonitorApp::manual(Box::new(Fixture::new()), Box::new(FixtureMessages::default()));
+    for _ in 0..steps {
+        app.refresh_now();
+    }
+    app
+}
+
+fn harness(app: MonitorApp) -> Harness<'static, MonitorApp> {
+    Harness::builder().with_size(egui::vec2(1400.0, 900.0)).build_ui_state(|ui, app: &mut MonitorApp| app.ui(ui), app)
+}
+
+/// The Inspector on `topic`, after `steps` refreshes before and `after` refreshes with it open.
+fn inspecting(topic: &str, steps: u32, after: u32) -> Harness<'static, MonitorApp> {
+    let mut app = app_after(steps);
+    app.select_topic(Some(topic));
+    app.state.tab = Tab::Inspector;
+    let mut h = harness(app);
+    h.run();
+    for _ in 0..after {
+        h.state_mut().refresh_now();
+    }
+    h.run();
+    h
+}
+
+fn top(h: &Harness<'_, MonitorApp>, label: &str) -> f32 {
+    h.get_by_label(label).rect().top()
+}
+
+#[test]
+fn overview_lists_hosts_processes_and_topics_with_figures() {
+    let mut h = harness(app_after(5));
+    h.run();
+    for topic in ["/camera", "/cmd_vel", "/imu", "/odom", "/status", "shoal_demo/0"] {
+        h.get_by_label(topic);
+    }
+    assert!(h.get_all_by_label("robot-2").count() >= 2, "the host grid and the process table name robot-2");
+    h.get_by_label("shoal_monitor (this monitor)");
+    assert!(h.get_all_by_label("eCAL").count() >= 2, "the eCAL processes are marked eCAL");
+    h.get_by_label("pb.sensors.Imu (proto)");
+    h.get_by_label("shoal_ring,udp");
+    h.get_by_label("1.0 MB"); // /camera's size
+    h.get_by_label_contains("2 hosts · 9 processes · 6 topics");
+}
+
+#[test]
+fn filter_narrows_topics() {
+    let mut h = harness(app_after(3));
+    h.run();
+    h.get_by_label("/camera");
+    let filter = h.get_by_label("Filter:");
+    filter.focus();
+    h.run();
+    h.get_by_label("Filter:").type_text("imu");
+    h.run();
+    assert_eq!(h.state().state.filter, "imu");
+    h.get_by_label("/imu");
+    assert!(h.query_by_label("/camera").is_none(), "the filter hides /camera");
+    assert!(h.query_by_label("shoal_demo/0").is_none());
+    h.get_by_label_contains("Topics (1 of 6)");
+}
+
+#[test]
+fn sort_by_rate_puts_the_fastest_topic_first() {
+    let mut h = harness(app_after(3));
+    h.run();
+    // By name: /camera before shoal_demo/0.
+    assert!(top(&h, "/camera") < top(&h, "shoal_demo/0"));
+    h.get_by_label("Rate").click();
+    h.run();
+    // By rate, fastest first: shoal_demo/0 (1 kHz), /imu (200 Hz), /camera (30 Hz).
+    assert!(top(&h, "shoal_demo/0") < top(&h, "/imu"));
+    assert!(top(&h, "/imu") < top(&h, "/camera"));
+    h.get_by_label("Rate v").click();
+    h.run();
+    assert!(top(&h, "/camera") < top(&h, "shoal_demo/0"), "a second click sorts ascending");
+}
+
+#[test]
+fn selecting_a_topic_opens_its_detail_with_connections() {
+    let mut h = harness(app_after(10));
+    h.run();
+    h.get_by_label("/imu").click();
+    h.run();
+    assert_eq!(h.state().state.tab, Tab::Topic);
+    assert_eq!(h.state().state.selected.as_deref(), Some("/imu"));
+    h.get_by_label("Rate (messages/s)");
+    h.get_by_label("Latency histogram of the last window (log µs)");
+    h.get_by_label("navigation@robot-2:3001");
+    h.get_by_label("clock not shared"); // the UDP connection crosses hosts
+    assert_eq!(h.get_all_by_label("imu_driver@lab-pc:1004").count(), 2, "one row per connection");
+    h.get_all_by_label("imu_driver@lab-pc:1004").next().expect("row").click();
+    h.run();
+    assert!(h.state().state.connection.is_some(), "clicking a connection selects it for the plots");
+}
+
+#[test]
+fn inspector_decodes_protobuf_through_the_descriptor_and_pauses() {
+    let mut h = inspecting("/imu", 3, 2);
+    h.get_by_label_contains("type pb.sensors.Imu (proto)");
+    h.get_by_label("frame_id: \"imu_link\"");
+    h.get_by_label("z: 9.81");
+    h.get_by_label("message {5}");
+    h.get_by_label("Pause").click();
+    h.run();
+    h.get_by_label_contains("message 3 of 3 kept · clock 3 ·");
+    h.state_mut().refresh_now();
+    h.run();
+    h.get_by_label_contains("message 3 of 4 kept · clock 3 ·"); // paused: the new message is kept, not shown
+    h.get_by_label("< Previous").click();
+    h.run();
+    h.get_by_label_contains("message 2 of 4 kept · clock 2 ·");
+    h.get_by_label("Hex").click();
+    h.run();
+    h.get_by_label_contains("000000  08 ");
+}
+
+#[test]
+fn inspector_shows_text_payloads_as_text() {
+    let h = inspecting("/status", 2, 1);
+    h.get_by_label("Text:");
+    h.get_by_label_contains("ok, uptime");
+}
+
+#[test]
+fn problems_are_named_and_problems_only_hides_healthy_topics() {
+    let mut h = harness(app_after(8));
+    h.run();
+    h.get_by_label("type mismatch"); // /odom
+    h.get_by_label("no publisher"); // /cmd_vel before teleop starts
+    h.get_by_label("drops rising"); // /camera
+    h.get_by_label("healthy — stale"); // legacy_logger's registration is late
+    h.get_by_label("warning: frames dropped — bad state");
+    h.get_by_label("Problems only").click();
+    h.run();
+    assert!(h.query_by_label("shoal_demo/0").is_none(), "healthy topics are hidden");
+    assert!(h.query_by_label("/imu").is_none());
+    h.get_by_label("/odom");
+    h.get_by_label("/camera");
+    let view = h.state().displayed().expect("view");
+    use shoal_monitor::model::{Health, Problem};
+    assert_eq!(view.topic("/odom").expect("odom").problems.health(), Health::Error);
+    assert!(view.topic("/status").expect("status").problems.contains(Problem::Stale));
+    assert_eq!(view.topic("shoal_demo/0").expect("demo").problems.health(), Health::Ok);
+}
+
+#[test]
+fn graph_shows_processes_and_topics_and_selects_on_click() {
+    let mut app = app_after(3);
+    app.state.tab = Tab::Graph;
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label("imu_driver@lab-pc:1004");
+    h.get_by_label("navigation@robot-2:3001");
+    h.get_by_label("/odom").click();
+    h.run();
+    assert_eq!(h.state().state.selected.as_deref(), Some("/odom"));
+}
+
+#[test]
+fn events_list_matches_unmatches_and_expiries() {
+    let mut app = app_after(65);
+    app.state.tab = Tab::Events;
+    let mut h = harness(app);
+    h.run();
+    // The kind buttons come before the table's cells.
+    h.get_all_by_label("expired").next().expect("kind button").click();
+    h.run();
+    h.get_by_label("sub ecal_recorder@lab-pc:2003: no registration for 11.3 s");
+    h.get_by_label("1 events (newest first)");
+    h.get_all_by_label("match").next().expect("kind button").click();
+    h.run();
+    h.get_by_label("teleop@lab-pc:1005 -> navigation@robot-2:3001 via udp");
+    h.get_all_by_label("unmatch").next().expect("kind button").click();
+    h.run();
+    h.get_by_label("teleop@lab-pc:1005 -> navigation@robot-2:3001 via udp");
+}
+
+#[test]
+fn freeze_keeps_the_shown_view_and_scrolls_back() {
+    let mut h = harness(app_after(5));
+    h.run();
+    let t0 = h.state().displayed().expect("view").time_s;
+    h.get_by_label("Freeze").click();
+    h.run();
+    h.state_mut().refresh_now();
+    h.state_mut().refresh_now();
+    h.run();
+    assert_eq!(h.state().displayed().expect("view").time_s, t0, "frozen: newer snapshots are not shown");
+    assert_eq!(h.state().history().len(), 7, "but they are recorded");
+    h.state_mut().state.frozen_at = Some(t0 - 3.0);
+    h.run();
+    assert_eq!(h.state().displayed().expect("view").time_s, t0 - 3.0, "scrolled back three refreshes");
+    h.get_by_label("Frozen (click for live)").click();
+    h.run();
+    assert_eq!(h.state().displayed().expect("view").time_s, t0 + 2.0, "live again");
+}
