@@ -22,6 +22,36 @@ impl Payload {
     }
 }
 
+/// The metadata accessors [`Sample`] and [`SampleRef`] share (same fields in both).
+macro_rules! sample_metadata {
+    () => {
+        /// Send time stamped by the publisher, in µs since the UNIX epoch (eCAL's unit).
+        pub fn send_time_us(&self) -> i64 {
+            self.send_time_ns.div_euclid(1000)
+        }
+
+        /// Send time stamped by the publisher, in ns since the UNIX epoch (µs precision from eCAL's layers).
+        pub fn send_time_ns(&self) -> i64 {
+            self.send_time_ns
+        }
+
+        /// How the sample reached this subscriber.
+        pub fn via(&self) -> Via {
+            self.via
+        }
+
+        /// The publisher's message counter: 1 for its first message, +1 for each one after.
+        pub fn clock(&self) -> u64 {
+            self.clock
+        }
+
+        /// The publisher's entity id (as in its registration's `topic_id`).
+        pub fn publisher_id(&self) -> u64 {
+            self.publisher_id
+        }
+    };
+}
+
 /// A received message with its metadata; owns (or shares) its payload.
 #[derive(Debug, Clone)]
 pub struct Sample {
@@ -42,30 +72,7 @@ impl Sample {
         self.payload.as_slice()
     }
 
-    /// Send time stamped by the publisher, in µs since the UNIX epoch (eCAL's unit).
-    pub fn send_time_us(&self) -> i64 {
-        self.send_time_ns.div_euclid(1000)
-    }
-
-    /// Send time stamped by the publisher, in ns since the UNIX epoch (µs precision from eCAL's layers).
-    pub fn send_time_ns(&self) -> i64 {
-        self.send_time_ns
-    }
-
-    /// How the sample reached this subscriber.
-    pub fn via(&self) -> Via {
-        self.via
-    }
-
-    /// The publisher's message counter: 1 for its first message, +1 for each one after.
-    pub fn clock(&self) -> u64 {
-        self.clock
-    }
-
-    /// The publisher's entity id (as in its registration's `topic_id`).
-    pub fn publisher_id(&self) -> u64 {
-        self.publisher_id
-    }
+    sample_metadata!();
 
     /// The publisher's type information.
     pub fn type_info(&self) -> &TypeInfo {
@@ -120,30 +127,7 @@ impl<'a> SampleRef<'a> {
         self.payload
     }
 
-    /// Send time stamped by the publisher, in µs since the UNIX epoch (eCAL's unit).
-    pub fn send_time_us(&self) -> i64 {
-        self.send_time_ns.div_euclid(1000)
-    }
-
-    /// Send time stamped by the publisher, in ns since the UNIX epoch (µs precision from eCAL's layers).
-    pub fn send_time_ns(&self) -> i64 {
-        self.send_time_ns
-    }
-
-    /// How the sample reached this subscriber.
-    pub fn via(&self) -> Via {
-        self.via
-    }
-
-    /// The publisher's message counter.
-    pub fn clock(&self) -> u64 {
-        self.clock
-    }
-
-    /// The publisher's entity id.
-    pub fn publisher_id(&self) -> u64 {
-        self.publisher_id
-    }
+    sample_metadata!();
 
     /// The publisher's type information.
     pub fn type_info(&self) -> &'a TypeInfo {
