@@ -857,7 +857,7 @@ pub(crate) static KEYS: &[KeyDef] = &[
         section: "shoal_limits",
         key: "fragmented_per_source",
         alias: None,
-        doc: &["Incomplete fragmented messages kept per sending address (of 64 in all)."],
+        doc: &["Incomplete fragmented registration messages kept per sender (its oldest is dropped for a new one)."],
         allowed: "1..=64",
         get: |c| c.limits.fragmented_per_source.to_string(),
         set: |d, v, _| {

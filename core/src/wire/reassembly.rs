@@ -27,7 +27,8 @@ pub struct ReassemblyConfig {
     pub max_messages: usize,
     /// Most bytes buffered over all incomplete messages; also the largest message accepted.
     pub max_bytes: usize,
-    /// Most incomplete messages from one sending address (IP), so that one sender cannot take every slot.
+    /// Most incomplete messages from one sending address (IP and port), so that one sender cannot take every slot:
+    /// a new message from a sender at its limit drops that sender's oldest incomplete one.
     pub max_per_source: usize,
 }
 
@@ -66,7 +67,7 @@ pub struct ReassemblyCounters {
     pub too_large: u64,
     /// New messages refused because `max_messages` were in flight.
     pub in_flight_limit: u64,
-    /// New messages refused because their sender had `max_per_source` in flight.
+    /// Incomplete messages dropped because their sender started another with `max_per_source` in flight.
     pub source_limit: u64,
     /// Messages dropped because the byte budget was exhausted.
     pub buffer_limit: u64,
@@ -211,10 +212,19 @@ impl Reassembler {
             return Err(WireError::TooManyInFlight { limit: self.cfg.max_messages });
         }
         if !self.pending.contains_key(&key)
-            && self.pending.keys().filter(|(addr, _)| addr.ip() == key.0.ip()).count() >= self.cfg.max_per_source
+            && self.pending.keys().filter(|(addr, _)| *addr == key.0).count() >= self.cfg.max_per_source
         {
-            self.counters.source_limit += 1;
-            return Err(WireError::TooManyInFlight { limit: self.cfg.max_per_source });
+            // A sender's newer message supersedes its oldest incomplete one (lost fragments must not lock it out).
+            let oldest = self
+                .pending
+                .iter()
+                .filter(|((addr, _), _)| *addr == key.0)
+                .min_by_key(|(_, p)| p.first_seen)
+                .map(|(k, _)| *k);
+            if let Some(oldest) = oldest {
+                self.counters.source_limit += 1;
+                self.drop_message(&oldest);
+            }
         }
         Ok(self.pending.entry(key).or_insert_with(|| Pending {
             first_seen: now,

@@ -291,3 +291,29 @@ fn random_bytes_never_panic_and_stay_bounded() {
     assert!(r.counters().malformed > 0);
     assert!(r.counters().reassembled_messages + r.counters().duplicate_fragments > 0);
 }
+
+#[test]
+fn a_sender_at_its_limit_replaces_its_oldest_incomplete_message_and_others_are_untouched() {
+    let t0 = Instant::now();
+    let cfg = ReassemblyConfig { max_per_source: 2, ..ReassemblyConfig::default() };
+    let mut r = Reassembler::new(cfg);
+    let info =
+        |id: i32, len: u32| DatagramHeader { kind: DatagramKind::FragmentInfo, id, num: 2, len }.to_bytes().to_vec();
+    r.push(t0, addr(2), &info(100, 10)).unwrap();
+    for (i, id) in (1..=5).enumerate() {
+        r.push(t0 + Duration::from_millis(i as u64), addr(1), &info(id, 10)).unwrap();
+    }
+    // addr(1) keeps its two newest (ids 4 and 5), addr(2) its one.
+    assert_eq!((r.in_flight(), r.counters().source_limit), (3, 3));
+    // The newest message of addr(1) still completes.
+    let payload = [7u8; 10];
+    let mut done = Vec::new();
+    for num in 0..2u32 {
+        let mut d = DatagramHeader { kind: DatagramKind::Fragment, id: 5, num, len: 5 }.to_bytes().to_vec();
+        d.extend_from_slice(&payload[num as usize * 5..][..5]);
+        if let Some(m) = r.push(t0, addr(1), &d).unwrap() {
+            done.push(m.into_owned());
+        }
+    }
+    assert_eq!(done, vec![payload.to_vec()]);
+}
