@@ -54,3 +54,120 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
     let rc = unsafe { libc::kill(pid, 0) };
     rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
+
+/// `f_type` of a hugetlbfs file system (`linux/magic.h`).
+const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+
+/// Opens a file whose path another process announced (in registration or a segment header) without trusting it:
+///
+/// - the path must be absolute and plain (no `.` or `..` components), and the file must sit directly in `/dev/shm`
+///   or, when `allow_hugetlbfs` is set, on a hugetlbfs mount (checked on the opened file, not on its path);
+/// - the last component is never followed if it is a symbolic link (`O_NOFOLLOW`);
+/// - opening never blocks (`O_NONBLOCK`: a FIFO named like a segment would otherwise hang the caller);
+/// - only a regular file is accepted.
+///
+/// Returns the file and its size. Errors are `io::Error`s whose message says which check failed.
+pub(crate) fn open_peer_file(
+    path: &std::path::Path,
+    write: bool,
+    allow_hugetlbfs: bool,
+) -> io::Result<(std::fs::File, u64)> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    use std::os::unix::io::AsRawFd;
+    use std::path::Component;
+
+    let refuse = |why: &str| io::Error::new(io::ErrorKind::PermissionDenied, why.to_owned());
+    let plain = path.is_absolute() && path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if !plain {
+        return Err(refuse("not a plain absolute path"));
+    }
+    let in_shm = path.parent() == Some(std::path::Path::new("/dev/shm"));
+    if !in_shm && !allow_hugetlbfs {
+        return Err(refuse("not in /dev/shm"));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| if e.raw_os_error() == Some(libc::ELOOP) { refuse("a symbolic link") } else { e })?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        let what = if meta.file_type().is_fifo() { "a FIFO, not a regular file" } else { "not a regular file" };
+        return Err(refuse(what));
+    }
+    if !in_shm {
+        // SAFETY: statfs is plain old data for which all-zero is valid; fstatfs fills it for a valid descriptor.
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `file` is open for the duration of the call and `fs` is a valid, writable statfs.
+        if unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        #[allow(clippy::unnecessary_cast)] // f_type's integer type differs between libc targets
+        if fs.f_type as i64 != HUGETLBFS_MAGIC {
+            return Err(refuse("neither in /dev/shm nor on a hugetlbfs mount"));
+        }
+    }
+    Ok((file, meta.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::open_peer_file;
+    use std::path::Path;
+
+    fn unique(tag: &str) -> String {
+        format!("/dev/shm/shoal_systest_{}_{tag}", std::process::id())
+    }
+
+    #[test]
+    fn a_regular_file_in_dev_shm_opens() {
+        let p = unique("reg");
+        std::fs::write(&p, [7u8; 100]).unwrap();
+        let (_, size) = open_peer_file(Path::new(&p), false, false).unwrap();
+        assert_eq!(size, 100);
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let p = unique("fifo");
+        let c = std::ffi::CString::new(p.clone()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let started = std::time::Instant::now();
+        let err = open_peer_file(Path::new(&p), false, false).unwrap_err();
+        assert!(err.to_string().contains("FIFO"), "{err}");
+        // Without O_NONBLOCK the open would wait for a writer forever.
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_is_refused() {
+        let target = unique("target");
+        let link = unique("link");
+        std::fs::write(&target, [1u8; 8]).unwrap();
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let err = open_peer_file(Path::new(&link), false, false).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        std::fs::remove_file(&link).unwrap();
+        std::fs::remove_file(&target).unwrap();
+    }
+
+    #[test]
+    fn paths_outside_dev_shm_are_refused() {
+        for p in ["/tmp/shoal_1_2_g0", "/dev/shm/../tmp/x", "relative/shoal_1_2_g0", "/dev/shm/sub/shoal_1_2_g0"] {
+            let err = open_peer_file(Path::new(p), false, false).unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied, "{p}: {err}");
+        }
+        // A directory elsewhere is not a hugetlbfs mount either.
+        let dir = std::env::temp_dir().join(format!("shoal_systest_{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("shoal_1_2_g0");
+        std::fs::write(&f, [0u8; 8]).unwrap();
+        let err = open_peer_file(&f, false, true).unwrap_err();
+        assert!(err.to_string().contains("hugetlbfs"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -50,7 +50,7 @@ fn sizes(spec: &[(usize, usize)]) -> Vec<usize> {
     spec.iter().flat_map(|&(size, count)| std::iter::repeat_n(size, count)).collect()
 }
 
-/// Records the memfiles that serve subscriber process `pid` (they all get an `ecal_<hex>_<pid>_evt`), by
+/// Records the memfiles that serve subscriber process `pid` (they all get a `<memfile>_<pid>_evt`), by
 /// polling /dev/shm while the exchange runs.
 struct MemfileWatch {
     names: Arc<Mutex<BTreeSet<String>>>,
@@ -69,7 +69,8 @@ impl MemfileWatch {
                 if let Ok(dir) = std::fs::read_dir("/dev/shm") {
                     for e in dir.flatten() {
                         let f = e.file_name().to_string_lossy().into_owned();
-                        if f.starts_with("ecal_")
+                        // eCAL's memfiles are `ecal_<hex>`, shoal's `shoal_<pid>_ecal<hex>`.
+                        if (f.starts_with("ecal_") || (f.starts_with("shoal_") && f.contains("_ecal")))
                             && let Some(mf) = f.strip_suffix(&suffix)
                         {
                             n2.lock().unwrap_or_else(|e| e.into_inner()).insert(mf.to_string());

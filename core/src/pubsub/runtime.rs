@@ -270,6 +270,15 @@ impl Runtime {
             return Some(db);
         }
         match DoorbellRemote::open(&name) {
+            // The doorbell must be the announcing subscriber process's own (its owner pid is in name and header).
+            Ok(db) if db.owner_pid() != remote.key.pid => {
+                tracing::warn!(
+                    "subscriber process {} announced the doorbell {name} of process {}: not rung",
+                    remote.key.pid,
+                    db.owner_pid()
+                );
+                None
+            }
             Ok(db) => {
                 let db = Arc::new(db);
                 doorbells.insert(name, Arc::downgrade(&db));

@@ -160,7 +160,7 @@ impl SubShared {
                 // A reader follows a growing ring by itself; re-open only one that lost the chain.
                 if e.ended
                     && e.reader.segment_name() != par.segment
-                    && let Ok(r) = RingReader::open(&par.segment)
+                    && let Ok(r) = open_announced_ring(&par.segment, remote)
                 {
                     self.drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
                     e.reader = r;
@@ -171,7 +171,7 @@ impl SubShared {
                 readers[i].type_info = Arc::new(remote.type_info.clone());
                 readers[i].closing = false;
             }
-            (None, Some(par)) => match RingReader::open(&par.segment) {
+            (None, Some(par)) => match open_announced_ring(&par.segment, remote) {
                 Ok(mut reader) => {
                     // Messages the publisher sent after we subscribed but before we opened its ring are ours too.
                     reader.rewind_to_time(self.created_ns);
@@ -331,7 +331,10 @@ impl SubShared {
             let topic = &self.topic;
             let type_info = &e.type_info;
             let latency_due = self.latency_on && e.meter.latency_due();
-            // A torn or overrun read is counted by the reader; try again until it is empty.
+            // A torn or overrun read is counted by the reader; try again until it is empty, but at most
+            // TORN_RETRIES times in a row: a corrupt or hostile segment must not keep this loop (and the readers lock
+            // the I/O thread also takes) forever. The reader is tried again on the next call.
+            let mut torn = 0u32;
             loop {
                 match e.reader.try_read_with(|v| {
                     // Received when it is handed over (before the user's closure runs).
@@ -357,7 +360,12 @@ impl SubShared {
                         return Some(r);
                     }
                     ReadOutcome::Empty => break,
-                    ReadOutcome::Torn => continue,
+                    ReadOutcome::Torn => {
+                        torn += 1;
+                        if torn >= TORN_RETRIES {
+                            break;
+                        }
+                    }
                     ReadOutcome::Ended => {
                         e.ended = true;
                         break;
@@ -770,6 +778,24 @@ impl CallbackSubscriber {
     }
 }
 
+/// Torn reads of one ring retried in a row within one receive call (each already skips up to the reader's own
+/// bound of overrun slots) before the subscriber moves on to its other publishers.
+const TORN_RETRIES: u32 = 16;
+
+/// Opens the ring a remote publisher announced and checks that it is that publisher's: the segment's writer pid
+/// and publisher id must be the announcer's (a registration sample naming another process's segment is refused).
+fn open_announced_ring(segment: &str, remote: &RemoteTopic) -> Result<RingReader, String> {
+    let reader = RingReader::open(segment).map_err(|e| e.to_string())?;
+    if reader.writer_pid() != remote.key.pid || reader.publisher_id() != remote.key.entity_id {
+        return Err(format!(
+            "the segment belongs to publisher {} of pid {}, not to the announcer",
+            reader.publisher_id(),
+            reader.writer_pid()
+        ));
+    }
+    Ok(reader)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -803,5 +829,23 @@ mod tests {
         let got: Vec<(u64, u64)> = std::iter::from_fn(|| sub.try_recv()).map(|s| (s.publisher_id, s.clock)).collect();
         assert_eq!(got, [(5, 1), (5, 2), (6, 1), (5, 3)]);
         assert_eq!(sub.drops(), 1, "the late sample is dropped and counted, the repeat is not a loss");
+    }
+
+    #[test]
+    fn a_ring_is_attached_only_for_the_publisher_that_owns_it() {
+        use crate::registration::{Direction, RemoteTopic};
+        let ring =
+            crate::transport::shm_ring::RingWriter::create(&crate::Config::default().shm_ring, 77).expect("ring");
+        let me = std::process::id();
+        let open = |pid, id| {
+            super::open_announced_ring(
+                ring.segment_name(),
+                &RemoteTopic::for_test(pid, id, vec![], Direction::Publisher),
+            )
+        };
+        assert!(open(me, 77).is_ok(), "the announcer's own segment");
+        let err = open(me, 78).unwrap_err();
+        assert!(err.contains("not to the announcer"), "{err}");
+        assert!(open(me + 1, 77).is_err(), "another process claiming this segment");
     }
 }

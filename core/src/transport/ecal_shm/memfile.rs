@@ -1,5 +1,6 @@
-//! eCAL memory files: `/dev/shm/ecal_<hex>` = 24-byte internal header + data area (64-byte `SMemFileHeader` +
-//! payload), guarded by the flag lock `<name>_mtx` (see [`super::sync`]).
+//! eCAL memory files: `/dev/shm/shoal_<pid>_ecal<hex>` for shoal's (eCAL readers open any announced name) =
+//! 24-byte internal header + data area (64-byte `SMemFileHeader` + payload), guarded by the flag lock `<name>_mtx`
+//! (see [`super::sync`]).
 //!
 //! Layout (x86_64 / 64-bit Linux, eCAL `ecal_memfile.h` `#pragma pack(1)` and `ecal_memfile_header.h`):
 //! internal header `{u16 int_hdr_size = 24; u8[6]; u64 cur_data_size; u64 max_data_size}`; the data area starts at
@@ -155,14 +156,16 @@ pub(crate) struct MemfileWriter {
 unsafe impl Send for MemfileWriter {}
 
 impl MemfileWriter {
-    /// Creates `ecal_<random hex>` with a data area of `max_data_size` bytes (`O_CREAT|O_EXCL`, mode 0666), its
+    /// Creates `shoal_<pid>_ecal<random hex>` with a data area of `max_data_size` bytes (`O_CREAT|O_EXCL`, mode 0666), its
     /// `_mtx`, and an empty message header.
     pub(crate) fn create(max_data_size: u64) -> Result<MemfileWriter, MemfileOpenError> {
         let total =
             (INT_HDR_SIZE as u64).checked_add(max_data_size).ok_or(MemfileOpenError::TooLarge(max_data_size))?;
         let len = usize::try_from(total).map_err(|_| MemfileOpenError::TooLarge(max_data_size))?;
         let (name, path, file) = loop {
-            let name = format!("ecal_{:x}", rand::random::<u32>());
+            // eCAL peers open whatever name is announced; the owner pid in it lets the stale-file cleanup of a
+            // later shoal node remove the memfile (and its `_mtx` and event files) after a crash, as for rings.
+            let name = format!("shoal_{}_ecal{:x}", std::process::id(), rand::random::<u32>());
             let path = check_name(&name)?;
             match std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
                 Ok(f) => break (name, path, f),
@@ -291,8 +294,8 @@ impl MemfileReader {
             let path = path.clone();
             move |source| MemfileOpenError::Io { call, path, source }
         };
-        let file = File::open(&path).map_err(io_err("open"))?;
-        let size = file.metadata().map_err(io_err("fstat"))?.len();
+        // The name came from another process: no symlink, no FIFO, a regular file in /dev/shm only.
+        let (file, size) = crate::sys::open_peer_file(&path, false, false).map_err(io_err("open"))?;
         let map_len = usize::try_from(size).map_err(|_| MemfileOpenError::TooLarge(size))?;
         if map_len < INT_HDR_SIZE {
             return Err(MemfileOpenError::Io {

@@ -1,8 +1,8 @@
 //! eCAL's shared-memory layer (`transport_layer.type = 4`), for talking to eCAL 5.11+/6.x processes on this host.
 //!
 //! Two shoal processes never use it (they use the native ring); it serves eCAL peers:
-//! - **Publisher side** (`EcalShmWriter`): memfiles `ecal_<hex>` (one, or several in multi-buffer mode) written
-//!   under their flag lock `<memfile>_mtx`, then the event `<memfile>_<subscriber pid>_evt` of every subscribing
+//! - **Publisher side** (`EcalShmWriter`): memfiles `shoal_<pid>_ecal<hex>` (one, or several in multi-buffer mode)
+//!   written under their flag lock `<memfile>_mtx`, then the event `<memfile>_<subscriber pid>_evt` of every subscribing
 //!   process is set. The writer owns (creates or opens, and removes) those events, its memfiles and their `_mtx`.
 //!   A payload that does not fit makes the writer re-create the memfile under a new name, 50 % larger than needed,
 //!   and the publisher re-registers at once (`LayerWriter::prepare`).

@@ -14,7 +14,6 @@
 //! process (the waker thread), so that a send with several sleeping subscriber processes makes one wake-up, not one
 //! per process.
 
-use std::fs::OpenOptions;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
@@ -352,8 +351,8 @@ impl DoorbellRemote {
             .and_then(segment::owner_pid_of)
             .ok_or_else(|| DoorbellOpenError::BadName(name.to_owned()))?;
         let io = |op| move |source| DoorbellOpenError::Io { op, path: path.to_owned(), source };
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io("open"))?;
-        let size = file.metadata().map_err(io("stat"))?.len();
+        // The path came from another process: only /dev/shm, no symlink, no FIFO.
+        let (file, size) = crate::sys::open_peer_file(path, true, false).map_err(io("open"))?;
         if size < DOORBELL_FILE_SIZE as u64 {
             return Err(DoorbellOpenError::TooSmall { path: path.to_owned(), size });
         }

@@ -1,7 +1,6 @@
 //! The subscribing side of a ring: any number of readers, in any process, each with its own
 //! cursor, reading the slots in place.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{Ordering, fence};
 
@@ -16,6 +15,8 @@ use super::segment::{self, RingName};
 /// Most generations followed in one `open` or one `try_read_*` call (guards against loops in
 /// corrupted chains; real writers grow at most ~30 times: slot sizes double each time).
 const MAX_HOPS: u32 = 64;
+/// Largest ring mapping pre-faulted on open (`MAP_POPULATE`); larger rings fault in as they are read.
+const POPULATE_MAX: usize = 64 << 20;
 /// Most overrun skips in one `try_read_*` call before giving up with [`ReadOutcome::Torn`].
 const MAX_SKIPS: u32 = 64;
 
@@ -194,18 +195,22 @@ impl Mapped {
         let bad_name = || RingOpenError::BadName(path.display().to_string());
         let name = path.file_name().and_then(|n| n.to_str()).and_then(RingName::parse).ok_or_else(bad_name)?;
         let io = |op| move |source| RingOpenError::Io { op, path: path.to_owned(), source };
-        let file = File::open(path).map_err(io("open"))?;
-        let size = file.metadata().map_err(io("stat"))?.len();
+        // The path came from another process: only /dev/shm or a hugetlbfs mount, no symlink, no FIFO.
+        let (file, size) = crate::sys::open_peer_file(path, false, true).map_err(io("open"))?;
         let too_small = |needed| RingOpenError::TooSmall { path: path.to_owned(), size, needed };
         if size < SEGMENT_HEADER_SIZE as u64 {
             return Err(too_small(SEGMENT_HEADER_SIZE as u64));
         }
-        let len = usize::try_from(size).map_err(|_| too_small(size))?;
-        // SAFETY: read-only shared mapping of a shoal segment; the writer never truncates it,
-        // and all concurrent accesses go through atomics or the validated seqlock protocol.
-        let map = unsafe { MmapOptions::new().len(len).populate().map(&file) }.map_err(io("mmap"))?;
-        // SAFETY: size >= SEGMENT_HEADER_SIZE, page-aligned mapping, atomics only.
-        let h = unsafe { &*map.as_ptr().cast::<SegmentHeader>() };
+        // The header first: the geometry it declares decides how much is mapped (a file announced by another
+        // process may be far larger than its ring, or sparse; it is never mapped or populated whole).
+        // On hugetlbfs (outside /dev/shm) mappings are whole huge pages: map the file the writer sized.
+        let on_hugetlbfs = path.parent() != Some(Path::new(segment::SHM_DIR));
+        let whole = usize::try_from(size).map_err(|_| too_small(size))?;
+        let head_len = if on_hugetlbfs { whole } else { SEGMENT_HEADER_SIZE };
+        // SAFETY: read-only shared mapping of the header of a shoal segment; accessed through atomics only.
+        let head = unsafe { MmapOptions::new().len(head_len).map(&file) }.map_err(io("mmap"))?;
+        // SAFETY: the mapping holds SEGMENT_HEADER_SIZE bytes, is page aligned, atomics only.
+        let h = unsafe { &*head.as_ptr().cast::<SegmentHeader>() };
         let magic = h.magic.load(Ordering::Acquire);
         if magic != RING_MAGIC {
             return Err(RingOpenError::BadMagic { path: path.to_owned(), magic });
@@ -247,9 +252,20 @@ impl Mapped {
         if writer_pid != name.pid {
             return Err(geometry("writer pid differs from the name"));
         }
+        let (publisher_id, base_seq) = (h.publisher_id.load(r), h.base_seq.load(r));
+        let len = if on_hugetlbfs { whole } else { usize::try_from(needed).map_err(|_| geometry("too large"))? };
+        // Pre-fault what a reader touches first, but never more than POPULATE_MAX of a peer's file.
+        let mut options = MmapOptions::new();
+        options.len(len);
+        if len <= POPULATE_MAX {
+            options.populate();
+        }
+        // SAFETY: read-only shared mapping of the validated ring (header and slots, `needed <= size` bytes); the
+        // writer never truncates it, and all concurrent accesses go through atomics or the seqlock protocol.
+        let map = unsafe { options.map(&file) }.map_err(io("mmap"))?;
         Ok(Mapped {
-            publisher_id: h.publisher_id.load(r),
-            base_seq: h.base_seq.load(r),
+            publisher_id,
+            base_seq,
             map,
             path: path.to_owned(),
             name,
