@@ -877,6 +877,33 @@ pub(crate) static KEYS: &[KeyDef] = &[
             Some(())
         },
     },
+    KeyDef {
+        section: "shoal_limits",
+        key: "udp_reassembly_bytes",
+        alias: None,
+        doc: &[
+            "Bytes buffered for incomplete fragmented messages of the UDP data layer, all senders together; also",
+            "the largest message the UDP layer receives.",
+        ],
+        allowed: "65536..=1073741824 (bytes)",
+        get: |c| c.limits.udp_reassembly_bytes.to_string(),
+        set: |d, v, _| {
+            d.cfg.limits.udp_reassembly_bytes = usize::try_from(int_in(v, 65536, 1073741824)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_limits",
+        key: "udp_fragmented_per_source",
+        alias: None,
+        doc: &["Incomplete fragmented UDP data messages kept per sender (its oldest is dropped for a new one)."],
+        allowed: "1..=64",
+        get: |c| c.limits.udp_fragmented_per_source.to_string(),
+        set: |d, v, _| {
+            d.cfg.limits.udp_fragmented_per_source = usize::try_from(int_in(v, 1, 64)?).ok()?;
+            Some(())
+        },
+    },
 ];
 
 #[cfg(test)]

@@ -146,6 +146,10 @@ pub struct LimitsConfig {
     pub fragmented_per_source: usize,
     /// Datagrams the I/O thread takes from one socket before it serves timers and the other sockets.
     pub receive_batch: usize,
+    /// Bytes buffered for incomplete fragmented UDP data messages, all senders together (also the largest one).
+    pub udp_reassembly_bytes: usize,
+    /// Incomplete fragmented UDP data messages kept per sending address.
+    pub udp_fragmented_per_source: usize,
 }
 
 impl Default for LimitsConfig {
@@ -160,6 +164,8 @@ impl Default for LimitsConfig {
             descriptor_bytes: 1 << 20,
             fragmented_per_source: 4,
             receive_batch: 256,
+            udp_reassembly_bytes: 64 << 20,
+            udp_fragmented_per_source: 8,
         }
     }
 }

@@ -35,14 +35,20 @@ struct RemoteEntry {
 /// Which sending address registered which remote entities, so that a full registry makes room by evicting an
 /// entity of the address holding the most, never of a smaller one: a flood from one socket (or a few) cannot lock
 /// out the other processes, whatever pids and names it claims.
-#[derive(Debug, Default)]
-struct SourceShares {
-    keys: HashMap<SocketAddr, BTreeSet<EntityKey>>,
+#[derive(Debug)]
+struct SourceShares<K> {
+    keys: HashMap<SocketAddr, BTreeSet<K>>,
     /// (entities held, address), largest last.
     sizes: BTreeSet<(usize, SocketAddr)>,
 }
 
-impl SourceShares {
+impl<K> Default for SourceShares<K> {
+    fn default() -> Self {
+        SourceShares { keys: HashMap::new(), sizes: BTreeSet::new() }
+    }
+}
+
+impl<K: Ord + Clone> SourceShares<K> {
     fn resize(&mut self, source: SocketAddr, from: usize, to: usize) {
         self.sizes.remove(&(from, source));
         if to > 0 {
@@ -50,7 +56,7 @@ impl SourceShares {
         }
     }
 
-    fn insert(&mut self, source: SocketAddr, key: EntityKey) {
+    fn insert(&mut self, source: SocketAddr, key: K) {
         let set = self.keys.entry(source).or_default();
         let before = set.len();
         set.insert(key);
@@ -58,7 +64,7 @@ impl SourceShares {
         self.resize(source, before, after);
     }
 
-    fn remove(&mut self, source: SocketAddr, key: &EntityKey) {
+    fn remove(&mut self, source: SocketAddr, key: &K) {
         let Some(set) = self.keys.get_mut(&source) else { return };
         let before = set.len();
         set.remove(key);
@@ -71,7 +77,7 @@ impl SourceShares {
 
     /// The entity to evict so that a new one from `source` fits, or `None` when `source` itself holds (about)
     /// the most: then the newcomer is refused instead.
-    fn victim(&self, source: SocketAddr) -> Option<EntityKey> {
+    fn victim(&self, source: SocketAddr) -> Option<K> {
         let &(largest, big) = self.sizes.last()?;
         let mine = self.keys.get(&source).map_or(0, BTreeSet::len);
         if big == source || mine + 1 >= largest {
@@ -116,9 +122,11 @@ pub struct Registrar {
     process_dirty: bool,
     locals: BTreeMap<u64, LocalEntry>,
     dirty: BTreeSet<u64>,
-    processes: BTreeMap<(String, u32), RemoteProcess>,
+    processes: BTreeMap<(String, u32), (RemoteProcess, SocketAddr)>,
     topics: BTreeMap<EntityKey, RemoteEntry>,
-    shares: SourceShares,
+    shares: SourceShares<EntityKey>,
+    /// The same for remote processes: which address announced which.
+    process_shares: SourceShares<(String, u32)>,
     matches: BTreeSet<(u64, EntityKey)>,
     transmit: VecDeque<Vec<u8>>,
     events: VecDeque<Event>,
@@ -158,6 +166,7 @@ impl Registrar {
             processes: BTreeMap::new(),
             topics: BTreeMap::new(),
             shares: SourceShares::default(),
+            process_shares: SourceShares::default(),
             matches: BTreeSet::new(),
             transmit: VecDeque::new(),
             events: VecDeque::new(),
@@ -314,9 +323,16 @@ impl Registrar {
             tracing::debug!(?key, "remote topic expired");
             self.remove_remote(&key);
         }
-        let before = self.processes.len();
-        self.processes.retain(|_, p| now.saturating_duration_since(p.last_seen) < timeout);
-        self.counters.expired_processes += (before - self.processes.len()) as u64;
+        let expired: Vec<((String, u32), SocketAddr)> = self
+            .processes
+            .iter()
+            .filter(|(_, (p, _))| now.saturating_duration_since(p.last_seen) >= timeout)
+            .map(|(k, (_, source))| (k.clone(), *source))
+            .collect();
+        for (key, source) in expired {
+            self.counters.expired_processes += 1;
+            self.remove_process(&key, source);
+        }
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next (`None` after shutdown).
@@ -328,7 +344,7 @@ impl Registrar {
         for e in self.topics.values() {
             next = next.min(e.last_seen + self.timeout);
         }
-        for p in self.processes.values() {
+        for (p, _) in self.processes.values() {
             next = next.min(p.last_seen + self.timeout);
         }
         if let Some(r) = self.reassembler.next_expiry() {
@@ -370,7 +386,7 @@ impl Registrar {
 
     /// Known processes (including our own when loopback is on).
     pub fn processes(&self) -> impl Iterator<Item = &RemoteProcess> {
-        self.processes.values()
+        self.processes.values().map(|(p, _)| p)
     }
 
     /// Known publishers and subscribers (including our own when loopback is on).
@@ -464,7 +480,7 @@ impl Registrar {
             pb::CMD_REG_PUBLISHER => self.apply_topic(now, Direction::Publisher, sample.topic, from),
             pb::CMD_REG_SUBSCRIBER => self.apply_topic(now, Direction::Subscriber, sample.topic, from),
             pb::CMD_UNREG_PUBLISHER | pb::CMD_UNREG_SUBSCRIBER => self.apply_topic_unreg(sample.topic),
-            pb::CMD_REG_PROCESS => self.apply_process(now, sample.process),
+            pb::CMD_REG_PROCESS => self.apply_process(now, sample.process, from),
             pb::CMD_UNREG_PROCESS => self.apply_process_unreg(sample.process),
             other => {
                 self.counters.ignored_commands += 1;
@@ -568,21 +584,47 @@ impl Registrar {
         Some((process, pid))
     }
 
-    fn apply_process(&mut self, now: Instant, process: Option<pb::Process>) {
+    /// A process sample: kept under `remote_processes`; when full, a process of the address that announced the
+    /// most makes room (as for topics, see [`SourceShares`]), or the newcomer is refused.
+    fn apply_process(&mut self, now: Instant, process: Option<pb::Process>, from: SocketAddr) {
         let Some((process, _)) = self.accepted_process(process) else { return };
         let p = codec::remote_process(&process, now);
         let key = (p.host_name.clone(), p.pid);
-        if !self.processes.contains_key(&key) && self.processes.len() >= self.bounds.remote_processes {
-            self.counters.registry_full += 1;
-            return;
+        if let Some((_, old)) = self.processes.get(&key) {
+            let old = *old;
+            if old != from {
+                self.process_shares.remove(old, &key);
+                self.process_shares.insert(from, key.clone());
+            }
+        } else {
+            if self.processes.len() >= self.bounds.remote_processes {
+                let Some(victim) = self.process_shares.victim(from) else {
+                    self.counters.registry_full += 1;
+                    return;
+                };
+                let source = self.processes.get(&victim).map(|(_, s)| *s);
+                if let Some(source) = source {
+                    self.counters.evicted += 1;
+                    self.remove_process(&victim, source);
+                }
+            }
+            self.process_shares.insert(from, key.clone());
         }
-        self.processes.insert(key, p);
+        self.processes.insert(key, (p, from));
+    }
+
+    fn remove_process(&mut self, key: &(String, u32), source: SocketAddr) {
+        self.processes.remove(key);
+        self.process_shares.remove(source, key);
     }
 
     fn apply_process_unreg(&mut self, process: Option<pb::Process>) {
         let Some((process, pid)) = self.accepted_process(process) else { return };
         self.counters.unregistrations += 1;
-        self.processes.remove(&(process.host_name.clone(), pid));
+        let key = (process.host_name.clone(), pid);
+        if let Some(source) = self.processes.get(&key).map(|(_, s)| *s) {
+            self.remove_process(&key, source);
+        }
         // The process is gone: so are its entities (their own unregistrations may be lost).
         let keys: Vec<EntityKey> =
             self.topics.keys().filter(|k| k.pid == pid && k.host_name == process.host_name).cloned().collect();

@@ -756,6 +756,15 @@ fn the_registry_is_bounded_in_all_and_per_process() {
         }
     }
     assert_eq!(r.processes().count(), 3);
+    // Another address still gets its process in: one of the flooding address's goes.
+    let evicted_before = r.counters().evicted;
+    let s = codec::process_sample(&ident("h1", 500), 1);
+    for d in codec::encode_registration(&s, wire::DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || 0).unwrap() {
+        r.handle_datagram(t0, addr(2), &d);
+    }
+    assert_eq!(r.processes().count(), 3);
+    assert!(r.processes().any(|p| p.pid == 500), "a process of another address is not locked out");
+    assert_eq!(r.counters().evicted, evicted_before + 1);
     // Expiry makes room again.
     r.handle_timeout(t0 + Duration::from_secs(11));
     r.handle_datagram(t0 + Duration::from_secs(11), addr(1), &remote_pub_datagram(99, 1, "after"));

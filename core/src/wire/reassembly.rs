@@ -23,7 +23,8 @@ const FRAGMENT_OVERHEAD: usize = 64;
 pub struct ReassemblyConfig {
     /// An incomplete message is dropped this long after its first datagram (eCAL: 5 s).
     pub max_age: Duration,
-    /// Most incomplete messages kept at once; further new messages are dropped.
+    /// Most incomplete messages kept at once. When full, a new message evicts the oldest one of the sender that
+    /// holds the most (if it holds at least two more than the new message's sender), or else is dropped.
     pub max_messages: usize,
     /// Most bytes buffered over all incomplete messages; also the largest message accepted.
     pub max_bytes: usize,
@@ -65,7 +66,7 @@ pub struct ReassemblyCounters {
     pub invalid_info: u64,
     /// Messages whose declared or received size exceeds `max_bytes`.
     pub too_large: u64,
-    /// New messages refused because `max_messages` were in flight.
+    /// Messages dropped because `max_messages` were in flight (the new one, or the oldest of the biggest holder).
     pub in_flight_limit: u64,
     /// Incomplete messages dropped because their sender started another with `max_per_source` in flight.
     pub source_limit: u64,
@@ -208,8 +209,30 @@ impl Reassembler {
 
     fn entry(&mut self, now: Instant, key: (SocketAddr, i32)) -> Result<&mut Pending, WireError> {
         if !self.pending.contains_key(&key) && self.pending.len() >= self.cfg.max_messages {
+            // Full: the sender holding the most incomplete messages gives up its oldest, if it holds more than the
+            // newcomer's sender would then; otherwise the new message is refused. One flooding sender cannot lock
+            // the others out, and it cannot evict them either.
+            let mut held: HashMap<SocketAddr, usize> = HashMap::new();
+            for (addr, _) in self.pending.keys() {
+                *held.entry(*addr).or_default() += 1;
+            }
+            let mine = held.get(&key.0).copied().unwrap_or(0);
+            let top = held.iter().max_by_key(|(_, n)| **n).map(|(a, n)| (*a, *n));
             self.counters.in_flight_limit += 1;
-            return Err(WireError::TooManyInFlight { limit: self.cfg.max_messages });
+            match top {
+                Some((addr, n)) if n > mine + 1 => {
+                    let oldest = self
+                        .pending
+                        .iter()
+                        .filter(|((a, _), _)| *a == addr)
+                        .min_by_key(|(_, p)| p.first_seen)
+                        .map(|(k, _)| *k);
+                    if let Some(oldest) = oldest {
+                        self.drop_message(&oldest);
+                    }
+                }
+                _ => return Err(WireError::TooManyInFlight { limit: self.cfg.max_messages }),
+            }
         }
         if !self.pending.contains_key(&key)
             && self.pending.keys().filter(|(addr, _)| *addr == key.0).count() >= self.cfg.max_per_source

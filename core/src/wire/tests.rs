@@ -317,3 +317,37 @@ fn a_sender_at_its_limit_replaces_its_oldest_incomplete_message_and_others_are_u
     }
     assert_eq!(done, vec![payload.to_vec()]);
 }
+
+#[test]
+fn a_full_table_makes_room_for_another_sender_at_the_expense_of_the_biggest_holder() {
+    let now = Instant::now();
+    let cfg = ReassemblyConfig { max_messages: 4, max_per_source: 4, ..ReassemblyConfig::default() };
+    let mut r = Reassembler::new(cfg);
+    let info = |id: i32| DatagramHeader { kind: DatagramKind::FragmentInfo, id, num: 2, len: 10 }.to_bytes().to_vec();
+    // One sender takes every slot.
+    for id in 0..4 {
+        r.push(now + Duration::from_millis(id as u64), addr(1), &info(id)).unwrap();
+    }
+    assert_eq!(r.in_flight(), 4);
+    // Another sender still gets in: the flooder's oldest message goes.
+    r.push(now, addr(2), &info(100)).unwrap();
+    assert_eq!(r.in_flight(), 4);
+    assert_eq!(r.counters().in_flight_limit, 1);
+    // The flooder (3 held) cannot push the newcomer (1 held) out: its next new message is refused.
+    assert_eq!(r.push(now, addr(1), &info(4)), Err(WireError::TooManyInFlight { limit: 4 }));
+    // A third sender, then a fourth: each gets in while someone holds two more than it.
+    r.push(now, addr(3), &info(200)).unwrap();
+    // Now addr(1) holds 2, addr(2) 1, addr(3) 1: a fourth sender (0) may take one of addr(1)'s.
+    r.push(now, addr(4), &info(300)).unwrap();
+    // addr(1) 1, others 1 each: nobody holds two more than a newcomer, so a fifth sender is refused.
+    assert_eq!(r.push(now, addr(5), &info(400)), Err(WireError::TooManyInFlight { limit: 4 }));
+    assert_eq!((r.in_flight(), r.counters().in_flight_limit), (4, 5));
+    // The newcomers' messages are all still there: completing addr(2)'s delivers it.
+    let frag = |id: i32, num: u32| {
+        let mut d = DatagramHeader { kind: DatagramKind::Fragment, id, num, len: 5 }.to_bytes().to_vec();
+        d.extend_from_slice(&[num as u8; 5]);
+        d
+    };
+    assert_eq!(r.push(now, addr(2), &frag(100, 0)), Ok(None));
+    assert!(r.push(now, addr(2), &frag(100, 1)).unwrap().is_some());
+}

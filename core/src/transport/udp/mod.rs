@@ -92,6 +92,8 @@ struct SubTable {
 /// State shared by the factories, the writers, the readers and the I/O thread's receiver of one runtime.
 struct Shared {
     config: crate::config::NetworkConfig,
+    /// Bounds of the data layer's reassembly (`[shoal_limits] udp_*`).
+    reassembly: crate::wire::ReassemblyConfig,
     pub_enabled: bool,
     sub_enabled: bool,
     host_name: String,
@@ -159,6 +161,11 @@ impl UdpLayer {
         UdpLayer {
             shared: Arc::new(Shared {
                 config: config.network.clone(),
+                reassembly: crate::wire::ReassemblyConfig {
+                    max_bytes: config.limits.udp_reassembly_bytes,
+                    max_per_source: config.limits.udp_fragmented_per_source,
+                    ..crate::wire::ReassemblyConfig::default()
+                },
                 pub_enabled: config.layers.pub_udp,
                 sub_enabled: config.layers.sub_udp,
                 host_name: host_name.to_string(),

@@ -16,7 +16,7 @@ use crate::stats::Via;
 use crate::sync::lock;
 use crate::transport::{Inbox, IoSource};
 use crate::types::TypeInfo;
-use crate::wire::{Reassembler, ReassemblyConfig, split_name};
+use crate::wire::{Reassembler, split_name};
 
 use super::Shared;
 use super::codec::{DataSample, decode_data_sample, topic_group};
@@ -52,13 +52,14 @@ pub(crate) struct UdpReceiver {
 
 impl UdpReceiver {
     pub(crate) fn new(shared: Arc<Shared>) -> UdpReceiver {
+        let reassembly = shared.reassembly.clone();
         UdpReceiver {
             shared,
             socket: None,
             joined: BTreeSet::new(),
             seen_version: 0,
             failed_version: None,
-            reassembler: Reassembler::new(ReassemblyConfig::default()),
+            reassembler: Reassembler::new(reassembly),
             buf: vec![0u8; 65_536],
             actions: Vec::new(),
             empty_type: Arc::new(TypeInfo::default()),
