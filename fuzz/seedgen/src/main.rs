@@ -135,6 +135,18 @@ fn registration_seeds(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+fn limits_seeds(dir: &Path) -> Result<()> {
+    const T: &str = "registration_limits";
+    let peer = identity(FUZZ_HOST, 777);
+    let publ = topic(11, "fuzz_topic");
+    let framed = framed(&topic_sample(&peer, Direction::Publisher, &publ, 1))?;
+    let (_, sample) = shoal::wire::split_name(&framed)?;
+    // Limits that the sample meets (63-byte strings, 7 layers, 1020-byte descriptors), and tight ones it does not.
+    write(dir, T, "publisher_within", &[&[63u8, 7, 255][..], &sample].concat())?;
+    write(dir, T, "publisher_tight", &[&[4u8, 0, 0][..], &sample].concat())?;
+    Ok(())
+}
+
 fn wire_header_seeds(dir: &Path) -> Result<()> {
     const T: &str = "wire_header";
     let sample = process_sample(&identity(FUZZ_HOST, 777), 5);
@@ -281,6 +293,7 @@ fn main() -> Result<()> {
     wire_header_seeds(&dir)?;
     reassembly_seeds(&dir)?;
     registration_seeds(&dir)?;
+    limits_seeds(&dir)?;
     config_seeds(&dir)?;
     ring_seeds(&dir)?;
     Ok(())
