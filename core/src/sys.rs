@@ -111,6 +111,31 @@ pub(crate) fn open_peer_file(
     Ok((file, meta.len()))
 }
 
+/// `[shoal_security] shm_access` of this process: 0 owner, 1 group, 2 all (see [`set_shm_access`]).
+static SHM_ACCESS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Sets who may open the shared-memory files this process creates from now on (process-wide, like a umask: every
+/// node started applies its configuration's value).
+pub(crate) fn set_shm_access(access: crate::config::ShmAccess) {
+    use crate::config::ShmAccess;
+    let v = match access {
+        ShmAccess::Owner => 0,
+        ShmAccess::Group => 1,
+        ShmAccess::All => 2,
+    };
+    SHM_ACCESS.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Who may open this process's shared-memory files.
+pub(crate) fn shm_access() -> crate::config::ShmAccess {
+    use crate::config::ShmAccess;
+    match SHM_ACCESS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => ShmAccess::Owner,
+        1 => ShmAccess::Group,
+        _ => ShmAccess::All,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::open_peer_file;

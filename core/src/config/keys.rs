@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{Config, WaitStrategy};
+use super::{Config, ShmAccess, WaitStrategy};
 
 /// Spin time written for `spin_us` when the configured strategy does not spin.
 pub(crate) const DEFAULT_SPIN: Duration = Duration::from_micros(50);
@@ -234,6 +234,7 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
     },
     SectionDef { name: "shoal_receive", title: "SHOAL: RECEIVING", doc: &[] },
     SectionDef { name: "shoal_io", title: "SHOAL: I/O THREAD", doc: &[] },
+    SectionDef { name: "shoal_security", title: "SHOAL: ACCESS TO SHARED MEMORY", doc: &[] },
     SectionDef {
         name: "shoal_limits",
         title: "SHOAL: BOUNDS ON WHAT OTHER PROCESSES CAN COST THIS ONE",
@@ -687,6 +688,39 @@ pub(crate) static KEYS: &[KeyDef] = &[
                 return None;
             }
             d.cfg.shm_ring.huge_pages_path = PathBuf::from(v);
+            Some(())
+        },
+    },
+    // ----- [shoal_security]
+    KeyDef {
+        section: "shoal_security",
+        key: "shm_access",
+        alias: None,
+        doc: &[
+            "Who may open the files this process creates in shared memory (ring segments, doorbells, and the",
+            "eCAL layer's memfiles, flag locks and events):",
+            "  owner  this user only (0600): peers of other users are refused and say so",
+            "  group  this user and its group (rings 0640, files peers write 0660)",
+            "  all    every user (rings 0644, files peers write 0666, as eCAL creates its own)",
+            "Both sides of a connection between users need group or all: the subscriber's doorbell is written",
+            "by the publisher. The setting is process-wide: the first node of a process applies it.",
+        ],
+        allowed: "owner, group or all",
+        get: |c| {
+            match c.security.shm_access {
+                ShmAccess::Owner => "owner",
+                ShmAccess::Group => "group",
+                ShmAccess::All => "all",
+            }
+            .to_owned()
+        },
+        set: |d, v, _| {
+            d.cfg.security.shm_access = match v.trim() {
+                "owner" => ShmAccess::Owner,
+                "group" => ShmAccess::Group,
+                "all" => ShmAccess::All,
+                _ => return None,
+            };
             Some(())
         },
     },

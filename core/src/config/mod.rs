@@ -61,6 +61,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Which eCAL-facing transport layers publishers and subscribers use.
     pub layers: LayersConfig,
+    /// Who may open the files this process creates in shared memory.
+    pub security: SecurityConfig,
     /// Where this configuration was read from (`None`: built-in defaults).
     pub source: Option<PathBuf>,
 }
@@ -113,6 +115,45 @@ pub struct ShmRingConfig {
     pub huge_pages: bool,
     /// The hugetlbfs mount used when `huge_pages` is on.
     pub huge_pages_path: PathBuf,
+}
+
+/// Access to shared-memory files (`[shoal_security]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecurityConfig {
+    /// Who may open the files this process creates in `/dev/shm` (or on the huge-page mount): ring segments,
+    /// doorbells, and the eCAL layer's memfiles, flag locks and events.
+    pub shm_access: ShmAccess,
+}
+
+/// Who may open a process's shared-memory files (`[shoal_security] shm_access`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShmAccess {
+    /// The owner only (mode 0600): processes of other users can neither read the rings nor ring the doorbells.
+    Owner,
+    /// The owner and its group (rings 0640, files others write 0660).
+    Group,
+    /// Every user (rings 0644, files others write 0666, as eCAL creates its own).
+    All,
+}
+
+impl ShmAccess {
+    /// Mode of a file other processes only read (ring segments).
+    pub fn read_mode(self) -> u32 {
+        match self {
+            ShmAccess::Owner => 0o600,
+            ShmAccess::Group => 0o640,
+            ShmAccess::All => 0o644,
+        }
+    }
+
+    /// Mode of a file other processes write too (doorbells, eCAL memfiles, flag locks and events).
+    pub fn write_mode(self) -> u32 {
+        match self {
+            ShmAccess::Owner => 0o600,
+            ShmAccess::Group => 0o660,
+            ShmAccess::All => 0o666,
+        }
+    }
 }
 
 /// Receive settings (`[shoal_receive]`).
@@ -249,6 +290,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             io: IoConfig { cpu_affinity: Vec::new() },
             layers: LayersConfig::default(),
+            security: SecurityConfig { shm_access: ShmAccess::Owner },
             source: None,
         }
     }

@@ -285,7 +285,16 @@ impl Runtime {
                 Some(db)
             }
             Err(e) => {
-                tracing::warn!("cannot open the doorbell {name} of subscriber process {}: {e}", remote.key.pid);
+                let hint = match &e {
+                    crate::transport::shm_ring::DoorbellOpenError::Io { source, .. }
+                        if source.raw_os_error() == Some(libc::EACCES) =>
+                    {
+                        " (the subscriber's process belongs to another user; to connect users, set [shoal_security] \
+                         shm_access = group or all in the ecal.ini of both processes)"
+                    }
+                    _ => "",
+                };
+                tracing::warn!("cannot open the doorbell {name} of subscriber process {}: {e}{hint}", remote.key.pid);
                 None
             }
         }

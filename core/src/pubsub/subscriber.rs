@@ -785,7 +785,15 @@ const TORN_RETRIES: u32 = 16;
 /// Opens the ring a remote publisher announced and checks that it is that publisher's: the segment's writer pid
 /// and publisher id must be the announcer's (a registration sample naming another process's segment is refused).
 fn open_announced_ring(segment: &str, remote: &RemoteTopic) -> Result<RingReader, String> {
-    let reader = RingReader::open(segment).map_err(|e| e.to_string())?;
+    let reader = RingReader::open(segment).map_err(|e| match &e {
+        crate::transport::shm_ring::RingOpenError::Io { source, .. } if source.raw_os_error() == Some(libc::EACCES) => {
+            format!(
+                "{e}: the publisher's process belongs to another user and keeps its files to itself; to connect \
+                 users, set [shoal_security] shm_access = group or all in the ecal.ini of both processes"
+            )
+        }
+        _ => e.to_string(),
+    })?;
     if reader.writer_pid() != remote.key.pid || reader.publisher_id() != remote.key.entity_id {
         return Err(format!(
             "the segment belongs to publisher {} of pid {}, not to the announcer",

@@ -89,6 +89,14 @@ fn verify(buf: &[u8]) -> (u64, u64, bool) {
 }
 
 fn main() -> Result<()> {
+    // The library's warnings (a ring it may not open, ...) go to stderr; stdout carries only the JSON lines.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
     let node = shoal::Node::init("shoal-peer").context("starting the shoal node")?;
     match cli.cmd {

@@ -174,6 +174,11 @@ impl Proc {
         format!("last lines (newest first):\n{}\nstderr (tail):\n{}", last.join("\n"), tail(&err, 3000))
     }
 
+    /// What the child wrote to stderr so far (its tail).
+    pub(crate) fn stderr(&self) -> String {
+        self.stderr.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// The child's process id.
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()

@@ -156,8 +156,8 @@ pub(crate) struct MemfileWriter {
 unsafe impl Send for MemfileWriter {}
 
 impl MemfileWriter {
-    /// Creates `shoal_<pid>_ecal<random hex>` with a data area of `max_data_size` bytes (`O_CREAT|O_EXCL`, mode 0666), its
-    /// `_mtx`, and an empty message header.
+    /// Creates `shoal_<pid>_ecal<random hex>` with a data area of `max_data_size` bytes (`O_CREAT|O_EXCL`, the
+    /// mode of `[shoal_security] shm_access`), its `_mtx`, and an empty message header.
     pub(crate) fn create(max_data_size: u64) -> Result<MemfileWriter, MemfileOpenError> {
         let total =
             (INT_HDR_SIZE as u64).checked_add(max_data_size).ok_or(MemfileOpenError::TooLarge(max_data_size))?;
@@ -179,7 +179,8 @@ impl MemfileWriter {
         };
         let setup = || -> Result<(MmapRaw, NamedSync), MemfileOpenError> {
             use std::os::unix::fs::PermissionsExt;
-            file.set_permissions(std::fs::Permissions::from_mode(0o666)).map_err(io_err("chmod"))?;
+            let mode = crate::sys::shm_access().write_mode();
+            file.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(io_err("chmod"))?;
             file.set_len(total).map_err(io_err("ftruncate"))?;
             let map = MmapOptions::new().len(len).map_raw(&file).map_err(io_err("mmap"))?;
             let lock = NamedSync::open_or_create(&format!("{name}_mtx"))?;

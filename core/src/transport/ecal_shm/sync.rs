@@ -112,16 +112,19 @@ impl Drop for Flock<'_> {
     }
 }
 
-/// Opens `/dev/shm/<name>` read-write, creating it (mode 0666) if it does not exist; true when created here.
+/// Opens `/dev/shm/<name>` read-write, creating it if it does not exist (mode from `[shoal_security] shm_access`;
+/// eCAL itself creates 0666); true when created here. An existing file is opened as one another process named:
+/// no symlink, no FIFO, a regular file only ([`crate::sys::open_peer_file`]).
 pub(crate) fn open_or_create_shm(path: &std::path::Path) -> io::Result<(File, bool)> {
-    match std::fs::OpenOptions::new().read(true).write(true).create_new(true).mode(0o666).open(path) {
+    let mode = crate::sys::shm_access().write_mode();
+    match std::fs::OpenOptions::new().read(true).write(true).create_new(true).mode(mode).open(path) {
         Ok(f) => {
-            // eCAL creates with umask 0: the files must be usable by every user of the host.
-            f.set_permissions(std::fs::Permissions::from_mode(0o666))?;
+            // Exactly the configured mode, whatever the umask.
+            f.set_permissions(std::fs::Permissions::from_mode(mode))?;
             Ok((f, true))
         }
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            Ok((std::fs::OpenOptions::new().read(true).write(true).open(path)?, false))
+            Ok((crate::sys::open_peer_file(path, true, false)?.0, false))
         }
         Err(e) => Err(e),
     }

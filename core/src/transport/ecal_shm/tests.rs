@@ -232,8 +232,8 @@ fn writer_to_reader_with_acknowledge_in_order() {
     let mut p = pair(opts);
     let names = p.names();
     assert_eq!(names.len(), 1);
-    assert!(names[0].starts_with("ecal_"));
     let pid = std::process::id();
+    assert!(names[0].starts_with(&format!("shoal_{pid}_ecal")), "the owner pid in the name: {}", names[0]);
     assert_eq!(files_of(&names, pid).len(), 4, "memfile, _mtx, _evt, _ack_evt");
     assert_eq!(std::fs::metadata(format!("{SHM_DIR}/{}", names[0])).expect("stat").len(), 24 + 64 + 4096);
     let sizes: Vec<usize> = (0..200).map(|i| i * 7 % 3000).collect();

@@ -5,7 +5,7 @@ use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -145,6 +145,8 @@ fn nr_hugepages() -> String {
 fn create_exclusive(dir: &Path, file_name: &str, mode: u32) -> io::Result<(PathBuf, File)> {
     let path = dir.join(file_name);
     let file = OpenOptions::new().read(true).write(true).create_new(true).mode(mode).open(&path)?;
+    // Exactly the configured mode ([shoal_security] shm_access), whatever the umask.
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
     Ok((path, file))
 }
 
