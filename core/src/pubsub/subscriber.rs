@@ -97,8 +97,15 @@ impl SubShared {
     /// layer (a repeat is dropped; an older one is dropped and counted). Gaps are counted by the layer that saw
     /// them.
     fn push_from_layer(&self, s: Sample) {
-        match lock(&self.layer_clocks).check(s.publisher_id, s.clock) {
+        match lock(&self.layer_clocks).check(s.publisher_id, s.clock, Instant::now()) {
             ClockCheck::Accept { .. } => {}
+            ClockCheck::Resync => tracing::warn!(
+                "topic {}: publisher {} resumed at clock {} after samples far behind its last clock; a far-ahead \
+                 clock (spoofed or corrupt) had been accepted",
+                self.topic,
+                s.publisher_id,
+                s.clock
+            ),
             ClockCheck::Duplicate => return,
             ClockCheck::OutOfOrder => {
                 self.drops.fetch_add(1, Ordering::Relaxed);

@@ -133,7 +133,7 @@ impl UdpReceiver {
         let c = &self.shared.counters;
         c.datagrams.fetch_add(1, Ordering::Relaxed);
         match self.reassembler.push(now, from, datagram) {
-            Ok(Some(msg)) => self.handle_message(from, &msg),
+            Ok(Some(msg)) => self.handle_message(now, from, &msg),
             Ok(None) => {}
             Err(e) => {
                 c.wire_drops.fetch_add(1, Ordering::Relaxed);
@@ -142,7 +142,7 @@ impl UdpReceiver {
         }
     }
 
-    fn handle_message(&mut self, from: SocketAddr, msg: &[u8]) {
+    fn handle_message(&mut self, now: Instant, from: SocketAddr, msg: &[u8]) {
         let c = &self.shared.counters;
         let (name, proto) = match split_name(msg) {
             Ok(v) => v,
@@ -165,7 +165,7 @@ impl UdpReceiver {
                 return;
             }
         };
-        self.dispatch(sample);
+        self.dispatch(now, sample);
     }
 
     /// One loss for every subscriber of `topic` (a sample for it could not be decoded).
@@ -179,7 +179,7 @@ impl UdpReceiver {
         self.run_actions(None);
     }
 
-    fn dispatch(&mut self, sample: DataSample) {
+    fn dispatch(&mut self, now: Instant, sample: DataSample) {
         let c = &self.shared.counters;
         {
             let mut t = lock(&self.shared.subs);
@@ -200,7 +200,7 @@ impl UdpReceiver {
                     self.actions.push(Action::Release(inbox));
                     continue;
                 }
-                match e.pubs.check(sample.publisher_id, sample.clock) {
+                match e.pubs.check(sample.publisher_id, sample.clock, now) {
                     ClockCheck::Accept { lost } => {
                         if lost > 0 {
                             c.lost.fetch_add(lost, Ordering::Relaxed);
@@ -211,6 +211,16 @@ impl UdpReceiver {
                             );
                             self.actions.push(Action::Drop(Arc::clone(&inbox), lost));
                         }
+                        let ti = e.types.get(&sample.publisher_id).cloned().unwrap_or_else(|| self.empty_type.clone());
+                        self.actions.push(Action::Deliver(inbox, ti));
+                    }
+                    ClockCheck::Resync => {
+                        tracing::warn!(
+                            "topic {topic}: publisher {} resumed at clock {} after samples far behind its last \
+                             clock; a far-ahead clock (spoofed or corrupt) had been accepted",
+                            sample.publisher_id,
+                            sample.clock
+                        );
                         let ti = e.types.get(&sample.publisher_id).cloned().unwrap_or_else(|| self.empty_type.clone());
                         self.actions.push(Action::Deliver(inbox, ti));
                     }
