@@ -78,6 +78,17 @@ fn subscriber(name: &str, t: &str, ini: &str, idle_ms: u64) -> Proc {
     shoal_peer(name, &["sub", "--topic", t, "--count", "100000000", "--idle-ms", &idle], Some(ini))
 }
 
+/// Every thread's stack of a hanging process, when gdb is there to tell.
+fn stacks(pid: u32) -> String {
+    let out = std::process::Command::new("gdb")
+        .args(["-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt"])
+        .output();
+    match out {
+        Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Err(e) => format!("(gdb not available: {e})"),
+    }
+}
+
 fn ecal_memfiles() -> usize {
     std::fs::read_dir("/dev/shm")
         .map(|d| d.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("ecal_")).count())
@@ -128,7 +139,10 @@ fn run(layer: &Layer) {
     assert!(gap < REGISTRATION_TIMEOUT, "a send of the last publisher blocked for {gap:?}: {done}");
     for mut s in survivors {
         // A survivor reports once nothing arrived for its idle limit: after the last publisher's end.
-        let summary = s.expect("summary", REGISTRATION_TIMEOUT + Duration::from_secs(20));
+        let Some(summary) = s.wait_for(REGISTRATION_TIMEOUT + Duration::from_secs(20), |v| v["event"] == "summary")
+        else {
+            panic!("{} did not report: it hangs\n{}\nits threads:\n{}", s.name(), s.report(), stacks(s.pid()));
+        };
         eprintln!("chaos {}: {} {summary}", layer.name, s.name());
         assert_eq!(summary["torn"], 0, "torn messages delivered: {summary}");
         assert_eq!(summary["out_of_order"], 0, "duplicated or reordered messages delivered: {summary}");

@@ -58,6 +58,8 @@ impl Default for ShmWriterOptions {
 
 /// Most memfile names accepted from one publisher registration (multi-buffer mode; a registration is untrusted).
 const MAX_MEMFILES: usize = 16;
+/// Longest wait for an observer thread to stop when its last subscriber detaches.
+const OBSERVER_STOP_WAIT: Duration = Duration::from_secs(3);
 /// How long an observer sleeps on its event before it checks whether it must stop.
 const OBSERVER_WAIT: Duration = Duration::from_millis(500);
 /// Failed attempts (of [`memfile::READER_LOCK_TIMEOUT`]) after which an observer gives one event up.
@@ -584,10 +586,20 @@ impl Drop for ObserverRef {
         if last {
             self.obs.stop.store(true, Ordering::Release);
             self.obs.event.wake();
-            let handle = crate::sync::lock(&self.obs.thread).take();
-            if let Some(h) = handle
-                && h.join().is_err()
-            {
+            let Some(h) = crate::sync::lock(&self.obs.thread).take() else { return };
+            // The observer stops within a wait turn, unless a peer died holding its event's inner mutex (the
+            // observer then sleeps re-acquiring it inside pthread_cond_timedwait): release that, and never wait
+            // for the thread longer than OBSERVER_STOP_WAIT (this runs on the I/O thread).
+            let started = std::time::Instant::now();
+            while !h.is_finished() && started.elapsed() < OBSERVER_STOP_WAIT {
+                std::thread::sleep(Duration::from_millis(2));
+                if started.elapsed() > Duration::from_millis(50) && self.obs.event.recover_dead_owner() {
+                    self.obs.event.wake();
+                }
+            }
+            if !h.is_finished() {
+                tracing::warn!("eCAL memfile observer {} did not stop; left behind", self.obs.name);
+            } else if h.join().is_err() {
                 tracing::warn!("eCAL memfile observer {} panicked", self.obs.name);
             }
         }

@@ -13,7 +13,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use memmap2::{MmapOptions, MmapRaw};
@@ -234,10 +234,16 @@ impl NamedSync {
     }
 
     fn lock_inner(&self) -> Option<InnerGuard<'_>> {
-        let deadline = realtime_deadline(INNER_LOCK_TIMEOUT);
-        // SAFETY: the mutex lives in our mapping and was initialised (process-shared) by the file's creator under
-        // flock before anyone could map it.
-        let r = unsafe { libc::pthread_mutex_timedlock(&raw mut (*self.obj()).mtx, &deadline) };
+        let timed_lock = || {
+            let deadline = realtime_deadline(INNER_LOCK_TIMEOUT);
+            // SAFETY: the mutex lives in our mapping and was initialised (process-shared) by the file's creator
+            // under flock before anyone could map it.
+            unsafe { libc::pthread_mutex_timedlock(&raw mut (*self.obj()).mtx, &deadline) }
+        };
+        let mut r = timed_lock();
+        if r == libc::ETIMEDOUT && self.recover_dead_owner() {
+            r = timed_lock();
+        }
         if r == 0 {
             Some(InnerGuard(self))
         } else {
@@ -247,6 +253,59 @@ impl NamedSync {
             );
             None
         }
+    }
+
+    /// The thread id glibc stored as the inner mutex's owner (0: unlocked). glibc's `pthread_mutex_t` on 64-bit
+    /// Linux begins `{ int __lock; unsigned __count; int __owner; unsigned __nusers; ... }` (asserted in a test).
+    pub(crate) fn owner_tid(&self) -> i32 {
+        // SAFETY: the mutex is at least 40 bytes in our mapping; `__owner` is the aligned i32 at offset 8, written
+        // by other processes under the mutex, so it is read atomically and only used as a hint.
+        unsafe { (*self.obj().cast::<AtomicI32>().add(2)).load(Ordering::Relaxed) }
+    }
+
+    /// Releases the inner mutex if its owner thread no longer exists: a process killed between locking and
+    /// unlocking it (it is not robust: eCAL initialises it so) would otherwise block every later waiter forever,
+    /// including one inside `pthread_cond_timedwait` re-acquiring it. True when it released the mutex.
+    ///
+    /// The owner is checked with `kill(tid, 0)`: processes in other pid namespaces that share `/dev/shm` look dead,
+    /// so this runs only after a wait far longer than any live holder keeps the mutex ([`INNER_LOCK_TIMEOUT`], or
+    /// an observer that did not stop when asked).
+    pub(crate) fn recover_dead_owner(&self) -> bool {
+        let owner = self.owner_tid();
+        if owner <= 0 || crate::sys::pid_alive(owner as u32) {
+            return false;
+        }
+        // SAFETY: the lock word is the aligned i32 at offset 0 of the mutex in our mapping; `__owner` at 8 and
+        // `__nusers` at 12 are reset as pthread_mutex_unlock would before it releases the lock word.
+        let released = unsafe {
+            let words = self.obj().cast::<AtomicI32>();
+            if (*words.add(2)).compare_exchange(owner, 0, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+                return false;
+            }
+            let nusers = &*words.add(3);
+            let _ = nusers.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n > 0).then(|| n - 1));
+            let lock = &*words;
+            let old = lock.swap(0, Ordering::Release);
+            if old == 2 {
+                // Waiters sleep on the lock word (shared futex: the mutex is process-shared).
+                libc::syscall(libc::SYS_futex, lock.as_ptr(), libc::FUTEX_WAKE, 1);
+            }
+            old != 0
+        };
+        if released {
+            tracing::warn!(
+                "{}: released the inner mutex of thread {owner}, which died holding it",
+                self.path.display()
+            );
+        }
+        released
+    }
+
+    /// Locks the inner mutex and never unlocks it (tests: a process that dies holding it).
+    #[cfg(test)]
+    pub(crate) fn lock_inner_and_leak(&self) {
+        // SAFETY: the mutex is initialised and in our mapping; leaving it locked is the point of the test.
+        unsafe { libc::pthread_mutex_lock(&raw mut (*self.obj()).mtx) };
     }
 
     fn flag(&self, _g: &InnerGuard<'_>) -> u8 {

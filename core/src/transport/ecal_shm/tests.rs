@@ -99,6 +99,44 @@ fn flag_lock_and_event_semantics() {
 }
 
 #[test]
+fn a_peer_that_died_holding_the_inner_mutex_blocks_nobody_for_good() {
+    let name = unique("deadowner");
+    let a = Arc::new(NamedSync::open_or_create(&name).expect("create"));
+    // A waiter sits in pthread_cond_timedwait on the event (it will have to re-acquire the mutex to return).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (a2, s2) = (Arc::clone(&a), Arc::clone(&stop));
+    let w = std::thread::spawn(move || {
+        let t = Instant::now();
+        (a2.wait(Duration::from_secs(60), Some(&s2)), t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    // Another process locks the mutex and dies holding it (the mutex is not robust, as eCAL creates it).
+    // SAFETY: the child only locks a process-shared mutex in an inherited shared mapping and exits at once.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork");
+    if child == 0 {
+        a.lock_inner_and_leak();
+        // SAFETY: leaving the child without running any destructor or atexit handler of the test process.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+    assert_eq!(a.owner_tid(), child, "glibc's __owner field is where sync.rs reads it");
+    // Waking the waiter needs the mutex: after the timed lock fails, the dead owner's lock is released.
+    stop.store(true, Ordering::Release);
+    a.wake();
+    let (got, took) = w.join().expect("join");
+    assert!(!got);
+    assert!(took < Duration::from_secs(10), "the waiter came back after {took:?}");
+    assert_eq!(a.owner_tid(), 0);
+    // The object works again.
+    a.set();
+    assert!(a.wait(Duration::from_millis(100), None));
+    a.unlink();
+}
+
+#[test]
 fn sync_file_too_small_is_rejected() {
     let name = unique("small");
     std::fs::write(format!("{SHM_DIR}/{name}"), [0u8; 10]).expect("write");
