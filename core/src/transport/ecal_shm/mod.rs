@@ -6,8 +6,8 @@
 //!   process is set. The writer owns (creates or opens, and removes) those events, its memfiles and their `_mtx`.
 //!   A payload that does not fit makes the writer re-create the memfile under a new name, 50 % larger than needed,
 //!   and the publisher re-registers at once (`LayerWriter::prepare`).
-//! - **Subscriber side** (`EcalShmReaderFactory`): one observer thread per memfile per process (shared by every
-//!   subscriber of this process reading it) waits on `<memfile>_<our pid>_evt`, copies the message under the flag
+//! - **Subscriber side** (`EcalShmReaderFactory`): one observer thread per memfile per process (at most 256; shared
+//!   by every subscriber of this process reading it) waits on `<memfile>_<our pid>_evt`, copies the message under the flag
 //!   lock, acknowledges when the header asks for it (`ack_timout_ms != 0`), and hands it to each subscriber, which
 //!   drops duplicates and out-of-order clocks per publisher. Readers remove nothing a live writer owns.
 //!
@@ -58,6 +58,10 @@ impl Default for ShmWriterOptions {
 
 /// Most memfile names accepted from one publisher registration (multi-buffer mode; a registration is untrusted).
 const MAX_MEMFILES: usize = 16;
+/// Memfiles one process observes at once (each with a thread of its own, as in eCAL).
+const MAX_OBSERVERS: usize = 256;
+/// Subscriber processes one memfile serves (each has two event files).
+const MAX_TARGET_PROCESSES: usize = 256;
 /// Longest wait for an observer thread to stop when its last subscriber detaches.
 const OBSERVER_STOP_WAIT: Duration = Duration::from_secs(3);
 /// How long an observer sleeps on its event before it checks whether it must stop.
@@ -89,7 +93,8 @@ fn advertised_memfiles(remote: &RemoteTopic) -> Vec<String> {
 struct TargetEvents {
     snd: NamedSync,
     ack: NamedSync,
-    /// The process is a current target (departed ones keep their events until the memfile goes, as in eCAL).
+    /// The process is a current target (departed live ones keep their events until the memfile goes, as in eCAL;
+    /// those of a process that exited are removed when it departs).
     active: bool,
     /// Missed an acknowledge: not waited for again until it is targeted anew.
     ack_invalid: bool,
@@ -118,6 +123,21 @@ impl Buffer {
             e.ack_invalid = false;
             return;
         }
+        if self.events.len() >= MAX_TARGET_PROCESSES {
+            // Full (registration is untrusted: any number of subscriber pids can be claimed): a departed process
+            // makes room, else the newcomer is not served over this layer.
+            match self.events.iter().find(|(_, e)| !e.active).map(|(p, _)| *p) {
+                Some(departed) => self.remove_events(departed),
+                None => {
+                    tracing::warn!(
+                        "eCAL shm: memfile {} already serves {MAX_TARGET_PROCESSES} processes; subscriber process \
+                         {pid} is not served over shared memory",
+                        self.file.name()
+                    );
+                    return;
+                }
+            }
+        }
         let base = format!("{}_{pid}", self.file.name());
         let open = || -> Result<TargetEvents, SyncOpenError> {
             Ok(TargetEvents {
@@ -141,6 +161,18 @@ impl Buffer {
             e.ack.set();
             e.active = false;
             e.ack_invalid = true;
+        }
+        // A process that is gone will not come back: its event files go now, not with the memfile.
+        if !crate::sys::pid_alive(pid) {
+            self.remove_events(pid);
+        }
+    }
+
+    fn remove_events(&mut self, pid: u32) {
+        if let Some(e) = self.events.remove(&pid) {
+            e.ack.set();
+            e.snd.unlink();
+            e.ack.unlink();
         }
     }
 
@@ -468,6 +500,9 @@ pub(crate) enum ObserveError {
     /// The thread could not be started.
     #[error("cannot start the observer thread: {0}")]
     Thread(std::io::Error),
+    /// This process already observes [`MAX_OBSERVERS`] memfiles (one thread each, as in eCAL).
+    #[error("already observing {MAX_OBSERVERS} eCAL memfiles")]
+    TooMany,
 }
 
 impl Observer {
@@ -478,6 +513,10 @@ impl Observer {
             let mut sinks = crate::sync::lock(&o.sinks);
             *sinks = sinks.iter().cloned().chain([Arc::clone(sink)]).collect();
             return Ok(ObserverRef { obs: Arc::clone(o), sink: Arc::clone(sink) });
+        }
+        // One thread per memfile (eCAL's design): bounded, since registration can announce any number of them.
+        if pool.len() >= MAX_OBSERVERS {
+            return Err(ObserveError::TooMany);
         }
         // Open the memfile first: no event files are created for a memfile that is already gone.
         let reader = MemfileReader::open(name)?;

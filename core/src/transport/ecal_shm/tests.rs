@@ -516,3 +516,29 @@ fn writer_options_default_to_the_configuration_defaults() {
     let f = EcalShmWriterFactory::new(&layers);
     assert_eq!((f.opts.buffer_count, f.opts.ack_timeout_ms), (3, 500));
 }
+
+#[test]
+fn a_memfile_serves_a_bounded_number_of_processes_and_forgets_the_dead() {
+    // Pids above any the kernel hands out here stand for processes that are gone (or never were).
+    let claimed: BTreeSet<u32> = (4_190_000..4_190_000 + MAX_TARGET_PROCESSES as u32 + 40).collect();
+    let mut b = Buffer::create(64, &claimed).expect("buffer");
+    assert_eq!(b.events.len(), MAX_TARGET_PROCESSES, "at most MAX_TARGET_PROCESSES served");
+    let name = b.file.name().to_owned();
+    let first = 4_190_000u32;
+    assert!(shm_exists(&format!("{name}_{first}_evt")));
+    // A departed process that no longer exists loses its event files at once.
+    b.disconnect(first);
+    assert_eq!(b.events.len(), MAX_TARGET_PROCESSES - 1);
+    assert!(!shm_exists(&format!("{name}_{first}_evt")) && !shm_exists(&format!("{name}_{first}_ack_evt")));
+    // A live process still gets in.
+    let me = std::process::id();
+    b.connect(me);
+    assert!(b.events.contains_key(&me));
+    // Departed live processes keep their events (eCAL's rule), but make room when the table is full.
+    b.disconnect(me);
+    assert!(b.events.contains_key(&me));
+    b.connect(4_190_000 + MAX_TARGET_PROCESSES as u32 + 100);
+    assert!(!b.events.contains_key(&me), "a departed process made room");
+    drop(b);
+    assert!(!shm_exists(&format!("{name}_{}_evt", first + 1)), "the writer removes the events it owns");
+}
