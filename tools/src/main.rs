@@ -27,6 +27,8 @@ enum Command {
     Record(record::RecordArgs),
     /// Publish the messages of an MCAP file with their recorded timing and type information.
     Play(play::PlayArgs),
+    /// Summarise an MCAP file: channels, types, message counts, time span, recording metadata, damage.
+    Info(play::InfoArgs),
     /// Internal: the echo/sink process spawned by `shoal perf`.
     #[command(hide = true)]
     PerfPeer(perf::PeerArgs),
@@ -43,5 +45,6 @@ fn main() -> anyhow::Result<()> {
         Command::Topic(cmd) => topic::run(cmd),
         Command::Record(args) => record::run(args),
         Command::Play(args) => play::run(args),
+        Command::Info(args) => play::info(args),
     }
 }

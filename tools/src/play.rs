@@ -547,6 +547,113 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
     Ok(())
 }
 
+/// Arguments of `shoal info FILE.mcap`.
+#[derive(Debug, Args)]
+pub(crate) struct InfoArgs {
+    /// The MCAP file.
+    file: PathBuf,
+    /// One JSON object on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `shoal info`: what a file holds (from its summary, or by reading it through when it has none), its
+/// recording metadata and what of it cannot be read.
+pub(crate) fn info(a: InfoArgs) -> Result<()> {
+    let len = std::fs::metadata(&a.file).with_context(|| format!("cannot open {}", a.file.display()))?.len();
+    let summary = read_summary(&a.file);
+    let mut catalog = summary.as_ref().map(Catalog::from_summary).unwrap_or_default();
+    let mut counts: HashMap<u16, u64> = summary
+        .as_ref()
+        .and_then(|s| s.stats.as_ref())
+        .map(|st| st.channel_message_counts.clone().into_iter().collect())
+        .unwrap_or_default();
+    let (mut start, mut end) = summary
+        .as_ref()
+        .and_then(|s| s.stats.as_ref())
+        .filter(|st| st.message_count > 0)
+        .map_or((None, None), |st| (Some(st.message_start_time), Some(st.message_end_time)));
+    // The metadata records (and, without a summary, the messages) come from reading the file through.
+    let mut metadata: Vec<(String, std::collections::BTreeMap<String, String>)> = Vec::new();
+    let have_counts = summary.as_ref().is_some_and(|s| s.stats.is_some());
+    let damage = read_records(&a.file, |r| {
+        catalog.learn(&r);
+        match r {
+            Record::Message { header, .. } if !have_counts => {
+                *counts.entry(header.channel_id).or_default() += 1;
+                start = Some(start.map_or(header.log_time, |t: u64| t.min(header.log_time)));
+                end = Some(end.map_or(header.log_time, |t: u64| t.max(header.log_time)));
+            }
+            Record::Metadata(m) => metadata.push((m.name, m.metadata)),
+            _ => {}
+        }
+        true
+    })?;
+    let mut ids: Vec<u16> = catalog.channels.keys().copied().collect();
+    ids.sort_unstable();
+    let channels: Vec<serde_json::Value> = ids
+        .iter()
+        .filter_map(|id| {
+            let (topic, ti) = catalog.type_info(*id)?;
+            let ch = &catalog.channels[id];
+            let schema = catalog.schemas.get(&ch.schema_id);
+            Some(json!({"id": id, "topic": topic, "messages": counts.get(id).copied().unwrap_or(0),
+                        "message_encoding": ch.message_encoding, "schema_name": schema.map(|s| s.name.clone()),
+                        "schema_encoding": schema.map(|s| s.encoding.clone()), "type_name": ti.name,
+                        "encoding": ti.encoding, "descriptor_len": ti.descriptor.len()}))
+        })
+        .collect();
+    let messages: u64 = counts.values().sum();
+    let seconds = match (start, end) {
+        (Some(s), Some(e)) => e.saturating_sub(s) as f64 / 1e9,
+        _ => 0.0,
+    };
+    if a.json {
+        let meta: Vec<_> = metadata.iter().map(|(n, m)| json!({"name": n, "metadata": m})).collect();
+        let damage_json: Vec<_> = damage.iter().map(|d| json!({"read_bytes": d.read_bytes, "what": d.what})).collect();
+        shoal_tools::emit(
+            &json!({"file": a.file.display().to_string(), "bytes": len, "had_summary": summary.is_some(),
+                                  "messages": messages, "start_ns": start, "end_ns": end, "seconds": seconds,
+                                  "channels": channels, "metadata": meta, "damage": damage_json}),
+        );
+    } else {
+        println!(
+            "file:      {} ({len} bytes{})",
+            a.file.display(),
+            if summary.is_some() { "" } else { ", no summary" }
+        );
+        let counted = if have_counts { "as the summary counts them" } else { "readable" };
+        println!("messages:  {messages} in {seconds:.3} s ({counted})");
+        println!("channels:  {}", channels.len());
+        for c in &channels {
+            println!(
+                "  {:<40} {:>9} msgs  {} ({}), schema {}",
+                c["topic"].as_str().unwrap_or_default(),
+                c["messages"],
+                c["type_name"].as_str().unwrap_or_default(),
+                c["encoding"].as_str().unwrap_or_default(),
+                c["schema_name"].as_str().map_or("none".to_string(), |n| format!(
+                    "{n} ({})",
+                    c["schema_encoding"].as_str().unwrap_or_default()
+                ))
+            );
+        }
+        for (name, m) in &metadata {
+            println!("metadata {name}:");
+            for (k, v) in m {
+                println!("  {k} = {v}");
+            }
+        }
+        for d in &damage {
+            println!("damaged:   {d}");
+        }
+    }
+    if !damage.is_empty() {
+        bail!("{} is damaged: the parts listed above cannot be read", a.file.display());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

@@ -594,7 +594,8 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
                     topic: Arc::clone(&cb_state),
                     type_info,
                     log_time,
-                    publish_time: u64::try_from(s.send_time_ns()).unwrap_or(0),
+                    // MCAP: the publish time is the log time when the publisher's is not known.
+                    publish_time: u64::try_from(s.send_time_ns()).ok().filter(|&t| t > 0).unwrap_or(log_time),
                     sequence: s.clock() as u32,
                     data: s.payload().to_vec(),
                 };
