@@ -716,7 +716,42 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU64;
+
+    use super::{Item, Queue, TopicState, parse_size};
+
+    fn item(len: usize) -> Item {
+        let topic = Arc::new(TopicState {
+            name: "t".into(),
+            received: AtomicU64::new(0),
+            queue_drops: AtomicU64::new(0),
+            subscriber_drops: AtomicU64::new(0),
+            via: Default::default(),
+        });
+        Item { topic, type_info: Arc::default(), log_time: 1, publish_time: 1, sequence: 1, data: vec![0; len] }
+    }
+
+    #[test]
+    fn the_queue_is_bounded_in_bytes_and_takes_one_large_message_when_empty() {
+        let q = Queue::new(1000);
+        assert!(q.push(item(600)).is_ok());
+        assert!(q.push(item(400)).is_ok(), "exactly full");
+        assert!(q.push(item(1)).is_err(), "full: the caller counts the drop");
+        let mut batch = VecDeque::new();
+        q.pop_all(&mut batch);
+        assert_eq!(batch.len(), 2);
+        assert!(q.push(item(5000)).is_ok(), "larger than the queue, but the queue is empty");
+        assert!(q.push(item(1)).is_err());
+        batch.clear();
+        q.pop_all(&mut batch);
+        q.close();
+        assert!(q.push(item(1)).is_err(), "closed");
+        batch.clear();
+        q.pop_all(&mut batch);
+        assert!(batch.is_empty(), "closed and drained");
+    }
 
     #[test]
     fn sizes_take_k_m_g_suffixes() {
