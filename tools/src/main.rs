@@ -1,6 +1,8 @@
 //! `shoal`: the command line of the shoal pub/sub framework.
 
 mod perf;
+mod play;
+mod record;
 mod topic;
 
 use clap::{Parser, Subcommand};
@@ -21,6 +23,12 @@ enum Command {
     /// List, echo and publish topics (shoal's and eCAL's).
     #[command(subcommand)]
     Topic(topic::TopicCommand),
+    /// Record topics into an MCAP file (with their protobuf schemas), until Ctrl-C, SIGTERM or --duration.
+    Record(record::RecordArgs),
+    /// Publish the messages of an MCAP file with their recorded timing and type information.
+    Play(play::PlayArgs),
+    /// Summarise an MCAP file: channels, types, message counts, time span, recording metadata, damage.
+    Info(play::InfoArgs),
     /// Internal: the echo/sink process spawned by `shoal perf`.
     #[command(hide = true)]
     PerfPeer(perf::PeerArgs),
@@ -35,5 +43,8 @@ fn main() -> anyhow::Result<()> {
         Command::Perf(args) => perf::run(args),
         Command::PerfPeer(args) => perf::run_peer(args),
         Command::Topic(cmd) => topic::run(cmd),
+        Command::Record(args) => record::run(args),
+        Command::Play(args) => play::run(args),
+        Command::Info(args) => play::info(args),
     }
 }

@@ -12,13 +12,23 @@ use std::time::Duration;
 use serde_json::Value;
 
 #[allow(unused_imports)] // as above
-pub(crate) use process::{Proc, ecal_python, script, shm_files_of};
+pub(crate) use process::{Proc, ecal_python, script, shm_files_of, venv_python};
 
 /// The `shoal-peer` binary.
 pub(crate) const PEER: &str = env!("CARGO_BIN_EXE_shoal-peer");
 
 /// The `shoal-snapshot` binary.
 pub(crate) const SNAPSHOT: &str = env!("CARGO_BIN_EXE_shoal-snapshot");
+
+/// The python of the MCAP reader's venv (`mcap`, `mcap-protobuf-support`), created by `scripts/mcap-venv` on
+/// first use.
+pub(crate) fn mcap_python() -> String {
+    static PYTHON: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    match PYTHON.get_or_init(|| venv_python("scripts/mcap-venv")) {
+        Ok(python) => python.clone(),
+        Err(e) => panic!("the Python MCAP reader environment is not available: {e}"),
+    }
+}
 
 /// A topic name unique to this test process.
 pub(crate) fn topic(name: &str) -> String {

@@ -22,28 +22,31 @@ pub(crate) fn repo() -> PathBuf {
 /// concurrent runs and is idempotent).
 pub(crate) fn ecal_python() -> String {
     static PYTHON: OnceLock<Result<String, String>> = OnceLock::new();
-    let found = PYTHON.get_or_init(|| {
-        let script = repo().join("scripts/ecal-venv");
-        let out = Command::new("bash")
-            .arg(&script)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() {
-            return Err(format!("{} failed ({}):\n{stderr}", script.display(), out.status));
-        }
-        let python = stdout.lines().last().unwrap_or_default().trim().to_string();
-        if !Path::new(&python).is_file() {
-            return Err(format!("{} printed no python path:\n{stdout}\n{stderr}", script.display()));
-        }
-        Ok(python)
-    });
-    match found {
+    match PYTHON.get_or_init(|| venv_python("scripts/ecal-venv")) {
         Ok(python) => python.clone(),
         Err(e) => panic!("the eCAL 6.1.1 Python environment is not available: {e}"),
     }
+}
+
+/// Runs a venv script of `scripts/` (`ecal-venv`, `mcap-venv`: each creates its venv under `target/` once and prints
+/// the venv's python last) and returns that python.
+pub(crate) fn venv_python(script_path: &str) -> Result<String, String> {
+    let script = repo().join(script_path);
+    let out = Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(format!("{} failed ({}):\n{stderr}", script.display(), out.status));
+    }
+    let python = stdout.lines().last().unwrap_or_default().trim().to_string();
+    if !Path::new(&python).is_file() {
+        return Err(format!("{} printed no python path:\n{stdout}\n{stderr}", script.display()));
+    }
+    Ok(python)
 }
 
 /// Path of an eCAL peer script in `tools/tests/ecal/`.

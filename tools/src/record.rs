@@ -1,0 +1,766 @@
+//! `shoal record`: writes what topics carry into an MCAP file, with each channel's schema.
+//!
+//! Threads: the process's doorbell thread runs the subscribers' callbacks, which copy each sample into a bounded
+//! queue (a full queue drops the sample and counts it; nothing else happens on that path); one writer thread takes
+//! the queue and writes the file; the main thread finds new topics (`--all`, `--regex`), prints the progress line
+//! and stops everything on Ctrl-C, SIGTERM, `--duration` or a writer error.
+//!
+//! Channels: one per topic and type information. A `proto` topic whose descriptor defines its type gets a
+//! `protobuf` schema (the descriptor, a serialized `FileDescriptorSet`) and the `protobuf` message encoding, as
+//! Foxglove and the MCAP tools expect; every other topic a schema-less channel whose message encoding is the eCAL
+//! encoding. Each channel's metadata keeps eCAL's type information (`ecal.type_name`, `ecal.encoding`, and
+//! `ecal.descriptor_hex` when a schema-less channel has a descriptor) so that `shoal play` announces it unchanged.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Seek, SeekFrom, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use serde_json::json;
+use shoal::monitor::{TopicDirection, Via};
+use shoal::{CallbackSubscriber, Node, Sample, TypeInfo};
+
+/// Channel metadata keys carrying eCAL's type information (read back by `shoal play`).
+pub(crate) const META_TYPE_NAME: &str = "ecal.type_name";
+/// See [`META_TYPE_NAME`].
+pub(crate) const META_ENCODING: &str = "ecal.encoding";
+/// See [`META_TYPE_NAME`]: the descriptor of a schema-less channel, in lowercase hex.
+pub(crate) const META_DESCRIPTOR_HEX: &str = "ecal.descriptor_hex";
+/// Name of the metadata record with the recording's counters, written when a file is closed.
+pub(crate) const RECORDING_METADATA: &str = "shoal.recording";
+
+/// How often the main thread looks for new topics, refreshes the drop counters and the progress line.
+const TICK: Duration = Duration::from_millis(250);
+
+/// Arguments of `shoal record`.
+#[derive(Debug, Args)]
+pub(crate) struct RecordArgs {
+    /// Topics to record (exact names). With `--all` or `--regex`, topics that appear later are recorded too.
+    topics: Vec<String>,
+    /// The MCAP file to write (with `--max-size`: FILE_000.mcap, FILE_001.mcap, ...). An existing file is replaced.
+    #[arg(short = 'o', long)]
+    output: PathBuf,
+    /// Record every topic that has a publisher (other than this recorder), including ones that appear later.
+    #[arg(long)]
+    all: bool,
+    /// Record every topic whose name matches this regular expression (anywhere in the name; anchor it with ^...$),
+    /// including ones that appear later.
+    #[arg(long, conflicts_with = "all")]
+    regex: Option<String>,
+    /// Chunk compression.
+    #[arg(long, value_enum, default_value_t = CompressionArg::Zstd)]
+    compression: CompressionArg,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Start a new file when the current one reaches this size (bytes, or with a k, M or G suffix: 500M).
+    #[arg(long, value_parser = parse_size)]
+    max_size: Option<u64>,
+    /// Memory for messages waiting to be written, in MiB; a message arriving when it is full is dropped (and
+    /// counted). A single message larger than this is still taken when the queue is empty.
+    #[arg(long, default_value_t = 256)]
+    queue_mb: u64,
+    /// Target uncompressed size of a chunk, in KiB.
+    #[arg(long, default_value_t = 1024)]
+    chunk_kb: u64,
+    /// Print one JSON object per subscribed topic and a final summary on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `--compression`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CompressionArg {
+    /// Zstandard (MCAP's usual choice).
+    Zstd,
+    /// LZ4 (faster, larger).
+    Lz4,
+    /// Uncompressed chunks.
+    None,
+}
+
+impl CompressionArg {
+    fn to_mcap(self) -> Option<mcap::Compression> {
+        match self {
+            CompressionArg::Zstd => Some(mcap::Compression::Zstd),
+            CompressionArg::Lz4 => Some(mcap::Compression::Lz4),
+            CompressionArg::None => None,
+        }
+    }
+}
+
+/// `500M`, `2G`, `64k` or plain bytes.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&s[..i], 1u64 << 10),
+        Some((i, 'm' | 'M')) => (&s[..i], 1 << 20),
+        Some((i, 'g' | 'G')) => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: f64 = num.trim().parse().map_err(|_| format!("`{s}` is not a size (examples: 1000000, 64k, 500M, 2G)"))?;
+    if !n.is_finite() || n < 1.0 {
+        return Err(format!("`{s}`: the size must be at least 1 byte"));
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+/// Counters of one recorded topic, shared by its callback, the writer thread and the main thread.
+#[derive(Debug)]
+struct TopicState {
+    name: Arc<str>,
+    /// Samples the callback received.
+    received: AtomicU64,
+    /// Samples the callback dropped because the queue was full.
+    queue_drops: AtomicU64,
+    /// The core subscriber's drop counter (overruns, losses on the way), copied by the main thread.
+    subscriber_drops: AtomicU64,
+    /// Samples received per layer, by [`Via::code`].
+    via: [AtomicU64; VIAS.len()],
+}
+
+/// Every layer a sample can arrive through, in [`Via::code`] order.
+const VIAS: [Via; 5] = [Via::SameProcess, Via::ShoalRing, Via::EcalShm, Via::Udp, Via::Tcp];
+
+impl TopicState {
+    /// `layer=count` for the layers samples arrived through, e.g. `shm=50`.
+    fn via_text(&self) -> String {
+        let parts: Vec<String> = VIAS
+            .iter()
+            .zip(&self.via)
+            .map(|(v, n)| (v.name(), n.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .map(|(name, n)| format!("{name}={n}"))
+            .collect();
+        parts.join(",")
+    }
+
+    fn via_json(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        for (v, n) in VIAS.iter().zip(&self.via) {
+            let n = n.load(Ordering::Relaxed);
+            if n > 0 {
+                m.insert(v.name().into(), n.into());
+            }
+        }
+        serde_json::Value::Object(m)
+    }
+}
+
+/// One received sample on its way to the writer.
+struct Item {
+    topic: Arc<TopicState>,
+    type_info: Arc<TypeInfo>,
+    log_time: u64,
+    publish_time: u64,
+    sequence: u32,
+    data: Vec<u8>,
+}
+
+/// The bounded queue between the callbacks and the writer thread (bounded in bytes).
+struct Queue {
+    state: Mutex<QueueState>,
+    cond: Condvar,
+    max_bytes: usize,
+}
+
+struct QueueState {
+    items: VecDeque<Item>,
+    bytes: usize,
+    closed: bool,
+}
+
+impl Queue {
+    fn new(max_bytes: usize) -> Queue {
+        Queue {
+            state: Mutex::new(QueueState { items: VecDeque::new(), bytes: 0, closed: false }),
+            cond: Condvar::new(),
+            max_bytes,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `item`; gives it back when the queue is full or closed.
+    fn push(&self, item: Item) -> Result<(), Item> {
+        let mut q = self.lock();
+        let len = item.data.len();
+        if q.closed || (!q.items.is_empty() && q.bytes + len > self.max_bytes) {
+            return Err(item);
+        }
+        q.bytes += len;
+        q.items.push_back(item);
+        drop(q);
+        self.cond.notify_one();
+        Ok(())
+    }
+
+    /// Waits for items and takes all of them; an empty batch means closed and drained.
+    fn pop_all(&self, into: &mut VecDeque<Item>) {
+        let mut q = self.lock();
+        while q.items.is_empty() && !q.closed {
+            q = self.cond.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+        std::mem::swap(&mut q.items, into);
+        q.bytes = 0;
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.cond.notify_all();
+    }
+}
+
+/// A `Write + Seek` that publishes the file's size (the furthest byte written) for `--max-size`.
+struct SizedFile {
+    inner: BufWriter<File>,
+    pos: u64,
+    size: Arc<AtomicU64>,
+}
+
+impl Write for SizedFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.pos += n as u64;
+        self.size.fetch_max(self.pos, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl Seek for SizedFile {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        self.pos = self.inner.seek(to)?;
+        Ok(self.pos)
+    }
+}
+
+/// What the writer thread reports when it is done.
+#[derive(Debug, Default)]
+struct WriterReport {
+    files: Vec<PathBuf>,
+    messages: u64,
+    bytes: u64,
+}
+
+/// Figures the writer thread publishes for the progress line.
+#[derive(Debug, Default)]
+struct Progress {
+    messages: AtomicU64,
+    bytes: AtomicU64,
+    file_index: AtomicU64,
+}
+
+/// The channels of one topic in the open file, by type information.
+type TopicChannels = Vec<(Arc<TypeInfo>, u16)>;
+
+/// The writer thread's state.
+struct FileWriter {
+    base: PathBuf,
+    split: bool,
+    max_size: Option<u64>,
+    options: mcap::WriteOptions,
+    writer: Option<mcap::Writer<SizedFile>>,
+    size: Arc<AtomicU64>,
+    /// Payload bytes written since the file's size last changed: the part of the open chunk not yet on disk.
+    pending: u64,
+    last_size: u64,
+    /// Per topic (by address of its state): the channels of this file, by type information.
+    channels: Vec<(Arc<TopicState>, TopicChannels)>,
+    topics: Arc<Mutex<Vec<Arc<TopicState>>>>,
+    started: SystemTime,
+    report: WriterReport,
+    file_messages: u64,
+    progress: Arc<Progress>,
+}
+
+impl FileWriter {
+    fn path(&self, index: usize) -> PathBuf {
+        if !self.split {
+            return self.base.clone();
+        }
+        let stem = self.base.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let ext = self.base.extension().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "mcap".into());
+        self.base.with_file_name(format!("{stem}_{index:03}.{ext}"))
+    }
+
+    fn open(&mut self) -> Result<()> {
+        let path = self.path(self.report.files.len());
+        let file = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+        self.size.store(0, Ordering::Relaxed);
+        let sized = SizedFile { inner: BufWriter::with_capacity(1 << 20, file), pos: 0, size: Arc::clone(&self.size) };
+        let w = self.options.clone().create(sized).with_context(|| format!("cannot start {}", path.display()))?;
+        self.writer = Some(w);
+        self.channels.clear();
+        self.pending = 0;
+        self.last_size = 0;
+        self.file_messages = 0;
+        self.progress.file_index.store(self.report.files.len() as u64, Ordering::Relaxed);
+        self.report.files.push(path);
+        Ok(())
+    }
+
+    /// Writes the metadata record and the summary; the file is valid afterwards.
+    fn close(&mut self) -> Result<()> {
+        let Some(mut w) = self.writer.take() else { return Ok(()) };
+        let path = self.report.files.last().cloned().unwrap_or_default();
+        let mut meta = BTreeMap::new();
+        meta.insert("recorder".to_string(), format!("shoal {}", env!("CARGO_PKG_VERSION")));
+        meta.insert("started_unix_ns".to_string(), unix_ns(self.started).to_string());
+        meta.insert("closed_unix_ns".to_string(), unix_ns(SystemTime::now()).to_string());
+        meta.insert("file_index".to_string(), (self.report.files.len() - 1).to_string());
+        meta.insert("file_messages".to_string(), self.file_messages.to_string());
+        let (mut queue_drops, mut subscriber_drops) = (0, 0);
+        for t in lock(&self.topics).iter() {
+            let (q, s) = (t.queue_drops.load(Ordering::Relaxed), t.subscriber_drops.load(Ordering::Relaxed));
+            queue_drops += q;
+            subscriber_drops += s;
+            meta.insert(format!("topic.{}.received", t.name), t.received.load(Ordering::Relaxed).to_string());
+            meta.insert(format!("topic.{}.queue_drops", t.name), q.to_string());
+            meta.insert(format!("topic.{}.subscriber_drops", t.name), s.to_string());
+            meta.insert(format!("topic.{}.layers", t.name), t.via_text());
+        }
+        meta.insert("queue_drops".to_string(), queue_drops.to_string());
+        meta.insert("subscriber_drops".to_string(), subscriber_drops.to_string());
+        meta.insert(
+            "counters".to_string(),
+            "cumulative since the recording started, at the time this file was closed; queue_drops: samples the \
+             recorder's queue had no room for; subscriber_drops: samples lost before reaching the recorder \
+             (counted by shoal's subscribers)"
+                .to_string(),
+        );
+        w.write_metadata(&mcap::records::Metadata { name: RECORDING_METADATA.to_string(), metadata: meta })
+            .with_context(|| format!("cannot write the metadata of {}", path.display()))?;
+        w.finish().with_context(|| format!("cannot finish {}", path.display()))?;
+        let mut sized = w.into_inner();
+        sized.flush().with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(())
+    }
+
+    fn channel(&mut self, item: &Item) -> Result<u16> {
+        let per_topic = match self.channels.iter().position(|(t, _)| Arc::ptr_eq(t, &item.topic)) {
+            Some(i) => i,
+            None => {
+                self.channels.push((Arc::clone(&item.topic), Vec::new()));
+                self.channels.len() - 1
+            }
+        };
+        let known = &self.channels[per_topic].1;
+        if let Some((_, id)) = known.iter().find(|(ti, _)| Arc::ptr_eq(ti, &item.type_info) || **ti == *item.type_info)
+        {
+            return Ok(*id);
+        }
+        let w = self.writer.as_mut().context("no open file")?;
+        let id = add_channel(w, &item.topic.name, &item.type_info)?;
+        self.channels[per_topic].1.push((Arc::clone(&item.type_info), id));
+        Ok(id)
+    }
+
+    fn write(&mut self, item: Item) -> Result<()> {
+        if self.writer.is_none() {
+            self.open()?;
+        }
+        let channel_id = self.channel(&item)?;
+        let header = mcap::records::MessageHeader {
+            channel_id,
+            sequence: item.sequence,
+            log_time: item.log_time,
+            publish_time: item.publish_time,
+        };
+        let w = self.writer.as_mut().context("no open file")?;
+        w.write_to_known_channel(&header, &item.data).context("cannot write a message")?;
+        let len = item.data.len() as u64;
+        self.report.messages += 1;
+        self.report.bytes += len;
+        self.file_messages += 1;
+        self.progress.messages.fetch_add(1, Ordering::Relaxed);
+        self.progress.bytes.fetch_add(len, Ordering::Relaxed);
+        let size = self.size.load(Ordering::Relaxed);
+        if size != self.last_size {
+            self.last_size = size;
+            self.pending = 0;
+        }
+        self.pending += len + 31;
+        if let Some(max) = self.max_size
+            && size + self.pending >= max
+        {
+            self.close()?;
+        }
+        Ok(())
+    }
+}
+
+/// Adds the channel of `topic` with `ti` (and its schema, for protobuf) to `w`.
+fn add_channel(w: &mut mcap::Writer<SizedFile>, topic: &str, ti: &TypeInfo) -> Result<u16> {
+    let mut meta = BTreeMap::new();
+    meta.insert(META_TYPE_NAME.to_string(), ti.name.clone());
+    meta.insert(META_ENCODING.to_string(), ti.encoding.clone());
+    let schema = if ti.encoding == "proto" && !ti.descriptor.is_empty() {
+        match shoal::dynamic::DynamicDecoder::new(ti) {
+            Ok(_) => Some(w.add_schema(&ti.name, "protobuf", &ti.descriptor).context("cannot add a schema")?),
+            Err(e) => {
+                tracing::warn!("topic {topic}: recorded without a schema: {e}");
+                meta.insert("ecal.schema_error".to_string(), e.to_string());
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let (schema_id, encoding) = match schema {
+        Some(id) => (id, "protobuf"),
+        None => {
+            if !ti.descriptor.is_empty() {
+                meta.insert(META_DESCRIPTOR_HEX.to_string(), hex(&ti.descriptor));
+            }
+            (0, ti.encoding.as_str())
+        }
+    };
+    w.add_channel(schema_id, topic, encoding, &meta).context("cannot add a channel")
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
+}
+
+fn unix_ns(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// User plus system CPU time of this process so far, in seconds (getrusage).
+pub(crate) fn process_cpu_s() -> f64 {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `ru` points to writable memory of the size of `rusage`; RUSAGE_SELF is always valid.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
+    if rc != 0 {
+        return 0.0;
+    }
+    // SAFETY: getrusage succeeded, so it filled the struct (and it was zeroed before).
+    let ru = unsafe { ru.assume_init() };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Which topics to record.
+enum Selection {
+    Listed,
+    All,
+    Regex(regex::Regex),
+}
+
+/// Runs `shoal record`.
+pub(crate) fn run(a: RecordArgs) -> Result<()> {
+    let selection = match (&a.regex, a.all) {
+        (Some(r), _) => Selection::Regex(regex::Regex::new(r).with_context(|| format!("--regex `{r}`"))?),
+        (None, true) => Selection::All,
+        (None, false) if a.topics.is_empty() => {
+            bail!("nothing to record: name topics, or give --all or --regex PATTERN")
+        }
+        (None, false) => Selection::Listed,
+    };
+    if let Some(d) = a.duration
+        && !(d.is_finite() && d > 0.0)
+    {
+        bail!("--duration must be a positive number of seconds");
+    }
+    if a.chunk_kb == 0 {
+        bail!("--chunk-kb must be at least 1");
+    }
+    if let Some(parent) = a.output.parent()
+        && !parent.as_os_str().is_empty()
+        && !parent.is_dir()
+    {
+        bail!("the directory of {} does not exist", a.output.display());
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal while the file is being finished ends the process at once.
+        signal_hook::flag::register_conditional_shutdown(sig, 1, Arc::clone(&stop))
+            .context("cannot install the signal handler")?;
+        signal_hook::flag::register(sig, Arc::clone(&stop)).context("cannot install the signal handler")?;
+    }
+
+    let node = Node::init("shoal_record").context("starting the shoal node (check ecal.ini and /dev/shm)")?;
+    let queue = Arc::new(Queue::new(usize::try_from(a.queue_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX)));
+    let topics: Arc<Mutex<Vec<Arc<TopicState>>>> = Arc::default();
+    let progress = Arc::new(Progress::default());
+    let cpu_start = process_cpu_s();
+    let started = SystemTime::now();
+    let t0 = Instant::now();
+
+    let options = mcap::WriteOptions::new()
+        .compression(a.compression.to_mcap())
+        .chunk_size(Some(a.chunk_kb.saturating_mul(1024)))
+        .profile("")
+        .library(format!("shoal {} (mcap-rust {})", env!("CARGO_PKG_VERSION"), mcap::VERSION));
+    let mut fw = FileWriter {
+        base: a.output.clone(),
+        split: a.max_size.is_some(),
+        max_size: a.max_size,
+        options,
+        writer: None,
+        size: Arc::default(),
+        pending: 0,
+        last_size: 0,
+        channels: Vec::new(),
+        topics: Arc::clone(&topics),
+        started,
+        report: WriterReport::default(),
+        file_messages: 0,
+        progress: Arc::clone(&progress),
+    };
+    // The first file exists from the start, so that a recording of nothing is still a valid (empty) file.
+    fw.open()?;
+    let writer_queue = Arc::clone(&queue);
+    let writer_stop = Arc::clone(&stop);
+    let writer = std::thread::Builder::new()
+        .name("shoal-record-writer".into())
+        .spawn(move || -> Result<WriterReport> {
+            let mut batch = VecDeque::new();
+            let result = (|| -> Result<()> {
+                loop {
+                    writer_queue.pop_all(&mut batch);
+                    if batch.is_empty() {
+                        return Ok(());
+                    }
+                    for item in batch.drain(..) {
+                        fw.write(item)?;
+                    }
+                }
+            })();
+            let closed = fw.close();
+            if result.is_err() || closed.is_err() {
+                // Stop the recording: nothing more can be written.
+                writer_stop.store(true, Ordering::Relaxed);
+                writer_queue.close();
+            }
+            result.and(closed)?;
+            Ok(fw.report)
+        })
+        .context("cannot start the writer thread")?;
+
+    let mut subs: Vec<(Arc<TopicState>, CallbackSubscriber)> = Vec::new();
+    let subscribe = |name: &str, subs: &mut Vec<(Arc<TopicState>, CallbackSubscriber)>| -> Result<()> {
+        if subs.iter().any(|(t, _)| &*t.name == name) {
+            return Ok(());
+        }
+        let state = Arc::new(TopicState {
+            name: Arc::from(name),
+            received: AtomicU64::new(0),
+            queue_drops: AtomicU64::new(0),
+            subscriber_drops: AtomicU64::new(0),
+            via: Default::default(),
+        });
+        let cb_state = Arc::clone(&state);
+        let cb_queue = Arc::clone(&queue);
+        let mut last_type: Option<Arc<TypeInfo>> = None;
+        let sub = node
+            .subscriber(name)
+            .callback(move |s: &Sample| {
+                let log_time = unix_ns(SystemTime::now());
+                cb_state.received.fetch_add(1, Ordering::Relaxed);
+                if let Some(n) = usize::try_from(s.via().code()).ok().and_then(|i| cb_state.via.get(i)) {
+                    n.fetch_add(1, Ordering::Relaxed);
+                }
+                let type_info = match &last_type {
+                    Some(t) if **t == *s.type_info() => Arc::clone(t),
+                    _ => {
+                        let t = Arc::new(s.type_info().clone());
+                        last_type = Some(Arc::clone(&t));
+                        t
+                    }
+                };
+                let item = Item {
+                    topic: Arc::clone(&cb_state),
+                    type_info,
+                    log_time,
+                    // MCAP: the publish time is the log time when the publisher's is not known.
+                    publish_time: u64::try_from(s.send_time_ns()).ok().filter(|&t| t > 0).unwrap_or(log_time),
+                    sequence: s.clock() as u32,
+                    data: s.payload().to_vec(),
+                };
+                if cb_queue.push(item).is_err() {
+                    cb_state.queue_drops.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+            .create()
+            .with_context(|| format!("cannot subscribe to {name}"))?;
+        lock(&topics).push(Arc::clone(&state));
+        subs.push((state, sub));
+        if a.json {
+            shoal_tools::emit(&json!({"event": "subscribed", "topic": name}));
+        }
+        Ok(())
+    };
+    for t in &a.topics {
+        subscribe(t, &mut subs)?;
+    }
+
+    let terminal = std::io::stderr().is_terminal();
+    let me = (node.host_name().to_string(), std::process::id());
+    let deadline = a.duration.map(|d| t0 + Duration::from_secs_f64(d));
+    let mut last_tick = (Instant::now(), 0u64, 0u64);
+    let mut next_discovery = Instant::now();
+    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+        let now = Instant::now();
+        if !matches!(selection, Selection::Listed) && now >= next_discovery {
+            next_discovery = now + Duration::from_millis(500);
+            let snap = node.snapshot();
+            let mut names: Vec<&str> = snap
+                .topics
+                .iter()
+                .filter(|t| t.direction == TopicDirection::Publisher && !(t.host_name == me.0 && t.pid == me.1))
+                .map(|t| t.topic_name.as_str())
+                .filter(|n| match &selection {
+                    Selection::Regex(r) => r.is_match(n),
+                    _ => true,
+                })
+                .collect();
+            names.sort_unstable();
+            names.dedup();
+            for n in names {
+                subscribe(n, &mut subs)?;
+            }
+        }
+        for (t, s) in &subs {
+            t.subscriber_drops.store(s.drops(), Ordering::Relaxed);
+        }
+        if terminal {
+            let (msgs, bytes) = (progress.messages.load(Ordering::Relaxed), progress.bytes.load(Ordering::Relaxed));
+            let dt = last_tick.0.elapsed().as_secs_f64().max(1e-3);
+            let rate = (msgs - last_tick.1) as f64 / dt;
+            let bw = (bytes - last_tick.2) as f64 / dt / 1e6;
+            last_tick = (Instant::now(), msgs, bytes);
+            let drops: u64 = subs
+                .iter()
+                .map(|(t, _)| t.queue_drops.load(Ordering::Relaxed) + t.subscriber_drops.load(Ordering::Relaxed))
+                .sum();
+            let file = if a.max_size.is_some() {
+                format!("  file {:03}", progress.file_index.load(Ordering::Relaxed))
+            } else {
+                String::new()
+            };
+            eprint!(
+                "\r\x1b[Krecording {} topics: {msgs} msgs  {:.1} MB  {rate:.0} msg/s  {bw:.1} MB/s  drops {drops}{file}  {:.0} s",
+                subs.len(),
+                bytes as f64 / 1e6,
+                t0.elapsed().as_secs_f64()
+            );
+        }
+        std::thread::sleep(TICK);
+    }
+    if terminal {
+        eprintln!();
+    }
+    // Stop receiving first, then let the writer drain the queue and finish the file.
+    for (t, s) in &subs {
+        t.subscriber_drops.store(s.drops(), Ordering::Relaxed);
+    }
+    drop(subs);
+    queue.close();
+    let report = writer.join().map_err(|_| anyhow::anyhow!("the writer thread panicked"))??;
+    let elapsed = t0.elapsed().as_secs_f64();
+    let cpu = process_cpu_s() - cpu_start;
+    let states = lock(&topics).clone();
+    let queue_drops: u64 = states.iter().map(|t| t.queue_drops.load(Ordering::Relaxed)).sum();
+    let subscriber_drops: u64 = states.iter().map(|t| t.subscriber_drops.load(Ordering::Relaxed)).sum();
+    let received: u64 = states.iter().map(|t| t.received.load(Ordering::Relaxed)).sum();
+    let mb = report.bytes as f64 / 1e6;
+    let files: Vec<String> = report.files.iter().map(|p| p.display().to_string()).collect();
+    eprintln!(
+        "shoal record: {} messages ({mb:.1} MB) from {} topics in {elapsed:.1} s into {}; drops: {queue_drops} in the \
+         recorder's queue, {subscriber_drops} before the recorder; CPU {cpu:.2} s",
+        report.messages,
+        states.len(),
+        files.join(", ")
+    );
+    if a.json {
+        let per_topic: Vec<_> = states
+            .iter()
+            .map(|t| {
+                json!({"topic": &*t.name, "received": t.received.load(Ordering::Relaxed),
+                       "queue_drops": t.queue_drops.load(Ordering::Relaxed),
+                       "subscriber_drops": t.subscriber_drops.load(Ordering::Relaxed), "layers": t.via_json()})
+            })
+            .collect();
+        shoal_tools::emit(
+            &json!({"event": "summary", "files": files, "messages": report.messages, "received": received,
+                           "bytes": report.bytes, "queue_drops": queue_drops, "subscriber_drops": subscriber_drops,
+                           "seconds": elapsed, "cpu_s": cpu,
+                           "cpu_ms_per_mb": if mb > 0.0 { cpu * 1000.0 / mb } else { 0.0 },
+                           "topics": per_topic}),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU64;
+
+    use super::{Item, Queue, TopicState, parse_size};
+
+    fn item(len: usize) -> Item {
+        let topic = Arc::new(TopicState {
+            name: "t".into(),
+            received: AtomicU64::new(0),
+            queue_drops: AtomicU64::new(0),
+            subscriber_drops: AtomicU64::new(0),
+            via: Default::default(),
+        });
+        Item { topic, type_info: Arc::default(), log_time: 1, publish_time: 1, sequence: 1, data: vec![0; len] }
+    }
+
+    #[test]
+    fn the_queue_is_bounded_in_bytes_and_takes_one_large_message_when_empty() {
+        let q = Queue::new(1000);
+        assert!(q.push(item(600)).is_ok());
+        assert!(q.push(item(400)).is_ok(), "exactly full");
+        assert!(q.push(item(1)).is_err(), "full: the caller counts the drop");
+        let mut batch = VecDeque::new();
+        q.pop_all(&mut batch);
+        assert_eq!(batch.len(), 2);
+        assert!(q.push(item(5000)).is_ok(), "larger than the queue, but the queue is empty");
+        assert!(q.push(item(1)).is_err());
+        batch.clear();
+        q.pop_all(&mut batch);
+        q.close();
+        assert!(q.push(item(1)).is_err(), "closed");
+        batch.clear();
+        q.pop_all(&mut batch);
+        assert!(batch.is_empty(), "closed and drained");
+    }
+
+    #[test]
+    fn sizes_take_k_m_g_suffixes() {
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert_eq!(parse_size("64k"), Ok(64 << 10));
+        assert_eq!(parse_size("500M"), Ok(500 << 20));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("").is_err());
+    }
+}
