@@ -111,29 +111,26 @@ pub(crate) fn open_peer_file(
     Ok((file, meta.len()))
 }
 
-/// `[shoal_security] shm_access` of this process: 0 owner, 1 group, 2 all (see [`set_shm_access`]).
-static SHM_ACCESS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+/// Modes of the shared-memory files this process creates (`[shoal_security] shm_access`): files others only read
+/// (rings), and files others write too (doorbells, eCAL memfiles and events). Owner only until a node sets them.
+static SHM_READ_MODE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0o600);
+static SHM_WRITE_MODE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0o600);
 
-/// Sets who may open the shared-memory files this process creates from now on (process-wide, like a umask: every
-/// node started applies its configuration's value).
-pub(crate) fn set_shm_access(access: crate::config::ShmAccess) {
-    use crate::config::ShmAccess;
-    let v = match access {
-        ShmAccess::Owner => 0,
-        ShmAccess::Group => 1,
-        ShmAccess::All => 2,
-    };
-    SHM_ACCESS.store(v, std::sync::atomic::Ordering::Relaxed);
+/// Sets the modes of the shared-memory files this process creates from now on (process-wide, like a umask: every
+/// node started applies its configuration's values).
+pub(crate) fn set_shm_modes(read: u32, write: u32) {
+    SHM_READ_MODE.store(read, std::sync::atomic::Ordering::Relaxed);
+    SHM_WRITE_MODE.store(write, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Who may open this process's shared-memory files.
-pub(crate) fn shm_access() -> crate::config::ShmAccess {
-    use crate::config::ShmAccess;
-    match SHM_ACCESS.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => ShmAccess::Owner,
-        1 => ShmAccess::Group,
-        _ => ShmAccess::All,
-    }
+/// Mode of a shared-memory file other processes only read (ring segments).
+pub(crate) fn shm_read_mode() -> u32 {
+    SHM_READ_MODE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Mode of a shared-memory file other processes write too (doorbells, eCAL memfiles, locks and events).
+pub(crate) fn shm_write_mode() -> u32 {
+    SHM_WRITE_MODE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 #[cfg(test)]

@@ -81,7 +81,9 @@ fn parse(data: &[u8]) -> arbitrary::Result<(ReassemblyConfig, Vec<Step>)> {
         };
         steps.push(Step { sender, advance_ms, datagram });
     }
-    Ok((ReassemblyConfig { max_age, max_messages, max_bytes }, steps))
+    // Half the slots per sender, so that both the per-sender bound and the eviction of the biggest holder run.
+    let max_per_source = (max_messages / 2).max(1);
+    Ok((ReassemblyConfig { max_age, max_messages, max_bytes, max_per_source }, steps))
 }
 
 fn check_invariants(r: &Reassembler, cfg: &ReassemblyConfig) {

@@ -179,7 +179,7 @@ impl MemfileWriter {
         };
         let setup = || -> Result<(MmapRaw, NamedSync), MemfileOpenError> {
             use std::os::unix::fs::PermissionsExt;
-            let mode = crate::sys::shm_access().write_mode();
+            let mode = crate::sys::shm_write_mode();
             file.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(io_err("chmod"))?;
             file.set_len(total).map_err(io_err("ftruncate"))?;
             let map = MmapOptions::new().len(len).map_raw(&file).map_err(io_err("mmap"))?;

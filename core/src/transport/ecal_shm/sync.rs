@@ -116,7 +116,7 @@ impl Drop for Flock<'_> {
 /// eCAL itself creates 0666); true when created here. An existing file is opened as one another process named:
 /// no symlink, no FIFO, a regular file only ([`crate::sys::open_peer_file`]).
 pub(crate) fn open_or_create_shm(path: &std::path::Path) -> io::Result<(File, bool)> {
-    let mode = crate::sys::shm_access().write_mode();
+    let mode = crate::sys::shm_write_mode();
     match std::fs::OpenOptions::new().read(true).write(true).create_new(true).mode(mode).open(path) {
         Ok(f) => {
             // Exactly the configured mode, whatever the umask.

@@ -227,7 +227,7 @@ impl Doorbell {
     /// Creates `/dev/shm/shoal_db_<pid>_<unique>`.
     pub fn create() -> Result<Doorbell, DoorbellCreateError> {
         let pid = segment::own_pid();
-        let mode = crate::sys::shm_access().write_mode();
+        let mode = crate::sys::shm_write_mode();
         let created = segment::create_mapped(Placement { huge_dir: None }, DOORBELL_FILE_SIZE as u64, mode, || {
             format!("shoal_db_{pid}_{}", segment::unique_token())
         })

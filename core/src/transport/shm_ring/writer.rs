@@ -188,14 +188,13 @@ impl RingWriter {
         let bytes = ring_bytes(slot_count, slot_size).ok_or_else(too_large)?;
         let stride = slot_stride(slot_size).ok_or_else(too_large)?;
         let mut first = true;
-        let created =
-            segment::create_mapped(Placement { huge_dir }, bytes, crate::sys::shm_access().read_mode(), || {
-                if !first && generation == 0 {
-                    name.unique = segment::unique_token();
-                }
-                first = false;
-                name.file_name(generation)
-            })?;
+        let created = segment::create_mapped(Placement { huge_dir }, bytes, crate::sys::shm_read_mode(), || {
+            if !first && generation == 0 {
+                name.unique = segment::unique_token();
+            }
+            first = false;
+            name.file_name(generation)
+        })?;
         let seg = Segment {
             path: created.path,
             map: created.map,
