@@ -57,12 +57,16 @@ fn ros_err(what: &str, e: impl std::fmt::Debug) -> BridgeError {
 pub trait Codec: Send + Sync + 'static {
     /// The ROS 2 message struct.
     type Ros: Serialize + DeserializeOwned + std::fmt::Debug + Send + 'static;
-    /// What the bridge's shoal publisher and subscriber announce.
+    /// What the bridge's shoal publisher announces.
     fn shoal_type_info(&self) -> TypeInfo;
+    /// What the bridge's shoal subscriber expects (default: what the publisher announces).
+    fn shoal_sub_type_info(&self) -> TypeInfo {
+        self.shoal_type_info()
+    }
     /// shoal sample → ROS 2 message; a drop cause and its detail when the sample is bad input.
     fn to_ros(&self, sample: &Sample) -> Result<Self::Ros, (Cause, String)>;
-    /// ROS 2 message → shoal payload.
-    fn to_shoal(&self, msg: Self::Ros) -> Vec<u8>;
+    /// ROS 2 message → shoal payload; a drop cause and its detail when the message cannot be forwarded.
+    fn to_shoal(&self, msg: Self::Ros) -> Result<Vec<u8>, (Cause, String)>;
 }
 
 /// A built-in type: the shipped protobuf message `P`, mapped field by field.
@@ -101,31 +105,70 @@ where
         })?;
         msg.to_ros().map_err(|e| (Cause::Map, e.to_string()))
     }
-    fn to_shoal(&self, msg: P::Ros) -> Vec<u8> {
-        prost::Message::encode_to_vec(&P::from_ros(msg))
+    fn to_shoal(&self, msg: P::Ros) -> Result<Vec<u8>, (Cause, String)> {
+        Ok(prost::Message::encode_to_vec(&P::from_ros(msg)))
     }
 }
 
-/// The raw fallback: `std_msgs/msg/UInt8MultiArray` carrying the payload and its shoal type name.
+/// The raw fallback: `std_msgs/msg/UInt8MultiArray` carrying the payload and its shoal type name (in
+/// `layout.dim[0].label`).
 #[derive(Debug)]
 pub struct RawCodec {
-    shoal_type: String,
+    /// The configured shoal type, if any: samples of another type are dropped (a type change).
+    shoal_type: Option<String>,
+    /// What the shoal publisher announces.
+    type_info: TypeInfo,
+}
+
+impl RawCodec {
+    /// The raw codec of `route` (its `shoal_type` and `shoal_descriptor`).
+    pub fn new(route: &Route) -> RawCodec {
+        RawCodec { shoal_type: route.shoal_type.clone(), type_info: route.raw_type_info() }
+    }
+
+    fn check_type(&self, got: &str, side: &str) -> Result<(), (Cause, String)> {
+        match &self.shoal_type {
+            Some(want) if !got.is_empty() && got != want => {
+                Err((Cause::TypeMismatch, format!("{side} carries type {got}, the route carries {want} (shoal_type)")))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Codec for RawCodec {
     type Ros = ros::UInt8MultiArray;
     fn shoal_type_info(&self) -> TypeInfo {
-        TypeInfo::raw(self.shoal_type.clone())
+        self.type_info.clone()
+    }
+    /// Without a configured type the subscriber announces none, and so matches every publisher.
+    fn shoal_sub_type_info(&self) -> TypeInfo {
+        if self.shoal_type.is_some() { self.type_info.clone() } else { TypeInfo::default() }
     }
     fn to_ros(&self, sample: &Sample) -> Result<ros::UInt8MultiArray, (Cause, String)> {
-        let data = sample.payload().to_vec();
-        let len = u32::try_from(data.len()).map_err(|_| (Cause::Map, "payload larger than 4 GiB".to_string()))?;
-        let dim = ros::MultiArrayDimension { label: sample.type_info().name.clone(), size: len, stride: len };
-        Ok(ros::UInt8MultiArray { layout: ros::MultiArrayLayout { dim: vec![dim], data_offset: 0 }, data })
+        self.check_type(&sample.type_info().name, "the shoal publisher")?;
+        raw_to_ros(&sample.type_info().name, sample.payload()).map_err(|e| (Cause::Map, e.to_string()))
     }
-    fn to_shoal(&self, msg: ros::UInt8MultiArray) -> Vec<u8> {
-        msg.data
+    fn to_shoal(&self, msg: ros::UInt8MultiArray) -> Result<Vec<u8>, (Cause, String)> {
+        let label = msg.layout.dim.first().map_or("", |d| d.label.as_str());
+        self.check_type(label, "a ROS 2 sample (layout.dim[0].label)")?;
+        Ok(msg.data)
     }
+}
+
+/// The raw fallback's ROS 2 message: `payload` in `data`, and one `layout.dim` whose `label` is the shoal type
+/// name and whose `size` and `stride` are the payload's length. Fails only for payloads of 4 GiB or more.
+pub fn raw_to_ros(type_name: &str, payload: &[u8]) -> Result<ros::UInt8MultiArray, crate::mapping::MapError> {
+    let len = u32::try_from(payload.len()).map_err(|_| crate::mapping::MapError::OutOfRange {
+        field: "layout.dim[0].size",
+        value: i64::try_from(payload.len()).unwrap_or(i64::MAX),
+        ros_type: "uint32",
+    })?;
+    let dim = ros::MultiArrayDimension { label: type_name.to_string(), size: len, stride: len };
+    Ok(ros::UInt8MultiArray {
+        layout: ros::MultiArrayLayout { dim: vec![dim], data_offset: 0 },
+        data: payload.to_vec(),
+    })
 }
 
 /// The ROS 2 QoS profile of a route (the same for its reader and its writer).
@@ -230,10 +273,7 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
             RosType::Image => env.start(route, ProtoCodec::<pb::sensor_msgs::Image>::default()),
             RosType::PointCloud2 => env.start(route, ProtoCodec::<pb::sensor_msgs::PointCloud2>::default()),
             RosType::NavSatFix => env.start(route, ProtoCodec::<pb::sensor_msgs::NavSatFix>::default()),
-            RosType::Raw => {
-                let shoal_type = route.shoal_type.clone().unwrap_or_else(|| RosType::Raw.to_string());
-                env.start(route, RawCodec { shoal_type })
-            }
+            RosType::Raw => env.start(route, RawCodec::new(route)),
         }?;
         tracing::info!(route = %route_name(route), direction = ?route.direction, qos = ?route.qos, "bridging");
         running.push(r);
@@ -454,7 +494,7 @@ impl StartEnv<'_, '_> {
             own_ros_gid = Some(ros_pub.gid());
             let sub = shoal_node
                 .subscriber(&route.shoal_topic)
-                .type_info(codec.shoal_type_info())
+                .type_info(codec.shoal_sub_type_info())
                 .create()
                 .map_err(shoal_err)?;
             let (codec, stats, stop) = (Arc::clone(&codec), Arc::clone(&stats), Arc::clone(stop));
@@ -467,14 +507,21 @@ impl StartEnv<'_, '_> {
                             stats.own_ignored.fetch_add(1, Ordering::Relaxed);
                             continue;
                         }
-                        match codec.to_ros(&sample) {
+                        let dropped = match codec.to_ros(&sample) {
                             Ok(msg) => match ros_pub.publish(msg) {
                                 Ok(()) => {
                                     stats.to_ros.fetch_add(1, Ordering::Relaxed);
+                                    None
                                 }
-                                Err(e) => stats.dropped(Cause::RosWrite, &format!("{e:?}")),
+                                Err(e) => Some((Cause::RosWrite, format!("{e:?}"))),
                             },
-                            Err((cause, detail)) => stats.dropped(cause, &detail),
+                            Err(drop) => Some(drop),
+                        };
+                        if let Some((cause, detail)) = dropped {
+                            // Received from shoal but not forwarded: the subscriber's drops, which registration
+                            // announces and the monitors show.
+                            sub.count_dropped(1);
+                            stats.dropped(cause, &detail);
                         }
                     }
                 })
@@ -494,15 +541,25 @@ impl StartEnv<'_, '_> {
                                 stats.own_ignored.fetch_add(1, Ordering::Relaxed);
                                 continue;
                             }
-                            let bytes = codec.to_shoal(msg);
-                            match publ.send(&bytes) {
+                            let sent = codec
+                                .to_shoal(msg)
+                                .and_then(|bytes| publ.send(&bytes).map_err(|e| (Cause::ShoalSend, e.to_string())));
+                            match sent {
                                 Ok(()) => {
                                     stats.to_shoal.fetch_add(1, Ordering::Relaxed);
                                 }
-                                Err(e) => stats.dropped(Cause::ShoalSend, &e),
+                                Err((cause, detail)) => {
+                                    // Not forwarded: the shoal publisher's drops, which registration announces.
+                                    publ.count_dropped(1);
+                                    stats.dropped(cause, &detail);
+                                }
                             }
                         }
-                        Err(e) => stats.dropped(Cause::CdrDecode, &format!("{e:?}")),
+                        Err(e) => {
+                            // Not forwarded to shoal: the shoal publisher's drops, which registration announces.
+                            publ.count_dropped(1);
+                            stats.dropped(Cause::CdrDecode, &format!("{e:?}"));
+                        }
                     }
                 }
             })

@@ -11,6 +11,8 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
+use shoal::TypeInfo;
+
 use crate::types::RosType;
 
 /// Which way a topic is bridged.
@@ -96,9 +98,35 @@ pub struct Route {
     pub direction: Direction,
     /// The DDS QoS.
     pub qos: Qos,
-    /// Raw routes only: the type name the shoal publisher announces (default `std_msgs/msg/UInt8MultiArray`'s
-    /// label, or the label each ROS sample carries is not used: shoal announces one type per publisher).
+    /// Raw routes only: the shoal type of the payloads. The bridge's shoal publisher announces it (default
+    /// `std_msgs/msg/UInt8MultiArray`) and its shoal subscriber expects it (default: any type); samples labelled
+    /// with another type are dropped as a type mismatch.
     pub shoal_type: Option<String>,
+    /// Raw routes only: the serialized `FileDescriptorSet` defining `shoal_type` as a protobuf message, checked
+    /// when the configuration is read. With it the shoal side announces `shoal_type` with encoding `proto` and
+    /// this descriptor (monitors decode the payloads), without it encoding `raw`.
+    pub shoal_descriptor: Option<Vec<u8>>,
+}
+
+impl Route {
+    /// What the route's shoal publisher announces (ROS 2 → shoal). Built-in types announce their shipped
+    /// protobuf message instead (see `bridge::Codec`).
+    pub fn raw_type_info(&self) -> TypeInfo {
+        let name = self.shoal_type.clone().unwrap_or_else(|| RosType::Raw.to_string());
+        match &self.shoal_descriptor {
+            Some(d) => TypeInfo::new(name, "proto", d.clone()),
+            None => TypeInfo::raw(name),
+        }
+    }
+}
+
+/// Reads a serialized `FileDescriptorSet` (`protoc --include_imports --descriptor_set_out=FILE`) and checks that
+/// it defines protobuf message `type_name`.
+pub fn load_descriptor(path: &Path, type_name: &str) -> Result<Vec<u8>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    shoal::dynamic::DynamicDecoder::new(&TypeInfo::new(type_name, "proto", bytes.clone()))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(bytes)
 }
 
 /// The whole configuration.
@@ -212,6 +240,7 @@ struct FileTopic {
     durability: Option<Durability>,
     history_depth: Option<Spanned<i64>>,
     shoal_type: Option<Spanned<String>>,
+    shoal_descriptor: Option<Spanned<String>>,
 }
 
 /// Line and column (1-based) of byte `offset` in `text`.
@@ -372,14 +401,30 @@ impl Config {
             if let Some(v) = &t.history_depth {
                 qos.history_depth = cx.int(v, "history_depth", (1, 100_000))?;
             }
-            if let Some(v) = &t.shoal_type
-                && ros_type != RosType::Raw
-            {
-                return Err(cx.err(
-                    v.span(),
-                    format!("shoal_type: only for type = \"raw\"; {ros_type} announces its protobuf type"),
-                ));
+            for (key, v) in [("shoal_type", &t.shoal_type), ("shoal_descriptor", &t.shoal_descriptor)] {
+                if let Some(v) = v
+                    && ros_type != RosType::Raw
+                {
+                    return Err(cx.err(
+                        v.span(),
+                        format!("{key}: only for type = \"raw\"; {ros_type} announces its protobuf type"),
+                    ));
+                }
             }
+            let shoal_descriptor = match (&t.shoal_descriptor, &t.shoal_type) {
+                (None, _) => None,
+                (Some(v), None) => {
+                    return Err(cx.err(v.span(), "shoal_descriptor: needs shoal_type, the message it defines"));
+                }
+                (Some(v), Some(ty)) => {
+                    // Relative to the configuration file's directory.
+                    let file = Path::new(path).parent().unwrap_or(Path::new("")).join(v.get_ref());
+                    Some(
+                        load_descriptor(&file, ty.get_ref())
+                            .map_err(|m| cx.err(v.span(), format!("shoal_descriptor: {m}")))?,
+                    )
+                }
+            };
             c.routes.push(Route {
                 shoal_topic: t.shoal.into_inner(),
                 ros_topic,
@@ -387,13 +432,15 @@ impl Config {
                 direction,
                 qos,
                 shoal_type: t.shoal_type.map(Spanned::into_inner),
+                shoal_descriptor,
             });
         }
         Ok(c)
     }
 
     /// Parses a `--topic` flag: `SHOAL_TOPIC=TYPE[,key=value...]` with keys `ros`, `direction`, `reliability`,
-    /// `durability`, `history_depth`, `shoal_type` (the same values as the file's `[[topic]]` keys).
+    /// `durability`, `history_depth`, `shoal_type`, `shoal_descriptor` (the same values as the file's `[[topic]]`
+    /// keys; a relative descriptor path is relative to the working directory).
     pub fn parse_topic_flag(spec: &str) -> Result<Route, ConfigError> {
         let flag = |m: String| ConfigError::Flag { flag: format!("--topic {spec}"), message: m };
         let mut parts = spec.split(',');
@@ -413,7 +460,9 @@ impl Config {
             direction: Direction::Both,
             qos: Qos::default(),
             shoal_type: None,
+            shoal_descriptor: None,
         };
+        let mut descriptor = None;
         for kv in parts {
             let (k, v) = kv.split_once('=').ok_or_else(|| flag(format!("{kv:?}: expected key=value")))?;
             match k {
@@ -446,14 +495,23 @@ impl Config {
                         .filter(|d| (1..=100_000).contains(d))
                         .ok_or_else(|| flag(format!("history_depth {v:?}: allowed 1..=100000")))?;
                 }
-                "shoal_type" if ros_type == RosType::Raw => r.shoal_type = Some(v.into()),
-                "shoal_type" => return Err(flag("shoal_type: only for type raw".into())),
+                "shoal_type" | "shoal_descriptor" if ros_type != RosType::Raw => {
+                    return Err(flag(format!("{k}: only for type raw")));
+                }
+                "shoal_type" => r.shoal_type = Some(v.into()),
+                "shoal_descriptor" => descriptor = Some(v),
                 _ => {
                     return Err(flag(format!(
-                        "unknown key {k:?}; allowed ros, direction, reliability, durability, history_depth, shoal_type"
+                        "unknown key {k:?}; allowed ros, direction, reliability, durability, history_depth, \
+                         shoal_type, shoal_descriptor"
                     )));
                 }
             }
+        }
+        if let Some(d) = descriptor {
+            let ty = r.shoal_type.as_deref().ok_or_else(|| flag("shoal_descriptor: needs shoal_type".into()))?;
+            r.shoal_descriptor =
+                Some(load_descriptor(Path::new(d), ty).map_err(|m| flag(format!("shoal_descriptor: {m}")))?);
         }
         Ok(r)
     }
@@ -530,6 +588,45 @@ mod tests {
         assert!(e.contains("missing field `type`"), "{e}");
         let e = err("[ros]\ninterfaces = [\"lo\"]\n");
         assert!(e.starts_with("b.toml:2:15: interfaces: \"lo\" is not an IP address"), "{e}");
+    }
+
+    #[test]
+    fn raw_descriptor_is_checked_and_announced() {
+        use shoal::Message as _;
+        let dir = std::env::temp_dir().join(format!("bridge_cfg_{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let imu = crate::pb::sensor_msgs::Imu::type_info();
+        std::fs::write(dir.join("imu.desc"), &imu.descriptor).unwrap();
+        std::fs::write(dir.join("junk.desc"), b"\xff\xff\xff").unwrap();
+        let cfg = dir.join("b.toml");
+        let text = |ty: &str, desc: &str| {
+            format!("[[topic]]\nshoal = \"a\"\ntype = \"raw\"\nshoal_type = \"{ty}\"\nshoal_descriptor = \"{desc}\"\n")
+        };
+        let path = cfg.display().to_string();
+        let c = Config::from_toml(&path, &text("sensor_msgs.Imu", "imu.desc")).expect("a valid descriptor");
+        let ti = c.routes[0].raw_type_info();
+        assert_eq!((ti.name.as_str(), ti.encoding.as_str()), ("sensor_msgs.Imu", "proto"));
+        assert_eq!(ti.descriptor, imu.descriptor);
+        let e = Config::from_toml(&path, &text("sensor_msgs.Nope", "imu.desc")).unwrap_err().to_string();
+        assert!(e.contains(":5:20: shoal_descriptor: ") && e.contains("sensor_msgs.Nope"), "{e}");
+        let e = Config::from_toml(&path, &text("x.Y", "junk.desc")).unwrap_err().to_string();
+        assert!(e.contains("shoal_descriptor: ") && e.contains("junk.desc"), "{e}");
+        let e = Config::from_toml(&path, &text("x.Y", "missing.desc")).unwrap_err().to_string();
+        assert!(e.contains("missing.desc"), "{e}");
+        let e = Config::from_toml(&path, "[[topic]]\nshoal = \"a\"\ntype = \"raw\"\nshoal_descriptor = \"imu.desc\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs shoal_type"), "{e}");
+        // Without a descriptor: the name, encoding raw; without a type: UInt8MultiArray's name.
+        let r = Config::parse_topic_flag("a=raw,shoal_type=demo.Blob").unwrap();
+        assert_eq!(r.raw_type_info(), TypeInfo::raw("demo.Blob"));
+        assert_eq!(
+            Config::parse_topic_flag("a=raw").unwrap().raw_type_info(),
+            TypeInfo::raw("std_msgs/msg/UInt8MultiArray")
+        );
+        let flag = format!("a=raw,shoal_type=sensor_msgs.Imu,shoal_descriptor={}", dir.join("imu.desc").display());
+        assert_eq!(Config::parse_topic_flag(&flag).unwrap().raw_type_info().encoding, "proto");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

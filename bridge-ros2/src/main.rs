@@ -26,8 +26,9 @@ struct Args {
     #[arg(long, short)]
     config: Option<PathBuf>,
     /// A bridged topic, added to the file's: SHOAL_TOPIC=TYPE[,ros=/name][,direction=shoal_to_ros|ros_to_shoal|both]
-    /// [,reliability=reliable|best_effort][,durability=volatile|transient_local][,history_depth=N][,shoal_type=NAME].
-    /// TYPE is e.g. sensor_msgs/msg/Image, or raw. Defaults: ros=/SHOAL_TOPIC, both, reliable, volatile, 10.
+    /// [,reliability=reliable|best_effort][,durability=volatile|transient_local][,history_depth=N][,shoal_type=NAME]
+    /// [,shoal_descriptor=FILE]. TYPE is e.g. sensor_msgs/msg/Image, or raw. Defaults: ros=/SHOAL_TOPIC, both,
+    /// reliable, volatile, 10.
     #[arg(long = "topic", short = 't')]
     topics: Vec<String>,
     /// ROS_DOMAIN_ID (0..=232); overrides the file and the environment.

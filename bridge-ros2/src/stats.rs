@@ -1,5 +1,8 @@
 //! Per-route counters: what was forwarded, and every drop by cause. The first drop of each cause on a route is
-//! logged (with its detail); later ones are only counted and appear in the statistics line.
+//! logged (with its detail); later ones are only counted and appear in the statistics line. Every drop is also
+//! counted on the shoal entity it concerns (`count_dropped` of the bridge's shoal subscriber for shoal → ROS 2,
+//! of its shoal publisher for ROS 2 → shoal), so registration carries it as that entity's `message_drops` and
+//! shoal's and eCAL's monitors show it.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,7 +14,8 @@ use serde_json::{Value, json};
 pub enum Cause {
     /// A shoal payload did not decode as the route's protobuf type.
     ProtoDecode,
-    /// A shoal sample announced another type than the route's.
+    /// A shoal sample announced another type than the route's, or (raw routes with `shoal_type`) a ROS 2 sample
+    /// is labelled with another type.
     TypeMismatch,
     /// A protobuf value did not fit the ROS type (range, array length).
     Map,

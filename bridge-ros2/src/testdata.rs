@@ -123,3 +123,19 @@ pub fn string_index(s: &std_msgs::String) -> Option<u32> {
 pub fn header_index(h: &Option<std_msgs::Header>) -> Option<u32> {
     h.as_ref()?.stamp.as_ref().and_then(|t| u32::try_from(t.sec).ok())
 }
+
+/// The shoal type name of the raw tests' payloads: what the shoal publisher announces and what
+/// `layout.dim[0].label` of the `std_msgs/msg/UInt8MultiArray` carries.
+pub const RAW_TYPE: &str = "shoal_test.Blob";
+
+/// Raw payload number `i`: `i` in 4 little-endian bytes, then [`pattern`], `size` bytes in all (at least 4).
+pub fn raw(i: u32, size: usize) -> Vec<u8> {
+    let mut v = pattern(i, size.max(4));
+    v[..4].copy_from_slice(&i.to_le_bytes());
+    v
+}
+
+/// The message number a payload of [`raw`] carries.
+pub fn raw_index(payload: &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(payload.get(..4)?.try_into().ok()?))
+}

@@ -165,3 +165,28 @@ fn subscriber_statistics_reach_the_snapshot() {
     assert_eq!(sub_entry.data_clock, 100);
     assert_eq!((pub_entry.data_clock, pub_entry.shoal.expect("publisher statistics").bytes), (100, 6400));
 }
+
+#[test]
+fn drops_the_application_reports_reach_the_snapshot() {
+    let node = node();
+    let t = topic("app_drops");
+    let mut publ = node.publisher(&t).create().expect("publisher");
+    let sub = node.subscriber(&t).create().expect("subscriber");
+    publ.send(b"x").expect("send");
+    sub.recv_timeout(T).expect("recv");
+    assert_eq!(sub.drops(), 0);
+    sub.count_dropped(3);
+    publ.count_dropped(2);
+    assert_eq!(sub.drops(), 3, "counted on the subscriber at once");
+    // The next periodic registration carries them as eCAL's message_drops of each entity.
+    let deadline = Instant::now() + T;
+    loop {
+        let snap = node.snapshot();
+        let drops = |d| snap.topics.iter().find(|e| e.topic_name == t && e.direction == d).map(|e| e.message_drops);
+        if (drops(TopicDirection::Subscriber), drops(TopicDirection::Publisher)) == (Some(3), Some(2)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "drops 3 (subscriber) and 2 (publisher) not in the snapshot: {snap:#?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

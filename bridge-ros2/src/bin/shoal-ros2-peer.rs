@@ -2,10 +2,15 @@
 //! messages of `shoal_ros2_bridge::testdata` as typed shoal topics, and measures round trips. JSON lines on stdout.
 //!
 //! ```text
-//! shoal-ros2-peer pub --topic T --kind imu --count 20 [--size B] [--rate HZ] [--bad N] [--wrong-type N]
-//! shoal-ros2-peer sub --topic T --kind imu --count 20 [--size B] [--timeout-ms MS]
+//! shoal-ros2-peer pub --topic T --kind imu --count 20 [--size B] [--rate HZ] [--bad N] [--wrong-type N] [--first I]
+//! shoal-ros2-peer sub --topic T --kind imu --count 20 [--size B] [--timeout-ms MS] [--first I]
 //! shoal-ros2-peer rtt --ping T --pong T --size B --count N
+//! shoal-ros2-peer tput --ping T --pong T --size B --count N [--window W]
+//! shoal-ros2-peer monitor --topic-contains S [--duration-ms MS]
 //! ```
+//!
+//! Kinds: string, imu, image, pointcloud2 (the shipped protobuf types; pose_stamped, twist, transform_stamped and
+//! nav_sat_fix publish only), and raw (payloads of `testdata::raw`, announced as `testdata::RAW_TYPE`).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -25,7 +30,7 @@ struct Args {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Publish messages 1..=count.
+    /// Publish messages first..first+count.
     Pub {
         #[arg(long)]
         topic: String,
@@ -43,8 +48,11 @@ enum Cmd {
         /// First send this many valid payloads announced as another type (another publisher on the topic).
         #[arg(long, default_value_t = 0)]
         wrong_type: u32,
+        /// The number of the first message.
+        #[arg(long, default_value_t = 1)]
+        first: u32,
     },
-    /// Receive and check messages 1..=count.
+    /// Receive and check messages first..first+count (others are counted apart, as `other`).
     Sub {
         #[arg(long)]
         topic: String,
@@ -56,6 +64,17 @@ enum Cmd {
         size: usize,
         #[arg(long, default_value_t = 30_000)]
         timeout_ms: u64,
+        /// The number of the first message expected.
+        #[arg(long, default_value_t = 1)]
+        first: u32,
+    },
+    /// Every 200 ms, what this process's registration knows of the topics whose name contains `topic_contains`
+    /// (shoal's monitor view: type information and drops of every publisher and subscriber).
+    Monitor {
+        #[arg(long)]
+        topic_contains: String,
+        #[arg(long, default_value_t = 20_000)]
+        duration_ms: u64,
     },
     /// Round trips: raw payloads of `size` bytes on `ping`, waiting for each on `pong`.
     Rtt {
@@ -67,6 +86,20 @@ enum Cmd {
         size: usize,
         #[arg(long)]
         count: u32,
+    },
+    /// Throughput of the same path: up to `window` messages in flight (sent, not yet back), `count` in all; a
+    /// message not back within 5 s of the last progress counts as lost.
+    Tput {
+        #[arg(long)]
+        ping: String,
+        #[arg(long)]
+        pong: String,
+        #[arg(long)]
+        size: usize,
+        #[arg(long)]
+        count: u32,
+        #[arg(long, default_value_t = 8)]
+        window: u32,
     },
 }
 
@@ -88,6 +121,7 @@ fn message(kind: &str, i: u32, size: usize) -> anyhow::Result<(TypeInfo, Vec<u8>
         "twist" => enc(testdata::twist(i)),
         "transform_stamped" => enc(testdata::transform_stamped(i)),
         "nav_sat_fix" => enc(testdata::nav_sat_fix(i)),
+        "raw" => Ok((TypeInfo::raw(testdata::RAW_TYPE), testdata::raw(i, size))),
         _ => bail!("unknown kind {kind}"),
     }
 }
@@ -99,6 +133,7 @@ fn check(kind: &str, payload: &[u8], size: usize) -> anyhow::Result<(u32, bool)>
         "imu" => testdata::header_index(&sensor_msgs::Imu::decode(payload)?.header),
         "image" => testdata::header_index(&sensor_msgs::Image::decode(payload)?.header),
         "pointcloud2" => testdata::header_index(&sensor_msgs::PointCloud2::decode(payload)?.header),
+        "raw" => testdata::raw_index(payload),
         _ => bail!("unknown kind {kind}"),
     }
     .context("no message number")?;
@@ -108,7 +143,7 @@ fn check(kind: &str, payload: &[u8], size: usize) -> anyhow::Result<(u32, bool)>
 fn main() -> anyhow::Result<()> {
     let node = shoal::Node::init("shoal_ros2_peer")?;
     match Args::parse().cmd {
-        Cmd::Pub { topic, kind, count, size, rate, bad, wrong_type } => {
+        Cmd::Pub { topic, kind, count, size, rate, bad, wrong_type, first } => {
             let (ti, _) = message(&kind, 1, size)?;
             let mut publ = node.publisher(&topic).type_info(ti.clone()).create()?;
             out(json!({"event": "ready", "publisher_id": publ.id()}));
@@ -130,22 +165,27 @@ fn main() -> anyhow::Result<()> {
                 std::thread::sleep(Duration::from_millis(200));
             }
             let period = Duration::from_secs_f64(1.0 / rate);
-            for i in 1..=count {
+            for i in first..first.saturating_add(count) {
                 publ.send(&message(&kind, i, size)?.1)?;
                 std::thread::sleep(period);
             }
             out(json!({"event": "done", "sent": count}));
             std::thread::sleep(Duration::from_millis(500));
         }
-        Cmd::Sub { topic, kind, count, size, timeout_ms } => {
+        Cmd::Sub { topic, kind, count, size, timeout_ms, first } => {
             let (ti, _) = message(&kind, 1, size)?;
             let sub = node.subscriber(&topic).type_info(ti).create()?;
             out(json!({"event": "ready"}));
             let end = Instant::now() + Duration::from_millis(timeout_ms);
-            let (mut seen, mut bad, mut dup, mut undecodable) = (BTreeSet::new(), Vec::new(), 0u64, 0u64);
+            let want = first..first.saturating_add(count);
+            let (mut seen, mut bad, mut dup, mut undecodable, mut other) =
+                (BTreeSet::new(), Vec::new(), 0u64, 0u64, 0u64);
+            let mut last = Vec::new();
             while seen.len() < count as usize && Instant::now() < end {
                 let Ok(s) = sub.recv_timeout(Duration::from_millis(100)) else { continue };
+                last = s.payload().to_vec();
                 match check(&kind, s.payload(), size) {
+                    Ok((i, _)) if !want.contains(&i) => other += 1,
                     Ok((i, ok)) => {
                         if !ok {
                             bad.push(i);
@@ -157,21 +197,65 @@ fn main() -> anyhow::Result<()> {
                     Err(_) => undecodable += 1,
                 }
             }
-            let missing: Vec<u32> = (1..=count).filter(|i| !seen.contains(i)).take(20).collect();
+            let missing: Vec<u32> = want.filter(|i| !seen.contains(i)).take(20).collect();
             out(json!({"event": "summary", "received": seen.len(), "intact": seen.len() - bad.len(), "bad": bad,
                 "duplicates": dup, "undecodable": undecodable, "missing": missing, "timed_out": seen.len() < count as usize,
-                "type": sub_type(&node, &topic)}));
+                "other": other,
+                "type": sub_type(&node, &topic, &last)}));
+        }
+        Cmd::Monitor { topic_contains, duration_ms } => {
+            out(json!({"event": "ready"}));
+            let end = Instant::now() + Duration::from_millis(duration_ms);
+            while Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(200));
+                let snap = node.snapshot();
+                let topics: Vec<_> = snap
+                    .topics
+                    .iter()
+                    .filter(|t| t.topic_name.contains(&topic_contains))
+                    .map(|t| {
+                        json!({"topic": t.topic_name, "unit_name": t.unit_name,
+                            "direction": match t.direction {
+                                shoal::monitor::TopicDirection::Publisher => "pub",
+                                shoal::monitor::TopicDirection::Subscriber => "sub",
+                            },
+                            "type": {"name": t.type_info.name, "encoding": t.type_info.encoding,
+                                     "descriptor_len": t.type_info.descriptor.len()},
+                            "message_drops": t.message_drops, "data_clock": t.data_clock})
+                    })
+                    .collect();
+                out(json!({"event": "snapshot", "topics": topics}));
+            }
+            out(json!({"event": "done"}));
+        }
+        Cmd::Tput { ping, pong, size, count, window } => {
+            let (mut publ, sub) = bench_pair(&node, &ping, &pong)?;
+            let mut payload = vec![0u8; size.max(4)];
+            let (mut sent, mut got) = (0u32, 0u32);
+            let mut back = std::collections::HashSet::new();
+            let start = Instant::now();
+            let mut last_progress = start;
+            while got < count && last_progress.elapsed() < Duration::from_secs(5) {
+                while sent < count && sent - got < window {
+                    payload[..4].copy_from_slice(&sent.to_le_bytes());
+                    publ.send(&payload)?;
+                    sent += 1;
+                }
+                if let Ok(s) = sub.recv_timeout(Duration::from_millis(1))
+                    && let Some(i) = s.payload().get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok())
+                    && back.insert(u32::from_le_bytes(i))
+                {
+                    got += 1;
+                    last_progress = Instant::now();
+                }
+            }
+            let wall = if got > 0 { last_progress - start } else { start.elapsed() }.as_secs_f64();
+            out(json!({"event": "summary", "size": size, "count": count, "window": window, "sent": sent,
+                "received": got, "lost": count - got, "msgs_per_s": f64::from(got) / wall,
+                "mb_per_s": f64::from(got) * size as f64 / wall / 1e6}));
         }
         Cmd::Rtt { ping, pong, size, count } => {
-            let mut publ = node.publisher(&ping).type_info(TypeInfo::raw("bench.Ping")).create()?;
-            let sub = node.subscriber(&pong).create()?;
-            out(json!({"event": "ready"}));
-            if !publ.wait_for_subscribers(1, Duration::from_secs(20))
-                || !sub.wait_for_publishers(1, Duration::from_secs(20))
-            {
-                bail!("the bridge's {ping} subscriber or {pong} publisher did not appear within 20 s");
-            }
-            std::thread::sleep(Duration::from_secs(2)); // DDS discovery of the echo peer
+            let (mut publ, sub) = bench_pair(&node, &ping, &pong)?;
             let mut payload = vec![0u8; size.max(4)];
             let mut rtts = Vec::new();
             let mut lost = 0;
@@ -204,15 +288,38 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The type the bridge's publisher of `topic` announces, as shoal's monitor sees it (name and encoding, and
-/// whether a descriptor came with it).
-fn sub_type(node: &shoal::Node, topic: &str) -> serde_json::Value {
+/// The benchmark's raw publisher on `ping` and subscriber on `pong`, once the bridge's subscriber and publisher
+/// are matched and DDS has had time to find the echo peer.
+fn bench_pair(node: &shoal::Node, ping: &str, pong: &str) -> anyhow::Result<(shoal::Publisher, shoal::Subscriber)> {
+    let publ = node.publisher(ping).type_info(TypeInfo::raw("bench.Ping")).create()?;
+    let sub = node.subscriber(pong).create()?;
+    out(json!({"event": "ready"}));
+    if !publ.wait_for_subscribers(1, Duration::from_secs(20)) || !sub.wait_for_publishers(1, Duration::from_secs(20)) {
+        bail!("the bridge's {ping} subscriber or {pong} publisher did not appear within 20 s");
+    }
+    std::thread::sleep(Duration::from_secs(2)); // DDS discovery of the echo peer
+    Ok((publ, sub))
+}
+
+/// The type the bridge's publisher of `topic` announces, as shoal's monitor sees it: name, encoding, the
+/// descriptor's length, and `last` (the last payload received, when at most 64 KiB) decoded with that descriptor
+/// alone, as a monitor without the generated code decodes it (`decoded`, or `decode_error`).
+fn sub_type(node: &shoal::Node, topic: &str, last: &[u8]) -> serde_json::Value {
     let snap = node.snapshot();
     let t =
         snap.topics.iter().find(|t| t.topic_name == topic && t.direction == shoal::monitor::TopicDirection::Publisher);
     match t {
         Some(t) => {
-            json!({"name": t.type_info.name, "encoding": t.type_info.encoding, "descriptor_len": t.type_info.descriptor.len()})
+            let mut v = json!({"name": t.type_info.name, "encoding": t.type_info.encoding,
+                "descriptor_len": t.type_info.descriptor.len()});
+            // Large images would make a line of megabytes: only small payloads are shown.
+            if last.len() <= 64 << 10 {
+                match shoal::dynamic::decode_to_json(&t.type_info, last) {
+                    Ok(d) => v["decoded"] = d,
+                    Err(e) => v["decode_error"] = json!(e.to_string()),
+                }
+            }
+            v
         }
         None => json!(null),
     }

@@ -5,10 +5,13 @@ Every message number i is built with rosbags exactly as bridge-ros2/src/testdata
 rosbags, and turned into the Cyclone object by Cyclone's own deserializer; a receiver compares Cyclone's
 serialization of what arrived with rosbags' bytes of message i. Prints JSON lines: ready, done, summary, ...
 
-  peer.py pub  TYPE TOPIC COUNT SIZE [--best-effort] [--bad N] [--rate HZ]
-  peer.py sub  TYPE TOPIC COUNT SIZE [--timeout S]
+  peer.py pub  TYPE TOPIC COUNT SIZE [--best-effort] [--bad N] [--rate HZ] [--first I]
+  peer.py sub  TYPE TOPIC COUNT SIZE [--timeout S] [--first I]
+               (messages --first .. --first+COUNT-1, default 1..COUNT; a sub counts others apart, as "other")
   peer.py echo TOPIC_IN TOPIC_OUT [--timeout S]          (std_msgs/UInt8MultiArray, for the benchmark)
+  peer.py discovery NODE_NAME [--timeout S]               (ros_discovery_info: the node `ros2 node list` shows)
   peer.py rtt  TOPIC_PING TOPIC_PONG SIZE COUNT           (Cyclone -> echo -> Cyclone baseline)
+  peer.py tput TOPIC_PING TOPIC_PONG SIZE COUNT [--window W]  (throughput: up to W messages in flight)
   peer.py oracle FILE                                     (lines: TYPE INDEX SIZE HEX; compare with rosbags)
 """
 import json
@@ -130,6 +133,26 @@ class PointCloud2_(IdlStruct, typename="sensor_msgs::msg::dds_::PointCloud2_"):
     is_dense: bool
 
 
+# ros_discovery_info (Iron and later: 16-byte GIDs), what `ros2 node list` reads to name the nodes of a participant.
+@dataclass
+class Gid_(IdlStruct, typename="rmw_dds_common::msg::dds_::Gid_"):
+    data: array[uint8, 16]
+
+
+@dataclass
+class NodeEntitiesInfo_(IdlStruct, typename="rmw_dds_common::msg::dds_::NodeEntitiesInfo_"):
+    node_namespace: str
+    node_name: str
+    reader_gid_seq: sequence[Gid_]
+    writer_gid_seq: sequence[Gid_]
+
+
+@dataclass
+class ParticipantEntitiesInfo_(IdlStruct, typename="rmw_dds_common::msg::dds_::ParticipantEntitiesInfo_"):
+    gid: Gid_
+    node_entities_info_seq: sequence[NodeEntitiesInfo_]
+
+
 # A writer whose samples carry the Imu type name but not an Imu's bytes: CDR the bridge cannot decode.
 @dataclass
 class BadImu_(IdlStruct, typename="sensor_msgs::msg::dds_::Imu_"):
@@ -159,8 +182,23 @@ def pattern(i, n):
     return ((np.arange(n, dtype=np.int64) + i) % 251).astype(np.uint8)
 
 
+# testdata.rs RAW_TYPE: the shoal type name a raw payload is announced as, carried in layout.dim[0].label.
+RAW_TYPE = "shoal_test.Blob"
+
+
+def raw(i, size):
+    p = pattern(i, max(4, size))
+    p[0:4] = np.frombuffer(i.to_bytes(4, "little"), dtype=np.uint8)
+    return p
+
+
 def build(kind, i, size):
     V3, Q = T["geometry_msgs/msg/Vector3"], T["geometry_msgs/msg/Quaternion"]
+    if kind == "raw":
+        data = raw(i, size)
+        dim = T["std_msgs/msg/MultiArrayDimension"](label=RAW_TYPE, size=len(data), stride=len(data))
+        return T["std_msgs/msg/UInt8MultiArray"](layout=T["std_msgs/msg/MultiArrayLayout"](dim=[dim], data_offset=0),
+                                                 data=data)
     f = float(i)
     k = np.arange(9, dtype=np.float64)
     if kind == "string":
@@ -210,6 +248,8 @@ def unpad(b):
 
 
 def index_of(kind, obj):
+    if kind == "raw":
+        return int.from_bytes(bytes(obj.data[0:4]), "little")
     if kind == "string":
         return int(obj.data.split()[1])
     return obj.header.stamp.sec
@@ -259,7 +299,8 @@ def main():
                 bw.write(BadImu_(junk="x"))
             time.sleep(0.5)
         period = 1.0 / arg("--rate", 50.0)
-        for i in range(1, count + 1):
+        first = int(arg("--first", 1, int))
+        for i in range(first, first + count):
             w.write(CYCLONE[kind].deserialize(cdr(kind, i, size)))
             time.sleep(period)
         out(event="done", sent=count)
@@ -269,7 +310,9 @@ def main():
         t = Topic(dp, "rt" + topic, CYCLONE[kind], qos=qos(False))
         r = DataReader(dp, t, qos=qos(False, depth=100))
         out(event="ready")
-        seen, bad, dup = set(), [], 0
+        first = int(arg("--first", 1, int))
+        want = range(first, first + count)
+        seen, bad, dup, other = set(), [], 0, 0
         end = time.time() + arg("--timeout", 30.0)
         while len(seen) < count and time.time() < end:
             got = r.take(N=10)
@@ -280,14 +323,17 @@ def main():
                 if not s.sample_info.valid_data:
                     continue
                 i = index_of(kind, s)
+                if i not in want:
+                    other += 1
+                    continue
                 if i in seen:
                     dup += 1
                 if s.serialize() != cdr(kind, i, size):
                     bad.append(i)
                 seen.add(i)
-        missing = sorted(set(range(1, count + 1)) - seen)
+        missing = sorted(set(want) - seen)
         out(event="summary", received=len(seen), intact=len(seen) - len(bad), bad=bad[:10], duplicates=dup,
-            missing=missing[:20], timed_out=len(seen) < count)
+            missing=missing[:20], timed_out=len(seen) < count, other=other)
     elif mode == "echo":
         tin, tout = sys.argv[2], sys.argv[3]
         ti = Topic(dp, "rt" + tin, UInt8MultiArray_, qos=qos(False))
@@ -337,6 +383,68 @@ def main():
         pct = lambda p: rtts[min(len(rtts) - 1, int(p * len(rtts)))] if rtts else None
         out(event="summary", size=size, count=count, received=len(rtts), lost=lost, p50_us=pct(0.5), p90_us=pct(0.9),
             p99_us=pct(0.99), msgs_per_s=len(rtts) / wall, mb_per_s=len(rtts) * size / wall / 1e6)
+    elif mode == "tput":
+        # Throughput of the same path: up to W messages in flight (sent and not yet echoed), COUNT in all; a
+        # message not back within 5 s of the last progress counts as lost.
+        tping, tpong, size, count = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+        window = int(arg("--window", 8, int))
+        tp = Topic(dp, "rt" + tping, UInt8MultiArray_, qos=qos(False))
+        tq = Topic(dp, "rt" + tpong, UInt8MultiArray_, qos=qos(False))
+        w = DataWriter(dp, tp, qos=qos(False))
+        r = DataReader(dp, tq, qos=qos(False, depth=100))
+        out(event="ready")
+        wait_matched(w, 20.0)
+        time.sleep(1.0)
+        payload = bytearray(size)
+        sent = got = 0
+        back = set()
+        t_start = last_progress = time.perf_counter()
+        while got < count and time.perf_counter() - last_progress < 5.0:
+            while sent < count and sent - got < window:
+                payload[0:4] = sent.to_bytes(4, "little")
+                w.write(UInt8MultiArray_(layout=MultiArrayLayout_(dim=[], data_offset=0), data=bytes(payload)))
+                sent += 1
+            progressed = False
+            for s in r.take(N=32):
+                if s.sample_info.valid_data:
+                    i = int.from_bytes(bytes(s.data[0:4]), "little")
+                    if i not in back:
+                        back.add(i)
+                        got += 1
+                        progressed = True
+            if progressed:
+                last_progress = time.perf_counter()
+            else:
+                time.sleep(0.00005)
+        wall = (last_progress if got else time.perf_counter()) - t_start
+        out(event="summary", size=size, count=count, window=window, sent=sent, received=got, lost=count - got,
+            msgs_per_s=got / wall if wall > 0 else None, mb_per_s=got * size / wall / 1e6 if wall > 0 else None)
+    elif mode == "discovery":
+        # As rmw's graph cache: reliable, transient-local (late joiners get each participant's last sample).
+        name = sys.argv[2]
+        dq = Qos(Policy.Reliability.Reliable(duration(seconds=1)), Policy.Durability.TransientLocal,
+                 Policy.History.KeepLast(1), Policy.DataRepresentation(use_cdrv0_representation=True))
+        t = Topic(dp, "ros_discovery_info", ParticipantEntitiesInfo_, qos=dq)
+        r = DataReader(dp, t, qos=dq)
+        out(event="ready")
+        end = time.time() + arg("--timeout", 20.0)
+        seen = []
+        while time.time() < end:
+            for s in r.take(N=10):
+                if not s.sample_info.valid_data:
+                    continue
+                # The bytes must also be a ParticipantEntitiesInfo for rosbags' copy of rmw_dds_common's .msg.
+                ref = TS.deserialize_cdr(s.serialize(), "rmw_dds_common/msg/ParticipantEntitiesInfo")
+                for n in ref.node_entities_info_seq:
+                    seen.append(n.node_name)
+                    if n.node_name == name:
+                        out(event="node", namespace=n.node_namespace, name=n.node_name,
+                            participant_gid=bytes(ref.gid.data).hex(), readers=len(n.reader_gid_seq),
+                            writers=len(n.writer_gid_seq))
+                        return
+            time.sleep(0.05)
+        out(event="error", message=f"no node {name} in ros_discovery_info within the timeout; seen: {seen}")
+        sys.exit(2)
     elif mode == "oracle":
         passed, failed = 0, []
         for line in open(sys.argv[2]):

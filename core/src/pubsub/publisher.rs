@@ -81,7 +81,7 @@ pub(crate) struct PubShared {
     /// Fired when a subscriber connects, for `wait_for_subscribers`.
     cond: std::sync::Condvar,
     host_name: String,
-    /// Samples the eCAL-facing layers could not send.
+    /// Samples the eCAL-facing layers could not send, and those the application reported (`count_dropped`).
     layer_drops: AtomicU64,
     /// The eCAL-facing layers (UDP, eCAL shared memory), in priority order. Shared with the I/O thread so that a
     /// layer starts when a subscriber matches (eCAL's lazy start), not at the next send.
@@ -350,6 +350,13 @@ impl Publisher {
     pub fn subscriber_count(&self) -> usize {
         let (a, b) = self.shared.connection_counts();
         a + b
+    }
+
+    /// Counts `n` messages the application dropped instead of sending (for example input that did not convert):
+    /// registration announces them with the layers' send failures as this publisher's `message_drops`, which
+    /// monitors show.
+    pub fn count_dropped(&self, n: u64) {
+        self.shared.layer_drops.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Waits until at least `n` subscribers are matched; false on timeout.

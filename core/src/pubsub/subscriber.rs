@@ -605,6 +605,13 @@ macro_rules! subscriber_status {
         pub fn received(&self) -> u64 {
             self.handle().shared.received.load(std::sync::atomic::Ordering::Relaxed)
         }
+
+        /// Counts `n` received messages the application dropped (for example payloads that do not decode):
+        /// they are added to [`drops`](Self::drops), which registration announces (eCAL's `message_drops`) and
+        /// monitors show.
+        pub fn count_dropped(&self, n: u64) {
+            crate::transport::Inbox::count_drops(&*self.handle().shared, n);
+        }
     };
 }
 pub(crate) use subscriber_status;
