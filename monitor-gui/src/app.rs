@@ -1,9 +1,15 @@
 //! The window: a top bar (tabs, freeze and scroll-back, filter) over five views — Overview, Topic, Inspector,
 //! Graph, Events — all drawn from the [`View`]s in the [`History`].
 //!
-//! Per frame the app draws only what is visible: the tables are virtualised (`TableBuilder::rows`), their order is
-//! recomputed only when the view, the filter or the sort changes, the plots get at most one point per kept view,
-//! and the graph shows at most [`MAX_GRAPH_TOPICS`] topics. Idle, it repaints once per refresh.
+//! Per frame the app draws only what is visible and recomputes only what changed: the tables are virtualised
+//! (`TableBuilder::rows`), their order (filter, sort) and the Events list are found again only when a view
+//! arrives or the filter or sort changes, the Graph's layout once per order (at most [`MAX_GRAPH_TOPICS`] topics,
+//! only the nodes in sight laid out), and the Topic view's plot series once per view, at most two points per pixel
+//! column. Under software GL most of a frame is rasterising, which costs by the pixel: the panels and plots are not
+//! filled (the window is cleared with the panels' colour, [`clear_color`]) and table stripes are one rectangle a
+//! row. Snapshots are taken, turned into views and diffed for events on a refresh thread; the window is woken
+//! only when a view differs from the one before ([`View::same_content`]), so a network where nothing changes is
+//! not redrawn every refresh.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -12,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use egui::{Color32, RichText, Sense};
 use egui_extras::{Column, TableBuilder};
-use egui_plot::{Bar, BarChart, FilledArea, Legend, Line, Plot, PlotPoints};
+use egui_plot::{Bar, BarChart, FilledArea, Legend, Line, Plot, PlotPoint, PlotPoints};
 use shoal::TypeInfo;
 use shoal::dynamic::{DynamicDecoder, RawView};
 
-use crate::history::{EventKind, History};
+use crate::history::{Event, EventKind, History, diff};
 use crate::model::{
     ConnKey, ConnectionRow, Health, Interner, TopicRow, View, build_view, fmt_bandwidth, fmt_bytes, fmt_rate, fmt_us,
 };
@@ -27,6 +33,18 @@ pub const MAX_GRAPH_TOPICS: usize = 60;
 /// The inspector keeps this many messages to step through.
 pub const INSPECTOR_KEEP: usize = 100;
 const ROW_H: f32 = 20.0;
+
+/// Without changes, the window is still redrawn this often (the clock, the registration ages and the plots' time
+/// axis catch up).
+pub const IDLE_REPAINT: Duration = Duration::from_secs(30);
+/// Views the refresh thread hands over before the UI takes them; when full it wakes the UI and waits.
+pub const FEED_CAPACITY: usize = 64;
+
+/// A view and the events found between it and the view before, from the refresh thread.
+struct Update {
+    view: Arc<View>,
+    events: Vec<Event>,
+}
 
 /// The five views.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,11 +209,144 @@ struct OrderKey {
     sort: Option<(TopicCol, bool)>,
 }
 
+/// What the Events table's rows depend on.
+#[derive(Debug, PartialEq)]
+struct EventsKey {
+    generation: u64,
+    filter: String,
+    kind: Option<EventKind>,
+    problems_only: bool,
+    until: f64,
+}
+
 #[derive(Debug, Default)]
 struct Order {
     key: OrderKey,
+    /// Changes whenever the order is computed again.
+    version: u64,
     topics: Vec<usize>,
     processes: Vec<usize>,
+}
+
+/// What the Topic view's plot series depend on.
+#[derive(Debug, Clone, PartialEq)]
+struct SeriesKey {
+    generation: u64,
+    end: f64,
+    topic: Arc<str>,
+    connection: Option<ConnKey>,
+    window_s: f64,
+    columns: usize,
+}
+
+/// The Topic view's plot series over the window, at most two points per pixel column (the lowest and the highest
+/// of the views that fall in it), found once per new view: minutes of history at a fast refresh draw as few
+/// vertices as a short window.
+#[derive(Debug)]
+struct Series {
+    key: SeriesKey,
+    rate: Vec<PlotPoint>,
+    bandwidth: Vec<PlotPoint>,
+    /// P50, P90, P99, max.
+    latency: [Vec<PlotPoint>; 4],
+    /// The P50–P99 band: per column its middle time, lowest P50 and highest P99.
+    band_x: Vec<f64>,
+    band_lo: Vec<f64>,
+    band_hi: Vec<f64>,
+}
+
+impl Series {
+    fn new(history: &History, key: SeriesKey) -> Series {
+        let (end, start) = (key.end, key.end - key.window_s);
+        let name = &*key.topic;
+        let mut traffic = Vec::new(); // (x, rate, bandwidth)
+        let mut lat = Vec::new(); // (x, p50, p90, p99, max)
+        for v in history.views().filter(|v| v.time_s >= start && v.time_s <= end + 1e-6) {
+            let x = v.time_s - end;
+            let (r, b, l) = match key.connection {
+                None => match v.topic(name) {
+                    Some(t) => (t.rate_hz, t.bandwidth_bps, t.latency),
+                    None => continue,
+                },
+                Some(k) => match v.connections_of(name).find(|c| c.key() == k) {
+                    Some(c) => (c.rate_hz, c.bandwidth_bps, c.latency),
+                    None => continue,
+                },
+            };
+            traffic.push((x, r, b));
+            if let Some(l) = l {
+                lat.push((x, [l.p50_us, l.p90_us, l.p99_us, l.max_us]));
+            }
+        }
+        let col = |x: f64| (((x - start) / key.window_s.max(1e-9)) * key.columns as f64) as usize;
+        let rate = decimate(&traffic, col, |t| (t.0, t.1));
+        let bandwidth = decimate(&traffic, col, |t| (t.0, t.2));
+        let latency = std::array::from_fn(|i| decimate(&lat, col, |t| (t.0, t.1[i])));
+        let (mut band_x, mut band_lo, mut band_hi) = (Vec::new(), Vec::new(), Vec::new());
+        for run in lat.chunk_by(|a, b| col(a.0) == col(b.0)) {
+            let (first, last) = (run[0].0, run[run.len() - 1].0);
+            band_x.push((first + last) / 2.0);
+            band_lo.push(run.iter().map(|t| t.1[0]).fold(f64::INFINITY, f64::min));
+            band_hi.push(run.iter().map(|t| t.1[2]).fold(f64::NEG_INFINITY, f64::max));
+        }
+        Series { key, rate, bandwidth, latency, band_x, band_lo, band_hi }
+    }
+}
+
+/// The points `(x, y)` that `get` takes from `items` (in time order), at most two per column `col(x)`: the lowest
+/// and the highest, in time order (one when they are the same point).
+fn decimate<T>(items: &[T], col: impl Fn(f64) -> usize, get: impl Fn(&T) -> (f64, f64)) -> Vec<PlotPoint> {
+    let mut out = Vec::new();
+    for run in items.chunk_by(|a, b| col(get(a).0) == col(get(b).0)) {
+        let pts = run.iter().map(&get);
+        let lo = pts.clone().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or_default();
+        let hi = pts.max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or_default();
+        let (a, b) = if lo.0 <= hi.0 { (lo, hi) } else { (hi, lo) };
+        out.push(PlotPoint::new(a.0, a.1));
+        if b.0 != a.0 {
+            out.push(PlotPoint::new(b.0, b.1));
+        }
+    }
+    out
+}
+
+/// The Graph's nodes and edges, found once per [`Order`].
+#[derive(Debug)]
+struct GraphLayout {
+    order_version: u64,
+    /// Indices into the view's topics (the first [`MAX_GRAPH_TOPICS`] in the table's order).
+    topics: Vec<usize>,
+    /// Publishing processes, in order of first use, with their health.
+    left: Vec<(Arc<str>, Health)>,
+    /// Subscribing processes.
+    right: Vec<(Arc<str>, Health)>,
+    /// (process, topic, is publisher, health): indices into `left` or `right`, and `topics`.
+    edges: Vec<(usize, usize, bool, Health)>,
+}
+
+impl GraphLayout {
+    fn new(view: &View, order: &Order) -> GraphLayout {
+        let topics: Vec<usize> = order.topics.iter().take(MAX_GRAPH_TOPICS).copied().collect();
+        let mut left: Vec<(Arc<str>, Health)> = Vec::new();
+        let mut right: Vec<(Arc<str>, Health)> = Vec::new();
+        let mut slot: std::collections::HashMap<(bool, &str), usize> = std::collections::HashMap::new();
+        let mut edges = Vec::new();
+        let health: std::collections::HashMap<(&str, u32), Health> =
+            view.processes.iter().map(|p| ((&*p.host, p.pid), p.problems.health())).collect();
+        for (ti, &t) in topics.iter().enumerate() {
+            let t = &view.topics[t];
+            for e in view.entities_of(&t.name) {
+                let is_pub = e.direction == "pub";
+                let side = if is_pub { &mut left } else { &mut right };
+                let pi = *slot.entry((is_pub, &*e.process)).or_insert_with(|| {
+                    side.push((e.process.clone(), health.get(&(&*e.host, e.pid)).copied().unwrap_or(Health::Warning)));
+                    side.len() - 1
+                });
+                edges.push((pi, ti, is_pub, t.problems.health()));
+            }
+        }
+        GraphLayout { order_version: order.version, topics, left, right, edges }
+    }
 }
 
 /// The inspector: the messages of the selected topic, a decoder per type, pause and step.
@@ -233,8 +384,8 @@ enum InspectMode {
 pub struct MonitorApp {
     /// Taken by the refresh thread once [`MonitorApp::start_refresh_thread`] ran.
     snapshots: Option<Box<dyn SnapshotSource + Send>>,
-    /// Views from the refresh thread.
-    feed: Option<mpsc::Receiver<Arc<View>>>,
+    /// Views and their events from the refresh thread.
+    feed: Option<mpsc::Receiver<Update>>,
     messages: Box<dyn MessageSource>,
     interner: Interner,
     history: History,
@@ -244,6 +395,10 @@ pub struct MonitorApp {
     /// What the user chose.
     pub state: UiState,
     order: Order,
+    /// The Events table's rows (indices into the history's events, newest first) and what they were found for.
+    events_order: (Option<EventsKey>, Vec<usize>),
+    graph_layout: Option<GraphLayout>,
+    series: Option<Series>,
     inspector: Inspector,
     refreshes: u64,
 }
@@ -273,6 +428,9 @@ impl MonitorApp {
             last_refresh: None,
             state: UiState::default(),
             order: Order::default(),
+            events_order: (None, Vec::new()),
+            graph_layout: None,
+            series: None,
             inspector: Inspector::default(),
             refreshes: 0,
         }
@@ -298,27 +456,45 @@ impl MonitorApp {
         self.poll_messages();
     }
 
-    /// Moves snapshots and building views off the UI thread: a thread takes a snapshot every refresh, builds its
-    /// view and calls `wake` (the window's repaint request); the UI only adds finished views. The thread ends when
-    /// the app is dropped.
+    /// Moves snapshots, building views and diffing them for events off the UI thread: a thread takes a snapshot
+    /// every refresh, builds its view, finds its events and hands both over; the UI only adds finished views.
+    /// It calls `wake` (the window's repaint request) when a view differs from the one before
+    /// ([`View::same_content`]) or brings events, and otherwise only every [`IDLE_REPAINT`] (so the clock and the
+    /// plots catch up), or when [`FEED_CAPACITY`] views wait: a network where nothing changes is not redrawn every
+    /// refresh. The thread ends when the app is dropped.
     pub fn start_refresh_thread(&mut self, wake: impl Fn() + Send + 'static) -> std::io::Result<()> {
         let Some(mut source) = self.snapshots.take() else { return Ok(()) };
         let mut interner = std::mem::take(&mut self.interner);
         let mut prev = self.history.latest().cloned();
         let refresh = self.refresh;
-        let (tx, rx) = mpsc::sync_channel::<Arc<View>>(4);
+        let (tx, rx) = mpsc::sync_channel::<Update>(FEED_CAPACITY);
         std::thread::Builder::new().name("shoal-monitor-refresh".into()).spawn(move || {
             let mut next = Instant::now() + refresh;
+            let mut last_wake = Instant::now();
             for n in 1u64.. {
                 if let Some(wait) = next.checked_duration_since(Instant::now()) {
                     std::thread::sleep(wait);
                 }
                 next += refresh;
                 let view = Arc::new(build_view(&source.snapshot(), prev.as_deref(), &mut interner));
-                if tx.send(view.clone()).is_err() {
-                    return;
+                let events = prev.as_ref().map(|p| diff(p, &view)).unwrap_or_default();
+                let changed = !events.is_empty() || prev.as_ref().is_none_or(|p| !p.same_content(&view));
+                match tx.try_send(Update { view: view.clone(), events }) {
+                    Ok(()) => {}
+                    Err(mpsc::TrySendError::Full(u)) => {
+                        // The UI has not drawn for FEED_CAPACITY refreshes: let it take them.
+                        wake();
+                        last_wake = Instant::now();
+                        if tx.send(u).is_err() {
+                            return;
+                        }
+                    }
+                    Err(mpsc::TrySendError::Disconnected(_)) => return,
                 }
-                wake();
+                if changed || last_wake.elapsed() >= IDLE_REPAINT {
+                    wake();
+                    last_wake = Instant::now();
+                }
                 prev = Some(view);
                 if n.is_multiple_of(64) {
                     interner.shrink();
@@ -384,8 +560,8 @@ impl MonitorApp {
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         if let Some(feed) = &self.feed {
             let mut got = false;
-            while let Ok(view) = feed.try_recv() {
-                self.history.push_shared(view);
+            while let Ok(u) = feed.try_recv() {
+                self.history.push_diffed(u.view, u.events);
                 got = true;
             }
             let inspecting = matches!(self.state.tab, Tab::Inspector) && !self.inspector.paused;
@@ -408,8 +584,13 @@ impl MonitorApp {
             ui.ctx().request_repaint_after(next);
         }
         let view = self.displayed();
-        egui::Panel::top("bar").show(ui, |ui| self.top_bar(ui, view.as_deref()));
-        egui::CentralPanel::default().show(ui, |ui| {
+        // The panels are not filled: the window is cleared with their colour instead (see `clear_color`). Under
+        // software GL a filled panel costs as much as the rest of a frame (every pixel blended once more).
+        egui::Panel::top("bar")
+            .frame(egui::Frame::side_top_panel(ui.style()).fill(Color32::TRANSPARENT))
+            .show(ui, |ui| self.top_bar(ui, view.as_deref()));
+        let central = egui::Frame::central_panel(ui.style()).fill(Color32::TRANSPARENT);
+        egui::CentralPanel::default().frame(central).show(ui, |ui| {
             let Some(view) = view else {
                 ui.label("Waiting for the first snapshot…");
                 return;
@@ -506,11 +687,12 @@ impl MonitorApp {
                 && (f.is_empty() || contains_ci(&p.unit, f) || contains_ci(&p.name, f) || contains_ci(&p.host, f))
         }));
         self.order.key = key;
+        self.order.version += 1;
     }
 
     fn overview(&mut self, ui: &mut egui::Ui, view: &View) {
         egui::CollapsingHeader::new(format!("Hosts ({})", view.hosts.len())).default_open(true).show(ui, |ui| {
-            egui::Grid::new("hosts").striped(true).show(ui, |ui| {
+            egui::Grid::new("hosts").show(ui, |ui| {
                 ui.strong("Host");
                 ui.strong("Processes");
                 ui.strong("Publishers + subscribers");
@@ -531,7 +713,6 @@ impl MonitorApp {
             ui.set_max_height(proc_h);
             TableBuilder::new(ui)
                 .id_salt("processes")
-                .striped(true)
                 .resizable(true)
                 .max_scroll_height(proc_h - ROW_H)
                 .column(Column::initial(90.0))
@@ -568,11 +749,15 @@ impl MonitorApp {
                             state.push_str(&format!(" — {}", p.problems.text()));
                         }
                         let unit = if p.is_self { format!("{} (this monitor)", p.unit) } else { p.unit.to_string() };
+                        let index = row.index();
+                        row.col(|ui| {
+                            stripe(ui, index);
+                            ui.label(RichText::new(&*p.host).color(color));
+                        });
                         text_cells(
                             &mut row,
                             color,
                             [
-                                p.host.to_string(),
                                 p.pid.to_string(),
                                 unit,
                                 p.name.to_string(),
@@ -594,7 +779,7 @@ impl MonitorApp {
         let mut clicked: Option<Arc<str>> = None;
         let mut sort = self.state.sort;
         let selected = self.state.selected.clone();
-        let mut table = TableBuilder::new(ui).id_salt("topics").striped(true).resizable(true);
+        let mut table = TableBuilder::new(ui).id_salt("topics").resizable(true);
         for (i, col) in TopicCol::ALL.iter().enumerate() {
             let w = match col {
                 TopicCol::Name => 190.0,
@@ -627,7 +812,9 @@ impl MonitorApp {
                     row.set_selected(is_sel);
                     let color = health_color(t.problems.health());
                     let txt = |s: String| RichText::new(s).color(color);
+                    let index = row.index();
                     row.col(|ui| {
+                        stripe(ui, index);
                         if ui.selectable_label(is_sel, txt(t.name.to_string())).clicked() {
                             clicked = Some(t.name.clone());
                         }
@@ -699,7 +886,6 @@ impl MonitorApp {
             let h = (conns.len() as f32 + 1.5) * ROW_H;
             TableBuilder::new(ui)
                 .id_salt("connections")
-                .striped(true)
                 .max_scroll_height(h.min(8.0 * ROW_H))
                 .column(Column::initial(200.0))
                 .column(Column::initial(200.0))
@@ -721,7 +907,9 @@ impl MonitorApp {
                         row.set_selected(sel);
                         let color = health_color(c.problems.health());
                         let txt = |s: String| RichText::new(s).color(color);
+                        let index = row.index();
                         row.col(|ui| {
+                            stripe(ui, index);
                             if ui.selectable_label(sel, txt(c.publisher.to_string())).clicked() {
                                 pick = Some(c.key());
                             }
@@ -761,71 +949,53 @@ impl MonitorApp {
         self.plots(ui, view, &name);
     }
 
-    fn plots(&self, ui: &mut egui::Ui, view: &View, name: &str) {
-        let conn = self.state.connection;
-        let end = view.time_s;
-        let start = end - self.state.window_s;
-        let mut rate = Vec::new();
-        let mut bw = Vec::new();
-        let (mut xs, mut p50, mut p90, mut p99, mut max) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for v in self.history.views().filter(|v| v.time_s >= start && v.time_s <= end + 1e-6) {
-            let x = v.time_s - end;
-            let (r, b, lat) = match conn {
-                None => match v.topic(name) {
-                    Some(t) => (t.rate_hz, t.bandwidth_bps, t.latency),
-                    None => continue,
-                },
-                Some(k) => match v.connections_of(name).find(|c| c.key() == k) {
-                    Some(c) => (c.rate_hz, c.bandwidth_bps, c.latency),
-                    None => continue,
-                },
-            };
-            rate.push([x, r]);
-            bw.push([x, b]);
-            if let Some(l) = lat {
-                xs.push(x);
-                p50.push(l.p50_us);
-                p90.push(l.p90_us);
-                p99.push(l.p99_us);
-                max.push(l.max_us);
-            }
+    fn plots(&mut self, ui: &mut egui::Ui, view: &View, name: &str) {
+        let h = ((ui.available_height() - 40.0) / 2.0).max(120.0);
+        let w = (ui.available_width() / 2.0 - 8.0).max(200.0);
+        let key = SeriesKey {
+            generation: self.history.generation(),
+            end: view.time_s,
+            topic: name.into(),
+            connection: self.state.connection,
+            window_s: self.state.window_s,
+            // About one point per pixel column of the plot (egui points; the plots' frame takes a few).
+            columns: (w as usize).max(1),
+        };
+        if self.series.as_ref().is_none_or(|s| s.key != key) {
+            self.series = Some(Series::new(&self.history, key));
         }
-        let buckets = match conn {
+        let Some(s) = self.series.as_ref() else { return };
+        let buckets = match self.state.connection {
             None => view.topic(name).map(|t| t.buckets.clone()),
             Some(k) => view.connections_of(name).find(|c| c.key() == k).map(|c| c.buckets.clone()),
         };
-        let h = ((ui.available_height() - 40.0) / 2.0).max(120.0);
-        let w = (ui.available_width() / 2.0 - 8.0).max(200.0);
         ui.horizontal(|ui| {
             ui.vertical(|ui| {
                 ui.label("Rate (messages/s)");
-                time_plot("rate", h, w, self.state.window_s)
-                    .show(ui, |p| p.line(Line::new("rate", PlotPoints::from(rate))));
+                show_plot(ui, time_plot("rate", h, w, self.state.window_s), |p| {
+                    p.line(Line::new("rate", PlotPoints::Borrowed(&s.rate)));
+                });
             });
             ui.vertical(|ui| {
                 ui.label("Bandwidth (bytes/s)");
-                time_plot("bandwidth", h, w, self.state.window_s)
-                    .y_axis_formatter(|m, _| fmt_bytes(m.value))
-                    .show(ui, |p| p.line(Line::new("bandwidth", PlotPoints::from(bw))));
+                let plot =
+                    time_plot("bandwidth", h, w, self.state.window_s).y_axis_formatter(|m, _| fmt_bytes(m.value));
+                show_plot(ui, plot, |p| p.line(Line::new("bandwidth", PlotPoints::Borrowed(&s.bandwidth))));
             });
         });
         ui.horizontal(|ui| {
             ui.vertical(|ui| {
                 ui.label("Latency (µs): P50–P99 band, P90, max");
-                time_plot("latency", h, w, self.state.window_s).legend(Legend::default()).show(ui, |p| {
-                    if !xs.is_empty() {
+                show_plot(ui, time_plot("latency", h, w, self.state.window_s).legend(Legend::default()), |p| {
+                    if !s.band_x.is_empty() {
                         p.add(
-                            FilledArea::new("P50–P99", &xs, &p50, &p99)
+                            FilledArea::new("P50–P99", &s.band_x, &s.band_lo, &s.band_hi)
                                 .fill_color(Color32::from_rgba_unmultiplied(80, 140, 255, 60)),
                         );
                     }
-                    let line = |n: &'static str, ys: &[f64]| {
-                        Line::new(n, PlotPoints::from(xs.iter().zip(ys).map(|(x, y)| [*x, *y]).collect::<Vec<_>>()))
-                    };
-                    p.line(line("P50", &p50));
-                    p.line(line("P90", &p90));
-                    p.line(line("P99", &p99));
-                    p.line(line("max", &max));
+                    for (n, pts) in ["P50", "P90", "P99", "max"].into_iter().zip(&s.latency) {
+                        p.line(Line::new(n, PlotPoints::Borrowed(pts)));
+                    }
                 });
             });
             ui.vertical(|ui| {
@@ -843,13 +1013,13 @@ impl MonitorApp {
                             .fill(Color32::from_rgb(80, 140, 255))
                     })
                     .collect();
-                Plot::new("histogram")
+                let plot = Plot::new("histogram")
                     .height(h)
                     .width(w)
                     .include_y(0.0)
                     .allow_scroll(false)
-                    .x_axis_formatter(|m, _| fmt_us(10f64.powf(m.value)))
-                    .show(ui, |p| p.add(BarChart::new("count", bars).color(Color32::from_rgb(80, 140, 255))));
+                    .x_axis_formatter(|m, _| fmt_us(10f64.powf(m.value)));
+                show_plot(ui, plot, |p| p.add(BarChart::new("count", bars).color(Color32::from_rgb(80, 140, 255))));
             });
         });
     }
@@ -944,8 +1114,6 @@ impl MonitorApp {
     }
 
     fn graph(&mut self, ui: &mut egui::Ui, view: &View) {
-        let topics: Vec<&TopicRow> =
-            self.order.topics.iter().take(MAX_GRAPH_TOPICS).map(|&i| &view.topics[i]).collect();
         if self.order.topics.len() > MAX_GRAPH_TOPICS {
             ui.label(format!(
                 "Showing {MAX_GRAPH_TOPICS} of {} topics; filter to see others.",
@@ -955,31 +1123,15 @@ impl MonitorApp {
         ui.label(
             "Publishing processes -> topics -> subscribing processes; colour: green ok, orange warning, red error.",
         );
-        // Processes on each side, in order of first use.
-        let mut left: Vec<(Arc<str>, Health)> = Vec::new();
-        let mut right: Vec<(Arc<str>, Health)> = Vec::new();
-        let mut edges: Vec<(usize, usize, bool, Health)> = Vec::new(); // (process, topic, is_pub, health)
-        let health: std::collections::HashMap<(&str, u32), Health> =
-            view.processes.iter().map(|p| ((&*p.host, p.pid), p.problems.health())).collect();
-        for (ti, t) in topics.iter().enumerate() {
-            for e in view.entities_of(&t.name) {
-                let side = if e.direction == "pub" { &mut left } else { &mut right };
-                let pi = match side.iter().position(|(l, _)| *l == e.process) {
-                    Some(i) => i,
-                    None => {
-                        side.push((
-                            e.process.clone(),
-                            health.get(&(&*e.host, e.pid)).copied().unwrap_or(Health::Warning),
-                        ));
-                        side.len() - 1
-                    }
-                };
-                edges.push((pi, ti, e.direction == "pub", t.problems.health()));
-            }
+        if self.graph_layout.as_ref().is_none_or(|g| g.order_version != self.order.version) {
+            self.graph_layout = Some(GraphLayout::new(view, &self.order));
         }
+        let Some(g) = self.graph_layout.as_ref() else { return };
+        let topics: Vec<&TopicRow> = g.topics.iter().map(|&i| &view.topics[i]).collect();
+        let (left, right, edges) = (&g.left, &g.right, &g.edges);
         let rows = topics.len().max(left.len()).max(right.len()).max(1);
         let spacing = 28.0;
-        egui::ScrollArea::vertical().auto_shrink(false).show(ui, |ui| {
+        let clicked = egui::ScrollArea::vertical().auto_shrink(false).show(ui, |ui| {
             let width = ui.available_width();
             let (rect, _) = ui.allocate_exact_size(egui::vec2(width, rows as f32 * spacing + 20.0), Sense::hover());
             let col_w = (width / 4.0).min(260.0);
@@ -989,7 +1141,7 @@ impl MonitorApp {
                 rect.top() + 10.0 + step * (i as f32 + 0.5)
             };
             let painter = ui.painter_at(rect);
-            for &(pi, ti, is_pub, h) in &edges {
+            for &(pi, ti, is_pub, h) in edges {
                 let (a, b) = if is_pub {
                     (egui::pos2(xs[0] + col_w, y_of(pi, left.len())), egui::pos2(xs[1], y_of(ti, topics.len())))
                 } else {
@@ -997,13 +1149,22 @@ impl MonitorApp {
                 };
                 painter.line_segment([a, b], egui::Stroke::new(1.5, health_color(h).gamma_multiply(0.7)));
             }
+            // Only the nodes in sight of the scroll area are laid out (edges off screen are culled when
+            // tessellated).
+            let visible = ui.clip_rect();
             let node = |ui: &mut egui::Ui, x: f32, y: f32, text: &str, h: Health, selected: bool| {
                 let r = egui::Rect::from_center_size(egui::pos2(x + col_w / 2.0, y), egui::vec2(col_w, spacing - 6.0));
+                if !visible.intersects(r) {
+                    ui.skip_ahead_auto_ids(1); // the nodes in sight keep their ids while scrolling
+                    return false;
+                }
+                // Square corners: a rounded node has several times the triangles to rasterise.
                 let b = egui::Button::new(RichText::new(text).color(Color32::BLACK))
+                    .corner_radius(0.0)
                     .fill(health_fill(h))
                     .stroke(if selected { egui::Stroke::new(2.0, Color32::WHITE) } else { egui::Stroke::NONE })
                     .truncate();
-                ui.put(r, b)
+                ui.put(r, b).clicked()
             };
             for (i, (l, h)) in left.iter().enumerate() {
                 node(ui, xs[0], y_of(i, left.len()), l, *h, false);
@@ -1014,14 +1175,15 @@ impl MonitorApp {
             let mut clicked = None;
             for (i, t) in topics.iter().enumerate() {
                 let sel = self.state.selected.as_deref() == Some(&*t.name);
-                if node(ui, xs[1], y_of(i, topics.len()), &t.name, t.problems.health(), sel).clicked() {
+                if node(ui, xs[1], y_of(i, topics.len()), &t.name, t.problems.health(), sel) {
                     clicked = Some(t.name.clone());
                 }
             }
-            if let Some(c) = clicked {
-                self.select_topic(Some(&c));
-            }
+            clicked
         });
+        if let Some(c) = clicked.inner {
+            self.select_topic(Some(&c));
+        }
     }
 
     fn events(&mut self, ui: &mut egui::Ui) {
@@ -1036,24 +1198,31 @@ impl MonitorApp {
                 }
             }
         });
-        let f = self.state.filter.to_lowercase();
-        let kind = self.state.event_kind;
-        let problems_only = self.state.problems_only;
-        let until = self.state.frozen_at.unwrap_or(f64::INFINITY);
-        let list: Vec<&crate::history::Event> = self
-            .history
-            .events()
-            .iter()
-            .rev()
-            .filter(|e| e.time_s <= until + 1e-6)
-            .filter(|e| kind.is_none_or(|k| e.kind == k))
-            .filter(|e| !problems_only || e.kind.is_problem())
-            .filter(|e| f.is_empty() || contains_ci(&e.subject, &f) || contains_ci(&e.detail, &f))
-            .collect();
+        let key = EventsKey {
+            generation: self.history.generation(),
+            filter: self.state.filter.to_lowercase(),
+            kind: self.state.event_kind,
+            problems_only: self.state.problems_only,
+            until: self.state.frozen_at.unwrap_or(f64::INFINITY),
+        };
+        if self.events_order.0.as_ref() != Some(&key) {
+            let f = key.filter.as_str();
+            let events = self.history.events();
+            self.events_order.1.clear();
+            self.events_order.1.extend((0..events.len()).rev().filter(|&i| {
+                let e = &events[i];
+                e.time_s <= key.until + 1e-6
+                    && key.kind.is_none_or(|k| e.kind == k)
+                    && (!key.problems_only || e.kind.is_problem())
+                    && (f.is_empty() || contains_ci(&e.subject, f) || contains_ci(&e.detail, f))
+            }));
+            self.events_order.0 = Some(key);
+        }
+        let events = self.history.events();
+        let list = &self.events_order.1;
         ui.label(format!("{} events (newest first)", list.len()));
         TableBuilder::new(ui)
             .id_salt("events")
-            .striped(true)
             .resizable(true)
             .column(Column::initial(80.0))
             .column(Column::initial(110.0))
@@ -1068,9 +1237,11 @@ impl MonitorApp {
             })
             .body(|body| {
                 body.rows(ROW_H, list.len(), |mut row| {
-                    let e = list[row.index()];
+                    let e = &events[list[row.index()]];
                     let color = if e.kind.is_problem() { health_color(Health::Error) } else { ui_text_color() };
+                    let index = row.index();
                     row.col(|ui| {
+                        stripe(ui, index);
                         ui.label(clock(e.time_s));
                     });
                     row.col(|ui| {
@@ -1091,6 +1262,15 @@ impl eframe::App for MonitorApp {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         MonitorApp::ui(self, ui);
     }
+
+    fn clear_color(&self, visuals: &egui::Visuals) -> [f32; 4] {
+        clear_color(visuals)
+    }
+}
+
+/// The colour a window showing [`MonitorApp::ui`] must be cleared with: the panels' own, which they do not paint.
+pub fn clear_color(visuals: &egui::Visuals) -> [f32; 4] {
+    visuals.panel_fill.to_normalized_gamma_f32()
 }
 
 fn ui_text_color() -> Color32 {
@@ -1124,6 +1304,29 @@ fn time_plot(id: &str, height: f32, width: f32, window_s: f64) -> Plot<'static> 
         .include_y(0.0)
         .x_axis_formatter(|m, _| format!("{:.0} s", m.value))
         .allow_scroll(false)
+}
+
+/// Shows `plot` without the filled background egui_plot gives it, with the background's outline drawn instead:
+/// under software GL the Topic view's four filled plot backgrounds cost as much as the rest of it.
+fn show_plot<'a>(ui: &mut egui::Ui, plot: Plot<'a>, build: impl FnOnce(&mut egui_plot::PlotUi<'a>) + 'a) {
+    let r = plot.show_background(false).show(ui, build);
+    let stroke = ui.visuals().widgets.noninteractive.bg_stroke;
+    ui.painter().rect_stroke(*r.transform.frame(), 2.0, stroke, egui::StrokeKind::Inside);
+}
+
+/// The stripe behind every other table row, painted from the row's first cell (before its content) as one
+/// rectangle across the table's visible width. `TableBuilder::striped` paints one per cell, each with its own
+/// anti-aliasing fringe: at 1000 topics that is most of the triangles of the Overview, and under software GL it cost
+/// about as much as everything else the tables draw.
+fn stripe(cell: &egui::Ui, row_index: usize) {
+    use egui::emath::GuiRounding as _;
+    if !row_index.is_multiple_of(2) {
+        return;
+    }
+    // The cells are not clipped to themselves: their clip rectangle is the table body's visible part.
+    let gap = 0.5 * cell.spacing().item_spacing.y;
+    let rect = egui::Rect::from_x_y_ranges(cell.clip_rect().x_range(), cell.max_rect().y_range().expand(gap));
+    cell.painter().rect_filled(rect.round_ui(), 0.0, cell.visuals().faint_bg_color);
 }
 
 /// One label cell per text, all in `color`.
@@ -1202,4 +1405,34 @@ fn hex_dump(ui: &mut egui::Ui, bytes: &[u8]) {
         s.push_str(&format!("… {} more bytes\n", bytes.len() - shown.len()));
     }
     ui.monospace(s);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimate_keeps_each_columns_lowest_and_highest_in_time_order() {
+        // 5 minutes at 50 ms: 6000 points onto 600 columns.
+        let items: Vec<(f64, f64)> = (0..6000).map(|i| (f64::from(i) * 0.05, f64::from((i * 37) % 101))).collect();
+        let col = |x: f64| (x / 300.0 * 600.0) as usize;
+        let pts = decimate(&items, col, |t| *t);
+        assert!((600..=1200).contains(&pts.len()), "{} points", pts.len());
+        assert!(pts.windows(2).all(|w| w[0].x < w[1].x), "in time order");
+        for c in [0, 17, 599] {
+            let run: Vec<f64> = items.iter().filter(|t| col(t.0) == c).map(|t| t.1).collect();
+            let kept: Vec<f64> = pts.iter().filter(|p| col(p.x) == c).map(|p| p.y).collect();
+            let lo = run.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = run.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            assert!(kept.contains(&lo) && kept.contains(&hi), "column {c}: {kept:?} lacks {lo} or {hi}");
+        }
+    }
+
+    #[test]
+    fn decimate_leaves_a_short_series_alone() {
+        let items: Vec<(f64, f64)> = (0..60).map(|i| (f64::from(i) - 60.0, f64::from(i * i))).collect();
+        let pts = decimate(&items, |x| ((x + 60.0) * 10.0) as usize, |t| *t);
+        let back: Vec<(f64, f64)> = pts.iter().map(|p| (p.x, p.y)).collect();
+        assert_eq!(back, items);
+    }
 }

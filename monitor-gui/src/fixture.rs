@@ -55,6 +55,10 @@ pub struct Fixture {
     extra_topics: usize,
     /// Extra generated processes the extra topics spread over.
     extra_processes: usize,
+    /// Hold the network still from this step on.
+    still_after: Option<u64>,
+    /// The snapshot held.
+    held: Option<Snapshot>,
 }
 
 impl Default for Fixture {
@@ -92,13 +96,19 @@ const RECORDER_EXPIRES_AT: u64 = 62;
 impl Fixture {
     /// The small network.
     pub fn new() -> Fixture {
-        Fixture { step: 0, rng: Rng(7), extra_topics: 0, extra_processes: 0 }
+        Fixture { step: 0, rng: Rng(7), extra_topics: 0, extra_processes: 0, still_after: None, held: None }
     }
 
     /// The small network plus `topics` generated topics over `processes` generated processes (1000 and 200 for
     /// the scale target).
     pub fn with_scale(topics: usize, processes: usize) -> Fixture {
         Fixture { extra_topics: topics, extra_processes: processes.max(1), ..Fixture::new() }
+    }
+
+    /// From step `steps` on (at least 1), every snapshot is that step's again with only its time advanced: the
+    /// processes stay, nothing changes (the idle measurement).
+    pub fn hold_still_after(&mut self, steps: u64) {
+        self.still_after = Some(steps.max(1));
     }
 
     /// Steps taken so far.
@@ -120,6 +130,19 @@ impl Fixture {
 
     /// The next snapshot: the network one second after the previous one.
     pub fn next_snapshot(&mut self) -> Snapshot {
+        if let Some(held) = &mut self.held {
+            self.step += 1;
+            held.taken_at = held.taken_at.map(|t| t + Duration::from_secs(1));
+            return held.clone();
+        }
+        let snap = self.generate();
+        if self.still_after.is_some_and(|n| self.step >= n) {
+            self.held = Some(snap.clone());
+        }
+        snap
+    }
+
+    fn generate(&mut self) -> Snapshot {
         self.step += 1;
         let k = self.step;
         let taken_at = SystemTime::UNIX_EPOCH + Duration::from_secs(EPOCH_S + k);

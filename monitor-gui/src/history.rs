@@ -199,15 +199,20 @@ impl History {
         self.push_shared(Arc::new(view));
     }
 
-    /// [`History::push`] of a view built elsewhere (the refresh thread).
+    /// [`History::push`] of a shared view.
     pub fn push_shared(&mut self, view: Arc<View>) {
-        if let Some(last) = self.views.back() {
-            for e in diff(last, &view) {
-                if self.events.len() == MAX_EVENTS {
-                    self.events.pop_front();
-                }
-                self.events.push_back(e);
+        let events = self.views.back().map(|last| diff(last, &view)).unwrap_or_default();
+        self.push_diffed(view, events);
+    }
+
+    /// Adds a view whose `events` (its [`diff`] against the newest kept view) were found elsewhere: the refresh
+    /// thread diffs, so the UI thread does not.
+    pub fn push_diffed(&mut self, view: Arc<View>, events: Vec<Event>) {
+        for e in events {
+            if self.events.len() == MAX_EVENTS {
+                self.events.pop_front();
             }
+            self.events.push_back(e);
         }
         let newest = view.time_s;
         self.views.push_back(view);

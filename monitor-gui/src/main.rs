@@ -1,6 +1,6 @@
 //! `shoal-monitor`: the window, or `--headless` JSON lines.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
@@ -47,9 +47,21 @@ struct Args {
     /// Window size, `WIDTHxHEIGHT`.
     #[arg(long, default_value = "1280x800", value_parser = parse_size)]
     size: (f32, f32),
-    /// Repaint continuously and print frame times to stderr every 5 s (scale measurement).
+    /// With --fixture: hold the network still after the prefill (every later snapshot is the last one again, only
+    /// its time advances): the idle measurement.
+    #[arg(long)]
+    fixture_still: bool,
+    /// Repaint continuously for --bench-seconds, then print one line of frame times to stderr and exit (scale
+    /// measurement).
     #[arg(long)]
     bench: bool,
+    /// With --bench: measure this long, after a 2 s warm-up.
+    #[arg(long, default_value_t = 15)]
+    bench_seconds: u64,
+    /// With --bench: draw only one label instead of the monitor (the cost of an almost empty frame: clearing,
+    /// presenting, the event loop), the baseline the views are compared with.
+    #[arg(long)]
+    bench_blank: bool,
 }
 
 fn parse_pair(s: &str) -> Result<(usize, usize), String> {
@@ -71,14 +83,24 @@ fn main() -> Result<()> {
         .init();
     let args = Args::parse();
     let interval = Duration::from_millis(args.interval_ms.max(50));
+    if (args.fixture_still || args.fixture_scale.is_some()) && !args.fixture {
+        bail!("--fixture-still and --fixture-scale change the scripted network: add --fixture");
+    }
+    if args.bench_blank && !args.bench {
+        bail!("--bench-blank is the baseline of --bench: add --bench");
+    }
     let Some(tab) = Tab::from_name(&args.tab) else {
         bail!("unknown tab `{}` (overview, topic, inspector, graph, events)", args.tab);
     };
     let (mut snapshots, messages): (Box<dyn SnapshotSource + Send>, Box<dyn MessageSource>) = if args.fixture {
-        let f = match args.fixture_scale {
+        let mut f = match args.fixture_scale {
             Some((t, p)) => Fixture::with_scale(t, p),
             None => Fixture::new(),
         };
+        if args.fixture_still {
+            // Live during the prefill (history for the plots), still from there on.
+            f.hold_still_after(u64::from(args.prefill.max(1)));
+        }
         (Box::new(f), Box::new(FixtureMessages::default()))
     } else {
         let node =
@@ -103,26 +125,140 @@ fn main() -> Result<()> {
         viewport: egui::ViewportBuilder::default()
             .with_inner_size([args.size.0, args.size.1])
             .with_title("shoal monitor"),
+        // Dithering hides banding in gradients; the monitor draws flat colours only, and under software GL the
+        // dithering shader costs on every pixel.
+        dithering: false,
         ..Default::default()
     };
-    let bench = args.bench;
+    let bench =
+        args.bench.then(|| Bench::new(Duration::from_secs(args.bench_seconds.max(1)), args.bench_blank, &args.tab));
     eframe::run_native(
         "shoal monitor",
         options,
         Box::new(move |cc| {
             let ctx = cc.egui_ctx.clone();
             app.start_refresh_thread(move || ctx.request_repaint())?;
-            Ok(Box::new(Runner { app, bench: bench.then(Bench::default) }))
+            Ok(Box::new(Runner { app, bench }))
         }),
     )
     .map_err(|e| anyhow::anyhow!("cannot open the window: {e}"))
 }
 
-#[derive(Default)]
+/// The frame-time measurement of `--bench`: the UI repaints continuously; each frame's wall time is the time from
+/// the start of one frame's UI pass to the start of the next, which covers the UI, tessellation, painting and the
+/// buffer swap (where llvmpipe rasterises and the image goes to the X server).
 struct Bench {
-    since: Option<std::time::Instant>,
-    frames: u32,
-    cpu: Vec<f32>,
+    label: String,
+    warm_up_until: Instant,
+    measure: Duration,
+    blank: bool,
+    /// The line is printed (the window closes after this frame).
+    done: bool,
+    started: Option<(Instant, std::collections::BTreeMap<String, f64>)>,
+    last_frame: Option<(u64, Instant)>,
+    /// Wall time per frame, ms.
+    frame_ms: Vec<f64>,
+    /// eframe's `cpu_usage` per frame (UI + tessellation + issuing the GL calls, swap excluded), ms.
+    ui_ms: Vec<f64>,
+}
+
+impl Bench {
+    fn new(measure: Duration, blank: bool, tab: &str) -> Bench {
+        Bench {
+            label: if blank { "blank".into() } else { tab.to_lowercase() },
+            warm_up_until: Instant::now() + Duration::from_secs(2),
+            measure,
+            blank,
+            done: false,
+            started: None,
+            last_frame: None,
+            frame_ms: Vec::new(),
+            ui_ms: Vec::new(),
+        }
+    }
+
+    /// Called at the start of every UI pass; true once the measurement is over (the line is printed).
+    fn frame(&mut self, ctx: &egui::Context, frame: &eframe::Frame) -> bool {
+        let now = Instant::now();
+        let nr = ctx.cumulative_frame_nr();
+        if self.last_frame.is_some_and(|(n, _)| n == nr) {
+            return false; // a second pass of the same frame
+        }
+        if now < self.warm_up_until {
+            self.last_frame = Some((nr, now));
+            return false;
+        }
+        if self.started.is_none()
+            && let Some(gl) = frame.gl()
+        {
+            use eframe::glow::HasContext as _;
+            // SAFETY: eframe keeps its GL context current on this thread while it runs the UI pass, and
+            // RENDERER is a valid name for glGetString.
+            let renderer = unsafe { gl.get_parameter_string(eframe::glow::RENDERER) };
+            eprintln!("bench: renderer {renderer}");
+        }
+        let started = self.started.get_or_insert_with(|| (now, thread_cpu_s())).0;
+        if let Some((_, t)) = self.last_frame {
+            self.frame_ms.push(now.duration_since(t).as_secs_f64() * 1000.0);
+            if let Some(c) = frame.info().cpu_usage {
+                self.ui_ms.push(f64::from(c) * 1000.0);
+            }
+        }
+        self.last_frame = Some((nr, now));
+        if now.duration_since(started) < self.measure {
+            return false;
+        }
+        let wall = now.duration_since(started).as_secs_f64();
+        let n = self.frame_ms.len().max(1) as f64;
+        let before = self.started.as_ref().map(|s| &s.1);
+        let by_thread: Vec<(String, f64)> = thread_cpu_s()
+            .into_iter()
+            .map(|(name, s)| {
+                let d = s - before.and_then(|b| b.get(&name)).copied().unwrap_or(0.0);
+                (name, d)
+            })
+            .filter(|(_, d)| *d > 0.0)
+            .collect();
+        let cpu: f64 = by_thread.iter().map(|(_, d)| d).sum();
+        let threads: Vec<String> = by_thread.iter().map(|(name, d)| format!("{name} {:.2}", d * 1000.0 / n)).collect();
+        let pct = |v: &mut Vec<f64>, q: f64| {
+            v.sort_by(f64::total_cmp);
+            v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0)
+        };
+        eprintln!(
+            "bench: {} frames {} ({:.1}/s) · frame ms p50 {:.2} p95 {:.2} max {:.2} · ui+tessellation ms p50 {:.2} p95 {:.2} \
+             · process CPU {:.2} ms/frame ({:.0} % of one core; by thread, ms/frame: {})",
+            self.label,
+            self.frame_ms.len(),
+            n / wall,
+            pct(&mut self.frame_ms, 0.5),
+            pct(&mut self.frame_ms, 0.95),
+            pct(&mut self.frame_ms, 1.0),
+            pct(&mut self.ui_ms, 0.5),
+            pct(&mut self.ui_ms, 0.95),
+            cpu * 1000.0 / n,
+            cpu * 100.0 / wall,
+            threads.join(", "),
+        );
+        true
+    }
+}
+
+/// CPU time of this process so far, seconds, by thread name (the UI thread is `shoal-monitor`; llvmpipe's
+/// rasteriser threads are `llvmpipe-N`): the time on a CPU the scheduler reports in `/proc/self/task/*/schedstat`.
+fn thread_cpu_s() -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return out };
+    for t in tasks.flatten() {
+        let ns = std::fs::read_to_string(t.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|f| f.parse::<u64>().ok()));
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        // llvmpipe-0, llvmpipe-1, … together.
+        let name = name.trim().trim_end_matches(|c: char| c.is_ascii_digit()).trim_end_matches('-').to_owned();
+        *out.entry(name).or_insert(0.0) += ns.unwrap_or(0) as f64 / 1e9;
+    }
+    out
 }
 
 struct Runner {
@@ -131,27 +267,26 @@ struct Runner {
 }
 
 impl eframe::App for Runner {
+    fn clear_color(&self, visuals: &egui::Visuals) -> [f32; 4] {
+        shoal_monitor::app::clear_color(visuals)
+    }
+
     fn ui(&mut self, ui: &mut egui::Ui, frame: &mut eframe::Frame) {
-        self.app.ui(ui);
-        if let Some(b) = &mut self.bench {
-            ui.ctx().request_repaint();
-            b.frames += 1;
-            if let Some(c) = frame.info().cpu_usage {
-                b.cpu.push(c * 1000.0);
-            }
-            let since = *b.since.get_or_insert_with(std::time::Instant::now);
-            if since.elapsed() >= Duration::from_secs(5) {
-                b.cpu.sort_by(f32::total_cmp);
-                let pct = |q: f64| b.cpu.get(((b.cpu.len() as f64 - 1.0) * q) as usize).copied().unwrap_or(0.0);
-                eprintln!(
-                    "bench: {:.1} frames/s, frame cpu ms p50 {:.2} p99 {:.2} max {:.2}",
-                    b.frames as f64 / since.elapsed().as_secs_f64(),
-                    pct(0.5),
-                    pct(0.99),
-                    pct(1.0)
-                );
-                *b = Bench::default();
-            }
+        let Some(b) = &mut self.bench else {
+            self.app.ui(ui);
+            return;
+        };
+        if !b.done && b.frame(ui.ctx(), frame) {
+            b.done = true;
+            ui.ctx().send_viewport_cmd(egui::ViewportCommand::Close);
         }
+        if b.blank {
+            // Like the monitor's panels: unfilled, over the clear colour.
+            let frame = egui::Frame::central_panel(ui.style()).fill(egui::Color32::TRANSPARENT);
+            egui::CentralPanel::default().frame(frame).show(ui, |ui| ui.label("bench baseline: an almost empty frame"));
+        } else {
+            self.app.ui(ui);
+        }
+        ui.ctx().request_repaint();
     }
 }

@@ -185,6 +185,36 @@ pub struct ProcessRow {
 }
 
 impl ProcessRow {
+    /// Equal but for the registration age.
+    fn same_but_age(&self, o: &ProcessRow) -> bool {
+        let ProcessRow {
+            host,
+            pid,
+            name,
+            unit,
+            kind,
+            version,
+            registration_age_s: _,
+            state_severity,
+            state_info,
+            is_self,
+            problems,
+        } = self;
+        (host, pid, name, unit, kind, version, state_severity, state_info, is_self, problems)
+            == (
+                &o.host,
+                &o.pid,
+                &o.name,
+                &o.unit,
+                &o.kind,
+                &o.version,
+                &o.state_severity,
+                &o.state_info,
+                &o.is_self,
+                &o.problems,
+            )
+    }
+
     /// `unit@host:pid`, how the other tables name a process.
     pub fn label(&self) -> String {
         format!("{}@{}:{}", self.unit, self.host, self.pid)
@@ -254,6 +284,38 @@ pub struct EntityRow {
     pub type_mismatch: bool,
     /// Seconds since its last registration.
     pub registration_age_s: f64,
+}
+
+impl EntityRow {
+    /// Equal but for the registration age.
+    fn same_but_age(&self, o: &EntityRow) -> bool {
+        let EntityRow {
+            topic,
+            direction,
+            process,
+            host,
+            pid,
+            entity_id,
+            type_name,
+            messages,
+            drops,
+            type_mismatch,
+            registration_age_s: _,
+        } = self;
+        (topic, direction, process, host, pid, entity_id, type_name, messages, drops, type_mismatch)
+            == (
+                &o.topic,
+                &o.direction,
+                &o.process,
+                &o.host,
+                &o.pid,
+                &o.entity_id,
+                &o.type_name,
+                &o.messages,
+                &o.drops,
+                &o.type_mismatch,
+            )
+    }
 }
 
 /// What a shoal subscriber measured from one publisher, over one layer.
@@ -347,6 +409,19 @@ impl View {
     pub fn entities_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a EntityRow> + 'a {
         let start = self.entities.partition_point(|e| &*e.topic < name);
         self.entities[start..].iter().take_while(move |e| &*e.topic == name)
+    }
+
+    /// True when `other` shows the same network with the same figures: only the time and the registration ages
+    /// (which tick with it between two registrations) may differ. A change of what the ages mean (a peer going
+    /// stale) is a change of problems, and counts.
+    pub fn same_content(&self, other: &View) -> bool {
+        self.hosts == other.hosts
+            && self.topics == other.topics
+            && self.connections == other.connections
+            && self.processes.len() == other.processes.len()
+            && self.processes.iter().zip(&other.processes).all(|(a, b)| a.same_but_age(b))
+            && self.entities.len() == other.entities.len()
+            && self.entities.iter().zip(&other.entities).all(|(a, b)| a.same_but_age(b))
     }
 
     /// Rows with at least one problem: topics, processes.

@@ -3,7 +3,7 @@
 //! the graph, the events and freeze. No window and no renderer: these run anywhere.
 
 use egui_kittest::Harness;
-use egui_kittest::kittest::Queryable;
+use egui_kittest::kittest::{NodeT as _, Queryable};
 use shoal_monitor::app::{MonitorApp, Tab};
 use shoal_monitor::fixture::{Fixture, FixtureMessages};
 
@@ -204,4 +204,92 @@ fn freeze_keeps_the_shown_view_and_scrolls_back() {
     h.get_by_label("Frozen (click for live)").click();
     h.run();
     assert_eq!(h.state().displayed().expect("view").time_s, t0 + 2.0, "live again");
+}
+
+/// The scale network: 1000 generated topics over 200 processes besides the scripted ones.
+fn scale_app(steps: u32) -> MonitorApp {
+    let mut app = MonitorApp::manual(Box::new(Fixture::with_scale(1000, 200)), Box::new(FixtureMessages::default()));
+    for _ in 0..steps {
+        app.refresh_now();
+    }
+    app
+}
+
+#[test]
+fn at_scale_only_rows_in_sight_are_laid_out_and_the_filter_finds_any_topic() {
+    let mut h = harness(scale_app(2));
+    h.run();
+    h.get_by_label_contains("Topics (1006 of 1006)");
+    h.get_by_label("/camera"); // first by name
+    assert!(h.query_by_label("/fleet/sensor_0999").is_none(), "rows out of sight are not laid out");
+    h.get_by_label("Filter:").focus();
+    h.run();
+    h.get_by_label("Filter:").type_text("sensor_0999");
+    h.run();
+    h.get_by_label_contains("Topics (1 of 1006)");
+    assert!(h.query_by_label("/camera").is_none());
+    h.get_by_label("/fleet/sensor_0999").click();
+    h.run();
+    assert_eq!(h.state().state.selected.as_deref(), Some("/fleet/sensor_0999"));
+    assert_eq!(h.state().state.tab, Tab::Topic);
+    h.get_by_label("node_199@lab-pc:10199"); // its publisher, in the connection table
+}
+
+#[test]
+fn at_scale_the_sort_reaches_rows_that_were_out_of_sight() {
+    let mut h = harness(scale_app(2));
+    h.run();
+    assert!(h.query_by_label("/fleet/sensor_0999").is_none());
+    h.get_by_label("Topic ^").click(); // by name, descending
+    h.run();
+    h.get_by_label("shoal_demo/0");
+    h.get_by_label("/fleet/sensor_0999");
+    assert!(top(&h, "shoal_demo/0") < top(&h, "/fleet/sensor_0999"));
+    assert!(h.query_by_label("/camera").is_none(), "now out of sight");
+}
+
+#[test]
+fn at_scale_the_graph_draws_the_first_topics_and_a_filter_brings_others() {
+    let mut app = scale_app(2);
+    app.state.tab = Tab::Graph;
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label("Showing 60 of 1006 topics; filter to see others.");
+    h.get_by_label("/camera");
+    assert!(h.query_by_label("/fleet/sensor_0999").is_none());
+    h.state_mut().state.filter = "sensor_0999".into();
+    h.run();
+    h.get_by_label("/fleet/sensor_0999");
+    h.get_by_label("node_199@lab-pc:10199");
+    h.get_by_label("node_000@lab-pc:10000");
+    assert!(h.query_by_label("/camera").is_none(), "the layout follows the filter");
+}
+
+fn event_count(h: &Harness<'_, MonitorApp>) -> usize {
+    let node = h.get_by_label_contains("events (newest first)");
+    // A label's text is its AccessKit value.
+    let text = node.accesskit_node().value().unwrap_or_default();
+    text.split(' ').next().and_then(|n| n.parse().ok()).expect("a count")
+}
+
+#[test]
+fn the_events_table_follows_new_views_and_the_filter() {
+    let mut app = app_after(10);
+    app.state.tab = Tab::Events;
+    let mut h = harness(app);
+    h.run();
+    let all = event_count(&h);
+    assert!(all > 0);
+    for _ in 0..25 {
+        h.state_mut().refresh_now(); // teleop starts at step 30
+    }
+    h.run();
+    let more = event_count(&h);
+    assert!(more > all, "new views bring new events ({all} before, {more} after)");
+    h.get_by_label("teleop@lab-pc:1005 -> navigation@robot-2:3001 via udp");
+    h.state_mut().state.filter = "teleop".into();
+    h.run();
+    let teleop = event_count(&h);
+    assert!(teleop >= 2 && teleop < more, "the filter keeps teleop's events ({teleop} of {more})");
+    assert!(h.query_by_label_contains("lost (").is_none(), "the camera's drops are filtered out");
 }

@@ -1,0 +1,93 @@
+//! What each view costs to rasterise at scale: the Overview, Topic, Graph and Events views of the scale network
+//! (1000 generated topics over 200 processes besides the scripted ones, 60 s of history) at 1280x800, tessellated
+//! as the window would be. Under software GL (llvmpipe) a frame's time is mostly spent rasterising, and that cost
+//! follows the pixels the triangles cover (every one blended) and their count; both are held to a budget here,
+//! deterministically, so a change that fills the panels again or strokes every table cell shows as a failure and
+//! not only as a slower `scripts/monitor-scale`.
+
+use egui::epaint::{Primitive, WHITE_UV};
+use egui_kittest::Harness;
+use shoal_monitor::app::{MonitorApp, Tab};
+use shoal_monitor::fixture::{Fixture, FixtureMessages};
+
+const W: f32 = 1280.0;
+const H: f32 = 800.0;
+/// Triangles a view may tessellate to.
+const MAX_TRIANGLES: usize = 8000;
+/// Pixels its triangles may cover, in screens (1280x800); the panels alone used to cover one.
+const MAX_SCREENS: f64 = 0.8;
+
+struct Cost {
+    triangles: usize,
+    /// Of them, solid shapes (the others are glyphs).
+    solid_triangles: usize,
+    screens: f64,
+}
+
+fn cost(h: &Harness<'_, MonitorApp>) -> Cost {
+    let out = h.output();
+    // The harness paints a panel behind the app (the window does not: it clears to the panels' colour); leave it
+    // out.
+    let mut shapes = out.shapes.clone();
+    let first_is_harness_frame = shapes.first().is_some_and(|s| match &s.shape {
+        egui::Shape::Rect(r) => r.rect.area() > 0.9 * W * H && !r.fill.is_additive() && r.fill.a() == 255,
+        _ => false,
+    });
+    if first_is_harness_frame {
+        shapes.remove(0);
+    }
+    let prims = h.ctx.tessellate(shapes, out.pixels_per_point);
+    let mut c = Cost { triangles: 0, solid_triangles: 0, screens: 0.0 };
+    for p in &prims {
+        let Primitive::Mesh(m) = &p.primitive else { continue };
+        for tri in m.indices.chunks_exact(3) {
+            let v = [tri[0], tri[1], tri[2]].map(|i| m.vertices[i as usize]);
+            let [a, b, d] = v.map(|v| v.pos);
+            let bounds = egui::Rect::from_points(&[a, b, d]);
+            let visible = bounds.intersect(p.clip_rect);
+            c.triangles += 1;
+            if v[0].uv == WHITE_UV {
+                c.solid_triangles += 1;
+            }
+            if !visible.is_positive() || !bounds.is_positive() {
+                continue;
+            }
+            let area = ((b.x - a.x) * (d.y - a.y) - (d.x - a.x) * (b.y - a.y)).abs() / 2.0;
+            // Clipped triangles: the visible share of their bounds (exact for the rectangles that matter).
+            c.screens += f64::from(area * (visible.area() / bounds.area()).min(1.0)) / f64::from(W * H);
+        }
+    }
+    c
+}
+
+#[test]
+fn every_view_at_scale_stays_within_its_rasterising_budget() {
+    let mut app = MonitorApp::manual(Box::new(Fixture::with_scale(1000, 200)), Box::new(FixtureMessages::default()));
+    for _ in 0..60 {
+        app.refresh_now();
+    }
+    app.select_topic(Some("/fleet/sensor_0001"));
+    let mut h =
+        Harness::builder().with_size(egui::vec2(W, H)).build_ui_state(|ui, app: &mut MonitorApp| app.ui(ui), app);
+    let mut report = Vec::new();
+    for tab in [Tab::Overview, Tab::Topic, Tab::Graph, Tab::Events] {
+        h.state_mut().state.tab = tab;
+        h.run();
+        let c = cost(&h);
+        report.push(format!(
+            "{}: {} triangles ({} solid), {:.2} screens",
+            tab.title(),
+            c.triangles,
+            c.solid_triangles,
+            c.screens
+        ));
+        assert!(c.triangles > 500, "{}: only {} triangles: nothing drawn?", tab.title(), c.triangles);
+        assert!(
+            c.triangles <= MAX_TRIANGLES && c.screens <= MAX_SCREENS,
+            "{} over budget ({MAX_TRIANGLES} triangles, {MAX_SCREENS} screens): {}",
+            tab.title(),
+            report.last().map_or("", String::as_str)
+        );
+    }
+    println!("{}", report.join("\n"));
+}
