@@ -1,11 +1,12 @@
-//! Decoding any topic from the type information it carries, without generated code (for tools such as a monitor;
-//! `shoal topic echo` does not use it yet and shows payloads as text or hex).
+//! Decoding any topic from the type information it carries, without generated code (for tools: the monitor's
+//! inspector and `shoal topic echo` decode with it).
 //!
 //! - `proto`: the descriptor is a serialized `FileDescriptorSet` (as eCAL writes it); the payload is decoded to a
 //!   reflective [`prost_reflect::DynamicMessage`] and from there to JSON.
 //! - everything else (`flatb`, `raw`, unknown or empty encodings): a raw view, the bytes in hex (at most
 //!   [`RAW_VIEW_LIMIT`] of them) plus the text when they are UTF-8. FlatBuffers schemas are not interpreted:
-//!   eCAL 6.1.1's C++ FlatBuffers publisher carries no schema, and shoal's (planus) carries none either.
+//!   eCAL 6.1.1's C++ FlatBuffers publisher carries no schema, and shoal's (planus) carries none either
+//!   (`shoal topic echo` shows a FlatBuffers payload's root-table structure, which needs no schema).
 //!
 //! ```no_run
 //! # fn show(sample: &shoal::Sample) -> Result<(), shoal::dynamic::DynamicError> {

@@ -6,6 +6,8 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use super::parse::Parsed;
+use super::report::{ConfigReport, FoundBy};
 use super::{Config, ConfigError, ConfigWarning, parse};
 
 /// Largest file accepted (a full eCAL 5 `ecal.ini` is about 12 KiB).
@@ -64,27 +66,38 @@ fn read_capped(path: &Path) -> Result<String, ReadFailure> {
 
 /// Why [`read_and_parse`] failed: I/O (the caller picks the error variant, or skips a missing
 /// candidate) or the content.
-enum Failure {
+enum Failure<E = ConfigError> {
     Io(io::Error),
-    Content(ConfigError),
+    Content(E),
 }
 
-fn read_and_parse(path: &Path) -> Result<(Config, Vec<ConfigWarning>), Failure> {
+fn read_and_parse(path: &Path) -> Result<Parsed, Failure> {
+    read_and_parse_all(path, 1).map_err(|e| match e {
+        Failure::Io(e) => Failure::Io(e),
+        Failure::Content(mut errors) => Failure::Content(errors.swap_remove(0)),
+    })
+}
+
+/// [`read_and_parse`] reporting up to `max_errors` content errors (never an empty list).
+fn read_and_parse_all(path: &Path, max_errors: usize) -> Result<Parsed, Failure<Vec<ConfigError>>> {
     let text = match read_capped(path) {
         Ok(text) => text,
         Err(ReadFailure::Io(e)) => return Err(Failure::Io(e)),
         Err(ReadFailure::TooLarge) => {
-            return Err(Failure::Content(ConfigError::TooLarge { path: path.to_path_buf(), limit: MAX_FILE_BYTES }));
+            return Err(Failure::Content(vec![ConfigError::TooLarge {
+                path: path.to_path_buf(),
+                limit: MAX_FILE_BYTES,
+            }]));
         }
         Err(ReadFailure::Utf8 { line }) => {
-            return Err(Failure::Content(ConfigError::Syntax {
+            return Err(Failure::Content(vec![ConfigError::Syntax {
                 path: path.to_path_buf(),
                 line,
                 message: "not valid UTF-8".to_owned(),
-            }));
+            }]));
         }
     };
-    parse::parse(&text, path).map_err(Failure::Content)
+    parse::parse_all(&text, path, max_errors).map_err(Failure::Content)
 }
 
 fn log_warnings(warnings: &[ConfigWarning]) {
@@ -95,10 +108,38 @@ fn log_warnings(warnings: &[ConfigWarning]) {
 
 /// [`Config::from_file`] with the warnings returned.
 pub(crate) fn from_file(path: &Path) -> Result<(Config, Vec<ConfigWarning>), ConfigError> {
+    from_file_with_lines(path).map(|(cfg, warnings, _)| (cfg, warnings))
+}
+
+/// [`from_file`] with the line of every key.
+pub(crate) fn from_file_with_lines(path: &Path) -> Result<Parsed, ConfigError> {
     read_and_parse(path).map_err(|e| match e {
         Failure::Io(source) => ConfigError::Read { path: path.to_path_buf(), source },
         Failure::Content(e) => e,
     })
+}
+
+/// The search of [`Config::load_from`]: which file was used and how it was found (`None`: none, the defaults),
+/// with what parsing it gave.
+pub(crate) fn search(search: &SearchPaths) -> Result<(Option<(PathBuf, FoundBy)>, Parsed), ConfigError> {
+    if let Some(path) = &search.ecal_ini {
+        let parsed = read_and_parse(path).map_err(|e| match e {
+            Failure::Io(source) => ConfigError::EcalIni { path: path.clone(), source },
+            Failure::Content(e) => e,
+        })?;
+        return Ok((Some((path.clone(), FoundBy::EcalIni)), parsed));
+    }
+    for path in &search.candidates {
+        match read_and_parse(path) {
+            Ok(parsed) => return Ok((Some((path.clone(), FoundBy::Search)), parsed)),
+            Err(Failure::Io(e)) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(Failure::Io(source)) => {
+                return Err(ConfigError::Read { path: path.clone(), source });
+            }
+            Err(Failure::Content(e)) => return Err(e),
+        }
+    }
+    Ok((None, (Config::default(), Vec::new(), vec![None; super::keys::KEYS.len()])))
 }
 
 impl Config {
@@ -112,31 +153,44 @@ impl Config {
 
     /// [`Config::load`] with an explicit search (tests, tools that take a `--config` option).
     pub fn load_from(search: &SearchPaths) -> Result<Config, ConfigError> {
-        if let Some(path) = &search.ecal_ini {
-            let (cfg, warnings) = read_and_parse(path).map_err(|e| match e {
-                Failure::Io(source) => ConfigError::EcalIni { path: path.clone(), source },
-                Failure::Content(e) => e,
-            })?;
-            log_warnings(&warnings);
-            tracing::debug!(path = %path.display(), "configuration read ($ECAL_INI)");
-            return Ok(cfg);
-        }
-        for path in &search.candidates {
-            match read_and_parse(path) {
-                Ok((cfg, warnings)) => {
-                    log_warnings(&warnings);
-                    tracing::debug!(path = %path.display(), "configuration read");
-                    return Ok(cfg);
-                }
-                Err(Failure::Io(e)) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(Failure::Io(source)) => {
-                    return Err(ConfigError::Read { path: path.clone(), source });
-                }
-                Err(Failure::Content(e)) => return Err(e),
+        let (found, (cfg, warnings, _)) = self::search(search)?;
+        log_warnings(&warnings);
+        match found {
+            Some((path, FoundBy::EcalIni)) => {
+                tracing::debug!(path = %path.display(), "configuration read ($ECAL_INI)");
             }
+            Some((path, FoundBy::Search | FoundBy::Explicit)) => {
+                tracing::debug!(path = %path.display(), "configuration read");
+            }
+            None => tracing::debug!("no ecal.ini found; using the built-in defaults"),
         }
-        tracing::debug!("no ecal.ini found; using the built-in defaults");
-        Ok(Config::default())
+        Ok(cfg)
+    }
+
+    /// What [`Config::load_from`] would load, explained: the file and how it was found, and for every key its
+    /// value and origin (default, or the file's line). Warnings are returned, not logged.
+    pub fn explain_from(search: &SearchPaths) -> Result<ConfigReport, ConfigError> {
+        let (found, (cfg, warnings, lines)) = self::search(search)?;
+        Ok(ConfigReport::new(cfg, found, warnings, &lines))
+    }
+
+    /// Checks one file and reports every error in it (up to 100, in file order; the rules between keys run only
+    /// when no line has an error), for `shoal config check`. `Ok` is the file explained as
+    /// [`Config::explain_file`] does.
+    pub fn check_file(path: impl AsRef<Path>) -> Result<ConfigReport, Vec<ConfigError>> {
+        let path = path.as_ref();
+        let (cfg, warnings, lines) = read_and_parse_all(path, parse::MAX_ERRORS).map_err(|e| match e {
+            Failure::Io(source) => vec![ConfigError::Read { path: path.to_path_buf(), source }],
+            Failure::Content(errors) => errors,
+        })?;
+        Ok(ConfigReport::new(cfg, Some((path.to_path_buf(), FoundBy::Explicit)), warnings, &lines))
+    }
+
+    /// One file explained as [`Config::explain_from`] does (the file is read as if `$ECAL_INI` named it).
+    pub fn explain_file(path: impl AsRef<Path>) -> Result<ConfigReport, ConfigError> {
+        let path = path.as_ref();
+        let (cfg, warnings, lines) = from_file_with_lines(path)?;
+        Ok(ConfigReport::new(cfg, Some((path.to_path_buf(), FoundBy::Explicit)), warnings, &lines))
     }
 
     /// Reads and parses one file (keys it does not set keep their defaults). Warnings are logged

@@ -8,6 +8,8 @@
 //!   (`[common] registration_refresh`, `[network] multicast_ttl`, ...), `[shoal_*]` sections for the
 //!   rest. Every key is declared once in `keys.rs`; the parser and the documented default file
 //!   (`etc/ecal.ini`, [`Config::default_ini_text`]) are both generated from that table.
+//! - [`Config::explain_from`] / [`Config::explain_file`] say where each value came from (built-in default, or a
+//!   file's line) and how the file was found (`shoal config show`).
 //! - A bad value is a [`ConfigError`] naming file, line, key, value and what is allowed; unknown keys
 //!   (the rest of a copied eCAL 5 file) are [`ConfigWarning`]s, logged with `tracing::warn!`.
 //! - Keys of eCAL features shoal does not have yet (`[publisher] use_tcp`, `[subscriber] tcp_rec_enabled`,
@@ -27,11 +29,13 @@ mod ini;
 mod keys;
 mod load;
 mod parse;
+mod report;
 #[cfg(test)]
 mod tests;
 
 pub use error::{ConfigError, ConfigWarning};
 pub use load::SearchPaths;
+pub use report::{ConfigReport, FoundBy, KeyReport, ValueOrigin};
 
 /// How a blocking receive waits for the next sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

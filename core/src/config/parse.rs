@@ -7,11 +7,32 @@ use super::ini::{self, Line};
 use super::keys::{self, Draft, KEYS};
 use super::{Config, ConfigError, ConfigWarning};
 
+/// A parsed file: the configuration, its warnings and the line on which each key of [`KEYS`] was set (`None`: not
+/// set, default kept), by index in `KEYS`.
+pub(crate) type Parsed = (Config, Vec<ConfigWarning>, Vec<Option<usize>>);
+
 /// Longest value quoted back in an error message, in characters.
 const MAX_VALUE_IN_ERROR: usize = 200;
 
 /// Parses `text`; `origin` is used in messages and as [`Config::source`].
 pub(crate) fn parse(text: &str, origin: &Path) -> Result<(Config, Vec<ConfigWarning>), ConfigError> {
+    parse_with_lines(text, origin).map(|(cfg, warnings, _)| (cfg, warnings))
+}
+
+/// [`parse`], also returning the line on which each key of [`KEYS`] was set (`None`: not set, default kept), by
+/// index in `KEYS`.
+pub(crate) fn parse_with_lines(text: &str, origin: &Path) -> Result<Parsed, ConfigError> {
+    parse_all(text, origin, 1).map_err(|mut errors| errors.swap_remove(0))
+}
+
+/// Most errors [`parse_all`] collects from one file for a caller that wants them all.
+pub(crate) const MAX_ERRORS: usize = 100;
+
+/// [`parse_with_lines`] that goes on after an error, up to `max_errors` (at least 1) of them: the errors of every
+/// line, in file order (the cross-field rules run only on a file without line errors). `Err` is never empty.
+pub(crate) fn parse_all(text: &str, origin: &Path, max_errors: usize) -> Result<Parsed, Vec<ConfigError>> {
+    let max_errors = max_errors.max(1);
+    let mut errors: Vec<ConfigError> = Vec::new();
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut draft = Draft::new(Config::default());
     let mut warnings = Vec::new();
@@ -22,12 +43,17 @@ pub(crate) fn parse(text: &str, origin: &Path) -> Result<(Config, Vec<ConfigWarn
     let mut section: Option<(&str, bool)> = None;
 
     for (index, raw) in text.lines().enumerate() {
+        if errors.len() >= max_errors {
+            break;
+        }
         let line = index + 1;
-        let parsed = ini::parse_line(raw).map_err(|message| ConfigError::Syntax {
-            path: origin.to_path_buf(),
-            line,
-            message,
-        })?;
+        let parsed = match ini::parse_line(raw) {
+            Ok(p) => p,
+            Err(message) => {
+                errors.push(ConfigError::Syntax { path: origin.to_path_buf(), line, message });
+                continue;
+            }
+        };
         match parsed {
             Line::Blank => {}
             Line::Section(name) => {
@@ -40,11 +66,12 @@ pub(crate) fn parse(text: &str, origin: &Path) -> Result<(Config, Vec<ConfigWarn
             }
             Line::Entry { key, value } => {
                 let Some((section_name, known)) = section else {
-                    return Err(ConfigError::Syntax {
+                    errors.push(ConfigError::Syntax {
                         path: origin.to_path_buf(),
                         line,
                         message: format!("`{key}` comes before any [section] header"),
                     });
+                    continue;
                 };
                 if !known {
                     continue;
@@ -54,20 +81,21 @@ pub(crate) fn parse(text: &str, origin: &Path) -> Result<(Config, Vec<ConfigWarn
                     continue;
                 };
                 if let Some(first_line) = seen.get(idx).copied().flatten() {
-                    return Err(ConfigError::Duplicate {
+                    errors.push(ConfigError::Duplicate {
                         path: origin.to_path_buf(),
                         line,
                         first_line,
                         section: def.section,
                         key: def.key,
                     });
+                    continue;
                 }
                 if let Some(slot) = seen.get_mut(idx) {
                     *slot = Some(line);
                 }
                 let mut notes = Vec::new();
                 if (def.set)(&mut draft, value, &mut notes).is_none() {
-                    return Err(ConfigError::Value {
+                    errors.push(ConfigError::Value {
                         path: origin.to_path_buf(),
                         line,
                         section: def.section,
@@ -75,16 +103,20 @@ pub(crate) fn parse(text: &str, origin: &Path) -> Result<(Config, Vec<ConfigWarn
                         value: shorten(value),
                         allowed: def.allowed,
                     });
+                    continue;
                 }
                 warnings.extend(notes.into_iter().map(|m| warning(line, m)));
             }
         }
     }
 
-    cross_checks(&draft, &seen, origin, &mut warnings)?;
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    cross_checks(&draft, &seen, origin, &mut warnings).map_err(|e| vec![e])?;
     let mut cfg = draft.finish();
     cfg.source = Some(origin.to_path_buf());
-    Ok((cfg, warnings))
+    Ok((cfg, warnings, seen))
 }
 
 fn shorten(value: &str) -> String {

@@ -1,0 +1,399 @@
+//! Looking at the system through registration: `shoal list`, `shoal process list`, `shoal topic list`,
+//! `shoal topic info TOPIC`. Every process announces itself every second (eCAL's default), so each command listens
+//! for `--wait-ms` before it prints; eCAL processes and shoal processes are listed alike.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use anyhow::Result;
+use clap::Args;
+use serde_json::{Value, json};
+use shoal::monitor::{ProcessEntry, Snapshot, TopicDirection, TopicEntry};
+
+use crate::common::{Table, bytes, hz, json_line, observe, start_node};
+use crate::descriptors;
+use crate::exit;
+
+/// Options of every listing.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// How long to listen to registration before printing, in ms (everyone registers at least once a second).
+    #[arg(long, default_value_t = 1500)]
+    pub(crate) wait_ms: u64,
+    /// One JSON object per line.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Arguments of `shoal topic info`.
+#[derive(Debug, Args)]
+pub(crate) struct InfoArgs {
+    /// The topic name.
+    topic: String,
+    #[command(flatten)]
+    list: ListArgs,
+}
+
+fn direction(t: &TopicEntry) -> &'static str {
+    match t.direction {
+        TopicDirection::Publisher => "pub",
+        TopicDirection::Subscriber => "sub",
+    }
+}
+
+fn kind(p: &ProcessEntry) -> &'static str {
+    if p.is_shoal { "shoal" } else { "ecal" }
+}
+
+fn rate_of(t: &TopicEntry) -> f64 {
+    f64::from(t.data_frequency_mhz.max(0)) / 1000.0
+}
+
+/// One topic name over all its endpoints.
+#[derive(Debug, Default)]
+struct TopicRow {
+    types: Vec<(String, String)>,
+    publishers: usize,
+    subscribers: usize,
+    layers: Vec<String>,
+    rate_hz: f64,
+    drops: i64,
+    mismatch: bool,
+}
+
+fn topic_rows(snap: &Snapshot) -> BTreeMap<&str, TopicRow> {
+    let mut rows: BTreeMap<&str, TopicRow> = BTreeMap::new();
+    for t in &snap.topics {
+        let r = rows.entry(t.topic_name.as_str()).or_default();
+        let ty = (t.type_info.name.clone(), t.type_info.encoding.clone());
+        let announced = !ty.0.is_empty() || !ty.1.is_empty();
+        if announced && !r.types.contains(&ty) {
+            r.types.push(ty);
+        }
+        for l in &t.layers {
+            if !r.layers.contains(l) {
+                r.layers.push(l.clone());
+            }
+        }
+        match t.direction {
+            TopicDirection::Publisher => {
+                r.publishers += 1;
+                r.rate_hz += rate_of(t);
+            }
+            TopicDirection::Subscriber => {
+                r.subscribers += 1;
+                r.drops += i64::from(t.message_drops.max(0));
+            }
+        }
+        r.mismatch |= t.type_mismatch;
+    }
+    for r in rows.values_mut() {
+        r.layers.sort();
+        r.mismatch |= r.types.len() > 1;
+    }
+    rows
+}
+
+fn process_counts(snap: &Snapshot, p: &ProcessEntry) -> (usize, usize) {
+    let mine = snap.topics.iter().filter(|t| t.pid == p.pid && t.host_name == p.host_name);
+    mine.fold((0, 0), |(pubs, subs), t| match t.direction {
+        TopicDirection::Publisher => (pubs + 1, subs),
+        TopicDirection::Subscriber => (pubs, subs + 1),
+    })
+}
+
+fn process_json(snap: &Snapshot, p: &ProcessEntry) -> Value {
+    let (pubs, subs) = process_counts(snap, p);
+    json!({"kind": "process", "host": p.host_name, "pid": p.pid, "process": p.process_name, "unit": p.unit_name,
+           "runtime": kind(p), "version": p.runtime_version, "publishers": pubs, "subscribers": subs,
+           "state_severity": p.state_severity, "state_info": p.state_info,
+           "registration_age_ms": p.registration_age.as_millis() as u64})
+}
+
+fn state(p: &ProcessEntry) -> String {
+    let s = match p.state_severity {
+        1 => "healthy",
+        2 => "warning",
+        3 => "critical",
+        4 => "failed",
+        _ => "unknown",
+    };
+    if p.state_info.is_empty() { s.to_owned() } else { format!("{s}: {}", p.state_info) }
+}
+
+fn process_table(snap: &Snapshot) -> Table {
+    let mut t =
+        Table::new(&["HOST", ">PID", "RUNTIME", "UNIT", ">PUBS", ">SUBS", "STATE", ">SEEN", "VERSION", "PROCESS"]);
+    let mut ps: Vec<&ProcessEntry> = snap.processes.iter().collect();
+    ps.sort_by(|a, b| (&a.host_name, a.pid).cmp(&(&b.host_name, b.pid)));
+    for p in ps {
+        let (pubs, subs) = process_counts(snap, p);
+        t.row(vec![
+            p.host_name.clone(),
+            p.pid.to_string(),
+            kind(p).into(),
+            p.unit_name.clone(),
+            pubs.to_string(),
+            subs.to_string(),
+            state(p),
+            format!("{:.1}s", p.registration_age.as_secs_f64()),
+            p.runtime_version.clone(),
+            p.process_name.clone(),
+        ]);
+    }
+    t
+}
+
+fn type_cell(r: &TopicRow) -> (String, String) {
+    let names: Vec<&str> = r.types.iter().map(|(n, _)| if n.is_empty() { "-" } else { n.as_str() }).collect();
+    let mut encodings: Vec<&str> = r.types.iter().map(|(_, e)| if e.is_empty() { "-" } else { e.as_str() }).collect();
+    encodings.dedup();
+    let mut name = if names.is_empty() { "-".to_owned() } else { names.join(" | ") };
+    if r.mismatch {
+        name.push_str(" (MISMATCH)");
+    }
+    (name, if encodings.is_empty() { "-".into() } else { encodings.join(" | ") })
+}
+
+fn topic_table(snap: &Snapshot) -> Table {
+    let mut t = Table::new(&["TOPIC", "TYPE", "ENCODING", ">PUBS", ">SUBS", "LAYERS", ">RATE_HZ", ">DROPS"]);
+    for (name, r) in topic_rows(snap) {
+        let (ty, enc) = type_cell(&r);
+        t.row(vec![
+            name.to_owned(),
+            ty,
+            enc,
+            r.publishers.to_string(),
+            r.subscribers.to_string(),
+            if r.layers.is_empty() { "-".into() } else { r.layers.join(",") },
+            hz(r.rate_hz),
+            r.drops.to_string(),
+        ]);
+    }
+    t
+}
+
+fn topic_row_json(name: &str, r: &TopicRow) -> Value {
+    let types: Vec<Value> = r.types.iter().map(|(n, e)| json!({"type_name": n, "encoding": e})).collect();
+    json!({"kind": "topic", "topic": name, "types": types, "type_mismatch": r.mismatch,
+           "publishers": r.publishers, "subscribers": r.subscribers, "layers": r.layers,
+           "rate_hz": r.rate_hz, "drops": r.drops})
+}
+
+/// `shoal list`: processes, then topics.
+pub(crate) fn list_all(a: &ListArgs) -> Result<()> {
+    let node = start_node("shoal_list")?;
+    let snap = observe(&node, a.wait_ms);
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        for p in &snap.processes {
+            json_line(&mut out, &process_json(&snap, p))?;
+        }
+        for (name, r) in topic_rows(&snap) {
+            json_line(&mut out, &topic_row_json(name, &r))?;
+        }
+        return Ok(());
+    }
+    writeln!(out, "PROCESSES ({})", snap.processes.len())?;
+    process_table(&snap).write(&mut out)?;
+    let topics = topic_table(&snap);
+    writeln!(out, "\nTOPICS ({})", topic_rows(&snap).len())?;
+    topics.write(&mut out)?;
+    if snap.processes.is_empty() {
+        writeln!(
+            out,
+            "\n(no other process registered within {} ms: nothing is running, or it uses another registration \
+             port or network mode; `shoal config show` prints this side's)",
+            a.wait_ms
+        )?;
+    }
+    Ok(())
+}
+
+/// `shoal process list`.
+pub(crate) fn process_list(a: &ListArgs) -> Result<()> {
+    let node = start_node("shoal_process")?;
+    let snap = observe(&node, a.wait_ms);
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        for p in &snap.processes {
+            json_line(&mut out, &process_json(&snap, p))?;
+        }
+    } else {
+        process_table(&snap).write(&mut out)?;
+    }
+    Ok(())
+}
+
+fn endpoint_json(t: &TopicEntry) -> Value {
+    json!({"topic": t.topic_name, "direction": direction(t), "host": t.host_name, "pid": t.pid,
+           "process": t.process_name, "unit": t.unit_name, "type_name": t.type_info.name,
+           "encoding": t.type_info.encoding, "descriptor_len": t.type_info.descriptor.len(), "layers": t.layers,
+           "entity_id": t.entity_id.to_string(), "data_clock": t.data_clock, "frequency_hz": rate_of(t),
+           "drops": t.message_drops, "size": t.topic_size, "type_mismatch": t.type_mismatch})
+}
+
+/// `shoal topic list`: one row per publisher and subscriber.
+pub(crate) fn topic_list(a: &ListArgs) -> Result<()> {
+    let node = start_node("shoal_topic")?;
+    let snap = observe(&node, a.wait_ms);
+    let mut out = std::io::stdout().lock();
+    let mut entries: Vec<&TopicEntry> = snap.topics.iter().collect();
+    entries.sort_by(|a, b| {
+        (&a.topic_name, direction(a), &a.host_name, a.pid).cmp(&(&b.topic_name, direction(b), &b.host_name, b.pid))
+    });
+    if a.json {
+        for t in entries {
+            json_line(&mut out, &endpoint_json(t))?;
+        }
+        return Ok(());
+    }
+    let mut table =
+        Table::new(&["DIR", "TOPIC", "HOST", ">PID", "UNIT", "TYPE", "ENCODING", "LAYERS", ">RATE_HZ", ">DROPS"]);
+    for t in entries {
+        table.row(vec![
+            direction(t).into(),
+            t.topic_name.clone(),
+            t.host_name.clone(),
+            t.pid.to_string(),
+            t.unit_name.clone(),
+            if t.type_info.name.is_empty() { "-".into() } else { t.type_info.name.clone() },
+            if t.type_info.encoding.is_empty() { "-".into() } else { t.type_info.encoding.clone() },
+            if t.layers.is_empty() { "-".into() } else { t.layers.join(",") },
+            hz(rate_of(t)),
+            t.message_drops.to_string(),
+        ]);
+    }
+    table.write(&mut out)?;
+    Ok(())
+}
+
+fn latency_text(t: &TopicEntry) -> Option<String> {
+    let l = &t.latency;
+    (l.count > 0).then(|| {
+        format!(
+            "mean {:.1} µs, min {:.1}, max {:.1}, std dev {:.1} ({} measured)",
+            l.mean_us,
+            l.min_us,
+            l.max_us,
+            l.variance_us2.max(0.0).sqrt(),
+            l.count
+        )
+    })
+}
+
+fn connections_json(t: &TopicEntry) -> Vec<Value> {
+    let Some(s) = &t.shoal else { return Vec::new() };
+    s.connections
+        .iter()
+        .map(|c| {
+            let p = |q: f64| c.latency.percentile(q).map(|ns| ns as f64 / 1000.0);
+            json!({"publisher_id": c.publisher_id.to_string(), "via": c.via.name(), "same_host": c.same_host,
+                   "messages": c.messages, "bytes": c.bytes, "drops": c.drops, "rate_hz": c.rate_hz(),
+                   "bandwidth_bps": c.bandwidth_bps(), "last_size": c.last_size,
+                   "latency_p50_us": p(0.5), "latency_p99_us": p(0.99)})
+        })
+        .collect()
+}
+
+/// `shoal topic info TOPIC`.
+pub(crate) fn topic_info(a: &InfoArgs) -> Result<()> {
+    let node = start_node("shoal_topic")?;
+    let snap = observe(&node, a.list.wait_ms);
+    let mut ends: Vec<&TopicEntry> = snap.topics.iter().filter(|t| t.topic_name == a.topic).collect();
+    if ends.is_empty() {
+        let mut names: Vec<&str> = snap.topics.iter().map(|t| t.topic_name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let close: Vec<&str> = names.iter().copied().filter(|n| n.contains(a.topic.as_str())).take(10).collect();
+        let hint = if close.is_empty() { String::new() } else { format!(" (similar: {})", close.join(", ")) };
+        return Err(exit::not_found(format!(
+            "no publisher or subscriber of `{}` registered within {} ms{hint}; `shoal topic list` shows the topics \
+             there are",
+            a.topic, a.list.wait_ms
+        )));
+    }
+    ends.sort_by(|x, y| (direction(x), &x.host_name, x.pid).cmp(&(direction(y), &y.host_name, y.pid)));
+    let mut out = std::io::stdout().lock();
+    if a.list.json {
+        for t in ends {
+            let mut v = endpoint_json(t);
+            v["descriptor"] = descriptors::summary(&t.type_info).json;
+            v["latency_us"] = json!({"count": t.latency.count, "mean": t.latency.mean_us, "min": t.latency.min_us,
+                                     "max": t.latency.max_us});
+            v["connections"] = Value::Array(connections_json(t));
+            v["connections_local"] = json!(t.connections_local);
+            v["connections_external"] = json!(t.connections_external);
+            v["registration_age_ms"] = json!(t.registration_age.as_millis() as u64);
+            if let Some(s) = &t.shoal {
+                v["bytes"] = json!(s.bytes);
+                v["bandwidth_bps"] = json!(s.bandwidth_bps);
+            }
+            json_line(&mut out, &v)?;
+        }
+        return Ok(());
+    }
+    let pubs = ends.iter().filter(|t| t.direction == TopicDirection::Publisher).count();
+    writeln!(out, "topic {}: {pubs} publisher(s), {} subscriber(s)", a.topic, ends.len() - pubs)?;
+    for t in ends {
+        let who = match t.direction {
+            TopicDirection::Publisher => "publisher",
+            TopicDirection::Subscriber => "subscriber",
+        };
+        writeln!(
+            out,
+            "\n{who} {} on {} pid {} (unit {}, {})",
+            t.entity_id, t.host_name, t.pid, t.unit_name, t.process_name
+        )?;
+        let ty = if t.type_info.name.is_empty() { "-" } else { t.type_info.name.as_str() };
+        let enc = if t.type_info.encoding.is_empty() { "-" } else { t.type_info.encoding.as_str() };
+        writeln!(
+            out,
+            "  type        {ty} ({enc}){}",
+            if t.type_mismatch { "  MISMATCH with a subscriber" } else { "" }
+        )?;
+        writeln!(out, "  descriptor  {}", descriptors::summary(&t.type_info).text)?;
+        writeln!(out, "  layers      {}", if t.layers.is_empty() { "-".into() } else { t.layers.join(", ") })?;
+        let verb = if t.direction == TopicDirection::Publisher { "sent" } else { "received" };
+        let mut stats = format!(
+            "{} {verb}, {} Hz, last {}, {} dropped",
+            t.data_clock,
+            hz(rate_of(t)),
+            bytes(f64::from(t.topic_size.max(0))),
+            t.message_drops
+        );
+        if let Some(s) = &t.shoal {
+            stats.push_str(&format!(", {} total, {}/s", bytes(s.bytes as f64), bytes(s.bandwidth_bps)));
+        }
+        writeln!(out, "  statistics  {stats}")?;
+        writeln!(
+            out,
+            "  connected   {} on this host, {} on others; registered {:.1} s ago",
+            t.connections_local,
+            t.connections_external,
+            t.registration_age.as_secs_f64()
+        )?;
+        if let Some(l) = latency_text(t) {
+            writeln!(out, "  latency     {l}")?;
+        }
+        for c in t.shoal.iter().flat_map(|s| &s.connections) {
+            let p = |q: f64| c.latency.percentile(q).map_or("-".to_owned(), |ns| format!("{:.1}", ns as f64 / 1000.0));
+            let latency = if c.same_host {
+                format!("latency p50 {} µs, p99 {} µs", p(0.5), p(0.99))
+            } else {
+                "latency: clock not shared".to_owned()
+            };
+            writeln!(
+                out,
+                "  from {} via {}: {} msgs, {} Hz, {}/s, {} dropped, {latency}",
+                c.publisher_id,
+                c.via.name(),
+                c.messages,
+                hz(c.rate_hz()),
+                bytes(c.bandwidth_bps()),
+                c.drops
+            )?;
+        }
+    }
+    Ok(())
+}
