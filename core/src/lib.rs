@@ -62,7 +62,7 @@ pub mod error {
     pub use crate::types::{DecodeError, EncodeError};
 }
 
-pub use config::{Config, ShmAccess, WaitStrategy};
+pub use config::{Config, QueuePolicy, ShmAccess, WaitStrategy};
 pub use error::{CreateError, InitError, LoanError, RecvError, SendError, TypedRecvError, TypedSendError};
 pub use node::Node;
 pub use pubsub::publisher::{Loan, Publisher, Unwritten, Written};

@@ -785,6 +785,42 @@ pub(crate) static KEYS: &[KeyDef] = &[
             Some(())
         },
     },
+    KeyDef {
+        section: "shoal_receive",
+        key: "queue_depth",
+        alias: None,
+        doc: &[
+            "Messages a subscriber always keeps until they are taken, whatever their size (the newest",
+            "ones; KEEP_LAST): the queue of same-process, eCAL shared-memory and UDP samples holds at",
+            "least this many, and a publisher's native ring that grows for large messages keeps at",
+            "least this many slots (rounded up to a power of two, at most slot_count).",
+        ],
+        allowed: "1..=65536 (messages)",
+        get: |c| c.receive.queue.depth.to_string(),
+        set: |d, v, _| {
+            d.cfg.receive.queue.depth = usize::try_from(int_in(v, 1, 65536)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_receive",
+        key: "queue_bytes",
+        alias: None,
+        doc: &[
+            "Beyond queue_depth, a subscriber keeps older messages while all it keeps stays within",
+            "this many bytes (a message counts as at least 64 bytes); the oldest is dropped and",
+            "counted when both bounds are exceeded. A subscriber whose queue_depth and queue_bytes",
+            "keep fewer messages than a publisher's native ring holds reads only its newest ones.",
+            "Suffixes k, m, g as for slot_size.",
+        ],
+        allowed: "0..=68719476736 bytes (0 to 64g)",
+        get: |c| fmt_size(c.receive.queue.bytes),
+        set: |d, v, _| {
+            let n = size(v).filter(|n| *n <= 1 << 36)?;
+            d.cfg.receive.queue.bytes = usize::try_from(n).ok()?;
+            Some(())
+        },
+    },
     // ----- [shoal_io]
     KeyDef {
         section: "shoal_io",

@@ -274,7 +274,14 @@ impl Publisher {
             return Err(CreateError::EmptyTopic);
         }
         let id = rt.new_entity_id();
-        let ring = if rt.config.shm_ring.enabled { Some(RingWriter::create(&rt.config.shm_ring, id)?) } else { None };
+        let ring = if rt.config.shm_ring.enabled {
+            let mut ring = RingWriter::create(&rt.config.shm_ring, id)?;
+            // A grown ring keeps at least a subscriber queue's depth of large messages.
+            ring.set_grown_min_slots(u32::try_from(rt.config.receive.queue.depth).unwrap_or(u32::MAX));
+            Some(ring)
+        } else {
+            None
+        };
         let shared = Arc::new(PubShared {
             id,
             topic: Arc::from(topic),

@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::config::WaitStrategy;
+use crate::config::{QueuePolicy, WaitStrategy};
 use crate::io::Command;
+use crate::pubsub::builder::SubOptions;
 use crate::pubsub::meter::{ConnMeter, MeterTable};
 use crate::pubsub::runtime::{Runtime, shoal_par};
 use crate::pubsub::{CreateError, RecvError};
@@ -35,6 +36,34 @@ struct ReaderEntry {
     closing: bool,
     /// Statistics of this connection.
     meter: ConnMeter,
+    /// (generation, messages the queue policy keeps of this generation's slot size when that is fewer than the
+    /// ring's slots): the reader then skips to the newest ones.
+    keep: (u64, Option<u64>),
+}
+
+impl ReaderEntry {
+    fn new(key: EntityKey, reader: RingReader, type_info: Arc<TypeInfo>, queue: &QueuePolicy) -> ReaderEntry {
+        let meter = ConnMeter::new(key.entity_id, Via::ShoalRing);
+        let mut e = ReaderEntry { key, reader, type_info, ended: false, closing: false, meter, keep: (0, None) };
+        e.keep = e.keep_for(queue);
+        e
+    }
+
+    fn keep_for(&self, queue: &QueuePolicy) -> (u64, Option<u64>) {
+        let cap = queue.capacity_for(self.reader.slot_size()) as u64;
+        (self.reader.generation(), (cap < u64::from(self.reader.slot_count())).then_some(cap))
+    }
+
+    /// Applies the queue policy before a read (nothing to do unless it keeps fewer messages than the ring).
+    #[inline]
+    fn apply_queue(&mut self, queue: &QueuePolicy) {
+        if self.keep.0 != self.reader.generation() {
+            self.keep = self.keep_for(queue);
+        }
+        if let Some(n) = self.keep.1 {
+            self.reader.keep_newest(n);
+        }
+    }
 }
 
 /// The part of a subscriber that publishers, the runtime and the I/O thread share.
@@ -56,9 +85,9 @@ pub(crate) struct SubShared {
     next_reader: AtomicUsize,
     intra: Mutex<VecDeque<Sample>>,
     intra_len: AtomicUsize,
-    /// Bounds of the same-process queue: at most this many samples and bytes (the oldest are dropped).
-    intra_cap: usize,
-    intra_cap_bytes: usize,
+    /// What the queue of same-process and eCAL-layer samples keeps (the oldest beyond it are dropped, counted).
+    queue: QueuePolicy,
+    /// Bytes the queued samples are charged ([`QueuePolicy::charge`]).
     intra_bytes: AtomicUsize,
     intra_pubs: AtomicUsize,
     remote_pubs: AtomicUsize,
@@ -116,14 +145,14 @@ impl SubShared {
     }
 
     /// Queues a sample from a same-process publisher or an eCAL-facing layer; the oldest is dropped (and counted)
-    /// when the queue is full.
+    /// while the queue is over its policy (more than `depth` samples and more than `bytes` charged).
     pub(crate) fn push_inbox(&self, s: Sample) {
         let mut q = lock(&self.intra);
-        let mut bytes = self.intra_bytes.load(Ordering::Relaxed) + s.payload().len();
+        let mut bytes = self.intra_bytes.load(Ordering::Relaxed) + QueuePolicy::charge(s.payload().len());
         q.push_back(s);
-        while q.len() > 1 && (q.len() > self.intra_cap || bytes > self.intra_cap_bytes) {
+        while self.queue.over(q.len(), bytes) {
             if let Some(old) = q.pop_front() {
-                bytes -= old.payload().len();
+                bytes -= QueuePolicy::charge(old.payload().len());
                 self.drops.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -182,14 +211,8 @@ impl SubShared {
                 Ok(mut reader) => {
                     // Messages the publisher sent after we subscribed but before we opened its ring are ours too.
                     reader.rewind_to_time(self.created_ns);
-                    readers.push(ReaderEntry {
-                        key: remote.key.clone(),
-                        reader,
-                        type_info: Arc::new(remote.type_info.clone()),
-                        ended: false,
-                        closing: false,
-                        meter: ConnMeter::new(remote.key.entity_id, Via::ShoalRing),
-                    });
+                    let type_info = Arc::new(remote.type_info.clone());
+                    readers.push(ReaderEntry::new(remote.key.clone(), reader, type_info, &self.queue));
                     self.remote_pubs.store(self.remote_count(&readers), Ordering::Relaxed);
                     drop(readers);
                     self.notify_conn();
@@ -300,7 +323,7 @@ impl SubShared {
                 let mut q = lock(&self.intra);
                 let s = q.pop_front();
                 if let Some(s) = &s {
-                    self.intra_bytes.fetch_sub(s.payload().len(), Ordering::Relaxed);
+                    self.intra_bytes.fetch_sub(QueuePolicy::charge(s.payload().len()), Ordering::Relaxed);
                 }
                 self.intra_len.store(q.len(), Ordering::Release);
                 s
@@ -335,6 +358,7 @@ impl SubShared {
             if e.ended {
                 continue;
             }
+            e.apply_queue(&self.queue);
             let topic = &self.topic;
             let type_info = &e.type_info;
             let latency_due = self.latency_on && e.meter.latency_due();
@@ -480,6 +504,7 @@ impl SubHandle {
         topic: &str,
         type_info: TypeInfo,
         callback: Option<Callback>,
+        opts: SubOptions,
     ) -> Result<SubHandle, CreateError> {
         if topic.is_empty() {
             return Err(CreateError::EmptyTopic);
@@ -495,9 +520,7 @@ impl SubHandle {
             next_reader: AtomicUsize::new(0),
             intra: Mutex::new(VecDeque::new()),
             intra_len: AtomicUsize::new(0),
-            // As much memory as a ring of the configured geometry, and at least as many samples as it has slots.
-            intra_cap: (rt.config.shm_ring.slot_count as usize).max(1024),
-            intra_cap_bytes: (rt.config.shm_ring.slot_count as usize).saturating_mul(rt.config.shm_ring.slot_size),
+            queue: opts.queue.unwrap_or(rt.config.receive.queue),
             intra_bytes: AtomicUsize::new(0),
             intra_pubs: AtomicUsize::new(0),
             remote_pubs: AtomicUsize::new(0),
@@ -650,10 +673,10 @@ impl Subscriber {
         rt: &Arc<Runtime>,
         topic: &str,
         type_info: TypeInfo,
-        wait: Option<WaitStrategy>,
+        opts: SubOptions,
     ) -> Result<Subscriber, CreateError> {
-        let handle = SubHandle::create(rt, topic, type_info, None)?;
-        Ok(Subscriber { handle, wait: wait.unwrap_or(rt.config.receive.wait) })
+        let handle = SubHandle::create(rt, topic, type_info, None, opts)?;
+        Ok(Subscriber { handle, wait: opts.wait.unwrap_or(rt.config.receive.wait) })
     }
 
     pub(crate) fn handle(&self) -> &SubHandle {
@@ -768,8 +791,10 @@ impl CallbackSubscriber {
         type_info: TypeInfo,
         callback: Callback,
         decode_errors: Arc<AtomicU64>,
+        opts: SubOptions,
     ) -> Result<CallbackSubscriber, CreateError> {
-        Ok(CallbackSubscriber { handle: SubHandle::create(rt, topic, type_info, Some(callback))?, decode_errors })
+        let handle = SubHandle::create(rt, topic, type_info, Some(callback), opts)?;
+        Ok(CallbackSubscriber { handle, decode_errors })
     }
 
     fn handle(&self) -> &SubHandle {
@@ -821,8 +846,12 @@ mod tests {
     use crate::types::TypeInfo;
 
     fn sample(publisher_id: u64, clock: u64) -> Sample {
+        sized(publisher_id, clock, 1)
+    }
+
+    fn sized(publisher_id: u64, clock: u64, len: usize) -> Sample {
         Sample {
-            payload: Payload::Owned(vec![clock as u8]),
+            payload: Payload::Owned(vec![clock as u8; len]),
             send_time_ns: 0,
             via: crate::stats::Via::Udp,
             clock,
@@ -862,5 +891,40 @@ mod tests {
         let err = open(me, 78).unwrap_err();
         assert!(err.contains("not to the announcer"), "{err}");
         assert!(open(me + 1, 77).is_err(), "another process claiming this segment");
+    }
+
+    #[test]
+    fn the_queue_keeps_depth_messages_of_any_size_and_small_ones_within_the_byte_budget() {
+        use crate::config::QueuePolicy;
+        let node = crate::Node::init_with_config("sub_queue_policy", crate::Config::default()).expect("init");
+        let policy = QueuePolicy::new(4, 1000);
+        let sub = node.subscriber("sub_queue_policy_topic").queue(policy).create().expect("subscriber");
+        let inbox: &dyn Inbox = &*sub.handle.shared;
+        let take = || std::iter::from_fn(|| sub.try_recv()).map(|s| s.clock).collect::<Vec<u64>>();
+        // Large messages: the newest `depth` are kept, whatever the byte budget says.
+        for clock in 1..=10 {
+            inbox.push(sized(1, clock, 100_000));
+        }
+        assert_eq!(take(), [7, 8, 9, 10]);
+        assert_eq!(sub.drops(), 6);
+        // Small messages (each charged 64 bytes): as many as fit 1000 bytes, 15.
+        for clock in 11..=40 {
+            inbox.push(sized(1, clock, 3));
+        }
+        assert_eq!(take(), (26..=40).collect::<Vec<u64>>());
+        assert_eq!(sub.drops(), 6 + 15);
+        // A small message then a large one: both kept (the README's case).
+        inbox.push(sized(1, 41, 5));
+        inbox.push(sized(1, 42, 1 << 20));
+        assert_eq!(take(), [41, 42]);
+        // The configured default: 16 messages of 8 MB.
+        let sub = node.subscriber("sub_queue_policy_default").create().expect("subscriber");
+        assert_eq!(sub.handle.shared.queue, QueuePolicy::default());
+        let inbox: &dyn Inbox = &*sub.handle.shared;
+        for clock in 1..=16 {
+            inbox.push(sized(2, clock, 8_000_000));
+        }
+        assert_eq!(std::iter::from_fn(|| sub.try_recv()).count(), 16);
+        assert_eq!(sub.drops(), 0);
     }
 }

@@ -62,6 +62,12 @@ enum Cmd {
         /// Busy-spin instead of sleeping on the doorbell.
         #[arg(long)]
         spin: bool,
+        /// After this many messages, stop receiving for `--pause-ms` (a consumer that is a moment late).
+        #[arg(long)]
+        pause_after: Option<u64>,
+        /// How long the pause of `--pause-after` lasts, in ms.
+        #[arg(long, default_value_t = 1000)]
+        pause_ms: u64,
     },
 }
 
@@ -143,7 +149,7 @@ fn main() -> Result<()> {
                         "elapsed_ms": start.elapsed().as_millis() as u64}));
             std::thread::sleep(Duration::from_millis(linger_ms));
         }
-        Cmd::Sub { topic, count, idle_ms, zero_copy, spin } => {
+        Cmd::Sub { topic, count, idle_ms, zero_copy, spin, pause_after, pause_ms } => {
             let mut builder = node.subscriber(&topic);
             if spin {
                 builder = builder.wait(shoal::WaitStrategy::BusySpin);
@@ -160,6 +166,10 @@ fn main() -> Result<()> {
             let mut lat_max_ns: u64 = 0;
             let mut timed_out = false;
             while received < count {
+                if pause_after == Some(received) && received > 0 {
+                    emit(&json!({"event": "pause", "received": received, "ms": pause_ms}));
+                    std::thread::sleep(Duration::from_millis(pause_ms));
+                }
                 if matched_at.is_none() && sub.publisher_count() > 0 {
                     matched_at = Some(Instant::now());
                 }

@@ -407,6 +407,19 @@ impl RingReader {
         self.drops
     }
 
+    /// Skips the samples older than the newest `n` written (at least 1), counting them as drops: a subscriber
+    /// whose queue keeps fewer messages than the ring holds reads only its newest ones. One load of the write
+    /// sequence.
+    #[inline]
+    pub fn keep_newest(&mut self, n: u64) {
+        let w = self.seg.header().write_seq.0.load(Ordering::Acquire);
+        let oldest = w.saturating_sub(n.max(1));
+        if oldest > self.cursor {
+            self.drops = self.drops.saturating_add(oldest - self.cursor);
+            self.cursor = oldest;
+        }
+    }
+
     /// Whether a `try_read_*` call would make progress (a sample is ready, the reader was
     /// overrun, or the segment was superseded). No syscall, two loads.
     #[inline]

@@ -80,7 +80,8 @@ pub enum CommitError {
     },
 }
 
-/// The fewest slots a ring that grew for large messages keeps (unless it started with fewer).
+/// The fewest slots a ring that grew for large messages keeps by default (unless it started with fewer); see
+/// [`RingWriter::set_grown_min_slots`].
 pub const GROWN_MIN_SLOTS: u32 = 16;
 
 /// Result of a successful publish.
@@ -124,8 +125,10 @@ impl Segment {
 pub struct RingWriter {
     seg: Segment,
     /// Bytes of payload the configured geometry holds (slot_count × slot_size); a grown ring keeps about this
-    /// budget by trading slots for size, but never drops below [`GROWN_MIN_SLOTS`] slots.
+    /// budget by trading slots for size, but never drops below `grown_min_slots` slots.
     budget: usize,
+    /// The fewest slots a grown ring keeps (a power of two; [`GROWN_MIN_SLOTS`] unless set).
+    grown_min_slots: u32,
     /// Segment files of earlier generations, kept linked so that late readers can follow the
     /// chain of generations; unlinked on drop.
     old_paths: Vec<PathBuf>,
@@ -161,6 +164,7 @@ impl RingWriter {
             Self::create_segment(&mut name, huge_dir.as_deref(), sc, cfg.slot_size, publisher_id, 0, 0)?;
         Ok(RingWriter {
             budget: (sc as usize).saturating_mul(cfg.slot_size),
+            grown_min_slots: GROWN_MIN_SLOTS,
             seg,
             old_paths: Vec::new(),
             name,
@@ -221,6 +225,12 @@ impl RingWriter {
         h.write_seq.0.store(base_seq, r);
         h.magic.store(RING_MAGIC, Ordering::Release);
         Ok((seg, created.fallback_reason))
+    }
+
+    /// The fewest slots the ring keeps when it grows for larger messages: `n` rounded up to a power of two, at
+    /// most the current slot count (a subscriber queue depth of the publishing process). Applies to later growths.
+    pub fn set_grown_min_slots(&mut self, n: u32) {
+        self.grown_min_slots = n.clamp(MIN_SLOT_COUNT, MAX_SLOT_COUNT).next_power_of_two();
     }
 
     /// Path of the current segment; this is what readers pass to [`super::RingReader::open`].
@@ -337,10 +347,10 @@ impl RingWriter {
             .ok_or(SlotError::TooLarge { len, max: MAX_SLOT_SIZE })?;
         let generation = self.seg.generation + 1;
         let mut name = self.name.clone();
-        // Fewer, bigger slots: keep the payload budget, with at least GROWN_MIN_SLOTS and never more than before.
+        // Fewer, bigger slots: keep the payload budget, with at least grown_min_slots and never more than before.
         let by_budget = u32::try_from(self.budget / new_size).unwrap_or(u32::MAX).max(1);
         let by_budget = if by_budget.is_power_of_two() { by_budget } else { by_budget.next_power_of_two() / 2 };
-        let slot_count = by_budget.clamp(GROWN_MIN_SLOTS.min(self.seg.slot_count), self.seg.slot_count);
+        let slot_count = by_budget.clamp(self.grown_min_slots.min(self.seg.slot_count), self.seg.slot_count);
         let (seg, fallback) = Self::create_segment(
             &mut name,
             self.huge_dir.as_deref(),
