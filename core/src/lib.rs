@@ -69,6 +69,7 @@ pub use pubsub::publisher::{Loan, Publisher, Unwritten, Written};
 pub use pubsub::subscriber::{CallbackSubscriber, Subscriber};
 pub use pubsub::typed::{MessageMeta, Received, TypedPublisher, TypedSubscriber};
 pub use sample::{Sample, SampleRef};
+pub use transport::shm_ring::FlowStats;
 #[doc(hidden)]
 pub use types::codegen_support as __codegen;
 pub use types::{DecodeError, EncodeError, Message, MessageSink, TypeInfo};

@@ -233,6 +233,19 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
         doc: &[],
     },
     SectionDef { name: "shoal_receive", title: "SHOAL: RECEIVING", doc: &[] },
+    SectionDef {
+        name: "shoal_reliable",
+        title: "SHOAL: RELIABLE DELIVERY OVER THE NATIVE RING",
+        doc: &[
+            "A reliable publisher waits (spins, then sleeps on a futex in its ring), for at most",
+            "timeout_ms, before it overwrites a message that a reliable subscriber in another shoal",
+            "process has not taken yet; both ends must be reliable. A subscriber whose process is gone",
+            "is taken out of this flow control at once, one that stays a whole ring behind for",
+            "timeout_ms is taken out for good and reads on, losing what it misses (both counted). No",
+            "lock is involved: a crashed process blocks nobody for longer than timeout_ms. Same-process",
+            "subscribers and the eCAL layers keep their queue policy ([shoal_receive] queue_*).",
+        ],
+    },
     SectionDef { name: "shoal_io", title: "SHOAL: I/O THREAD", doc: &[] },
     SectionDef { name: "shoal_security", title: "SHOAL: ACCESS TO SHARED MEMORY", doc: &[] },
     SectionDef {
@@ -818,6 +831,43 @@ pub(crate) static KEYS: &[KeyDef] = &[
         set: |d, v, _| {
             let n = size(v).filter(|n| *n <= 1 << 36)?;
             d.cfg.receive.queue.bytes = usize::try_from(n).ok()?;
+            Some(())
+        },
+    },
+    // ----- [shoal_reliable]
+    KeyDef {
+        section: "shoal_reliable",
+        key: "publishers",
+        alias: None,
+        doc: &["Publishers are reliable unless their builder says otherwise (PublisherBuilder::reliable)."],
+        allowed: BOOL,
+        get: |c| c.reliable.publishers.to_string(),
+        set: |d, v, _| {
+            d.cfg.reliable.publishers = boolean(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_reliable",
+        key: "subscribers",
+        alias: None,
+        doc: &["Subscribers are reliable unless their builder says otherwise (SubscriberBuilder::reliable)."],
+        allowed: BOOL,
+        get: |c| c.reliable.subscribers.to_string(),
+        set: |d, v, _| {
+            d.cfg.reliable.subscribers = boolean(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_reliable",
+        key: "timeout_ms",
+        alias: None,
+        doc: &["Longest wait of a reliable publisher for one reliable subscriber, in milliseconds."],
+        allowed: "1..=3600000 (milliseconds)",
+        get: |c| ms(c.reliable.timeout),
+        set: |d, v, _| {
+            d.cfg.reliable.timeout = Duration::from_millis(int_in(v, 1, 3_600_000)?);
             Some(())
         },
     },

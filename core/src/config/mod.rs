@@ -55,6 +55,8 @@ pub struct Config {
     pub shm_ring: ShmRingConfig,
     /// How receives wait.
     pub receive: ReceiveConfig,
+    /// Reliable (lossless) delivery over the native ring.
+    pub reliable: ReliableConfig,
     /// The I/O thread.
     pub io: IoConfig,
     /// Bounds on what other processes can make this one store or do.
@@ -153,6 +155,27 @@ impl ShmAccess {
             ShmAccess::Group => 0o660,
             ShmAccess::All => 0o666,
         }
+    }
+}
+
+/// Reliable delivery over the native ring (`[shoal_reliable]`), in the spirit of ROS 2's RELIABLE + KEEP_ALL: a
+/// reliable publisher waits, up to `timeout`, before it overwrites a message a reliable subscriber of another
+/// process has not taken yet from its ring. A subscriber that stays a full ring behind for the whole timeout, or
+/// whose process is gone, is taken out of that flow control for good (counted). Per publisher and subscriber also
+/// with the builders' `reliable` options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReliableConfig {
+    /// Publishers are reliable by default.
+    pub publishers: bool,
+    /// Subscribers are reliable by default.
+    pub subscribers: bool,
+    /// How long a reliable publisher waits for a reliable subscriber at most.
+    pub timeout: Duration,
+}
+
+impl Default for ReliableConfig {
+    fn default() -> Self {
+        ReliableConfig { publishers: false, subscribers: false, timeout: Duration::from_millis(1000) }
     }
 }
 
@@ -351,6 +374,7 @@ impl Default for Config {
                 latency_statistics: true,
                 queue: QueuePolicy::default(),
             },
+            reliable: ReliableConfig::default(),
             limits: LimitsConfig::default(),
             io: IoConfig { cpu_affinity: Vec::new() },
             layers: LayersConfig::default(),

@@ -19,6 +19,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use crate::config::{QueuePolicy, WaitStrategy};
 use crate::pubsub::CreateError;
@@ -51,12 +52,37 @@ impl<M> std::fmt::Debug for Typed<M> {
 pub struct PublisherBuilder<K = Raw> {
     rt: Arc<Runtime>,
     topic: String,
+    /// `Some(Some(t))` reliable with timeout `t`, `Some(None)` best effort, `None` the configuration's choice.
+    reliable: Option<Option<Duration>>,
     kind: K,
+}
+
+impl<K> PublisherBuilder<K> {
+    /// Reliable delivery to reliable subscribers of other processes over the native ring: before it overwrites a
+    /// message such a subscriber has not taken yet, `send`/`loan` wait (spin, then sleep on a futex) for at most
+    /// `timeout` per subscriber; one that stays a full ring behind for the whole timeout, or whose process is gone,
+    /// is taken out of the flow control for good and counted ([`Publisher::flow_stats`]). Default:
+    /// `[shoal_reliable] publishers` and `timeout_ms` of the configuration (best effort).
+    pub fn reliable(mut self, timeout: Duration) -> Self {
+        self.reliable = Some(Some(timeout));
+        self
+    }
+
+    /// Never wait for subscribers (a subscriber that falls a whole ring behind loses messages, counted).
+    pub fn best_effort(mut self) -> Self {
+        self.reliable = Some(None);
+        self
+    }
+
+    fn reliability(&self) -> Option<Duration> {
+        let cfg = &self.rt.config.reliable;
+        self.reliable.unwrap_or(cfg.publishers.then_some(cfg.timeout))
+    }
 }
 
 impl PublisherBuilder<Raw> {
     pub(crate) fn new(rt: &Arc<Runtime>, topic: &str) -> Self {
-        PublisherBuilder { rt: Arc::clone(rt), topic: topic.to_string(), kind: Raw::default() }
+        PublisherBuilder { rt: Arc::clone(rt), topic: topic.to_string(), reliable: None, kind: Raw::default() }
     }
 
     /// The type information announced in registration (name, encoding, descriptor), so that subscribers and tools
@@ -68,19 +94,21 @@ impl PublisherBuilder<Raw> {
 
     /// Publishes messages of the generated type `M` (a [`TypedPublisher<M>`]), announcing `M::type_info()`.
     pub fn typed<M: Message>(self) -> PublisherBuilder<Typed<M>> {
-        PublisherBuilder { rt: self.rt, topic: self.topic, kind: Typed(PhantomData) }
+        PublisherBuilder { rt: self.rt, topic: self.topic, reliable: self.reliable, kind: Typed(PhantomData) }
     }
 
     /// Creates the publisher and announces it.
     pub fn create(self) -> Result<Publisher, CreateError> {
-        Publisher::create(&self.rt, &self.topic, self.kind.type_info)
+        let reliable = self.reliability();
+        Publisher::create(&self.rt, &self.topic, self.kind.type_info, reliable)
     }
 }
 
 impl<M: Message> PublisherBuilder<Typed<M>> {
     /// Creates the typed publisher and announces it.
     pub fn create(self) -> Result<TypedPublisher<M>, CreateError> {
-        Ok(TypedPublisher::new(Publisher::create(&self.rt, &self.topic, M::type_info().clone())?))
+        let reliable = self.reliability();
+        Ok(TypedPublisher::new(Publisher::create(&self.rt, &self.topic, M::type_info().clone(), reliable)?))
     }
 }
 
@@ -99,6 +127,7 @@ pub struct SubscriberBuilder<K = Raw> {
 pub(crate) struct SubOptions {
     pub(crate) wait: Option<WaitStrategy>,
     pub(crate) queue: Option<QueuePolicy>,
+    pub(crate) reliable: Option<bool>,
 }
 
 impl<K> SubscriberBuilder<K> {
@@ -114,6 +143,14 @@ impl<K> SubscriberBuilder<K> {
     /// `[shoal_receive] queue_depth` and `queue_bytes` of the configuration (16 messages, and 1 MiB beyond them).
     pub fn queue(mut self, queue: QueuePolicy) -> Self {
         self.opts.queue = Some(queue);
+        self
+    }
+
+    /// Reliable (`true`): a reliable publisher in another process waits, up to its timeout, instead of
+    /// overwriting in its native ring a message this subscriber has not taken yet (see
+    /// [`PublisherBuilder::reliable`]); best effort (`false`) otherwise. Default: `[shoal_reliable] subscribers`.
+    pub fn reliable(mut self, reliable: bool) -> Self {
+        self.opts.reliable = Some(reliable);
         self
     }
 }

@@ -87,6 +87,8 @@ pub(crate) struct SubShared {
     intra_len: AtomicUsize,
     /// What the queue of same-process and eCAL-layer samples keeps (the oldest beyond it are dropped, counted).
     queue: QueuePolicy,
+    /// Join reliable publishers' flow control on their rings.
+    reliable: bool,
     /// Bytes the queued samples are charged ([`QueuePolicy::charge`]).
     intra_bytes: AtomicUsize,
     intra_pubs: AtomicUsize,
@@ -196,7 +198,7 @@ impl SubShared {
                 // A reader follows a growing ring by itself; re-open only one that lost the chain.
                 if e.ended
                     && e.reader.segment_name() != par.segment
-                    && let Ok(r) = open_announced_ring(&par.segment, remote)
+                    && let Ok(r) = open_announced_ring(&par.segment, remote, self.reliable)
                 {
                     self.drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
                     e.reader = r;
@@ -207,7 +209,7 @@ impl SubShared {
                 readers[i].type_info = Arc::new(remote.type_info.clone());
                 readers[i].closing = false;
             }
-            (None, Some(par)) => match open_announced_ring(&par.segment, remote) {
+            (None, Some(par)) => match open_announced_ring(&par.segment, remote, self.reliable) {
                 Ok(mut reader) => {
                     // Messages the publisher sent after we subscribed but before we opened its ring are ours too.
                     reader.rewind_to_time(self.created_ns);
@@ -451,6 +453,7 @@ impl SubShared {
                 bytes,
                 bandwidth_bps: if secs > 0.0 { window_bytes as f64 / secs } else { 0.0 },
                 connections,
+                ..ShoalStats::default()
             }),
             ..TopicStats::default()
         }
@@ -521,6 +524,7 @@ impl SubHandle {
             intra: Mutex::new(VecDeque::new()),
             intra_len: AtomicUsize::new(0),
             queue: opts.queue.unwrap_or(rt.config.receive.queue),
+            reliable: opts.reliable.unwrap_or(rt.config.reliable.subscribers),
             intra_bytes: AtomicUsize::new(0),
             intra_pubs: AtomicUsize::new(0),
             remote_pubs: AtomicUsize::new(0),
@@ -816,8 +820,9 @@ const TORN_RETRIES: u32 = 16;
 
 /// Opens the ring a remote publisher announced and checks that it is that publisher's: the segment's writer pid
 /// and publisher id must be the announcer's (a registration sample naming another process's segment is refused).
-fn open_announced_ring(segment: &str, remote: &RemoteTopic) -> Result<RingReader, String> {
-    let reader = RingReader::open(segment).map_err(|e| match &e {
+fn open_announced_ring(segment: &str, remote: &RemoteTopic, reliable: bool) -> Result<RingReader, String> {
+    let open = if reliable { RingReader::open_reliable } else { RingReader::open };
+    let reader = open(segment).map_err(|e| match &e {
         crate::transport::shm_ring::RingOpenError::Io { source, .. } if source.raw_os_error() == Some(libc::EACCES) => {
             format!(
                 "{e}: the publisher's process belongs to another user and keeps its files to itself; to connect \
@@ -832,6 +837,13 @@ fn open_announced_ring(segment: &str, remote: &RemoteTopic) -> Result<RingReader
             reader.publisher_id(),
             reader.writer_pid()
         ));
+    }
+    if reliable && !reader.in_flow_control() {
+        tracing::warn!(
+            "topic {}: reliable subscriber, but the publisher of {segment} is best effort (or has no room for another \
+             reliable reader): messages it overwrites before they are read are lost (counted)",
+            remote.topic_name
+        );
     }
     Ok(reader)
 }
@@ -885,6 +897,7 @@ mod tests {
             super::open_announced_ring(
                 ring.segment_name(),
                 &RemoteTopic::for_test(pid, id, vec![], Direction::Publisher),
+                false,
             )
         };
         assert!(open(me, 77).is_ok(), "the announcer's own segment");

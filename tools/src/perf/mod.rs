@@ -55,6 +55,7 @@ impl Run<'_> {
 /// Entry point of `shoal perf`.
 pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
     args.validate()?;
+    shoal_link::set_reliable(args.reliable);
     let cpus = sys::cpu_count();
     if args.pin {
         sys::pin_to_cpu(0)?;
@@ -139,7 +140,11 @@ fn shoal_session(run: &Run, node: &Node, modes: &[Mode], name: &str, rep: &mut R
     peer.wait_ready()?;
     shoal_link::wait_subscribers(&tx, 1)?;
     shoal_link::wait_publisher(&rx)?;
-    rep.note(&format!("-- shoal: topics {ping} / {pong}, wait={}", run.wait));
+    rep.note(&format!(
+        "-- shoal: topics {ping} / {pong}, wait={}{}",
+        run.wait,
+        if shoal_link::reliable() { ", reliable (the publisher waits up to 10 s for the subscriber)" } else { "" }
+    ));
     run_modes(run, &mut tx, &mut rx, &mut peer, modes, rep)?;
     peer.quit()
 }
