@@ -64,7 +64,7 @@ pub mod error {
 
 pub use config::{Config, QueuePolicy, ShmAccess, WaitStrategy};
 pub use error::{CreateError, InitError, LoanError, RecvError, SendError, TypedRecvError, TypedSendError};
-pub use node::Node;
+pub use node::{Node, ring_geometry};
 pub use pubsub::publisher::{Loan, Publisher, Unwritten, Written};
 pub use pubsub::subscriber::{CallbackSubscriber, Subscriber};
 pub use pubsub::typed::{MessageMeta, Received, TypedPublisher, TypedSubscriber};

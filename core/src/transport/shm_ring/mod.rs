@@ -39,4 +39,4 @@ pub use doorbell::{
 pub use flow::FlowStats;
 pub use reader::{ReadOutcome, RingOpenError, RingReader, SampleInfo, SampleView};
 pub use segment::{CleanupError, SHM_DIR, remove_stale_segments};
-pub use writer::{CommitError, GROWN_MIN_SLOTS, Published, RingCreateError, RingWriter, SlotError};
+pub use writer::{CommitError, GROWN_MIN_SLOTS, Published, RingCreateError, RingWriter, SlotError, geometry_for};

@@ -892,3 +892,17 @@ fn a_best_effort_writer_ignores_reliable_readers_and_reliable_readers_follow_gro
     assert_eq!(r.drops(), 0);
     assert!(r.in_flow_control());
 }
+
+#[test]
+fn geometry_for_predicts_the_geometry_a_ring_grows_to() {
+    let c = cfg(4096, 256);
+    for len in [64usize, 256, 1000, 1024, 65_536, 1 << 20, 4 << 20, 8_000_000] {
+        let mut w = RingWriter::create(&c, 80).expect("writer");
+        w.set_grown_min_slots(16);
+        w.write(&vec![1u8; len], 0, 1).expect("write");
+        assert_eq!(geometry_for(&c, 16, len), Some((w.slot_count(), w.slot_size())), "{len} bytes");
+    }
+    assert_eq!(geometry_for(&c, 16, 64), Some((4096, 256)));
+    assert_eq!(geometry_for(&c, 16, 1024), Some((1024, 1024)));
+    assert_eq!(geometry_for(&c, 16, 1 << 20), Some((16, 1 << 20)));
+}

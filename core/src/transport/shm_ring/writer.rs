@@ -86,6 +86,27 @@ pub enum CommitError {
 /// [`RingWriter::set_grown_min_slots`].
 pub const GROWN_MIN_SLOTS: u32 = 16;
 
+/// Slots of a ring grown to `new_size`-byte slots: fewer, bigger slots keeping the payload `budget`, with at least
+/// `min_slots` and never more than the `current` count.
+fn grown_slot_count(budget: usize, new_size: usize, min_slots: u32, current: u32) -> u32 {
+    let by_budget = u32::try_from(budget / new_size.max(1)).unwrap_or(u32::MAX).max(1);
+    let by_budget = if by_budget.is_power_of_two() { by_budget } else { by_budget.next_power_of_two() / 2 };
+    by_budget.clamp(min_slots.min(current), current)
+}
+
+/// The (slot count, slot size) a ring created with `cfg` has once it carries messages of `len` bytes, when a grown
+/// ring keeps at least `grown_min_slots` slots ([`RingWriter::set_grown_min_slots`]); `None` for a message no ring
+/// holds. What `shoal perf --baseline` gives its plain ring, so that both are equally deep.
+pub fn geometry_for(cfg: &ShmRingConfig, grown_min_slots: u32, len: usize) -> Option<(u32, usize)> {
+    if len <= cfg.slot_size {
+        return Some((cfg.slot_count, cfg.slot_size));
+    }
+    let new_size = len.checked_next_power_of_two().filter(|s| *s <= MAX_SLOT_SIZE)?;
+    let budget = (cfg.slot_count as usize).saturating_mul(cfg.slot_size);
+    let min_slots = grown_min_slots.clamp(MIN_SLOT_COUNT, MAX_SLOT_COUNT).next_power_of_two();
+    Some((grown_slot_count(budget, new_size, min_slots, cfg.slot_count), new_size))
+}
+
 /// Result of a successful publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
@@ -386,10 +407,7 @@ impl RingWriter {
             .ok_or(SlotError::TooLarge { len, max: MAX_SLOT_SIZE })?;
         let generation = self.seg.generation + 1;
         let mut name = self.name.clone();
-        // Fewer, bigger slots: keep the payload budget, with at least grown_min_slots and never more than before.
-        let by_budget = u32::try_from(self.budget / new_size).unwrap_or(u32::MAX).max(1);
-        let by_budget = if by_budget.is_power_of_two() { by_budget } else { by_budget.next_power_of_two() / 2 };
-        let slot_count = by_budget.clamp(self.grown_min_slots.min(self.seg.slot_count), self.seg.slot_count);
+        let slot_count = grown_slot_count(self.budget, new_size, self.grown_min_slots, self.seg.slot_count);
         let (seg, fallback) = Self::create_segment(
             &mut name,
             self.huge_dir.as_deref(),
