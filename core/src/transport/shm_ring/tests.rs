@@ -789,7 +789,7 @@ fn a_reliable_reader_loses_nothing_from_an_unpaced_reliable_writer() {
                 ReadOutcome::Sample(clock) => {
                     assert_eq!(clock, got, "in order, none skipped");
                     got += 1;
-                    if got % 1000 == 0 {
+                    if got.is_multiple_of(1000) {
                         std::thread::sleep(Duration::from_millis(2)); // a slow moment: the writer must wait
                     }
                 }
@@ -800,7 +800,7 @@ fn a_reliable_reader_loses_nothing_from_an_unpaced_reliable_writer() {
         (r.drops(), r.evicted())
     });
     for clock in 0..N {
-        w.write(&clock.to_le_bytes(), 0, clock).expect("write");
+        let _ = w.write(&clock.to_le_bytes(), 0, clock).expect("write");
     }
     assert_eq!(reader.join().expect("reader thread"), (0, false));
     let s = w.flow_stats();
@@ -815,17 +815,17 @@ fn a_stalled_reliable_reader_blocks_the_writer_once_for_the_timeout_then_never_a
     let mut r = RingReader::open_reliable(w.segment_name()).expect("reader");
     let start = Instant::now();
     for clock in 0..8 {
-        w.write(b"x", 0, clock).expect("write");
+        let _ = w.write(b"x", 0, clock).expect("write");
     }
     assert!(start.elapsed() < Duration::from_millis(50), "a free ring does not wait");
     let t = Instant::now();
-    w.write(b"x", 0, 8).expect("write");
+    let _ = w.write(b"x", 0, 8).expect("write");
     let blocked = t.elapsed();
     assert!(blocked >= Duration::from_millis(100) && blocked < Duration::from_secs(2), "{blocked:?}");
     assert_eq!(w.flow_stats().evicted_stalled, 1);
     let t = Instant::now();
     for clock in 9..1000 {
-        w.write(b"x", 0, clock).expect("write");
+        let _ = w.write(b"x", 0, clock).expect("write");
     }
     assert!(t.elapsed() < Duration::from_millis(50), "an evicted reader never blocks again: {:?}", t.elapsed());
     assert_eq!(w.reliable_readers(), 0);
@@ -852,7 +852,7 @@ fn a_reliable_reader_whose_process_is_gone_is_taken_out_at_once() {
     unsafe { &*header }.readers[0].pid.store(dead, Ordering::Relaxed);
     let t = Instant::now();
     for clock in 0..100 {
-        w.write(b"x", 0, clock).expect("write");
+        let _ = w.write(b"x", 0, clock).expect("write");
     }
     assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     assert_eq!(w.flow_stats().evicted_dead, 1);
@@ -865,7 +865,7 @@ fn a_best_effort_writer_ignores_reliable_readers_and_reliable_readers_follow_gro
     let r = RingReader::open_reliable(w.segment_name()).expect("reader");
     assert!(!r.in_flow_control(), "the writer does not wait");
     for clock in 0..10 {
-        w.write(b"x", 0, clock).expect("write");
+        let _ = w.write(b"x", 0, clock).expect("write");
     }
     drop(r);
     let mut w = RingWriter::create(&cfg(4, 64), 75).expect("writer");
@@ -877,7 +877,7 @@ fn a_best_effort_writer_ignores_reliable_readers_and_reliable_readers_follow_gro
         let mut payload = vec![0u8; len];
         payload[..8].copy_from_slice(&clock.to_le_bytes());
         let reader_turn = clock % 3 == 0;
-        w.write(&payload, 0, clock).expect("write");
+        let _ = w.write(&payload, 0, clock).expect("write");
         if reader_turn {
             while let ReadOutcome::Sample(c) = r.try_read_with(|v| v.clock()) {
                 got.push(c);
@@ -899,7 +899,7 @@ fn geometry_for_predicts_the_geometry_a_ring_grows_to() {
     for len in [64usize, 256, 1000, 1024, 65_536, 1 << 20, 4 << 20, 8_000_000] {
         let mut w = RingWriter::create(&c, 80).expect("writer");
         w.set_grown_min_slots(16);
-        w.write(&vec![1u8; len], 0, 1).expect("write");
+        let _ = w.write(&vec![1u8; len], 0, 1).expect("write");
         assert_eq!(geometry_for(&c, 16, len), Some((w.slot_count(), w.slot_size())), "{len} bytes");
     }
     assert_eq!(geometry_for(&c, 16, 64), Some((4096, 256)));
