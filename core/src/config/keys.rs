@@ -822,8 +822,8 @@ pub(crate) static KEYS: &[KeyDef] = &[
         doc: &[
             "Beyond queue_depth, a subscriber keeps older messages while all it keeps stays within",
             "this many bytes (a message counts as at least 64 bytes); the oldest is dropped and",
-            "counted when both bounds are exceeded. A subscriber whose queue_depth and queue_bytes",
-            "keep fewer messages than a publisher's native ring holds reads only its newest ones.",
+            "counted when both bounds are exceeded. (The native ring is its own queue; only a",
+            "policy given with SubscriberBuilder::queue makes a ring reader skip to its newest.)",
             "Suffixes k, m, g as for slot_size.",
         ],
         allowed: "0..=68719476736 bytes (0 to 64g)",

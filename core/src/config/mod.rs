@@ -201,7 +201,8 @@ pub struct ReceiveConfig {
 /// `[shoal_receive] queue_depth` / `queue_bytes`. The same-process queue and every eCAL-facing layer (eCAL shared
 /// memory, UDP) deliver into this queue. Native-ring samples stay in the publisher's ring until they are read: a
 /// ring keeps at least `queue_depth` slots of the publishing process when it grows for large messages, and a
-/// subscriber whose policy keeps fewer messages than the ring holds skips to its newest ones.
+/// subscriber given a policy with the builder that keeps fewer messages than the ring holds (counted in slots of the
+/// ring's slot size) skips to its newest ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueuePolicy {
     /// Newest messages always kept, whatever their size (at least 1).

@@ -141,6 +141,8 @@ impl<K> SubscriberBuilder<K> {
 
     /// What this subscriber keeps of messages it has not taken yet (see [`QueuePolicy`]). Default:
     /// `[shoal_receive] queue_depth` and `queue_bytes` of the configuration (16 messages, and 1 MiB beyond them).
+    /// A policy set here also applies to native rings: when it keeps fewer messages than a ring holds (counted in
+    /// the ring's slots), this subscriber reads only the newest of them.
     pub fn queue(mut self, queue: QueuePolicy) -> Self {
         self.opts.queue = Some(queue);
         self

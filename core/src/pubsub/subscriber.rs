@@ -42,21 +42,22 @@ struct ReaderEntry {
 }
 
 impl ReaderEntry {
-    fn new(key: EntityKey, reader: RingReader, type_info: Arc<TypeInfo>, queue: &QueuePolicy) -> ReaderEntry {
+    fn new(key: EntityKey, reader: RingReader, type_info: Arc<TypeInfo>, queue: Option<&QueuePolicy>) -> ReaderEntry {
         let meter = ConnMeter::new(key.entity_id, Via::ShoalRing);
         let mut e = ReaderEntry { key, reader, type_info, ended: false, closing: false, meter, keep: (0, None) };
         e.keep = e.keep_for(queue);
         e
     }
 
-    fn keep_for(&self, queue: &QueuePolicy) -> (u64, Option<u64>) {
-        let cap = queue.capacity_for(self.reader.slot_size()) as u64;
-        (self.reader.generation(), (cap < u64::from(self.reader.slot_count())).then_some(cap))
+    fn keep_for(&self, queue: Option<&QueuePolicy>) -> (u64, Option<u64>) {
+        let cap = queue.map(|q| q.capacity_for(self.reader.slot_size()) as u64);
+        (self.reader.generation(), cap.filter(|c| *c < u64::from(self.reader.slot_count())))
     }
 
-    /// Applies the queue policy before a read (nothing to do unless it keeps fewer messages than the ring).
+    /// Applies the subscriber's own queue policy before a read (nothing to do without one, or when it keeps at
+    /// least as many messages as the ring).
     #[inline]
-    fn apply_queue(&mut self, queue: &QueuePolicy) {
+    fn apply_queue(&mut self, queue: Option<&QueuePolicy>) {
         if self.keep.0 != self.reader.generation() {
             self.keep = self.keep_for(queue);
         }
@@ -87,6 +88,10 @@ pub(crate) struct SubShared {
     intra_len: AtomicUsize,
     /// What the queue of same-process and eCAL-layer samples keeps (the oldest beyond it are dropped, counted).
     queue: QueuePolicy,
+    /// The policy set for this subscriber with `SubscriberBuilder::queue`: ring readers then skip to the newest
+    /// messages it keeps (measured in the ring's slot size) when that is fewer than the ring holds. Without one the
+    /// publisher's ring is the queue.
+    ring_queue: Option<QueuePolicy>,
     /// Join reliable publishers' flow control on their rings.
     reliable: bool,
     /// Bytes the queued samples are charged ([`QueuePolicy::charge`]).
@@ -214,7 +219,7 @@ impl SubShared {
                     // Messages the publisher sent after we subscribed but before we opened its ring are ours too.
                     reader.rewind_to_time(self.created_ns);
                     let type_info = Arc::new(remote.type_info.clone());
-                    readers.push(ReaderEntry::new(remote.key.clone(), reader, type_info, &self.queue));
+                    readers.push(ReaderEntry::new(remote.key.clone(), reader, type_info, self.ring_queue.as_ref()));
                     self.remote_pubs.store(self.remote_count(&readers), Ordering::Relaxed);
                     drop(readers);
                     self.notify_conn();
@@ -360,7 +365,7 @@ impl SubShared {
             if e.ended {
                 continue;
             }
-            e.apply_queue(&self.queue);
+            e.apply_queue(self.ring_queue.as_ref());
             let topic = &self.topic;
             let type_info = &e.type_info;
             let latency_due = self.latency_on && e.meter.latency_due();
@@ -524,6 +529,7 @@ impl SubHandle {
             intra: Mutex::new(VecDeque::new()),
             intra_len: AtomicUsize::new(0),
             queue: opts.queue.unwrap_or(rt.config.receive.queue),
+            ring_queue: opts.queue,
             reliable: opts.reliable.unwrap_or(rt.config.reliable.subscribers),
             intra_bytes: AtomicUsize::new(0),
             intra_pubs: AtomicUsize::new(0),
