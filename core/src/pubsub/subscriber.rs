@@ -827,8 +827,23 @@ const TORN_RETRIES: u32 = 16;
 /// Opens the ring a remote publisher announced and checks that it is that publisher's: the segment's writer pid
 /// and publisher id must be the announcer's (a registration sample naming another process's segment is refused).
 fn open_announced_ring(segment: &str, remote: &RemoteTopic, reliable: bool) -> Result<RingReader, String> {
-    let open = if reliable { RingReader::open_reliable } else { RingReader::open };
-    let reader = open(segment).map_err(|e| match &e {
+    let denied = |e: &crate::transport::shm_ring::RingOpenError| {
+        matches!(e, crate::transport::shm_ring::RingOpenError::Io { source, .. }
+            if source.raw_os_error() == Some(libc::EACCES))
+    };
+    let opened = match RingReader::open_with_flow_control(segment, reliable) {
+        // Joining flow control writes the segment: a ring another user lets us only read is read best effort.
+        Err(e) if reliable && denied(&e) => {
+            tracing::warn!(
+                "topic {}: the ring {segment} of another user is not writable for this process, so this reliable \
+                 subscriber reads it best effort",
+                remote.topic_name
+            );
+            RingReader::open(segment)
+        }
+        other => other,
+    };
+    let reader = opened.map_err(|e| match &e {
         crate::transport::shm_ring::RingOpenError::Io { source, .. } if source.raw_os_error() == Some(libc::EACCES) => {
             format!(
                 "{e}: the publisher's process belongs to another user and keeps its files to itself; to connect \

@@ -360,6 +360,11 @@ impl RingReader {
         RingReader::open_with(segment_name, true)
     }
 
+    /// [`open_reliable`](Self::open_reliable) when `reliable`, else [`open`](Self::open).
+    pub fn open_with_flow_control(segment_name: &str, reliable: bool) -> Result<RingReader, RingOpenError> {
+        RingReader::open_with(segment_name, reliable)
+    }
+
     fn open_with(segment_name: &str, reliable: bool) -> Result<RingReader, RingOpenError> {
         let mut seg = Mapped::open(Path::new(segment_name), reliable)?;
         let mut hops = 0;
