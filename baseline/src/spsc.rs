@@ -73,8 +73,9 @@ fn io_error(context: String) -> impl FnOnce(std::io::Error) -> Error {
     move |source| Error::Io { context, source }
 }
 
-/// Slots per ring: the fewest a grown shoal ring keeps (shoal starts with 256 small slots and trades slots for size;
-/// the baseline writer waits when full, so its depth only bounds how far it runs ahead).
+/// Slots of a ring made by [`Ring::create`]: the fewest a grown shoal ring keeps. `shoal perf --baseline` uses
+/// [`Ring::create_with`] instead, with the slot count of shoal's ring for the message size measured, so that both
+/// rings are equally deep (the baseline writer waits when full, so its depth bounds how far it runs ahead).
 pub const SLOT_COUNT: u64 = 16;
 
 /// How long a spin-mode writer spins on a full ring before it yields the CPU on every check: the
@@ -138,7 +139,13 @@ fn map_file(file: &File, path: &Path) -> Result<MmapMut, Error> {
 impl Ring {
     /// Creates the ring file (it must not exist) with slots of `slot_size` payload bytes.
     pub fn create(path: &Path, slot_size: usize, wait: Wait) -> Result<Ring, Error> {
-        let total = total_size(SLOT_COUNT, slot_size).ok_or(Error::TooBig { slot_count: SLOT_COUNT, slot_size })?;
+        Ring::create_with(path, SLOT_COUNT, slot_size, wait)
+    }
+
+    /// Creates the ring file (it must not exist) with `slot_count` slots (at least 1) of `slot_size` payload bytes.
+    pub fn create_with(path: &Path, slot_count: u64, slot_size: usize, wait: Wait) -> Result<Ring, Error> {
+        let slot_count = slot_count.max(1);
+        let total = total_size(slot_count, slot_size).ok_or(Error::TooBig { slot_count, slot_size })?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -149,14 +156,14 @@ impl Ring {
             file.set_len(total as u64)
                 .map_err(io_error(format!("sizing {} to {total} bytes (is /dev/shm full?)", path.display())))?;
             let map = map_file(&file, path)?;
-            Ring::from_map(map, SLOT_COUNT, slot_size, wait)
+            Ring::from_map(map, slot_count, slot_size, wait)
         })()
         .inspect_err(|_| {
             let _ = fs::remove_file(path);
         })?;
         ring.unlink = Some(path.to_path_buf());
         let h = ring.header();
-        h.slot_count.store(SLOT_COUNT, Ordering::Relaxed);
+        h.slot_count.store(slot_count, Ordering::Relaxed);
         h.slot_size.store(slot_size as u64, Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
         Ok(ring)
@@ -224,6 +231,11 @@ impl Ring {
     fn slot_data(&self, i: u64) -> *mut u8 {
         let off = HEADER_SIZE + (i % self.slot_count) as usize * self.stride + SLOT_DATA_OFFSET;
         self.base.wrapping_add(off)
+    }
+
+    /// Slots in the ring.
+    pub fn slot_count(&self) -> u64 {
+        self.slot_count
     }
 
     /// Largest payload a slot holds.

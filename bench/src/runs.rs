@@ -30,20 +30,22 @@ impl Run {
     }
 }
 
-/// What the targets measure, per wait mode in order spin, block: the baseline ring and shoal (each with a
-/// fresh publisher) streaming 64 B, then ping-pong at every target size followed by zero-copy ping-pong on the same
-/// grown ring, then fan-out to 1 and 4 subscriber processes; last a separate process with 100 topics.
+/// What the targets measure, per wait mode in order spin, block: the baseline ring (as deep as shoal's ring for each
+/// size) and shoal (each with a fresh publisher) streaming 64 B and 1 KB, then ping-pong at every target size followed by zero-copy ping-pong on the same
+/// grown ring, then fan-out to 1 and 4 subscriber processes; then a separate process with 100 topics; last reliable
+/// shoal streams of 64 B and 1 MiB (spin).
 pub(crate) fn plan() -> Vec<Run> {
     let all_sizes = SIZES.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(",");
     let subscribers = SUBSCRIBERS.to_string();
     let mut runs = Vec::new();
     for wait in ["spin", "block"] {
         let perf = |targets, extra: &[&str]| Run::new(targets, &[&["--json", "--wait", wait][..], extra].concat());
-        runs.push(perf("T2", &["--baseline", "--throughput", "--sizes", "64"]));
+        runs.push(perf("T2 T7", &["--baseline", "--throughput", "--sizes", "64,1024"]));
         runs.push(perf("T1 T3 T4", &["--baseline", "--pingpong", "--zero-copy", "--sizes", &all_sizes]));
         runs.push(perf("T5", &["--subscribers", &subscribers, "--sizes", &all_sizes]));
     }
     runs.push(Run::new("T6", &["--json", "--topics", &TOPICS.to_string(), "--rss"]));
+    runs.push(Run::new("T8", &["--json", "--wait", "spin", "--reliable", "--throughput", "--sizes", "64,1048576"]));
     runs
 }
 
@@ -132,14 +134,15 @@ mod tests {
     #[test]
     fn the_plan_measures_every_target_size_in_both_waits() {
         let p = plan();
-        assert_eq!(p.len(), 7);
+        assert_eq!(p.len(), 8);
         assert_eq!(
             p[1].command_line(),
             "shoal perf --json --wait spin --baseline --pingpong --zero-copy --sizes 64,1024,65536,1048576,4194304"
         );
-        assert_eq!(p[3].command_line(), "shoal perf --json --wait block --baseline --throughput --sizes 64");
+        assert_eq!(p[3].command_line(), "shoal perf --json --wait block --baseline --throughput --sizes 64,1024");
         assert_eq!(p[5].args[..4], ["--json", "--wait", "block", "--subscribers"]);
         assert_eq!(p[6].command_line(), "shoal perf --json --topics 100 --rss");
+        assert_eq!(p[7].command_line(), "shoal perf --json --wait spin --reliable --throughput --sizes 64,1048576");
         assert!(p.iter().all(|r| r.args[0] == "--json"));
     }
 

@@ -1,6 +1,6 @@
-//! The foundation targets T1-T6, evaluated from the JSON lines `shoal perf --json` printed: shoal against the
-//! baseline ring of the same run (same method and wait mode), fan-out against one subscriber, and the memory of a
-//! 100-topic process. Only the output format of `shoal perf` is read here, none of its code.
+//! The targets T1-T8, evaluated from the JSON lines `shoal perf --json` printed: shoal against the
+//! baseline ring of the same run (same method and wait mode, as deep as shoal's ring), fan-out against one
+//! subscriber, the memory of a 100-topic process, and the losses of reliable streams (rows marked `reliable`). Only the output format of `shoal perf` is read here, none of its code.
 //!
 //! A target passes only when everything it names was measured and holds. A measured value over its limit is a
 //! FAIL (even if other values are missing); otherwise anything missing makes it NOT MEASURED.
@@ -150,10 +150,19 @@ fn num(row: &Value, key: &str) -> Option<f64> {
 pub(crate) struct Rows(pub(crate) Vec<Value>);
 
 impl Rows {
-    /// The latest measurement row of a system, mode, wait mode and size.
+    /// The latest measurement row of a system, mode, wait mode and size, of a best-effort run.
     fn find(&self, system: &str, mode: &str, wait: &str, size: u64) -> Option<&Value> {
+        self.find_with(system, mode, wait, size, false)
+    }
+
+    /// As [`find`](Self::find), of a run with reliable endpoints (`shoal perf --reliable`) or without.
+    fn find_with(&self, system: &str, mode: &str, wait: &str, size: u64, reliable: bool) -> Option<&Value> {
         self.0.iter().rev().find(|r| {
-            r["system"] == system && r["mode"] == mode && r["wait"] == wait && r["size_bytes"].as_u64() == Some(size)
+            r["system"] == system
+                && r["mode"] == mode
+                && r["wait"] == wait
+                && r["size_bytes"].as_u64() == Some(size)
+                && (num(r, "reliable") == Some(1.0)) == reliable
         })
     }
 
@@ -231,6 +240,55 @@ fn t2(rows: &Rows, wait: &'static str) -> Target {
         cmp,
         unit: "x",
         status: Status::of(failed, ratio.is_none() || paced_lost.is_none()),
+        detail,
+    }
+}
+
+/// T7: 1 KB streaming at 0.4 x the plain ring's rate, the plain ring as deep as shoal's.
+fn t7(rows: &Rows, wait: &'static str) -> Target {
+    let (limit, cmp) = (0.4, Cmp::AtLeast);
+    let rate = |system| num(rows.find(system, "throughput", wait, 1024)?, "msgs_per_s");
+    let (shoal, base) = (rate("shoal"), rate("baseline"));
+    let ratio = shoal.zip(base.filter(|b| *b > 0.0)).map(|(s, b)| s / b);
+    let fmt = |x: Option<f64>| x.map_or_else(|| "not measured".to_string(), |x| format!("{x:.0}"));
+    Target {
+        id: "T7",
+        wait: Some(wait),
+        what: "1KB throughput vs baseline of the same depth",
+        value: ratio,
+        limit,
+        cmp,
+        unit: "x",
+        status: Status::of(ratio.is_some_and(|r| !cmp.holds(r, limit)), ratio.is_none()),
+        detail: format!("unpaced {} vs baseline {} msg/s", fmt(shoal), fmt(base)),
+    }
+}
+
+/// T8: reliable publisher and subscriber: unpaced 64 B and 1 MiB streams lose nothing.
+fn t8(rows: &Rows) -> Target {
+    let sizes = [(64u64, "64B"), (1 << 20, "1M")];
+    let lost: Vec<(&str, Option<u64>)> = sizes
+        .iter()
+        .map(|&(size, label)| {
+            (label, rows.find_with("shoal", "throughput", "spin", size, true).and_then(|r| r["lost"].as_u64()))
+        })
+        .collect();
+    let missing: Vec<&str> = lost.iter().filter(|(_, l)| l.is_none()).map(|(label, _)| *label).collect();
+    let total: Option<u64> = lost.iter().filter_map(|(_, l)| *l).reduce(|a, b| a + b);
+    let mut detail =
+        lost.iter().filter_map(|(label, l)| l.map(|l| format!("{label} {l} lost"))).collect::<Vec<_>>().join(", ");
+    if !missing.is_empty() {
+        detail.push_str(&format!("; not measured: {}", missing.join(", ")));
+    }
+    Target {
+        id: "T8",
+        wait: Some("spin"),
+        what: "reliable unpaced streams 64B, 1M: messages lost",
+        value: total.map(|t| t as f64),
+        limit: 0.0,
+        cmp: Cmp::AtMost,
+        unit: "",
+        status: Status::of(total.is_some_and(|t| t > 0), !missing.is_empty()),
         detail,
     }
 }
@@ -335,6 +393,8 @@ pub(crate) fn evaluate(rows: &Rows) -> Vec<Target> {
     out.push(over_sizes(("T4", Some("block"), "ping-pong p50 vs baseline, 64B-4M"), 1.3, Cmp::AtMost, &block));
     out.extend(waits.iter().map(|w| t5(rows, w)));
     out.push(t6(rows));
+    out.extend(waits.iter().map(|w| t7(rows, w)));
+    out.push(t8(rows));
     out
 }
 
@@ -370,6 +430,7 @@ mod tests {
         for wait in ["spin", "block"] {
             for system in ["baseline", "shoal"] {
                 rows.push(row(system, "throughput", wait, 64, 1000, if system == "shoal" { 600.0 } else { 1000.0 }));
+                rows.push(row(system, "throughput", wait, 1024, 1000, if system == "shoal" { 450.0 } else { 1000.0 }));
                 let mut paced = row(system, "throughput_paced", wait, 64, 1000, 500.0);
                 paced["rate_target"] = json!(500.0);
                 rows.push(paced);
@@ -387,6 +448,11 @@ mod tests {
             }
         }
         rows.push(rss_row(TOPICS, 9000, 2000));
+        for size in [64, 1 << 20] {
+            let mut r = row("shoal", "throughput", "spin", size, 1000, 300.0);
+            r["reliable"] = json!(1.0);
+            rows.push(r);
+        }
         rows
     }
 
@@ -401,20 +467,20 @@ mod tests {
     #[test]
     fn a_complete_run_within_the_limits_passes_every_target() {
         let s = statuses(passing());
-        assert_eq!(s.len(), 9);
+        assert_eq!(s.len(), 12);
         assert!(s.iter().all(|(_, _, st)| *st == Status::Pass), "{s:?}");
         let t1 = target(passing(), "T1", Some("spin"));
         assert!((t1.value.unwrap() - 1.1).abs() < 1e-9);
         assert!(t1.detail.starts_with("64B 1.10x, 1K 1.10x"), "{}", t1.detail);
         let t6 = target(passing(), "T6", None);
         assert!((t6.value.unwrap() - 7000.0 / 1024.0).abs() < 1e-9);
-        assert!(t6.to_text().contains("PASS") && t6.detail.contains("in 68 of 68 measurement rows"), "{}", t6.detail);
+        assert!(t6.to_text().contains("PASS") && t6.detail.contains("in 74 of 74 measurement rows"), "{}", t6.detail);
     }
 
     #[test]
     fn no_rows_at_all_measures_nothing() {
         let s = statuses(Vec::new());
-        assert_eq!(s.len(), 9);
+        assert_eq!(s.len(), 12);
         assert!(s.iter().all(|(_, _, st)| *st == Status::NotMeasured), "{s:?}");
         let t = &evaluate(&Rows::default())[0];
         assert_eq!((t.value, t.to_json()["value"].clone()), (None, Value::Null));
@@ -498,8 +564,31 @@ mod tests {
         rows[0]["peer_peak_rss_kb"] = json!(0);
         let t6 = target(rows, "T6", None);
         assert_eq!(t6.status, Status::NotMeasured);
-        assert!(t6.detail.contains("67 of 68"), "{}", t6.detail);
+        assert!(t6.detail.contains("73 of 74"), "{}", t6.detail);
         let rows: Vec<Value> = passing().into_iter().filter(|r| r["mode"] != "rss").collect();
         assert_eq!(target(rows, "T6", None).status, Status::NotMeasured);
+    }
+
+    #[test]
+    fn t7_compares_1k_streams_and_t8_needs_reliable_rows_without_loss() {
+        let mut rows = passing();
+        for r in rows.iter_mut().filter(|r| r["system"] == "shoal" && r["size_bytes"] == 1024) {
+            r["msgs_per_s"] = json!(300.0);
+        }
+        assert_eq!(target(rows, "T7", Some("spin")).status, Status::Fail, "0.3x < 0.4x");
+        let rows: Vec<Value> = passing().into_iter().filter(|r| r["size_bytes"] != 1024).collect();
+        assert_eq!(target(rows, "T7", Some("block")).status, Status::NotMeasured);
+        // Best-effort rows never stand in for reliable ones, and the other way round.
+        let rows: Vec<Value> = passing().into_iter().filter(|r| r.get("reliable").is_none()).collect();
+        let t8 = target(rows, "T8", Some("spin"));
+        assert_eq!(t8.status, Status::NotMeasured);
+        assert!(t8.detail.contains("not measured: 64B, 1M"), "{}", t8.detail);
+        let t2 = target(passing(), "T2", Some("spin"));
+        assert!((t2.value.unwrap() - 0.6).abs() < 1e-9, "T2 reads the best-effort row: {}", t2.detail);
+        let mut rows = passing();
+        rows.last_mut().unwrap()["lost"] = json!(2);
+        let t8 = target(rows, "T8", Some("spin"));
+        assert_eq!((t8.status, t8.value), (Status::Fail, Some(2.0)));
+        assert!(t8.detail.contains("1M 2 lost"), "{}", t8.detail);
     }
 }

@@ -53,16 +53,16 @@ fn saved_lines_pass_fail_and_not_measured_targets_and_the_exit_code_says_so() {
     assert!(line("T3", "spin").contains("1.20x <= 2.00x    PASS"), "{out}");
     assert!(line("T4", "block").contains("FAIL") && line("T4", "block").contains("64B 1.40x"), "{out}");
     assert!(line("T1", "spin").contains("NOT MEASURED") && line("T6", "-").contains("NOT MEASURED"), "{out}");
-    assert!(out.contains("1 of 9 pass, 1 FAIL, 7 NOT MEASURED") && out.contains("result: FAIL"), "{out}");
+    assert!(out.contains("1 of 12 pass, 1 FAIL, 10 NOT MEASURED") && out.contains("result: FAIL"), "{out}");
 
     let (code, out, _) = bench(&["--from", path.to_str().unwrap(), "--json"]);
     assert_eq!(code, Some(1));
     let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
-    assert_eq!(lines.len(), 10, "9 targets and the summary: {out}");
+    assert_eq!(lines.len(), 13, "12 targets and the summary: {out}");
     assert_eq!(lines[0]["status"], "NOT MEASURED");
     assert_eq!(lines[0]["value"], Value::Null);
-    assert_eq!(lines[9]["all_pass"], false);
-    assert_eq!((lines[9]["pass"].as_u64(), lines[9]["not_measured"].as_u64()), (Some(1), Some(7)));
+    assert_eq!(lines[12]["all_pass"], false);
+    assert_eq!((lines[12]["pass"].as_u64(), lines[12]["not_measured"].as_u64()), (Some(1), Some(10)));
     std::fs::remove_file(&path).unwrap();
 
     let (code, _, err) = bench(&["--from", "/nonexistent/rows.jsonl"]);

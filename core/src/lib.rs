@@ -62,13 +62,14 @@ pub mod error {
     pub use crate::types::{DecodeError, EncodeError};
 }
 
-pub use config::{Config, ShmAccess, WaitStrategy};
+pub use config::{Config, QueuePolicy, ShmAccess, WaitStrategy};
 pub use error::{CreateError, InitError, LoanError, RecvError, SendError, TypedRecvError, TypedSendError};
-pub use node::Node;
+pub use node::{Node, ring_geometry};
 pub use pubsub::publisher::{Loan, Publisher, Unwritten, Written};
 pub use pubsub::subscriber::{CallbackSubscriber, Subscriber};
 pub use pubsub::typed::{MessageMeta, Received, TypedPublisher, TypedSubscriber};
 pub use sample::{Sample, SampleRef};
+pub use transport::shm_ring::FlowStats;
 #[doc(hidden)]
 pub use types::codegen_support as __codegen;
 pub use types::{DecodeError, EncodeError, Message, MessageSink, TypeInfo};

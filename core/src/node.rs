@@ -43,6 +43,14 @@ pub struct Node {
     name: Arc<str>,
 }
 
+/// The (slot count, slot size) a publisher's native ring has under `config` once it carries messages of `len`
+/// bytes (it grows to the next power of two, trading slots for size, keeping at least `[shoal_receive] queue_depth`
+/// slots); `None` for a message no ring holds. `shoal perf --baseline` gives its plain ring as many slots.
+pub fn ring_geometry(config: &Config, len: usize) -> Option<(u32, usize)> {
+    let min_slots = u32::try_from(config.receive.queue.depth).unwrap_or(u32::MAX);
+    shm_ring::geometry_for(&config.shm_ring, min_slots, len)
+}
+
 impl Node {
     /// Starts (or joins) this process's runtime, with the configuration found along the `ecal.ini` search path
     /// (`$ECAL_INI`, `./ecal.ini`, `$HOME/.ecal/ecal.ini`, `/etc/ecal/ecal.ini`) or eCAL's defaults.

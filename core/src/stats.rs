@@ -333,6 +333,13 @@ pub struct ShoalStats {
     pub bandwidth_bps: f64,
     /// Subscribers: one entry per publisher and way of delivery.
     pub connections: Vec<ConnectionStats>,
+    /// Reliable publishers: sends that waited for a reliable subscriber.
+    pub reliable_waits: u64,
+    /// Reliable publishers: time those sends waited in all, ns.
+    pub reliable_wait_ns: u64,
+    /// Reliable publishers: subscribers taken out of flow control (process gone, or a full ring behind for the
+    /// whole timeout).
+    pub reliable_evicted: u64,
 }
 
 #[cfg(test)]

@@ -317,6 +317,7 @@ impl Fixture {
             bytes: e.data_clock as u64 * size,
             bandwidth_bps: rate * jitter * size as f64,
             connections: vec![],
+            ..ShoalStats::default()
         });
         e
     }
@@ -350,6 +351,7 @@ impl Fixture {
             bytes: conns.iter().map(|c| c.bytes).sum(),
             bandwidth_bps: conns.iter().map(|c| c.bandwidth_bps()).sum(),
             connections: conns,
+            ..ShoalStats::default()
         });
         e
     }

@@ -233,6 +233,19 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
         doc: &[],
     },
     SectionDef { name: "shoal_receive", title: "SHOAL: RECEIVING", doc: &[] },
+    SectionDef {
+        name: "shoal_reliable",
+        title: "SHOAL: RELIABLE DELIVERY OVER THE NATIVE RING",
+        doc: &[
+            "A reliable publisher waits (spins, then sleeps on a futex in its ring), for at most",
+            "timeout_ms, before it overwrites a message that a reliable subscriber in another shoal",
+            "process has not taken yet; both ends must be reliable. A subscriber whose process is gone",
+            "is taken out of this flow control at once, one that stays a whole ring behind for",
+            "timeout_ms is taken out for good and reads on, losing what it misses (both counted). No",
+            "lock is involved: a crashed process blocks nobody for longer than timeout_ms. Same-process",
+            "subscribers and the eCAL layers keep their queue policy ([shoal_receive] queue_*).",
+        ],
+    },
     SectionDef { name: "shoal_io", title: "SHOAL: I/O THREAD", doc: &[] },
     SectionDef { name: "shoal_security", title: "SHOAL: ACCESS TO SHARED MEMORY", doc: &[] },
     SectionDef {
@@ -782,6 +795,79 @@ pub(crate) static KEYS: &[KeyDef] = &[
         get: |c| c.receive.latency_statistics.to_string(),
         set: |d, v, _| {
             d.cfg.receive.latency_statistics = boolean(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_receive",
+        key: "queue_depth",
+        alias: None,
+        doc: &[
+            "Messages a subscriber always keeps until they are taken, whatever their size (the newest",
+            "ones; KEEP_LAST): the queue of same-process, eCAL shared-memory and UDP samples holds at",
+            "least this many, and a publisher's native ring that grows for large messages keeps at",
+            "least this many slots (rounded up to a power of two, at most slot_count).",
+        ],
+        allowed: "1..=65536 (messages)",
+        get: |c| c.receive.queue.depth.to_string(),
+        set: |d, v, _| {
+            d.cfg.receive.queue.depth = usize::try_from(int_in(v, 1, 65536)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_receive",
+        key: "queue_bytes",
+        alias: None,
+        doc: &[
+            "Beyond queue_depth, a subscriber keeps older messages while all it keeps stays within",
+            "this many bytes (a message counts as at least 64 bytes); the oldest is dropped and",
+            "counted when both bounds are exceeded. (The native ring is its own queue; only a",
+            "policy given with SubscriberBuilder::queue makes a ring reader skip to its newest.)",
+            "Suffixes k, m, g as for slot_size.",
+        ],
+        allowed: "0..=68719476736 bytes (0 to 64g)",
+        get: |c| fmt_size(c.receive.queue.bytes),
+        set: |d, v, _| {
+            let n = size(v).filter(|n| *n <= 1 << 36)?;
+            d.cfg.receive.queue.bytes = usize::try_from(n).ok()?;
+            Some(())
+        },
+    },
+    // ----- [shoal_reliable]
+    KeyDef {
+        section: "shoal_reliable",
+        key: "publishers",
+        alias: None,
+        doc: &["Publishers are reliable unless their builder says otherwise (PublisherBuilder::reliable)."],
+        allowed: BOOL,
+        get: |c| c.reliable.publishers.to_string(),
+        set: |d, v, _| {
+            d.cfg.reliable.publishers = boolean(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_reliable",
+        key: "subscribers",
+        alias: None,
+        doc: &["Subscribers are reliable unless their builder says otherwise (SubscriberBuilder::reliable)."],
+        allowed: BOOL,
+        get: |c| c.reliable.subscribers.to_string(),
+        set: |d, v, _| {
+            d.cfg.reliable.subscribers = boolean(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_reliable",
+        key: "timeout_ms",
+        alias: None,
+        doc: &["Longest wait of a reliable publisher for one reliable subscriber, in milliseconds."],
+        allowed: "1..=3600000 (milliseconds)",
+        get: |c| ms(c.reliable.timeout),
+        set: |d, v, _| {
+            d.cfg.reliable.timeout = Duration::from_millis(int_in(v, 1, 3_600_000)?);
             Some(())
         },
     },

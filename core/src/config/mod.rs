@@ -59,6 +59,8 @@ pub struct Config {
     pub shm_ring: ShmRingConfig,
     /// How receives wait.
     pub receive: ReceiveConfig,
+    /// Reliable (lossless) delivery over the native ring.
+    pub reliable: ReliableConfig,
     /// The I/O thread.
     pub io: IoConfig,
     /// Bounds on what other processes can make this one store or do.
@@ -160,6 +162,27 @@ impl ShmAccess {
     }
 }
 
+/// Reliable delivery over the native ring (`[shoal_reliable]`), in the spirit of ROS 2's RELIABLE + KEEP_ALL: a
+/// reliable publisher waits, up to `timeout`, before it overwrites a message a reliable subscriber of another
+/// process has not taken yet from its ring. A subscriber that stays a full ring behind for the whole timeout, or
+/// whose process is gone, is taken out of that flow control for good (counted). Per publisher and subscriber also
+/// with the builders' `reliable` options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReliableConfig {
+    /// Publishers are reliable by default.
+    pub publishers: bool,
+    /// Subscribers are reliable by default.
+    pub subscribers: bool,
+    /// How long a reliable publisher waits for a reliable subscriber at most.
+    pub timeout: Duration,
+}
+
+impl Default for ReliableConfig {
+    fn default() -> Self {
+        ReliableConfig { publishers: false, subscribers: false, timeout: Duration::from_millis(1000) }
+    }
+}
+
 /// Receive settings (`[shoal_receive]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReceiveConfig {
@@ -167,6 +190,67 @@ pub struct ReceiveConfig {
     pub wait: WaitStrategy,
     /// Measure the latency of received messages (`latency_statistics`, default on; sampled above ~1000 msgs/s).
     pub latency_statistics: bool,
+    /// What a subscriber keeps of messages it has not taken yet (`queue_depth`, `queue_bytes`).
+    pub queue: QueuePolicy,
+}
+
+/// What a subscriber keeps of the messages that arrived and were not taken yet (KEEP_LAST-like): the newest
+/// `depth` messages, whatever their size, and beyond those older ones while all kept messages together stay
+/// within `bytes` (each message counted as at least [`QueuePolicy::MIN_CHARGE`] bytes). When a new message
+/// arrives and both bounds are exceeded, the oldest is dropped and counted. So a queue always fits `depth` times
+/// the largest message seen, and a stream of small messages gets a deeper queue than one of large messages, as
+/// the native ring trades slots for size.
+///
+/// Set per subscriber with [`SubscriberBuilder::queue`](crate::builder::SubscriberBuilder::queue), for all in
+/// `[shoal_receive] queue_depth` / `queue_bytes`. The same-process queue and every eCAL-facing layer (eCAL shared
+/// memory, UDP) deliver into this queue. Native-ring samples stay in the publisher's ring until they are read: a
+/// ring keeps at least `queue_depth` slots of the publishing process when it grows for large messages, and a
+/// subscriber given a policy with the builder that keeps fewer messages than the ring holds (counted in slots of the
+/// ring's slot size) skips to its newest ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueuePolicy {
+    /// Newest messages always kept, whatever their size (at least 1).
+    pub depth: usize,
+    /// Bytes of messages kept beyond `depth`.
+    pub bytes: usize,
+}
+
+impl QueuePolicy {
+    /// The least a message counts for against `bytes` (so a stream of empty messages is bounded too).
+    pub const MIN_CHARGE: usize = 64;
+
+    /// `depth` messages, `bytes` beyond them (a depth of 0 is taken as 1).
+    pub fn new(depth: usize, bytes: usize) -> QueuePolicy {
+        QueuePolicy { depth: depth.max(1), bytes }
+    }
+
+    /// Exactly the newest `depth` messages (no byte budget beyond them).
+    pub fn keep_last(depth: usize) -> QueuePolicy {
+        QueuePolicy::new(depth, 0)
+    }
+
+    /// What a message of `len` bytes counts for against [`bytes`](Self::bytes).
+    pub fn charge(len: usize) -> usize {
+        len.max(Self::MIN_CHARGE)
+    }
+
+    /// Whether a queue of `len` messages charged `charged` bytes in all is over the policy (drop the oldest).
+    pub fn over(&self, len: usize, charged: usize) -> bool {
+        len > self.depth && charged > self.bytes
+    }
+
+    /// Messages of `msg_len` bytes the policy keeps.
+    pub fn capacity_for(&self, msg_len: usize) -> usize {
+        self.depth.max(self.bytes / Self::charge(msg_len))
+    }
+}
+
+impl Default for QueuePolicy {
+    /// 16 messages (the fewest slots a grown native ring keeps), and 1 MiB beyond them (a native ring's default
+    /// payload budget: 4096 slots of 256 bytes).
+    fn default() -> Self {
+        QueuePolicy { depth: 16, bytes: 1 << 20 }
+    }
 }
 
 /// Bounds on what registration and data from other processes can cost this one (`[shoal_limits]`): a peer that
@@ -290,7 +374,12 @@ impl Default for Config {
                 huge_pages: false,
                 huge_pages_path: PathBuf::from("/dev/hugepages"),
             },
-            receive: ReceiveConfig { wait: WaitStrategy::Block, latency_statistics: true },
+            receive: ReceiveConfig {
+                wait: WaitStrategy::Block,
+                latency_statistics: true,
+                queue: QueuePolicy::default(),
+            },
+            reliable: ReliableConfig::default(),
             limits: LimitsConfig::default(),
             io: IoConfig { cpu_affinity: Vec::new() },
             layers: LayersConfig::default(),

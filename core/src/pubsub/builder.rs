@@ -19,8 +19,9 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
-use crate::config::WaitStrategy;
+use crate::config::{QueuePolicy, WaitStrategy};
 use crate::pubsub::CreateError;
 use crate::pubsub::publisher::Publisher;
 use crate::pubsub::runtime::Runtime;
@@ -51,12 +52,37 @@ impl<M> std::fmt::Debug for Typed<M> {
 pub struct PublisherBuilder<K = Raw> {
     rt: Arc<Runtime>,
     topic: String,
+    /// `Some(Some(t))` reliable with timeout `t`, `Some(None)` best effort, `None` the configuration's choice.
+    reliable: Option<Option<Duration>>,
     kind: K,
+}
+
+impl<K> PublisherBuilder<K> {
+    /// Reliable delivery to reliable subscribers of other processes over the native ring: before it overwrites a
+    /// message such a subscriber has not taken yet, `send`/`loan` wait (spin, then sleep on a futex) for at most
+    /// `timeout` per subscriber; one that stays a full ring behind for the whole timeout, or whose process is gone,
+    /// is taken out of the flow control for good and counted ([`Publisher::flow_stats`]). Default:
+    /// `[shoal_reliable] publishers` and `timeout_ms` of the configuration (best effort).
+    pub fn reliable(mut self, timeout: Duration) -> Self {
+        self.reliable = Some(Some(timeout));
+        self
+    }
+
+    /// Never wait for subscribers (a subscriber that falls a whole ring behind loses messages, counted).
+    pub fn best_effort(mut self) -> Self {
+        self.reliable = Some(None);
+        self
+    }
+
+    fn reliability(&self) -> Option<Duration> {
+        let cfg = &self.rt.config.reliable;
+        self.reliable.unwrap_or(cfg.publishers.then_some(cfg.timeout))
+    }
 }
 
 impl PublisherBuilder<Raw> {
     pub(crate) fn new(rt: &Arc<Runtime>, topic: &str) -> Self {
-        PublisherBuilder { rt: Arc::clone(rt), topic: topic.to_string(), kind: Raw::default() }
+        PublisherBuilder { rt: Arc::clone(rt), topic: topic.to_string(), reliable: None, kind: Raw::default() }
     }
 
     /// The type information announced in registration (name, encoding, descriptor), so that subscribers and tools
@@ -68,19 +94,21 @@ impl PublisherBuilder<Raw> {
 
     /// Publishes messages of the generated type `M` (a [`TypedPublisher<M>`]), announcing `M::type_info()`.
     pub fn typed<M: Message>(self) -> PublisherBuilder<Typed<M>> {
-        PublisherBuilder { rt: self.rt, topic: self.topic, kind: Typed(PhantomData) }
+        PublisherBuilder { rt: self.rt, topic: self.topic, reliable: self.reliable, kind: Typed(PhantomData) }
     }
 
     /// Creates the publisher and announces it.
     pub fn create(self) -> Result<Publisher, CreateError> {
-        Publisher::create(&self.rt, &self.topic, self.kind.type_info)
+        let reliable = self.reliability();
+        Publisher::create(&self.rt, &self.topic, self.kind.type_info, reliable)
     }
 }
 
 impl<M: Message> PublisherBuilder<Typed<M>> {
     /// Creates the typed publisher and announces it.
     pub fn create(self) -> Result<TypedPublisher<M>, CreateError> {
-        Ok(TypedPublisher::new(Publisher::create(&self.rt, &self.topic, M::type_info().clone())?))
+        let reliable = self.reliability();
+        Ok(TypedPublisher::new(Publisher::create(&self.rt, &self.topic, M::type_info().clone(), reliable)?))
     }
 }
 
@@ -90,23 +118,53 @@ impl<M: Message> PublisherBuilder<Typed<M>> {
 pub struct SubscriberBuilder<K = Raw> {
     rt: Arc<Runtime>,
     topic: String,
-    wait: Option<WaitStrategy>,
+    opts: SubOptions,
     kind: K,
+}
+
+/// The options every kind of subscriber takes; `None`: the configuration's value.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SubOptions {
+    pub(crate) wait: Option<WaitStrategy>,
+    pub(crate) queue: Option<QueuePolicy>,
+    pub(crate) reliable: Option<bool>,
 }
 
 impl<K> SubscriberBuilder<K> {
     /// How `recv*` waits for a message: [`WaitStrategy::Block`] (sleep on the futex doorbell),
-    /// [`WaitStrategy::SpinThenBlock`] or [`WaitStrategy::BusySpin`]. Default: `[shoal] wait_strategy` of the
+    /// [`WaitStrategy::SpinThenBlock`] or [`WaitStrategy::BusySpin`]. Default: `[shoal_receive] wait` of the
     /// configuration.
     pub fn wait(mut self, wait: WaitStrategy) -> Self {
-        self.wait = Some(wait);
+        self.opts.wait = Some(wait);
+        self
+    }
+
+    /// What this subscriber keeps of messages it has not taken yet (see [`QueuePolicy`]). Default:
+    /// `[shoal_receive] queue_depth` and `queue_bytes` of the configuration (16 messages, and 1 MiB beyond them).
+    /// A policy set here also applies to native rings: when it keeps fewer messages than a ring holds (counted in
+    /// the ring's slots), this subscriber reads only the newest of them.
+    pub fn queue(mut self, queue: QueuePolicy) -> Self {
+        self.opts.queue = Some(queue);
+        self
+    }
+
+    /// Reliable (`true`): a reliable publisher in another process waits, up to its timeout, instead of
+    /// overwriting in its native ring a message this subscriber has not taken yet (see
+    /// [`PublisherBuilder::reliable`]); best effort (`false`) otherwise. Default: `[shoal_reliable] subscribers`.
+    pub fn reliable(mut self, reliable: bool) -> Self {
+        self.opts.reliable = Some(reliable);
         self
     }
 }
 
 impl SubscriberBuilder<Raw> {
     pub(crate) fn new(rt: &Arc<Runtime>, topic: &str) -> Self {
-        SubscriberBuilder { rt: Arc::clone(rt), topic: topic.to_string(), wait: None, kind: Raw::default() }
+        SubscriberBuilder {
+            rt: Arc::clone(rt),
+            topic: topic.to_string(),
+            opts: SubOptions::default(),
+            kind: Raw::default(),
+        }
     }
 
     /// The type information this subscriber announces as the one it expects (shown by monitors; eCAL matches on
@@ -118,7 +176,7 @@ impl SubscriberBuilder<Raw> {
 
     /// Receives messages of the generated type `M` (a [`TypedSubscriber<M>`]), announcing `M::type_info()`.
     pub fn typed<M: Message>(self) -> SubscriberBuilder<Typed<M>> {
-        SubscriberBuilder { rt: self.rt, topic: self.topic, wait: self.wait, kind: Typed(PhantomData) }
+        SubscriberBuilder { rt: self.rt, topic: self.topic, opts: self.opts, kind: Typed(PhantomData) }
     }
 
     /// Delivers every sample to `callback` on this process's doorbell thread instead of `recv*`.
@@ -126,12 +184,12 @@ impl SubscriberBuilder<Raw> {
     where
         F: FnMut(&Sample) + Send + 'static,
     {
-        CallbackSubscriberBuilder { rt: self.rt, topic: self.topic, kind: self.kind, callback }
+        CallbackSubscriberBuilder { rt: self.rt, topic: self.topic, opts: self.opts, kind: self.kind, callback }
     }
 
     /// Creates the subscriber and announces it.
     pub fn create(self) -> Result<Subscriber, CreateError> {
-        Subscriber::create(&self.rt, &self.topic, self.kind.type_info, self.wait)
+        Subscriber::create(&self.rt, &self.topic, self.kind.type_info, self.opts)
     }
 }
 
@@ -141,12 +199,12 @@ impl<M: Message> SubscriberBuilder<Typed<M>> {
     where
         F: FnMut(M, &MessageMeta) + Send + 'static,
     {
-        CallbackSubscriberBuilder { rt: self.rt, topic: self.topic, kind: self.kind, callback }
+        CallbackSubscriberBuilder { rt: self.rt, topic: self.topic, opts: self.opts, kind: self.kind, callback }
     }
 
     /// Creates the typed subscriber and announces it.
     pub fn create(self) -> Result<TypedSubscriber<M>, CreateError> {
-        TypedSubscriber::create(&self.rt, &self.topic, self.wait)
+        TypedSubscriber::create(&self.rt, &self.topic, self.opts)
     }
 }
 
@@ -155,8 +213,18 @@ impl<M: Message> SubscriberBuilder<Typed<M>> {
 pub struct CallbackSubscriberBuilder<K, F> {
     rt: Arc<Runtime>,
     topic: String,
+    opts: SubOptions,
     kind: K,
     callback: F,
+}
+
+impl<K, F> CallbackSubscriberBuilder<K, F> {
+    /// What this subscriber keeps of messages its callback has not been given yet (see [`QueuePolicy`]);
+    /// as [`SubscriberBuilder::queue`].
+    pub fn queue(mut self, queue: QueuePolicy) -> Self {
+        self.opts.queue = Some(queue);
+        self
+    }
 }
 
 impl<K: std::fmt::Debug, F> std::fmt::Debug for CallbackSubscriberBuilder<K, F> {
@@ -169,13 +237,13 @@ impl<F: FnMut(&Sample) + Send + 'static> CallbackSubscriberBuilder<Raw, F> {
     /// Creates the callback subscriber and announces it; the doorbell thread starts with the first one.
     pub fn create(self) -> Result<CallbackSubscriber, CreateError> {
         let none = Arc::new(AtomicU64::new(0));
-        CallbackSubscriber::create(&self.rt, &self.topic, self.kind.type_info, Box::new(self.callback), none)
+        CallbackSubscriber::create(&self.rt, &self.topic, self.kind.type_info, Box::new(self.callback), none, self.opts)
     }
 }
 
 impl<M: Message, F: FnMut(M, &MessageMeta) + Send + 'static> CallbackSubscriberBuilder<Typed<M>, F> {
     /// Creates the typed callback subscriber and announces it; the doorbell thread starts with the first one.
     pub fn create(self) -> Result<CallbackSubscriber, CreateError> {
-        typed_callback_subscriber::<M>(&self.rt, &self.topic, self.callback)
+        typed_callback_subscriber::<M>(&self.rt, &self.topic, self.callback, self.opts)
     }
 }

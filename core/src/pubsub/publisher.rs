@@ -17,7 +17,7 @@ use crate::sample::now_ns;
 use crate::sample::{Payload, Sample};
 use crate::stats::{ShoalStats, Via};
 use crate::sync::lock;
-use crate::transport::shm_ring::{DoorbellRemote, RingWriter};
+use crate::transport::shm_ring::{DoorbellRemote, FlowStats, RingWriter};
 use crate::transport::{LayerWriter, SampleMeta};
 use crate::types::TypeInfo;
 
@@ -92,6 +92,16 @@ pub(crate) struct PubShared {
     ring_active: AtomicBool,
     /// The native ring's registration parameters (set again by the publisher when the ring grows).
     ring_par: Mutex<Option<ShoalPar>>,
+    /// The ring's flow-control figures, for registration (copied by the publisher when they change).
+    flow: FlowCounters,
+}
+
+/// [`FlowStats`] shared with the registration.
+#[derive(Debug, Default)]
+struct FlowCounters {
+    waits: AtomicU64,
+    wait_ns: AtomicU64,
+    evicted: AtomicU64,
 }
 
 impl std::fmt::Debug for PubShared {
@@ -231,7 +241,14 @@ impl PubShared {
             message_drops: self.layer_drops.load(Ordering::Relaxed).min(i32::MAX as u64) as i32,
             data_clock: clock as i64,
             data_frequency_mhz: w.freq_mhz,
-            shoal: Some(ShoalStats { bytes, bandwidth_bps: w.bandwidth_bps, connections: Vec::new() }),
+            shoal: Some(ShoalStats {
+                bytes,
+                bandwidth_bps: w.bandwidth_bps,
+                connections: Vec::new(),
+                reliable_waits: self.flow.waits.load(Ordering::Relaxed),
+                reliable_wait_ns: self.flow.wait_ns.load(Ordering::Relaxed),
+                reliable_evicted: self.flow.evicted.load(Ordering::Relaxed),
+            }),
             ..TopicStats::default()
         }
     }
@@ -256,6 +273,8 @@ pub struct Publisher {
     cache: ConnCache,
     clock: u64,
     scratch: Vec<u8>,
+    /// The flow-control figures last copied to `shared.flow` (reliable publishers only).
+    flow_seen: Option<FlowStats>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -269,12 +288,25 @@ impl std::fmt::Debug for Publisher {
 }
 
 impl Publisher {
-    pub(crate) fn create(rt: &Arc<Runtime>, topic: &str, type_info: TypeInfo) -> Result<Publisher, CreateError> {
+    pub(crate) fn create(
+        rt: &Arc<Runtime>,
+        topic: &str,
+        type_info: TypeInfo,
+        reliable: Option<Duration>,
+    ) -> Result<Publisher, CreateError> {
         if topic.is_empty() {
             return Err(CreateError::EmptyTopic);
         }
         let id = rt.new_entity_id();
-        let ring = if rt.config.shm_ring.enabled { Some(RingWriter::create(&rt.config.shm_ring, id)?) } else { None };
+        let ring = if rt.config.shm_ring.enabled {
+            let mut ring = RingWriter::create(&rt.config.shm_ring, id)?;
+            // A grown ring keeps at least a subscriber queue's depth of large messages.
+            ring.set_grown_min_slots(u32::try_from(rt.config.receive.queue.depth).unwrap_or(u32::MAX));
+            ring.set_flow_control(reliable);
+            Some(ring)
+        } else {
+            None
+        };
         let shared = Arc::new(PubShared {
             id,
             topic: Arc::from(topic),
@@ -292,6 +324,7 @@ impl Publisher {
             layers_active: AtomicBool::new(false),
             ring_active: AtomicBool::new(false),
             ring_par: Mutex::new(None),
+            flow: FlowCounters::default(),
         });
         let writers: Vec<Box<dyn LayerWriter>> =
             rt.writer_factories.iter().filter_map(|f| f.create(id, topic, &shared.type_info)).collect();
@@ -303,6 +336,7 @@ impl Publisher {
             cache: ConnCache::default(),
             clock: 0,
             scratch: Vec::new(),
+            flow_seen: reliable.map(|_| FlowStats::default()),
         };
         p.update_ring_par();
         rt.add_publisher(&shared);
@@ -329,6 +363,18 @@ impl Publisher {
     fn ring_grew(&self) {
         self.update_ring_par();
         self.rt.io_send(Command::Update(self.local_topic()));
+    }
+
+    /// Whether this publisher waits for reliable subscribers (see
+    /// [`PublisherBuilder::reliable`](crate::builder::PublisherBuilder::reliable)).
+    pub fn is_reliable(&self) -> bool {
+        self.ring.as_ref().is_some_and(|r| r.flow_stats_enabled())
+    }
+
+    /// What the reliable flow control did so far: waits, time waited, subscribers taken out of it (process gone,
+    /// or a full ring behind for the whole timeout). All zero for a best-effort publisher.
+    pub fn flow_stats(&self) -> FlowStats {
+        self.ring.as_ref().map(|r| r.flow_stats()).unwrap_or_default()
     }
 
     /// The entity id announced in registration (eCAL `topic_id`).
@@ -471,6 +517,15 @@ impl Publisher {
     }
 
     fn finish(&mut self, clock: u64, len: usize) {
+        if let (Some(seen), Some(ring)) = (&mut self.flow_seen, &self.ring) {
+            let now = ring.flow_stats();
+            if now != *seen {
+                *seen = now;
+                self.shared.flow.waits.store(now.waits, Ordering::Relaxed);
+                self.shared.flow.wait_ns.store(now.wait_ns, Ordering::Relaxed);
+                self.shared.flow.evicted.store(now.evicted(), Ordering::Relaxed);
+            }
+        }
         self.clock = clock;
         self.shared.clock.store(clock, Ordering::Relaxed);
         self.shared.bytes.fetch_add(len as u64, Ordering::Relaxed);

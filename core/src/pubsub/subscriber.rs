@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::config::WaitStrategy;
+use crate::config::{QueuePolicy, WaitStrategy};
 use crate::io::Command;
+use crate::pubsub::builder::SubOptions;
 use crate::pubsub::meter::{ConnMeter, MeterTable};
 use crate::pubsub::runtime::{Runtime, shoal_par};
 use crate::pubsub::{CreateError, RecvError};
@@ -35,6 +36,35 @@ struct ReaderEntry {
     closing: bool,
     /// Statistics of this connection.
     meter: ConnMeter,
+    /// (generation, messages the queue policy keeps of this generation's slot size when that is fewer than the
+    /// ring's slots): the reader then skips to the newest ones.
+    keep: (u64, Option<u64>),
+}
+
+impl ReaderEntry {
+    fn new(key: EntityKey, reader: RingReader, type_info: Arc<TypeInfo>, queue: Option<&QueuePolicy>) -> ReaderEntry {
+        let meter = ConnMeter::new(key.entity_id, Via::ShoalRing);
+        let mut e = ReaderEntry { key, reader, type_info, ended: false, closing: false, meter, keep: (0, None) };
+        e.keep = e.keep_for(queue);
+        e
+    }
+
+    fn keep_for(&self, queue: Option<&QueuePolicy>) -> (u64, Option<u64>) {
+        let cap = queue.map(|q| q.capacity_for(self.reader.slot_size()) as u64);
+        (self.reader.generation(), cap.filter(|c| *c < u64::from(self.reader.slot_count())))
+    }
+
+    /// Applies the subscriber's own queue policy before a read (nothing to do without one, or when it keeps at
+    /// least as many messages as the ring).
+    #[inline]
+    fn apply_queue(&mut self, queue: Option<&QueuePolicy>) {
+        if self.keep.0 != self.reader.generation() {
+            self.keep = self.keep_for(queue);
+        }
+        if let Some(n) = self.keep.1 {
+            self.reader.keep_newest(n);
+        }
+    }
 }
 
 /// The part of a subscriber that publishers, the runtime and the I/O thread share.
@@ -56,9 +86,15 @@ pub(crate) struct SubShared {
     next_reader: AtomicUsize,
     intra: Mutex<VecDeque<Sample>>,
     intra_len: AtomicUsize,
-    /// Bounds of the same-process queue: at most this many samples and bytes (the oldest are dropped).
-    intra_cap: usize,
-    intra_cap_bytes: usize,
+    /// What the queue of same-process and eCAL-layer samples keeps (the oldest beyond it are dropped, counted).
+    queue: QueuePolicy,
+    /// The policy set for this subscriber with `SubscriberBuilder::queue`: ring readers then skip to the newest
+    /// messages it keeps (measured in the ring's slot size) when that is fewer than the ring holds. Without one the
+    /// publisher's ring is the queue.
+    ring_queue: Option<QueuePolicy>,
+    /// Join reliable publishers' flow control on their rings.
+    reliable: bool,
+    /// Bytes the queued samples are charged ([`QueuePolicy::charge`]).
     intra_bytes: AtomicUsize,
     intra_pubs: AtomicUsize,
     remote_pubs: AtomicUsize,
@@ -116,14 +152,14 @@ impl SubShared {
     }
 
     /// Queues a sample from a same-process publisher or an eCAL-facing layer; the oldest is dropped (and counted)
-    /// when the queue is full.
+    /// while the queue is over its policy (more than `depth` samples and more than `bytes` charged).
     pub(crate) fn push_inbox(&self, s: Sample) {
         let mut q = lock(&self.intra);
-        let mut bytes = self.intra_bytes.load(Ordering::Relaxed) + s.payload().len();
+        let mut bytes = self.intra_bytes.load(Ordering::Relaxed) + QueuePolicy::charge(s.payload().len());
         q.push_back(s);
-        while q.len() > 1 && (q.len() > self.intra_cap || bytes > self.intra_cap_bytes) {
+        while self.queue.over(q.len(), bytes) {
             if let Some(old) = q.pop_front() {
-                bytes -= old.payload().len();
+                bytes -= QueuePolicy::charge(old.payload().len());
                 self.drops.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -167,7 +203,7 @@ impl SubShared {
                 // A reader follows a growing ring by itself; re-open only one that lost the chain.
                 if e.ended
                     && e.reader.segment_name() != par.segment
-                    && let Ok(r) = open_announced_ring(&par.segment, remote)
+                    && let Ok(r) = open_announced_ring(&par.segment, remote, self.reliable)
                 {
                     self.drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
                     e.reader = r;
@@ -178,18 +214,12 @@ impl SubShared {
                 readers[i].type_info = Arc::new(remote.type_info.clone());
                 readers[i].closing = false;
             }
-            (None, Some(par)) => match open_announced_ring(&par.segment, remote) {
+            (None, Some(par)) => match open_announced_ring(&par.segment, remote, self.reliable) {
                 Ok(mut reader) => {
                     // Messages the publisher sent after we subscribed but before we opened its ring are ours too.
                     reader.rewind_to_time(self.created_ns);
-                    readers.push(ReaderEntry {
-                        key: remote.key.clone(),
-                        reader,
-                        type_info: Arc::new(remote.type_info.clone()),
-                        ended: false,
-                        closing: false,
-                        meter: ConnMeter::new(remote.key.entity_id, Via::ShoalRing),
-                    });
+                    let type_info = Arc::new(remote.type_info.clone());
+                    readers.push(ReaderEntry::new(remote.key.clone(), reader, type_info, self.ring_queue.as_ref()));
                     self.remote_pubs.store(self.remote_count(&readers), Ordering::Relaxed);
                     drop(readers);
                     self.notify_conn();
@@ -300,7 +330,7 @@ impl SubShared {
                 let mut q = lock(&self.intra);
                 let s = q.pop_front();
                 if let Some(s) = &s {
-                    self.intra_bytes.fetch_sub(s.payload().len(), Ordering::Relaxed);
+                    self.intra_bytes.fetch_sub(QueuePolicy::charge(s.payload().len()), Ordering::Relaxed);
                 }
                 self.intra_len.store(q.len(), Ordering::Release);
                 s
@@ -335,6 +365,7 @@ impl SubShared {
             if e.ended {
                 continue;
             }
+            e.apply_queue(self.ring_queue.as_ref());
             let topic = &self.topic;
             let type_info = &e.type_info;
             let latency_due = self.latency_on && e.meter.latency_due();
@@ -427,6 +458,7 @@ impl SubShared {
                 bytes,
                 bandwidth_bps: if secs > 0.0 { window_bytes as f64 / secs } else { 0.0 },
                 connections,
+                ..ShoalStats::default()
             }),
             ..TopicStats::default()
         }
@@ -480,6 +512,7 @@ impl SubHandle {
         topic: &str,
         type_info: TypeInfo,
         callback: Option<Callback>,
+        opts: SubOptions,
     ) -> Result<SubHandle, CreateError> {
         if topic.is_empty() {
             return Err(CreateError::EmptyTopic);
@@ -495,9 +528,9 @@ impl SubHandle {
             next_reader: AtomicUsize::new(0),
             intra: Mutex::new(VecDeque::new()),
             intra_len: AtomicUsize::new(0),
-            // As much memory as a ring of the configured geometry, and at least as many samples as it has slots.
-            intra_cap: (rt.config.shm_ring.slot_count as usize).max(1024),
-            intra_cap_bytes: (rt.config.shm_ring.slot_count as usize).saturating_mul(rt.config.shm_ring.slot_size),
+            queue: opts.queue.unwrap_or(rt.config.receive.queue),
+            ring_queue: opts.queue,
+            reliable: opts.reliable.unwrap_or(rt.config.reliable.subscribers),
             intra_bytes: AtomicUsize::new(0),
             intra_pubs: AtomicUsize::new(0),
             remote_pubs: AtomicUsize::new(0),
@@ -657,10 +690,10 @@ impl Subscriber {
         rt: &Arc<Runtime>,
         topic: &str,
         type_info: TypeInfo,
-        wait: Option<WaitStrategy>,
+        opts: SubOptions,
     ) -> Result<Subscriber, CreateError> {
-        let handle = SubHandle::create(rt, topic, type_info, None)?;
-        Ok(Subscriber { handle, wait: wait.unwrap_or(rt.config.receive.wait) })
+        let handle = SubHandle::create(rt, topic, type_info, None, opts)?;
+        Ok(Subscriber { handle, wait: opts.wait.unwrap_or(rt.config.receive.wait) })
     }
 
     pub(crate) fn handle(&self) -> &SubHandle {
@@ -775,8 +808,10 @@ impl CallbackSubscriber {
         type_info: TypeInfo,
         callback: Callback,
         decode_errors: Arc<AtomicU64>,
+        opts: SubOptions,
     ) -> Result<CallbackSubscriber, CreateError> {
-        Ok(CallbackSubscriber { handle: SubHandle::create(rt, topic, type_info, Some(callback))?, decode_errors })
+        let handle = SubHandle::create(rt, topic, type_info, Some(callback), opts)?;
+        Ok(CallbackSubscriber { handle, decode_errors })
     }
 
     fn handle(&self) -> &SubHandle {
@@ -798,8 +833,24 @@ const TORN_RETRIES: u32 = 16;
 
 /// Opens the ring a remote publisher announced and checks that it is that publisher's: the segment's writer pid
 /// and publisher id must be the announcer's (a registration sample naming another process's segment is refused).
-fn open_announced_ring(segment: &str, remote: &RemoteTopic) -> Result<RingReader, String> {
-    let reader = RingReader::open(segment).map_err(|e| match &e {
+fn open_announced_ring(segment: &str, remote: &RemoteTopic, reliable: bool) -> Result<RingReader, String> {
+    let denied = |e: &crate::transport::shm_ring::RingOpenError| {
+        matches!(e, crate::transport::shm_ring::RingOpenError::Io { source, .. }
+            if source.raw_os_error() == Some(libc::EACCES))
+    };
+    let opened = match RingReader::open_with_flow_control(segment, reliable) {
+        // Joining flow control writes the segment: a ring another user lets us only read is read best effort.
+        Err(e) if reliable && denied(&e) => {
+            tracing::warn!(
+                "topic {}: the ring {segment} of another user is not writable for this process, so this reliable \
+                 subscriber reads it best effort",
+                remote.topic_name
+            );
+            RingReader::open(segment)
+        }
+        other => other,
+    };
+    let reader = opened.map_err(|e| match &e {
         crate::transport::shm_ring::RingOpenError::Io { source, .. } if source.raw_os_error() == Some(libc::EACCES) => {
             format!(
                 "{e}: the publisher's process belongs to another user and keeps its files to itself; to connect \
@@ -815,6 +866,13 @@ fn open_announced_ring(segment: &str, remote: &RemoteTopic) -> Result<RingReader
             reader.writer_pid()
         ));
     }
+    if reliable && !reader.in_flow_control() {
+        tracing::warn!(
+            "topic {}: reliable subscriber, but the publisher of {segment} is best effort (or has no room for another \
+             reliable reader): messages it overwrites before they are read are lost (counted)",
+            remote.topic_name
+        );
+    }
     Ok(reader)
 }
 
@@ -828,8 +886,12 @@ mod tests {
     use crate::types::TypeInfo;
 
     fn sample(publisher_id: u64, clock: u64) -> Sample {
+        sized(publisher_id, clock, 1)
+    }
+
+    fn sized(publisher_id: u64, clock: u64, len: usize) -> Sample {
         Sample {
-            payload: Payload::Owned(vec![clock as u8]),
+            payload: Payload::Owned(vec![clock as u8; len]),
             send_time_ns: 0,
             via: crate::stats::Via::Udp,
             clock,
@@ -863,11 +925,47 @@ mod tests {
             super::open_announced_ring(
                 ring.segment_name(),
                 &RemoteTopic::for_test(pid, id, vec![], Direction::Publisher),
+                false,
             )
         };
         assert!(open(me, 77).is_ok(), "the announcer's own segment");
         let err = open(me, 78).unwrap_err();
         assert!(err.contains("not to the announcer"), "{err}");
         assert!(open(me + 1, 77).is_err(), "another process claiming this segment");
+    }
+
+    #[test]
+    fn the_queue_keeps_depth_messages_of_any_size_and_small_ones_within_the_byte_budget() {
+        use crate::config::QueuePolicy;
+        let node = crate::Node::init_with_config("sub_queue_policy", crate::Config::default()).expect("init");
+        let policy = QueuePolicy::new(4, 1000);
+        let sub = node.subscriber("sub_queue_policy_topic").queue(policy).create().expect("subscriber");
+        let inbox: &dyn Inbox = &*sub.handle.shared;
+        let take = || std::iter::from_fn(|| sub.try_recv()).map(|s| s.clock).collect::<Vec<u64>>();
+        // Large messages: the newest `depth` are kept, whatever the byte budget says.
+        for clock in 1..=10 {
+            inbox.push(sized(1, clock, 100_000));
+        }
+        assert_eq!(take(), [7, 8, 9, 10]);
+        assert_eq!(sub.drops(), 6);
+        // Small messages (each charged 64 bytes): as many as fit 1000 bytes, 15.
+        for clock in 11..=40 {
+            inbox.push(sized(1, clock, 3));
+        }
+        assert_eq!(take(), (26..=40).collect::<Vec<u64>>());
+        assert_eq!(sub.drops(), 6 + 15);
+        // A small message then a large one: both kept (the README's case).
+        inbox.push(sized(1, 41, 5));
+        inbox.push(sized(1, 42, 1 << 20));
+        assert_eq!(take(), [41, 42]);
+        // The configured default: 16 messages of 8 MB.
+        let sub = node.subscriber("sub_queue_policy_default").create().expect("subscriber");
+        assert_eq!(sub.handle.shared.queue, QueuePolicy::default());
+        let inbox: &dyn Inbox = &*sub.handle.shared;
+        for clock in 1..=16 {
+            inbox.push(sized(2, clock, 8_000_000));
+        }
+        assert_eq!(std::iter::from_fn(|| sub.try_recv()).count(), 16);
+        assert_eq!(sub.drops(), 0);
     }
 }

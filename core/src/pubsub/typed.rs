@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::config::WaitStrategy;
+use crate::pubsub::builder::SubOptions;
 use crate::pubsub::publisher::Publisher;
 use crate::pubsub::runtime::Runtime;
 use crate::pubsub::subscriber::{CallbackSubscriber, SubHandle, Subscriber, subscriber_status};
@@ -289,9 +289,9 @@ impl<M: Message> std::fmt::Debug for TypedSubscriber<M> {
 }
 
 impl<M: Message> TypedSubscriber<M> {
-    pub(crate) fn create(rt: &Arc<Runtime>, topic: &str, wait: Option<WaitStrategy>) -> Result<Self, CreateError> {
+    pub(crate) fn create(rt: &Arc<Runtime>, topic: &str, opts: SubOptions) -> Result<Self, CreateError> {
         let check = Arc::new(TypeCheck::new::<M>(topic));
-        let sub = Subscriber::create(rt, topic, M::type_info().clone(), wait)?;
+        let sub = Subscriber::create(rt, topic, M::type_info().clone(), opts)?;
         Ok(TypedSubscriber { sub, check, _type: PhantomData })
     }
 
@@ -345,6 +345,7 @@ pub(crate) fn typed_callback_subscriber<M: Message>(
     rt: &Arc<Runtime>,
     topic: &str,
     mut callback: impl FnMut(M, &MessageMeta) + Send + 'static,
+    opts: SubOptions,
 ) -> Result<CallbackSubscriber, CreateError> {
     let check = TypeCheck::new::<M>(topic);
     let decode_errors = Arc::new(AtomicU64::new(0));
@@ -360,5 +361,5 @@ pub(crate) fn typed_callback_subscriber<M: Message>(
             tracing::warn!("topic {}: {e}", check.topic);
         }
     };
-    CallbackSubscriber::create(rt, topic, M::type_info().clone(), Box::new(raw), decode_errors)
+    CallbackSubscriber::create(rt, topic, M::type_info().clone(), Box::new(raw), decode_errors, opts)
 }

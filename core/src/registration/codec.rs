@@ -201,6 +201,9 @@ fn shoal_stats_to_pb(s: &ShoalStats) -> pb::TopicStatsShoal {
         bytes: s.bytes,
         bandwidth_bps: s.bandwidth_bps,
         connections: s.connections.iter().take(MAX_CONNECTIONS).map(connection_to_pb).collect(),
+        reliable_waits: s.reliable_waits,
+        reliable_wait_ns: s.reliable_wait_ns,
+        reliable_evicted: s.reliable_evicted,
     }
 }
 
@@ -209,6 +212,9 @@ fn shoal_stats_from_pb(s: &pb::TopicStatsShoal) -> ShoalStats {
         bytes: s.bytes,
         bandwidth_bps: if s.bandwidth_bps.is_finite() { s.bandwidth_bps.max(0.0) } else { 0.0 },
         connections: s.connections.iter().take(MAX_CONNECTIONS).filter_map(connection_from_pb).collect(),
+        reliable_waits: s.reliable_waits,
+        reliable_wait_ns: s.reliable_wait_ns,
+        reliable_evicted: s.reliable_evicted,
     }
 }
 
@@ -444,8 +450,12 @@ mod latency_tests {
             last_size: 64,
             latency,
         };
-        let stats =
-            ShoalStats { bytes: 640, bandwidth_bps: 256.0, connections: vec![conn.clone(); MAX_CONNECTIONS + 5] };
+        let stats = ShoalStats {
+            bytes: 640,
+            bandwidth_bps: 256.0,
+            connections: vec![conn.clone(); MAX_CONNECTIONS + 5],
+            ..ShoalStats::default()
+        };
         let pb = shoal_stats_to_pb(&stats);
         assert_eq!(pb.connections.len(), MAX_CONNECTIONS);
         let mut wire = pb::TopicStatsShoal::decode(pb.encode_to_vec().as_slice()).unwrap();

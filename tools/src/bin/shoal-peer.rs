@@ -45,6 +45,9 @@ enum Cmd {
         /// Write through a zero-copy loan instead of `send`.
         #[arg(long)]
         loan: bool,
+        /// Reliable publisher: wait up to this many ms for a reliable subscriber instead of overwriting.
+        #[arg(long)]
+        reliable_ms: Option<u64>,
     },
     /// Receive and verify messages.
     Sub {
@@ -62,6 +65,15 @@ enum Cmd {
         /// Busy-spin instead of sleeping on the doorbell.
         #[arg(long)]
         spin: bool,
+        /// After this many messages, stop receiving for `--pause-ms` (a consumer that is a moment late).
+        #[arg(long)]
+        pause_after: Option<u64>,
+        /// How long the pause of `--pause-after` lasts, in ms.
+        #[arg(long, default_value_t = 1000)]
+        pause_ms: u64,
+        /// Reliable subscriber (a reliable publisher waits for it).
+        #[arg(long)]
+        reliable: bool,
     },
 }
 
@@ -100,11 +112,16 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let node = shoal::Node::init("shoal-peer").context("starting the shoal node")?;
     match cli.cmd {
-        Cmd::Pub { topic, count, size, rate, wait_subs, wait_ms, linger_ms, loan } => {
+        Cmd::Pub { topic, count, size, rate, wait_subs, wait_ms, linger_ms, loan, reliable_ms } => {
             if size < 24 {
                 bail!("--size must be at least 24 bytes (header of the self-checking payload)");
             }
-            let mut publ = node.publisher(&topic).type_info(shoal::TypeInfo::raw("shoal.test.Pattern")).create()?;
+            let builder = node.publisher(&topic).type_info(shoal::TypeInfo::raw("shoal.test.Pattern"));
+            let builder = match reliable_ms {
+                Some(ms) => builder.reliable(Duration::from_millis(ms)),
+                None => builder,
+            };
+            let mut publ = builder.create()?;
             emit(&json!({"event": "ready", "pid": std::process::id(), "publisher_id": publ.id()}));
             if wait_subs > 0 && !publ.wait_for_subscribers(wait_subs, Duration::from_millis(wait_ms)) {
                 bail!("only {} of {wait_subs} subscribers matched within {wait_ms} ms", publ.subscriber_count());
@@ -139,12 +156,18 @@ fn main() -> Result<()> {
                     emit(&json!({"event": "progress", "sent": clock, "max_send_gap_us": max_gap.as_micros() as u64}));
                 }
             }
+            let flow = publ.flow_stats();
             emit(&json!({"event": "done", "sent": clock, "max_send_gap_us": max_gap.as_micros() as u64,
-                        "elapsed_ms": start.elapsed().as_millis() as u64}));
+                        "elapsed_ms": start.elapsed().as_millis() as u64, "reliable_waits": flow.waits,
+                        "reliable_evicted_dead": flow.evicted_dead,
+                        "reliable_evicted_stalled": flow.evicted_stalled}));
             std::thread::sleep(Duration::from_millis(linger_ms));
         }
-        Cmd::Sub { topic, count, idle_ms, zero_copy, spin } => {
+        Cmd::Sub { topic, count, idle_ms, zero_copy, spin, pause_after, pause_ms, reliable } => {
             let mut builder = node.subscriber(&topic);
+            if reliable {
+                builder = builder.reliable(true);
+            }
             if spin {
                 builder = builder.wait(shoal::WaitStrategy::BusySpin);
             }
@@ -160,6 +183,10 @@ fn main() -> Result<()> {
             let mut lat_max_ns: u64 = 0;
             let mut timed_out = false;
             while received < count {
+                if pause_after == Some(received) && received > 0 {
+                    emit(&json!({"event": "pause", "received": received, "ms": pause_ms}));
+                    std::thread::sleep(Duration::from_millis(pause_ms));
+                }
                 if matched_at.is_none() && sub.publisher_count() > 0 {
                     matched_at = Some(Instant::now());
                 }

@@ -71,6 +71,10 @@ pub(crate) struct PerfArgs {
     /// Memory mode: print RSS without shared-memory mappings and the thread count (use with --topics).
     #[arg(long, requires = "topics")]
     pub(crate) rss: bool,
+    /// shoal's publishers and subscribers are reliable: the publisher waits (up to 10 s) instead of overwriting
+    /// what the subscriber has not read, so unpaced streams lose nothing (the baseline ring always waits).
+    #[arg(long)]
+    pub(crate) reliable: bool,
 }
 
 /// The hidden `perf-peer` subcommand: the echo/sink process spawned by `shoal perf`.
@@ -97,6 +101,9 @@ pub(crate) struct PeerArgs {
     /// Only receive (fan-out sinks): no answer link.
     #[arg(long)]
     pub(crate) sink_only: bool,
+    /// Reliable shoal endpoints (`shoal perf --reliable`).
+    #[arg(long)]
+    pub(crate) reliable: bool,
 }
 
 /// Receive wait strategy of a run.

@@ -11,7 +11,7 @@ use super::link::{HEADER_LEN, Receiver, Sender, TimedOut};
 /// How long a send waits on a full ring before the other process counts as gone.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub(crate) use spsc::{SLOT_COUNT, ring_paths};
+pub(crate) use spsc::ring_paths;
 
 impl From<WaitMode> for Wait {
     fn from(w: WaitMode) -> Wait {
@@ -36,8 +36,13 @@ pub(crate) struct BaselineLink(pub(crate) Ring);
 
 impl BaselineLink {
     /// Creates the ring file at `path` (the main process's end).
-    pub(crate) fn create(path: &std::path::Path, slot_size: usize, wait: WaitMode) -> anyhow::Result<BaselineLink> {
-        Ok(BaselineLink(Ring::create(path, slot_size, wait.into())?))
+    pub(crate) fn create(
+        path: &std::path::Path,
+        slot_count: u64,
+        slot_size: usize,
+        wait: WaitMode,
+    ) -> anyhow::Result<BaselineLink> {
+        Ok(BaselineLink(Ring::create_with(path, slot_count, slot_size, wait.into())?))
     }
 
     /// Opens the ring file the main process created (the peer's end).
@@ -90,7 +95,7 @@ mod tests {
     #[test]
     fn a_ring_is_a_link_whose_receive_timeout_is_the_loops_timeout() {
         let p = std::path::PathBuf::from(format!("/dev/shm/shoal_perf_test_{}_link", std::process::id()));
-        let mut tx = BaselineLink::create(&p, 64, WaitMode::Spin).unwrap();
+        let mut tx = BaselineLink::create(&p, 16, 64, WaitMode::Spin).unwrap();
         let mut rx = BaselineLink::open(&p, WaitMode::Spin).unwrap();
         tx.send_copy(&[7; 40]).unwrap();
         tx.send_header(48, &[9; HEADER_LEN]).unwrap();

@@ -55,6 +55,7 @@ impl Run<'_> {
 /// Entry point of `shoal perf`.
 pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
     args.validate()?;
+    shoal_link::set_reliable(args.reliable);
     let cpus = sys::cpu_count();
     if args.pin {
         sys::pin_to_cpu(0)?;
@@ -80,7 +81,11 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
         if !modes.is_empty() {
             if args.baseline || args.baseline_only {
                 let run = Run { args: &args, system: System::Baseline, wait, cpus };
-                baseline_session(&run, &modes, &next_name(), &mut rep)?;
+                // One ring per size, as deep as shoal's ring is for that size.
+                let cfg = shoal::Config::load().context("reading the ecal.ini shoal's ring geometry comes from")?;
+                for &size in &args.sizes {
+                    baseline_session(&run, &cfg, &modes, size, &next_name(), &mut rep)?;
+                }
             }
             if !args.baseline_only {
                 let run = Run { args: &args, system: System::Shoal, wait, cpus };
@@ -102,12 +107,25 @@ fn node_of(node: &mut Option<Node>) -> anyhow::Result<&Node> {
     node.as_ref().context("shoal node")
 }
 
-fn baseline_session(run: &Run, modes: &[Mode], name: &str, rep: &mut Reporter) -> anyhow::Result<()> {
+/// The slot count of shoal's ring once it carries `size`-byte messages (the baseline ring gets as many).
+fn shoal_slot_count(cfg: &shoal::Config, size: usize) -> u64 {
+    shoal::ring_geometry(cfg, size).map_or(1, |(n, _)| u64::from(n))
+}
+
+fn baseline_session(
+    run: &Run,
+    cfg: &shoal::Config,
+    modes: &[Mode],
+    size: usize,
+    name: &str,
+    rep: &mut Reporter,
+) -> anyhow::Result<()> {
     let prefix = format!("/dev/shm/{name}");
     let (ping, pong) = baseline_link::ring_paths(&prefix);
-    let slot = run.args.sizes.iter().copied().max().unwrap_or(HEADER_LEN);
-    let mut tx = BaselineLink::create(&ping, slot, run.wait)?;
-    let mut rx = BaselineLink::create(&pong, slot, run.wait)?;
+    let slot = size.max(HEADER_LEN);
+    let slots = shoal_slot_count(cfg, size);
+    let mut tx = BaselineLink::create(&ping, slots, slot, run.wait)?;
+    let mut rx = BaselineLink::create(&pong, slots, slot, run.wait)?;
     let spec = PeerSpec {
         system: System::Baseline,
         wait: run.wait,
@@ -119,13 +137,13 @@ fn baseline_session(run: &Run, modes: &[Mode], name: &str, rep: &mut Reporter) -
     let mut peer = Peer::spawn(&spec)?;
     peer.wait_ready()?;
     rep.note(&format!(
-        "-- baseline: SPSC ring {}_{{ping,pong}}, {} slots of {} B, wait={}",
+        "-- baseline: SPSC ring {}_{{ping,pong}}, {} slots (as many as shoal's ring has for {size} B) of {} B, wait={}",
         prefix,
-        baseline_link::SLOT_COUNT,
+        tx.0.slot_count(),
         tx.0.slot_size(),
         run.wait
     ));
-    run_modes(run, &mut tx, &mut rx, &mut peer, modes, rep)?;
+    run_modes(run, &mut tx, &mut rx, &mut peer, modes, &[size], rep)?;
     peer.quit()
 }
 
@@ -139,8 +157,12 @@ fn shoal_session(run: &Run, node: &Node, modes: &[Mode], name: &str, rep: &mut R
     peer.wait_ready()?;
     shoal_link::wait_subscribers(&tx, 1)?;
     shoal_link::wait_publisher(&rx)?;
-    rep.note(&format!("-- shoal: topics {ping} / {pong}, wait={}", run.wait));
-    run_modes(run, &mut tx, &mut rx, &mut peer, modes, rep)?;
+    rep.note(&format!(
+        "-- shoal: topics {ping} / {pong}, wait={}{}",
+        run.wait,
+        if shoal_link::reliable() { ", reliable (the publisher waits up to 10 s for the subscriber)" } else { "" }
+    ));
+    run_modes(run, &mut tx, &mut rx, &mut peer, modes, &run.args.sizes, rep)?;
     peer.quit()
 }
 
@@ -150,10 +172,11 @@ fn run_modes<S: Sender, R: Receiver>(
     rx: &mut R,
     peer: &mut Peer,
     modes: &[Mode],
+    sizes: &[usize],
     rep: &mut Reporter,
 ) -> anyhow::Result<()> {
     for &mode in modes {
-        for &size in &run.args.sizes {
+        for &size in sizes {
             let context = || format!("{} {} {} with {size} B", run.system.as_str(), mode.as_str(), run.wait);
             match mode {
                 Mode::PingPong | Mode::ZeroCopy => {

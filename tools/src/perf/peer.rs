@@ -129,6 +129,9 @@ impl Peer {
         if spec.sink_only {
             cmd.arg("--sink-only");
         }
+        if super::shoal_link::reliable() {
+            cmd.arg("--reliable");
+        }
         if let Some(c) = spec.cpu {
             cmd.args(["--cpu", &c.to_string()]);
         }
@@ -207,6 +210,7 @@ impl Drop for Peer {
 /// Entry point of `shoal perf-peer`.
 pub(crate) fn run_peer(args: PeerArgs) -> anyhow::Result<()> {
     super::sys::die_with_parent(args.parent)?;
+    super::shoal_link::set_reliable(args.reliable);
     if let Some(cpu) = args.cpu {
         super::sys::pin_to_cpu(cpu)?;
     }

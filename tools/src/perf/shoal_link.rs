@@ -14,6 +14,22 @@ use super::link::{HEADER_LEN, Receiver, Sender, TimedOut};
 /// How long discovery (registration) may take before a run gives up.
 pub(crate) const MATCH_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How long a reliable publisher waits for a subscriber (as long as the baseline's writer on a full ring).
+const RELIABLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `shoal perf --reliable` (set once at start, in the main process and in every peer).
+static RELIABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes every publisher and subscriber created from now on reliable.
+pub(crate) fn set_reliable(on: bool) {
+    RELIABLE.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether endpoints are reliable.
+pub(crate) fn reliable() -> bool {
+    RELIABLE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The type name the perf topics carry.
 const TYPE_NAME: &str = "shoal.perf.Bytes";
 
@@ -85,11 +101,9 @@ pub(crate) fn topics(name: &str) -> (String, String) {
 
 /// Creates a publisher.
 pub(crate) fn publisher(node: &Node, topic: &str) -> anyhow::Result<ShoalTx> {
-    let p = node
-        .publisher(topic)
-        .type_info(TypeInfo::raw(TYPE_NAME))
-        .create()
-        .with_context(|| format!("creating the shoal publisher of {topic}"))?;
+    let b = node.publisher(topic).type_info(TypeInfo::raw(TYPE_NAME));
+    let b = if reliable() { b.reliable(RELIABLE_TIMEOUT) } else { b.best_effort() };
+    let p = b.create().with_context(|| format!("creating the shoal publisher of {topic}"))?;
     Ok(ShoalTx(p))
 }
 
@@ -98,6 +112,7 @@ pub(crate) fn subscriber(node: &Node, topic: &str, wait: WaitMode) -> anyhow::Re
     let s = node
         .subscriber(topic)
         .wait(strategy(wait))
+        .reliable(reliable())
         .create()
         .with_context(|| format!("creating the shoal subscriber of {topic}"))?;
     Ok(ShoalRx(s))

@@ -89,6 +89,9 @@ pub(crate) fn measure<S: Sender, R: Receiver>(
     if let Pacing::Rate(r) = pacing {
         extra.push(("rate_target", r));
     }
+    if run.system == super::args::System::Shoal && super::shoal_link::reliable() {
+        extra.push(("reliable", 1.0));
+    }
     Ok(Measurement {
         system: run.system,
         wait: run.wait,

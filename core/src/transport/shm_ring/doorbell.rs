@@ -211,6 +211,20 @@ impl Words<'_> {
     }
 }
 
+/// `FUTEX_WAIT` on a word in a shared mapping (the ring's flow control).
+pub(super) fn futex_wait_shared(
+    word: &AtomicU32,
+    expected: u32,
+    timeout: Option<Duration>,
+) -> Result<WakeReason, DoorbellWaitError> {
+    futex_wait(word, Scope::Shared, expected, timeout)
+}
+
+/// `FUTEX_WAKE` of every waiter on a word in a shared mapping.
+pub(super) fn futex_wake_shared(word: &AtomicU32) {
+    futex_wake_all(word, Scope::Shared);
+}
+
 fn shared_words(map: &[u8]) -> Words<'_> {
     let h = header(map);
     Words { seq: &h.seq.0, waiters: &h.waiters.0, scope: Scope::Shared }

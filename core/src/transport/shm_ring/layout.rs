@@ -12,7 +12,7 @@ pub(super) const CACHE_LINE: usize = 64;
 /// `b"SHOALRNG"` read as a little-endian u64.
 pub(super) const RING_MAGIC: u64 = u64::from_le_bytes(*b"SHOALRNG");
 /// Layout version of ring segments.
-pub(super) const RING_VERSION: u32 = 2;
+pub(super) const RING_VERSION: u32 = 3;
 /// `b"SHOALDBL"` read as a little-endian u64.
 pub(super) const DOORBELL_MAGIC: u64 = u64::from_le_bytes(*b"SHOALDBL");
 /// Layout version of doorbells.
@@ -20,6 +20,9 @@ pub(super) const DOORBELL_VERSION: u32 = 1;
 
 /// Capacity of the "next generation path" field of a superseded segment.
 pub(super) const NEXT_PATH_CAP: usize = 248;
+
+/// Entries of a segment's reliable-reader table (readers beyond it read best effort).
+pub(super) const MAX_RELIABLE_READERS: usize = 32;
 
 /// Smallest accepted slot count.
 pub(super) const MIN_SLOT_COUNT: u32 = 2;
@@ -77,6 +80,36 @@ pub(super) struct SegmentHeader {
     pub(super) next_path_len: AtomicU32,
     /// Path of the next generation (UTF-8), valid once `superseded` is set.
     pub(super) next_path: [AtomicU8; NEXT_PATH_CAP],
+    /// Line 7: flow control of reliable readers (see `flow.rs`).
+    pub(super) flow: CacheLine<FlowHeader>,
+    /// Lines 8..: the reliable readers, one line each.
+    pub(super) readers: [ReaderSlot; MAX_RELIABLE_READERS],
+}
+
+/// The writer's flow-control words.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub(super) struct FlowHeader {
+    /// How long the writer waits for a reliable reader, ms (written before `magic`); 0: it never waits.
+    pub(super) timeout_ms: AtomicU32,
+    /// Non-zero while the writer sleeps (or is about to) on `progress`.
+    pub(super) writer_waiting: AtomicU32,
+    /// Futex word: bumped by a reliable reader that consumed while the writer waits.
+    pub(super) progress: AtomicU32,
+}
+
+/// One reliable reader (see `flow.rs` for the states).
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub(super) struct ReaderSlot {
+    /// Free, claiming, active (in flow control) or evicted.
+    pub(super) state: AtomicU32,
+    /// Process id of the reader.
+    pub(super) pid: AtomicU32,
+    /// Chosen by the reader; identifies its entry across generations.
+    pub(super) token: AtomicU64,
+    /// Every sample before this sequence number is consumed.
+    pub(super) cursor: AtomicU64,
 }
 
 /// Header of one slot; the payload follows at offset `size_of::<SlotHeader>()`.

@@ -4,7 +4,10 @@
 //!   hugetlbfs mount), written by one [`RingWriter`], read in place by any number of
 //!   [`RingReader`]s in any process. Each slot is a seqlock: readers verify after reading that
 //!   the writer did not overwrite the slot, and count every lost sample as a drop. The writer
-//!   never waits and never locks, so a crashed reader cannot block anybody.
+//!   never locks; by default it never waits either, so a crashed reader cannot block anybody. A writer made
+//!   reliable ([`RingWriter::set_flow_control`]) waits, up to a timeout, while a reliable reader
+//!   ([`RingReader::open_reliable`]) is a full ring behind; dead and stalled readers are taken out of that flow
+//!   control (`flow.rs`), so even then nobody is blocked for longer than the timeout.
 //! - A message larger than the slots makes the writer move to generation + 1 with bigger slots;
 //!   the old segment is marked superseded (with the path of the new one) and readers follow.
 //!   Sequence numbers are continuous across generations. Old generation files stay linked until
@@ -20,6 +23,7 @@
 //! absolute paths.
 
 mod doorbell;
+mod flow;
 mod layout;
 mod reader;
 mod segment;
@@ -32,6 +36,7 @@ pub use doorbell::{
     Doorbell, DoorbellCreateError, DoorbellOpenError, DoorbellRemote, DoorbellWaitError, LocalBell, LocalWaiter,
     WaiterRegistration, WakeReason,
 };
+pub use flow::FlowStats;
 pub use reader::{ReadOutcome, RingOpenError, RingReader, SampleInfo, SampleView};
 pub use segment::{CleanupError, SHM_DIR, remove_stale_segments};
-pub use writer::{CommitError, GROWN_MIN_SLOTS, Published, RingCreateError, RingWriter, SlotError};
+pub use writer::{CommitError, GROWN_MIN_SLOTS, Published, RingCreateError, RingWriter, SlotError, geometry_for};

@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{Ordering, fence};
 
-use memmap2::{Mmap, MmapOptions};
+use memmap2::{MmapOptions, MmapRaw};
 
+use super::flow::ReaderFlow;
 use super::layout::{
     MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION, SEGMENT_HEADER_SIZE,
     SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride,
@@ -173,7 +174,8 @@ impl<'a> SampleView<'a> {
 /// One validated, mapped generation.
 #[derive(Debug)]
 struct Mapped {
-    map: Mmap,
+    /// Read-only, or read-write for a reliable reader (which writes only its entry of the reader table).
+    map: MmapRaw,
     path: PathBuf,
     name: RingName,
     slot_count: u32,
@@ -191,12 +193,12 @@ impl Mapped {
         unsafe { &*self.map.as_ptr().cast::<SegmentHeader>() }
     }
 
-    fn open(path: &Path) -> Result<Mapped, RingOpenError> {
+    fn open(path: &Path, writable: bool) -> Result<Mapped, RingOpenError> {
         let bad_name = || RingOpenError::BadName(path.display().to_string());
         let name = path.file_name().and_then(|n| n.to_str()).and_then(RingName::parse).ok_or_else(bad_name)?;
         let io = |op| move |source| RingOpenError::Io { op, path: path.to_owned(), source };
         // The path came from another process: only /dev/shm or a hugetlbfs mount, no symlink, no FIFO.
-        let (file, size) = crate::sys::open_peer_file(path, false, true).map_err(io("open"))?;
+        let (file, size) = crate::sys::open_peer_file(path, writable, true).map_err(io("open"))?;
         let too_small = |needed| RingOpenError::TooSmall { path: path.to_owned(), size, needed };
         if size < SEGMENT_HEADER_SIZE as u64 {
             return Err(too_small(SEGMENT_HEADER_SIZE as u64));
@@ -260,9 +262,11 @@ impl Mapped {
         if len <= POPULATE_MAX {
             options.populate();
         }
-        // SAFETY: read-only shared mapping of the validated ring (header and slots, `needed <= size` bytes); the
-        // writer never truncates it, and all concurrent accesses go through atomics or the seqlock protocol.
-        let map = unsafe { options.map(&file) }.map_err(io("mmap"))?;
+        // The validated ring (header and slots, `needed <= size` bytes), read-only, or read-write for a reliable
+        // reader (which writes only its entry of the reader table); the writer never truncates it, and all accesses
+        // go through atomics or the seqlock protocol.
+        let map =
+            if writable { options.map_raw(&file) } else { options.map_raw_read_only(&file) }.map_err(io("mmap"))?;
         Ok(Mapped {
             publisher_id,
             base_seq,
@@ -315,6 +319,25 @@ pub struct RingReader {
     cursor: u64,
     drops: u64,
     ended: bool,
+    /// Opened with [`RingReader::open_reliable`].
+    reliable: bool,
+    /// The reader's entry in the writer's flow control.
+    flow: Option<ReaderFlow>,
+    evicted: bool,
+}
+
+/// A token no other reliable reader of this host uses (pid and a counter).
+fn flow_token() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    (u64::from(segment::own_pid()) << 32) | u64::from(NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+impl Drop for RingReader {
+    fn drop(&mut self) {
+        if let Some(f) = &self.flow {
+            f.release(self.seg.header());
+        }
+    }
 }
 
 impl RingReader {
@@ -323,17 +346,67 @@ impl RingReader {
     /// superseded the reader follows to the newest generation. Only samples written after
     /// opening are read.
     pub fn open(segment_name: &str) -> Result<RingReader, RingOpenError> {
-        let mut seg = Mapped::open(Path::new(segment_name))?;
+        RingReader::open_with(segment_name, false)
+    }
+
+    /// Opens the segment like [`open`](Self::open) and joins the writer's flow control when the writer is
+    /// reliable ([`RingWriter::set_flow_control`](super::RingWriter::set_flow_control)): the writer then waits
+    /// (up to its timeout) instead of overwriting what this reader has not consumed. The segment is mapped
+    /// read-write for that (the reader writes only its entry of the reader table). When the writer is best effort,
+    /// or its table of reliable readers is full, the reader reads best effort ([`in_flow_control`] is false).
+    ///
+    /// [`in_flow_control`]: Self::in_flow_control
+    pub fn open_reliable(segment_name: &str) -> Result<RingReader, RingOpenError> {
+        RingReader::open_with(segment_name, true)
+    }
+
+    /// [`open_reliable`](Self::open_reliable) when `reliable`, else [`open`](Self::open).
+    pub fn open_with_flow_control(segment_name: &str, reliable: bool) -> Result<RingReader, RingOpenError> {
+        RingReader::open_with(segment_name, reliable)
+    }
+
+    fn open_with(segment_name: &str, reliable: bool) -> Result<RingReader, RingOpenError> {
+        let mut seg = Mapped::open(Path::new(segment_name), reliable)?;
         let mut hops = 0;
         while seg.header().superseded.load(Ordering::Acquire) != 0 {
             hops += 1;
             if hops > MAX_HOPS {
                 return Err(RingOpenError::ChainTooLong { path: seg.path });
             }
-            seg = Mapped::open(&seg.next_path())?;
+            seg = Mapped::open(&seg.next_path(), reliable)?;
         }
         let cursor = seg.header().write_seq.0.load(Ordering::Acquire);
-        Ok(RingReader { seg, cursor, drops: 0, ended: false })
+        let mut r = RingReader { seg, cursor, drops: 0, ended: false, reliable, flow: None, evicted: false };
+        if reliable {
+            r.join_flow_control(flow_token());
+        }
+        Ok(r)
+    }
+
+    /// Claims an entry of the reader table when the writer is reliable.
+    fn join_flow_control(&mut self, token: u64) {
+        let h = self.seg.header();
+        if h.flow.0.timeout_ms.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        self.flow = ReaderFlow::claim(h, self.cursor, token);
+        if self.flow.is_none() {
+            tracing::warn!(
+                "shm_ring: {}: the table of reliable readers is full; reading best effort",
+                self.seg.path.display()
+            );
+        }
+    }
+
+    /// Whether the writer waits for this reader (it asked for it, the writer is reliable and has not taken it out).
+    pub fn in_flow_control(&self) -> bool {
+        self.flow.is_some() && !self.evicted
+    }
+
+    /// Whether the writer took this reader out of flow control (it stayed a full ring behind for the writer's
+    /// whole timeout); it reads on best effort.
+    pub fn evicted(&self) -> bool {
+        self.evicted
     }
 
     /// Moves the cursor back over the samples still in the ring that were sent at or after
@@ -405,6 +478,19 @@ impl RingReader {
     /// read (torn).
     pub fn drops(&self) -> u64 {
         self.drops
+    }
+
+    /// Skips the samples older than the newest `n` written (at least 1), counting them as drops: a subscriber
+    /// whose queue keeps fewer messages than the ring holds reads only its newest ones. One load of the write
+    /// sequence.
+    #[inline]
+    pub fn keep_newest(&mut self, n: u64) {
+        let w = self.seg.header().write_seq.0.load(Ordering::Acquire);
+        let oldest = w.saturating_sub(n.max(1));
+        if oldest > self.cursor {
+            self.drops = self.drops.saturating_add(oldest - self.cursor);
+            self.cursor = oldest;
+        }
     }
 
     /// Whether a `try_read_*` call would make progress (a sample is ready, the reader was
@@ -493,6 +579,12 @@ impl RingReader {
             self.drops = self.drops.saturating_add(1);
             return ReadOutcome::Torn;
         }
+        if let Some(flow) = &mut self.flow
+            && !self.evicted
+        {
+            flow.consumed(self.seg.header(), self.cursor);
+            self.evicted = flow.evicted;
+        }
         ReadOutcome::Sample(result)
     }
 
@@ -513,7 +605,7 @@ impl RingReader {
     #[cold]
     fn switch_generation(&mut self) -> bool {
         let next = self.seg.next_path();
-        match Mapped::open(&next) {
+        match Mapped::open(&next, self.reliable) {
             Ok(seg) => {
                 if seg.base_seq >= self.cursor {
                     self.drops = self.drops.saturating_add(seg.base_seq - self.cursor);
@@ -526,6 +618,12 @@ impl RingReader {
                         self.cursor
                     );
                     self.cursor = seg.header().write_seq.0.load(Ordering::Acquire);
+                }
+                if let Some(old) = self.flow.take() {
+                    old.release(self.seg.header());
+                    if !self.evicted {
+                        self.flow = old.follow(seg.header(), self.cursor);
+                    }
                 }
                 self.seg = seg;
                 true

@@ -67,7 +67,10 @@ fn layout_is_as_asserted() {
     assert_eq!(offset_of!(SegmentHeader, next_path_len), 196);
     assert_eq!(offset_of!(SegmentHeader, next_path), 200);
     assert_eq!(200 + NEXT_PATH_CAP, 448);
-    assert_eq!(SEGMENT_HEADER_SIZE, 448);
+    assert_eq!(offset_of!(SegmentHeader, flow), 448);
+    assert_eq!(offset_of!(SegmentHeader, readers), 512);
+    assert_eq!(size_of::<super::layout::ReaderSlot>(), 64);
+    assert_eq!(SEGMENT_HEADER_SIZE, 512 + 64 * super::layout::MAX_RELIABLE_READERS);
     assert_eq!(SEGMENT_HEADER_SIZE % 64, 0);
 
     assert_eq!(offset_of!(SlotHeader, seq), 0);
@@ -78,7 +81,7 @@ fn layout_is_as_asserted() {
     assert_eq!(layout::slot_stride(1), Some(128));
     assert_eq!(layout::slot_stride(64), Some(128));
     assert_eq!(layout::slot_stride(65), Some(192));
-    assert_eq!(layout::ring_bytes(4, 64), Some(448 + 4 * 128));
+    assert_eq!(layout::ring_bytes(4, 64), Some(SEGMENT_HEADER_SIZE as u64 + 4 * 128));
 
     assert_eq!(offset_of!(DoorbellHeader, magic), 0);
     assert_eq!(offset_of!(DoorbellHeader, version), 8);
@@ -406,9 +409,9 @@ fn bad_headers_rejected() {
     patch(32, &999u64.to_le_bytes()); // stride
     assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadGeometry { what: "slot stride", .. })));
     patch(32, &128u64.to_le_bytes());
-    patch(8, &1u32.to_le_bytes()); // version 1: send times in µs, not this layout's ns
-    assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadVersion { version: 1, .. })));
-    patch(8, &2u32.to_le_bytes());
+    patch(8, &2u32.to_le_bytes()); // version 2: no table of reliable readers
+    assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadVersion { version: 2, .. })));
+    patch(8, &3u32.to_le_bytes());
     assert!(RingReader::open(w.segment_name()).is_ok());
 
     // A corrupt slot length is never accepted.
@@ -767,4 +770,139 @@ fn growth_trades_slots_for_size_within_the_budget() {
         let ReadOutcome::Sample((bytes, info)) = read_one(&mut r) else { panic!("sample {c}") };
         assert_eq!((bytes.as_slice(), info.clock), (c.to_le_bytes().as_slice(), c));
     }
+}
+
+// ----- flow control (reliable readers)
+
+#[test]
+fn a_reliable_reader_loses_nothing_from_an_unpaced_reliable_writer() {
+    let mut w = RingWriter::create(&cfg(8, 64), 71).expect("writer");
+    w.set_flow_control(Some(Duration::from_secs(5)));
+    let mut r = RingReader::open_reliable(w.segment_name()).expect("reader");
+    assert!(r.in_flow_control());
+    assert_eq!(w.reliable_readers(), 1);
+    const N: u64 = 20_000;
+    let reader = std::thread::spawn(move || {
+        let mut got = 0u64;
+        while got < N {
+            match r.try_read_with(|v| u64::from_le_bytes(v.payload()[..8].try_into().expect("8 bytes"))) {
+                ReadOutcome::Sample(clock) => {
+                    assert_eq!(clock, got, "in order, none skipped");
+                    got += 1;
+                    if got.is_multiple_of(1000) {
+                        std::thread::sleep(Duration::from_millis(2)); // a slow moment: the writer must wait
+                    }
+                }
+                ReadOutcome::Empty => std::hint::spin_loop(),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        (r.drops(), r.evicted())
+    });
+    for clock in 0..N {
+        let _ = w.write(&clock.to_le_bytes(), 0, clock).expect("write");
+    }
+    assert_eq!(reader.join().expect("reader thread"), (0, false));
+    let s = w.flow_stats();
+    assert!(s.waits > 0, "the writer waited for the slow reader: {s:?}");
+    assert_eq!(s.evicted(), 0, "{s:?}");
+}
+
+#[test]
+fn a_stalled_reliable_reader_blocks_the_writer_once_for_the_timeout_then_never_again() {
+    let mut w = RingWriter::create(&cfg(8, 64), 72).expect("writer");
+    w.set_flow_control(Some(Duration::from_millis(100)));
+    let mut r = RingReader::open_reliable(w.segment_name()).expect("reader");
+    let start = Instant::now();
+    for clock in 0..8 {
+        let _ = w.write(b"x", 0, clock).expect("write");
+    }
+    assert!(start.elapsed() < Duration::from_millis(50), "a free ring does not wait");
+    let t = Instant::now();
+    let _ = w.write(b"x", 0, 8).expect("write");
+    let blocked = t.elapsed();
+    assert!(blocked >= Duration::from_millis(100) && blocked < Duration::from_secs(2), "{blocked:?}");
+    assert_eq!(w.flow_stats().evicted_stalled, 1);
+    let t = Instant::now();
+    for clock in 9..1000 {
+        let _ = w.write(b"x", 0, clock).expect("write");
+    }
+    assert!(t.elapsed() < Duration::from_millis(50), "an evicted reader never blocks again: {:?}", t.elapsed());
+    assert_eq!(w.reliable_readers(), 0);
+    // The reader reads on, best effort, and knows it was taken out.
+    while !matches!(r.try_read_with(|_| ()), ReadOutcome::Empty) {}
+    assert!(r.evicted() && !r.in_flow_control());
+    assert!(r.drops() > 0);
+}
+
+#[test]
+fn a_reliable_reader_whose_process_is_gone_is_taken_out_at_once() {
+    let mut w = RingWriter::create(&cfg(4, 64), 73).expect("writer");
+    w.set_flow_control(Some(Duration::from_secs(10)));
+    let r = RingReader::open_reliable(w.segment_name()).expect("reader");
+    // Make its entry belong to a process that has exited (and was reaped).
+    let mut child = Command::new("true").spawn().expect("spawn true");
+    let dead = child.id();
+    child.wait().expect("reap");
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(w.segment_name()).expect("open");
+    // SAFETY: a test-only writable view of the segment; only the pid word of entry 0 is written, atomically.
+    let map = unsafe { memmap2::MmapMut::map_mut(&file) }.expect("map");
+    let header = map.as_ptr().cast::<SegmentHeader>();
+    // SAFETY: the mapping starts with a SegmentHeader (atomics only).
+    unsafe { &*header }.readers[0].pid.store(dead, Ordering::Relaxed);
+    let t = Instant::now();
+    for clock in 0..100 {
+        let _ = w.write(b"x", 0, clock).expect("write");
+    }
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert_eq!(w.flow_stats().evicted_dead, 1);
+    drop(r);
+}
+
+#[test]
+fn a_best_effort_writer_ignores_reliable_readers_and_reliable_readers_follow_growth() {
+    let mut w = RingWriter::create(&cfg(4, 64), 74).expect("writer");
+    let r = RingReader::open_reliable(w.segment_name()).expect("reader");
+    assert!(!r.in_flow_control(), "the writer does not wait");
+    for clock in 0..10 {
+        let _ = w.write(b"x", 0, clock).expect("write");
+    }
+    drop(r);
+    let mut w = RingWriter::create(&cfg(4, 64), 75).expect("writer");
+    w.set_flow_control(Some(Duration::from_secs(5)));
+    let mut r = RingReader::open_reliable(w.segment_name()).expect("reader");
+    let mut got = Vec::new();
+    for clock in 0..40u64 {
+        let len = if clock < 20 { 8 } else { 1000 }; // grows at 20
+        let mut payload = vec![0u8; len];
+        payload[..8].copy_from_slice(&clock.to_le_bytes());
+        let reader_turn = clock % 3 == 0;
+        let _ = w.write(&payload, 0, clock).expect("write");
+        if reader_turn {
+            while let ReadOutcome::Sample(c) = r.try_read_with(|v| v.clock()) {
+                got.push(c);
+            }
+        }
+    }
+    while let ReadOutcome::Sample(c) = r.try_read_with(|v| v.clock()) {
+        got.push(c);
+    }
+    assert!(w.generation() > 0);
+    assert_eq!(got, (0..40).collect::<Vec<u64>>());
+    assert_eq!(r.drops(), 0);
+    assert!(r.in_flow_control());
+}
+
+#[test]
+fn geometry_for_predicts_the_geometry_a_ring_grows_to() {
+    let c = cfg(4096, 256);
+    for len in [64usize, 256, 1000, 1024, 65_536, 1 << 20, 4 << 20, 8_000_000] {
+        let mut w = RingWriter::create(&c, 80).expect("writer");
+        w.set_grown_min_slots(16);
+        let _ = w.write(&vec![1u8; len], 0, 1).expect("write");
+        assert_eq!(geometry_for(&c, 16, len), Some((w.slot_count(), w.slot_size())), "{len} bytes");
+    }
+    assert_eq!(geometry_for(&c, 16, 64), Some((4096, 256)));
+    assert_eq!(geometry_for(&c, 16, 1024), Some((1024, 1024)));
+    assert_eq!(geometry_for(&c, 16, 1 << 20), Some((16, 1 << 20)));
 }

@@ -2,9 +2,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{Ordering, fence};
+use std::time::Duration;
 
 use memmap2::MmapMut;
 
+use super::flow::{self, FlowStats, WriterFlow};
 use super::layout::{
     MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION, SEGMENT_HEADER_SIZE,
     SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride,
@@ -80,8 +82,30 @@ pub enum CommitError {
     },
 }
 
-/// The fewest slots a ring that grew for large messages keeps (unless it started with fewer).
+/// The fewest slots a ring that grew for large messages keeps by default (unless it started with fewer); see
+/// [`RingWriter::set_grown_min_slots`].
 pub const GROWN_MIN_SLOTS: u32 = 16;
+
+/// Slots of a ring grown to `new_size`-byte slots: fewer, bigger slots keeping the payload `budget`, with at least
+/// `min_slots` and never more than the `current` count.
+fn grown_slot_count(budget: usize, new_size: usize, min_slots: u32, current: u32) -> u32 {
+    let by_budget = u32::try_from(budget / new_size.max(1)).unwrap_or(u32::MAX).max(1);
+    let by_budget = if by_budget.is_power_of_two() { by_budget } else { by_budget.next_power_of_two() / 2 };
+    by_budget.clamp(min_slots.min(current), current)
+}
+
+/// The (slot count, slot size) a ring created with `cfg` has once it carries messages of `len` bytes, when a grown
+/// ring keeps at least `grown_min_slots` slots ([`RingWriter::set_grown_min_slots`]); `None` for a message no ring
+/// holds. What `shoal perf --baseline` gives its plain ring, so that both are equally deep.
+pub fn geometry_for(cfg: &ShmRingConfig, grown_min_slots: u32, len: usize) -> Option<(u32, usize)> {
+    if len <= cfg.slot_size {
+        return Some((cfg.slot_count, cfg.slot_size));
+    }
+    let new_size = len.checked_next_power_of_two().filter(|s| *s <= MAX_SLOT_SIZE)?;
+    let budget = (cfg.slot_count as usize).saturating_mul(cfg.slot_size);
+    let min_slots = grown_min_slots.clamp(MIN_SLOT_COUNT, MAX_SLOT_COUNT).next_power_of_two();
+    Some((grown_slot_count(budget, new_size, min_slots, cfg.slot_count), new_size))
+}
 
 /// Result of a successful publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,8 +148,10 @@ impl Segment {
 pub struct RingWriter {
     seg: Segment,
     /// Bytes of payload the configured geometry holds (slot_count × slot_size); a grown ring keeps about this
-    /// budget by trading slots for size, but never drops below [`GROWN_MIN_SLOTS`] slots.
+    /// budget by trading slots for size, but never drops below `grown_min_slots` slots.
     budget: usize,
+    /// The fewest slots a grown ring keeps (a power of two; [`GROWN_MIN_SLOTS`] unless set).
+    grown_min_slots: u32,
     /// Segment files of earlier generations, kept linked so that late readers can follow the
     /// chain of generations; unlinked on drop.
     old_paths: Vec<PathBuf>,
@@ -139,6 +165,8 @@ pub struct RingWriter {
     loaned: Option<usize>,
     /// Segment changed since the last `Published` was returned.
     changed: bool,
+    /// Flow control of reliable readers: `None` for a writer that never waits.
+    flow: Option<WriterFlow>,
 }
 
 impl RingWriter {
@@ -158,9 +186,10 @@ impl RingWriter {
         let huge_dir = cfg.huge_pages.then(|| cfg.huge_pages_path.clone());
         let mut name = RingName { pid: segment::own_pid(), unique: segment::unique_token(), generation: 0 };
         let (seg, fallback) =
-            Self::create_segment(&mut name, huge_dir.as_deref(), sc, cfg.slot_size, publisher_id, 0, 0)?;
+            Self::create_segment(&mut name, huge_dir.as_deref(), sc, cfg.slot_size, publisher_id, 0, 0, 0)?;
         Ok(RingWriter {
             budget: (sc as usize).saturating_mul(cfg.slot_size),
+            grown_min_slots: GROWN_MIN_SLOTS,
             seg,
             old_paths: Vec::new(),
             name,
@@ -170,11 +199,13 @@ impl RingWriter {
             next_seq: 0,
             loaned: None,
             changed: false,
+            flow: None,
         })
     }
 
     /// Creates and initialises one generation. On a name clash for generation 0 the unique
     /// token is replaced (later generations keep it: their names are derived).
+    #[allow(clippy::too_many_arguments)]
     fn create_segment(
         name: &mut RingName,
         huge_dir: Option<&Path>,
@@ -183,6 +214,7 @@ impl RingWriter {
         publisher_id: u64,
         generation: u64,
         base_seq: u64,
+        flow_timeout_ms: u32,
     ) -> Result<(Segment, Option<String>), RingCreateError> {
         let too_large = || RingCreateError::TooLarge { slot_count, slot_size };
         let bytes = ring_bytes(slot_count, slot_size).ok_or_else(too_large)?;
@@ -218,8 +250,41 @@ impl RingWriter {
         h.base_seq.store(base_seq, r);
         h.segment_size.store(seg.map.len() as u64, r);
         h.write_seq.0.store(base_seq, r);
+        h.flow.0.timeout_ms.store(flow_timeout_ms, r);
         h.magic.store(RING_MAGIC, Ordering::Release);
         Ok((seg, created.fallback_reason))
+    }
+
+    /// Makes the writer reliable (`Some(timeout)`): before it overwrites a sample that a reliable reader (see
+    /// [`super::RingReader::open_reliable`]) has not consumed, it waits, spinning and then sleeping on a futex in
+    /// the segment, for at most `timeout`; a reader whose process is gone is taken out of flow control at once, one
+    /// that stays a full ring behind for the whole timeout is taken out for good. `None`: never wait (readers that
+    /// fall behind lose samples). Readers see the setting in the segment.
+    pub fn set_flow_control(&mut self, timeout: Option<Duration>) {
+        let ms = timeout.map_or(0, |t| u32::try_from(t.as_millis()).unwrap_or(u32::MAX).max(1));
+        self.seg.header().flow.0.timeout_ms.store(ms, Ordering::Release);
+        self.flow = timeout.map(|t| WriterFlow::new(t.max(Duration::from_millis(1))));
+    }
+
+    /// Whether flow control is on ([`set_flow_control`](Self::set_flow_control) with a timeout).
+    pub fn flow_stats_enabled(&self) -> bool {
+        self.flow.is_some()
+    }
+
+    /// What flow control did so far (all zero for a writer that never waits).
+    pub fn flow_stats(&self) -> FlowStats {
+        self.flow.as_ref().map(|f| f.stats).unwrap_or_default()
+    }
+
+    /// Reliable readers of the current segment in flow control now.
+    pub fn reliable_readers(&self) -> usize {
+        flow::active_readers(self.seg.header())
+    }
+
+    /// The fewest slots the ring keeps when it grows for larger messages: `n` rounded up to a power of two, at
+    /// most the current slot count (a subscriber queue depth of the publishing process). Applies to later growths.
+    pub fn set_grown_min_slots(&mut self, n: u32) {
+        self.grown_min_slots = n.clamp(MIN_SLOT_COUNT, MAX_SLOT_COUNT).next_power_of_two();
     }
 
     /// Path of the current segment; this is what readers pass to [`super::RingReader::open`].
@@ -282,6 +347,11 @@ impl RingWriter {
             self.grow(len)?;
         }
         let seq = self.next_seq;
+        if let Some(flow) = &mut self.flow
+            && !flow.may_write(seq)
+        {
+            flow.wait(self.seg.header(), seq, self.seg.slot_count, self.publisher_id);
+        }
         let slot = self.slot_ptr(seq);
         // SAFETY: `slot` points to a SlotHeader inside our mapping (64-byte aligned: the
         // header size and the stride are multiples of 64); its fields are atomics.
@@ -336,10 +406,7 @@ impl RingWriter {
             .ok_or(SlotError::TooLarge { len, max: MAX_SLOT_SIZE })?;
         let generation = self.seg.generation + 1;
         let mut name = self.name.clone();
-        // Fewer, bigger slots: keep the payload budget, with at least GROWN_MIN_SLOTS and never more than before.
-        let by_budget = u32::try_from(self.budget / new_size).unwrap_or(u32::MAX).max(1);
-        let by_budget = if by_budget.is_power_of_two() { by_budget } else { by_budget.next_power_of_two() / 2 };
-        let slot_count = by_budget.clamp(GROWN_MIN_SLOTS.min(self.seg.slot_count), self.seg.slot_count);
+        let slot_count = grown_slot_count(self.budget, new_size, self.grown_min_slots, self.seg.slot_count);
         let (seg, fallback) = Self::create_segment(
             &mut name,
             self.huge_dir.as_deref(),
@@ -348,7 +415,13 @@ impl RingWriter {
             self.publisher_id,
             generation,
             self.next_seq,
+            self.seg.header().flow.0.timeout_ms.load(Ordering::Relaxed),
         )?;
+        // Reliable readers are waited for in the new generation from its first sample.
+        flow::carry_over(self.seg.header(), seg.header(), self.next_seq);
+        if let Some(flow) = &mut self.flow {
+            flow.reset();
+        }
         // Announce the successor in the old header, then mark it superseded (Release: a
         // reader that sees the flag also sees the path and the final write_seq).
         let old = self.seg.header();
