@@ -354,20 +354,20 @@ fn sleep_until(due: Instant, stop: &AtomicBool) -> bool {
 /// Runs `shoal play`.
 pub(crate) fn run(a: PlayArgs) -> Result<()> {
     if !(a.rate.is_finite() && a.rate > 0.0) {
-        bail!("--rate must be a positive number (1 = recorded speed)");
+        return Err(crate::exit::usage("--rate must be a positive number (1 = recorded speed)"));
     }
     for (name, v) in [("--start", a.start), ("--end", a.end)] {
         if v.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
-            bail!("{name} must be a number of seconds >= 0");
+            return Err(crate::exit::usage(format!("{name} must be a number of seconds >= 0")));
         }
     }
     if let (Some(s), Some(e)) = (a.start, a.end)
         && s >= e
     {
-        bail!("--start ({s} s) must be before --end ({e} s)");
+        return Err(crate::exit::usage(format!("--start ({s} s) must be before --end ({e} s)")));
     }
     if !a.file.is_file() {
-        bail!("{} is not a file", a.file.display());
+        return Err(crate::exit::not_found(format!("{} is not a file", a.file.display())));
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

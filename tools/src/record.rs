@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 use shoal::monitor::{TopicDirection, Via};
@@ -471,26 +471,28 @@ enum Selection {
 /// Runs `shoal record`.
 pub(crate) fn run(a: RecordArgs) -> Result<()> {
     let selection = match (&a.regex, a.all) {
-        (Some(r), _) => Selection::Regex(regex::Regex::new(r).with_context(|| format!("--regex `{r}`"))?),
+        (Some(r), _) => {
+            Selection::Regex(regex::Regex::new(r).map_err(|e| crate::exit::usage(format!("--regex `{r}`: {e}")))?)
+        }
         (None, true) => Selection::All,
         (None, false) if a.topics.is_empty() => {
-            bail!("nothing to record: name topics, or give --all or --regex PATTERN")
+            return Err(crate::exit::usage("nothing to record: name topics, or give --all or --regex PATTERN"));
         }
         (None, false) => Selection::Listed,
     };
     if let Some(d) = a.duration
         && !(d.is_finite() && d > 0.0)
     {
-        bail!("--duration must be a positive number of seconds");
+        return Err(crate::exit::usage("--duration must be a positive number of seconds"));
     }
     if a.chunk_kb == 0 {
-        bail!("--chunk-kb must be at least 1");
+        return Err(crate::exit::usage("--chunk-kb must be at least 1"));
     }
     if let Some(parent) = a.output.parent()
         && !parent.as_os_str().is_empty()
         && !parent.is_dir()
     {
-        bail!("the directory of {} does not exist", a.output.display());
+        return Err(crate::exit::usage(format!("the directory of {} does not exist", a.output.display())));
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

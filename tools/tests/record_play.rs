@@ -435,3 +435,22 @@ fn garbage_in_a_chunk_skips_that_chunk_only() {
     assert_eq!(v["published"], 0, "{v}");
     let _ = (std::fs::remove_file(&file), std::fs::remove_file(&junk));
 }
+
+#[test]
+fn bad_arguments_exit_with_the_usage_code() {
+    let dir = std::env::temp_dir();
+    let out_file = dir.join(format!("shoal_args_{}.mcap", std::process::id()));
+    let out = out_file.to_str().expect("utf-8");
+    for (args, code) in [
+        (vec!["record", "-o", out], 2),
+        (vec!["record", "-o", out, "--regex", "("], 2),
+        (vec!["record", "-o", out, "--all", "--duration", "0"], 2),
+        (vec!["play", out, "--rate", "0"], 2),
+        (vec!["play", "/nonexistent/shoal.mcap"], 3),
+    ] {
+        let o = Command::new(SHOAL).args(&args).output().expect("run shoal");
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"), "{args:?}");
+    }
+    assert!(!out_file.exists(), "nothing recorded on a bad command line");
+}
