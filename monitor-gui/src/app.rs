@@ -278,7 +278,8 @@ impl Series {
                 lat.push((x, [l.p50_us, l.p90_us, l.p99_us, l.max_us]));
             }
         }
-        let col = |x: f64| (((x - start) / key.window_s.max(1e-9)) * key.columns as f64) as usize;
+        // x is relative to the window's end (-window_s ..= 0): column 0 at the window's start.
+        let col = |x: f64| (((x + key.window_s) / key.window_s.max(1e-9)) * key.columns as f64).max(0.0) as usize;
         let rate = decimate(&traffic, col, |t| (t.0, t.1));
         let bandwidth = decimate(&traffic, col, |t| (t.0, t.2));
         let latency = std::array::from_fn(|i| decimate(&lat, col, |t| (t.0, t.1[i])));
