@@ -1,4 +1,5 @@
-//! Thin safe wrappers over the few OS calls the runtime needs (host name, CPU affinity, pid liveness).
+//! Thin safe wrappers over the few OS calls the runtime needs: host name, CPU affinity, pid liveness, opening files
+//! that other processes announce (`open_peer_file`), and the modes of the shared-memory files this process creates.
 #![allow(unsafe_code)]
 
 use std::io;
