@@ -1,18 +1,32 @@
 //! Floods of well-formed registration traffic on loopback, against a subscriber process receiving from real
 //! publishers: the `[shoal_limits]` bounds keep its memory flat (growth < 64 MB) and its messaging working (a
 //! publisher started during the flood is matched and delivered). Each flood is bounded in time.
+//!
+//! The UDP data floods (`udp_*`) do the same against a subscriber whose only layer is eCAL's UDP data layer: never
+//! completed fragmented messages from 64 loopback addresses (`[shoal_limits] udp_reassembly_bytes`,
+//! `udp_fragmented_per_source`), and whole samples of 100,000 topics nobody subscribes to. Good traffic shares the
+//! socket with the flood there, so datagrams the kernel drops during it are lost (and counted); everything sent
+//! after it arrives.
 
 mod support;
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
 use shoal::registration::{Direction, Identity, LocalTopic, codec, pb};
-use support::{Proc, check_summary, shoal_peer, topic};
+use shoal::transport::udp::codec::{DataSampleRef, encode_data_sample};
+use shoal::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, DatagramHeader, DatagramKind, HEADER_LEN, encode_message};
+use support::{Proc, check_summary, shoal_peer, topic, write_ini};
 
 const T: Duration = Duration::from_secs(30);
 /// eCAL's local-mode registration address: the loopback broadcast, registration port.
 const REGISTRATION: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(127, 255, 255, 255), 14000);
+/// Every flood reaches every process on the port it floods (they are broadcasts), so the tests of this file run
+/// one at a time: each victim sees its own flood only, and the figures it prints are its own.
+static ONE_FLOOD_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// eCAL's local-mode UDP data address.
+const DATA: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(127, 255, 255, 255), 14002);
 
 fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").expect("host name").trim().to_string()
@@ -109,6 +123,7 @@ fn flood(kind: &str, host: &str, duration: Duration) -> u64 {
 
 /// Runs one flood against a subscriber process fed by one publisher; a second publisher starts during the flood.
 fn survives(kind: &str) {
+    let _one_at_a_time = ONE_FLOOD_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let t = topic(kind);
     let host = host_name();
     let sub = shoal_peer("victim sub", &["sub", "--topic", &t, "--count", "800", "--idle-ms", "20000"], None);
@@ -163,4 +178,155 @@ fn a_flood_of_new_topics_is_bounded() {
 #[test]
 fn a_flood_of_huge_fragmented_samples_is_bounded() {
     survives("huge_fragmented");
+}
+
+/// An `ecal.ini` that leaves eCAL's UDP data layer as the only transport.
+fn udp_only_ini() -> String {
+    write_ini(
+        "flood_udp_only",
+        "[shoal_shm_ring]\nenabled = false\n[publisher]\nuse_shm = false\n[subscriber]\nshm_rec_enabled = false\n",
+    )
+}
+
+/// Sends `kind` UDP data flood traffic for `duration`; returns the datagrams sent.
+fn data_flood(kind: &str, host: &str, duration: Duration) -> u64 {
+    // 64 senders: loopback answers on all of 127.0.0.0/8.
+    let socks: Vec<UdpSocket> = (2..66u8)
+        .map(|i| {
+            let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, i), 0)).expect("bind");
+            s.set_broadcast(true).expect("broadcast");
+            s
+        })
+        .collect();
+    let fragment = vec![0x5au8; DEFAULT_MAX_FRAGMENT_PAYLOAD];
+    let start = Instant::now();
+    let (mut sent, mut n) = (0u64, 0u64);
+    let mut framed = Vec::new();
+    while start.elapsed() < duration {
+        n += 1;
+        let sock = &socks[(n % socks.len() as u64) as usize];
+        let mut send = |d: &[u8]| {
+            if sock.send_to(d, DATA).is_ok() {
+                sent += 1;
+            }
+        };
+        match kind {
+            // The info datagram of a ~64 MiB message and its first 8 fragments (~512 KB held), never completed.
+            "udp_fragments" => {
+                let count = 1024u32;
+                let id = n as i32;
+                let total = count * DEFAULT_MAX_FRAGMENT_PAYLOAD as u32;
+                send(&DatagramHeader { kind: DatagramKind::FragmentInfo, id, num: count, len: total }.to_bytes());
+                for index in 0..8u32 {
+                    let h = DatagramHeader { kind: DatagramKind::Fragment, id, num: index, len: fragment.len() as u32 };
+                    let mut d = Vec::with_capacity(HEADER_LEN + fragment.len());
+                    d.extend_from_slice(&h.to_bytes());
+                    d.extend_from_slice(&fragment);
+                    send(&d);
+                }
+            }
+            // A whole 1 KB sample of a new topic every time.
+            "udp_unknown_topics" => {
+                framed.clear();
+                let name = format!("flood_{n}");
+                encode_data_sample(
+                    &mut framed,
+                    &DataSampleRef {
+                        topic_name: &name,
+                        topic_id: "77",
+                        publisher_id: 77,
+                        host_name: host,
+                        clock: n,
+                        time_us: 0,
+                        payload: &[1u8; 1024],
+                    },
+                );
+                let mut id = 0;
+                for d in encode_message(&name, &framed, DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || {
+                    id += 1;
+                    id
+                })
+                .expect("encode")
+                {
+                    send(&d);
+                }
+            }
+            other => panic!("unknown flood {other}"),
+        }
+    }
+    sent
+}
+
+/// Datagrams the kernel dropped on UDP sockets bound to `port` (all of them: `/proc/net/udp`'s last column).
+fn udp_kernel_drops(port: u16) -> u64 {
+    let table = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+    let port_hex = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| l.split_whitespace().nth(1).is_some_and(|local| local.ends_with(&port_hex)))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Runs one UDP data flood against a UDP-only subscriber process: publisher a (100 KB messages, two fragments
+/// each, 100 Hz, 7 s) sends 1 s before, during and 3 s after the 3 s flood (so that its losses are followed by
+/// samples that reveal them), publisher b after it.
+fn survives_udp(kind: &str) {
+    let _one_at_a_time = ONE_FLOOD_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let ini = udp_only_ini();
+    let t = topic(kind);
+    let host = host_name();
+    let sub = shoal_peer("victim sub", &["sub", "--topic", &t, "--count", "100000", "--idle-ms", "6000"], Some(&ini));
+    sub.expect("ready", T);
+    let pub_args = |n| ["pub", "--topic", &t, "--count", n, "--size", "100000", "--rate", "100", "--wait-subs", "1"];
+    let mut pub_a = shoal_peer("pub a", &pub_args("700"), Some(&ini));
+    std::thread::sleep(Duration::from_millis(1000));
+    let victim = sub.pid();
+    let before = rss_kb(victim);
+    let sampler = std::thread::spawn(move || {
+        let mut peak = 0;
+        let end = Instant::now() + Duration::from_secs(4);
+        while Instant::now() < end {
+            peak = peak.max(rss_kb(victim));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        peak
+    });
+    let kernel_drops_before = udp_kernel_drops(DATA.port());
+    let sent = data_flood(kind, &host, Duration::from_secs(3));
+    let kernel_drops = udp_kernel_drops(DATA.port()) - kernel_drops_before;
+    let peak = sampler.join().expect("sampler");
+    pub_a.wait_success(T);
+    // Everything sent after the flood arrives.
+    let mut pub_b = shoal_peer("pub b", &pub_args("400"), Some(&ini));
+    pub_b.wait_success(T);
+    let summary: Value = sub.expect("summary", T);
+    let after = rss_kb(victim);
+    eprintln!(
+        "{kind}: {sent} datagrams ({kernel_drops} dropped by the kernel: receive buffers full); victim RSS outside \
+         shm before {before} KB, peak {peak} KB, after {after} KB; {summary}"
+    );
+    let received = summary["received"].as_u64().expect("received");
+    assert_eq!(summary["torn"], 0, "intact: {summary}");
+    assert_eq!(summary["out_of_order"], 0, "in order, no duplicates: {summary}");
+    assert_eq!(summary["publishers"], 2, "{summary}");
+    assert!(sent > 1000, "the flood sent only {sent} datagrams");
+    // b's 400 all arrive, and a's first and last 100 (sent before and after the flood).
+    let per = summary["per_publisher"].as_array().expect("per_publisher");
+    assert!(per.iter().any(|p| p["received"] == 400 && p["last_clock"] == 400), "b: all 400 arrive: {summary}");
+    assert!(per.iter().any(|p| p["last_clock"] == 700), "a's last messages, sent after the flood, arrive: {summary}");
+    assert!(received >= 400 + 200, "received {received} of 1100: {summary}");
+    assert_eq!(summary["drops"].as_u64().expect("drops"), 1100 - received, "every loss counted: {summary}");
+    assert!(peak.saturating_sub(before) < 64 * 1024, "{kind}: RSS grew from {before} KB to {peak} KB");
+}
+
+#[test]
+fn a_udp_flood_of_incomplete_fragmented_messages_is_bounded() {
+    survives_udp("udp_fragments");
+}
+
+#[test]
+fn a_udp_flood_of_samples_for_unknown_topics_is_bounded() {
+    survives_udp("udp_unknown_topics");
 }

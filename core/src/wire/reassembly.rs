@@ -4,7 +4,9 @@
 //! datagram. Memory is bounded: a cap on messages in flight, a cap on bytes buffered over all
 //! messages (a message is charged the larger of its declared total and the bytes received, plus
 //! a fixed overhead per fragment), and a declared total larger than the cap is refused before
-//! anything is allocated. Incomplete messages expire `max_age` after their first datagram.
+//! anything is allocated. Incomplete messages expire `max_age` after their first datagram. When a
+//! cap is reached, the sender holding the most gives up its oldest message, so one flooding sender
+//! cannot lock the others out.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -23,8 +25,8 @@ const FRAGMENT_OVERHEAD: usize = 64;
 pub struct ReassemblyConfig {
     /// An incomplete message is dropped this long after its first datagram (eCAL: 5 s).
     pub max_age: Duration,
-    /// Most incomplete messages kept at once. When full, a new message evicts the oldest one of the sender that
-    /// holds the most (if it holds at least two more than the new message's sender), or else is dropped.
+    /// Most incomplete messages kept at once. When full, a new message evicts the oldest one of the senders that
+    /// hold the most if they hold more than the new message's sender, else its sender's own oldest.
     pub max_messages: usize,
     /// Most bytes buffered over all incomplete messages; also the largest message accepted.
     pub max_bytes: usize,
@@ -70,7 +72,8 @@ pub struct ReassemblyCounters {
     pub in_flight_limit: u64,
     /// Incomplete messages dropped because their sender started another with `max_per_source` in flight.
     pub source_limit: u64,
-    /// Messages dropped because the byte budget was exhausted.
+    /// Messages dropped because the byte budget was exhausted (the new one, or the oldest of the sender charged the
+    /// most bytes).
     pub buffer_limit: u64,
     /// Complete messages whose fragment sizes did not add up to the declared total.
     pub length_mismatch: u64,
@@ -192,46 +195,82 @@ impl Reassembler {
         }
     }
 
-    /// Recomputes the charge of `key` and enforces the byte budget; drops the message if over.
+    /// Recomputes the charge of `key` and enforces the byte budget.
+    ///
+    /// Over budget, the sender charged the most bytes gives up its oldest message (its own older ones first when
+    /// that is `key`'s sender), as long as it would still hold more than `key`'s sender; otherwise `key`'s message is
+    /// dropped. So a sender that floods the budget (say with messages declared 64 MiB long and never completed)
+    /// loses its own messages, not the messages of senders that hold less.
     fn recharge(&mut self, key: &(SocketAddr, i32)) -> Result<(), WireError> {
-        let Some(p) = self.pending.get_mut(key) else { return Ok(()) };
+        let Some(p) = self.pending.get(key) else { return Ok(()) };
         let new_charge = p.charge();
-        let others = self.buffered - p.charged;
-        if others + new_charge > self.cfg.max_bytes {
+        loop {
+            let Some(p) = self.pending.get(key) else { return Ok(()) };
+            let others = self.buffered - p.charged;
+            if others + new_charge <= self.cfg.max_bytes {
+                break;
+            }
+            let mut held: HashMap<SocketAddr, usize> = HashMap::new();
+            for (k, q) in &self.pending {
+                if k != key {
+                    *held.entry(k.0).or_default() += q.charged;
+                }
+            }
+            let mine = held.get(&key.0).copied().unwrap_or(0);
+            let top = held.iter().max_by_key(|(_, n)| **n).map(|(a, n)| (*a, *n));
+            let victim_sender = match top {
+                Some((addr, _)) if addr == key.0 => Some(addr),
+                Some((addr, n)) if n > mine + new_charge => Some(addr),
+                _ => None,
+            };
             self.counters.buffer_limit += 1;
-            self.drop_message(key);
-            return Err(WireError::BufferFull { limit: self.cfg.max_bytes });
+            let oldest = victim_sender.and_then(|addr| {
+                self.pending
+                    .iter()
+                    .filter(|(k, _)| k.0 == addr && *k != key)
+                    .min_by_key(|(_, q)| q.first_seen)
+                    .map(|(k, _)| *k)
+            });
+            match oldest {
+                Some(oldest) => self.drop_message(&oldest),
+                None => {
+                    self.drop_message(key);
+                    return Err(WireError::BufferFull { limit: self.cfg.max_bytes });
+                }
+            }
         }
-        p.charged = new_charge;
-        self.buffered = others + new_charge;
+        if let Some(p) = self.pending.get_mut(key) {
+            self.buffered = self.buffered - p.charged + new_charge;
+            p.charged = new_charge;
+        }
         Ok(())
     }
 
     fn entry(&mut self, now: Instant, key: (SocketAddr, i32)) -> Result<&mut Pending, WireError> {
         if !self.pending.contains_key(&key) && self.pending.len() >= self.cfg.max_messages {
-            // Full: the sender holding the most incomplete messages gives up its oldest, if it holds more than the
-            // newcomer's sender would then; otherwise the new message is refused. One flooding sender cannot lock
-            // the others out, and it cannot evict them either.
+            // Full: of the senders holding the most incomplete messages, the oldest message goes, if they hold more
+            // than the newcomer's sender does; else the newcomer's sender gives up its own oldest (a newer message
+            // supersedes it). Neither one flooding sender nor many (one message from each of many addresses) can lock a sender holding fewer out, and a sender
+            // cannot evict others to hold more than they do.
             let mut held: HashMap<SocketAddr, usize> = HashMap::new();
             for (addr, _) in self.pending.keys() {
                 *held.entry(*addr).or_default() += 1;
             }
             let mine = held.get(&key.0).copied().unwrap_or(0);
-            let top = held.iter().max_by_key(|(_, n)| **n).map(|(a, n)| (*a, *n));
+            let top = held.values().copied().max().unwrap_or(0);
             self.counters.in_flight_limit += 1;
-            match top {
-                Some((addr, n)) if n > mine + 1 => {
-                    let oldest = self
-                        .pending
-                        .iter()
-                        .filter(|((a, _), _)| *a == addr)
-                        .min_by_key(|(_, p)| p.first_seen)
-                        .map(|(k, _)| *k);
-                    if let Some(oldest) = oldest {
-                        self.drop_message(&oldest);
-                    }
-                }
-                _ => return Err(WireError::TooManyInFlight { limit: self.cfg.max_messages }),
+            if top == 0 {
+                return Err(WireError::TooManyInFlight { limit: self.cfg.max_messages });
+            }
+            let from_top = top > mine;
+            let oldest = self
+                .pending
+                .iter()
+                .filter(|((a, _), _)| if from_top { held.get(a) == Some(&top) } else { *a == key.0 })
+                .min_by_key(|(_, p)| p.first_seen)
+                .map(|(k, _)| *k);
+            if let Some(oldest) = oldest {
+                self.drop_message(&oldest);
             }
         }
         if !self.pending.contains_key(&key)

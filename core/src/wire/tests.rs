@@ -214,6 +214,31 @@ fn incomplete_messages_expire_after_five_seconds() {
 }
 
 #[test]
+fn a_sender_filling_the_byte_budget_gives_way_to_one_holding_less() {
+    let now = Instant::now();
+    let cfg =
+        ReassemblyConfig { max_age: Duration::from_secs(5), max_messages: 64, max_bytes: 10_000, max_per_source: 8 };
+    let mut r = Reassembler::new(cfg);
+    // A flooder declares messages of 6000 bytes and never completes them: each new one supersedes its last.
+    for id in 0..20 {
+        let d = DatagramHeader { kind: DatagramKind::FragmentInfo, id, num: 3, len: 6000 }.to_bytes();
+        r.push(now, addr(9), &d).unwrap();
+        assert!(r.buffered_bytes() <= 10_000);
+    }
+    // Other flooding senders, each holding as much as the first, are refused.
+    for a in 10..20 {
+        let d = DatagramHeader { kind: DatagramKind::FragmentInfo, id: 1, num: 3, len: 6000 }.to_bytes();
+        assert_eq!(r.push(now, addr(a), &d), Err(WireError::BufferFull { limit: 10_000 }));
+    }
+    // A good sender's 5000-byte message evicts the flooder's and is delivered whole.
+    let good = encode_message("good", &[3u8; 4990], 1000, &mut || 42).unwrap();
+    let out = feed(&mut r, now, addr(1), &good);
+    assert_eq!(out.len(), 1, "the good message was reassembled");
+    assert_eq!(split_name(&out[0]).unwrap(), ("good", &[3u8; 4990][..]));
+    assert!(r.counters().buffer_limit >= 11);
+}
+
+#[test]
 fn caps_on_messages_and_bytes() {
     let now = Instant::now();
     let cfg =
@@ -224,16 +249,22 @@ fn caps_on_messages_and_bytes() {
     // Declared total above the cap: refused before anything is stored.
     assert_eq!(r.push(now, addr(1), &info(1, 1001)), Err(WireError::MessageTooLarge { declared: 1001, limit: 1000 }));
     assert_eq!(r.in_flight(), 0);
-    // Budget: 600 + 600 > 1000.
+    // Budget: 600 + 600 > 1000. Another sender holding less is refused; the same sender's newer message
+    // supersedes its older one.
     r.push(now, addr(1), &info(2, 600)).unwrap();
     assert_eq!(r.buffered_bytes(), 600);
-    assert_eq!(r.push(now, addr(1), &info(3, 600)), Err(WireError::BufferFull { limit: 1000 }));
-    assert_eq!(r.buffered_bytes(), 600);
+    assert_eq!(r.push(now, addr(2), &info(3, 600)), Err(WireError::BufferFull { limit: 1000 }));
+    assert_eq!((r.buffered_bytes(), r.in_flight()), (600, 1));
+    r.push(now, addr(1), &info(3, 600)).unwrap();
+    assert_eq!((r.buffered_bytes(), r.in_flight()), (600, 1));
     // Messages in flight.
     r.push(now, addr(1), &info(4, 10)).unwrap();
-    assert_eq!(r.push(now, addr(1), &info(5, 10)), Err(WireError::TooManyInFlight { limit: 2 }));
+    assert_eq!(r.in_flight(), 2);
+    // Full: the sender's newest message supersedes its oldest.
+    r.push(now, addr(1), &info(5, 10)).unwrap();
+    assert_eq!(r.in_flight(), 2);
     let c = r.counters();
-    assert_eq!((c.too_large, c.buffer_limit, c.in_flight_limit), (1, 1, 1));
+    assert_eq!((c.too_large, c.buffer_limit, c.in_flight_limit), (1, 2, 1));
     // Fragments without info are bounded by the budget too.
     let mut r = Reassembler::new(ReassemblyConfig { max_bytes: 500, ..Default::default() });
     let mut frag = DatagramHeader { kind: DatagramKind::Fragment, id: 9, num: 0, len: 200 }.to_bytes().to_vec();
@@ -330,18 +361,21 @@ fn a_full_table_makes_room_for_another_sender_at_the_expense_of_the_biggest_hold
     }
     assert_eq!(r.in_flight(), 4);
     // Another sender still gets in: the flooder's oldest message goes.
-    r.push(now, addr(2), &info(100)).unwrap();
+    r.push(now + Duration::from_millis(5), addr(2), &info(100)).unwrap();
     assert_eq!(r.in_flight(), 4);
     assert_eq!(r.counters().in_flight_limit, 1);
-    // The flooder (3 held) cannot push the newcomer (1 held) out: its next new message is refused.
-    assert_eq!(r.push(now, addr(1), &info(4)), Err(WireError::TooManyInFlight { limit: 4 }));
-    // A third sender, then a fourth: each gets in while someone holds two more than it.
-    r.push(now, addr(3), &info(200)).unwrap();
-    // Now addr(1) holds 2, addr(2) 1, addr(3) 1: a fourth sender (0) may take one of addr(1)'s.
-    r.push(now, addr(4), &info(300)).unwrap();
-    // addr(1) 1, others 1 each: nobody holds two more than a newcomer, so a fifth sender is refused.
-    assert_eq!(r.push(now, addr(5), &info(400)), Err(WireError::TooManyInFlight { limit: 4 }));
+    // The flooder (3 held) cannot push the newcomer (1 held) out: its next new message supersedes its own oldest.
+    r.push(now + Duration::from_millis(4), addr(1), &info(4)).unwrap();
+    assert_eq!(r.in_flight(), 4);
+    // A third sender, then a fourth: each gets in at the expense of the flooder.
+    r.push(now + Duration::from_millis(10), addr(3), &info(200)).unwrap();
+    r.push(now + Duration::from_millis(20), addr(4), &info(300)).unwrap();
+    // Everyone holds one now: a fifth sender (0 held) takes the oldest of them, the flooder's last (many
+    // addresses holding one each cannot lock a newcomer out either).
+    r.push(now + Duration::from_millis(30), addr(5), &info(400)).unwrap();
     assert_eq!((r.in_flight(), r.counters().in_flight_limit), (4, 5));
+    // A sender holding one cannot take a slot of others holding one: its new message supersedes its own.
+    r.push(now + Duration::from_millis(40), addr(5), &info(401)).unwrap();
     // The newcomers' messages are all still there: completing addr(2)'s delivers it.
     let frag = |id: i32, num: u32| {
         let mut d = DatagramHeader { kind: DatagramKind::Fragment, id, num, len: 5 }.to_bytes().to_vec();
@@ -350,4 +384,8 @@ fn a_full_table_makes_room_for_another_sender_at_the_expense_of_the_biggest_hold
     };
     assert_eq!(r.push(now, addr(2), &frag(100, 0)), Ok(None));
     assert!(r.push(now, addr(2), &frag(100, 1)).unwrap().is_some());
+    // addr(5)'s newer message took its older one's place.
+    assert_eq!(r.push(now, addr(5), &frag(401, 0)), Ok(None));
+    assert!(r.push(now, addr(5), &frag(401, 1)).unwrap().is_some());
+    assert_eq!(r.push(now, addr(5), &frag(400, 0)), Ok(None), "400 is gone: a new entry");
 }
