@@ -110,6 +110,47 @@ fn flood(kind: &str, host: &str, duration: Duration) -> u64 {
                     Some(pb::DataTypeInformation { descriptor_information: vec![7; 16 << 20], ..Default::default() });
                 datagrams(&s)
             }
+            // A new topic every time, all from one process (`topics_per_process`).
+            "one_process_topics" => datagrams(&codec::topic_sample(
+                &identity(host, 999_999),
+                Direction::Publisher,
+                &local_topic(n, &format!("flood_{n}")),
+                1,
+            )),
+            // Fields over their bounds (`string_bytes`, `descriptor_bytes`) in samples under the message bound:
+            // an 8 KB type name and a 2 MB descriptor, fragmented, a new topic every time.
+            "oversized_fields" => {
+                let mut s = codec::topic_sample(
+                    &identity(host, pid),
+                    Direction::Publisher,
+                    &local_topic(n, &format!("flood_{n}")),
+                    1,
+                );
+                s.topic.as_mut().expect("topic").datatype_information = Some(pb::DataTypeInformation {
+                    name: "T".repeat(8192),
+                    descriptor_information: vec![7; 2 << 20],
+                    ..Default::default()
+                });
+                datagrams(&s)
+            }
+            // A new topic every time with its own 60 KB descriptor (one datagram each), from 5000 processes: the
+            // registry's byte budget, not its entry counts, bounds this one.
+            "descriptor_topics" => {
+                let mut s = codec::topic_sample(
+                    &identity(host, pid),
+                    Direction::Publisher,
+                    &local_topic(n, &format!("flood_{n}")),
+                    1,
+                );
+                let mut descriptor = vec![7u8; 60_000];
+                descriptor[..8].copy_from_slice(&n.to_le_bytes());
+                s.topic.as_mut().expect("topic").datatype_information = Some(pb::DataTypeInformation {
+                    name: format!("T{n}"),
+                    descriptor_information: descriptor,
+                    ..Default::default()
+                });
+                datagrams(&s)
+            }
             other => panic!("unknown flood {other}"),
         };
         for d in &batch {
@@ -178,6 +219,21 @@ fn a_flood_of_new_topics_is_bounded() {
 #[test]
 fn a_flood_of_huge_fragmented_samples_is_bounded() {
     survives("huge_fragmented");
+}
+
+#[test]
+fn a_flood_of_topics_with_big_descriptors_is_bounded() {
+    survives("descriptor_topics");
+}
+
+#[test]
+fn a_flood_of_topics_of_one_process_is_bounded() {
+    survives("one_process_topics");
+}
+
+#[test]
+fn a_flood_of_oversized_names_and_descriptors_is_bounded() {
+    survives("oversized_fields");
 }
 
 /// An `ecal.ini` that leaves eCAL's UDP data layer as the only transport.

@@ -999,6 +999,22 @@ pub(crate) static KEYS: &[KeyDef] = &[
     },
     KeyDef {
         section: "shoal_limits",
+        key: "registry_bytes",
+        alias: None,
+        doc: &[
+            "Bytes the registry keeps for remote topics and processes, all together (their names, type descriptors",
+            "and layers). When it is spent, the sending address that holds the most entities gives up one; if that",
+            "is the newcomer's own, a new topic is kept without its descriptor (tools cannot decode it), or refused.",
+        ],
+        allowed: "1048576..=1073741824 (bytes)",
+        get: |c| c.limits.registry_bytes.to_string(),
+        set: |d, v, _| {
+            d.cfg.limits.registry_bytes = usize::try_from(int_in(v, 1048576, 1073741824)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_limits",
         key: "udp_reassembly_bytes",
         alias: None,
         doc: &[

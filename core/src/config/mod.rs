@@ -275,6 +275,8 @@ pub struct LimitsConfig {
     pub fragmented_per_source: usize,
     /// Datagrams the I/O thread takes from one socket before it serves timers and the other sockets.
     pub receive_batch: usize,
+    /// Bytes the registry keeps for remote topics and processes, all together (names, descriptors, layers).
+    pub registry_bytes: usize,
     /// Bytes buffered for incomplete fragmented UDP data messages, all senders together (also the largest one).
     pub udp_reassembly_bytes: usize,
     /// Incomplete fragmented UDP data messages kept per sending address.
@@ -293,6 +295,7 @@ impl Default for LimitsConfig {
             descriptor_bytes: 1 << 20,
             fragmented_per_source: 4,
             receive_batch: 256,
+            registry_bytes: 32 << 20,
             udp_reassembly_bytes: 64 << 20,
             udp_fragmented_per_source: 8,
         }

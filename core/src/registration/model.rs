@@ -331,11 +331,13 @@ pub struct RegistrationCounters {
     pub non_local_source: u64,
     /// Samples dropped before decoding because they exceeded a `[shoal_limits]` bound (layers, text, descriptor).
     pub over_limits: u64,
-    /// New remote entities ignored because the registry was full (`remote_topics`, `topics_per_process`,
-    /// `remote_processes`).
+    /// New remote entities (or updates) ignored because the registry was full (`remote_topics`,
+    /// `topics_per_process`, `remote_processes`, `registry_bytes`).
     pub registry_full: u64,
     /// Remote entities evicted from a full registry to make room for one of another sending address.
     pub evicted: u64,
+    /// Remote topics kept without their type descriptor because `registry_bytes` was spent.
+    pub descriptors_dropped: u64,
     /// Samples from our own process dropped because loopback is off.
     pub own_ignored: u64,
     /// Samples with commands registration does not handle (data, services, clients, unknown).

@@ -13,7 +13,8 @@ use crate::wire::{self, DEFAULT_MAX_FRAGMENT_PAYLOAD, Reassembler, ReassemblyCon
 
 use super::codec::{self, DecodeError};
 use super::model::{
-    Direction, EntityKey, Event, Identity, LocalTopic, RegistrationCounters, RemoteProcess, RemoteTopic, TopicStats,
+    Direction, EntityKey, Event, Identity, Layer, LayerPar, LocalTopic, RegistrationCounters, RemoteProcess,
+    RemoteTopic, TopicStats,
 };
 use super::pb;
 
@@ -30,6 +31,55 @@ struct RemoteEntry {
     last_seen: Instant,
     /// The address its registration came from.
     source: SocketAddr,
+    /// Its share of `registry_bytes` ([`topic_charge`]).
+    charge: usize,
+}
+
+/// Bytes charged per registry entry on top of its strings: the structs, map nodes and key copies.
+const ENTRY_OVERHEAD: usize = 512;
+
+/// What a remote topic costs the registry: its strings, descriptor and layer parameters, the host name twice
+/// (the entry's key and the sender's share), plus [`ENTRY_OVERHEAD`].
+fn topic_charge(t: &RemoteTopic) -> usize {
+    let layers: usize = t
+        .layers
+        .iter()
+        .map(|l| {
+            std::mem::size_of::<Layer>()
+                + match &l.par {
+                    LayerPar::Shm { memory_files } => {
+                        memory_files.iter().map(|f| f.len() + std::mem::size_of::<String>()).sum()
+                    }
+                    LayerPar::Shoal(p) => p.segment.len() + p.doorbell.len(),
+                    LayerPar::None | LayerPar::Tcp { .. } => 0,
+                }
+        })
+        .sum();
+    ENTRY_OVERHEAD
+        + 2 * t.key.host_name.len()
+        + t.topic_name.len()
+        + t.type_info.name.len()
+        + t.type_info.encoding.len()
+        + t.type_info.descriptor.len()
+        + t.process_name.len()
+        + t.unit_name.len()
+        + t.shm_transport_domain.len()
+        + layers
+}
+
+/// What a remote process costs the registry (the host name in its key, its share and its body).
+fn process_charge(p: &RemoteProcess) -> usize {
+    ENTRY_OVERHEAD
+        + 3 * p.host_name.len()
+        + p.process_name.len()
+        + p.unit_name.len()
+        + p.process_parameter.len()
+        + p.shm_transport_domain.len()
+        + p.component_init_info.len()
+        + p.ecal_runtime_version.len()
+        + p.config_file_path.len()
+        + p.time_sync_module_name.len()
+        + p.state_info.len()
 }
 
 /// Which sending address registered which remote entities, so that a full registry makes room by evicting an
@@ -128,6 +178,8 @@ pub struct Registrar {
     /// The same for remote processes: which address announced which.
     process_shares: SourceShares<(String, u32)>,
     matches: BTreeSet<(u64, EntityKey)>,
+    /// Bytes held by `topics` and `processes` ([`topic_charge`], [`process_charge`]), under `registry_bytes`.
+    registry_bytes: usize,
     transmit: VecDeque<Vec<u8>>,
     events: VecDeque<Event>,
     counters: RegistrationCounters,
@@ -168,6 +220,7 @@ impl Registrar {
             shares: SourceShares::default(),
             process_shares: SourceShares::default(),
             matches: BTreeSet::new(),
+            registry_bytes: 0,
             transmit: VecDeque::new(),
             events: VecDeque::new(),
             counters: RegistrationCounters::default(),
@@ -519,13 +572,33 @@ impl Registrar {
             return;
         }
         self.counters.samples_applied += 1;
+        let mut remote = remote;
         let key = remote.key.clone();
         if !self.topics.contains_key(&key) && !self.make_room(&key, from) {
             self.counters.registry_full += 1;
             return;
         }
+        let held = self.topics.get(&key).map_or(0, |e| e.charge);
+        let mut charge = topic_charge(&remote);
+        if !self.make_byte_room(held, charge, from, Some(&key)) {
+            // Spent, and this sender holds the most: keep the topic without its descriptor if that fits.
+            let without = charge - remote.type_info.descriptor.len();
+            if remote.type_info.descriptor.is_empty() || !self.make_byte_room(held, without, from, Some(&key)) {
+                self.counters.registry_full += 1;
+                // An update that does not fit leaves the entry as it was, still alive.
+                if let Some(entry) = self.topics.get_mut(&key) {
+                    entry.last_seen = now;
+                }
+                return;
+            }
+            self.counters.descriptors_dropped += 1;
+            remote.type_info.descriptor = Vec::new();
+            charge = without;
+        }
+        self.registry_bytes = self.registry_bytes - held + charge;
         let changed = match self.topics.get_mut(&key) {
             Some(entry) => {
+                entry.charge = charge;
                 let old = &entry.topic;
                 let changed = old.layers != remote.layers
                     || old.type_info != remote.type_info
@@ -541,7 +614,7 @@ impl Registrar {
                 changed
             }
             None => {
-                self.topics.insert(key.clone(), RemoteEntry { topic: remote, last_seen: now, source: from });
+                self.topics.insert(key.clone(), RemoteEntry { topic: remote, last_seen: now, source: from, charge });
                 self.shares.insert(from, key.clone());
                 false
             }
@@ -590,8 +663,14 @@ impl Registrar {
         let Some((process, _)) = self.accepted_process(process) else { return };
         let p = codec::remote_process(&process, now);
         let key = (p.host_name.clone(), p.pid);
+        let held = self.processes.get(&key).map_or(0, |(old, _)| process_charge(old));
+        let charge = process_charge(&p);
         if let Some((_, old)) = self.processes.get(&key) {
             let old = *old;
+            if !self.make_byte_room(held, charge, from, None) {
+                self.counters.registry_full += 1;
+                return;
+            }
             if old != from {
                 self.process_shares.remove(old, &key);
                 self.process_shares.insert(from, key.clone());
@@ -608,14 +687,38 @@ impl Registrar {
                     self.remove_process(&victim, source);
                 }
             }
+            if !self.make_byte_room(0, charge, from, None) {
+                self.counters.registry_full += 1;
+                return;
+            }
             self.process_shares.insert(from, key.clone());
         }
+        self.registry_bytes = self.registry_bytes - held + charge;
         self.processes.insert(key, (p, from));
     }
 
     fn remove_process(&mut self, key: &(String, u32), source: SocketAddr) {
-        self.processes.remove(key);
+        if let Some((p, _)) = self.processes.remove(key) {
+            self.registry_bytes -= process_charge(&p);
+        }
         self.process_shares.remove(source, key);
+    }
+
+    /// Whether an entity charged `charge` bytes (replacing one of `held`) from `source` fits in `registry_bytes`,
+    /// after evicting topics of the sending address that holds the most (never `keep`, never `source`'s own: see
+    /// [`SourceShares`]). False when it does not fit and nobody else holds more.
+    fn make_byte_room(&mut self, held: usize, charge: usize, source: SocketAddr, keep: Option<&EntityKey>) -> bool {
+        while self.registry_bytes - held + charge > self.bounds.registry_bytes {
+            let victim = self.shares.victim(source).filter(|v| Some(v) != keep);
+            match victim {
+                Some(victim) => {
+                    self.counters.evicted += 1;
+                    self.remove_remote(&victim);
+                }
+                None => return false,
+            }
+        }
+        true
     }
 
     fn apply_process_unreg(&mut self, process: Option<pb::Process>) {
@@ -636,6 +739,7 @@ impl Registrar {
     fn remove_remote(&mut self, key: &EntityKey) {
         if let Some(e) = self.topics.remove(key) {
             self.shares.remove(e.source, key);
+            self.registry_bytes -= e.charge;
         }
         let ended: Vec<u64> = self.matches.iter().filter(|(_, k)| k == key).map(|(id, _)| *id).collect();
         for local_id in ended {

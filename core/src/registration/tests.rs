@@ -789,3 +789,49 @@ fn local_mode_takes_registration_from_loopback_only_and_oversized_samples_are_re
     r.handle_datagram(t0, addr(1), &d);
     assert_eq!((r.topics().count(), r.counters().over_limits), (0, 1));
 }
+
+/// A publisher registration of entity `id` of process `pid` on host `h1` with a `descriptor_len`-byte descriptor.
+fn remote_pub_with_descriptor(pid: u32, id: u64, descriptor_len: usize) -> Vec<Vec<u8>> {
+    let me = ident("h1", pid);
+    let mut topic = local(id, &format!("t{id}"), vec![]);
+    topic.type_info.descriptor = vec![id as u8; descriptor_len];
+    let s = codec::topic_sample(&me, Direction::Publisher, &topic, 1);
+    codec::encode_registration(&s, wire::DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || 0).unwrap()
+}
+
+#[test]
+fn the_registry_is_bounded_in_bytes() {
+    let t0 = Instant::now();
+    let bounds = crate::config::LimitsConfig { registry_bytes: 4 << 20, ..Default::default() };
+    let mut r = Registrar::new(ident("h1", 1), &cfg(), t0).with_bounds(&bounds);
+    // 200 topics with distinct 50 KB descriptors (10 MB) from one address: about 80 keep theirs, the next are
+    // kept without (they still match) until the budget is spent, the rest refused.
+    for id in 0..200 {
+        for d in remote_pub_with_descriptor(10, id, 50_000) {
+            r.handle_datagram(t0, addr(1), &d);
+        }
+    }
+    let kept = r.topics().count();
+    assert!(kept >= 100, "{kept} kept");
+    assert_eq!(r.counters().registry_full, 200 - kept as u64);
+    let with: usize = r.topics().filter(|t| !t.type_info.descriptor.is_empty()).count();
+    let bytes: usize = r.topics().map(|t| t.type_info.descriptor.len()).sum();
+    assert!((60..=83).contains(&with), "{with} kept their descriptor");
+    assert!(bytes <= 4 << 20, "{bytes} descriptor bytes held");
+    assert_eq!(r.counters().descriptors_dropped, (kept - with) as u64);
+    // Another address's topic keeps its descriptor: the flooding address gives up entities for it.
+    let evicted = r.counters().evicted;
+    for d in remote_pub_with_descriptor(20, 1000, 50_000) {
+        r.handle_datagram(t0, addr(2), &d);
+    }
+    let legit = r.topics().find(|t| t.key.pid == 20).expect("another address's topic is not locked out");
+    assert_eq!(legit.type_info.descriptor.len(), 50_000);
+    assert!(r.counters().evicted > evicted);
+    // Removal gives the bytes back: after expiry, a new topic keeps its descriptor again.
+    r.handle_timeout(t0 + Duration::from_secs(11));
+    assert_eq!(r.topics().count(), 0);
+    for d in remote_pub_with_descriptor(30, 5, 50_000) {
+        r.handle_datagram(t0 + Duration::from_secs(11), addr(1), &d);
+    }
+    assert_eq!(r.topics().next().map(|t| t.type_info.descriptor.len()), Some(50_000));
+}
