@@ -134,6 +134,25 @@ pub(crate) fn shm_write_mode() -> u32 {
     SHM_WRITE_MODE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Sets `SO_RCVBUFFORCE` (`receive`) or `SO_SNDBUFFORCE` on socket `fd` to `bytes`: a buffer above
+/// `net.core.{r,w}mem_max`, allowed to processes with `CAP_NET_ADMIN`.
+pub(crate) fn force_socket_buffer(fd: std::os::fd::RawFd, receive: bool, bytes: usize) -> io::Result<()> {
+    let option = if receive { libc::SO_RCVBUFFORCE } else { libc::SO_SNDBUFFORCE };
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the option value is a c_int read by the kernel from a pointer to a live local of exactly the size
+    // passed; a stale or foreign `fd` makes the call fail with EBADF/ENOTSOCK, nothing else.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            option,
+            (&raw const value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::open_peer_file;

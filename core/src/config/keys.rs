@@ -627,6 +627,39 @@ pub(crate) static KEYS: &[KeyDef] = &[
             Some(())
         },
     },
+    KeyDef {
+        section: "shoal_network",
+        key: "receive_buffer",
+        alias: None,
+        doc: &[
+            "Receive buffer of the UDP sockets, registration and data, in bytes (eCAL 6:",
+            "transport_layer.udp.receive_buffer). Datagrams that arrive while it is full are lost: size it for",
+            "the bursts a subscriber must absorb (a 6 MB message is 100 datagrams of 64 KB). The kernel caps it at",
+            "net.core.rmem_max unless the process may raise that (root); a capped request is warned about once,",
+            "with the limit.",
+        ],
+        allowed: "65536..=1073741824 (bytes)",
+        get: |c| c.network.receive_buffer.to_string(),
+        set: |d, v, _| {
+            d.cfg.network.receive_buffer = usize::try_from(int_in(v, 65536, 1073741824)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_network",
+        key: "send_buffer",
+        alias: None,
+        doc: &[
+            "Send buffer of the UDP send socket in bytes (eCAL 6: transport_layer.udp.send_buffer); capped at",
+            "net.core.wmem_max like the receive buffer.",
+        ],
+        allowed: "65536..=1073741824 (bytes)",
+        get: |c| c.network.send_buffer.to_string(),
+        set: |d, v, _| {
+            d.cfg.network.send_buffer = usize::try_from(int_in(v, 65536, 1073741824)?).ok()?;
+            Some(())
+        },
+    },
     // ----- [shoal_shm_ring]
     KeyDef {
         section: "shoal_shm_ring",

@@ -106,6 +106,10 @@ pub struct NetworkConfig {
     pub multicast_interface: Ipv4Addr,
     /// UDP data layer port (eCAL: 14002).
     pub data_port: u16,
+    /// Receive buffer asked for on the UDP sockets, registration and data (eCAL 6: 5 MiB).
+    pub receive_buffer: usize,
+    /// Send buffer asked for on the UDP send socket (eCAL 6: 5 MiB).
+    pub send_buffer: usize,
 }
 
 /// shoal's native shared-memory ring (`[shoal_shm_ring]`).
@@ -367,6 +371,8 @@ impl Default for Config {
                 multicast_ttl: 3,
                 multicast_interface: Ipv4Addr::UNSPECIFIED,
                 data_port: 14002,
+                receive_buffer: 5 << 20,
+                send_buffer: 5 << 20,
             },
             shm_ring: ShmRingConfig {
                 enabled: true,

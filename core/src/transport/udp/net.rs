@@ -4,6 +4,7 @@
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -11,8 +12,57 @@ use crate::config::NetworkConfig;
 
 use super::codec::topic_group;
 
-/// Socket buffer size asked for (the kernel caps it at `net.core.{r,w}mem_max`).
-const SOCKET_BUFFER: usize = 4 << 20;
+/// Which buffer of a socket [`size_buffer`] sets.
+#[derive(Debug, Clone, Copy)]
+enum Buffer {
+    Receive,
+    Send,
+}
+
+/// Capped buffer requests already warned about (receive, send): once per process each.
+static CAPPED_WARNED: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(false)];
+
+/// Asks for a `wanted`-byte buffer; if the kernel caps it (`net.core.{r,w}mem_max`), tries the privileged
+/// `SO_{RCV,SND}BUFFORCE` (root), and warns once per process with the limit when the buffer stays smaller.
+/// Returns the size the kernel reports (Linux reports twice what it grants for bookkeeping; halved here).
+fn size_buffer(s: &Socket, which: Buffer, wanted: usize) -> usize {
+    let _ = match which {
+        Buffer::Receive => s.set_recv_buffer_size(wanted),
+        Buffer::Send => s.set_send_buffer_size(wanted),
+    };
+    let granted = |s: &Socket| {
+        let size = match which {
+            Buffer::Receive => s.recv_buffer_size(),
+            Buffer::Send => s.send_buffer_size(),
+        };
+        size.map(|n| n / 2).unwrap_or(0)
+    };
+    if granted(s) >= wanted {
+        return granted(s);
+    }
+    let forced =
+        crate::sys::force_socket_buffer(std::os::fd::AsRawFd::as_raw_fd(s), matches!(which, Buffer::Receive), wanted)
+            .is_ok();
+    let got = granted(s);
+    if got < wanted {
+        let (index, name, sysctl, key) = match which {
+            Buffer::Receive => (0, "receive", "net.core.rmem_max", "receive_buffer"),
+            Buffer::Send => (1, "send", "net.core.wmem_max", "send_buffer"),
+        };
+        let limit = std::fs::read_to_string(format!("/proc/sys/{}", sysctl.replace('.', "/")))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into());
+        if !CAPPED_WARNED[index].swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "UDP {name} buffer is {got} bytes, not the {wanted} asked for: the kernel caps it at {sysctl} = \
+                 {limit}{}; bursts beyond it are lost. Raise it (sysctl -w {sysctl}={wanted}) or set \
+                 [shoal_network] {key} lower to silence this",
+                if forced { "" } else { " and this process may not exceed it (not root)" }
+            );
+        }
+    }
+    got
+}
 
 /// The interface address multicast sockets use: the configured one, else the source address of the route to the
 /// multicast group (the default route's interface unless a multicast route says otherwise), else 127.0.0.1.
@@ -60,7 +110,7 @@ pub(crate) fn destination(net: &NetworkConfig, topic: &str) -> SocketAddrV4 {
 pub(crate) fn open_send_socket(net: &NetworkConfig, iface: Ipv4Addr) -> io::Result<Socket> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
     s.set_nonblocking(true)?;
-    let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+    size_buffer(&s, Buffer::Send, net.send_buffer);
     if net.enabled {
         s.set_multicast_ttl_v4(net.multicast_ttl)?;
         s.set_multicast_loop_v4(true)?;
@@ -72,16 +122,43 @@ pub(crate) fn open_send_socket(net: &NetworkConfig, iface: Ipv4Addr) -> io::Resu
     Ok(s)
 }
 
-/// A receive socket: `0.0.0.0:port`, SO_REUSEADDR, non-blocking, large buffer. In network mode it joins the base
+/// A receive socket: `0.0.0.0:port`, SO_REUSEADDR, non-blocking, `[shoal_network] receive_buffer` large. In network mode it joins the base
 /// group on `iface`; the data layer's topic groups are joined by the caller.
 pub(crate) fn open_recv_socket(net: &NetworkConfig, iface: Ipv4Addr, port: u16) -> io::Result<mio::net::UdpSocket> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
     s.set_reuse_address(true)?;
     s.set_nonblocking(true)?;
-    let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
+    size_buffer(&s, Buffer::Receive, net.receive_buffer);
     s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port).into())?;
     if net.enabled {
         s.join_multicast_v4(&net.multicast_group, &iface)?;
     }
     Ok(mio::net::UdpSocket::from_std(s.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rmem_max() -> usize {
+        std::fs::read_to_string("/proc/sys/net/core/rmem_max").unwrap().trim().parse().unwrap()
+    }
+
+    #[test]
+    fn the_receive_buffer_is_what_was_asked_for_or_the_kernel_limit() {
+        let wanted = rmem_max() * 2;
+        let net = NetworkConfig { receive_buffer: wanted, ..crate::Config::default().network };
+        let s = open_recv_socket(&net, Ipv4Addr::UNSPECIFIED, 0).unwrap();
+        let got = socket2::SockRef::from(&s).recv_buffer_size().unwrap() / 2;
+        // Root (CAP_NET_ADMIN) may exceed rmem_max; others are capped at it.
+        let root = std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+        if root {
+            assert!(got >= wanted, "root gets {wanted} above rmem_max: {got}");
+        } else {
+            assert_eq!(got, rmem_max(), "capped at rmem_max");
+        }
+    }
 }
