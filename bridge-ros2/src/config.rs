@@ -150,9 +150,12 @@ struct TypeSpec<'a> {
     proto: Option<PathBuf>,
 }
 
+/// A route's type and, for raw routes, its descriptor; or the key at fault and what is wrong.
+type RouteTypeResult = Result<(RouteType, Option<Vec<u8>>), (Key, String)>;
+
 /// The route's type and, for raw routes, its descriptor. Types that are not built in, or built-in ones with a
 /// `shoal_type`, are generic mappings, checked here.
-fn route_type(spec: TypeSpec<'_>, reg: &mut MsgRegistry) -> Result<(RouteType, Option<Vec<u8>>), (Key, String)> {
+fn route_type(spec: TypeSpec<'_>, reg: &mut MsgRegistry) -> RouteTypeResult {
     let descriptor = |ty: &str| -> Result<Option<Vec<u8>>, (Key, String)> {
         match (&spec.descriptor, &spec.proto) {
             (Some(_), Some(_)) => {
@@ -733,6 +736,56 @@ mod tests {
         let flag = format!("a=raw,shoal_type=sensor_msgs.Imu,shoal_descriptor={}", dir.join("imu.desc").display());
         assert_eq!(Config::parse_topic_flag(&flag, &[]).unwrap().raw_type_info().encoding, "proto");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn generic_mapping_keys() {
+        let demo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/demo");
+        // Relative paths are relative to the file's directory: tests/demo.
+        let path = demo.join("generic.toml").display().to_string();
+        let ok = "[ros]\nmsg_path = [\"msg\"]\n\n[[topic]]\nshoal = \"t\"\ntype = \"demo_msgs/msg/Telemetry\"\n\
+                  shoal_type = \"demo.Telemetry\"\nshoal_proto = \"demo.proto\"\n";
+        let c = Config::from_toml(&path, ok).expect("demo.Telemetry maps");
+        let RouteType::Generic(m) = &c.routes[0].ros_type else { panic!("a generic route") };
+        assert_eq!(m.type_info().name, "demo.Telemetry");
+        assert_eq!(m.type_info().encoding, "proto");
+        assert_eq!(c.routes[0].ros_type.dds_name(), "demo_msgs::msg::dds_::Telemetry_");
+        assert_eq!(c.routes[0].shoal_type, None);
+        let e = |text: &str| Config::from_toml(&path, text).unwrap_err().to_string();
+        let bad = e(&ok.replace("demo.Telemetry", "demo.BadTelemetry"));
+        assert!(
+            bad.starts_with(&format!(
+                "{path}:7:14: protobuf demo.BadTelemetry does not map to demo_msgs/msg/Telemetry: pose.position.w: \
+                 no such field in geometry_msgs/msg/Point"
+            )),
+            "{bad}"
+        );
+        let x = e(&ok.replace("shoal_proto = \"demo.proto\"\n", ""));
+        assert!(x.starts_with(&format!("{path}:7:14: shoal_type: a generic mapping of demo.Telemetry to")), "{x}");
+        let x = e(&ok.replace("[\"msg\"]", "[\"nowhere\"]"));
+        assert!(x.starts_with(&format!("{path}:2:13: msg_path: ")) && x.contains("not a directory"), "{x}");
+        let x = e(&ok.replace("msg_path = [\"msg\"]", ""));
+        assert!(x.starts_with(&format!("{path}:7:14: ")) && x.contains("Telemetry: no definition found"), "{x}");
+        let x = e(&ok.replace("demo.proto", "missing.proto"));
+        assert!(x.starts_with(&format!("{path}:8:15: shoal_proto: ")) && x.contains("missing.proto"), "{x}");
+        let x = e(&ok.replace("demo_msgs/msg/Telemetry", "demo_msgs/srv/Telemetry"));
+        assert!(x.starts_with(&format!("{path}:6:8: type = ")), "{x}");
+        let x = e(&format!("{ok}shoal_descriptor = \"x.desc\"\n"));
+        assert!(x.contains("give shoal_proto or shoal_descriptor, not both"), "{x}");
+        // A built-in ROS type with a shoal_type: the shipped .msg, mapped to the configured protobuf message.
+        let pose = "[[topic]]\nshoal = \"p\"\ntype = \"geometry_msgs/msg/Pose\"\nshoal_type = \"demo.Pose\"\n\
+                    shoal_proto = \"demo.proto\"\n";
+        let c = Config::from_toml(&path, pose).expect("demo.Pose maps to geometry_msgs/msg/Pose");
+        assert!(matches!(c.routes[0].ros_type, RouteType::Generic(_)));
+        // The same from a flag, with the .msg directory given on the command line.
+        let flag = format!(
+            "t=demo_msgs/Telemetry,shoal_type=demo.Telemetry,shoal_proto={}",
+            demo.join("demo.proto").display()
+        );
+        let r = Config::parse_topic_flag(&flag, &[demo.join("msg")]).expect("maps");
+        assert_eq!(r.ros_type.to_string(), "demo_msgs/msg/Telemetry as demo.Telemetry");
+        let x = Config::parse_topic_flag(&flag, &[]).unwrap_err().to_string();
+        assert!(x.contains("no definition found"), "{x}");
     }
 
     #[test]

@@ -169,7 +169,7 @@ pub fn telemetry(i: u32, size: usize) -> demo::Telemetry {
         tags: vec!["a".into(), format!("t{i}")],
         blob: pattern(i, size),
         mode: (i % 2) as i32,
-        ok: i % 2 == 0,
+        ok: i.is_multiple_of(2),
         trim: -((i % 100) as i32),
         flags: i % 256,
         grade: 65 + i % 26,
