@@ -45,6 +45,14 @@ pub enum BridgeError {
         /// Why.
         source: shoal::CreateError,
     },
+    /// A route's protobuf definition was to come from its shoal publisher, and did not, or does not map.
+    #[error("shoal topic {topic}: {message}")]
+    Announced {
+        /// The topic.
+        topic: String,
+        /// What went wrong.
+        message: String,
+    },
     /// The DDS participant, node, topic, reader or writer could not be created.
     #[error("ROS 2 / DDS: {0}")]
     Ros(String),
@@ -263,6 +271,60 @@ pub fn check_socket_limits(requested: usize) -> Option<String> {
     })
 }
 
+/// The routes with every [`RouteType::Announced`] replaced by the generic mapping of the protobuf definition its
+/// shoal publisher announces: waits up to `announced_type_wait_ms` for a publisher of the topic announcing
+/// `shoal_type` with encoding `proto`, then checks the mapping (the error names the first field that does not
+/// match).
+fn resolve_announced(config: &Config, node: &shoal::Node) -> Result<Vec<Route>, BridgeError> {
+    let mut routes = config.routes.clone();
+    let deadline = Instant::now() + Duration::from_millis(config.announced_type_wait_ms);
+    let mut reg = crate::msgdef::MsgRegistry::new(config.msg_path.clone());
+    for r in &mut routes {
+        let RouteType::Announced { ros, shoal_type } = &r.ros_type else { continue };
+        tracing::info!(topic = %r.shoal_topic, "waiting for a shoal publisher announcing {shoal_type}");
+        let (mut seen, descriptor) = loop {
+            let snap = node.snapshot();
+            let pubs: Vec<&shoal::monitor::TopicEntry> = snap
+                .topics
+                .iter()
+                .filter(|t| t.topic_name == r.shoal_topic && t.direction == shoal::monitor::TopicDirection::Publisher)
+                .collect();
+            let found = pubs.iter().find(|t| {
+                t.type_info.name == *shoal_type && t.type_info.encoding == "proto" && !t.type_info.descriptor.is_empty()
+            });
+            let seen: Vec<String> =
+                pubs.iter().map(|t| format!("{} ({})", t.type_info.name, t.type_info.encoding)).collect();
+            if let Some(t) = found {
+                break (seen, Some(t.type_info.descriptor.clone()));
+            }
+            if Instant::now() >= deadline {
+                break (seen, None);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let Some(descriptor) = descriptor else {
+            seen.dedup();
+            let others = if seen.is_empty() { "none".to_string() } else { seen.join(", ") };
+            return Err(BridgeError::Announced {
+                topic: r.shoal_topic.clone(),
+                message: format!(
+                    "no publisher announced {shoal_type} (encoding proto, with a descriptor) within {} ms \
+                     (announced_type_wait_ms); publishers seen: {others}. Start the publisher first, or give \
+                     shoal_proto or shoal_descriptor",
+                    config.announced_type_wait_ms
+                ),
+            });
+        };
+        let m = Mapping::new(&mut reg, ros, shoal_type, descriptor).map_err(|e| BridgeError::Announced {
+            topic: r.shoal_topic.clone(),
+            message: format!("the announced protobuf {shoal_type} does not map to {ros}: {e}"),
+        })?;
+        tracing::info!(topic = %r.shoal_topic, "{shoal_type} (announced) maps to {ros}");
+        r.ros_type = RouteType::Generic(Arc::new(m));
+    }
+    Ok(routes)
+}
+
 /// Parts of a running route the main loop needs.
 struct Running {
     route: Route,
@@ -313,8 +375,9 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
     })
     .detach();
 
+    let routes = resolve_announced(config, &shoal_node)?;
     let mut running = Vec::new();
-    for route in &config.routes {
+    for route in &routes {
         let mut env = StartEnv { shoal_node: &shoal_node, node: &mut node, ex: &ex, stop: &stop };
         let builtin = match &route.ros_type {
             RouteType::Builtin(t) => *t,
@@ -323,6 +386,12 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
                 tracing::info!(route = %route_name(route), direction = ?route.direction, qos = ?route.qos, "bridging");
                 running.push(r);
                 continue;
+            }
+            RouteType::Announced { .. } => {
+                return Err(BridgeError::Announced {
+                    topic: route.shoal_topic.clone(),
+                    message: "the announced protobuf definition was not resolved".into(),
+                });
             }
         };
         let r = match builtin {

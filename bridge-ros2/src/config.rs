@@ -145,6 +145,8 @@ enum Key {
 /// already resolved to paths).
 struct TypeSpec<'a> {
     ty: &'a str,
+    /// Whether the route publishes on shoal (and so must announce a protobuf definition of its own).
+    to_shoal: bool,
     shoal_type: Option<&'a str>,
     descriptor: Option<PathBuf>,
     proto: Option<PathBuf>,
@@ -203,10 +205,18 @@ fn route_type(spec: TypeSpec<'_>, reg: &mut MsgRegistry) -> RouteTypeResult {
         (_, Some(st)) => {
             let ros = MsgName::parse(spec.ty).map_err(|m| (Key::Type, format!("type = {m}")))?;
             let Some(bytes) = descriptor(st)? else {
-                return Err((
-                    Key::ShoalType,
-                    format!("shoal_type: a generic mapping of {st} to {ros} needs shoal_proto or shoal_descriptor"),
-                ));
+                if spec.to_shoal {
+                    return Err((
+                        Key::ShoalType,
+                        format!(
+                            "shoal_type: a generic mapping of {st} to {ros} that publishes on shoal (direction \
+                             ros_to_shoal or both) needs shoal_proto or shoal_descriptor; only a shoal_to_ros route \
+                             can take the definition its shoal publisher announces"
+                        ),
+                    ));
+                }
+                reg.resolve(&ros).map_err(|e| (Key::Type, e.to_string()))?;
+                return Ok((RouteType::Announced { ros, shoal_type: st.to_string() }, None));
             };
             let m = Mapping::new(reg, &ros, st, bytes)
                 .map_err(|e| (Key::ShoalType, format!("protobuf {st} does not map to {ros}: {e}")))?;
@@ -237,6 +247,9 @@ pub struct Config {
     pub unit_name: String,
     /// How often a statistics line is printed and published, milliseconds (0: never).
     pub stats_interval_ms: u64,
+    /// How long the bridge waits at start for the shoal publishers whose announced protobuf definitions routes
+    /// take ([`RouteType::Announced`]), milliseconds.
+    pub announced_type_wait_ms: u64,
     /// The bridged topics.
     pub routes: Vec<Route>,
 }
@@ -253,6 +266,7 @@ impl Default for Config {
             socket_send_buffer: 8 << 20,
             unit_name: "shoal_ros2_bridge".into(),
             stats_interval_ms: 1000,
+            announced_type_wait_ms: 10_000,
             routes: Vec::new(),
         }
     }
@@ -317,6 +331,7 @@ struct FileRos {
 struct FileShoal {
     unit_name: Option<Spanned<String>>,
     stats_interval_ms: Option<Spanned<i64>>,
+    announced_type_wait_ms: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -483,12 +498,22 @@ impl Config {
             if let Some(v) = &shoal.stats_interval_ms {
                 c.stats_interval_ms = cx.int(v, "stats_interval_ms", (0, 3_600_000))?;
             }
+            if let Some(v) = &shoal.announced_type_wait_ms {
+                c.announced_type_wait_ms = cx.int(v, "announced_type_wait_ms", (100, 600_000))?;
+            }
         }
         c.msg_path.splice(0..0, msg_dirs.iter().cloned());
         let mut reg = MsgRegistry::new(c.msg_path.clone());
         for t in file.topic {
+            let direction = match &t.direction {
+                Some(v) => Direction::parse(v.get_ref()).ok_or_else(|| {
+                    cx.err(v.span(), format!("direction = {:?}: allowed {}", v.get_ref(), Direction::ALLOWED))
+                })?,
+                None => Direction::Both,
+            };
             let spec = TypeSpec {
                 ty: t.ros_type.get_ref(),
+                to_shoal: direction.to_shoal(),
                 shoal_type: t.shoal_type.as_ref().map(|v| v.get_ref().as_str()),
                 descriptor: t.shoal_descriptor.as_ref().map(|v| base.join(v.get_ref())),
                 proto: t.shoal_proto.as_ref().map(|v| base.join(v.get_ref())),
@@ -511,12 +536,6 @@ impl Config {
                     v.get_ref().clone()
                 }
                 None => default_ros_topic(t.shoal.get_ref()),
-            };
-            let direction = match &t.direction {
-                Some(v) => Direction::parse(v.get_ref()).ok_or_else(|| {
-                    cx.err(v.span(), format!("direction = {:?}: allowed {}", v.get_ref(), Direction::ALLOWED))
-                })?,
-                None => Direction::Both,
             };
             let mut qos = Qos::default();
             if let Some(r) = t.reliability {
@@ -611,7 +630,8 @@ impl Config {
         }
         let mut reg = MsgRegistry::new(msg_dirs.iter().cloned());
         let shoal_type = r.shoal_type.clone();
-        let spec = TypeSpec { ty, shoal_type: shoal_type.as_deref(), descriptor, proto };
+        let spec =
+            TypeSpec { ty, to_shoal: r.direction.to_shoal(), shoal_type: shoal_type.as_deref(), descriptor, proto };
         let (ros_type, desc) = route_type(spec, &mut reg).map_err(|(_, m)| flag(m))?;
         if !ros_type.is_raw() {
             r.shoal_type = None;
@@ -772,6 +792,15 @@ mod tests {
         assert!(x.starts_with(&format!("{path}:6:8: type = ")), "{x}");
         let x = e(&format!("{ok}shoal_descriptor = \"x.desc\"\n"));
         assert!(x.contains("give shoal_proto or shoal_descriptor, not both"), "{x}");
+        // shoal → ROS 2 without a definition: the one the shoal publisher announces, waited for at start.
+        let c =
+            Config::from_toml(&path, &ok.replace("shoal_proto = \"demo.proto\"\n", "direction = \"shoal_to_ros\"\n"))
+                .expect("an announced definition");
+        let RouteType::Announced { ros, shoal_type } = &c.routes[0].ros_type else { panic!("announced") };
+        assert_eq!((ros.to_string().as_str(), shoal_type.as_str()), ("demo_msgs/msg/Telemetry", "demo.Telemetry"));
+        assert_eq!(c.announced_type_wait_ms, 10_000);
+        let x = e("[shoal]\nannounced_type_wait_ms = 5\n");
+        assert!(x.starts_with(&format!("{path}:2:26: announced_type_wait_ms = 5: allowed 100..=600000")), "{x}");
         // A built-in ROS type with a shoal_type: the shipped .msg, mapped to the configured protobuf message.
         let pose = "[[topic]]\nshoal = \"p\"\ntype = \"geometry_msgs/msg/Pose\"\nshoal_type = \"demo.Pose\"\n\
                     shoal_proto = \"demo.proto\"\n";

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::generic::Mapping;
+use crate::msgdef::MsgName;
 
 /// What a route carries: a built-in type, or a generic mapping of a protobuf message to any ROS 2 type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,6 +14,15 @@ pub enum RouteType {
     Builtin(RosType),
     /// A protobuf message mapped by field names to a ROS 2 type read from a `.msg` file.
     Generic(Arc<Mapping>),
+    /// A generic mapping whose protobuf definition is the one the shoal topic's publisher announces (shoal → ROS 2
+    /// routes without `shoal_proto` or `shoal_descriptor`); the bridge waits for it when it starts, then checks the
+    /// mapping and carries on as [`RouteType::Generic`].
+    Announced {
+        /// The ROS 2 type (its `.msg` already found and parsed).
+        ros: MsgName,
+        /// The protobuf message the publisher must announce.
+        shoal_type: String,
+    },
 }
 
 impl RouteType {
@@ -21,6 +31,7 @@ impl RouteType {
         match self {
             RouteType::Builtin(t) => t.ros_name(),
             RouteType::Generic(m) => (&m.ros_name().pkg, &m.ros_name().name),
+            RouteType::Announced { ros, .. } => (&ros.pkg, &ros.name),
         }
     }
 
@@ -41,6 +52,7 @@ impl fmt::Display for RouteType {
         match self {
             RouteType::Builtin(t) => t.fmt(f),
             RouteType::Generic(m) => write!(f, "{} as {}", m.ros_name(), m.type_info().name),
+            RouteType::Announced { ros, shoal_type } => write!(f, "{ros} as {shoal_type}"),
         }
     }
 }

@@ -771,3 +771,51 @@ fn generic_mismatch_is_refused_at_start() {
         "{err}"
     );
 }
+
+/// A shoal → ROS 2 generic route without shoal_proto or shoal_descriptor takes the protobuf definition the shoal
+/// publisher announces: the bridge waits for it at start and checks the mapping; without such a publisher it
+/// stops with an error once `announced_type_wait_ms` has passed.
+#[test]
+fn generic_mapping_from_the_announced_descriptor() {
+    if !root_or_skip("generic_mapping_from_the_announced_descriptor") {
+        return;
+    }
+    let _serial = serial();
+    let ns = Netns::create("ga");
+    let msg_dir = demo_dir().join("msg").display().to_string();
+    let route = "tel_ann=demo_msgs/msg/Telemetry,direction=shoal_to_ros,shoal_type=demo.Telemetry";
+
+    // No publisher: refused after the wait.
+    let cfg = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("announced_{}.toml", std::process::id()));
+    std::fs::write(&cfg, "[shoal]\nannounced_type_wait_ms = 1500\n").expect("write the configuration");
+    let args = ["--config", cfg.to_str().expect("utf-8"), "--msg-path", &msg_dir, "--topic", route];
+    let mut p = Proc::spawn("bridge (no publisher)", ns.command(BRIDGE, &args));
+    let status = p.wait_exit(Duration::from_secs(30)).expect("the bridge gives up");
+    assert!(!status.success());
+    std::thread::sleep(Duration::from_millis(200));
+    let err = p.stderr();
+    assert!(
+        err.contains("shoal topic tel_ann: no publisher announced demo.Telemetry (encoding proto, with a descriptor) within 1500 ms"),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(&cfg);
+
+    // A stream of 200 messages at 50 Hz, published before the bridge starts; the Cyclone subscriber checks
+    // messages 101..=120 (by then the bridge's DDS writer has long matched it) against rosbags' bytes.
+    let mut csub =
+        ns.cyclone("cyclone sub", &["sub", "telemetry", "/tel_ann", "20", "100", "--first", "101", "--timeout", "60"]);
+    let mut publ = ns.shoal(
+        "shoal pub",
+        &["pub", "--topic", "tel_ann", "--kind", "telemetry", "--count", "200", "--size", "100", "--rate", "50"],
+    );
+    let mut bridge = ns.bridge(&["--msg-path", &msg_dir, "--topic", route]);
+    let summary = csub.expect("summary", Duration::from_secs(70));
+    assert_all("shoal (announced descriptor) -> bridge -> cyclone, telemetry", &summary, 20);
+    publ.expect("done", Duration::from_secs(30));
+    publ.wait_success(Duration::from_secs(10));
+    csub.wait_success(Duration::from_secs(10));
+    let st = stats_of(&mut bridge, "tel_ann");
+    assert!(st["to_ros"].as_u64().unwrap_or(0) >= 120, "{st}");
+    let drops = st["dropped"].as_object().map(|m| m.values().filter_map(Value::as_u64).sum::<u64>());
+    assert_eq!(drops, Some(0), "{st}");
+}
