@@ -1,4 +1,5 @@
-//! Generates the shipped protobuf forms of the built-in ROS 2 messages (`proto/`) with shoal-codegen.
+//! Generates the shipped protobuf forms of the built-in ROS 2 messages (`proto/`) with shoal-codegen, and the
+//! `demo` package of the generic-mapping tests (`tests/demo/demo.proto`, used by `testdata` and shoal-ros2-peer).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     shoal_codegen::Builder::new()
@@ -7,8 +8,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "proto/std_msgs.proto",
             "proto/geometry_msgs.proto",
             "proto/sensor_msgs.proto",
+            "tests/demo/demo.proto",
         ])
-        .include_dirs(["proto"])
+        .include_dirs(["proto", "tests/demo"])
         .compile()?;
     Ok(())
 }

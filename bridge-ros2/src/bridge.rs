@@ -19,16 +19,17 @@ use ros2_client::{
     Context, MessageTypeName, Name, NodeName, NodeOptions, QosProfile, Subscription,
     qos::{Durability as RosDurability, History, Reliability as RosReliability, WhenFull},
 };
-use serde::{Serialize, de::DeserializeOwned};
+use serde::{Serialize, de::DeserializeOwned, de::DeserializeSeed};
 use serde_json::json;
 use shoal::{Sample, TypeInfo};
 
 use crate::config::{Config, Durability, Reliability, Route};
+use crate::generic::{DynRos, DynSeed, Mapping, ProtoError};
 use crate::mapping::ToRos;
 use crate::pb;
 use crate::ros;
 use crate::stats::{Cause, RouteStats};
-use crate::types::RosType;
+use crate::types::{RosType, RouteType};
 
 /// Errors that stop the bridge from starting.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +45,14 @@ pub enum BridgeError {
         /// Why.
         source: shoal::CreateError,
     },
+    /// A route's protobuf definition was to come from its shoal publisher, and did not, or does not map.
+    #[error("shoal topic {topic}: {message}")]
+    Announced {
+        /// The topic.
+        topic: String,
+        /// What went wrong.
+        message: String,
+    },
     /// The DDS participant, node, topic, reader or writer could not be created.
     #[error("ROS 2 / DDS: {0}")]
     Ros(String),
@@ -55,8 +64,12 @@ fn ros_err(what: &str, e: impl std::fmt::Debug) -> BridgeError {
 
 /// How a route turns shoal payloads into ROS 2 messages and back.
 pub trait Codec: Send + Sync + 'static {
-    /// The ROS 2 message struct.
-    type Ros: Serialize + DeserializeOwned + std::fmt::Debug + Send + 'static;
+    /// The ROS 2 message.
+    type Ros: Serialize + std::fmt::Debug + Send + 'static;
+    /// What reads a ROS 2 message from CDR.
+    type Seed: for<'de> DeserializeSeed<'de, Value = Self::Ros> + Clone + Send + 'static;
+    /// The reader of this route's CDR samples.
+    fn seed(&self) -> Self::Seed;
     /// What the bridge's shoal publisher announces.
     fn shoal_type_info(&self) -> TypeInfo;
     /// What the bridge's shoal subscriber expects (default: what the publisher announces).
@@ -85,6 +98,10 @@ where
     P::Ros: Serialize + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     type Ros = P::Ros;
+    type Seed = PhantomData<P::Ros>;
+    fn seed(&self) -> Self::Seed {
+        PhantomData
+    }
     fn shoal_type_info(&self) -> TypeInfo {
         P::type_info().clone()
     }
@@ -138,6 +155,10 @@ impl RawCodec {
 
 impl Codec for RawCodec {
     type Ros = ros::UInt8MultiArray;
+    type Seed = PhantomData<ros::UInt8MultiArray>;
+    fn seed(&self) -> Self::Seed {
+        PhantomData
+    }
     fn shoal_type_info(&self) -> TypeInfo {
         self.type_info.clone()
     }
@@ -153,6 +174,48 @@ impl Codec for RawCodec {
         let label = msg.layout.dim.first().map_or("", |d| d.label.as_str());
         self.check_type(label, "a ROS 2 sample (layout.dim[0].label)")?;
         Ok(msg.data)
+    }
+}
+
+/// A generic mapping: the configured protobuf message (announced with its descriptor), written as the ROS 2 type
+/// read from its `.msg` file.
+#[derive(Debug)]
+pub struct GenericCodec(Arc<Mapping>);
+
+impl GenericCodec {
+    /// The codec of a checked mapping.
+    pub fn new(m: Arc<Mapping>) -> GenericCodec {
+        GenericCodec(m)
+    }
+}
+
+impl Codec for GenericCodec {
+    type Ros = DynRos;
+    type Seed = DynSeed;
+    fn seed(&self) -> DynSeed {
+        self.0.seed()
+    }
+    fn shoal_type_info(&self) -> TypeInfo {
+        self.0.type_info().clone()
+    }
+    fn to_ros(&self, sample: &Sample) -> Result<DynRos, (Cause, String)> {
+        let want = self.0.type_info();
+        let got = sample.type_info();
+        if !got.name.is_empty()
+            && (got.name != want.name || (!got.encoding.is_empty() && got.encoding != want.encoding))
+        {
+            return Err((
+                Cause::TypeMismatch,
+                format!("publisher announces {} ({}), the route carries {} (proto)", got.name, got.encoding, want.name),
+            ));
+        }
+        self.0.from_proto(sample.payload()).map_err(|e| match e {
+            ProtoError::Decode(m) => (Cause::ProtoDecode, m),
+            ProtoError::Range(m) => (Cause::Map, m),
+        })
+    }
+    fn to_shoal(&self, msg: DynRos) -> Result<Vec<u8>, (Cause, String)> {
+        Ok(msg.encode_proto())
     }
 }
 
@@ -208,6 +271,60 @@ pub fn check_socket_limits(requested: usize) -> Option<String> {
     })
 }
 
+/// The routes with every [`RouteType::Announced`] replaced by the generic mapping of the protobuf definition its
+/// shoal publisher announces: waits up to `announced_type_wait_ms` for a publisher of the topic announcing
+/// `shoal_type` with encoding `proto`, then checks the mapping (the error names the first field that does not
+/// match).
+fn resolve_announced(config: &Config, node: &shoal::Node) -> Result<Vec<Route>, BridgeError> {
+    let mut routes = config.routes.clone();
+    let deadline = Instant::now() + Duration::from_millis(config.announced_type_wait_ms);
+    let mut reg = crate::msgdef::MsgRegistry::new(config.msg_path.clone());
+    for r in &mut routes {
+        let RouteType::Announced { ros, shoal_type } = &r.ros_type else { continue };
+        tracing::info!(topic = %r.shoal_topic, "waiting for a shoal publisher announcing {shoal_type}");
+        let (mut seen, descriptor) = loop {
+            let snap = node.snapshot();
+            let pubs: Vec<&shoal::monitor::TopicEntry> = snap
+                .topics
+                .iter()
+                .filter(|t| t.topic_name == r.shoal_topic && t.direction == shoal::monitor::TopicDirection::Publisher)
+                .collect();
+            let found = pubs.iter().find(|t| {
+                t.type_info.name == *shoal_type && t.type_info.encoding == "proto" && !t.type_info.descriptor.is_empty()
+            });
+            let seen: Vec<String> =
+                pubs.iter().map(|t| format!("{} ({})", t.type_info.name, t.type_info.encoding)).collect();
+            if let Some(t) = found {
+                break (seen, Some(t.type_info.descriptor.clone()));
+            }
+            if Instant::now() >= deadline {
+                break (seen, None);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let Some(descriptor) = descriptor else {
+            seen.dedup();
+            let others = if seen.is_empty() { "none".to_string() } else { seen.join(", ") };
+            return Err(BridgeError::Announced {
+                topic: r.shoal_topic.clone(),
+                message: format!(
+                    "no publisher announced {shoal_type} (encoding proto, with a descriptor) within {} ms \
+                     (announced_type_wait_ms); publishers seen: {others}. Start the publisher first, or give \
+                     shoal_proto or shoal_descriptor",
+                    config.announced_type_wait_ms
+                ),
+            });
+        };
+        let m = Mapping::new(&mut reg, ros, shoal_type, descriptor).map_err(|e| BridgeError::Announced {
+            topic: r.shoal_topic.clone(),
+            message: format!("the announced protobuf {shoal_type} does not map to {ros}: {e}"),
+        })?;
+        tracing::info!(topic = %r.shoal_topic, "{shoal_type} (announced) maps to {ros}");
+        r.ros_type = RouteType::Generic(Arc::new(m));
+    }
+    Ok(routes)
+}
+
 /// Parts of a running route the main loop needs.
 struct Running {
     route: Route,
@@ -258,10 +375,26 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
     })
     .detach();
 
+    let routes = resolve_announced(config, &shoal_node)?;
     let mut running = Vec::new();
-    for route in &config.routes {
+    for route in &routes {
         let mut env = StartEnv { shoal_node: &shoal_node, node: &mut node, ex: &ex, stop: &stop };
-        let r = match route.ros_type {
+        let builtin = match &route.ros_type {
+            RouteType::Builtin(t) => *t,
+            RouteType::Generic(m) => {
+                let r = env.start(route, GenericCodec::new(Arc::clone(m)))?;
+                tracing::info!(route = %route_name(route), direction = ?route.direction, qos = ?route.qos, "bridging");
+                running.push(r);
+                continue;
+            }
+            RouteType::Announced { .. } => {
+                return Err(BridgeError::Announced {
+                    topic: route.shoal_topic.clone(),
+                    message: "the announced protobuf definition was not resolved".into(),
+                });
+            }
+        };
+        let r = match builtin {
             RosType::String => env.start(route, ProtoCodec::<pb::std_msgs::String>::default()),
             RosType::Header => env.start(route, ProtoCodec::<pb::std_msgs::Header>::default()),
             RosType::Time => env.start(route, ProtoCodec::<pb::builtin_interfaces::Time>::default()),
@@ -532,7 +665,7 @@ impl StartEnv<'_, '_> {
         if let (Some(sub), Some(mut publ)) = (ros_sub, shoal_pub) {
             let (codec, stats) = (Arc::clone(&codec), Arc::clone(&stats));
             ex.spawn(async move {
-                let stream = sub.async_stream();
+                let stream = sub.async_stream_seed(codec.seed());
                 futures::pin_mut!(stream);
                 while let Some(item) = stream.next().await {
                     match item {

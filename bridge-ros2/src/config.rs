@@ -6,14 +6,17 @@
 
 use std::net::IpAddr;
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 use toml::Spanned;
 
 use shoal::TypeInfo;
 
-use crate::types::RosType;
+use crate::generic::{Mapping, compile_proto};
+use crate::msgdef::{MsgName, MsgRegistry};
+use crate::types::{RosType, RouteType};
 
 /// Which way a topic is bridged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -92,8 +95,8 @@ pub struct Route {
     pub shoal_topic: String,
     /// The ROS 2 topic name (absolute, e.g. `/camera/image`; on DDS `rt/camera/image`).
     pub ros_topic: String,
-    /// The ROS 2 type.
-    pub ros_type: RosType,
+    /// The ROS 2 type: built in, or a generic mapping.
+    pub ros_type: RouteType,
     /// The direction.
     pub direction: Direction,
     /// The DDS QoS.
@@ -129,6 +132,99 @@ pub fn load_descriptor(path: &Path, type_name: &str) -> Result<Vec<u8>, String> 
     Ok(bytes)
 }
 
+/// Which key of a topic an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Type,
+    ShoalType,
+    Descriptor,
+    Proto,
+}
+
+/// A topic's type keys: `type`, `shoal_type`, and the protobuf definition (`shoal_descriptor` or `shoal_proto`,
+/// already resolved to paths).
+struct TypeSpec<'a> {
+    ty: &'a str,
+    /// Whether the route publishes on shoal (and so must announce a protobuf definition of its own).
+    to_shoal: bool,
+    shoal_type: Option<&'a str>,
+    descriptor: Option<PathBuf>,
+    proto: Option<PathBuf>,
+}
+
+/// A route's type and, for raw routes, its descriptor; or the key at fault and what is wrong.
+type RouteTypeResult = Result<(RouteType, Option<Vec<u8>>), (Key, String)>;
+
+/// The route's type and, for raw routes, its descriptor. Types that are not built in, or built-in ones with a
+/// `shoal_type`, are generic mappings, checked here.
+fn route_type(spec: TypeSpec<'_>, reg: &mut MsgRegistry) -> RouteTypeResult {
+    let descriptor = |ty: &str| -> Result<Option<Vec<u8>>, (Key, String)> {
+        match (&spec.descriptor, &spec.proto) {
+            (Some(_), Some(_)) => {
+                Err((Key::Proto, "shoal_proto: give shoal_proto or shoal_descriptor, not both".into()))
+            }
+            (Some(d), None) => {
+                load_descriptor(d, ty).map(Some).map_err(|m| (Key::Descriptor, format!("shoal_descriptor: {m}")))
+            }
+            (None, Some(p)) => {
+                let bytes = compile_proto(p, &[]).map_err(|m| (Key::Proto, format!("shoal_proto: {m}")))?;
+                shoal::dynamic::DynamicDecoder::new(&TypeInfo::new(ty, "proto", bytes.clone()))
+                    .map_err(|e| (Key::Proto, format!("shoal_proto: {}: {e}", p.display())))?;
+                Ok(Some(bytes))
+            }
+            (None, None) => Ok(None),
+        }
+    };
+    let needs_type = || {
+        let key = if spec.proto.is_some() { Key::Proto } else { Key::Descriptor };
+        let name = if key == Key::Proto { "shoal_proto" } else { "shoal_descriptor" };
+        (key, format!("{name}: needs shoal_type, the message it defines"))
+    };
+    let builtin = RosType::parse(spec.ty);
+    match (builtin, spec.shoal_type) {
+        (Some(RosType::Raw), st) => match st {
+            Some(st) => Ok((RouteType::Builtin(RosType::Raw), descriptor(st)?)),
+            None if spec.descriptor.is_some() || spec.proto.is_some() => Err(needs_type()),
+            None => Ok((RouteType::Builtin(RosType::Raw), None)),
+        },
+        (Some(b), None) => {
+            if spec.descriptor.is_some() || spec.proto.is_some() {
+                return Err(needs_type());
+            }
+            Ok((RouteType::Builtin(b), None))
+        }
+        (None, None) => Err((
+            Key::Type,
+            format!(
+                "type = {:?}: not built in (allowed: {}); any other ROS 2 type is a generic mapping and needs \
+                 shoal_type with shoal_proto or shoal_descriptor",
+                spec.ty,
+                RosType::allowed()
+            ),
+        )),
+        (_, Some(st)) => {
+            let ros = MsgName::parse(spec.ty).map_err(|m| (Key::Type, format!("type = {m}")))?;
+            let Some(bytes) = descriptor(st)? else {
+                if spec.to_shoal {
+                    return Err((
+                        Key::ShoalType,
+                        format!(
+                            "shoal_type: a generic mapping of {st} to {ros} that publishes on shoal (direction \
+                             ros_to_shoal or both) needs shoal_proto or shoal_descriptor; only a shoal_to_ros route \
+                             can take the definition its shoal publisher announces"
+                        ),
+                    ));
+                }
+                reg.resolve(&ros).map_err(|e| (Key::Type, e.to_string()))?;
+                return Ok((RouteType::Announced { ros, shoal_type: st.to_string() }, None));
+            };
+            let m = Mapping::new(reg, &ros, st, bytes)
+                .map_err(|e| (Key::ShoalType, format!("protobuf {st} does not map to {ros}: {e}")))?;
+            Ok((RouteType::Generic(Arc::new(m)), None))
+        }
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -140,6 +236,9 @@ pub struct Config {
     pub namespace: String,
     /// The IP addresses of the interfaces DDS may use (RustDDS `with_only_networks`); empty: all.
     pub interfaces: Vec<IpAddr>,
+    /// Directories of `.msg` files laid out as ROS does (`<dir>/<pkg>/msg/<Type>.msg`), searched in order before
+    /// the built-in definitions, for generic mappings.
+    pub msg_path: Vec<PathBuf>,
     /// SO_RCVBUF requested for every DDS socket, bytes.
     pub socket_receive_buffer: usize,
     /// SO_SNDBUF requested for every DDS socket, bytes.
@@ -148,6 +247,9 @@ pub struct Config {
     pub unit_name: String,
     /// How often a statistics line is printed and published, milliseconds (0: never).
     pub stats_interval_ms: u64,
+    /// How long the bridge waits at start for the shoal publishers whose announced protobuf definitions routes
+    /// take ([`RouteType::Announced`]), milliseconds.
+    pub announced_type_wait_ms: u64,
     /// The bridged topics.
     pub routes: Vec<Route>,
 }
@@ -159,10 +261,12 @@ impl Default for Config {
             node_name: "shoal_ros2_bridge".into(),
             namespace: "/".into(),
             interfaces: Vec::new(),
+            msg_path: Vec::new(),
             socket_receive_buffer: 8 << 20,
             socket_send_buffer: 8 << 20,
             unit_name: "shoal_ros2_bridge".into(),
             stats_interval_ms: 1000,
+            announced_type_wait_ms: 10_000,
             routes: Vec::new(),
         }
     }
@@ -217,6 +321,7 @@ struct FileRos {
     node_name: Option<Spanned<String>>,
     namespace: Option<Spanned<String>>,
     interfaces: Option<Vec<Spanned<String>>>,
+    msg_path: Option<Vec<Spanned<String>>>,
     socket_receive_buffer: Option<Spanned<i64>>,
     socket_send_buffer: Option<Spanned<i64>>,
 }
@@ -226,6 +331,7 @@ struct FileRos {
 struct FileShoal {
     unit_name: Option<Spanned<String>>,
     stats_interval_ms: Option<Spanned<i64>>,
+    announced_type_wait_ms: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -241,6 +347,7 @@ struct FileTopic {
     history_depth: Option<Spanned<i64>>,
     shoal_type: Option<Spanned<String>>,
     shoal_descriptor: Option<Spanned<String>>,
+    shoal_proto: Option<Spanned<String>>,
 }
 
 /// Line and column (1-based) of byte `offset` in `text`.
@@ -312,13 +419,25 @@ pub fn default_ros_topic(shoal_topic: &str) -> String {
 impl Config {
     /// Reads and checks a TOML configuration file.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::Read { path: path.display().to_string(), reason: e.to_string() })?;
-        Config::from_toml(&path.display().to_string(), &text)
+        Config::from_file_with(path, &[])
     }
 
-    /// Parses and checks configuration text; `path` is used in error messages.
+    /// [`Config::from_file`], with `.msg` directories (`--msg-path`) searched before the file's `msg_path`.
+    pub fn from_file_with(path: &Path, msg_dirs: &[PathBuf]) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Read { path: path.display().to_string(), reason: e.to_string() })?;
+        Config::from_toml_with(&path.display().to_string(), &text, msg_dirs)
+    }
+
+    /// Parses and checks configuration text; `path` is used in error messages, and relative paths in the file are
+    /// relative to its directory.
     pub fn from_toml(path: &str, text: &str) -> Result<Config, ConfigError> {
+        Config::from_toml_with(path, text, &[])
+    }
+
+    /// [`Config::from_toml`], with `.msg` directories searched before the file's `msg_path`.
+    pub fn from_toml_with(path: &str, text: &str, msg_dirs: &[PathBuf]) -> Result<Config, ConfigError> {
+        let base = Path::new(path).parent().unwrap_or(Path::new("")).to_path_buf();
         let cx = FileCtx { path, text };
         let file: FileConfig = toml::from_str(text).map_err(|e| {
             let span = e.span().unwrap_or(0..0);
@@ -350,6 +469,18 @@ impl Config {
                     c.interfaces.push(ip);
                 }
             }
+            if let Some(list) = ros.msg_path {
+                for v in list {
+                    let d = base.join(v.get_ref());
+                    if !d.is_dir() {
+                        return Err(cx.err(
+                            v.span(),
+                            format!("msg_path: {} is not a directory (of <pkg>/msg/<Type>.msg files)", d.display()),
+                        ));
+                    }
+                    c.msg_path.push(d);
+                }
+            }
             if let Some(v) = &ros.socket_receive_buffer {
                 c.socket_receive_buffer = cx.int(v, "socket_receive_buffer", (0, 1 << 30))?;
             }
@@ -367,13 +498,34 @@ impl Config {
             if let Some(v) = &shoal.stats_interval_ms {
                 c.stats_interval_ms = cx.int(v, "stats_interval_ms", (0, 3_600_000))?;
             }
+            if let Some(v) = &shoal.announced_type_wait_ms {
+                c.announced_type_wait_ms = cx.int(v, "announced_type_wait_ms", (100, 600_000))?;
+            }
         }
+        c.msg_path.splice(0..0, msg_dirs.iter().cloned());
+        let mut reg = MsgRegistry::new(c.msg_path.clone());
         for t in file.topic {
-            let ros_type = RosType::parse(t.ros_type.get_ref()).ok_or_else(|| {
-                cx.err(
-                    t.ros_type.span(),
-                    format!("type = {:?}: unknown; allowed: {}", t.ros_type.get_ref(), RosType::allowed()),
-                )
+            let direction = match &t.direction {
+                Some(v) => Direction::parse(v.get_ref()).ok_or_else(|| {
+                    cx.err(v.span(), format!("direction = {:?}: allowed {}", v.get_ref(), Direction::ALLOWED))
+                })?,
+                None => Direction::Both,
+            };
+            let spec = TypeSpec {
+                ty: t.ros_type.get_ref(),
+                to_shoal: direction.to_shoal(),
+                shoal_type: t.shoal_type.as_ref().map(|v| v.get_ref().as_str()),
+                descriptor: t.shoal_descriptor.as_ref().map(|v| base.join(v.get_ref())),
+                proto: t.shoal_proto.as_ref().map(|v| base.join(v.get_ref())),
+            };
+            let (ros_type, shoal_descriptor) = route_type(spec, &mut reg).map_err(|(key, m)| {
+                let span = match key {
+                    Key::Type => Some(t.ros_type.span()),
+                    Key::ShoalType => t.shoal_type.as_ref().map(Spanned::span),
+                    Key::Descriptor => t.shoal_descriptor.as_ref().map(Spanned::span),
+                    Key::Proto => t.shoal_proto.as_ref().map(Spanned::span),
+                };
+                cx.err(span.unwrap_or_else(|| t.ros_type.span()), m)
             })?;
             if t.shoal.get_ref().is_empty() {
                 return Err(cx.err(t.shoal.span(), "shoal: the topic name must not be empty"));
@@ -385,12 +537,6 @@ impl Config {
                 }
                 None => default_ros_topic(t.shoal.get_ref()),
             };
-            let direction = match &t.direction {
-                Some(v) => Direction::parse(v.get_ref()).ok_or_else(|| {
-                    cx.err(v.span(), format!("direction = {:?}: allowed {}", v.get_ref(), Direction::ALLOWED))
-                })?,
-                None => Direction::Both,
-            };
             let mut qos = Qos::default();
             if let Some(r) = t.reliability {
                 qos.reliability = r;
@@ -401,37 +547,14 @@ impl Config {
             if let Some(v) = &t.history_depth {
                 qos.history_depth = cx.int(v, "history_depth", (1, 100_000))?;
             }
-            for (key, v) in [("shoal_type", &t.shoal_type), ("shoal_descriptor", &t.shoal_descriptor)] {
-                if let Some(v) = v
-                    && ros_type != RosType::Raw
-                {
-                    return Err(cx.err(
-                        v.span(),
-                        format!("{key}: only for type = \"raw\"; {ros_type} announces its protobuf type"),
-                    ));
-                }
-            }
-            let shoal_descriptor = match (&t.shoal_descriptor, &t.shoal_type) {
-                (None, _) => None,
-                (Some(v), None) => {
-                    return Err(cx.err(v.span(), "shoal_descriptor: needs shoal_type, the message it defines"));
-                }
-                (Some(v), Some(ty)) => {
-                    // Relative to the configuration file's directory.
-                    let file = Path::new(path).parent().unwrap_or(Path::new("")).join(v.get_ref());
-                    Some(
-                        load_descriptor(&file, ty.get_ref())
-                            .map_err(|m| cx.err(v.span(), format!("shoal_descriptor: {m}")))?,
-                    )
-                }
-            };
+            let is_raw = ros_type.is_raw();
             c.routes.push(Route {
                 shoal_topic: t.shoal.into_inner(),
                 ros_topic,
                 ros_type,
                 direction,
                 qos,
-                shoal_type: t.shoal_type.map(Spanned::into_inner),
+                shoal_type: t.shoal_type.filter(|_| is_raw).map(Spanned::into_inner),
                 shoal_descriptor,
             });
         }
@@ -439,9 +562,10 @@ impl Config {
     }
 
     /// Parses a `--topic` flag: `SHOAL_TOPIC=TYPE[,key=value...]` with keys `ros`, `direction`, `reliability`,
-    /// `durability`, `history_depth`, `shoal_type`, `shoal_descriptor` (the same values as the file's `[[topic]]`
-    /// keys; a relative descriptor path is relative to the working directory).
-    pub fn parse_topic_flag(spec: &str) -> Result<Route, ConfigError> {
+    /// `durability`, `history_depth`, `shoal_type`, `shoal_descriptor`, `shoal_proto` (the same values as the
+    /// file's `[[topic]]` keys; relative paths are relative to the working directory). Generic mappings find
+    /// their `.msg` files in `msg_dirs`, then among the built-in ones.
+    pub fn parse_topic_flag(spec: &str, msg_dirs: &[PathBuf]) -> Result<Route, ConfigError> {
         let flag = |m: String| ConfigError::Flag { flag: format!("--topic {spec}"), message: m };
         let mut parts = spec.split(',');
         let head = parts.next().unwrap_or_default();
@@ -451,18 +575,16 @@ impl Config {
         if shoal.is_empty() {
             return Err(flag("the shoal topic name is empty".into()));
         }
-        let ros_type =
-            RosType::parse(ty).ok_or_else(|| flag(format!("type {ty:?}: unknown; allowed: {}", RosType::allowed())))?;
         let mut r = Route {
             shoal_topic: shoal.into(),
             ros_topic: default_ros_topic(shoal),
-            ros_type,
+            ros_type: RouteType::Builtin(RosType::Raw),
             direction: Direction::Both,
             qos: Qos::default(),
             shoal_type: None,
             shoal_descriptor: None,
         };
-        let mut descriptor = None;
+        let (mut descriptor, mut proto) = (None, None);
         for kv in parts {
             let (k, v) = kv.split_once('=').ok_or_else(|| flag(format!("{kv:?}: expected key=value")))?;
             match k {
@@ -495,24 +617,27 @@ impl Config {
                         .filter(|d| (1..=100_000).contains(d))
                         .ok_or_else(|| flag(format!("history_depth {v:?}: allowed 1..=100000")))?;
                 }
-                "shoal_type" | "shoal_descriptor" if ros_type != RosType::Raw => {
-                    return Err(flag(format!("{k}: only for type raw")));
-                }
                 "shoal_type" => r.shoal_type = Some(v.into()),
-                "shoal_descriptor" => descriptor = Some(v),
+                "shoal_descriptor" => descriptor = Some(PathBuf::from(v)),
+                "shoal_proto" => proto = Some(PathBuf::from(v)),
                 _ => {
                     return Err(flag(format!(
                         "unknown key {k:?}; allowed ros, direction, reliability, durability, history_depth, \
-                         shoal_type, shoal_descriptor"
+                         shoal_type, shoal_descriptor, shoal_proto"
                     )));
                 }
             }
         }
-        if let Some(d) = descriptor {
-            let ty = r.shoal_type.as_deref().ok_or_else(|| flag("shoal_descriptor: needs shoal_type".into()))?;
-            r.shoal_descriptor =
-                Some(load_descriptor(Path::new(d), ty).map_err(|m| flag(format!("shoal_descriptor: {m}")))?);
+        let mut reg = MsgRegistry::new(msg_dirs.iter().cloned());
+        let shoal_type = r.shoal_type.clone();
+        let spec =
+            TypeSpec { ty, to_shoal: r.direction.to_shoal(), shoal_type: shoal_type.as_deref(), descriptor, proto };
+        let (ros_type, desc) = route_type(spec, &mut reg).map_err(|(_, m)| flag(m))?;
+        if !ros_type.is_raw() {
+            r.shoal_type = None;
         }
+        r.ros_type = ros_type;
+        r.shoal_descriptor = desc;
         Ok(r)
     }
 
@@ -581,7 +706,11 @@ mod tests {
         let e = err("[[topic]]\nshoal = \"a\"\ntype = \"sensor_msgs/msg/Imu\"\nreliability = \"sometimes\"\n");
         assert!(e.starts_with("b.toml:4:") && e.contains("reliable") && e.contains("best_effort"), "{e}");
         let e = err("[[topic]]\nshoal = \"a\"\ntype = \"foo/msg/Bar\"\n");
-        assert!(e.starts_with("b.toml:3:8: type = \"foo/msg/Bar\": unknown; allowed: std_msgs/msg/String"), "{e}");
+        assert!(
+            e.starts_with("b.toml:3:8: type = \"foo/msg/Bar\": not built in (allowed: std_msgs/msg/String")
+                && e.contains("generic mapping and needs shoal_type with shoal_proto or shoal_descriptor"),
+            "{e}"
+        );
         let e = err("[[topic]]\nshoal = \"a\"\nros = \"no_slash\"\ntype = \"raw\"\n");
         assert!(e.starts_with("b.toml:3:7: ros = \"no_slash\""), "{e}");
         let e = err("[[topic]]\nshoal = \"a\"\n");
@@ -618,31 +747,90 @@ mod tests {
             .to_string();
         assert!(e.contains("needs shoal_type"), "{e}");
         // Without a descriptor: the name, encoding raw; without a type: UInt8MultiArray's name.
-        let r = Config::parse_topic_flag("a=raw,shoal_type=demo.Blob").unwrap();
+        let r = Config::parse_topic_flag("a=raw,shoal_type=demo.Blob", &[]).unwrap();
         assert_eq!(r.raw_type_info(), TypeInfo::raw("demo.Blob"));
         assert_eq!(
-            Config::parse_topic_flag("a=raw").unwrap().raw_type_info(),
+            Config::parse_topic_flag("a=raw", &[]).unwrap().raw_type_info(),
             TypeInfo::raw("std_msgs/msg/UInt8MultiArray")
         );
         let flag = format!("a=raw,shoal_type=sensor_msgs.Imu,shoal_descriptor={}", dir.join("imu.desc").display());
-        assert_eq!(Config::parse_topic_flag(&flag).unwrap().raw_type_info().encoding, "proto");
+        assert_eq!(Config::parse_topic_flag(&flag, &[]).unwrap().raw_type_info().encoding, "proto");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
+    fn generic_mapping_keys() {
+        let demo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/demo");
+        // Relative paths are relative to the file's directory: tests/demo.
+        let path = demo.join("generic.toml").display().to_string();
+        let ok = "[ros]\nmsg_path = [\"msg\"]\n\n[[topic]]\nshoal = \"t\"\ntype = \"demo_msgs/msg/Telemetry\"\n\
+                  shoal_type = \"demo.Telemetry\"\nshoal_proto = \"demo.proto\"\n";
+        let c = Config::from_toml(&path, ok).expect("demo.Telemetry maps");
+        let RouteType::Generic(m) = &c.routes[0].ros_type else { panic!("a generic route") };
+        assert_eq!(m.type_info().name, "demo.Telemetry");
+        assert_eq!(m.type_info().encoding, "proto");
+        assert_eq!(c.routes[0].ros_type.dds_name(), "demo_msgs::msg::dds_::Telemetry_");
+        assert_eq!(c.routes[0].shoal_type, None);
+        let e = |text: &str| Config::from_toml(&path, text).unwrap_err().to_string();
+        let bad = e(&ok.replace("demo.Telemetry", "demo.BadTelemetry"));
+        assert!(
+            bad.starts_with(&format!(
+                "{path}:7:14: protobuf demo.BadTelemetry does not map to demo_msgs/msg/Telemetry: pose.position.w: \
+                 no such field in geometry_msgs/msg/Point"
+            )),
+            "{bad}"
+        );
+        let x = e(&ok.replace("shoal_proto = \"demo.proto\"\n", ""));
+        assert!(x.starts_with(&format!("{path}:7:14: shoal_type: a generic mapping of demo.Telemetry to")), "{x}");
+        let x = e(&ok.replace("[\"msg\"]", "[\"nowhere\"]"));
+        assert!(x.starts_with(&format!("{path}:2:13: msg_path: ")) && x.contains("not a directory"), "{x}");
+        let x = e(&ok.replace("msg_path = [\"msg\"]", ""));
+        assert!(x.starts_with(&format!("{path}:7:14: ")) && x.contains("Telemetry: no definition found"), "{x}");
+        let x = e(&ok.replace("demo.proto", "missing.proto"));
+        assert!(x.starts_with(&format!("{path}:8:15: shoal_proto: ")) && x.contains("missing.proto"), "{x}");
+        let x = e(&ok.replace("demo_msgs/msg/Telemetry", "demo_msgs/srv/Telemetry"));
+        assert!(x.starts_with(&format!("{path}:6:8: type = ")), "{x}");
+        let x = e(&format!("{ok}shoal_descriptor = \"x.desc\"\n"));
+        assert!(x.contains("give shoal_proto or shoal_descriptor, not both"), "{x}");
+        // shoal → ROS 2 without a definition: the one the shoal publisher announces, waited for at start.
+        let c =
+            Config::from_toml(&path, &ok.replace("shoal_proto = \"demo.proto\"\n", "direction = \"shoal_to_ros\"\n"))
+                .expect("an announced definition");
+        let RouteType::Announced { ros, shoal_type } = &c.routes[0].ros_type else { panic!("announced") };
+        assert_eq!((ros.to_string().as_str(), shoal_type.as_str()), ("demo_msgs/msg/Telemetry", "demo.Telemetry"));
+        assert_eq!(c.announced_type_wait_ms, 10_000);
+        let x = e("[shoal]\nannounced_type_wait_ms = 5\n");
+        assert!(x.starts_with(&format!("{path}:2:26: announced_type_wait_ms = 5: allowed 100..=600000")), "{x}");
+        // A built-in ROS type with a shoal_type: the shipped .msg, mapped to the configured protobuf message.
+        let pose = "[[topic]]\nshoal = \"p\"\ntype = \"geometry_msgs/msg/Pose\"\nshoal_type = \"demo.Pose\"\n\
+                    shoal_proto = \"demo.proto\"\n";
+        let c = Config::from_toml(&path, pose).expect("demo.Pose maps to geometry_msgs/msg/Pose");
+        assert!(matches!(c.routes[0].ros_type, RouteType::Generic(_)));
+        // The same from a flag, with the .msg directory given on the command line.
+        let flag = format!(
+            "t=demo_msgs/Telemetry,shoal_type=demo.Telemetry,shoal_proto={}",
+            demo.join("demo.proto").display()
+        );
+        let r = Config::parse_topic_flag(&flag, &[demo.join("msg")]).expect("maps");
+        assert_eq!(r.ros_type.to_string(), "demo_msgs/msg/Telemetry as demo.Telemetry");
+        let x = Config::parse_topic_flag(&flag, &[]).unwrap_err().to_string();
+        assert!(x.contains("no definition found"), "{x}");
+    }
+
+    #[test]
     fn topic_flags() {
-        let r = Config::parse_topic_flag("cam=sensor_msgs/msg/Image,ros=/camera/image,direction=shoal_to_ros,reliability=best_effort,history_depth=5").unwrap();
+        let r = Config::parse_topic_flag("cam=sensor_msgs/msg/Image,ros=/camera/image,direction=shoal_to_ros,reliability=best_effort,history_depth=5", &[]).unwrap();
         assert_eq!(r.ros_topic, "/camera/image");
         assert_eq!(r.direction, Direction::ShoalToRos);
         assert_eq!(r.qos.reliability, Reliability::BestEffort);
         assert_eq!(r.qos.history_depth, 5);
         assert!(
-            Config::parse_topic_flag("cam=sensor_msgs/msg/Image,speed=3")
+            Config::parse_topic_flag("cam=sensor_msgs/msg/Image,speed=3", &[])
                 .unwrap_err()
                 .to_string()
                 .contains("allowed ros")
         );
-        assert!(Config::parse_topic_flag("cam").is_err());
+        assert!(Config::parse_topic_flag("cam", &[]).is_err());
         assert_eq!(default_ros_topic("a.b/1x"), "/a_b/_1x");
     }
 }

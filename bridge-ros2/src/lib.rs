@@ -4,19 +4,24 @@
 //! - [`config`]: the TOML file and `--topic` flags, every key checked.
 //! - [`types`]: the ROS 2 types the bridge carries; [`ros`] their CDR (serde) form; [`pb`] the shipped protobuf
 //!   form (`proto/`); [`mapping`] field by field between the two.
+//! - [`msgdef`]: ROS 2 `.msg` files (any type, no ROS install); [`generic`] maps any protobuf message to one by
+//!   field names, checked at start, with CDR driven by the parsed definition.
 //! - [`bridge`]: the running bridge (threads, echo suppression, QoS checks); [`stats`] its counters.
 //! - [`testdata`]: deterministic messages the interop tests and the benchmark send and check.
 
 pub mod bridge;
 pub mod config;
+pub mod generic;
 pub mod mapping;
+pub mod msgdef;
 pub mod ros;
 pub mod stats;
 pub mod testdata;
 pub mod types;
 
 /// The shipped protobuf messages (generated from `proto/` by shoal-codegen): modules `builtin_interfaces`,
-/// `std_msgs`, `geometry_msgs`, `sensor_msgs`.
+/// `std_msgs`, `geometry_msgs`, `sensor_msgs`; and `demo`, the protobuf side of the generic-mapping tests
+/// (`tests/demo/demo.proto`).
 pub mod pb {
     shoal::include_proto!();
 }

@@ -27,10 +27,16 @@ struct Args {
     config: Option<PathBuf>,
     /// A bridged topic, added to the file's: SHOAL_TOPIC=TYPE[,ros=/name][,direction=shoal_to_ros|ros_to_shoal|both]
     /// [,reliability=reliable|best_effort][,durability=volatile|transient_local][,history_depth=N][,shoal_type=NAME]
-    /// [,shoal_descriptor=FILE]. TYPE is e.g. sensor_msgs/msg/Image, or raw. Defaults: ros=/SHOAL_TOPIC, both,
+    /// [,shoal_descriptor=FILE][,shoal_proto=FILE]. TYPE is e.g. sensor_msgs/msg/Image, or raw; any other ROS 2 type
+    /// (its .msg found in --msg-path), or a built-in one with shoal_type, is a generic mapping of protobuf message
+    /// shoal_type (defined by shoal_proto or shoal_descriptor) by field names. Defaults: ros=/SHOAL_TOPIC, both,
     /// reliable, volatile, 10.
     #[arg(long = "topic", short = 't')]
     topics: Vec<String>,
+    /// A directory of ROS 2 `.msg` files laid out as ROS does (DIR/<pkg>/msg/<Type>.msg), for generic mappings;
+    /// repeatable, searched before the file's `msg_path` and the built-in definitions.
+    #[arg(long = "msg-path")]
+    msg_path: Vec<PathBuf>,
     /// ROS_DOMAIN_ID (0..=232); overrides the file and the environment.
     #[arg(long)]
     domain_id: Option<u16>,
@@ -61,8 +67,8 @@ fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let mut config = match &args.config {
-        Some(path) => Config::from_file(path)?,
-        None => Config::default(),
+        Some(path) => Config::from_file_with(path, &args.msg_path)?,
+        None => Config { msg_path: args.msg_path.clone(), ..Config::default() },
     };
     let file_has_domain = args
         .config
@@ -93,7 +99,7 @@ fn main() -> anyhow::Result<()> {
         config.stats_interval_ms = s;
     }
     for t in &args.topics {
-        config.routes.push(Config::parse_topic_flag(t)?);
+        config.routes.push(Config::parse_topic_flag(t, &config.msg_path)?);
     }
     anyhow::ensure!(!config.routes.is_empty(), "no topics to bridge: give --config FILE or --topic SHOAL=TYPE");
     config.check_routes()?;

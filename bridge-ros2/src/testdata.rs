@@ -1,7 +1,7 @@
 //! Deterministic messages, number `i` of a run: the interop tests and the benchmark send them on one side and
 //! check them on the other (`tests/dds/peer.py` builds the same ones with rosbags).
 
-use crate::pb::{builtin_interfaces, geometry_msgs, sensor_msgs, std_msgs};
+use crate::pb::{builtin_interfaces, demo, geometry_msgs, sensor_msgs, std_msgs};
 
 fn header(i: u32, frame: &str) -> Option<std_msgs::Header> {
     Some(std_msgs::Header {
@@ -138,4 +138,49 @@ pub fn raw(i: u32, size: usize) -> Vec<u8> {
 /// The message number a payload of [`raw`] carries.
 pub fn raw_index(payload: &[u8]) -> Option<u32> {
     Some(u32::from_le_bytes(payload.get(..4)?.try_into().ok()?))
+}
+
+/// `demo.Telemetry` number `i` (the generic-mapping tests' message, `tests/demo/`), with `size` bytes of `blob`.
+/// Every ROS-side nested message is present (a ROS message always has them), and the arrays vary in length
+/// with `i` (some are empty).
+pub fn telemetry(i: u32, size: usize) -> demo::Telemetry {
+    let f = f64::from(i);
+    let wheel = |k: u32| demo::Wheel {
+        name: format!("w{k}"),
+        speed: f + f64::from(k) * 0.5,
+        ticks: i * 10 + k,
+        slipping: k % 2 == 1,
+    };
+    demo::Telemetry {
+        header: Some(demo::Header {
+            stamp: Some(demo::Time { sec: i as i32, nanosec: i.wrapping_mul(1000) }),
+            frame_id: "base_link".into(),
+        }),
+        pose: Some(demo::Pose {
+            position: Some(demo::Point { x: f, y: -f, z: 0.25 }),
+            orientation: Some(demo::Quaternion { x: 0.0, y: 0.0, z: 0.5, w: 0.75 }),
+        }),
+        wheels: (0..4).map(wheel).collect(),
+        spare: (0..i % 3).map(|k| wheel(10 + k)).collect(),
+        temperatures: vec![20.5, 21.25 + (i % 8) as f32],
+        gyro: vec![0.125 * f, -0.5, 1.0],
+        errors: (0..i % 9).map(|k| k as i32 * 7 - 20).collect(),
+        name: format!("rover {i}"),
+        tags: vec!["a".into(), format!("t{i}")],
+        blob: pattern(i, size),
+        mode: (i % 2) as i32,
+        ok: i.is_multiple_of(2),
+        trim: -((i % 100) as i32),
+        flags: i % 256,
+        grade: 65 + i % 26,
+        volts: 12000 + i % 1000,
+        seq: -i64::from(i) * 1_000_000_007,
+        counter: u64::from(i) << 40,
+        uptime: Some(demo::Time { sec: i as i32 * 60, nanosec: 5 }),
+    }
+}
+
+/// The message number of a [`telemetry`] message (its `header.stamp.sec`).
+pub fn telemetry_index(t: &demo::Telemetry) -> Option<u32> {
+    t.header.as_ref()?.stamp.as_ref().and_then(|s| u32::try_from(s.sec).ok())
 }

@@ -2,6 +2,60 @@
 //! by field) and the raw fallback (`std_msgs/msg/UInt8MultiArray` carrying the shoal payload's bytes).
 
 use std::fmt;
+use std::sync::Arc;
+
+use crate::generic::Mapping;
+use crate::msgdef::MsgName;
+
+/// What a route carries: a built-in type, or a generic mapping of a protobuf message to any ROS 2 type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteType {
+    /// A built-in type (or the raw fallback).
+    Builtin(RosType),
+    /// A protobuf message mapped by field names to a ROS 2 type read from a `.msg` file.
+    Generic(Arc<Mapping>),
+    /// A generic mapping whose protobuf definition is the one the shoal topic's publisher announces (shoal → ROS 2
+    /// routes without `shoal_proto` or `shoal_descriptor`); the bridge waits for it when it starts, then checks the
+    /// mapping and carries on as [`RouteType::Generic`].
+    Announced {
+        /// The ROS 2 type (its `.msg` already found and parsed).
+        ros: MsgName,
+        /// The protobuf message the publisher must announce.
+        shoal_type: String,
+    },
+}
+
+impl RouteType {
+    /// `(package, type)` of the ROS 2 name `package/msg/Type`.
+    pub fn ros_name(&self) -> (&str, &str) {
+        match self {
+            RouteType::Builtin(t) => t.ros_name(),
+            RouteType::Generic(m) => (&m.ros_name().pkg, &m.ros_name().name),
+            RouteType::Announced { ros, .. } => (&ros.pkg, &ros.name),
+        }
+    }
+
+    /// The name on the DDS wire, `package::msg::dds_::Type_`.
+    pub fn dds_name(&self) -> String {
+        let (p, t) = self.ros_name();
+        format!("{p}::msg::dds_::{t}_")
+    }
+
+    /// Whether this is the raw fallback.
+    pub fn is_raw(&self) -> bool {
+        *self == RouteType::Builtin(RosType::Raw)
+    }
+}
+
+impl fmt::Display for RouteType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RouteType::Builtin(t) => t.fmt(f),
+            RouteType::Generic(m) => write!(f, "{} as {}", m.ros_name(), m.type_info().name),
+            RouteType::Announced { ros, shoal_type } => write!(f, "{ros} as {shoal_type}"),
+        }
+    }
+}
 
 /// A ROS 2 message type the bridge can carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Kinds: string, imu, image, pointcloud2 (the shipped protobuf types; pose_stamped, twist, transform_stamped and
-//! nav_sat_fix publish only), and raw (payloads of `testdata::raw`, announced as `testdata::RAW_TYPE`).
+//! nav_sat_fix publish only), telemetry (`demo.Telemetry` of the generic-mapping tests, `--size` bytes of blob),
+//! and raw (payloads of `testdata::raw`, announced as `testdata::RAW_TYPE`).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use serde_json::json;
 use shoal::{Message, TypeInfo};
-use shoal_ros2_bridge::pb::{sensor_msgs, std_msgs};
+use shoal_ros2_bridge::pb::{demo, sensor_msgs, std_msgs};
 use shoal_ros2_bridge::testdata;
 
 #[derive(Parser, Debug)]
@@ -121,6 +122,7 @@ fn message(kind: &str, i: u32, size: usize) -> anyhow::Result<(TypeInfo, Vec<u8>
         "twist" => enc(testdata::twist(i)),
         "transform_stamped" => enc(testdata::transform_stamped(i)),
         "nav_sat_fix" => enc(testdata::nav_sat_fix(i)),
+        "telemetry" => enc(testdata::telemetry(i, size)),
         "raw" => Ok((TypeInfo::raw(testdata::RAW_TYPE), testdata::raw(i, size))),
         _ => bail!("unknown kind {kind}"),
     }
@@ -133,6 +135,13 @@ fn check(kind: &str, payload: &[u8], size: usize) -> anyhow::Result<(u32, bool)>
         "imu" => testdata::header_index(&sensor_msgs::Imu::decode(payload)?.header),
         "image" => testdata::header_index(&sensor_msgs::Image::decode(payload)?.header),
         "pointcloud2" => testdata::header_index(&sensor_msgs::PointCloud2::decode(payload)?.header),
+        "telemetry" => {
+            // Compared as messages: the bridge's protobuf encoder (prost-reflect) may order or pack bytes
+            // differently from prost's.
+            let t = demo::Telemetry::decode(payload)?;
+            let i = testdata::telemetry_index(&t).context("no message number")?;
+            return Ok((i, t == testdata::telemetry(i, size)));
+        }
         "raw" => testdata::raw_index(payload),
         _ => bail!("unknown kind {kind}"),
     }

@@ -18,19 +18,27 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from cyclonedds.core import Policy, Qos
 from cyclonedds.domain import DomainParticipant
 from cyclonedds.idl import IdlStruct
-from cyclonedds.idl.types import array, float64, int8, int32, sequence, uint8, uint16, uint32
+from cyclonedds.idl.types import (array, bounded_str, float32, float64, int8, int16, int32, int64, sequence, uint8,
+                                  uint16, uint32, uint64)
 from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 from cyclonedds.util import duration
-from rosbags.typesys import Stores, get_typestore
+from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
 TS = get_typestore(Stores.ROS2_JAZZY)
+# The generic-mapping tests' custom types, registered in rosbags from the same .msg files the bridge reads.
+DEMO_MSG = Path(__file__).resolve().parent.parent / "demo" / "msg" / "demo_msgs" / "msg"
+_demo = {}
+for _name in ("Wheel", "Telemetry"):
+    _demo.update(get_types_from_msg((DEMO_MSG / f"{_name}.msg").read_text(), f"demo_msgs/msg/{_name}"))
+TS.register(_demo)
 T = TS.types
 
 
@@ -153,13 +161,65 @@ class ParticipantEntitiesInfo_(IdlStruct, typename="rmw_dds_common::msg::dds_::P
     node_entities_info_seq: sequence[NodeEntitiesInfo_]
 
 
+# The generic-mapping tests' custom type, as an IDL-defined Cyclone type (no ROS code generator involved).
+@dataclass
+class Duration_(IdlStruct, typename="builtin_interfaces::msg::dds_::Duration_"):
+    sec: int32
+    nanosec: uint32
+
+
+@dataclass
+class Point_(IdlStruct, typename="geometry_msgs::msg::dds_::Point_"):
+    x: float64
+    y: float64
+    z: float64
+
+
+@dataclass
+class Pose_(IdlStruct, typename="geometry_msgs::msg::dds_::Pose_"):
+    position: Point_
+    orientation: Quaternion_
+
+
+@dataclass
+class Wheel_(IdlStruct, typename="demo_msgs::msg::dds_::Wheel_"):
+    name: str
+    speed: float64
+    ticks: uint32
+    slipping: bool
+
+
+@dataclass
+class Telemetry_(IdlStruct, typename="demo_msgs::msg::dds_::Telemetry_"):
+    header: Header_
+    pose: Pose_
+    wheels: array[Wheel_, 4]
+    spare: sequence[Wheel_]
+    temperatures: sequence[float32]
+    gyro: array[float64, 3]
+    errors: sequence[int16, 8]
+    name: bounded_str[32]
+    tags: sequence[str]
+    blob: sequence[uint8]
+    mode: uint8
+    ok: bool
+    trim: int8
+    flags: uint8
+    grade: uint8
+    volts: uint16
+    seq: int64
+    counter: uint64
+    uptime: Duration_
+
+
 # A writer whose samples carry the Imu type name but not an Imu's bytes: CDR the bridge cannot decode.
 @dataclass
 class BadImu_(IdlStruct, typename="sensor_msgs::msg::dds_::Imu_"):
     junk: str
 
 
-CYCLONE = {"string": String_, "imu": Imu_, "image": Image_, "pointcloud2": PointCloud2_, "raw": UInt8MultiArray_}
+CYCLONE = {"string": String_, "imu": Imu_, "image": Image_, "pointcloud2": PointCloud2_, "raw": UInt8MultiArray_,
+           "telemetry": Telemetry_}
 ROSNAME = {
     "string": "std_msgs/msg/String",
     "imu": "sensor_msgs/msg/Imu",
@@ -170,6 +230,7 @@ ROSNAME = {
     "transform_stamped": "geometry_msgs/msg/TransformStamped",
     "nav_sat_fix": "sensor_msgs/msg/NavSatFix",
     "raw": "std_msgs/msg/UInt8MultiArray",
+    "telemetry": "demo_msgs/msg/Telemetry",
 }
 
 
@@ -235,6 +296,21 @@ def build(kind, i, size):
                                               status=T["sensor_msgs/msg/NavSatStatus"](status=-1, service=1),
                                               latitude=48.0 + f / 1024.0, longitude=11.5, altitude=520.25,
                                               position_covariance=k.copy(), position_covariance_type=2)
+    if kind == "telemetry":
+        # testdata.rs telemetry(i, size)
+        W, Ti = T["demo_msgs/msg/Wheel"], T["builtin_interfaces/msg/Time"]
+        wheel = lambda k: W(name=f"w{k}", speed=f + k * 0.5, ticks=i * 10 + k, slipping=k % 2 == 1)
+        return T["demo_msgs/msg/Telemetry"](
+            header=T["std_msgs/msg/Header"](stamp=Ti(sec=i, nanosec=(i * 1000) % 2**32), frame_id="base_link"),
+            pose=T["geometry_msgs/msg/Pose"](position=T["geometry_msgs/msg/Point"](x=f, y=-f, z=0.25),
+                                             orientation=Q(x=0.0, y=0.0, z=0.5, w=0.75)),
+            wheels=[wheel(k) for k in range(4)], spare=[wheel(10 + k) for k in range(i % 3)],
+            temperatures=np.array([20.5, 21.25 + (i % 8)], dtype=np.float32),
+            gyro=np.array([0.125 * f, -0.5, 1.0], dtype=np.float64),
+            errors=np.array([k * 7 - 20 for k in range(i % 9)], dtype=np.int16),
+            name=f"rover {i}", tags=["a", f"t{i}"], blob=pattern(i, size), mode=i % 2, ok=i % 2 == 0,
+            trim=-(i % 100), flags=i % 256, grade=65 + i % 26, volts=12000 + i % 1000, seq=-i * 1_000_000_007,
+            counter=i << 40, uptime=T["builtin_interfaces/msg/Duration"](sec=i * 60, nanosec=5))
     raise SystemExit(f"unknown kind {kind}")
 
 

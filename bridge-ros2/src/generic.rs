@@ -1,0 +1,942 @@
+//! Generic mapping: any protobuf message ⇄ any ROS 2 message type read from a `.msg` file ([`crate::msgdef`]),
+//! matched by field name and checked once, when the bridge starts. The CDR bytes (XCDR1, as ROS 2 over DDS uses
+//! it) are written and read by walking the parsed `.msg` through `cdr-encoding`'s serde serializer, the same
+//! code RustDDS uses for the built-in types, so alignment follows the same rules.
+//!
+//! # Rules
+//!
+//! Every ROS field needs a protobuf field of the same name and every protobuf field a ROS field, recursively;
+//! the first field (in `.msg` order, then the protobuf fields the ROS type lacks) that does not fit is named in
+//! the error, as a path like `pose.position.w`.
+//!
+//! | ROS 2 field | protobuf field |
+//! |---|---|
+//! | `bool` | `bool` |
+//! | integer (`int8`…`uint64`, `byte`, `char` = 8-bit unsigned) | an integer type (or enum, as int32) able to hold every value of the ROS type: e.g. `uint8` ← `uint32`, `int64`, `fixed32`…; `int64` ← `int64`, `sint64`, `sfixed64` only; `uint64` ← `uint64`, `fixed64` only |
+//! | `float32` | `float` |
+//! | `float64` | `double` |
+//! | `string`, `string<=N` | `string` |
+//! | a nested message | a message field, mapped by the same rules |
+//! | `T[N]`, `T[]`, `T[<=N]` | `repeated` of a type allowed for `T` |
+//! | `uint8`/`byte`/`char` arrays | also `bytes` |
+//!
+//! Not mapped: `wstring`, protobuf `map<>` fields, and anything else (integers to floats, `float` to `float64`,
+//! a repeated field to a single ROS value, …). `oneof` members and proto3 `optional` fields map like plain
+//! fields (the ROS side has no presence: an unset field is sent as its default).
+//!
+//! ROS → protobuf never loses a value (the protobuf type holds every value of the ROS type). protobuf → ROS checks
+//! each message: an integer outside the ROS type's range, a string longer than its bound, a bounded sequence
+//! with too many elements, or a fixed array with another number of elements than `N` (an empty one is sent as
+//! `N` default values) makes the message bad input, dropped and counted with the field's path.
+
+use std::fmt;
+use std::sync::Arc;
+
+use prost_reflect::{DescriptorPool, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, Value};
+use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
+use serde::ser::{self, SerializeTuple};
+use serde::{Serialize, Serializer};
+use shoal::TypeInfo;
+
+use crate::msgdef::{Array, Base, MsgDef, MsgError, MsgName, MsgRegistry, Prim};
+
+/// Why a protobuf message and a ROS 2 type cannot be mapped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GenericError {
+    /// The ROS type's definition is missing or malformed.
+    #[error(transparent)]
+    Msg(#[from] MsgError),
+    /// The protobuf descriptor is unusable or lacks the message.
+    #[error("protobuf descriptor: {0}")]
+    Descriptor(String),
+    /// A field does not match.
+    #[error("{path}: {message}")]
+    Field {
+        /// The field's path from the top message, e.g. `pose.position.w`.
+        path: String,
+        /// What is wrong and what was expected.
+        message: String,
+    },
+}
+
+/// How a protobuf integer field's values are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PInt {
+    I32,
+    I64,
+    U32,
+    U64,
+    Enum,
+}
+
+impl PInt {
+    fn of(kind: &Kind) -> Option<PInt> {
+        Some(match kind {
+            Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => PInt::I32,
+            Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => PInt::I64,
+            Kind::Uint32 | Kind::Fixed32 => PInt::U32,
+            Kind::Uint64 | Kind::Fixed64 => PInt::U64,
+            Kind::Enum(_) => PInt::Enum,
+            _ => return None,
+        })
+    }
+
+    fn range(self) -> (i128, i128) {
+        match self {
+            PInt::I32 | PInt::Enum => (i32::MIN.into(), i32::MAX.into()),
+            PInt::I64 => (i64::MIN.into(), i64::MAX.into()),
+            PInt::U32 => (0, u32::MAX.into()),
+            PInt::U64 => (0, u64::MAX.into()),
+        }
+    }
+
+    fn value(self, x: i128) -> Option<Value> {
+        Some(match self {
+            PInt::I32 => Value::I32(i32::try_from(x).ok()?),
+            PInt::Enum => Value::EnumNumber(i32::try_from(x).ok()?),
+            PInt::I64 => Value::I64(i64::try_from(x).ok()?),
+            PInt::U32 => Value::U32(u32::try_from(x).ok()?),
+            PInt::U64 => Value::U64(u64::try_from(x).ok()?),
+        })
+    }
+}
+
+fn int_of(v: &Value) -> Option<i128> {
+    Some(match v {
+        Value::I32(x) | Value::EnumNumber(x) => (*x).into(),
+        Value::I64(x) => (*x).into(),
+        Value::U32(x) => (*x).into(),
+        Value::U64(x) => (*x).into(),
+        _ => return None,
+    })
+}
+
+/// The element of a mapped field.
+#[derive(Debug)]
+enum Elem {
+    Bool,
+    Int(Prim, PInt),
+    F32,
+    F64,
+    Str(Option<usize>),
+    /// protobuf `bytes` ⇄ a ROS array of 8-bit values.
+    Bytes,
+    Msg(Arc<Plan>),
+}
+
+#[derive(Debug)]
+struct FieldPlan {
+    name: String,
+    fd: FieldDescriptor,
+    elem: Elem,
+    array: Array,
+}
+
+/// One message's mapping: the ROS fields in wire order, each with its protobuf field.
+#[derive(Debug)]
+struct Plan {
+    ros: MsgName,
+    proto: MessageDescriptor,
+    fields: Vec<FieldPlan>,
+}
+
+fn proto_kind_name(fd: &FieldDescriptor) -> String {
+    let k = match fd.kind() {
+        Kind::Double => "double".into(),
+        Kind::Float => "float".into(),
+        Kind::Int32 => "int32".into(),
+        Kind::Int64 => "int64".into(),
+        Kind::Uint32 => "uint32".into(),
+        Kind::Uint64 => "uint64".into(),
+        Kind::Sint32 => "sint32".into(),
+        Kind::Sint64 => "sint64".into(),
+        Kind::Fixed32 => "fixed32".into(),
+        Kind::Fixed64 => "fixed64".into(),
+        Kind::Sfixed32 => "sfixed32".into(),
+        Kind::Sfixed64 => "sfixed64".into(),
+        Kind::Bool => "bool".into(),
+        Kind::String => "string".into(),
+        Kind::Bytes => "bytes".into(),
+        Kind::Message(m) => format!("message {}", m.full_name()),
+        Kind::Enum(e) => format!("enum {}", e.full_name()),
+    };
+    if fd.is_map() {
+        "map".into()
+    } else if fd.is_list() {
+        format!("repeated {k}")
+    } else {
+        k
+    }
+}
+
+/// The protobuf types allowed for a ROS integer type.
+fn ints_for(p: Prim) -> String {
+    let (lo, hi) = p.int_range().unwrap_or((0, 0));
+    let fits = |(a, b): (i128, i128)| a <= lo && b >= hi;
+    let mut v = Vec::new();
+    for (names, r) in [
+        ("int32, sint32, sfixed32, enum", PInt::I32.range()),
+        ("uint32, fixed32", PInt::U32.range()),
+        ("int64, sint64, sfixed64", PInt::I64.range()),
+        ("uint64, fixed64", PInt::U64.range()),
+    ] {
+        if fits(r) {
+            v.push(names);
+        }
+    }
+    v.join(", ")
+}
+
+struct Ctx<'a> {
+    reg: &'a MsgRegistry,
+}
+
+impl Ctx<'_> {
+    fn plan(&self, def: &MsgDef, proto: &MessageDescriptor, prefix: &str) -> Result<Plan, GenericError> {
+        let path = |n: &str| if prefix.is_empty() { n.to_string() } else { format!("{prefix}.{n}") };
+        let mut fields = Vec::new();
+        for f in &def.fields {
+            let p = path(&f.name);
+            let err = |message: String| GenericError::Field { path: p.clone(), message };
+            let Some(fd) = proto.get_field_by_name(&f.name) else {
+                return Err(err(format!(
+                    "the ROS field ({} in {}) has no protobuf field of that name in {}",
+                    f.type_text(),
+                    def.name,
+                    proto.full_name()
+                )));
+            };
+            let got = proto_kind_name(&fd);
+            let mismatch = |expected: String| {
+                err(format!("protobuf {got} cannot carry ROS {} ({}); expected {expected}", f.type_text(), def.name))
+            };
+            if fd.is_map() {
+                return Err(mismatch("no map: ROS 2 has no map type".into()));
+            }
+            let kind = fd.kind();
+            let is_8bit = matches!(f.base, Base::Prim(Prim::Uint8 | Prim::Byte | Prim::Char));
+            if f.array != Array::Single && is_8bit && kind == Kind::Bytes && !fd.is_list() {
+                fields.push(FieldPlan { name: f.name.clone(), fd, elem: Elem::Bytes, array: f.array });
+                continue;
+            }
+            let rep = if f.array == Array::Single { "" } else { "repeated " };
+            if fd.is_list() != (f.array != Array::Single) {
+                let expected = match &f.base {
+                    Base::Prim(p) if p.int_range().is_some() => format!("{rep}one of {}", ints_for(*p)),
+                    _ => format!("{rep}{}", expected_single(&f.base)),
+                };
+                let expected =
+                    if is_8bit && f.array != Array::Single { format!("bytes or {expected}") } else { expected };
+                return Err(mismatch(expected));
+            }
+            let elem = match (&f.base, &kind) {
+                (Base::Prim(Prim::Bool), Kind::Bool) => Elem::Bool,
+                (Base::Prim(Prim::Float32), Kind::Float) => Elem::F32,
+                (Base::Prim(Prim::Float64), Kind::Double) => Elem::F64,
+                (Base::Prim(p), k) if p.int_range().is_some() => {
+                    let (lo, hi) = p.int_range().unwrap_or((0, 0));
+                    match PInt::of(k) {
+                        Some(pi) if pi.range().0 <= lo && pi.range().1 >= hi => Elem::Int(*p, pi),
+                        _ => {
+                            let also = if is_8bit && f.array != Array::Single { "bytes or " } else { "" };
+                            return Err(mismatch(format!(
+                                "{also}{rep}one of {} (a protobuf type that holds every {} value)",
+                                ints_for(*p),
+                                p.name()
+                            )));
+                        }
+                    }
+                }
+                (Base::String(bound), Kind::String) => Elem::Str(*bound),
+                (Base::WString(_), _) => {
+                    return Err(err(format!(
+                        "ROS {} ({}): wstring is not supported by the bridge",
+                        f.type_text(),
+                        def.name
+                    )));
+                }
+                (Base::Msg(inner), Kind::Message(pm)) => {
+                    let inner_def = self.reg.get(inner).ok_or_else(|| err(format!("{inner}: not resolved")))?;
+                    Elem::Msg(Arc::new(self.plan(&inner_def, pm, &p)?))
+                }
+                (base, _) => return Err(mismatch(format!("{rep}{}", expected_single(base)))),
+            };
+            fields.push(FieldPlan { name: f.name.clone(), fd, elem, array: f.array });
+        }
+        for fd in proto.fields() {
+            if !def.fields.iter().any(|f| f.name == fd.name()) {
+                return Err(GenericError::Field {
+                    path: path(fd.name()),
+                    message: format!(
+                        "no such field in {} (protobuf {} {} has it, as {})",
+                        def.name,
+                        proto.full_name(),
+                        fd.name(),
+                        proto_kind_name(&fd)
+                    ),
+                });
+            }
+        }
+        Ok(Plan { ros: def.name.clone(), proto: proto.clone(), fields })
+    }
+}
+
+fn expected_single(base: &Base) -> String {
+    match base {
+        Base::Prim(Prim::Bool) => "bool".into(),
+        Base::Prim(Prim::Float32) => "float".into(),
+        Base::Prim(Prim::Float64) => "double".into(),
+        Base::Prim(p) => format!("one of {}", ints_for(*p)),
+        Base::String(_) => "string".into(),
+        Base::WString(_) => "nothing (wstring is not supported)".into(),
+        Base::Msg(m) => format!("a message mapped to {m}"),
+    }
+}
+
+/// A checked mapping between protobuf message `proto_name` and ROS 2 type `ros`.
+pub struct Mapping {
+    ros: MsgName,
+    type_info: TypeInfo,
+    plan: Arc<Plan>,
+}
+
+impl fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Mapping({} <-> {})", self.type_info.name, self.ros)
+    }
+}
+
+impl PartialEq for Mapping {
+    fn eq(&self, other: &Self) -> bool {
+        self.ros == other.ros && self.type_info == other.type_info
+    }
+}
+impl Eq for Mapping {}
+
+impl Mapping {
+    /// Checks that protobuf message `proto_name` of the serialized `FileDescriptorSet` `descriptor` maps to ROS
+    /// type `ros` (found with `reg`); the error names the first field that does not.
+    pub fn new(
+        reg: &mut MsgRegistry,
+        ros: &MsgName,
+        proto_name: &str,
+        descriptor: Vec<u8>,
+    ) -> Result<Mapping, GenericError> {
+        let pool =
+            DescriptorPool::decode(descriptor.as_slice()).map_err(|e| GenericError::Descriptor(e.to_string()))?;
+        let proto = pool
+            .get_message_by_name(proto_name)
+            .ok_or_else(|| GenericError::Descriptor(format!("it defines no message {proto_name}")))?;
+        let def = reg.resolve(ros)?;
+        let plan = Ctx { reg }.plan(&def, &proto, "")?;
+        Ok(Mapping {
+            ros: ros.clone(),
+            type_info: TypeInfo::new(proto_name, "proto", descriptor),
+            plan: Arc::new(plan),
+        })
+    }
+
+    /// The ROS 2 type.
+    pub fn ros_name(&self) -> &MsgName {
+        &self.ros
+    }
+
+    /// What the shoal side announces: the protobuf message, encoding `proto`, the descriptor.
+    pub fn type_info(&self) -> &TypeInfo {
+        &self.type_info
+    }
+
+    /// Decodes a protobuf payload and checks that it fits the ROS type (ranges, bounds, fixed lengths).
+    pub fn from_proto(&self, payload: &[u8]) -> Result<DynRos, ProtoError> {
+        let msg = DynamicMessage::decode(self.plan.proto.clone(), payload).map_err(|e| {
+            ProtoError::Decode(format!("{} bytes are not a {}: {e}", payload.len(), self.type_info.name))
+        })?;
+        check(&self.plan, &msg, "").map_err(ProtoError::Range)?;
+        Ok(DynRos { plan: self.plan.clone(), msg })
+    }
+
+    /// The protobuf message `msg` as a ROS message of this mapping (checked as [`Mapping::from_proto`] does).
+    pub fn from_message(&self, msg: DynamicMessage) -> Result<DynRos, ProtoError> {
+        if prost_reflect::ReflectMessage::descriptor(&msg) != self.plan.proto {
+            return Err(ProtoError::Decode(format!("not a {}", self.type_info.name)));
+        }
+        check(&self.plan, &msg, "").map_err(ProtoError::Range)?;
+        Ok(DynRos { plan: self.plan.clone(), msg })
+    }
+
+    /// Reads a sample's bytes (the 4-byte encapsulation header `00 01 00 00`, CDR little-endian, then the
+    /// message), as the bridge's DDS reader does.
+    pub fn decode_cdr(&self, bytes: &[u8]) -> Result<DynRos, String> {
+        let body = bytes.strip_prefix(&[0, 1, 0, 0]).ok_or("not CDR little-endian (encapsulation 00 01)")?;
+        let mut d = cdr_encoding::CdrDeserializer::<byteorder::LittleEndian>::new(body);
+        self.seed().deserialize(&mut d).map_err(|e| e.to_string())
+    }
+
+    /// The deserializer of this mapping's CDR samples.
+    pub fn seed(&self) -> DynSeed {
+        DynSeed(self.plan.clone())
+    }
+}
+
+/// A protobuf payload the ROS type cannot carry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtoError {
+    /// Not a protobuf message of the mapped type.
+    #[error("{0}")]
+    Decode(String),
+    /// A value does not fit the ROS field.
+    #[error("{0}")]
+    Range(String),
+}
+
+fn check(plan: &Plan, msg: &DynamicMessage, prefix: &str) -> Result<(), String> {
+    for f in &plan.fields {
+        let path = if prefix.is_empty() { f.name.clone() } else { format!("{prefix}.{}", f.name) };
+        let v = msg.get_field(&f.fd);
+        let len = match (&*v, &f.elem) {
+            (Value::Bytes(b), Elem::Bytes) => Some(b.len()),
+            (Value::List(l), _) => Some(l.len()),
+            _ => None,
+        };
+        match (f.array, len) {
+            (Array::Fixed(n), Some(l)) if l != n && l != 0 => {
+                return Err(format!("{path}: {l} elements, the ROS type {} has exactly {n} (or give none)", plan.ros));
+            }
+            (Array::Bounded(n), Some(l)) if l > n => {
+                return Err(format!("{path}: {l} elements, the ROS type {} allows at most {n}", plan.ros));
+            }
+            _ => {}
+        }
+        let one = |v: &Value, path: &str| -> Result<(), String> {
+            match (&f.elem, v) {
+                (Elem::Int(p, _), v) => {
+                    let x = int_of(v).unwrap_or(0);
+                    let (lo, hi) = p.int_range().unwrap_or((0, 0));
+                    if x < lo || x > hi {
+                        return Err(format!("{path}: {x} does not fit the ROS type {}", p.name()));
+                    }
+                }
+                (Elem::Str(Some(n)), Value::String(s)) if s.len() > *n => {
+                    return Err(format!("{path}: a string of {} bytes, the ROS type allows at most {n}", s.len()));
+                }
+                (Elem::Msg(inner), Value::Message(m)) => check(inner, m, path)?,
+                _ => {}
+            }
+            Ok(())
+        };
+        match &*v {
+            Value::List(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    one(item, &format!("{path}[{i}]"))?;
+                }
+            }
+            v => one(v, &path)?,
+        }
+    }
+    Ok(())
+}
+
+/// A message of a generic mapping: the protobuf message, written and read as the ROS type's CDR.
+pub struct DynRos {
+    plan: Arc<Plan>,
+    /// The protobuf message.
+    pub msg: DynamicMessage,
+}
+
+impl fmt::Debug for DynRos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} as {}: {:?}", self.plan.proto.full_name(), self.plan.ros, self.msg)
+    }
+}
+
+impl DynRos {
+    /// The protobuf encoding of the message.
+    pub fn encode_proto(&self) -> Vec<u8> {
+        prost::Message::encode_to_vec(&self.msg)
+    }
+}
+
+impl Serialize for DynRos {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        MsgSer { plan: &self.plan, msg: &self.msg }.serialize(s)
+    }
+}
+
+struct MsgSer<'a> {
+    plan: &'a Plan,
+    msg: &'a DynamicMessage,
+}
+
+impl Serialize for MsgSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.plan.fields.is_empty() {
+            // ROS 2 gives a message without fields one uint8 member (rosidl's structure_needs_at_least_one_member).
+            return s.serialize_u8(0);
+        }
+        let mut t = s.serialize_tuple(self.plan.fields.len())?;
+        for f in &self.plan.fields {
+            let v = self.msg.get_field(&f.fd);
+            t.serialize_element(&FieldSer { f, v: &v })?;
+        }
+        t.end()
+    }
+}
+
+struct FieldSer<'a> {
+    f: &'a FieldPlan,
+    v: &'a Value,
+}
+
+impl Serialize for FieldSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let f = self.f;
+        match (f.array, self.v) {
+            (Array::Single, v) => ElemSer { elem: &f.elem, v }.serialize(s),
+            (Array::Fixed(n), Value::Bytes(b)) => {
+                let mut t = s.serialize_tuple(n)?;
+                for k in 0..n {
+                    t.serialize_element(&b.get(k).copied().unwrap_or(0))?;
+                }
+                t.end()
+            }
+            (_, Value::Bytes(b)) => s.serialize_bytes(b),
+            (Array::Fixed(n), Value::List(items)) => {
+                let mut t = s.serialize_tuple(n)?;
+                if items.is_empty() {
+                    let d = f.fd.kind().default_value();
+                    for _ in 0..n {
+                        t.serialize_element(&ElemSer { elem: &f.elem, v: &d })?;
+                    }
+                } else {
+                    for v in items {
+                        t.serialize_element(&ElemSer { elem: &f.elem, v })?;
+                    }
+                }
+                t.end()
+            }
+            (_, Value::List(items)) => {
+                use serde::ser::SerializeSeq;
+                let mut q = s.serialize_seq(Some(items.len()))?;
+                for v in items {
+                    q.serialize_element(&ElemSer { elem: &f.elem, v })?;
+                }
+                q.end()
+            }
+            (_, v) => Err(ser::Error::custom(format!("field {}: {v:?} is not a list", f.name))),
+        }
+    }
+}
+
+struct ElemSer<'a> {
+    elem: &'a Elem,
+    v: &'a Value,
+}
+
+impl Serialize for ElemSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let bad = || ser::Error::custom(format!("{:?} does not fit {:?}", self.v, self.elem));
+        match (self.elem, self.v) {
+            (Elem::Bool, Value::Bool(b)) => s.serialize_bool(*b),
+            (Elem::F32, Value::F32(x)) => s.serialize_f32(*x),
+            (Elem::F64, Value::F64(x)) => s.serialize_f64(*x),
+            (Elem::Str(_), Value::String(x)) => s.serialize_str(x),
+            (Elem::Msg(plan), Value::Message(m)) => MsgSer { plan, msg: m }.serialize(s),
+            (Elem::Int(p, _), v) => {
+                let x = int_of(v).ok_or_else(bad)?;
+                match p {
+                    Prim::Int8 => s.serialize_i8(i8::try_from(x).map_err(|_| bad())?),
+                    Prim::Uint8 | Prim::Byte | Prim::Char => s.serialize_u8(u8::try_from(x).map_err(|_| bad())?),
+                    Prim::Int16 => s.serialize_i16(i16::try_from(x).map_err(|_| bad())?),
+                    Prim::Uint16 => s.serialize_u16(u16::try_from(x).map_err(|_| bad())?),
+                    Prim::Int32 => s.serialize_i32(i32::try_from(x).map_err(|_| bad())?),
+                    Prim::Uint32 => s.serialize_u32(u32::try_from(x).map_err(|_| bad())?),
+                    Prim::Int64 => s.serialize_i64(i64::try_from(x).map_err(|_| bad())?),
+                    Prim::Uint64 => s.serialize_u64(u64::try_from(x).map_err(|_| bad())?),
+                    Prim::Bool | Prim::Float32 | Prim::Float64 => Err(bad()),
+                }
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// Reads a generic mapping's CDR sample into its protobuf message (the `DeserializeSeed` ros2-client's
+/// subscription takes).
+#[derive(Clone)]
+pub struct DynSeed(Arc<Plan>);
+
+impl fmt::Debug for DynSeed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DynSeed({})", self.0.ros)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for DynSeed {
+    type Value = DynRos;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<DynRos, D::Error> {
+        let msg = MsgSeed(&self.0).deserialize(d)?;
+        Ok(DynRos { plan: self.0, msg })
+    }
+}
+
+struct MsgSeed<'a>(&'a Plan);
+
+impl<'de> DeserializeSeed<'de> for MsgSeed<'_> {
+    type Value = DynamicMessage;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<DynamicMessage, D::Error> {
+        if self.0.fields.is_empty() {
+            d.deserialize_u8(NumV)?;
+            return Ok(DynamicMessage::new(self.0.proto.clone()));
+        }
+        d.deserialize_tuple(self.0.fields.len(), MsgV(self.0))
+    }
+}
+
+struct MsgV<'a>(&'a Plan);
+
+impl<'de> Visitor<'de> for MsgV<'_> {
+    type Value = DynamicMessage;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a {}", self.0.ros)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<DynamicMessage, A::Error> {
+        let mut m = DynamicMessage::new(self.0.proto.clone());
+        for (i, f) in self.0.fields.iter().enumerate() {
+            let v = seq.next_element_seed(FieldSeed(f))?.ok_or_else(|| de::Error::invalid_length(i, &self))?;
+            m.set_field(&f.fd, v);
+        }
+        Ok(m)
+    }
+}
+
+struct FieldSeed<'a>(&'a FieldPlan);
+
+impl<'de> DeserializeSeed<'de> for FieldSeed<'_> {
+    type Value = Value;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        let f = self.0;
+        match (f.array, &f.elem) {
+            (Array::Single, e) => ElemSeed(e).deserialize(d),
+            (Array::Fixed(n), Elem::Bytes) => d.deserialize_tuple(n, BytesV { bound: None }),
+            (Array::Bounded(n), Elem::Bytes) => d.deserialize_byte_buf(BytesV { bound: Some(n) }),
+            (_, Elem::Bytes) => d.deserialize_byte_buf(BytesV { bound: None }),
+            (Array::Fixed(n), e) => d.deserialize_tuple(n, ListV { elem: e, bound: None }),
+            (Array::Bounded(n), e) => d.deserialize_seq(ListV { elem: e, bound: Some(n) }),
+            (Array::Unbounded, e) => d.deserialize_seq(ListV { elem: e, bound: None }),
+        }
+    }
+}
+
+/// Sequence elements reserved up front at most (a sample's length field cannot make the bridge allocate more
+/// than this before the elements are actually there).
+const MAX_RESERVE: usize = 4096;
+
+struct BytesV {
+    bound: Option<usize>,
+}
+
+impl<'de> Visitor<'de> for BytesV {
+    type Value = Value;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("8-bit values")
+    }
+    fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Value, E> {
+        if let Some(n) = self.bound
+            && v.len() > n
+        {
+            return Err(E::custom(format!("{} elements in a sequence bounded to {n}", v.len())));
+        }
+        Ok(Value::Bytes(v.into()))
+    }
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Value, E> {
+        self.visit_byte_buf(v.to_vec())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(MAX_RESERVE));
+        while let Some(b) = seq.next_element::<u8>()? {
+            v.push(b);
+        }
+        Ok(Value::Bytes(v.into()))
+    }
+}
+
+struct ListV<'a> {
+    elem: &'a Elem,
+    bound: Option<usize>,
+}
+
+impl<'de> Visitor<'de> for ListV<'_> {
+    type Value = Value;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a sequence")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        if let (Some(n), Some(len)) = (self.bound, seq.size_hint())
+            && len > n
+        {
+            return Err(de::Error::custom(format!("{len} elements in a sequence bounded to {n}")));
+        }
+        let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(MAX_RESERVE));
+        while let Some(x) = seq.next_element_seed(ElemSeed(self.elem))? {
+            v.push(x);
+        }
+        Ok(Value::List(v))
+    }
+}
+
+struct ElemSeed<'a>(&'a Elem);
+
+#[derive(Debug)]
+enum Num {
+    I(i128),
+    F(f64),
+    B(bool),
+}
+
+struct NumV;
+
+impl Visitor<'_> for NumV {
+    type Value = Num;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a number")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Num, E> {
+        Ok(Num::B(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Num, E> {
+        Ok(Num::I(v.into()))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Num, E> {
+        Ok(Num::I(v.into()))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Num, E> {
+        Ok(Num::F(v))
+    }
+}
+
+struct StrV(Option<usize>);
+
+impl Visitor<'_> for StrV {
+    type Value = Value;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        self.visit_string(v.to_string())
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        if let Some(n) = self.0
+            && v.len() > n
+        {
+            return Err(E::custom(format!("a string of {} bytes, bounded to {n}", v.len())));
+        }
+        Ok(Value::String(v))
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for ElemSeed<'_> {
+    type Value = Value;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        let wrong = |n: Num| de::Error::custom(format!("unexpected {n:?}"));
+        match self.0 {
+            Elem::Bool => match d.deserialize_bool(NumV)? {
+                Num::B(b) => Ok(Value::Bool(b)),
+                n => Err(wrong(n)),
+            },
+            Elem::F32 => match d.deserialize_f32(NumV)? {
+                Num::F(x) => Ok(Value::F32(x as f32)),
+                n => Err(wrong(n)),
+            },
+            Elem::F64 => match d.deserialize_f64(NumV)? {
+                Num::F(x) => Ok(Value::F64(x)),
+                n => Err(wrong(n)),
+            },
+            Elem::Int(p, pi) => {
+                let n = match p {
+                    Prim::Int8 => d.deserialize_i8(NumV)?,
+                    Prim::Uint8 | Prim::Byte | Prim::Char => d.deserialize_u8(NumV)?,
+                    Prim::Int16 => d.deserialize_i16(NumV)?,
+                    Prim::Uint16 => d.deserialize_u16(NumV)?,
+                    Prim::Int32 => d.deserialize_i32(NumV)?,
+                    Prim::Uint32 => d.deserialize_u32(NumV)?,
+                    Prim::Int64 => d.deserialize_i64(NumV)?,
+                    Prim::Uint64 => d.deserialize_u64(NumV)?,
+                    Prim::Bool | Prim::Float32 | Prim::Float64 => return Err(de::Error::custom("not an integer")),
+                };
+                match n {
+                    Num::I(x) => pi.value(x).ok_or_else(|| de::Error::custom(format!("{x} out of range"))),
+                    n => Err(wrong(n)),
+                }
+            }
+            Elem::Str(bound) => d.deserialize_string(StrV(*bound)),
+            Elem::Bytes => d.deserialize_byte_buf(BytesV { bound: None }),
+            Elem::Msg(plan) => MsgSeed(plan).deserialize(d).map(Value::Message),
+        }
+    }
+}
+
+/// Parses `.proto` file `path` (with its imports, found next to it and in `includes`) into a serialized
+/// `FileDescriptorSet` (with the imported files), as a shoal publisher announces it.
+pub fn compile_proto(path: &std::path::Path, includes: &[std::path::PathBuf]) -> Result<Vec<u8>, String> {
+    let dir = path.parent().unwrap_or(std::path::Path::new(".")).to_path_buf();
+    let mut dirs = vec![dir];
+    dirs.extend(includes.iter().cloned());
+    let mut c = protox::Compiler::new(dirs).map_err(|e| e.to_string())?;
+    c.include_imports(true);
+    let file = path.file_name().ok_or_else(|| format!("{}: not a file", path.display()))?;
+    c.open_file(file).map_err(|e| e.to_string())?;
+    Ok(c.encode_file_descriptor_set())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::demo;
+    use crate::testdata::telemetry;
+    use prost::Message as _;
+    use std::path::PathBuf;
+
+    fn demo_dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/demo")
+    }
+
+    fn mapping(ros: &str, proto_name: &str, proto_text: Option<&str>) -> Result<Mapping, GenericError> {
+        let desc = match proto_text {
+            None => compile_proto(&demo_dir().join("demo.proto"), &[]).unwrap(),
+            Some(text) => {
+                let dir = std::env::temp_dir().join(format!("generic_{}_{proto_name}", std::process::id()));
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(dir.join("t.proto"), text).unwrap();
+                let d = compile_proto(&dir.join("t.proto"), &[]).unwrap();
+                let _ = std::fs::remove_dir_all(&dir);
+                d
+            }
+        };
+        let mut reg = MsgRegistry::new([demo_dir().join("msg")]);
+        Mapping::new(&mut reg, &MsgName::parse(ros).unwrap(), proto_name, desc)
+    }
+
+    fn cdr(r: &DynRos) -> Vec<u8> {
+        crate::to_cdr(r).unwrap()
+    }
+
+    fn decode(m: &Mapping, bytes: &[u8]) -> Result<DynRos, String> {
+        m.decode_cdr(bytes)
+    }
+
+    #[test]
+    fn telemetry_round_trips_through_cdr() {
+        let m = mapping("demo_msgs/msg/Telemetry", "demo.Telemetry", None).unwrap();
+        for (i, size) in [(0, 0), (1, 10), (2, 3), (8, 1000), (300, 5)] {
+            let t = telemetry(i, size);
+            let r = m.from_proto(&t.encode_to_vec()).unwrap();
+            let bytes = cdr(&r);
+            let back = decode(&m, &bytes).unwrap();
+            assert_eq!(demo::Telemetry::decode(back.encode_proto().as_slice()).unwrap(), t, "message {i}");
+        }
+        // An empty protobuf message is a valid ROS message: fixed arrays are sent as N defaults.
+        let r = m.from_proto(&[]).unwrap();
+        let back = demo::Telemetry::decode(decode(&m, &cdr(&r)).unwrap().encode_proto().as_slice()).unwrap();
+        assert_eq!(back.wheels.len(), 4);
+        assert_eq!(back.gyro, [0.0; 3]);
+    }
+
+    #[test]
+    fn mismatches_name_the_first_field() {
+        let e = mapping("demo_msgs/msg/Telemetry", "demo.BadTelemetry", None).unwrap_err().to_string();
+        assert!(e.starts_with("pose.position.w: no such field in geometry_msgs/msg/Point"), "{e}");
+        let e = mapping("demo_msgs/msg/Telemetry", "demo.Pose", None).unwrap_err().to_string();
+        assert!(
+            e.starts_with("header: the ROS field (std_msgs/Header in demo_msgs/msg/Telemetry) has no protobuf"),
+            "{e}"
+        );
+        let e = mapping("demo_msgs/msg/Telemetry", "demo.Nope", None).unwrap_err().to_string();
+        assert!(e.contains("defines no message demo.Nope"), "{e}");
+        let e = mapping("demo_msgs/msg/Missing", "demo.Telemetry", None).unwrap_err().to_string();
+        assert!(e.contains("demo_msgs/msg/Missing: no definition found"), "{e}");
+
+        let one = |ros_field: &str, proto_field: &str| {
+            let text = format!("syntax = \"proto3\"; package t; message M {{ {proto_field} = 1; }}");
+            let dir = std::env::temp_dir().join(format!("generic_msg_{}_{}", std::process::id(), ros_field.len()));
+            std::fs::create_dir_all(dir.join("t_msgs/msg")).unwrap();
+            std::fs::write(dir.join("t_msgs/msg/M.msg"), format!("{ros_field}\n")).unwrap();
+            let ptext =
+                std::env::temp_dir().join(format!("generic_p_{}_{}.proto", std::process::id(), ros_field.len()));
+            std::fs::write(&ptext, text).unwrap();
+            let desc = compile_proto(&ptext, &[]).unwrap();
+            let mut reg = MsgRegistry::new([dir.clone()]);
+            let r = Mapping::new(&mut reg, &MsgName::parse("t_msgs/M").unwrap(), "t.M", desc).map(|_| ());
+            let _ = std::fs::remove_dir_all(&dir);
+            let _ = std::fs::remove_file(&ptext);
+            r.map_err(|e| e.to_string())
+        };
+        // Widths: the protobuf type must hold every value of the ROS type.
+        assert!(one("uint8 a", "uint32 a").is_ok());
+        assert!(one("int16 a", "sint32 a").is_ok());
+        assert!(one("uint32 a", "int64 a").is_ok());
+        let e = one("int64 a", "int32 a").unwrap_err();
+        assert!(
+            e.starts_with("a: protobuf int32 cannot carry ROS int64") && e.contains("int64, sint64, sfixed64"),
+            "{e}"
+        );
+        let e = one("uint32 a", "int32 a").unwrap_err();
+        assert!(e.contains("uint32, fixed32, int64, sint64, sfixed64, uint64, fixed64"), "{e}");
+        assert!(one("float64 a", "float a").unwrap_err().contains("expected double"));
+        assert!(one("float32 a", "double a").unwrap_err().contains("expected float"));
+        assert!(one("int32 a", "double a").is_err());
+        assert!(one("uint8[] a", "bytes a").is_ok());
+        assert!(one("byte[16] a", "bytes a").is_ok());
+        assert!(one("int32[] a", "bytes a").is_err());
+        assert!(one("float64[] a", "repeated double a").is_ok());
+        assert!(one("float64 a", "repeated double a").unwrap_err().contains("expected double"));
+        assert!(one("float64[3] a", "double a").unwrap_err().contains("expected repeated double"));
+        assert!(one("string<=4 a", "string a").is_ok());
+        assert!(one("wstring a", "string a").unwrap_err().contains("wstring is not supported"));
+        assert!(one("int32 a", "map<string, int32> a").unwrap_err().contains("map"));
+        assert!(one("bool a", "int32 a").unwrap_err().contains("expected bool"));
+    }
+
+    #[test]
+    fn values_out_of_the_ros_range_are_bad_input() {
+        let m = mapping("demo_msgs/msg/Telemetry", "demo.Telemetry", None).unwrap();
+        let bad = |f: &dyn Fn(&mut demo::Telemetry)| {
+            let mut t = telemetry(3, 4);
+            f(&mut t);
+            m.from_proto(&t.encode_to_vec()).map(|_| ()).unwrap_err().to_string()
+        };
+        assert_eq!(bad(&|t| t.trim = 200), "trim: 200 does not fit the ROS type int8");
+        assert_eq!(bad(&|t| t.volts = 70_000), "volts: 70000 does not fit the ROS type uint16");
+        assert_eq!(
+            bad(&|t| t.errors = vec![1; 9]),
+            "errors: 9 elements, the ROS type demo_msgs/msg/Telemetry allows at most 8"
+        );
+        assert_eq!(bad(&|t| t.errors = vec![1, 40_000]), "errors[1]: 40000 does not fit the ROS type int16");
+        assert_eq!(
+            bad(&|t| t.gyro = vec![1.0]),
+            "gyro: 1 elements, the ROS type demo_msgs/msg/Telemetry has exactly 3 (or give none)"
+        );
+        assert_eq!(
+            bad(&|t| t.wheels.truncate(3)),
+            "wheels: 3 elements, the ROS type demo_msgs/msg/Telemetry has exactly 4 (or give none)"
+        );
+        assert_eq!(bad(&|t| t.name = "x".repeat(33)), "name: a string of 33 bytes, the ROS type allows at most 32");
+        let mut ok = telemetry(3, 4);
+        ok.spare = vec![demo::Wheel::default()];
+        assert!(m.from_proto(&ok.encode_to_vec()).is_ok());
+        assert!(m.from_proto(&[0xff, 0xff, 0xff]).unwrap_err().to_string().contains("are not a demo.Telemetry"));
+    }
+
+    #[test]
+    fn bad_cdr_is_an_error_not_a_panic_or_a_huge_allocation() {
+        let m = mapping("demo_msgs/msg/Telemetry", "demo.Telemetry", None).unwrap();
+        let good = cdr(&m.from_proto(&telemetry(5, 100).encode_to_vec()).unwrap());
+        for cut in [4, 5, 9, 40, good.len() / 2, good.len() - 1] {
+            assert!(decode(&m, &good[..cut]).is_err(), "cut at {cut}");
+        }
+        // A sequence length of 4 billion elements in 8 bytes of input.
+        let mut huge = vec![0, 1, 0, 0];
+        huge.extend_from_slice(&[0, 0, 0, 0]); // header.stamp.sec
+        huge.extend_from_slice(&[0xff; 64]);
+        assert!(decode(&m, &huge).is_err());
+    }
+}

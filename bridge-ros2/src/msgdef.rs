@@ -1,0 +1,600 @@
+//! ROS 2 message definitions read from `.msg` files, without a ROS install: the grammar real ROS 2 messages use,
+//! and a registry that finds `<dir>/<pkg>/msg/<Type>.msg` in the configured directories and, after them, in the
+//! definitions shipped with the bridge (`bridge-ros2/msg/`: builtin_interfaces, std_msgs, geometry_msgs and
+//! sensor_msgs, the types the built-in mapping carries and their parts).
+//!
+//! Grammar, one declaration per line, `#` starting a comment outside quotes:
+//! - a field `TYPE name` or, with a default value, `TYPE name VALUE` (the default only matters to ROS client
+//!   libraries; on the wire every field is sent, so the bridge checks its syntax loosely and ignores it);
+//! - a constant `TYPE NAME=VALUE` (primitive or string; constants are not part of the CDR bytes);
+//! - TYPE is a primitive (`bool byte char float32 float64 int8 uint8 int16 uint16 int32 uint32 int64 uint64`),
+//!   `string`, `string<=N`, `wstring`, `wstring<=N`, a nested `pkg/Type` (also `pkg/msg/Type`) or `Type` of the
+//!   same package (`Header` alone is `std_msgs/Header` when the package has no `Header`), followed optionally by
+//!   `[N]` (fixed array), `[]` (sequence) or `[<=N]` (bounded sequence).
+//!
+//! Service and action files (`---` separators) are not messages and are refused.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The largest fixed array length accepted (`T[N]`): a fixed array is sent in full even when the protobuf side
+/// leaves it empty, so `N` bounds the memory one message can take.
+pub const MAX_FIXED_ARRAY: usize = 1 << 20;
+
+/// A ROS 2 primitive type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Prim {
+    /// `bool`: one byte, 0 or 1.
+    Bool,
+    /// `byte`: an octet.
+    Byte,
+    /// `char`: in ROS 2 an unsigned 8-bit integer.
+    Char,
+    /// `float32`.
+    Float32,
+    /// `float64`.
+    Float64,
+    /// `int8`.
+    Int8,
+    /// `uint8`.
+    Uint8,
+    /// `int16`.
+    Int16,
+    /// `uint16`.
+    Uint16,
+    /// `int32`.
+    Int32,
+    /// `uint32`.
+    Uint32,
+    /// `int64`.
+    Int64,
+    /// `uint64`.
+    Uint64,
+}
+
+impl Prim {
+    const ALL: [(&'static str, Prim); 13] = [
+        ("bool", Prim::Bool),
+        ("byte", Prim::Byte),
+        ("char", Prim::Char),
+        ("float32", Prim::Float32),
+        ("float64", Prim::Float64),
+        ("int8", Prim::Int8),
+        ("uint8", Prim::Uint8),
+        ("int16", Prim::Int16),
+        ("uint16", Prim::Uint16),
+        ("int32", Prim::Int32),
+        ("uint32", Prim::Uint32),
+        ("int64", Prim::Int64),
+        ("uint64", Prim::Uint64),
+    ];
+
+    fn parse(s: &str) -> Option<Prim> {
+        Prim::ALL.iter().find(|(n, _)| *n == s).map(|(_, p)| *p)
+    }
+
+    /// The `.msg` spelling.
+    pub fn name(self) -> &'static str {
+        Prim::ALL.iter().find(|(_, p)| *p == self).map_or("?", |(n, _)| n)
+    }
+
+    /// The value range of an integer type (`byte` and `char` are 8-bit unsigned); `None` for bool and floats.
+    pub fn int_range(self) -> Option<(i128, i128)> {
+        Some(match self {
+            Prim::Byte | Prim::Char | Prim::Uint8 => (0, u8::MAX.into()),
+            Prim::Int8 => (i8::MIN.into(), i8::MAX.into()),
+            Prim::Int16 => (i16::MIN.into(), i16::MAX.into()),
+            Prim::Uint16 => (0, u16::MAX.into()),
+            Prim::Int32 => (i32::MIN.into(), i32::MAX.into()),
+            Prim::Uint32 => (0, u32::MAX.into()),
+            Prim::Int64 => (i64::MIN.into(), i64::MAX.into()),
+            Prim::Uint64 => (0, u64::MAX.into()),
+            Prim::Bool | Prim::Float32 | Prim::Float64 => return None,
+        })
+    }
+}
+
+/// A message type's name, `pkg/msg/Type`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MsgName {
+    /// The package, e.g. `geometry_msgs`.
+    pub pkg: String,
+    /// The type, e.g. `Pose`.
+    pub name: String,
+}
+
+impl MsgName {
+    /// Parses `pkg/msg/Type` or `pkg/Type`, checking ROS 2's naming rules.
+    pub fn parse(s: &str) -> Result<MsgName, String> {
+        let parts: Vec<&str> = s.split('/').collect();
+        let (pkg, name) = match parts.as_slice() {
+            [p, n] => (*p, *n),
+            [p, "msg", n] => (*p, *n),
+            _ => return Err(format!("{s:?}: a message type is written pkg/msg/Type or pkg/Type")),
+        };
+        if !valid_pkg(pkg) {
+            return Err(format!(
+                "{s:?}: package {pkg:?} must be lower case letters, digits and _, starting with a letter"
+            ));
+        }
+        if !valid_type(name) {
+            return Err(format!("{s:?}: type {name:?} must be CamelCase letters and digits, starting upper case"));
+        }
+        Ok(MsgName { pkg: pkg.into(), name: name.into() })
+    }
+
+    /// The type's name on the DDS wire, `pkg::msg::dds_::Type_`.
+    pub fn dds_name(&self) -> String {
+        format!("{}::msg::dds_::{}_", self.pkg, self.name)
+    }
+}
+
+impl fmt::Display for MsgName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/msg/{}", self.pkg, self.name)
+    }
+}
+
+fn valid_pkg(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_lowercase())
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+fn valid_type(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_uppercase()) && s.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
+fn valid_field(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_lowercase())
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !s.contains("__")
+        && !s.ends_with('_')
+}
+
+fn valid_constant(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_uppercase())
+        && s.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// The element type of a field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Base {
+    /// A primitive.
+    Prim(Prim),
+    /// `string` or `string<=N` (the bound in bytes).
+    String(Option<usize>),
+    /// `wstring` or `wstring<=N`.
+    WString(Option<usize>),
+    /// A nested message.
+    Msg(MsgName),
+}
+
+impl fmt::Display for Base {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Base::Prim(p) => f.write_str(p.name()),
+            Base::String(None) => f.write_str("string"),
+            Base::String(Some(n)) => write!(f, "string<={n}"),
+            Base::WString(None) => f.write_str("wstring"),
+            Base::WString(Some(n)) => write!(f, "wstring<={n}"),
+            Base::Msg(m) => write!(f, "{}/{}", m.pkg, m.name),
+        }
+    }
+}
+
+/// Whether and how a field is an array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Array {
+    /// One value.
+    Single,
+    /// `T[N]`: exactly N values, no length on the wire.
+    Fixed(usize),
+    /// `T[]`: a sequence (a `uint32` length, then the values).
+    Unbounded,
+    /// `T[<=N]`: a sequence of at most N values.
+    Bounded(usize),
+}
+
+impl fmt::Display for Array {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Array::Single => Ok(()),
+            Array::Fixed(n) => write!(f, "[{n}]"),
+            Array::Unbounded => f.write_str("[]"),
+            Array::Bounded(n) => write!(f, "[<={n}]"),
+        }
+    }
+}
+
+/// One field of a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    /// The field name.
+    pub name: String,
+    /// The element type.
+    pub base: Base,
+    /// Array or not.
+    pub array: Array,
+    /// The default value's text, if given (not used on the wire).
+    pub default: Option<String>,
+}
+
+impl Field {
+    /// The type as the `.msg` file writes it, e.g. `float64[9]`.
+    pub fn type_text(&self) -> String {
+        format!("{}{}", self.base, self.array)
+    }
+}
+
+/// A parsed `.msg` file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MsgDef {
+    /// The type's name.
+    pub name: MsgName,
+    /// The fields, in wire order.
+    pub fields: Vec<Field>,
+    /// The constants, `(name, value text)` (not on the wire).
+    pub constants: Vec<(String, String)>,
+    /// Where the definition came from (a path, or `built in`), for error messages.
+    pub source: String,
+}
+
+/// A `.msg` file or type that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MsgError {
+    /// A syntax error.
+    #[error("{file}:{line}: {message}")]
+    Syntax {
+        /// The file.
+        file: String,
+        /// 1-based line.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// No definition of a type.
+    #[error("{name}: no definition found (looked for {searched}, then the built-in {builtin} types)")]
+    NotFound {
+        /// The type.
+        name: String,
+        /// The file paths tried.
+        searched: String,
+        /// The packages shipped with the bridge.
+        builtin: &'static str,
+    },
+    /// The file could not be read.
+    #[error("{path}: {reason}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A type contains itself.
+    #[error("{0}: the type contains itself")]
+    Recursive(String),
+}
+
+/// Removes a `#` comment, leaving `#` inside single or double quotes alone.
+fn strip_comment(line: &str) -> &str {
+    let mut quote = None;
+    for (i, c) in line.char_indices() {
+        match (quote, c) {
+            (None, '#') => return &line[..i],
+            (None, '"' | '\'') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            _ => {}
+        }
+    }
+    line
+}
+
+fn parse_bound(s: &str, what: &str) -> Result<usize, String> {
+    s.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| format!("{what} {s:?}: expected a positive integer"))
+}
+
+/// Parses a type token, e.g. `string<=8[<=4]`; `pkg` is the package of the file (for same-package names).
+fn parse_type(tok: &str, pkg: &str) -> Result<(Base, Array), String> {
+    let (base_s, array) = match tok.find('[') {
+        None => (tok, Array::Single),
+        Some(i) => {
+            let inner = tok[i + 1..]
+                .strip_suffix(']')
+                .ok_or_else(|| format!("type {tok:?}: an array suffix is [N], [] or [<=N]"))?;
+            let array = if inner.is_empty() {
+                Array::Unbounded
+            } else if let Some(n) = inner.strip_prefix("<=") {
+                Array::Bounded(parse_bound(n, "array bound")?)
+            } else {
+                let n = parse_bound(inner, "array length")?;
+                if n > MAX_FIXED_ARRAY {
+                    return Err(format!("type {tok:?}: fixed arrays longer than {MAX_FIXED_ARRAY} are not supported"));
+                }
+                Array::Fixed(n)
+            };
+            (&tok[..i], array)
+        }
+    };
+    let base = if let Some(p) = Prim::parse(base_s) {
+        Base::Prim(p)
+    } else if base_s == "string" {
+        Base::String(None)
+    } else if base_s == "wstring" {
+        Base::WString(None)
+    } else if let Some(n) = base_s.strip_prefix("string<=") {
+        Base::String(Some(parse_bound(n, "string bound")?))
+    } else if let Some(n) = base_s.strip_prefix("wstring<=") {
+        Base::WString(Some(parse_bound(n, "wstring bound")?))
+    } else if base_s.contains('/') {
+        Base::Msg(MsgName::parse(base_s).map_err(|e| format!("type {e}"))?)
+    } else if valid_type(base_s) {
+        Base::Msg(MsgName { pkg: pkg.into(), name: base_s.into() })
+    } else {
+        return Err(format!(
+            "type {base_s:?}: not a primitive (bool, byte, char, float32, float64, int8..uint64), string, \
+             string<=N, wstring, or a message type (pkg/Type or Type)"
+        ));
+    };
+    Ok((base, array))
+}
+
+/// Parses the text of `name`'s `.msg` file; `source` names it in errors.
+pub fn parse_msg(name: &MsgName, text: &str, source: &str) -> Result<MsgDef, MsgError> {
+    let mut def = MsgDef { name: name.clone(), fields: Vec::new(), constants: Vec::new(), source: source.into() };
+    for (n, raw) in text.lines().enumerate() {
+        let err = |message: String| MsgError::Syntax { file: source.into(), line: n + 1, message };
+        let line = strip_comment(raw).trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line.starts_with("---") {
+            return Err(err("`---` separates a service's or action's parts; a message file has none".into()));
+        }
+        let (tok, rest) =
+            line.split_once(char::is_whitespace).ok_or_else(|| err(format!("{line:?}: expected TYPE NAME")))?;
+        let (base, array) = parse_type(tok, &name.pkg).map_err(err)?;
+        let rest = rest.trim_start();
+        let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+        let (fname, after) = (&rest[..end], rest[end..].trim());
+        if fname.is_empty() {
+            return Err(err(format!("{line:?}: expected a field name after {tok}")));
+        }
+        if let Some(value) = after.strip_prefix('=') {
+            // A constant.
+            if !valid_constant(fname) {
+                return Err(err(format!("constant {fname:?}: upper case letters, digits and _")));
+            }
+            if array != Array::Single || matches!(base, Base::Msg(_)) {
+                return Err(err(format!("constant {fname}: only primitive and string constants exist")));
+            }
+            let value = value.trim();
+            if value.is_empty() {
+                return Err(err(format!("constant {fname}: no value")));
+            }
+            def.constants.push((fname.into(), value.into()));
+            continue;
+        }
+        if !valid_field(fname) {
+            return Err(err(format!(
+                "field {fname:?}: lower case letters, digits and _, starting with a letter, no __, not ending in _"
+            )));
+        }
+        if def.fields.iter().any(|f| f.name == fname) {
+            return Err(err(format!("field {fname}: declared twice")));
+        }
+        let default = (!after.is_empty()).then(|| after.to_string());
+        if default.is_some() && matches!(base, Base::Msg(_)) {
+            return Err(err(format!("field {fname}: a nested message has no default value")));
+        }
+        def.fields.push(Field { name: fname.into(), base, array, default });
+    }
+    Ok(def)
+}
+
+/// The definitions shipped with the bridge (`bridge-ros2/msg/`).
+const BUILTIN: &[(&str, &str, &str)] = &[
+    ("builtin_interfaces", "Time", include_str!("../msg/builtin_interfaces/msg/Time.msg")),
+    ("builtin_interfaces", "Duration", include_str!("../msg/builtin_interfaces/msg/Duration.msg")),
+    ("std_msgs", "Header", include_str!("../msg/std_msgs/msg/Header.msg")),
+    ("std_msgs", "String", include_str!("../msg/std_msgs/msg/String.msg")),
+    ("std_msgs", "Bool", include_str!("../msg/std_msgs/msg/Bool.msg")),
+    ("std_msgs", "Empty", include_str!("../msg/std_msgs/msg/Empty.msg")),
+    ("std_msgs", "MultiArrayDimension", include_str!("../msg/std_msgs/msg/MultiArrayDimension.msg")),
+    ("std_msgs", "MultiArrayLayout", include_str!("../msg/std_msgs/msg/MultiArrayLayout.msg")),
+    ("std_msgs", "UInt8MultiArray", include_str!("../msg/std_msgs/msg/UInt8MultiArray.msg")),
+    ("geometry_msgs", "Point", include_str!("../msg/geometry_msgs/msg/Point.msg")),
+    ("geometry_msgs", "Vector3", include_str!("../msg/geometry_msgs/msg/Vector3.msg")),
+    ("geometry_msgs", "Quaternion", include_str!("../msg/geometry_msgs/msg/Quaternion.msg")),
+    ("geometry_msgs", "Pose", include_str!("../msg/geometry_msgs/msg/Pose.msg")),
+    ("geometry_msgs", "PoseStamped", include_str!("../msg/geometry_msgs/msg/PoseStamped.msg")),
+    ("geometry_msgs", "Twist", include_str!("../msg/geometry_msgs/msg/Twist.msg")),
+    ("geometry_msgs", "Transform", include_str!("../msg/geometry_msgs/msg/Transform.msg")),
+    ("geometry_msgs", "TransformStamped", include_str!("../msg/geometry_msgs/msg/TransformStamped.msg")),
+    ("sensor_msgs", "Imu", include_str!("../msg/sensor_msgs/msg/Imu.msg")),
+    ("sensor_msgs", "Image", include_str!("../msg/sensor_msgs/msg/Image.msg")),
+    ("sensor_msgs", "PointField", include_str!("../msg/sensor_msgs/msg/PointField.msg")),
+    ("sensor_msgs", "PointCloud2", include_str!("../msg/sensor_msgs/msg/PointCloud2.msg")),
+    ("sensor_msgs", "NavSatStatus", include_str!("../msg/sensor_msgs/msg/NavSatStatus.msg")),
+    ("sensor_msgs", "NavSatFix", include_str!("../msg/sensor_msgs/msg/NavSatFix.msg")),
+];
+
+const BUILTIN_PKGS: &str = "builtin_interfaces, std_msgs, geometry_msgs, sensor_msgs";
+
+/// Finds and parses message definitions: first `<dir>/<pkg>/msg/<Type>.msg` in each directory, in order, then the
+/// built-in ones. Every definition is parsed once.
+#[derive(Debug, Default)]
+pub struct MsgRegistry {
+    dirs: Vec<PathBuf>,
+    loaded: HashMap<MsgName, Arc<MsgDef>>,
+}
+
+impl MsgRegistry {
+    /// A registry searching `dirs`, then the built-in definitions.
+    pub fn new(dirs: impl IntoIterator<Item = PathBuf>) -> MsgRegistry {
+        MsgRegistry { dirs: dirs.into_iter().collect(), loaded: HashMap::new() }
+    }
+
+    fn find(&self, name: &MsgName) -> Result<Option<MsgDef>, MsgError> {
+        for d in &self.dirs {
+            let path = d.join(&name.pkg).join("msg").join(format!("{}.msg", name.name));
+            if path.is_file() {
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| MsgError::Read { path: path.display().to_string(), reason: e.to_string() })?;
+                return parse_msg(name, &text, &path.display().to_string()).map(Some);
+            }
+        }
+        match BUILTIN.iter().find(|(p, n, _)| *p == name.pkg && *n == name.name) {
+            Some((_, _, text)) => parse_msg(name, text, &format!("built-in {name}")).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn searched(&self, name: &MsgName) -> String {
+        let paths: Vec<String> = self
+            .dirs
+            .iter()
+            .map(|d| d.join(&name.pkg).join("msg").join(format!("{}.msg", name.name)).display().to_string())
+            .collect();
+        if paths.is_empty() { "no msg_path directories".into() } else { paths.join(", ") }
+    }
+
+    /// The definition of `name` with every nested type resolved (and loaded) too. A same-package `Header` that
+    /// the package does not define is `std_msgs/Header`.
+    pub fn resolve(&mut self, name: &MsgName) -> Result<Arc<MsgDef>, MsgError> {
+        self.resolve_in(name, &mut Vec::new())
+    }
+
+    /// The already resolved definition of `name` (after [`MsgRegistry::resolve`] of a type that contains it).
+    pub fn get(&self, name: &MsgName) -> Option<Arc<MsgDef>> {
+        self.loaded.get(name).cloned()
+    }
+
+    fn resolve_in(&mut self, name: &MsgName, stack: &mut Vec<MsgName>) -> Result<Arc<MsgDef>, MsgError> {
+        if let Some(d) = self.loaded.get(name) {
+            return Ok(d.clone());
+        }
+        if stack.contains(name) {
+            return Err(MsgError::Recursive(name.to_string()));
+        }
+        let mut def = self.find(name)?.ok_or_else(|| MsgError::NotFound {
+            name: name.to_string(),
+            searched: self.searched(name),
+            builtin: BUILTIN_PKGS,
+        })?;
+        stack.push(name.clone());
+        for f in &mut def.fields {
+            if let Base::Msg(inner) = &mut f.base {
+                if inner.pkg == name.pkg && inner.name == "Header" && self.find(inner)?.is_none() {
+                    *inner = MsgName { pkg: "std_msgs".into(), name: "Header".into() };
+                }
+                let inner = inner.clone();
+                self.resolve_in(&inner, stack)?;
+            }
+        }
+        stack.pop();
+        let def = Arc::new(def);
+        self.loaded.insert(name.clone(), def.clone());
+        Ok(def)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(s: &str) -> MsgName {
+        MsgName::parse(s).unwrap()
+    }
+
+    #[test]
+    fn grammar_of_real_messages() {
+        let text = "# A comment line\n\
+                    int32 MODE_IDLE=0   # constant\n\
+                    int8 MODE_BACK = -1\n\
+                    string GREETING=\"hi # not a comment\"\n\
+                    \n\
+                    std_msgs/Header header\n\
+                    geometry_msgs/msg/Pose pose\n\
+                    Wheel[4] wheels\n\
+                    Wheel[] spare\n\
+                    float32[] temps\n\
+                    int16[<=8] errors\n\
+                    string<=32 name \"unnamed\"\n\
+                    string<=5[<=3] tags\n\
+                    wstring w\n\
+                    uint8 mode 1   # default\n\
+                    bool ok true\n\
+                    char c\n\
+                    byte b\n";
+        let d = parse_msg(&name("demo_msgs/Telemetry"), text, "t.msg").unwrap();
+        let types: Vec<String> = d.fields.iter().map(|f| format!("{} {}", f.type_text(), f.name)).collect();
+        assert_eq!(
+            types,
+            [
+                "std_msgs/Header header",
+                "geometry_msgs/Pose pose",
+                "demo_msgs/Wheel[4] wheels",
+                "demo_msgs/Wheel[] spare",
+                "float32[] temps",
+                "int16[<=8] errors",
+                "string<=32 name",
+                "string<=5[<=3] tags",
+                "wstring w",
+                "uint8 mode",
+                "bool ok",
+                "char c",
+                "byte b",
+            ]
+        );
+        assert_eq!(d.constants.len(), 3);
+        assert_eq!(d.constants[2], ("GREETING".into(), "\"hi # not a comment\"".into()));
+        assert_eq!(d.fields[6].default.as_deref(), Some("\"unnamed\""));
+        assert_eq!(d.fields[9].default.as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn syntax_errors_name_the_line() {
+        let e = |t: &str| parse_msg(&name("p/T"), t, "x.msg").unwrap_err().to_string();
+        assert!(e("int32 a\nfloat128 b\n").starts_with("x.msg:2: type \"float128\""), "{}", e("int32 a\nfloat128 b\n"));
+        assert!(e("int32 Bad\n").contains("field \"Bad\""));
+        assert!(e("int32[0] a\n").contains("array length"));
+        assert!(e("int32[ a\n").contains("array suffix"));
+        assert!(e("int32 a\nint32 a\n").starts_with("x.msg:2: field a: declared twice"));
+        assert!(e("int32 a\n---\nint32 b\n").contains("service"));
+        assert!(e("int32[2] K=1\n").contains("constant"));
+        assert!(e("int32\n").contains("expected TYPE NAME"));
+        assert!(e("string<=x s\n").contains("string bound"));
+    }
+
+    #[test]
+    fn registry_resolves_nested_types() {
+        let dir = std::env::temp_dir().join(format!("msgdef_{}", std::process::id()));
+        let m = dir.join("demo_msgs/msg");
+        std::fs::create_dir_all(&m).unwrap();
+        std::fs::write(m.join("A.msg"), "Header header\nB b\ngeometry_msgs/Point p\n").unwrap();
+        std::fs::write(m.join("B.msg"), "int32 x\n").unwrap();
+        std::fs::write(m.join("Loop.msg"), "Loop[] again\n").unwrap();
+        let mut r = MsgRegistry::new([dir.clone()]);
+        let a = r.resolve(&name("demo_msgs/msg/A")).unwrap();
+        assert_eq!(a.fields[0].base, Base::Msg(name("std_msgs/Header")));
+        assert!(r.get(&name("demo_msgs/B")).is_some());
+        assert!(r.get(&name("builtin_interfaces/Time")).is_some());
+        let e = r.resolve(&name("demo_msgs/Nope")).unwrap_err().to_string();
+        assert!(e.contains("demo_msgs/msg/Nope.msg") && e.contains("built-in"), "{e}");
+        assert_eq!(r.resolve(&name("demo_msgs/Loop")).unwrap_err(), MsgError::Recursive("demo_msgs/msg/Loop".into()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn builtin_definitions_parse() {
+        let mut r = MsgRegistry::new([]);
+        for (p, n, _) in BUILTIN {
+            r.resolve(&MsgName { pkg: (*p).into(), name: (*n).into() }).unwrap();
+        }
+        let imu = r.get(&name("sensor_msgs/Imu")).unwrap();
+        assert_eq!(imu.fields[2].array, Array::Fixed(9));
+        assert_eq!(r.get(&name("std_msgs/Empty")).unwrap().fields.len(), 0);
+    }
+}
