@@ -168,6 +168,20 @@ impl NetnsPair {
         pair
     }
 
+    /// Makes the host names resolve inside both namespaces: `ip netns exec` mounts `/etc/netns/<name>/hosts` over
+    /// `/etc/hosts` (removed on drop). `names[i]` is the host name of namespace `i`.
+    pub(crate) fn hosts(&self, names: [&str; 2]) {
+        let mut text = String::from("127.0.0.1 localhost\n");
+        for (addr, name) in self.addrs.iter().zip(names) {
+            text.push_str(&format!("{addr} {name}\n"));
+        }
+        for n in &self.names {
+            let dir = format!("/etc/netns/{n}");
+            std::fs::create_dir_all(&dir).expect("mkdir /etc/netns/<name>");
+            std::fs::write(format!("{dir}/hosts"), &text).expect("write the namespace's hosts file");
+        }
+    }
+
     /// The address of host `i` (0 = a, 1 = b).
     pub(crate) fn addr(&self, i: usize) -> &str {
         &self.addrs[i]
@@ -188,6 +202,7 @@ impl Drop for NetnsPair {
         for n in &self.names {
             // Deleting a namespace also deletes its end of the veth pair (and so the pair).
             let _ = run(&["ip", "netns", "del", n]);
+            let _ = std::fs::remove_dir_all(format!("/etc/netns/{n}"));
         }
     }
 }
