@@ -157,7 +157,7 @@ fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> 
         network_mode: config.network.enabled,
     };
     let registrar = Registrar::new(identity.clone(), &config.registration, Instant::now()).with_bounds(&config.limits);
-    // The eCAL-facing layers (UDP, eCAL shared memory) register their factories here, in priority order.
+    // The eCAL-facing layers (eCAL shared memory, UDP, TCP) register their factories here.
     let mut writer_factories: Vec<Box<dyn crate::transport::LayerWriterFactory>> = Vec::new();
     let mut reader_factories: Vec<Box<dyn crate::transport::LayerReaderFactory>> = Vec::new();
     // eCAL shared-memory layer (memfiles): first in eCAL's local priority.
@@ -171,6 +171,10 @@ fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> 
     let udp = crate::transport::udp::UdpLayer::new(&config, &identity.host_name);
     writer_factories.push(Box::new(udp.writer_factory()));
     reader_factories.push(Box::new(udp.reader_factory()));
+    // eCAL TCP layer (tcp_pubsub); publishers choose among the layers by `[publisher] priority_*`.
+    let tcp = crate::transport::ecal_tcp::TcpLayer::new(&config);
+    writer_factories.push(Box::new(tcp.writer_factory()));
+    reader_factories.push(Box::new(tcp.reader_factory()));
     let rt = Arc::new(Runtime::new(config, identity, doorbell, self_ringer, writer_factories, reader_factories));
     let sources = rt.reader_factories.iter().filter_map(|f| f.io_source()).collect();
     let handler: Weak<Runtime> = Arc::downgrade(&rt);

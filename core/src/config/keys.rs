@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{Config, ShmAccess, WaitStrategy};
+use super::{Config, EcalLayer, ShmAccess, WaitStrategy};
 
 /// Spin time written for `spin_us` when the configured strategy does not spin.
 pub(crate) const DEFAULT_SPIN: Duration = Duration::from_micros(50);
@@ -246,6 +246,16 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
             "subscribers and the eCAL layers keep their queue policy ([shoal_receive] queue_*).",
         ],
     },
+    SectionDef {
+        name: "shoal_tcp",
+        title: "SHOAL: eCAL TCP LAYER",
+        doc: &[
+            "Every subscriber connection of a publisher has a send queue bounded in bytes. By default a",
+            "message that does not fit is dropped whole and counted (the publisher never waits, as for the",
+            "other layers and as eCAL's tcp_pubsub, which keeps only the newest pending message); with",
+            "send_timeout_ms > 0 the publisher waits up to that long for room first.",
+        ],
+    },
     SectionDef { name: "shoal_io", title: "SHOAL: I/O THREAD", doc: &[] },
     SectionDef { name: "shoal_security", title: "SHOAL: ACCESS TO SHARED MEMORY", doc: &[] },
     SectionDef {
@@ -260,6 +270,29 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
 ];
 
 const BOOL: &str = "true or false (also 1/0, yes/no, on/off)";
+const LAYER_LIST: &str = "a comma list of shm, udp (also udp_mc), tcp, each at most once, at least one";
+
+/// A layer priority list: `shm, udp, tcp` in any order, no layer twice, not empty.
+fn layer_list(v: &str) -> Option<Vec<EcalLayer>> {
+    let mut out = Vec::new();
+    for part in v.split(',') {
+        let layer = match part.trim().to_ascii_lowercase().as_str() {
+            "shm" => EcalLayer::Shm,
+            "udp" | "udp_mc" => EcalLayer::Udp,
+            "tcp" => EcalLayer::Tcp,
+            _ => return None,
+        };
+        if out.contains(&layer) {
+            return None;
+        }
+        out.push(layer);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+fn layer_list_text(list: &[EcalLayer]) -> String {
+    list.iter().map(|l| l.name()).collect::<Vec<_>>().join(", ")
+}
 const ECAL5_USE: &str = "true or false (also eCAL 5's 0 = off, 1 = on, 2 = auto, read as on)";
 
 /// eCAL 5's `use_*` publisher keys: 0 off, 1 on, 2 auto; shoal also takes booleans.
@@ -429,15 +462,44 @@ pub(crate) static KEYS: &[KeyDef] = &[
         key: "use_tcp",
         alias: None,
         doc: &[
-            "Serve TCP subscribers (eCAL tcp_pubsub): not supported yet, shoal has no TCP layer.",
-            "true (eCAL 6's default) is warned about at start-up and ignored.",
+            "Serve TCP subscribers (eCAL tcp_pubsub): a publisher starts its TCP server when a subscriber",
+            "that has TCP enabled matches and no layer earlier in the priority list serves it.",
         ],
         allowed: ECAL5_USE,
-        get: |_| false.to_string(),
-        set: |_, v, notes| {
-            if ecal5_use(v)? {
-                not_supported(notes, "publisher", "use_tcp", v, "eCAL's TCP layer", "ignored");
-            }
+        get: |c| c.layers.pub_tcp.to_string(),
+        set: |d, v, _| {
+            d.cfg.layers.pub_tcp = ecal5_use(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "publisher",
+        key: "priority_local",
+        alias: None,
+        doc: &[
+            "Layers a publisher chooses from, in order, for a subscriber on this host (eCAL 6",
+            "publisher.layer_priority_local); the first one both sides have enabled carries the data.",
+            "The native ring between shoal processes comes before all of them.",
+        ],
+        allowed: LAYER_LIST,
+        get: |c| layer_list_text(&c.layers.priority_local),
+        set: |d, v, _| {
+            d.cfg.layers.priority_local = layer_list(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "publisher",
+        key: "priority_remote",
+        alias: None,
+        doc: &[
+            "Layers a publisher chooses from, in order, for a subscriber on another host (eCAL 6",
+            "publisher.layer_priority_remote); shm is never used across hosts.",
+        ],
+        allowed: LAYER_LIST,
+        get: |c| layer_list_text(&c.layers.priority_remote),
+        set: |d, v, _| {
+            d.cfg.layers.priority_remote = layer_list(v)?;
             Some(())
         },
     },
@@ -525,15 +587,13 @@ pub(crate) static KEYS: &[KeyDef] = &[
         key: "tcp_rec_enabled",
         alias: None,
         doc: &[
-            "Receive TCP (eCAL tcp_pubsub): not supported yet, shoal has no TCP layer.",
-            "true is warned about at start-up and ignored.",
+            "Receive TCP (eCAL tcp_pubsub): connect to the TCP server of each matching publisher that",
+            "announces one (eCAL 6 default: off).",
         ],
         allowed: BOOL,
-        get: |_| false.to_string(),
-        set: |_, v, notes| {
-            if boolean(v)? {
-                not_supported(notes, "subscriber", "tcp_rec_enabled", v, "eCAL's TCP layer", "ignored");
-            }
+        get: |c| c.layers.sub_tcp.to_string(),
+        set: |d, v, _| {
+            d.cfg.layers.sub_tcp = boolean(v)?;
             Some(())
         },
     },
@@ -905,6 +965,49 @@ pub(crate) static KEYS: &[KeyDef] = &[
         },
     },
     // ----- [shoal_io]
+    KeyDef {
+        section: "shoal_tcp",
+        key: "send_queue",
+        alias: None,
+        doc: &[
+            "Bytes a publisher queues per TCP subscriber beyond its socket buffer (suffixes k, m, g). A message",
+            "is always taken when the queue is empty, so one larger than this still goes out.",
+        ],
+        allowed: "4096..=4294967296 bytes (4k to 4g)",
+        get: |c| fmt_size(c.tcp.send_queue_bytes),
+        set: |d, v, _| {
+            d.cfg.tcp.send_queue_bytes = usize::try_from(size(v).filter(|n| (4096..=1 << 32).contains(n))?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_tcp",
+        key: "send_timeout_ms",
+        alias: None,
+        doc: &[
+            "0: a message that does not fit a subscriber's send queue is dropped; otherwise the publisher waits up to this long for room, then drops it.",
+        ],
+        allowed: "0..=60000 (milliseconds)",
+        get: |c| c.tcp.send_timeout_ms.to_string(),
+        set: |d, v, _| {
+            d.cfg.tcp.send_timeout_ms = u32::try_from(int_in(v, 0, 60_000)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_tcp",
+        key: "max_message",
+        alias: None,
+        doc: &[
+            "Largest TCP frame a subscriber accepts (suffixes k, m, g); a larger one is skipped unread and counted.",
+        ],
+        allowed: "1024..=4294967296 bytes (1k to 4g)",
+        get: |c| fmt_size(c.tcp.max_message_bytes),
+        set: |d, v, _| {
+            d.cfg.tcp.max_message_bytes = usize::try_from(size(v).filter(|n| (1024..=1 << 32).contains(n))?).ok()?;
+            Some(())
+        },
+    },
     KeyDef {
         section: "shoal_io",
         key: "cpu_affinity",

@@ -12,8 +12,8 @@
 //!   file's line) and how the file was found (`shoal config show`).
 //! - A bad value is a [`ConfigError`] naming file, line, key, value and what is allowed; unknown keys
 //!   (the rest of a copied eCAL 5 file) are [`ConfigWarning`]s, logged with `tracing::warn!`.
-//! - Keys of eCAL features shoal does not have yet (`[publisher] use_tcp`, `[subscriber] tcp_rec_enabled`,
-//!   shared memory across host names through `shm_transport_domain`) are read so that eCAL files load: a value
+//! - Keys of eCAL features shoal does not have yet (shared memory across host names through
+//!   `shm_transport_domain`) are read so that eCAL files load: a value
 //!   that leaves the feature off is silent, one that asks for it is a [`ConfigWarning`] saying "not supported
 //!   yet". [`Config`] has no field for a feature that does not exist.
 //!
@@ -69,6 +69,8 @@ pub struct Config {
     pub layers: LayersConfig,
     /// Who may open the files this process creates in shared memory.
     pub security: SecurityConfig,
+    /// eCAL's TCP layer: send queues, frame bound.
+    pub tcp: TcpConfig,
     /// Where this configuration was read from (`None`: built-in defaults).
     pub source: Option<PathBuf>,
 }
@@ -306,6 +308,25 @@ impl Default for LimitsConfig {
     }
 }
 
+/// eCAL's TCP layer (`[shoal_tcp]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// Bytes queued per subscriber connection beyond what its socket buffer holds; a message that does not fit
+    /// is dropped whole (counted) or, with `send_timeout_ms`, waited for.
+    pub send_queue_bytes: usize,
+    /// 0: a full send queue drops the message (never blocks the publisher); > 0: the publisher waits up to this
+    /// long for room, then drops.
+    pub send_timeout_ms: u32,
+    /// Largest message a subscriber accepts; a larger frame is skipped without being stored, and counted.
+    pub max_message_bytes: usize,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig { send_queue_bytes: 32 << 20, send_timeout_ms: 0, max_message_bytes: 64 << 20 }
+    }
+}
+
 /// I/O thread settings (`[shoal_io]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct IoConfig {
@@ -313,9 +334,30 @@ pub struct IoConfig {
     pub cpu_affinity: Vec<usize>,
 }
 
-/// Which eCAL-facing transport layers are on (as in eCAL 6, shm and udp by default). eCAL's TCP layer is not
-/// supported yet, so it has no switch here (`[publisher] use_tcp` and `[subscriber] tcp_rec_enabled` are only
-/// warned about).
+/// An eCAL-facing layer, as named in the layer priority lists (`[publisher] priority_local`/`priority_remote`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EcalLayer {
+    /// eCAL shared memory (memfiles): `shm`.
+    Shm,
+    /// eCAL UDP multicast / local broadcast: `udp` (eCAL 5: `udp_mc`).
+    Udp,
+    /// eCAL TCP (tcp_pubsub): `tcp`.
+    Tcp,
+}
+
+impl EcalLayer {
+    /// The name used in `ecal.ini` (eCAL 6's yaml names).
+    pub fn name(self) -> &'static str {
+        match self {
+            EcalLayer::Shm => "shm",
+            EcalLayer::Udp => "udp",
+            EcalLayer::Tcp => "tcp",
+        }
+    }
+}
+
+/// Which eCAL-facing transport layers are on (as in eCAL 6: publishers serve shm, udp and tcp, subscribers
+/// receive shm and udp), and in which order a publisher chooses among those a subscriber has enabled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LayersConfig {
     /// Publishers may serve eCAL shared-memory subscribers (memfiles).
@@ -326,6 +368,14 @@ pub struct LayersConfig {
     pub sub_shm: bool,
     /// Subscribers receive UDP.
     pub sub_udp: bool,
+    /// Publishers may serve TCP subscribers (`[publisher] use_tcp`; eCAL 6 default on).
+    pub pub_tcp: bool,
+    /// Subscribers connect to publishers' TCP servers (`[subscriber] tcp_rec_enabled`; eCAL 6 default off).
+    pub sub_tcp: bool,
+    /// Layer order for a subscriber on this host (eCAL 6 `layer_priority_local`: shm, udp, tcp).
+    pub priority_local: Vec<EcalLayer>,
+    /// Layer order for a subscriber on another host (eCAL 6 `layer_priority_remote`: udp, tcp).
+    pub priority_remote: Vec<EcalLayer>,
     /// Smallest payload capacity of a publisher's eCAL memfile, bytes (`[publisher] memfile_minsize`).
     pub memfile_min_size: u64,
     /// Extra capacity when a memfile is re-created for a larger payload, % (`[publisher] memfile_reserve`).
@@ -344,6 +394,10 @@ impl Default for LayersConfig {
             pub_udp: true,
             sub_shm: true,
             sub_udp: true,
+            pub_tcp: true,
+            sub_tcp: false,
+            priority_local: vec![EcalLayer::Shm, EcalLayer::Udp, EcalLayer::Tcp],
+            priority_remote: vec![EcalLayer::Udp, EcalLayer::Tcp],
             // eCAL's defaults.
             memfile_min_size: 4096,
             memfile_reserve_percent: 50,
@@ -393,6 +447,7 @@ impl Default for Config {
             io: IoConfig { cpu_affinity: Vec::new() },
             layers: LayersConfig::default(),
             security: SecurityConfig { shm_access: ShmAccess::Owner },
+            tcp: TcpConfig::default(),
             source: None,
         }
     }

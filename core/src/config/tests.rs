@@ -135,6 +135,13 @@ fn non_default_config_round_trips_through_text() {
     cfg.shm_ring.huge_pages_path = PathBuf::from("/mnt/huge 1g");
     cfg.receive.wait = WaitStrategy::SpinThenBlock(Duration::from_micros(75));
     cfg.io.cpu_affinity = vec![3, 1, 2];
+    cfg.layers.pub_tcp = false;
+    cfg.layers.sub_tcp = true;
+    cfg.layers.priority_local = vec![super::EcalLayer::Tcp, super::EcalLayer::Shm];
+    cfg.layers.priority_remote = vec![super::EcalLayer::Tcp, super::EcalLayer::Udp];
+    cfg.tcp.send_queue_bytes = 1 << 20;
+    cfg.tcp.send_timeout_ms = 250;
+    cfg.tcp.max_message_bytes = 100_000;
     cfg.source = Some(PathBuf::from(ORIGIN));
     let (back, warnings) = parse_ok(&cfg.to_ini_text());
     assert_eq!(back, cfg);
@@ -147,6 +154,25 @@ fn non_default_config_round_trips_through_text() {
 }
 
 // ----- parsing: accepted input ----------------------------------------------------------------
+
+#[test]
+fn tcp_switches_and_layer_priorities() {
+    use super::EcalLayer::{Shm, Tcp, Udp};
+    let (cfg, warnings) =
+        parse_ok("[publisher]\nuse_tcp = 0\npriority_remote = TCP ,udp_mc\n[subscriber]\ntcp_rec_enabled = yes\n");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert!(!cfg.layers.pub_tcp && cfg.layers.sub_tcp);
+    assert_eq!(cfg.layers.priority_remote, [Tcp, Udp]);
+    assert_eq!(cfg.layers.priority_local, [Shm, Udp, Tcp], "default kept");
+    for bad in ["", "udp, udp", "shm, quic", "udp,", "tcp udp"] {
+        let e = parse_err(&format!("[publisher]\npriority_local = {bad}\n"));
+        assert!(e.to_string().contains("priority_local"), "{bad:?}: {e}");
+    }
+    for bad in ["send_queue = 1k", "send_timeout_ms = 60001", "max_message = 512", "max_message = 5g"] {
+        let e = parse_err(&format!("[shoal_tcp]\n{bad}\n"));
+        assert!(e.to_string().contains(bad.split(' ').next().unwrap_or_default()), "{bad:?}: {e}");
+    }
+}
 
 #[test]
 fn empty_and_partial_files_keep_defaults() {
@@ -232,8 +258,6 @@ use_shm                   = 2
 fn unsupported_features_are_warned_about_when_asked_for() {
     // (section, key, values that ask for the feature, values that leave it off)
     let cases: &[(&str, &str, &[&str], &[&str])] = &[
-        ("publisher", "use_tcp", &["true", "1", "2", "auto", "on"], &["false", "0", "off"]),
-        ("subscriber", "tcp_rec_enabled", &["true", "1", "yes"], &["false", "0", "no"]),
         ("shoal_registration", "shm_transport_domain", &["rack7"], &["\"\"", ""]),
         ("network", "host_group_name", &["rack7"], &[""]),
     ];

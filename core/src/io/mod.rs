@@ -26,6 +26,9 @@ const RECV_TOKEN: Token = Token(0);
 const WAKE_TOKEN: Token = Token(1);
 /// Tokens of the layers' sockets ([`crate::transport::IoSource`]) start here.
 const SOURCE_TOKEN_BASE: usize = 2;
+/// Source `i` may also register sockets under its own tokens `(i + 1) * SOURCE_TOKEN_SPACE ..` (one per
+/// connection, [`IoSource::on_token`]).
+const SOURCE_TOKEN_SPACE: usize = 1 << 32;
 
 /// What the I/O thread hands to the owner of the local publishers and subscribers.
 pub(crate) trait EventHandler: Send + Sync {
@@ -162,6 +165,9 @@ impl IoThread {
         // only on changes, so they are drained again on the next turn, after timers and commands had theirs.
         let mut reg_pending = false;
         let mut sources_pending = vec![false; self.sources.len()];
+        for (i, src) in self.sources.iter_mut().enumerate() {
+            src.set_token_space((i + 1) * SOURCE_TOKEN_SPACE, SOURCE_TOKEN_SPACE);
+        }
         loop {
             let now = Instant::now();
             let timeout = self.registrar.poll_timeout().map(|t| t.saturating_duration_since(now));
@@ -180,6 +186,13 @@ impl IoThread {
             for ev in events.iter() {
                 if ev.token() == RECV_TOKEN {
                     reg_pending = true;
+                } else if ev.token().0 >= SOURCE_TOKEN_SPACE {
+                    let i = ev.token().0 / SOURCE_TOKEN_SPACE - 1;
+                    if let (Some(src), Some(p)) = (self.sources.get_mut(i), sources_pending.get_mut(i))
+                        && src.on_token(self.poll.registry(), ev.token(), Instant::now())
+                    {
+                        *p = true;
+                    }
                 } else if let Some(p) =
                     ev.token().0.checked_sub(SOURCE_TOKEN_BASE).and_then(|i| sources_pending.get_mut(i))
                 {
@@ -209,6 +222,11 @@ impl IoThread {
                 self.registrar.handle_timeout(now);
             }
             self.process_events();
+            // Layers started or connections made by these events open their sockets now, not a poll later.
+            let now = Instant::now();
+            for (i, src) in self.sources.iter_mut().enumerate() {
+                src.maintain(self.poll.registry(), Token(SOURCE_TOKEN_BASE + i), now);
+            }
             self.flush();
         }
     }

@@ -81,6 +81,9 @@ pub(crate) struct PubShared {
     /// Fired when a subscriber connects, for `wait_for_subscribers`.
     cond: std::sync::Condvar,
     host_name: String,
+    /// Layer order for subscribers on this host and on other hosts (`[publisher] priority_local`/`_remote`).
+    priority_local: Vec<LayerKind>,
+    priority_remote: Vec<LayerKind>,
     /// Samples the eCAL-facing layers could not send, and those the application reported (`count_dropped`).
     layer_drops: AtomicU64,
     /// The eCAL-facing layers (UDP, eCAL shared memory), in priority order. Shared with the I/O thread so that a
@@ -94,6 +97,15 @@ pub(crate) struct PubShared {
     ring_par: Mutex<Option<ShoalPar>>,
     /// The ring's flow-control figures, for registration (copied by the publisher when they change).
     flow: FlowCounters,
+}
+
+/// The registration kind of a layer named in a priority list.
+fn layer_kind(l: crate::config::EcalLayer) -> LayerKind {
+    match l {
+        crate::config::EcalLayer::Shm => LayerKind::Shm,
+        crate::config::EcalLayer::Udp => LayerKind::Udp,
+        crate::config::EcalLayer::Tcp => LayerKind::Tcp,
+    }
 }
 
 /// [`FlowStats`] shared with the registration.
@@ -149,7 +161,7 @@ impl PubShared {
     }
 
     /// Chooses the layer of every remote subscriber: the native ring when it reads it (same host, shoal), else the
-    /// first eCAL-facing layer that accepts it; starts layers that get their first subscriber. True when the
+    /// first eCAL-facing layer of the priority list for its host (local or remote) that accepts it; starts layers that get their first subscriber. True when the
     /// registration (layer adverts, ring activity) changed.
     fn assign_layers(&self) -> bool {
         let c = lock(&self.conns);
@@ -158,7 +170,11 @@ impl PubShared {
         let mut assigned: Vec<Vec<&RemoteTopic>> = vec![Vec::new(); writers.len()];
         for r in c.remote.values().filter(|r| r.doorbell.is_none()) {
             let same_host = r.topic.key.host_name == self.host_name;
-            if let Some(i) = writers.iter().position(|l| l.accepts(&r.topic, same_host)) {
+            let order = if same_host { &self.priority_local } else { &self.priority_remote };
+            let chosen = order
+                .iter()
+                .find_map(|kind| writers.iter().position(|l| l.kind() == *kind && l.accepts(&r.topic, same_host)));
+            if let Some(i) = chosen {
                 assigned[i].push(&r.topic);
             }
         }
@@ -319,6 +335,8 @@ impl Publisher {
             freq: Mutex::new(Window { start: Instant::now(), clock: 0, bytes: 0, freq_mhz: 0, bandwidth_bps: 0.0 }),
             cond: std::sync::Condvar::new(),
             host_name: rt.identity.host_name.clone(),
+            priority_local: rt.config.layers.priority_local.iter().map(|l| layer_kind(*l)).collect(),
+            priority_remote: rt.config.layers.priority_remote.iter().map(|l| layer_kind(*l)).collect(),
             layer_drops: AtomicU64::new(0),
             layers: Mutex::new(LayerSet { writers: Vec::new(), active: Vec::new() }),
             layers_active: AtomicBool::new(false),
@@ -403,6 +421,13 @@ impl Publisher {
     /// monitors show.
     pub fn count_dropped(&self, n: u64) {
         self.shared.layer_drops.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Messages this publisher's registration announces as dropped (`message_drops`): those an eCAL-facing layer
+    /// could not send to at least one of its subscribers (e.g. a TCP connection's full send queue), plus those
+    /// reported with [`count_dropped`](Self::count_dropped).
+    pub fn drops(&self) -> u64 {
+        self.shared.layer_drops.load(Ordering::Relaxed)
     }
 
     /// Waits until at least `n` subscribers are matched; false on timeout.

@@ -1,11 +1,12 @@
-//! Transports. `shm_ring` is shoal's own; the eCAL-facing layers (UDP, eCAL shared-memory memfiles, later TCP)
+//! Transports. `shm_ring` is shoal's own; the eCAL-facing layers (UDP, eCAL shared-memory memfiles, TCP)
 //! plug into publishers and subscribers through the `LayerWriter` and `LayerReaderFactory` traits below, so
 //! `pubsub` never knows their byte formats.
 //!
 //! Layer choice per connection (a publisher and one remote subscriber) is made by the publisher, in priority order:
-//! same process (in-memory queue) > native ring (same host, both shoal) > eCAL layers in the order the runtime lists
-//! them (eCAL's local priority: shm, udp, tcp). A layer is started lazily, when it gets its first subscriber, and
-//! only then appears in the publisher's registration, as eCAL does.
+//! same process (in-memory queue) > native ring (same host, both shoal) > the first eCAL layer, in the order
+//! `[publisher] priority_local` / `priority_remote` list them (eCAL's defaults: shm, udp, tcp on this host; udp,
+//! tcp to other hosts), that the subscriber has enabled. A layer is started lazily, when it gets its first
+//! subscriber, and only then appears in the publisher's registration, as eCAL does.
 
 use crate::registration::{Layer, LayerKind, RemoteTopic};
 
@@ -15,6 +16,7 @@ pub mod shm_ring;
 
 #[allow(unsafe_code)]
 pub mod ecal_shm;
+pub mod ecal_tcp;
 pub mod udp;
 
 /// What travels with every sample, whatever the layer.
@@ -137,6 +139,17 @@ pub(crate) trait IoSource: Send {
     fn maintain(&mut self, registry: &mio::Registry, token: mio::Token, now: std::time::Instant);
 
     /// The socket registered under the source's token is readable: receive up to `batch` datagrams. True when
-    /// the batch ended before the socket would block (the I/O thread calls again on its next turn).
+    /// the batch ended before the socket would block (the I/O thread calls again on its next turn). Also called
+    /// on the turn after [`IoSource::on_token`] returned true.
     fn on_readable(&mut self, now: std::time::Instant, batch: usize) -> bool;
+
+    /// Called once when the I/O thread starts: this source may register further sockets under the tokens
+    /// `first .. first + count` (one per connection); their readiness goes to [`IoSource::on_token`].
+    fn set_token_space(&mut self, _first: usize, _count: usize) {}
+
+    /// A socket registered under one of this source's own tokens is ready (read, write or closed). True when
+    /// work is left that the source wants to finish on the next turn ([`IoSource::on_readable`]).
+    fn on_token(&mut self, _registry: &mio::Registry, _token: mio::Token, _now: std::time::Instant) -> bool {
+        false
+    }
 }

@@ -39,6 +39,10 @@ enum Cmd {
         /// How long to wait for them, in ms.
         #[arg(long, default_value_t = 10_000)]
         wait_ms: u64,
+        /// Wait this long after the subscribers matched before the first send, in ms (a TCP subscriber connects
+        /// only after the match, as in eCAL).
+        #[arg(long, default_value_t = 0)]
+        start_delay_ms: u64,
         /// Stay alive this long after the last message, in ms (so late readers can finish).
         #[arg(long, default_value_t = 200)]
         linger_ms: u64,
@@ -71,6 +75,10 @@ enum Cmd {
         /// How long the pause of `--pause-after` lasts, in ms.
         #[arg(long, default_value_t = 1000)]
         pause_ms: u64,
+        /// Stop once received plus dropped messages reach `--count` (a publisher that may drop, as eCAL's TCP
+        /// layer does for a late subscriber, is still accounted for message by message).
+        #[arg(long)]
+        until_accounted: bool,
         /// Reliable subscriber (a reliable publisher waits for it).
         #[arg(long)]
         reliable: bool,
@@ -112,7 +120,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let node = shoal::Node::init("shoal-peer").context("starting the shoal node")?;
     match cli.cmd {
-        Cmd::Pub { topic, count, size, rate, wait_subs, wait_ms, linger_ms, loan, reliable_ms } => {
+        Cmd::Pub { topic, count, size, rate, wait_subs, wait_ms, start_delay_ms, linger_ms, loan, reliable_ms } => {
             if size < 24 {
                 bail!("--size must be at least 24 bytes (header of the self-checking payload)");
             }
@@ -127,6 +135,7 @@ fn main() -> Result<()> {
                 bail!("only {} of {wait_subs} subscribers matched within {wait_ms} ms", publ.subscriber_count());
             }
             emit(&json!({"event": "matched", "subscribers": publ.subscriber_count()}));
+            std::thread::sleep(Duration::from_millis(start_delay_ms));
             let period = if rate > 0.0 { Some(Duration::from_secs_f64(1.0 / rate)) } else { None };
             let start = Instant::now();
             let mut buf = vec![0u8; size];
@@ -157,13 +166,14 @@ fn main() -> Result<()> {
                 }
             }
             let flow = publ.flow_stats();
-            emit(&json!({"event": "done", "sent": clock, "max_send_gap_us": max_gap.as_micros() as u64,
+            emit(&json!({"event": "done", "sent": clock, "drops": publ.drops(),
+                        "max_send_gap_us": max_gap.as_micros() as u64,
                         "elapsed_ms": start.elapsed().as_millis() as u64, "reliable_waits": flow.waits,
                         "reliable_evicted_dead": flow.evicted_dead,
                         "reliable_evicted_stalled": flow.evicted_stalled}));
             std::thread::sleep(Duration::from_millis(linger_ms));
         }
-        Cmd::Sub { topic, count, idle_ms, zero_copy, spin, pause_after, pause_ms, reliable } => {
+        Cmd::Sub { topic, count, idle_ms, zero_copy, spin, pause_after, pause_ms, until_accounted, reliable } => {
             let mut builder = node.subscriber(&topic);
             if reliable {
                 builder = builder.reliable(true);
@@ -180,10 +190,11 @@ fn main() -> Result<()> {
             let mut last_clock: std::collections::HashMap<u64, u64> = Default::default();
             // Per publisher: messages received and the last sample clock.
             let mut publishers: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+            let mut vias: std::collections::BTreeMap<&'static str, u64> = Default::default();
             let mut lat_sum_ns: u128 = 0;
             let mut lat_max_ns: u64 = 0;
             let mut timed_out = false;
-            while received < count {
+            while received + if until_accounted { sub.drops() } else { 0 } < count {
                 if pause_after == Some(received) && received > 0 {
                     emit(&json!({"event": "pause", "received": received, "ms": pause_ms}));
                     std::thread::sleep(Duration::from_millis(pause_ms));
@@ -194,15 +205,15 @@ fn main() -> Result<()> {
                 let r = if zero_copy {
                     sub.recv_with(Some(Duration::from_millis(idle_ms)), |s| {
                         let (clock, sent, ok) = verify(s.payload());
-                        (s.publisher_id(), s.clock(), clock, sent, ok)
+                        (s.publisher_id(), s.clock(), clock, sent, ok, s.via())
                     })
                 } else {
                     sub.recv_timeout(Duration::from_millis(idle_ms)).map(|s| {
                         let (clock, sent, ok) = verify(s.payload());
-                        (s.publisher_id(), s.clock(), clock, sent, ok)
+                        (s.publisher_id(), s.clock(), clock, sent, ok, s.via())
                     })
                 };
-                let (pid, shoal_clock, clock, sent, ok) = match r {
+                let (pid, shoal_clock, clock, sent, ok, via) = match r {
                     Ok(v) => v,
                     Err(shoal::RecvError::Timeout) => {
                         timed_out = true;
@@ -221,6 +232,7 @@ fn main() -> Result<()> {
                 let per = publishers.entry(pid).or_default();
                 per.0 += 1;
                 per.1 = shoal_clock;
+                *vias.entry(via.name()).or_default() += 1;
                 if !ok {
                     torn += 1;
                 }
@@ -244,6 +256,7 @@ fn main() -> Result<()> {
                 "per_publisher": publishers.iter()
                     .map(|(id, (n, last))| json!({"id": id, "received": n, "last_clock": last}))
                     .collect::<Vec<_>>(),
+                "via": vias,
                 "timed_out": timed_out,
                 "first_msg_after_match_ms": first_msg_after_match_ms,
                 "mean_latency_us": if received > 0 { (lat_sum_ns / u128::from(received)) as f64 / 1e3 } else { 0.0 },

@@ -2,6 +2,7 @@
 """eCAL 6.1.1 publisher peer for shoal's interop tests; prints JSON lines.
 
 Usage: pub.py --topic T [--count N] [--size S] [--rate HZ] [--layer udp|shm|tcp|all|default]
+              [--start-delay-ms MS]
               [--type-name X] [--encoding E] [--descriptor-hex H | --descriptor-file F] [--wait-subs K] [--wait-ms MS]
               [--linger-ms MS] [--finalize-delay-ms MS] [--unit NAME] [--verbose]
 
@@ -37,6 +38,8 @@ def main():
     ap.add_argument("--descriptor-file", default="", help="type descriptor bytes, read from this file")
     ap.add_argument("--wait-subs", type=int, default=0, help="wait for this many subscribers before sending")
     ap.add_argument("--wait-ms", type=int, default=10000)
+    ap.add_argument("--start-delay-ms", type=int, default=0,
+                    help="wait this long after the match before the first send (TCP subscribers connect after it)")
     ap.add_argument("--linger-ms", type=int, default=500, help="stay registered this long after the last send")
     ap.add_argument("--finalize-delay-ms", type=int, default=0,
                     help="time between deleting the publisher (line 'deleted') and eCAL finalize")
@@ -61,6 +64,7 @@ def main():
             ec.fail(f"only {pub.get_subscriber_count()} of {args.wait_subs} subscribers within {args.wait_ms} ms",
                     code=4)
         ec.emit({"event": "matched", "subscribers": pub.get_subscriber_count()})
+        stop.sleep(args.start_delay_ms / 1000.0)
 
         period = 1.0 / args.rate if args.rate > 0 else 0.0
         start = time.monotonic()

@@ -3,7 +3,7 @@
 
 Usage: sub.py --topic T [--count N] [--layer udp|shm|tcp|all|default] [--timeout-ms MS]
               [--idle-ms MS] [--type-name X] [--encoding E] [--descriptor-hex H | --descriptor-file F]
-              [--finalize-delay-ms MS] [--unit NAME] [--quiet]
+              [--finalize-delay-ms MS] [--unit NAME] [--quiet] [--until-clock C] [--pattern-only]
 
 Creates an eCAL subscriber whose layers are exactly those of `--layer` (through
 `SubscriberConfiguration.layer.{udp,shm,tcp}.enable`) and prints, for every message,
@@ -12,7 +12,8 @@ Creates an eCAL subscriber whose layers are exactly those of `--layer` (through
    "type_name", "encoding"}
 (unless --quiet), and at the end {"event": "summary", received, intact, timed_out, ...}, then
 {"event": "deleted"} once the subscriber is deleted; eCAL is finalized --finalize-delay-ms later (also after SIGTERM).
-It stops after N messages (0: only at SIGTERM or --timeout-ms), when --timeout-ms has passed
+It stops after N messages (0: only at SIGTERM or --timeout-ms), after the message with send clock C
+(--until-clock; a publisher's last one), when --timeout-ms has passed
 since start, or when no message came for --idle-ms after the first one.
 Exit codes: 0 got N messages (or N = 0), 2 bad arguments, 3 eCAL not usable, 5 timed out.
 """
@@ -42,6 +43,12 @@ def main():
                     help="time between deleting the subscriber (line 'deleted') and eCAL finalize")
     ap.add_argument("--unit", default="shoal_ecal_sub")
     ap.add_argument("--quiet", action="store_true", help="no line per message")
+    ap.add_argument("--pattern-only", action="store_true",
+                    help="check payloads by comparing every byte with the expected pattern, without the (slow, "
+                         "pure Python) FNV checksum; msg lines carry no digest (for megabyte messages)")
+    ap.add_argument("--until-clock", type=int, default=0,
+                    help="also stop once a message with this send clock arrived (a publisher's last one), even if "
+                         "fewer than --count came")
     args = ap.parse_args()
     if args.count < 0 or args.timeout_ms <= 0 or args.idle_ms <= 0:
         ec.fail("--count must not be negative, --timeout-ms and --idle-ms must be positive", code=2)
@@ -55,7 +62,7 @@ def main():
 
     def on_message(topic_id, datatype, data):
         payload = bytes(data.buffer)
-        clock, intact = ec.check_payload(payload)
+        clock, intact = ec.check_pattern(payload) if args.pattern_only else ec.check_payload(payload)
         with lock:
             if args.count and state["received"] >= args.count:
                 return
@@ -69,12 +76,13 @@ def main():
             if not args.quiet:
                 ec.emit({
                     "event": "msg", "n": n, "size": len(payload), "send_clock": data.send_clock,
-                    "send_timestamp": data.send_timestamp, "digest": ec.digest(payload),
+                    "send_timestamp": data.send_timestamp,
+                    "digest": None if args.pattern_only else ec.digest(payload),
                     "pattern_clock": clock, "intact": intact, "pub_entity_id": pub.entity_id,
                     "pub_host": pub.host_name, "pub_pid": pub.process_id,
                     "type_name": datatype.name, "encoding": datatype.encoding,
                 })
-            if args.count and n >= args.count:
+            if (args.count and n >= args.count) or (args.until_clock and data.send_clock >= args.until_clock):
                 enough.set()
 
     try:
@@ -87,7 +95,7 @@ def main():
         ec.emit_ready(sub, scfg)
         start = time.monotonic()
         gave_up = ec.wait_until_enough(enough, stop, lock, state, args.timeout_ms, args.idle_ms)
-        timed_out = gave_up and args.count > 0
+        timed_out = gave_up and (args.count > 0 or args.until_clock > 0)
         sub.remove_receive_callback()
         with lock:
             ec.emit({

@@ -137,6 +137,7 @@ pub(crate) fn is_root() -> bool {
 /// between the two. Deleted on drop (also when a test panics).
 pub(crate) struct NetnsPair {
     names: [String; 2],
+    veths: [String; 2],
     addrs: [String; 2],
 }
 
@@ -147,7 +148,7 @@ impl NetnsPair {
         let names = [format!("shoal_{tag}_a_{pid}"), format!("shoal_{tag}_b_{pid}")];
         let veths = [format!("v{tag}a{}", pid % 100_000), format!("v{tag}b{}", pid % 100_000)];
         let addrs = [format!("10.231.{subnet}.1"), format!("10.231.{subnet}.2")];
-        let pair = NetnsPair { names, addrs };
+        let pair = NetnsPair { names, veths: veths.clone(), addrs };
         let [a, b] = &pair.names;
         let setup = || -> Result<(), String> {
             run(&["ip", "netns", "add", a])?;
@@ -166,6 +167,29 @@ impl NetnsPair {
             panic!("cannot set up the network namespaces: {e}");
         }
         pair
+    }
+
+    /// Makes the host names resolve inside both namespaces: `ip netns exec` mounts `/etc/netns/<name>/hosts` over
+    /// `/etc/hosts` (removed on drop). `names[i]` is the host name of namespace `i`.
+    pub(crate) fn hosts(&self, names: [&str; 2]) {
+        let mut text = String::from("127.0.0.1 localhost\n");
+        for (addr, name) in self.addrs.iter().zip(names) {
+            text.push_str(&format!("{addr} {name}\n"));
+        }
+        for n in &self.names {
+            let dir = format!("/etc/netns/{n}");
+            std::fs::create_dir_all(&dir).expect("mkdir /etc/netns/<name>");
+            std::fs::write(format!("{dir}/hosts"), &text).expect("write the namespace's hosts file");
+        }
+    }
+
+    /// Puts a `tc netem` qdisc on host `i`'s end of the veth pair, e.g. `["loss", "5%", "delay", "5ms"]`
+    /// (it goes with the namespace). An error when the kernel has no netem (`sch_netem`).
+    pub(crate) fn netem(&self, i: usize, spec: &[&str]) -> Result<(), String> {
+        let mut args = vec!["ip", "netns", "exec", &self.names[i], "tc", "qdisc", "add", "dev", &self.veths[i]];
+        args.extend(["root", "netem"]);
+        args.extend_from_slice(spec);
+        run(&args)
     }
 
     /// The address of host `i` (0 = a, 1 = b).
@@ -188,6 +212,7 @@ impl Drop for NetnsPair {
         for n in &self.names {
             // Deleting a namespace also deletes its end of the veth pair (and so the pair).
             let _ = run(&["ip", "netns", "del", n]);
+            let _ = std::fs::remove_dir_all(format!("/etc/netns/{n}"));
         }
     }
 }

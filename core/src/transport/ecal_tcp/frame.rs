@@ -1,0 +1,282 @@
+//! Byte formats of eCAL's TCP layer.
+//!
+//! tcp_pubsub frames every message with a 12-byte little-endian header: `u16 header_size (12)`, `u8 type`
+//! (0 payload, 1 protocol handshake), `u8 reserved`, `u64 data_size`, then `data_size` bytes. A receiver honours
+//! a larger `header_size` (skips the extra bytes). The handshake's data is one byte, the protocol version (0).
+//!
+//! eCAL 6.1.1 puts into a payload frame: `"ECAL"`, `u16 LE` length of a protobuf `eCAL.pb.Sample` that carries
+//! no payload field (`1 cmd_type = 0`, `5 topic {7 name, 6 id, 3 process_id = 0, 2 host_name = ""}`,
+//! `6 content {1 id = 0, 2 clock, 3 time, 6 size = payload length, 7 hash}`, `8 padding`, zeros chosen so that
+//! the payload starts 8-byte aligned after `"ECAL"`), then the payload bytes.
+
+use prost::Message as _;
+
+use crate::registration::{TopicIdError, parse_topic_id, pb};
+
+/// eCAL's `Content.hash` (the same as the UDP layer's): `topic_id ^ (clock << 1)`.
+pub(crate) fn content_hash(publisher_id: u64, clock: u64) -> u64 {
+    publisher_id ^ (clock << 1)
+}
+
+/// Length of the tcp_pubsub header.
+pub(crate) const HEADER_LEN: usize = 12;
+/// Frame type of a message.
+pub(crate) const TYPE_PAYLOAD: u8 = 0;
+/// Frame type of the protocol handshake.
+pub(crate) const TYPE_HANDSHAKE: u8 = 1;
+/// The eCAL magic in front of every message.
+const MAGIC: &[u8; 4] = b"ECAL";
+
+/// A tcp_pubsub header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FrameHeader {
+    /// Bytes of the header as the sender wrote it (≥ 12 for a valid one).
+    pub(crate) header_size: u16,
+    /// 0 payload, 1 handshake.
+    pub(crate) kind: u8,
+    /// Bytes that follow the header.
+    pub(crate) data_size: u64,
+}
+
+/// Writes a tcp_pubsub header into the first 12 bytes of `out`.
+pub(crate) fn put_header(out: &mut [u8], kind: u8, data_size: u64) {
+    out[0..2].copy_from_slice(&(HEADER_LEN as u16).to_le_bytes());
+    out[2] = kind;
+    out[3] = 0;
+    out[4..12].copy_from_slice(&data_size.to_le_bytes());
+}
+
+/// Parses the first 12 bytes of a header (the fields tcp_pubsub 1.x knows); `None` when `header_size` < 12.
+pub(crate) fn parse_header(b: &[u8; HEADER_LEN]) -> Option<FrameHeader> {
+    let header_size = u16::from_le_bytes([b[0], b[1]]);
+    if usize::from(header_size) < HEADER_LEN {
+        return None;
+    }
+    let mut size = [0u8; 8];
+    size.copy_from_slice(&b[4..12]);
+    Some(FrameHeader { header_size, kind: b[2], data_size: u64::from_le_bytes(size) })
+}
+
+/// The handshake frame both sides send: protocol version 0.
+pub(crate) fn handshake() -> [u8; HEADER_LEN + 1] {
+    let mut f = [0u8; HEADER_LEN + 1];
+    put_header(&mut f, TYPE_HANDSHAKE, 1);
+    f
+}
+
+fn varint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
+}
+
+fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
+}
+
+fn str_field_len(len: usize) -> usize {
+    1 + varint_len(len as u64) + len
+}
+
+fn put_str_field(buf: &mut Vec<u8>, tag: u8, s: &[u8]) {
+    buf.push(tag);
+    put_varint(buf, s.len() as u64);
+    buf.extend_from_slice(s);
+}
+
+/// Why a message cannot be framed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum EncodeError {
+    /// eCAL's `content.size` is an int32.
+    #[error("a message of {0} bytes is larger than eCAL's TCP layer carries (2^31 - 1)")]
+    TooLarge(usize),
+    /// The sample header must fit the u16 length field.
+    #[error("the topic name makes the sample header longer than 65535 bytes")]
+    HeaderTooLong,
+}
+
+/// One complete payload frame (tcp_pubsub header, eCAL header, payload), as eCAL 6.1.1 writes it.
+pub(crate) fn encode_message(
+    topic: &str,
+    topic_id: &str,
+    publisher_id: u64,
+    clock: u64,
+    time_us: i64,
+    payload: &[u8],
+) -> Result<Vec<u8>, EncodeError> {
+    let size = i32::try_from(payload.len()).map_err(|_| EncodeError::TooLarge(payload.len()))?;
+    let hash = content_hash(publisher_id, clock);
+    // topic {7 name, 6 id, 3 pid 0, 2 host ""}
+    let topic_len = str_field_len(topic.len()) + str_field_len(topic_id.len()) + 2 + 2;
+    // content {1 id 0, 2 clock, 3 time, 6 size, 7 hash}
+    let content_len =
+        2 + 1 + varint_len(clock) + 1 + varint_len(time_us as u64) + 1 + varint_len(size as u64) + 1 + varint_len(hash);
+    let unpadded =
+        2 + 1 + varint_len(topic_len as u64) + topic_len + 1 + varint_len(content_len as u64) + content_len + 2;
+    let padding = (8 - (MAGIC.len() + 2 + unpadded) % 8) % 8;
+    let proto_len = u16::try_from(unpadded + padding).map_err(|_| EncodeError::HeaderTooLong)?;
+    let data_size = MAGIC.len() + 2 + usize::from(proto_len) + payload.len();
+    let mut buf = Vec::with_capacity(HEADER_LEN + data_size);
+    buf.resize(HEADER_LEN, 0);
+    put_header(&mut buf, TYPE_PAYLOAD, data_size as u64);
+    buf.extend_from_slice(MAGIC);
+    buf.extend_from_slice(&proto_len.to_le_bytes());
+    buf.extend_from_slice(&[0x08, 0]);
+    buf.push(0x2a);
+    put_varint(&mut buf, topic_len as u64);
+    put_str_field(&mut buf, 0x3a, topic.as_bytes());
+    put_str_field(&mut buf, 0x32, topic_id.as_bytes());
+    buf.extend_from_slice(&[0x18, 0, 0x12, 0]);
+    buf.push(0x32);
+    put_varint(&mut buf, content_len as u64);
+    buf.extend_from_slice(&[0x08, 0]);
+    buf.push(0x10);
+    put_varint(&mut buf, clock);
+    buf.push(0x18);
+    put_varint(&mut buf, time_us as u64);
+    buf.push(0x30);
+    put_varint(&mut buf, size as u64);
+    buf.push(0x38);
+    put_varint(&mut buf, hash);
+    buf.push(0x42);
+    buf.push(padding as u8);
+    buf.resize(buf.len() + padding, 0);
+    debug_assert_eq!(buf.len(), HEADER_LEN + MAGIC.len() + 2 + usize::from(proto_len));
+    buf.extend_from_slice(payload);
+    Ok(buf)
+}
+
+/// Why the data of a payload frame was rejected.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DecodeError {
+    /// Shorter than the magic and the length field, or the magic is not `ECAL`.
+    #[error("no ECAL magic")]
+    NoMagic,
+    /// The protobuf length runs past the frame.
+    #[error("sample header of {0} bytes runs past the frame")]
+    HeaderPastEnd(usize),
+    /// The sample header is not a valid `eCAL.pb.Sample`.
+    #[error("invalid sample header: {0}")]
+    Protobuf(#[from] prost::DecodeError),
+    /// No `topic` or `content`.
+    #[error("sample header without topic or content")]
+    Incomplete,
+    /// `topic_id` not a decimal u64.
+    #[error(transparent)]
+    BadTopicId(#[from] TopicIdError),
+    /// `content.size` negative or past the frame.
+    #[error("content size {size} does not fit the {left} payload bytes of the frame")]
+    BadSize {
+        /// The announced size.
+        size: i32,
+        /// Bytes left after the header.
+        left: usize,
+    },
+    /// A negative clock.
+    #[error("negative clock {0}")]
+    NegativeClock(i64),
+}
+
+/// What a payload frame carries, the payload as a range of the frame's data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Decoded {
+    /// `topic.topic_id`: the publisher's entity id.
+    pub(crate) publisher_id: u64,
+    /// `content.clock`.
+    pub(crate) clock: u64,
+    /// `content.time`, µs since the UNIX epoch.
+    pub(crate) time_us: i64,
+    /// Where the payload lies in the data.
+    pub(crate) payload: std::ops::Range<usize>,
+}
+
+/// Decodes the data of a payload frame (what follows the tcp_pubsub header).
+pub(crate) fn decode_message(data: &[u8]) -> Result<Decoded, DecodeError> {
+    if data.len() < MAGIC.len() + 2 || &data[..4] != MAGIC {
+        return Err(DecodeError::NoMagic);
+    }
+    let proto_len = usize::from(u16::from_le_bytes([data[4], data[5]]));
+    let start = MAGIC.len() + 2;
+    let proto = data.get(start..start + proto_len).ok_or(DecodeError::HeaderPastEnd(proto_len))?;
+    let s = pb::Sample::decode(proto)?;
+    let (Some(topic), Some(content)) = (s.topic, s.content) else { return Err(DecodeError::Incomplete) };
+    let publisher_id = parse_topic_id(&topic.topic_id)?;
+    let clock = u64::try_from(content.clock).map_err(|_| DecodeError::NegativeClock(content.clock))?;
+    let body = start + proto_len;
+    let left = data.len() - body;
+    let len = usize::try_from(content.size).ok().filter(|n| *n <= left);
+    let Some(len) = len else { return Err(DecodeError::BadSize { size: content.size, left }) };
+    Ok(Decoded { publisher_id, clock, time_us: content.time, payload: body..body + len })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_round_trips_and_aligns_the_payload() {
+        for topic in ["t", "a_longer_topic_name", "x".repeat(300).as_str()] {
+            for payload in [&b""[..], b"hello", &[7u8; 70_000][..]] {
+                let f = encode_message(topic, "123456789", 123_456_789, 42, 1_700_000_000_000_000, payload).unwrap();
+                let h = parse_header(f[..HEADER_LEN].try_into().unwrap()).unwrap();
+                assert_eq!(h, FrameHeader { header_size: 12, kind: 0, data_size: (f.len() - HEADER_LEN) as u64 });
+                let data = &f[HEADER_LEN..];
+                let m = decode_message(data).unwrap();
+                assert_eq!((m.publisher_id, m.clock, m.time_us), (123_456_789, 42, 1_700_000_000_000_000));
+                assert_eq!(&data[m.payload.clone()], payload);
+                assert_eq!(m.payload.start % 8, 0, "payload 8-byte aligned after the magic");
+                let s = pb::Sample::decode(&data[6..m.payload.start]).unwrap();
+                assert_eq!(s.cmd_type, 0);
+                assert_eq!(s.content.unwrap().hash, content_hash(123_456_789, 42) as i64);
+            }
+        }
+    }
+
+    /// Bytes an eCAL 6.1.1 Python publisher (`tools/tests/ecal/pub.py --layer tcp --size 40`, topic `cap_topic`)
+    /// sent to a raw tcp_pubsub client after its handshake: its handshake answer, then message 42.
+    const ECAL_HANDSHAKE: &str = "0c000100010000000000000000";
+    const ECAL_MESSAGE_42: &str = "0c00000070000000000000004543414c420008002a213a096361705f746f706963321037363239373734\
+        3730393538373936381800120032180800102a189e99b69ee9b29803302838d480a0dad5e7c60d4201002a00000000000000c0ba7fe2\
+        22160000653638e9d11ded7e161718191a1b1c1d1e1f202122232425";
+
+    fn unhex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    #[test]
+    fn frames_are_byte_for_byte_what_ecal_6_1_1_sends() {
+        assert_eq!(handshake().to_vec(), unhex(ECAL_HANDSHAKE));
+        let captured = unhex(ECAL_MESSAGE_42);
+        let m = decode_message(&captured[HEADER_LEN..]).unwrap();
+        assert_eq!((m.publisher_id, m.clock), (7_629_774_709_587_968, 42));
+        let payload = &captured[HEADER_LEN..][m.payload.clone()];
+        assert_eq!(payload.len(), 40);
+        let ours =
+            encode_message("cap_topic", "7629774709587968", m.publisher_id, m.clock, m.time_us, payload).unwrap();
+        assert_eq!(ours, captured);
+    }
+
+    #[test]
+    fn bad_frames_are_errors() {
+        let f = encode_message("t", "5", 5, 1, 0, b"abc").unwrap();
+        let data = &f[HEADER_LEN..];
+        assert!(matches!(decode_message(b"ECA"), Err(DecodeError::NoMagic)));
+        assert!(matches!(decode_message(b"XCAL\0\0"), Err(DecodeError::NoMagic)));
+        assert!(matches!(decode_message(&data[..10]), Err(DecodeError::HeaderPastEnd(_))));
+        assert!(matches!(decode_message(&data[..data.len() - 1]), Err(DecodeError::BadSize { size: 3, left: 2 })));
+        let mut bad = data.to_vec();
+        bad[4] = 0;
+        bad[5] = 0;
+        assert!(decode_message(&bad).is_err());
+        assert!(parse_header(&[11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).is_none());
+        assert_eq!(handshake(), [12, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
+    }
+}
