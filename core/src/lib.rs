@@ -73,3 +73,12 @@ pub use transport::shm_ring::FlowStats;
 #[doc(hidden)]
 pub use types::codegen_support as __codegen;
 pub use types::{DecodeError, EncodeError, Message, MessageSink, TypeInfo};
+
+/// Shared-memory mappings (ring segments, doorbells, eCAL memfiles and sync files) that another process truncated
+/// while this process had them mapped, since it started. Each such access would have raised SIGBUS; a process-wide
+/// handler instead put zero pages over the mapping, the message being read was dropped (counted in the
+/// subscriber's [`drops`](Subscriber::drops)) and the reader detached (a ring) or mapped the file again (an eCAL
+/// memfile). Each truncation is also logged once as a warning.
+pub fn shm_truncations() -> u64 {
+    sys::shm_guard::truncations()
+}

@@ -188,8 +188,8 @@ fn main() -> Result<()> {
             let mut first_msg_after_match_ms: Option<f64> = None;
             let (mut received, mut torn, mut out_of_order) = (0u64, 0u64, 0u64);
             let mut last_clock: std::collections::HashMap<u64, u64> = Default::default();
-            // Per publisher: messages received and the last sample clock.
-            let mut publishers: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+            // Per publisher: messages received, the first and the last sample clock.
+            let mut publishers: std::collections::BTreeMap<u64, (u64, u64, u64)> = Default::default();
             let mut vias: std::collections::BTreeMap<&'static str, u64> = Default::default();
             let mut lat_sum_ns: u128 = 0;
             let mut lat_max_ns: u64 = 0;
@@ -229,9 +229,9 @@ fn main() -> Result<()> {
                                 "since_match_ms": first_msg_after_match_ms}));
                 }
                 received += 1;
-                let per = publishers.entry(pid).or_default();
+                let per = publishers.entry(pid).or_insert((0, shoal_clock, shoal_clock));
                 per.0 += 1;
-                per.1 = shoal_clock;
+                per.2 = shoal_clock;
                 *vias.entry(via.name()).or_default() += 1;
                 if !ok {
                     torn += 1;
@@ -254,9 +254,12 @@ fn main() -> Result<()> {
                 "drops": sub.drops(),
                 "publishers": publishers.len(),
                 "per_publisher": publishers.iter()
-                    .map(|(id, (n, last))| json!({"id": id, "received": n, "last_clock": last}))
+                    .map(|(id, (n, first, last))| {
+                        json!({"id": id, "received": n, "first_clock": first, "last_clock": last})
+                    })
                     .collect::<Vec<_>>(),
                 "via": vias,
+                "shm_truncations": shoal::shm_truncations(),
                 "timed_out": timed_out,
                 "first_msg_after_match_ms": first_msg_after_match_ms,
                 "mean_latency_us": if received > 0 { (lat_sum_ns / u128::from(received)) as f64 / 1e3 } else { 0.0 },

@@ -12,9 +12,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use memmap2::{MmapOptions, MmapRaw};
+use memmap2::MmapOptions;
 
 use super::sync::{NamedSync, SHM_DIR, SyncOpenError};
+use crate::sys::shm_guard::PeerMap;
 
 /// The memfile's internal header (file offset 0).
 #[repr(C, packed)]
@@ -131,6 +132,10 @@ pub(crate) enum ReadError {
     /// Re-mapping a grown file failed.
     #[error("remap: {0}")]
     Remap(io::Error),
+    /// Another process truncated the file while it was read: what was read is dropped, and the next read maps the
+    /// file again at its current size.
+    #[error("the memfile was truncated while it was read")]
+    Truncated,
 }
 
 /// Checks that a name is a plain `/dev/shm` file name (a registration sample is untrusted input).
@@ -146,7 +151,8 @@ fn check_name(name: &str) -> Result<PathBuf, MemfileOpenError> {
 pub(crate) struct MemfileWriter {
     name: String,
     path: PathBuf,
-    map: MmapRaw,
+    /// Raw and guarded: eCAL readers of other processes map it (and one that can write it could truncate it).
+    map: PeerMap,
     lock: NamedSync,
     max_data_size: u64,
 }
@@ -177,12 +183,12 @@ impl MemfileWriter {
             let path = path.clone();
             move |source| MemfileOpenError::Io { call, path, source }
         };
-        let setup = || -> Result<(MmapRaw, NamedSync), MemfileOpenError> {
+        let setup = || -> Result<(PeerMap, NamedSync), MemfileOpenError> {
             use std::os::unix::fs::PermissionsExt;
             let mode = crate::sys::shm_write_mode();
             file.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(io_err("chmod"))?;
             file.set_len(total).map_err(io_err("ftruncate"))?;
-            let map = MmapOptions::new().len(len).map_raw(&file).map_err(io_err("mmap"))?;
+            let map = PeerMap::new(MmapOptions::new().len(len).map_raw(&file).map_err(io_err("mmap"))?);
             let lock = NamedSync::open_or_create(&format!("{name}_mtx"))?;
             Ok((map, lock))
         };
@@ -279,9 +285,12 @@ pub(crate) struct ReadMessage {
 #[derive(Debug)]
 pub(crate) struct MemfileReader {
     file: File,
-    map: MmapRaw,
+    /// Raw, read-only and guarded: the writer (or anyone who can write the file) may truncate it while we read.
+    map: PeerMap,
     map_len: usize,
     lock: NamedSync,
+    /// Truncations seen (each dropped the message being read and remapped the file).
+    truncations: u64,
 }
 
 // SAFETY: the mapping is only read through raw pointers while holding the flag lock; nothing references it.
@@ -305,9 +314,27 @@ impl MemfileReader {
                 source: io::Error::new(io::ErrorKind::InvalidData, format!("{size} bytes, too small for a memfile")),
             });
         }
-        let map = MmapOptions::new().len(map_len).map_raw_read_only(&file).map_err(io_err("mmap"))?;
+        let map = PeerMap::new(MmapOptions::new().len(map_len).map_raw_read_only(&file).map_err(io_err("mmap"))?);
         let lock = NamedSync::open_or_create(&format!("{name}_mtx"))?;
-        Ok(MemfileReader { file, map, map_len, lock })
+        Ok(MemfileReader { file, map, map_len, lock, truncations: 0 })
+    }
+
+    /// Times the file was truncated under this reader (see [`ReadError::Truncated`]).
+    pub(crate) fn truncations(&self) -> u64 {
+        self.truncations
+    }
+
+    /// After a truncation: maps the file again at the size it has now (at least the internal header, or nothing is
+    /// read until it has grown back).
+    #[cold]
+    fn remap_after_truncation(&mut self) -> Result<(), io::Error> {
+        let size = self.file.metadata()?.len();
+        let len = usize::try_from(size).map_err(|_| io::Error::other("file too large"))?.max(INT_HDR_SIZE);
+        // Mapping past the end of the file is allowed; such pages fault (and the guard zero-fills them), and
+        // read_locked checks the sizes it reads against `map_len`, which counts only what the file holds.
+        self.map = PeerMap::new(MmapOptions::new().len(len).map_raw_read_only(&self.file)?);
+        self.map_len = usize::try_from(size).unwrap_or(0);
+        Ok(())
     }
 
     /// The flag lock (for tests and cleanup).
@@ -330,7 +357,7 @@ impl MemfileReader {
         let size = self.file.metadata()?.len();
         if size > self.map_len as u64 {
             let len = usize::try_from(size).map_err(|_| io::Error::other("file too large"))?;
-            self.map = MmapOptions::new().len(len).map_raw_read_only(&self.file)?;
+            self.map = PeerMap::new(MmapOptions::new().len(len).map_raw_read_only(&self.file)?);
             self.map_len = len;
         }
         Ok(())
@@ -344,10 +371,23 @@ impl MemfileReader {
         }
         let r = self.read_locked(after_clock);
         self.lock.unlock();
+        if self.map.truncated() {
+            // Whatever was read came (partly) from zero pages the SIGBUS guard put over the mapping.
+            self.truncations += 1;
+            self.remap_after_truncation().map_err(ReadError::Remap)?;
+            return Err(ReadError::Truncated);
+        }
         r
     }
 
     fn read_locked(&mut self, after_clock: u64) -> Result<Option<ReadMessage>, ReadError> {
+        if self.map_len < INT_HDR_SIZE {
+            // Truncated below a header and not grown back yet.
+            self.remap_if_grown(INT_HDR_SIZE as u64).map_err(ReadError::Remap)?;
+            if self.map_len < INT_HDR_SIZE {
+                return Ok(None);
+            }
+        }
         let mut raw = [0u8; INT_HDR_SIZE];
         self.copy_out(0, &mut raw);
         let int_hdr_size = u16::from_le_bytes([raw[0], raw[1]]);

@@ -577,6 +577,21 @@ impl Observer {
                         pending = false;
                     }
                 }
+                Err(ReadError::Truncated) => {
+                    // The message being read is lost to every subscriber of this memfile (counted as a drop); the
+                    // reader mapped the file again at its new size and reads on from the next update.
+                    pending = false;
+                    for s in crate::sync::lock(&self.sinks).iter() {
+                        s.drops.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if reader.truncations() == 1 {
+                        tracing::warn!(
+                            "eCAL memfile {} was truncated by another process while it was read; the message is \
+                             dropped and the file mapped again",
+                            self.name
+                        );
+                    }
+                }
                 Err(e) => {
                     pending = false;
                     if self.bad.fetch_add(1, Ordering::Relaxed) == 0 {

@@ -16,7 +16,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
-use memmap2::{MmapOptions, MmapRaw};
+use memmap2::MmapOptions;
+
+use crate::sys::shm_guard::PeerMap;
 
 /// Where POSIX shared-memory objects live (`shm_open("/name")` opens `/dev/shm/name` on glibc).
 pub(crate) const SHM_DIR: &str = "/dev/shm";
@@ -71,7 +73,9 @@ pub(crate) enum SyncOpenError {
 /// An opened (mapped) named synchronisation object.
 #[derive(Debug)]
 pub(crate) struct NamedSync {
-    map: MmapRaw,
+    /// Raw and guarded: eCAL peers lock and signal through it, and any of them could truncate the file (the guard
+    /// then leaves zero pages, an unlocked mutex and a flag of 0, private to this process).
+    map: PeerMap,
     path: PathBuf,
     /// This handle found the file empty and initialised it.
     created: bool,
@@ -183,7 +187,7 @@ impl NamedSync {
         } else if size < SYNC_FILE_SIZE as u64 {
             return Err(SyncOpenError::TooSmall { path, size });
         }
-        let map = MmapOptions::new().len(SYNC_FILE_SIZE).map_raw(&file).map_err(io_err("mmap", &path))?;
+        let map = PeerMap::new(MmapOptions::new().len(SYNC_FILE_SIZE).map_raw(&file).map_err(io_err("mmap", &path))?);
         let s = NamedSync { map, path, created: needs_init };
         if needs_init {
             s.init()?;

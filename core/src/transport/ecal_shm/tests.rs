@@ -542,3 +542,30 @@ fn a_memfile_serves_a_bounded_number_of_processes_and_forgets_the_dead() {
     drop(b);
     assert!(!shm_exists(&format!("{name}_{}_evt", first + 1)), "the writer removes the events it owns");
 }
+
+#[test]
+fn a_memfile_truncated_by_a_peer_is_survived_and_mapped_again() {
+    let w = MemfileWriter::create(64 << 10).expect("create");
+    let hdr = MemFileHeader { clock: 1, ..MemFileHeader::default() };
+    assert!(w.write(&hdr, &[5u8; 30_000]));
+    let mut r = MemfileReader::open(w.name()).expect("open");
+    let m = r.read(Duration::from_millis(200), 0).expect("read").expect("message");
+    assert_eq!(m.payload, vec![5u8; 30_000]);
+    let path = format!("{SHM_DIR}/{}", w.name());
+    std::fs::OpenOptions::new().write(true).open(&path).expect("open").set_len(0).expect("truncate");
+    // The writer's own mapping faults too; the guard gives it zero pages and it carries on.
+    assert!(w.write(&MemFileHeader { clock: 2, ..hdr }, &[6u8; 30_000]));
+    match r.read(Duration::from_millis(200), 0) {
+        Err(ReadError::Truncated) => {}
+        other => panic!("expected Truncated, got {other:?}"),
+    }
+    assert_eq!(r.truncations(), 1);
+    // Mapped again at 0 bytes: nothing to read, no fault.
+    assert!(matches!(r.read(Duration::from_millis(200), 0), Ok(None)));
+    // The file grows back (a peer sizing it again): read again, through a fresh mapping.
+    std::fs::OpenOptions::new().write(true).open(&path).expect("open").set_len(64 << 10).expect("grow");
+    assert!(matches!(r.read(Duration::from_millis(200), 0), Err(ReadError::Bad(BadHeader::IntHdrSize(0)))));
+    assert_eq!(r.truncations(), 1);
+    drop(r);
+    drop(w);
+}

@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
 use std::time::{Duration, Instant};
 
-use memmap2::{MmapMut, MmapOptions};
+use memmap2::MmapOptions;
+
+use crate::sys::shm_guard::PeerMap;
 
 use super::layout::{DOORBELL_FILE_SIZE, DOORBELL_MAGIC, DOORBELL_VERSION, DoorbellHeader};
 use super::segment::{self, Placement};
@@ -90,9 +92,10 @@ pub enum WakeReason {
     Interrupted,
 }
 
-fn header(map: &[u8]) -> &DoorbellHeader {
+fn header(map: &PeerMap) -> &DoorbellHeader {
+    debug_assert!(map.len() >= size_of::<DoorbellHeader>());
     // SAFETY: doorbell mappings are DOORBELL_FILE_SIZE (>= size_of::<DoorbellHeader>()) bytes,
-    // page aligned, and DoorbellHeader consists of atomics only.
+    // page aligned, and DoorbellHeader consists of atomics only (made from the raw pointer, never from a slice).
     unsafe { &*map.as_ptr().cast::<DoorbellHeader>() }
 }
 
@@ -225,7 +228,7 @@ pub(super) fn futex_wake_shared(word: &AtomicU32) {
     futex_wake_all(word, Scope::Shared);
 }
 
-fn shared_words(map: &[u8]) -> Words<'_> {
+fn shared_words(map: &PeerMap) -> Words<'_> {
     let h = header(map);
     Words { seq: &h.seq.0, waiters: &h.waiters.0, scope: Scope::Shared }
 }
@@ -234,7 +237,8 @@ fn shared_words(map: &[u8]) -> Words<'_> {
 #[derive(Debug)]
 pub struct Doorbell {
     path: PathBuf,
-    map: MmapMut,
+    /// Raw and guarded: publishers of other processes write its words (and could truncate the file).
+    map: PeerMap,
 }
 
 impl Doorbell {
@@ -349,7 +353,8 @@ impl Drop for WaiterRegistration<'_> {
 #[derive(Debug)]
 pub struct DoorbellRemote {
     path: PathBuf,
-    map: MmapMut,
+    /// Raw and guarded: the owner and other publishers write its words, and could truncate the file.
+    map: PeerMap,
     owner_pid: u32,
     /// Handed over to another thread of this process, which will ring it (see [`DoorbellRemote::hand_over`]).
     handed_over: AtomicBool,
@@ -371,9 +376,8 @@ impl DoorbellRemote {
         if size < DOORBELL_FILE_SIZE as u64 {
             return Err(DoorbellOpenError::TooSmall { path: path.to_owned(), size });
         }
-        // SAFETY: shared mapping of a doorbell file, accessed only through atomics; the owner
-        // never truncates it.
-        let map = unsafe { MmapOptions::new().len(DOORBELL_FILE_SIZE).map_mut(&file) }.map_err(io("mmap"))?;
+        // Raw shared mapping of the doorbell, accessed only through atomics, guarded against truncation.
+        let map = PeerMap::new(MmapOptions::new().len(DOORBELL_FILE_SIZE).map_raw(&file).map_err(io("mmap"))?);
         let h = header(&map);
         let magic = h.magic.load(Ordering::Acquire);
         let version = h.version.load(Ordering::Relaxed);

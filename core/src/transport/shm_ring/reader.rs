@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{Ordering, fence};
 
-use memmap2::{MmapOptions, MmapRaw};
+use memmap2::MmapOptions;
 
 use super::flow::ReaderFlow;
 use super::layout::{
@@ -12,6 +12,7 @@ use super::layout::{
     SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride,
 };
 use super::segment::{self, RingName};
+use crate::sys::shm_guard::PeerMap;
 
 /// Most generations followed in one `open` or one `try_read_*` call (guards against loops in
 /// corrupted chains; real writers grow at most ~30 times: slot sizes double each time).
@@ -79,6 +80,12 @@ pub enum RingOpenError {
         /// What is wrong.
         what: &'static str,
     },
+    /// The file was truncated by another process while it was being opened.
+    #[error("segment {path} was truncated while it was opened")]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+    },
     /// The chain of superseded generations is longer than allowed.
     #[error("segment {path}: too many superseded generations")]
     ChainTooLong {
@@ -99,7 +106,8 @@ pub enum ReadOutcome<R> {
     /// repeatedly): the result was discarded and counted in [`RingReader::drops`]. Call again.
     Torn,
     /// The segment was superseded and its successor can no longer be opened (the writer is
-    /// gone); this reader will never deliver more samples.
+    /// gone), or another process truncated the segment file ([`RingReader::truncated`]); this
+    /// reader will never deliver more samples.
     Ended,
 }
 
@@ -174,8 +182,9 @@ impl<'a> SampleView<'a> {
 /// One validated, mapped generation.
 #[derive(Debug)]
 struct Mapped {
-    /// Read-only, or read-write for a reliable reader (which writes only its entry of the reader table).
-    map: MmapRaw,
+    /// Read-only, or read-write for a reliable reader (which writes only its entry of the reader table). Raw and
+    /// guarded against truncation by the writer (or anyone who can write the file), see `sys::shm_guard`.
+    map: PeerMap,
     path: PathBuf,
     name: RingName,
     slot_count: u32,
@@ -209,8 +218,8 @@ impl Mapped {
         let on_hugetlbfs = path.parent() != Some(Path::new(segment::SHM_DIR));
         let whole = usize::try_from(size).map_err(|_| too_small(size))?;
         let head_len = if on_hugetlbfs { whole } else { SEGMENT_HEADER_SIZE };
-        // SAFETY: read-only shared mapping of the header of a shoal segment; accessed through atomics only.
-        let head = unsafe { MmapOptions::new().len(head_len).map(&file) }.map_err(io("mmap"))?;
+        // Raw, read-only and guarded: the file may be truncated between the fstat above and these loads.
+        let head = PeerMap::new(MmapOptions::new().len(head_len).map_raw_read_only(&file).map_err(io("mmap"))?);
         // SAFETY: the mapping holds SEGMENT_HEADER_SIZE bytes, is page aligned, atomics only.
         let h = unsafe { &*head.as_ptr().cast::<SegmentHeader>() };
         let magic = h.magic.load(Ordering::Acquire);
@@ -255,6 +264,11 @@ impl Mapped {
             return Err(geometry("writer pid differs from the name"));
         }
         let (publisher_id, base_seq) = (h.publisher_id.load(r), h.base_seq.load(r));
+        if head.truncated() {
+            // The checks above ran on zero pages.
+            return Err(RingOpenError::Truncated { path: path.to_owned() });
+        }
+        drop(head);
         let len = if on_hugetlbfs { whole } else { usize::try_from(needed).map_err(|_| geometry("too large"))? };
         // Pre-fault what a reader touches first, but never more than POPULATE_MAX of a peer's file.
         let mut options = MmapOptions::new();
@@ -263,10 +277,16 @@ impl Mapped {
             options.populate();
         }
         // The validated ring (header and slots, `needed <= size` bytes), read-only, or read-write for a reliable
-        // reader (which writes only its entry of the reader table); the writer never truncates it, and all accesses
-        // go through atomics or the seqlock protocol.
-        let map =
-            if writable { options.map_raw(&file) } else { options.map_raw_read_only(&file) }.map_err(io("mmap"))?;
+        // reader (which writes only its entry of the reader table); all accesses go through atomics or the seqlock
+        // protocol, and a truncation of the file by anyone is survived (the guard).
+        let map = PeerMap::new(
+            if writable { options.map_raw(&file) } else { options.map_raw_read_only(&file) }.map_err(io("mmap"))?,
+        );
+        // Sized again on the mapped file: a shrink after the first fstat is refused here, one after this by the guard.
+        let now = file.metadata().map_err(io("fstat"))?.len();
+        if now < needed {
+            return Err(too_small(needed));
+        }
         Ok(Mapped {
             publisher_id,
             base_seq,
@@ -324,6 +344,8 @@ pub struct RingReader {
     /// The reader's entry in the writer's flow control.
     flow: Option<ReaderFlow>,
     evicted: bool,
+    /// The segment file was truncated under this reader (see [`RingReader::truncated`]).
+    truncated: bool,
 }
 
 /// A token no other reliable reader of this host uses (pid and a counter).
@@ -376,7 +398,8 @@ impl RingReader {
             seg = Mapped::open(&seg.next_path(), reliable)?;
         }
         let cursor = seg.header().write_seq.0.load(Ordering::Acquire);
-        let mut r = RingReader { seg, cursor, drops: 0, ended: false, reliable, flow: None, evicted: false };
+        let mut r =
+            RingReader { seg, cursor, drops: 0, ended: false, reliable, flow: None, evicted: false, truncated: false };
         if reliable {
             r.join_flow_control(flow_token());
         }
@@ -474,6 +497,35 @@ impl RingReader {
         self.cursor
     }
 
+    /// Whether another process truncated the segment file while this reader had it mapped. The SIGBUS guard
+    /// (`sys::shm_guard`) then replaced the mapping with zero pages; the read that saw it was discarded
+    /// and counted in [`drops`](Self::drops), and the reader has ended ([`ReadOutcome::Ended`]).
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// Ends the reader if the guard replaced its mapping (one atomic load; checked only on reads that found no
+    /// sample).
+    #[inline]
+    fn check_truncated(&mut self) -> bool {
+        self.seg.map.truncated() && self.on_truncated()
+    }
+
+    #[cold]
+    fn on_truncated(&mut self) -> bool {
+        if !self.truncated {
+            self.truncated = true;
+            self.ended = true;
+            self.drops = self.drops.saturating_add(1);
+            tracing::warn!(
+                "shm_ring: {} was truncated by another process while mapped here; the sample being read is dropped \
+                 and this reader detached (the mapping now reads zeros)",
+                self.seg.path.display()
+            );
+        }
+        true
+    }
+
     /// Samples lost so far: overwritten before they were read (overrun) or while they were
     /// read (torn).
     pub fn drops(&self) -> u64 {
@@ -533,6 +585,10 @@ impl RingReader {
                 continue;
             }
             if self.seg.header().superseded.load(Ordering::Acquire) == 0 {
+                // A truncated segment reads as zeros: an empty ring forever, unless the guard's flag is seen.
+                if self.check_truncated() {
+                    return ReadOutcome::Ended;
+                }
                 return ReadOutcome::Empty;
             }
             // Superseded: everything ever written here is visible now.
@@ -576,6 +632,10 @@ impl RingReader {
         // Seqlock reader: the payload reads above happen before the re-check.
         fence(Ordering::Acquire);
         if slot.seq.load(Ordering::Relaxed) != expected {
+            if self.check_truncated() {
+                // Counted once by check_truncated.
+                return ReadOutcome::Ended;
+            }
             self.drops = self.drops.saturating_add(1);
             return ReadOutcome::Torn;
         }

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use memmap2::{MmapMut, MmapOptions};
+use memmap2::MmapOptions;
+
+use crate::sys::shm_guard::PeerMap;
 
 /// Directory of ordinary (4 KiB page) shared-memory files.
 pub const SHM_DIR: &str = "/dev/shm";
@@ -40,7 +42,9 @@ pub enum CleanupError {
 #[derive(Debug)]
 pub(super) struct CreatedFile {
     pub(super) path: PathBuf,
-    pub(super) map: MmapMut,
+    /// Raw and guarded: other processes write parts of it (reliable readers their table entries, publishers a
+    /// doorbell's words), and any process that can write the file can truncate it.
+    pub(super) map: PeerMap,
     /// The file lives on hugetlbfs.
     pub(super) huge: bool,
     /// Why huge pages were requested but not used.
@@ -213,11 +217,11 @@ fn create_unique(dir: &Path, mode: u32, name_for: &mut impl FnMut() -> String) -
     Err(last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists)))
 }
 
-fn map_file(file: &File, size: u64) -> io::Result<MmapMut> {
+fn map_file(file: &File, size: u64) -> io::Result<PeerMap> {
     let len = usize::try_from(size).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment too large"))?;
-    // SAFETY: the file was just created by us with O_EXCL; other processes only ever map it
-    // and access it through atomics or the seqlock protocol, never truncate it.
-    unsafe { MmapOptions::new().len(len).populate().map_mut(file) }
+    // A raw mapping (no Rust reference to it is made), registered with the SIGBUS guard: a process that can write
+    // the file could truncate it.
+    Ok(PeerMap::new(MmapOptions::new().len(len).populate().map_raw(file)?))
 }
 
 /// Tries hugetlbfs at `dir`; the error is a human-readable reason for the fallback.

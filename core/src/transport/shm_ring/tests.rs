@@ -906,3 +906,25 @@ fn geometry_for_predicts_the_geometry_a_ring_grows_to() {
     assert_eq!(geometry_for(&c, 16, 1024), Some((1024, 1024)));
     assert_eq!(geometry_for(&c, 16, 1 << 20), Some((16, 1 << 20)));
 }
+
+#[test]
+fn a_segment_truncated_by_a_peer_ends_the_reader_without_sigbus() {
+    let mut w = RingWriter::create(&cfg(16, 8192), 77).expect("create");
+    let mut r = RingReader::open(w.segment_name()).expect("open");
+    let _ = w.write(&pattern(1, 5000), 1, 1).expect("write");
+    let ReadOutcome::Sample((bytes, _)) = read_one(&mut r) else { panic!("no sample") };
+    assert_eq!(bytes, pattern(1, 5000));
+    let _ = w.write(&pattern(2, 5000), 2, 2).expect("write");
+    std::fs::OpenOptions::new().write(true).open(w.segment_name()).expect("open").set_len(0).expect("truncate");
+    // The pending sample is lost: the reader sees the truncation, counts it and ends.
+    assert_eq!(read_one(&mut r), ReadOutcome::Ended);
+    assert!(r.truncated());
+    assert_eq!(r.drops(), 1);
+    assert_eq!(read_one(&mut r), ReadOutcome::Ended);
+    assert_eq!(r.drops(), 1, "counted once");
+    // The writer's next write faults on its own mapping; the guard gives it zero pages.
+    let _ = w.write(&pattern(3, 5000), 3, 3).expect("write after truncation");
+    assert!(w.truncated());
+    // A new reader refuses the truncated file before mapping it.
+    assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::TooSmall { .. })));
+}

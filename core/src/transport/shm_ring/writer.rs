@@ -4,8 +4,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{Ordering, fence};
 use std::time::Duration;
 
-use memmap2::MmapMut;
-
 use super::flow::{self, FlowStats, WriterFlow};
 use super::layout::{
     MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION, SEGMENT_HEADER_SIZE,
@@ -13,6 +11,7 @@ use super::layout::{
 };
 use super::segment::{self, CreateFailure, Placement, RingName};
 use crate::config::ShmRingConfig;
+use crate::sys::shm_guard::PeerMap;
 
 /// Error of [`RingWriter::create`] (and of growth, inside [`SlotError::Grow`]).
 #[derive(Debug, thiserror::Error)]
@@ -123,7 +122,9 @@ pub struct Published {
 #[derive(Debug)]
 struct Segment {
     path: PathBuf,
-    map: MmapMut,
+    /// Raw and guarded ([`PeerMap`]): reliable readers of other processes write their reader-table entries and the
+    /// flow-control words, and a process that can write the file could truncate it.
+    map: PeerMap,
     huge: bool,
     generation: u64,
     slot_count: u32,
@@ -201,6 +202,12 @@ impl RingWriter {
             changed: false,
             flow: None,
         })
+    }
+
+    /// Whether the current segment file was truncated under this writer by another process (the SIGBUS guard
+    /// replaced the mapping with zero pages, see `sys::shm_guard`): what it writes reaches no reader.
+    pub fn truncated(&self) -> bool {
+        self.seg.map.truncated()
     }
 
     /// Creates and initialises one generation. On a name clash for generation 0 the unique
