@@ -28,6 +28,9 @@ pub enum InitError {
     /// This process's own doorbell, just created, could not be opened for ringing.
     #[error("cannot open this process's own shared-memory doorbell: {0}")]
     OwnDoorbell(#[from] DoorbellOpenError),
+    /// `[shoal_auth] protected_topics` is not a valid regular expression.
+    #[error("[shoal_auth] protected_topics is not a valid regular expression: {0}")]
+    AuthPattern(#[from] regex::Error),
 }
 
 /// The process-wide runtime, shared by every node created with the same configuration.
@@ -156,7 +159,10 @@ fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> 
         shm_transport_domain: domain,
         network_mode: config.network.enabled,
     };
-    let registrar = Registrar::new(identity.clone(), &config.registration, Instant::now()).with_bounds(&config.limits);
+    let auth_stats = Arc::new(crate::wire::auth::AuthStats::new(config.auth.key.is_some()));
+    let registrar = Registrar::new(identity.clone(), &config.registration, Instant::now())
+        .with_bounds(&config.limits)
+        .with_auth(&config.auth, Arc::clone(&auth_stats))?;
     // The eCAL-facing layers (eCAL shared memory, UDP, TCP) register their factories here.
     let mut writer_factories: Vec<Box<dyn crate::transport::LayerWriterFactory>> = Vec::new();
     let mut reader_factories: Vec<Box<dyn crate::transport::LayerReaderFactory>> = Vec::new();
@@ -168,7 +174,7 @@ fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> 
         reader_factories.push(Box::new(crate::transport::ecal_shm::EcalShmReaderFactory::new()));
     }
     // eCAL UDP data layer: after eCAL shm (eCAL's local priority is shm, udp, tcp).
-    let udp = crate::transport::udp::UdpLayer::new(&config, &identity.host_name);
+    let udp = crate::transport::udp::UdpLayer::new(&config, &identity.host_name, auth_stats)?;
     writer_factories.push(Box::new(udp.writer_factory()));
     reader_factories.push(Box::new(udp.reader_factory()));
     // eCAL TCP layer (tcp_pubsub); publishers choose among the layers by `[publisher] priority_*`.

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{Config, EcalLayer, ShmAccess, WaitStrategy};
+use super::{AuthKey, Config, EcalLayer, ShmAccess, WaitStrategy};
 
 /// Spin time written for `spin_us` when the configured strategy does not spin.
 pub(crate) const DEFAULT_SPIN: Duration = Duration::from_micros(50);
@@ -258,6 +258,26 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
     },
     SectionDef { name: "shoal_io", title: "SHOAL: I/O THREAD", doc: &[] },
     SectionDef { name: "shoal_security", title: "SHOAL: ACCESS TO SHARED MEMORY", doc: &[] },
+    SectionDef {
+        name: "shoal_auth",
+        title: "SHOAL: AUTHENTICATION BETWEEN SHOAL PEERS (off unless a key is set)",
+        doc: &[
+            "With a key, this process sends its process registration, the registration of its protected",
+            "publishers and subscribers, and the UDP data of its protected topics in an envelope carrying",
+            "an HMAC-SHA256 tag (truncated to 16 bytes), a sender id, a counter and the send time; for",
+            "protected topics it accepts only registration and UDP data whose tag verifies with the same",
+            "key, whose counter it has not seen (a sliding window of 1024 counters per sender, [shoal_limits]",
+            "auth_senders senders) and whose time is within max_age_ms. Unauthenticated datagrams for",
+            "protected topics, and wrongly signed, replayed and too old ones for any topic, are dropped and",
+            "counted per cause (Node::snapshot().auth, per topic where it is known), each cause logged once.",
+            "Unprotected topics are registered and sent as eCAL does, without envelope, and eCAL peers keep",
+            "working on them. eCAL peers drop the envelope unread (its magic is not \"ECAL\"): they see",
+            "neither the protected topics nor this process's own registration entry, and a shoal process",
+            "with a key does not match the eCAL publishers and subscribers of protected topics, over any",
+            "layer. Shared memory between shoal processes of one host is guarded by file modes",
+            "([shoal_security]); authentication decides which peers are matched at all.",
+        ],
+    },
     SectionDef {
         name: "shoal_limits",
         title: "SHOAL: BOUNDS ON WHAT OTHER PROCESSES CAN COST THIS ONE",
@@ -1176,7 +1196,153 @@ pub(crate) static KEYS: &[KeyDef] = &[
             Some(())
         },
     },
+    KeyDef {
+        section: "shoal_limits",
+        key: "auth_senders",
+        alias: None,
+        doc: &[
+            "Senders whose replay window is kept with [shoal_auth], for registration and for UDP data each;",
+            "a new sender evicts the one heard least recently (only senders with the key create one).",
+        ],
+        allowed: "1..=1000000",
+        get: |c| c.limits.auth_senders.to_string(),
+        set: |d, v, _| {
+            d.cfg.limits.auth_senders = usize::try_from(int_in(v, 1, 1000000)?).ok()?;
+            Some(())
+        },
+    },
+    // ----- [shoal_auth]
+    KeyDef {
+        section: "shoal_auth",
+        key: "key_file",
+        alias: None,
+        doc: &[
+            "The preferred way to set the key: an absolute path to a file of this user that neither its group",
+            "nor others may read or write (chmod 600), holding the key as 32 to 128 hex digits (16 to 64",
+            "bytes; e.g. `openssl rand -hex 32`). A file others can read is refused. Empty: no key.",
+        ],
+        allowed: "empty, or an absolute path to a regular file of this user with mode 0600 or 0400 holding 32 to 128 hex digits",
+        get: |c| c.auth.key_file.as_ref().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+        set: |d, v, notes| {
+            if v.is_empty() {
+                d.cfg.auth.key_file = None;
+                if !d.cfg.auth.key_from_hex {
+                    d.cfg.auth.key = None;
+                }
+                return Some(());
+            }
+            if !text_ok(v, 4095) || !Path::new(v).is_absolute() {
+                return None;
+            }
+            match read_key_file(Path::new(v)) {
+                Ok(key) => {
+                    d.cfg.auth.key = Some(key);
+                    d.cfg.auth.key_file = Some(PathBuf::from(v));
+                    Some(())
+                }
+                Err(why) => {
+                    notes.push(format!("[shoal_auth] key_file {v}: {why}"));
+                    None
+                }
+            }
+        },
+    },
+    KeyDef {
+        section: "shoal_auth",
+        key: "key_hex",
+        alias: None,
+        doc: &[
+            "The key itself as 32 to 128 hex digits, when a separate file is not practical: then this ini file",
+            "holds the secret and must be as private as a key_file (prefer key_file). Shown as (hidden).",
+            "Set at most one of key_file and key_hex.",
+        ],
+        allowed: "empty, or 32 to 128 hex digits (an even count)",
+        get: |c| if c.auth.key_from_hex { "(hidden)".to_owned() } else { String::new() },
+        set: |d, v, _| {
+            if v.is_empty() {
+                if d.cfg.auth.key_from_hex {
+                    d.cfg.auth.key = None;
+                }
+                d.cfg.auth.key_from_hex = false;
+                return Some(());
+            }
+            d.cfg.auth.key = Some(AuthKey::from_hex(v)?);
+            d.cfg.auth.key_from_hex = true;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_auth",
+        key: "protected_topics",
+        alias: None,
+        doc: &[
+            "With a key: the topics that require authentication, a regular expression the whole topic name",
+            "must match (Rust regex syntax). The default protects every topic; e.g. ^(imu|cmd/.*)$ protects",
+            "imu and the cmd/ topics and leaves all others to eCAL peers too.",
+        ],
+        allowed: "a regular expression of at most 4095 bytes",
+        get: |c| c.auth.protected_topics.clone(),
+        set: |d, v, notes| {
+            if v.len() > 4095 {
+                return None;
+            }
+            if let Err(e) = regex::Regex::new(&format!("^(?:{v})$")) {
+                notes.push(format!("[shoal_auth] protected_topics: {e}"));
+                return None;
+            }
+            d.cfg.auth.protected_topics = v.to_owned();
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_auth",
+        key: "max_age_ms",
+        alias: None,
+        doc: &[
+            "With a key: the largest difference, in ms, between the time a sender wrote into a datagram and",
+            "this host's clock; older (or later) ones are dropped as stale. It keeps a capture from being",
+            "replayed to a process that restarted or evicted the sender's window. Hosts' clocks must agree",
+            "within it. 0: not checked (replays then stay refused only while the sender's window is kept).",
+        ],
+        allowed: "0..=86400000 (ms)",
+        get: |c| ms(c.auth.max_age),
+        set: |d, v, _| {
+            d.cfg.auth.max_age = Duration::from_millis(int_in(v, 0, 86400000)?);
+            Some(())
+        },
+    },
 ];
+
+/// Reads a `[shoal_auth] key_file`: a regular file of this user (not a symlink), no access for group or others,
+/// holding the key in hex.
+fn read_key_file(path: &Path) -> Result<AuthKey, String> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot open it: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read its metadata: {e}"))?;
+    if !meta.file_type().is_file() {
+        return Err("not a regular file".to_owned());
+    }
+    // The owner of /proc/self is this process's effective user.
+    let me = std::fs::metadata("/proc/self").map_err(|e| format!("cannot tell this process's user: {e}"))?.uid();
+    if meta.uid() != me {
+        return Err(format!("owned by uid {}, not by this user (uid {me})", meta.uid()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "mode {:04o} lets group or others at the key; refused (chmod 600 {})",
+            meta.mode() & 0o7777,
+            path.display()
+        ));
+    }
+    let mut text = String::new();
+    file.take(1024).read_to_string(&mut text).map_err(|e| format!("cannot read it: {e}"))?;
+    AuthKey::from_hex(&text).ok_or_else(|| "does not hold a key of 32 to 128 hex digits".to_owned())
+}
 
 #[cfg(test)]
 mod tests {

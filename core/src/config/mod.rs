@@ -71,6 +71,8 @@ pub struct Config {
     pub security: SecurityConfig,
     /// eCAL's TCP layer: send queues, frame bound.
     pub tcp: TcpConfig,
+    /// Authentication between shoal peers (off without a key).
+    pub auth: AuthConfig,
     /// Where this configuration was read from (`None`: built-in defaults).
     pub source: Option<PathBuf>,
 }
@@ -127,6 +129,73 @@ pub struct ShmRingConfig {
     pub huge_pages: bool,
     /// The hugetlbfs mount used when `huge_pages` is on.
     pub huge_pages_path: PathBuf,
+}
+
+/// The shared secret of `[shoal_auth]`. Its `Debug` form shows only its length.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AuthKey(Vec<u8>);
+
+impl std::fmt::Debug for AuthKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AuthKey({} bytes)", self.0.len())
+    }
+}
+
+impl AuthKey {
+    /// Shortest key accepted, in bytes.
+    pub const MIN_LEN: usize = 16;
+    /// Longest key accepted, in bytes.
+    pub const MAX_LEN: usize = 64;
+
+    /// A key of [`MIN_LEN`](Self::MIN_LEN)..=[`MAX_LEN`](Self::MAX_LEN) bytes.
+    pub fn new(bytes: Vec<u8>) -> Option<AuthKey> {
+        (Self::MIN_LEN..=Self::MAX_LEN).contains(&bytes.len()).then_some(AuthKey(bytes))
+    }
+
+    /// A key written as hex digits (32..=128 of them; white space around them is ignored).
+    pub fn from_hex(text: &str) -> Option<AuthKey> {
+        let t = text.trim();
+        if !t.len().is_multiple_of(2) {
+            return None;
+        }
+        let digit = |c: u8| (c as char).to_digit(16);
+        let bytes: Option<Vec<u8>> =
+            t.as_bytes().chunks_exact(2).map(|p| Some((digit(p[0])? * 16 + digit(p[1])?) as u8)).collect();
+        AuthKey::new(bytes?)
+    }
+
+    /// The secret bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Authentication between shoal peers (`[shoal_auth]`): with a key, registration and UDP data of protected topics
+/// are sent in an authenticated envelope, and unauthenticated ones for them are refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthConfig {
+    /// The shared key (`None`: authentication off).
+    pub key: Option<AuthKey>,
+    /// Where the key was read from (`key_file`), for `shoal config show`.
+    pub key_file: Option<PathBuf>,
+    /// The key came from `key_hex`.
+    pub key_from_hex: bool,
+    /// Regular expression a topic name must match (whole name) to be protected.
+    pub protected_topics: String,
+    /// Largest difference between a sender's clock and ours (zero: not checked).
+    pub max_age: Duration,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            key: None,
+            key_file: None,
+            key_from_hex: false,
+            protected_topics: ".*".to_owned(),
+            max_age: Duration::from_secs(60),
+        }
+    }
 }
 
 /// Access to shared-memory files (`[shoal_security]`).
@@ -287,6 +356,8 @@ pub struct LimitsConfig {
     pub udp_reassembly_bytes: usize,
     /// Incomplete fragmented UDP data messages kept per sending address.
     pub udp_fragmented_per_source: usize,
+    /// Senders whose replay window is kept, per channel (registration, UDP data), with `[shoal_auth]`.
+    pub auth_senders: usize,
 }
 
 impl Default for LimitsConfig {
@@ -304,6 +375,7 @@ impl Default for LimitsConfig {
             registry_bytes: 32 << 20,
             udp_reassembly_bytes: 64 << 20,
             udp_fragmented_per_source: 8,
+            auth_senders: 1024,
         }
     }
 }
@@ -448,6 +520,7 @@ impl Default for Config {
             layers: LayersConfig::default(),
             security: SecurityConfig { shm_access: ShmAccess::Owner },
             tcp: TcpConfig::default(),
+            auth: AuthConfig::default(),
             source: None,
         }
     }

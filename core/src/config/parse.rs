@@ -94,7 +94,10 @@ pub(crate) fn parse_all(text: &str, origin: &Path, max_errors: usize) -> Result<
                     *slot = Some(line);
                 }
                 let mut notes = Vec::new();
-                if (def.set)(&mut draft, value, &mut notes).is_none() {
+                let accepted = (def.set)(&mut draft, value, &mut notes).is_some();
+                // A refused value's notes say why (e.g. a key file's mode); they are kept as warnings beside the error.
+                warnings.extend(notes.into_iter().map(|m| warning(line, m)));
+                if !accepted {
                     errors.push(ConfigError::Value {
                         path: origin.to_path_buf(),
                         line,
@@ -105,7 +108,6 @@ pub(crate) fn parse_all(text: &str, origin: &Path, max_errors: usize) -> Result<
                     });
                     continue;
                 }
-                warnings.extend(notes.into_iter().map(|m| warning(line, m)));
             }
         }
     }
@@ -168,6 +170,41 @@ fn cross_checks(
                 c.network.data_port, c.registration.port
             ),
         ));
+    }
+
+    if c.auth.key_file.is_some() && c.auth.key_from_hex {
+        return Err(conflict(
+            line_of("shoal_auth", "key_hex"),
+            "[shoal_auth] key_file and key_hex are both set; set one (key_file is preferred)".to_owned(),
+        ));
+    }
+    if c.auth.key.is_none() {
+        let defaults = super::AuthConfig::default();
+        let changed = [
+            ("protected_topics", c.auth.protected_topics != defaults.protected_topics),
+            ("max_age_ms", c.auth.max_age != defaults.max_age),
+        ];
+        for (key, _) in changed.iter().filter(|(_, changed)| *changed) {
+            if let Some(line) = line_of("shoal_auth", key) {
+                warnings.push(ConfigWarning {
+                    path: origin.to_path_buf(),
+                    line,
+                    message: format!("[shoal_auth] {key} does nothing without key_file or key_hex"),
+                });
+            }
+        }
+    }
+    if c.auth.key_from_hex
+        && let Some(line) = line_of("shoal_auth", "key_hex")
+        && let Ok(meta) = std::fs::metadata(origin)
+        && std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o077 != 0
+    {
+        warnings.push(ConfigWarning {
+            path: origin.to_path_buf(),
+            line,
+            message: "[shoal_auth] key_hex is in a file group or others can read; prefer key_file (chmod 600)"
+                .to_owned(),
+        });
     }
 
     if let Some(line) = line_of("network", "multicast_port")

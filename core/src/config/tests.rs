@@ -610,3 +610,66 @@ fn random_garbage_never_panics() {
     }
     assert!(accepted > 100, "only {accepted} random documents were accepted");
 }
+
+// ----- [shoal_auth] ---------------------------------------------------------------------------
+
+fn key_file(name: &str, mode: u32, text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("shoal-auth-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write key file");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    path
+}
+
+#[test]
+fn auth_key_from_a_private_file_or_hex() {
+    let hex = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    let path = key_file("good.key", 0o600, &format!("{hex}\n"));
+    let (cfg, warnings) =
+        parse_ok(&format!("[shoal_auth]\nkey_file = {}\nprotected_topics = imu|cmd/.*\n", path.display()));
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(cfg.auth.key, AuthKey::from_hex(hex));
+    assert_eq!(cfg.auth.key_file.as_deref(), Some(path.as_path()));
+    assert_eq!(cfg.auth.protected_topics, "imu|cmd/.*");
+    let (cfg, _) = parse_ok(&format!("[shoal_auth]\nkey_hex = {hex}\n"));
+    assert_eq!(cfg.auth.key, AuthKey::from_hex(hex));
+    // The secret is never written back.
+    assert!(!cfg.to_ini_text().contains(hex));
+    assert!(cfg.to_ini_text().contains("key_hex = (hidden)"));
+    assert_eq!(format!("{:?}", cfg.auth.key), "Some(AuthKey(32 bytes))");
+}
+
+#[test]
+fn auth_key_files_others_can_read_are_refused_with_the_reason() {
+    let hex = "00112233445566778899aabbccddeeff";
+    for (name, mode) in [("group.key", 0o640), ("world.key", 0o604), ("gw.key", 0o620)] {
+        let path = key_file(name, mode, hex);
+        let e = parse_err(&format!("[shoal_auth]\nkey_file = {}\n", path.display()));
+        let text = e.to_string();
+        assert!(text.contains("key_file") && text.contains("mode 0600 or 0400"), "{text}");
+    }
+    let path = key_file("short.key", 0o600, "abcd");
+    assert!(parse(&format!("[shoal_auth]\nkey_file = {}\n", path.display())).is_err());
+    for bad in ["relative/key", "/nonexistent/shoal.key"] {
+        assert!(parse(&format!("[shoal_auth]\nkey_file = {bad}\n")).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn auth_settings_are_checked_together() {
+    let hex = "00112233445566778899aabbccddeeff";
+    let path = key_file("both.key", 0o600, hex);
+    let e = parse_err(&format!("[shoal_auth]\nkey_file = {}\nkey_hex = {hex}\n", path.display()));
+    assert!(e.to_string().contains("both set"), "{e}");
+    let e = parse_err("[shoal_auth]\nkey_hex = abc\n");
+    assert!(e.to_string().contains("key_hex"), "{e}");
+    let e = parse_err("[shoal_auth]\nprotected_topics = (unclosed\n");
+    assert!(e.to_string().contains("protected_topics"), "{e}");
+    let (_, warnings) = parse_ok("[shoal_auth]\nprotected_topics = imu\nmax_age_ms = 5000\n");
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings.iter().all(|w| w.message.contains("does nothing without key_file or key_hex")));
+    let (cfg, _) = parse_ok(&format!("[shoal_auth]\nkey_hex = {hex}\nmax_age_ms = 0\n"));
+    assert_eq!(cfg.auth.max_age, Duration::ZERO);
+}

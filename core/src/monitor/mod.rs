@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 pub use crate::stats::{ConnectionStats, LatencyHistogram, LatencySummary, ShoalStats, Via};
+pub use crate::wire::auth::{AuthCounts, AuthSummary};
 
 use crate::registration::{Direction, LayerKind, Registrar};
 use crate::types::TypeInfo;
@@ -98,6 +99,8 @@ pub struct Snapshot {
     pub processes: Vec<ProcessEntry>,
     /// Every known publisher and subscriber.
     pub topics: Vec<TopicEntry>,
+    /// What `[shoal_auth]` refused since the start, per cause for registration and UDP data, and per topic.
+    pub auth: AuthSummary,
 }
 
 fn layer_name(k: &LayerKind) -> String {
@@ -157,7 +160,7 @@ pub(crate) fn build_snapshot(reg: &Registrar, now: Instant) -> Snapshot {
         })
         .collect();
     flag_type_mismatches(&mut topics, &my_host, my_pid);
-    Snapshot { taken_at: Some(SystemTime::now()), processes, topics }
+    Snapshot { taken_at: Some(SystemTime::now()), processes, topics, auth: reg.auth_stats().summary() }
 }
 
 /// Sets `type_mismatch` on publishers whose type disagrees with a subscriber of this process on the same topic,

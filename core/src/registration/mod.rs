@@ -19,4 +19,4 @@ pub use model::{
     Direction, EntityKey, Event, Identity, Layer, LayerKind, LayerPar, LocalTopic, RegistrationCounters, RemoteProcess,
     RemoteTopic, ShoalPar, TopicStats,
 };
-pub use registrar::Registrar;
+pub use registrar::{ProtectedTopics, Registrar};

@@ -2,14 +2,16 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::config::LimitsConfig;
-use crate::config::RegistrationConfig;
-use crate::wire::{self, DEFAULT_MAX_FRAGMENT_PAYLOAD, Reassembler, ReassemblyConfig};
+use crate::config::{AuthConfig, RegistrationConfig};
+use crate::wire::auth::{self as wauth, AuthReject, AuthStats, Channel, ReplayGuard, Sealer, Verifier};
+use crate::wire::{self, DEFAULT_MAX_FRAGMENT_PAYLOAD, Reassembler, ReassemblyConfig, ReassemblyCounters};
 
 use super::codec::{self, DecodeError};
 use super::model::{
@@ -33,6 +35,8 @@ struct RemoteEntry {
     source: SocketAddr,
     /// Its share of `registry_bytes` ([`topic_charge`]).
     charge: usize,
+    /// Its registration came with a verified envelope (`[shoal_auth]`): only such registration may change it.
+    authenticated: bool,
 }
 
 /// Bytes charged per registry entry on top of its strings: the structs, map nodes and key copies.
@@ -80,6 +84,34 @@ fn process_charge(p: &RemoteProcess) -> usize {
         + p.config_file_path.len()
         + p.time_sync_module_name.len()
         + p.state_info.len()
+}
+
+/// Which topics need authentication (`[shoal_auth] protected_topics`, anchored to the whole name).
+#[derive(Debug, Clone)]
+pub struct ProtectedTopics(regex::Regex);
+
+impl ProtectedTopics {
+    /// The topics matching `pattern` as a whole.
+    pub fn new(pattern: &str) -> Result<ProtectedTopics, regex::Error> {
+        regex::Regex::new(&format!("^(?:{pattern})$")).map(ProtectedTopics)
+    }
+
+    /// Whether `topic` is protected.
+    pub fn contains(&self, topic: &str) -> bool {
+        self.0.is_match(topic)
+    }
+}
+
+/// The registrar's side of `[shoal_auth]` when a key is set.
+#[derive(Debug)]
+struct RegAuth {
+    sealer: Sealer,
+    verifier: Verifier,
+    guard: ReplayGuard,
+    protected: ProtectedTopics,
+    /// Reassembly of authenticated messages, apart from the unauthenticated ones (whose fragments could otherwise
+    /// be mixed into an authenticated message with the same sender address and id).
+    reassembler: Reassembler,
 }
 
 /// Which sending address registered which remote entities, so that a full registry makes room by evicting an
@@ -184,6 +216,10 @@ pub struct Registrar {
     events: VecDeque<Event>,
     counters: RegistrationCounters,
     shut_down: bool,
+    auth: Option<RegAuth>,
+    auth_stats: Arc<AuthStats>,
+    /// Remote processes whose registration was authenticated.
+    authenticated_processes: BTreeSet<(String, u32)>,
 }
 
 impl Registrar {
@@ -225,7 +261,36 @@ impl Registrar {
             events: VecDeque::new(),
             counters: RegistrationCounters::default(),
             shut_down: false,
+            auth: None,
+            auth_stats: Arc::new(AuthStats::new(false)),
+            authenticated_processes: BTreeSet::new(),
         }
+    }
+
+    /// Turns on `[shoal_auth]` when `cfg` has a key (call after [`with_bounds`](Self::with_bounds)): registration of
+    /// the process and of protected topics is sent sealed, and received registration is checked (see
+    /// [`ProtectedTopics`]); drops are counted in `stats`. Without a key only a received envelope is counted (as
+    /// [`AuthReject::NoKey`]).
+    pub fn with_auth(mut self, cfg: &AuthConfig, stats: Arc<AuthStats>) -> Result<Self, regex::Error> {
+        self.auth_stats = stats;
+        if let Some(key) = &cfg.key {
+            let protected = ProtectedTopics::new(&cfg.protected_topics)?;
+            self.auth = Some(RegAuth {
+                sealer: Sealer::new(key, Channel::Registration),
+                verifier: Verifier::new(key, Channel::Registration),
+                guard: ReplayGuard::new(self.bounds.auth_senders, cfg.max_age),
+                protected,
+                reassembler: Reassembler::new(reassembly_of(&self.bounds)),
+            });
+            // The process sample goes out again, sealed.
+            self.process_dirty = true;
+        }
+        Ok(self)
+    }
+
+    /// The authentication counters this registrar adds to.
+    pub fn auth_stats(&self) -> &Arc<AuthStats> {
+        &self.auth_stats
     }
 
     /// Replaces the fragment size used for sending (default 65483) and the reassembly limits.
@@ -239,6 +304,9 @@ impl Registrar {
     /// reassembly limits they imply.
     pub fn with_bounds(mut self, bounds: &LimitsConfig) -> Self {
         self.reassembler = Reassembler::new(reassembly_of(bounds));
+        if let Some(a) = &mut self.auth {
+            a.reassembler = Reassembler::new(reassembly_of(bounds));
+        }
         self.bounds = bounds.clone();
         self
     }
@@ -301,7 +369,8 @@ impl Registrar {
         let Some(entry) = self.locals.remove(&id) else { return };
         self.dirty.remove(&id);
         let sample = codec::topic_unreg_sample(&self.me, entry.direction, &entry.topic);
-        self.queue_sample(&sample);
+        let sign = self.protects(&entry.topic.topic_name);
+        self.queue_sample(&sample, sign);
         self.drop_local_matches(id);
     }
 
@@ -313,8 +382,20 @@ impl Registrar {
             self.counters.non_local_source += 1;
             return;
         }
-        let pushed = self.reassembler.push(now, from, datagram);
-        self.counters.reassembly = *self.reassembler.counters();
+        let (datagram, authenticated) = if wauth::is_envelope(datagram) {
+            match self.open_envelope(now, from, datagram) {
+                Some(inner) => (inner, true),
+                None => return,
+            }
+        } else {
+            (datagram, false)
+        };
+        let reassembler = match &mut self.auth {
+            Some(a) if authenticated => &mut a.reassembler,
+            _ => &mut self.reassembler,
+        };
+        let pushed = reassembler.push(now, from, datagram);
+        self.counters.reassembly = self.reassembly_counters();
         let message = match pushed {
             Ok(Some(m)) => m,
             Ok(None) => return,
@@ -345,7 +426,52 @@ impl Registrar {
                 return;
             }
         };
-        self.apply_sample(now, sample, from);
+        self.apply_sample(now, sample, from, authenticated);
+    }
+
+    /// The eCAL datagram inside a verified, new envelope; `None` (counted) otherwise.
+    fn open_envelope<'a>(&mut self, now: Instant, from: SocketAddr, datagram: &'a [u8]) -> Option<&'a [u8]> {
+        let stats = &self.auth_stats;
+        let Some(auth) = &mut self.auth else {
+            stats.count(Channel::Registration, AuthReject::NoKey, None, &from);
+            return None;
+        };
+        let env = match auth.verifier.open(datagram) {
+            Ok(env) => env,
+            Err(cause) => {
+                stats.count(Channel::Registration, cause, None, &from);
+                return None;
+            }
+        };
+        let evicted = auth.guard.evicted();
+        let checked = auth.guard.check(&env, now, wauth::unix_ns());
+        stats.count_evicted(auth.guard.evicted() - evicted);
+        if let Err(cause) = checked {
+            stats.count(Channel::Registration, cause, None, &from);
+            return None;
+        }
+        stats.count_verified(Channel::Registration);
+        Some(env.inner)
+    }
+
+    /// Both reassemblers' counters together.
+    fn reassembly_counters(&self) -> ReassemblyCounters {
+        let mut c = *self.reassembler.counters();
+        if let Some(a) = &self.auth {
+            c.add(a.reassembler.counters());
+        }
+        c
+    }
+
+    /// Whether an unauthenticated sample may change a registry entry: always without a key; with one, not for a
+    /// protected topic and not for an entry that was authenticated. Counts (per topic) what it refuses.
+    fn unsigned_allowed(&self, topic: Option<&str>, entry_authenticated: bool, from: SocketAddr) -> bool {
+        let Some(auth) = &self.auth else { return true };
+        if entry_authenticated || topic.is_some_and(|t| auth.protected.contains(t)) {
+            self.auth_stats.count(Channel::Registration, AuthReject::Unsigned, topic, &from);
+            return false;
+        }
+        true
     }
 
     /// Runs what is due at `now`: the periodic refresh, expiry of remote entries and of
@@ -355,7 +481,10 @@ impl Registrar {
             return;
         }
         self.reassembler.expire(now);
-        self.counters.reassembly = *self.reassembler.counters();
+        if let Some(a) = &mut self.auth {
+            a.reassembler.expire(now);
+        }
+        self.counters.reassembly = self.reassembly_counters();
         if now >= self.next_refresh {
             self.process_dirty = true;
             self.dirty.extend(self.locals.keys().copied());
@@ -403,6 +532,9 @@ impl Registrar {
         if let Some(r) = self.reassembler.next_expiry() {
             next = next.min(r);
         }
+        if let Some(r) = self.auth.as_ref().and_then(|a| a.reassembler.next_expiry()) {
+            next = next.min(r);
+        }
         Some(next)
     }
 
@@ -433,7 +565,7 @@ impl Registrar {
         self.dirty.clear();
         self.process_dirty = false;
         let sample = codec::process_unreg_sample(&self.me);
-        self.queue_sample(&sample);
+        self.queue_sample(&sample, true);
         self.shut_down = true;
     }
 
@@ -464,12 +596,24 @@ impl Registrar {
 
     // ---------------------------------------------------------------------------------------
 
-    fn queue_sample(&mut self, sample: &pb::Sample) {
+    /// Queues a sample's datagrams; sealed when `[shoal_auth]` has a key and `sign` (the process, protected topics).
+    fn queue_sample(&mut self, sample: &pb::Sample, sign: bool) {
         let rng = &mut self.rng;
-        match codec::encode_registration(sample, self.max_fragment_payload, &mut || rng.random()) {
+        let sealer = self.auth.as_mut().filter(|_| sign).map(|a| &mut a.sealer);
+        let max_payload = match sealer {
+            Some(_) => self.max_fragment_payload.saturating_sub(wauth::ENVELOPE_OVERHEAD).max(1),
+            None => self.max_fragment_payload,
+        };
+        match codec::encode_registration(sample, max_payload, &mut || rng.random()) {
             Ok(datagrams) => {
                 self.counters.samples_sent += 1;
-                self.transmit.extend(datagrams);
+                match sealer {
+                    Some(sealer) => {
+                        let now_ns = wauth::unix_ns();
+                        self.transmit.extend(datagrams.iter().map(|d| sealer.seal(d, now_ns)));
+                    }
+                    None => self.transmit.extend(datagrams),
+                }
             }
             Err(e) => {
                 self.counters.encode_errors += 1;
@@ -483,14 +627,20 @@ impl Registrar {
             self.process_dirty = false;
             self.process_clock = self.process_clock.wrapping_add(1);
             let sample = codec::process_sample(&self.me, self.process_clock);
-            self.queue_sample(&sample);
+            self.queue_sample(&sample, true);
         }
         for id in std::mem::take(&mut self.dirty) {
             let Some(entry) = self.locals.get_mut(&id) else { continue };
             entry.clock = entry.clock.wrapping_add(1);
             let sample = codec::topic_sample(&self.me, entry.direction, &entry.topic, entry.clock);
-            self.queue_sample(&sample);
+            let sign = self.auth.as_ref().is_some_and(|a| a.protected.contains(&entry.topic.topic_name));
+            self.queue_sample(&sample, sign);
         }
+    }
+
+    /// Whether `[shoal_auth]` has a key and protects `topic`.
+    pub fn protects(&self, topic: &str) -> bool {
+        self.auth.as_ref().is_some_and(|a| a.protected.contains(topic))
     }
 
     /// Whether a new remote topic from `source` fits: under its process's bound, and in the registry, evicting an
@@ -528,13 +678,15 @@ impl Registrar {
         pid == self.me.pid && host_name == self.me.host_name
     }
 
-    fn apply_sample(&mut self, now: Instant, sample: pb::Sample, from: SocketAddr) {
+    fn apply_sample(&mut self, now: Instant, sample: pb::Sample, from: SocketAddr, authenticated: bool) {
         match sample.cmd_type {
-            pb::CMD_REG_PUBLISHER => self.apply_topic(now, Direction::Publisher, sample.topic, from),
-            pb::CMD_REG_SUBSCRIBER => self.apply_topic(now, Direction::Subscriber, sample.topic, from),
-            pb::CMD_UNREG_PUBLISHER | pb::CMD_UNREG_SUBSCRIBER => self.apply_topic_unreg(sample.topic),
-            pb::CMD_REG_PROCESS => self.apply_process(now, sample.process, from),
-            pb::CMD_UNREG_PROCESS => self.apply_process_unreg(sample.process),
+            pb::CMD_REG_PUBLISHER => self.apply_topic(now, Direction::Publisher, sample.topic, from, authenticated),
+            pb::CMD_REG_SUBSCRIBER => self.apply_topic(now, Direction::Subscriber, sample.topic, from, authenticated),
+            pb::CMD_UNREG_PUBLISHER | pb::CMD_UNREG_SUBSCRIBER => {
+                self.apply_topic_unreg(sample.topic, from, authenticated)
+            }
+            pb::CMD_REG_PROCESS => self.apply_process(now, sample.process, from, authenticated),
+            pb::CMD_UNREG_PROCESS => self.apply_process_unreg(sample.process, from, authenticated),
             other => {
                 self.counters.ignored_commands += 1;
                 tracing::trace!(cmd = other, "registration command ignored");
@@ -555,7 +707,14 @@ impl Registrar {
         true
     }
 
-    fn apply_topic(&mut self, now: Instant, direction: Direction, topic: Option<pb::Topic>, from: SocketAddr) {
+    fn apply_topic(
+        &mut self,
+        now: Instant,
+        direction: Direction,
+        topic: Option<pb::Topic>,
+        from: SocketAddr,
+        authenticated: bool,
+    ) {
         let Some(topic) = topic else {
             self.counters.missing_body += 1;
             return;
@@ -570,6 +729,12 @@ impl Registrar {
         };
         if !self.gate(&remote.key.host_name, &remote.shm_transport_domain, remote.key.pid) {
             return;
+        }
+        if !authenticated {
+            let entry_auth = self.topics.get(&remote.key).is_some_and(|e| e.authenticated);
+            if !self.unsigned_allowed(Some(&remote.topic_name), entry_auth, from) {
+                return;
+            }
         }
         self.counters.samples_applied += 1;
         let mut remote = remote;
@@ -606,6 +771,7 @@ impl Registrar {
                     || old.topic_name != remote.topic_name;
                 entry.topic = remote;
                 entry.last_seen = now;
+                entry.authenticated |= authenticated;
                 if entry.source != from {
                     let old = std::mem::replace(&mut entry.source, from);
                     self.shares.remove(old, &key);
@@ -614,7 +780,10 @@ impl Registrar {
                 changed
             }
             None => {
-                self.topics.insert(key.clone(), RemoteEntry { topic: remote, last_seen: now, source: from, charge });
+                self.topics.insert(
+                    key.clone(),
+                    RemoteEntry { topic: remote, last_seen: now, source: from, charge, authenticated },
+                );
                 self.shares.insert(from, key.clone());
                 false
             }
@@ -622,7 +791,7 @@ impl Registrar {
         self.rematch_remote(&key, changed);
     }
 
-    fn apply_topic_unreg(&mut self, topic: Option<pb::Topic>) {
+    fn apply_topic_unreg(&mut self, topic: Option<pb::Topic>, from: SocketAddr, authenticated: bool) {
         let Some(topic) = topic else {
             self.counters.missing_body += 1;
             return;
@@ -637,6 +806,12 @@ impl Registrar {
         };
         if !self.gate(&key.host_name, &topic.shm_transport_domain, key.pid) {
             return;
+        }
+        if !authenticated {
+            let entry_auth = self.topics.get(&key).is_some_and(|e| e.authenticated);
+            if !self.unsigned_allowed(Some(&topic.topic_name), entry_auth, from) {
+                return;
+            }
         }
         self.counters.samples_applied += 1;
         self.counters.unregistrations += 1;
@@ -659,10 +834,13 @@ impl Registrar {
 
     /// A process sample: kept under `remote_processes`; when full, a process of the address that announced the
     /// most makes room (as for topics, see [`SourceShares`]), or the newcomer is refused.
-    fn apply_process(&mut self, now: Instant, process: Option<pb::Process>, from: SocketAddr) {
+    fn apply_process(&mut self, now: Instant, process: Option<pb::Process>, from: SocketAddr, authenticated: bool) {
         let Some((process, _)) = self.accepted_process(process) else { return };
         let p = codec::remote_process(&process, now);
         let key = (p.host_name.clone(), p.pid);
+        if !authenticated && !self.unsigned_allowed(None, self.authenticated_processes.contains(&key), from) {
+            return;
+        }
         let held = self.processes.get(&key).map_or(0, |(old, _)| process_charge(old));
         let charge = process_charge(&p);
         if let Some((_, old)) = self.processes.get(&key) {
@@ -694,6 +872,9 @@ impl Registrar {
             self.process_shares.insert(from, key.clone());
         }
         self.registry_bytes = self.registry_bytes - held + charge;
+        if authenticated {
+            self.authenticated_processes.insert(key.clone());
+        }
         self.processes.insert(key, (p, from));
     }
 
@@ -702,6 +883,7 @@ impl Registrar {
             self.registry_bytes -= process_charge(&p);
         }
         self.process_shares.remove(source, key);
+        self.authenticated_processes.remove(key);
     }
 
     /// Whether an entity charged `charge` bytes (replacing one of `held`) from `source` fits in `registry_bytes`,
@@ -721,16 +903,24 @@ impl Registrar {
         true
     }
 
-    fn apply_process_unreg(&mut self, process: Option<pb::Process>) {
+    fn apply_process_unreg(&mut self, process: Option<pb::Process>, from: SocketAddr, authenticated: bool) {
         let Some((process, pid)) = self.accepted_process(process) else { return };
-        self.counters.unregistrations += 1;
         let key = (process.host_name.clone(), pid);
+        if !authenticated && !self.unsigned_allowed(None, self.authenticated_processes.contains(&key), from) {
+            return;
+        }
+        self.counters.unregistrations += 1;
         if let Some(source) = self.processes.get(&key).map(|(_, s)| *s) {
             self.remove_process(&key, source);
         }
         // The process is gone: so are its entities (their own unregistrations may be lost).
-        let keys: Vec<EntityKey> =
-            self.topics.keys().filter(|k| k.pid == pid && k.host_name == process.host_name).cloned().collect();
+        // An unauthenticated one leaves the entities that were authenticated (they expire or unregister themselves).
+        let keys: Vec<EntityKey> = self
+            .topics
+            .iter()
+            .filter(|(k, e)| k.pid == pid && k.host_name == process.host_name && (authenticated || !e.authenticated))
+            .map(|(k, _)| k.clone())
+            .collect();
         for key in keys {
             self.remove_remote(&key);
         }

@@ -835,3 +835,131 @@ fn the_registry_is_bounded_in_bytes() {
     }
     assert_eq!(r.topics().next().map(|t| t.type_info.descriptor.len()), Some(50_000));
 }
+
+// ------------------------------------------------------------------------------------------
+// [shoal_auth]
+
+fn auth_cfg(key_byte: Option<u8>, protected: &str) -> crate::config::AuthConfig {
+    crate::config::AuthConfig {
+        key: key_byte.map(|b| crate::config::AuthKey::new(vec![b; 32]).expect("32 bytes")),
+        protected_topics: protected.to_owned(),
+        ..Default::default()
+    }
+}
+
+fn keyed(host: &str, pid: u32, key_byte: Option<u8>, protected: &str, t0: Instant) -> Registrar {
+    let stats = std::sync::Arc::new(crate::wire::auth::AuthStats::new(key_byte.is_some()));
+    Registrar::new(ident(host, pid), &cfg(), t0).with_auth(&auth_cfg(key_byte, protected), stats).expect("pattern")
+}
+
+#[test]
+fn peers_with_the_same_key_match_on_protected_topics_and_others_do_not() {
+    let t0 = Instant::now();
+    let mut net = Net::new(t0);
+    let a = net.add(keyed("h1", 100, Some(1), ".*", t0));
+    let b = net.add(keyed("h1", 200, Some(1), ".*", t0));
+    let wrong = net.add(keyed("h1", 300, Some(2), ".*", t0));
+    let none = net.add(Registrar::new(ident("h1", 400), &cfg(), t0));
+    net.reg(a).add_publisher(t0, local(10, "secret", vec![shoal_layer(1)]));
+    for (i, id) in [(b, 20), (wrong, 30), (none, 40)] {
+        net.reg(i).add_subscriber(t0, local(id, "secret", vec![udp_layer()]));
+    }
+    net.exchange();
+    assert_eq!(matched_ids(&net.events(a)), vec![(10, 20)], "only the peer with the key");
+    assert_eq!(matched_ids(&net.events(b)), vec![(20, 10)]);
+    assert!(matched_ids(&net.events(wrong)).is_empty());
+    assert!(matched_ids(&net.events(none)).is_empty());
+    // Nothing of A reached the others' registries, and their counters say why.
+    assert!(net.reg(wrong).topics().all(|t| t.key.pid == 300));
+    assert!(net.reg(none).topics().all(|t| t.key.pid == 400));
+    assert!(net.reg(none).processes().all(|p| p.pid == 400));
+    let w = net.reg(wrong).auth_stats().summary();
+    assert!(w.registration.bad_tag >= 3, "{w:?}");
+    let n = net.reg(none).auth_stats().summary();
+    assert!(n.registration.no_key >= 3, "{n:?}");
+    assert_eq!(n.registration.bad_tag, 0);
+    // The peer with the key saw no drop from A or B, only the others' envelopes with the other key.
+    let s = net.reg(b).auth_stats().summary();
+    assert!(s.verified.0 >= 4, "{s:?}");
+    assert!(s.registration.bad_tag >= 2, "{s:?}");
+}
+
+#[test]
+fn unsigned_registration_cannot_create_change_or_remove_protected_entries() {
+    let t0 = Instant::now();
+    let mut reg = keyed("h1", 100, Some(1), "secret|cmd/.*", t0);
+    reg.add_subscriber(t0, local(10, "secret", vec![udp_layer()]));
+    reg.add_subscriber(t0, local(11, "open", vec![udp_layer()]));
+    while reg.poll_transmit().is_some() {}
+    // A spoofed (unsigned) publisher of a protected topic: refused, counted on its topic, no match.
+    reg.handle_datagram(t0, addr(1), &remote_pub_datagram(500, 1, "secret"));
+    reg.handle_datagram(t0, addr(1), &remote_pub_datagram(500, 2, "cmd/go"));
+    assert!(reg.topics().all(|t| t.key.pid != 500));
+    // An unprotected topic works as with eCAL.
+    reg.handle_datagram(t0, addr(1), &remote_pub_datagram(500, 3, "open"));
+    assert!(reg.topics().any(|t| t.key.pid == 500 && t.topic_name == "open"));
+    let events: Vec<Event> = std::iter::from_fn(|| reg.poll_event()).collect();
+    assert_eq!(matched_ids(&events), vec![(11, 3)]);
+    let s = reg.auth_stats().summary();
+    assert_eq!(s.registration.unsigned, 2);
+    let per_topic: Vec<&str> = s.topics.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(per_topic, vec!["cmd/go", "secret"]);
+
+    // A genuine sealed registration of pid 600, then unsigned samples about the same entity and process.
+    let key = crate::config::AuthKey::new(vec![1; 32]).expect("key");
+    let mut sealer = crate::wire::auth::Sealer::new(&key, crate::wire::auth::Channel::Registration);
+    let now_ns = crate::wire::auth::unix_ns();
+    let genuine = remote_pub_datagram(600, 7, "secret");
+    reg.handle_datagram(t0, addr(2), &sealer.seal(&genuine, now_ns));
+    assert!(reg.topics().any(|t| t.key.pid == 600 && t.key.entity_id == 7));
+    let events: Vec<Event> = std::iter::from_fn(|| reg.poll_event()).collect();
+    assert_eq!(matched_ids(&events), vec![(10, 7)]);
+    // The same entity renamed to an unprotected topic, unsigned: refused (the entry was authenticated).
+    reg.handle_datagram(t0, addr(1), &remote_pub_datagram(600, 7, "open"));
+    assert!(reg.topics().any(|t| t.key.pid == 600 && t.topic_name == "secret"));
+    // Unsigned unregistrations of the entity and of its process leave it in place.
+    let me = ident("h1", 600);
+    let unreg = codec::topic_unreg_sample(&me, Direction::Publisher, &local(7, "open", vec![]));
+    let d = codec::encode_registration(&unreg, wire::DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || 0).unwrap().remove(0);
+    reg.handle_datagram(t0, addr(1), &d);
+    let unreg = codec::process_unreg_sample(&me);
+    let d = codec::encode_registration(&unreg, wire::DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || 0).unwrap().remove(0);
+    reg.handle_datagram(t0, addr(1), &d);
+    assert!(reg.topics().any(|t| t.key.pid == 600 && t.key.entity_id == 7), "still there");
+    assert!(std::iter::from_fn(|| reg.poll_event()).next().is_none(), "no unmatch");
+    // Replaying the genuine datagram is refused; a new sealed unregistration works.
+    reg.handle_datagram(t0, addr(2), &sealer.seal(&genuine, now_ns)[..]);
+    let replay = {
+        let mut s2 = crate::wire::auth::Sealer::with_sender_id(&key, crate::wire::auth::Channel::Registration, 42);
+        s2.seal(&genuine, now_ns)
+    };
+    reg.handle_datagram(t0, addr(2), &replay);
+    reg.handle_datagram(t0, addr(2), &replay);
+    assert_eq!(reg.auth_stats().summary().registration.replayed, 1);
+    reg.handle_datagram(t0, addr(2), &sealer.seal(&d, now_ns));
+    assert!(reg.topics().all(|t| t.key.pid != 600), "sealed process unregistration removes its entities");
+}
+
+#[test]
+fn keyed_registrar_seals_protected_and_process_samples_only() {
+    let t0 = Instant::now();
+    let mut reg = keyed("h1", 100, Some(1), "secret", t0);
+    reg.add_publisher(t0, local(10, "secret", vec![]));
+    reg.add_publisher(t0, local(11, "open", vec![]));
+    let sent: Vec<Vec<u8>> = std::iter::from_fn(|| reg.poll_transmit()).collect();
+    let (sealed, plain): (Vec<_>, Vec<_>) = sent.iter().partition(|d| crate::wire::auth::is_envelope(d));
+    // Plain: the open topic's sample, which an eCAL peer decodes as usual.
+    assert_eq!(plain.len(), 1);
+    let s = decode_datagram(plain[0]).expect("eCAL datagram");
+    assert_eq!(s.topic.expect("topic").topic_name, "open");
+    // Sealed: the process sample and the protected publisher; the inside is the eCAL datagram.
+    let inner: Vec<pb::Sample> = sealed
+        .iter()
+        .map(|d| decode_datagram(crate::wire::auth::parse_envelope(d).expect("envelope").inner).expect("inner"))
+        .collect();
+    let mut cmds: Vec<i32> = inner.iter().map(|s| s.cmd_type).collect();
+    cmds.sort();
+    assert_eq!(cmds, vec![pb::CMD_REG_PUBLISHER, pb::CMD_REG_PROCESS]);
+    // eCAL's receiver checks the magic first: ours is not "ECAL".
+    assert!(sealed.iter().all(|d| DatagramHeader::parse(d) == Err(wire::WireError::BadMagic)));
+}

@@ -5,9 +5,13 @@
 //!   datagrams (fragmentation above 65483 bytes by default).
 //! - [`reassembly`]: the bounded, sans-IO [`Reassembler`] for fragmented messages.
 //!
+//! - [`auth`]: the optional authentication envelope (`[shoal_auth]`) around those datagrams, and replay
+//!   protection.
+//!
 //! Nothing here panics on received bytes: decoders return [`WireError`] and the reassembler
 //! counts every drop in [`ReassemblyCounters`].
 
+pub mod auth;
 pub mod frame;
 pub mod header;
 pub mod reassembly;

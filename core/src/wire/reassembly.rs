@@ -81,6 +81,42 @@ pub struct ReassemblyCounters {
     pub expired: u64,
 }
 
+impl ReassemblyCounters {
+    /// Adds `other`'s counts to these (two reassemblers reported as one).
+    pub fn add(&mut self, other: &ReassemblyCounters) {
+        let ReassemblyCounters {
+            datagrams,
+            whole_messages,
+            reassembled_messages,
+            malformed,
+            duplicate_fragments,
+            duplicate_infos,
+            out_of_range,
+            invalid_info,
+            too_large,
+            in_flight_limit,
+            source_limit,
+            buffer_limit,
+            length_mismatch,
+            expired,
+        } = *other;
+        self.datagrams += datagrams;
+        self.whole_messages += whole_messages;
+        self.reassembled_messages += reassembled_messages;
+        self.malformed += malformed;
+        self.duplicate_fragments += duplicate_fragments;
+        self.duplicate_infos += duplicate_infos;
+        self.out_of_range += out_of_range;
+        self.invalid_info += invalid_info;
+        self.too_large += too_large;
+        self.in_flight_limit += in_flight_limit;
+        self.source_limit += source_limit;
+        self.buffer_limit += buffer_limit;
+        self.length_mismatch += length_mismatch;
+        self.expired += expired;
+    }
+}
+
 #[derive(Debug)]
 struct Pending {
     first_seen: Instant,

@@ -108,6 +108,19 @@ fn verify(buf: &[u8]) -> (u64, u64, bool) {
     (clock, sent, pattern_ok && fnv1a64(&buf[24..]) == sum)
 }
 
+/// `[shoal_auth]` drop counters as JSON: per channel and per topic, each cause by name.
+fn auth_json(a: &shoal::monitor::AuthSummary) -> serde_json::Value {
+    let counts = |c: &shoal::monitor::AuthCounts| {
+        json!({"unsigned": c.unsigned, "no_key": c.no_key, "malformed": c.malformed, "bad_tag": c.bad_tag,
+               "replayed": c.replayed, "stale": c.stale})
+    };
+    let topics: serde_json::Map<String, serde_json::Value> =
+        a.topics.iter().map(|(t, c)| (t.clone(), counts(c))).collect();
+    json!({"enabled": a.enabled, "registration": counts(&a.registration), "data": counts(&a.data),
+           "verified_registration": a.verified.0, "verified_data": a.verified.1, "topics": topics,
+           "senders_evicted": a.senders_evicted})
+}
+
 fn main() -> Result<()> {
     // The library's warnings (a ring it may not open, ...) go to stderr; stdout carries only the JSON lines.
     tracing_subscriber::fmt()
@@ -264,6 +277,7 @@ fn main() -> Result<()> {
                 "first_msg_after_match_ms": first_msg_after_match_ms,
                 "mean_latency_us": if received > 0 { (lat_sum_ns / u128::from(received)) as f64 / 1e3 } else { 0.0 },
                 "max_latency_us": lat_max_ns / 1000,
+                "auth": auth_json(&node.snapshot().auth),
             }));
         }
     }

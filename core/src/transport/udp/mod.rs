@@ -13,6 +13,9 @@
 //! - Subscriber side (`UdpLayer::reader_factory`): every subscriber is in a table (topic → subscribers) from its
 //!   creation, so it receives from publishers it has not heard of yet (eCAL does the same). The I/O thread
 //!   receives (`recv.rs`); duplicate and out-of-order clocks are dropped and counted per subscriber and publisher.
+//! - `[shoal_auth]` with a key: a publisher of a protected topic seals every datagram
+//!   ([`crate::wire::auth`], its fragments 48 bytes smaller), the receiver accepts a protected topic's messages only
+//!   from verified, new envelopes (reassembled apart from unauthenticated datagrams) and counts the rest.
 
 pub mod codec;
 pub(crate) mod net;
@@ -25,16 +28,19 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use std::io::IoSlice;
+
 use socket2::{SockAddr, Socket};
 
 use crate::config::Config;
-use crate::registration::{Layer, LayerKind, LayerPar, RemoteTopic};
+use crate::registration::{Layer, LayerKind, LayerPar, ProtectedTopics, RemoteTopic};
 use crate::sync::lock;
 use crate::transport::clock::PublisherClocks;
 use crate::transport::{
     Inbox, IoSource, LayerReader, LayerReaderFactory, LayerWriteError, LayerWriter, LayerWriterFactory, SampleMeta,
 };
 use crate::types::TypeInfo;
+use crate::wire::auth::{AuthKey, AuthStats, Channel, ENVELOPE_OVERHEAD, Sealer};
 use crate::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, SendFramedError, send_framed};
 
 use codec::{DataSampleRef, encode_data_sample};
@@ -105,6 +111,19 @@ struct Shared {
     /// Bumped whenever the set of subscribed topics changes.
     subs_version: AtomicU64,
     counters: Counters,
+    /// `[shoal_auth]` when it has a key.
+    auth: Option<DataAuth>,
+    /// Authentication drops of this process (shared with registration).
+    auth_stats: Arc<AuthStats>,
+}
+
+/// The UDP layer's side of `[shoal_auth]`.
+#[derive(Debug)]
+struct DataAuth {
+    key: AuthKey,
+    protected: ProtectedTopics,
+    max_age: std::time::Duration,
+    senders: usize,
 }
 
 impl std::fmt::Debug for Shared {
@@ -156,9 +175,19 @@ pub(crate) struct UdpLayer {
 }
 
 impl UdpLayer {
-    /// The layer for a runtime with this configuration and host name; opens no socket yet.
-    pub(crate) fn new(config: &Config, host_name: &str) -> UdpLayer {
-        UdpLayer {
+    /// The layer for a runtime with this configuration and host name; opens no socket yet. Authentication drops
+    /// are counted in `auth_stats`.
+    pub(crate) fn new(config: &Config, host_name: &str, auth_stats: Arc<AuthStats>) -> Result<UdpLayer, regex::Error> {
+        let auth = match &config.auth.key {
+            Some(key) => Some(DataAuth {
+                key: key.clone(),
+                protected: ProtectedTopics::new(&config.auth.protected_topics)?,
+                max_age: config.auth.max_age,
+                senders: config.limits.auth_senders,
+            }),
+            None => None,
+        };
+        Ok(UdpLayer {
             shared: Arc::new(Shared {
                 config: config.network.clone(),
                 reassembly: crate::wire::ReassemblyConfig {
@@ -174,8 +203,10 @@ impl UdpLayer {
                 subs: Mutex::new(SubTable::default()),
                 subs_version: AtomicU64::new(0),
                 counters: Counters::default(),
+                auth,
+                auth_stats,
             }),
-        }
+        })
     }
 
     /// The publisher-side factory (creates writers only when `layers.pub_udp` is on).
@@ -217,6 +248,12 @@ impl LayerWriterFactory for UdpWriterFactory {
             targets: 0,
             buf: Vec::new(),
             next_fragment_id: rand::random::<u32>(),
+            sealer: self
+                .shared
+                .auth
+                .as_ref()
+                .filter(|a| a.protected.contains(topic))
+                .map(|a| Sealer::new(&a.key, Channel::Data)),
         }))
     }
 }
@@ -234,6 +271,8 @@ struct UdpWriter {
     /// Reused for every message: `[24-byte header][u16 name_len][topic\0][Sample protobuf]`.
     buf: Vec<u8>,
     next_fragment_id: u32,
+    /// Seals every datagram when `[shoal_auth]` protects the topic.
+    sealer: Option<Sealer>,
 }
 
 impl std::fmt::Debug for UdpWriter {
@@ -244,6 +283,7 @@ impl std::fmt::Debug for UdpWriter {
             .field("dest", &self.dest_v4)
             .field("started", &self.started)
             .field("targets", &self.targets)
+            .field("sealed", &self.sealer.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -328,16 +368,32 @@ impl UdpWriter {
     }
 
     /// Sends the framed `buf` as eCAL datagrams through the runtime's send socket.
-    fn send(&self, buf: &mut [u8]) -> Result<(), LayerWriteError> {
+    fn send(&mut self, buf: &mut [u8]) -> Result<(), LayerWriteError> {
         let Some(sock) = self.shared.sender() else {
             return Err(self.fail("no UDP send socket".to_string()));
         };
         let dest = &self.dest;
         let id = self.next_fragment_id as i32;
-        let r = send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || id, |parts| match parts {
-            [one] => sock.send_to(one, dest).map(|_| ()),
-            _ => sock.send_to_vectored(parts, dest).map(|_| ()),
-        });
+        let r = match &mut self.sealer {
+            None => send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || id, |parts| match parts {
+                [one] => sock.send_to(one, dest).map(|_| ()),
+                _ => sock.send_to_vectored(parts, dest).map(|_| ()),
+            }),
+            Some(sealer) => {
+                let now_ns = crate::wire::auth::unix_ns();
+                send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD - ENVELOPE_OVERHEAD, &mut || id, |parts| {
+                    // send_framed hands over one or two slices; the envelope adds its header before, its tag after.
+                    let (p0, p1): (&[u8], &[u8]) = match parts {
+                        [a] => (a, &[]),
+                        [a, b] => (a, b),
+                        _ => return Err(std::io::Error::other("more than two slices for one datagram")),
+                    };
+                    let (head, tag) = sealer.seal_parts(&[p0, p1], now_ns);
+                    let slices = [IoSlice::new(&head), IoSlice::new(p0), IoSlice::new(p1), IoSlice::new(&tag)];
+                    sock.send_to_vectored(&slices, dest).map(|_| ())
+                })
+            }
+        };
         match r {
             Ok(()) => Ok(()),
             Err(SendFramedError::Encode(e)) => Err(self.fail(e.to_string())),

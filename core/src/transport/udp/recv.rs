@@ -16,7 +16,8 @@ use crate::stats::Via;
 use crate::sync::lock;
 use crate::transport::{Inbox, IoSource};
 use crate::types::TypeInfo;
-use crate::wire::{Reassembler, split_name};
+use crate::wire::auth::{self as wauth, AuthReject, Channel, ReplayGuard, Verifier};
+use crate::wire::{DatagramHeader, DatagramKind, Reassembler, split_name};
 
 use super::Shared;
 use super::codec::{DataSample, decode_data_sample, topic_group};
@@ -48,11 +49,24 @@ pub(crate) struct UdpReceiver {
     empty_type: Arc<TypeInfo>,
     last_summary: Instant,
     last_summary_datagrams: u64,
+    /// `[shoal_auth]` with a key: checks envelopes, reassembles what they carry apart from unauthenticated datagrams.
+    auth: Option<AuthRecv>,
+}
+
+struct AuthRecv {
+    verifier: Verifier,
+    guard: ReplayGuard,
+    reassembler: Reassembler,
 }
 
 impl UdpReceiver {
     pub(crate) fn new(shared: Arc<Shared>) -> UdpReceiver {
         let reassembly = shared.reassembly.clone();
+        let auth = shared.auth.as_ref().map(|a| AuthRecv {
+            verifier: Verifier::new(&a.key, Channel::Data),
+            guard: ReplayGuard::new(a.senders, a.max_age),
+            reassembler: Reassembler::new(reassembly.clone()),
+        });
         UdpReceiver {
             shared,
             socket: None,
@@ -65,6 +79,7 @@ impl UdpReceiver {
             empty_type: Arc::new(TypeInfo::default()),
             last_summary: Instant::now(),
             last_summary_datagrams: 0,
+            auth,
         }
     }
 
@@ -75,6 +90,9 @@ impl UdpReceiver {
                 let _ = registry.deregister(&mut s);
                 self.joined.clear();
                 self.reassembler = Reassembler::new(self.reassembler.config().clone());
+                if let Some(a) = &mut self.auth {
+                    a.reassembler = Reassembler::new(a.reassembler.config().clone());
+                }
                 tracing::debug!("UDP data layer: no subscriber left, data socket closed");
             }
             return;
@@ -130,19 +148,69 @@ impl UdpReceiver {
     }
 
     fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
-        let c = &self.shared.counters;
-        c.datagrams.fetch_add(1, Ordering::Relaxed);
-        match self.reassembler.push(now, from, datagram) {
-            Ok(Some(msg)) => self.handle_message(now, from, &msg),
+        self.shared.counters.datagrams.fetch_add(1, Ordering::Relaxed);
+        let (datagram, authenticated) = if wauth::is_envelope(datagram) {
+            match self.open_envelope(now, from, datagram) {
+                Some(inner) => (inner, true),
+                None => return,
+            }
+        } else {
+            (datagram, false)
+        };
+        let reassembler = match &mut self.auth {
+            Some(a) if authenticated => &mut a.reassembler,
+            _ => &mut self.reassembler,
+        };
+        match reassembler.push(now, from, datagram) {
+            Ok(Some(msg)) => self.handle_message(now, from, &msg, authenticated),
             Ok(None) => {}
             Err(e) => {
-                c.wire_drops.fetch_add(1, Ordering::Relaxed);
+                self.shared.counters.wire_drops.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("UDP data layer: datagram from {from} dropped: {e}");
             }
         }
     }
 
-    fn handle_message(&mut self, now: Instant, from: SocketAddr, msg: &[u8]) {
+    /// The eCAL datagram inside a verified, new envelope; `None` (counted) otherwise.
+    fn open_envelope<'a>(&mut self, now: Instant, from: SocketAddr, datagram: &'a [u8]) -> Option<&'a [u8]> {
+        let stats = &self.shared.auth_stats;
+        let Some(auth) = &mut self.auth else {
+            stats.count(Channel::Data, AuthReject::NoKey, self.subscribed_topic_of(datagram).as_deref(), &from);
+            return None;
+        };
+        let checked = auth.verifier.open(datagram).and_then(|env| {
+            let evicted = auth.guard.evicted();
+            let r = auth.guard.check(&env, now, wauth::unix_ns());
+            stats.count_evicted(auth.guard.evicted() - evicted);
+            r.map(|()| env.inner)
+        });
+        match checked {
+            Ok(inner) => {
+                stats.count_verified(Channel::Data);
+                Some(inner)
+            }
+            Err(cause) => {
+                let topic = self.subscribed_topic_of(datagram);
+                self.shared.auth_stats.count(Channel::Data, cause, topic.as_deref(), &from);
+                None
+            }
+        }
+    }
+
+    /// The topic an envelope's whole (unfragmented) datagram names, when a subscriber here has it: which topic a
+    /// refused datagram was for, as far as that can be told (the name is not authenticated; it only attributes the
+    /// drop to one of this process's own topics).
+    fn subscribed_topic_of(&self, datagram: &[u8]) -> Option<String> {
+        let env = wauth::parse_envelope(datagram).ok()?;
+        let (header, payload) = DatagramHeader::parse(env.inner).ok()?;
+        if header.kind != DatagramKind::Whole {
+            return None;
+        }
+        let (name, _) = split_name(payload).ok()?;
+        lock(&self.shared.subs).topics.contains_key(name).then(|| name.to_owned())
+    }
+
+    fn handle_message(&mut self, now: Instant, from: SocketAddr, msg: &[u8], authenticated: bool) {
         let c = &self.shared.counters;
         let (name, proto) = match split_name(msg) {
             Ok(v) => v,
@@ -154,6 +222,13 @@ impl UdpReceiver {
         };
         if !lock(&self.shared.subs).topics.contains_key(name) {
             c.unknown_topic.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if !authenticated
+            && let Some(auth) = &self.shared.auth
+            && auth.protected.contains(name)
+        {
+            self.shared.auth_stats.count(Channel::Data, AuthReject::Unsigned, Some(name), &from);
             return;
         }
         let sample = match decode_data_sample(proto) {
@@ -316,6 +391,14 @@ impl IoSource for UdpReceiver {
             let before = self.reassembler.counters().expired;
             self.reassembler.expire(now);
             let n = self.reassembler.counters().expired - before;
+            self.shared.counters.wire_drops.fetch_add(n, Ordering::Relaxed);
+        }
+        if let Some(a) = &mut self.auth
+            && a.reassembler.next_expiry().is_some_and(|t| t <= now)
+        {
+            let before = a.reassembler.counters().expired;
+            a.reassembler.expire(now);
+            let n = a.reassembler.counters().expired - before;
             self.shared.counters.wire_drops.fetch_add(n, Ordering::Relaxed);
         }
         self.log_summary(now);

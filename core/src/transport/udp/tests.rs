@@ -217,7 +217,7 @@ fn remote_sub(layers: Vec<Layer>) -> RemoteTopic {
 
 #[test]
 fn writer_starts_lazily_and_accepts_udp_subscribers_only() {
-    let layer = UdpLayer::new(&Config::default(), "h");
+    let layer = UdpLayer::new(&Config::default(), "h", Default::default()).expect("no pattern to compile");
     let mut w = layer.writer_factory().create(5, "t", &TypeInfo::default()).expect("writer");
     assert_eq!(w.advert(), None);
     let udp = remote_sub(vec![Layer::new(LayerKind::Udp, true, false, LayerPar::None)]);
@@ -237,12 +237,15 @@ fn writer_starts_lazily_and_accepts_udp_subscribers_only() {
     let mut cfg = Config::default();
     cfg.layers.pub_udp = false;
     cfg.layers.sub_udp = false;
-    let off = UdpLayer::new(&cfg, "h");
+    let off = UdpLayer::new(&cfg, "h", Default::default()).expect("no pattern to compile");
     assert!(off.writer_factory().create(5, "t", &TypeInfo::default()).is_none());
     assert!(off.reader_factory().subscriber_advert().is_none());
     assert!(off.reader_factory().io_source().is_none());
     assert_eq!(
-        UdpLayer::new(&Config::default(), "h").reader_factory().subscriber_advert(),
+        UdpLayer::new(&Config::default(), "h", Default::default())
+            .expect("no pattern to compile")
+            .reader_factory()
+            .subscriber_advert(),
         Some(Layer::new(LayerKind::Udp, true, false, LayerPar::None))
     );
 }
@@ -254,7 +257,7 @@ fn writer_to_receiver_over_loopback() {
     let mut cfg = Config::default();
     // A port derived from the pid, away from eCAL's 14000-14002.
     cfg.network.data_port = 20_000 + (std::process::id() % 20_000) as u16;
-    let layer = UdpLayer::new(&cfg, "h");
+    let layer = UdpLayer::new(&cfg, "h", Default::default()).expect("no pattern to compile");
     let rf = layer.reader_factory();
     let collect = Arc::new(Collect::default());
     let inbox: Arc<dyn Inbox> = collect.clone();
@@ -268,7 +271,7 @@ fn writer_to_receiver_over_loopback() {
     let udp = remote_sub(vec![Layer::new(LayerKind::Udp, true, false, LayerPar::None)]);
     w.set_targets(&[&udp]);
     // Datagrams of a local publisher are same-process duplicates: use a second layer as the "remote" process.
-    let other = UdpLayer::new(&cfg, "h2");
+    let other = UdpLayer::new(&cfg, "h2", Default::default()).expect("no pattern to compile");
     let mut w2 = other.writer_factory().create(78, "loop_t", &TypeInfo::default()).expect("writer");
     w2.set_targets(&[&udp]);
     let mut pub_reg = remote_sub(vec![Layer::new(LayerKind::Udp, true, true, LayerPar::None)]);
