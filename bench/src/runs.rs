@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::targets::{SIZES, SUBSCRIBERS, TOPICS};
+use crate::targets::{HUGE_SIZES, SIZES, SUBSCRIBERS, TOPICS};
 
 /// One invocation of `shoal perf`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,8 +32,9 @@ impl Run {
 
 /// What the targets measure, per wait mode in order spin, block: the baseline ring (as deep as shoal's ring for each
 /// size) and shoal (each with a fresh publisher) streaming 64 B and 1 KB, then ping-pong at every target size followed by zero-copy ping-pong on the same
-/// grown ring, then fan-out to 1 and 4 subscriber processes; then a separate process with 100 topics; last reliable
-/// shoal streams of 64 B and 1 MiB (spin).
+/// grown ring, then fan-out to 1 and 4 subscriber processes; then a separate process with 100 topics; reliable
+/// shoal streams of 64 B and 1 MiB (spin); last shoal streams of 64 KB - 4 MB with rings on normal and on huge pages
+/// (spin, `--huge-pages`).
 pub(crate) fn plan() -> Vec<Run> {
     let all_sizes = SIZES.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(",");
     let subscribers = SUBSCRIBERS.to_string();
@@ -46,6 +47,8 @@ pub(crate) fn plan() -> Vec<Run> {
     }
     runs.push(Run::new("T6", &["--json", "--topics", &TOPICS.to_string(), "--rss"]));
     runs.push(Run::new("T8", &["--json", "--wait", "spin", "--reliable", "--throughput", "--sizes", "64,1048576"]));
+    let huge_sizes = HUGE_SIZES.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(",");
+    runs.push(Run::new("T9", &["--json", "--wait", "spin", "--huge-pages", "--throughput", "--sizes", &huge_sizes]));
     runs
 }
 
@@ -134,7 +137,7 @@ mod tests {
     #[test]
     fn the_plan_measures_every_target_size_in_both_waits() {
         let p = plan();
-        assert_eq!(p.len(), 8);
+        assert_eq!(p.len(), 9);
         assert_eq!(
             p[1].command_line(),
             "shoal perf --json --wait spin --baseline --pingpong --zero-copy --sizes 64,1024,65536,1048576,4194304"
@@ -143,6 +146,10 @@ mod tests {
         assert_eq!(p[5].args[..4], ["--json", "--wait", "block", "--subscribers"]);
         assert_eq!(p[6].command_line(), "shoal perf --json --topics 100 --rss");
         assert_eq!(p[7].command_line(), "shoal perf --json --wait spin --reliable --throughput --sizes 64,1048576");
+        assert_eq!(
+            p[8].command_line(),
+            "shoal perf --json --wait spin --huge-pages --throughput --sizes 65536,1048576,4194304"
+        );
         assert!(p.iter().all(|r| r.args[0] == "--json"));
     }
 

@@ -1,6 +1,8 @@
-//! The targets T1-T8, evaluated from the JSON lines `shoal perf --json` printed: shoal against the
+//! The targets T1-T9, evaluated from the JSON lines `shoal perf --json` printed: shoal against the
 //! baseline ring of the same run (same method and wait mode, as deep as shoal's ring), fan-out against one
-//! subscriber, the memory of a 100-topic process, and the losses of reliable streams (rows marked `reliable`). Only the output format of `shoal perf` is read here, none of its code.
+//! subscriber, the memory of a 100-topic process, the losses of reliable streams (rows marked `reliable`), and the
+//! page size of rings asked to be on huge pages (rows of `--huge-pages` marked `huge_pages`, which no other target
+//! reads). Only the output format of `shoal perf` is read here, none of its code.
 //!
 //! A target passes only when everything it names was measured and holds. A measured value over its limit is a
 //! FAIL (even if other values are missing); otherwise anything missing makes it NOT MEASURED.
@@ -13,6 +15,12 @@ pub(crate) const SIZES: [(u64, &str); 5] =
 
 /// Subscriber processes of the fan-out target (T5).
 pub(crate) const SUBSCRIBERS: u64 = 4;
+
+/// The sizes of the huge-page target (T9), with their labels.
+pub(crate) const HUGE_SIZES: [(u64, &str); 3] = [(64 << 10, "64K"), (1 << 20, "1M"), (4 << 20, "4M")];
+
+/// T9's limit: the kernel page size of the rings, kB.
+const HUGE_PAGE_KB: f64 = 2048.0;
 
 /// Topics of the memory target (T6).
 pub(crate) const TOPICS: u64 = 100;
@@ -112,7 +120,11 @@ pub(crate) struct Target {
 
 impl Target {
     fn fmt_value(&self, x: f64) -> String {
-        if self.unit == "x" { format!("{x:.2}x") } else { format!("{x:.1} {}", self.unit) }
+        match self.unit {
+            "x" => format!("{x:.2}x"),
+            "kB" => format!("{x:.0} kB"),
+            unit => format!("{x:.1} {unit}"),
+        }
     }
 
     /// The JSON line of `shoal-bench targets --json`.
@@ -155,7 +167,8 @@ impl Rows {
         self.find_with(system, mode, wait, size, false)
     }
 
-    /// As [`find`](Self::find), of a run with reliable endpoints (`shoal perf --reliable`) or without.
+    /// As [`find`](Self::find), of a run with reliable endpoints (`shoal perf --reliable`) or without; never a
+    /// row of rings put on huge pages by `--huge-pages` (only T9 reads those).
     fn find_with(&self, system: &str, mode: &str, wait: &str, size: u64, reliable: bool) -> Option<&Value> {
         self.0.iter().rev().find(|r| {
             r["system"] == system
@@ -163,6 +176,18 @@ impl Rows {
                 && r["wait"] == wait
                 && r["size_bytes"].as_u64() == Some(size)
                 && (num(r, "reliable") == Some(1.0)) == reliable
+                && num(r, "huge_pages") != Some(1.0)
+        })
+    }
+
+    /// The latest shoal row of `shoal perf --huge-pages` with rings on huge pages, of a mode, wait and size.
+    fn find_huge(&self, mode: &str, wait: &str, size: u64) -> Option<&Value> {
+        self.0.iter().rev().find(|r| {
+            r["system"] == "shoal"
+                && r["mode"] == mode
+                && r["wait"] == wait
+                && r["size_bytes"].as_u64() == Some(size)
+                && num(r, "huge_pages") == Some(1.0)
         })
     }
 
@@ -293,6 +318,53 @@ fn t8(rows: &Rows) -> Target {
     }
 }
 
+/// T9: with `huge_pages = true` the rings of both processes are on 2 MB pages (smaps), 64 KB - 4 MB streams; the
+/// detail gives the huge/normal rate ratios measured in the same run.
+fn t9(rows: &Rows) -> Target {
+    let (limit, cmp) = (HUGE_PAGE_KB, Cmp::AtLeast);
+    let mut parts = Vec::new();
+    let mut missing = Vec::new();
+    let mut value: Option<f64> = None;
+    for (size, label) in HUGE_SIZES {
+        let row = rows.find_huge("throughput", "spin", size);
+        let kb = row.map(|r| (num(r, "ring_page_kb"), num(r, "peer_ring_page_kb")));
+        match kb {
+            Some((Some(own), Some(peer))) => {
+                let worst = own.min(peer);
+                value = Some(value.map_or(worst, |v| cmp.worse(v, worst)));
+                let vs = row.and_then(|r| num(r, "vs_normal_msgs_per_s_ratio"));
+                parts.push(format!(
+                    "{label} {own:.0}/{peer:.0} kB{}",
+                    vs.map_or_else(String::new, |v| format!(" (msg/s {v:.2}x normal pages)"))
+                ));
+            }
+            _ => missing.push(label),
+        }
+    }
+    let failed = value.is_some_and(|v| !cmp.holds(v, limit));
+    let mut detail = parts.join(", ");
+    if failed {
+        detail.push_str("; rings not on 2 MB pages: is a hugetlbfs mounted at huge_pages_path, with free pages?");
+    }
+    if !missing.is_empty() {
+        if !detail.is_empty() {
+            detail.push_str("; ");
+        }
+        detail.push_str(&format!("not measured: {}", missing.join(", ")));
+    }
+    Target {
+        id: "T9",
+        wait: Some("spin"),
+        what: "huge_pages rings on 2MB pages (both), 64K-4M",
+        value,
+        limit,
+        cmp,
+        unit: "kB",
+        status: Status::of(failed, !missing.is_empty()),
+        detail,
+    }
+}
+
 fn t3(rows: &Rows, wait: &'static str) -> Target {
     let (limit, cmp) = (2.0, Cmp::AtMost);
     let p50 = |size| num(rows.find("shoal", "zero_copy", wait, size)?, "p50_ns");
@@ -395,6 +467,7 @@ pub(crate) fn evaluate(rows: &Rows) -> Vec<Target> {
     out.push(t6(rows));
     out.extend(waits.iter().map(|w| t7(rows, w)));
     out.push(t8(rows));
+    out.push(t9(rows));
     out
 }
 
@@ -453,6 +526,14 @@ mod tests {
             r["reliable"] = json!(1.0);
             rows.push(r);
         }
+        for (size, _) in HUGE_SIZES {
+            let mut r = row("shoal", "throughput", "spin", size, 1000, 300.0);
+            r["huge_pages"] = json!(1.0);
+            r["ring_page_kb"] = json!(2048.0);
+            r["peer_ring_page_kb"] = json!(2048.0);
+            r["vs_normal_msgs_per_s_ratio"] = json!(1.05);
+            rows.push(r);
+        }
         rows
     }
 
@@ -467,20 +548,20 @@ mod tests {
     #[test]
     fn a_complete_run_within_the_limits_passes_every_target() {
         let s = statuses(passing());
-        assert_eq!(s.len(), 12);
+        assert_eq!(s.len(), 13);
         assert!(s.iter().all(|(_, _, st)| *st == Status::Pass), "{s:?}");
         let t1 = target(passing(), "T1", Some("spin"));
         assert!((t1.value.unwrap() - 1.1).abs() < 1e-9);
         assert!(t1.detail.starts_with("64B 1.10x, 1K 1.10x"), "{}", t1.detail);
         let t6 = target(passing(), "T6", None);
         assert!((t6.value.unwrap() - 7000.0 / 1024.0).abs() < 1e-9);
-        assert!(t6.to_text().contains("PASS") && t6.detail.contains("in 74 of 74 measurement rows"), "{}", t6.detail);
+        assert!(t6.to_text().contains("PASS") && t6.detail.contains("in 77 of 77 measurement rows"), "{}", t6.detail);
     }
 
     #[test]
     fn no_rows_at_all_measures_nothing() {
         let s = statuses(Vec::new());
-        assert_eq!(s.len(), 12);
+        assert_eq!(s.len(), 13);
         assert!(s.iter().all(|(_, _, st)| *st == Status::NotMeasured), "{s:?}");
         let t = &evaluate(&Rows::default())[0];
         assert_eq!((t.value, t.to_json()["value"].clone()), (None, Value::Null));
@@ -564,7 +645,7 @@ mod tests {
         rows[0]["peer_peak_rss_kb"] = json!(0);
         let t6 = target(rows, "T6", None);
         assert_eq!(t6.status, Status::NotMeasured);
-        assert!(t6.detail.contains("73 of 74"), "{}", t6.detail);
+        assert!(t6.detail.contains("76 of 77"), "{}", t6.detail);
         let rows: Vec<Value> = passing().into_iter().filter(|r| r["mode"] != "rss").collect();
         assert_eq!(target(rows, "T6", None).status, Status::NotMeasured);
     }
@@ -586,9 +667,36 @@ mod tests {
         let t2 = target(passing(), "T2", Some("spin"));
         assert!((t2.value.unwrap() - 0.6).abs() < 1e-9, "T2 reads the best-effort row: {}", t2.detail);
         let mut rows = passing();
-        rows.last_mut().unwrap()["lost"] = json!(2);
+        let reliable_1m = rows.iter_mut().rev().find(|r| r.get("reliable").is_some()).unwrap();
+        reliable_1m["lost"] = json!(2);
         let t8 = target(rows, "T8", Some("spin"));
         assert_eq!((t8.status, t8.value), (Status::Fail, Some(2.0)));
         assert!(t8.detail.contains("1M 2 lost"), "{}", t8.detail);
+    }
+
+    #[test]
+    fn t9_needs_2mb_pages_in_both_processes_and_no_other_target_reads_huge_rows() {
+        let t9 = target(passing(), "T9", Some("spin"));
+        assert_eq!((t9.status, t9.value), (Status::Pass, Some(2048.0)), "{}", t9.detail);
+        assert!(t9.detail.starts_with("64K 2048/2048 kB (msg/s 1.05x normal pages)"), "{}", t9.detail);
+        let mut rows = passing();
+        let last = rows.last_mut().unwrap();
+        last["peer_ring_page_kb"] = json!(4.0);
+        last["msgs_per_s"] = json!(1e9);
+        let t9 = target(rows.clone(), "T9", Some("spin"));
+        assert_eq!((t9.status, t9.value), (Status::Fail, Some(4.0)), "{}", t9.detail);
+        assert!(t9.detail.contains("4M 2048/4 kB") && t9.detail.contains("hugetlbfs"), "{}", t9.detail);
+        // A huge-page row never stands in for the best-effort row of another target.
+        rows.last_mut().unwrap()["size_bytes"] = json!(64);
+        assert!((target(rows, "T2", Some("spin")).value.unwrap() - 0.6).abs() < 1e-9);
+        let mut rows = passing();
+        for r in rows.iter_mut().filter(|r| r.get("huge_pages").is_some() && r["size_bytes"] == 1 << 20) {
+            r.as_object_mut().unwrap().remove("ring_page_kb");
+        }
+        let t9 = target(rows, "T9", Some("spin"));
+        assert_eq!(t9.status, Status::NotMeasured, "{}", t9.detail);
+        assert!(t9.detail.ends_with("not measured: 1M"), "{}", t9.detail);
+        let rows: Vec<Value> = passing().into_iter().filter(|r| r.get("huge_pages").is_none()).collect();
+        assert_eq!(target(rows, "T9", Some("spin")).status, Status::NotMeasured);
     }
 }

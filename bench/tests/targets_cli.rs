@@ -53,16 +53,16 @@ fn saved_lines_pass_fail_and_not_measured_targets_and_the_exit_code_says_so() {
     assert!(line("T3", "spin").contains("1.20x <= 2.00x    PASS"), "{out}");
     assert!(line("T4", "block").contains("FAIL") && line("T4", "block").contains("64B 1.40x"), "{out}");
     assert!(line("T1", "spin").contains("NOT MEASURED") && line("T6", "-").contains("NOT MEASURED"), "{out}");
-    assert!(out.contains("1 of 12 pass, 1 FAIL, 10 NOT MEASURED") && out.contains("result: FAIL"), "{out}");
+    assert!(out.contains("1 of 13 pass, 1 FAIL, 11 NOT MEASURED") && out.contains("result: FAIL"), "{out}");
 
     let (code, out, _) = bench(&["--from", path.to_str().unwrap(), "--json"]);
     assert_eq!(code, Some(1));
     let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
-    assert_eq!(lines.len(), 13, "12 targets and the summary: {out}");
+    assert_eq!(lines.len(), 14, "13 targets and the summary: {out}");
     assert_eq!(lines[0]["status"], "NOT MEASURED");
     assert_eq!(lines[0]["value"], Value::Null);
-    assert_eq!(lines[12]["all_pass"], false);
-    assert_eq!((lines[12]["pass"].as_u64(), lines[12]["not_measured"].as_u64()), (Some(1), Some(10)));
+    assert_eq!(lines[13]["all_pass"], false);
+    assert_eq!((lines[13]["pass"].as_u64(), lines[13]["not_measured"].as_u64()), (Some(1), Some(11)));
     std::fs::remove_file(&path).unwrap();
 
     let (code, _, err) = bench(&["--from", "/nonexistent/rows.jsonl"]);
@@ -82,16 +82,28 @@ fn the_targets_read_what_shoal_perf_prints() {
         eprintln!("SKIPPED: no shoal binary next to shoal-bench (cargo test --workspace builds it)");
         return;
     };
-    // One wait mode, few sizes, short runs: every target of the block wait and T6 get their values.
-    let runs: [&[&str]; 4] = [
+    // One wait mode, few sizes, short runs: every target of the block wait, T6 and T9 (64 KB) get their values.
+    let runs: [&[&str]; 5] = [
         &["--wait", "block", "--baseline", "--throughput", "--sizes", "64", "--count", "2000"],
         &["--wait", "block", "--baseline", "--pingpong", "--zero-copy", "--sizes", "64,4m", "--iterations", "100"],
         &["--wait", "block", "--subscribers", "4", "--sizes", "64", "--count", "300"],
         &["--topics", "100", "--rss"],
+        &["--wait", "spin", "--huge-pages", "--throughput", "--sizes", "64k", "--count", "200"],
     ];
+    // The huge-page mount scripts/test sets up as root; without it the huge-page rows fall back to normal pages
+    // (and say so), which T9 reads as a FAIL.
+    let huge = std::env::var("SHOAL_TEST_HUGE_PAGES").ok();
+    let ini = scratch("huge_ini");
+    if let Some(dir) = &huge {
+        std::fs::write(&ini, format!("[shoal_shm_ring]\nhuge_pages_path = {dir}\n")).unwrap();
+    }
     let mut text = String::new();
     for args in runs {
-        let out = Command::new(&shoal).arg("perf").arg("--json").args(args).output().expect("run shoal perf");
+        let mut cmd = Command::new(&shoal);
+        if huge.is_some() {
+            cmd.env("ECAL_INI", &ini);
+        }
+        let out = cmd.arg("perf").arg("--json").args(args).output().expect("run shoal perf");
         assert!(out.status.success(), "shoal perf {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         text.push_str(&String::from_utf8_lossy(&out.stdout));
     }
@@ -115,5 +127,18 @@ fn the_targets_read_what_shoal_perf_prints() {
     }
     for (id, wait) in [("T1", "spin"), ("T2", "spin"), ("T3", "spin"), ("T5", "spin")] {
         assert_eq!(get(id, Some(wait))["status"], "NOT MEASURED");
+    }
+    let t9 = get("T9", Some("spin"));
+    assert!(
+        t9["detail"].as_str().unwrap().starts_with("64K ")
+            && t9["detail"].as_str().unwrap().contains("not measured: 1M, 4M"),
+        "{t9}"
+    );
+    if huge.is_some() {
+        assert_eq!(t9["value"].as_f64(), Some(2048.0), "rings on the huge-page mount: {t9}");
+        std::fs::remove_file(&ini).unwrap();
+    } else {
+        eprintln!("SKIPPED: T9 on 2 MB pages (SHOAL_TEST_HUGE_PAGES is not set): {t9}");
+        assert!(t9["value"].as_f64().is_some(), "the page size is measured also without huge pages: {t9}");
     }
 }

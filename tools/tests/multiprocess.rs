@@ -10,20 +10,61 @@ use std::time::Duration;
 
 use support::{PEER, Proc, check_summary, shm_files_of, shoal_peer, topic, write_ini};
 
+/// The hugetlbfs mount `scripts/test` set up as root (`SHOAL_TEST_HUGE_PAGES`), if any.
+fn huge_dir() -> Option<String> {
+    std::env::var("SHOAL_TEST_HUGE_PAGES").ok().filter(|d| !d.is_empty())
+}
+
+/// Whether this run puts every ring on huge pages (`scripts/test` runs this file a second time so).
+fn rings_on_huge_pages() -> bool {
+    std::env::var_os("SHOAL_TEST_RING_ON_HUGE_PAGES").is_some()
+}
+
+/// The `[shoal_shm_ring]` lines of every peer's ini: `extra`, and huge pages in the huge-page run.
+fn ring_ini(name: &str, extra: &str) -> String {
+    let mut text = format!("[shoal_shm_ring]\n{extra}");
+    if rings_on_huge_pages() {
+        let dir = huge_dir().expect("SHOAL_TEST_RING_ON_HUGE_PAGES needs SHOAL_TEST_HUGE_PAGES (the mount)");
+        text.push_str(&format!("huge_pages = true\nhuge_pages_path = {dir}\n"));
+    }
+    write_ini(name, &text)
+}
+
 /// An `ecal.ini` for the peers: 256 slots of 8 KiB, so the tests also cover a configured ring geometry (and the
 /// 4 KiB messages of `one_to_four_subscribers` fit without growing the ring).
 fn deep_ring_ini() -> String {
-    write_ini("deep_ring", "[shoal_shm_ring]\nslot_count = 256\nslot_size = 8k\n")
+    ring_ini("deep_ring", "slot_count = 256\nslot_size = 8k\n")
 }
 
 /// A `shoal-peer` with the default configuration (4096 slots of 256 bytes, growing for larger messages).
 fn spawn(args: &[&str]) -> Proc {
-    shoal_peer("shoal-peer", args, None)
+    shoal_peer("shoal-peer", args, Some(&ring_ini("default_ring", "")))
 }
 
 /// A `shoal-peer` whose ring has 256 slots of 8 KiB.
 fn spawn_deep(args: &[&str]) -> Proc {
     shoal_peer("shoal-peer", args, Some(&deep_ring_ini()))
+}
+
+/// The kernel page sizes (kB) of every mapping of a ring segment on `dir` in process `pid`, from
+/// `/proc/<pid>/smaps` (`KernelPageSize`), with the mapped paths.
+fn ring_page_sizes(pid: u32, dir: &str) -> Vec<(String, u64)> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let prefix = format!("{dir}/shoal_");
+    let mut out = Vec::new();
+    let mut current: Option<String> = None;
+    for line in smaps.lines() {
+        if let Some(rest) = line.strip_prefix("KernelPageSize:") {
+            if let Some(path) = current.take() {
+                let kb = rest.trim().trim_end_matches("kB").trim().parse().expect("KernelPageSize in kB");
+                out.push((path, kb));
+            }
+        } else if line.split_whitespace().next().is_some_and(|f| f.contains('-') && !f.ends_with(':')) {
+            // A mapping's header: address range, perms, offset, device, inode, path.
+            current = line.split_whitespace().nth(5).filter(|p| p.starts_with(&prefix)).map(str::to_owned);
+        }
+    }
+    out
 }
 
 const T: Duration = Duration::from_secs(20);
@@ -154,4 +195,51 @@ fn bad_ini_value_stops_init_with_file_line_and_range() {
     let err = String::from_utf8_lossy(&out.stderr);
     let want = format!("{path}:3: [network] multicast_ttl = \"300\": allowed 0..=255");
     assert!(err.contains(&want), "stderr does not name file, line, key and range:\n{err}");
+}
+
+/// Huge pages proven: with `huge_pages = true` the publisher's ring is a file on the hugetlbfs mount, and both the
+/// publisher and the subscriber map it on 2 MB pages (`KernelPageSize: 2048 kB` in their `/proc/<pid>/smaps`).
+/// Needs the mount and pages `scripts/test` sets up as root; without them it says SKIPPED.
+#[test]
+fn ring_on_huge_pages_in_both_processes() {
+    let Some(dir) = huge_dir() else {
+        eprintln!("SKIPPED: huge pages (SHOAL_TEST_HUGE_PAGES is not set: scripts/test sets it up as root)");
+        return;
+    };
+    let ini = write_ini(
+        "huge_ring",
+        &format!("[shoal_shm_ring]\nslot_count = 256\nslot_size = 8k\nhuge_pages = true\nhuge_pages_path = {dir}\n"),
+    );
+    let t = topic("huge_ring");
+    let sub = shoal_peer("shoal-peer", &["sub", "--topic", &t, "--count", "3000"], Some(&ini));
+    sub.expect("ready", T);
+    // 3 s of messages: both processes hold the mapping while the test reads their smaps.
+    let mut publ = shoal_peer(
+        "shoal-peer",
+        &["pub", "--topic", &t, "--count", "3000", "--rate", "1000", "--size", "1000"],
+        Some(&ini),
+    );
+    sub.expect("first", T);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let (pub_maps, sub_maps) = loop {
+        let maps = (ring_page_sizes(publ.pid(), &dir), ring_page_sizes(sub.pid(), &dir));
+        if (!maps.0.is_empty() && !maps.1.is_empty()) || std::time::Instant::now() > deadline {
+            break maps;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    eprintln!("publisher {} maps {pub_maps:?}\nsubscriber {} maps {sub_maps:?}", publ.pid(), sub.pid());
+    assert!(!pub_maps.is_empty(), "the publisher maps no ring segment on {dir}: {}", publ.report());
+    assert!(!sub_maps.is_empty(), "the subscriber maps no ring segment on {dir}: {}", sub.report());
+    for (who, maps) in [("publisher", &pub_maps), ("subscriber", &sub_maps)] {
+        assert!(maps.iter().all(|(_, kb)| *kb == 2048), "{who}'s ring is not on 2 MB pages: {maps:?}");
+    }
+    // The subscriber maps the segment the publisher created (its name carries the publisher's pid).
+    let owner = format!("{dir}/shoal_{}_", publ.pid());
+    assert!(sub_maps.iter().all(|(p, _)| p.starts_with(&owner)), "{sub_maps:?}");
+    let s = sub.expect("summary", T);
+    check_summary(&s, 3000, 1);
+    assert_eq!(s["drops"], 0, "{s}");
+    publ.wait_success(T);
+    assert!(shm_files_of(publ.pid()).is_empty(), "publisher left files: {:?}", shm_files_of(publ.pid()));
 }

@@ -346,21 +346,30 @@ impl SubShared {
             }
         }
         let mut readers = lock(&self.readers);
-        // Drained readers of departed publishers are removed; their drops stay counted.
-        readers.retain(|e| {
-            let keep = !(e.closing && (e.ended || !e.reader.has_data()));
-            if !keep {
-                self.drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
-            }
-            keep
-        });
+        // Drained readers of departed publishers are removed; their drops stay counted. (Only looked for when a
+        // reader is closing: this runs on every poll of a spinning receive.)
+        if readers.iter().any(|e| e.closing) {
+            readers.retain(|e| {
+                let keep = !(e.closing && (e.ended || !e.reader.has_data()));
+                if !keep {
+                    self.drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
+                }
+                keep
+            });
+        }
         let n = readers.len();
         if n == 0 {
             return None;
         }
-        let start = self.next_reader.load(Ordering::Relaxed) % n;
-        for i in 0..n {
-            let idx = (start + i) % n;
+        // Round robin without a division per poll (`%` was a tenth of a spinning receiver's time).
+        let mut idx = self.next_reader.load(Ordering::Relaxed);
+        if idx >= n {
+            idx = if idx == n { 0 } else { idx % n };
+        }
+        for step in 0..n {
+            if step > 0 {
+                idx = if idx + 1 == n { 0 } else { idx + 1 };
+            }
             let e = &mut readers[idx];
             if e.ended {
                 continue;
@@ -734,6 +743,11 @@ impl Subscriber {
         mut f: impl FnMut(SampleRef<'_>) -> R,
     ) -> Result<R, RecvError> {
         let shared = &self.handle.shared;
+        // A message that is already there costs no clock read (one per message was most of a streaming receiver's
+        // clock time); the deadline starts with the first empty poll.
+        if let Some(r) = shared.try_once(&mut f) {
+            return Ok(r);
+        }
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);
         let spin_until = match self.wait {

@@ -75,6 +75,11 @@ pub(crate) struct PerfArgs {
     /// what the subscriber has not read, so unpaced streams lose nothing (the baseline ring always waits).
     #[arg(long)]
     pub(crate) reliable: bool,
+    /// Run shoal twice per wait mode in the same invocation: its rings on normal (4 KiB) pages, then on 2 MB huge
+    /// pages (the hugetlbfs mount of the ini's huge_pages_path); huge-page rows carry their ratios to the
+    /// normal-page rows, and every shoal row the page size its rings are mapped with (/proc/<pid>/smaps).
+    #[arg(long)]
+    pub(crate) huge_pages: bool,
 }
 
 /// The hidden `perf-peer` subcommand: the echo/sink process spawned by `shoal perf`.
@@ -104,6 +109,34 @@ pub(crate) struct PeerArgs {
     /// Reliable shoal endpoints (`shoal perf --reliable`).
     #[arg(long)]
     pub(crate) reliable: bool,
+    /// shoal: put this peer's rings on these pages (`shoal perf --huge-pages`); default: as the ini says.
+    #[arg(long, value_enum)]
+    pub(crate) pages: Option<Pages>,
+}
+
+/// Which pages shoal's rings are put on (`shoal perf --huge-pages` measures both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub(crate) enum Pages {
+    /// Normal pages: segments in /dev/shm (`huge_pages = false`).
+    Normal,
+    /// 2 MB pages: segments on the hugetlbfs mount `huge_pages_path` (`huge_pages = true`).
+    Huge,
+}
+
+impl Pages {
+    /// The name used in reports and on the peer's command line.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Pages::Normal => "normal",
+            Pages::Huge => "huge",
+        }
+    }
+
+    /// `config` with its rings on these pages.
+    pub(crate) fn apply(self, mut config: shoal::Config) -> shoal::Config {
+        config.shm_ring.huge_pages = self == Pages::Huge;
+        config
+    }
 }
 
 /// Receive wait strategy of a run.
@@ -237,6 +270,9 @@ impl PerfArgs {
         }
         if self.baseline_only && self.subscribers.is_some() {
             bail!("--subscribers measures shoal's fan-out; it has no baseline-only form (drop --baseline-only)");
+        }
+        if self.huge_pages && self.baseline_only {
+            bail!("--huge-pages compares shoal's rings on huge and normal pages; drop --baseline-only");
         }
         if self.topics == Some(0) {
             bail!("--topics must be at least 1");

@@ -159,6 +159,7 @@ impl Bench<'_> {
                 sink_only: true,
                 // Subscribers off the publisher's CPU (see `run`).
                 cpu: self.isolate.then(|| 1 + i % (self.run.cpus - 1)),
+                pages: None,
             };
             self.peers.push(Peer::spawn(&spec)?);
         }

@@ -28,7 +28,7 @@ pub(crate) use args::{PeerArgs, PerfArgs};
 pub(crate) use link::HEADER_LEN;
 pub(crate) use peer::run_peer;
 
-use args::{Mode, System, WaitMode};
+use args::{Mode, Pages, System, WaitMode};
 use baseline_link::BaselineLink;
 use link::{Receiver, Sender};
 use peer::{Peer, PeerSpec};
@@ -76,6 +76,9 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
         if args.pin { "on" } else { "off" }
     ));
     let mut node: Option<Node> = None;
+    let mut huge_node: Option<Node> = None;
+    // --huge-pages: shoal on normal pages, then on huge pages; the default node is the normal-page one.
+    let default_pages = args.huge_pages.then_some(Pages::Normal);
     let modes: Vec<Mode> = args.modes().into_iter().filter(|m| *m != Mode::Fanout).collect();
     for wait in args.waits() {
         if !modes.is_empty() {
@@ -89,20 +92,25 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
             }
             if !args.baseline_only {
                 let run = Run { args: &args, system: System::Shoal, wait, cpus };
-                shoal_session(&run, node_of(&mut node)?, &modes, &next_name(), &mut rep)?;
+                let node = node_of(&mut node, default_pages)?;
+                shoal_session(&run, node, default_pages, &modes, &next_name(), &mut rep)?;
+                if args.huge_pages {
+                    let node = node_of(&mut huge_node, Some(Pages::Huge))?;
+                    shoal_session(&run, node, Some(Pages::Huge), &modes, &next_name(), &mut rep)?;
+                }
             }
         }
         if let Some(n) = args.subscribers {
             let run = Run { args: &args, system: System::Shoal, wait, cpus };
-            fanout::run(&run, node_of(&mut node)?, n, &mut next_name, &mut rep)?;
+            fanout::run(&run, node_of(&mut node, default_pages)?, n, &mut next_name, &mut rep)?;
         }
     }
     Ok(())
 }
 
-fn node_of(node: &mut Option<Node>) -> anyhow::Result<&Node> {
+fn node_of(node: &mut Option<Node>, pages: Option<Pages>) -> anyhow::Result<&Node> {
     if node.is_none() {
-        *node = Some(Node::init("shoal-perf").context("starting the shoal node (check the ecal.ini it names)")?);
+        *node = Some(shoal_link::node("shoal-perf", pages)?);
     }
     node.as_ref().context("shoal node")
 }
@@ -133,6 +141,7 @@ fn baseline_session(
         index: 0,
         sink_only: false,
         cpu: run.peer_cpu(0),
+        pages: None,
     };
     let mut peer = Peer::spawn(&spec)?;
     peer.wait_ready()?;
@@ -147,22 +156,45 @@ fn baseline_session(
     peer.quit()
 }
 
-fn shoal_session(run: &Run, node: &Node, modes: &[Mode], name: &str, rep: &mut Reporter) -> anyhow::Result<()> {
+fn shoal_session(
+    run: &Run,
+    node: &Node,
+    pages: Option<Pages>,
+    modes: &[Mode],
+    name: &str,
+    rep: &mut Reporter,
+) -> anyhow::Result<()> {
     let (ping, pong) = shoal_link::topics(name);
     let mut tx = shoal_link::publisher(node, &ping)?;
     let mut rx = shoal_link::subscriber(node, &pong, run.wait)?;
-    let spec =
-        PeerSpec { system: System::Shoal, wait: run.wait, name, index: 0, sink_only: false, cpu: run.peer_cpu(0) };
+    let spec = PeerSpec {
+        system: System::Shoal,
+        wait: run.wait,
+        name,
+        index: 0,
+        sink_only: false,
+        cpu: run.peer_cpu(0),
+        pages,
+    };
     let mut peer = Peer::spawn(&spec)?;
     peer.wait_ready()?;
     shoal_link::wait_subscribers(&tx, 1)?;
     shoal_link::wait_publisher(&rx)?;
     rep.note(&format!(
-        "-- shoal: topics {ping} / {pong}, wait={}{}",
+        "-- shoal: topics {ping} / {pong}, wait={}{}{}",
         run.wait,
-        if shoal_link::reliable() { ", reliable (the publisher waits up to 10 s for the subscriber)" } else { "" }
+        if shoal_link::reliable() { ", reliable (the publisher waits up to 10 s for the subscriber)" } else { "" },
+        match pages {
+            Some(Pages::Huge) =>
+                format!(", rings on huge pages ({})", node.config().shm_ring.huge_pages_path.display()),
+            Some(Pages::Normal) => ", rings on normal pages".to_string(),
+            None => String::new(),
+        }
     ));
-    run_modes(run, &mut tx, &mut rx, &mut peer, modes, &run.args.sizes, rep)?;
+    rep.set_pages(pages.map(|p| (p, peer.pid())));
+    let result = run_modes(run, &mut tx, &mut rx, &mut peer, modes, &run.args.sizes, rep);
+    rep.set_pages(None);
+    result?;
     peer.quit()
 }
 

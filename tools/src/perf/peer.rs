@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-use super::args::{PeerArgs, System, WaitMode};
+use super::args::{Pages, PeerArgs, System, WaitMode};
 use super::baseline_link::BaselineLink;
 use super::link::{Receiver, Sender, is_timeout, parse_header};
 use super::report::{Latency, new_histogram};
@@ -116,6 +116,8 @@ pub(crate) struct PeerSpec<'a> {
     pub(crate) index: usize,
     pub(crate) sink_only: bool,
     pub(crate) cpu: Option<usize>,
+    /// shoal: the pages of the peer's rings (`None`: as its ini says).
+    pub(crate) pages: Option<Pages>,
 }
 
 impl Peer {
@@ -134,6 +136,9 @@ impl Peer {
         }
         if let Some(c) = spec.cpu {
             cmd.args(["--cpu", &c.to_string()]);
+        }
+        if let Some(p) = spec.pages {
+            cmd.args(["--pages", p.as_str()]);
         }
         let mut child = cmd
             .stdin(Stdio::piped())
@@ -162,6 +167,11 @@ impl Peer {
             Some(rest) => Ok(rest.trim().to_string()),
             None => bail!("perf peer {} said {line:?}, expected {word:?}", self.index),
         }
+    }
+
+    /// The peer's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Waits until the peer has set up its endpoints (and, for shoal, matched).

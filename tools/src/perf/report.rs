@@ -5,8 +5,8 @@ use std::io::Write;
 use hdrhistogram::Histogram;
 use serde_json::{Map, Value, json};
 
-use super::args::{Mode, System, WaitMode};
-use super::sys::CpuTime;
+use super::args::{Mode, Pages, System, WaitMode};
+use super::sys::{CpuTime, ring_page_kb};
 
 /// A new latency histogram in ns (1 ns .. 1 hour, 3 significant digits).
 pub(crate) fn new_histogram() -> Histogram<u64> {
@@ -261,12 +261,55 @@ pub(crate) struct Reporter {
     json: bool,
     header_printed: bool,
     all: Vec<Measurement>,
+    /// `shoal perf --huge-pages`: the pages shoal's rings are on now, and the peer's pid.
+    pages: Option<(Pages, u32)>,
 }
 
 impl Reporter {
     /// A reporter writing JSON lines (`json`) or a table to stdout.
     pub(crate) fn new(json: bool) -> Reporter {
-        Reporter { json, header_printed: false, all: Vec::new() }
+        Reporter { json, header_printed: false, all: Vec::new(), pages: None }
+    }
+
+    /// Marks the shoal rows reported from now on as measured with rings on `pages` (and the peer process whose
+    /// rings are checked too), or unmarks them.
+    pub(crate) fn set_pages(&mut self, pages: Option<(Pages, u32)>) {
+        self.pages = pages;
+    }
+
+    /// The latest shoal measurement on normal pages of a mode, wait mode and size (`--huge-pages`).
+    fn normal_pages(&self, mode: Mode, wait: WaitMode, size: usize) -> Option<&Measurement> {
+        self.all.iter().rev().find(|m| {
+            m.system == System::Shoal
+                && m.mode == mode
+                && m.wait == wait
+                && m.size == size
+                && m.extra_value("huge_pages") == Some(0.0)
+        })
+    }
+
+    /// Adds the page figures of `--huge-pages` to a shoal row: `huge_pages` (1 or 0), the page size (kB) of the
+    /// rings this process and the peer map (`ring_page_kb`, `peer_ring_page_kb`, from smaps, missing when it maps
+    /// none), and for a huge-page row its ratios to the normal-page row of the same kind (`vs_normal_*`).
+    fn add_pages(&self, m: &mut Measurement) -> Option<Ratios> {
+        let (pages, peer) = self.pages.filter(|_| m.system == System::Shoal)?;
+        m.extra.push(("huge_pages", if pages == Pages::Huge { 1.0 } else { 0.0 }));
+        if let Some(kb) = ring_page_kb(std::process::id()) {
+            m.extra.push(("ring_page_kb", kb as f64));
+        }
+        if let Some(kb) = ring_page_kb(peer) {
+            m.extra.push(("peer_ring_page_kb", kb as f64));
+        }
+        if pages != Pages::Huge {
+            return None;
+        }
+        let r = ratios(m, self.normal_pages(m.mode, m.wait, m.size)?);
+        if let Some(l) = r.latency {
+            m.extra.push(("vs_normal_p50_ratio", l[0]));
+            m.extra.push(("vs_normal_p99_ratio", l[2]));
+        }
+        m.extra.push(("vs_normal_msgs_per_s_ratio", r.msgs_per_s));
+        Some(r)
     }
 
     /// The latest baseline measurement of a mode, wait mode and size.
@@ -286,7 +329,8 @@ impl Reporter {
     }
 
     /// Prints one measurement, with ratios when a baseline of the same kind was reported.
-    pub(crate) fn report(&mut self, m: Measurement) {
+    pub(crate) fn report(&mut self, mut m: Measurement) {
+        let vs_normal = self.add_pages(&mut m);
         let r = match m.system {
             System::Baseline => None,
             System::Shoal => self.baseline(m.mode, m.wait, m.size).map(|b| ratios(&m, b)),
@@ -300,6 +344,24 @@ impl Reporter {
                 self.header_printed = true;
             }
             let _ = writeln!(out, "{}", table_row(&m, r.as_ref()));
+            if let Some(pages) = self.pages.filter(|_| m.system == System::Shoal).map(|(p, _)| p) {
+                let kb = |k| m.extra_value(k).map_or_else(|| "-".to_string(), |v| format!("{v:.0} kB"));
+                let mut line = format!(
+                    "{:20}{} pages: rings mapped with {} (this process) / {} (peer)",
+                    "",
+                    pages.as_str(),
+                    kb("ring_page_kb"),
+                    kb("peer_ring_page_kb")
+                );
+                if let Some(v) = vs_normal {
+                    line.push_str("; vs normal pages:");
+                    if let Some(l) = v.latency {
+                        line.push_str(&format!(" p50 {} p99 {}", fmt_ratio(l[0]), fmt_ratio(l[2])));
+                    }
+                    line.push_str(&format!(" msg/s {}", fmt_ratio(v.msgs_per_s)));
+                }
+                let _ = writeln!(out, "{line}");
+            }
         }
         let _ = out.flush();
         drop(out);

@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use shoal::config::WaitStrategy;
 use shoal::{Node, Publisher, RecvError, Subscriber, TypeInfo};
 
-use super::args::{PeerArgs, WaitMode};
+use super::args::{Pages, PeerArgs, WaitMode};
 use super::link::{HEADER_LEN, Receiver, Sender, TimedOut};
 
 /// How long discovery (registration) may take before a run gives up.
@@ -118,6 +118,20 @@ pub(crate) fn subscriber(node: &Node, topic: &str, wait: WaitMode) -> anyhow::Re
     Ok(ShoalRx(s))
 }
 
+/// The configuration of the ini shoal finds (`$ECAL_INI`, ...).
+pub(crate) fn config() -> anyhow::Result<shoal::Config> {
+    shoal::Config::load().context("reading the ecal.ini shoal's configuration comes from")
+}
+
+/// A node whose rings are on `pages` (else as configured), for `shoal perf --huge-pages`.
+pub(crate) fn node(name: &str, pages: Option<Pages>) -> anyhow::Result<Node> {
+    match pages {
+        None => Node::init(name),
+        Some(pages) => Node::init_with_config(name, pages.apply(config()?)),
+    }
+    .context("starting the shoal node (check the ecal.ini it names)")
+}
+
 /// Waits until `tx` sees `n` subscribers.
 pub(crate) fn wait_subscribers(tx: &ShoalTx, n: usize) -> anyhow::Result<()> {
     if !tx.0.wait_for_subscribers(n, MATCH_TIMEOUT) {
@@ -147,8 +161,7 @@ pub(crate) fn wait_publisher(rx: &ShoalRx) -> anyhow::Result<()> {
 /// `<name>_pong`, both matched before it returns.
 /// The node is returned so that it lives as long as the endpoints.
 pub(crate) fn open_peer(args: &PeerArgs) -> anyhow::Result<(Node, ShoalRx, Option<ShoalTx>)> {
-    let node =
-        Node::init(&format!("shoal-perf-peer-{}", args.index)).context("starting the shoal node of the perf peer")?;
+    let node = node(&format!("shoal-perf-peer-{}", args.index), args.pages)?;
     let (ping, pong) = topics(&args.name);
     let rx = subscriber(&node, &ping, args.wait)?;
     let tx = if args.sink_only { None } else { Some(publisher(&node, &pong)?) };

@@ -172,6 +172,35 @@ fn parse_smaps_shm(text: &str, huge_mounts: &[PathBuf]) -> ShmRss {
     out
 }
 
+/// The smallest kernel page size (kB, `KernelPageSize` in `/proc/<pid>/smaps`) of the ring segments process `pid`
+/// created and maps (files named `shoal_<pid>_...`, in /dev/shm or on a hugetlbfs mount); `None` when it maps none
+/// (or is gone).
+pub(crate) fn ring_page_kb(pid: u32) -> Option<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    parse_ring_page_kb(&text, pid)
+}
+
+fn parse_ring_page_kb(text: &str, pid: u32) -> Option<u64> {
+    let prefix = format!("shoal_{pid}_");
+    let mut ring = false;
+    let mut smallest: Option<u64> = None;
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let first = fields.next().unwrap_or("");
+        if first.contains('-') && first.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+            let path = line.split_whitespace().nth(5).unwrap_or("");
+            ring =
+                std::path::Path::new(path).file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix));
+        } else if ring && first == "KernelPageSize:" {
+            if let Some(kb) = fields.next().and_then(|v| v.parse::<u64>().ok()) {
+                smallest = Some(smallest.map_or(kb, |s| s.min(kb)));
+            }
+            ring = false;
+        }
+    }
+    smallest
+}
+
 /// Number of threads of this process (/proc/self/task entries).
 pub(crate) fn thread_count() -> anyhow::Result<usize> {
     Ok(fs::read_dir("/proc/self/task").context("reading /proc/self/task")?.count())
@@ -207,6 +236,26 @@ Rss:                  40 kB
         assert_eq!(r, ShmRss { rss_kb: 2348, mappings: 2 });
         let r = parse_smaps_shm(t, &[]);
         assert_eq!(r, ShmRss { rss_kb: 300, mappings: 1 });
+    }
+
+    #[test]
+    fn ring_page_size_is_the_smallest_of_the_process_rings() {
+        let t = "\
+7f0000000000-7f0000400000 rw-s 00000000 00:2b 9                          /mnt/huge/shoal_42_ab1_g0 (deleted)
+Size:               4096 kB
+KernelPageSize:     2048 kB
+7f0000400000-7f0000500000 rw-s 00000000 00:1a 43                         /dev/shm/shoal_db_42_x
+KernelPageSize:        4 kB
+7f0000500000-7f0000600000 rw-s 00000000 00:1a 44                         /dev/shm/shoal_7_cd2_g0
+KernelPageSize:        4 kB
+";
+        assert_eq!(parse_ring_page_kb(t, 42), Some(2048), "the doorbell and another process's ring do not count");
+        assert_eq!(parse_ring_page_kb(t, 7), Some(4));
+        assert_eq!(parse_ring_page_kb(t, 8), None);
+        let both = format!(
+            "{t}7f0000600000-7f0000700000 rw-s 00000000 00:1a 45   /dev/shm/shoal_42_ef3_g1\nKernelPageSize:        4 kB\n"
+        );
+        assert_eq!(parse_ring_page_kb(&both, 42), Some(4));
     }
 
     #[test]

@@ -255,17 +255,21 @@ impl Drop for Proc {
     }
 }
 
-/// The files process `pid` has in /dev/shm (shoal's names carry the owner's pid).
+/// The files process `pid` has in /dev/shm, and on the huge-page mount `scripts/test` set up
+/// (`SHOAL_TEST_HUGE_PAGES`), if any (shoal's names carry the owner's pid).
 pub(crate) fn shm_files_of(pid: u32) -> Vec<String> {
     let prefixes = [format!("shoal_{pid}_"), format!("shoal_db_{pid}_")];
-    std::fs::read_dir(shoal::transport::shm_ring::SHM_DIR)
-        .map(|d| {
+    let mut dirs = vec![std::path::PathBuf::from(shoal::transport::shm_ring::SHM_DIR)];
+    dirs.extend(std::env::var_os("SHOAL_TEST_HUGE_PAGES").map(std::path::PathBuf::from));
+    dirs.iter()
+        .filter_map(|dir| std::fs::read_dir(dir).ok())
+        .flat_map(|d| {
             d.filter_map(Result::ok)
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .filter(|n| prefixes.iter().any(|p| n.starts_with(p.as_str())))
-                .collect()
+                .collect::<Vec<_>>()
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// `s` cut to at most `n` bytes (on a character boundary), with an ellipsis when cut.

@@ -645,25 +645,32 @@ fn hugepage_fallback_warns_and_works() {
     std::fs::remove_dir_all(&not_huge).unwrap();
 }
 
-/// Uses huge pages for real when a hugetlbfs with free pages is mounted at /dev/hugepages
-/// (CI sets it up; see toolchain notes §4). Without it, checks the fallback instead.
+/// Uses huge pages for real when a hugetlbfs with free pages is mounted at `$SHOAL_TEST_HUGE_PAGES` (`scripts/test`
+/// sets one up as root and then requires huge pages here) or at /dev/hugepages (see toolchain notes §4). Without
+/// one, checks the fallback instead.
 #[test]
 fn hugepages_when_available() {
+    let required = std::env::var_os("SHOAL_TEST_HUGE_PAGES").map(PathBuf::from);
+    let dir = required.clone().unwrap_or_else(|| PathBuf::from("/dev/hugepages"));
     let mut c = cfg(4, 1000);
     c.huge_pages = true;
+    c.huge_pages_path = dir.clone();
     let mut w = RingWriter::create(&c, 5).unwrap();
     let huge_ok = std::fs::read_to_string("/proc/meminfo")
         .unwrap()
         .lines()
         .any(|l| l.starts_with("HugePages_Free:") && l.split_whitespace().nth(1) != Some("0"));
+    if let Some(dir) = &required {
+        assert!(w.uses_huge_pages(), "scripts/test mounted {} but: {:?}", dir.display(), w.huge_pages_fallback());
+    }
     if w.uses_huge_pages() {
-        assert!(w.segment_name().starts_with("/dev/hugepages/shoal_"));
+        assert!(w.segment_name().starts_with(&format!("{}/shoal_", dir.display())));
         let len = std::fs::metadata(w.segment_name()).unwrap().len();
         assert_eq!(len % (2 << 20), 0, "rounded to huge pages");
     } else {
         assert!(w.huge_pages_fallback().is_some());
         assert!(w.segment_name().starts_with("/dev/shm/"));
-        if segment::is_hugetlbfs(Path::new("/dev/hugepages")) {
+        if segment::is_hugetlbfs(&dir) {
             assert!(!huge_ok, "huge pages available but not used: {:?}", w.huge_pages_fallback());
             let reason = w.huge_pages_fallback().unwrap();
             assert!(reason.contains("mmap ENOMEM") && reason.contains("nr_hugepages"), "{reason}");
