@@ -372,7 +372,7 @@ impl Default for LimitsConfig {
             descriptor_bytes: 1 << 20,
             fragmented_per_source: 4,
             receive_batch: 256,
-            registry_bytes: 32 << 20,
+            registry_bytes: 24 << 20,
             udp_reassembly_bytes: 64 << 20,
             udp_fragmented_per_source: 8,
             auth_senders: 1024,

@@ -39,8 +39,9 @@ struct RemoteEntry {
     authenticated: bool,
 }
 
-/// Bytes charged per registry entry on top of its strings: the structs, map nodes and key copies.
-const ENTRY_OVERHEAD: usize = 512;
+/// Bytes charged per registry entry on top of its strings: the structs, map nodes, key copies and the allocator's
+/// share. Measured: 20,000 topics with short names grew a process by 23 MB, about 1.2 KB each.
+const ENTRY_OVERHEAD: usize = 1024;
 
 /// What a remote topic costs the registry: its strings, descriptor and layer parameters, the host name twice
 /// (the entry's key and the sender's share), plus [`ENTRY_OVERHEAD`].

@@ -812,11 +812,12 @@ fn the_registry_is_bounded_in_bytes() {
         }
     }
     let kept = r.topics().count();
-    assert!(kept >= 100, "{kept} kept");
+    assert!(kept >= 80, "{kept} kept");
     assert_eq!(r.counters().registry_full, 200 - kept as u64);
     let with: usize = r.topics().filter(|t| !t.type_info.descriptor.is_empty()).count();
     let bytes: usize = r.topics().map(|t| t.type_info.descriptor.len()).sum();
     assert!((60..=83).contains(&with), "{with} kept their descriptor");
+    assert!(kept > with, "some are kept without their descriptor: {kept} kept, {with} with");
     assert!(bytes <= 4 << 20, "{bytes} descriptor bytes held");
     assert_eq!(r.counters().descriptors_dropped, (kept - with) as u64);
     // Another address's topic keeps its descriptor: the flooding address gives up entities for it.
