@@ -12,6 +12,7 @@
 use prost::Message as _;
 
 use crate::registration::{TopicIdError, parse_topic_id, pb};
+use crate::transport::udp::codec::{put_varint, varint_len};
 
 /// eCAL's `Content.hash` (the same as the UDP layer's): `topic_id ^ (clock << 1)`.
 pub(crate) fn content_hash(publisher_id: u64, clock: u64) -> u64 {
@@ -62,23 +63,6 @@ pub(crate) fn handshake() -> [u8; HEADER_LEN + 1] {
     let mut f = [0u8; HEADER_LEN + 1];
     put_header(&mut f, TYPE_HANDSHAKE, 1);
     f
-}
-
-fn varint_len(mut v: u64) -> usize {
-    let mut n = 1;
-    while v >= 0x80 {
-        v >>= 7;
-        n += 1;
-    }
-    n
-}
-
-fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        buf.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    buf.push(v as u8);
 }
 
 fn str_field_len(len: usize) -> usize {

@@ -70,7 +70,8 @@ pub struct DataSampleRef<'a> {
     pub payload: &'a [u8],
 }
 
-fn varint_len(mut v: u64) -> usize {
+/// Bytes of `v` as a protobuf varint.
+pub(crate) fn varint_len(mut v: u64) -> usize {
     let mut n = 1;
     while v >= 0x80 {
         v >>= 7;
@@ -79,7 +80,8 @@ fn varint_len(mut v: u64) -> usize {
     n
 }
 
-fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
+/// Appends `v` as a protobuf varint.
+pub(crate) fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         buf.push((v as u8) | 0x80);
         v >>= 7;
