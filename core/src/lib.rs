@@ -14,7 +14,8 @@
 //! ```
 //!
 //! - Raw bytes: [`Publisher`] (`send`, zero-copy [`Loan`]), [`Subscriber`] (`recv`, `recv_timeout`, `try_recv`,
-//!   `recv_with` on a zero-copy [`SampleRef`]).
+//!   `recv_with` on a zero-copy [`SampleRef`], whose [`PayloadView`] copies out only what is read and never lends
+//!   a slice of a slot another process may be writing).
 //! - Generated messages (`shoal-codegen`, [`Message`]): `.typed::<M>()` gives [`TypedPublisher`] and
 //!   [`TypedSubscriber`].
 //! - Callbacks: `.callback(..)` gives a [`CallbackSubscriber`], run on the process's doorbell thread.
@@ -68,7 +69,7 @@ pub use node::{Node, ring_geometry};
 pub use pubsub::publisher::{Loan, Publisher, Unwritten, Written};
 pub use pubsub::subscriber::{CallbackSubscriber, Subscriber};
 pub use pubsub::typed::{MessageMeta, Received, TypedPublisher, TypedSubscriber};
-pub use sample::{Sample, SampleRef};
+pub use sample::{PayloadView, Sample, SampleRef};
 pub use transport::shm_ring::FlowStats;
 #[doc(hidden)]
 pub use types::codegen_support as __codegen;

@@ -1,8 +1,10 @@
 //! Thin safe wrappers over the few OS calls the runtime needs: host name, CPU affinity, pid liveness, opening files
 //! that other processes announce (`open_peer_file`), the modes of the shared-memory files this process creates, and
-//! the SIGBUS guard for mappings of files that peers can truncate ([`shm_guard`]).
+//! the SIGBUS guard for mappings of files that peers can truncate ([`shm_guard`]), and copy-only access to bytes
+//! another process may be writing ([`shared_bytes`]).
 #![allow(unsafe_code)]
 
+pub(crate) mod shared_bytes;
 pub(crate) mod shm_guard;
 
 use std::io;

@@ -216,3 +216,51 @@ fn type_info_is_what_ecal_writes() {
     let fb = fbs::demo::Pose::type_info();
     assert_eq!((fb.name.as_str(), fb.encoding.as_str(), fb.descriptor.len()), ("demo.Pose", "flatb", 0));
 }
+
+/// What decoding a ring sample from a copy costs (a ring slot is never lent as a slice, so `TypedSubscriber` copies
+/// it into a reused per-subscriber buffer under a mutex first): protobuf decode from a slice against lock + copy +
+/// decode, for a small and a large message. A measurement, run by hand on a quiet machine:
+/// `cargo test -p shoal-examples --release --test typed -- --ignored --nocapture decode_from_a_copy`. It checks only
+/// that the copy is not the larger part of the cost.
+#[test]
+#[ignore = "timing measurement, run by hand"]
+fn decode_from_a_copy_costs() {
+    use std::hint::black_box;
+    use std::sync::Mutex;
+    let mut small_msg = imu(7);
+    small_msg.covariance = vec![0.5; 9];
+    let small = small_msg.encode_to_vec().expect("encode");
+    let mut big_msg = imu(8);
+    big_msg.covariance = vec![0.5; 64 * 1024];
+    let big = big_msg.encode_to_vec().expect("encode");
+    let scratch = Mutex::new(Vec::new());
+    for (name, bytes, n) in [("small", &small, 200_000u32), ("512 KiB", &big, 200)] {
+        let time = |copy: bool| {
+            let t = Instant::now();
+            for _ in 0..n {
+                let m = if copy {
+                    let mut buf = scratch.lock().expect("lock");
+                    buf.clear();
+                    buf.extend_from_slice(black_box(bytes));
+                    proto::pb::Imu::decode(&buf).expect("decode")
+                } else {
+                    proto::pb::Imu::decode(black_box(bytes)).expect("decode")
+                };
+                black_box(m);
+            }
+            t.elapsed().as_nanos() as f64 / f64::from(n)
+        };
+        // Alternate, five times each, keep the best of each (least disturbed by other load).
+        let (mut direct, mut copied) = (f64::MAX, f64::MAX);
+        for _ in 0..5 {
+            direct = direct.min(time(false));
+            copied = copied.min(time(true));
+        }
+        println!(
+            "{name} ({} B): decode {direct:.0} ns, copy + decode {copied:.0} ns, ratio {:.3}",
+            bytes.len(),
+            copied / direct
+        );
+        assert!(copied < 2.0 * direct, "{name}: copying costs more than decoding");
+    }
+}

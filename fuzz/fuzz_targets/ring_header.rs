@@ -102,8 +102,9 @@ fuzz_target!(|data: &[u8]| {
         let drops_before = reader.drops();
         let outcome = if i % 2 == 0 {
             match reader.try_read_with(|view| {
-                // Touch every byte, so a view outside the mapping would fault here.
-                let sum = view.payload().iter().fold(0u64, |acc, &b| acc.wrapping_add(u64::from(b)));
+                // Copy every byte out, so a view outside the mapping would fault here.
+                let bytes = view.payload().to_vec();
+                let sum = bytes.iter().fold(0u64, |acc, &b| acc.wrapping_add(u64::from(b)));
                 (view.len(), view.payload().len(), sum)
             }) {
                 ReadOutcome::Sample((len, payload_len, _)) => {

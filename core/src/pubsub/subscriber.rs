@@ -735,8 +735,11 @@ impl Subscriber {
     /// Waits (up to `timeout`, or forever with `None`) for the next message and runs `f` on a zero-copy view of it;
     /// returns what `f` returned.
     ///
-    /// The view may point into a shared-memory slot. After `f` returns the slot is checked: if the publisher
-    /// overwrote it meanwhile, the result is discarded, a drop is counted and `f` runs again on a later message.
+    /// The view may read a shared-memory slot in place: its [`payload`](SampleRef::payload) is a
+    /// [`PayloadView`](crate::PayloadView), which copies out exactly the bytes `f` asks for (a header, a range, all
+    /// of it) and lends a `&[u8]` only when the bytes cannot change meanwhile. After `f` returns the slot is checked:
+    /// if the publisher overwrote it meanwhile, the result is discarded, a drop is counted and `f` runs again on a
+    /// later message.
     pub fn recv_with<R>(
         &self,
         timeout: Option<Duration>,

@@ -256,18 +256,29 @@ fn type_name(t: &'static TypeInfo) -> &'static str {
     t.name.as_str()
 }
 
-/// Checks the sample's announced type, then `parse`s its payload (decode or view).
-fn checked<'a, T>(
+/// Checks the sample's announced type, then `parse`s its payload (decode or view) from one slice: in place when the
+/// payload is stable, else copied into `scratch` first (a ring slot is never lent as a slice, see
+/// [`PayloadView`](crate::PayloadView)). `scratch` is locked only for that copy.
+fn checked<T>(
     check: &TypeCheck,
-    s: &SampleRef<'a>,
-    parse: impl FnOnce(&'a [u8]) -> Result<T, DecodeError>,
+    s: &SampleRef<'_>,
+    scratch: &Mutex<Vec<u8>>,
+    parse: impl FnOnce(&[u8]) -> Result<T, DecodeError>,
 ) -> Result<T, TypedRecvError> {
     check.check(s.publisher_id, s.type_info)?;
-    parse(s.payload).map_err(|error| TypedRecvError::Decode { error, publisher_id: s.publisher_id, clock: s.clock })
+    let parsed = match s.payload.as_slice() {
+        Some(bytes) => parse(bytes),
+        None => parse(s.payload.slice_or_copy(&mut lock(scratch))),
+    };
+    parsed.map_err(|error| TypedRecvError::Decode { error, publisher_id: s.publisher_id, clock: s.clock })
 }
 
-fn decode_sample<M: Message>(check: &TypeCheck, s: SampleRef<'_>) -> Result<Received<M>, TypedRecvError> {
-    let msg = checked(check, &s, M::decode)?;
+fn decode_sample<M: Message>(
+    check: &TypeCheck,
+    s: SampleRef<'_>,
+    scratch: &Mutex<Vec<u8>>,
+) -> Result<Received<M>, TypedRecvError> {
+    let msg = checked(check, &s, scratch, M::decode)?;
     Ok(Received { msg, meta: MessageMeta::of(&s) })
 }
 
@@ -279,6 +290,8 @@ fn decode_sample<M: Message>(check: &TypeCheck, s: SampleRef<'_>) -> Result<Rece
 pub struct TypedSubscriber<M: Message> {
     sub: Subscriber,
     check: Arc<TypeCheck>,
+    /// Where a ring sample's bytes are copied to be decoded or viewed (reused; as large as the largest such message).
+    scratch: Mutex<Vec<u8>>,
     _type: PhantomData<fn() -> M>,
 }
 
@@ -292,7 +305,7 @@ impl<M: Message> TypedSubscriber<M> {
     pub(crate) fn create(rt: &Arc<Runtime>, topic: &str, opts: SubOptions) -> Result<Self, CreateError> {
         let check = Arc::new(TypeCheck::new::<M>(topic));
         let sub = Subscriber::create(rt, topic, M::type_info().clone(), opts)?;
-        Ok(TypedSubscriber { sub, check, _type: PhantomData })
+        Ok(TypedSubscriber { sub, check, scratch: Mutex::default(), _type: PhantomData })
     }
 
     fn handle(&self) -> &SubHandle {
@@ -303,32 +316,34 @@ impl<M: Message> TypedSubscriber<M> {
 
     /// Waits for the next message and decodes it.
     pub fn recv(&self) -> Result<Received<M>, TypedRecvError> {
-        self.sub.recv_with(None, |s| decode_sample::<M>(&self.check, s))?
+        self.sub.recv_with(None, |s| decode_sample::<M>(&self.check, s, &self.scratch))?
     }
 
     /// Waits up to `timeout` for the next message and decodes it.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<Received<M>, TypedRecvError> {
-        self.sub.recv_with(Some(timeout), |s| decode_sample::<M>(&self.check, s))?
+        self.sub.recv_with(Some(timeout), |s| decode_sample::<M>(&self.check, s, &self.scratch))?
     }
 
     /// The next message if one is there, decoded, without waiting.
     pub fn try_recv(&self) -> Result<Option<Received<M>>, TypedRecvError> {
         let Some(s) = self.sub.try_recv() else { return Ok(None) };
-        decode_sample::<M>(&self.check, s.view()).map(Some)
+        decode_sample::<M>(&self.check, s.view(), &self.scratch).map(Some)
     }
 
     /// Waits (up to `timeout`, or forever with `None`) for the next message and runs `f` on a borrowed view of it:
-    /// zero-copy for FlatBuffers (`XxxRef<'_>` reading the shared-memory slot in place), the decoded message for
-    /// protobuf. As with [`Subscriber::recv_with`], a result computed on a slot the publisher overwrote meanwhile
-    /// is discarded and `f` runs again on a later message.
+    /// `XxxRef<'_>` for FlatBuffers (fields read when accessed), the decoded message for protobuf. The view reads the
+    /// received bytes in place when they are stable (same process, eCAL layers, UDP, TCP); a sample from a shoal
+    /// ring is first copied into a buffer this subscriber reuses, because the publisher may overwrite its slot
+    /// meanwhile (see [`PayloadView`](crate::PayloadView)). As with [`Subscriber::recv_with`], a result computed on
+    /// a slot the publisher overwrote meanwhile is discarded and `f` runs again on a later message.
     pub fn recv_with<R>(
         &self,
         timeout: Option<Duration>,
         mut f: impl FnMut(M::View<'_>, &MessageMeta) -> R,
     ) -> Result<R, TypedRecvError> {
         self.sub.recv_with(timeout, |s| {
-            let view = checked(&self.check, &s, M::view)?;
-            Ok(f(view, &MessageMeta::of(&s)))
+            let meta = MessageMeta::of(&s);
+            checked(&self.check, &s, &self.scratch, |bytes| M::view(bytes).map(|view| f(view, &meta)))
         })?
     }
 
@@ -350,7 +365,9 @@ pub(crate) fn typed_callback_subscriber<M: Message>(
     let check = TypeCheck::new::<M>(topic);
     let decode_errors = Arc::new(AtomicU64::new(0));
     let errors = Arc::clone(&decode_errors);
-    let raw = move |s: &Sample| match decode_sample::<M>(&check, s.view()) {
+    // Never locked: an owned sample's payload is stable and decoded in place.
+    let scratch = Mutex::default();
+    let raw = move |s: &Sample| match decode_sample::<M>(&check, s.view(), &scratch) {
         Ok(r) => callback(r.msg, &r.meta),
         // Logged once per publisher by the check.
         Err(TypedRecvError::TypeMismatch { .. }) => {

@@ -57,7 +57,7 @@ fn subscriber(topic: &str, name: &str, seconds: u64) -> Result<()> {
     while Instant::now() < deadline {
         let got = sub.recv_with(Some(Duration::from_millis(200)), |s| {
             let p = s.payload();
-            let sent = u64::from_le_bytes(p[..8].try_into().unwrap_or_default());
+            let sent = u64::from_le_bytes(p.read_array(0).unwrap_or_default());
             (mono_ns().saturating_sub(sent), p.len())
         });
         match got {

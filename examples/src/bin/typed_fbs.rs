@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! typed_fbs                 # one process: publish 3 messages and receive them
-//! typed_fbs sub [N] [TOPIC]         # receive N messages (default 5) on TOPIC (`pose`), read in place (zero-copy)
+//! typed_fbs sub [N] [TOPIC]         # receive N messages (default 5) on TOPIC (`pose`), viewed without decoding
 //! typed_fbs pub [N] [MS] [TOPIC]    # wait for a subscriber, then send N messages (5), one every MS ms (100)
 //! ```
 
@@ -30,7 +30,7 @@ fn sample(n: u64) -> Pose {
     }
 }
 
-/// One line per message, read in place from the (possibly shared-memory) bytes; the tests read it.
+/// One line per message, read through the view (fields decoded only when accessed); the tests read it.
 fn describe(p: PoseRef<'_>) -> Result<String, planus::Error> {
     let pos = p.position()?.map(|v| (v.x(), v.y()));
     let mut route = Vec::new();
@@ -74,7 +74,8 @@ fn main() -> anyhow::Result<()> {
             let sub = node.subscriber(topic).typed::<Pose>().create()?;
             println!("ready: {} ({topic})", <Pose as shoal::Message>::type_info().name);
             for _ in 0..n {
-                // Zero-copy: the view reads the shared-memory slot in place.
+                // The view reads the received bytes where they are; from another process's ring slot they are
+                // first copied into a buffer the subscriber reuses (the publisher may overwrite the slot meanwhile).
                 let line = sub.recv_with(Some(Duration::from_secs(30)), |pose, meta| {
                     describe(pose).map(|d| format!("got {d} (clock {})", meta.clock))
                 })??;

@@ -207,6 +207,7 @@ fn main() -> Result<()> {
             let mut lat_sum_ns: u128 = 0;
             let mut lat_max_ns: u64 = 0;
             let mut timed_out = false;
+            let mut scratch = Vec::new();
             while received + if until_accounted { sub.drops() } else { 0 } < count {
                 if pause_after == Some(received) && received > 0 {
                     emit(&json!({"event": "pause", "received": received, "ms": pause_ms}));
@@ -217,7 +218,8 @@ fn main() -> Result<()> {
                 }
                 let r = if zero_copy {
                     sub.recv_with(Some(Duration::from_millis(idle_ms)), |s| {
-                        let (clock, sent, ok) = verify(s.payload());
+                        // The whole payload is checked: read in place when stable, else copied once into `scratch`.
+                        let (clock, sent, ok) = verify(s.payload().slice_or_copy(&mut scratch));
                         (s.publisher_id(), s.clock(), clock, sent, ok, s.via())
                     })
                 } else {

@@ -64,7 +64,7 @@ impl Receiver for ShoalRx {
         self.0
             .recv_with(Some(timeout), |s| {
                 buf.clear();
-                buf.extend_from_slice(s.payload());
+                s.payload().extend_vec(buf);
             })
             .map_err(|e| map_recv(e, timeout))
     }
@@ -74,8 +74,7 @@ impl Receiver for ShoalRx {
             .recv_with(Some(timeout), |s| {
                 let p = s.payload();
                 let mut h = [0u8; HEADER_LEN];
-                let n = p.len().min(HEADER_LEN);
-                h[..n].copy_from_slice(&p[..n]);
+                p.read_at(0, &mut h);
                 (h, p.len())
             })
             .map_err(|e| map_recv(e, timeout))

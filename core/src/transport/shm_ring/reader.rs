@@ -12,6 +12,8 @@ use super::layout::{
     SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride,
 };
 use super::segment::{self, RingName};
+use crate::sample::PayloadView;
+use crate::sys::shared_bytes::SharedBytes;
 use crate::sys::shm_guard::PeerMap;
 
 /// Most generations followed in one `open` or one `try_read_*` call (guards against loops in
@@ -128,18 +130,19 @@ pub struct SampleInfo {
 
 /// A sample in place in shared memory, given to the closure of [`RingReader::try_read_with`].
 ///
-/// The payload may be overwritten by the writer while the closure runs: the closure must not
-/// trust it (no panics on malformed bytes, no side effects that cannot be undone). Its result is
-/// returned only if the slot was not overwritten in the meantime.
+/// The payload may be overwritten by the writer while the closure runs (a best-effort writer laps, a reliable one
+/// evicts a reader that holds a slot past its flow-control timeout): it is a [`PayloadView`] that only copies bytes
+/// out, never a `&[u8]` of the slot, and the closure must not trust what it copies (no panics on malformed bytes,
+/// no side effects that cannot be undone). Its result is returned only if the slot was not overwritten meanwhile.
 #[derive(Debug, Clone, Copy)]
 pub struct SampleView<'a> {
-    payload: &'a [u8],
+    payload: PayloadView<'a>,
     info: SampleInfo,
 }
 
 impl<'a> SampleView<'a> {
-    /// The payload bytes, in the shared segment (no copy).
-    pub fn payload(&self) -> &'a [u8] {
+    /// The payload in the shared segment, read by copying ([`PayloadView`]).
+    pub fn payload(&self) -> PayloadView<'a> {
         self.payload
     }
 
@@ -624,11 +627,16 @@ impl RingReader {
             self.drops = self.drops.saturating_add(1);
             return ReadOutcome::Torn;
         }
-        // SAFETY: the payload area starts SLOT_HEADER_SIZE into the slot and holds slot_size
-        // >= len bytes inside the mapping. The writer may modify these bytes concurrently
-        // (seqlock); the sequence re-check below discards anything read during such a write.
-        let payload = unsafe { std::slice::from_raw_parts(self.seg.slot(c).add(SLOT_HEADER_SIZE), info.len) };
-        let result = f(SampleView { payload, info });
+        // SAFETY: the payload area starts SLOT_HEADER_SIZE into the slot and holds slot_size >= len bytes inside the
+        // mapping, which `self.seg` keeps mapped while the closure borrows `self`; this process never writes it (the
+        // mapping is read-only, or read-write only for the reader-table entry). The writer may write these bytes
+        // concurrently: `SharedBytes` only copies out of them, and the sequence re-check below discards anything
+        // read during such a write.
+        let payload = unsafe {
+            let p = std::ptr::NonNull::new_unchecked(self.seg.slot(c).add(SLOT_HEADER_SIZE).cast_mut());
+            SharedBytes::new(p, info.len)
+        };
+        let result = f(SampleView { payload: PayloadView::shared(payload), info });
         // Seqlock reader: the payload reads above happen before the re-check.
         fence(Ordering::Acquire);
         if slot.seq.load(Ordering::Relaxed) != expected {
@@ -704,7 +712,7 @@ impl RingReader {
     pub fn try_read_into(&mut self, buf: &mut Vec<u8>) -> ReadOutcome<SampleInfo> {
         self.try_read_with(|view| {
             buf.clear();
-            buf.extend_from_slice(view.payload());
+            view.payload().extend_vec(buf);
             view.info()
         })
     }

@@ -205,7 +205,7 @@ fn one_writer_four_reader_threads_concurrent() {
                     assert!(Instant::now() < deadline, "reader stuck at {}", r.position());
                     let outcome = r.try_read_with(|v| {
                         // Never panic in here: the bytes may be torn.
-                        let ok = v.payload() == pattern(v.clock(), pattern_len(v.clock()));
+                        let ok = v.payload().to_vec() == pattern(v.clock(), pattern_len(v.clock()));
                         (ok, v.clock(), v.seq())
                     });
                     match outcome {
@@ -292,6 +292,110 @@ fn torn_read_detected() {
     let _ = w.commit(8, 0, 9).unwrap();
     let ReadOutcome::Sample((_, info)) = read_one(&mut r) else { panic!() };
     assert_eq!(info.clock, 6);
+}
+
+/// Every read of a ring payload view, on a slot nobody overwrites: the view copies exactly what is asked for and
+/// never lends the slot as a slice.
+#[test]
+fn ring_payload_view_reads_by_copying() {
+    let mut w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    let bytes: Vec<u8> = (10u8..50).collect();
+    let _ = w.write(&bytes, 0, 0).unwrap();
+    let outcome = r.try_read_with(|v| {
+        let p = v.payload();
+        assert_eq!((p.len(), p.is_empty()), (40, false));
+        assert!(p.as_slice().is_none(), "a ring slot is never lent as a slice");
+        assert_eq!(p.read_array::<4>(36), Some([46, 47, 48, 49]));
+        assert_eq!(p.read_array::<4>(37), None, "past the end");
+        assert_eq!(p.read_array::<4>(usize::MAX), None, "offset overflow");
+        let mut dst = [0u8; 8];
+        assert_eq!(p.read_at(36, &mut dst), 4);
+        assert_eq!(dst, [46, 47, 48, 49, 0, 0, 0, 0]);
+        assert_eq!(p.read_at(40, &mut dst), 0);
+        assert!(p.copy_range(2, &mut dst));
+        assert_eq!(dst, [12, 13, 14, 15, 16, 17, 18, 19]);
+        let mut whole = [0u8; 40];
+        assert!(!p.copy_to_slice(&mut dst), "wrong length");
+        assert!(p.copy_to_slice(&mut whole));
+        let mut scratch = vec![1, 2, 3];
+        let slice = p.slice_or_copy(&mut scratch).to_vec();
+        let mut extended = vec![7];
+        p.extend_vec(&mut extended);
+        (whole.to_vec(), slice, p.to_vec(), extended, format!("{p:?}"))
+    });
+    let ReadOutcome::Sample((whole, slice, vec, extended, debug)) = outcome else { panic!("{outcome:?}") };
+    assert_eq!((&whole, &slice, &vec), (&bytes, &bytes, &bytes));
+    assert_eq!(extended[0], 7);
+    assert_eq!(&extended[1..], &bytes[..]);
+    assert_eq!(debug, "PayloadView { len: 40, stable: false }");
+}
+
+/// A lossy reader whose slot the writer overwrites while the closure runs: the view reads the slot as it is at each
+/// read (so what the closure computed mixes two messages), and that result is discarded and counted as a drop, never
+/// returned; the next read delivers a whole message.
+#[test]
+fn overwrite_during_view_closure_is_dropped() {
+    let mut w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    let _ = w.write(&[0xAA; 64], 0, 0).unwrap();
+    let mut seen = Vec::new();
+    let outcome = r.try_read_with(|v| {
+        let p = v.payload();
+        let first = p.read_array::<32>(0).expect("32 bytes");
+        // The writer laps the reader in the middle of the closure: slot 0 now holds sample 4.
+        for clock in 1..=4u64 {
+            let _ = w.write(&[0xB0 | clock as u8; 64], 0, clock).unwrap();
+        }
+        let second = p.read_array::<32>(32).expect("32 bytes");
+        seen = [first, second].concat();
+        seen.clone()
+    });
+    assert_eq!(outcome, ReadOutcome::Torn, "a result computed over an overwritten slot is not returned");
+    assert_eq!(r.drops(), 1);
+    assert_eq!(&seen[..32], &[0xAA; 32][..], "the closure read the old message first");
+    assert_eq!(&seen[32..], &[0xB4; 32][..], "then the overwriting one: a torn result");
+    // What follows is whole: samples 1 (overwritten by 4, skipped) .. 4, each with its own bytes.
+    let mut got = Vec::new();
+    while let ReadOutcome::Sample((bytes, info)) = read_one(&mut r) {
+        assert_eq!(bytes, [0xB0 | info.clock as u8; 64], "sample {} is whole", info.clock);
+        got.push(info.clock);
+    }
+    assert_eq!(got.last(), Some(&4));
+    assert_eq!(r.drops() + got.len() as u64, 5, "every sample read or counted");
+}
+
+/// Why ring views never lend a slice even to reliable readers: the writer takes a reader that stays a full ring
+/// behind for its timeout out of flow control, whether it is stalled or inside a long closure, and then overwrites
+/// the very slot that closure is reading. The reader's result is discarded and counted like a lossy reader's.
+#[test]
+fn a_reliable_reader_inside_a_long_closure_is_evicted_and_its_slot_overwritten() {
+    let mut w = RingWriter::create(&cfg(4, 64), 74).expect("writer");
+    w.set_flow_control(Some(Duration::from_millis(50)));
+    let mut r = RingReader::open_reliable(w.segment_name()).expect("reader");
+    assert!(r.in_flow_control());
+    for clock in 0..4u64 {
+        let _ = w.write(&[clock as u8; 64], 0, clock).expect("write");
+    }
+    let mut after = None;
+    let outcome = r.try_read_with(|v| {
+        let p = v.payload();
+        assert!(p.as_slice().is_none());
+        let before = p.to_vec();
+        // Sample 4 goes to slot 0, which this closure is reading: the writer waits its 50 ms, evicts, writes.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _ = w.write(&[0xEE; 64], 0, 4).expect("write");
+            });
+        });
+        after = Some(p.to_vec());
+        before
+    });
+    assert_eq!(outcome, ReadOutcome::Torn);
+    assert_eq!(after, Some(vec![0xEE; 64]), "the slot under the closure was overwritten");
+    assert_eq!(r.drops(), 1);
+    assert_eq!(w.flow_stats().evicted_stalled, 1);
+    assert_eq!(w.reliable_readers(), 0);
 }
 
 #[test]
@@ -701,7 +805,7 @@ fn child_reader_process() {
         if !bell.wait_until(|| r.has_data(), Some(deadline)).unwrap() {
             break;
         }
-        match r.try_read_with(|v| v.payload() == pattern(v.clock(), pattern_len(v.clock()))) {
+        match r.try_read_with(|v| v.payload().to_vec() == pattern(v.clock(), pattern_len(v.clock()))) {
             ReadOutcome::Sample(true) => got += 1,
             ReadOutcome::Sample(false) => bad += 1,
             _ => {}
@@ -792,7 +896,7 @@ fn a_reliable_reader_loses_nothing_from_an_unpaced_reliable_writer() {
     let reader = std::thread::spawn(move || {
         let mut got = 0u64;
         while got < N {
-            match r.try_read_with(|v| u64::from_le_bytes(v.payload()[..8].try_into().expect("8 bytes"))) {
+            match r.try_read_with(|v| u64::from_le_bytes(v.payload().read_array(0).expect("8 bytes"))) {
                 ReadOutcome::Sample(clock) => {
                     assert_eq!(clock, got, "in order, none skipped");
                     got += 1;
