@@ -4,9 +4,14 @@
 //! floor shoal's shared-memory ring is compared with (latency and throughput ratios in the same run). It is not
 //! part of shoal: nothing but the measurement tool uses it.
 //!
-//! Unsafe code (the mapping, the slot accesses and the futex calls) lives in [`spsc`] only, each block with its
+//! [`net`]: raw socket programs for `--transport udp|tcp`: `sendmmsg`/`recvmmsg` datagrams and a
+//! length-prefixed TCP stream, the floor shoal's UDP and TCP layers are compared with.
+//!
+//! Unsafe code (the mapping, the slot accesses and the futex calls; `sendmmsg`/`recvmmsg`) lives in [`spsc`] and
+//! [`net`] only, each block with its
 //! `// SAFETY:` comment (the workspace lints deny undocumented unsafe blocks and unsafe operations in unsafe
 //! functions).
 #![warn(missing_docs)]
 
+pub mod net;
 pub mod spsc;

@@ -1,7 +1,7 @@
 //! `shoal-bench`: shoal's performance acceptance checks, run against the built `shoal` command line.
 //!
 //! `shoal-bench targets` runs `shoal perf ... --json` as child processes (the `shoal` binary next to this one,
-//! `$SHOAL_BIN` or `--shoal`), evaluates targets T1-T9 from their JSON lines and prints one row per target. The
+//! `$SHOAL_BIN` or `--shoal`), evaluates targets T1-T9 and N1-N4 from their JSON lines and prints one row per target. The
 //! exit code is 0 only when every target was measured and passed. It depends on `shoal perf`'s output format,
 //! not on its code.
 
@@ -29,7 +29,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Measure what targets T1-T9 need with `shoal perf --json` and check them (exit code 0: all pass).
+    /// Measure what targets T1-T9 and N1-N4 need with `shoal perf --json` and check them (exit code 0: all pass).
     Targets(TargetsArgs),
 }
 
@@ -40,7 +40,10 @@ shoal streaming 64 B (T2) and 1 KB (T7); ping-pong at 64 B-4 MB and zero-copy (T
 T3); fan-out to 1 and 4 subscriber processes (T5); then a process with 100 topics (T6); last reliable
 shoal streams of 64 B and 1 MiB, which must lose nothing (T8); shoal streams of 64 KB-4 MB with
 rings on normal and on huge pages (T9: huge_pages rings on 2 MB pages in both processes, as smaps
-shows; needs a hugetlbfs mount at the ini's huge_pages_path with free pages). A target whose measurements are missing (a failed run, a missing
+shows; needs a hugetlbfs mount at the ini's huge_pages_path with free pages); then, with --wait block,
+shoal's UDP layer streaming 64 B and 1 MiB and its TCP layer 1 MiB against raw socket programs (N1: 64 B
+UDP >= 0.5x raw sendmmsg, N2: 64 B UDP >= 1 M msg/s, N3: 1 MiB UDP >= 0.7x raw UDP, N4: 1 MiB TCP >=
+0.7x raw TCP). A target whose measurements are missing (a failed run, a missing
 row or value) is NOT MEASURED, which fails the check like a FAIL does.")]
 struct TargetsArgs {
     /// The shoal binary to measure (default: $SHOAL_BIN, else `shoal` next to this executable).

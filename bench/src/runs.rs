@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::targets::{HUGE_SIZES, SIZES, SUBSCRIBERS, TOPICS};
+use crate::targets::{HUGE_SIZES, NET_WAIT, SIZES, SUBSCRIBERS, TOPICS};
 
 /// One invocation of `shoal perf`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +34,8 @@ impl Run {
 /// size) and shoal (each with a fresh publisher) streaming 64 B and 1 KB, then ping-pong at every target size followed by zero-copy ping-pong on the same
 /// grown ring, then fan-out to 1 and 4 subscriber processes; then a separate process with 100 topics; reliable
 /// shoal streams of 64 B and 1 MiB (spin); last shoal streams of 64 KB - 4 MB with rings on normal and on huge pages
-/// (spin, `--huge-pages`).
+/// (spin, `--huge-pages`); then shoal's UDP layer at 64 B and 1 MiB and its TCP layer at 1 MiB against the raw
+/// socket programs (block, `--transport udp|tcp --baseline`).
 pub(crate) fn plan() -> Vec<Run> {
     let all_sizes = SIZES.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(",");
     let subscribers = SUBSCRIBERS.to_string();
@@ -49,6 +50,11 @@ pub(crate) fn plan() -> Vec<Run> {
     runs.push(Run::new("T8", &["--json", "--wait", "spin", "--reliable", "--throughput", "--sizes", "64,1048576"]));
     let huge_sizes = HUGE_SIZES.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(",");
     runs.push(Run::new("T9", &["--json", "--wait", "spin", "--huge-pages", "--throughput", "--sizes", &huge_sizes]));
+    for (targets, transport, sizes) in [("N1 N2 N3", "udp", "64,1048576"), ("N4", "tcp", "1048576")] {
+        let args =
+            ["--json", "--wait", NET_WAIT, "--transport", transport, "--baseline", "--throughput", "--sizes", sizes];
+        runs.push(Run::new(targets, &args));
+    }
     runs
 }
 
@@ -137,7 +143,7 @@ mod tests {
     #[test]
     fn the_plan_measures_every_target_size_in_both_waits() {
         let p = plan();
-        assert_eq!(p.len(), 9);
+        assert_eq!(p.len(), 11);
         assert_eq!(
             p[1].command_line(),
             "shoal perf --json --wait spin --baseline --pingpong --zero-copy --sizes 64,1024,65536,1048576,4194304"

@@ -1,8 +1,10 @@
-//! The targets T1-T9, evaluated from the JSON lines `shoal perf --json` printed: shoal against the
+//! The targets T1-T9 and N1-N4, evaluated from the JSON lines `shoal perf --json` printed: shoal against the
 //! baseline ring of the same run (same method and wait mode, as deep as shoal's ring), fan-out against one
 //! subscriber, the memory of a 100-topic process, the losses of reliable streams (rows marked `reliable`), and the
 //! page size of rings asked to be on huge pages (rows of `--huge-pages` marked `huge_pages`, which no other target
-//! reads). Only the output format of `shoal perf` is read here, none of its code.
+//! reads); and N1-N4, shoal's UDP and TCP layers against the raw socket programs of the same run (rows of
+//! `--transport udp|tcp`, which no other target reads). Only the output format of `shoal perf` is read here, none
+//! of its code.
 //!
 //! A target passes only when everything it names was measured and holds. A measured value over its limit is a
 //! FAIL (even if other values are missing); otherwise anything missing makes it NOT MEASURED.
@@ -123,6 +125,7 @@ impl Target {
         match self.unit {
             "x" => format!("{x:.2}x"),
             "kB" => format!("{x:.0} kB"),
+            "msg/s" => format!("{:.2}M", x / 1e6),
             unit => format!("{x:.1} {unit}"),
         }
     }
@@ -177,6 +180,18 @@ impl Rows {
                 && r["size_bytes"].as_u64() == Some(size)
                 && (num(r, "reliable") == Some(1.0)) == reliable
                 && num(r, "huge_pages") != Some(1.0)
+                && !is_network(r)
+        })
+    }
+
+    /// The latest row of `shoal perf --transport udp|tcp` with this `transport` label (`udp`, `tcp`, `raw_udp`,
+    /// `raw_tcp`), mode, wait mode and size.
+    fn find_net(&self, transport: &str, mode: &str, wait: &str, size: u64) -> Option<&Value> {
+        self.0.iter().rev().find(|r| {
+            r["transport"] == transport
+                && r["mode"] == mode
+                && r["wait"] == wait
+                && r["size_bytes"].as_u64() == Some(size)
         })
     }
 
@@ -194,6 +209,65 @@ impl Rows {
     /// Rows of the measurement modes (every mode but the memory mode's `rss`).
     fn measurements(&self) -> impl Iterator<Item = &Value> {
         self.0.iter().filter(|r| r.get("size_bytes").is_some() && r["mode"] != "rss")
+    }
+}
+
+/// Rows of `--transport udp|tcp`, which only the network targets (N1-N4) read.
+fn is_network(r: &Value) -> bool {
+    ["udp", "tcp", "raw_udp", "raw_tcp"].iter().any(|t| r["transport"] == *t)
+}
+
+/// The wait mode of the network targets.
+pub(crate) const NET_WAIT: &str = "block";
+
+/// shoal over `transport` against the raw socket program of the same run: unpaced msg/s ratio at `size`.
+fn net_ratio(
+    rows: &Rows,
+    (id, what): (&'static str, &'static str),
+    (transport, raw): (&str, &str),
+    size: u64,
+    limit: f64,
+) -> Target {
+    let cmp = Cmp::AtLeast;
+    let row = |t| rows.find_net(t, "throughput", NET_WAIT, size);
+    let rate = |t| num(row(t)?, "msgs_per_s");
+    let (shoal, base) = (rate(transport), rate(raw));
+    let ratio = shoal.zip(base.filter(|b| *b > 0.0)).map(|(s, b)| s / b);
+    let lost = |t| row(t).and_then(|r| r["lost"].as_u64()).map_or_else(|| "-".to_string(), |l| l.to_string());
+    let fmt = |x: Option<f64>| x.map_or_else(|| "not measured".to_string(), |x| format!("{x:.0}"));
+    Target {
+        id,
+        wait: Some(NET_WAIT),
+        what,
+        value: ratio,
+        limit,
+        cmp,
+        unit: "x",
+        status: Status::of(ratio.is_some_and(|r| !cmp.holds(r, limit)), ratio.is_none()),
+        detail: format!(
+            "unpaced {} ({} lost) vs {raw} {} ({} lost) msg/s",
+            fmt(shoal),
+            lost(transport),
+            fmt(base),
+            lost(raw)
+        ),
+    }
+}
+
+/// N2: 64 B over shoal's UDP layer, unpaced, at least 1 M msg/s.
+fn n2(rows: &Rows) -> Target {
+    let (limit, cmp) = (1e6, Cmp::AtLeast);
+    let value = rows.find_net("udp", "throughput", NET_WAIT, 64).and_then(|r| num(r, "msgs_per_s"));
+    Target {
+        id: "N2",
+        wait: Some(NET_WAIT),
+        what: "64B UDP throughput, msg/s",
+        value,
+        limit,
+        cmp,
+        unit: "msg/s",
+        status: Status::of(value.is_some_and(|v| !cmp.holds(v, limit)), value.is_none()),
+        detail: if value.is_some() { String::new() } else { "not measured".to_string() },
     }
 }
 
@@ -468,6 +542,10 @@ pub(crate) fn evaluate(rows: &Rows) -> Vec<Target> {
     out.extend(waits.iter().map(|w| t7(rows, w)));
     out.push(t8(rows));
     out.push(t9(rows));
+    out.push(net_ratio(rows, ("N1", "64B UDP throughput vs raw sendmmsg"), ("udp", "raw_udp"), 64, 0.5));
+    out.push(n2(rows));
+    out.push(net_ratio(rows, ("N3", "1M UDP throughput vs raw UDP"), ("udp", "raw_udp"), 1 << 20, 0.7));
+    out.push(net_ratio(rows, ("N4", "1M TCP throughput vs raw TCP"), ("tcp", "raw_tcp"), 1 << 20, 0.7));
     out
 }
 
@@ -521,6 +599,22 @@ mod tests {
             }
         }
         rows.push(rss_row(TOPICS, 9000, 2000));
+        for (transport, size, rate) in
+            [("udp", 64, 1.2e6), ("raw_udp", 64, 2e6), ("udp", 1 << 20, 800.0), ("raw_udp", 1 << 20, 1000.0)]
+                .into_iter()
+                .chain([("tcp", 1 << 20, 900.0), ("raw_tcp", 1 << 20, 1000.0)])
+        {
+            let mut r = row(
+                if transport.starts_with("raw") { "baseline" } else { "shoal" },
+                "throughput",
+                "block",
+                size,
+                1000,
+                rate,
+            );
+            r["transport"] = json!(transport);
+            rows.push(r);
+        }
         for size in [64, 1 << 20] {
             let mut r = row("shoal", "throughput", "spin", size, 1000, 300.0);
             r["reliable"] = json!(1.0);
@@ -548,20 +642,40 @@ mod tests {
     #[test]
     fn a_complete_run_within_the_limits_passes_every_target() {
         let s = statuses(passing());
-        assert_eq!(s.len(), 13);
+        assert_eq!(s.len(), 17);
         assert!(s.iter().all(|(_, _, st)| *st == Status::Pass), "{s:?}");
         let t1 = target(passing(), "T1", Some("spin"));
         assert!((t1.value.unwrap() - 1.1).abs() < 1e-9);
         assert!(t1.detail.starts_with("64B 1.10x, 1K 1.10x"), "{}", t1.detail);
         let t6 = target(passing(), "T6", None);
         assert!((t6.value.unwrap() - 7000.0 / 1024.0).abs() < 1e-9);
-        assert!(t6.to_text().contains("PASS") && t6.detail.contains("in 77 of 77 measurement rows"), "{}", t6.detail);
+        assert!(t6.to_text().contains("PASS") && t6.detail.contains("in 83 of 83 measurement rows"), "{}", t6.detail);
+    }
+
+    #[test]
+    fn network_targets_compare_with_the_raw_rows_and_no_other_target_reads_network_rows() {
+        let n1 = target(passing(), "N1", Some("block"));
+        assert!((n1.value.unwrap() - 0.6).abs() < 1e-9, "{}", n1.detail);
+        let mut rows = passing();
+        // A network row that would break T2 if it read it, and a slow 1 MB TCP run.
+        let mut udp = row("shoal", "throughput", "block", 64, 1000, 1.0);
+        udp["transport"] = json!("udp");
+        rows.push(udp);
+        let mut tcp = row("shoal", "throughput", "block", 1 << 20, 1000, 500.0);
+        tcp["transport"] = json!("tcp");
+        rows.push(tcp);
+        assert_eq!(target(rows.clone(), "T2", Some("block")).status, Status::Pass);
+        assert_eq!(target(rows.clone(), "N1", Some("block")).status, Status::Fail);
+        assert_eq!(target(rows.clone(), "N2", Some("block")).status, Status::Fail);
+        assert_eq!(target(rows.clone(), "N4", Some("block")).status, Status::Fail);
+        let rows: Vec<Value> = passing().into_iter().filter(|r| r["transport"] != "raw_tcp").collect();
+        assert_eq!(target(rows, "N4", Some("block")).status, Status::NotMeasured);
     }
 
     #[test]
     fn no_rows_at_all_measures_nothing() {
         let s = statuses(Vec::new());
-        assert_eq!(s.len(), 13);
+        assert_eq!(s.len(), 17);
         assert!(s.iter().all(|(_, _, st)| *st == Status::NotMeasured), "{s:?}");
         let t = &evaluate(&Rows::default())[0];
         assert_eq!((t.value, t.to_json()["value"].clone()), (None, Value::Null));
@@ -645,7 +759,7 @@ mod tests {
         rows[0]["peer_peak_rss_kb"] = json!(0);
         let t6 = target(rows, "T6", None);
         assert_eq!(t6.status, Status::NotMeasured);
-        assert!(t6.detail.contains("76 of 77"), "{}", t6.detail);
+        assert!(t6.detail.contains("82 of 83"), "{}", t6.detail);
         let rows: Vec<Value> = passing().into_iter().filter(|r| r["mode"] != "rss").collect();
         assert_eq!(target(rows, "T6", None).status, Status::NotMeasured);
     }

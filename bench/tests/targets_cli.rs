@@ -53,16 +53,16 @@ fn saved_lines_pass_fail_and_not_measured_targets_and_the_exit_code_says_so() {
     assert!(line("T3", "spin").contains("1.20x <= 2.00x    PASS"), "{out}");
     assert!(line("T4", "block").contains("FAIL") && line("T4", "block").contains("64B 1.40x"), "{out}");
     assert!(line("T1", "spin").contains("NOT MEASURED") && line("T6", "-").contains("NOT MEASURED"), "{out}");
-    assert!(out.contains("1 of 13 pass, 1 FAIL, 11 NOT MEASURED") && out.contains("result: FAIL"), "{out}");
+    assert!(out.contains("1 of 17 pass, 1 FAIL, 15 NOT MEASURED") && out.contains("result: FAIL"), "{out}");
 
     let (code, out, _) = bench(&["--from", path.to_str().unwrap(), "--json"]);
     assert_eq!(code, Some(1));
     let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
-    assert_eq!(lines.len(), 14, "13 targets and the summary: {out}");
+    assert_eq!(lines.len(), 18, "17 targets and the summary: {out}");
     assert_eq!(lines[0]["status"], "NOT MEASURED");
     assert_eq!(lines[0]["value"], Value::Null);
-    assert_eq!(lines[13]["all_pass"], false);
-    assert_eq!((lines[13]["pass"].as_u64(), lines[13]["not_measured"].as_u64()), (Some(1), Some(11)));
+    assert_eq!(lines[17]["all_pass"], false);
+    assert_eq!((lines[17]["pass"].as_u64(), lines[17]["not_measured"].as_u64()), (Some(1), Some(15)));
     std::fs::remove_file(&path).unwrap();
 
     let (code, _, err) = bench(&["--from", "/nonexistent/rows.jsonl"]);
@@ -83,12 +83,13 @@ fn the_targets_read_what_shoal_perf_prints() {
         return;
     };
     // One wait mode, few sizes, short runs: every target of the block wait, T6 and T9 (64 KB) get their values.
-    let runs: [&[&str]; 5] = [
+    let runs: [&[&str]; 6] = [
         &["--wait", "block", "--baseline", "--throughput", "--sizes", "64", "--count", "2000"],
         &["--wait", "block", "--baseline", "--pingpong", "--zero-copy", "--sizes", "64,4m", "--iterations", "100"],
         &["--wait", "block", "--subscribers", "4", "--sizes", "64", "--count", "300"],
         &["--topics", "100", "--rss"],
         &["--wait", "spin", "--huge-pages", "--throughput", "--sizes", "64k", "--count", "200"],
+        &["--wait", "block", "--transport", "udp", "--baseline", "--throughput", "--sizes", "64", "--count", "2000"],
     ];
     // The huge-page mount scripts/test sets up as root; without it the huge-page rows fall back to normal pages
     // (and say so), which T9 reads as a FAIL.
@@ -116,7 +117,9 @@ fn the_targets_read_what_shoal_perf_prints() {
     let get = |id: &str, wait: Option<&str>| {
         targets.iter().find(|t| t["target"] == id && t["wait"].as_str() == wait).unwrap_or_else(|| panic!("{id}"))
     };
-    for (id, wait) in [("T2", Some("block")), ("T3", Some("block")), ("T6", None)] {
+    for (id, wait) in
+        [("T2", Some("block")), ("T3", Some("block")), ("T6", None), ("N1", Some("block")), ("N2", Some("block"))]
+    {
         let t = get(id, wait);
         assert!(t["value"].as_f64().is_some() && t["status"] != "NOT MEASURED", "everything it needs ran: {t}");
     }
@@ -125,7 +128,8 @@ fn the_targets_read_what_shoal_perf_prints() {
         assert!(t["value"].as_f64().is_some() && t["detail"].as_str().unwrap().starts_with(size), "{t}");
         assert!(t["detail"].as_str().unwrap().contains("not measured: 1K, 64K, 1M"), "{t}");
     }
-    for (id, wait) in [("T1", "spin"), ("T2", "spin"), ("T3", "spin"), ("T5", "spin")] {
+    for (id, wait) in [("T1", "spin"), ("T2", "spin"), ("T3", "spin"), ("T5", "spin"), ("N3", "block"), ("N4", "block")]
+    {
         assert_eq!(get(id, Some(wait))["status"], "NOT MEASURED");
     }
     let t9 = get("T9", Some("spin"));

@@ -108,3 +108,61 @@ fn fanout_reports_cpu_cost_per_send_against_one_subscriber() {
     let expect = fanout[1]["send_cpu_ns"].as_f64().unwrap() / fanout[0]["send_cpu_ns"].as_f64().unwrap();
     assert!((ratio - expect).abs() < 1e-9, "{ratio} {expect}");
 }
+
+/// `--transport udp|tcp --baseline`: shoal's rows are labelled with the layer the receivers saw every message come
+/// through, the raw socket program's rows `raw_udp` / `raw_tcp`, and every shoal row has its ratio to the raw row
+/// of the same mode and size.
+#[test]
+fn network_transports_label_their_rows_and_compare_with_raw_sockets() {
+    for (transport, raw) in [("udp", "raw_udp"), ("tcp", "raw_tcp")] {
+        let (ok, out, err) = perf(&[
+            "--transport",
+            transport,
+            "--baseline",
+            "--json",
+            "--wait",
+            "block",
+            "--sizes",
+            "64,100k",
+            "--iterations",
+            "100",
+            "--count",
+            "300",
+            "--rate",
+            "2000",
+            "--pingpong",
+            "--throughput",
+        ]);
+        assert!(ok, "{transport}: stderr: {err}");
+        let lines = json_lines(&out);
+        // Per system and size: throughput, throughput_paced, pingpong.
+        assert_eq!(lines.len(), 2 * 2 * 3, "{transport}: {out}");
+        for v in &lines {
+            let size = v["size_bytes"].as_u64().unwrap();
+            if v["system"] == "shoal" {
+                assert_eq!(v["transport"], transport, "{v}");
+                let received = match v["mode"].as_str() {
+                    // Both directions: 10% warm-up (at least 10) + 100 measured round trips.
+                    Some("pingpong") => 2 * 110,
+                    _ => v["messages"].as_u64().unwrap() - v["lost"].as_u64().unwrap(),
+                };
+                assert_eq!(v["via"], serde_json::json!({ transport: received }), "{v}");
+                let base = lines
+                    .iter()
+                    .find(|b| b["system"] == "baseline" && b["mode"] == v["mode"] && b["size_bytes"] == size)
+                    .expect("a raw row of the same mode and size");
+                let expect = v["msgs_per_s"].as_f64().unwrap() / base["msgs_per_s"].as_f64().unwrap();
+                assert!((v["msgs_per_s_ratio"].as_f64().unwrap() - expect).abs() < 1e-9, "{v}");
+            } else {
+                assert_eq!(v["transport"], raw, "{v}");
+                assert!(v.get("via").is_none(), "{v}");
+            }
+            if v["mode"] == "throughput_paced" || transport == "tcp" {
+                // 2000 msg/s is far below what either carries; TCP loses nothing at any rate.
+                assert_eq!(v["lost"].as_u64().unwrap_or(0), 0, "{v}");
+            }
+        }
+    }
+    let (ok, _, err) = perf(&["--transport", "udp", "--zero-copy"]);
+    assert!(!ok && err.contains("--zero-copy"), "{err}");
+}

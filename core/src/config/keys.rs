@@ -740,6 +740,24 @@ pub(crate) static KEYS: &[KeyDef] = &[
             Some(())
         },
     },
+    KeyDef {
+        section: "shoal_network",
+        key: "max_send_rate",
+        alias: None,
+        doc: &[
+            "Pacing of the UDP data layer: bytes per second (suffixes k, m, g) this process sends at most over",
+            "UDP, summed over its publishers (a token bucket holding 1 ms of the rate, at least two datagrams;",
+            "a send() that finds it empty sleeps on the publisher's thread until it refills). 0: unpaced, a",
+            "message is sent as fast as the socket takes it. Pacing makes large messages at a high rate arrive",
+            "where the receivers' socket buffers would otherwise overflow; registration is not paced.",
+        ],
+        allowed: "0 or 65536..=1099511627776 bytes per second (64k to 1024g)",
+        get: |c| fmt_size(usize::try_from(c.network.max_send_rate).unwrap_or(usize::MAX)),
+        set: |d, v, _| {
+            d.cfg.network.max_send_rate = size(v).filter(|n| *n == 0 || (65536..=1 << 40).contains(n))?;
+            Some(())
+        },
+    },
     // ----- [shoal_shm_ring]
     KeyDef {
         section: "shoal_shm_ring",

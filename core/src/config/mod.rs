@@ -114,6 +114,8 @@ pub struct NetworkConfig {
     pub receive_buffer: usize,
     /// Send buffer asked for on the UDP send socket (eCAL 6: 5 MiB).
     pub send_buffer: usize,
+    /// Bytes per second the UDP data layer of this process sends at most (a token bucket; 0 = unpaced).
+    pub max_send_rate: u64,
 }
 
 /// shoal's native shared-memory ring (`[shoal_shm_ring]`).
@@ -499,6 +501,7 @@ impl Default for Config {
                 data_port: 14002,
                 receive_buffer: 5 << 20,
                 send_buffer: 5 << 20,
+                max_send_rate: 0,
             },
             shm_ring: ShmRingConfig {
                 enabled: true,

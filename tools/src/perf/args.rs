@@ -80,6 +80,27 @@ pub(crate) struct PerfArgs {
     /// normal-page rows, and every shoal row the page size its rings are mapped with (/proc/<pid>/smaps).
     #[arg(long)]
     pub(crate) huge_pages: bool,
+    /// The layer shoal's messages take between the two processes: shm (shoal's ring, the default), udp (eCAL's
+    /// UDP data layer) or tcp (eCAL's TCP layer), the other layers switched off in both nodes' configuration; tcp
+    /// publishers wait up to 10 s for room in a send queue (`[shoal_tcp] send_timeout_ms`, unless the ini sets it)
+    /// and subscribers queue up to 64 MiB (`[shoal_receive] queue_bytes`, or more if the ini says so).
+    /// --baseline then measures the raw socket program of the same layer: sendmmsg/recvmmsg datagrams for udp, a
+    /// length-prefixed stream for tcp.
+    #[arg(long, value_enum, default_value = "shm")]
+    pub(crate) transport: Transport,
+    /// Run the peer in this network namespace (`ip netns exec NAME`, in its own UTS namespace with host name NAME,
+    /// which must resolve to --peer-addr here for the TCP layer; needs root). shoal then runs in network mode
+    /// (multicast registration and UDP data) and the raw baselines use --peer-addr / --local-addr. scripts/netperf
+    /// sets this up.
+    #[arg(long, value_name = "NAME", requires_all = ["peer_addr", "local_addr"])]
+    pub(crate) peer_netns: Option<String>,
+    /// With --peer-netns: the peer's address in its namespace (raw baselines send there).
+    #[arg(long, value_name = "IPV4")]
+    pub(crate) peer_addr: Option<std::net::Ipv4Addr>,
+    /// With --peer-netns: this process's address facing the peer (raw baselines send there; shoal's multicast
+    /// interface).
+    #[arg(long, value_name = "IPV4")]
+    pub(crate) local_addr: Option<std::net::Ipv4Addr>,
 }
 
 /// The hidden `perf-peer` subcommand: the echo/sink process spawned by `shoal perf`.
@@ -112,6 +133,90 @@ pub(crate) struct PeerArgs {
     /// shoal: put this peer's rings on these pages (`shoal perf --huge-pages`); default: as the ini says.
     #[arg(long, value_enum)]
     pub(crate) pages: Option<Pages>,
+    /// The layer (see `shoal perf --transport`).
+    #[arg(long, value_enum, default_value = "shm")]
+    pub(crate) transport: Transport,
+    /// shoal: network mode with this multicast interface address (`shoal perf --peer-netns`); raw baselines: the
+    /// address this peer binds.
+    #[arg(long, value_name = "IPV4")]
+    pub(crate) local_addr: Option<std::net::Ipv4Addr>,
+}
+
+/// `[shoal_tcp] send_timeout_ms` of `shoal perf --transport tcp` when the ini leaves it at 0 (drop when full).
+pub(crate) const TCP_SEND_TIMEOUT_MS: u32 = 10_000;
+
+/// `[shoal_receive] queue_bytes` at least, for `shoal perf --transport udp|tcp`.
+pub(crate) const NET_QUEUE_BYTES: usize = 64 << 20;
+
+/// The layer a run measures (`shoal perf --transport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub(crate) enum Transport {
+    /// shoal's shared-memory ring; baseline: the plain SPSC ring.
+    Shm,
+    /// eCAL's UDP data layer; baseline: raw sendmmsg/recvmmsg datagrams.
+    Udp,
+    /// eCAL's TCP layer; baseline: a raw length-prefixed TCP stream.
+    Tcp,
+}
+
+impl Transport {
+    /// The name on the command line.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Transport::Shm => "shm",
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+        }
+    }
+
+    /// The `transport` label of a row of `system`.
+    pub(crate) fn label(self, system: System) -> &'static str {
+        match (system, self) {
+            (System::Shoal, Transport::Shm) => "shm_ring",
+            (System::Shoal, Transport::Udp) => "udp",
+            (System::Shoal, Transport::Tcp) => "tcp",
+            (System::Baseline, Transport::Shm) => "baseline_ring",
+            (System::Baseline, Transport::Udp) => "raw_udp",
+            (System::Baseline, Transport::Tcp) => "raw_tcp",
+        }
+    }
+
+    /// The layer shoal's receiver must report for every message (`Via::name`).
+    pub(crate) fn via(self) -> &'static str {
+        match self {
+            Transport::Shm => "shoal_ring",
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+        }
+    }
+
+    /// `config` with only this layer on, between two processes; `network`: network mode with this multicast
+    /// interface (the peer in another namespace).
+    pub(crate) fn apply(self, mut c: shoal::Config, network: Option<std::net::Ipv4Addr>) -> shoal::Config {
+        if let Some(iface) = network {
+            c.network.enabled = true;
+            c.network.multicast_interface = iface;
+        }
+        if self == Transport::Shm {
+            return c;
+        }
+        let l = &mut c.layers;
+        c.shm_ring.enabled = false;
+        l.pub_shm = false;
+        l.sub_shm = false;
+        l.pub_udp = self == Transport::Udp;
+        l.sub_udp = self == Transport::Udp;
+        l.pub_tcp = self == Transport::Tcp;
+        l.sub_tcp = self == Transport::Tcp;
+        // The raw receivers' queue is their socket buffer; shoal's subscriber queue behind its socket gets room
+        // for as much, and more, so that a reader preempted for a moment does not drop what the layer delivered.
+        c.receive.queue.bytes = c.receive.queue.bytes.max(NET_QUEUE_BYTES);
+        if self == Transport::Tcp && c.tcp.send_timeout_ms == 0 {
+            // A publisher that waits for room, as the raw stream's blocking writes do, instead of dropping.
+            c.tcp.send_timeout_ms = TCP_SEND_TIMEOUT_MS;
+        }
+        c
+    }
 }
 
 /// Which pages shoal's rings are put on (`shoal perf --huge-pages` measures both).
@@ -179,14 +284,6 @@ impl System {
         match self {
             System::Shoal => "shoal",
             System::Baseline => "baseline",
-        }
-    }
-
-    /// `transport` field of the report.
-    pub(crate) fn transport(self) -> &'static str {
-        match self {
-            System::Shoal => "shm_ring",
-            System::Baseline => "baseline_ring",
         }
     }
 }
@@ -276,6 +373,20 @@ impl PerfArgs {
         }
         if self.topics == Some(0) {
             bail!("--topics must be at least 1");
+        }
+        if self.transport != Transport::Shm || self.peer_netns.is_some() {
+            let shm_only = [
+                (self.zero_copy, "--zero-copy"),
+                (self.subscribers.is_some(), "--subscribers"),
+                (self.huge_pages, "--huge-pages"),
+                (self.rss, "--rss"),
+            ];
+            if let Some((_, flag)) = shm_only.iter().find(|(on, _)| *on) {
+                bail!("{flag} measures shoal's shared-memory ring; drop it with --transport udp|tcp or --peer-netns");
+            }
+        }
+        if self.peer_netns.is_some() && self.transport == Transport::Shm {
+            bail!("--peer-netns puts the peer on another host: shared memory cannot reach it; use --transport udp|tcp");
         }
         if let Some(r) = self.rate
             && !(r.is_finite() && r > 0.0)

@@ -32,7 +32,7 @@ use hdrhistogram::Histogram;
 use shoal::Node;
 
 use super::Run;
-use super::args::{Mode, System, WaitMode};
+use super::args::{Mode, System, Transport, WaitMode};
 use super::link::{HEADER_LEN, Sender, header};
 use super::pace::Pacer;
 use super::peer::{Peer, PeerCommand, PeerSpec};
@@ -160,6 +160,8 @@ impl Bench<'_> {
                 // Subscribers off the publisher's CPU (see `run`).
                 cpu: self.isolate.then(|| 1 + i % (self.run.cpus - 1)),
                 pages: None,
+                transport: Transport::Shm,
+                netns: None,
             };
             self.peers.push(Peer::spawn(&spec)?);
         }
@@ -397,6 +399,8 @@ fn report(
     }
     rep.report(Measurement {
         system: System::Shoal,
+        transport: Transport::Shm.label(System::Shoal),
+        via: Default::default(),
         wait: run.wait,
         mode: Mode::Fanout,
         size,

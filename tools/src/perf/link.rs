@@ -13,6 +13,11 @@ pub(crate) trait Sender {
     fn send_copy(&mut self, payload: &[u8]) -> anyhow::Result<()>;
     /// Publishes a `len`-byte message of which only the header is written (zero-copy path).
     fn send_header(&mut self, len: usize, header: &[u8; HEADER_LEN]) -> anyhow::Result<()>;
+    /// Unpaced streams: on, the sender may hold messages back to send several at once (the raw UDP program's
+    /// `sendmmsg` batches); off sends what it holds. A no-op for senders that do not batch.
+    fn set_batching(&mut self, _on: bool) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 /// Receiving side of a one-way link.
@@ -23,6 +28,10 @@ pub(crate) trait Receiver {
     fn recv_header(&mut self, timeout: Duration) -> anyhow::Result<([u8; HEADER_LEN], usize)>;
     /// Messages the transport reports as lost for this receiver so far.
     fn drops(&self) -> u64;
+    /// Messages received per layer (`shoal::monitor::Via::name`) since the last call; empty for the baselines.
+    fn take_vias(&mut self) -> std::collections::BTreeMap<String, u64> {
+        Default::default()
+    }
 }
 
 /// A receive that saw no message within its timeout (other errors are fatal).

@@ -12,6 +12,7 @@ mod args;
 mod baseline_link;
 mod fanout;
 mod link;
+mod net_link;
 mod pace;
 mod peer;
 mod pingpong;
@@ -28,7 +29,7 @@ pub(crate) use args::{PeerArgs, PerfArgs};
 pub(crate) use link::HEADER_LEN;
 pub(crate) use peer::run_peer;
 
-use args::{Mode, Pages, System, WaitMode};
+use args::{Mode, Pages, System, Transport, WaitMode};
 use baseline_link::BaselineLink;
 use link::{Receiver, Sender};
 use peer::{Peer, PeerSpec};
@@ -41,6 +42,8 @@ pub(crate) struct Run<'a> {
     pub(crate) args: &'a PerfArgs,
     pub(crate) system: System,
     pub(crate) wait: WaitMode,
+    /// The layer measured (`--transport`).
+    pub(crate) transport: Transport,
     /// CPUs available before this process pinned itself.
     pub(crate) cpus: usize,
 }
@@ -83,34 +86,38 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
     for wait in args.waits() {
         if !modes.is_empty() {
             if args.baseline || args.baseline_only {
-                let run = Run { args: &args, system: System::Baseline, wait, cpus };
+                let run = Run { args: &args, system: System::Baseline, wait, transport: args.transport, cpus };
                 // One ring per size, as deep as shoal's ring is for that size.
                 let cfg = shoal::Config::load().context("reading the ecal.ini shoal's ring geometry comes from")?;
-                for &size in &args.sizes {
-                    baseline_session(&run, &cfg, &modes, size, &next_name(), &mut rep)?;
+                if args.transport == Transport::Shm {
+                    for &size in &args.sizes {
+                        baseline_session(&run, &cfg, &modes, size, &next_name(), &mut rep)?;
+                    }
+                } else {
+                    raw_session(&run, &modes, &mut rep)?;
                 }
             }
             if !args.baseline_only {
-                let run = Run { args: &args, system: System::Shoal, wait, cpus };
-                let node = node_of(&mut node, default_pages)?;
+                let run = Run { args: &args, system: System::Shoal, wait, transport: args.transport, cpus };
+                let node = node_of(&mut node, default_pages, &args)?;
                 shoal_session(&run, node, default_pages, &modes, &next_name(), &mut rep)?;
                 if args.huge_pages {
-                    let node = node_of(&mut huge_node, Some(Pages::Huge))?;
+                    let node = node_of(&mut huge_node, Some(Pages::Huge), &args)?;
                     shoal_session(&run, node, Some(Pages::Huge), &modes, &next_name(), &mut rep)?;
                 }
             }
         }
         if let Some(n) = args.subscribers {
-            let run = Run { args: &args, system: System::Shoal, wait, cpus };
-            fanout::run(&run, node_of(&mut node, default_pages)?, n, &mut next_name, &mut rep)?;
+            let run = Run { args: &args, system: System::Shoal, wait, transport: args.transport, cpus };
+            fanout::run(&run, node_of(&mut node, default_pages, &args)?, n, &mut next_name, &mut rep)?;
         }
     }
     Ok(())
 }
 
-fn node_of(node: &mut Option<Node>, pages: Option<Pages>) -> anyhow::Result<&Node> {
+fn node_of<'a>(node: &'a mut Option<Node>, pages: Option<Pages>, args: &PerfArgs) -> anyhow::Result<&'a Node> {
     if node.is_none() {
-        *node = Some(shoal_link::node("shoal-perf", pages)?);
+        *node = Some(shoal_link::node("shoal-perf", pages, args.transport, network_iface(args))?);
     }
     node.as_ref().context("shoal node")
 }
@@ -142,6 +149,8 @@ fn baseline_session(
         sink_only: false,
         cpu: run.peer_cpu(0),
         pages: None,
+        transport: Transport::Shm,
+        netns: None,
     };
     let mut peer = Peer::spawn(&spec)?;
     peer.wait_ready()?;
@@ -175,13 +184,23 @@ fn shoal_session(
         sink_only: false,
         cpu: run.peer_cpu(0),
         pages,
+        transport: run.transport,
+        netns: peer_netns(run.args),
     };
     let mut peer = Peer::spawn(&spec)?;
     peer.wait_ready()?;
     shoal_link::wait_subscribers(&tx, 1)?;
     shoal_link::wait_publisher(&rx)?;
+    if run.transport != Transport::Shm {
+        handshake(&mut tx, &mut rx, &mut peer)?;
+    }
     rep.note(&format!(
-        "-- shoal: topics {ping} / {pong}, wait={}{}{}",
+        "-- shoal: topics {ping} / {pong}, layer {}{}, wait={}{}{}",
+        run.transport.as_str(),
+        match run.args.peer_netns.as_deref() {
+            Some(ns) => format!(" (network mode, peer in netns {ns})"),
+            None => String::new(),
+        },
         run.wait,
         if shoal_link::reliable() { ", reliable (the publisher waits up to 10 s for the subscriber)" } else { "" },
         match pages {
@@ -196,6 +215,116 @@ fn shoal_session(
     rep.set_pages(None);
     result?;
     peer.quit()
+}
+
+/// The multicast interface of shoal's network mode when the peer is in another namespace.
+fn network_iface(args: &PerfArgs) -> Option<std::net::Ipv4Addr> {
+    args.peer_netns.as_ref().and(args.local_addr)
+}
+
+/// The peer's namespace and its address there.
+fn peer_netns(args: &PerfArgs) -> Option<(&str, std::net::Ipv4Addr)> {
+    Some((args.peer_netns.as_deref()?, args.peer_addr?))
+}
+
+/// The raw socket program of `--transport udp|tcp` for every size, one peer for all of them.
+fn raw_session(run: &Run, modes: &[Mode], rep: &mut Reporter) -> anyhow::Result<()> {
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    let netns = peer_netns(run.args);
+    // Where each side sends to reach the other.
+    let (to_main, to_peer) = match (netns, run.args.local_addr) {
+        (Some((_, peer)), Some(local)) => (local, peer),
+        _ => (net_link::LOOPBACK_BROADCAST, net_link::LOOPBACK_BROADCAST),
+    };
+    let mut spec = PeerSpec {
+        system: System::Baseline,
+        wait: run.wait,
+        name: "",
+        index: 0,
+        sink_only: false,
+        cpu: run.peer_cpu(0),
+        pages: None,
+        transport: run.transport,
+        netns,
+    };
+    match run.transport {
+        Transport::Udp => {
+            let mut rx = net_link::RawUdpRx::new(run.wait)?;
+            let name = SocketAddrV4::new(to_main, rx.port()?).to_string();
+            spec.name = &name;
+            let mut peer = Peer::spawn(&spec)?;
+            let port: u16 = peer.wait_ready()?.parse().context("the raw UDP peer did not say its port")?;
+            let mut tx = net_link::RawUdpTx::new(SocketAddrV4::new(to_peer, port))?;
+            rep.note(&format!(
+                "-- baseline: raw UDP, {name} <-> {to_peer}:{port}, datagrams of at most {} B (12-byte header),                  sendmmsg/recvmmsg up to {} at a time, wait={}",
+                shoal_baseline::net::MAX_DATAGRAM,
+                shoal_baseline::net::BATCH,
+                run.wait
+            ));
+            run_modes(run, &mut tx, &mut rx, &mut peer, modes, &run.args.sizes, rep)?;
+            peer.quit()
+        }
+        Transport::Tcp => {
+            let bind = if netns.is_some() { to_main } else { Ipv4Addr::LOCALHOST };
+            let (port, listener) = net_link::RawTcp::listen(SocketAddrV4::new(bind, 0))?;
+            let name = SocketAddrV4::new(bind, port).to_string();
+            spec.name = &name;
+            let mut peer = Peer::spawn(&spec)?;
+            let (mut tx, mut rx) = net_link::RawTcp::accept(&listener)?;
+            peer.wait_ready()?;
+            rep.note(&format!(
+                "-- baseline: raw TCP, length-prefixed stream, TCP_NODELAY, one connection via {name}, wait={}",
+                run.wait
+            ));
+            run_modes(run, &mut tx, &mut rx, &mut peer, modes, &run.args.sizes, rep)?;
+            peer.quit()
+        }
+        Transport::Shm => anyhow::bail!("the shared-memory baseline is baseline_session's"),
+    }
+}
+
+/// Probes until the peer echoes, then ends the peer's handshake: both directions are connected (a TCP subscriber
+/// connects only after the match, once the publisher's port is in its registration).
+fn handshake<S: Sender, R: Receiver>(tx: &mut S, rx: &mut R, peer: &mut Peer) -> anyhow::Result<()> {
+    use std::time::{Duration, Instant};
+    peer.command(peer::PeerCommand::Handshake)?;
+    let deadline = Instant::now() + shoal_link::MATCH_TIMEOUT;
+    let mut buf = Vec::new();
+    for seq in 0.. {
+        tx.send_copy(&link::header(seq, sys::mono_ns()))?;
+        match rx.recv_copy(&mut buf, Duration::from_millis(50)) {
+            Ok(()) => break,
+            Err(e) if link::is_timeout(&e) && Instant::now() < deadline => {}
+            Err(e) => {
+                return Err(e.context(format!(
+                    "no echo from the peer within {:?} of the match: the layer does not connect",
+                    shoal_link::MATCH_TIMEOUT
+                )));
+            }
+        }
+    }
+    tx.send_copy(&link::header(peer::HANDSHAKE_END, sys::mono_ns()))?;
+    while link::parse_header(&buf).map(|(seq, _)| seq) != Some(peer::HANDSHAKE_END) {
+        rx.recv_copy(&mut buf, peer::RECV_TIMEOUT).context("the end of the handshake")?;
+    }
+    peer.report().map(drop)
+}
+
+/// For shoal rows: every message must have come through the layer asked for, as the receivers saw it.
+fn check_via(run: &Run, m: &report::Measurement) -> anyhow::Result<()> {
+    if run.system != System::Shoal {
+        return Ok(());
+    }
+    let want = run.transport.via();
+    if m.via.keys().any(|k| k != want) {
+        anyhow::bail!(
+            "shoal was to use only the {} layer, but the receivers counted these layers: {:?}; check the ini \
+             ($ECAL_INI) does not switch that layer off",
+            run.transport.as_str(),
+            m.via
+        );
+    }
+    Ok(())
 }
 
 fn run_modes<S: Sender, R: Receiver>(
@@ -213,11 +342,13 @@ fn run_modes<S: Sender, R: Receiver>(
             match mode {
                 Mode::PingPong | Mode::ZeroCopy => {
                     let m = pingpong::measure(run, tx, rx, peer, size, mode == Mode::ZeroCopy).with_context(context)?;
+                    check_via(run, &m).with_context(context)?;
                     rep.report(m);
                 }
                 Mode::Throughput => {
                     let unpaced =
                         throughput::measure(run, tx, rx, peer, size, Pacing::Unpaced).with_context(context)?;
+                    check_via(run, &unpaced).with_context(context)?;
                     let summary_of = unpaced.clone();
                     // The baseline's own unpaced run, just reported, sets its paced rate too.
                     rep.report(unpaced);
@@ -225,6 +356,7 @@ fn run_modes<S: Sender, R: Receiver>(
                     let rate = throughput::paced_rate(run.args, size, base);
                     let mut paced =
                         throughput::measure(run, tx, rx, peer, size, Pacing::Rate(rate)).with_context(context)?;
+                    check_via(run, &paced).with_context(context)?;
                     paced.note = Some(throughput::summary(&summary_of, &paced));
                     rep.report(paced);
                 }

@@ -10,9 +10,10 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-use super::args::{Pages, PeerArgs, System, WaitMode};
+use super::args::{Pages, PeerArgs, System, Transport, WaitMode};
 use super::baseline_link::BaselineLink;
 use super::link::{Receiver, Sender, is_timeout, parse_header};
+use super::net_link::{RawTcp, RawUdpRx, RawUdpTx};
 use super::report::{Latency, new_histogram};
 use super::sys::{CpuTime, mono_ns, peak_rss_kb};
 
@@ -31,7 +32,13 @@ pub(crate) enum PeerCommand {
     EchoHeader { n: u64 },
     /// Receive (copying) until sequence `count - 1` or silence.
     Sink { count: u64 },
+    /// Echo every message until one with sequence [`HANDSHAKE_END`] (echoed too): the main process probes until
+    /// an echo comes back, so both directions are connected (the TCP layer connects after the match).
+    Handshake,
 }
+
+/// The sequence number that ends a [`PeerCommand::Handshake`].
+pub(crate) const HANDSHAKE_END: u64 = u64::MAX;
 
 impl PeerCommand {
     fn encode(self) -> String {
@@ -39,6 +46,7 @@ impl PeerCommand {
             PeerCommand::Echo { n } => format!("echo {n}"),
             PeerCommand::EchoHeader { n } => format!("zecho {n}"),
             PeerCommand::Sink { count } => format!("sink {count}"),
+            PeerCommand::Handshake => "handshake".to_string(),
         }
     }
 
@@ -52,6 +60,7 @@ impl PeerCommand {
             "echo" => PeerCommand::Echo { n: num()? },
             "zecho" => PeerCommand::EchoHeader { n: num()? },
             "sink" => PeerCommand::Sink { count: num()? },
+            "handshake" => PeerCommand::Handshake,
             "quit" => return Ok(None),
             _ => bail!("unknown command {line:?}"),
         }))
@@ -73,6 +82,8 @@ pub(crate) struct PeerReport {
     pub(crate) last_ns: u64,
     /// Sink: send-to-receive latency from the message headers.
     pub(crate) latency: Option<Latency>,
+    /// shoal: messages received per layer during the command.
+    pub(crate) via: std::collections::BTreeMap<String, u64>,
 }
 
 impl PeerReport {
@@ -81,7 +92,7 @@ impl PeerReport {
             "received": self.received, "drops": self.drops,
             "cpu_user_us": self.cpu.user_us, "cpu_sys_us": self.cpu.sys_us,
             "peak_rss_kb": self.peak_rss_kb, "last_ns": self.last_ns,
-            "latency": self.latency.map(Latency::to_json),
+            "latency": self.latency.map(Latency::to_json), "via": self.via,
         })
     }
 
@@ -94,6 +105,12 @@ impl PeerReport {
             peak_rss_kb: u("peak_rss_kb")?,
             last_ns: u("last_ns")?,
             latency: v.get("latency").and_then(Latency::from_json),
+            via: v
+                .get("via")?
+                .as_object()?
+                .iter()
+                .map(|(k, n)| Some((k.clone(), n.as_u64()?)))
+                .collect::<Option<_>>()?,
         })
     }
 }
@@ -118,14 +135,32 @@ pub(crate) struct PeerSpec<'a> {
     pub(crate) cpu: Option<usize>,
     /// shoal: the pages of the peer's rings (`None`: as its ini says).
     pub(crate) pages: Option<Pages>,
+    /// The layer measured.
+    pub(crate) transport: Transport,
+    /// Run the peer in this network namespace (`ip netns exec`), with this address there.
+    pub(crate) netns: Option<(&'a str, std::net::Ipv4Addr)>,
 }
 
 impl Peer {
     /// Spawns `current_exe perf-peer ...`. Call [`Peer::wait_ready`] before sending commands.
     pub(crate) fn spawn(spec: &PeerSpec<'_>) -> anyhow::Result<Peer> {
         let exe = std::env::current_exe().context("cannot find this executable to spawn the perf peer")?;
-        let mut cmd = Command::new(exe);
-        cmd.arg("perf-peer")
+        let mut cmd = match spec.netns {
+            None => Command::new(exe),
+            Some((ns, addr)) => {
+                // Its own UTS namespace with the network namespace's name as host name: another host to shoal (the
+                // TCP layer connects to a publisher by its host name, which must resolve to `addr` here).
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "unshare", "-u", "sh", "-c", "hostname \"$0\" && exec \"$@\""]);
+                c.arg(ns).arg(exe);
+                c.args(["perf-peer", "--local-addr", &addr.to_string()]);
+                c
+            }
+        };
+        if spec.netns.is_none() {
+            cmd.arg("perf-peer");
+        }
+        cmd.args(["--transport", spec.transport.as_str()])
             .args(["--system", spec.system.as_str(), "--wait", spec.wait.as_str(), "--name", spec.name])
             .args(["--index", &spec.index.to_string(), "--parent", &std::process::id().to_string()]);
         if spec.sink_only {
@@ -174,9 +209,10 @@ impl Peer {
         self.child.id()
     }
 
-    /// Waits until the peer has set up its endpoints (and, for shoal, matched).
-    pub(crate) fn wait_ready(&mut self) -> anyhow::Result<()> {
-        self.expect("ready").map(drop)
+    /// Waits until the peer has set up its endpoints (and, for shoal, matched); returns the rest of its `ready`
+    /// line (the raw UDP peer's port).
+    pub(crate) fn wait_ready(&mut self) -> anyhow::Result<String> {
+        self.expect("ready")
     }
 
     /// Sends a command; for [`PeerCommand::Sink`] also waits until the peer is receiving.
@@ -224,16 +260,29 @@ pub(crate) fn run_peer(args: PeerArgs) -> anyhow::Result<()> {
     if let Some(cpu) = args.cpu {
         super::sys::pin_to_cpu(cpu)?;
     }
-    match args.system {
-        System::Baseline => {
+    let main_addr = || -> anyhow::Result<std::net::SocketAddrV4> {
+        args.name.parse().with_context(|| format!("--name {:?} is not the main process's ADDR:PORT", args.name))
+    };
+    match (args.system, args.transport) {
+        (System::Baseline, Transport::Shm) => {
             let (ping, pong) = super::baseline_link::ring_paths(&args.name);
             let rx = BaselineLink::open(&ping, args.wait)?;
             let tx = if args.sink_only { None } else { Some(BaselineLink::open(&pong, args.wait)?) };
-            serve(rx, tx)
+            serve(rx, tx, "")
         }
-        System::Shoal => {
+        (System::Baseline, Transport::Udp) => {
+            let rx = RawUdpRx::new(args.wait)?;
+            let tx = RawUdpTx::new(main_addr()?)?;
+            let port = rx.port()?;
+            serve(rx, Some(tx), &port.to_string())
+        }
+        (System::Baseline, Transport::Tcp) => {
+            let (rx, tx) = RawTcp::connect(main_addr()?)?;
+            serve(rx, Some(tx), "")
+        }
+        (System::Shoal, _) => {
             let (_node, rx, tx) = super::shoal_link::open_peer(&args)?;
-            serve(rx, tx)
+            serve(rx, tx, "")
         }
     }
 }
@@ -244,8 +293,9 @@ fn say(line: &str) -> anyhow::Result<()> {
 }
 
 /// The peer's command loop over its receiver `rx` and optional answer sender `tx`.
-pub(crate) fn serve<R: Receiver, S: Sender>(mut rx: R, mut tx: Option<S>) -> anyhow::Result<()> {
-    say("ready")?;
+/// `ready` is said after the word `ready` (the raw UDP peer's port).
+pub(crate) fn serve<R: Receiver, S: Sender>(mut rx: R, mut tx: Option<S>, ready: &str) -> anyhow::Result<()> {
+    say(&format!("ready {ready}"))?;
     let stdin = std::io::stdin();
     let mut buf: Vec<u8> = Vec::new();
     for line in stdin.lock().lines() {
@@ -253,8 +303,15 @@ pub(crate) fn serve<R: Receiver, S: Sender>(mut rx: R, mut tx: Option<S>) -> any
         let Some(cmd) = PeerCommand::decode(&line)? else { return Ok(()) };
         let cpu0 = CpuTime::now();
         let drops0 = rx.drops();
-        let mut report =
-            PeerReport { received: 0, drops: 0, cpu: CpuTime::default(), peak_rss_kb: 0, last_ns: 0, latency: None };
+        let mut report = PeerReport {
+            received: 0,
+            drops: 0,
+            cpu: CpuTime::default(),
+            peak_rss_kb: 0,
+            last_ns: 0,
+            latency: None,
+            via: Default::default(),
+        };
         match cmd {
             PeerCommand::Echo { n } => {
                 let tx = tx.as_mut().context("echo needs an answer link (peer started with --sink-only)")?;
@@ -271,6 +328,17 @@ pub(crate) fn serve<R: Receiver, S: Sender>(mut rx: R, mut tx: Option<S>) -> any
                     tx.send_header(len, &h)?;
                 }
                 report.received = n;
+            }
+            PeerCommand::Handshake => {
+                let tx = tx.as_mut().context("a handshake needs an answer link (peer started with --sink-only)")?;
+                loop {
+                    rx.recv_copy(&mut buf, RECV_TIMEOUT).context("handshake with the main process")?;
+                    tx.send_copy(&buf)?;
+                    report.received += 1;
+                    if parse_header(&buf).map(|(seq, _)| seq) == Some(HANDSHAKE_END) {
+                        break;
+                    }
+                }
             }
             PeerCommand::Sink { count } => {
                 say("go")?;
@@ -296,6 +364,7 @@ pub(crate) fn serve<R: Receiver, S: Sender>(mut rx: R, mut tx: Option<S>) -> any
             }
         }
         report.drops = rx.drops().saturating_sub(drops0);
+        report.via = rx.take_vias();
         report.cpu = CpuTime::now().since(cpu0);
         report.peak_rss_kb = peak_rss_kb();
         say(&format!("done {}", report.to_json()))?;
@@ -309,7 +378,12 @@ mod tests {
 
     #[test]
     fn commands_and_reports_round_trip() {
-        for c in [PeerCommand::Echo { n: 5 }, PeerCommand::EchoHeader { n: 1 }, PeerCommand::Sink { count: 99 }] {
+        for c in [
+            PeerCommand::Echo { n: 5 },
+            PeerCommand::EchoHeader { n: 1 },
+            PeerCommand::Sink { count: 99 },
+            PeerCommand::Handshake,
+        ] {
             assert_eq!(PeerCommand::decode(&c.encode()).unwrap(), Some(c));
         }
         assert_eq!(PeerCommand::decode("quit").unwrap(), None);
@@ -322,6 +396,7 @@ mod tests {
             peak_rss_kb: 7,
             last_ns: 8,
             latency: None,
+            via: [("udp".to_string(), 3)].into(),
         };
         assert_eq!(PeerReport::from_json(&r.to_json()), Some(r));
     }

@@ -29,6 +29,7 @@ pub(crate) fn measure<S: Sender, R: Receiver>(
     let mut out = vec![0u8; size];
     let mut back: Vec<u8> = Vec::with_capacity(size);
     let mut hist = new_histogram();
+    rx.take_vias();
     let mut cpu0 = CpuTime::now();
     let mut t_measured = Instant::now();
     for seq in 0..total {
@@ -62,6 +63,8 @@ pub(crate) fn measure<S: Sender, R: Receiver>(
     let pr = peer.report()?;
     Ok(Measurement {
         system: run.system,
+        transport: run.transport.label(run.system),
+        via: merge_vias(pr.via, rx.take_vias()),
         wait: run.wait,
         mode: if zero_copy { Mode::ZeroCopy } else { Mode::PingPong },
         size,
@@ -78,4 +81,15 @@ pub(crate) fn measure<S: Sender, R: Receiver>(
         note: None,
         extra: Vec::new(),
     })
+}
+
+/// Both directions' per-layer counts together.
+fn merge_vias(
+    mut a: std::collections::BTreeMap<String, u64>,
+    b: std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<String, u64> {
+    for (k, n) in b {
+        *a.entry(k).or_default() += n;
+    }
+    a
 }

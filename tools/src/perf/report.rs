@@ -60,6 +60,10 @@ impl Latency {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Measurement {
     pub(crate) system: System,
+    /// The `transport` label: the layer (shoal) or the raw program (baseline) the messages took.
+    pub(crate) transport: &'static str,
+    /// shoal: messages received per layer as the receiving side saw them (`Via::name`), both directions.
+    pub(crate) via: std::collections::BTreeMap<String, u64>,
     pub(crate) wait: WaitMode,
     pub(crate) mode: Mode,
     pub(crate) size: usize,
@@ -131,7 +135,10 @@ pub(crate) fn ratios(m: &Measurement, b: &Measurement) -> Ratios {
 pub(crate) fn to_json(m: &Measurement, r: Option<&Ratios>) -> Value {
     let mut o = Map::new();
     o.insert("system".into(), m.system.as_str().into());
-    o.insert("transport".into(), m.system.transport().into());
+    o.insert("transport".into(), m.transport.into());
+    if !m.via.is_empty() {
+        o.insert("via".into(), json!(m.via));
+    }
     o.insert("wait".into(), m.wait.as_str().into());
     o.insert("mode".into(), m.mode.as_str().into());
     o.insert("size_bytes".into(), m.size.into());
@@ -215,14 +222,14 @@ pub(crate) fn fmt_ratio(x: f64) -> String {
 }
 
 /// Table header line.
-pub(crate) const TABLE_HEADER: &str = "system   wait  mode              size subs      p50      p90      p99    p99.9      max     msg/s     GB/s   lost  cpu main u/s ms  cpu peer u/s ms  rss main/peer MB";
+pub(crate) const TABLE_HEADER: &str = "system/transport       wait  mode              size subs      p50      p90      p99    p99.9      max     msg/s     GB/s   lost  cpu main u/s ms  cpu peer u/s ms  rss main/peer MB";
 
 /// One table row (plus a ratio line when `r` is given).
 pub(crate) fn table_row(m: &Measurement, r: Option<&Ratios>) -> String {
     let lat = |f: fn(&Latency) -> u64| m.latency.as_ref().map(|l| fmt_ns(f(l))).unwrap_or_else(|| "-".into());
     let mut s = format!(
-        "{:<8} {:<5} {:<16} {:>5} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8.3} {:>6} {:>16} {:>16} {:>16}",
-        m.system.as_str(),
+        "{:<22} {:<5} {:<16} {:>5} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8.3} {:>6} {:>16} {:>16} {:>16}",
+        format!("{}/{}", m.system.as_str(), m.transport),
         m.wait.as_str(),
         m.mode.as_str(),
         fmt_size(m.size),
@@ -376,6 +383,8 @@ mod tests {
     fn sample(system: System, p50: u64, rate: f64) -> Measurement {
         Measurement {
             system,
+            transport: "shm_ring",
+            via: Default::default(),
             wait: WaitMode::Spin,
             mode: Mode::PingPong,
             size: 64,

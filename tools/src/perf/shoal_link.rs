@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use shoal::config::WaitStrategy;
+use shoal::monitor::Via;
 use shoal::{Node, Publisher, RecvError, Subscriber, TypeInfo};
 
-use super::args::{Pages, PeerArgs, WaitMode};
+use super::args::{Pages, PeerArgs, Transport, WaitMode};
 use super::link::{HEADER_LEN, Receiver, Sender, TimedOut};
 
 /// How long discovery (registration) may take before a run gives up.
@@ -37,9 +38,23 @@ const TYPE_NAME: &str = "shoal.perf.Bytes";
 #[derive(Debug)]
 pub(crate) struct ShoalTx(pub(crate) Publisher);
 
-/// A subscriber used as a [`Receiver`] (copy or header-only through `recv_with`).
+/// A subscriber used as a [`Receiver`] (copy or header-only through `recv_with`), counting the layer each message
+/// came through.
 #[derive(Debug)]
-pub(crate) struct ShoalRx(pub(crate) Subscriber);
+pub(crate) struct ShoalRx(pub(crate) Subscriber, [u64; VIAS.len()]);
+
+/// Every layer a sample can come through, in the order of [`via_index`].
+const VIAS: [Via; 5] = [Via::SameProcess, Via::ShoalRing, Via::EcalShm, Via::Udp, Via::Tcp];
+
+fn via_index(v: Via) -> usize {
+    match v {
+        Via::SameProcess => 0,
+        Via::ShoalRing => 1,
+        Via::EcalShm => 2,
+        Via::Udp => 3,
+        Via::Tcp => 4,
+    }
+}
 
 impl Sender for ShoalTx {
     fn send_copy(&mut self, payload: &[u8]) -> anyhow::Result<()> {
@@ -61,27 +76,39 @@ fn map_recv(e: RecvError, timeout: Duration) -> anyhow::Error {
 
 impl Receiver for ShoalRx {
     fn recv_copy(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> anyhow::Result<()> {
-        self.0
+        let via = self
+            .0
             .recv_with(Some(timeout), |s| {
                 buf.clear();
                 s.payload().extend_vec(buf);
+                s.via()
             })
-            .map_err(|e| map_recv(e, timeout))
+            .map_err(|e| map_recv(e, timeout))?;
+        self.1[via_index(via)] += 1;
+        Ok(())
     }
 
     fn recv_header(&mut self, timeout: Duration) -> anyhow::Result<([u8; HEADER_LEN], usize)> {
-        self.0
+        let (h, len, via) = self
+            .0
             .recv_with(Some(timeout), |s| {
                 let p = s.payload();
                 let mut h = [0u8; HEADER_LEN];
                 p.read_at(0, &mut h);
-                (h, p.len())
+                (h, p.len(), s.via())
             })
-            .map_err(|e| map_recv(e, timeout))
+            .map_err(|e| map_recv(e, timeout))?;
+        self.1[via_index(via)] += 1;
+        Ok((h, len))
     }
 
     fn drops(&self) -> u64 {
         self.0.drops()
+    }
+
+    fn take_vias(&mut self) -> std::collections::BTreeMap<String, u64> {
+        let counts = std::mem::take(&mut self.1);
+        VIAS.iter().zip(counts).filter(|(_, n)| *n > 0).map(|(v, n)| (v.name().to_string(), n)).collect()
     }
 }
 
@@ -114,7 +141,7 @@ pub(crate) fn subscriber(node: &Node, topic: &str, wait: WaitMode) -> anyhow::Re
         .reliable(reliable())
         .create()
         .with_context(|| format!("creating the shoal subscriber of {topic}"))?;
-    Ok(ShoalRx(s))
+    Ok(ShoalRx(s, [0; VIAS.len()]))
 }
 
 /// The configuration of the ini shoal finds (`$ECAL_INI`, ...).
@@ -122,11 +149,21 @@ pub(crate) fn config() -> anyhow::Result<shoal::Config> {
     shoal::Config::load().context("reading the ecal.ini shoal's configuration comes from")
 }
 
-/// A node whose rings are on `pages` (else as configured), for `shoal perf --huge-pages`.
-pub(crate) fn node(name: &str, pages: Option<Pages>) -> anyhow::Result<Node> {
-    match pages {
-        None => Node::init(name),
-        Some(pages) => Node::init_with_config(name, pages.apply(config()?)),
+/// A node whose rings are on `pages` (else as configured), for `shoal perf --huge-pages`, with only the layer of
+/// `transport` on (`shoal perf --transport`), in network mode on interface `network` when that is given.
+pub(crate) fn node(
+    name: &str,
+    pages: Option<Pages>,
+    transport: Transport,
+    network: Option<std::net::Ipv4Addr>,
+) -> anyhow::Result<Node> {
+    match (pages, transport, network) {
+        (None, Transport::Shm, None) => Node::init(name),
+        _ => {
+            let c = config()?;
+            let c = pages.map_or(c.clone(), |p| p.apply(c));
+            Node::init_with_config(name, transport.apply(c, network))
+        }
     }
     .context("starting the shoal node (check the ecal.ini it names)")
 }
@@ -160,7 +197,7 @@ pub(crate) fn wait_publisher(rx: &ShoalRx) -> anyhow::Result<()> {
 /// `<name>_pong`, both matched before it returns.
 /// The node is returned so that it lives as long as the endpoints.
 pub(crate) fn open_peer(args: &PeerArgs) -> anyhow::Result<(Node, ShoalRx, Option<ShoalTx>)> {
-    let node = node(&format!("shoal-perf-peer-{}", args.index), args.pages)?;
+    let node = node(&format!("shoal-perf-peer-{}", args.index), args.pages, args.transport, args.local_addr)?;
     let (ping, pong) = topics(&args.name);
     let rx = subscriber(&node, &ping, args.wait)?;
     let tx = if args.sink_only { None } else { Some(publisher(&node, &pong)?) };

@@ -74,6 +74,7 @@ pub(crate) fn measure<S: Sender, R: Receiver>(
     let mut out = vec![0u8; size];
     let cpu0 = CpuTime::now();
     let start = mono_ns();
+    tx.set_batching(pacer.is_none())?;
     for seq in 0..count {
         if let Some(p) = &mut pacer {
             p.wait_for(seq);
@@ -81,6 +82,7 @@ pub(crate) fn measure<S: Sender, R: Receiver>(
         out[..HEADER_LEN].copy_from_slice(&header(seq, mono_ns()));
         tx.send_copy(&out)?;
     }
+    tx.set_batching(false)?;
     let sent_s = mono_ns().saturating_sub(start) as f64 / 1e9;
     let cpu = CpuTime::now().since(cpu0);
     let pr = peer.report()?;
@@ -94,6 +96,8 @@ pub(crate) fn measure<S: Sender, R: Receiver>(
     }
     Ok(Measurement {
         system: run.system,
+        transport: run.transport.label(run.system),
+        via: pr.via,
         wait: run.wait,
         mode: if pacing == Pacing::Unpaced { Mode::Throughput } else { Mode::ThroughputPaced },
         size,

@@ -19,6 +19,7 @@
 
 pub mod codec;
 pub(crate) mod net;
+mod pace;
 mod recv;
 #[cfg(test)]
 mod tests;
@@ -115,6 +116,8 @@ struct Shared {
     auth: Option<DataAuth>,
     /// Authentication drops of this process (shared with registration).
     auth_stats: Arc<AuthStats>,
+    /// `[shoal_network] max_send_rate` when it is not 0.
+    pacer: Option<pace::SendPacer>,
 }
 
 /// The UDP layer's side of `[shoal_auth]`.
@@ -205,6 +208,7 @@ impl UdpLayer {
                 counters: Counters::default(),
                 auth,
                 auth_stats,
+                pacer: pace::SendPacer::new(config.network.max_send_rate),
             }),
         })
     }
@@ -374,10 +378,19 @@ impl UdpWriter {
         };
         let dest = &self.dest;
         let id = self.next_fragment_id as i32;
+        let pacer = self.shared.pacer.as_ref();
+        let pace = |parts: &[IoSlice<'_>]| {
+            if let Some(p) = pacer {
+                p.take(parts.iter().map(|s| s.len()).sum());
+            }
+        };
         let r = match &mut self.sealer {
-            None => send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || id, |parts| match parts {
-                [one] => sock.send_to(one, dest).map(|_| ()),
-                _ => sock.send_to_vectored(parts, dest).map(|_| ()),
+            None => send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || id, |parts| {
+                pace(parts);
+                match parts {
+                    [one] => sock.send_to(one, dest).map(|_| ()),
+                    _ => sock.send_to_vectored(parts, dest).map(|_| ()),
+                }
             }),
             Some(sealer) => {
                 let now_ns = crate::wire::auth::unix_ns();
@@ -390,6 +403,7 @@ impl UdpWriter {
                     };
                     let (head, tag) = sealer.seal_parts(&[p0, p1], now_ns);
                     let slices = [IoSlice::new(&head), IoSlice::new(p0), IoSlice::new(p1), IoSlice::new(&tag)];
+                    pace(&slices);
                     sock.send_to_vectored(&slices, dest).map(|_| ())
                 })
             }
