@@ -25,8 +25,8 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use crate::config::Config;
 use crate::monitor::Snapshot;
 use crate::registration::{Event, LocalTopic, Registrar, TopicStats};
-use crate::transport::IoSource;
 use crate::sys::mmsg::{OutMsg, send_mmsg};
+use crate::transport::IoSource;
 use crate::transport::udp::net as udp_net;
 
 const RECV_TOKEN: Token = Token(0);
@@ -251,6 +251,7 @@ impl IoThread {
             }
             if self.drain_commands() {
                 self.flush();
+                self.flush_before_exit();
                 return Ok(());
             }
             // Before our registration goes out (flush), so a new subscriber's layers already listen.
@@ -270,6 +271,18 @@ impl IoThread {
                 src.maintain(self.poll.registry(), Token(SOURCE_TOKEN_BASE + i), now);
             }
             self.flush();
+        }
+    }
+
+    /// At shutdown: what publishers queued before it goes out, as far as the socket takes it within 100 ms
+    /// (what is still queued then goes with the thread).
+    fn flush_before_exit(&mut self) {
+        let give_up = Instant::now() + Duration::from_millis(100);
+        while let Some(t) = self.flush_sources() {
+            if t >= give_up {
+                break;
+            }
+            std::thread::sleep(t.saturating_duration_since(Instant::now()));
         }
     }
 

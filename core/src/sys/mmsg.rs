@@ -145,9 +145,8 @@ pub(crate) fn recv_mmsg(fd: RawFd, bufs: &mut [&mut [u8]], out: &mut Vec<RecvInf
     // SAFETY: `hdrs` holds `n` initialised mmsghdr pointing into `addrs`, `iovs` (which point into `bufs`, borrowed
     // mutably for this call) and `cmsgs`, all alive until the call returns; the kernel writes within the lengths
     // given. A null timeout with MSG_DONTWAIT returns what is queued.
-    let rc = unsafe {
-        libc::recvmmsg(fd, hdrs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut())
-    };
+    let rc =
+        unsafe { libc::recvmmsg(fd, hdrs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }

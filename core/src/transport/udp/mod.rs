@@ -217,8 +217,7 @@ impl UdpLayer {
                 counters: Counters::default(),
                 auth,
                 auth_stats,
-                send_queue: (config.network.send_mode == crate::config::UdpSendMode::IoThread
-                    && config.layers.pub_udp)
+                send_queue: (config.network.send_mode == crate::config::UdpSendMode::IoThread && config.layers.pub_udp)
                     .then(|| {
                         Arc::new(send::SendQueue::new(config.network.send_queue, config.network.send_flush_delay))
                     }),
@@ -572,7 +571,8 @@ impl LayerReaderFactory for UdpReaderFactory {
 
     fn io_source(&self) -> Option<Box<dyn IoSource>> {
         let recv = self.shared.sub_enabled.then(|| recv::UdpReceiver::new(Arc::clone(&self.shared)));
-        let send = self.shared.send_queue.as_ref().map(|q| send::UdpSender::new(Arc::clone(&self.shared), Arc::clone(q)));
+        let send =
+            self.shared.send_queue.as_ref().map(|q| send::UdpSender::new(Arc::clone(&self.shared), Arc::clone(q)));
         if recv.is_none() && send.is_none() {
             return None;
         }

@@ -170,7 +170,14 @@ pub(crate) enum Drained {
 
 impl RecvBatch {
     pub(crate) fn new(slots: usize) -> RecvBatch {
-        RecvBatch { storage: Vec::new(), slots: slots.max(1), infos: Vec::new(), last_overflow: 0, kernel_drops: 0, truncated: 0 }
+        RecvBatch {
+            storage: Vec::new(),
+            slots: slots.max(1),
+            infos: Vec::new(),
+            last_overflow: 0,
+            kernel_drops: 0,
+            truncated: 0,
+        }
     }
 
     /// Datagrams the kernel dropped on this socket so far (learnt from the datagrams queued after them).

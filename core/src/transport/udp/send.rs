@@ -87,8 +87,8 @@ impl SendQueue {
     /// Queues `m`; gives it back when the queue is full.
     pub(crate) fn push(&self, m: Outgoing) -> Result<(), Outgoing> {
         self.queue.push(m)?;
-        let wake = self.idle.swap(false, Ordering::SeqCst)
-            || (!self.flush_delay.is_zero() && self.queue.len() == FULL_BATCH);
+        let wake =
+            self.idle.swap(false, Ordering::SeqCst) || (!self.flush_delay.is_zero() && self.queue.len() == FULL_BATCH);
         if wake && let Some(w) = self.waker.get() {
             if let Err(e) = w.wake() {
                 tracing::warn!("UDP data layer: cannot wake the I/O thread: {e}");
