@@ -783,7 +783,7 @@ pub(crate) static KEYS: &[KeyDef] = &[
         allowed: "0..=10000 (µs)",
         get: |c| c.network.send_flush_delay.as_micros().to_string(),
         set: |d, v, _| {
-            d.cfg.network.send_flush_delay = Duration::from_micros(u64::try_from(int_in(v, 0, 10_000)?).ok()?);
+            d.cfg.network.send_flush_delay = Duration::from_micros(int_in(v, 0, 10_000)?);
             Some(())
         },
     },

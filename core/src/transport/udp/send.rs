@@ -89,10 +89,11 @@ impl SendQueue {
         self.queue.push(m)?;
         let wake =
             self.idle.swap(false, Ordering::SeqCst) || (!self.flush_delay.is_zero() && self.queue.len() == FULL_BATCH);
-        if wake && let Some(w) = self.waker.get() {
-            if let Err(e) = w.wake() {
-                tracing::warn!("UDP data layer: cannot wake the I/O thread: {e}");
-            }
+        if wake
+            && let Some(w) = self.waker.get()
+            && let Err(e) = w.wake()
+        {
+            tracing::warn!("UDP data layer: cannot wake the I/O thread: {e}");
         }
         Ok(())
     }
