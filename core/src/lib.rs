@@ -63,7 +63,7 @@ pub mod error {
     pub use crate::types::{DecodeError, EncodeError};
 }
 
-pub use config::{Config, QueuePolicy, ShmAccess, WaitStrategy};
+pub use config::{Config, QueuePolicy, ShmAccess, UdpSendMode, WaitStrategy};
 pub use error::{CreateError, InitError, LoanError, RecvError, SendError, TypedRecvError, TypedSendError};
 pub use node::{Node, ring_geometry};
 pub use pubsub::publisher::{Loan, Publisher, Unwritten, Written};

@@ -1,9 +1,11 @@
 //! Thin safe wrappers over the few OS calls the runtime needs: host name, CPU affinity, pid liveness, opening files
 //! that other processes announce (`open_peer_file`), the modes of the shared-memory files this process creates, and
-//! the SIGBUS guard for mappings of files that peers can truncate ([`shm_guard`]), and copy-only access to bytes
-//! another process may be writing ([`shared_bytes`]).
+//! the SIGBUS guard for mappings of files that peers can truncate ([`shm_guard`]), copy-only access to bytes
+//! another process may be writing ([`shared_bytes`]), and the batched UDP calls `sendmmsg`/`recvmmsg` with GSO and
+//! the receive-overflow counter ([`mmsg`]).
 #![allow(unsafe_code)]
 
+pub(crate) mod mmsg;
 pub(crate) mod shared_bytes;
 pub(crate) mod shm_guard;
 

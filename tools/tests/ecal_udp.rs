@@ -48,6 +48,11 @@ fn ecal_to_shoal(name: &str, count: u64, size: usize, rate: f64) {
 
 /// shoal publisher → eCAL subscriber with only UDP enabled.
 fn shoal_to_ecal(name: &str, count: u64, size: usize, rate: f64) {
+    shoal_to_ecal_in(name, count, size, rate, None);
+}
+
+/// [`shoal_to_ecal`] with the shoal publisher on this `ecal.ini`.
+fn shoal_to_ecal_in(name: &str, count: u64, size: usize, rate: f64, ini: Option<&str>) {
     ecal_python(); // the venv first (made on first use), before any peer's timers run
     let t = topic(&format!("ecal_{name}"));
     let sub = ecal_peer(
@@ -84,7 +89,7 @@ fn shoal_to_ecal(name: &str, count: u64, size: usize, rate: f64) {
             "--linger-ms",
             "1500",
         ],
-        None,
+        ini,
     );
     let ready = publ.expect("ready", Duration::from_secs(10));
     let msgs = finish_transfer_to_ecal(name, publ, sub, &ready, count);
@@ -114,4 +119,20 @@ fn shoal_pub_to_ecal_sub_over_udp() {
 #[test]
 fn shoal_pub_to_ecal_sub_1mb_fragmented() {
     shoal_to_ecal("s2e_1mb", 3, 1_000_000, 1.0);
+}
+
+/// The shoal publisher's UDP data sent by its I/O thread (`sendmmsg` batches, GSO runs): eCAL receives the same
+/// datagrams.
+fn io_thread_ini() -> String {
+    write_ini("ecal_udp_io_thread", "[shoal_network]\nsend_mode = io_thread\n")
+}
+
+#[test]
+fn shoal_pub_sent_by_the_io_thread_to_ecal_sub() {
+    shoal_to_ecal_in("udp_io", 200, 256, 200.0, Some(&io_thread_ini()));
+}
+
+#[test]
+fn shoal_pub_sent_by_the_io_thread_to_ecal_sub_1mb_fragmented() {
+    shoal_to_ecal_in("udp_io_1mb", 3, 1_000_000, 1.0, Some(&io_thread_ini()));
 }

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{AuthKey, Config, EcalLayer, ShmAccess, WaitStrategy};
+use super::{AuthKey, Config, EcalLayer, ShmAccess, UdpSendMode, WaitStrategy};
 
 /// Spin time written for `spin_us` when the configured strategy does not spin.
 pub(crate) const DEFAULT_SPIN: Duration = Duration::from_micros(50);
@@ -755,6 +755,68 @@ pub(crate) static KEYS: &[KeyDef] = &[
         get: |c| fmt_size(usize::try_from(c.network.max_send_rate).unwrap_or(usize::MAX)),
         set: |d, v, _| {
             d.cfg.network.max_send_rate = size(v).filter(|n| *n == 0 || (65536..=1 << 40).contains(n))?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_network",
+        key: "send_mode",
+        alias: None,
+        doc: &[
+            "Which thread sends UDP data (the data layer only; registration is always sent by the I/O thread):",
+            "  user_thread  the publisher's send() calls send_to itself, one system call per datagram (the",
+            "               least latency for a lone message)",
+            "  io_thread    send() frames the message and queues it; the I/O thread sends the queue in",
+            "               sendmmsg batches, equal-size datagrams to one address as one UDP GSO send",
+            "               (a send costs a copy into the queue; a system call only to wake an idle",
+            "               I/O thread)",
+            "A full queue drops the message and counts it as a drop of its publisher (never blocks).",
+        ],
+        allowed: "user_thread or io_thread",
+        get: |c| {
+            match c.network.send_mode {
+                UdpSendMode::UserThread => "user_thread",
+                UdpSendMode::IoThread => "io_thread",
+            }
+            .to_owned()
+        },
+        set: |d, v, _| {
+            d.cfg.network.send_mode = match v.trim() {
+                "user_thread" => UdpSendMode::UserThread,
+                "io_thread" => UdpSendMode::IoThread,
+                _ => return None,
+            };
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_network",
+        key: "send_flush_delay_us",
+        alias: None,
+        doc: &[
+            "send_mode = io_thread: microseconds the I/O thread may hold the first queued message to gather",
+            "more into one batch (it sends at once when 64 are queued). 0 sends whatever is queued as soon",
+            "as the I/O thread wakes, so a lone message waits for nothing but the wake-up.",
+        ],
+        allowed: "0..=10000 (µs)",
+        get: |c| c.network.send_flush_delay.as_micros().to_string(),
+        set: |d, v, _| {
+            d.cfg.network.send_flush_delay = Duration::from_micros(int_in(v, 0, 10_000)?);
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_network",
+        key: "send_queue",
+        alias: None,
+        doc: &[
+            "send_mode = io_thread: messages the queue from the publishers to the I/O thread holds (shared",
+            "by all publishers of the process). A send that finds it full drops its message and counts it.",
+        ],
+        allowed: "16..=1048576 (messages)",
+        get: |c| c.network.send_queue.to_string(),
+        set: |d, v, _| {
+            d.cfg.network.send_queue = usize::try_from(int_in(v, 16, 1_048_576)?).ok()?;
             Some(())
         },
     },

@@ -116,6 +116,22 @@ pub struct NetworkConfig {
     pub send_buffer: usize,
     /// Bytes per second the UDP data layer of this process sends at most (a token bucket; 0 = unpaced).
     pub max_send_rate: u64,
+    /// Which thread sends UDP data datagrams.
+    pub send_mode: UdpSendMode,
+    /// `io_thread` mode: how long the I/O thread may hold queued datagrams to batch more (zero: send as soon as
+    /// it has drained the queue).
+    pub send_flush_delay: Duration,
+    /// `io_thread` mode: messages the queue from the publishers to the I/O thread holds.
+    pub send_queue: usize,
+}
+
+/// Which thread sends a publisher's UDP data datagrams (`[shoal_network] send_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UdpSendMode {
+    /// The publisher's own thread, one `send_to` per datagram (lowest latency for a lone message).
+    UserThread,
+    /// The I/O thread, from a bounded queue, in `sendmmsg` batches with UDP GSO (most messages per second).
+    IoThread,
 }
 
 /// shoal's native shared-memory ring (`[shoal_shm_ring]`).
@@ -502,6 +518,9 @@ impl Default for Config {
                 receive_buffer: 5 << 20,
                 send_buffer: 5 << 20,
                 max_send_rate: 0,
+                send_mode: UdpSendMode::UserThread,
+                send_flush_delay: Duration::ZERO,
+                send_queue: 4096,
             },
             shm_ring: ShmRingConfig {
                 enabled: true,

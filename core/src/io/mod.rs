@@ -1,7 +1,13 @@
 //! The one I/O thread: owns the registration sockets and timers and drives the sans-IO [`Registrar`].
 //!
-//! Everything that reaches the network goes through here; user threads talk to it through a command channel and a
-//! [`mio::Waker`]. It never blocks on a send (a full socket buffer drops the datagram and counts it).
+//! Everything that reaches the network goes through here, except UDP data in `send_mode = user_thread` (sent by the
+//! publisher's thread) and the TCP layer's writes (made by the publisher, flushed here); user threads talk to it
+//! through a command channel and a [`mio::Waker`], and with `send_mode = io_thread` through the UDP layer's send
+//! queue, which this thread sends in `sendmmsg` batches first thing on every turn. It never blocks on a send (a
+//! full socket buffer drops a registration datagram and counts it; queued data waits in its bounded queue).
+//! Sockets are read with `recvmmsg`, a batch per call, at most `[shoal_limits] receive_batch` datagrams per socket
+//! and turn; the kernel's count of datagrams it dropped for a full receive buffer (`SO_RXQ_OVFL`) is kept per
+//! socket and shown in [`Snapshot::socket_drops`].
 //!
 //! The thread only moves datagrams, timers and events: what a match means for local publishers and subscribers is
 //! decided by the [`EventHandler`] it is started with (the runtime of `pubsub`), which it calls with every event.
@@ -19,6 +25,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use crate::config::Config;
 use crate::monitor::Snapshot;
 use crate::registration::{Event, LocalTopic, Registrar, TopicStats};
+use crate::sys::mmsg::{OutMsg, send_mmsg};
 use crate::transport::IoSource;
 use crate::transport::udp::net as udp_net;
 
@@ -29,6 +36,10 @@ const SOURCE_TOKEN_BASE: usize = 2;
 /// Source `i` may also register sockets under its own tokens `(i + 1) * SOURCE_TOKEN_SPACE ..` (one per
 /// connection, [`IoSource::on_token`]).
 const SOURCE_TOKEN_SPACE: usize = 1 << 32;
+/// Registration datagrams one `recvmmsg` takes at most (64 KiB of buffer each).
+const REG_RECV_SLOTS: usize = 8;
+/// Registration datagrams one `sendmmsg` sends at most.
+const REG_SEND_BATCH: usize = 64;
 
 /// What the I/O thread hands to the owner of the local publishers and subscribers.
 pub(crate) trait EventHandler: Send + Sync {
@@ -126,6 +137,7 @@ pub(crate) fn start(
     let poll = Poll::new().map_err(IoStartError::Thread)?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKE_TOKEN).map_err(IoStartError::Thread)?);
     let (tx, rx) = mpsc::channel();
+    let thread_waker = Arc::clone(&waker);
     let affinity = cfg.io.cpu_affinity.clone();
     let receive_batch = cfg.limits.receive_batch.max(1);
     let thread = std::thread::Builder::new()
@@ -134,7 +146,18 @@ pub(crate) fn start(
             if let Err(e) = crate::sys::set_current_thread_affinity(&affinity) {
                 tracing::warn!("cannot pin the I/O thread to CPUs {affinity:?}: {e}");
             }
-            let mut io = IoThread { poll, sockets, registrar, rx, handler, send_drops: 0, sources, receive_batch };
+            let mut io = IoThread {
+                poll,
+                sockets,
+                registrar,
+                rx,
+                handler,
+                send_drops: 0,
+                sources,
+                receive_batch,
+                reg_batch: udp_net::RecvBatch::new(REG_RECV_SLOTS),
+                waker: thread_waker,
+            };
             if let Err(e) = io.run() {
                 tracing::error!("shoal I/O thread stopped: {e}");
             }
@@ -154,27 +177,44 @@ struct IoThread {
     sources: Vec<Box<dyn IoSource>>,
     /// Datagrams taken from one socket per loop turn.
     receive_batch: usize,
+    /// `recvmmsg` buffers of the registration socket and its kernel drop count.
+    reg_batch: udp_net::RecvBatch,
+    /// Handed to the sources, whose producers wake the thread with it.
+    waker: Arc<Waker>,
 }
 
 impl IoThread {
     fn run(&mut self) -> io::Result<()> {
         self.poll.registry().register(&mut self.sockets.recv, RECV_TOKEN, Interest::READABLE)?;
         let mut events = Events::with_capacity(64);
-        let mut buf = vec![0u8; 65536];
         // Sockets left with datagrams after their batch (`[shoal_limits] receive_batch`): mio reports readiness
         // only on changes, so they are drained again on the next turn, after timers and commands had theirs.
         let mut reg_pending = false;
         let mut sources_pending = vec![false; self.sources.len()];
         for (i, src) in self.sources.iter_mut().enumerate() {
             src.set_token_space((i + 1) * SOURCE_TOKEN_SPACE, SOURCE_TOKEN_SPACE);
+            src.set_waker(Arc::clone(&self.waker));
         }
+        // The earliest time a source asked to flush again (a flush delay or a retry after a full send buffer).
+        let mut flush_at: Option<Instant> = None;
         loop {
             let now = Instant::now();
             let timeout = self.registrar.poll_timeout().map(|t| t.saturating_duration_since(now));
             // Cap the sleep so stats and expiry never lag far behind even if the registrar asks for nothing; do not
             // sleep at all while a socket has datagrams left.
             let mut timeout = timeout.unwrap_or(Duration::from_millis(500)).min(Duration::from_millis(500));
+            if let Some(t) = flush_at {
+                timeout = timeout.min(t.saturating_duration_since(now));
+            }
             if reg_pending || sources_pending.iter().any(|p| *p) {
+                timeout = Duration::ZERO;
+            }
+            // Last, so that a send queued after this mark wakes the thread (and one queued before it is seen).
+            let mut queued = false;
+            for src in self.sources.iter_mut() {
+                queued |= src.before_sleep();
+            }
+            if queued {
                 timeout = Duration::ZERO;
             }
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
@@ -183,6 +223,8 @@ impl IoThread {
                 }
                 return Err(e);
             }
+            // Queued sends first: they are what a publisher waits on.
+            flush_at = self.flush_sources();
             for ev in events.iter() {
                 if ev.token() == RECV_TOKEN {
                     reg_pending = true;
@@ -200,7 +242,7 @@ impl IoThread {
                 }
             }
             if reg_pending {
-                reg_pending = self.drain_socket(&mut buf);
+                reg_pending = self.drain_socket();
             }
             for (src, pending) in self.sources.iter_mut().zip(sources_pending.iter_mut()) {
                 if *pending {
@@ -209,6 +251,7 @@ impl IoThread {
             }
             if self.drain_commands() {
                 self.flush();
+                self.flush_before_exit();
                 return Ok(());
             }
             // Before our registration goes out (flush), so a new subscriber's layers already listen.
@@ -231,20 +274,39 @@ impl IoThread {
         }
     }
 
-    /// Takes up to `receive_batch` registration datagrams; true when the batch ended before the socket was empty.
-    fn drain_socket(&mut self, buf: &mut [u8]) -> bool {
-        for _ in 0..self.receive_batch {
-            match self.sockets.recv.recv_from(buf) {
-                Ok((n, from)) => self.registrar.handle_datagram(Instant::now(), from, &buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    tracing::warn!("registration receive failed: {e}");
-                    return false;
-                }
+    /// At shutdown: what publishers queued before it goes out, as far as the socket takes it within 100 ms
+    /// (what is still queued then goes with the thread).
+    fn flush_before_exit(&mut self) {
+        let give_up = Instant::now() + Duration::from_millis(100);
+        while let Some(t) = self.flush_sources() {
+            if t >= give_up {
+                break;
             }
+            std::thread::sleep(t.saturating_duration_since(Instant::now()));
         }
-        true
+    }
+
+    /// Every source's queued sends; the earliest time one wants to be called again.
+    fn flush_sources(&mut self) -> Option<Instant> {
+        let now = Instant::now();
+        self.sources.iter_mut().filter_map(|s| s.flush(now)).min()
+    }
+
+    /// Takes up to `receive_batch` registration datagrams; true when the batch ended before the socket was empty.
+    fn drain_socket(&mut self) -> bool {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.sockets.recv);
+        let registrar = &mut self.registrar;
+        let before = self.reg_batch.kernel_drops();
+        let (drained, err) =
+            self.reg_batch.recv(fd, self.receive_batch, |from, d| registrar.handle_datagram(Instant::now(), from, d));
+        let dropped = self.reg_batch.kernel_drops() - before;
+        if dropped > 0 {
+            tracing::debug!("registration: the kernel dropped {dropped} datagrams (receive buffer full)");
+        }
+        if let Some(e) = err {
+            tracing::warn!("registration receive failed: {e}");
+        }
+        drained == udp_net::Drained::Budget
     }
 
     /// Returns true when asked to shut down.
@@ -257,7 +319,11 @@ impl IoThread {
                 Command::Update(t) => self.registrar.update_local(now, t),
                 Command::Remove(id) => self.registrar.remove_local(now, id),
                 Command::Snapshot(reply) => {
-                    let snap = crate::monitor::build_snapshot(&self.registrar, Instant::now());
+                    let mut snap = crate::monitor::build_snapshot(&self.registrar, Instant::now());
+                    snap.socket_drops = crate::monitor::SocketDrops {
+                        registration: self.reg_batch.kernel_drops(),
+                        udp_data: self.sources.iter().map(|s| s.kernel_drops()).sum(),
+                    };
                     let _ = reply.send(snap);
                 }
                 Command::Shutdown => {
@@ -269,13 +335,35 @@ impl IoThread {
         false
     }
 
+    /// Sends the registrar's datagrams, up to 64 per `sendmmsg` (eCAL takes one sample per datagram, so the
+    /// datagrams stay as many; the system calls do not). A datagram the socket refuses is dropped and counted.
     fn flush(&mut self) {
-        while let Some(d) = self.registrar.poll_transmit() {
-            match self.sockets.send.send_to(&d, self.sockets.dest) {
-                Ok(_) => {}
-                Err(e) => {
-                    self.send_drops += 1;
-                    tracing::debug!("registration datagram of {} B not sent: {e}", d.len());
+        let SocketAddr::V4(dest) = self.sockets.dest else { return };
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.sockets.send);
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        loop {
+            out.clear();
+            while out.len() < REG_SEND_BATCH {
+                match self.registrar.poll_transmit() {
+                    Some(d) => out.push(d),
+                    None => break,
+                }
+            }
+            if out.is_empty() {
+                return;
+            }
+            let slices: Vec<[io::IoSlice<'_>; 1]> = out.iter().map(|d| [io::IoSlice::new(d)]).collect();
+            let msgs: Vec<OutMsg<'_>> = slices.iter().map(|s| OutMsg { dest, iov: s, segment: None }).collect();
+            let mut at = 0;
+            while at < msgs.len() {
+                match send_mmsg(fd, &msgs[at..]) {
+                    Ok(n) => at += n.max(1),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        self.send_drops += 1;
+                        tracing::debug!("registration datagram of {} B not sent: {e}", out[at].len());
+                        at += 1;
+                    }
                 }
             }
         }

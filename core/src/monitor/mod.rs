@@ -101,6 +101,19 @@ pub struct Snapshot {
     pub topics: Vec<TopicEntry>,
     /// What `[shoal_auth]` refused since the start, per cause for registration and UDP data, and per topic.
     pub auth: AuthSummary,
+    /// Datagrams the kernel dropped on this process's UDP sockets because their receive buffers were full.
+    pub socket_drops: SocketDrops,
+}
+
+/// Datagrams the kernel dropped on this process's receive sockets for a full receive buffer (`SO_RXQ_OVFL`), since
+/// each was opened. Every such datagram is lost: a subscriber counts the whole messages it loses that way as drops
+/// of its connection (a gap in the publisher's clock, or an incomplete fragmented message).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SocketDrops {
+    /// On the registration socket.
+    pub registration: u64,
+    /// On the UDP data layer's socket.
+    pub udp_data: u64,
 }
 
 fn layer_name(k: &LayerKind) -> String {
@@ -160,7 +173,13 @@ pub(crate) fn build_snapshot(reg: &Registrar, now: Instant) -> Snapshot {
         })
         .collect();
     flag_type_mismatches(&mut topics, &my_host, my_pid);
-    Snapshot { taken_at: Some(SystemTime::now()), processes, topics, auth: reg.auth_stats().summary() }
+    Snapshot {
+        taken_at: Some(SystemTime::now()),
+        processes,
+        topics,
+        auth: reg.auth_stats().summary(),
+        socket_drops: SocketDrops::default(),
+    }
 }
 
 /// Sets `type_mismatch` on publishers whose type disagrees with a subscriber of this process on the same topic,

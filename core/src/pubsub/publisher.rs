@@ -238,6 +238,11 @@ impl PubShared {
         (w.start, w.clock, w.bytes) = (now, clock, bytes);
         let window = *w;
         drop(w);
+        // Messages a layer lost after it took them (sent from the I/O thread) count even if no send follows.
+        let late: u64 = lock(&self.layers).writers.iter_mut().map(|l| l.take_late_drops()).sum();
+        if late > 0 {
+            self.layer_drops.fetch_add(late, Ordering::Relaxed);
+        }
         self.stats_with(clock, bytes, &window)
     }
 
@@ -512,6 +517,10 @@ impl Publisher {
             if let Err(e) = layer.write(data, &meta) {
                 self.shared.layer_drops.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("topic {}: {:?} layer: {e}", self.shared.topic, layer.kind());
+            }
+            let late = layer.take_late_drops();
+            if late > 0 {
+                self.shared.layer_drops.fetch_add(late, Ordering::Relaxed);
             }
         }
     }

@@ -69,6 +69,12 @@ pub(crate) trait LayerWriter: Send + std::fmt::Debug {
     /// Sends one sample to the layer's targets. Never blocks for long: a layer that cannot take the sample now
     /// drops it and counts it.
     fn write(&mut self, payload: &[u8], meta: &SampleMeta) -> Result<(), LayerWriteError>;
+
+    /// Messages accepted by [`LayerWriter::write`] and lost later (a layer that sends from another thread),
+    /// since the last call; the publisher adds them to its drops.
+    fn take_late_drops(&mut self) -> u64 {
+        0
+    }
 }
 
 /// Creates the eCAL-facing writers of a new publisher (not started yet).
@@ -151,5 +157,27 @@ pub(crate) trait IoSource: Send {
     /// work is left that the source wants to finish on the next turn ([`IoSource::on_readable`]).
     fn on_token(&mut self, _registry: &mio::Registry, _token: mio::Token, _now: std::time::Instant) -> bool {
         false
+    }
+
+    /// Called once when the I/O thread starts, with the waker other threads use to wake it (a source that
+    /// takes work from user threads, such as queued sends).
+    fn set_waker(&mut self, _waker: std::sync::Arc<mio::Waker>) {}
+
+    /// Called on every turn, first: send what user threads queued. Returns when the source wants to be called
+    /// again at the latest (a flush delay, a retry), `None` when nothing waits.
+    fn flush(&mut self, _now: std::time::Instant) -> Option<std::time::Instant> {
+        None
+    }
+
+    /// The I/O thread is about to sleep. True when work arrived meanwhile that must not wait (then it does not
+    /// sleep); a source whose producers wake the thread marks itself idle here.
+    fn before_sleep(&mut self) -> bool {
+        false
+    }
+
+    /// Datagrams the kernel dropped on this source's socket because its receive buffer was full
+    /// (`SO_RXQ_OVFL`), since it was opened.
+    fn kernel_drops(&self) -> u64 {
+        0
     }
 }

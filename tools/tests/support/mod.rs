@@ -55,6 +55,13 @@ pub(crate) fn ecal_peer(name: &str, script_name: &str, args: &[&str]) -> Proc {
 /// Writes an `ecal.ini` for the peers into the test's temp directory and returns its path.
 pub(crate) fn write_ini(name: &str, text: &str) -> String {
     let path = format!("{}/{name}_{}.ini", env!("CARGO_TARGET_TMPDIR"), std::process::id());
+    let mut text = text.to_string();
+    // `SHOAL_TEST_UDP_SEND_MODE=io_thread` reruns a suite with UDP data sent by the I/O thread.
+    if let Ok(mode) = std::env::var("SHOAL_TEST_UDP_SEND_MODE")
+        && !text.contains("send_mode")
+    {
+        text.push_str(&format!("\n[shoal_network]\nsend_mode = {mode}\n"));
+    }
     std::fs::write(&path, text).expect("write test ecal.ini");
     path
 }

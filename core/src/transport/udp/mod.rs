@@ -7,12 +7,14 @@
 //!   ([`codec`]); messages above 65,483 framed bytes are fragmented, received ones go through the bounded
 //!   [`Reassembler`](crate::wire::Reassembler).
 //! - Publisher side (`UdpLayer::writer_factory`): a writer per publisher, started lazily by its first UDP
-//!   subscriber (only then does the `udp` entry appear in the publisher's registration), writing from the
-//!   publisher's thread through one non-blocking socket per runtime; a full socket buffer drops the message and
-//!   counts it.
+//!   subscriber (only then does the `udp` entry appear in the publisher's registration), sending through one
+//!   non-blocking socket per runtime. `[shoal_network] send_mode = user_thread` (the default): from the
+//!   publisher's thread, one `send_to` per datagram; a full socket buffer drops the message and counts it.
+//!   `io_thread`: the publisher frames the message and queues it; the I/O thread sends the queue in `sendmmsg`
+//!   batches with UDP GSO ([`send`]); a full queue drops the message and counts it as a drop of its publisher.
 //! - Subscriber side (`UdpLayer::reader_factory`): every subscriber is in a table (topic → subscribers) from its
 //!   creation, so it receives from publishers it has not heard of yet (eCAL does the same). The I/O thread
-//!   receives (`recv.rs`); duplicate and out-of-order clocks are dropped and counted per subscriber and publisher.
+//!   receives (`recv.rs`, `recvmmsg` 16 datagrams a call, the kernel's drop count of the socket kept); duplicate and out-of-order clocks are dropped and counted per subscriber and publisher.
 //! - `[shoal_auth]` with a key: a publisher of a protected topic seals every datagram
 //!   ([`crate::wire::auth`], its fragments 48 bytes smaller), the receiver accepts a protected topic's messages only
 //!   from verified, new envelopes (reassembled apart from unauthenticated datagrams) and counts the rest.
@@ -21,6 +23,7 @@ pub mod codec;
 pub(crate) mod net;
 mod pace;
 mod recv;
+mod send;
 #[cfg(test)]
 mod tests;
 
@@ -51,6 +54,13 @@ use codec::{DataSampleRef, encode_data_sample};
 pub(crate) struct Counters {
     /// Messages handed to the send socket completely.
     pub(crate) sent: AtomicU64,
+    /// `send_mode = io_thread`: messages dropped because the queue to the I/O thread was full.
+    pub(crate) queue_full: AtomicU64,
+    /// `send_mode = io_thread`: `sendmmsg` calls, and the GSO runs (several datagrams in one message) they sent.
+    pub(crate) send_calls: AtomicU64,
+    pub(crate) gso_runs: AtomicU64,
+    /// Datagrams the kernel dropped on the data socket for a full receive buffer (`SO_RXQ_OVFL`).
+    pub(crate) kernel_drops: AtomicU64,
     /// Messages dropped on send (socket buffer full or another send error).
     pub(crate) send_drops: AtomicU64,
     /// Datagrams received.
@@ -118,6 +128,8 @@ struct Shared {
     auth_stats: Arc<AuthStats>,
     /// `[shoal_network] max_send_rate` when it is not 0.
     pacer: Option<pace::SendPacer>,
+    /// `send_mode = io_thread`: the queue from the writers to the I/O thread.
+    send_queue: Option<Arc<send::SendQueue>>,
 }
 
 /// The UDP layer's side of `[shoal_auth]`.
@@ -209,6 +221,10 @@ impl UdpLayer {
                 auth,
                 auth_stats,
                 pacer: pace::SendPacer::new(config.network.max_send_rate),
+                send_queue: (config.network.send_mode == crate::config::UdpSendMode::IoThread && config.layers.pub_udp)
+                    .then(|| {
+                        Arc::new(send::SendQueue::new(config.network.send_queue, config.network.send_flush_delay))
+                    }),
             }),
         })
     }
@@ -252,6 +268,7 @@ impl LayerWriterFactory for UdpWriterFactory {
             targets: 0,
             buf: Vec::new(),
             next_fragment_id: rand::random::<u32>(),
+            late_drops: Arc::new(AtomicU64::new(0)),
             sealer: self
                 .shared
                 .auth
@@ -275,6 +292,8 @@ struct UdpWriter {
     /// Reused for every message: `[24-byte header][u16 name_len][topic\0][Sample protobuf]`.
     buf: Vec<u8>,
     next_fragment_id: u32,
+    /// `send_mode = io_thread`: messages the I/O thread could not send (taken by the publisher).
+    late_drops: Arc<AtomicU64>,
     /// Seals every datagram when `[shoal_auth]` protects the topic.
     sealer: Option<Sealer>,
 }
@@ -342,12 +361,25 @@ impl LayerWriter for UdpWriter {
     fn write(&mut self, payload: &[u8], meta: &SampleMeta) -> Result<(), LayerWriteError> {
         self.next_fragment_id = self.next_fragment_id.wrapping_add(1);
         let mut buf = std::mem::take(&mut self.buf);
-        let result = self.frame(&mut buf, payload, meta).and_then(|()| self.send(&mut buf));
+        let result = self.frame(&mut buf, payload, meta).and_then(|()| match self.shared.send_queue.clone() {
+            Some(q) => self.enqueue(&q, &mut buf),
+            None => {
+                let r = self.send(&mut buf);
+                if r.is_ok() {
+                    self.shared.counters.sent.fetch_add(1, Ordering::Relaxed);
+                }
+                r
+            }
+        });
         self.buf = buf;
-        if result.is_ok() {
-            self.shared.counters.sent.fetch_add(1, Ordering::Relaxed);
-        }
         result
+    }
+
+    fn take_late_drops(&mut self) -> u64 {
+        if self.late_drops.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        self.late_drops.swap(0, Ordering::Relaxed)
     }
 }
 
@@ -412,6 +444,71 @@ impl UdpWriter {
             Ok(()) => Ok(()),
             Err(SendFramedError::Encode(e)) => Err(self.fail(e.to_string())),
             Err(SendFramedError::Send { part, error }) => Err(self.send_error(&error, &part.to_string())),
+        }
+    }
+}
+
+impl UdpWriter {
+    /// `send_mode = io_thread`: cuts the framed `buf` into its datagrams (sealed if the topic is protected),
+    /// copies them into one buffer and queues it for the I/O thread. A full queue drops the message (counted).
+    fn enqueue(&mut self, q: &send::SendQueue, buf: &mut [u8]) -> Result<(), LayerWriteError> {
+        let id = self.next_fragment_id as i32;
+        let mut data = Vec::with_capacity(buf.len() + 64);
+        let mut ends: Vec<u32> = Vec::new();
+        // Offsets fit in a u32 unless a message comes within 0.04 % of 4 GiB (send_framed caps it at u32::MAX
+        // framed bytes, headers add 24 bytes per 64 KB); such a message is refused below.
+        let mark = |data: &Vec<u8>, ends: &mut Vec<u32>| ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
+        let r = match &mut self.sealer {
+            None => send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || id, |parts| {
+                for p in parts {
+                    data.extend_from_slice(p);
+                }
+                mark(&data, &mut ends);
+                Ok::<(), std::io::Error>(())
+            }),
+            Some(sealer) => {
+                let now_ns = crate::wire::auth::unix_ns();
+                send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD - ENVELOPE_OVERHEAD, &mut || id, |parts| {
+                    let (p0, p1): (&[u8], &[u8]) = match parts {
+                        [a] => (a, &[]),
+                        [a, b] => (a, b),
+                        _ => return Err(std::io::Error::other("more than two slices for one datagram")),
+                    };
+                    let (head, tag) = sealer.seal_parts(&[p0, p1], now_ns);
+                    for p in [&head[..], p0, p1, &tag[..]] {
+                        data.extend_from_slice(p);
+                    }
+                    mark(&data, &mut ends);
+                    Ok(())
+                })
+            }
+        };
+        match r {
+            Ok(()) => {}
+            Err(SendFramedError::Encode(e)) => return Err(self.fail(e.to_string())),
+            Err(SendFramedError::Send { part, error }) => return Err(self.fail(format!("{part}: {error}"))),
+        }
+        if ends.last().is_some_and(|e| *e as usize != data.len()) {
+            return Err(self.fail(format!("message of {} bytes too large for the send queue", data.len())));
+        }
+        if ends.len() == 1 {
+            ends.clear();
+        }
+        // Pacing charges the publisher's thread here too, before the message is queued, so the I/O thread's
+        // batches leave no faster than `max_send_rate`.
+        if let Some(p) = self.shared.pacer.as_ref() {
+            p.take(data.len());
+        }
+        let m = send::Outgoing { dest: self.dest_v4, data, ends, drops: Arc::clone(&self.late_drops) };
+        match q.push(m) {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                self.shared.counters.queue_full.fetch_add(1, Ordering::Relaxed);
+                Err(self.fail(format!(
+                    "message to {} dropped: the queue to the I/O thread is full ([shoal_network] send_queue)",
+                    self.dest_v4
+                )))
+            }
         }
     }
 }
@@ -492,7 +589,13 @@ impl LayerReaderFactory for UdpReaderFactory {
     }
 
     fn io_source(&self) -> Option<Box<dyn IoSource>> {
-        self.shared.sub_enabled.then(|| Box::new(recv::UdpReceiver::new(Arc::clone(&self.shared))) as Box<dyn IoSource>)
+        let recv = self.shared.sub_enabled.then(|| recv::UdpReceiver::new(Arc::clone(&self.shared)));
+        let send =
+            self.shared.send_queue.as_ref().map(|q| send::UdpSender::new(Arc::clone(&self.shared), Arc::clone(q)));
+        if recv.is_none() && send.is_none() {
+            return None;
+        }
+        Some(Box::new(UdpSource { recv, send }))
     }
 }
 
@@ -534,5 +637,42 @@ impl Drop for UdpReader {
         self.with_entry(|e| {
             e.types.remove(&id);
         });
+    }
+}
+
+/// The UDP layer's part of the I/O thread: the receiver (subscribers) and, with `send_mode = io_thread`, the
+/// sender of the queued messages.
+struct UdpSource {
+    recv: Option<recv::UdpReceiver>,
+    send: Option<send::UdpSender>,
+}
+
+impl IoSource for UdpSource {
+    fn maintain(&mut self, registry: &mio::Registry, token: mio::Token, now: std::time::Instant) {
+        if let Some(r) = &mut self.recv {
+            r.maintain(registry, token, now);
+        }
+    }
+
+    fn on_readable(&mut self, now: std::time::Instant, batch: usize) -> bool {
+        self.recv.as_mut().is_some_and(|r| r.on_readable(now, batch))
+    }
+
+    fn set_waker(&mut self, waker: Arc<mio::Waker>) {
+        if let Some(s) = &mut self.send {
+            s.set_waker(waker);
+        }
+    }
+
+    fn flush(&mut self, now: std::time::Instant) -> Option<std::time::Instant> {
+        self.send.as_mut().and_then(|s| s.flush(now))
+    }
+
+    fn before_sleep(&mut self) -> bool {
+        self.send.as_mut().is_some_and(|s| s.before_sleep())
+    }
+
+    fn kernel_drops(&self) -> u64 {
+        self.recv.as_ref().map_or(0, |r| r.kernel_drops())
     }
 }

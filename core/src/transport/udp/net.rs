@@ -130,10 +130,116 @@ pub(crate) fn open_recv_socket(net: &NetworkConfig, iface: Ipv4Addr, port: u16) 
     s.set_nonblocking(true)?;
     size_buffer(&s, Buffer::Receive, net.receive_buffer);
     s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port).into())?;
+    if let Err(e) = crate::sys::mmsg::enable_rxq_ovfl(std::os::fd::AsRawFd::as_raw_fd(&s)) {
+        tracing::debug!("UDP port {port}: the kernel's drop counter (SO_RXQ_OVFL) is not available: {e}");
+    }
     if net.enabled {
         s.join_multicast_v4(&net.multicast_group, &iface)?;
     }
     Ok(mio::net::UdpSocket::from_std(s.into()))
+}
+
+/// Bytes of one receive slot: the largest UDP datagram fits.
+const SLOT: usize = 65_536;
+
+/// Receives datagrams `slots` at a time with `recvmmsg` and keeps the socket's kernel drop count.
+#[derive(Debug)]
+pub(crate) struct RecvBatch {
+    /// `slots` buffers of 64 KiB, allocated on the first receive.
+    storage: Vec<u8>,
+    slots: usize,
+    infos: Vec<crate::sys::mmsg::RecvInfo>,
+    /// The socket's `SO_RXQ_OVFL` count last seen (it starts at zero when the socket opens).
+    last_overflow: u32,
+    /// Datagrams the kernel dropped for a full receive buffer, seen so far.
+    kernel_drops: u64,
+    /// Datagrams longer than a slot, dropped.
+    truncated: u64,
+}
+
+/// What [`RecvBatch::recv`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Drained {
+    /// The socket has nothing more now.
+    Empty,
+    /// `max` datagrams were taken; more may wait.
+    Budget,
+    /// A receive error other than "would block" (logged by the caller).
+    Failed,
+}
+
+impl RecvBatch {
+    pub(crate) fn new(slots: usize) -> RecvBatch {
+        RecvBatch {
+            storage: Vec::new(),
+            slots: slots.max(1),
+            infos: Vec::new(),
+            last_overflow: 0,
+            kernel_drops: 0,
+            truncated: 0,
+        }
+    }
+
+    /// Datagrams the kernel dropped on this socket so far (learnt from the datagrams queued after them).
+    pub(crate) fn kernel_drops(&self) -> u64 {
+        self.kernel_drops
+    }
+
+    /// Forgets the drop count of a closed socket (a new socket's counter starts at zero).
+    pub(crate) fn reset_socket(&mut self) {
+        self.last_overflow = 0;
+    }
+
+    /// Receives up to `max` datagrams from `fd`, handing each to `f`, in `recvmmsg` calls of up to `slots`.
+    pub(crate) fn recv(
+        &mut self,
+        fd: std::os::fd::RawFd,
+        max: usize,
+        mut f: impl FnMut(std::net::SocketAddr, &[u8]),
+    ) -> (Drained, Option<io::Error>) {
+        if self.storage.is_empty() {
+            self.storage = vec![0u8; self.slots * SLOT];
+        }
+        let mut left = max;
+        while left > 0 {
+            let n = left.min(self.slots);
+            let mut bufs: Vec<&mut [u8]> = self.storage.chunks_mut(SLOT).take(n).collect();
+            match crate::sys::mmsg::recv_mmsg(fd, &mut bufs, &mut self.infos) {
+                Ok(got) => {
+                    drop(bufs);
+                    for (i, info) in self.infos.iter().enumerate() {
+                        if let Some(total) = info.dropped_total {
+                            let new = total.wrapping_sub(self.last_overflow);
+                            // The counter only grows; a smaller value is a reordering of cmsgs, not a drop.
+                            if new < (1 << 31) {
+                                self.kernel_drops += u64::from(new);
+                                self.last_overflow = total;
+                            }
+                        }
+                        if info.truncated {
+                            // Cannot happen with 64 KiB slots (UDP carries at most 65,507 bytes); never half-read.
+                            self.truncated += 1;
+                            tracing::debug!(
+                                "UDP datagram from {} longer than its 64 KiB buffer, dropped ({} so far)",
+                                info.from,
+                                self.truncated
+                            );
+                            continue;
+                        }
+                        f(info.from, &self.storage[i * SLOT..i * SLOT + info.len]);
+                    }
+                    left -= got;
+                    if got < n {
+                        return (Drained::Empty, None);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return (Drained::Empty, None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return (Drained::Failed, Some(e)),
+            }
+        }
+        (Drained::Budget, None)
+    }
 }
 
 #[cfg(test)]

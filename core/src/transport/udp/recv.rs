@@ -2,7 +2,6 @@
 //! subscriber exists), group membership in network mode, reassembly, decoding, clock checks and delivery.
 
 use std::collections::BTreeSet;
-use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -22,6 +21,9 @@ use crate::wire::{DatagramHeader, DatagramKind, Reassembler, split_name};
 use super::Shared;
 use super::codec::{DataSample, decode_data_sample, topic_group};
 use crate::transport::clock::ClockCheck;
+
+/// Datagrams one `recvmmsg` takes at most (64 KiB of buffer each, allocated with the socket's first datagram).
+const RECV_SLOTS: usize = 16;
 
 /// How often a summary of the counters is logged (debug) when they changed.
 const SUMMARY_EVERY: Duration = Duration::from_secs(10);
@@ -44,7 +46,7 @@ pub(crate) struct UdpReceiver {
     /// The socket could not be opened for this subscriber-table version (retried when it changes).
     failed_version: Option<u64>,
     reassembler: Reassembler,
-    buf: Vec<u8>,
+    batch: super::net::RecvBatch,
     actions: Vec<Action>,
     empty_type: Arc<TypeInfo>,
     last_summary: Instant,
@@ -74,7 +76,7 @@ impl UdpReceiver {
             seen_version: 0,
             failed_version: None,
             reassembler: Reassembler::new(reassembly),
-            buf: vec![0u8; 65_536],
+            batch: super::net::RecvBatch::new(RECV_SLOTS),
             actions: Vec::new(),
             empty_type: Arc::new(TypeInfo::default()),
             last_summary: Instant::now(),
@@ -89,6 +91,7 @@ impl UdpReceiver {
             if let Some(mut s) = self.socket.take() {
                 let _ = registry.deregister(&mut s);
                 self.joined.clear();
+                self.batch.reset_socket();
                 self.reassembler = Reassembler::new(self.reassembler.config().clone());
                 if let Some(a) = &mut self.auth {
                     a.reassembler = Reassembler::new(a.reassembler.config().clone());
@@ -405,28 +408,27 @@ impl IoSource for UdpReceiver {
     }
 
     fn on_readable(&mut self, now: Instant, batch: usize) -> bool {
-        let mut buf = std::mem::take(&mut self.buf);
-        let mut more = false;
-        let mut left = batch;
-        while let Some(socket) = &self.socket {
-            if left == 0 {
-                more = true;
-                break;
-            }
-            match socket.recv_from(&mut buf) {
-                Ok((n, from)) => {
-                    left -= 1;
-                    self.handle_datagram(now, from, &buf[..n]);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    tracing::warn!("UDP data layer: receive failed: {e}");
-                    break;
-                }
-            }
+        let Some(socket) = &self.socket else { return false };
+        let fd = std::os::fd::AsRawFd::as_raw_fd(socket);
+        let mut batcher = std::mem::replace(&mut self.batch, super::net::RecvBatch::new(1));
+        let before = batcher.kernel_drops();
+        let (drained, err) = batcher.recv(fd, batch, |from, d| self.handle_datagram(now, from, d));
+        let dropped = batcher.kernel_drops() - before;
+        self.batch = batcher;
+        if dropped > 0 {
+            self.shared.counters.kernel_drops.fetch_add(dropped, Ordering::Relaxed);
+            tracing::debug!(
+                "UDP data layer: the kernel dropped {dropped} datagrams on port {} (receive buffer full)",
+                self.shared.config.data_port
+            );
         }
-        self.buf = buf;
-        more
+        if let Some(e) = err {
+            tracing::warn!("UDP data layer: receive failed: {e}");
+        }
+        drained == super::net::Drained::Budget
+    }
+
+    fn kernel_drops(&self) -> u64 {
+        self.shared.counters.kernel_drops.load(Ordering::Relaxed)
     }
 }

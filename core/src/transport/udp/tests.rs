@@ -321,3 +321,85 @@ fn multicast_interface_is_the_configured_one_or_a_real_address() {
     net.enabled = true;
     assert_eq!(super::net::destination(&net, "nettopic"), "239.0.0.7:14002".parse().expect("addr"));
 }
+
+/// `send_mode = io_thread`: writers queue, the sender (as the I/O thread drives it) sends in `sendmmsg` batches,
+/// equal-size small messages as GSO runs, a fragmented message datagram by datagram; everything arrives in order.
+#[test]
+fn io_thread_mode_sends_batches_that_arrive_complete() {
+    let mut cfg = Config::default();
+    cfg.network.data_port = 20_000 + ((std::process::id() + 7919) % 20_000) as u16;
+    let rx_layer = UdpLayer::new(&cfg, "h", Default::default()).expect("no pattern to compile");
+    let rf = rx_layer.reader_factory();
+    let collect = Arc::new(Collect::default());
+    let inbox: Arc<dyn Inbox> = collect.clone();
+    rf.subscriber_created(1, "batch_t", &inbox);
+    let mut rx = rf.io_source().expect("source");
+    let mut poll = mio::Poll::new().expect("poll");
+    let mut events = mio::Events::with_capacity(8);
+    rx.maintain(poll.registry(), mio::Token(9), Instant::now());
+
+    let mut tx_cfg = cfg.clone();
+    tx_cfg.network.send_mode = crate::config::UdpSendMode::IoThread;
+    let tx_layer = UdpLayer::new(&tx_cfg, "h2", Default::default()).expect("no pattern to compile");
+    let mut tx = tx_layer.reader_factory().io_source().expect("the sender is an I/O source");
+    let mut w = tx_layer.writer_factory().create(78, "batch_t", &TypeInfo::default()).expect("writer");
+    let udp = remote_sub(vec![Layer::new(LayerKind::Udp, true, false, LayerPar::None)]);
+    w.set_targets(&[&udp]);
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+    // Clocks 1..=200 small (same size), 201 the big one, 202 small again.
+    for clock in 1..=202u64 {
+        let payload: Vec<u8> = if clock == 201 { big.clone() } else { (clock as u32).to_le_bytes().repeat(16) };
+        w.write(&payload, &SampleMeta { publisher_id: 78, clock, send_time_us: 10 }).expect("queued");
+    }
+    // Nothing left the process yet: the I/O thread sends.
+    assert_eq!(tx_layer.shared.counters.sent.load(Ordering::Relaxed), 0);
+    assert_eq!(tx.flush(Instant::now()), None, "all sent, nothing to retry");
+    let c = &tx_layer.shared.counters;
+    assert_eq!(c.sent.load(Ordering::Relaxed), 202);
+    let calls = c.send_calls.load(Ordering::Relaxed);
+    assert!(calls <= 8, "202 messages (210 datagrams) in a few sendmmsg calls, not {calls}");
+    assert!(c.gso_runs.load(Ordering::Relaxed) >= 1, "equal-size datagrams to one address go as GSO runs");
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while lock(&collect.samples).len() < 202 && Instant::now() < deadline {
+        poll.poll(&mut events, Some(Duration::from_millis(20))).expect("poll");
+        rx.on_readable(Instant::now(), 1024);
+    }
+    let got = lock(&collect.samples);
+    assert_eq!(got.len(), 202, "every message arrived");
+    for (i, s) in got.iter().enumerate() {
+        let clock = i as u64 + 1;
+        assert_eq!(s.clock, clock);
+        if clock == 201 {
+            assert!(s.payload() == &big[..], "the fragmented message is intact");
+        } else {
+            assert_eq!(s.payload(), &(clock as u32).to_le_bytes().repeat(16)[..]);
+        }
+    }
+    assert_eq!(collect.drops.load(Ordering::Relaxed), 0);
+    assert_eq!(rx_layer.shared.counters.kernel_drops.load(Ordering::Relaxed), 0);
+}
+
+/// A send that finds the queue to the I/O thread full drops its message, says so, and counts it.
+#[test]
+fn a_full_send_queue_drops_and_counts() {
+    let mut cfg = Config::default();
+    cfg.network.send_mode = crate::config::UdpSendMode::IoThread;
+    cfg.network.send_queue = 16;
+    cfg.network.data_port = 20_000 + ((std::process::id() + 3571) % 20_000) as u16;
+    let layer = UdpLayer::new(&cfg, "h", Default::default()).expect("no pattern to compile");
+    let mut src = layer.reader_factory().io_source().expect("sender");
+    let mut w = layer.writer_factory().create(5, "full_t", &TypeInfo::default()).expect("writer");
+    w.set_targets(&[&remote_sub(vec![Layer::new(LayerKind::Udp, true, false, LayerPar::None)])]);
+    let results: Vec<bool> = (1..=20u64)
+        .map(|clock| w.write(b"x", &SampleMeta { publisher_id: 5, clock, send_time_us: 1 }).is_ok())
+        .collect();
+    assert_eq!(results.iter().filter(|ok| **ok).count(), 16);
+    assert!(results[16..].iter().all(|ok| !ok), "the 17th to 20th find the queue full");
+    assert_eq!(layer.shared.counters.queue_full.load(Ordering::Relaxed), 4);
+    assert_eq!(layer.shared.counters.send_drops.load(Ordering::Relaxed), 4);
+    src.flush(Instant::now());
+    assert_eq!(layer.shared.counters.sent.load(Ordering::Relaxed), 16);
+    assert!(w.write(b"x", &SampleMeta { publisher_id: 5, clock: 21, send_time_us: 1 }).is_ok(), "room again");
+    assert_eq!(w.take_late_drops(), 0, "nothing lost after it was queued");
+}

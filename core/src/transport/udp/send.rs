@@ -1,0 +1,306 @@
+//! `[shoal_network] send_mode = io_thread`: publishers frame their messages on their own thread and queue them;
+//! the I/O thread sends the queue in `sendmmsg` batches.
+//!
+//! - The queue ([`SendQueue`]) is a bounded lock-free MPSC array (`crossbeam_queue::ArrayQueue`) shared by all
+//!   publishers of the runtime. A send that finds it full drops its message and counts it as a drop of its
+//!   publisher; it never blocks.
+//! - Waking: the I/O thread marks the queue idle just before it sleeps; the first push after that wakes it
+//!   (one `eventfd` write), every other push costs no system call. With `send_flush_delay_us` above zero the thread
+//!   holds the first message up to that long, or until a whole batch is queued.
+//! - Batches: consecutive datagrams to one address of one size (the last of a run may be shorter) leave as one
+//!   message with a `UDP_SEGMENT` control message (GSO: the kernel cuts it into those datagrams), up to 64
+//!   datagrams and 65,507 bytes a run; a kernel or route that refuses GSO (EIO, EINVAL) turns it off for the
+//!   process and the datagrams go one per message. Small messages of a topic (same size) are therefore one GSO
+//!   run; eCAL's fragments of a large message are 65,507-byte datagrams already, one per message of the batch.
+//! - A full send buffer (EAGAIN, ENOBUFS) keeps the rest queued and retries after 100 µs; any other error drops the
+//!   messages of the failing run, counted as drops of their publishers.
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+use std::net::SocketAddrV4;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+
+use crate::sys::mmsg::{MAX_GSO_SEGMENTS, MAX_UDP_PAYLOAD, OutMsg, is_gso_unsupported, send_mmsg};
+
+use super::Shared;
+
+/// Datagram runs per `sendmmsg`.
+const RUNS_PER_CALL: usize = 64;
+/// Messages taken from the queue into the sender's own list at most (a bound on what waits for the socket).
+const MAX_PENDING: usize = 1024;
+/// Queued messages that end a flush delay at once (and wake the thread while it holds them).
+pub(crate) const FULL_BATCH: usize = 64;
+/// Retry delay after the socket's send buffer was full.
+const RETRY_AFTER: Duration = Duration::from_micros(100);
+
+/// One framed message: its datagrams back to back.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    pub(crate) dest: SocketAddrV4,
+    pub(crate) data: Vec<u8>,
+    /// Where each of its datagrams ends in `data` when it has more than one; empty: `data` is one datagram.
+    pub(crate) ends: Vec<u32>,
+    /// The publisher's count of messages lost after they were queued.
+    pub(crate) drops: Arc<AtomicU64>,
+}
+
+impl Outgoing {
+    fn datagram_count(&self) -> usize {
+        if self.ends.is_empty() { 1 } else { self.ends.len() }
+    }
+
+    /// Datagram `i` of the message.
+    fn datagram(&self, i: usize) -> &[u8] {
+        if self.ends.is_empty() {
+            return &self.data;
+        }
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.data[start..self.ends[i] as usize]
+    }
+}
+
+/// The queue from the publishers to the I/O thread.
+#[derive(Debug)]
+pub(crate) struct SendQueue {
+    queue: ArrayQueue<Outgoing>,
+    /// Set by the I/O thread just before it sleeps; the push that clears it wakes the thread.
+    idle: AtomicBool,
+    waker: OnceLock<Arc<mio::Waker>>,
+    flush_delay: Duration,
+}
+
+impl SendQueue {
+    pub(crate) fn new(depth: usize, flush_delay: Duration) -> SendQueue {
+        SendQueue {
+            queue: ArrayQueue::new(depth.max(1)),
+            idle: AtomicBool::new(false),
+            waker: OnceLock::new(),
+            flush_delay,
+        }
+    }
+
+    /// Queues `m`; gives it back when the queue is full.
+    pub(crate) fn push(&self, m: Outgoing) -> Result<(), Outgoing> {
+        self.queue.push(m)?;
+        let wake =
+            self.idle.swap(false, Ordering::SeqCst) || (!self.flush_delay.is_zero() && self.queue.len() == FULL_BATCH);
+        if wake
+            && let Some(w) = self.waker.get()
+            && let Err(e) = w.wake()
+        {
+            tracing::warn!("UDP data layer: cannot wake the I/O thread: {e}");
+        }
+        Ok(())
+    }
+}
+
+/// The I/O thread's side: takes the queue and sends it.
+pub(crate) struct UdpSender {
+    shared: Arc<Shared>,
+    queue: Arc<SendQueue>,
+    /// Taken from the queue, not yet sent; the front may be partly sent (`front_sent` datagrams).
+    pending: VecDeque<Outgoing>,
+    front_sent: usize,
+    /// When the thread first saw the messages it now holds for the flush delay.
+    held_since: Option<Instant>,
+    retry_at: Option<Instant>,
+    gso: bool,
+}
+
+impl UdpSender {
+    pub(crate) fn new(shared: Arc<Shared>, queue: Arc<SendQueue>) -> UdpSender {
+        UdpSender {
+            shared,
+            queue,
+            pending: VecDeque::new(),
+            front_sent: 0,
+            held_since: None,
+            retry_at: None,
+            gso: true,
+        }
+    }
+
+    pub(crate) fn set_waker(&mut self, waker: Arc<mio::Waker>) {
+        let _ = self.queue.waker.set(waker);
+    }
+
+    fn waiting(&self) -> usize {
+        self.pending.len() + self.queue.queue.len()
+    }
+
+    /// Sends what is queued; returns when it wants to be called again (flush delay, retry).
+    pub(crate) fn flush(&mut self, now: Instant) -> Option<Instant> {
+        self.queue.idle.store(false, Ordering::SeqCst);
+        if self.waiting() == 0 {
+            self.held_since = None;
+            return None;
+        }
+        if let Some(t) = self.retry_at {
+            if now < t {
+                return Some(t);
+            }
+            self.retry_at = None;
+        }
+        let delay = self.queue.flush_delay;
+        if !delay.is_zero() && self.waiting() < FULL_BATCH {
+            let since = *self.held_since.get_or_insert(now);
+            if now < since + delay {
+                return Some(since + delay);
+            }
+        }
+        self.held_since = None;
+        loop {
+            while self.pending.len() < MAX_PENDING {
+                match self.queue.queue.pop() {
+                    Some(m) => self.pending.push_back(m),
+                    None => break,
+                }
+            }
+            if self.pending.is_empty() {
+                return None;
+            }
+            if !self.send_some() {
+                self.retry_at = Some(Instant::now() + RETRY_AFTER);
+                return self.retry_at;
+            }
+        }
+    }
+
+    /// Whether the thread may sleep: marks the queue idle, unless messages wait (then false: do not sleep).
+    /// While a flush delay holds messages, pushes do not wake the thread (its timeout does).
+    pub(crate) fn before_sleep(&mut self) -> bool {
+        if self.held_since.is_some() || self.retry_at.is_some() {
+            return false;
+        }
+        self.queue.idle.store(true, Ordering::SeqCst);
+        if self.waiting() > 0 {
+            self.queue.idle.store(false, Ordering::SeqCst);
+            return true;
+        }
+        false
+    }
+
+    /// One `sendmmsg` over the front of `pending`. False when the socket's buffer is full (retry later).
+    fn send_some(&mut self) -> bool {
+        let Some(sock) = self.shared.sender() else {
+            // No socket: every queued message is lost (the writer warned when it failed to open).
+            for m in self.pending.drain(..) {
+                m.drops.fetch_add(1, Ordering::Relaxed);
+                self.shared.counters.send_drops.fetch_add(1, Ordering::Relaxed);
+            }
+            self.front_sent = 0;
+            return true;
+        };
+        let fd = sock.as_raw_fd();
+        // Flatten the front into datagrams (message index, datagram), then cut runs.
+        let mut iovs: Vec<IoSlice<'_>> = Vec::new();
+        // (dest, first iov, iov count, segment size when GSO, last message index touched)
+        let mut runs: Vec<(SocketAddrV4, usize, usize, Option<u16>, usize)> = Vec::new();
+        let mut run_bytes = 0usize;
+        let mut run_seg = 0usize;
+        let mut run_closed = true;
+        'outer: for (mi, m) in self.pending.iter().enumerate() {
+            let skip = if mi == 0 { self.front_sent } else { 0 };
+            for di in skip..m.datagram_count() {
+                let d = m.datagram(di);
+                let extend = self.gso
+                    && !run_closed
+                    && runs.last().is_some_and(|r| r.0 == m.dest && r.2 < MAX_GSO_SEGMENTS)
+                    && d.len() <= run_seg
+                    && run_bytes + d.len() <= MAX_UDP_PAYLOAD;
+                if extend {
+                    let r = runs.last_mut().expect("checked above");
+                    r.2 += 1;
+                    r.4 = mi;
+                    run_bytes += d.len();
+                    if d.len() < run_seg {
+                        // A shorter datagram ends a GSO run.
+                        run_closed = true;
+                    }
+                } else {
+                    if runs.len() == RUNS_PER_CALL {
+                        break 'outer;
+                    }
+                    runs.push((m.dest, iovs.len(), 1, None, mi));
+                    run_bytes = d.len();
+                    run_seg = d.len();
+                    run_closed = d.is_empty() || d.len() > u16::MAX as usize;
+                }
+                iovs.push(IoSlice::new(d));
+            }
+        }
+        for r in &mut runs {
+            if r.2 > 1 {
+                r.3 = Some(run_seg_of(&iovs[r.1]));
+            }
+        }
+        let msgs: Vec<OutMsg<'_>> =
+            runs.iter().map(|r| OutMsg { dest: r.0, iov: &iovs[r.1..r.1 + r.2], segment: r.3 }).collect();
+        let result = send_mmsg(fd, &msgs);
+        // Datagrams the kernel took, and the run that failed (if any).
+        let (sent_runs, failed) = match result {
+            Ok(n) => (n, None),
+            Err(e) => (0, Some(e)),
+        };
+        let sent_datagrams: usize = runs[..sent_runs].iter().map(|r| r.2).sum();
+        let c = &self.shared.counters;
+        c.send_calls.fetch_add(1, Ordering::Relaxed);
+        c.gso_runs.fetch_add(runs[..sent_runs].iter().filter(|r| r.3.is_some()).count() as u64, Ordering::Relaxed);
+        let failed_run = failed.as_ref().map(|_| (runs[0].2, runs[0].4, runs[0].3.is_some()));
+        drop(msgs);
+        drop(iovs);
+        self.advance(sent_datagrams);
+        match (failed, failed_run) {
+            (None, _) => true,
+            (Some(e), Some((_, _, true))) if is_gso_unsupported(&e) => {
+                tracing::warn!("UDP data layer: the kernel refused a UDP GSO send ({e}); sending without GSO");
+                self.gso = false;
+                true
+            }
+            (Some(e), _) if e.kind() == std::io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) => {
+                false
+            }
+            (Some(e), _) if e.kind() == std::io::ErrorKind::Interrupted => true,
+            (Some(e), Some((count, last_msg, _))) => {
+                // Drop every message the failing run touched.
+                tracing::debug!("UDP data layer: send of {count} datagrams failed: {e}");
+                for _ in 0..=last_msg {
+                    if let Some(m) = self.pending.pop_front() {
+                        m.drops.fetch_add(1, Ordering::Relaxed);
+                        self.shared.counters.send_drops.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                self.front_sent = 0;
+                true
+            }
+            (Some(_), None) => true,
+        }
+    }
+
+    /// Takes `n` sent datagrams off the front of `pending`.
+    fn advance(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some(front) = self.pending.front() else { break };
+            let left = front.datagram_count() - self.front_sent;
+            if n >= left {
+                n -= left;
+                self.pending.pop_front();
+                self.front_sent = 0;
+                self.shared.counters.sent.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.front_sent += n;
+                n = 0;
+            }
+        }
+    }
+}
+
+fn run_seg_of(first: &IoSlice<'_>) -> u16 {
+    // Runs are cut so that their first datagram is the longest and fits in a u16.
+    u16::try_from(first.len()).unwrap_or(u16::MAX)
+}
