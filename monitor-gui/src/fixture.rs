@@ -268,7 +268,7 @@ impl Fixture {
             c.latency.record(5_000 + (i as u64 % 7) * 300);
             topics.push(self.subscriber(sub_pid, sub_id, &name, ti, "shoal_ring", vec![c], 0));
         }
-        Snapshot { taken_at: Some(taken_at), processes, topics, auth: Default::default() }
+        Snapshot { taken_at: Some(taken_at), processes, topics, auth: Default::default(), udp: Default::default() }
     }
 
     fn entry(&self, pid: u32, id: u64, topic: &str, ti: TypeInfo, layers: &str, dir: TopicDirection) -> TopicEntry {

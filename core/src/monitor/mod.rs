@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-pub use crate::stats::{ConnectionStats, LatencyHistogram, LatencySummary, ShoalStats, Via};
+pub use crate::stats::{ConnectionStats, LatencyHistogram, LatencySummary, ShoalStats, UdpCounts, Via};
 pub use crate::wire::auth::{AuthCounts, AuthSummary};
 
 use crate::registration::{Direction, LayerKind, Registrar};
@@ -101,6 +101,8 @@ pub struct Snapshot {
     pub topics: Vec<TopicEntry>,
     /// What `[shoal_auth]` refused since the start, per cause for registration and UDP data, and per topic.
     pub auth: AuthSummary,
+    /// This process's UDP data layer: datagrams, losses, duplicates, late samples, reassembly evictions.
+    pub udp: UdpCounts,
 }
 
 fn layer_name(k: &LayerKind) -> String {
@@ -160,7 +162,13 @@ pub(crate) fn build_snapshot(reg: &Registrar, now: Instant) -> Snapshot {
         })
         .collect();
     flag_type_mismatches(&mut topics, &my_host, my_pid);
-    Snapshot { taken_at: Some(SystemTime::now()), processes, topics, auth: reg.auth_stats().summary() }
+    Snapshot {
+        taken_at: Some(SystemTime::now()),
+        processes,
+        topics,
+        auth: reg.auth_stats().summary(),
+        udp: UdpCounts::default(),
+    }
 }
 
 /// Sets `type_mismatch` on publishers whose type disagrees with a subscriber of this process on the same topic,
