@@ -5,10 +5,10 @@
 //! skips the delay and so overtakes those in flight. One seeded generator per direction decides loss, jitter and
 //! reordering, so a given seed makes the same decisions for the same frame sequence (`SHOAL_IMPAIR_SEED` overrides
 //! the default; every relay prints its seed). Everything is counted: frames seen, lost, forwarded, reordered, and
-//! frames the relay could not carry (larger than the MTU, over the queue bound, a failed send), which a test
-//! asserts are none. The hosts' veth ends get checksum offload, TSO and GSO switched off (`SIOCETHTOOL`), so the
-//! frames arriving here are at most MTU sized and carry real checksums: corruption would be detected, and each
-//! TCP segment and IP fragment is lost on its own, as on a wire.
+//! frames the relay could not carry (larger than the MTU, over the queue bound, a failed send, dropped by the kernel
+//! before the relay read them), which a test asserts are none. The hosts' veth ends get checksum offload, TSO and
+//! GSO switched off (`SIOCETHTOOL`), so the frames arriving here are at most MTU sized and carry real checksums:
+//! corruption would be detected, and each TCP segment and IP fragment is lost on its own, as on a wire.
 
 use std::collections::BinaryHeap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -57,6 +57,8 @@ pub(crate) struct LinkCounters {
     pub(crate) overflow: AtomicU64,
     /// Frames whose send failed.
     pub(crate) send_errors: AtomicU64,
+    /// Frames the kernel dropped before the relay read them (its socket buffer full: `PACKET_STATISTICS`).
+    pub(crate) rx_overruns: AtomicU64,
 }
 
 /// A snapshot of [`LinkCounters`].
@@ -69,12 +71,13 @@ pub(crate) struct LinkStats {
     pub(crate) oversized: u64,
     pub(crate) overflow: u64,
     pub(crate) send_errors: u64,
+    pub(crate) rx_overruns: u64,
 }
 
 impl LinkStats {
     /// Frames the relay failed to carry (not the configured loss): a test expects none.
     pub(crate) fn failures(&self) -> u64 {
-        self.oversized + self.overflow + self.send_errors
+        self.oversized + self.overflow + self.send_errors + self.rx_overruns
     }
 }
 
@@ -83,8 +86,16 @@ impl std::fmt::Display for LinkStats {
         let pct = if self.frames > 0 { 100.0 * self.lost as f64 / self.frames as f64 } else { 0.0 };
         write!(
             f,
-            "frames {} lost {} ({pct:.2} %) forwarded {} reordered {} oversized {} overflow {} send_errors {}",
-            self.frames, self.lost, self.forwarded, self.reordered, self.oversized, self.overflow, self.send_errors
+            "frames {} lost {} ({pct:.2} %) forwarded {} reordered {} oversized {} overflow {} send_errors {} \
+             rx_overruns {}",
+            self.frames,
+            self.lost,
+            self.forwarded,
+            self.reordered,
+            self.oversized,
+            self.overflow,
+            self.send_errors,
+            self.rx_overruns
         )
     }
 }
@@ -100,6 +111,7 @@ impl LinkCounters {
             oversized: l(&self.oversized),
             overflow: l(&self.overflow),
             send_errors: l(&self.send_errors),
+            rx_overruns: l(&self.rx_overruns),
         }
     }
 }
@@ -297,8 +309,8 @@ fn open_leg(name: &str, receive: bool) -> Result<OwnedFd, String> {
             return Err(os_err("PACKET_ADD_MEMBERSHIP promiscuous"));
         }
         let buf: libc::c_int = 8 << 20;
-        // SAFETY: an int option of the size passed (the kernel caps it at rmem_max; then bursts may overflow it,
-        // which the counters would not show as loss: the tests' rates stay far below what one thread carries).
+        // SAFETY: an int option of the size passed (as root not capped by rmem_max; what still overflows it is
+        // counted from PACKET_STATISTICS).
         unsafe {
             libc::setsockopt(
                 fd.as_raw_fd(),
@@ -310,6 +322,23 @@ fn open_leg(name: &str, receive: bool) -> Result<OwnedFd, String> {
         }
     }
     Ok(fd)
+}
+
+/// Frames the kernel dropped on `rx` since the last call (reading `PACKET_STATISTICS` resets it).
+fn rx_drops(rx: &OwnedFd) -> u64 {
+    let mut stats = libc::tpacket_stats { tp_packets: 0, tp_drops: 0 };
+    let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+    // SAFETY: a tpacket_stats of the size passed, written by the kernel.
+    let r = unsafe {
+        libc::getsockopt(
+            rx.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            (&raw mut stats).cast(),
+            &raw mut len,
+        )
+    };
+    if r == 0 { u64::from(stats.tp_drops) } else { 0 }
 }
 
 /// splitmix64: small, seeded, good enough for test decisions.
@@ -362,7 +391,12 @@ fn forward(rx: &OwnedFd, tx: &OwnedFd, shared: &Mutex<Impairment>, seed: u64, c:
     let (mut seq, mut max_sent_seq) = (0u64, None::<u64>);
     // Room for a GSO super-frame, so an oversized frame is seen (and counted) whole rather than truncated.
     let mut buf = vec![0u8; 65536 + 128];
+    let mut stats_read = Instant::now();
     while !stop.load(Ordering::Relaxed) {
+        if stats_read.elapsed() >= Duration::from_millis(100) {
+            c.rx_overruns.fetch_add(rx_drops(rx), Ordering::Relaxed);
+            stats_read = Instant::now();
+        }
         let imp = *shared.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         let wait = heap.peek().map_or(Duration::from_millis(20), |h| h.due.saturating_duration_since(now));
@@ -416,6 +450,7 @@ fn forward(rx: &OwnedFd, tx: &OwnedFd, shared: &Mutex<Impairment>, seed: u64, c:
             }
         }
     }
+    c.rx_overruns.fetch_add(rx_drops(rx), Ordering::Relaxed);
 }
 
 /// `struct ifreq` with `ifr_data` (what `SIOCETHTOOL` takes), padded to the kernel's 40 bytes.
