@@ -28,16 +28,17 @@ fn lossy(seed: u64) -> Impairment {
     Impairment::new(0.05, MS(5), MS(2), 0.10, seed)
 }
 
-/// Checks that the relay carried every frame it did not drop on purpose, and dropped some.
+/// Checks that the relay carried every frame it did not drop on purpose, and that it lost and reordered frames from
+/// a to b (the publisher's side; the other direction may carry only a few dozen registration frames).
 fn assert_relay_lossy(net: &NetnsPair, name: &str) {
     let relay = net.relay().expect("an impaired pair");
     relay.report(name);
     for dir in 0..2 {
         let s = relay.stats(dir);
         assert_eq!(s.failures(), 0, "{name}: the relay carried every frame it did not drop on purpose: {s}");
-        assert!(s.lost > 0, "{name}: the link lost frames: {s}");
     }
     let ab = relay.stats(0);
+    assert!(ab.lost > 0, "{name}: the link lost frames: {ab}");
     assert!(ab.reordered > 0, "{name}: the link reordered frames: {ab}");
 }
 

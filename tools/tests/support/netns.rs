@@ -101,6 +101,12 @@ impl NetnsPair {
             if let (Some(m), Some(imp)) = (pair.names.get(2), impairment) {
                 for (ns, dev) in pair.names.iter().zip(&veths) {
                     offloads_off(ns, dev)?;
+                    // A lost IP fragment leaves the kernel holding the rest of its datagram for ipfrag_time (30 s),
+                    // within ipfrag_high_thresh (4 MB per namespace), beyond which it refuses new fragments. So that
+                    // the phases of a test do not share that budget, it lets go after 3 s and may hold 32 MB.
+                    let sysctl = "echo 33554432 > /proc/sys/net/ipv4/ipfrag_high_thresh && \
+                                  echo 3 > /proc/sys/net/ipv4/ipfrag_time";
+                    run(&["ip", "netns", "exec", ns, "sh", "-c", sysctl])?;
                 }
                 pair.relay = Some(Relay::start(m, [&legs[0], &legs[1]], imp)?);
             }
