@@ -124,7 +124,9 @@ impl Node {
     pub fn snapshot(&self) -> Snapshot {
         let (tx, rx) = std::sync::mpsc::channel();
         self.rt.io_send(crate::io::Command::Snapshot(tx));
-        rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap_or_default()
+        let mut snapshot: Snapshot = rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap_or_default();
+        snapshot.udp = self.rt.udp_counts();
+        snapshot
     }
 }
 
@@ -182,6 +184,7 @@ fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> 
     writer_factories.push(Box::new(tcp.writer_factory()));
     reader_factories.push(Box::new(tcp.reader_factory()));
     let rt = Arc::new(Runtime::new(config, identity, doorbell, self_ringer, writer_factories, reader_factories));
+    rt.set_udp(udp);
     let sources = rt.reader_factories.iter().filter_map(|f| f.io_source()).collect();
     let handler: Weak<Runtime> = Arc::downgrade(&rt);
     let io = crate::io::start(&rt.config, registrar, sources, handler as Weak<dyn EventHandler>)?;

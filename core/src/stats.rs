@@ -417,3 +417,36 @@ mod tests {
         assert_eq!(LatencySummary::default().max_us, f64::NEG_INFINITY);
     }
 }
+
+/// What this process's UDP data layer received and dropped since the start, over all its topics (the per-topic
+/// share of the losses is each subscriber's drop count). `Node::snapshot().udp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UdpCounts {
+    /// Messages handed to the send socket completely.
+    pub sent: u64,
+    /// Messages dropped on send (socket buffer full or another send error).
+    pub send_drops: u64,
+    /// Datagrams received.
+    pub datagrams: u64,
+    /// Datagrams dropped by the header check or reassembly, and incomplete messages expired.
+    pub wire_drops: u64,
+    /// Samples delivered to subscribers.
+    pub delivered: u64,
+    /// Samples never received, from gaps in a publisher's clock (summed over the subscribers that saw the gap).
+    pub lost: u64,
+    /// Samples dropped because their clock was seen already.
+    pub duplicates: u64,
+    /// Samples that arrived after a newer one of their publisher and were discarded (counted in `lost` before).
+    pub late: u64,
+    /// Fragmented messages reassembled.
+    pub reassembled: u64,
+    /// Incomplete fragmented messages dropped after the reassembly time-out (5 s).
+    pub reassembly_expired: u64,
+    /// Incomplete fragmented messages evicted by the reassembly bounds (`[shoal_limits] udp_fragmented_per_source`,
+    /// `udp_reassembly_bytes`, messages in flight).
+    pub reassembly_evicted: u64,
+    /// Incomplete fragmented messages held right now.
+    pub reassembly_in_flight: u64,
+    /// Bytes charged against `udp_reassembly_bytes` by the incomplete messages held right now.
+    pub reassembly_bytes: u64,
+}

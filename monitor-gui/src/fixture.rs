@@ -274,6 +274,7 @@ impl Fixture {
             topics,
             auth: Default::default(),
             socket_drops: Default::default(),
+            udp: Default::default(),
         }
     }
 

@@ -4,8 +4,8 @@
 //! both ends so TCP carries everything (checked: the shoal subscriber counts the layer each message came through,
 //! eCAL's monitor shows the shoal publisher's active layer), 64 B, 1 MB and 8 MB messages, every one accounted
 //! for (shoal → eCAL: all delivered in order; eCAL → shoal: delivered or counted as dropped by the eCAL
-//! publisher); a publisher killed and replaced while the subscriber stays; and shoal → shoal over a link with
-//! `tc netem` loss, delay and reordering, where TCP (chosen by `priority_remote`) delivers everything.
+//! publisher); a publisher killed and replaced while the subscriber stays. TCP over a lossy link is in
+//! `impair_netns.rs`.
 //!
 //! Needs root (`ip netns`); without it every test here prints why and passes without running.
 
@@ -14,15 +14,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{NetnsPair, PEER, Proc, ecal_python, is_root, script, topic, write_ini};
-
-fn root_or_skip(test: &str) -> bool {
-    let root = is_root();
-    if !root {
-        eprintln!("SKIPPED {test}: creating network namespaces needs root");
-    }
-    root
-}
+use support::{NetnsPair, PEER, Proc, ecal_network_dir, ecal_python, root_or_skip, script, topic, write_ini};
 
 /// Network mode, subscribers receive TCP only.
 fn tcp_sub_ini(name: &str) -> String {
@@ -39,14 +31,6 @@ fn tcp_pub_ini(name: &str) -> String {
         name,
         "[network]\nnetwork_enabled = true\n[publisher]\nuse_shm = false\nuse_udp_mc = false\nuse_tcp = true\n",
     )
-}
-
-/// A directory with an `ecal.yaml` that puts eCAL in network mode (eCAL reads `ecal.yaml` from its working dir).
-fn ecal_network_dir() -> String {
-    let dir = format!("{}/ecal_tcp_net_{}", env!("CARGO_TARGET_TMPDIR"), std::process::id());
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    std::fs::write(format!("{dir}/ecal.yaml"), "communication_mode: network\n").expect("write ecal.yaml");
-    dir
 }
 
 /// (size, count, rate): 64 B, 1 MB and 8 MB messages.
@@ -288,78 +272,4 @@ fn tcp_subscriber_survives_a_killed_and_restarted_publisher() {
     assert_accounted_over_tcp("tcp_restart", &summary, first + second, 2);
     sub.wait_success(Duration::from_secs(5));
     publ2.wait_success(Duration::from_secs(15));
-}
-
-/// shoal → shoal across a lossy link (`tc netem loss 5% delay 5ms reorder 10%` on both veth ends), UDP enabled on
-/// both sides but `priority_remote = tcp, udp` on the publisher: TCP is chosen and delivers every message, intact
-/// and in order, 64 B and 1 MB. Where the kernel has no netem the link stays clean (printed), and the test still
-/// checks the layer choice and the transfer.
-#[test]
-fn tcp_delivers_everything_over_a_lossy_link_and_priority_remote_chooses_it() {
-    if !root_or_skip("tcp_delivers_everything_over_a_lossy_link_and_priority_remote_chooses_it") {
-        return;
-    }
-    let net = NetnsPair::create("n", 14);
-    let hosts = ["shoal-na", "shoal-nb"];
-    net.hosts(hosts);
-    let lossy = (0..2).all(|i| match net.netem(i, &["loss", "5%", "delay", "5ms", "reorder", "10%"]) {
-        Ok(()) => true,
-        Err(e) => {
-            // Still worth running: the layer choice by priority_remote does not need the loss.
-            eprintln!("NETEM UNAVAILABLE, running over a clean link (this kernel has no sch_netem?): {e}");
-            false
-        }
-    });
-    eprintln!("tcp_netem: link lossy = {lossy}");
-    let pub_ini =
-        write_ini("tcp_netem_pub", "[network]\nnetwork_enabled = true\n[publisher]\npriority_remote = tcp, udp\n");
-    let sub_ini =
-        write_ini("tcp_netem_sub", "[network]\nnetwork_enabled = true\n[subscriber]\ntcp_rec_enabled = true\n");
-    for (size, count, rate) in [(64usize, 500u64, 500u32), (1_000_000, 20, 10)] {
-        let name = format!("tcp_netem_{size}");
-        let t = topic(&name);
-        let count_s = count.to_string();
-        let mut sub_cmd =
-            net.command(1, hosts[1], PEER, &["sub", "--topic", &t, "--count", &count_s, "--idle-ms", "20000"]);
-        sub_cmd.env("ECAL_INI", &sub_ini);
-        let mut sub = Proc::spawn("shoal sub", sub_cmd);
-        sub.expect("ready", Duration::from_secs(10));
-        let (size_s, rate_s) = (size.to_string(), rate.to_string());
-        let mut pub_cmd = net.command(
-            0,
-            hosts[0],
-            PEER,
-            &[
-                "pub",
-                "--topic",
-                &t,
-                "--count",
-                &count_s,
-                "--size",
-                &size_s,
-                "--rate",
-                &rate_s,
-                "--wait-subs",
-                "1",
-                "--start-delay-ms",
-                START_DELAY_MS,
-                "--linger-ms",
-                "3000",
-            ],
-        );
-        pub_cmd.env("ECAL_INI", &pub_ini);
-        let mut publ = Proc::spawn("shoal pub", pub_cmd);
-        let done = publ.expect("done", Duration::from_secs(60));
-        assert_eq!(done["sent"], count, "{name}: {done}");
-        assert_eq!(done["drops"], 0, "{name}: {done}");
-        let summary = sub.expect("summary", Duration::from_secs(60));
-        eprintln!("{name}: shoal publisher {done}\n{name}: shoal subscriber {summary}");
-        assert_eq!(summary["received"], count, "{name}: TCP delivers everything: {summary}");
-        assert_eq!(summary["drops"], 0, "{name}: {summary}");
-        assert_eq!(summary["torn"], 0, "{name}: {summary}");
-        assert_eq!(summary["out_of_order"], 0, "{name}: {summary}");
-        assert_eq!(summary["via"], serde_json::json!({"tcp": count}), "{name}: priority_remote chose TCP: {summary}");
-        sub.wait_success(Duration::from_secs(5));
-        publ.wait_success(Duration::from_secs(10));
-    }
 }

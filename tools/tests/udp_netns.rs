@@ -10,16 +10,9 @@ mod support;
 use std::time::Duration;
 
 use support::{
-    NetnsPair, PEER, Proc, ecal_python, finish_transfer, finish_transfer_to_ecal, is_root, script, topic, write_ini,
+    NetnsPair, PEER, Proc, ecal_network_dir, ecal_python, finish_transfer, finish_transfer_to_ecal, root_or_skip,
+    script, topic, write_ini,
 };
-
-fn root_or_skip(test: &str) -> bool {
-    let root = is_root();
-    if !root {
-        eprintln!("SKIPPED {test}: creating network namespaces needs root");
-    }
-    root
-}
 
 /// shoal in network mode; `iface` is `multicast_interface` (None: 0.0.0.0, chosen from the route).
 fn net_ini(name: &str, iface: Option<&str>) -> String {
@@ -28,14 +21,6 @@ fn net_ini(name: &str, iface: Option<&str>) -> String {
         text.push_str(&format!("[shoal_network]\nmulticast_interface = {a}\n"));
     }
     write_ini(name, &text)
-}
-
-/// A directory with an `ecal.yaml` that puts eCAL in network mode (eCAL reads `ecal.yaml` from its working dir).
-fn ecal_network_dir() -> String {
-    let dir = format!("{}/ecal_net_{}", env!("CARGO_TARGET_TMPDIR"), std::process::id());
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    std::fs::write(format!("{dir}/ecal.yaml"), "communication_mode: network\n").expect("write ecal.yaml");
-    dir
 }
 
 /// shoal publisher on host `from` → shoal subscriber on host `to`, `count` messages of `size` bytes at `rate`/s.

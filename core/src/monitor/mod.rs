@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-pub use crate::stats::{ConnectionStats, LatencyHistogram, LatencySummary, ShoalStats, Via};
+pub use crate::stats::{ConnectionStats, LatencyHistogram, LatencySummary, ShoalStats, UdpCounts, Via};
 pub use crate::wire::auth::{AuthCounts, AuthSummary};
 
 use crate::registration::{Direction, LayerKind, Registrar};
@@ -101,6 +101,8 @@ pub struct Snapshot {
     pub topics: Vec<TopicEntry>,
     /// What `[shoal_auth]` refused since the start, per cause for registration and UDP data, and per topic.
     pub auth: AuthSummary,
+    /// This process's UDP data layer: datagrams, losses, duplicates, late samples, reassembly evictions.
+    pub udp: UdpCounts,
     /// Datagrams the kernel dropped on this process's UDP sockets because their receive buffers were full.
     pub socket_drops: SocketDrops,
 }
@@ -179,6 +181,7 @@ pub(crate) fn build_snapshot(reg: &Registrar, now: Instant) -> Snapshot {
         topics,
         auth: reg.auth_stats().summary(),
         socket_drops: SocketDrops::default(),
+        udp: UdpCounts::default(),
     }
 }
 

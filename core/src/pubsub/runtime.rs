@@ -53,6 +53,8 @@ pub(crate) struct Runtime {
     pub(crate) reader_factories: Vec<Box<dyn LayerReaderFactory>>,
     next_entity: AtomicU64,
     entity_prefix: u64,
+    /// The UDP data layer, for its counters in `Node::snapshot`.
+    udp: std::sync::OnceLock<crate::transport::udp::UdpLayer>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -95,7 +97,18 @@ impl Runtime {
             reader_factories,
             next_entity: AtomicU64::new(1),
             entity_prefix: ((pid & 0xFF_FFFF) << 40) | (random << 16),
+            udp: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Keeps a handle on the UDP data layer (its counters).
+    pub(crate) fn set_udp(&self, udp: crate::transport::udp::UdpLayer) {
+        let _ = self.udp.set(udp);
+    }
+
+    /// The UDP data layer's counters (zero before it is set).
+    pub(crate) fn udp_counts(&self) -> crate::stats::UdpCounts {
+        self.udp.get().map(|u| u.counts()).unwrap_or_default()
     }
 
     pub(crate) fn set_io(&self, io: IoHandle) {

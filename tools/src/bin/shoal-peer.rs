@@ -82,6 +82,10 @@ enum Cmd {
         /// Reliable subscriber (a reliable publisher waits for it).
         #[arg(long)]
         reliable: bool,
+        /// Stay alive this long after the summary, in ms, with the subscriber registered (so its final drop count
+        /// reaches other processes through registration).
+        #[arg(long, default_value_t = 0)]
+        linger_ms: u64,
     },
 }
 
@@ -119,6 +123,15 @@ fn auth_json(a: &shoal::monitor::AuthSummary) -> serde_json::Value {
     json!({"enabled": a.enabled, "registration": counts(&a.registration), "data": counts(&a.data),
            "verified_registration": a.verified.0, "verified_data": a.verified.1, "topics": topics,
            "senders_evicted": a.senders_evicted})
+}
+
+/// The UDP data layer's counters as JSON.
+fn udp_json(u: &shoal::monitor::UdpCounts) -> serde_json::Value {
+    json!({"sent": u.sent, "send_drops": u.send_drops, "datagrams": u.datagrams, "wire_drops": u.wire_drops,
+           "delivered": u.delivered, "lost": u.lost, "duplicates": u.duplicates, "late": u.late,
+           "reassembled": u.reassembled, "reassembly_expired": u.reassembly_expired,
+           "reassembly_evicted": u.reassembly_evicted, "reassembly_in_flight": u.reassembly_in_flight,
+           "reassembly_bytes": u.reassembly_bytes})
 }
 
 fn main() -> Result<()> {
@@ -186,7 +199,18 @@ fn main() -> Result<()> {
                         "reliable_evicted_stalled": flow.evicted_stalled}));
             std::thread::sleep(Duration::from_millis(linger_ms));
         }
-        Cmd::Sub { topic, count, idle_ms, zero_copy, spin, pause_after, pause_ms, until_accounted, reliable } => {
+        Cmd::Sub {
+            topic,
+            count,
+            idle_ms,
+            zero_copy,
+            spin,
+            pause_after,
+            pause_ms,
+            until_accounted,
+            reliable,
+            linger_ms,
+        } => {
             let mut builder = node.subscriber(&topic);
             if reliable {
                 builder = builder.reliable(true);
@@ -261,6 +285,7 @@ fn main() -> Result<()> {
                 lat_sum_ns += u128::from(now_ns.saturating_sub(sent));
                 lat_max_ns = lat_max_ns.max(now_ns.saturating_sub(sent));
             }
+            let snapshot = node.snapshot();
             emit(&json!({
                 "event": "summary",
                 "received": received,
@@ -279,8 +304,10 @@ fn main() -> Result<()> {
                 "first_msg_after_match_ms": first_msg_after_match_ms,
                 "mean_latency_us": if received > 0 { (lat_sum_ns / u128::from(received)) as f64 / 1e3 } else { 0.0 },
                 "max_latency_us": lat_max_ns / 1000,
-                "auth": auth_json(&node.snapshot().auth),
+                "auth": auth_json(&snapshot.auth),
+                "udp": udp_json(&snapshot.udp),
             }));
+            std::thread::sleep(Duration::from_millis(linger_ms));
         }
     }
     Ok(())

@@ -1,9 +1,12 @@
 //! Helpers shared by the multi-process tests (`multiprocess.rs`, `timing.rs`, `udp.rs`, `ecal_udp.rs`,
-//! `udp_netns.rs`, `ecal_shm.rs`, `ecal_interop.rs`): the child processes of `process.rs`, the tools' binaries,
-//! summary checks, and a pair of network namespaces joined by a veth pair.
+//! `udp_netns.rs`, `tcp_netns.rs`, `impair_netns.rs`, `ecal_shm.rs`, `ecal_interop.rs`): the child processes of
+//! `process.rs`, the tools' binaries, summary checks, and in `netns.rs` a pair of network namespaces joined by a
+//! veth pair or, through the impairment relay of `impair.rs`, by a lossy, delaying, reordering link.
 
 #![allow(dead_code)] // each test file uses a different subset
 
+mod impair;
+mod netns;
 mod process;
 
 use std::process::Command;
@@ -11,6 +14,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+#[allow(unused_imports)] // as above
+pub(crate) use impair::{Impairment, LinkStats};
+#[allow(unused_imports)] // as above
+pub(crate) use netns::{NetnsPair, ecal_network_dir, is_root, root_or_skip};
 #[allow(unused_imports)] // as above
 pub(crate) use process::{Proc, ecal_python, script, shm_files_of, venv_python};
 
@@ -123,103 +130,4 @@ pub(crate) fn finish_transfer_to_ecal(
     sub.wait_exit_reported(Duration::from_secs(10));
     publ.wait_success(Duration::from_secs(5));
     msgs
-}
-
-fn run(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0]).args(&args[1..]).output().map_err(|e| format!("{args:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("{args:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
-
-/// Whether this process runs as root (network namespaces need it).
-pub(crate) fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
-}
-
-/// Two network namespaces ("hosts" a and b) joined by a veth pair, 10.231.`subnet`.1 and .2 (addresses that
-/// exist only inside them), each with `lo` up and the multicast route `224.0.0.0/4` on its veth, so multicast stays
-/// between the two. Deleted on drop (also when a test panics).
-pub(crate) struct NetnsPair {
-    names: [String; 2],
-    veths: [String; 2],
-    addrs: [String; 2],
-}
-
-impl NetnsPair {
-    /// Creates the pair; `tag` (≤ 3 chars) keeps names of parallel tests apart.
-    pub(crate) fn create(tag: &str, subnet: u8) -> NetnsPair {
-        let pid = std::process::id();
-        let names = [format!("shoal_{tag}_a_{pid}"), format!("shoal_{tag}_b_{pid}")];
-        let veths = [format!("v{tag}a{}", pid % 100_000), format!("v{tag}b{}", pid % 100_000)];
-        let addrs = [format!("10.231.{subnet}.1"), format!("10.231.{subnet}.2")];
-        let pair = NetnsPair { names, veths: veths.clone(), addrs };
-        let [a, b] = &pair.names;
-        let setup = || -> Result<(), String> {
-            run(&["ip", "netns", "add", a])?;
-            run(&["ip", "netns", "add", b])?;
-            run(&["ip", "link", "add", &veths[0], "netns", a, "type", "veth", "peer", "name", &veths[1], "netns", b])?;
-            for ((ns, dev), addr) in pair.names.iter().zip(&veths).zip(&pair.addrs) {
-                run(&["ip", "-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
-                run(&["ip", "-n", ns, "link", "set", dev, "up"])?;
-                run(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
-                run(&["ip", "-n", ns, "route", "add", "224.0.0.0/4", "dev", dev])?;
-            }
-            Ok(())
-        };
-        if let Err(e) = setup() {
-            drop(pair);
-            panic!("cannot set up the network namespaces: {e}");
-        }
-        pair
-    }
-
-    /// Makes the host names resolve inside both namespaces: `ip netns exec` mounts `/etc/netns/<name>/hosts` over
-    /// `/etc/hosts` (removed on drop). `names[i]` is the host name of namespace `i`.
-    pub(crate) fn hosts(&self, names: [&str; 2]) {
-        let mut text = String::from("127.0.0.1 localhost\n");
-        for (addr, name) in self.addrs.iter().zip(names) {
-            text.push_str(&format!("{addr} {name}\n"));
-        }
-        for n in &self.names {
-            let dir = format!("/etc/netns/{n}");
-            std::fs::create_dir_all(&dir).expect("mkdir /etc/netns/<name>");
-            std::fs::write(format!("{dir}/hosts"), &text).expect("write the namespace's hosts file");
-        }
-    }
-
-    /// Puts a `tc netem` qdisc on host `i`'s end of the veth pair, e.g. `["loss", "5%", "delay", "5ms"]`
-    /// (it goes with the namespace). An error when the kernel has no netem (`sch_netem`).
-    pub(crate) fn netem(&self, i: usize, spec: &[&str]) -> Result<(), String> {
-        let mut args = vec!["ip", "netns", "exec", &self.names[i], "tc", "qdisc", "add", "dev", &self.veths[i]];
-        args.extend(["root", "netem"]);
-        args.extend_from_slice(spec);
-        run(&args)
-    }
-
-    /// The address of host `i` (0 = a, 1 = b).
-    pub(crate) fn addr(&self, i: usize) -> &str {
-        &self.addrs[i]
-    }
-
-    /// A command that runs `program args` inside namespace `i` with its own UTS namespace and host name
-    /// `hostname`, so that both sides look like different hosts to eCAL and shoal.
-    pub(crate) fn command(&self, i: usize, hostname: &str, program: &str, args: &[&str]) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.names[i], "unshare", "-u", "sh", "-c", "hostname \"$0\" && exec \"$@\""]);
-        cmd.arg(hostname).arg(program).args(args);
-        cmd
-    }
-}
-
-impl Drop for NetnsPair {
-    fn drop(&mut self) {
-        for n in &self.names {
-            // Deleting a namespace also deletes its end of the veth pair (and so the pair).
-            let _ = run(&["ip", "netns", "del", n]);
-            let _ = std::fs::remove_dir_all(format!("/etc/netns/{n}"));
-        }
-    }
 }

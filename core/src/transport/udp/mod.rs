@@ -14,7 +14,10 @@
 //!   batches with UDP GSO ([`send`]); a full queue drops the message and counts it as a drop of its publisher.
 //! - Subscriber side (`UdpLayer::reader_factory`): every subscriber is in a table (topic → subscribers) from its
 //!   creation, so it receives from publishers it has not heard of yet (eCAL does the same). The I/O thread
-//!   receives (`recv.rs`, `recvmmsg` 16 datagrams a call, the kernel's drop count of the socket kept); duplicate and out-of-order clocks are dropped and counted per subscriber and publisher.
+//!   receives (`recv.rs`, `recvmmsg` 16 datagrams a call, the kernel's drop count of the socket kept); per
+//!   subscriber and publisher, the samples missing in a gap of the publisher's clock are counted as the
+//!   subscriber's drops when the newer sample arrives, a repeated clock is dropped and counted too, and a late
+//!   sample (its clock in such a gap) is discarded without counting its loss twice.
 //! - `[shoal_auth]` with a key: a publisher of a protected topic seals every datagram
 //!   ([`crate::wire::auth`], its fragments 48 bytes smaller), the receiver accepts a protected topic's messages only
 //!   from verified, new envelopes (reassembled apart from unauthenticated datagrams) and counts the rest.
@@ -83,6 +86,34 @@ pub(crate) struct Counters {
     pub(crate) lost: AtomicU64,
     /// Copies skipped because the subscriber reads that publisher through the native ring or the same process.
     pub(crate) skipped_other_path: AtomicU64,
+    /// The receiver's reassemblers (copied by the I/O thread after each batch and each expiry): messages
+    /// reassembled, incomplete ones expired and evicted by the bounds, and those held now with their bytes.
+    pub(crate) reassembled: AtomicU64,
+    pub(crate) reassembly_expired: AtomicU64,
+    pub(crate) reassembly_evicted: AtomicU64,
+    pub(crate) reassembly_in_flight: AtomicU64,
+    pub(crate) reassembly_bytes: AtomicU64,
+}
+
+impl Counters {
+    fn counts(&self) -> crate::stats::UdpCounts {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        crate::stats::UdpCounts {
+            sent: l(&self.sent),
+            send_drops: l(&self.send_drops),
+            datagrams: l(&self.datagrams),
+            wire_drops: l(&self.wire_drops),
+            delivered: l(&self.delivered),
+            lost: l(&self.lost),
+            duplicates: l(&self.duplicates),
+            late: l(&self.out_of_order),
+            reassembled: l(&self.reassembled),
+            reassembly_expired: l(&self.reassembly_expired),
+            reassembly_evicted: l(&self.reassembly_evicted),
+            reassembly_in_flight: l(&self.reassembly_in_flight),
+            reassembly_bytes: l(&self.reassembly_bytes),
+        }
+    }
 }
 
 /// One live subscriber in the table.
@@ -227,6 +258,11 @@ impl UdpLayer {
                     }),
             }),
         })
+    }
+
+    /// The layer's counters since the start.
+    pub(crate) fn counts(&self) -> crate::stats::UdpCounts {
+        self.shared.counters.counts()
     }
 
     /// The publisher-side factory (creates writers only when `layers.pub_udp` is on).

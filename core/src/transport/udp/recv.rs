@@ -16,7 +16,7 @@ use crate::sync::lock;
 use crate::transport::{Inbox, IoSource};
 use crate::types::TypeInfo;
 use crate::wire::auth::{self as wauth, AuthReject, Channel, ReplayGuard, Verifier};
-use crate::wire::{DatagramHeader, DatagramKind, Reassembler, split_name};
+use crate::wire::{DatagramHeader, DatagramKind, Reassembler, ReassemblyCounters, split_name};
 
 use super::Shared;
 use super::codec::{DataSample, decode_data_sample, topic_group};
@@ -53,6 +53,8 @@ pub(crate) struct UdpReceiver {
     last_summary_datagrams: u64,
     /// `[shoal_auth]` with a key: checks envelopes, reassembles what they carry apart from unauthenticated datagrams.
     auth: Option<AuthRecv>,
+    /// Counts of reassemblers replaced (the socket closed), so the published totals keep counting.
+    reassembly_base: ReassemblyCounters,
 }
 
 struct AuthRecv {
@@ -82,6 +84,7 @@ impl UdpReceiver {
             last_summary: Instant::now(),
             last_summary_datagrams: 0,
             auth,
+            reassembly_base: ReassemblyCounters::default(),
         }
     }
 
@@ -92,10 +95,13 @@ impl UdpReceiver {
                 let _ = registry.deregister(&mut s);
                 self.joined.clear();
                 self.batch.reset_socket();
+                self.reassembly_base.add(self.reassembler.counters());
                 self.reassembler = Reassembler::new(self.reassembler.config().clone());
                 if let Some(a) = &mut self.auth {
+                    self.reassembly_base.add(a.reassembler.counters());
                     a.reassembler = Reassembler::new(a.reassembler.config().clone());
                 }
+                self.publish_reassembly();
                 tracing::debug!("UDP data layer: no subscriber left, data socket closed");
             }
             return;
@@ -307,8 +313,10 @@ impl UdpReceiver {
                         self.actions.push(Action::Drop(inbox, 1));
                     }
                     ClockCheck::OutOfOrder => {
+                        // Late: its clock lies in a gap already counted as lost when the newer sample was accepted
+                        // (or it was delivered before): not a second drop for the subscriber.
                         c.out_of_order.fetch_add(1, Ordering::Relaxed);
-                        self.actions.push(Action::Drop(inbox, 1));
+                        self.actions.push(Action::Release(inbox));
                     }
                 }
             }
@@ -347,6 +355,25 @@ impl UdpReceiver {
                 Action::Release(inbox) => drop(inbox),
             }
         }
+    }
+
+    /// Copies the reassemblers' counts and what they hold now into the shared counters (`Node::snapshot().udp`).
+    fn publish_reassembly(&self) {
+        let mut total = self.reassembly_base;
+        total.add(self.reassembler.counters());
+        let (mut in_flight, mut bytes) = (self.reassembler.in_flight(), self.reassembler.buffered_bytes());
+        if let Some(a) = &self.auth {
+            total.add(a.reassembler.counters());
+            in_flight += a.reassembler.in_flight();
+            bytes += a.reassembler.buffered_bytes();
+        }
+        let c = &self.shared.counters;
+        c.reassembled.store(total.reassembled_messages, Ordering::Relaxed);
+        c.reassembly_expired.store(total.expired, Ordering::Relaxed);
+        let evicted = total.in_flight_limit + total.source_limit + total.buffer_limit;
+        c.reassembly_evicted.store(evicted, Ordering::Relaxed);
+        c.reassembly_in_flight.store(in_flight as u64, Ordering::Relaxed);
+        c.reassembly_bytes.store(bytes as u64, Ordering::Relaxed);
     }
 
     fn log_summary(&mut self, now: Instant) {
@@ -404,6 +431,7 @@ impl IoSource for UdpReceiver {
             let n = a.reassembler.counters().expired - before;
             self.shared.counters.wire_drops.fetch_add(n, Ordering::Relaxed);
         }
+        self.publish_reassembly();
         self.log_summary(now);
     }
 
