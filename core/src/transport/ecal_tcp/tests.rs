@@ -280,3 +280,40 @@ fn garbage_from_a_publisher_closes_the_connection_without_delivering() {
     assert!(lock(&inbox.samples).is_empty());
     assert_eq!(layer.counters().decode_errors.load(Ordering::Relaxed), 1);
 }
+
+/// Names of other hosts are resolved on the `shoal-resolve` thread, not in `maintain` (the I/O thread): the
+/// connection goes on when the answer arrives.
+#[test]
+fn host_names_of_other_hosts_are_resolved_off_the_io_thread() {
+    let listener = StdListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().unwrap().port();
+    let layer = TcpLayer::new(&cfg(1 << 20, 1 << 20));
+    let mut d = Driver::new(&layer);
+    let inbox = Arc::new(Collect::default());
+    let mut publisher = RemoteTopic::for_test(
+        7,
+        99,
+        vec![Layer::new(LayerKind::Tcp, true, true, LayerPar::Tcp { port: i32::from(port) })],
+        Direction::Publisher,
+    );
+    publisher.key.host_name = "localhost".into();
+    let _reader =
+        layer.reader_factory().connect("t", Arc::clone(&inbox) as Arc<dyn Inbox>, &publisher, false).expect("reader");
+    let resolver_threads = || {
+        std::fs::read_dir("/proc/self/task")
+            .expect("tasks")
+            .flatten()
+            .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "shoal-resolve"))
+            .count()
+    };
+    let frames = vec![message(1, b"one")];
+    std::thread::scope(|scope| {
+        let h = scope.spawn(|| serve(&listener, &frames));
+        assert!(d.run_until(Duration::from_secs(5), || lock(&inbox.samples).len() == 1));
+        drop(h.join().expect("server"));
+    });
+    assert_eq!(lock(&inbox.samples)[0].payload(), b"one");
+    assert!(resolver_threads() >= 1, "resolved on the resolver thread");
+    drop(layer);
+    drop(d);
+}
