@@ -60,7 +60,7 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
     rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
-/// Longest wait for this process's own owner lock on a file it just created or opened (someone who took the file's
+/// Longest wait for this process's own owner lock on a file it just created (someone who took the file's
 /// exclusive lock, a stale-file cleanup deciding, holds it for a few system calls).
 const OWNER_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(250);
 
@@ -84,7 +84,7 @@ fn ofd_lock(file: &std::fs::File, kind: libc::c_int) -> io::Result<()> {
     }
 }
 
-/// The owner's hold on a shared-memory file it created (or, for eCAL's sync files, opened): a shared
+/// The owner's hold on a shared-memory file it created (ring segment, doorbell, eCAL memfile): a shared
 /// open-file-description lock (`F_OFD_SETLK`, `F_RDLCK`) over the whole file, held while this value lives and
 /// released by the kernel when the process ends however it ends (SIGKILL included). It is how
 /// [`remove_if_unowned`] tells a live owner's file from a dead one's, in any pid namespace that shares the directory.

@@ -88,9 +88,6 @@ pub(crate) struct NamedSync {
     path: PathBuf,
     /// This handle found the file empty and initialised it.
     created: bool,
-    /// Held while this handle lives: a shoal stale-file cleanup removes a `shoal_*` sync file only once no process
-    /// uses it (an OFD lock: it does not interact with the creation `flock` eCAL takes).
-    _owner: crate::sys::OwnerLock,
 }
 
 // SAFETY: the mapping is only accessed through the process-shared pthread objects it contains (and the flag, only
@@ -218,16 +215,7 @@ impl NamedSync {
     /// Opens `/dev/shm/<name>`, creating and initialising it under `flock` when it is new or empty.
     pub(crate) fn open_or_create(name: &str) -> Result<NamedSync, SyncOpenError> {
         let path = PathBuf::from(SHM_DIR).join(name);
-        // A file removed as stale between our open and our owner lock is opened (created) again.
-        let mut attempts = 0;
-        let (file, owner) = loop {
-            let (file, _) = open_or_create_shm(&path).map_err(io_err("open", &path))?;
-            match crate::sys::OwnerLock::hold(&file) {
-                Ok(owner) => break (file, owner),
-                Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 3 => attempts += 1,
-                Err(e) => return Err(SyncOpenError::Io { call: "owner lock", path, source: e }),
-            }
-        };
+        let (file, _) = open_or_create_shm(&path).map_err(io_err("open", &path))?;
         let _flock = Flock::lock(&file, &path, FLOCK_TIMEOUT)?;
         let size = file.metadata().map_err(io_err("fstat", &path))?.len();
         let needs_init = size == 0;
@@ -237,7 +225,7 @@ impl NamedSync {
             return Err(SyncOpenError::TooSmall { path, size });
         }
         let map = PeerMap::new(MmapOptions::new().len(SYNC_FILE_SIZE).map_raw(&file).map_err(io_err("mmap", &path))?);
-        let s = NamedSync { map, path, created: needs_init, _owner: owner };
+        let s = NamedSync { map, path, created: needs_init };
         if needs_init {
             s.init()?;
         }

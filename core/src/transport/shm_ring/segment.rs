@@ -289,27 +289,33 @@ fn try_huge(dir: &Path, size: u64, mode: u32, name_for: &mut impl FnMut() -> Str
 /// Deletes the `shoal_*` files in `dir` whose owner is gone, and returns their paths. Files that cannot be removed
 /// are logged and skipped; other users' files that cannot be opened are kept.
 ///
-/// The owner's liveness is its [`crate::sys::OwnerLock`]: the creator of a ring, doorbell or memfile (and every
-/// shoal process using an eCAL sync file) holds it while it lives, and the kernel releases it when the process dies,
+/// The owner's liveness is its [`crate::sys::OwnerLock`]: the creator of a ring, doorbell or memfile holds it while
+/// it lives, and the kernel releases it when the process dies,
 /// SIGKILL included, so a file is removed only once its exclusive lock can be taken. A live owner in another pid
-/// namespace sharing the directory keeps its files whatever its pid means here. Files of shoal versions without the
-/// lock (and eCAL's own event files of a shoal memfile before its writer opened them) are also kept while the pid in
-/// their name is a live process here: the pid can only keep a file, never condemn one.
+/// namespace sharing the directory keeps its files whatever its pid means here. A memfile's `_mtx` and event files
+/// (which eCAL peers create and open too, and which hold no lock: a publisher may serve 256 subscriber processes)
+/// go with their memfile. Files of shoal versions without the lock are also kept while the pid in their name is a
+/// live process here: the pid can only keep a file, never condemn one.
 ///
 /// Called at start-up by the runtime on `/dev/shm` (and on the hugetlbfs mount when huge pages are configured),
 /// and after an entity of this host went away, at most once per registration period.
 pub fn remove_stale_segments(dir: &Path) -> Result<Vec<PathBuf>, CleanupError> {
     let entries = std::fs::read_dir(dir).map_err(|source| CleanupError::ReadDir { dir: dir.to_owned(), source })?;
     let mut removed = Vec::new();
+    let mut sync_files = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(owner_pid_of) else {
-            continue;
-        };
+        let Some(name) = name.to_str() else { continue };
+        let Some(pid) = owner_pid_of(name) else { continue };
         if pid_alive(pid) {
             continue;
         }
         let path = entry.path();
+        if let Some(memfile) = memfile_of_sync_file(name) {
+            // Decided by its memfile, once that one is decided.
+            sync_files.push((path, dir.join(memfile)));
+            continue;
+        }
         match crate::sys::remove_if_unowned(&path) {
             Ok(true) => {
                 tracing::debug!("shm_ring: removed stale {} (no owner holds it)", path.display());
@@ -319,5 +325,33 @@ pub fn remove_stale_segments(dir: &Path) -> Result<Vec<PathBuf>, CleanupError> {
             Err(e) => tracing::warn!("shm_ring: cannot remove stale {}: {e}", path.display()),
         }
     }
+    // The `_mtx` and event files of a shoal memfile live as long as their memfile: they go when it is gone.
+    for (path, memfile) in sync_files {
+        if std::fs::symlink_metadata(&memfile).is_ok() {
+            continue;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                tracing::debug!("shm_ring: removed stale {} (its memfile is gone)", path.display());
+                removed.push(path);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!("shm_ring: cannot remove stale {}: {e}", path.display()),
+        }
+    }
     Ok(removed)
+}
+
+/// The memfile a shoal eCAL sync file belongs to: `shoal_<pid>_ecal<hex>` of `shoal_<pid>_ecal<hex>_mtx`,
+/// `..._<pid>_evt` and `..._<pid>_ack_evt`. None for anything else (the memfile itself included).
+fn memfile_of_sync_file(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix("shoal_")?;
+    let (pid, rest) = rest.split_once('_')?;
+    parse_decimal::<u32>(pid)?;
+    let hex = rest.strip_prefix("ecal")?;
+    let (hex, suffix) = hex.split_once('_')?;
+    if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) || suffix.is_empty() {
+        return None;
+    }
+    Some(&name[..name.len() - suffix.len() - 1])
 }

@@ -448,7 +448,15 @@ fn stale_segments_removed_for_dead_pid() {
         format!("shoal_{dead}_abc_g0"),
         format!("shoal_{dead}_abc_g1"),
         format!("shoal_db_{dead}_abc"),
+        // A dead writer's memfile goes, and its sync files with it.
+        format!("shoal_{dead}_ecal1a2b"),
+        format!("shoal_{dead}_ecal1a2b_mtx"),
+        format!("shoal_{dead}_ecal1a2b_55_evt"),
+        format!("shoal_{dead}_ecal1a2b_55_ack_evt"),
         format!("shoal_{dead}_held_g0"),
+        // A live writer's memfile (its lock) keeps its unlocked sync files.
+        format!("shoal_{dead}_ecal9f"),
+        format!("shoal_{dead}_ecal9f_mtx"),
         format!("shoal_{me}_abc_g0"),
         format!("shoal_db_{me}_abc"),
         "shoal_notapid_g0".to_owned(),
@@ -458,20 +466,27 @@ fn stale_segments_removed_for_dead_pid() {
         std::fs::write(dir.join(n), b"x").unwrap();
     }
     // A live owner's lock keeps a file whatever pid its name claims.
-    let held = std::fs::File::open(dir.join(&names[3])).unwrap();
+    let held = std::fs::File::open(dir.join(&names[7])).unwrap();
     let owner = crate::sys::OwnerLock::hold(&held).unwrap();
+    let memfile = std::fs::File::open(dir.join(&names[8])).unwrap();
+    let memfile_owner = crate::sys::OwnerLock::hold(&memfile).unwrap();
     let mut removed = remove_stale_segments(&dir).unwrap();
     removed.sort();
-    let mut expected: Vec<_> = names[..3].iter().map(|n| dir.join(n)).collect();
+    let mut expected: Vec<_> = names[..7].iter().map(|n| dir.join(n)).collect();
     expected.sort();
     assert_eq!(removed, expected);
-    for n in &names[3..] {
+    for n in &names[7..] {
         assert!(dir.join(n).exists(), "{n} must stay");
     }
     // Its owner goes: the next scan removes it.
     drop(owner);
     drop(held);
-    assert_eq!(remove_stale_segments(&dir).unwrap(), [dir.join(&names[3])]);
+    assert_eq!(remove_stale_segments(&dir).unwrap(), [dir.join(&names[7])]);
+    drop(memfile_owner);
+    drop(memfile);
+    let mut removed = remove_stale_segments(&dir).unwrap();
+    removed.sort();
+    assert_eq!(removed, [dir.join(&names[8]), dir.join(&names[9])]);
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(matches!(remove_stale_segments(&dir), Err(CleanupError::ReadDir { .. })));
 }
