@@ -12,16 +12,14 @@
 //!   is always completed, so a subscriber never sees a torn frame.
 //! - Subscriber side ([`TcpLayer::reader_factory`], only with `[subscriber] tcp_rec_enabled`): a connection per
 //!   subscriber and publisher, to `host_name:port` from the publisher's registration (the name resolved as is,
-//!   then as `host_name.local`, as eCAL does; a publisher on this host on loopback). It is driven by the I/O
+//!   then as `host_name.local`, as eCAL does; a publisher on this host also on loopback). It is driven by the I/O
 //!   thread: non-blocking connect, handshake, frames decoded as they arrive. A frame larger than
 //!   `[shoal_tcp] max_message` is skipped without being stored, and counted; so are frames that do not decode and
 //!   gaps in the publisher's clock (messages it dropped for this connection, or sent while it was down). A lost
 //!   connection is retried with a backoff from 100 ms doubling to 2 s until the publisher's registration goes.
 //! - All sockets are registered with the I/O thread's poll (one token per listener and connection); the layer
-//!   starts no thread of its own but the resolver: host names of other hosts are resolved (`getaddrinfo`, at each
-//!   connection attempt) on the `shoal-resolve` thread, started with the first one, so a name only a slow DNS
-//!   server answers delays that connection and the names queued behind it (at most 64), never the I/O thread.
-//!   Address literals and publishers on this host need no resolution.
+//!   starts no thread. The host name is resolved on the I/O thread (`getaddrinfo`, at each connection attempt):
+//!   a name only a slow DNS server answers delays that thread by as much.
 //! - A subscriber connects once the publisher's registration names the port, and tcp_pubsub gives a connection
 //!   messages only after its handshake: what the publisher sends before that does not reach this subscriber
 //!   (the same holds between eCAL processes).
@@ -483,8 +481,6 @@ impl LayerReaderFactory for TcpReaderFactory {
             entries: HashMap::new(),
             pending: HashSet::new(),
             scratch: vec![0u8; 64 * 1024],
-            resolver: None,
-            waker_token: None,
         }))
     }
 }
@@ -550,8 +546,6 @@ struct Client {
     rx: Rx,
     backoff: Duration,
     next_attempt: Instant,
-    /// Its host name is with the resolver thread.
-    resolving: bool,
     /// Clock of the last message delivered on this connection.
     last_clock: Option<u64>,
     /// Frames skipped as too large since then (already counted; their clocks fall into the next gap).
@@ -574,54 +568,6 @@ struct TcpSource {
     /// Connections that stopped reading at their budget; continued on the next turn.
     pending: HashSet<Token>,
     scratch: Vec<u8>,
-    /// Started with the first host name to resolve.
-    resolver: Option<Resolver>,
-    /// The token of the resolver's waker (never given to a connection).
-    waker_token: Option<Token>,
-}
-
-/// Host names to resolve waiting for the resolver thread at most; an attempt that finds the queue full fails (and
-/// is retried after its backoff).
-const RESOLVE_QUEUE: usize = 64;
-
-/// The resolver's answers: (connection, port asked for, first address or why none).
-type Answers = Arc<Mutex<Vec<(Token, u16, Result<SocketAddr, String>)>>>;
-
-/// A host name for the resolver thread.
-struct Resolve {
-    token: Token,
-    host: String,
-    port: u16,
-}
-
-/// The `shoal-resolve` thread: `getaddrinfo` (the name as is, then `.local`, as eCAL does) away from the I/O
-/// thread, which a slow DNS server would otherwise stall. Answers wake the I/O thread through a `mio::Waker`.
-struct Resolver {
-    requests: std::sync::mpsc::SyncSender<Resolve>,
-    answers: Answers,
-    /// Kept so the waker's token stays taken while the resolver lives.
-    _waker: Arc<mio::Waker>,
-}
-
-impl Resolver {
-    fn start(registry: &Registry, token: Token) -> io::Result<Resolver> {
-        let waker = Arc::new(mio::Waker::new(registry, token)?);
-        let (requests, rx) = std::sync::mpsc::sync_channel::<Resolve>(RESOLVE_QUEUE);
-        let answers = Arc::new(Mutex::new(Vec::new()));
-        let (out, wake) = (Arc::clone(&answers), Arc::clone(&waker));
-        std::thread::Builder::new().name("shoal-resolve".into()).spawn(move || {
-            // Ends when the TCP layer (the sender) goes.
-            while let Ok(Resolve { token, host, port }) = rx.recv() {
-                let addr = [host.clone(), format!("{host}.local")]
-                    .iter()
-                    .find_map(|h| (h.as_str(), port).to_socket_addrs().ok().and_then(|mut a| a.next()))
-                    .ok_or_else(|| format!("cannot resolve {host} (nor {host}.local)"));
-                lock(&out).push((token, port, addr));
-                let _ = wake.wake();
-            }
-        })?;
-        Ok(Resolver { requests, answers, _waker: waker })
-    }
 }
 
 /// What servicing a connection found.
@@ -640,7 +586,7 @@ impl TcpSource {
         for _ in 0..self.token_count {
             let t = Token(self.first_token + self.next_token);
             self.next_token = (self.next_token + 1) % self.token_count;
-            if !self.entries.contains_key(&t) && self.waker_token != Some(t) {
+            if !self.entries.contains_key(&t) {
                 return Some(t);
             }
         }
@@ -776,79 +722,26 @@ impl TcpSource {
         }
     }
 
-    /// Starts a connection attempt. A publisher on this host is reached on loopback and an address literal as it
-    /// is; any other host name goes to the resolver thread (`getaddrinfo` can wait on a DNS server for seconds)
-    /// and the attempt goes on in [`TcpSource::resolved`].
+    /// Starts a connection attempt: resolves the publisher's host name (as is, then `.local`; loopback for this
+    /// host) and connects without blocking.
     fn try_connect(&mut self, registry: &Registry, token: Token, now: Instant) {
         let Some(Entry::Client(c)) = self.entries.get_mut(&token) else { return };
         let port = u16::try_from(c.shared.port.load(Ordering::Acquire)).unwrap_or(0);
         c.port = port;
+        let mut candidates = vec![c.shared.host_name.clone(), format!("{}.local", c.shared.host_name)];
         if c.shared.same_host {
-            return self.connect_to(registry, token, Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port))), now);
+            candidates.push("127.0.0.1".into());
         }
-        if let Ok(ip) = c.shared.host_name.parse::<std::net::IpAddr>() {
-            return self.connect_to(registry, token, Ok(SocketAddr::new(ip, port)), now);
-        }
-        let host = c.shared.host_name.clone();
-        let requested = match self.resolver(registry) {
-            Some(r) => r.requests.try_send(Resolve { token, host: host.clone(), port }).is_ok(),
-            None => false,
-        };
-        if let Some(Entry::Client(c)) = self.entries.get_mut(&token) {
-            c.resolving = requested;
-        }
-        if !requested {
-            self.connect_to(registry, token, Err(format!("cannot resolve {host}: the resolver is busy")), now);
-        }
-    }
-
-    /// The resolver thread, started with the first host name to resolve (None if it cannot be started).
-    fn resolver(&mut self, registry: &Registry) -> Option<&Resolver> {
-        if self.resolver.is_none() {
-            let token = self.alloc_token()?;
-            match Resolver::start(registry, token) {
-                Ok(r) => {
-                    self.resolver = Some(r);
-                    self.waker_token = Some(token);
-                }
-                Err(e) => {
-                    tracing::warn!("TCP layer: cannot start the host name resolver: {e}");
-                    return None;
-                }
-            }
-        }
-        self.resolver.as_ref()
-    }
-
-    /// Continues the attempts whose host names the resolver thread answered.
-    fn resolved(&mut self, registry: &Registry, now: Instant) {
-        let Some(r) = &self.resolver else { return };
-        let answers = std::mem::take(&mut *lock(&r.answers));
-        for (token, port, addr) in answers {
-            match self.entries.get_mut(&token) {
-                // Still waiting for this answer (not closed, not re-announced on another port meanwhile).
-                Some(Entry::Client(c)) if c.resolving => {
-                    c.resolving = false;
-                    if c.port == port {
-                        self.connect_to(registry, token, addr, now);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// Connects without blocking to `addr`, or schedules the next attempt.
-    fn connect_to(&mut self, registry: &Registry, token: Token, addr: Result<SocketAddr, String>, now: Instant) {
-        let Some(Entry::Client(c)) = self.entries.get_mut(&token) else { return };
-        let result = addr.and_then(|addr| {
-            TcpStream::connect(addr).map_err(|e| format!("connect to {addr}: {e}")).and_then(|mut s| {
+        let addr = candidates.iter().find_map(|h| (h.as_str(), port).to_socket_addrs().ok().and_then(|mut a| a.next()));
+        let result = match addr {
+            None => Err(format!("cannot resolve {} (nor {0}.local)", c.shared.host_name)),
+            Some(addr) => TcpStream::connect(addr).map_err(|e| format!("connect to {addr}: {e}")).and_then(|mut s| {
                 registry
                     .register(&mut s, token, Interest::READABLE | Interest::WRITABLE)
                     .map_err(|e| format!("cannot poll the connection to {addr}: {e}"))?;
                 Ok(s)
-            })
-        });
+            }),
+        };
         match result {
             Ok(s) => {
                 let _ = s.set_nodelay(true);
@@ -1132,7 +1025,6 @@ impl IoSource for TcpSource {
                     rx: Rx::start(),
                     backoff: BACKOFF_MIN,
                     next_attempt: now,
-                    resolving: false,
                     last_clock: None,
                     skipped: 0,
                 })),
@@ -1154,7 +1046,7 @@ impl IoSource for TcpSource {
                     let port = c.shared.port.load(Ordering::Acquire);
                     if c.stream.is_some() && u32::from(c.port) != port {
                         reconnect.push(*t);
-                    } else if c.stream.is_none() && !c.resolving && now >= c.next_attempt {
+                    } else if c.stream.is_none() && now >= c.next_attempt {
                         connect.push(*t);
                     }
                 }
@@ -1173,7 +1065,6 @@ impl IoSource for TcpSource {
                 c.backoff = BACKOFF_MIN;
             }
         }
-        self.resolved(registry, now);
         for t in connect {
             self.try_connect(registry, t, now);
         }
