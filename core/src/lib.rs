@@ -83,3 +83,11 @@ pub use types::{DecodeError, EncodeError, Message, MessageSink, TypeInfo};
 pub fn shm_truncations() -> u64 {
     sys::shm_guard::truncations()
 }
+
+/// eCAL sync files (a memfile's `_mtx`, a subscriber process's events) this process gave up since it started
+/// because someone kept their creation `flock` for 250 ms (a live creator holds it for microseconds; any local user
+/// who can open the file can hold it). The memfile or subscriber process is then not served over eCAL shared memory;
+/// each is logged as a warning.
+pub fn shm_lock_timeouts() -> u64 {
+    transport::ecal_shm::sync::flock_timeouts()
+}

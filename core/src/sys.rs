@@ -1,8 +1,9 @@
 //! Thin safe wrappers over the few OS calls the runtime needs: host name, CPU affinity, pid liveness, opening files
-//! that other processes announce (`open_peer_file`), the modes of the shared-memory files this process creates, and
-//! the SIGBUS guard for mappings of files that peers can truncate ([`shm_guard`]), copy-only access to bytes
-//! another process may be writing ([`shared_bytes`]), and the batched UDP calls `sendmmsg`/`recvmmsg` with GSO and
-//! the receive-overflow counter ([`mmsg`]).
+//! that other processes announce (`open_peer_file`), owner locks on shared-memory files and the stale-file removal
+//! they decide (`OwnerLock`, `remove_if_unowned`), the modes of the shared-memory files this process creates, the
+//! SIGBUS guard for mappings of files that peers can truncate ([`shm_guard`]), copy-only access to bytes another
+//! process may be writing ([`shared_bytes`]), and the batched UDP calls `sendmmsg`/`recvmmsg` with GSO and the
+//! receive-overflow counter ([`mmsg`]).
 #![allow(unsafe_code)]
 
 pub(crate) mod mmsg;
@@ -61,6 +62,113 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
     // SAFETY: signal 0 performs only the existence and permission checks; nothing is delivered.
     let rc = unsafe { libc::kill(pid, 0) };
     rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Longest wait for this process's own owner lock on a file it just created (someone who took the file's
+/// exclusive lock, a stale-file cleanup deciding, holds it for a few system calls).
+const OWNER_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// `fcntl` open-file-description lock of the whole file, `F_RDLCK` or `F_WRLCK`, without waiting.
+fn ofd_lock(file: &std::fs::File, kind: libc::c_int) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock is plain data; all-zero is valid (l_pid must be 0 for OFD locks).
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    // l_start = 0, l_len = 0: the whole file, however it grows.
+    loop {
+        // SAFETY: F_OFD_SETLK reads the valid, initialised `fl` for a descriptor `file` keeps open.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// The owner's hold on a shared-memory file it created (ring segment, doorbell, eCAL memfile): a shared
+/// open-file-description lock (`F_OFD_SETLK`, `F_RDLCK`) over the whole file, held while this value lives and
+/// released by the kernel when the process ends however it ends (SIGKILL included). It is how
+/// [`remove_if_unowned`] tells a live owner's file from a dead one's, in any pid namespace that shares the directory.
+/// It does not interact with `flock` (which eCAL's sync files use), and readers never take it exclusively.
+#[derive(Debug)]
+pub(crate) struct OwnerLock {
+    /// A descriptor of the locked open file description (the lock goes when the last one closes).
+    _file: std::fs::File,
+}
+
+impl OwnerLock {
+    /// Locks `file` (open for reading) for its owner. Fails with `ErrorKind::NotFound` when the file lost its name
+    /// before the lock was taken (a cleanup that saw it unlocked removed it: create another), and with
+    /// `ErrorKind::WouldBlock` when someone held an exclusive lock on it for [`OWNER_LOCK_TIMEOUT`].
+    pub(crate) fn hold(file: &std::fs::File) -> io::Result<OwnerLock> {
+        use std::os::unix::fs::MetadataExt;
+        let file = file.try_clone()?;
+        let started = std::time::Instant::now();
+        let mut backoff = std::time::Duration::from_micros(50);
+        loop {
+            match ofd_lock(&file, libc::F_RDLCK) {
+                Ok(()) => break,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {
+                    let waited = started.elapsed();
+                    if waited >= OWNER_LOCK_TIMEOUT {
+                        return Err(io::Error::new(
+                            io::ErrorKind::WouldBlock,
+                            format!("someone held an exclusive lock on it for {waited:?}"),
+                        ));
+                    }
+                    std::thread::sleep(backoff.min(OWNER_LOCK_TIMEOUT - waited));
+                    backoff = (backoff * 2).min(std::time::Duration::from_millis(5));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if file.metadata()?.nlink() == 0 {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "removed as stale before its owner locked it"));
+        }
+        Ok(OwnerLock { _file: file })
+    }
+}
+
+/// Removes `path` if no process holds an [`OwnerLock`] on it: opens it (no symlink, no FIFO, regular files only),
+/// takes the exclusive lock without waiting, checks that the name still refers to the file locked, unlinks it.
+/// `Ok(false)`: kept (owned, or not ours to open).
+pub(crate) fn remove_if_unowned(path: &std::path::Path) -> io::Result<bool> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
+        // Another user's file (we could not remove it anyway), a symlink, or gone meanwhile.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM | libc::ELOOP | libc::ENOENT)) => {
+            return Ok(false);
+        }
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Ok(false);
+    }
+    match ofd_lock(&file, libc::F_WRLCK) {
+        Ok(()) => {}
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    // The name may have been removed and created anew since we opened it: unlink only what we locked.
+    match std::fs::symlink_metadata(path) {
+        Ok(now) if now.ino() == meta.ino() && now.dev() == meta.dev() => {}
+        _ => return Ok(false),
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// `f_type` of a hugetlbfs file system (`linux/magic.h`).

@@ -55,6 +55,17 @@ pub(crate) struct Runtime {
     entity_prefix: u64,
     /// The UDP data layer, for its counters in `Node::snapshot`.
     udp: std::sync::OnceLock<crate::transport::udp::UdpLayer>,
+    /// Stale-file cleanup: due after a process of this host departed, run at most once per registration period.
+    cleanup: Mutex<StaleCleanup>,
+}
+
+/// When the stale-file cleanup runs (see [`Runtime::stale_cleanup`]).
+#[derive(Debug, Default)]
+struct StaleCleanup {
+    /// An entity of this host went away since the last scan.
+    due: bool,
+    /// The last scan.
+    last: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -98,6 +109,7 @@ impl Runtime {
             next_entity: AtomicU64::new(1),
             entity_prefix: ((pid & 0xFF_FFFF) << 40) | (random << 16),
             udp: std::sync::OnceLock::new(),
+            cleanup: Mutex::default(),
         }
     }
 
@@ -249,11 +261,9 @@ impl EventHandler for Runtime {
                     }
                     None => None,
                 };
-                if remote.host_name == self.identity.host_name && !crate::sys::pid_alive(remote.pid) {
-                    let dir = self.ring_dir();
-                    if let Err(e) = crate::transport::shm_ring::remove_stale_segments(&dir) {
-                        tracing::debug!("stale segment cleanup in {}: {e}", dir.display());
-                    }
+                if remote.host_name == self.identity.host_name {
+                    lock(&self.cleanup).due = true;
+                    self.stale_cleanup(std::time::Instant::now());
                 }
                 lock(&self.doorbells).retain(|_, w| w.strong_count() > 0);
                 changed
@@ -262,7 +272,37 @@ impl EventHandler for Runtime {
     }
 
     fn collect_stats(&self) -> Vec<(u64, TopicStats)> {
+        // Called once per registration period: a cleanup postponed by the rate limit runs here.
+        self.stale_cleanup(std::time::Instant::now());
         Runtime::collect_stats(self)
+    }
+}
+
+impl Runtime {
+    /// Removes the files of dead owners from the ring directory (`shm_ring::remove_stale_segments`: files nobody
+    /// holds an owner lock on) when an entity of this host went away since the last scan, at most once per
+    /// `registration_refresh`, so a churn of departures does not rescan the directory each time.
+    fn stale_cleanup(&self, now: std::time::Instant) {
+        {
+            let mut c = lock(&self.cleanup);
+            if !c.due || c.last.is_some_and(|l| now.saturating_duration_since(l) < self.config.registration.refresh) {
+                return;
+            }
+            c.due = false;
+            c.last = Some(now);
+        }
+        let shm = PathBuf::from(crate::transport::shm_ring::SHM_DIR);
+        let ring = self.ring_dir();
+        // Doorbells and eCAL memfiles are always in /dev/shm; rings also on the huge-page mount.
+        for dir in std::iter::once(&shm).chain((ring != shm).then_some(&ring)) {
+            match crate::transport::shm_ring::remove_stale_segments(dir) {
+                Ok(removed) if !removed.is_empty() => {
+                    tracing::debug!("removed {} stale shared-memory files from {}", removed.len(), dir.display())
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!("stale segment cleanup in {}: {e}", dir.display()),
+            }
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::config::LimitsConfig;
 use crate::config::{AuthConfig, RegistrationConfig};
-use crate::wire::auth::{self as wauth, AuthReject, AuthStats, Channel, ReplayGuard, Sealer, Verifier};
+use crate::wire::auth::{self as wauth, AuthReceiver, AuthReject, AuthStats, Channel, Sealer};
 use crate::wire::{self, DEFAULT_MAX_FRAGMENT_PAYLOAD, Reassembler, ReassemblyConfig, ReassemblyCounters};
 
 use super::codec::{self, DecodeError};
@@ -107,12 +107,9 @@ impl ProtectedTopics {
 #[derive(Debug)]
 struct RegAuth {
     sealer: Sealer,
-    verifier: Verifier,
-    guard: ReplayGuard,
     protected: ProtectedTopics,
-    /// Reassembly of authenticated messages, apart from the unauthenticated ones (whose fragments could otherwise
-    /// be mixed into an authenticated message with the same sender address and id).
-    reassembler: Reassembler,
+    /// Tag check, replay guard and the reassembly of authenticated messages.
+    rx: AuthReceiver,
 }
 
 /// Which sending address registered which remote entities, so that a full registry makes room by evicting an
@@ -278,10 +275,14 @@ impl Registrar {
             let protected = ProtectedTopics::new(&cfg.protected_topics)?;
             self.auth = Some(RegAuth {
                 sealer: Sealer::new(key, Channel::Registration),
-                verifier: Verifier::new(key, Channel::Registration),
-                guard: ReplayGuard::new(self.bounds.auth_senders, cfg.max_age),
                 protected,
-                reassembler: Reassembler::new(reassembly_of(&self.bounds)),
+                rx: AuthReceiver::new(
+                    key,
+                    Channel::Registration,
+                    self.bounds.auth_senders,
+                    cfg.max_age,
+                    reassembly_of(&self.bounds),
+                ),
             });
             // The process sample goes out again, sealed.
             self.process_dirty = true;
@@ -306,7 +307,7 @@ impl Registrar {
     pub fn with_bounds(mut self, bounds: &LimitsConfig) -> Self {
         self.reassembler = Reassembler::new(reassembly_of(bounds));
         if let Some(a) = &mut self.auth {
-            a.reassembler = Reassembler::new(reassembly_of(bounds));
+            a.rx.reassembler = Reassembler::new(reassembly_of(bounds));
         }
         self.bounds = bounds.clone();
         self
@@ -383,19 +384,21 @@ impl Registrar {
             self.counters.non_local_source += 1;
             return;
         }
-        let (datagram, authenticated) = if wauth::is_envelope(datagram) {
-            match self.open_envelope(now, from, datagram) {
-                Some(inner) => (inner, true),
-                None => return,
+        let opened = wauth::open_datagram(
+            self.auth.as_mut().map(|a| &mut a.rx),
+            &mut self.reassembler,
+            &self.auth_stats,
+            Channel::Registration,
+            now,
+            datagram,
+        );
+        let (pushed, authenticated) = match opened {
+            Ok(o) => (o.reassembler.push(now, from, o.datagram), o.authenticated),
+            Err(cause) => {
+                self.auth_stats.count(Channel::Registration, cause, None, &from);
+                return;
             }
-        } else {
-            (datagram, false)
         };
-        let reassembler = match &mut self.auth {
-            Some(a) if authenticated => &mut a.reassembler,
-            _ => &mut self.reassembler,
-        };
-        let pushed = reassembler.push(now, from, datagram);
         self.counters.reassembly = self.reassembly_counters();
         let message = match pushed {
             Ok(Some(m)) => m,
@@ -430,36 +433,11 @@ impl Registrar {
         self.apply_sample(now, sample, from, authenticated);
     }
 
-    /// The eCAL datagram inside a verified, new envelope; `None` (counted) otherwise.
-    fn open_envelope<'a>(&mut self, now: Instant, from: SocketAddr, datagram: &'a [u8]) -> Option<&'a [u8]> {
-        let stats = &self.auth_stats;
-        let Some(auth) = &mut self.auth else {
-            stats.count(Channel::Registration, AuthReject::NoKey, None, &from);
-            return None;
-        };
-        let env = match auth.verifier.open(datagram) {
-            Ok(env) => env,
-            Err(cause) => {
-                stats.count(Channel::Registration, cause, None, &from);
-                return None;
-            }
-        };
-        let evicted = auth.guard.evicted();
-        let checked = auth.guard.check(&env, now, wauth::unix_ns());
-        stats.count_evicted(auth.guard.evicted() - evicted);
-        if let Err(cause) = checked {
-            stats.count(Channel::Registration, cause, None, &from);
-            return None;
-        }
-        stats.count_verified(Channel::Registration);
-        Some(env.inner)
-    }
-
     /// Both reassemblers' counters together.
     fn reassembly_counters(&self) -> ReassemblyCounters {
         let mut c = *self.reassembler.counters();
         if let Some(a) = &self.auth {
-            c.add(a.reassembler.counters());
+            c.add(a.rx.reassembler.counters());
         }
         c
     }
@@ -483,7 +461,7 @@ impl Registrar {
         }
         self.reassembler.expire(now);
         if let Some(a) = &mut self.auth {
-            a.reassembler.expire(now);
+            a.rx.reassembler.expire(now);
         }
         self.counters.reassembly = self.reassembly_counters();
         if now >= self.next_refresh {
@@ -533,7 +511,7 @@ impl Registrar {
         if let Some(r) = self.reassembler.next_expiry() {
             next = next.min(r);
         }
-        if let Some(r) = self.auth.as_ref().and_then(|a| a.reassembler.next_expiry()) {
+        if let Some(r) = self.auth.as_ref().and_then(|a| a.rx.reassembler.next_expiry()) {
             next = next.min(r);
         }
         Some(next)

@@ -28,6 +28,7 @@ use sha2::Sha256;
 
 pub use crate::config::AuthKey;
 use crate::sync::lock;
+use crate::wire::reassembly::{Reassembler, ReassemblyConfig};
 
 /// Magic of an authenticated datagram.
 pub const AUTH_MAGIC: [u8; 4] = *b"SHOA";
@@ -346,6 +347,73 @@ impl ReplayGuard {
     pub fn evicted(&self) -> u64 {
         self.evicted
     }
+}
+
+/// The receiving side of one channel with a key: the tag check, the replay guard, and the reassembly of what
+/// verified envelopes carry, apart from unauthenticated datagrams (whose fragments could otherwise be mixed into an
+/// authenticated message with the same sender address and id).
+#[derive(Debug)]
+pub struct AuthReceiver {
+    /// Checks tags.
+    pub verifier: Verifier,
+    /// Rejects replayed and stale envelopes.
+    pub guard: ReplayGuard,
+    /// Reassembles authenticated datagrams only.
+    pub reassembler: Reassembler,
+}
+
+impl AuthReceiver {
+    /// A receiver for `channel` with `key`, remembering at most `max_senders` senders.
+    pub fn new(
+        key: &AuthKey,
+        channel: Channel,
+        max_senders: usize,
+        max_age: Duration,
+        reassembly: ReassemblyConfig,
+    ) -> AuthReceiver {
+        AuthReceiver {
+            verifier: Verifier::new(key, channel),
+            guard: ReplayGuard::new(max_senders, max_age),
+            reassembler: Reassembler::new(reassembly),
+        }
+    }
+}
+
+/// A received datagram accepted for reassembly by [`open_datagram`].
+#[derive(Debug)]
+pub struct Opened<'a, 'r> {
+    /// The eCAL datagram: the whole datagram when it was plain, what the envelope carried otherwise.
+    pub datagram: &'a [u8],
+    /// It came in a verified, new envelope.
+    pub authenticated: bool,
+    /// Where it is reassembled: the authenticated reassembler or the plain one.
+    pub reassembler: &'r mut Reassembler,
+}
+
+/// The prologue of every receiver (registration and the UDP data layer): a plain datagram goes to `plain`; an
+/// envelope is opened with `auth` (tag, then replay guard; verified envelopes and evicted senders are counted in
+/// `stats`) and what it carries goes to `auth`'s reassembler. `Err` is the cause of a refusal, which the caller
+/// counts with [`AuthStats::count`] (it knows which of its topics to attribute it to); an envelope without a key is
+/// [`AuthReject::NoKey`].
+pub fn open_datagram<'a, 'r>(
+    auth: Option<&'r mut AuthReceiver>,
+    plain: &'r mut Reassembler,
+    stats: &AuthStats,
+    channel: Channel,
+    now: Instant,
+    datagram: &'a [u8],
+) -> Result<Opened<'a, 'r>, AuthReject> {
+    if !is_envelope(datagram) {
+        return Ok(Opened { datagram, authenticated: false, reassembler: plain });
+    }
+    let auth = auth.ok_or(AuthReject::NoKey)?;
+    let env = auth.verifier.open(datagram)?;
+    let evicted = auth.guard.evicted();
+    let checked = auth.guard.check(&env, now, unix_ns());
+    stats.count_evicted(auth.guard.evicted() - evicted);
+    checked?;
+    stats.count_verified(channel);
+    Ok(Opened { datagram: env.inner, authenticated: true, reassembler: &mut auth.reassembler })
 }
 
 /// Datagrams or samples not accepted, one counter per cause.

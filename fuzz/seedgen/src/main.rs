@@ -296,5 +296,28 @@ fn main() -> Result<()> {
     limits_seeds(&dir)?;
     config_seeds(&dir)?;
     ring_seeds(&dir)?;
+    auth_seeds(&dir)?;
+    Ok(())
+}
+
+/// `auth_envelope`: byte 0 (the tamper oracle's position), then a datagram. The envelopes are sealed with a key
+/// other than the target's (one sealed with its key would rightly fail its "nothing unsealed verifies" oracle):
+/// well-formed headers and tags that reach the tag comparison, over a whole registration datagram, a fragment of
+/// one, and a UDP data datagram; plus a plain registration datagram (no envelope).
+fn auth_seeds(dir: &Path) -> Result<()> {
+    use shoal::wire::auth::{Channel, Sealer};
+    const T: &str = "auth_envelope";
+    let other_key = shoal::config::AuthKey::new(vec![0x11; 32]).ok_or("a 32-byte key")?;
+    let time_ns = 1_700_000_000_000_000_000;
+    let sample = process_sample(&identity(FUZZ_HOST, 777), 5);
+    let whole = datagrams(&sample, usize::MAX)?;
+    let frags = datagrams(&sample, 64)?;
+    let data = encode_message("fuzz.topic", b"payload bytes", 1000, &mut || 1)?;
+    let mut reg = Sealer::with_sender_id(&other_key, Channel::Registration, 7);
+    let mut udp = Sealer::with_sender_id(&other_key, Channel::Data, 8);
+    write(dir, T, "sealed_registration", &[&[3u8][..], &reg.seal(&whole[0], time_ns)].concat())?;
+    write(dir, T, "sealed_fragment", &[&[40u8][..], &reg.seal(&frags[1], time_ns)].concat())?;
+    write(dir, T, "sealed_data", &[&[200u8][..], &udp.seal(&data[0], time_ns)].concat())?;
+    write(dir, T, "plain_registration", &[&[0u8][..], &whole[0]].concat())?;
     Ok(())
 }

@@ -155,6 +155,8 @@ pub(crate) struct MemfileWriter {
     map: PeerMap,
     lock: NamedSync,
     max_data_size: u64,
+    /// Held while the memfile lives (stale-file cleanup of other shoal processes).
+    _owner: crate::sys::OwnerLock,
 }
 
 // SAFETY: the mapping is written only while holding the memfile's flag lock (or before it was announced), through
@@ -183,23 +185,24 @@ impl MemfileWriter {
             let path = path.clone();
             move |source| MemfileOpenError::Io { call, path, source }
         };
-        let setup = || -> Result<(PeerMap, NamedSync), MemfileOpenError> {
+        let setup = || -> Result<(PeerMap, NamedSync, crate::sys::OwnerLock), MemfileOpenError> {
             use std::os::unix::fs::PermissionsExt;
+            let owner = crate::sys::OwnerLock::hold(&file).map_err(io_err("owner lock"))?;
             let mode = crate::sys::shm_write_mode();
             file.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(io_err("chmod"))?;
             file.set_len(total).map_err(io_err("ftruncate"))?;
             let map = PeerMap::new(MmapOptions::new().len(len).map_raw(&file).map_err(io_err("mmap"))?);
             let lock = NamedSync::open_or_create(&format!("{name}_mtx"))?;
-            Ok((map, lock))
+            Ok((map, lock, owner))
         };
-        let (map, lock) = match setup() {
+        let (map, lock, owner) = match setup() {
             Ok(v) => v,
             Err(e) => {
                 let _ = std::fs::remove_file(&path);
                 return Err(e);
             }
         };
-        let w = MemfileWriter { name, path, map, lock, max_data_size };
+        let w = MemfileWriter { name, path, map, lock, max_data_size, _owner: owner };
         let hdr =
             InternalHeader { int_hdr_size: INT_HDR_SIZE as u16, reserved: [0; 6], cur_data_size: 0, max_data_size };
         // SAFETY: the mapping has `INT_HDR_SIZE + max_data_size >= INT_HDR_SIZE` bytes; nobody knows the name

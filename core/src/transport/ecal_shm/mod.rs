@@ -66,6 +66,8 @@ const MAX_TARGET_PROCESSES: usize = 256;
 const OBSERVER_STOP_WAIT: Duration = Duration::from_secs(3);
 /// How long an observer sleeps on its event before it checks whether it must stop.
 const OBSERVER_WAIT: Duration = Duration::from_millis(500);
+/// How long a subscriber process whose event files stayed locked is not tried again on the same memfile.
+const LOCKED_EVENT_RETRY: Duration = Duration::from_secs(10);
 /// Failed attempts (of [`memfile::READER_LOCK_TIMEOUT`]) after which an observer gives one event up.
 const MAX_LOCK_ATTEMPTS: u32 = 200;
 
@@ -105,11 +107,16 @@ struct TargetEvents {
 struct Buffer {
     file: MemfileWriter,
     events: BTreeMap<u32, TargetEvents>,
+    /// Processes whose event files could not be opened because someone held their creation lock
+    /// ([`sync::FLOCK_TIMEOUT`]), with when: not tried again (each try costs the caller that long) before
+    /// [`LOCKED_EVENT_RETRY`] has passed.
+    refused: BTreeMap<u32, Instant>,
 }
 
 impl Buffer {
     fn create(max_data_size: u64, pids: &BTreeSet<u32>) -> Result<Buffer, MemfileOpenError> {
-        let mut b = Buffer { file: MemfileWriter::create(max_data_size)?, events: BTreeMap::new() };
+        let mut b =
+            Buffer { file: MemfileWriter::create(max_data_size)?, events: BTreeMap::new(), refused: BTreeMap::new() };
         for &pid in pids {
             b.connect(pid);
         }
@@ -122,6 +129,12 @@ impl Buffer {
             e.active = true;
             e.ack_invalid = false;
             return;
+        }
+        if let Some(at) = self.refused.get(&pid) {
+            if at.elapsed() < LOCKED_EVENT_RETRY {
+                return;
+            }
+            self.refused.remove(&pid);
         }
         if self.events.len() >= MAX_TARGET_PROCESSES {
             // Full (registration is untrusted: any number of subscriber pids can be claimed): a departed process
@@ -151,12 +164,18 @@ impl Buffer {
             Ok(e) => {
                 self.events.insert(pid, e);
             }
-            Err(e) => tracing::warn!("eCAL shm: cannot open the events of subscriber process {pid}: {e}"),
+            Err(e) => {
+                tracing::warn!("eCAL shm: cannot open the events of subscriber process {pid}: {e}");
+                if matches!(e, SyncOpenError::LockTimeout { .. }) && self.refused.len() < MAX_TARGET_PROCESSES {
+                    self.refused.insert(pid, Instant::now());
+                }
+            }
         }
     }
 
     /// The process is no longer a target: release a writer waiting for its acknowledge, stop signalling it.
     fn disconnect(&mut self, pid: u32) {
+        self.refused.remove(&pid);
         if let Some(e) = self.events.get_mut(&pid) {
             e.ack.set();
             e.active = false;

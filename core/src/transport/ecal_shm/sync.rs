@@ -6,14 +6,15 @@
 //! - `<memfile>_<pid>_evt` / `<memfile>_<pid>_ack_evt`, auto-reset events: `flag` = set.
 //!
 //! Files are created under `flock` (eCAL 6.1's `open_or_create_mapped_region`): whoever finds the file empty sizes
-//! and initialises it while holding the exclusive lock, and is its creator.
+//! and initialises it while holding the exclusive lock, and is its creator. The lock is taken without blocking and
+//! retried for at most [`FLOCK_TIMEOUT`]: anyone who can open the file can hold it.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use memmap2::MmapOptions;
@@ -58,6 +59,14 @@ pub(crate) enum SyncOpenError {
         /// Its size.
         size: u64,
     },
+    /// Someone kept the file's creation `flock` for [`FLOCK_TIMEOUT`] (a live creator holds it for microseconds).
+    #[error("{path}: its creation lock (flock) stayed held for {waited:?}; the file is given up")]
+    LockTimeout {
+        /// The file.
+        path: PathBuf,
+        /// How long we tried.
+        waited: Duration,
+    },
     /// pthread initialisation failed.
     #[error("{call} failed for {path}: error {code}")]
     Pthread {
@@ -91,20 +100,48 @@ fn io_err<'a>(call: &'static str, path: &'a std::path::Path) -> impl FnOnce(io::
     move |source| SyncOpenError::Io { call, path: path.to_path_buf(), source }
 }
 
+/// Longest wait for the creation `flock` of a sync file. Its holders (shoal and eCAL's
+/// `open_or_create_mapped_region`) keep it only while they size and initialise the 96-byte object, microseconds; a
+/// wait this long means someone else holds it (any local user who can open the file can), and the caller, often the
+/// I/O thread or a publisher under its lock, gives the file up instead of waiting forever.
+pub(crate) const FLOCK_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// Sync files given up because their creation `flock` stayed held for [`FLOCK_TIMEOUT`] (process-wide).
+static FLOCK_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times this process gave a sync file up because its creation `flock` stayed held (see
+/// [`FLOCK_TIMEOUT`]; `shoal::shm_lock_timeouts`); the callers log each as a warning.
+pub(crate) fn flock_timeouts() -> u64 {
+    FLOCK_TIMEOUTS.load(Ordering::Relaxed)
+}
+
 /// Exclusive `flock` held until dropped.
 struct Flock<'a>(&'a File);
 
 impl<'a> Flock<'a> {
-    fn lock(f: &'a File) -> io::Result<Self> {
+    /// Takes the lock without blocking (`LOCK_NB`), retrying with a backoff of 50 µs doubling to 5 ms until
+    /// `timeout` has passed.
+    fn lock(f: &'a File, path: &std::path::Path, timeout: Duration) -> Result<Self, SyncOpenError> {
+        let started = std::time::Instant::now();
+        let mut backoff = Duration::from_micros(50);
         loop {
             // SAFETY: flock on a valid, open descriptor owned by `f`.
-            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
                 return Ok(Flock(f));
             }
             let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EWOULDBLOCK) => {}
+                _ => return Err(SyncOpenError::Io { call: "flock", path: path.to_path_buf(), source: e }),
             }
+            let waited = started.elapsed();
+            if waited >= timeout {
+                FLOCK_TIMEOUTS.fetch_add(1, Ordering::Relaxed);
+                return Err(SyncOpenError::LockTimeout { path: path.to_path_buf(), waited });
+            }
+            std::thread::sleep(backoff.min(timeout - waited));
+            backoff = (backoff * 2).min(Duration::from_millis(5));
         }
     }
 }
@@ -179,7 +216,7 @@ impl NamedSync {
     pub(crate) fn open_or_create(name: &str) -> Result<NamedSync, SyncOpenError> {
         let path = PathBuf::from(SHM_DIR).join(name);
         let (file, _) = open_or_create_shm(&path).map_err(io_err("open", &path))?;
-        let _flock = Flock::lock(&file).map_err(io_err("flock", &path))?;
+        let _flock = Flock::lock(&file, &path, FLOCK_TIMEOUT)?;
         let size = file.metadata().map_err(io_err("fstat", &path))?.len();
         let needs_init = size == 0;
         if needs_init {

@@ -569,3 +569,50 @@ fn a_memfile_truncated_by_a_peer_is_survived_and_mapped_again() {
     drop(r);
     drop(w);
 }
+
+/// A creation `flock` held by someone else (any local user who can open the predictable event file can) costs a
+/// writer at most [`sync::FLOCK_TIMEOUT`], once: the process is not served over this memfile, the others are.
+#[test]
+fn a_held_creation_flock_delays_the_writer_at_most_its_deadline() {
+    use std::os::fd::AsRawFd;
+    let pid = std::process::id();
+    let mut w = EcalShmWriter::new("t", ShmWriterOptions::default());
+    let a = ecal_sub(pid);
+    w.set_targets(&[&a]);
+    let name = w.memfile_names().remove(0);
+    // pid 1 is alive, so its departure below leaves its (foreign) file alone.
+    let victim = ecal_sub(1);
+    let path = format!("{SHM_DIR}/{name}_1_evt");
+    let held = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path).expect("create");
+    // SAFETY: flock on a valid descriptor we own; a separate open file description from any the writer makes.
+    assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX) }, 0);
+
+    // Directly: a typed error after the deadline.
+    let t = Instant::now();
+    let before = sync::flock_timeouts();
+    let err = NamedSync::open_or_create(&format!("{name}_1_evt")).expect_err("locked");
+    assert!(matches!(err, sync::SyncOpenError::LockTimeout { .. }), "{err}");
+    let took = t.elapsed();
+    assert!(took >= sync::FLOCK_TIMEOUT && took < sync::FLOCK_TIMEOUT + Duration::from_secs(2), "{took:?}");
+    assert!(sync::flock_timeouts() > before);
+    assert_eq!(crate::shm_lock_timeouts(), sync::flock_timeouts());
+
+    // Through the writer (what the I/O thread does under the publisher's lock when a subscriber matches).
+    let t = Instant::now();
+    w.set_targets(&[&a, &victim]);
+    let took = t.elapsed();
+    assert!(took < sync::FLOCK_TIMEOUT + Duration::from_secs(2), "{took:?}");
+    let meta = SampleMeta { publisher_id: 1, clock: 1, send_time_us: 0 };
+    let t = Instant::now();
+    w.write(b"abc", &meta).expect("the other target is still served");
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    // Not tried again at the next match change.
+    let t = Instant::now();
+    w.set_targets(&[&a, &victim]);
+    assert!(t.elapsed() < sync::FLOCK_TIMEOUT, "{:?}", t.elapsed());
+    w.set_targets(&[&a]);
+    assert!(shm_exists(&format!("{name}_1_evt")), "a live process's file is not the writer's to remove");
+    drop(w);
+    drop(held);
+    std::fs::remove_file(&path).expect("rm");
+}

@@ -239,6 +239,8 @@ pub struct Doorbell {
     path: PathBuf,
     /// Raw and guarded: publishers of other processes write its words (and could truncate the file).
     map: PeerMap,
+    /// Held while the doorbell lives (stale-file cleanup).
+    _owner: crate::sys::OwnerLock,
 }
 
 impl Doorbell {
@@ -254,7 +256,7 @@ impl Doorbell {
         h.version.store(DOORBELL_VERSION, Ordering::Relaxed);
         h.owner_pid.store(pid, Ordering::Relaxed);
         h.magic.store(DOORBELL_MAGIC, Ordering::Release);
-        Ok(Doorbell { path: created.path, map: created.map })
+        Ok(Doorbell { path: created.path, map: created.map, _owner: created.owner })
     }
 
     fn header(&self) -> &DoorbellHeader {

@@ -1,5 +1,5 @@
-//! Segment files: names, creation in /dev/shm or on hugetlbfs (with fallback), pid checks and
-//! stale-file cleanup.
+//! Segment files: names, creation in /dev/shm or on hugetlbfs (with fallback) under an owner lock, pid checks
+//! and stale-file cleanup.
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -13,6 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use memmap2::MmapOptions;
 
+use crate::sys::OwnerLock;
 use crate::sys::shm_guard::PeerMap;
 
 /// Directory of ordinary (4 KiB page) shared-memory files.
@@ -49,6 +50,9 @@ pub(super) struct CreatedFile {
     pub(super) huge: bool,
     /// Why huge pages were requested but not used.
     pub(super) fallback_reason: Option<String>,
+    /// This process's owner lock on the file (kept for the file's life: the stale-file cleanup of other processes
+    /// removes the file only once nobody holds it).
+    pub(super) owner: OwnerLock,
 }
 
 /// Where to create a segment.
@@ -184,7 +188,7 @@ pub(super) fn create_mapped(
             }
         }
     }
-    let (path, file) = create_unique(Path::new(SHM_DIR), mode, &mut name_for)
+    let (path, file, owner) = create_unique(Path::new(SHM_DIR), mode, &mut name_for)
         .map_err(|e| fail("create", &Path::new(SHM_DIR).join("shoal_*"), e))?;
     let result = (|| {
         let len = libc::off_t::try_from(size)
@@ -197,7 +201,7 @@ pub(super) fn create_mapped(
         map_file(&file, size).map_err(|e| ("mmap", e))
     })();
     match result {
-        Ok(map) => Ok(CreatedFile { path, map, huge: false, fallback_reason }),
+        Ok(map) => Ok(CreatedFile { path, map, huge: false, fallback_reason, owner }),
         Err((op, e)) => {
             let _ = std::fs::remove_file(&path);
             Err(fail(op, &path, e))
@@ -205,11 +209,24 @@ pub(super) fn create_mapped(
     }
 }
 
-fn create_unique(dir: &Path, mode: u32, name_for: &mut impl FnMut() -> String) -> io::Result<(PathBuf, File)> {
+/// Creates a file under a fresh name and takes its owner lock (a file that a cleanup removed before the lock was
+/// taken is given up and another name tried).
+fn create_unique(
+    dir: &Path,
+    mode: u32,
+    name_for: &mut impl FnMut() -> String,
+) -> io::Result<(PathBuf, File, OwnerLock)> {
     let mut last = None;
     for _ in 0..NAME_ATTEMPTS {
         match create_exclusive(dir, &name_for(), mode) {
-            Ok(created) => return Ok(created),
+            Ok((path, file)) => match OwnerLock::hold(&file) {
+                Ok(owner) => return Ok((path, file, owner)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => last = Some(e),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&path);
+                    return Err(e);
+                }
+            },
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
             Err(e) => return Err(e),
         }
@@ -245,7 +262,7 @@ fn try_huge(dir: &Path, size: u64, mode: u32, name_for: &mut impl FnMut() -> Str
         .filter(|p| p.is_power_of_two() && *p >= DEFAULT_HUGE_PAGE)
         .unwrap_or(DEFAULT_HUGE_PAGE);
     let rounded = size.checked_next_multiple_of(page).ok_or_else(|| "segment size overflows".to_owned())?;
-    let (path, file) =
+    let (path, file, owner) =
         create_unique(dir, mode, name_for).map_err(|e| format!("cannot create a file in {shown}: {e}"))?;
     let mapped = file.set_len(rounded).map_err(|e| format!("ftruncate {}: {e}", path.display())).and_then(|()| {
         map_file(&file, rounded).map_err(|e| {
@@ -261,7 +278,7 @@ fn try_huge(dir: &Path, size: u64, mode: u32, name_for: &mut impl FnMut() -> Str
         })
     });
     match mapped {
-        Ok(map) => Ok(CreatedFile { path, map, huge: true, fallback_reason: None }),
+        Ok(map) => Ok(CreatedFile { path, map, huge: true, fallback_reason: None, owner }),
         Err(reason) => {
             let _ = std::fs::remove_file(&path);
             Err(reason)
@@ -269,27 +286,53 @@ fn try_huge(dir: &Path, size: u64, mode: u32, name_for: &mut impl FnMut() -> Str
     }
 }
 
-/// Deletes the `shoal_*` files in `dir` whose owner process (the pid in the name) no longer
-/// exists, and returns their paths. Files that cannot be removed are logged and skipped.
+/// Deletes the `shoal_*` files in `dir` whose owner is gone, and returns their paths. Files that cannot be removed
+/// are logged and skipped; other users' files that cannot be opened are kept.
 ///
-/// Called once at start-up by the runtime on `/dev/shm` (and on the hugetlbfs mount when huge
-/// pages are configured). Limitation: a process in another pid namespace sharing the directory
-/// looks dead.
+/// The owner's liveness is its [`crate::sys::OwnerLock`]: the creator of a ring, doorbell or memfile holds it while
+/// it lives, and the kernel releases it when the process dies,
+/// SIGKILL included, so a file is removed only once its exclusive lock can be taken. A live owner in another pid
+/// namespace sharing the directory keeps its files whatever its pid means here. A memfile's `_mtx` and event files
+/// (which eCAL peers create and open too, and which hold no lock: a publisher may serve 256 subscriber processes)
+/// go with their memfile. Files of shoal versions without the lock are also kept while the pid in their name is a
+/// live process here: the pid can only keep a file, never condemn one.
+///
+/// Called at start-up by the runtime on `/dev/shm` (and on the hugetlbfs mount when huge pages are configured),
+/// and after an entity of this host went away, at most once per registration period.
 pub fn remove_stale_segments(dir: &Path) -> Result<Vec<PathBuf>, CleanupError> {
     let entries = std::fs::read_dir(dir).map_err(|source| CleanupError::ReadDir { dir: dir.to_owned(), source })?;
     let mut removed = Vec::new();
+    let mut sync_files = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(owner_pid_of) else {
-            continue;
-        };
+        let Some(name) = name.to_str() else { continue };
+        let Some(pid) = owner_pid_of(name) else { continue };
         if pid_alive(pid) {
             continue;
         }
         let path = entry.path();
+        if let Some(memfile) = memfile_of_sync_file(name) {
+            // Decided by its memfile, once that one is decided.
+            sync_files.push((path, dir.join(memfile)));
+            continue;
+        }
+        match crate::sys::remove_if_unowned(&path) {
+            Ok(true) => {
+                tracing::debug!("shm_ring: removed stale {} (no owner holds it)", path.display());
+                removed.push(path);
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!("shm_ring: cannot remove stale {}: {e}", path.display()),
+        }
+    }
+    // The `_mtx` and event files of a shoal memfile live as long as their memfile: they go when it is gone.
+    for (path, memfile) in sync_files {
+        if std::fs::symlink_metadata(&memfile).is_ok() {
+            continue;
+        }
         match std::fs::remove_file(&path) {
             Ok(()) => {
-                tracing::debug!("shm_ring: removed stale {} (pid {pid} is gone)", path.display());
+                tracing::debug!("shm_ring: removed stale {} (its memfile is gone)", path.display());
                 removed.push(path);
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -297,4 +340,18 @@ pub fn remove_stale_segments(dir: &Path) -> Result<Vec<PathBuf>, CleanupError> {
         }
     }
     Ok(removed)
+}
+
+/// The memfile a shoal eCAL sync file belongs to: `shoal_<pid>_ecal<hex>` of `shoal_<pid>_ecal<hex>_mtx`,
+/// `..._<pid>_evt` and `..._<pid>_ack_evt`. None for anything else (the memfile itself included).
+fn memfile_of_sync_file(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix("shoal_")?;
+    let (pid, rest) = rest.split_once('_')?;
+    parse_decimal::<u32>(pid)?;
+    let hex = rest.strip_prefix("ecal")?;
+    let (hex, suffix) = hex.split_once('_')?;
+    if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) || suffix.is_empty() {
+        return None;
+    }
+    Some(&name[..name.len() - suffix.len() - 1])
 }

@@ -552,6 +552,15 @@ fn stale_segments_removed_for_dead_pid() {
         format!("shoal_{dead}_abc_g0"),
         format!("shoal_{dead}_abc_g1"),
         format!("shoal_db_{dead}_abc"),
+        // A dead writer's memfile goes, and its sync files with it.
+        format!("shoal_{dead}_ecal1a2b"),
+        format!("shoal_{dead}_ecal1a2b_mtx"),
+        format!("shoal_{dead}_ecal1a2b_55_evt"),
+        format!("shoal_{dead}_ecal1a2b_55_ack_evt"),
+        format!("shoal_{dead}_held_g0"),
+        // A live writer's memfile (its lock) keeps its unlocked sync files.
+        format!("shoal_{dead}_ecal9f"),
+        format!("shoal_{dead}_ecal9f_mtx"),
         format!("shoal_{me}_abc_g0"),
         format!("shoal_db_{me}_abc"),
         "shoal_notapid_g0".to_owned(),
@@ -560,16 +569,117 @@ fn stale_segments_removed_for_dead_pid() {
     for n in &names {
         std::fs::write(dir.join(n), b"x").unwrap();
     }
+    // A live owner's lock keeps a file whatever pid its name claims.
+    let held = std::fs::File::open(dir.join(&names[7])).unwrap();
+    let owner = crate::sys::OwnerLock::hold(&held).unwrap();
+    let memfile = std::fs::File::open(dir.join(&names[8])).unwrap();
+    let memfile_owner = crate::sys::OwnerLock::hold(&memfile).unwrap();
     let mut removed = remove_stale_segments(&dir).unwrap();
     removed.sort();
-    let mut expected: Vec<_> = names[..3].iter().map(|n| dir.join(n)).collect();
+    let mut expected: Vec<_> = names[..7].iter().map(|n| dir.join(n)).collect();
     expected.sort();
     assert_eq!(removed, expected);
-    for n in &names[3..] {
+    for n in &names[7..] {
         assert!(dir.join(n).exists(), "{n} must stay");
     }
+    // Its owner goes: the next scan removes it.
+    drop(owner);
+    drop(held);
+    assert_eq!(remove_stale_segments(&dir).unwrap(), [dir.join(&names[7])]);
+    drop(memfile_owner);
+    drop(memfile);
+    let mut removed = remove_stale_segments(&dir).unwrap();
+    removed.sort();
+    assert_eq!(removed, [dir.join(&names[8]), dir.join(&names[9])]);
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(matches!(remove_stale_segments(&dir), Err(CleanupError::ReadDir { .. })));
+}
+
+/// The owner process of [`owners_in_other_pid_namespaces_keep_their_files`] (runs only when spawned by it, with
+/// `SHOAL_TEST_HOLD` set): holds the owner lock on that file until its stdin closes or it is killed.
+#[test]
+#[ignore = "helper process for owners_in_other_pid_namespaces_keep_their_files"]
+fn owner_lock_helper() {
+    let Ok(path) = std::env::var("SHOAL_TEST_HOLD") else { return };
+    let file = std::fs::File::open(&path).expect("open");
+    let _owner = crate::sys::OwnerLock::hold(&file).expect("owner lock");
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "held by pid {}", std::process::id()).unwrap();
+    out.flush().unwrap();
+    drop(out);
+    let mut rest = String::new();
+    let _ = std::io::stdin().read_line(&mut rest);
+}
+
+/// Starts [`owner_lock_helper`] on `path` (in a new pid namespace with `unshare --pid --fork` when `new_ns`) and
+/// waits until it holds the lock; returns it and the pid it has in its own namespace.
+fn spawn_owner(path: &Path, new_ns: bool) -> (std::process::Child, u32) {
+    let exe = std::env::current_exe().unwrap();
+    let args =
+        [exe.to_str().unwrap(), "--exact", "transport::shm_ring::tests::owner_lock_helper", "--ignored", "--nocapture"];
+    let mut cmd = if new_ns {
+        let mut c = Command::new("unshare");
+        c.args(["--pid", "--fork", "--kill-child"]).args(args);
+        c
+    } else {
+        let mut c = Command::new(args[0]);
+        c.args(&args[1..]);
+        c
+    };
+    let mut child =
+        cmd.env("SHOAL_TEST_HOLD", path).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn the owner");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let pid = loop {
+        line.clear();
+        if out.read_line(&mut line).unwrap_or(0) == 0 {
+            break None;
+        }
+        if let Some(pid) = line.trim().strip_prefix("held by pid ") {
+            break pid.parse().ok();
+        }
+    };
+    match pid {
+        Some(pid) => (child, pid),
+        None => {
+            let _ = child.kill();
+            let status = child.wait();
+            panic!("the owner ended before holding the lock: {status:?}");
+        }
+    }
+}
+
+/// Liveness is the owner's lock, not `kill(pid, 0)`: a file whose owner lives in another pid namespace (its name's
+/// pid is dead here) is kept; once the owner is SIGKILLed, the file goes.
+#[test]
+fn owners_in_other_pid_namespaces_keep_their_files() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/unshare").exists() {
+        let _ = writeln!(std::io::stderr(), "skipped: needs root and unshare(1) for a pid namespace");
+        return;
+    }
+    let dead = dead_pid();
+    let dir = temp_dir("pidns");
+    let (in_ns, local) = (dir.join(format!("shoal_{dead}_ns_g0")), dir.join(format!("shoal_{dead}_local_g0")));
+    std::fs::write(&in_ns, b"x").unwrap();
+    std::fs::write(&local, b"x").unwrap();
+    let (mut other_ns, ns_pid) = spawn_owner(&in_ns, true);
+    assert_eq!(ns_pid, 1, "the owner runs in a pid namespace of its own");
+    let (mut killed, _) = spawn_owner(&local, false);
+    assert!(remove_stale_segments(&dir).unwrap().is_empty(), "both owners are alive");
+    killed.kill().unwrap(); // SIGKILL
+    killed.wait().unwrap();
+    assert_eq!(remove_stale_segments(&dir).unwrap(), std::slice::from_ref(&local));
+    assert!(in_ns.exists(), "the owner in the other namespace still lives");
+    other_ns.kill().unwrap(); // unshare --kill-child passes SIGKILL on to the owner
+    other_ns.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while in_ns.exists() && Instant::now() < deadline {
+        remove_stale_segments(&dir).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!in_ns.exists(), "removed once its owner was killed");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

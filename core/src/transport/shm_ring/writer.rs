@@ -130,6 +130,8 @@ struct Segment {
     slot_count: u32,
     slot_size: usize,
     stride: usize,
+    /// Held while the segment lives (stale-file cleanup).
+    _owner: crate::sys::OwnerLock,
 }
 
 impl Segment {
@@ -242,6 +244,7 @@ impl RingWriter {
             slot_count,
             slot_size,
             stride,
+            _owner: created.owner,
         };
         let h = seg.header();
         let r = Ordering::Relaxed;

@@ -15,7 +15,7 @@ use crate::stats::Via;
 use crate::sync::lock;
 use crate::transport::{Inbox, IoSource};
 use crate::types::TypeInfo;
-use crate::wire::auth::{self as wauth, AuthReject, Channel, ReplayGuard, Verifier};
+use crate::wire::auth::{self as wauth, AuthReceiver, AuthReject, Channel};
 use crate::wire::{DatagramHeader, DatagramKind, Reassembler, ReassemblyCounters, split_name};
 
 use super::Shared;
@@ -52,25 +52,18 @@ pub(crate) struct UdpReceiver {
     last_summary: Instant,
     last_summary_datagrams: u64,
     /// `[shoal_auth]` with a key: checks envelopes, reassembles what they carry apart from unauthenticated datagrams.
-    auth: Option<AuthRecv>,
+    auth: Option<AuthReceiver>,
     /// Counts of reassemblers replaced (the socket closed), so the published totals keep counting.
     reassembly_base: ReassemblyCounters,
-}
-
-struct AuthRecv {
-    verifier: Verifier,
-    guard: ReplayGuard,
-    reassembler: Reassembler,
 }
 
 impl UdpReceiver {
     pub(crate) fn new(shared: Arc<Shared>) -> UdpReceiver {
         let reassembly = shared.reassembly.clone();
-        let auth = shared.auth.as_ref().map(|a| AuthRecv {
-            verifier: Verifier::new(&a.key, Channel::Data),
-            guard: ReplayGuard::new(a.senders, a.max_age),
-            reassembler: Reassembler::new(reassembly.clone()),
-        });
+        let auth = shared
+            .auth
+            .as_ref()
+            .map(|a| AuthReceiver::new(&a.key, Channel::Data, a.senders, a.max_age, reassembly.clone()));
         UdpReceiver {
             shared,
             socket: None,
@@ -158,50 +151,28 @@ impl UdpReceiver {
 
     fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
         self.shared.counters.datagrams.fetch_add(1, Ordering::Relaxed);
-        let (datagram, authenticated) = if wauth::is_envelope(datagram) {
-            match self.open_envelope(now, from, datagram) {
-                Some(inner) => (inner, true),
-                None => return,
+        let opened = wauth::open_datagram(
+            self.auth.as_mut(),
+            &mut self.reassembler,
+            &self.shared.auth_stats,
+            Channel::Data,
+            now,
+            datagram,
+        );
+        let (pushed, authenticated) = match opened {
+            Ok(o) => (o.reassembler.push(now, from, o.datagram), o.authenticated),
+            Err(cause) => {
+                let topic = self.subscribed_topic_of(datagram);
+                self.shared.auth_stats.count(Channel::Data, cause, topic.as_deref(), &from);
+                return;
             }
-        } else {
-            (datagram, false)
         };
-        let reassembler = match &mut self.auth {
-            Some(a) if authenticated => &mut a.reassembler,
-            _ => &mut self.reassembler,
-        };
-        match reassembler.push(now, from, datagram) {
+        match pushed {
             Ok(Some(msg)) => self.handle_message(now, from, &msg, authenticated),
             Ok(None) => {}
             Err(e) => {
                 self.shared.counters.wire_drops.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("UDP data layer: datagram from {from} dropped: {e}");
-            }
-        }
-    }
-
-    /// The eCAL datagram inside a verified, new envelope; `None` (counted) otherwise.
-    fn open_envelope<'a>(&mut self, now: Instant, from: SocketAddr, datagram: &'a [u8]) -> Option<&'a [u8]> {
-        let stats = &self.shared.auth_stats;
-        let Some(auth) = &mut self.auth else {
-            stats.count(Channel::Data, AuthReject::NoKey, self.subscribed_topic_of(datagram).as_deref(), &from);
-            return None;
-        };
-        let checked = auth.verifier.open(datagram).and_then(|env| {
-            let evicted = auth.guard.evicted();
-            let r = auth.guard.check(&env, now, wauth::unix_ns());
-            stats.count_evicted(auth.guard.evicted() - evicted);
-            r.map(|()| env.inner)
-        });
-        match checked {
-            Ok(inner) => {
-                stats.count_verified(Channel::Data);
-                Some(inner)
-            }
-            Err(cause) => {
-                let topic = self.subscribed_topic_of(datagram);
-                self.shared.auth_stats.count(Channel::Data, cause, topic.as_deref(), &from);
-                None
             }
         }
     }
