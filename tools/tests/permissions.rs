@@ -14,6 +14,16 @@ use std::time::Duration;
 
 use support::{PEER, Proc, is_root, topic};
 
+/// Held while `shoal-peer` is copied and while a child is spawned: a child forked while the other test's copy is
+/// still open for writing would hold that descriptor until its exec, and exec'ing the copy then fails with
+/// ETXTBSY ("Text file busy"). `Command::spawn` returns only after the child's exec, so the lock covers the window.
+static COPY_OR_SPAWN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn spawn(name: &str, cmd: Command) -> Proc {
+    let _g = COPY_OR_SPAWN.lock().unwrap_or_else(|e| e.into_inner());
+    Proc::spawn(name, cmd)
+}
+
 const PUB_UID: u32 = 64_501;
 const SUB_UID: u32 = 64_502;
 
@@ -23,6 +33,7 @@ fn shared_dir(tag: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("create the shared directory");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod the shared directory");
     let peer = dir.join("shoal-peer");
+    let _g = COPY_OR_SPAWN.lock().unwrap_or_else(|e| e.into_inner());
     if !peer.exists() {
         std::fs::copy(PEER, &peer).expect("copy shoal-peer");
         std::fs::set_permissions(&peer, std::fs::Permissions::from_mode(0o755)).expect("chmod shoal-peer");
@@ -48,7 +59,7 @@ fn peer_as(uid: u32, name: &str, dir: &std::path::Path, ecal_ini: &str, args: &[
         .env("ECAL_INI", ecal_ini)
         .env("HOME", dir)
         .current_dir(dir);
-    Proc::spawn(name, cmd)
+    spawn(name, cmd)
 }
 
 fn exchange(dir: &std::path::Path, ecal_ini: &str, t: &str, count: u64) -> (serde_json::Value, Proc, Proc) {
@@ -107,7 +118,7 @@ fn files_are_created_with_the_configured_mode() {
         let t = topic(&format!("modes_{access}"));
         let mut cmd = Command::new(dir.join("shoal-peer"));
         cmd.args(["pub", "--topic", &t, "--count", "0", "--wait-subs", "0", "--rate", "10"]).env("ECAL_INI", &path);
-        let mut publ = Proc::spawn("pub", cmd);
+        let mut publ = spawn("pub", cmd);
         publ.expect("ready", Duration::from_secs(20));
         let pid = publ.pid();
         let modes: Vec<(String, u32)> = support::shm_files_of(pid)
