@@ -129,7 +129,8 @@ fn publisher_serves_a_tcp_pubsub_client_and_drops_whole_messages_for_a_stalled_o
         assert_eq!(&data[m.payload], format!("message {clock}").as_bytes());
     }
     // The client stops reading: socket buffers fill, then the 64 KiB queue; further messages are dropped whole.
-    let big = vec![7u8; 256 * 1024];
+    let big: Vec<u8> = (0..256 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let expected = big.clone();
     let mut dropped = 0u64;
     for clock in 5..105 {
         if w.write(&big, &meta(clock)).is_err() {
@@ -153,7 +154,7 @@ fn publisher_serves_a_tcp_pubsub_client_and_drops_whole_messages_for_a_stalled_o
             let mut data = vec![0u8; header.data_size as usize];
             client.read_exact(&mut data).expect("a frame once begun is complete");
             let m = frame::decode_message(&data).expect("decodes");
-            assert_eq!(data[m.payload].len(), 256 * 1024);
+            assert!(data[m.payload] == expected[..], "message {} arrives intact", m.clock);
             clocks.push(m.clock);
         }
     });
