@@ -199,18 +199,37 @@ pub(crate) struct Decoded {
 
 /// Decodes the data of a payload frame (what follows the tcp_pubsub header).
 pub(crate) fn decode_message(data: &[u8]) -> Result<Decoded, DecodeError> {
-    if data.len() < MAGIC.len() + 2 || &data[..4] != MAGIC {
+    decode_head(data, data.len())
+}
+
+/// Bytes of a frame's data that [`decode_head`] needs, given those of them received so far (`data`):
+/// the magic and length field, then the sample header, never more than the `data_len` bytes of the frame.
+pub(crate) fn head_want(data: &[u8], data_len: usize) -> usize {
+    let fixed = MAGIC.len() + 2;
+    if data.len() < fixed {
+        return fixed.min(data_len);
+    }
+    (fixed + usize::from(u16::from_le_bytes([data[4], data[5]]))).min(data_len)
+}
+
+/// Decodes a payload frame from the start of its data (`head`, at least [`head_want`] bytes of it) and the
+/// length of the whole data, `data_len`; the payload range is relative to the data.
+pub(crate) fn decode_head(head: &[u8], data_len: usize) -> Result<Decoded, DecodeError> {
+    if head.len() < MAGIC.len() + 2 || &head[..4] != MAGIC {
         return Err(DecodeError::NoMagic);
     }
-    let proto_len = usize::from(u16::from_le_bytes([data[4], data[5]]));
+    let proto_len = usize::from(u16::from_le_bytes([head[4], head[5]]));
     let start = MAGIC.len() + 2;
-    let proto = data.get(start..start + proto_len).ok_or(DecodeError::HeaderPastEnd(proto_len))?;
+    let proto = head
+        .get(start..start + proto_len)
+        .filter(|_| start + proto_len <= data_len)
+        .ok_or(DecodeError::HeaderPastEnd(proto_len))?;
     let s = pb::Sample::decode(proto)?;
     let (Some(topic), Some(content)) = (s.topic, s.content) else { return Err(DecodeError::Incomplete) };
     let publisher_id = parse_topic_id(&topic.topic_id)?;
     let clock = u64::try_from(content.clock).map_err(|_| DecodeError::NegativeClock(content.clock))?;
     let body = start + proto_len;
-    let left = data.len() - body;
+    let left = data_len - body;
     let len = usize::try_from(content.size).ok().filter(|n| *n <= left);
     let Some(len) = len else { return Err(DecodeError::BadSize { size: content.size, left }) };
     Ok(Decoded { publisher_id, clock, time_us: content.time, payload: body..body + len })

@@ -33,6 +33,7 @@ mod tests;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -586,8 +587,11 @@ enum Rx {
     Header { buf: [u8; frame::HEADER_LEN], got: usize },
     /// Skipping `left` bytes of a longer header, then the data of `header`.
     ExtraHeader { left: usize, header: frame::FrameHeader },
-    /// Reading a payload frame's data.
-    Data { buf: Vec<u8>, got: usize },
+    /// Reading the start of a payload frame's data of `data_size` bytes: magic, length, sample header.
+    Head { buf: Vec<u8>, data_size: usize },
+    /// Reading a message's payload into its own buffer (`buf.len()` of `m.payload.len()` bytes so far), then
+    /// skipping `trailing` bytes of the frame.
+    Payload { buf: Vec<u8>, m: frame::Decoded, trailing: usize },
     /// Skipping `left` bytes (a handshake's data, or a frame above `max_message`).
     Skip { left: u64 },
 }
@@ -595,6 +599,11 @@ enum Rx {
 impl Rx {
     fn start() -> Rx {
         Rx::Header { buf: [0; frame::HEADER_LEN], got: 0 }
+    }
+
+    /// Skipping the `left` bytes left of a frame, then the next header.
+    fn after(left: usize) -> Rx {
+        if left == 0 { Rx::start() } else { Rx::Skip { left: left as u64 } }
     }
 }
 
@@ -895,10 +904,11 @@ impl Client {
                 return Outcome::Keep(true);
             }
             // Large remainders of a message are read in place, everything else through the scratch buffer.
-            let direct = matches!(&self.rx, Rx::Data { buf, got } if buf.len() - got >= scratch.len());
+            let direct = matches!(&self.rx, Rx::Payload { buf, m, .. } if m.payload.len() - buf.len() >= scratch.len());
             let read = if direct {
-                let Rx::Data { buf, got } = &mut self.rx else { unreachable!("checked above") };
-                stream.read(&mut buf[*got..])
+                let Rx::Payload { buf, m, .. } = &mut self.rx else { unreachable!("checked above") };
+                let left = m.payload.len() - buf.len();
+                crate::sys::recv_into_spare(stream.as_fd(), buf, left)
             } else {
                 stream.read(scratch)
             };
@@ -910,14 +920,7 @@ impl Client {
                 Err(e) => return Outcome::Close(e.to_string()),
             };
             budget = budget.saturating_sub(n);
-            let result = if direct {
-                if let Rx::Data { got, .. } = &mut self.rx {
-                    *got += n;
-                }
-                self.advance(shared, &[])
-            } else {
-                self.advance(shared, &scratch[..n])
-            };
+            let result = if direct { self.advance(shared, &[]) } else { self.advance(shared, &scratch[..n]) };
             if let Err(why) = result {
                 return Outcome::Close(why);
             }
@@ -961,17 +964,31 @@ impl Client {
                     }
                     self.rx = Rx::start();
                 }
-                Rx::Data { buf, got } => {
-                    let take = (buf.len() - *got).min(bytes.len());
-                    buf[*got..*got + take].copy_from_slice(&bytes[..take]);
-                    *got += take;
+                Rx::Head { buf, data_size } => {
+                    let data_size = *data_size;
+                    let take = (frame::head_want(buf, data_size) - buf.len()).min(bytes.len());
+                    buf.extend_from_slice(&bytes[..take]);
                     bytes = &bytes[take..];
-                    if *got < buf.len() {
+                    if buf.len() < frame::head_want(buf, data_size) {
+                        if bytes.is_empty() {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                    let head = std::mem::take(buf);
+                    self.rx = self.begin_payload(shared, &head, data_size);
+                }
+                Rx::Payload { buf, m, trailing } => {
+                    let want = m.payload.len();
+                    let take = (want - buf.len()).min(bytes.len());
+                    buf.extend_from_slice(&bytes[..take]);
+                    bytes = &bytes[take..];
+                    if buf.len() < want {
                         return Ok(());
                     }
-                    let data = std::mem::take(buf);
-                    self.rx = Rx::start();
-                    self.deliver(shared, data);
+                    let (payload, m, trailing) = (std::mem::take(buf), m.clone(), *trailing);
+                    self.rx = Rx::after(trailing);
+                    self.deliver(shared, &m, payload);
                 }
             }
             if bytes.is_empty() && matches!(self.rx, Rx::Header { got: 0, .. }) {
@@ -988,7 +1005,7 @@ impl Client {
         let max = shared.cfg.max_message_bytes;
         match usize::try_from(header.data_size) {
             Ok(0) => Rx::start(),
-            Ok(n) if n <= max => Rx::Data { buf: vec![0u8; n], got: 0 },
+            Ok(n) if n <= max => Rx::Head { buf: Vec::with_capacity(128), data_size: n },
             _ => {
                 shared.counters.too_large.fetch_add(1, Ordering::Relaxed);
                 self.count_drops(1);
@@ -1004,22 +1021,35 @@ impl Client {
         }
     }
 
-    /// Counts lost messages in the subscriber's drops (the reader itself keeps no separate count).
-    fn count_drops(&self, n: u64) {
-        self.shared.inbox.count_drops(n);
-    }
-
-    fn deliver(&mut self, shared: &Shared, mut data: Vec<u8>) {
-        let m = match frame::decode_message(&data) {
-            Ok(m) => m,
+    /// Decodes the start of a payload frame's data (`head`, of `data_size` bytes in all); the payload is then read
+    /// into a buffer of its own, or the rest of the frame skipped if it does not decode.
+    fn begin_payload(&mut self, shared: &Shared, head: &[u8], data_size: usize) -> Rx {
+        match frame::decode_head(head, data_size) {
             Err(e) => {
                 shared.counters.decode_errors.fetch_add(1, Ordering::Relaxed);
                 self.count_drops(1);
                 self.skipped += 1;
                 tracing::debug!("topic {}: TCP message dropped: {e}", self.shared.topic);
-                return;
+                Rx::after(data_size - head.len())
             }
-        };
+            Ok(m) => {
+                let trailing = data_size - m.payload.end;
+                if m.payload.is_empty() {
+                    self.deliver(shared, &m, Vec::new());
+                    return Rx::after(trailing);
+                }
+                Rx::Payload { buf: Vec::with_capacity(m.payload.len()), m, trailing }
+            }
+        }
+    }
+
+    /// Counts lost messages in the subscriber's drops (the reader itself keeps no separate count).
+    fn count_drops(&self, n: u64) {
+        self.shared.inbox.count_drops(n);
+    }
+
+    /// Delivers a received message (`m` from its header, `payload` its bytes) unless its clock is out of order.
+    fn deliver(&mut self, shared: &Shared, m: &frame::Decoded, payload: Vec<u8>) {
         if let Some(last) = self.last_clock {
             if m.clock <= last {
                 shared.counters.out_of_order.fetch_add(1, Ordering::Relaxed);
@@ -1040,10 +1070,8 @@ impl Client {
         if self.shared.inbox.reads_ring_of(m.publisher_id) {
             return;
         }
-        data.truncate(m.payload.end);
-        data.drain(..m.payload.start);
         self.shared.inbox.push(Sample {
-            payload: Payload::Owned(data),
+            payload: Payload::Owned(payload),
             send_time_ns: m.time_us.saturating_mul(1000),
             via: Via::Tcp,
             clock: m.clock,
