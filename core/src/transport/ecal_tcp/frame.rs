@@ -198,6 +198,7 @@ pub(crate) struct Decoded {
 }
 
 /// Decodes the data of a payload frame (what follows the tcp_pubsub header).
+#[cfg(test)]
 pub(crate) fn decode_message(data: &[u8]) -> Result<Decoded, DecodeError> {
     decode_head(data, data.len())
 }
