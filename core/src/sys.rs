@@ -2,8 +2,8 @@
 //! that other processes announce (`open_peer_file`), owner locks on shared-memory files and the stale-file removal
 //! they decide (`OwnerLock`, `remove_if_unowned`), the modes of the shared-memory files this process creates, the
 //! SIGBUS guard for mappings of files that peers can truncate ([`shm_guard`]), copy-only access to bytes another
-//! process may be writing ([`shared_bytes`]), and the batched UDP calls `sendmmsg`/`recvmmsg` with GSO and the
-//! receive-overflow counter ([`mmsg`]).
+//! process may be writing ([`shared_bytes`]), the batched UDP calls `sendmmsg`/`recvmmsg` with GSO and the
+//! receive-overflow counter ([`mmsg`]), and reading a socket into a buffer's spare capacity ([`recv_into_spare`]).
 #![allow(unsafe_code)]
 
 pub(crate) mod mmsg;
@@ -266,6 +266,22 @@ pub(crate) fn force_socket_buffer(fd: std::os::fd::RawFd, receive: bool, bytes: 
         )
     };
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Reads at most `max` bytes from the socket `fd` (`recv(2)`, no flags) into the spare capacity of `buf`, without
+/// zero-filling it first, and extends `buf` by the bytes read. `Ok(0)` means the peer closed the connection (or
+/// `max` or the spare capacity is 0); a non-blocking socket without data gives `WouldBlock`.
+pub(crate) fn recv_into_spare(fd: std::os::fd::BorrowedFd<'_>, buf: &mut Vec<u8>, max: usize) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let spare = buf.spare_capacity_mut();
+    let n = spare.len().min(max);
+    // SAFETY: `spare` is `n` (or more) writable bytes owned by `buf`; recv writes at most `n` bytes there and
+    // returns how many, or -1 and writes nothing.
+    let r = unsafe { libc::recv(fd.as_raw_fd(), spare.as_mut_ptr().cast(), n, 0) };
+    let Ok(r) = usize::try_from(r) else { return Err(io::Error::last_os_error()) };
+    // SAFETY: recv initialised the first `r` (≤ `n` ≤ spare capacity) bytes after `buf.len()`.
+    unsafe { buf.set_len(buf.len() + r) };
+    Ok(r)
 }
 
 #[cfg(test)]

@@ -87,6 +87,7 @@ pub(crate) enum EncodeError {
 }
 
 /// One complete payload frame (tcp_pubsub header, eCAL header, payload), as eCAL 6.1.1 writes it.
+#[cfg(test)]
 pub(crate) fn encode_message(
     topic: &str,
     topic_id: &str,
@@ -95,7 +96,22 @@ pub(crate) fn encode_message(
     time_us: i64,
     payload: &[u8],
 ) -> Result<Vec<u8>, EncodeError> {
-    let size = i32::try_from(payload.len()).map_err(|_| EncodeError::TooLarge(payload.len()))?;
+    let mut buf = encode_head(topic, topic_id, publisher_id, clock, time_us, payload.len())?;
+    buf.extend_from_slice(payload);
+    Ok(buf)
+}
+
+/// The bytes of a payload frame before its payload (tcp_pubsub header, `"ECAL"`, length, sample header) for a
+/// payload of `payload_len` bytes; the frame on the wire is these bytes followed by the payload.
+pub(crate) fn encode_head(
+    topic: &str,
+    topic_id: &str,
+    publisher_id: u64,
+    clock: u64,
+    time_us: i64,
+    payload_len: usize,
+) -> Result<Vec<u8>, EncodeError> {
+    let size = i32::try_from(payload_len).map_err(|_| EncodeError::TooLarge(payload_len))?;
     let hash = content_hash(publisher_id, clock);
     // topic {7 name, 6 id, 3 pid 0, 2 host ""}
     let topic_len = str_field_len(topic.len()) + str_field_len(topic_id.len()) + 2 + 2;
@@ -106,8 +122,9 @@ pub(crate) fn encode_message(
         2 + 1 + varint_len(topic_len as u64) + topic_len + 1 + varint_len(content_len as u64) + content_len + 2;
     let padding = (8 - (MAGIC.len() + 2 + unpadded) % 8) % 8;
     let proto_len = u16::try_from(unpadded + padding).map_err(|_| EncodeError::HeaderTooLong)?;
-    let data_size = MAGIC.len() + 2 + usize::from(proto_len) + payload.len();
-    let mut buf = Vec::with_capacity(HEADER_LEN + data_size);
+    let head_len = HEADER_LEN + MAGIC.len() + 2 + usize::from(proto_len);
+    let data_size = head_len - HEADER_LEN + payload_len;
+    let mut buf = Vec::with_capacity(head_len);
     buf.resize(HEADER_LEN, 0);
     put_header(&mut buf, TYPE_PAYLOAD, data_size as u64);
     buf.extend_from_slice(MAGIC);
@@ -132,8 +149,7 @@ pub(crate) fn encode_message(
     buf.push(0x42);
     buf.push(padding as u8);
     buf.resize(buf.len() + padding, 0);
-    debug_assert_eq!(buf.len(), HEADER_LEN + MAGIC.len() + 2 + usize::from(proto_len));
-    buf.extend_from_slice(payload);
+    debug_assert_eq!(buf.len(), head_len);
     Ok(buf)
 }
 
@@ -182,19 +198,39 @@ pub(crate) struct Decoded {
 }
 
 /// Decodes the data of a payload frame (what follows the tcp_pubsub header).
+#[cfg(test)]
 pub(crate) fn decode_message(data: &[u8]) -> Result<Decoded, DecodeError> {
-    if data.len() < MAGIC.len() + 2 || &data[..4] != MAGIC {
+    decode_head(data, data.len())
+}
+
+/// Bytes of a frame's data that [`decode_head`] needs, given those of them received so far (`data`):
+/// the magic and length field, then the sample header, never more than the `data_len` bytes of the frame.
+pub(crate) fn head_want(data: &[u8], data_len: usize) -> usize {
+    let fixed = MAGIC.len() + 2;
+    if data.len() < fixed {
+        return fixed.min(data_len);
+    }
+    (fixed + usize::from(u16::from_le_bytes([data[4], data[5]]))).min(data_len)
+}
+
+/// Decodes a payload frame from the start of its data (`head`, at least [`head_want`] bytes of it) and the
+/// length of the whole data, `data_len`; the payload range is relative to the data.
+pub(crate) fn decode_head(head: &[u8], data_len: usize) -> Result<Decoded, DecodeError> {
+    if head.len() < MAGIC.len() + 2 || &head[..4] != MAGIC {
         return Err(DecodeError::NoMagic);
     }
-    let proto_len = usize::from(u16::from_le_bytes([data[4], data[5]]));
+    let proto_len = usize::from(u16::from_le_bytes([head[4], head[5]]));
     let start = MAGIC.len() + 2;
-    let proto = data.get(start..start + proto_len).ok_or(DecodeError::HeaderPastEnd(proto_len))?;
+    let proto = head
+        .get(start..start + proto_len)
+        .filter(|_| start + proto_len <= data_len)
+        .ok_or(DecodeError::HeaderPastEnd(proto_len))?;
     let s = pb::Sample::decode(proto)?;
     let (Some(topic), Some(content)) = (s.topic, s.content) else { return Err(DecodeError::Incomplete) };
     let publisher_id = parse_topic_id(&topic.topic_id)?;
     let clock = u64::try_from(content.clock).map_err(|_| DecodeError::NegativeClock(content.clock))?;
     let body = start + proto_len;
-    let left = data.len() - body;
+    let left = data_len - body;
     let len = usize::try_from(content.size).ok().filter(|n| *n <= left);
     let Some(len) = len else { return Err(DecodeError::BadSize { size: content.size, left }) };
     Ok(Decoded { publisher_id, clock, time_us: content.time, payload: body..body + len })

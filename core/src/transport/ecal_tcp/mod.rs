@@ -4,11 +4,13 @@
 //!   TCP enabled is assigned to it (eCAL's priority lists, `[publisher] priority_*`); it then listens on an
 //!   ephemeral port (`::`, or `0.0.0.0` without IPv6) and announces it in `layer_par_tcp.port`. The I/O thread
 //!   accepts connections, answers the subscriber's protocol handshake, and flushes the send queues when the
-//!   sockets become writable. `send()` frames a message once ([`frame`]) and hands it to every connection
-//!   that finished its handshake: it is appended to the connection's queue (bounded in bytes by
-//!   `[shoal_tcp] send_queue`) and written at once as far as the socket takes it, from the publisher's thread,
-//!   without blocking. A message that does not fit a connection's queue is dropped whole for that connection and
-//!   counted (default), or the publisher waits up to `[shoal_tcp] send_timeout_ms` for room. A frame once begun
+//!   sockets become writable. `send()` encodes a message's header once ([`frame`]) and hands the message to every
+//!   connection that finished its handshake: to a connection with nothing queued, header and payload are written
+//!   at once with one `writev` from the publisher's thread, as far as the socket takes them, without blocking, and
+//!   only the unwritten rest is queued; behind queued frames the whole frame (copied once per message) is queued.
+//!   The queue is bounded in bytes by `[shoal_tcp] send_queue`. A message that does not fit a connection's queue
+//!   is dropped whole for that connection and counted (default), or the publisher waits up to
+//!   `[shoal_tcp] send_timeout_ms` for room. A frame once begun
 //!   is always completed, so a subscriber never sees a torn frame.
 //! - Subscriber side ([`TcpLayer::reader_factory`], only with `[subscriber] tcp_rec_enabled`): a connection per
 //!   subscriber and publisher, to `host_name:port` from the publisher's registration (the name resolved as is,
@@ -29,8 +31,9 @@ pub(crate) mod frame;
 mod tests;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -63,7 +66,7 @@ const MAX_HEADER_SIZE: u16 = 1024;
 /// Process-wide counters of one runtime's TCP layer (drops also go to the publisher's or subscriber's count).
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    /// Frames handed to a connection's queue (one per message and connection).
+    /// Frames handed to a connection, written at once or queued (one per message and connection).
     pub(crate) queued: AtomicU64,
     /// Messages dropped for a connection whose queue was full (after the wait, if configured).
     pub(crate) send_drops: AtomicU64,
@@ -221,6 +224,28 @@ impl SessionState {
         Ok(())
     }
 
+    /// Writes `head` then `payload` until the socket would block (one `writev` while part of `head` is left);
+    /// returns the bytes written. Only for a connection with an empty queue.
+    fn write_direct(&mut self, head: &[u8], payload: &[u8]) -> io::Result<usize> {
+        let total = head.len() + payload.len();
+        let mut done = 0;
+        while done < total {
+            let r = if done < head.len() {
+                (&self.stream).write_vectored(&[IoSlice::new(&head[done..]), IoSlice::new(payload)])
+            } else {
+                (&self.stream).write(&payload[done - head.len()..])
+            };
+            match r {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
     /// Whether a frame of `len` bytes fits the queue bound (an empty queue takes any frame).
     fn has_room(&self, len: usize, cap: usize) -> bool {
         self.queue.is_empty() || self.queued + len <= cap
@@ -314,22 +339,33 @@ impl TcpWriter {
         }
     }
 
-    /// Queues `frame` on one connection (waiting for room up to `deadline` if set); false when it was dropped.
-    fn enqueue(&self, session: &Session, frame: &Arc<Vec<u8>>, deadline: Option<Instant>) -> bool {
+    /// Hands one message (`head` then `payload`) to one connection, waiting for room up to `deadline` if set;
+    /// false when it was dropped. With nothing queued before it, the frame is written at once from this thread
+    /// (one `writev`, as far as the socket takes it) and only the unwritten rest is queued; behind queued frames
+    /// it is queued whole, as `whole` (built once per message, on first need).
+    fn enqueue(
+        &self,
+        session: &Session,
+        head: &[u8],
+        payload: &[u8],
+        whole: &mut Option<Arc<Vec<u8>>>,
+        deadline: Option<Instant>,
+    ) -> bool {
         let cap = self.shared.cfg.send_queue_bytes;
+        let len = head.len() + payload.len();
         let mut st = lock(&session.state);
         if st.dead || !st.ready {
             // Not connected yet (handshake pending) or going: not a subscriber of this message, as in tcp_pubsub.
             return true;
         }
-        while !st.has_room(frame.len(), cap) {
+        while !st.has_room(len, cap) {
             // Room may have come since the I/O thread's last turn.
             if let Err(e) = st.flush() {
                 st.dead = true;
                 tracing::debug!("topic {}: TCP subscriber {} lost: {e}", self.topic, session.peer);
                 return true;
             }
-            if st.has_room(frame.len(), cap) {
+            if st.has_room(len, cap) {
                 break;
             }
             let Some(left) = deadline.and_then(|d| d.checked_duration_since(Instant::now())) else {
@@ -340,10 +376,34 @@ impl TcpWriter {
                 return true;
             }
         }
-        st.queued += frame.len();
-        st.queue.push_back(Arc::clone(frame));
         self.shared.counters.queued.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = st.flush() {
+        let result = if st.queue.is_empty() {
+            st.write_direct(head, payload).map(|n| {
+                if n < len {
+                    let rest = if n < head.len() {
+                        let mut rest = Vec::with_capacity(len - n);
+                        rest.extend_from_slice(&head[n..]);
+                        rest.extend_from_slice(payload);
+                        rest
+                    } else {
+                        payload[n - head.len()..].to_vec()
+                    };
+                    st.queued += rest.len();
+                    st.queue.push_back(Arc::new(rest));
+                }
+            })
+        } else {
+            let frame = whole.get_or_insert_with(|| {
+                let mut f = Vec::with_capacity(len);
+                f.extend_from_slice(head);
+                f.extend_from_slice(payload);
+                Arc::new(f)
+            });
+            st.queued += len;
+            st.queue.push_back(Arc::clone(frame));
+            st.flush()
+        };
+        if let Err(e) = result {
             st.dead = true;
             tracing::debug!("topic {}: TCP subscriber {} lost: {e}", self.topic, session.peer);
         }
@@ -378,15 +438,21 @@ impl LayerWriter for TcpWriter {
         if sessions.is_empty() {
             return Ok(());
         }
-        let frame =
-            frame::encode_message(&self.topic, &self.id_str, self.publisher_id, meta.clock, meta.send_time_us, payload)
-                .map_err(|e| LayerWriteError::Failed { layer: LayerKind::Tcp, message: e.to_string() })?;
-        let frame = Arc::new(frame);
+        let head = frame::encode_head(
+            &self.topic,
+            &self.id_str,
+            self.publisher_id,
+            meta.clock,
+            meta.send_time_us,
+            payload.len(),
+        )
+        .map_err(|e| LayerWriteError::Failed { layer: LayerKind::Tcp, message: e.to_string() })?;
+        let mut whole = None;
         let timeout = self.shared.cfg.send_timeout_ms;
         let deadline = (timeout > 0).then(|| Instant::now() + Duration::from_millis(u64::from(timeout)));
         let mut dropped = 0u64;
         for s in &sessions {
-            if !self.enqueue(s, &frame, deadline) {
+            if !self.enqueue(s, &head, payload, &mut whole, deadline) {
                 dropped += 1;
             }
         }
@@ -521,8 +587,11 @@ enum Rx {
     Header { buf: [u8; frame::HEADER_LEN], got: usize },
     /// Skipping `left` bytes of a longer header, then the data of `header`.
     ExtraHeader { left: usize, header: frame::FrameHeader },
-    /// Reading a payload frame's data.
-    Data { buf: Vec<u8>, got: usize },
+    /// Reading the start of a payload frame's data of `data_size` bytes: magic, length, sample header.
+    Head { buf: Vec<u8>, data_size: usize },
+    /// Reading a message's payload into its own buffer (`buf.len()` of `m.payload.len()` bytes so far), then
+    /// skipping `trailing` bytes of the frame.
+    Payload { buf: Vec<u8>, m: frame::Decoded, trailing: usize },
     /// Skipping `left` bytes (a handshake's data, or a frame above `max_message`).
     Skip { left: u64 },
 }
@@ -530,6 +599,11 @@ enum Rx {
 impl Rx {
     fn start() -> Rx {
         Rx::Header { buf: [0; frame::HEADER_LEN], got: 0 }
+    }
+
+    /// Skipping the `left` bytes left of a frame, then the next header.
+    fn after(left: usize) -> Rx {
+        if left == 0 { Rx::start() } else { Rx::Skip { left: left as u64 } }
     }
 }
 
@@ -830,10 +904,11 @@ impl Client {
                 return Outcome::Keep(true);
             }
             // Large remainders of a message are read in place, everything else through the scratch buffer.
-            let direct = matches!(&self.rx, Rx::Data { buf, got } if buf.len() - got >= scratch.len());
+            let direct = matches!(&self.rx, Rx::Payload { buf, m, .. } if m.payload.len() - buf.len() >= scratch.len());
             let read = if direct {
-                let Rx::Data { buf, got } = &mut self.rx else { unreachable!("checked above") };
-                stream.read(&mut buf[*got..])
+                let Rx::Payload { buf, m, .. } = &mut self.rx else { unreachable!("checked above") };
+                let left = m.payload.len() - buf.len();
+                crate::sys::recv_into_spare(stream.as_fd(), buf, left)
             } else {
                 stream.read(scratch)
             };
@@ -845,14 +920,7 @@ impl Client {
                 Err(e) => return Outcome::Close(e.to_string()),
             };
             budget = budget.saturating_sub(n);
-            let result = if direct {
-                if let Rx::Data { got, .. } = &mut self.rx {
-                    *got += n;
-                }
-                self.advance(shared, &[])
-            } else {
-                self.advance(shared, &scratch[..n])
-            };
+            let result = if direct { self.advance(shared, &[]) } else { self.advance(shared, &scratch[..n]) };
             if let Err(why) = result {
                 return Outcome::Close(why);
             }
@@ -896,17 +964,31 @@ impl Client {
                     }
                     self.rx = Rx::start();
                 }
-                Rx::Data { buf, got } => {
-                    let take = (buf.len() - *got).min(bytes.len());
-                    buf[*got..*got + take].copy_from_slice(&bytes[..take]);
-                    *got += take;
+                Rx::Head { buf, data_size } => {
+                    let data_size = *data_size;
+                    let take = (frame::head_want(buf, data_size) - buf.len()).min(bytes.len());
+                    buf.extend_from_slice(&bytes[..take]);
                     bytes = &bytes[take..];
-                    if *got < buf.len() {
+                    if buf.len() < frame::head_want(buf, data_size) {
+                        if bytes.is_empty() {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                    let head = std::mem::take(buf);
+                    self.rx = self.begin_payload(shared, &head, data_size);
+                }
+                Rx::Payload { buf, m, trailing } => {
+                    let want = m.payload.len();
+                    let take = (want - buf.len()).min(bytes.len());
+                    buf.extend_from_slice(&bytes[..take]);
+                    bytes = &bytes[take..];
+                    if buf.len() < want {
                         return Ok(());
                     }
-                    let data = std::mem::take(buf);
-                    self.rx = Rx::start();
-                    self.deliver(shared, data);
+                    let (payload, m, trailing) = (std::mem::take(buf), m.clone(), *trailing);
+                    self.rx = Rx::after(trailing);
+                    self.deliver(shared, &m, payload);
                 }
             }
             if bytes.is_empty() && matches!(self.rx, Rx::Header { got: 0, .. }) {
@@ -923,7 +1005,7 @@ impl Client {
         let max = shared.cfg.max_message_bytes;
         match usize::try_from(header.data_size) {
             Ok(0) => Rx::start(),
-            Ok(n) if n <= max => Rx::Data { buf: vec![0u8; n], got: 0 },
+            Ok(n) if n <= max => Rx::Head { buf: Vec::with_capacity(128), data_size: n },
             _ => {
                 shared.counters.too_large.fetch_add(1, Ordering::Relaxed);
                 self.count_drops(1);
@@ -939,22 +1021,35 @@ impl Client {
         }
     }
 
-    /// Counts lost messages in the subscriber's drops (the reader itself keeps no separate count).
-    fn count_drops(&self, n: u64) {
-        self.shared.inbox.count_drops(n);
-    }
-
-    fn deliver(&mut self, shared: &Shared, mut data: Vec<u8>) {
-        let m = match frame::decode_message(&data) {
-            Ok(m) => m,
+    /// Decodes the start of a payload frame's data (`head`, of `data_size` bytes in all); the payload is then read
+    /// into a buffer of its own, or the rest of the frame skipped if it does not decode.
+    fn begin_payload(&mut self, shared: &Shared, head: &[u8], data_size: usize) -> Rx {
+        match frame::decode_head(head, data_size) {
             Err(e) => {
                 shared.counters.decode_errors.fetch_add(1, Ordering::Relaxed);
                 self.count_drops(1);
                 self.skipped += 1;
                 tracing::debug!("topic {}: TCP message dropped: {e}", self.shared.topic);
-                return;
+                Rx::after(data_size - head.len())
             }
-        };
+            Ok(m) => {
+                let trailing = data_size - m.payload.end;
+                if m.payload.is_empty() {
+                    self.deliver(shared, &m, Vec::new());
+                    return Rx::after(trailing);
+                }
+                Rx::Payload { buf: Vec::with_capacity(m.payload.len()), m, trailing }
+            }
+        }
+    }
+
+    /// Counts lost messages in the subscriber's drops (the reader itself keeps no separate count).
+    fn count_drops(&self, n: u64) {
+        self.shared.inbox.count_drops(n);
+    }
+
+    /// Delivers a received message (`m` from its header, `payload` its bytes) unless its clock is out of order.
+    fn deliver(&mut self, shared: &Shared, m: &frame::Decoded, payload: Vec<u8>) {
         if let Some(last) = self.last_clock {
             if m.clock <= last {
                 shared.counters.out_of_order.fetch_add(1, Ordering::Relaxed);
@@ -975,10 +1070,8 @@ impl Client {
         if self.shared.inbox.reads_ring_of(m.publisher_id) {
             return;
         }
-        data.truncate(m.payload.end);
-        data.drain(..m.payload.start);
         self.shared.inbox.push(Sample {
-            payload: Payload::Owned(data),
+            payload: Payload::Owned(payload),
             send_time_ns: m.time_us.saturating_mul(1000),
             via: Via::Tcp,
             clock: m.clock,

@@ -129,7 +129,8 @@ fn publisher_serves_a_tcp_pubsub_client_and_drops_whole_messages_for_a_stalled_o
         assert_eq!(&data[m.payload], format!("message {clock}").as_bytes());
     }
     // The client stops reading: socket buffers fill, then the 64 KiB queue; further messages are dropped whole.
-    let big = vec![7u8; 256 * 1024];
+    let big: Vec<u8> = (0..256 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let expected = big.clone();
     let mut dropped = 0u64;
     for clock in 5..105 {
         if w.write(&big, &meta(clock)).is_err() {
@@ -153,7 +154,7 @@ fn publisher_serves_a_tcp_pubsub_client_and_drops_whole_messages_for_a_stalled_o
             let mut data = vec![0u8; header.data_size as usize];
             client.read_exact(&mut data).expect("a frame once begun is complete");
             let m = frame::decode_message(&data).expect("decodes");
-            assert_eq!(data[m.payload].len(), 256 * 1024);
+            assert!(data[m.payload] == expected[..], "message {} arrives intact", m.clock);
             clocks.push(m.clock);
         }
     });
@@ -279,4 +280,63 @@ fn garbage_from_a_publisher_closes_the_connection_without_delivering() {
     });
     assert!(lock(&inbox.samples).is_empty());
     assert_eq!(layer.counters().decode_errors.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn subscriber_reassembles_split_frames_reads_large_payloads_in_place_and_skips_the_rest_of_a_frame() {
+    let listener = StdListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().unwrap().port();
+    let layer = TcpLayer::new(&cfg(1 << 20, 1 << 20));
+    let mut d = Driver::new(&layer);
+    let inbox = Arc::new(Collect::default());
+    let publisher = RemoteTopic::for_test(
+        7,
+        99,
+        vec![Layer::new(LayerKind::Tcp, true, true, LayerPar::Tcp { port: i32::from(port) })],
+        Direction::Publisher,
+    );
+    let _reader =
+        layer.reader_factory().connect("t", Arc::clone(&inbox) as Arc<dyn Inbox>, &publisher, true).expect("reader");
+    // Larger than the 64 KiB scratch buffer: most of it is read straight into the payload's buffer.
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    // A frame with 5 bytes after the payload (content.size smaller than the data): they are skipped.
+    let mut trailing = message(2, b"two");
+    let data_size = (trailing.len() - HEADER_LEN + 5) as u64;
+    frame::put_header(&mut trailing, frame::TYPE_PAYLOAD, data_size);
+    trailing.extend_from_slice(b"12345");
+    // A payload frame that is not an eCAL message: skipped whole and counted, the connection stays.
+    let mut bad = vec![0u8; HEADER_LEN];
+    frame::put_header(&mut bad, frame::TYPE_PAYLOAD, 20);
+    bad.extend_from_slice(b"XCAL");
+    bad.extend_from_slice(&[0; 16]);
+    let mut stream = message(1, &big);
+    for f in [trailing, bad, message(4, b"four")] {
+        stream.extend_from_slice(&f);
+    }
+    std::thread::scope(|scope| {
+        let h = scope.spawn(|| {
+            let mut s = serve(&listener, &[]);
+            s.set_nodelay(true).unwrap();
+            // The big frame in 5 writes, the small ones 3 bytes at a time: headers arrive split.
+            let (first, rest) = stream.split_at(big.len() + 40);
+            for part in first.chunks(first.len() / 5 + 1) {
+                s.write_all(part).expect("write");
+            }
+            for part in rest.chunks(3) {
+                s.write_all(part).expect("write");
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            s
+        });
+        assert!(d.run_until(Duration::from_secs(5), || lock(&inbox.samples).len() == 3));
+        drop(h.join().expect("server"));
+    });
+    let got = lock(&inbox.samples);
+    assert_eq!(got.iter().map(|s| s.clock).collect::<Vec<_>>(), [1, 2, 4]);
+    assert!(got[0].payload() == &big[..], "the large payload arrives intact");
+    assert_eq!(got[1].payload(), b"two");
+    assert_eq!(got[2].payload(), b"four");
+    assert_eq!(inbox.drops.load(Ordering::Relaxed), 1, "the undecodable frame");
+    assert_eq!(layer.counters().decode_errors.load(Ordering::Relaxed), 1);
+    assert_eq!(layer.counters().lost.load(Ordering::Relaxed), 0, "clock 3 was the skipped frame");
 }
