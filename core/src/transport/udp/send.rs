@@ -171,8 +171,9 @@ impl UdpSender {
         }
     }
 
-    /// Whether the thread may sleep: marks the queue idle, unless messages wait (then false: do not sleep).
-    /// While a flush delay holds messages, pushes do not wake the thread (its timeout does).
+    /// Marks the queue idle before the I/O thread sleeps; true when messages already wait (then it must not
+    /// sleep). While a flush delay holds messages, or a full socket buffer is retried, the queue stays marked busy
+    /// and this is false: pushes do not wake the thread, the flush deadline it sleeps to does.
     pub(crate) fn before_sleep(&mut self) -> bool {
         if self.held_since.is_some() || self.retry_at.is_some() {
             return false;
