@@ -47,7 +47,7 @@ use crate::transport::{
     Inbox, IoSource, LayerReader, LayerReaderFactory, LayerWriteError, LayerWriter, LayerWriterFactory, SampleMeta,
 };
 use crate::types::TypeInfo;
-use crate::wire::auth::{AuthKey, AuthStats, Channel, ENVELOPE_OVERHEAD, Sealer};
+use crate::wire::auth::{AuthKey, AuthStats, Channel, ENVELOPE_HEADER_LEN, ENVELOPE_OVERHEAD, Sealer, TAG_LEN};
 use crate::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, SendFramedError, send_framed};
 
 use codec::{DataSampleRef, encode_data_sample};
@@ -463,13 +463,7 @@ impl UdpWriter {
             Some(sealer) => {
                 let now_ns = crate::wire::auth::unix_ns();
                 send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD - ENVELOPE_OVERHEAD, &mut || id, |parts| {
-                    // send_framed hands over one or two slices; the envelope adds its header before, its tag after.
-                    let (p0, p1): (&[u8], &[u8]) = match parts {
-                        [a] => (a, &[]),
-                        [a, b] => (a, b),
-                        _ => return Err(std::io::Error::other("more than two slices for one datagram")),
-                    };
-                    let (head, tag) = sealer.seal_parts(&[p0, p1], now_ns);
+                    let (head, p0, p1, tag) = seal_datagram(sealer, parts, now_ns)?;
                     let slices = [IoSlice::new(&head), IoSlice::new(p0), IoSlice::new(p1), IoSlice::new(&tag)];
                     pace(&slices);
                     sock.send_to_vectored(&slices, dest).map(|_| ())
@@ -482,6 +476,23 @@ impl UdpWriter {
             Err(SendFramedError::Send { part, error }) => Err(self.send_error(&error, &part.to_string())),
         }
     }
+}
+
+/// Seals one datagram, which `send_framed` hands over as one or two slices: the envelope's header (to go before
+/// them) and tag (after them), with the two slices (the second empty for a one-slice datagram).
+#[allow(clippy::type_complexity)]
+fn seal_datagram<'a>(
+    sealer: &mut Sealer,
+    parts: &'a [IoSlice<'a>],
+    now_ns: u64,
+) -> std::io::Result<([u8; ENVELOPE_HEADER_LEN], &'a [u8], &'a [u8], [u8; TAG_LEN])> {
+    let (p0, p1): (&[u8], &[u8]) = match parts {
+        [a] => (a, &[]),
+        [a, b] => (a, b),
+        _ => return Err(std::io::Error::other("more than two slices for one datagram")),
+    };
+    let (head, tag) = sealer.seal_parts(&[p0, p1], now_ns);
+    Ok((head, p0, p1, tag))
 }
 
 impl UdpWriter {
@@ -505,12 +516,7 @@ impl UdpWriter {
             Some(sealer) => {
                 let now_ns = crate::wire::auth::unix_ns();
                 send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD - ENVELOPE_OVERHEAD, &mut || id, |parts| {
-                    let (p0, p1): (&[u8], &[u8]) = match parts {
-                        [a] => (a, &[]),
-                        [a, b] => (a, b),
-                        _ => return Err(std::io::Error::other("more than two slices for one datagram")),
-                    };
-                    let (head, tag) = sealer.seal_parts(&[p0, p1], now_ns);
+                    let (head, p0, p1, tag) = seal_datagram(sealer, parts, now_ns)?;
                     for p in [&head[..], p0, p1, &tag[..]] {
                         data.extend_from_slice(p);
                     }
