@@ -79,10 +79,7 @@ impl Receiver for RawUdpRx {
     fn recv_header(&mut self, timeout: Duration) -> anyhow::Result<([u8; HEADER_LEN], usize)> {
         let mut buf = Vec::new();
         self.0.recv(&mut buf, timeout).map_err(map_err)?;
-        let mut h = [0u8; HEADER_LEN];
-        let n = buf.len().min(HEADER_LEN);
-        h[..n].copy_from_slice(&buf[..n]);
-        Ok((h, buf.len()))
+        Ok(header_of(&buf))
     }
 
     fn drops(&self) -> u64 {
@@ -135,13 +132,18 @@ impl Receiver for RawTcp {
     fn recv_header(&mut self, timeout: Duration) -> anyhow::Result<([u8; HEADER_LEN], usize)> {
         let mut buf = Vec::new();
         self.0.recv(&mut buf, timeout).map_err(map_err)?;
-        let mut h = [0u8; HEADER_LEN];
-        let n = buf.len().min(HEADER_LEN);
-        h[..n].copy_from_slice(&buf[..n]);
-        Ok((h, buf.len()))
+        Ok(header_of(&buf))
     }
 
     fn drops(&self) -> u64 {
         0
     }
+}
+
+/// The perf header at the start of a received message (zero-padded if shorter) and the message's length.
+fn header_of(buf: &[u8]) -> ([u8; HEADER_LEN], usize) {
+    let mut h = [0u8; HEADER_LEN];
+    let n = buf.len().min(HEADER_LEN);
+    h[..n].copy_from_slice(&buf[..n]);
+    (h, buf.len())
 }
