@@ -51,8 +51,16 @@ fn exchange_and_refuse(name: &str, layers: &str) {
     let t = topic(name);
     let count = 200u64;
     let good = shoal_peer("sub k1", &["sub", "--topic", &t, "--count", "200", "--idle-ms", "8000"], Some(&with_k1));
-    let wrong = shoal_peer("sub k2", &["sub", "--topic", &t, "--count", "1", "--idle-ms", "4000"], Some(&with_k2));
-    let none = shoal_peer("sub none", &["sub", "--topic", &t, "--count", "1", "--idle-ms", "4000"], Some(&no_key));
+    let wrong = shoal_peer(
+        "sub k2",
+        &["sub", "--topic", &t, "--count", "1", "--idle-ms", "4000", "--first-ms", "4000"],
+        Some(&with_k2),
+    );
+    let none = shoal_peer(
+        "sub none",
+        &["sub", "--topic", &t, "--count", "1", "--idle-ms", "4000", "--first-ms", "4000"],
+        Some(&no_key),
+    );
     for p in [&good, &wrong, &none] {
         p.expect("ready", Duration::from_secs(10));
     }
@@ -202,7 +210,11 @@ fn replayed_captures_are_refused_as_replayed_then_as_stale() {
     // A new subscriber has no window for that sender: the capture is refused by its age.
     let wait = Duration::from_millis(3300).saturating_sub(replayed_at.elapsed());
     std::thread::sleep(wait);
-    let fresh = shoal_peer("fresh sub", &["sub", "--topic", &t, "--count", "1", "--idle-ms", "1500"], Some(&with_k1));
+    let fresh = shoal_peer(
+        "fresh sub",
+        &["sub", "--topic", &t, "--count", "1", "--idle-ms", "1500", "--first-ms", "1500"],
+        Some(&with_k1),
+    );
     fresh.expect("ready", Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(200));
     replay(&captured, 14002);
@@ -219,7 +231,13 @@ fn replayed_captures_are_refused_as_replayed_then_as_stale() {
 fn ecal_peers_keep_working_on_unprotected_topics_of_a_keyed_node() {
     ecal_python();
     let k1 = key_file("ecal_k1", KEY_1);
-    let keyed = ini("ecal_keyed", "", &format!("key_file = {k1}\nprotected_topics = test_secret_.*\n"));
+    // Our eCAL shared-memory writes wait for the eCAL reader's acknowledge, as eCAL's do for ours (`--ack-ms`):
+    // without it a reader a message late on a loaded machine loses one, by eCAL's design.
+    let keyed = ini(
+        "ecal_keyed",
+        "[publisher]\nmemfile_ack_timeout = 500\n",
+        &format!("key_file = {k1}\nprotected_topics = test_secret_.*\n"),
+    );
     let open = topic("auth_ecal_open");
     let secret = format!("test_secret_{}", std::process::id());
     let count = 50u64;
@@ -227,20 +245,43 @@ fn ecal_peers_keep_working_on_unprotected_topics_of_a_keyed_node() {
     // eCAL → shoal, unprotected and protected topic at once.
     let sub_open =
         shoal_peer("shoal sub open", &["sub", "--topic", &open, "--count", "50", "--idle-ms", "10000"], Some(&keyed));
-    let sub_secret =
-        shoal_peer("shoal sub secret", &["sub", "--topic", &secret, "--count", "1", "--idle-ms", "5000"], Some(&keyed));
     sub_open.expect("ready", Duration::from_secs(10));
-    sub_secret.expect("ready", Duration::from_secs(10));
     let ecal_pub = |t: &str, wait_subs: &str| {
         ecal_peer(
             "eCAL pub",
             "pub.py",
-            &["--topic", t, "--count", "50", "--size", "128", "--rate", "100", "--wait-subs", wait_subs],
+            // eCAL's shared memory drops a message its reader has not taken before the next write: with the
+            // acknowledge the publisher waits for the reader, so a loaded machine loses nothing either.
+            &[
+                "--topic",
+                t,
+                "--count",
+                "50",
+                "--size",
+                "128",
+                "--rate",
+                "100",
+                "--wait-subs",
+                wait_subs,
+                "--wait-ms",
+                "12000",
+                "--ack-ms",
+                "500",
+            ],
         )
     };
     let pub_open = ecal_pub(&open, "1");
-    let pub_secret = ecal_pub(&secret, "0");
+    // Never matched (its registration is refused): it stays registered for its 12 s wait, then gives up.
+    let pub_secret = ecal_pub(&secret, "1");
     pub_open.expect("ready", Duration::from_secs(15));
+    pub_secret.expect("ready", Duration::from_secs(15));
+    // Started once the protected publisher is announcing (eCAL's start-up time varies with the load): it hears
+    // several of its registration rounds within its 4 s.
+    let sub_secret = shoal_peer(
+        "shoal sub secret",
+        &["sub", "--topic", &secret, "--count", "1", "--idle-ms", "4000", "--first-ms", "4000"],
+        Some(&keyed),
+    );
     let s = summary_of(&sub_secret, Duration::from_secs(30));
     finish_transfer("ecal_open", pub_open, sub_open, count);
     eprintln!("protected topic from eCAL: {s}");

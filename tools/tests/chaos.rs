@@ -152,8 +152,11 @@ fn run(layer: &Layer) {
     last.wait_success(T);
 
     // A node started after the kills removes what the killed processes left in /dev/shm.
-    let mut cleaner =
-        shoal_peer("cleaner", &["sub", "--topic", &topic("chaos_cleaner"), "--count", "1", "--idle-ms", "100"], None);
+    let mut cleaner = shoal_peer(
+        "cleaner",
+        &["sub", "--topic", &topic("chaos_cleaner"), "--count", "1", "--idle-ms", "100", "--first-ms", "100"],
+        None,
+    );
     cleaner.wait_success(T);
     let left: Vec<String> = killed.iter().flat_map(|&pid| shm_files_of(pid)).collect();
     assert!(left.is_empty(), "files of killed processes remain: {left:?}");

@@ -149,7 +149,8 @@ fn killed_subscriber_does_not_stall_the_publisher() {
     publ.wait_success(T);
     // A node starting after the crash removes the killed subscriber's doorbell.
     let dead_pid = victim.pid();
-    let mut cleaner = spawn(&["sub", "--topic", &topic("cleaner2"), "--count", "1", "--idle-ms", "100"]);
+    let mut cleaner =
+        spawn(&["sub", "--topic", &topic("cleaner2"), "--count", "1", "--idle-ms", "100", "--first-ms", "100"]);
     cleaner.wait_success(T);
     assert!(shm_files_of(dead_pid).is_empty(), "files of the killed subscriber remain: {:?}", shm_files_of(dead_pid));
 }
@@ -177,7 +178,8 @@ fn killed_publisher_mid_write_leaves_no_torn_data_and_no_hang() {
         assert!(summary["received"].as_u64().unwrap_or(0) > 0, "{summary}");
     }
     // A node starting after the crash removes the dead publisher's segment.
-    let mut cleaner = spawn(&["sub", "--topic", &topic("cleaner"), "--count", "1", "--idle-ms", "100"]);
+    let mut cleaner =
+        spawn(&["sub", "--topic", &topic("cleaner"), "--count", "1", "--idle-ms", "100", "--first-ms", "100"]);
     cleaner.wait_success(T);
     assert!(shm_files_of(dead_pid).is_empty(), "files of the killed publisher remain: {:?}", shm_files_of(dead_pid));
 }

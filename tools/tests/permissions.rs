@@ -62,10 +62,17 @@ fn peer_as(uid: u32, name: &str, dir: &std::path::Path, ecal_ini: &str, args: &[
     spawn(name, cmd)
 }
 
-fn exchange(dir: &std::path::Path, ecal_ini: &str, t: &str, count: u64) -> (serde_json::Value, Proc, Proc) {
+/// `first_ms`: how long the subscriber waits for its first message (short where it must receive nothing).
+fn exchange(
+    dir: &std::path::Path,
+    ecal_ini: &str,
+    t: &str,
+    count: u64,
+    first_ms: &str,
+) -> (serde_json::Value, Proc, Proc) {
     let c = count.to_string();
-    let sub =
-        peer_as(SUB_UID, "sub (user 2)", dir, ecal_ini, &["sub", "--topic", t, "--count", &c, "--idle-ms", "3000"]);
+    let args = ["sub", "--topic", t, "--count", &c, "--idle-ms", "3000", "--first-ms", first_ms];
+    let sub = peer_as(SUB_UID, "sub (user 2)", dir, ecal_ini, &args);
     sub.expect("ready", Duration::from_secs(20));
     let args = ["pub", "--topic", t, "--count", &c, "--rate", "200", "--size", "64", "--wait-subs", "1"];
     let publ = peer_as(PUB_UID, "pub (user 1)", dir, ecal_ini, &args);
@@ -87,7 +94,7 @@ fn another_users_subscriber_is_refused_by_default_and_served_with_shm_access_all
     // Default (owner only): refused, with the reason and the remedy on stderr.
     let default_ini = ini(&dir, "owner.ini", layers);
     let t = topic("two_users_owner");
-    let (summary, mut publ, mut sub) = exchange(&dir, &default_ini, &t, 50);
+    let (summary, mut publ, mut sub) = exchange(&dir, &default_ini, &t, 50, "5000");
     eprintln!("owner only: {summary}");
     assert_eq!(summary["received"], 0, "another user's subscriber read an owner-only ring: {summary}");
     let err = sub.stderr();
@@ -98,7 +105,7 @@ fn another_users_subscriber_is_refused_by_default_and_served_with_shm_access_all
     // shm_access = all on both sides: every message arrives.
     let open_ini = ini(&dir, "all.ini", &format!("{layers}[shoal_security]\nshm_access = all\n"));
     let t = topic("two_users_all");
-    let (summary, mut publ, mut sub) = exchange(&dir, &open_ini, &t, 50);
+    let (summary, mut publ, mut sub) = exchange(&dir, &open_ini, &t, 50, "30000");
     eprintln!("shm_access = all: {summary}");
     assert_eq!(summary["received"], 50, "{summary}\n{}", sub.report());
     assert_eq!(summary["torn"], 0, "{summary}");

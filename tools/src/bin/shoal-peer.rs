@@ -60,9 +60,14 @@ enum Cmd {
         /// Stop after this many messages.
         #[arg(long, default_value_t = 100)]
         count: u64,
-        /// Give up when no message arrives for this long, in ms.
+        /// Give up when no message arrives for this long after the one before, in ms.
         #[arg(long, default_value_t = 10_000)]
         idle_ms: u64,
+        /// Give up when the first message does not arrive within this long, in ms (default: 30000, or
+        /// `--idle-ms` when that is longer). Publishers start after the subscriber and need a registration round
+        /// or more to match, longer on a loaded machine: a test that expects nothing sets this short.
+        #[arg(long)]
+        first_ms: Option<u64>,
         /// Use the zero-copy `recv_with` view instead of `recv`.
         #[arg(long)]
         zero_copy: bool,
@@ -158,7 +163,22 @@ fn main() -> Result<()> {
             let mut publ = builder.create()?;
             emit(&json!({"event": "ready", "pid": std::process::id(), "publisher_id": publ.id()}));
             if wait_subs > 0 && !publ.wait_for_subscribers(wait_subs, Duration::from_millis(wait_ms)) {
-                bail!("only {} of {wait_subs} subscribers matched within {wait_ms} ms", publ.subscriber_count());
+                // What this node's registration knows, so a failure says whether the subscribers were never
+                // heard of or heard of and not matched.
+                let snap = node.snapshot();
+                let known: Vec<String> = snap
+                    .topics
+                    .iter()
+                    .filter(|t| t.topic_name == topic && t.direction == shoal::monitor::TopicDirection::Subscriber)
+                    .map(|t| format!("{}:{} {:?}", t.host_name, t.pid, t.layers))
+                    .collect();
+                bail!(
+                    "only {} of {wait_subs} subscribers matched within {wait_ms} ms; subscribers of the topic in \
+                     registration: {known:?}; {} processes known; registration socket drops {}",
+                    publ.subscriber_count(),
+                    snap.processes.len(),
+                    snap.socket_drops.registration
+                );
             }
             emit(&json!({"event": "matched", "subscribers": publ.subscriber_count()}));
             std::thread::sleep(Duration::from_millis(start_delay_ms));
@@ -203,6 +223,7 @@ fn main() -> Result<()> {
             topic,
             count,
             idle_ms,
+            first_ms,
             zero_copy,
             spin,
             pause_after,
@@ -219,6 +240,7 @@ fn main() -> Result<()> {
                 builder = builder.wait(shoal::WaitStrategy::BusySpin);
             }
             let sub = builder.create()?;
+            let first_ms = first_ms.unwrap_or(idle_ms.max(30_000));
             emit(&json!({"event": "ready", "pid": std::process::id()}));
             let created = Instant::now();
             let mut matched_at: Option<Instant> = None;
@@ -240,14 +262,15 @@ fn main() -> Result<()> {
                 if matched_at.is_none() && sub.publisher_count() > 0 {
                     matched_at = Some(Instant::now());
                 }
+                let wait = Duration::from_millis(if received == 0 { first_ms } else { idle_ms });
                 let r = if zero_copy {
-                    sub.recv_with(Some(Duration::from_millis(idle_ms)), |s| {
+                    sub.recv_with(Some(wait), |s| {
                         // The whole payload is checked: read in place when stable, else copied once into `scratch`.
                         let (clock, sent, ok) = verify(s.payload().slice_or_copy(&mut scratch));
                         (s.publisher_id(), s.clock(), clock, sent, ok, s.via())
                     })
                 } else {
-                    sub.recv_timeout(Duration::from_millis(idle_ms)).map(|s| {
+                    sub.recv_timeout(wait).map(|s| {
                         let (clock, sent, ok) = verify(s.payload());
                         (s.publisher_id(), s.clock(), clock, sent, ok, s.via())
                     })

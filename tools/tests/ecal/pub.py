@@ -4,7 +4,7 @@
 Usage: pub.py --topic T [--count N] [--size S] [--rate HZ] [--layer udp|shm|tcp|all|default]
               [--start-delay-ms MS]
               [--type-name X] [--encoding E] [--descriptor-hex H | --descriptor-file F] [--wait-subs K] [--wait-ms MS]
-              [--linger-ms MS] [--finalize-delay-ms MS] [--unit NAME] [--verbose]
+              [--ack-ms MS] [--linger-ms MS] [--finalize-delay-ms MS] [--unit NAME] [--verbose]
 
 Creates an eCAL publisher whose layers are exactly those of `--layer` (through
 `PublisherConfiguration.layer.{udp,shm,tcp}.enable`) and sends N (0: until SIGTERM) payloads in
@@ -43,6 +43,8 @@ def main():
     ap.add_argument("--linger-ms", type=int, default=500, help="stay registered this long after the last send")
     ap.add_argument("--finalize-delay-ms", type=int, default=0,
                     help="time between deleting the publisher (line 'deleted') and eCAL finalize")
+    ap.add_argument("--ack-ms", type=int, default=0,
+                    help="shared memory: wait up to this long for each subscriber's acknowledge (0 = eCAL's default, none)")
     ap.add_argument("--unit", default="shoal_ecal_pub")
     ap.add_argument("--verbose", action="store_true", help="one line per sent message")
     args = ap.parse_args()
@@ -56,6 +58,8 @@ def main():
         pcfg = ecal_core.get_publisher_configuration()
         if flags is not None:
             pcfg.layer.udp.enable, pcfg.layer.shm.enable, pcfg.layer.tcp.enable = flags
+        if args.ack_ms:
+            pcfg.layer.shm.acknowledge_timeout_ms = args.ack_ms
         dt = ecal_core.DataTypeInformation(args.type_name, args.encoding, descriptor)
         pub = ecal_core.Publisher(args.topic, dt, pcfg)
         ec.emit_ready(pub, pcfg)
