@@ -526,7 +526,7 @@ impl Default for Config {
                 send_flush_delay: Duration::ZERO,
                 send_queue: 4096,
                 send_pack: true,
-                send_pack_bytes: 65_507,
+                send_pack_bytes: 1472,
             },
             shm_ring: ShmRingConfig {
                 enabled: true,

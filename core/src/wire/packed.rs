@@ -278,7 +278,8 @@ mod tests {
     #[test]
     fn round_trip_keeps_every_field_and_the_order() {
         let big = vec![0xabu8; 1000];
-        let recs: [(u64, i64, &[u8]); 4] = [(1, -5, b""), (2, i64::MAX, b"x"), (u64::MAX, i64::MIN, &big), (7, 0, b"z")];
+        let recs: [(u64, i64, &[u8]); 4] =
+            [(1, -5, b""), (2, i64::MAX, b"x"), (u64::MAX, i64::MIN, &big), (7, 0, b"z")];
         let d = packed(u64::MAX - 3, "topic/ü", &recs);
         assert!(is_packed(&d));
         assert_eq!(d.len(), packed_header_len("topic/ü") + recs.iter().map(|r| record_len(r.2.len())).sum::<usize>());

@@ -12,6 +12,13 @@
 //!   publisher's thread, one `send_to` per datagram; a full socket buffer drops the message and counts it.
 //!   `io_thread`: the publisher frames the message and queues it; the I/O thread sends the queue in `sendmmsg`
 //!   batches with UDP GSO ([`send`]); a full queue drops the message and counts it as a drop of its publisher.
+//! - Packing (`[shoal_network] send_pack`, shoal peers only): a subscriber's UDP layer entry announces
+//!   `LayerPar::ShoalUdp { packed_version: 1 }` (eCAL skips the field). A writer in `io_thread` mode whose UDP
+//!   targets all announced it (`set_targets`, under the publisher's layer lock that `write` holds too, so the
+//!   switch falls between two messages) queues each message that fits in `send_pack_bytes` as a packed datagram
+//!   of one sample ([`crate::wire::packed`]); the I/O thread appends it to the same publisher's packed datagram
+//!   right before it in the queue. Protected topics (`[shoal_auth]`) are never packed. The receiver checks a
+//!   packed datagram whole and dispatches its samples one by one, with the same clock checks as eCAL's.
 //! - Subscriber side (`UdpLayer::reader_factory`): every subscriber is in a table (topic → subscribers) from its
 //!   creation, so it receives from publishers it has not heard of yet (eCAL does the same). The I/O thread
 //!   receives (`recv.rs`, `recvmmsg` 16 datagrams a call, the kernel's drop count of the socket kept); per
@@ -603,7 +610,12 @@ impl UdpWriter {
 
     /// `send_mode = io_thread` and packing negotiated: queues the message as a packed datagram of one sample; the
     /// I/O thread appends the samples of this publisher queued right after it (`send.rs`).
-    fn enqueue_packed(&mut self, q: &send::SendQueue, payload: &[u8], meta: &SampleMeta) -> Result<(), LayerWriteError> {
+    fn enqueue_packed(
+        &mut self,
+        q: &send::SendQueue,
+        payload: &[u8],
+        meta: &SampleMeta,
+    ) -> Result<(), LayerWriteError> {
         let mut data = Vec::new();
         if crate::wire::packed::begin_packed(
             &mut data,

@@ -12,6 +12,11 @@
 //!   datagrams and 65,507 bytes a run; a kernel or route that refuses GSO (EIO, EINVAL) turns it off for the
 //!   process and the datagrams go one per message. Small messages of a topic (same size) are therefore one GSO
 //!   run; eCAL's fragments of a large message are 65,507-byte datagrams already, one per message of the batch.
+//! - Packing: a message queued as a packed datagram (`Outgoing::pack_key`) is appended, when the I/O thread takes it
+//!   from the queue, to the packed datagram of the same publisher at the back of what it holds unsent, up to
+//!   `send_pack_bytes` and `wire::packed::MAX_RECORDS` samples; so only neighbours in the queue merge and no
+//!   publisher's messages are reordered. Nothing waits to be packed: what is queued when the thread wakes (or when
+//!   `send_flush_delay_us` ends) leaves; a burst packs because it queues up while the thread sends.
 //! - A full send buffer (EAGAIN, ENOBUFS) keeps the rest queued and retries after 100 µs; any other error drops the
 //!   messages of the failing run, counted as drops of their publishers.
 

@@ -251,7 +251,10 @@ fn writer_starts_lazily_and_accepts_udp_subscribers_only() {
     let mut no_pack = Config::default();
     no_pack.network.send_pack = false;
     assert_eq!(
-        UdpLayer::new(&no_pack, "h", Default::default()).expect("no pattern to compile").reader_factory().subscriber_advert(),
+        UdpLayer::new(&no_pack, "h", Default::default())
+            .expect("no pattern to compile")
+            .reader_factory()
+            .subscriber_advert(),
         Some(Layer::new(LayerKind::Udp, true, false, LayerPar::None)),
         "send_pack = false: not announced"
     );
@@ -458,8 +461,7 @@ fn io_thread_packs_while_every_target_reads_packed() {
         if clock == 300 {
             w.set_targets(&[&shoal_sub, &ecal_sub]);
         }
-        w.write(&payload(clock), &SampleMeta { publisher_id: 78, clock, send_time_us: clock as i64 })
-            .expect("queued");
+        w.write(&payload(clock), &SampleMeta { publisher_id: 78, clock, send_time_us: clock as i64 }).expect("queued");
     }
     assert_eq!(tx.flush(Instant::now()), None, "all sent, nothing to retry");
     let c = tx_layer.counts();
