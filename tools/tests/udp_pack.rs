@@ -143,3 +143,44 @@ fn paced_messages_between_shoal_processes_arrive_packed() {
     let datagrams = sub_summary["udp"]["packed_datagrams"].as_u64().unwrap_or(0);
     assert!(datagrams * 2 > count, "paced messages are not held back to be packed: {sub_summary}");
 }
+
+/// Packed datagrams reach every UDP receiver on the port (local mode broadcasts every topic to 14002): an eCAL
+/// 6.1.1 subscriber of another topic drops them (not `ECAL`) and goes on receiving its own topic.
+#[test]
+fn an_ecal_receiver_that_gets_packed_datagrams_keeps_receiving() {
+    ecal_python(); // the venv first (made on first use), before any peer's timers run
+    let t = topic("pack_ecal_other");
+    let count = 100u64;
+    let count_s = count.to_string();
+    let ecal_sub = ecal_peer(
+        "eCAL sub",
+        "sub.py",
+        &["--topic", &t, "--count", &count_s, "--layer", "udp", "--timeout-ms", "40000", "--idle-ms", "30000"],
+    );
+    ecal_sub.expect("ready", Duration::from_secs(15));
+    // Meanwhile two shoal processes exchange packed datagrams on another topic, through the same port.
+    let s = burst("pack_beside_ecal", 3_000, &ini(true));
+    assert!(s["udp"]["packed_datagrams"].as_u64() < s["udp"]["packed_messages"].as_u64(), "{s}");
+    let publ = shoal_peer(
+        "shoal pub",
+        &[
+            "pub",
+            "--topic",
+            &t,
+            "--count",
+            &count_s,
+            "--size",
+            "64",
+            "--rate",
+            "500",
+            "--wait-subs",
+            "1",
+            "--linger-ms",
+            "1500",
+        ],
+        Some(&ini(true)),
+    );
+    let ready = publ.expect("ready", Duration::from_secs(10));
+    let msgs = finish_transfer_to_ecal("pack_ecal_other", publ, ecal_sub, &ready, count);
+    assert_eq!(msgs.len() as u64, count);
+}
