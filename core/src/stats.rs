@@ -428,6 +428,15 @@ pub struct UdpCounts {
     pub send_drops: u64,
     /// Datagrams received.
     pub datagrams: u64,
+    /// Packed datagrams (shoal's format, `[shoal_network] send_pack`) sent, and the messages they carried (also
+    /// in `sent`).
+    pub packed_sent: u64,
+    /// Messages sent in packed datagrams.
+    pub packed_sent_messages: u64,
+    /// Packed datagrams received for subscribed topics (also in `datagrams`).
+    pub packed_datagrams: u64,
+    /// Samples those packed datagrams carried (before the clock checks that count them delivered or dropped).
+    pub packed_messages: u64,
     /// Datagrams dropped by the header check or reassembly, and incomplete messages expired.
     pub wire_drops: u64,
     /// Samples delivered to subscribers.

@@ -820,6 +820,44 @@ pub(crate) static KEYS: &[KeyDef] = &[
             Some(())
         },
     },
+    KeyDef {
+        section: "shoal_network",
+        key: "send_pack",
+        alias: None,
+        doc: &[
+            "Between shoal processes only: pack several small UDP data samples of one publisher into one",
+            "datagram (shoal's own format, magic \"SHPK\"). On: this process's subscribers announce in",
+            "registration that they read packed datagrams, and with send_mode = io_thread its publishers",
+            "pack what the I/O thread finds queued back to back while every UDP subscriber of the topic",
+            "announced it (an eCAL or older shoal subscriber, or a [shoal_auth] protected topic, gets",
+            "eCAL's format). Packing holds no message back (only send_flush_delay_us does): a lone",
+            "message leaves as a packed datagram of one sample.",
+            "user_thread mode never packs. Off: neither announced nor sent.",
+        ],
+        allowed: BOOL,
+        get: |c| c.network.send_pack.to_string(),
+        set: |d, v, _| {
+            d.cfg.network.send_pack = boolean(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_network",
+        key: "send_pack_bytes",
+        alias: None,
+        doc: &[
+            "send_pack: bytes a packed datagram holds at most (header, topic name and samples). Samples",
+            "that do not fit in one alone are sent in eCAL's format. The default, one Ethernet frame's",
+            "UDP payload, is never IP-fragmented, so a frame lost across hosts loses at most the samples",
+            "of one datagram; equal-size packed datagrams still leave as one UDP GSO send.",
+        ],
+        allowed: "512..=65507 (bytes)",
+        get: |c| c.network.send_pack_bytes.to_string(),
+        set: |d, v, _| {
+            d.cfg.network.send_pack_bytes = usize::try_from(int_in(v, 512, 65_507)?).ok()?;
+            Some(())
+        },
+    },
     // ----- [shoal_shm_ring]
     KeyDef {
         section: "shoal_shm_ring",

@@ -123,6 +123,10 @@ pub struct NetworkConfig {
     pub send_flush_delay: Duration,
     /// `io_thread` mode: messages the queue from the publishers to the I/O thread holds.
     pub send_queue: usize,
+    /// Pack small samples between shoal peers (announced by subscribers, done by `io_thread` publishers).
+    pub send_pack: bool,
+    /// Bytes of a packed datagram at most.
+    pub send_pack_bytes: usize,
 }
 
 /// Which thread sends a publisher's UDP data datagrams (`[shoal_network] send_mode`).
@@ -521,6 +525,8 @@ impl Default for Config {
                 send_mode: UdpSendMode::UserThread,
                 send_flush_delay: Duration::ZERO,
                 send_queue: 4096,
+                send_pack: true,
+                send_pack_bytes: 1472,
             },
             shm_ring: ShmRingConfig {
                 enabled: true,

@@ -79,6 +79,10 @@ pub fn layer_to_pb(layer: &Layer) -> pb::TransportLayer {
         LayerPar::Tcp { port } => {
             Some(pb::ConnectionPar { layer_par_tcp: Some(pb::LayerParTcp { port: *port }), ..Default::default() })
         }
+        LayerPar::ShoalUdp { packed_version } => Some(pb::ConnectionPar {
+            layer_par_shoal_udp: Some(pb::LayerParShoalUdp { packed_version: *packed_version }),
+            ..Default::default()
+        }),
         LayerPar::Shoal(p) => Some(pb::ConnectionPar {
             layer_par_shoal: Some(pb::LayerParShoal {
                 segment: p.segment.clone(),
@@ -118,7 +122,11 @@ pub fn layer_from_pb(layer: &pb::TransportLayer) -> Layer {
                 doorbell: p.doorbell.clone(),
             })
         }),
-        LayerKind::Udp | LayerKind::Other(_) => LayerPar::None,
+        LayerKind::Udp => par
+            .layer_par_shoal_udp
+            .as_ref()
+            .map_or(LayerPar::None, |p| LayerPar::ShoalUdp { packed_version: p.packed_version }),
+        LayerKind::Other(_) => LayerPar::None,
     });
     Layer { kind, version: layer.version, enabled: layer.enabled, active: layer.active, par }
 }

@@ -100,6 +100,11 @@ pub enum LayerPar {
     },
     /// Shoal ring parameters.
     Shoal(ShoalPar),
+    /// A shoal subscriber's UDP layer entry: the packed datagram version it reads (`wire::packed`).
+    ShoalUdp {
+        /// 1 for `wire::packed`'s layout; 0 for none.
+        packed_version: u32,
+    },
 }
 
 /// One transport layer entry of a topic registration.

@@ -56,7 +56,7 @@ fn topic_charge(t: &RemoteTopic) -> usize {
                         memory_files.iter().map(|f| f.len() + std::mem::size_of::<String>()).sum()
                     }
                     LayerPar::Shoal(p) => p.segment.len() + p.doorbell.len(),
-                    LayerPar::None | LayerPar::Tcp { .. } => 0,
+                    LayerPar::None | LayerPar::Tcp { .. } | LayerPar::ShoalUdp { .. } => 0,
                 }
         })
         .sum();

@@ -14,6 +14,7 @@
 pub mod auth;
 pub mod frame;
 pub mod header;
+pub mod packed;
 pub mod reassembly;
 
 #[cfg(test)]

@@ -297,6 +297,28 @@ fn main() -> Result<()> {
     config_seeds(&dir)?;
     ring_seeds(&dir)?;
     auth_seeds(&dir)?;
+    packed_seeds(&dir)?;
+    Ok(())
+}
+
+/// `udp_packed`: packed datagrams as a shoal publisher's I/O thread writes them: one sample, several of various
+/// sizes (an empty one among them).
+fn packed_seeds(dir: &Path) -> Result<()> {
+    use shoal::wire::packed::{append_records, begin_packed, count_of, records_of};
+    const T: &str = "udp_packed";
+    let mut one = Vec::new();
+    begin_packed(&mut one, 17_593_724_434_448_384, "fuzz.topic", 1, 1_700_000_000_000_000, b"payload")
+        .ok_or("packable")?;
+    write(dir, T, "one_sample", &one)?;
+    let mut many = one.clone();
+    for (clock, payload) in [(2u64, &b""[..]), (3, &[0xa5; 64][..]), (9, b"last")] {
+        let mut rec = Vec::new();
+        begin_packed(&mut rec, 17_593_724_434_448_384, "fuzz.topic", clock, -1, payload).ok_or("packable")?;
+        if !append_records(&mut many, records_of(&rec), count_of(&rec)) {
+            return Err("append".into());
+        }
+    }
+    write(dir, T, "four_samples", &many)?;
     Ok(())
 }
 

@@ -12,6 +12,13 @@
 //!   publisher's thread, one `send_to` per datagram; a full socket buffer drops the message and counts it.
 //!   `io_thread`: the publisher frames the message and queues it; the I/O thread sends the queue in `sendmmsg`
 //!   batches with UDP GSO ([`send`]); a full queue drops the message and counts it as a drop of its publisher.
+//! - Packing (`[shoal_network] send_pack`, shoal peers only): a subscriber's UDP layer entry announces
+//!   `LayerPar::ShoalUdp { packed_version: 1 }` (eCAL skips the field). A writer in `io_thread` mode whose UDP
+//!   targets all announced it (`set_targets`, under the publisher's layer lock that `write` holds too, so the
+//!   switch falls between two messages) queues each message that fits in `send_pack_bytes` as a packed datagram
+//!   of one sample ([`crate::wire::packed`]); the I/O thread appends it to the same publisher's packed datagram
+//!   right before it in the queue. Protected topics (`[shoal_auth]`) are never packed. The receiver checks a
+//!   packed datagram whole and dispatches its samples one by one, with the same clock checks as eCAL's.
 //! - Subscriber side (`UdpLayer::reader_factory`): every subscriber is in a table (topic → subscribers) from its
 //!   creation, so it receives from publishers it has not heard of yet (eCAL does the same). The I/O thread
 //!   receives (`recv.rs`, `recvmmsg` 16 datagrams a call, the kernel's drop count of the socket kept); per
@@ -68,6 +75,12 @@ pub(crate) struct Counters {
     pub(crate) send_drops: AtomicU64,
     /// Datagrams received.
     pub(crate) datagrams: AtomicU64,
+    /// `send_pack`: packed datagrams sent, and the messages they carried.
+    pub(crate) packed_sent: AtomicU64,
+    pub(crate) packed_sent_messages: AtomicU64,
+    /// Packed datagrams received and checked, and the samples they carried (for subscribed topics).
+    pub(crate) packed_datagrams: AtomicU64,
+    pub(crate) packed_messages: AtomicU64,
     /// Datagrams dropped by the header check or reassembly (see the reassembler's counters for the reason).
     pub(crate) wire_drops: AtomicU64,
     /// Complete messages with a malformed name prefix.
@@ -102,6 +115,10 @@ impl Counters {
             sent: l(&self.sent),
             send_drops: l(&self.send_drops),
             datagrams: l(&self.datagrams),
+            packed_sent: l(&self.packed_sent),
+            packed_sent_messages: l(&self.packed_sent_messages),
+            packed_datagrams: l(&self.packed_datagrams),
+            packed_messages: l(&self.packed_messages),
             wire_drops: l(&self.wire_drops),
             delivered: l(&self.delivered),
             lost: l(&self.lost),
@@ -254,7 +271,11 @@ impl UdpLayer {
                 pacer: pace::SendPacer::new(config.network.max_send_rate),
                 send_queue: (config.network.send_mode == crate::config::UdpSendMode::IoThread && config.layers.pub_udp)
                     .then(|| {
-                        Arc::new(send::SendQueue::new(config.network.send_queue, config.network.send_flush_delay))
+                        Arc::new(send::SendQueue::new(
+                            config.network.send_queue,
+                            config.network.send_flush_delay,
+                            config.network.send_pack_bytes,
+                        ))
                     }),
             }),
         })
@@ -305,6 +326,11 @@ impl LayerWriterFactory for UdpWriterFactory {
             buf: Vec::new(),
             next_fragment_id: rand::random::<u32>(),
             late_drops: Arc::new(AtomicU64::new(0)),
+            pack_allowed: self.shared.config.send_pack
+                && self.shared.send_queue.is_some()
+                && crate::wire::packed::packable_topic(topic)
+                && !self.shared.auth.as_ref().is_some_and(|a| a.protected.contains(topic)),
+            pack: false,
             sealer: self
                 .shared
                 .auth
@@ -330,8 +356,22 @@ struct UdpWriter {
     next_fragment_id: u32,
     /// `send_mode = io_thread`: messages the I/O thread could not send (taken by the publisher).
     late_drops: Arc<AtomicU64>,
+    /// Packing is possible for this publisher: `send_pack` on, `send_mode = io_thread`, the topic not protected
+    /// by `[shoal_auth]` and its name short enough.
+    pack_allowed: bool,
+    /// Small samples are queued in the packed format: `pack_allowed` and every UDP subscriber announced it
+    /// (decided in `set_targets`, under the publisher's layer lock that `write` holds too).
+    pack: bool,
     /// Seals every datagram when `[shoal_auth]` protects the topic.
     sealer: Option<Sealer>,
+}
+
+/// Whether a subscriber announced in registration that it reads packed datagrams of this version.
+pub(crate) fn reads_packed(remote: &RemoteTopic) -> bool {
+    remote.layers.iter().any(|l| {
+        l.kind == LayerKind::Udp
+            && matches!(l.par, LayerPar::ShoalUdp { packed_version } if packed_version == u32::from(crate::wire::packed::PACK_VERSION))
+    })
 }
 
 impl std::fmt::Debug for UdpWriter {
@@ -388,6 +428,15 @@ impl LayerWriter for UdpWriter {
             tracing::debug!("topic {}: UDP layer started, sending to {}", self.topic, self.dest_v4);
         }
         self.targets = targets.len();
+        let pack = self.pack_allowed && !targets.is_empty() && targets.iter().all(|t| reads_packed(t));
+        if pack != self.pack {
+            tracing::debug!(
+                "topic {}: UDP samples {}",
+                self.topic,
+                if pack { "packed (every UDP subscriber reads packed datagrams)" } else { "in eCAL's format" }
+            );
+            self.pack = pack;
+        }
     }
 
     fn advert(&self) -> Option<Layer> {
@@ -396,6 +445,13 @@ impl LayerWriter for UdpWriter {
 
     fn write(&mut self, payload: &[u8], meta: &SampleMeta) -> Result<(), LayerWriteError> {
         self.next_fragment_id = self.next_fragment_id.wrapping_add(1);
+        if self.pack
+            && let Some(q) = self.shared.send_queue.clone()
+            && crate::wire::packed::packed_header_len(&self.topic) + crate::wire::packed::record_len(payload.len())
+                <= q.pack_bytes()
+        {
+            return self.enqueue_packed(&q, payload, meta);
+        }
         let mut buf = std::mem::take(&mut self.buf);
         let result = self.frame(&mut buf, payload, meta).and_then(|()| match self.shared.send_queue.clone() {
             Some(q) => self.enqueue(&q, &mut buf),
@@ -541,7 +597,54 @@ impl UdpWriter {
         if let Some(p) = self.shared.pacer.as_ref() {
             p.take(data.len());
         }
-        let m = send::Outgoing { dest: self.dest_v4, data, ends, drops: Arc::clone(&self.late_drops) };
+        let m = send::Outgoing {
+            dest: self.dest_v4,
+            data,
+            ends,
+            drops: Arc::clone(&self.late_drops),
+            pack_key: None,
+            messages: 1,
+        };
+        self.push(q, m)
+    }
+
+    /// `send_mode = io_thread` and packing negotiated: queues the message as a packed datagram of one sample; the
+    /// I/O thread appends the samples of this publisher queued right after it (`send.rs`).
+    fn enqueue_packed(
+        &mut self,
+        q: &send::SendQueue,
+        payload: &[u8],
+        meta: &SampleMeta,
+    ) -> Result<(), LayerWriteError> {
+        let mut data = Vec::new();
+        if crate::wire::packed::begin_packed(
+            &mut data,
+            self.publisher_id,
+            &self.topic,
+            meta.clock,
+            meta.send_time_us,
+            payload,
+        )
+        .is_none()
+        {
+            // The writer checked the topic name and the size; this cannot happen.
+            return Err(self.fail(format!("message of {} bytes cannot be packed", payload.len())));
+        }
+        if let Some(p) = self.shared.pacer.as_ref() {
+            p.take(data.len());
+        }
+        let m = send::Outgoing {
+            dest: self.dest_v4,
+            data,
+            ends: Vec::new(),
+            drops: Arc::clone(&self.late_drops),
+            pack_key: Some(self.publisher_id),
+            messages: 1,
+        };
+        self.push(q, m)
+    }
+
+    fn push(&mut self, q: &send::SendQueue, m: send::Outgoing) -> Result<(), LayerWriteError> {
         match q.push(m) {
             Ok(()) => Ok(()),
             Err(_) => {
@@ -567,7 +670,12 @@ fn inbox_addr(inbox: &Arc<dyn Inbox>) -> usize {
 
 impl LayerReaderFactory for UdpReaderFactory {
     fn subscriber_advert(&self) -> Option<Layer> {
-        self.shared.sub_enabled.then(|| Layer::new(LayerKind::Udp, true, false, LayerPar::None))
+        let par = if self.shared.config.send_pack {
+            LayerPar::ShoalUdp { packed_version: u32::from(crate::wire::packed::PACK_VERSION) }
+        } else {
+            LayerPar::None
+        };
+        self.shared.sub_enabled.then(|| Layer::new(LayerKind::Udp, true, false, par))
     }
 
     fn connect(

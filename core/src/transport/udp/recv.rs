@@ -16,6 +16,7 @@ use crate::sync::lock;
 use crate::transport::{Inbox, IoSource};
 use crate::types::TypeInfo;
 use crate::wire::auth::{self as wauth, AuthReceiver, AuthReject, Channel};
+use crate::wire::packed;
 use crate::wire::{DatagramHeader, DatagramKind, Reassembler, ReassemblyCounters, split_name};
 
 use super::Shared;
@@ -151,6 +152,10 @@ impl UdpReceiver {
 
     fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
         self.shared.counters.datagrams.fetch_add(1, Ordering::Relaxed);
+        if packed::is_packed(datagram) {
+            self.handle_packed(now, from, datagram);
+            return;
+        }
         let opened = wauth::open_datagram(
             self.auth.as_mut(),
             &mut self.reassembler,
@@ -221,6 +226,46 @@ impl UdpReceiver {
             }
         };
         self.dispatch(now, sample);
+    }
+
+    /// A shoal packed datagram (`wire::packed`): checked whole, then each sample dispatched as an eCAL-format one
+    /// would be (same clock checks and counts). Packed datagrams are never sealed: a protected topic's is refused.
+    fn handle_packed(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
+        let c = &self.shared.counters;
+        let p = match packed::PackedDatagram::parse(datagram) {
+            Ok(p) => p,
+            Err(e) => {
+                c.wire_drops.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("UDP data layer: packed datagram from {from} dropped: {e}");
+                return;
+            }
+        };
+        let n = p.count() as u64;
+        if !lock(&self.shared.subs).topics.contains_key(p.topic) {
+            c.unknown_topic.fetch_add(n, Ordering::Relaxed);
+            return;
+        }
+        if let Some(auth) = &self.shared.auth
+            && auth.protected.contains(p.topic)
+        {
+            for _ in 0..n {
+                self.shared.auth_stats.count(Channel::Data, AuthReject::Unsigned, Some(p.topic), &from);
+            }
+            return;
+        }
+        c.packed_datagrams.fetch_add(1, Ordering::Relaxed);
+        c.packed_messages.fetch_add(n, Ordering::Relaxed);
+        for r in p.records() {
+            let sample = DataSample {
+                topic_name: p.topic.to_owned(),
+                publisher_id: p.publisher_id,
+                host_name: String::new(),
+                clock: r.clock,
+                time_us: r.time_us,
+                payload: r.payload.to_vec(),
+            };
+            self.dispatch(now, sample);
+        }
     }
 
     /// One loss for every subscriber of `topic` (a sample for it could not be decoded).

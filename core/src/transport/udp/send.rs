@@ -12,6 +12,11 @@
 //!   datagrams and 65,507 bytes a run; a kernel or route that refuses GSO (EIO, EINVAL) turns it off for the
 //!   process and the datagrams go one per message. Small messages of a topic (same size) are therefore one GSO
 //!   run; eCAL's fragments of a large message are 65,507-byte datagrams already, one per message of the batch.
+//! - Packing: a message queued as a packed datagram (`Outgoing::pack_key`) is appended, when the I/O thread takes it
+//!   from the queue, to the packed datagram of the same publisher at the back of what it holds unsent, up to
+//!   `send_pack_bytes` and `wire::packed::MAX_RECORDS` samples; so only neighbours in the queue merge and no
+//!   publisher's messages are reordered. Nothing waits to be packed: what is queued when the thread wakes (or when
+//!   `send_flush_delay_us` ends) leaves; a burst packs because it queues up while the thread sends.
 //! - A full send buffer (EAGAIN, ENOBUFS) keeps the rest queued and retries after 100 µs; any other error drops the
 //!   messages of the failing run, counted as drops of their publishers.
 
@@ -24,6 +29,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
+
+use crate::wire::packed;
 
 use crate::sys::mmsg::{MAX_GSO_SEGMENTS, MAX_UDP_PAYLOAD, OutMsg, is_gso_unsupported, send_mmsg};
 
@@ -47,6 +54,11 @@ pub(crate) struct Outgoing {
     pub(crate) ends: Vec<u32>,
     /// The publisher's count of messages lost after they were queued.
     pub(crate) drops: Arc<AtomicU64>,
+    /// A packed datagram (`wire::packed`, one datagram): the publisher id, so that the next packed message of the
+    /// same publisher queued right behind it is appended to it. `None`: eCAL's format.
+    pub(crate) pack_key: Option<u64>,
+    /// Messages this entry carries (1 but for packed datagrams).
+    pub(crate) messages: u64,
 }
 
 impl Outgoing {
@@ -72,16 +84,24 @@ pub(crate) struct SendQueue {
     idle: AtomicBool,
     waker: OnceLock<Arc<mio::Waker>>,
     flush_delay: Duration,
+    /// `send_pack_bytes`: a packed datagram's size at most.
+    pack_bytes: usize,
 }
 
 impl SendQueue {
-    pub(crate) fn new(depth: usize, flush_delay: Duration) -> SendQueue {
+    pub(crate) fn new(depth: usize, flush_delay: Duration, pack_bytes: usize) -> SendQueue {
         SendQueue {
             queue: ArrayQueue::new(depth.max(1)),
             idle: AtomicBool::new(false),
             waker: OnceLock::new(),
             flush_delay,
+            pack_bytes: pack_bytes.min(MAX_UDP_PAYLOAD),
         }
+    }
+
+    /// A packed datagram's size at most.
+    pub(crate) fn pack_bytes(&self) -> usize {
+        self.pack_bytes
     }
 
     /// Queues `m`; gives it back when the queue is full.
@@ -157,7 +177,7 @@ impl UdpSender {
         loop {
             while self.pending.len() < MAX_PENDING {
                 match self.queue.queue.pop() {
-                    Some(m) => self.pending.push_back(m),
+                    Some(m) => self.take(m),
                     None => break,
                 }
             }
@@ -169,6 +189,29 @@ impl UdpSender {
                 return self.retry_at;
             }
         }
+    }
+
+    /// Adds a message taken from the queue to `pending`: a packed one is appended to the packed datagram of the
+    /// same publisher at the back when that is still unsent and the result stays within `send_pack_bytes` (so
+    /// packing never reorders a publisher's messages: only neighbours in the queue merge).
+    fn take(&mut self, m: Outgoing) {
+        if let Some(key) = m.pack_key {
+            let front_busy = self.pending.len() == 1 && self.front_sent > 0;
+            if let Some(tail) = self.pending.back_mut()
+                && tail.pack_key == Some(key)
+                && !front_busy
+            {
+                let records = packed::records_of(&m.data);
+                let n = packed::count_of(&m.data);
+                if tail.data.len() + records.len() <= self.queue.pack_bytes
+                    && packed::append_records(&mut tail.data, records, n)
+                {
+                    tail.messages += m.messages;
+                    return;
+                }
+            }
+        }
+        self.pending.push_back(m);
     }
 
     /// Marks the queue idle before the I/O thread sleeps; true when messages already wait (then it must not
@@ -191,8 +234,8 @@ impl UdpSender {
         let Some(sock) = self.shared.sender() else {
             // No socket: every queued message is lost (the writer warned when it failed to open).
             for m in self.pending.drain(..) {
-                m.drops.fetch_add(1, Ordering::Relaxed);
-                self.shared.counters.send_drops.fetch_add(1, Ordering::Relaxed);
+                m.drops.fetch_add(m.messages, Ordering::Relaxed);
+                self.shared.counters.send_drops.fetch_add(m.messages, Ordering::Relaxed);
             }
             self.front_sent = 0;
             return true;
@@ -272,8 +315,8 @@ impl UdpSender {
                 tracing::debug!("UDP data layer: send of {count} datagrams failed: {e}");
                 for _ in 0..=last_msg {
                     if let Some(m) = self.pending.pop_front() {
-                        m.drops.fetch_add(1, Ordering::Relaxed);
-                        self.shared.counters.send_drops.fetch_add(1, Ordering::Relaxed);
+                        m.drops.fetch_add(m.messages, Ordering::Relaxed);
+                        self.shared.counters.send_drops.fetch_add(m.messages, Ordering::Relaxed);
                     }
                 }
                 self.front_sent = 0;
@@ -290,9 +333,14 @@ impl UdpSender {
             let left = front.datagram_count() - self.front_sent;
             if n >= left {
                 n -= left;
-                self.pending.pop_front();
                 self.front_sent = 0;
-                self.shared.counters.sent.fetch_add(1, Ordering::Relaxed);
+                let Some(m) = self.pending.pop_front() else { break };
+                let c = &self.shared.counters;
+                c.sent.fetch_add(m.messages, Ordering::Relaxed);
+                if m.pack_key.is_some() {
+                    c.packed_sent.fetch_add(1, Ordering::Relaxed);
+                    c.packed_sent_messages.fetch_add(m.messages, Ordering::Relaxed);
+                }
             } else {
                 self.front_sent += n;
                 n = 0;

@@ -246,7 +246,17 @@ fn writer_starts_lazily_and_accepts_udp_subscribers_only() {
             .expect("no pattern to compile")
             .reader_factory()
             .subscriber_advert(),
-        Some(Layer::new(LayerKind::Udp, true, false, LayerPar::None))
+        Some(Layer::new(LayerKind::Udp, true, false, LayerPar::ShoalUdp { packed_version: 1 }))
+    );
+    let mut no_pack = Config::default();
+    no_pack.network.send_pack = false;
+    assert_eq!(
+        UdpLayer::new(&no_pack, "h", Default::default())
+            .expect("no pattern to compile")
+            .reader_factory()
+            .subscriber_advert(),
+        Some(Layer::new(LayerKind::Udp, true, false, LayerPar::None)),
+        "send_pack = false: not announced"
     );
 }
 
@@ -405,4 +415,107 @@ fn a_full_send_queue_drops_and_counts() {
     assert_eq!(layer.shared.counters.sent.load(Ordering::Relaxed), 16);
     assert!(w.write(b"x", &SampleMeta { publisher_id: 5, clock: 21, send_time_us: 1 }).is_ok(), "room again");
     assert_eq!(w.take_late_drops(), 0, "nothing lost after it was queued");
+}
+
+/// Drives `rx` until `n` samples arrived in `collect` (or 5 s passed).
+fn receive(rx: &mut Box<dyn IoSource>, poll: &mut mio::Poll, collect: &Collect, n: usize) {
+    let mut events = mio::Events::with_capacity(8);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while lock(&collect.samples).len() < n && Instant::now() < deadline {
+        poll.poll(&mut events, Some(Duration::from_millis(20))).expect("poll");
+        rx.on_readable(Instant::now(), 1024);
+    }
+}
+
+/// `send_pack`: while every target announced packed datagrams, the I/O thread packs a publisher's queued small
+/// messages; a message too large to pack goes in eCAL's format between them, in order; a target without the
+/// announcement (eCAL) switches the next write to eCAL's format, with nothing lost or repeated at the switch.
+#[test]
+fn io_thread_packs_while_every_target_reads_packed() {
+    let mut cfg = Config::default();
+    cfg.network.data_port = 20_000 + ((std::process::id() + 6007) % 20_000) as u16;
+    let rx_layer = UdpLayer::new(&cfg, "h", Default::default()).expect("no pattern to compile");
+    let rf = rx_layer.reader_factory();
+    let collect = Arc::new(Collect::default());
+    let inbox: Arc<dyn Inbox> = collect.clone();
+    rf.subscriber_created(1, "pack_t", &inbox);
+    let mut rx = rf.io_source().expect("source");
+    let mut poll = mio::Poll::new().expect("poll");
+    rx.maintain(poll.registry(), mio::Token(9), Instant::now());
+
+    let mut tx_cfg = cfg.clone();
+    tx_cfg.network.send_mode = crate::config::UdpSendMode::IoThread;
+    tx_cfg.network.send_pack_bytes = 4096;
+    let tx_layer = UdpLayer::new(&tx_cfg, "h2", Default::default()).expect("no pattern to compile");
+    let mut tx = tx_layer.reader_factory().io_source().expect("the sender is an I/O source");
+    let mut w = tx_layer.writer_factory().create(78, "pack_t", &TypeInfo::default()).expect("writer");
+    let shoal_sub = remote_sub(vec![rf.subscriber_advert().expect("advert")]);
+    assert!(reads_packed(&shoal_sub));
+    let ecal_sub = remote_sub(vec![Layer::new(LayerKind::Udp, true, false, LayerPar::None)]);
+    w.set_targets(&[&shoal_sub]);
+    let payload = |clock: u64| -> Vec<u8> {
+        if clock == 150 { vec![7u8; 5000] } else { (clock as u32).to_le_bytes().repeat(16) }
+    };
+    // 1..=299 while only shoal reads (150 too large for 4096 bytes), then an eCAL subscriber joins: 300..=320.
+    for clock in 1..=320u64 {
+        if clock == 300 {
+            w.set_targets(&[&shoal_sub, &ecal_sub]);
+        }
+        w.write(&payload(clock), &SampleMeta { publisher_id: 78, clock, send_time_us: clock as i64 }).expect("queued");
+    }
+    assert_eq!(tx.flush(Instant::now()), None, "all sent, nothing to retry");
+    let c = tx_layer.counts();
+    assert_eq!(c.sent, 320);
+    assert_eq!(c.packed_sent_messages, 298, "1..=299 but the large 150");
+    // 64-byte payloads: 84-byte records, 47 of them in 4096 bytes (with 24 bytes of header and name).
+    assert!(c.packed_sent <= 8, "298 small messages in a few packed datagrams, not {}", c.packed_sent);
+
+    receive(&mut rx, &mut poll, &collect, 320);
+    let got = lock(&collect.samples);
+    let clocks: Vec<u64> = got.iter().map(|s| s.clock).collect();
+    assert_eq!(clocks, (1..=320).collect::<Vec<_>>(), "all arrived, in order, once");
+    for s in got.iter() {
+        assert_eq!(s.payload(), &payload(s.clock)[..]);
+        assert_eq!(s.send_time_ns, s.clock as i64 * 1000);
+        assert_eq!(s.publisher_id, 78);
+    }
+    assert_eq!(collect.drops.load(Ordering::Relaxed), 0);
+    let r = rx_layer.counts();
+    assert_eq!(r.packed_messages, 298);
+    assert_eq!(r.packed_datagrams, c.packed_sent);
+    assert_eq!(r.delivered, 320);
+    assert_eq!((r.lost, r.duplicates, r.late, r.wire_drops), (0, 0, 0, 0));
+}
+
+/// A writer packs only with `send_mode = io_thread` and `send_pack` on, and only while it has targets that all
+/// announced it.
+#[test]
+fn packing_needs_io_thread_send_pack_and_every_target() {
+    let shoal_sub = remote_sub(vec![Layer::new(LayerKind::Udp, true, false, LayerPar::ShoalUdp { packed_version: 1 })]);
+    let future = remote_sub(vec![Layer::new(LayerKind::Udp, true, false, LayerPar::ShoalUdp { packed_version: 2 })]);
+    let ecal_sub = remote_sub(vec![Layer::new(LayerKind::Udp, true, false, LayerPar::None)]);
+    assert!(reads_packed(&shoal_sub) && !reads_packed(&future) && !reads_packed(&ecal_sub));
+    let packs = |cfg: &Config, targets: &[&RemoteTopic]| {
+        let layer = UdpLayer::new(cfg, "h", Default::default()).expect("no pattern to compile");
+        let mut w = layer.writer_factory().create(5, "t", &TypeInfo::default()).expect("writer");
+        w.set_targets(targets);
+        let _ = w.write(b"x", &SampleMeta { publisher_id: 5, clock: 1, send_time_us: 1 });
+        let mut src = layer.reader_factory().io_source();
+        if let Some(s) = src.as_mut() {
+            s.flush(Instant::now());
+        }
+        layer.counts().packed_sent > 0
+    };
+    let mut io = Config::default();
+    io.network.data_port = 20_000 + ((std::process::id() + 8111) % 20_000) as u16;
+    io.network.send_mode = crate::config::UdpSendMode::IoThread;
+    assert!(packs(&io, &[&shoal_sub]));
+    assert!(!packs(&io, &[&shoal_sub, &ecal_sub]));
+    assert!(!packs(&io, &[&future]));
+    let mut off = io.clone();
+    off.network.send_pack = false;
+    assert!(!packs(&off, &[&shoal_sub]));
+    let mut user = io.clone();
+    user.network.send_mode = crate::config::UdpSendMode::UserThread;
+    assert!(!packs(&user, &[&shoal_sub]));
 }
