@@ -441,10 +441,9 @@ impl Reassembler {
             self.counters.duplicate_infos += 1;
             return Err(WireError::DuplicateInfo);
         }
+        // The buffer is reserved at the declared total by the next in-order fragment (`Pending::store`), once the
+        // budget has taken the declared total: an info datagram alone allocates nothing.
         p.info = Some((count, total));
-        if !p.refused {
-            p.data.reserve((total as usize).saturating_sub(p.data.len()));
-        }
         if let Some(last) = p.last_index()
             && last >= count
         {
