@@ -34,8 +34,10 @@ fn stream(name: &str, ini: &str, size: usize, count: u64, (start_delay_ms, linge
     let linger_s = linger_ms.to_string();
     // The subscriber waits for the first message as long as the publisher waits to send it, and more.
     let idle_s = (start_delay_ms + 1500).to_string();
-    let mut sub =
-        shoal_peer("shoal sub", &["sub", "--topic", &t, "--count", &count_s, "--idle-ms", &idle_s], Some(ini));
+    // As long for the first message as between two (shoal-peer's own first wait, 30 s, is beyond the 20 s the
+    // summary is waited for below, and unpaced every message may be lost).
+    let sub_args = ["sub", "--topic", &t, "--count", &count_s, "--first-ms", &idle_s, "--idle-ms", &idle_s];
+    let mut sub = shoal_peer("shoal sub", &sub_args, Some(ini));
     sub.expect("ready", Duration::from_secs(10));
     let pub_args = [
         "pub",
