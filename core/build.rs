@@ -8,6 +8,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     println!("cargo:rerun-if-changed=proto");
     // The imports bring in the other files (topic, process, layer, datatype, shoal_layer).
     let fds = protox::compile(["ecal/core/pb/ecal.proto"], ["proto"])?;
-    prost_build::Config::new().compile_fds(fds)?;
+    // A data sample's payload decodes into a range of the received buffer (no copy; `transport/udp/codec.rs`).
+    prost_build::Config::new().bytes([".eCAL.pb.Content.payload"]).compile_fds(fds)?;
     Ok(())
 }

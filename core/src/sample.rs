@@ -7,11 +7,13 @@ use crate::stats::Via;
 use crate::sys::shared_bytes::SharedBytes;
 use crate::types::TypeInfo;
 
-/// Bytes of a received sample: shared with other same-process subscribers, or owned.
+/// Bytes of a received sample: shared with other same-process subscribers, owned, or a range of a received buffer
+/// (the UDP layer's datagram or reassembled message, shared by every subscriber it goes to, never copied).
 #[derive(Debug, Clone)]
 pub(crate) enum Payload {
     Shared(Arc<[u8]>),
     Owned(Vec<u8>),
+    Bytes(bytes::Bytes),
 }
 
 impl Payload {
@@ -19,6 +21,7 @@ impl Payload {
         match self {
             Payload::Shared(a) => a,
             Payload::Owned(v) => v,
+            Payload::Bytes(b) => b,
         }
     }
 }
@@ -103,6 +106,7 @@ impl Sample {
         match self.payload {
             Payload::Owned(v) => v,
             Payload::Shared(a) => a.to_vec(),
+            Payload::Bytes(b) => Vec::from(b),
         }
     }
 }

@@ -458,4 +458,18 @@ pub struct UdpCounts {
     pub reassembly_in_flight: u64,
     /// Bytes charged against `udp_reassembly_bytes` by the incomplete messages held right now.
     pub reassembly_bytes: u64,
+    /// Datagrams the kernel dropped on the data socket because its receive buffer was full (`SO_RXQ_OVFL`, learnt
+    /// from the datagrams queued after them); the messages they belonged to show in `lost` or
+    /// `reassembly_expired`. Also sent in this process's registration ([`ShoalProcessStats`]).
+    pub kernel_drops: u64,
+}
+
+/// shoal's statistics of a whole process, sent in its process registration (`shoal.ProcessStatsShoal`, field 100
+/// of eCAL's `Process`, which eCAL skips) and shown for every shoal process of a [`Snapshot`](crate::monitor::Snapshot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ShoalProcessStats {
+    /// Datagrams the kernel dropped on the process's UDP data socket for a full receive buffer, since the start.
+    pub udp_kernel_drops: u64,
+    /// The same on its registration socket.
+    pub registration_kernel_drops: u64,
 }

@@ -723,9 +723,12 @@ impl MonitorApp {
                 .column(Column::initial(50.0))
                 .column(Column::initial(220.0))
                 .column(Column::initial(70.0))
+                .column(Column::initial(90.0))
                 .column(Column::remainder())
                 .header(ROW_H, |mut h| {
-                    for t in ["Host", "PID", "Unit", "Executable", "Kind", "Version", "Reg. age", "State"] {
+                    for t in
+                        ["Host", "PID", "Unit", "Executable", "Kind", "Version", "Reg. age", "Kernel drops", "State"]
+                    {
                         h.col(|ui| {
                             ui.strong(t);
                         });
@@ -765,6 +768,7 @@ impl MonitorApp {
                                 p.kind.to_owned(),
                                 p.version.to_string(),
                                 format!("{:.1} s", p.registration_age_s),
+                                p.kernel_drops.map_or_else(|| "-".to_owned(), |n| n.to_string()),
                                 state,
                             ],
                         );

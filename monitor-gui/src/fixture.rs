@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 use prost::Message as _;
 use shoal::TypeInfo;
 use shoal::monitor::{
-    ConnectionStats, LatencyHistogram, LatencySummary, ProcessEntry, ShoalStats, Snapshot, TopicDirection, TopicEntry,
-    Via,
+    ConnectionStats, LatencyHistogram, LatencySummary, ProcessEntry, ShoalProcessStats, ShoalStats, Snapshot,
+    TopicDirection, TopicEntry, Via,
 };
 
 use crate::source::{Message, MessageSource, SnapshotSource};
@@ -172,6 +172,7 @@ impl Fixture {
                 },
                 state_severity: if p.pid == 2001 && k >= 4 { 2 } else { 1 },
                 state_info: if p.pid == 2001 && k >= 4 { "frames dropped".into() } else { String::new() },
+                shoal: p.shoal.then(ShoalProcessStats::default),
             })
             .collect();
         let mut topics = Vec::new();
@@ -253,6 +254,7 @@ impl Fixture {
                 registration_age: Duration::from_millis(200),
                 state_severity: 1,
                 state_info: String::new(),
+                shoal: Some(ShoalProcessStats::default()),
             });
         }
         for i in 0..self.extra_topics {

@@ -19,7 +19,8 @@ pub const STALE_AFTER: Duration = Duration::from_secs(3);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Problem {
-    /// More messages were lost since the previous refresh.
+    /// More messages were lost since the previous refresh (a process: more datagrams dropped by the kernel on its
+    /// receive sockets).
     DropsRising,
     /// A publisher's type disagrees with a subscriber's.
     TypeMismatch,
@@ -180,6 +181,9 @@ pub struct ProcessRow {
     pub state_info: Arc<str>,
     /// The monitor itself.
     pub is_self: bool,
+    /// Datagrams the kernel dropped on its UDP data and registration sockets for a full receive buffer, as its
+    /// registration announces them (`None`: an eCAL process, which does not).
+    pub kernel_drops: Option<u64>,
     /// What is wrong.
     pub problems: Problems,
 }
@@ -198,9 +202,10 @@ impl ProcessRow {
             state_severity,
             state_info,
             is_self,
+            kernel_drops,
             problems,
         } = self;
-        (host, pid, name, unit, kind, version, state_severity, state_info, is_self, problems)
+        (host, pid, name, unit, kind, version, state_severity, state_info, is_self, kernel_drops, problems)
             == (
                 &o.host,
                 &o.pid,
@@ -211,6 +216,7 @@ impl ProcessRow {
                 &o.state_severity,
                 &o.state_info,
                 &o.is_self,
+                &o.kernel_drops,
                 &o.problems,
             )
     }
@@ -480,6 +486,13 @@ pub fn build_view(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner)
             if p.state_severity >= 2 {
                 problems.add(Problem::BadState);
             }
+            let kernel_drops = p.shoal.map(|s| s.udp_kernel_drops + s.registration_kernel_drops);
+            let before = prev.and_then(|v| v.processes.iter().find(|r| (&*r.host, r.pid) == (&*p.host_name, p.pid)));
+            if let (Some(now), Some(before)) = (kernel_drops, before.and_then(|r| r.kernel_drops))
+                && now > before
+            {
+                problems.add(Problem::DropsRising);
+            }
             ProcessRow {
                 host: interner.get(&p.host_name),
                 pid: p.pid,
@@ -491,6 +504,7 @@ pub fn build_view(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner)
                 state_severity: p.state_severity,
                 state_info: interner.get(&p.state_info),
                 is_self: p.is_self,
+                kernel_drops,
                 problems,
             }
         })

@@ -107,7 +107,9 @@ fn process_json(snap: &Snapshot, p: &ProcessEntry) -> Value {
     json!({"kind": "process", "host": p.host_name, "pid": p.pid, "process": p.process_name, "unit": p.unit_name,
            "runtime": kind(p), "version": p.runtime_version, "publishers": pubs, "subscribers": subs,
            "state_severity": p.state_severity, "state_info": p.state_info,
-           "registration_age_ms": p.registration_age.as_millis() as u64})
+           "registration_age_ms": p.registration_age.as_millis() as u64,
+           "udp_kernel_drops": p.shoal.map(|s| s.udp_kernel_drops),
+           "registration_kernel_drops": p.shoal.map(|s| s.registration_kernel_drops)})
 }
 
 fn state(p: &ProcessEntry) -> String {
@@ -122,8 +124,19 @@ fn state(p: &ProcessEntry) -> String {
 }
 
 fn process_table(snap: &Snapshot) -> Table {
-    let mut t =
-        Table::new(&["HOST", ">PID", "RUNTIME", "UNIT", ">PUBS", ">SUBS", "STATE", ">SEEN", "VERSION", "PROCESS"]);
+    let mut t = Table::new(&[
+        "HOST",
+        ">PID",
+        "RUNTIME",
+        "UNIT",
+        ">PUBS",
+        ">SUBS",
+        "STATE",
+        ">SEEN",
+        ">KERNEL_DROPS",
+        "VERSION",
+        "PROCESS",
+    ]);
     let mut ps: Vec<&ProcessEntry> = snap.processes.iter().collect();
     ps.sort_by(|a, b| (&a.host_name, a.pid).cmp(&(&b.host_name, b.pid)));
     for p in ps {
@@ -137,6 +150,8 @@ fn process_table(snap: &Snapshot) -> Table {
             subs.to_string(),
             state(p),
             format!("{:.1}s", p.registration_age.as_secs_f64()),
+            // Datagrams the kernel dropped on its UDP data and registration sockets (shoal processes announce it).
+            p.shoal.map_or_else(|| "-".to_owned(), |s| (s.udp_kernel_drops + s.registration_kernel_drops).to_string()),
             p.runtime_version.clone(),
             p.process_name.clone(),
         ]);

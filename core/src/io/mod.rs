@@ -7,7 +7,8 @@
 //! full socket buffer drops a registration datagram and counts it; queued data waits in its bounded queue).
 //! Sockets are read with `recvmmsg`, a batch per call, at most `[shoal_limits] receive_batch` datagrams per socket
 //! and turn; the kernel's count of datagrams it dropped for a full receive buffer (`SO_RXQ_OVFL`) is kept per
-//! socket and shown in [`Snapshot::socket_drops`].
+//! socket, shown in [`Snapshot::socket_drops`] (registration) and `Snapshot::udp` (the UDP data layer), and sent in
+//! this process's registration (shoal's process statistics).
 //!
 //! The thread only moves datagrams, timers and events: what a match means for local publishers and subscribers is
 //! decided by the [`EventHandler`] it is started with (the runtime of `pubsub`), which it calls with every event.
@@ -320,10 +321,7 @@ impl IoThread {
                 Command::Remove(id) => self.registrar.remove_local(now, id),
                 Command::Snapshot(reply) => {
                     let mut snap = crate::monitor::build_snapshot(&self.registrar, Instant::now());
-                    snap.socket_drops = crate::monitor::SocketDrops {
-                        registration: self.reg_batch.kernel_drops(),
-                        udp_data: self.sources.iter().map(|s| s.kernel_drops()).sum(),
-                    };
+                    snap.socket_drops = crate::monitor::SocketDrops { registration: self.reg_batch.kernel_drops() };
                     let _ = reply.send(snap);
                 }
                 Command::Shutdown => {
@@ -370,6 +368,10 @@ impl IoThread {
     }
 
     fn update_stats(&mut self) {
+        self.registrar.set_process_stats(crate::stats::ShoalProcessStats {
+            udp_kernel_drops: self.sources.iter().map(|s| s.kernel_drops()).sum(),
+            registration_kernel_drops: self.reg_batch.kernel_drops(),
+        });
         let Some(handler) = self.handler.upgrade() else { return };
         for (id, stats) in handler.collect_stats() {
             self.registrar.set_stats(id, stats);

@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-pub use crate::stats::{ConnectionStats, LatencyHistogram, LatencySummary, ShoalStats, UdpCounts, Via};
+pub use crate::stats::{
+    ConnectionStats, LatencyHistogram, LatencySummary, ShoalProcessStats, ShoalStats, UdpCounts, Via,
+};
 pub use crate::wire::auth::{AuthCounts, AuthSummary};
 
 use crate::registration::{Direction, LayerKind, Registrar};
@@ -33,6 +35,9 @@ pub struct ProcessEntry {
     pub state_severity: i32,
     /// The state's text.
     pub state_info: String,
+    /// shoal's process statistics from its registration (kernel drops on its sockets); `None` for eCAL
+    /// processes. For this process, the figures of its last registration (its own are in [`Snapshot::udp`]).
+    pub shoal: Option<ShoalProcessStats>,
 }
 
 /// Publisher or subscriber of a topic.
@@ -101,21 +106,21 @@ pub struct Snapshot {
     pub topics: Vec<TopicEntry>,
     /// What `[shoal_auth]` refused since the start, per cause for registration and UDP data, and per topic.
     pub auth: AuthSummary,
-    /// This process's UDP data layer: datagrams, losses, duplicates, late samples, reassembly evictions.
+    /// This process's UDP data layer: datagrams, losses, duplicates, late samples, reassembly evictions, and the
+    /// datagrams the kernel dropped on its socket ([`UdpCounts::kernel_drops`]).
     pub udp: UdpCounts,
-    /// Datagrams the kernel dropped on this process's UDP sockets because their receive buffers were full.
+    /// Datagrams the kernel dropped on this process's registration socket because its receive buffer was full.
     pub socket_drops: SocketDrops,
 }
 
-/// Datagrams the kernel dropped on this process's receive sockets for a full receive buffer (`SO_RXQ_OVFL`), since
-/// each was opened. Every such datagram is lost: a subscriber counts the whole messages it loses that way as drops
-/// of its connection (a gap in the publisher's clock, or an incomplete fragmented message).
+/// Datagrams the kernel dropped on this process's registration socket for a full receive buffer (`SO_RXQ_OVFL`),
+/// since it was opened (the UDP data layer's socket: [`UdpCounts::kernel_drops`]). Every such datagram is lost: a
+/// subscriber counts the whole messages it loses that way as drops of its connection (a gap in the publisher's
+/// clock, or an incomplete fragmented message).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SocketDrops {
     /// On the registration socket.
     pub registration: u64,
-    /// On the UDP data layer's socket.
-    pub udp_data: u64,
 }
 
 fn layer_name(k: &LayerKind) -> String {
@@ -145,6 +150,7 @@ pub(crate) fn build_snapshot(reg: &Registrar, now: Instant) -> Snapshot {
             registration_age: now.saturating_duration_since(p.last_seen),
             state_severity: p.state_severity,
             state_info: p.state_info.clone(),
+            shoal: p.shoal,
         })
         .collect();
     let mut topics: Vec<TopicEntry> = reg

@@ -679,6 +679,14 @@ impl std::fmt::Debug for Subscriber {
 impl Inbox for SubShared {
     fn push(&self, sample: Sample) {
         self.push_from_layer(sample);
+        self.wake();
+    }
+
+    fn push_unwoken(&self, sample: Sample) {
+        self.push_from_layer(sample);
+    }
+
+    fn wake(&self) {
         // Wake this process's waiters (pull subscribers and the doorbell thread).
         if let Some(rt) = self.runtime.upgrade() {
             rt.self_ringer.ring();

@@ -13,7 +13,7 @@ use super::model::{
     TopicStats,
 };
 use super::pb;
-use crate::stats::{ConnectionStats, LatencyHistogram, LatencySummary, ShoalStats, Via};
+use crate::stats::{ConnectionStats, LatencyHistogram, LatencySummary, ShoalProcessStats, ShoalStats, Via};
 
 /// Sample name of registration datagrams (the receiver ignores it).
 pub const REGISTRATION_SAMPLE_NAME: &str = "reg_sample";
@@ -259,7 +259,19 @@ pub(crate) fn pid_u32(pid: i32) -> u32 {
     u32::from_ne_bytes(pid.to_ne_bytes())
 }
 
-/// The process registration (cmd 4).
+/// The process registration (cmd 4), with shoal's process statistics.
+pub fn process_sample_with(me: &Identity, registration_clock: i32, stats: &ShoalProcessStats) -> pb::Sample {
+    let mut sample = process_sample(me, registration_clock);
+    if let Some(p) = &mut sample.process {
+        p.shoal_stats = Some(pb::ProcessStatsShoal {
+            udp_kernel_drops: stats.udp_kernel_drops,
+            registration_kernel_drops: stats.registration_kernel_drops,
+        });
+    }
+    sample
+}
+
+/// The process registration (cmd 4), without shoal's statistics.
 pub fn process_sample(me: &Identity, registration_clock: i32) -> pb::Sample {
     pb::Sample {
         cmd_type: pb::CMD_REG_PROCESS,
@@ -278,6 +290,7 @@ pub fn process_sample(me: &Identity, registration_clock: i32) -> pb::Sample {
             ecal_runtime_version: RUNTIME_VERSION.to_owned(),
             shm_transport_domain: me.shm_transport_domain.clone(),
             config_file_path: String::new(),
+            shoal_stats: None,
         }),
         ..Default::default()
     }
@@ -390,6 +403,10 @@ pub fn remote_process(p: &pb::Process, now: Instant) -> RemoteProcess {
         state_severity_level: state.severity_level,
         state_info: state.info,
         registration_clock: p.registration_clock,
+        shoal: p.shoal_stats.as_ref().map(|s| ShoalProcessStats {
+            udp_kernel_drops: s.udp_kernel_drops,
+            registration_kernel_drops: s.registration_kernel_drops,
+        }),
         last_seen: now,
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use crate::stats::{LatencySummary, ShoalStats};
+use crate::stats::{LatencySummary, ShoalProcessStats, ShoalStats};
 use crate::types::TypeInfo;
 use crate::wire::ReassemblyCounters;
 
@@ -281,6 +281,8 @@ pub struct RemoteProcess {
     pub state_info: String,
     /// Its registration clock.
     pub registration_clock: i32,
+    /// shoal's process statistics (`None` for eCAL processes).
+    pub shoal: Option<ShoalProcessStats>,
     /// When its last registration arrived.
     pub last_seen: Instant,
 }

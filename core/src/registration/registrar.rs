@@ -10,6 +10,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::config::LimitsConfig;
 use crate::config::{AuthConfig, RegistrationConfig};
+use crate::stats::ShoalProcessStats;
 use crate::wire::auth::{self as wauth, AuthReceiver, AuthReject, AuthStats, Channel, Sealer};
 use crate::wire::{self, DEFAULT_MAX_FRAGMENT_PAYLOAD, Reassembler, ReassemblyConfig, ReassemblyCounters};
 
@@ -199,6 +200,8 @@ pub struct Registrar {
     rng: StdRng,
     next_refresh: Instant,
     process_clock: i32,
+    /// Sent with the process registration ([`Registrar::set_process_stats`]).
+    process_stats: ShoalProcessStats,
     process_dirty: bool,
     locals: BTreeMap<u64, LocalEntry>,
     dirty: BTreeSet<u64>,
@@ -246,6 +249,7 @@ impl Registrar {
             rng: StdRng::from_os_rng(),
             next_refresh: now + refresh,
             process_clock: 0,
+            process_stats: ShoalProcessStats::default(),
             process_dirty: true,
             locals: BTreeMap::new(),
             dirty: BTreeSet::new(),
@@ -357,6 +361,11 @@ impl Registrar {
         entry.topic = t;
         self.dirty.insert(id);
         self.rematch_local(id);
+    }
+
+    /// Sets the process statistics sent with the next process registration (no send now).
+    pub fn set_process_stats(&mut self, stats: ShoalProcessStats) {
+        self.process_stats = stats;
     }
 
     /// Sets the statistics sent with the entity's next periodic registration (no send now).
@@ -605,7 +614,7 @@ impl Registrar {
         if self.process_dirty {
             self.process_dirty = false;
             self.process_clock = self.process_clock.wrapping_add(1);
-            let sample = codec::process_sample(&self.me, self.process_clock);
+            let sample = codec::process_sample_with(&self.me, self.process_clock, &self.process_stats);
             self.queue_sample(&sample, true);
         }
         for id in std::mem::take(&mut self.dirty) {

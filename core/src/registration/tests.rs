@@ -318,6 +318,13 @@ fn our_samples_carry_the_fields_ecal_reads() {
     let p = codec::process_sample(&me, 3).process.unwrap();
     assert_eq!((p.process_id, p.registration_clock, p.host_name.as_str()), (4242, 3, "vm"));
     assert!(p.ecal_runtime_version.contains("6.1.1"));
+    assert!(p.shoal_stats.is_none());
+    assert_eq!(codec::remote_process(&p, Instant::now()).shoal, None, "eCAL's processes carry no shoal statistics");
+    // shoal's process statistics travel in field 100 and come back as they were sent.
+    let stats = crate::stats::ShoalProcessStats { udp_kernel_drops: 12_345, registration_kernel_drops: 6 };
+    let wire_bytes = codec::process_sample_with(&me, 4, &stats).encode_to_vec();
+    let back = pb::Sample::decode(&wire_bytes[..]).unwrap().process.unwrap();
+    assert_eq!(codec::remote_process(&back, Instant::now()).shoal, Some(stats));
     let u = codec::process_unreg_sample(&me);
     assert_eq!(u.cmd_type, pb::CMD_UNREG_PROCESS);
     assert_eq!(u.process.unwrap().ecal_runtime_version, "", "unreg carries identity only");

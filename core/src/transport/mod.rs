@@ -92,6 +92,13 @@ pub(crate) trait LayerWriterFactory: Send + Sync + std::fmt::Debug {
 pub(crate) trait Inbox: Send + Sync {
     /// Delivers one sample (the inbox copies nothing more; it counts and bounds).
     fn push(&self, sample: crate::sample::Sample);
+    /// Delivers one sample without waking the subscriber's waiters: a layer delivering a batch calls
+    /// [`wake`](Self::wake) once after it.
+    fn push_unwoken(&self, sample: crate::sample::Sample) {
+        self.push(sample);
+    }
+    /// Wakes the waiters of samples delivered with [`push_unwoken`](Self::push_unwoken).
+    fn wake(&self) {}
     /// Whether samples of this publisher already arrive through the native ring (then other layers' copies are
     /// duplicates and must be dropped by the caller).
     fn reads_ring_of(&self, publisher_id: u64) -> bool;

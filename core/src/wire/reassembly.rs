@@ -7,6 +7,12 @@
 //! anything is allocated. Incomplete messages expire `max_age` after their first datagram. When a
 //! cap is reached, the sender holding the most gives up its oldest message, so one flooding sender
 //! cannot lock the others out.
+//!
+//! Fragments that arrive in order are appended to one buffer per message, reserved at the declared total when the
+//! info datagram comes first (as eCAL sends it), so a message is copied once on its way in and the completed buffer
+//! is handed out as it is; only fragments ahead of a gap are held apart until the gap fills.
+//! [`Reassembler::push_filtered`] also lets the caller discard a message by its first fragment (a topic nobody here
+//! subscribes to): the rest of its fragments are then only counted, never stored.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -79,6 +85,9 @@ pub struct ReassemblyCounters {
     pub length_mismatch: u64,
     /// Incomplete messages dropped after `max_age`.
     pub expired: u64,
+    /// Fragmented messages the caller's filter refused by their first fragment (their other fragments were
+    /// counted, not stored).
+    pub refused: u64,
 }
 
 impl ReassemblyCounters {
@@ -99,6 +108,7 @@ impl ReassemblyCounters {
             buffer_limit,
             length_mismatch,
             expired,
+            refused,
         } = *other;
         self.datagrams += datagrams;
         self.whole_messages += whole_messages;
@@ -114,6 +124,7 @@ impl ReassemblyCounters {
         self.buffer_limit += buffer_limit;
         self.length_mismatch += length_mismatch;
         self.expired += expired;
+        self.refused += refused;
     }
 }
 
@@ -122,16 +133,82 @@ struct Pending {
     first_seen: Instant,
     /// (fragment count, total length) once the info datagram arrived.
     info: Option<(u32, u32)>,
-    fragments: BTreeMap<u32, Vec<u8>>,
+    /// Fragments `0..next` back to back: the message so far (reserved at the declared total once it is known).
+    data: Vec<u8>,
+    /// Index of the first fragment not in `data`.
+    next: u32,
+    /// Fragments received ahead of a gap, moved into `data` when the gap fills.
+    parked: BTreeMap<u32, Vec<u8>>,
     received_bytes: usize,
     /// Bytes currently charged against the global budget.
     charged: usize,
+    /// The filter refused the message: its fragments are counted (until all arrived) and discarded.
+    refused: bool,
+    /// Fragments counted for a refused message.
+    refused_fragments: u32,
 }
 
 impl Pending {
+    fn new(now: Instant) -> Pending {
+        Pending {
+            first_seen: now,
+            info: None,
+            data: Vec::new(),
+            next: 0,
+            parked: BTreeMap::new(),
+            received_bytes: 0,
+            charged: 0,
+            refused: false,
+            refused_fragments: 0,
+        }
+    }
+
+    /// Fragments received (stored or, for a refused message, counted).
+    fn fragment_count(&self) -> usize {
+        if self.refused { self.refused_fragments as usize } else { self.next as usize + self.parked.len() }
+    }
+
+    /// The highest fragment index received, if any (not tracked for refused messages).
+    fn last_index(&self) -> Option<u32> {
+        let in_order = self.next.checked_sub(1);
+        self.parked.last_key_value().map(|(&k, _)| k).max(in_order)
+    }
+
+    fn has_fragment(&self, index: u32) -> bool {
+        index < self.next || self.parked.contains_key(&index)
+    }
+
     fn charge(&self) -> usize {
+        if self.refused {
+            return FRAGMENT_OVERHEAD;
+        }
         let declared = self.info.map_or(0, |(_, total)| total as usize);
-        declared.max(self.received_bytes) + self.fragments.len() * FRAGMENT_OVERHEAD
+        declared.max(self.received_bytes) + self.fragment_count() * FRAGMENT_OVERHEAD
+    }
+
+    /// Stores fragment `index` (not held yet): appended when it is the next one, else parked.
+    fn store(&mut self, index: u32, payload: &[u8]) {
+        if index != self.next {
+            self.parked.insert(index, payload.to_vec());
+            return;
+        }
+        if let Some((_, total)) = self.info {
+            self.data.reserve((total as usize).saturating_sub(self.data.len()));
+        }
+        self.data.extend_from_slice(payload);
+        self.next += 1;
+        while let Some(frag) = self.parked.remove(&self.next) {
+            self.data.extend_from_slice(&frag);
+            self.next += 1;
+        }
+    }
+
+    /// Forgets the message's bytes: from now on its fragments are only counted.
+    fn refuse(&mut self) {
+        self.refused_fragments = u32::try_from(self.fragment_count()).unwrap_or(u32::MAX);
+        self.refused = true;
+        self.data = Vec::new();
+        self.parked.clear();
     }
 }
 
@@ -205,8 +282,23 @@ impl Reassembler {
         from: SocketAddr,
         datagram: &'a [u8],
     ) -> Result<Option<Cow<'a, [u8]>>, WireError> {
+        self.push_filtered(now, from, datagram, |_| true)
+    }
+
+    /// [`push`](Self::push), where `wanted` sees the first fragment of every fragmented message (the message's
+    /// first bytes) once: when it returns false the message is discarded, what was stored of it freed, and its
+    /// remaining fragments are only counted (`refused`); it is never returned. Whole datagrams are not filtered.
+    pub fn push_filtered<'a>(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &'a [u8],
+        wanted: impl FnOnce(&[u8]) -> bool,
+    ) -> Result<Option<Cow<'a, [u8]>>, WireError> {
         self.counters.datagrams += 1;
-        self.expire(now);
+        if !self.pending.is_empty() {
+            self.expire(now);
+        }
         let (header, payload) = match DatagramHeader::parse(datagram) {
             Ok(v) => v,
             Err(e) => {
@@ -220,7 +312,7 @@ impl Reassembler {
                 return Ok(Some(Cow::Borrowed(payload)));
             }
             DatagramKind::FragmentInfo => self.on_info(now, (from, header.id), header.num, header.len),
-            DatagramKind::Fragment => self.on_fragment(now, (from, header.id), header.num, payload),
+            DatagramKind::Fragment => self.on_fragment(now, (from, header.id), header.num, payload, wanted),
         };
         owned.map(|done| done.map(Cow::Owned))
     }
@@ -324,13 +416,7 @@ impl Reassembler {
                 self.drop_message(&oldest);
             }
         }
-        Ok(self.pending.entry(key).or_insert_with(|| Pending {
-            first_seen: now,
-            info: None,
-            fragments: BTreeMap::new(),
-            received_bytes: 0,
-            charged: 0,
-        }))
+        Ok(self.pending.entry(key).or_insert_with(|| Pending::new(now)))
     }
 
     fn on_info(
@@ -355,8 +441,10 @@ impl Reassembler {
             self.counters.duplicate_infos += 1;
             return Err(WireError::DuplicateInfo);
         }
+        // The buffer is reserved at the declared total by the next in-order fragment (`Pending::store`), once the
+        // budget has taken the declared total: an info datagram alone allocates nothing.
         p.info = Some((count, total));
-        if let Some((&last, _)) = p.fragments.last_key_value()
+        if let Some(last) = p.last_index()
             && last >= count
         {
             self.counters.out_of_range += 1;
@@ -373,6 +461,7 @@ impl Reassembler {
         key: (SocketAddr, i32),
         index: u32,
         payload: &[u8],
+        wanted: impl FnOnce(&[u8]) -> bool,
     ) -> Result<Option<Vec<u8>>, WireError> {
         // Without an info datagram an index can still be bounded: every fragment carries at
         // least one byte of a message of at most max_bytes.
@@ -386,7 +475,11 @@ impl Reassembler {
         }
         let max_bytes = self.cfg.max_bytes;
         let p = self.entry(now, key)?;
-        if p.fragments.contains_key(&index) {
+        if p.refused {
+            p.refused_fragments = p.refused_fragments.saturating_add(1);
+            return self.complete_if_done(&key);
+        }
+        if p.has_fragment(index) {
             self.counters.duplicate_fragments += 1;
             return Err(WireError::DuplicateFragment { index });
         }
@@ -403,7 +496,13 @@ impl Reassembler {
             return Err(WireError::LengthMismatch { declared: declared as u64, received: received as u64 });
         }
         p.received_bytes = received;
-        p.fragments.insert(index, payload.to_vec());
+        if index == 0 && !wanted(payload) {
+            p.refuse();
+            p.refused_fragments = p.refused_fragments.saturating_add(1);
+            self.counters.refused += 1;
+        } else {
+            p.store(index, payload);
+        }
         self.recharge(&key)?;
         self.complete_if_done(&key)
     }
@@ -411,20 +510,21 @@ impl Reassembler {
     fn complete_if_done(&mut self, key: &(SocketAddr, i32)) -> Result<Option<Vec<u8>>, WireError> {
         let Some(p) = self.pending.get(key) else { return Ok(None) };
         let Some((count, total)) = p.info else { return Ok(None) };
-        if p.fragments.len() < count as usize {
+        if p.fragment_count() < count as usize {
             return Ok(None);
         }
         let Some(p) = self.pending.remove(key) else { return Ok(None) };
         self.buffered -= p.charged;
+        if p.refused {
+            return Ok(None);
+        }
         if p.received_bytes != total as usize {
             self.counters.length_mismatch += 1;
             return Err(WireError::LengthMismatch { declared: total as u64, received: p.received_bytes as u64 });
         }
-        let mut out = Vec::with_capacity(p.received_bytes);
-        for frag in p.fragments.into_values() {
-            out.extend_from_slice(&frag);
-        }
+        // `count` distinct indices below `count`: all of them, so every parked fragment went into `data`.
+        debug_assert!(p.parked.is_empty() && p.data.len() == p.received_bytes);
         self.counters.reassembled_messages += 1;
-        Ok(Some(out))
+        Ok(Some(p.data))
     }
 }

@@ -138,6 +138,92 @@ fn reassembly_out_of_order_and_per_sender() {
 }
 
 #[test]
+fn fragments_in_any_order_reassemble_into_one_buffer_of_the_declared_size() {
+    let payload: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+    let d = encode_message("order", &payload, 100, &mut || 9).unwrap();
+    let (info, frags) = d.split_first().unwrap();
+    let mut rng = StdRng::seed_from_u64(14);
+    for round in 0..20 {
+        let mut order: Vec<usize> = (0..frags.len()).collect();
+        // Round 0 in order, then shuffled, with the info first, last or in between.
+        if round > 0 {
+            for i in (1..order.len()).rev() {
+                order.swap(i, rng.random_range(0..=i));
+            }
+        }
+        let info_at = if round == 0 { 0 } else { rng.random_range(0..=order.len()) };
+        let mut seq: Vec<&Vec<u8>> = order.iter().map(|&i| &frags[i]).collect();
+        seq.insert(info_at, info);
+        let mut r = Reassembler::new(ReassemblyConfig::default());
+        let now = Instant::now();
+        let mut out = Vec::new();
+        for dg in seq {
+            if let Some(m) = r.push(now, addr(1), dg).unwrap() {
+                out.push(m.into_owned());
+            }
+        }
+        assert_eq!(out.len(), 1, "round {round}");
+        assert_eq!(split_name(&out[0]).unwrap(), ("order", &payload[..]), "round {round}");
+        assert_eq!((r.in_flight(), r.buffered_bytes()), (0, 0));
+    }
+    // Info first (as eCAL sends it), fragments in order: the message is built in one buffer reserved at the
+    // declared size, and handed out as it is.
+    let mut r = Reassembler::new(ReassemblyConfig::default());
+    let now = Instant::now();
+    let mut whole = None;
+    for dg in &d {
+        if let Some(Cow::Owned(m)) = r.push(now, addr(1), dg).unwrap() {
+            whole = Some(m);
+        }
+    }
+    let whole = whole.expect("reassembled");
+    assert_eq!(whole.capacity(), whole.len(), "one allocation of exactly the declared total");
+}
+
+#[test]
+fn a_message_the_filter_refuses_is_counted_not_stored_and_others_still_complete() {
+    let big = vec![3u8; 5000];
+    let refused = encode_message("nobody/here", &big, 1000, &mut || 1).unwrap();
+    let wanted = encode_message("wanted", &big, 1000, &mut || 2).unwrap();
+    let now = Instant::now();
+    let mut r = Reassembler::new(ReassemblyConfig::default());
+    let keep = |first: &[u8]| split_name(first).map(|(n, _)| n == "wanted").unwrap_or(true);
+    let mut out = Vec::new();
+    let mut asked = 0;
+    // Interleaved; the refused message's last fragment comes first (before its first one tells its topic).
+    let mut order: Vec<(&Vec<u8>, bool)> = Vec::new();
+    order.push((refused.last().unwrap(), false));
+    for i in 0..refused.len() - 1 {
+        order.push((&refused[i], false));
+        order.push((&wanted[i], true));
+    }
+    order.push((wanted.last().unwrap(), true));
+    for (dg, _) in order {
+        let got = r
+            .push_filtered(now, addr(1), dg, |first| {
+                asked += 1;
+                keep(first)
+            })
+            .unwrap();
+        if let Some(m) = got {
+            out.push(m.into_owned());
+        }
+        // Once refused, a message holds no payload bytes: only a fixed charge until its last fragment is counted
+        // (the rest is the wanted message's declared total and its fragments' bookkeeping).
+        if r.counters().refused == 1 {
+            let wanted_total = big.len() + 9;
+            assert!(r.buffered_bytes() <= wanted_total + 64 * wanted.len() + 64, "{}", r.buffered_bytes());
+        }
+    }
+    assert_eq!(asked, 2, "the filter sees each message's first fragment once");
+    assert_eq!(out.len(), 1);
+    assert_eq!(split_name(&out[0]).unwrap(), ("wanted", &big[..]));
+    assert_eq!(r.counters().refused, 1);
+    assert_eq!(r.counters().reassembled_messages, 1);
+    assert_eq!((r.in_flight(), r.buffered_bytes()), (0, 0), "the refused message is gone once all its fragments came");
+}
+
+#[test]
 fn duplicates_are_dropped_and_counted() {
     let d = encode_message("x", &[1u8; 200], 64, &mut || 5).unwrap();
     let now = Instant::now();

@@ -138,7 +138,7 @@ fn udp_json(u: &shoal::monitor::UdpCounts) -> serde_json::Value {
            "reassembly_evicted": u.reassembly_evicted, "reassembly_in_flight": u.reassembly_in_flight,
            "reassembly_bytes": u.reassembly_bytes, "packed_sent": u.packed_sent,
            "packed_sent_messages": u.packed_sent_messages, "packed_datagrams": u.packed_datagrams,
-           "packed_messages": u.packed_messages})
+           "packed_messages": u.packed_messages, "kernel_drops": u.kernel_drops})
 }
 
 fn main() -> Result<()> {

@@ -47,8 +47,8 @@ pub struct DataSample {
     pub clock: u64,
     /// `content.time`: send time, µs since the UNIX epoch.
     pub time_us: i64,
-    /// `content.payload`.
-    pub payload: Vec<u8>,
+    /// `content.payload`: a range of the decoded buffer when that was a [`bytes::Bytes`], else a copy.
+    pub payload: bytes::Bytes,
 }
 
 /// The fields of one outgoing data sample.
@@ -154,8 +154,14 @@ pub fn encode_data_sample(buf: &mut Vec<u8>, s: &DataSampleRef<'_>) {
     buf.extend_from_slice(&[tag(8, LEN), 0]);
 }
 
-/// Decodes the protobuf of a data datagram (after the topic-name prefix).
+/// Decodes the protobuf of a data datagram (after the topic-name prefix); the payload is copied.
 pub fn decode_data_sample(bytes: &[u8]) -> Result<DataSample, DataDecodeError> {
+    decode_data_sample_from(bytes)
+}
+
+/// [`decode_data_sample`] from a buffer the payload may stay in: from a [`bytes::Bytes`] the payload is a range of
+/// it (no copy).
+pub fn decode_data_sample_from(bytes: impl bytes::Buf) -> Result<DataSample, DataDecodeError> {
     let s = pb::Sample::decode(bytes)?;
     if s.cmd_type != pb::CMD_SET_SAMPLE {
         return Err(DataDecodeError::NotData(s.cmd_type));

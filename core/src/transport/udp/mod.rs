@@ -129,6 +129,7 @@ impl Counters {
             reassembly_evicted: l(&self.reassembly_evicted),
             reassembly_in_flight: l(&self.reassembly_in_flight),
             reassembly_bytes: l(&self.reassembly_bytes),
+            kernel_drops: l(&self.kernel_drops),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The receive side of the UDP data layer, run by the I/O thread: the data socket (opened while at least one
 //! subscriber exists), group membership in network mode, reassembly, decoding, clock checks and delivery.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use crate::wire::packed;
 use crate::wire::{DatagramHeader, DatagramKind, Reassembler, ReassemblyCounters, split_name};
 
 use super::Shared;
-use super::codec::{DataSample, decode_data_sample, topic_group};
+use super::codec::{DataSample, decode_data_sample, decode_data_sample_from, topic_group};
 use crate::transport::clock::ClockCheck;
 
 /// Datagrams one `recvmmsg` takes at most (64 KiB of buffer each, allocated with the socket's first datagram).
@@ -49,6 +50,8 @@ pub(crate) struct UdpReceiver {
     reassembler: Reassembler,
     batch: super::net::RecvBatch,
     actions: Vec<Action>,
+    /// Inboxes delivered to since the last wake-up (each once): woken after each `recvmmsg` batch, not per sample.
+    to_wake: Vec<Arc<dyn Inbox>>,
     empty_type: Arc<TypeInfo>,
     last_summary: Instant,
     last_summary_datagrams: u64,
@@ -74,6 +77,7 @@ impl UdpReceiver {
             reassembler: Reassembler::new(reassembly),
             batch: super::net::RecvBatch::new(RECV_SLOTS),
             actions: Vec::new(),
+            to_wake: Vec::new(),
             empty_type: Arc::new(TypeInfo::default()),
             last_summary: Instant::now(),
             last_summary_datagrams: 0,
@@ -164,8 +168,12 @@ impl UdpReceiver {
             now,
             datagram,
         );
+        let shared = &self.shared;
         let (pushed, authenticated) = match opened {
-            Ok(o) => (o.reassembler.push(now, from, o.datagram), o.authenticated),
+            Ok(o) => {
+                let wanted = |first: &[u8]| wanted_message(shared, first);
+                (o.reassembler.push_filtered(now, from, o.datagram, wanted), o.authenticated)
+            }
             Err(cause) => {
                 let topic = self.subscribed_topic_of(datagram);
                 self.shared.auth_stats.count(Channel::Data, cause, topic.as_deref(), &from);
@@ -173,7 +181,7 @@ impl UdpReceiver {
             }
         };
         match pushed {
-            Ok(Some(msg)) => self.handle_message(now, from, &msg, authenticated),
+            Ok(Some(msg)) => self.handle_message(now, from, msg, authenticated),
             Ok(None) => {}
             Err(e) => {
                 self.shared.counters.wire_drops.fetch_add(1, Ordering::Relaxed);
@@ -195,33 +203,46 @@ impl UdpReceiver {
         lock(&self.shared.subs).topics.contains_key(name).then(|| name.to_owned())
     }
 
-    fn handle_message(&mut self, now: Instant, from: SocketAddr, msg: &[u8], authenticated: bool) {
+    fn handle_message(&mut self, now: Instant, from: SocketAddr, msg: Cow<'_, [u8]>, authenticated: bool) {
         let c = &self.shared.counters;
-        let (name, proto) = match split_name(msg) {
-            Ok(v) => v,
+        let proto_at = match split_name(&msg) {
+            Ok((name, proto)) => {
+                if !lock(&self.shared.subs).topics.contains_key(name) {
+                    c.unknown_topic.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                if !authenticated
+                    && let Some(auth) = &self.shared.auth
+                    && auth.protected.contains(name)
+                {
+                    self.shared.auth_stats.count(Channel::Data, AuthReject::Unsigned, Some(name), &from);
+                    return;
+                }
+                msg.len() - proto.len()
+            }
             Err(e) => {
                 c.framing_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("UDP data layer: message from {from} dropped: {e}");
                 return;
             }
         };
-        if !lock(&self.shared.subs).topics.contains_key(name) {
-            c.unknown_topic.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        if !authenticated
-            && let Some(auth) = &self.shared.auth
-            && auth.protected.contains(name)
-        {
-            self.shared.auth_stats.count(Channel::Data, AuthReject::Unsigned, Some(name), &from);
-            return;
-        }
-        let sample = match decode_data_sample(proto) {
+        // A reassembled message is decoded in place: the payload stays in its buffer, which the sample keeps. A
+        // whole datagram lives in the receive buffer the next batch overwrites: its payload is copied out (once).
+        let owned;
+        let (decoded, raw): (_, &[u8]) = match msg {
+            Cow::Borrowed(m) => (decode_data_sample(&m[proto_at..]), m),
+            Cow::Owned(v) => {
+                owned = bytes::Bytes::from(v);
+                (decode_data_sample_from(owned.slice(proto_at..)), &owned[..])
+            }
+        };
+        let sample = match decoded {
             Ok(s) => s,
             Err(e) => {
                 c.decode_errors.fetch_add(1, Ordering::Relaxed);
+                let name = split_name(raw).map(|(n, _)| n.to_owned()).unwrap_or_default();
                 tracing::debug!("UDP data layer: sample on {name:?} from {from} dropped: {e}");
-                self.count_topic_drop(name);
+                self.count_topic_drop(&name);
                 return;
             }
         };
@@ -262,7 +283,7 @@ impl UdpReceiver {
                 host_name: String::new(),
                 clock: r.clock,
                 time_us: r.time_us,
-                payload: r.payload.to_vec(),
+                payload: bytes::Bytes::copy_from_slice(r.payload),
             };
             self.dispatch(now, sample);
         }
@@ -341,23 +362,15 @@ impl UdpReceiver {
         }
     }
 
-    /// Delivers and counts what was decided under the table lock, outside it.
+    /// Delivers and counts what was decided under the table lock, outside it. Every subscriber gets the same
+    /// payload buffer; the subscribers' waiters are woken after the batch ([`Self::wake_delivered`]).
     fn run_actions(&mut self, sample: Option<(DataSample, Arc<str>)>) {
-        let deliveries = self.actions.iter().filter(|a| matches!(a, Action::Deliver(..))).count();
-        let mut sample = sample;
-        let mut shared_payload: Option<Arc<[u8]>> = None;
         for a in self.actions.drain(..) {
             match a {
                 Action::Deliver(inbox, type_info) => {
-                    let Some((s, topic)) = sample.as_mut() else { continue };
-                    let payload = if deliveries == 1 {
-                        Payload::Owned(std::mem::take(&mut s.payload))
-                    } else {
-                        let p = shared_payload.get_or_insert_with(|| Arc::from(std::mem::take(&mut s.payload)));
-                        Payload::Shared(Arc::clone(p))
-                    };
-                    inbox.push(Sample {
-                        payload,
+                    let Some((s, topic)) = sample.as_ref() else { continue };
+                    inbox.push_unwoken(Sample {
+                        payload: Payload::Bytes(s.payload.clone()),
                         send_time_ns: s.time_us.saturating_mul(1000),
                         via: Via::Udp,
                         clock: s.clock,
@@ -366,10 +379,20 @@ impl UdpReceiver {
                         topic: Arc::clone(topic),
                     });
                     self.shared.counters.delivered.fetch_add(1, Ordering::Relaxed);
+                    if !self.to_wake.iter().any(|w| Arc::ptr_eq(w, &inbox)) {
+                        self.to_wake.push(inbox);
+                    }
                 }
                 Action::Drop(inbox, n) => inbox.count_drops(n),
                 Action::Release(inbox) => drop(inbox),
             }
+        }
+    }
+
+    /// Wakes the waiters of every subscriber delivered to since the last call.
+    fn wake_delivered(&mut self) {
+        for inbox in self.to_wake.drain(..) {
+            inbox.wake();
         }
     }
 
@@ -456,7 +479,18 @@ impl IoSource for UdpReceiver {
         let fd = std::os::fd::AsRawFd::as_raw_fd(socket);
         let mut batcher = std::mem::replace(&mut self.batch, super::net::RecvBatch::new(1));
         let before = batcher.kernel_drops();
-        let (drained, err) = batcher.recv(fd, batch, |from, d| self.handle_datagram(now, from, d));
+        // One `recvmmsg` at a time, waking the subscribers after each (not per sample, and not only after the
+        // whole budget, which would hold the first sample back).
+        let mut left = batch;
+        let (drained, err) = loop {
+            let n = left.min(RECV_SLOTS);
+            let (drained, err) = batcher.recv(fd, n, |from, d| self.handle_datagram(now, from, d));
+            self.wake_delivered();
+            left -= n;
+            if drained != super::net::Drained::Budget || left == 0 {
+                break (drained, err);
+            }
+        };
         let dropped = batcher.kernel_drops() - before;
         self.batch = batcher;
         if dropped > 0 {
@@ -475,4 +509,16 @@ impl IoSource for UdpReceiver {
     fn kernel_drops(&self) -> u64 {
         self.shared.counters.kernel_drops.load(Ordering::Relaxed)
     }
+}
+
+/// Whether a fragmented message whose first bytes are `first` is for a topic subscribed here: its other fragments
+/// are then reassembled; otherwise only counted (an unknown topic, as a whole message of it would be). A first
+/// fragment too short to hold the name cannot tell: kept.
+fn wanted_message(shared: &Shared, first: &[u8]) -> bool {
+    let Ok((name, _)) = split_name(first) else { return true };
+    let wanted = lock(&shared.subs).topics.contains_key(name);
+    if !wanted {
+        shared.counters.unknown_topic.fetch_add(1, Ordering::Relaxed);
+    }
+    wanted
 }

@@ -69,7 +69,7 @@ fn decoder_reads_capture_c() {
     assert_eq!(s.host_name, "vm");
     assert_eq!(s.clock, 21);
     assert_eq!(s.time_us, CAPTURE_C_TIME);
-    assert_eq!(s.payload, b"msg 20");
+    assert_eq!(&s.payload[..], b"msg 20");
     assert_eq!(content_hash(CAPTURE_C_ID, 21), 17_593_724_434_448_426);
 }
 
