@@ -276,6 +276,7 @@ impl Fixture {
             topics,
             auth: Default::default(),
             socket_drops: Default::default(),
+            registration: Default::default(),
             udp: Default::default(),
         }
     }

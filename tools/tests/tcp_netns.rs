@@ -116,9 +116,14 @@ fn ecal_pub_to_shoal_sub_over_tcp_across_namespaces() {
         let sub = shoal_sub(&net, &ini, &t, count);
         let mut publ = ecal_pub(&net, &t, size, count, rate, "1000");
         let done = publ.expect("done", Duration::from_secs(60));
-        assert_eq!(done["sent"], count, "{name}: the eCAL publisher sent everything: {done}");
-        assert_eq!(done["failed_sends"], 0, "{name}: {done}");
         let mut sub = sub;
+        if done["sent"] != count {
+            // Seen rarely under load: the eCAL publisher did not see the subscriber. What did the subscriber's
+            // registration send and receive meanwhile?
+            let s = sub.expect("summary", Duration::from_secs(45));
+            panic!("{name}: the eCAL publisher sent {done}\nshoal subscriber: {s}\nits stderr:\n{}", sub.stderr());
+        }
+        assert_eq!(done["failed_sends"], 0, "{name}: {done}");
         let summary = sub.expect("summary", Duration::from_secs(30));
         assert_accounted_over_tcp(&name, &summary, count, 1);
         sub.wait_success(Duration::from_secs(5));

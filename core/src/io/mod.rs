@@ -321,7 +321,10 @@ impl IoThread {
                 Command::Remove(id) => self.registrar.remove_local(now, id),
                 Command::Snapshot(reply) => {
                     let mut snap = crate::monitor::build_snapshot(&self.registrar, Instant::now());
-                    snap.socket_drops = crate::monitor::SocketDrops { registration: self.reg_batch.kernel_drops() };
+                    snap.socket_drops = crate::monitor::SocketDrops {
+                        registration: self.reg_batch.kernel_drops(),
+                        registration_send_failures: self.send_drops,
+                    };
                     let _ = reply.send(snap);
                 }
                 Command::Shutdown => {

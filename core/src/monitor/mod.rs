@@ -109,8 +109,11 @@ pub struct Snapshot {
     /// This process's UDP data layer: datagrams, losses, duplicates, late samples, reassembly evictions, and the
     /// datagrams the kernel dropped on its socket ([`UdpCounts::kernel_drops`]).
     pub udp: UdpCounts,
-    /// Datagrams the kernel dropped on this process's registration socket because its receive buffer was full.
+    /// Datagrams the kernel dropped on this process's registration socket because its receive buffer was full,
+    /// and registration datagrams the send socket refused.
     pub socket_drops: SocketDrops,
+    /// What this process's registration received, applied, dropped (and why) and sent since the start.
+    pub registration: crate::registration::RegistrationCounters,
 }
 
 /// Datagrams the kernel dropped on this process's registration socket for a full receive buffer (`SO_RXQ_OVFL`),
@@ -121,6 +124,9 @@ pub struct Snapshot {
 pub struct SocketDrops {
     /// On the registration socket.
     pub registration: u64,
+    /// Registration datagrams of this process the send socket refused (a full send buffer, no route to the
+    /// registration address): each is lost, the next refresh sends the entity again.
+    pub registration_send_failures: u64,
 }
 
 fn layer_name(k: &LayerKind) -> String {
@@ -187,6 +193,7 @@ pub(crate) fn build_snapshot(reg: &Registrar, now: Instant) -> Snapshot {
         topics,
         auth: reg.auth_stats().summary(),
         socket_drops: SocketDrops::default(),
+        registration: *reg.counters(),
         udp: UdpCounts::default(),
     }
 }

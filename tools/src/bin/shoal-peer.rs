@@ -131,6 +131,17 @@ fn auth_json(a: &shoal::monitor::AuthSummary) -> serde_json::Value {
 }
 
 /// The UDP data layer's counters as JSON.
+/// What this process's registration received, dropped and sent (for a test that wonders why nothing matched).
+fn registration_json(s: &shoal::monitor::Snapshot) -> serde_json::Value {
+    let r = &s.registration;
+    json!({"datagrams_received": r.datagrams_received, "samples_applied": r.samples_applied,
+           "samples_sent": r.samples_sent, "datagrams_sent": r.datagrams_sent,
+           "send_failures": s.socket_drops.registration_send_failures, "kernel_drops": s.socket_drops.registration,
+           "wire_errors": r.wire_errors, "decode_errors": r.decode_errors, "over_limits": r.over_limits,
+           "registry_full": r.registry_full, "foreign_rejected": r.foreign_rejected,
+           "non_local_source": r.non_local_source})
+}
+
 fn udp_json(u: &shoal::monitor::UdpCounts) -> serde_json::Value {
     json!({"sent": u.sent, "send_drops": u.send_drops, "datagrams": u.datagrams, "wire_drops": u.wire_drops,
            "delivered": u.delivered, "lost": u.lost, "duplicates": u.duplicates, "late": u.late,
@@ -176,10 +187,10 @@ fn main() -> Result<()> {
                     .collect();
                 bail!(
                     "only {} of {wait_subs} subscribers matched within {wait_ms} ms; subscribers of the topic in \
-                     registration: {known:?}; {} processes known; registration socket drops {}",
+                     registration: {known:?}; {} processes known; registration: {}",
                     publ.subscriber_count(),
                     snap.processes.len(),
-                    snap.socket_drops.registration
+                    registration_json(&snap)
                 );
             }
             emit(&json!({"event": "matched", "subscribers": publ.subscriber_count()}));
@@ -331,6 +342,7 @@ fn main() -> Result<()> {
                 "max_latency_us": lat_max_ns / 1000,
                 "auth": auth_json(&snapshot.auth),
                 "udp": udp_json(&snapshot.udp),
+                "registration": registration_json(&snapshot),
             }));
             std::thread::sleep(Duration::from_millis(linger_ms));
         }
