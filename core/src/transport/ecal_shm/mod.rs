@@ -187,7 +187,11 @@ impl Buffer {
             e.active = false;
             e.ack_invalid = true;
         }
-        // A process that is gone will not come back: its event files go now, not with the memfile.
+        // A process that is gone will not come back: its event files go now, not with the memfile. Its liveness is
+        // its pid (`kill(pid, 0)`), not a lock: the target is usually an eCAL process, which holds no owner lock,
+        // and the pid is the one its registration announced (and names the files). Across pid namespaces sharing
+        // /dev/shm that pid may look dead here while the process lives: only a process that stopped being a target
+        // loses its files early then, and they are created again if it becomes one anew.
         if !crate::sys::pid_alive(pid) {
             self.remove_events(pid, budget);
         }
