@@ -91,3 +91,12 @@ pub fn shm_truncations() -> u64 {
 pub fn shm_lock_timeouts() -> u64 {
     transport::ecal_shm::sync::flock_timeouts()
 }
+
+/// Times this process gave up the inner pthread mutex of an eCAL sync object (a memfile's `_mtx`, a subscriber
+/// process's event) on a publisher's send or target change because someone held it past the send's budget of 20 ms
+/// (a live holder keeps it for a few instructions; any local user who can open the file can keep it for ever). Each
+/// skipped a flag lock (the memfile is re-created), an unlock (left to the next send), an event (the message counts
+/// as a drop of the publisher) or an acknowledge.
+pub fn shm_inner_lock_skips() -> u64 {
+    transport::ecal_shm::sync::inner_lock_skips()
+}

@@ -132,6 +132,28 @@ impl OwnerLock {
     }
 }
 
+/// Whether some process holds a lock on `file` that conflicts with an exclusive one (`F_OFD_GETLK`): the creator's
+/// [`OwnerLock`] while the creator lives, whatever pid namespace it is in. Locks of `file`'s own open file
+/// description do not count (so a creator asking about its own file gets `false`); a cleanup's brief exclusive lock
+/// does. Fails where the kernel has no OFD locks (before 3.15).
+pub(crate) fn owner_holds(file: &std::fs::File) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock is plain data; all-zero is valid (l_pid must be 0 for OFD locks).
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    loop {
+        // SAFETY: F_OFD_GETLK reads and rewrites the valid, initialised `fl`, for a descriptor `file` keeps open.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) } == 0 {
+            return Ok(fl.l_type != libc::F_UNLCK as libc::c_short);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
 /// Removes `path` if no process holds an [`OwnerLock`] on it: opens it (no symlink, no FIFO, regular files only),
 /// takes the exclusive lock without waiting, checks that the name still refers to the file locked, unlinks it.
 /// `Ok(false)`: kept (owned, or not ours to open).

@@ -367,7 +367,8 @@ pub fn entity_key(t: &pb::Topic) -> Result<EntityKey, TopicIdError> {
     })
 }
 
-/// A received topic registration as a model entry.
+/// A received topic registration as a model entry (its [`RemoteTopic::source`] is for the caller, who received
+/// the datagram, to fill in).
 pub fn remote_topic(dir: Direction, t: &pb::Topic) -> Result<RemoteTopic, TopicIdError> {
     Ok(RemoteTopic {
         key: entity_key(t)?,
@@ -380,6 +381,7 @@ pub fn remote_topic(dir: Direction, t: &pb::Topic) -> Result<RemoteTopic, TopicI
         layers: t.transport_layer.iter().map(layer_from_pb).collect(),
         stats: stats_from_pb(t),
         registration_clock: t.registration_clock,
+        source: None,
     })
 }
 

@@ -225,6 +225,10 @@ pub struct RemoteTopic {
     pub stats: TopicStats,
     /// Its registration clock.
     pub registration_clock: i32,
+    /// The address its last registration datagram came from, as this process received it (`None` for an entry
+    /// not made from a datagram). eCAL's TCP layer is reached there: it is the publisher's address in this network
+    /// namespace, known without asking a name resolver.
+    pub source: Option<std::net::IpAddr>,
 }
 
 #[cfg(test)]
@@ -242,6 +246,7 @@ impl RemoteTopic {
             layers,
             stats: TopicStats::default(),
             registration_clock: 0,
+            source: None,
         }
     }
 }

@@ -726,6 +726,8 @@ impl Registrar {
         }
         self.counters.samples_applied += 1;
         let mut remote = remote;
+        // An IPv4-mapped IPv6 source is the IPv4 address it maps.
+        remote.source = Some(from.ip().to_canonical());
         let key = remote.key.clone();
         if !self.topics.contains_key(&key) && !self.make_room(&key, from) {
             self.counters.registry_full += 1;
@@ -756,7 +758,8 @@ impl Registrar {
                 let changed = old.layers != remote.layers
                     || old.type_info != remote.type_info
                     || old.direction != remote.direction
-                    || old.topic_name != remote.topic_name;
+                    || old.topic_name != remote.topic_name
+                    || old.source != remote.source;
                 entry.topic = remote;
                 entry.last_seen = now;
                 entry.authenticated |= authenticated;

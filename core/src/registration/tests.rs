@@ -971,3 +971,29 @@ fn keyed_registrar_seals_protected_and_process_samples_only() {
     // eCAL's receiver checks the magic first: ours is not "ECAL".
     assert!(sealed.iter().all(|d| DatagramHeader::parse(d) == Err(wire::WireError::BadMagic)));
 }
+
+/// A remote topic carries the address its registration came from (where its TCP layer is reached); a
+/// re-registration from another address updates the match, one from the same address changes nothing.
+#[test]
+fn a_remote_topic_carries_its_registration_source() {
+    let d = capture_b();
+    let now = Instant::now();
+    let mut r = Registrar::new(ident("vm", 1), &cfg(), now);
+    r.add_subscriber(now, local(7, "shmtopic", vec![udp_layer()]));
+    r.handle_datagram(now, addr(0), &d);
+    let ev = std::iter::from_fn(|| r.poll_event()).collect::<Vec<_>>();
+    let Some(Event::Matched { remote, .. }) = ev.iter().find(|e| matches!(e, Event::Matched { .. })) else {
+        panic!("no match: {ev:?}")
+    };
+    assert_eq!(remote.source, Some(addr(0).ip()));
+    r.handle_datagram(now, addr(0), &d);
+    let ev = std::iter::from_fn(|| r.poll_event()).collect::<Vec<_>>();
+    assert!(!ev.iter().any(|e| matches!(e, Event::Updated { .. })), "{ev:?}");
+    let elsewhere = SocketAddr::from(([127, 0, 0, 5], 40_000));
+    r.handle_datagram(now, elsewhere, &d);
+    let ev = std::iter::from_fn(|| r.poll_event()).collect::<Vec<_>>();
+    let Some(Event::Updated { remote, .. }) = ev.iter().find(|e| matches!(e, Event::Updated { .. })) else {
+        panic!("no update: {ev:?}")
+    };
+    assert_eq!(remote.source, Some(elsewhere.ip()));
+}

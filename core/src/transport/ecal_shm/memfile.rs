@@ -10,11 +10,11 @@
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use memmap2::MmapOptions;
 
-use super::sync::{NamedSync, SHM_DIR, SyncOpenError};
+use super::sync::{FlagLock, InnerBudget, NamedSync, SHM_DIR, SyncOpenError};
 use crate::sys::shm_guard::PeerMap;
 
 /// The memfile's internal header (file offset 0).
@@ -155,6 +155,9 @@ pub(crate) struct MemfileWriter {
     map: PeerMap,
     lock: NamedSync,
     max_data_size: u64,
+    /// The flag lock is still ours: the unlock after the last write found the inner mutex held past its budget.
+    /// The next write writes without locking again and retries the unlock.
+    flag_held: bool,
     /// Held while the memfile lives (stale-file cleanup of other shoal processes).
     _owner: crate::sys::OwnerLock,
 }
@@ -202,7 +205,7 @@ impl MemfileWriter {
                 return Err(e);
             }
         };
-        let w = MemfileWriter { name, path, map, lock, max_data_size, _owner: owner };
+        let w = MemfileWriter { name, path, map, lock, max_data_size, flag_held: false, _owner: owner };
         let hdr =
             InternalHeader { int_hdr_size: INT_HDR_SIZE as u16, reserved: [0; 6], cur_data_size: 0, max_data_size };
         // SAFETY: the mapping has `INT_HDR_SIZE + max_data_size >= INT_HDR_SIZE` bytes; nobody knows the name
@@ -236,16 +239,20 @@ impl MemfileWriter {
         unsafe { self.map.as_mut_ptr().add(8).cast::<u64>().write_unaligned(v) };
     }
 
-    /// Writes one message under the flag lock. False (nothing written) if the payload does not fit or the lock
-    /// was not free within [`WRITER_LOCK_TIMEOUT`].
-    pub(crate) fn write(&self, hdr: &MemFileHeader, payload: &[u8]) -> bool {
+    /// Writes one message under the flag lock. False (nothing written) if the payload does not fit, the flag lock
+    /// was not free within [`WRITER_LOCK_TIMEOUT`], or its inner mutex stayed held past `budget`. An unlock that
+    /// finds the inner mutex held past `budget` leaves the flag ours (readers wait), for the next write.
+    pub(crate) fn write(&mut self, hdr: &MemFileHeader, payload: &[u8], budget: InnerBudget) -> bool {
         let need = MSG_HDR_SIZE as u64 + payload.len() as u64;
         if need > self.max_data_size {
             return false;
         }
-        if !self.lock.lock(WRITER_LOCK_TIMEOUT) {
+        if !self.flag_held
+            && self.lock.lock_flag_within(Instant::now() + WRITER_LOCK_TIMEOUT, budget) != FlagLock::Taken
+        {
             return false;
         }
+        self.flag_held = true;
         let h = MemFileHeader { hdr_size: MSG_HDR_SIZE as u16, data_size: payload.len() as u64, ..*hdr };
         self.write_msg_header(&h);
         // SAFETY: INT_HDR_SIZE + MSG_HDR_SIZE + payload.len() <= INT_HDR_SIZE + max_data_size = mapping length
@@ -258,7 +265,7 @@ impl MemfileWriter {
             )
         };
         self.set_cur_data_size(need);
-        self.lock.unlock();
+        self.flag_held = !self.lock.unlock_within(budget);
         true
     }
 }

@@ -12,7 +12,12 @@
 //!   drops duplicates and out-of-order clocks per publisher. Readers remove nothing a live writer owns.
 //!
 //! Synchronisation is glibc's process-shared pthread objects in `/dev/shm` (`sync`); the byte layouts are in
-//! `memfile`. A memfile is untrusted input: every size is checked against the mapping before a byte is copied.
+//! `memfile`. A send waits at most 200 ms for the memfile's flag lock (eCAL's readers hold it while they copy),
+//! `acknowledge_timeout_ms` for acknowledges if configured, and 20 ms in all for the inner pthread mutexes of the
+//! flag lock and the events (`sync::SEND_INNER_WAIT`: anyone who can open those files can hold them); once that is
+//! spent it only tries them. A flag lock whose inner mutex stays held makes the writer re-create the memfile; an
+//! unlock it finds held leaves the flag lock to the next send; an event it finds held is not set, and the message
+//! counts as a drop of the publisher (`shoal::shm_inner_lock_skips` counts every skip). A memfile is untrusted input: every size is checked against the mapping before a byte is copied.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,7 +40,7 @@ pub(crate) mod sync;
 mod tests;
 
 use memfile::{MemFileHeader, MemfileOpenError, MemfileReader, MemfileWriter, ReadError};
-use sync::{NamedSync, SyncOpenError};
+use sync::{InnerBudget, NamedSync, SyncOpenError};
 
 /// Publisher-side settings (eCAL's `publisher.layer.shm` defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,14 +122,15 @@ impl Buffer {
     fn create(max_data_size: u64, pids: &BTreeSet<u32>) -> Result<Buffer, MemfileOpenError> {
         let mut b =
             Buffer { file: MemfileWriter::create(max_data_size)?, events: BTreeMap::new(), refused: BTreeMap::new() };
+        let budget = InnerBudget::start();
         for &pid in pids {
-            b.connect(pid);
+            b.connect(pid, budget);
         }
         Ok(b)
     }
 
     /// Opens (owns) `<memfile>_<pid>_evt` and `_ack_evt` if needed, and re-validates the acknowledge.
-    fn connect(&mut self, pid: u32) {
+    fn connect(&mut self, pid: u32, budget: InnerBudget) {
         if let Some(e) = self.events.get_mut(&pid) {
             e.active = true;
             e.ack_invalid = false;
@@ -140,7 +146,7 @@ impl Buffer {
             // Full (registration is untrusted: any number of subscriber pids can be claimed): a departed process
             // makes room, else the newcomer is not served over this layer.
             match self.events.iter().find(|(_, e)| !e.active).map(|(p, _)| *p) {
-                Some(departed) => self.remove_events(departed),
+                Some(departed) => self.remove_events(departed, budget),
                 None => {
                     tracing::warn!(
                         "eCAL shm: memfile {} already serves {MAX_TARGET_PROCESSES} processes; subscriber process \
@@ -174,60 +180,77 @@ impl Buffer {
     }
 
     /// The process is no longer a target: release a writer waiting for its acknowledge, stop signalling it.
-    fn disconnect(&mut self, pid: u32) {
+    fn disconnect(&mut self, pid: u32, budget: InnerBudget) {
         self.refused.remove(&pid);
         if let Some(e) = self.events.get_mut(&pid) {
-            e.ack.set();
+            e.ack.set_within(budget);
             e.active = false;
             e.ack_invalid = true;
         }
-        // A process that is gone will not come back: its event files go now, not with the memfile.
+        // A process that is gone will not come back: its event files go now, not with the memfile. Its liveness is
+        // its pid (`kill(pid, 0)`), not a lock: the target is usually an eCAL process, which holds no owner lock,
+        // and the pid is the one its registration announced (and names the files). Across pid namespaces sharing
+        // /dev/shm that pid may look dead here while the process lives: only a process that stopped being a target
+        // loses its files early then, and they are created again if it becomes one anew.
         if !crate::sys::pid_alive(pid) {
-            self.remove_events(pid);
+            self.remove_events(pid, budget);
         }
     }
 
-    fn remove_events(&mut self, pid: u32) {
+    fn remove_events(&mut self, pid: u32, budget: InnerBudget) {
         if let Some(e) = self.events.remove(&pid) {
-            e.ack.set();
+            e.ack.set_within(budget);
             e.snd.unlink();
             e.ack.unlink();
         }
     }
 
-    /// Sets every target's event, with eCAL's acknowledge handshake when `ack_timeout_ms != 0`.
-    fn signal(&mut self, ack_timeout_ms: i64) {
+    /// Sets every target's event, with eCAL's acknowledge handshake when `ack_timeout_ms != 0`, waiting for inner
+    /// mutexes within `budget`. Returns the target processes not signalled (their event's inner mutex stayed held).
+    fn signal(&mut self, ack_timeout_ms: i64, budget: InnerBudget) -> Vec<u32> {
         if ack_timeout_ms > 0 {
             // Stale acknowledges of earlier messages must not count for this one.
+            let now = Instant::now();
             for e in self.events.values().filter(|e| e.active) {
-                while e.ack.wait(Duration::ZERO, None) {}
+                while e.ack.wait_within(now, budget) == Some(true) {}
             }
         }
-        for e in self.events.values().filter(|e| e.active) {
-            e.snd.set();
+        let mut skipped = Vec::new();
+        for (pid, e) in self.events.iter_mut().filter(|(_, e)| e.active) {
+            if !e.snd.set_within(budget) {
+                skipped.push(*pid);
+                // Not waited for: it was not told about this message.
+                e.ack_invalid = true;
+            }
         }
         if ack_timeout_ms > 0 {
             let deadline = Instant::now() + Duration::from_millis(ack_timeout_ms as u64);
             for (pid, e) in self.events.iter_mut().filter(|(_, e)| e.active && !e.ack_invalid) {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if !e.ack.wait(left, None) {
+                if e.ack.wait_within(deadline, budget) != Some(true) {
                     tracing::debug!("eCAL shm: subscriber process {pid} did not acknowledge in time");
                     e.ack_invalid = true;
                 }
             }
+        }
+        skipped
+    }
+
+    /// Releases anyone waiting on an acknowledge of this memfile and removes the event files (the writer owns
+    /// them), waiting for inner mutexes within `budget`.
+    fn release_events(&mut self, budget: InnerBudget) {
+        for (_, e) in std::mem::take(&mut self.events) {
+            e.ack.set_within(budget);
+            e.snd.unlink();
+            e.ack.unlink();
         }
     }
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        // The writer owns the events: release anyone waiting on an acknowledge, then remove them. The memfile and
-        // its `_mtx` are removed by `MemfileWriter`'s drop afterwards.
-        for e in self.events.values() {
-            e.ack.set();
-            e.snd.unlink();
-            e.ack.unlink();
-        }
+        // The writer owns the events (a re-creation released them already, within its send's budget). The memfile
+        // and its `_mtx` are removed by `MemfileWriter`'s drop afterwards.
+        self.release_events(InnerBudget::start());
     }
 }
 
@@ -284,10 +307,11 @@ impl EcalShmWriter {
 
     /// Re-creates buffer `i` under a new name with room for `max_data_size`; false if that failed (the old one
     /// stays).
-    fn recreate(&mut self, i: usize, max_data_size: u64) -> bool {
+    fn recreate(&mut self, i: usize, max_data_size: u64, budget: InnerBudget) -> bool {
         match Buffer::create(max_data_size, &self.targets) {
             Ok(b) => {
-                let old = std::mem::replace(&mut self.buffers[i], b);
+                let mut old = std::mem::replace(&mut self.buffers[i], b);
+                old.release_events(budget);
                 tracing::debug!(
                     "topic {}: memfile {} re-created as {} ({} bytes)",
                     self.topic,
@@ -329,12 +353,13 @@ impl LayerWriter for EcalShmWriter {
             self.targets = pids.clone();
             self.start();
         }
+        let budget = InnerBudget::start();
         for b in &mut self.buffers {
             for &pid in &pids {
-                b.connect(pid);
+                b.connect(pid, budget);
             }
             for &pid in self.targets.difference(&pids) {
-                b.disconnect(pid);
+                b.disconnect(pid, budget);
             }
         }
         self.targets = pids;
@@ -354,7 +379,8 @@ impl LayerWriter for EcalShmWriter {
         self.next %= self.buffers.len();
         let i = self.next;
         let need = (memfile::MSG_HDR_SIZE as u64).saturating_add(len as u64);
-        let grew = need > self.buffers[i].file.max_data_size() && self.recreate(i, self.grown_capacity(len));
+        let grew = need > self.buffers[i].file.max_data_size()
+            && self.recreate(i, self.grown_capacity(len), InnerBudget::start());
         grew | std::mem::take(&mut self.advert_dirty)
     }
 
@@ -362,13 +388,15 @@ impl LayerWriter for EcalShmWriter {
         if self.buffers.is_empty() {
             return Ok(());
         }
+        // Every wait for an inner mutex in this send shares one budget (`sync::SEND_INNER_WAIT`).
+        let budget = InnerBudget::start();
         self.next %= self.buffers.len();
         let i = self.next;
         self.next += 1;
         let need = (memfile::MSG_HDR_SIZE as u64).saturating_add(payload.len() as u64);
         if need > self.buffers[i].file.max_data_size() {
             // `prepare` was not called (or failed): grow now; the new name is announced on the next `prepare`.
-            if !self.recreate(i, self.grown_capacity(payload.len())) {
+            if !self.recreate(i, self.grown_capacity(payload.len()), budget) {
                 return Err(LayerWriteError::Failed {
                     layer: LayerKind::Shm,
                     message: format!("no memfile for {} bytes", payload.len()),
@@ -386,7 +414,7 @@ impl LayerWriter for EcalShmWriter {
             options: 0,
             ack_timeout_ms: self.opts.ack_timeout_ms,
         };
-        if !self.buffers[i].file.write(&hdr, payload) {
+        if !self.buffers[i].file.write(&hdr, payload, budget) {
             // Locked by a crashed or stuck process: give this memfile up, as eCAL does, and use a fresh one.
             let cap = self.buffers[i].file.max_data_size();
             tracing::warn!(
@@ -394,12 +422,22 @@ impl LayerWriter for EcalShmWriter {
                 self.topic,
                 self.buffers[i].file.name()
             );
-            if !self.recreate(i, cap) || !self.buffers[i].file.write(&hdr, payload) {
+            if !self.recreate(i, cap, budget) || !self.buffers[i].file.write(&hdr, payload, budget) {
                 return Err(LayerWriteError::Failed { layer: LayerKind::Shm, message: "memfile locked".into() });
             }
             self.advert_dirty = true;
         }
-        self.buffers[i].signal(self.opts.ack_timeout_ms);
+        let skipped = self.buffers[i].signal(self.opts.ack_timeout_ms, budget);
+        if !skipped.is_empty() {
+            return Err(LayerWriteError::Failed {
+                layer: LayerKind::Shm,
+                message: format!(
+                    "message {} not signalled to subscriber processes {skipped:?}: their event's inner mutex stayed \
+                     held past the send's budget",
+                    meta.clock
+                ),
+            });
+        }
         Ok(())
     }
 }

@@ -8,6 +8,13 @@
 //! Files are created under `flock` (eCAL 6.1's `open_or_create_mapped_region`): whoever finds the file empty sizes
 //! and initialises it while holding the exclusive lock, and is its creator. The lock is taken without blocking and
 //! retried for at most [`FLOCK_TIMEOUT`]: anyone who can open the file can hold it.
+//!
+//! The inner pthread mutex can be held by anyone who can open the file too (it is not robust, and eCAL's peers
+//! lock it with no timeout). A publisher's send, and the I/O thread changing a publisher's targets, wait for inner
+//! mutexes at most [`SEND_INNER_WAIT`] in all ([`InnerBudget`]); once that is spent they only try them. They never
+//! sleep in `pthread_cond_timedwait` either (it re-acquires the mutex without a timeout): they poll the flag.
+//! What they skip is counted ([`inner_lock_skips`], `shoal::shm_inner_lock_skips`). Observer threads wait longer
+//! ([`INNER_LOCK_TIMEOUT`]) and on the condition.
 
 use std::fs::File;
 use std::io;
@@ -15,7 +22,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use memmap2::MmapOptions;
 
@@ -88,6 +95,9 @@ pub(crate) struct NamedSync {
     path: PathBuf,
     /// This handle found the file empty and initialised it.
     created: bool,
+    /// Since when the bounded path has found the inner mutex held (reset when it gets it): its owner is checked for
+    /// death only after [`INNER_LOCK_TIMEOUT`] of that, as on the unbounded path.
+    held_since: std::sync::Mutex<Option<Instant>>,
 }
 
 // SAFETY: the mapping is only accessed through the process-shared pthread objects it contains (and the flag, only
@@ -201,6 +211,49 @@ fn add_duration(mut ts: libc::timespec, d: Duration) -> libc::timespec {
 /// died inside that window (the mutex is not robust). We give up instead of hanging the thread forever.
 const INNER_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Longest a publisher's send (or the I/O thread changing a publisher's targets) waits in all for the inner mutexes
+/// of eCAL sync objects; after that it only tries them (`pthread_mutex_trylock`). A live holder keeps the mutex for
+/// a few instructions; a local user can keep it for ever.
+pub(crate) const SEND_INNER_WAIT: Duration = Duration::from_millis(20);
+
+/// Longest pause between two looks at a flag polled on the bounded path.
+const POLL_MAX: Duration = Duration::from_millis(1);
+
+/// Inner-mutex acquisitions given up on the bounded path (process-wide).
+static INNER_SKIPS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times this process gave up an eCAL sync object's inner mutex on a bounded path (a send, a target
+/// change) because someone held it past the [`InnerBudget`]: each skipped a flag lock, an unlock (done by the next
+/// send), an event or an acknowledge.
+pub(crate) fn inner_lock_skips() -> u64 {
+    INNER_SKIPS.load(Ordering::Relaxed)
+}
+
+/// What one bounded operation (a send, a target change) may still wait for inner mutexes: until `until`
+/// ([`SEND_INNER_WAIT`] after it began), then nothing.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InnerBudget {
+    until: Instant,
+}
+
+impl InnerBudget {
+    /// A budget of [`SEND_INNER_WAIT`] from now.
+    pub(crate) fn start() -> InnerBudget {
+        InnerBudget { until: Instant::now() + SEND_INNER_WAIT }
+    }
+}
+
+/// The outcome of a bounded flag-lock attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FlagLock {
+    /// The flag is ours (set to 1).
+    Taken,
+    /// Someone held the flag until the deadline.
+    Busy,
+    /// Someone held the inner mutex past the budget.
+    InnerHeld,
+}
+
 /// The inner pthread mutex, unlocked on drop.
 struct InnerGuard<'a>(&'a NamedSync);
 
@@ -225,7 +278,7 @@ impl NamedSync {
             return Err(SyncOpenError::TooSmall { path, size });
         }
         let map = PeerMap::new(MmapOptions::new().len(SYNC_FILE_SIZE).map_raw(&file).map_err(io_err("mmap", &path))?);
-        let s = NamedSync { map, path, created: needs_init };
+        let s = NamedSync { map, path, created: needs_init, held_since: std::sync::Mutex::new(None) };
         if needs_init {
             s.init()?;
         }
@@ -296,6 +349,95 @@ impl NamedSync {
         }
     }
 
+    /// The inner mutex within `budget`: a timed lock until its end, then a try. `None` (counted) when someone held
+    /// it throughout. An owner that died holding it is released once it has been found held for
+    /// [`INNER_LOCK_TIMEOUT`] (over several calls), not sooner: a live holder in another pid namespace looks dead.
+    fn lock_inner_within(&self, budget: InnerBudget) -> Option<InnerGuard<'_>> {
+        let attempt = || {
+            let left = budget.until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                // SAFETY: the mutex lives in our mapping and was initialised (process-shared) by the file's creator
+                // under flock before anyone could map it.
+                unsafe { libc::pthread_mutex_trylock(&raw mut (*self.obj()).mtx) }
+            } else {
+                let deadline = realtime_deadline(left);
+                // SAFETY: as above.
+                unsafe { libc::pthread_mutex_timedlock(&raw mut (*self.obj()).mtx, &deadline) }
+            }
+        };
+        let mut r = attempt();
+        if r != 0 {
+            let since = *crate::sync::lock(&self.held_since).get_or_insert_with(Instant::now);
+            if since.elapsed() >= INNER_LOCK_TIMEOUT && self.recover_dead_owner() {
+                r = attempt();
+            }
+        }
+        if r == 0 {
+            *crate::sync::lock(&self.held_since) = None;
+            return Some(InnerGuard(self));
+        }
+        INNER_SKIPS.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            "{}: inner pthread mutex held past the send's budget (error {r}); skipped",
+            self.path.display()
+        );
+        None
+    }
+
+    /// Bounded flag lock (a publisher's send): polls until the flag is 0 and sets it to 1, until `deadline`; never
+    /// waits for the inner mutex beyond `budget`.
+    pub(crate) fn lock_flag_within(&self, deadline: Instant, budget: InnerBudget) -> FlagLock {
+        match self.poll_flag(0, 1, deadline, budget) {
+            Some(true) => FlagLock::Taken,
+            Some(false) => FlagLock::Busy,
+            None => FlagLock::InnerHeld,
+        }
+    }
+
+    /// Bounded event wait (a publisher waiting for an acknowledge): `Some(true)` when the event was set by
+    /// `deadline` (and is now reset), `Some(false)` when it was not, `None` when the inner mutex stayed held.
+    pub(crate) fn wait_within(&self, deadline: Instant, budget: InnerBudget) -> Option<bool> {
+        self.poll_flag(1, 0, deadline, budget)
+    }
+
+    /// Bounded unlock: false (counted) when the inner mutex stayed held; the flag is then still ours.
+    pub(crate) fn unlock_within(&self, budget: InnerBudget) -> bool {
+        let Some(g) = self.lock_inner_within(budget) else { return false };
+        self.set_flag(&g, 0);
+        self.signal(&g);
+        true
+    }
+
+    /// Bounded event set: false (counted) when the inner mutex stayed held.
+    pub(crate) fn set_within(&self, budget: InnerBudget) -> bool {
+        let Some(g) = self.lock_inner_within(budget) else { return false };
+        self.set_flag(&g, 1);
+        self.signal(&g);
+        true
+    }
+
+    /// Looks at the flag until it is `want` (then sets it to `new`: `Some(true)`) or `deadline` passes
+    /// (`Some(false)`), pausing 20 µs doubling to [`POLL_MAX`] between looks; `None` when the inner mutex stayed
+    /// held past `budget`.
+    fn poll_flag(&self, want: u8, new: u8, deadline: Instant, budget: InnerBudget) -> Option<bool> {
+        let mut pause = Duration::from_micros(20);
+        loop {
+            {
+                let g = self.lock_inner_within(budget)?;
+                if self.flag(&g) == want {
+                    self.set_flag(&g, new);
+                    return Some(true);
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Some(false);
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(POLL_MAX);
+        }
+    }
+
     /// The thread id glibc stored as the inner mutex's owner (0: unlocked). glibc's `pthread_mutex_t` on 64-bit
     /// Linux begins `{ int __lock; unsigned __count; int __owner; unsigned __nusers; ... }` (asserted in a test).
     pub(crate) fn owner_tid(&self) -> i32 {
@@ -308,9 +450,11 @@ impl NamedSync {
     /// unlocking it (it is not robust: eCAL initialises it so) would otherwise block every later waiter forever,
     /// including one inside `pthread_cond_timedwait` re-acquiring it. True when it released the mutex.
     ///
-    /// The owner is checked with `kill(tid, 0)`: processes in other pid namespaces that share `/dev/shm` look dead,
-    /// so this runs only after a wait far longer than any live holder keeps the mutex ([`INNER_LOCK_TIMEOUT`], or
-    /// an observer that did not stop when asked).
+    /// The owner is checked with `kill(tid, 0)`: the mutex is eCAL's, whose processes hold no owner lock, so the
+    /// thread id glibc stored is all there is. Processes in other pid namespaces that share `/dev/shm` look dead,
+    /// so this runs only after the mutex was found held far longer than any live holder keeps it
+    /// ([`INNER_LOCK_TIMEOUT`], over one wait or, on the bounded path, several; or an observer that did not stop
+    /// when asked).
     pub(crate) fn recover_dead_owner(&self) -> bool {
         let owner = self.owner_tid();
         if owner <= 0 || crate::sys::pid_alive(owner as u32) {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::memfile::{
     BadHeader, INT_HDR_SIZE, InternalHeader, MSG_HDR_SIZE, MemFileHeader, MemfileReader, MemfileWriter, ReadError,
 };
-use super::sync::{NamedSync, SHM_DIR, SYNC_FILE_SIZE, SyncObject};
+use super::sync::{InnerBudget, NamedSync, SHM_DIR, SYNC_FILE_SIZE, SyncObject};
 use super::*;
 use crate::registration::Direction;
 
@@ -498,10 +498,10 @@ fn writer_targets_come_and_go() {
 
 #[test]
 fn memfile_writer_refuses_oversized_payload() {
-    let w = MemfileWriter::create(64 + 10).expect("create");
+    let mut w = MemfileWriter::create(64 + 10).expect("create");
     let h = MemFileHeader { clock: 1, ..MemFileHeader::default() };
-    assert!(w.write(&h, &[1u8; 10]));
-    assert!(!w.write(&h, &[1u8; 11]));
+    assert!(w.write(&h, &[1u8; 10], InnerBudget::start()));
+    assert!(!w.write(&h, &[1u8; 11], InnerBudget::start()));
     let name = w.name().to_string();
     drop(w);
     assert!(!shm_exists(&name) && !shm_exists(&format!("{name}_mtx")));
@@ -527,17 +527,17 @@ fn a_memfile_serves_a_bounded_number_of_processes_and_forgets_the_dead() {
     let first = 4_190_000u32;
     assert!(shm_exists(&format!("{name}_{first}_evt")));
     // A departed process that no longer exists loses its event files at once.
-    b.disconnect(first);
+    b.disconnect(first, InnerBudget::start());
     assert_eq!(b.events.len(), MAX_TARGET_PROCESSES - 1);
     assert!(!shm_exists(&format!("{name}_{first}_evt")) && !shm_exists(&format!("{name}_{first}_ack_evt")));
     // A live process still gets in.
     let me = std::process::id();
-    b.connect(me);
+    b.connect(me, InnerBudget::start());
     assert!(b.events.contains_key(&me));
     // Departed live processes keep their events (eCAL's rule), but make room when the table is full.
-    b.disconnect(me);
+    b.disconnect(me, InnerBudget::start());
     assert!(b.events.contains_key(&me));
-    b.connect(4_190_000 + MAX_TARGET_PROCESSES as u32 + 100);
+    b.connect(4_190_000 + MAX_TARGET_PROCESSES as u32 + 100, InnerBudget::start());
     assert!(!b.events.contains_key(&me), "a departed process made room");
     drop(b);
     assert!(!shm_exists(&format!("{name}_{}_evt", first + 1)), "the writer removes the events it owns");
@@ -545,16 +545,16 @@ fn a_memfile_serves_a_bounded_number_of_processes_and_forgets_the_dead() {
 
 #[test]
 fn a_memfile_truncated_by_a_peer_is_survived_and_mapped_again() {
-    let w = MemfileWriter::create(64 << 10).expect("create");
+    let mut w = MemfileWriter::create(64 << 10).expect("create");
     let hdr = MemFileHeader { clock: 1, ..MemFileHeader::default() };
-    assert!(w.write(&hdr, &[5u8; 30_000]));
+    assert!(w.write(&hdr, &[5u8; 30_000], InnerBudget::start()));
     let mut r = MemfileReader::open(w.name()).expect("open");
     let m = r.read(Duration::from_millis(200), 0).expect("read").expect("message");
     assert_eq!(m.payload, vec![5u8; 30_000]);
     let path = format!("{SHM_DIR}/{}", w.name());
     std::fs::OpenOptions::new().write(true).open(&path).expect("open").set_len(0).expect("truncate");
     // The writer's own mapping faults too; the guard gives it zero pages and it carries on.
-    assert!(w.write(&MemFileHeader { clock: 2, ..hdr }, &[6u8; 30_000]));
+    assert!(w.write(&MemFileHeader { clock: 2, ..hdr }, &[6u8; 30_000], InnerBudget::start()));
     match r.read(Duration::from_millis(200), 0) {
         Err(ReadError::Truncated) => {}
         other => panic!("expected Truncated, got {other:?}"),
@@ -615,4 +615,85 @@ fn a_held_creation_flock_delays_the_writer_at_most_its_deadline() {
     drop(w);
     drop(held);
     std::fs::remove_file(&path).expect("rm");
+}
+
+/// A live process that locks `sync`'s inner pthread mutex and keeps it (its owner is alive, so nothing may release
+/// it); killed by the returned guard.
+struct InnerHolder(libc::pid_t);
+
+impl InnerHolder {
+    fn hold(s: &NamedSync) -> InnerHolder {
+        // SAFETY: the child only locks a process-shared mutex in an inherited shared mapping and sleeps until killed.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork");
+        if child == 0 {
+            s.lock_inner_and_leak();
+            loop {
+                // SAFETY: pause only sleeps until a signal arrives.
+                unsafe { libc::pause() };
+            }
+        }
+        let t = Instant::now();
+        while s.owner_tid() != child {
+            assert!(t.elapsed() < Duration::from_secs(10), "the holder did not lock");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        InnerHolder(child)
+    }
+}
+
+impl Drop for InnerHolder {
+    fn drop(&mut self) {
+        // SAFETY: killing and reaping our own child.
+        unsafe {
+            libc::kill(self.0, libc::SIGKILL);
+            libc::waitpid(self.0, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
+/// Someone who can open a subscriber process's event file, or a memfile's `_mtx`, locks its inner mutex and keeps
+/// it. A send (under the publisher's lock) still returns within its inner-mutex budget: the held event is skipped
+/// (the message counts as a drop, the other subscriber process is still signalled), the held flag lock makes the
+/// writer re-create the memfile, and each skip is counted.
+#[test]
+fn a_held_inner_mutex_delays_a_send_at_most_its_budget() {
+    let pid = std::process::id();
+    let mut w = EcalShmWriter::new("t", ShmWriterOptions::default());
+    // pid 1 is alive: its events stay while the test runs.
+    let (a, victim) = (ecal_sub(pid), ecal_sub(1));
+    w.set_targets(&[&a, &victim]);
+    let name = w.memfile_names().remove(0);
+    let own_evt = NamedSync::open_or_create(&format!("{name}_{pid}_evt")).expect("own event");
+    let limit = sync::SEND_INNER_WAIT + Duration::from_millis(150);
+
+    let held_evt = NamedSync::open_or_create(&format!("{name}_1_evt")).expect("victim's event");
+    let holder = InnerHolder::hold(&held_evt);
+    let before = crate::shm_inner_lock_skips();
+    let t = Instant::now();
+    let err = w.write(b"abc", &SampleMeta { publisher_id: 1, clock: 1, send_time_us: 0 }).expect_err("a drop");
+    let took = t.elapsed();
+    assert!(took < limit, "the send took {took:?}");
+    assert!(err.to_string().contains("[1]"), "{err}");
+    assert!(crate::shm_inner_lock_skips() > before);
+    assert!(own_evt.wait(Duration::ZERO, None), "the other subscriber process was signalled");
+    // Every later send is bounded too.
+    let t = Instant::now();
+    assert!(w.write(b"abc", &SampleMeta { publisher_id: 1, clock: 2, send_time_us: 0 }).is_err());
+    assert!(t.elapsed() < limit, "{:?}", t.elapsed());
+    drop(holder);
+
+    w.set_targets(&[&a]);
+    let mtx = NamedSync::open_or_create(&format!("{name}_mtx")).expect("the memfile's _mtx");
+    let holder = InnerHolder::hold(&mtx);
+    let before = crate::shm_inner_lock_skips();
+    let t = Instant::now();
+    w.write(b"abc", &SampleMeta { publisher_id: 1, clock: 3, send_time_us: 0 }).expect("written to a new memfile");
+    let took = t.elapsed();
+    assert!(took < limit, "the send took {took:?}");
+    assert!(crate::shm_inner_lock_skips() > before);
+    assert_ne!(w.memfile_names(), vec![name.clone()], "re-created under a new name");
+    drop(holder);
+    drop(w);
+    assert!(!shm_exists(&name) && !shm_exists(&format!("{name}_mtx")));
 }

@@ -13,15 +13,17 @@
 //!   `[shoal_tcp] send_timeout_ms` for room. A frame once begun
 //!   is always completed, so a subscriber never sees a torn frame.
 //! - Subscriber side ([`TcpLayer::reader_factory`], only with `[subscriber] tcp_rec_enabled`): a connection per
-//!   subscriber and publisher, to `host_name:port` from the publisher's registration (the name resolved as is,
-//!   then as `host_name.local`, as eCAL does; a publisher on this host also on loopback). It is driven by the I/O
-//!   thread: non-blocking connect, handshake, frames decoded as they arrive. A frame larger than
+//!   subscriber and publisher, to the announced port at the address the publisher's registration came from
+//!   ([`RemoteTopic::source`]: its address in this network namespace, whatever its host name resolves to). eCAL
+//!   resolves the host name (as is, then `host_name.local`); shoal asks no resolver, so nothing waits on
+//!   `getaddrinfo` (a slow DNS server would stall the I/O thread for seconds). Without a source (an entry not made
+//!   from a datagram) a host name that is an address literal is used, and a publisher on this host is reached on
+//!   loopback. It is driven by the I/O thread: non-blocking connect, handshake, frames decoded as they arrive. A frame larger than
 //!   `[shoal_tcp] max_message` is skipped without being stored, and counted; so are frames that do not decode and
 //!   gaps in the publisher's clock (messages it dropped for this connection, or sent while it was down). A lost
 //!   connection is retried with a backoff from 100 ms doubling to 2 s until the publisher's registration goes.
 //! - All sockets are registered with the I/O thread's poll (one token per listener and connection); the layer
-//!   starts no thread. The host name is resolved on the I/O thread (`getaddrinfo`, at each connection attempt):
-//!   a name only a slow DNS server answers delays that thread by as much.
+//!   starts no thread and makes no blocking call on the I/O thread.
 //! - A subscriber connects once the publisher's registration names the port, and tcp_pubsub gives a connection
 //!   messages only after its handshake: what the publisher sends before that does not reach this subscriber
 //!   (the same holds between eCAL processes).
@@ -32,7 +34,7 @@ mod tests;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, IoSlice, Read, Write};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -479,8 +481,11 @@ struct ClientShared {
     topic: Arc<str>,
     publisher_id: u64,
     host_name: String,
-    /// The publisher is on this host (then loopback is tried too).
+    /// The publisher is on this host (reached on loopback when its registration's source is unknown).
     same_host: bool,
+    /// Where the publisher's registration last came from (updated when it re-registers from elsewhere; used at
+    /// the next connection attempt).
+    source: Mutex<Option<IpAddr>>,
     /// The announced port (updated when the publisher re-registers with another one).
     port: AtomicU32,
     inbox: Arc<dyn Inbox>,
@@ -524,15 +529,17 @@ impl LayerReaderFactory for TcpReaderFactory {
             publisher_id: remote.key.entity_id,
             host_name: remote.key.host_name.clone(),
             same_host,
+            source: Mutex::new(remote.source),
             port: AtomicU32::new(u32::from(port)),
             inbox,
             type_info: Arc::new(remote.type_info.clone()),
             closed: AtomicBool::new(false),
         });
         tracing::debug!(
-            "topic {topic}: TCP connection to publisher {} at {}:{port}",
+            "topic {topic}: TCP connection to publisher {} of {} at {:?}:{port}",
             remote.key.entity_id,
-            remote.key.host_name
+            remote.key.host_name,
+            remote.source
         );
         lock(&self.shared.new_clients).push(Arc::clone(&client));
         Some(Box::new(TcpReader { client }))
@@ -578,7 +585,23 @@ impl LayerReader for TcpReader {
         if let Some(port) = announced_port(remote) {
             self.client.port.store(u32::from(port), Ordering::Release);
         }
+        if remote.source.is_some() {
+            *lock(&self.client.source) = remote.source;
+        }
     }
+}
+
+/// Where a subscriber connects to its publisher, without asking a name resolver: the address the publisher's
+/// registration came from; without one, its host name if that is an address literal, or loopback for a publisher
+/// on this host.
+fn publisher_address(c: &ClientShared) -> Option<IpAddr> {
+    if let Some(ip) = *lock(&c.source) {
+        return Some(ip);
+    }
+    if let Ok(ip) = c.host_name.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    c.same_host.then_some(IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
 
 /// Where a connection is in the incoming byte stream.
@@ -796,25 +819,22 @@ impl TcpSource {
         }
     }
 
-    /// Starts a connection attempt: resolves the publisher's host name (as is, then `.local`; loopback for this
-    /// host) and connects without blocking.
+    /// Starts a connection attempt to [`publisher_address`] and connects without blocking.
     fn try_connect(&mut self, registry: &Registry, token: Token, now: Instant) {
         let Some(Entry::Client(c)) = self.entries.get_mut(&token) else { return };
         let port = u16::try_from(c.shared.port.load(Ordering::Acquire)).unwrap_or(0);
         c.port = port;
-        let mut candidates = vec![c.shared.host_name.clone(), format!("{}.local", c.shared.host_name)];
-        if c.shared.same_host {
-            candidates.push("127.0.0.1".into());
-        }
-        let addr = candidates.iter().find_map(|h| (h.as_str(), port).to_socket_addrs().ok().and_then(|mut a| a.next()));
-        let result = match addr {
-            None => Err(format!("cannot resolve {} (nor {0}.local)", c.shared.host_name)),
-            Some(addr) => TcpStream::connect(addr).map_err(|e| format!("connect to {addr}: {e}")).and_then(|mut s| {
-                registry
-                    .register(&mut s, token, Interest::READABLE | Interest::WRITABLE)
-                    .map_err(|e| format!("cannot poll the connection to {addr}: {e}"))?;
-                Ok(s)
-            }),
+        let result = match publisher_address(&c.shared) {
+            None => Err(format!("no address for host {}: its registration's source is unknown", c.shared.host_name)),
+            Some(ip) => {
+                let addr = SocketAddr::new(ip, port);
+                TcpStream::connect(addr).map_err(|e| format!("connect to {addr}: {e}")).and_then(|mut s| {
+                    registry
+                        .register(&mut s, token, Interest::READABLE | Interest::WRITABLE)
+                        .map_err(|e| format!("cannot poll the connection to {addr}: {e}"))?;
+                    Ok(s)
+                })
+            }
         };
         match result {
             Ok(s) => {

@@ -340,3 +340,37 @@ fn subscriber_reassembles_split_frames_reads_large_payloads_in_place_and_skips_t
     assert_eq!(layer.counters().decode_errors.load(Ordering::Relaxed), 1);
     assert_eq!(layer.counters().lost.load(Ordering::Relaxed), 0, "clock 3 was the skipped frame");
 }
+
+/// A publisher is reached at the address its registration came from, not at what its host name resolves to (no
+/// resolver is asked on the I/O thread): here `localhost` would give 127.0.0.1, where nothing listens, and the
+/// publisher listens on 127.0.0.2 only. A host name no resolver knows does not matter either.
+#[test]
+fn the_publisher_is_reached_at_its_registration_source_without_resolving_its_name() {
+    for host in ["localhost", "no-such-host.invalid"] {
+        let listener = StdListener::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+        let port = listener.local_addr().unwrap().port();
+        let layer = TcpLayer::new(&cfg(1 << 20, 1 << 20));
+        let mut d = Driver::new(&layer);
+        let inbox = Arc::new(Collect::default());
+        let mut publisher = RemoteTopic::for_test(
+            7,
+            99,
+            vec![Layer::new(LayerKind::Tcp, true, true, LayerPar::Tcp { port: i32::from(port) })],
+            Direction::Publisher,
+        );
+        publisher.key.host_name = host.into();
+        publisher.source = Some("127.0.0.2".parse().unwrap());
+        let _reader = layer
+            .reader_factory()
+            .connect("t", Arc::clone(&inbox) as Arc<dyn Inbox>, &publisher, false)
+            .expect("reader");
+        let frames = vec![message(1, b"one")];
+        std::thread::scope(|scope| {
+            let h = scope.spawn(|| serve(&listener, &frames));
+            assert!(d.run_until(Duration::from_secs(5), || lock(&inbox.samples).len() == 1), "{host}");
+            drop(h.join().expect("server"));
+        });
+        assert_eq!(lock(&inbox.samples)[0].payload(), b"one");
+        assert_eq!(layer.counters().connect_failures.load(Ordering::Relaxed), 0, "{host}: first attempt connected");
+    }
+}

@@ -357,6 +357,8 @@ pub struct DoorbellRemote {
     path: PathBuf,
     /// Raw and guarded: the owner and other publishers write its words, and could truncate the file.
     map: PeerMap,
+    /// Kept open to ask whether the owner still holds its owner lock ([`DoorbellRemote::owner_alive`]).
+    file: std::fs::File,
     owner_pid: u32,
     /// Handed over to another thread of this process, which will ring it (see [`DoorbellRemote::hand_over`]).
     handed_over: AtomicBool,
@@ -386,7 +388,7 @@ impl DoorbellRemote {
         if magic != DOORBELL_MAGIC || version != DOORBELL_VERSION || h.owner_pid.load(Ordering::Relaxed) != owner {
             return Err(DoorbellOpenError::BadHeader { path: path.to_owned(), magic, version });
         }
-        Ok(DoorbellRemote { path: path.to_owned(), map, owner_pid: owner, handed_over: AtomicBool::new(false) })
+        Ok(DoorbellRemote { path: path.to_owned(), map, file, owner_pid: owner, handed_over: AtomicBool::new(false) })
     }
 
     /// Path of the doorbell.
@@ -399,9 +401,11 @@ impl DoorbellRemote {
         self.owner_pid
     }
 
-    /// Whether the owning process still exists.
+    /// Whether the owning process still lives: it holds the owner lock on its doorbell (`sys::OwnerLock`, asked
+    /// with `F_OFD_GETLK`), which the kernel releases when the process dies, whatever pid namespace it is in (its
+    /// pid may mean another process here, or none). Only where the kernel has no OFD locks is the pid asked.
     pub fn owner_alive(&self) -> bool {
-        segment::pid_alive(self.owner_pid)
+        crate::sys::owner_holds(&self.file).unwrap_or_else(|_| segment::pid_alive(self.owner_pid))
     }
 
     /// Call after publishing: wakes the subscriber's sleeping threads, if any. Without waiters

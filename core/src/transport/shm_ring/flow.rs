@@ -8,6 +8,12 @@
 //! dies leaves an entry whose pid is gone, which the writer takes out of flow control at once; a reader that
 //! stalls past the timeout is taken out (evicted) and never holds the writer again; a writer that dies blocks
 //! nobody (readers never wait for the writer here). Both are counted ([`FlowStats`]).
+//!
+//! A reader's liveness here is the pid in its entry (`kill(pid, 0)`), unlike the files' liveness elsewhere (their
+//! owner's lock, `sys::OwnerLock`): the entry is a few atomics in the writer's segment, with no lock of its own.
+//! So a live reader in another pid namespace sharing `/dev/shm`, whose pid means no process here, is taken out of
+//! flow control as gone the first time the writer has to wait for it, and a dead one whose pid another process
+//! has here holds the writer until the timeout.
 
 use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};

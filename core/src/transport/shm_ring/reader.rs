@@ -188,6 +188,8 @@ struct Mapped {
     /// Read-only, or read-write for a reliable reader (which writes only its entry of the reader table). Raw and
     /// guarded against truncation by the writer (or anyone who can write the file), see `sys::shm_guard`.
     map: PeerMap,
+    /// Kept open to ask whether the writer still holds its owner lock ([`RingReader::writer_alive`]).
+    file: std::fs::File,
     path: PathBuf,
     name: RingName,
     slot_count: u32,
@@ -294,6 +296,7 @@ impl Mapped {
             publisher_id,
             base_seq,
             map,
+            file,
             path: path.to_owned(),
             name,
             slot_count,
@@ -480,9 +483,12 @@ impl RingReader {
         self.seg.writer_pid
     }
 
-    /// Whether the writer process still exists (`kill(pid, 0)` does not report ESRCH).
+    /// Whether the writer process still lives: it holds the owner lock on its segment (`sys::OwnerLock`, asked with
+    /// `F_OFD_GETLK`), which the kernel releases when the process dies. Unlike `kill(pid, 0)` this is right
+    /// whatever pid namespace the writer is in (its pid means another process here, or none). Only where the
+    /// kernel has no OFD locks is the pid asked.
     pub fn writer_alive(&self) -> bool {
-        segment::pid_alive(self.seg.writer_pid)
+        crate::sys::owner_holds(&self.seg.file).unwrap_or_else(|_| segment::pid_alive(self.seg.writer_pid))
     }
 
     /// Slots in the ring.

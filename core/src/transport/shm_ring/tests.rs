@@ -682,6 +682,53 @@ fn owners_in_other_pid_namespaces_keep_their_files() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A ring writer and a doorbell owner living in another pid namespace that shares `/dev/shm`: their pid means no
+/// process here (`kill(pid, 0)` would call them dead), yet the reader and the publisher see them alive while they
+/// hold their owner locks, and dead once they are killed.
+#[test]
+fn writer_and_doorbell_owner_in_another_pid_namespace_are_alive_by_their_lock() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/unshare").exists() {
+        let _ = writeln!(std::io::stderr(), "skipped: needs root and unshare(1) for a pid namespace");
+        return;
+    }
+    use std::os::unix::fs::FileExt;
+    let dead = dead_pid();
+    let me = std::process::id();
+    // Files named and headed like those of process `dead` (what a process in another pid namespace, whose pid is
+    // `dead` there, creates), each locked by an owner in a new pid namespace.
+    let w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    let ring = w.segment_name().replacen(&format!("shoal_{me}_"), &format!("shoal_{dead}_"), 1);
+    std::fs::copy(w.segment_name(), &ring).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&ring).unwrap().write_all_at(&dead.to_le_bytes(), 40).unwrap();
+    let bell = Doorbell::create().unwrap();
+    let db = bell.name().replacen(&format!("shoal_db_{me}_"), &format!("shoal_db_{dead}_"), 1);
+    std::fs::copy(bell.name(), &db).unwrap();
+    let at = offset_of!(DoorbellHeader, owner_pid) as u64;
+    std::fs::OpenOptions::new().write(true).open(&db).unwrap().write_all_at(&dead.to_le_bytes(), at).unwrap();
+    let r = RingReader::open(&ring).unwrap();
+    let remote = DoorbellRemote::open(&db).unwrap();
+    assert_eq!((r.writer_pid(), remote.owner_pid()), (dead, dead));
+    assert!(!r.writer_alive() && !remote.owner_alive(), "no owner holds them yet");
+    let (mut ring_owner, ns_pid) = spawn_owner(Path::new(&ring), true);
+    assert_eq!(ns_pid, 1, "the owner runs in a pid namespace of its own");
+    let (mut bell_owner, _) = spawn_owner(Path::new(&db), true);
+    assert!(!segment::pid_alive(dead), "the pid alone says dead");
+    assert!(r.writer_alive(), "the writer in the other namespace lives");
+    assert!(remote.owner_alive(), "the doorbell's owner in the other namespace lives");
+    for owner in [&mut ring_owner, &mut bell_owner] {
+        owner.kill().unwrap(); // unshare --kill-child passes SIGKILL on to the owner
+        owner.wait().unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while (r.writer_alive() || remote.owner_alive()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!r.writer_alive() && !remote.owner_alive(), "dead once their owners were killed");
+    std::fs::remove_file(&ring).unwrap();
+    std::fs::remove_file(&db).unwrap();
+}
+
 #[test]
 fn reader_sees_dead_writer() {
     let dead = dead_pid();
