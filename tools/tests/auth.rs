@@ -311,6 +311,10 @@ fn ecal_peers_keep_working_on_unprotected_topics_of_a_keyed_node() {
             "100",
             "--wait-subs",
             "1",
+            // The eCAL subscriber opens our memfile once our registration names it (CI saw it attach only after
+            // the 50 messages): the first send waits a registration round beyond the match.
+            "--start-delay-ms",
+            "2000",
             "--linger-ms",
             "1500",
         ],
