@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{ecal_peer, ecal_python, finish_transfer, finish_transfer_to_ecal, shoal_peer, topic, write_ini};
+use support::{Peer, ecal_python, finish_transfer, publisher_to_ecal, topic, write_ini};
 
 /// eCAL publisher (eCAL's default layers) → shoal subscriber that disables eCAL shared memory, so the eCAL
 /// publisher must start its UDP writer for it.
@@ -17,30 +17,8 @@ fn ecal_to_shoal(name: &str, count: u64, size: usize, rate: f64) {
     ecal_python(); // the venv first (made on first use), before any peer's timers run
     let ini = write_ini("ecal_udp_sub", "[subscriber]\nshm_rec_enabled = false\n");
     let t = topic(&format!("ecal_{name}"));
-    let sub = shoal_peer(
-        "shoal sub",
-        &["sub", "--topic", &t, "--count", &count.to_string(), "--idle-ms", "10000"],
-        Some(&ini),
-    );
-    sub.expect("ready", Duration::from_secs(10));
-    let publ = ecal_peer(
-        "eCAL pub",
-        "pub.py",
-        &[
-            "--topic",
-            &t,
-            "--count",
-            &count.to_string(),
-            "--size",
-            &size.to_string(),
-            "--rate",
-            &rate.to_string(),
-            "--wait-subs",
-            "1",
-            "--type-name",
-            "ecal.test.Pattern",
-        ],
-    );
+    let sub = Peer::subscriber(&t, count).idle_ms(10000).ini(&ini).spawn_ready("shoal sub");
+    let publ = Peer::ecal_publisher(&t, count, size, rate).arg("--type-name", "ecal.test.Pattern").spawn("eCAL pub");
     let ready = publ.expect("ready", Duration::from_secs(15));
     eprintln!("{name}: eCAL publisher {ready}");
     finish_transfer(name, publ, sub, count);
@@ -55,44 +33,12 @@ fn shoal_to_ecal(name: &str, count: u64, size: usize, rate: f64) {
 fn shoal_to_ecal_in(name: &str, count: u64, size: usize, rate: f64, ini: Option<&str>) {
     ecal_python(); // the venv first (made on first use), before any peer's timers run
     let t = topic(&format!("ecal_{name}"));
-    let sub = ecal_peer(
-        "eCAL sub",
-        "sub.py",
-        &[
-            "--topic",
-            &t,
-            "--count",
-            &count.to_string(),
-            "--layer",
-            "udp",
-            "--timeout-ms",
-            "25000",
-            "--idle-ms",
-            "10000",
-        ],
-    );
-    sub.expect("ready", Duration::from_secs(15));
-    let publ = shoal_peer(
-        "shoal pub",
-        &[
-            "pub",
-            "--topic",
-            &t,
-            "--count",
-            &count.to_string(),
-            "--size",
-            &size.to_string(),
-            "--rate",
-            &rate.to_string(),
-            "--wait-subs",
-            "1",
-            "--linger-ms",
-            "1500",
-        ],
-        ini,
-    );
-    let ready = publ.expect("ready", Duration::from_secs(10));
-    let msgs = finish_transfer_to_ecal(name, publ, sub, &ready, count);
+    let sub = Peer::ecal_subscriber(&t, count, "udp").timeout_ms(25000).idle_ms(10000).spawn_ready("eCAL sub");
+    let mut publ = Peer::publisher(&t, count, size, rate).linger_ms(1500);
+    if let Some(ini) = ini {
+        publ = publ.ini(ini);
+    }
+    let msgs = publisher_to_ecal(name, publ.spawn("shoal pub"), sub, count);
     for m in &msgs {
         assert_eq!(m["pattern_clock"], m["send_clock"], "payload clock = sample clock: {m}");
         assert_eq!(m["size"], size);

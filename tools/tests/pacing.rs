@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{assert_clean_summary, check_summary, shoal_peer, topic, write_ini};
+use support::{Peer, assert_clean_summary, check_summary, topic, write_ini};
 
 /// The subscriber's queue holds a whole stream (32 MB): a reader preempted for a while on a loaded machine does not
 /// drop from its queue, so what is measured is the network layer.
@@ -30,33 +30,16 @@ const SIZES: [(usize, u64); 2] = [(65_536, 512), (1 << 20, 32)];
 /// and the subscriber's summary (the subscriber ends at the last message or after 1.5 s without one).
 fn stream(name: &str, ini: &str, size: usize, count: u64, (start_delay_ms, linger_ms): (u64, u64)) -> (Value, Value) {
     let t = topic(name);
-    let (count_s, size_s, delay_s) = (count.to_string(), size.to_string(), start_delay_ms.to_string());
-    let linger_s = linger_ms.to_string();
     // The subscriber waits for the first message as long as the publisher waits to send it, and more.
-    let idle_s = (start_delay_ms + 1500).to_string();
+    let idle_ms = start_delay_ms + 1500;
     // As long for the first message as between two (shoal-peer's own first wait, 30 s, is beyond the 20 s the
     // summary is waited for below, and unpaced every message may be lost).
-    let sub_args = ["sub", "--topic", &t, "--count", &count_s, "--first-ms", &idle_s, "--idle-ms", &idle_s];
-    let mut sub = shoal_peer("shoal sub", &sub_args, Some(ini));
-    sub.expect("ready", Duration::from_secs(10));
-    let pub_args = [
-        "pub",
-        "--topic",
-        &t,
-        "--count",
-        &count_s,
-        "--size",
-        &size_s,
-        "--rate",
-        "0",
-        "--wait-subs",
-        "1",
-        "--start-delay-ms",
-        &delay_s,
-        "--linger-ms",
-        &linger_s,
-    ];
-    let mut publ = shoal_peer("shoal pub", &pub_args, Some(ini));
+    let mut sub = Peer::subscriber(&t, count).first_ms(idle_ms).idle_ms(idle_ms).ini(ini).spawn_ready("shoal sub");
+    let mut publ = Peer::publisher(&t, count, size, 0)
+        .start_delay_ms(start_delay_ms)
+        .linger_ms(linger_ms)
+        .ini(ini)
+        .spawn("shoal pub");
     let done = publ.expect("done", Duration::from_secs(30));
     let summary = sub.expect("summary", Duration::from_secs(20));
     eprintln!("{name}: publisher {done}\n{name}: subscriber {summary}");
@@ -129,29 +112,11 @@ fn kernel_drops_of_a_receiver_reach_its_peers_through_registration() {
     // process list`) reads the count from its process registration.
     let ini = write_ini("pacing_kernel_drops", &format!("{UDP_ONLY}[shoal_network]\nreceive_buffer = 65536\n"));
     let t = topic("kernel_drops");
-    let (count, size) = (32u64, 1u64 << 20);
-    let (count_s, size_s) = (count.to_string(), size.to_string());
+    let (count, size) = (32u64, 1usize << 20);
     // No message may arrive whole (all lost is allowed, as in the unpaced test): the first is waited for 5 s only.
-    let sub_args =
-        ["sub", "--topic", &t, "--count", &count_s, "--first-ms", "5000", "--idle-ms", "1500", "--linger-ms", "5000"];
-    let mut sub = shoal_peer("shoal sub", &sub_args, Some(&ini));
-    sub.expect("ready", Duration::from_secs(10));
-    let pub_args = [
-        "pub",
-        "--topic",
-        &t,
-        "--count",
-        &count_s,
-        "--size",
-        &size_s,
-        "--rate",
-        "0",
-        "--wait-subs",
-        "1",
-        "--linger-ms",
-        "300",
-    ];
-    let mut publ = shoal_peer("shoal pub", &pub_args, Some(&ini));
+    let sub = Peer::subscriber(&t, count).first_ms(5000).idle_ms(1500).linger_ms(5000).ini(&ini);
+    let mut sub = sub.spawn_ready("shoal sub");
+    let mut publ = Peer::publisher(&t, count, size, 0).linger_ms(300).ini(&ini).spawn("shoal pub");
     let done = publ.expect("done", Duration::from_secs(30));
     let summary = sub.expect("summary", Duration::from_secs(20));
     eprintln!("publisher {done}\nsubscriber {summary}");

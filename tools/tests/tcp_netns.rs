@@ -14,7 +14,10 @@ mod support;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{NetnsPair, PEER, Proc, ecal_network_dir, ecal_python, root_or_skip, script, topic, write_ini};
+use support::{
+    NetnsPair, Peer, Proc, ecal_network_dir, ecal_python, finish_tcp_transfer_to_ecal, root_or_skip, script, topic,
+    write_ini,
+};
 
 /// Network mode, subscribers receive TCP only.
 fn tcp_sub_ini(name: &str) -> String {
@@ -40,46 +43,20 @@ const HOSTS: [&str; 2] = ["ecal-a", "shoal-b"];
 
 /// Time a publisher waits after the match: the subscriber connects only once the publisher's TCP port is
 /// announced (a registration round), as with eCAL itself.
-const START_DELAY_MS: &str = "2000";
+const START_DELAY_MS: u64 = 2000;
 
 fn shoal_sub(net: &NetnsPair, ini: &str, t: &str, count: u64) -> Proc {
-    let count = count.to_string();
-    let args = ["sub", "--topic", t, "--count", &count, "--idle-ms", "15000", "--until-accounted"];
-    let mut cmd = net.command(1, HOSTS[1], PEER, &args);
-    cmd.env("ECAL_INI", ini);
-    let sub = Proc::spawn("shoal sub", cmd);
-    sub.expect("ready", Duration::from_secs(10));
-    sub
+    let sub = Peer::subscriber(t, count).idle_ms(15000).flag("--until-accounted").ini(ini);
+    sub.spawn_ready_in("shoal sub", net, 1, HOSTS[1])
 }
 
-fn ecal_pub(net: &NetnsPair, t: &str, size: usize, count: u64, rate: u32, linger_ms: &str) -> Proc {
-    let python = ecal_python();
-    let pub_py = script("pub.py");
-    let (size, count, rate) = (size.to_string(), count.to_string(), rate.to_string());
-    let args = [
-        pub_py.as_str(),
-        "--topic",
-        t,
-        "--layer",
-        "tcp",
-        "--count",
-        &count,
-        "--size",
-        &size,
-        "--rate",
-        &rate,
-        "--wait-subs",
-        "1",
-        "--wait-ms",
-        "20000",
-        "--start-delay-ms",
-        START_DELAY_MS,
-        "--linger-ms",
-        linger_ms,
-    ];
-    let mut cmd = net.command(0, HOSTS[0], &python, &args);
-    cmd.current_dir(ecal_network_dir());
-    let publ = Proc::spawn("eCAL pub", cmd);
+fn ecal_pub(net: &NetnsPair, t: &str, size: usize, count: u64, rate: u32, linger_ms: u64) -> Proc {
+    let publ = Peer::ecal_publisher(t, count, size, rate)
+        .arg("--layer", "tcp")
+        .arg("--wait-ms", 20000)
+        .start_delay_ms(START_DELAY_MS)
+        .linger_ms(linger_ms)
+        .spawn_in("eCAL pub", net, 0, HOSTS[0]);
     let ready = publ.expect("ready", Duration::from_secs(15));
     assert_eq!(ready["host_name"], HOSTS[0]);
     assert_eq!(ready["layers"], serde_json::json!({"udp": false, "shm": false, "tcp": true}), "{ready}");
@@ -114,7 +91,7 @@ fn ecal_pub_to_shoal_sub_over_tcp_across_namespaces() {
         let name = format!("tcp_e2s_{size}");
         let t = topic(&name);
         let sub = shoal_sub(&net, &ini, &t, count);
-        let mut publ = ecal_pub(&net, &t, size, count, rate, "1000");
+        let mut publ = ecal_pub(&net, &t, size, count, rate, 1000);
         let done = publ.expect("done", Duration::from_secs(60));
         let mut sub = sub;
         if done["sent"] != count {
@@ -131,37 +108,6 @@ fn ecal_pub_to_shoal_sub_over_tcp_across_namespaces() {
     }
 }
 
-/// shoal → eCAL: the shoal publisher dropped nothing (every message went into the connection); the eCAL
-/// subscriber got the messages intact, once, in order. tcp_pubsub's subscriber hands messages to its callback
-/// through a one-element queue, so while a (Python) callback runs, a newer message replaces a waiting one: the
-/// clocks it missed are those gaps, and they must be few.
-fn finish_transfer_to_ecal_sub(name: &str, mut publ: Proc, mut sub: Proc, ready: &Value, count: u64, size: usize) {
-    let done = publ.expect("done", Duration::from_secs(60));
-    assert_eq!(done["sent"], count, "{name}: the publisher sent everything: {done}");
-    assert_eq!(done["drops"], 0, "{name}: shoal's TCP layer dropped nothing: {done}");
-    let mut lines = sub.until("summary", Duration::from_secs(60));
-    let summary = lines.pop().expect("summary");
-    eprintln!("{name}: shoal publisher {done}\n{name}: eCAL subscriber {summary}");
-    let msgs: Vec<Value> = lines.into_iter().filter(|v| v["event"] == "msg").collect();
-    let clocks: Vec<u64> = msgs.iter().map(|m| m["send_clock"].as_u64().expect("send_clock")).collect();
-    assert!(clocks.windows(2).all(|w| w[0] < w[1]), "{name}: once and in order: {clocks:?}");
-    assert!(clocks.iter().all(|c| (1..=count).contains(c)), "{name}: {clocks:?}");
-    let missed: Vec<u64> = (1..=count).filter(|c| !clocks.contains(c)).collect();
-    eprintln!("{name}: eCAL's subscriber queue replaced {} messages: {missed:?}", missed.len());
-    assert!(clocks.len() as u64 >= count * 9 / 10, "{name}: at most a tenth replaced: {missed:?}");
-    assert_eq!(clocks.last(), Some(&count), "{name}: the last message arrives (nothing newer replaces it)");
-    for m in &msgs {
-        assert_eq!(m["intact"], true, "{name}: bytes intact: {m}");
-        assert_eq!(m["size"], size, "{m}");
-        // eCAL's TCP header names only topic and publisher id (its own writer leaves host and pid empty too).
-        assert_eq!(m["pub_host"], "", "{m}");
-        assert_eq!(m["pub_entity_id"], ready["publisher_id"], "{name}: eCAL sees our publisher id: {m}");
-    }
-    assert_eq!(summary["timed_out"], false, "{name}: {summary}");
-    sub.wait_success(Duration::from_secs(10));
-    publ.wait_success(Duration::from_secs(10));
-}
-
 #[test]
 fn shoal_pub_to_ecal_sub_over_tcp_across_namespaces() {
     if !root_or_skip("shoal_pub_to_ecal_sub_over_tcp_across_namespaces") {
@@ -174,32 +120,12 @@ fn shoal_pub_to_ecal_sub_over_tcp_across_namespaces() {
     for (size, count, rate) in SIZES {
         let name = format!("tcp_s2e_{size}");
         let t = topic(&name);
-        let sub_py = script("sub.py");
-        let count_s = count.to_string();
-        let mut sub_cmd = net.command(
-            0,
-            HOSTS[0],
-            &python,
-            &[
-                &sub_py,
-                "--topic",
-                &t,
-                "--count",
-                &count_s,
-                "--until-clock",
-                &count_s,
-                "--pattern-only",
-                "--layer",
-                "tcp",
-                "--timeout-ms",
-                "60000",
-                "--idle-ms",
-                "15000",
-            ],
-        );
-        sub_cmd.current_dir(ecal_network_dir());
-        let sub = Proc::spawn("eCAL sub", sub_cmd);
-        sub.expect("ready", Duration::from_secs(15));
+        let sub = Peer::ecal_subscriber(&t, count, "tcp")
+            .arg("--until-clock", count)
+            .flag("--pattern-only")
+            .timeout_ms(60000)
+            .idle_ms(15000)
+            .spawn_ready_in("eCAL sub", &net, 0, HOSTS[0]);
         // eCAL's monitor on the subscriber's host: which layer the shoal publisher announces as active.
         let monitor_py = script("monitor.py");
         let mut mon_cmd = net.command(
@@ -211,31 +137,11 @@ fn shoal_pub_to_ecal_sub_over_tcp_across_namespaces() {
         mon_cmd.current_dir(ecal_network_dir());
         let monitor = Proc::spawn("eCAL monitor", mon_cmd);
         monitor.expect("ready", Duration::from_secs(15));
-        let (size_s, rate_s) = (size.to_string(), rate.to_string());
-        let mut pub_cmd = net.command(
-            1,
-            HOSTS[1],
-            PEER,
-            &[
-                "pub",
-                "--topic",
-                &t,
-                "--count",
-                &count_s,
-                "--size",
-                &size_s,
-                "--rate",
-                &rate_s,
-                "--wait-subs",
-                "1",
-                "--start-delay-ms",
-                START_DELAY_MS,
-                "--linger-ms",
-                "1000",
-            ],
-        );
-        pub_cmd.env("ECAL_INI", &ini);
-        let publ = Proc::spawn("shoal pub", pub_cmd);
+        let publ = Peer::publisher(&t, count, size, rate)
+            .start_delay_ms(START_DELAY_MS)
+            .linger_ms(1000)
+            .ini(&ini)
+            .spawn_in("shoal pub", &net, 1, HOSTS[1]);
         let ready = publ.expect("ready", Duration::from_secs(10));
         let seen = monitor.wait_for(Duration::from_secs(20), |v| {
             v["event"] == "snapshot"
@@ -244,7 +150,7 @@ fn shoal_pub_to_ecal_sub_over_tcp_across_namespaces() {
                 })
         });
         assert!(seen.is_some(), "{name}: eCAL's monitor shows the shoal publisher with TCP as its only active layer");
-        finish_transfer_to_ecal_sub(&name, publ, sub, &ready, count, size);
+        finish_tcp_transfer_to_ecal(&name, publ, sub, &ready, count, size);
         drop(monitor);
     }
 }
@@ -263,14 +169,14 @@ fn tcp_subscriber_survives_a_killed_and_restarted_publisher() {
     let t = topic("tcp_restart");
     let (first, second) = (50u64, 50u64);
     let mut sub = shoal_sub(&net, &ini, &t, first + second);
-    let mut publ = ecal_pub(&net, &t, 1000, first, 100, "60000");
+    let mut publ = ecal_pub(&net, &t, 1000, first, 100, 60000);
     let done = publ.expect("done", Duration::from_secs(30));
     assert_eq!(done["sent"], first, "{done}");
     // Everything of the first publisher arrived before it is killed.
     sub.expect_line("first message", Duration::from_secs(10), |v| v["event"] == "first");
     std::thread::sleep(Duration::from_millis(500));
     publ.sigkill();
-    let mut publ2 = ecal_pub(&net, &t, 1000, second, 100, "1000");
+    let mut publ2 = ecal_pub(&net, &t, 1000, second, 100, 1000);
     let done = publ2.expect("done", Duration::from_secs(30));
     assert_eq!(done["sent"], second, "{done}");
     let summary = sub.expect("summary", Duration::from_secs(30));

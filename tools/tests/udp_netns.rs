@@ -1,7 +1,8 @@
 //! Network mode between two "hosts": two network namespaces joined by a veth pair (10.231.x.x, only inside the
 //! namespaces; multicast routed to the veth), each process with its own UTS namespace and host name. shoal sends
 //! to the topic's multicast group and receives on 239.0.0.1 and the topic groups; eCAL 6.1.1 (network mode
-//! through an `ecal.yaml`) sends all topics to 239.0.0.1.
+//! through an `ecal.yaml`) sends all topics to 239.0.0.1. Shoal's packed datagrams cross hosts too: three hosts on
+//! a bridge, a shoal publisher and subscriber packing until an eCAL subscriber joins mid-stream.
 //!
 //! Needs root (`ip netns`); without it every test here prints why and passes without running.
 
@@ -9,9 +10,10 @@ mod support;
 
 use std::time::Duration;
 
+use serde_json::Value;
 use support::{
-    NetnsPair, PEER, Proc, ecal_network_dir, ecal_python, finish_transfer, finish_transfer_to_ecal, root_or_skip,
-    script, topic, write_ini,
+    NetnsPair, PEER, Peer, Proc, assert_clean_summary, ecal_network_dir, ecal_python, finish_transfer,
+    finish_transfer_to_ecal, root_or_skip, script, topic, write_ini,
 };
 
 /// shoal in network mode; `iface` is `multicast_interface` (None: 0.0.0.0, chosen from the route).
@@ -132,4 +134,84 @@ fn shoal_pub_in_one_namespace_to_ecal_sub_in_the_other() {
     for m in finish_transfer_to_ecal("net_s2e", publ, sub, &ready, count) {
         assert_eq!(m["pub_host"], "shoal-b", "{m}");
     }
+}
+
+/// shoal's packed datagrams across hosts: three hosts on a bridge, multicast reaching each. A shoal publisher on
+/// host a sends (`send_mode = io_thread`, `send_pack = true`) to a shoal subscriber on host b, which gets the
+/// stream packed, complete and in order. Mid-stream an eCAL 6.1.1 subscriber joins on host c; until the publisher
+/// has its registration, eCAL gets the packed datagrams too and drops them (not eCAL's format). From the match on
+/// the publisher sends eCAL's format: eCAL gets every message from the first one not packed to the last, and the
+/// shoal subscriber still gets all of them, packed up to the match and unpacked after it.
+#[test]
+fn packed_across_hosts_until_an_ecal_subscriber_joins_then_ecal_format_for_both() {
+    if !root_or_skip("packed_across_hosts_until_an_ecal_subscriber_joins_then_ecal_format_for_both") {
+        return;
+    }
+    ecal_python(); // the venv first (made on first use), before any peer's timers run
+    let net = NetnsPair::create_bridged("p", 10, 3);
+    let hosts = ["shoal-pa", "shoal-pb", "ecal-pc"];
+    net.hosts(hosts);
+    let ini = write_ini(
+        "net_pack",
+        "[network]\nnetwork_enabled = true\n[shoal_network]\nsend_mode = io_thread\nsend_pack = true\n\
+         send_queue = 16384\n",
+    );
+    let t = topic("net_pack");
+    // 10 s of stream at 1000 msgs/s: the eCAL subscriber's Python start-up and the match fall within it (they took
+    // 1.0-1.2 s at load 5-7).
+    let (count, rate) = (10_000u64, 1000u32);
+    let mut sub = Peer::subscriber(&t, count).idle_ms(10000).ini(&ini).spawn_ready_in("shoal sub", &net, 1, hosts[1]);
+    let mut publ =
+        Peer::publisher(&t, count, 64, rate).linger_ms(1500).ini(&ini).spawn_in("shoal pub", &net, 0, hosts[0]);
+    let ready = publ.expect("ready", Duration::from_secs(10));
+    // The stream flows (packed) before eCAL starts.
+    sub.expect_line("first message", Duration::from_secs(15), |v| v["event"] == "first");
+    let mut ecal = Peer::ecal_subscriber(&t, 0, "udp")
+        .arg("--until-clock", count)
+        .timeout_ms(30000)
+        .idle_ms(10000)
+        .spawn_in("eCAL sub", &net, 2, hosts[2]);
+    ecal.expect("ready", Duration::from_secs(15));
+    let done = publ.expect("done", Duration::from_secs(30));
+    assert_eq!(done["sent"], count, "the publisher sent everything: {done}");
+    assert_eq!(done["drops"], 0, "nothing dropped at the send queue: {done}");
+    let summary = sub.expect("summary", Duration::from_secs(15));
+    let mut lines = ecal.until("summary", Duration::from_secs(30));
+    let ecal_summary = lines.pop().expect("summary");
+    eprintln!(
+        "net_pack: publisher {done}\nnet_pack: shoal subscriber {summary}\nnet_pack: eCAL subscriber {ecal_summary}"
+    );
+
+    // The shoal subscriber: everything, in order, intact; packed up to the match, eCAL's format after it.
+    assert_clean_summary(&summary, count);
+    let udp = &summary["udp"];
+    let packed = udp["packed_messages"].as_u64().expect("packed_messages");
+    let datagrams = udp["packed_datagrams"].as_u64().expect("packed_datagrams");
+    assert!(packed > 0 && datagrams > 0, "messages arrived packed across hosts before eCAL joined: {udp}");
+    assert!(packed < count, "after eCAL joined, messages arrived in eCAL's format: {udp}");
+    assert_eq!(udp["lost"], 0, "{udp}");
+    assert_eq!(udp["duplicates"], 0, "{udp}");
+
+    // The eCAL subscriber: every message from the first one not packed (clock packed + 1) to the last, once, in
+    // order, intact, from our publisher on host a.
+    let msgs: Vec<Value> = lines.into_iter().filter(|v| v["event"] == "msg").collect();
+    let clocks: Vec<u64> = msgs.iter().map(|m| m["send_clock"].as_u64().expect("send_clock")).collect();
+    eprintln!(
+        "net_pack: {packed} messages packed into {datagrams} datagrams before the match; eCAL got clocks {:?}..{:?} \
+         ({} messages)",
+        clocks.first(),
+        clocks.last(),
+        clocks.len()
+    );
+    assert_eq!(clocks, (packed + 1..=count).collect::<Vec<_>>(), "eCAL gets every message from the match on");
+    for m in &msgs {
+        assert_eq!(m["intact"], true, "bytes intact: {m}");
+        assert_eq!(m["size"], 64, "{m}");
+        assert_eq!(m["pub_host"], hosts[0], "{m}");
+        assert_eq!(m["pub_entity_id"], ready["publisher_id"], "eCAL sees our publisher id: {m}");
+    }
+    assert_eq!(ecal_summary["timed_out"], false, "{ecal_summary}");
+    sub.wait_success(Duration::from_secs(5));
+    ecal.wait_exit_reported(Duration::from_secs(10));
+    publ.wait_success(Duration::from_secs(10));
 }

@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{assert_clean_summary, ecal_peer, ecal_python, finish_transfer_to_ecal, shoal_peer, topic, write_ini};
+use support::{Peer, assert_clean_summary, ecal_python, publisher_to_ecal, topic, write_ini};
 
 /// UDP only, sent by the I/O thread, with `send_pack` as given. The send queue holds a whole burst: a burst at full
 /// rate fills the default 4096 faster than the I/O thread drains it on a 2-core machine, and what does not fit is
@@ -27,15 +27,8 @@ fn ini(pack: bool) -> String {
 /// A burst of `count` 64-byte messages from a shoal publisher to a shoal subscriber; the subscriber's summary.
 fn burst(name: &str, count: u64, ini: &str) -> Value {
     let t = topic(name);
-    let count_s = count.to_string();
-    let sub = shoal_peer("shoal sub", &["sub", "--topic", &t, "--count", &count_s, "--idle-ms", "8000"], Some(ini));
-    sub.expect("ready", Duration::from_secs(10));
-    let mut publ = shoal_peer(
-        "shoal pub",
-        &["pub", "--topic", &t, "--count", &count_s, "--size", "64", "--rate", "0", "--wait-subs", "1"],
-        Some(ini),
-    );
-    let mut sub = sub;
+    let mut sub = Peer::subscriber(&t, count).idle_ms(8000).ini(ini).spawn_ready("shoal sub");
+    let mut publ = Peer::publisher(&t, count, 64, 0).ini(ini).spawn("shoal pub");
     let done = publ.expect("done", Duration::from_secs(25));
     assert_eq!(done["sent"], count, "the publisher sent everything: {done}");
     assert_eq!(done["drops"], 0, "nothing dropped at the send queue: {done}");
@@ -77,39 +70,12 @@ fn an_ecal_subscriber_on_the_topic_gets_ecal_format_and_the_shoal_one_too() {
     let ini = ini(true);
     let t = topic("pack_ecal");
     let count = 300u64;
-    let count_s = count.to_string();
-    let ecal_sub = ecal_peer(
-        "eCAL sub",
-        "sub.py",
-        &["--topic", &t, "--count", &count_s, "--layer", "udp", "--timeout-ms", "25000", "--idle-ms", "10000"],
-    );
-    ecal_sub.expect("ready", Duration::from_secs(15));
-    let mut shoal_sub =
-        shoal_peer("shoal sub", &["sub", "--topic", &t, "--count", &count_s, "--idle-ms", "10000"], Some(&ini));
-    shoal_sub.expect("ready", Duration::from_secs(10));
-    let publ = shoal_peer(
-        "shoal pub",
-        &[
-            "pub",
-            "--topic",
-            &t,
-            "--count",
-            &count_s,
-            "--size",
-            "64",
-            "--rate",
-            "2000",
-            "--wait-subs",
-            "2",
-            "--linger-ms",
-            "1500",
-        ],
-        Some(&ini),
-    );
-    let ready = publ.expect("ready", Duration::from_secs(10));
+    let ecal_sub = Peer::ecal_subscriber(&t, count, "udp").timeout_ms(25000).idle_ms(10000).spawn_ready("eCAL sub");
+    let mut shoal_sub = Peer::subscriber(&t, count).idle_ms(10000).ini(&ini).spawn_ready("shoal sub");
+    let publ = Peer::publisher(&t, count, 64, 2000).wait_subs(2).linger_ms(1500).ini(&ini).spawn("shoal pub");
+    let msgs = publisher_to_ecal("pack_ecal", publ, ecal_sub, count);
     let summary = shoal_sub.expect("summary", Duration::from_secs(25));
     eprintln!("pack_ecal: shoal subscriber {summary}");
-    let msgs = finish_transfer_to_ecal("pack_ecal", publ, ecal_sub, &ready, count);
     assert!(msgs.iter().all(|m| m["size"] == 64), "eCAL read every 64-byte message");
     assert_clean_summary(&summary, count);
     assert_eq!(summary["udp"]["packed_datagrams"], 0, "eCAL is on the topic: nothing packed: {summary}");
@@ -122,24 +88,13 @@ fn paced_messages_between_shoal_processes_arrive_packed() {
     let ini = ini(true);
     let t = topic("pack_paced");
     let count = 200u64;
-    let count_s = count.to_string();
-    let sub = shoal_peer("shoal sub", &["sub", "--topic", &t, "--count", &count_s, "--idle-ms", "8000"], Some(&ini));
-    sub.expect("ready", Duration::from_secs(10));
-    let publ = shoal_peer(
-        "shoal pub",
-        &["pub", "--topic", &t, "--count", &count_s, "--size", "64", "--rate", "500", "--wait-subs", "1"],
-        Some(&ini),
-    );
-    let sub_summary = {
-        let mut sub = sub;
-        let mut publ = publ;
-        let done = publ.expect("done", Duration::from_secs(25));
-        assert_eq!(done["sent"], count);
-        let s = sub.expect("summary", Duration::from_secs(15));
-        sub.wait_success(Duration::from_secs(5));
-        publ.wait_success(Duration::from_secs(10));
-        s
-    };
+    let mut sub = Peer::subscriber(&t, count).idle_ms(8000).ini(&ini).spawn_ready("shoal sub");
+    let mut publ = Peer::publisher(&t, count, 64, 500).ini(&ini).spawn("shoal pub");
+    let done = publ.expect("done", Duration::from_secs(25));
+    assert_eq!(done["sent"], count);
+    let sub_summary = sub.expect("summary", Duration::from_secs(15));
+    sub.wait_success(Duration::from_secs(5));
+    publ.wait_success(Duration::from_secs(10));
     assert_clean_summary(&sub_summary, count);
     assert_eq!(sub_summary["udp"]["packed_messages"], count, "{sub_summary}");
     // 2 ms apart, each message leaves before the next is sent: (nearly) one per datagram.
@@ -154,36 +109,11 @@ fn an_ecal_receiver_that_gets_packed_datagrams_keeps_receiving() {
     ecal_python(); // the venv first (made on first use), before any peer's timers run
     let t = topic("pack_ecal_other");
     let count = 100u64;
-    let count_s = count.to_string();
-    let ecal_sub = ecal_peer(
-        "eCAL sub",
-        "sub.py",
-        &["--topic", &t, "--count", &count_s, "--layer", "udp", "--timeout-ms", "40000", "--idle-ms", "30000"],
-    );
-    ecal_sub.expect("ready", Duration::from_secs(15));
+    let ecal_sub = Peer::ecal_subscriber(&t, count, "udp").timeout_ms(40000).idle_ms(30000).spawn_ready("eCAL sub");
     // Meanwhile two shoal processes exchange packed datagrams on another topic, through the same port.
     let s = burst("pack_beside_ecal", 3_000, &ini(true));
     assert!(s["udp"]["packed_datagrams"].as_u64() < s["udp"]["packed_messages"].as_u64(), "{s}");
-    let publ = shoal_peer(
-        "shoal pub",
-        &[
-            "pub",
-            "--topic",
-            &t,
-            "--count",
-            &count_s,
-            "--size",
-            "64",
-            "--rate",
-            "500",
-            "--wait-subs",
-            "1",
-            "--linger-ms",
-            "1500",
-        ],
-        Some(&ini(true)),
-    );
-    let ready = publ.expect("ready", Duration::from_secs(10));
-    let msgs = finish_transfer_to_ecal("pack_ecal_other", publ, ecal_sub, &ready, count);
+    let publ = Peer::publisher(&t, count, 64, 500).linger_ms(1500).ini(&ini(true)).spawn("shoal pub");
+    let msgs = publisher_to_ecal("pack_ecal_other", publ, ecal_sub, count);
     assert_eq!(msgs.len() as u64, count);
 }

@@ -1,12 +1,14 @@
 //! Helpers shared by the multi-process tests (`multiprocess.rs`, `timing.rs`, `udp.rs`, `ecal_udp.rs`,
 //! `udp_netns.rs`, `tcp_netns.rs`, `impair_netns.rs`, `ecal_shm.rs`, `ecal_interop.rs`): the child processes of
 //! `process.rs`, the tools' binaries, summary checks, and in `netns.rs` a pair of network namespaces joined by a
-//! veth pair or, through the impairment relay of `impair.rs`, by a lossy, delaying, reordering link.
+//! veth pair or, through the impairment relay of `impair.rs`, by a lossy, delaying, reordering link, and in `peer.rs`
+//! the argument lists of the scripted peers (`shoal-peer pub` / `sub`, eCAL's `sub.py`).
 
 #![allow(dead_code)] // each test file uses a different subset
 
 mod impair;
 mod netns;
+mod peer;
 mod process;
 
 use std::process::Command;
@@ -18,6 +20,8 @@ use serde_json::Value;
 pub(crate) use impair::{Impairment, LinkStats};
 #[allow(unused_imports)] // as above
 pub(crate) use netns::{NetnsPair, ecal_network_dir, is_root, root_or_skip};
+#[allow(unused_imports)] // as above
+pub(crate) use peer::Peer;
 #[allow(unused_imports)] // as above
 pub(crate) use process::{Proc, ecal_python, script, shm_files_of, venv_python};
 
@@ -130,4 +134,51 @@ pub(crate) fn finish_transfer_to_ecal(
     sub.wait_exit_reported(Duration::from_secs(10));
     publ.wait_success(Duration::from_secs(5));
     msgs
+}
+
+/// A shoal publisher started after an eCAL subscriber was ready: waits for the publisher's `ready` line, then
+/// finishes as [`finish_transfer_to_ecal`] and returns the eCAL subscriber's `msg` lines.
+pub(crate) fn publisher_to_ecal(name: &str, publ: Proc, sub: Proc, count: u64) -> Vec<Value> {
+    let ready = publ.expect("ready", Duration::from_secs(10));
+    finish_transfer_to_ecal(name, publ, sub, &ready, count)
+}
+
+/// shoal → eCAL over eCAL's TCP layer: the shoal publisher dropped nothing (every message went into the
+/// connection); the eCAL subscriber got the messages intact, of `size` bytes, once, in order, the last one
+/// included, from the publisher of `ready`. tcp_pubsub's subscriber hands messages to its callback through a
+/// one-element queue, so while a (Python) callback runs, a newer message replaces a waiting one: the clocks it
+/// missed are those gaps, and they must be few (at most a tenth).
+pub(crate) fn finish_tcp_transfer_to_ecal(
+    name: &str,
+    mut publ: Proc,
+    mut sub: Proc,
+    ready: &Value,
+    count: u64,
+    size: usize,
+) {
+    let done = publ.expect("done", Duration::from_secs(60));
+    assert_eq!(done["sent"], count, "{name}: the publisher sent everything: {done}");
+    assert_eq!(done["drops"], 0, "{name}: shoal's TCP layer dropped nothing: {done}");
+    let mut lines = sub.until("summary", Duration::from_secs(60));
+    let summary = lines.pop().expect("summary");
+    eprintln!("{name}: shoal publisher {done}\n{name}: eCAL subscriber {summary}");
+    let msgs: Vec<Value> = lines.into_iter().filter(|v| v["event"] == "msg").collect();
+    let clocks: Vec<u64> = msgs.iter().map(|m| m["send_clock"].as_u64().expect("send_clock")).collect();
+    assert!(clocks.windows(2).all(|w| w[0] < w[1]), "{name}: once and in order: {clocks:?}");
+    assert!(clocks.iter().all(|c| (1..=count).contains(c)), "{name}: {clocks:?}");
+    let missed: Vec<u64> = (1..=count).filter(|c| !clocks.contains(c)).collect();
+    eprintln!("{name}: eCAL's subscriber queue replaced {} messages: {missed:?}", missed.len());
+    assert!(clocks.len() as u64 >= count * 9 / 10, "{name}: at most a tenth replaced: {missed:?}");
+    assert_eq!(clocks.last(), Some(&count), "{name}: the last message arrives (nothing newer replaces it)");
+    for m in &msgs {
+        assert_eq!(m["intact"], true, "{name}: bytes intact: {m}");
+        assert_eq!(m["size"], size, "{m}");
+        // eCAL's TCP header names only topic and publisher id (its own writer leaves host and pid empty too).
+        assert_eq!(m["pub_host"], "", "{m}");
+        assert_eq!(m["pub_entity_id"], ready["publisher_id"], "{name}: eCAL sees our publisher id: {m}");
+    }
+    assert_eq!(summary["timed_out"], false, "{name}: {summary}");
+    eprintln!("{name}: {} of {count} delivered to eCAL in order, intact", clocks.len());
+    sub.wait_success(Duration::from_secs(10));
+    publ.wait_success(Duration::from_secs(10));
 }

@@ -177,16 +177,22 @@ fn serve(listener: &StdListener, frames: &[Vec<u8>]) -> StdStream {
     s
 }
 
-fn message(clock: u64, payload: &[u8]) -> Vec<u8> {
-    frame::encode_message("t", "99", 99, clock, 5, payload).expect("encode")
+/// The subscriber side against a raw-socket publisher: a listener on `addr` (port 0: the kernel's choice) standing for
+/// the remote publisher, a `TcpLayer` taking messages of up to `max_message` bytes with its test driver, an inbox,
+/// and the publisher's registration announcing the listener's port.
+struct TcpPublisherFixture {
+    listener: StdListener,
+    layer: TcpLayer,
+    d: Driver,
+    inbox: Arc<Collect>,
+    publisher: RemoteTopic,
 }
 
-#[test]
-fn subscriber_decodes_counts_oversized_and_missing_messages_and_reconnects_with_backoff() {
-    let listener = StdListener::bind("127.0.0.1:0").expect("bind");
+fn tcp_publisher_fixture(addr: &str, max_message: usize) -> TcpPublisherFixture {
+    let listener = StdListener::bind(addr).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
     let port = listener.local_addr().unwrap().port();
-    let layer = TcpLayer::new(&cfg(1 << 20, 64 * 1024));
-    let mut d = Driver::new(&layer);
+    let layer = TcpLayer::new(&cfg(1 << 20, max_message));
+    let d = Driver::new(&layer);
     let inbox = Arc::new(Collect::default());
     let publisher = RemoteTopic::for_test(
         7,
@@ -194,6 +200,17 @@ fn subscriber_decodes_counts_oversized_and_missing_messages_and_reconnects_with_
         vec![Layer::new(LayerKind::Tcp, true, true, LayerPar::Tcp { port: i32::from(port) })],
         Direction::Publisher,
     );
+    TcpPublisherFixture { listener, layer, d, inbox, publisher }
+}
+
+fn message(clock: u64, payload: &[u8]) -> Vec<u8> {
+    frame::encode_message("t", "99", 99, clock, 5, payload).expect("encode")
+}
+
+#[test]
+fn subscriber_decodes_counts_oversized_and_missing_messages_and_reconnects_with_backoff() {
+    let TcpPublisherFixture { listener, layer, mut d, inbox, publisher } =
+        tcp_publisher_fixture("127.0.0.1:0", 64 * 1024);
     let factory = layer.reader_factory();
     assert_eq!(factory.subscriber_advert().map(|l| l.kind), Some(LayerKind::Tcp));
     let reader = factory.connect("t", Arc::clone(&inbox) as Arc<dyn Inbox>, &publisher, true).expect("reader");
@@ -251,17 +268,8 @@ fn subscriber_decodes_counts_oversized_and_missing_messages_and_reconnects_with_
 
 #[test]
 fn garbage_from_a_publisher_closes_the_connection_without_delivering() {
-    let listener = StdListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().unwrap().port();
-    let layer = TcpLayer::new(&cfg(1 << 20, 1 << 20));
-    let mut d = Driver::new(&layer);
-    let inbox = Arc::new(Collect::default());
-    let publisher = RemoteTopic::for_test(
-        7,
-        99,
-        vec![Layer::new(LayerKind::Tcp, true, true, LayerPar::Tcp { port: i32::from(port) })],
-        Direction::Publisher,
-    );
+    let TcpPublisherFixture { listener, layer, mut d, inbox, publisher } =
+        tcp_publisher_fixture("127.0.0.1:0", 1 << 20);
     let _reader =
         layer.reader_factory().connect("t", Arc::clone(&inbox) as Arc<dyn Inbox>, &publisher, true).expect("reader");
     // A frame whose data is not an eCAL message, then a header_size below 12.
@@ -284,17 +292,8 @@ fn garbage_from_a_publisher_closes_the_connection_without_delivering() {
 
 #[test]
 fn subscriber_reassembles_split_frames_reads_large_payloads_in_place_and_skips_the_rest_of_a_frame() {
-    let listener = StdListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().unwrap().port();
-    let layer = TcpLayer::new(&cfg(1 << 20, 1 << 20));
-    let mut d = Driver::new(&layer);
-    let inbox = Arc::new(Collect::default());
-    let publisher = RemoteTopic::for_test(
-        7,
-        99,
-        vec![Layer::new(LayerKind::Tcp, true, true, LayerPar::Tcp { port: i32::from(port) })],
-        Direction::Publisher,
-    );
+    let TcpPublisherFixture { listener, layer, mut d, inbox, publisher } =
+        tcp_publisher_fixture("127.0.0.1:0", 1 << 20);
     let _reader =
         layer.reader_factory().connect("t", Arc::clone(&inbox) as Arc<dyn Inbox>, &publisher, true).expect("reader");
     // Larger than the 64 KiB scratch buffer: most of it is read straight into the payload's buffer.
@@ -347,17 +346,8 @@ fn subscriber_reassembles_split_frames_reads_large_payloads_in_place_and_skips_t
 #[test]
 fn the_publisher_is_reached_at_its_registration_source_without_resolving_its_name() {
     for host in ["localhost", "no-such-host.invalid"] {
-        let listener = StdListener::bind("127.0.0.2:0").expect("bind 127.0.0.2");
-        let port = listener.local_addr().unwrap().port();
-        let layer = TcpLayer::new(&cfg(1 << 20, 1 << 20));
-        let mut d = Driver::new(&layer);
-        let inbox = Arc::new(Collect::default());
-        let mut publisher = RemoteTopic::for_test(
-            7,
-            99,
-            vec![Layer::new(LayerKind::Tcp, true, true, LayerPar::Tcp { port: i32::from(port) })],
-            Direction::Publisher,
-        );
+        let TcpPublisherFixture { listener, layer, mut d, inbox, mut publisher } =
+            tcp_publisher_fixture("127.0.0.2:0", 1 << 20);
         publisher.key.host_name = host.into();
         publisher.source = Some("127.0.0.2".parse().unwrap());
         let _reader = layer
