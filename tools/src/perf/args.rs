@@ -15,7 +15,9 @@ middleware) and prints every shoal figure as a ratio to it (latency: shoal/basel
 better; throughput: shoal/baseline, higher is better).
 Throughput runs twice per size: unpaced (as fast as the sender can; shoal's ring is lossy, so
 an overrun reader loses messages) and paced at --rate (default: half the baseline's unpaced
-msg/s of that size and wait mode), where nothing may be lost.
+msg/s of that size and wait mode), where nothing may be lost. msg/s is what the reader received
+over the run; when shoal's or the baseline's run lost messages, its ratio compares receive rates,
+not lossless rates, and says so (table: after the ratio; JSON: msgs_per_s_ratio_lossy).
 Fan-out's cost per send is the publishing thread's CPU time inside send() (preemption
 excluded; median of 8 phases' medians per count, mean and wall time alongside), one publisher in
 phases of 1, N, N, 1, ... subscriber processes at one pace.

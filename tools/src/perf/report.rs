@@ -110,6 +110,16 @@ impl Measurement {
 pub(crate) struct Ratios {
     pub(crate) latency: Option<[f64; 5]>,
     pub(crate) msgs_per_s: f64,
+    /// Messages lost by shoal's run and by the baseline's (`None` where the mode counts none). When either lost
+    /// some, `msgs_per_s` compares receive rates, not lossless rates, and the report says so.
+    pub(crate) lost: (Option<u64>, Option<u64>),
+}
+
+impl Ratios {
+    /// Either run lost messages: the msg/s ratio is one of receive rates.
+    pub(crate) fn lossy(&self) -> bool {
+        self.lost.0.is_some_and(|l| l > 0) || self.lost.1.is_some_and(|l| l > 0)
+    }
 }
 
 fn ratio(a: f64, b: f64) -> f64 {
@@ -128,7 +138,7 @@ pub(crate) fn ratios(m: &Measurement, b: &Measurement) -> Ratios {
         ]),
         _ => None,
     };
-    Ratios { latency, msgs_per_s: ratio(m.msgs_per_s, b.msgs_per_s) }
+    Ratios { latency, msgs_per_s: ratio(m.msgs_per_s, b.msgs_per_s), lost: (m.lost, b.lost) }
 }
 
 /// The JSON object of one measurement.
@@ -176,6 +186,10 @@ pub(crate) fn to_json(m: &Measurement, r: Option<&Ratios>) -> Value {
         }
         o.insert("msgs_per_s_ratio".into(), f(r.msgs_per_s));
         o.insert("bytes_per_s_ratio".into(), f(r.msgs_per_s));
+        if r.lost.0.is_some() || r.lost.1.is_some() {
+            // True: a run lost messages, so the two ratios above compare receive rates, not lossless rates.
+            o.insert("msgs_per_s_ratio_lossy".into(), r.lossy().into());
+        }
     }
     Value::Object(o)
 }
@@ -257,6 +271,14 @@ pub(crate) fn table_row(m: &Measurement, r: Option<&Ratios>) -> String {
             }
         }
         s.push_str(&format!("  msg/s {}", fmt_ratio(r.msgs_per_s)));
+        if r.lossy() {
+            let n = |l: Option<u64>| l.map_or_else(|| "-".to_string(), |l| l.to_string());
+            s.push_str(&format!(
+                " (receive rates of lossy runs, not lossless rates: {} lost here, {} in the baseline)",
+                n(r.lost.0),
+                n(r.lost.1)
+            ));
+        }
     }
     s
 }
@@ -439,6 +461,30 @@ mod tests {
         assert!(table_row(&m, Some(&r)).contains("p50 1.12x"));
         assert!(to_json(&b, None).get("p50_ratio").is_none());
         assert_eq!(v["x_extra"], 2.5);
+        assert!(v.get("msgs_per_s_ratio_lossy").is_none(), "ping-pong counts no losses");
+    }
+
+    #[test]
+    fn a_ratio_of_lossy_runs_says_so() {
+        let mut b = sample(System::Baseline, 1000, 2000.0);
+        let mut m = sample(System::Shoal, 1000, 3000.0);
+        (b.mode, m.mode) = (Mode::Throughput, Mode::Throughput);
+        (b.lost, m.lost) = (Some(0), Some(0));
+        let r = ratios(&m, &b);
+        assert_eq!(to_json(&m, Some(&r))["msgs_per_s_ratio_lossy"], false);
+        assert!(!table_row(&m, Some(&r)).contains("lossy"));
+        m.lost = Some(7);
+        let r = ratios(&m, &b);
+        assert_eq!(to_json(&m, Some(&r))["msgs_per_s_ratio_lossy"], true);
+        assert!(
+            table_row(&m, Some(&r)).contains(
+                "msg/s 1.50x (receive rates of lossy runs, not lossless rates: 7 lost here, 0 in the baseline)"
+            ),
+            "{}",
+            table_row(&m, Some(&r))
+        );
+        (m.lost, b.lost) = (Some(0), Some(3));
+        assert_eq!(to_json(&m, Some(&ratios(&m, &b)))["msgs_per_s_ratio_lossy"], true);
     }
 
     #[test]
