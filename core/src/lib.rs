@@ -93,10 +93,11 @@ pub fn shm_lock_timeouts() -> u64 {
 }
 
 /// Times this process gave up the inner pthread mutex of an eCAL sync object (a memfile's `_mtx`, a subscriber
-/// process's event) on a publisher's send or target change because someone held it past the send's budget of 20 ms
-/// (a live holder keeps it for a few instructions; any local user who can open the file can keep it for ever). Each
-/// skipped a flag lock (the memfile is re-created), an unlock (left to the next send), an event (the message counts
-/// as a drop of the publisher) or an acknowledge.
+/// process's event) on a publisher's send or target change, or on a subscriber's detach from a memfile, because
+/// someone held it past the budget of 20 ms (a live holder keeps it for a few instructions; any local user who can
+/// open the file can keep it for ever). Each skipped a flag lock (the memfile is re-created), an unlock (left to the
+/// next send), an event (the message counts as a drop of the publisher), an acknowledge, or the wake-up of a
+/// stopping observer thread (left to end by itself).
 pub fn shm_inner_lock_skips() -> u64 {
     transport::ecal_shm::sync::inner_lock_skips()
 }

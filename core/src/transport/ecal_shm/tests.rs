@@ -90,7 +90,7 @@ fn flag_lock_and_event_semantics() {
     });
     std::thread::sleep(Duration::from_millis(20));
     stop.store(true, Ordering::Release);
-    a.wake();
+    assert!(a.wake_within(InnerBudget::start()));
     let (got, took) = w.join().expect("join");
     assert!(!got);
     assert!(took < Duration::from_secs(2));
@@ -123,9 +123,10 @@ fn a_peer_that_died_holding_the_inner_mutex_blocks_nobody_for_good() {
     // SAFETY: waiting for our own child.
     unsafe { libc::waitpid(child, &mut status, 0) };
     assert_eq!(a.owner_tid(), child, "glibc's __owner field is where sync.rs reads it");
-    // Waking the waiter needs the mutex: after the timed lock fails, the dead owner's lock is released.
+    // Signalling the waiter needs the mutex: after the timed lock fails, the dead owner's lock is released (a
+    // stopping waiter consumes nothing: it returns false).
     stop.store(true, Ordering::Release);
-    a.wake();
+    a.set();
     let (got, took) = w.join().expect("join");
     assert!(!got);
     assert!(took < Duration::from_secs(10), "the waiter came back after {took:?}");
@@ -696,4 +697,30 @@ fn a_held_inner_mutex_delays_a_send_at_most_its_budget() {
     drop(holder);
     drop(w);
     assert!(!shm_exists(&name) && !shm_exists(&format!("{name}_mtx")));
+}
+
+/// Someone who can open this process's event file of a memfile it observes locks the event's inner mutex and keeps
+/// it: the observer thread cannot be woken and, at the end of its wait turn, sleeps re-acquiring the mutex. The
+/// subscriber's detach (its drop, here) still returns within [`OBSERVER_STOP_WAIT`] and the wake-up's inner-mutex
+/// budget, leaving the thread behind (before: 2 s for the wake-up plus 3 s for the thread).
+#[test]
+fn a_subscriber_detaching_from_an_observer_whose_event_mutex_is_held_returns_within_the_stop_wait() {
+    let pid = std::process::id();
+    let mut p = pair(ShmWriterOptions::default());
+    p.send(1, 50);
+    check_delivered(&p.inbox.wait_for(1, Duration::from_secs(10)), &[50]);
+    let name = p.names().remove(0);
+    let evt = NamedSync::open_or_create(&format!("{name}_{pid}_evt")).expect("our event");
+    let holder = InnerHolder::hold(&evt);
+    // Let the observer's wait turn end (OBSERVER_WAIT): it then blocks re-acquiring the held mutex.
+    std::thread::sleep(super::OBSERVER_WAIT + Duration::from_millis(100));
+    let t = Instant::now();
+    drop(p.reader);
+    let took = t.elapsed();
+    let limit = super::OBSERVER_STOP_WAIT + 2 * sync::SEND_INNER_WAIT + Duration::from_millis(150);
+    assert!(took < limit, "the detach took {took:?} (limit {limit:?})");
+    // The holder dies; its mutex is released as that of a dead owner, and the thread left behind ends.
+    drop(holder);
+    assert!(evt.recover_dead_owner(), "the holder's lock is released");
+    drop(p.writer);
 }
