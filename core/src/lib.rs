@@ -56,7 +56,7 @@ pub mod error {
     pub use crate::io::IoStartError;
     pub use crate::node::InitError;
     pub use crate::pubsub::typed::{TypedRecvError, TypedSendError};
-    pub use crate::pubsub::{CreateError, LoanError, RecvError, SendError};
+    pub use crate::pubsub::{CreateError, LoanError, MatchTimeout, RecvError, SendError};
     pub use crate::transport::shm_ring::{
         CommitError, DoorbellCreateError, DoorbellOpenError, RingCreateError, SlotError,
     };
@@ -64,7 +64,9 @@ pub mod error {
 }
 
 pub use config::{Config, QueuePolicy, ShmAccess, UdpSendMode, WaitStrategy};
-pub use error::{CreateError, InitError, LoanError, RecvError, SendError, TypedRecvError, TypedSendError};
+pub use error::{
+    CreateError, InitError, LoanError, MatchTimeout, RecvError, SendError, TypedRecvError, TypedSendError,
+};
 pub use node::{Node, ring_geometry};
 pub use pubsub::publisher::{Loan, Publisher, Unwritten, Written};
 pub use pubsub::subscriber::{CallbackSubscriber, Subscriber};
