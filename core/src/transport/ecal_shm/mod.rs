@@ -131,15 +131,16 @@ impl Buffer {
     fn create(max_data_size: u64, pids: &BTreeSet<u32>) -> Result<Buffer, MemfileOpenError> {
         let mut b =
             Buffer { file: MemfileWriter::create(max_data_size)?, events: BTreeMap::new(), refused: BTreeMap::new() };
-        let budget = InnerBudget::start();
+        let (budget, flock_until) = (InnerBudget::start(), Instant::now() + sync::FLOCK_TIMEOUT);
         for &pid in pids {
-            b.connect(pid, budget);
+            b.connect(pid, budget, flock_until);
         }
         Ok(b)
     }
 
-    /// Opens (owns) `<memfile>_<pid>_evt` and `_ack_evt` if needed, and re-validates the acknowledge.
-    fn connect(&mut self, pid: u32, budget: InnerBudget) {
+    /// Opens (owns) `<memfile>_<pid>_evt` and `_ack_evt` if needed, and re-validates the acknowledge. Waits for
+    /// their creation `flock`s only until `flock_until` (shared by every process one target change connects).
+    fn connect(&mut self, pid: u32, budget: InnerBudget, flock_until: Instant) {
         if let Some(e) = self.events.get_mut(&pid) {
             e.active = true;
             e.ack_invalid = false;
@@ -169,8 +170,8 @@ impl Buffer {
         let base = format!("{}_{pid}", self.file.name());
         let open = || -> Result<TargetEvents, SyncOpenError> {
             Ok(TargetEvents {
-                snd: NamedSync::open_or_create(&format!("{base}_evt"))?,
-                ack: NamedSync::open_or_create(&format!("{base}_ack_evt"))?,
+                snd: NamedSync::open_or_create_until(&format!("{base}_evt"), flock_until)?,
+                ack: NamedSync::open_or_create_until(&format!("{base}_ack_evt"), flock_until)?,
                 active: true,
                 ack_invalid: false,
             })
@@ -362,10 +363,11 @@ impl LayerWriter for EcalShmWriter {
             self.targets = pids.clone();
             self.start();
         }
-        let budget = InnerBudget::start();
+        // One inner-mutex budget and one flock wait for the whole change, however many processes it connects.
+        let (budget, flock_until) = (InnerBudget::start(), Instant::now() + sync::FLOCK_TIMEOUT);
         for b in &mut self.buffers {
             for &pid in &pids {
-                b.connect(pid, budget);
+                b.connect(pid, budget, flock_until);
             }
             for &pid in self.targets.difference(&pids) {
                 b.disconnect(pid, budget);

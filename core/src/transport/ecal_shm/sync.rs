@@ -7,7 +7,9 @@
 //!
 //! Files are created under `flock` (eCAL 6.1's `open_or_create_mapped_region`): whoever finds the file empty sizes
 //! and initialises it while holding the exclusive lock, and is its creator. The lock is taken without blocking and
-//! retried for at most [`FLOCK_TIMEOUT`]: anyone who can open the file can hold it.
+//! retried for at most [`FLOCK_TIMEOUT`]: anyone who can open the file can hold it. An operation that opens several
+//! files (a publisher's target change: two event files per subscriber process) shares one such wait among them
+//! ([`NamedSync::open_or_create_until`]).
 //!
 //! The inner pthread mutex can be held by anyone who can open the file too (it is not robust, and eCAL's peers
 //! lock it with no timeout). A publisher's send, and the I/O thread changing a publisher's targets, wait for inner
@@ -266,11 +268,18 @@ impl Drop for InnerGuard<'_> {
 }
 
 impl NamedSync {
-    /// Opens `/dev/shm/<name>`, creating and initialising it under `flock` when it is new or empty.
+    /// Opens `/dev/shm/<name>`, creating and initialising it under `flock` when it is new or empty (waiting at
+    /// most [`FLOCK_TIMEOUT`] for the `flock`).
     pub(crate) fn open_or_create(name: &str) -> Result<NamedSync, SyncOpenError> {
+        NamedSync::open_or_create_until(name, Instant::now() + FLOCK_TIMEOUT)
+    }
+
+    /// [`open_or_create`](Self::open_or_create) waiting for the `flock` only until `deadline` (one try once it has
+    /// passed): several files opened in one operation share one [`FLOCK_TIMEOUT`].
+    pub(crate) fn open_or_create_until(name: &str, deadline: Instant) -> Result<NamedSync, SyncOpenError> {
         let path = PathBuf::from(SHM_DIR).join(name);
         let (file, _) = open_or_create_shm(&path).map_err(io_err("open", &path))?;
-        let _flock = Flock::lock(&file, &path, FLOCK_TIMEOUT)?;
+        let _flock = Flock::lock(&file, &path, deadline.saturating_duration_since(Instant::now()))?;
         let size = file.metadata().map_err(io_err("fstat", &path))?.len();
         let needs_init = size == 0;
         if needs_init {

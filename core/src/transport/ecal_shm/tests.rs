@@ -533,12 +533,16 @@ fn a_memfile_serves_a_bounded_number_of_processes_and_forgets_the_dead() {
     assert!(!shm_exists(&format!("{name}_{first}_evt")) && !shm_exists(&format!("{name}_{first}_ack_evt")));
     // A live process still gets in.
     let me = std::process::id();
-    b.connect(me, InnerBudget::start());
+    b.connect(me, InnerBudget::start(), Instant::now() + sync::FLOCK_TIMEOUT);
     assert!(b.events.contains_key(&me));
     // Departed live processes keep their events (eCAL's rule), but make room when the table is full.
     b.disconnect(me, InnerBudget::start());
     assert!(b.events.contains_key(&me));
-    b.connect(4_190_000 + MAX_TARGET_PROCESSES as u32 + 100, InnerBudget::start());
+    b.connect(
+        4_190_000 + MAX_TARGET_PROCESSES as u32 + 100,
+        InnerBudget::start(),
+        Instant::now() + sync::FLOCK_TIMEOUT,
+    );
     assert!(!b.events.contains_key(&me), "a departed process made room");
     drop(b);
     assert!(!shm_exists(&format!("{name}_{}_evt", first + 1)), "the writer removes the events it owns");
@@ -616,6 +620,44 @@ fn a_held_creation_flock_delays_the_writer_at_most_its_deadline() {
     drop(w);
     drop(held);
     std::fs::remove_file(&path).expect("rm");
+}
+
+/// Creation `flock`s held on the event files of several subscriber processes (a registration can claim any number
+/// of them) cost one target change [`sync::FLOCK_TIMEOUT`] in all, not that much per process (before: 4 × 250 ms
+/// here, up to 256 × 2 × 250 ms on the I/O thread under the publisher's lock).
+#[test]
+fn held_creation_flocks_of_many_processes_cost_a_target_change_one_deadline() {
+    use std::os::fd::AsRawFd;
+    let pid = std::process::id();
+    let mut w = EcalShmWriter::new("t", ShmWriterOptions::default());
+    let a = ecal_sub(pid);
+    w.set_targets(&[&a]);
+    let name = w.memfile_names().remove(0);
+    // pid 1 is alive (its files are left alone when it stops being a target); the others name no process.
+    let victims: Vec<RemoteTopic> = [1, 4_194_301, 4_194_302, 4_194_303].into_iter().map(ecal_sub).collect();
+    let held: Vec<(String, std::fs::File)> = victims
+        .iter()
+        .map(|v| {
+            let path = format!("{SHM_DIR}/{name}_{}_evt", v.key.pid);
+            let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path).expect("create");
+            // SAFETY: flock on a valid descriptor we own; a separate open file description from any the writer makes.
+            assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+            (path, f)
+        })
+        .collect();
+    let mut targets = vec![&a];
+    targets.extend(victims.iter());
+    let t = Instant::now();
+    w.set_targets(&targets);
+    let took = t.elapsed();
+    assert!(took < sync::FLOCK_TIMEOUT + Duration::from_millis(200), "{took:?}");
+    w.write(b"abc", &SampleMeta { publisher_id: 1, clock: 1, send_time_us: 0 }).expect("the own process is served");
+    w.set_targets(&[&a]);
+    drop(w);
+    for (path, f) in held {
+        drop(f);
+        std::fs::remove_file(&path).expect("rm");
+    }
 }
 
 /// A live process that locks `sync`'s inner pthread mutex and keeps it (its owner is alive, so nothing may release
