@@ -576,8 +576,9 @@ pub(crate) enum ObserveError {
 }
 
 impl Observer {
-    /// Joins the observer of `name` (starting it if needed) with `sink`.
-    fn attach(name: &str, pid: u32, sink: &Arc<Sink>) -> Result<ObserverRef, ObserveError> {
+    /// Joins the observer of `name` (starting it if needed) with `sink`, waiting for the creation `flock`s of its
+    /// sync files only until `flock_until`.
+    fn attach(name: &str, pid: u32, sink: &Arc<Sink>, flock_until: Instant) -> Result<ObserverRef, ObserveError> {
         let mut pool = crate::sync::lock(&OBSERVERS);
         if let Some(o) = pool.get(name) {
             let mut sinks = crate::sync::lock(&o.sinks);
@@ -589,9 +590,9 @@ impl Observer {
             return Err(ObserveError::TooMany);
         }
         // Open the memfile first: no event files are created for a memfile that is already gone.
-        let reader = MemfileReader::open(name)?;
-        let event = Arc::new(NamedSync::open_or_create(&format!("{name}_{pid}_evt"))?);
-        let ack = NamedSync::open_or_create(&format!("{name}_{pid}_ack_evt"))?;
+        let reader = MemfileReader::open_until(name, flock_until)?;
+        let event = Arc::new(NamedSync::open_or_create_until(&format!("{name}_{pid}_evt"), flock_until)?);
+        let ack = NamedSync::open_or_create_until(&format!("{name}_{pid}_ack_evt"), flock_until)?;
         let obs = Arc::new(Observer {
             name: name.to_string(),
             sinks: Mutex::new(Arc::from([Arc::clone(sink)])),
@@ -811,11 +812,13 @@ impl EcalShmReader {
             keep
         });
         await_stopped(stopping);
+        // One flock wait for every memfile this registration announces (up to MAX_MEMFILES, three files each).
+        let flock_until = Instant::now() + sync::FLOCK_TIMEOUT;
         for n in names {
             if self.observed.iter().any(|(o, _)| o == n) {
                 continue;
             }
-            match Observer::attach(n, self.pid, &self.sink) {
+            match Observer::attach(n, self.pid, &self.sink, flock_until) {
                 Ok(r) => self.observed.push((n.clone(), r)),
                 Err(e) => tracing::warn!("topic {}: cannot observe eCAL memfile {n}: {e}", self.sink.topic),
             }

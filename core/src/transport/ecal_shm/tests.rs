@@ -766,3 +766,42 @@ fn a_subscriber_detaching_from_an_observer_whose_event_mutex_is_held_returns_wit
     assert!(evt.recover_dead_owner(), "the holder's lock is released");
     drop(p.writer);
 }
+
+/// A publisher announces several memfiles whose `_mtx` files a local user keeps flocked: connecting to it (on the
+/// I/O thread) waits one [`sync::FLOCK_TIMEOUT`] in all, not that much per memfile (before: 4 × 250 ms here, up to
+/// 16 × 750 ms per registration update).
+#[test]
+fn held_creation_flocks_of_announced_memfiles_cost_a_connection_one_deadline() {
+    use std::os::fd::AsRawFd;
+    let names: Vec<String> =
+        (0..4).map(|i| format!("ecal_{:x}{}_{i}", rand::random::<u32>(), std::process::id())).collect();
+    let held: Vec<std::fs::File> = names
+        .iter()
+        .map(|n| {
+            raw_memfile(n, 256, (24, 64, 192), None);
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(format!("{SHM_DIR}/{n}_mtx"))
+                .expect("create _mtx");
+            // SAFETY: flock on a valid descriptor we own; a separate open file description from any the reader makes.
+            assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+            f
+        })
+        .collect();
+    let layer = Layer::new(LayerKind::Shm, true, true, LayerPar::Shm { memory_files: names.clone() });
+    let pubr = RemoteTopic::for_test(std::process::id(), 1, vec![layer], Direction::Publisher);
+    let inbox = Arc::new(TestInbox::default());
+    let t = Instant::now();
+    let r = EcalShmReaderFactory::new().connect_shm("t", inbox, &pubr, true);
+    let took = t.elapsed();
+    assert!(took < sync::FLOCK_TIMEOUT + Duration::from_millis(200), "{took:?}");
+    assert!(r.is_none_or(|r| r.observed().is_empty()), "no memfile whose lock file is held is observed");
+    drop(held);
+    for n in &names {
+        for f in [n.clone(), format!("{n}_mtx")] {
+            let _ = std::fs::remove_file(format!("{SHM_DIR}/{f}"));
+        }
+    }
+}
