@@ -436,9 +436,9 @@ impl Publisher {
     }
 
     /// Waits until at least `n` subscribers (in this process and in others) are matched, at most `timeout`; gives
-    /// how many are, or [`MatchTimeout`](crate::MatchTimeout) with how many were when the time was up. The
+    /// how many are, or [`MatchTimeout`](crate::pubsub::MatchTimeout) with how many were when the time was up. The
     /// counterpart of [`Subscriber::wait_for_publishers`](crate::Subscriber::wait_for_publishers).
-    pub fn wait_for_subscribers(&self, n: usize, timeout: Duration) -> Result<usize, crate::MatchTimeout> {
+    pub fn wait_for_subscribers(&self, n: usize, timeout: Duration) -> Result<usize, crate::pubsub::MatchTimeout> {
         let deadline = Instant::now() + timeout;
         let mut c = lock(&self.shared.conns);
         loop {
@@ -448,7 +448,7 @@ impl Publisher {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(crate::MatchTimeout { wanted: n, matched, timeout });
+                return Err(crate::pubsub::MatchTimeout { wanted: n, matched, timeout });
             }
             c = self.shared.cond.wait_timeout(c, deadline - now).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
         }

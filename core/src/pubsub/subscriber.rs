@@ -584,7 +584,11 @@ impl SubHandle {
         }
     }
 
-    pub(crate) fn wait_for_publishers(&self, n: usize, timeout: Duration) -> Result<usize, crate::MatchTimeout> {
+    pub(crate) fn wait_for_publishers(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<usize, crate::pubsub::MatchTimeout> {
         let deadline = Instant::now() + timeout;
         let mut g = lock(&self.shared.conn_lock);
         loop {
@@ -594,7 +598,7 @@ impl SubHandle {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(crate::MatchTimeout { wanted: n, matched, timeout });
+                return Err(crate::pubsub::MatchTimeout { wanted: n, matched, timeout });
             }
             g = self
                 .shared
@@ -635,7 +639,7 @@ macro_rules! subscriber_status {
         }
 
         /// Waits until at least `n` publishers (in this process and in others) are matched, at most `timeout`;
-        /// gives how many are, or [`MatchTimeout`](crate::MatchTimeout) with how many were when the time was up.
+        /// gives how many are, or [`MatchTimeout`](crate::pubsub::MatchTimeout) with how many were when the time was up.
         /// The counterpart of [`Publisher::wait_for_subscribers`](crate::Publisher::wait_for_subscribers).
         ///
         /// ```no_run
@@ -654,7 +658,7 @@ macro_rules! subscriber_status {
             &self,
             n: usize,
             timeout: std::time::Duration,
-        ) -> Result<usize, crate::MatchTimeout> {
+        ) -> Result<usize, crate::pubsub::MatchTimeout> {
             self.handle().wait_for_publishers(n, timeout)
         }
 

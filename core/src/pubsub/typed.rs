@@ -204,7 +204,7 @@ impl<M: Message> TypedPublisher<M> {
     }
 
     /// Waits until at least `n` subscribers are matched, at most `timeout`; see [`Publisher::wait_for_subscribers`].
-    pub fn wait_for_subscribers(&self, n: usize, timeout: Duration) -> Result<usize, crate::MatchTimeout> {
+    pub fn wait_for_subscribers(&self, n: usize, timeout: Duration) -> Result<usize, crate::pubsub::MatchTimeout> {
         self.publ.wait_for_subscribers(n, timeout)
     }
 }
