@@ -56,7 +56,7 @@ pub mod error {
     pub use crate::io::IoStartError;
     pub use crate::node::InitError;
     pub use crate::pubsub::typed::{TypedRecvError, TypedSendError};
-    pub use crate::pubsub::{CreateError, LoanError, RecvError, SendError};
+    pub use crate::pubsub::{CreateError, LoanError, MatchTimeout, RecvError, SendError};
     pub use crate::transport::shm_ring::{
         CommitError, DoorbellCreateError, DoorbellOpenError, RingCreateError, SlotError,
     };
@@ -64,7 +64,9 @@ pub mod error {
 }
 
 pub use config::{Config, QueuePolicy, ShmAccess, UdpSendMode, WaitStrategy};
-pub use error::{CreateError, InitError, LoanError, RecvError, SendError, TypedRecvError, TypedSendError};
+pub use error::{
+    CreateError, InitError, LoanError, MatchTimeout, RecvError, SendError, TypedRecvError, TypedSendError,
+};
 pub use node::{Node, ring_geometry};
 pub use pubsub::publisher::{Loan, Publisher, Unwritten, Written};
 pub use pubsub::subscriber::{CallbackSubscriber, Subscriber};
@@ -93,10 +95,11 @@ pub fn shm_lock_timeouts() -> u64 {
 }
 
 /// Times this process gave up the inner pthread mutex of an eCAL sync object (a memfile's `_mtx`, a subscriber
-/// process's event) on a publisher's send or target change because someone held it past the send's budget of 20 ms
-/// (a live holder keeps it for a few instructions; any local user who can open the file can keep it for ever). Each
-/// skipped a flag lock (the memfile is re-created), an unlock (left to the next send), an event (the message counts
-/// as a drop of the publisher) or an acknowledge.
+/// process's event) on a publisher's send or target change, or on a subscriber's detach from a memfile, because
+/// someone held it past the budget of 20 ms (a live holder keeps it for a few instructions; any local user who can
+/// open the file can keep it for ever). Each skipped a flag lock (the memfile is re-created), an unlock (left to the
+/// next send), an event (the message counts as a drop of the publisher), an acknowledge, or the wake-up of a
+/// stopping observer thread (left to end by itself).
 pub fn shm_inner_lock_skips() -> u64 {
     transport::ecal_shm::sync::inner_lock_skips()
 }

@@ -1,6 +1,7 @@
 //! Thin safe wrappers over the few OS calls the runtime needs: host name, CPU affinity, pid liveness, opening files
 //! that other processes announce (`open_peer_file`), owner locks on shared-memory files and the stale-file removal
-//! they decide (`OwnerLock`, `remove_if_unowned`), the modes of the shared-memory files this process creates, the
+//! they decide (`OwnerLock`, `remove_if_unowned`), range locks further into such a file (`hold_range`, `range_held`:
+//! a reliable ring reader's liveness), the modes of the shared-memory files this process creates, the
 //! SIGBUS guard for mappings of files that peers can truncate ([`shm_guard`]), copy-only access to bytes another
 //! process may be writing ([`shared_bytes`]), the batched UDP calls `sendmmsg`/`recvmmsg` with GSO and the
 //! receive-overflow counter ([`mmsg`]), and reading a socket into a buffer's spare capacity ([`recv_into_spare`]).
@@ -70,16 +71,69 @@ const OWNER_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_millis
 
 /// `fcntl` open-file-description lock of the whole file, `F_RDLCK` or `F_WRLCK`, without waiting.
 fn ofd_lock(file: &std::fs::File, kind: libc::c_int) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock is plain data; all-zero is valid (l_pid must be 0 for OFD locks).
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = kind as libc::c_short;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
     // l_start = 0, l_len = 0: the whole file, however it grows.
+    ofd_lock_range(file, kind, 0, 0)
+}
+
+/// `F_OFD_SETLK` of `kind` (`F_RDLCK`, `F_WRLCK` or `F_UNLCK`) on `len` bytes from `start` (0: to the end, however
+/// the file grows), without waiting.
+fn ofd_lock_range(file: &std::fs::File, kind: libc::c_int, start: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fl = flock_of(kind, start, len)?;
     loop {
         // SAFETY: F_OFD_SETLK reads the valid, initialised `fl` for a descriptor `file` keeps open.
         if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) } == 0 {
             return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// A `struct flock` for an OFD lock request of `kind` on `len` bytes from `start`.
+fn flock_of(kind: libc::c_int, start: u64, len: u64) -> io::Result<libc::flock> {
+    let range = |v: u64| {
+        libc::off_t::try_from(v).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "lock range exceeds off_t"))
+    };
+    // SAFETY: flock is plain data; all-zero is valid (l_pid must be 0 for OFD locks).
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = range(start)?;
+    fl.l_len = range(len)?;
+    Ok(fl)
+}
+
+/// The byte whose lock tells a file's owner: [`OwnerLock`] covers the whole file, [`owner_holds`] and
+/// [`remove_if_unowned`] ask about this byte only, so that the range locks others take further into the file (a
+/// reliable ring reader's on its reader-table entry, [`hold_range`]) never count as its owner.
+const OWNER_BYTE: (u64, u64) = (0, 1);
+
+/// Takes a shared lock (`F_OFD_SETLK`, `F_RDLCK`) on `len` bytes of `file` from `start`, without waiting; held
+/// until [`release_range`] or until the last descriptor of `file`'s open file description closes (the process's
+/// death included). What another process asks with [`range_held`]. `start` must lie after [`OWNER_BYTE`].
+pub(crate) fn hold_range(file: &std::fs::File, start: u64, len: u64) -> io::Result<()> {
+    debug_assert!(start >= OWNER_BYTE.0 + OWNER_BYTE.1 && len > 0);
+    ofd_lock_range(file, libc::F_RDLCK, start, len)
+}
+
+/// Releases what [`hold_range`] took on the same range through the same open file description.
+pub(crate) fn release_range(file: &std::fs::File, start: u64, len: u64) -> io::Result<()> {
+    ofd_lock_range(file, libc::F_UNLCK, start, len)
+}
+
+/// Whether an open file description other than `file`'s holds a lock on any byte of `len` bytes from `start` that
+/// conflicts with an exclusive one (`F_OFD_GETLK`), whatever pid namespace its process is in. Fails where the
+/// kernel has no OFD locks (before 3.15).
+pub(crate) fn range_held(file: &std::fs::File, start: u64, len: u64) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let mut fl = flock_of(libc::F_WRLCK, start, len)?;
+    loop {
+        // SAFETY: F_OFD_GETLK reads and rewrites the valid, initialised `fl`, for a descriptor `file` keeps open.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) } == 0 {
+            return Ok(fl.l_type != libc::F_UNLCK as libc::c_short);
         }
         let e = io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::EINTR) {
@@ -96,7 +150,7 @@ fn ofd_lock(file: &std::fs::File, kind: libc::c_int) -> io::Result<()> {
 #[derive(Debug)]
 pub(crate) struct OwnerLock {
     /// A descriptor of the locked open file description (the lock goes when the last one closes).
-    _file: std::fs::File,
+    file: std::fs::File,
 }
 
 impl OwnerLock {
@@ -128,35 +182,28 @@ impl OwnerLock {
         if file.metadata()?.nlink() == 0 {
             return Err(io::Error::new(io::ErrorKind::NotFound, "removed as stale before its owner locked it"));
         }
-        Ok(OwnerLock { _file: file })
+        Ok(OwnerLock { file })
+    }
+
+    /// The locked open file description: asking [`range_held`] through it ignores this lock (and any other this
+    /// open file description holds), and sees everybody else's.
+    pub(crate) fn file(&self) -> &std::fs::File {
+        &self.file
     }
 }
 
-/// Whether some process holds a lock on `file` that conflicts with an exclusive one (`F_OFD_GETLK`): the creator's
-/// [`OwnerLock`] while the creator lives, whatever pid namespace it is in. Locks of `file`'s own open file
-/// description do not count (so a creator asking about its own file gets `false`); a cleanup's brief exclusive lock
-/// does. Fails where the kernel has no OFD locks (before 3.15).
+/// Whether some process holds a lock on the owner's byte of `file` ([`OWNER_BYTE`]) that conflicts with an exclusive
+/// one (`F_OFD_GETLK`): the creator's [`OwnerLock`] while the creator lives, whatever pid namespace it is in. Locks
+/// of `file`'s own open file description do not count (so a creator asking about its own file gets `false`); a
+/// cleanup's brief exclusive lock does; a range lock further into the file ([`hold_range`]) does not. Fails where the
+/// kernel has no OFD locks (before 3.15).
 pub(crate) fn owner_holds(file: &std::fs::File) -> io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock is plain data; all-zero is valid (l_pid must be 0 for OFD locks).
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = libc::F_WRLCK as libc::c_short;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
-    loop {
-        // SAFETY: F_OFD_GETLK reads and rewrites the valid, initialised `fl`, for a descriptor `file` keeps open.
-        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) } == 0 {
-            return Ok(fl.l_type != libc::F_UNLCK as libc::c_short);
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
-        }
-    }
+    range_held(file, OWNER_BYTE.0, OWNER_BYTE.1)
 }
 
 /// Removes `path` if no process holds an [`OwnerLock`] on it: opens it (no symlink, no FIFO, regular files only),
-/// takes the exclusive lock without waiting, checks that the name still refers to the file locked, unlinks it.
-/// `Ok(false)`: kept (owned, or not ours to open).
+/// takes the exclusive lock of the owner's byte ([`OWNER_BYTE`]) without waiting, checks that the name still refers to
+/// the file locked, unlinks it. `Ok(false)`: kept (owned, or not ours to open).
 pub(crate) fn remove_if_unowned(path: &std::path::Path) -> io::Result<bool> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let file = match std::fs::OpenOptions::new()
@@ -176,7 +223,8 @@ pub(crate) fn remove_if_unowned(path: &std::path::Path) -> io::Result<bool> {
     if !meta.file_type().is_file() {
         return Ok(false);
     }
-    match ofd_lock(&file, libc::F_WRLCK) {
+    // The owner's byte only: a reliable reader's lock on its entry of a ring (`hold_range`) is not the owner's.
+    match ofd_lock_range(&file, libc::F_WRLCK, OWNER_BYTE.0, OWNER_BYTE.1) {
         Ok(()) => {}
         Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => return Ok(false),
         Err(e) => return Err(e),

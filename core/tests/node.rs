@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use shoal::monitor::TopicDirection;
-use shoal::{Node, RecvError, TypeInfo};
+use shoal::{MatchTimeout, Node, RecvError, TypeInfo};
 
 fn node() -> Node {
     Node::init_with_config("node_test", shoal::Config::default()).expect("init")
@@ -24,8 +24,8 @@ fn same_process_pull_delivers_payload_and_metadata() {
     let sub = node.subscriber(&t).create().expect("subscriber");
     let mut publ =
         node.publisher(&t).type_info(TypeInfo::new("demo.Text", "raw", b"desc".to_vec())).create().expect("publisher");
-    assert!(publ.wait_for_subscribers(1, T));
-    assert!(sub.wait_for_publishers(1, T));
+    assert_eq!(publ.wait_for_subscribers(1, T), Ok(1));
+    assert_eq!(sub.wait_for_publishers(1, T), Ok(1));
     for i in 1..=3u8 {
         publ.send(&[i; 10]).expect("send");
     }
@@ -196,4 +196,25 @@ fn drops_the_application_reports_reach_the_snapshot() {
         assert!(Instant::now() < deadline, "drops 3 (subscriber) and 2 (publisher) not in the snapshot: {snap:#?}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn waiting_for_peers_gives_how_many_matched_or_a_typed_timeout() {
+    let node = node();
+    let t = topic("wait_peers");
+    let sub = node.subscriber(&t).create().expect("subscriber");
+    let wait = Duration::from_millis(200);
+    let started = Instant::now();
+    assert_eq!(sub.wait_for_publishers(1, wait), Err(MatchTimeout { wanted: 1, matched: 0, timeout: wait }));
+    assert!(started.elapsed() >= wait, "waited the whole timeout: {:?}", started.elapsed());
+    let publ = node.publisher(&t).create().expect("publisher");
+    let other = node.subscriber(&t).create().expect("second subscriber");
+    assert_eq!(sub.wait_for_publishers(1, T), Ok(1));
+    assert_eq!(publ.wait_for_subscribers(2, T), Ok(2));
+    let e = publ.wait_for_subscribers(3, Duration::from_millis(50)).expect_err("only two subscribers");
+    assert_eq!((e.wanted, e.matched), (3, 2));
+    assert_eq!(e.to_string(), "2 of 3 matched within 50ms");
+    // Zero is matched at once.
+    assert_eq!(sub.wait_for_publishers(0, Duration::ZERO), Ok(1));
+    drop(other);
 }

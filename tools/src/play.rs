@@ -418,7 +418,8 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
     if wait_subs > 0 && !pubs.list.is_empty() {
         let deadline = Instant::now() + Duration::from_secs_f64(a.wait_timeout.max(0.0));
         for p in &pubs.list {
-            if !p.publisher.wait_for_subscribers(wait_subs, deadline.saturating_duration_since(Instant::now())) {
+            if p.publisher.wait_for_subscribers(wait_subs, deadline.saturating_duration_since(Instant::now())).is_err()
+            {
                 eprintln!(
                     "shoal play: {} has {} of {wait_subs} subscribers after {:.1} s; playing anyway",
                     p.topic,

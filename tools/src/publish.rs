@@ -100,7 +100,7 @@ pub(crate) fn run(a: &PubArgs) -> Result<()> {
         }
     };
     let mut publ = node.publisher(&a.topic).type_info(type_info).create()?;
-    if a.wait_subs > 0 && !publ.wait_for_subscribers(a.wait_subs, wait) {
+    if a.wait_subs > 0 && publ.wait_for_subscribers(a.wait_subs, wait).is_err() {
         eprintln!(
             "shoal topic pub: {} of {} subscribers matched within {wait:?}; publishing anyway",
             publ.subscriber_count(),

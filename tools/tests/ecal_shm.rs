@@ -196,7 +196,7 @@ fn shoal_publisher_to_ecal(
     let sub = ecal_peer("eCAL shm_sub.py", "shm_sub.py", &["--topic", &t, "--count", &count.to_string()]);
     let pid = sub.expect("ready", Duration::from_secs(20))["pid"].as_u64().expect("pid") as u32;
     let watch = MemfileWatch::start(pid);
-    assert!(publ.wait_for_subscribers(1, Duration::from_secs(20)), "the eCAL subscriber did not match");
+    publ.wait_for_subscribers(1, Duration::from_secs(20)).expect("the eCAL subscriber did not match");
     // The match started our shm layer (memfile + immediate registration, as eCAL does); the eCAL subscriber opens
     // the memfile when that registration reaches it, a few ms later.
     std::thread::sleep(Duration::from_millis(500));

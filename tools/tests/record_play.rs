@@ -104,8 +104,8 @@ fn a_recording_of_shoal_publishers_is_read_by_the_python_mcap_reader() {
     let mut rec = recorder("shoal record", &["-o", file.to_str().expect("path"), &t_proto, &t_raw]);
     rec.expect("subscribed", Duration::from_secs(20));
     rec.expect("subscribed", Duration::from_secs(20));
-    assert!(p_proto.wait_for_subscribers(1, Duration::from_secs(20)), "the recorder did not match");
-    assert!(p_raw.wait_for_subscribers(1, Duration::from_secs(20)), "the recorder did not match");
+    p_proto.wait_for_subscribers(1, Duration::from_secs(20)).expect("the recorder did not match");
+    p_raw.wait_for_subscribers(1, Duration::from_secs(20)).expect("the recorder did not match");
     for i in 1..=N {
         p_proto.send(&reading(&md, i)).expect("send");
         p_raw.send(&blob(i)).expect("send");

@@ -156,7 +156,7 @@ fn main() -> anyhow::Result<()> {
             let (ti, _) = message(&kind, 1, size)?;
             let mut publ = node.publisher(&topic).type_info(ti.clone()).create()?;
             out(json!({"event": "ready", "publisher_id": publ.id()}));
-            if !publ.wait_for_subscribers(1, Duration::from_secs(20)) {
+            if publ.wait_for_subscribers(1, Duration::from_secs(20)).is_err() {
                 bail!("no subscriber on {topic} within 20 s");
             }
             std::thread::sleep(Duration::from_millis(300));
@@ -166,7 +166,7 @@ fn main() -> anyhow::Result<()> {
             if wrong_type > 0 {
                 let mut other =
                     node.publisher(&topic).type_info(TypeInfo::new("other.Type", "proto", vec![])).create()?;
-                other.wait_for_subscribers(1, Duration::from_secs(5));
+                let _ = other.wait_for_subscribers(1, Duration::from_secs(5));
                 std::thread::sleep(Duration::from_millis(300));
                 for i in 0..wrong_type {
                     other.send(&message(&kind, 1000 + i, size)?.1)?;
@@ -303,7 +303,9 @@ fn bench_pair(node: &shoal::Node, ping: &str, pong: &str) -> anyhow::Result<(sho
     let publ = node.publisher(ping).type_info(TypeInfo::raw("bench.Ping")).create()?;
     let sub = node.subscriber(pong).create()?;
     out(json!({"event": "ready"}));
-    if !publ.wait_for_subscribers(1, Duration::from_secs(20)) || !sub.wait_for_publishers(1, Duration::from_secs(20)) {
+    if publ.wait_for_subscribers(1, Duration::from_secs(20)).is_err()
+        || sub.wait_for_publishers(1, Duration::from_secs(20)).is_err()
+    {
         bail!("the bridge's {ping} subscriber or {pong} publisher did not appear within 20 s");
     }
     std::thread::sleep(Duration::from_secs(2)); // DDS discovery of the echo peer

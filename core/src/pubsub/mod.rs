@@ -53,3 +53,17 @@ pub enum RecvError {
     #[error("no message within the timeout")]
     Timeout,
 }
+
+/// Error of [`Publisher::wait_for_subscribers`](crate::Publisher::wait_for_subscribers) and
+/// [`Subscriber::wait_for_publishers`](crate::Subscriber::wait_for_publishers): fewer peers than asked for matched
+/// before the timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{matched} of {wanted} matched within {timeout:?}")]
+pub struct MatchTimeout {
+    /// How many were asked for.
+    pub wanted: usize,
+    /// How many were matched when the time was up.
+    pub matched: usize,
+    /// The timeout given.
+    pub timeout: std::time::Duration,
+}

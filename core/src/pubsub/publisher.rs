@@ -435,17 +435,20 @@ impl Publisher {
         self.shared.layer_drops.load(Ordering::Relaxed)
     }
 
-    /// Waits until at least `n` subscribers are matched; false on timeout.
-    pub fn wait_for_subscribers(&self, n: usize, timeout: Duration) -> bool {
+    /// Waits until at least `n` subscribers (in this process and in others) are matched, at most `timeout`; gives
+    /// how many are, or [`MatchTimeout`](crate::pubsub::MatchTimeout) with how many were when the time was up. The
+    /// counterpart of [`Subscriber::wait_for_publishers`](crate::Subscriber::wait_for_publishers).
+    pub fn wait_for_subscribers(&self, n: usize, timeout: Duration) -> Result<usize, crate::pubsub::MatchTimeout> {
         let deadline = Instant::now() + timeout;
         let mut c = lock(&self.shared.conns);
         loop {
-            if c.intra.len() + c.remote.len() >= n {
-                return true;
+            let matched = c.intra.len() + c.remote.len();
+            if matched >= n {
+                return Ok(matched);
             }
             let now = Instant::now();
             if now >= deadline {
-                return false;
+                return Err(crate::pubsub::MatchTimeout { wanted: n, matched, timeout });
             }
             c = self.shared.cond.wait_timeout(c, deadline - now).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
         }

@@ -584,16 +584,21 @@ impl SubHandle {
         }
     }
 
-    pub(crate) fn wait_for_publishers(&self, n: usize, timeout: Duration) -> bool {
+    pub(crate) fn wait_for_publishers(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<usize, crate::pubsub::MatchTimeout> {
         let deadline = Instant::now() + timeout;
         let mut g = lock(&self.shared.conn_lock);
         loop {
-            if self.shared.publisher_count() >= n {
-                return true;
+            let matched = self.shared.publisher_count();
+            if matched >= n {
+                return Ok(matched);
             }
             let now = Instant::now();
             if now >= deadline {
-                return false;
+                return Err(crate::pubsub::MatchTimeout { wanted: n, matched, timeout });
             }
             g = self
                 .shared
@@ -633,8 +638,27 @@ macro_rules! subscriber_status {
             self.handle().shared.publisher_count()
         }
 
-        /// Waits until at least `n` publishers are matched; false on timeout.
-        pub fn wait_for_publishers(&self, n: usize, timeout: std::time::Duration) -> bool {
+        /// Waits until at least `n` publishers (in this process and in others) are matched, at most `timeout`;
+        /// gives how many are, or [`MatchTimeout`](crate::pubsub::MatchTimeout) with how many were when the time was up.
+        /// The counterpart of [`Publisher::wait_for_subscribers`](crate::Publisher::wait_for_subscribers).
+        ///
+        /// ```no_run
+        /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+        /// use std::time::Duration;
+        /// let node = shoal::Node::init("doc_wait_for_publishers")?;
+        /// let sub = node.subscriber("camera").create()?;
+        /// match sub.wait_for_publishers(1, Duration::from_secs(5)) {
+        ///     Ok(n) => println!("{n} publisher(s) matched"),
+        ///     Err(e) => println!("still waiting: {e}"), // "0 of 1 matched within 5s"
+        /// }
+        /// # Ok(())
+        /// # }
+        /// ```
+        pub fn wait_for_publishers(
+            &self,
+            n: usize,
+            timeout: std::time::Duration,
+        ) -> Result<usize, crate::pubsub::MatchTimeout> {
             self.handle().wait_for_publishers(n, timeout)
         }
 

@@ -203,8 +203,8 @@ impl<M: Message> TypedPublisher<M> {
         self.publ.subscriber_count()
     }
 
-    /// Waits until at least `n` subscribers are matched; false on timeout.
-    pub fn wait_for_subscribers(&self, n: usize, timeout: Duration) -> bool {
+    /// Waits until at least `n` subscribers are matched, at most `timeout`; see [`Publisher::wait_for_subscribers`].
+    pub fn wait_for_subscribers(&self, n: usize, timeout: Duration) -> Result<usize, crate::pubsub::MatchTimeout> {
         self.publ.wait_for_subscribers(n, timeout)
     }
 }

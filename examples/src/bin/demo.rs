@@ -21,7 +21,7 @@ fn mono_ns() -> u64 {
 fn publisher(topic: &str, seconds: u64, rate: f64, size: usize) -> Result<()> {
     let node = shoal::Node::init("demo_pub")?;
     let mut publ = node.publisher(topic).type_info(shoal::TypeInfo::raw("shoal.demo.Bytes")).create()?;
-    if !publ.wait_for_subscribers(2, Duration::from_secs(10)) {
+    if publ.wait_for_subscribers(2, Duration::from_secs(10)).is_err() {
         bail!("the subscribers did not show up within 10 s");
     }
     let start = Instant::now();

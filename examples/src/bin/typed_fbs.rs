@@ -59,7 +59,7 @@ fn main() -> anyhow::Result<()> {
             let (n, period) = (count(1, 5), count(2, 100));
             let topic = args.get(3).map_or(TOPIC, String::as_str);
             let mut publ = node.publisher(topic).typed::<Pose>().create()?;
-            if !publ.wait_for_subscribers(1, Duration::from_secs(20)) {
+            if publ.wait_for_subscribers(1, Duration::from_secs(20)).is_err() {
                 anyhow::bail!("no subscriber on `{topic}` within 20 s");
             }
             for seq in 1..=n {

@@ -7,7 +7,7 @@ fn main() -> anyhow::Result<()> {
     let node = shoal::Node::init("zero_copy")?;
     let sub = node.subscriber("images").create()?;
     let mut publ = node.publisher("images").type_info(shoal::TypeInfo::raw("demo.Image")).create()?;
-    publ.wait_for_subscribers(1, Duration::from_secs(5));
+    let _ = publ.wait_for_subscribers(1, Duration::from_secs(5));
     for frame in 0u32..5 {
         // 1 MiB written straight into the slot that subscribers will read.
         publ.loan(1 << 20)?

@@ -175,7 +175,7 @@ fn main() -> Result<()> {
             };
             let mut publ = builder.create()?;
             emit(&json!({"event": "ready", "pid": std::process::id(), "publisher_id": publ.id()}));
-            if wait_subs > 0 && !publ.wait_for_subscribers(wait_subs, Duration::from_millis(wait_ms)) {
+            if wait_subs > 0 && publ.wait_for_subscribers(wait_subs, Duration::from_millis(wait_ms)).is_err() {
                 // What this node's registration knows, so a failure says whether the subscribers were never
                 // heard of or heard of and not matched.
                 let snap = node.snapshot();

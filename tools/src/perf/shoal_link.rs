@@ -170,7 +170,7 @@ pub(crate) fn node(
 
 /// Waits until `tx` sees `n` subscribers.
 pub(crate) fn wait_subscribers(tx: &ShoalTx, n: usize) -> anyhow::Result<()> {
-    if !tx.0.wait_for_subscribers(n, MATCH_TIMEOUT) {
+    if tx.0.wait_for_subscribers(n, MATCH_TIMEOUT).is_err() {
         bail!(
             "{} of {n} subscriber(s) of {} matched within {MATCH_TIMEOUT:?}: check that shoal registration \
              (UDP port 14000 on loopback) works and that the peer processes started",
@@ -183,7 +183,7 @@ pub(crate) fn wait_subscribers(tx: &ShoalTx, n: usize) -> anyhow::Result<()> {
 
 /// Waits until `rx` sees a publisher.
 pub(crate) fn wait_publisher(rx: &ShoalRx) -> anyhow::Result<()> {
-    if !rx.0.wait_for_publishers(1, MATCH_TIMEOUT) {
+    if rx.0.wait_for_publishers(1, MATCH_TIMEOUT).is_err() {
         bail!(
             "no publisher of {} matched within {MATCH_TIMEOUT:?}: check that shoal registration \
              (UDP port 14000 on loopback) works",

@@ -308,7 +308,13 @@ unsafe impl Send for MemfileReader {}
 
 impl MemfileReader {
     /// Opens an existing memfile read-only and its `_mtx` (opened or created, eCAL's reader does the same).
+    #[cfg(test)]
     pub(crate) fn open(name: &str) -> Result<MemfileReader, MemfileOpenError> {
+        MemfileReader::open_until(name, std::time::Instant::now() + super::sync::FLOCK_TIMEOUT)
+    }
+
+    /// [`open`](Self::open), waiting for the `_mtx` file's creation `flock` only until `flock_until`.
+    pub(crate) fn open_until(name: &str, flock_until: std::time::Instant) -> Result<MemfileReader, MemfileOpenError> {
         let path = check_name(name)?;
         let io_err = |call: &'static str| {
             let path = path.clone();
@@ -325,7 +331,7 @@ impl MemfileReader {
             });
         }
         let map = PeerMap::new(MmapOptions::new().len(map_len).map_raw_read_only(&file).map_err(io_err("mmap"))?);
-        let lock = NamedSync::open_or_create(&format!("{name}_mtx"))?;
+        let lock = NamedSync::open_or_create_until(&format!("{name}_mtx"), flock_until)?;
         Ok(MemfileReader { file, map, map_len, lock, truncations: 0 })
     }
 

@@ -9,7 +9,8 @@
 //! - **Subscriber side** (`EcalShmReaderFactory`): one observer thread per memfile per process (at most 256; shared
 //!   by every subscriber of this process reading it) waits on `<memfile>_<our pid>_evt`, copies the message under the flag
 //!   lock, acknowledges when the header asks for it (`ack_timout_ms != 0`), and hands it to each subscriber, which
-//!   drops duplicates and out-of-order clocks per publisher. Readers remove nothing a live writer owns.
+//!   drops duplicates and out-of-order clocks per publisher. Readers remove nothing a live writer owns. A subscriber
+//!   that detaches waits for the observer threads it stops at most [`OBSERVER_STOP_WAIT`] in all (100 ms).
 //!
 //! Synchronisation is glibc's process-shared pthread objects in `/dev/shm` (`sync`); the byte layouts are in
 //! `memfile`. A send waits at most 200 ms for the memfile's flag lock (eCAL's readers hold it while they copy),
@@ -63,12 +64,20 @@ impl Default for ShmWriterOptions {
 
 /// Most memfile names accepted from one publisher registration (multi-buffer mode; a registration is untrusted).
 const MAX_MEMFILES: usize = 16;
-/// Memfiles one process observes at once (each with a thread of its own, as in eCAL).
+/// Memfiles one process observes at once (each with a thread of its own, as in eCAL); observer threads still
+/// stopping count too, so threads stay bounded whatever a local user holds.
 const MAX_OBSERVERS: usize = 256;
 /// Subscriber processes one memfile serves (each has two event files).
 const MAX_TARGET_PROCESSES: usize = 256;
-/// Longest wait for an observer thread to stop when its last subscriber detaches.
-const OBSERVER_STOP_WAIT: Duration = Duration::from_secs(3);
+/// Longest a subscriber detaching from eCAL memfiles (its drop, a node's shutdown, a publisher going away or
+/// changing its memfiles: on the I/O thread or the caller's) waits for the observer threads it stops, all of one
+/// connection together; plus [`sync::SEND_INNER_WAIT`] per observer to wake it. A thread still running then (a
+/// peer holds its event's or memfile's inner mutex: it sleeps re-acquiring it) is left to end by itself, and still
+/// counts against [`MAX_OBSERVERS`]. Far below the registration timeout (10 s by default).
+pub(crate) const OBSERVER_STOP_WAIT: Duration = Duration::from_millis(100);
+/// After this much of [`OBSERVER_STOP_WAIT`], a detaching subscriber releases an event mutex whose owner thread
+/// is gone (`NamedSync::recover_dead_owner`) and wakes the observer again.
+const OBSERVER_RECOVER_AFTER: Duration = Duration::from_millis(50);
 /// How long an observer sleeps on its event before it checks whether it must stop.
 const OBSERVER_WAIT: Duration = Duration::from_millis(500);
 /// How long a subscriber process whose event files stayed locked is not tried again on the same memfile.
@@ -122,15 +131,16 @@ impl Buffer {
     fn create(max_data_size: u64, pids: &BTreeSet<u32>) -> Result<Buffer, MemfileOpenError> {
         let mut b =
             Buffer { file: MemfileWriter::create(max_data_size)?, events: BTreeMap::new(), refused: BTreeMap::new() };
-        let budget = InnerBudget::start();
+        let (budget, flock_until) = (InnerBudget::start(), Instant::now() + sync::FLOCK_TIMEOUT);
         for &pid in pids {
-            b.connect(pid, budget);
+            b.connect(pid, budget, flock_until);
         }
         Ok(b)
     }
 
-    /// Opens (owns) `<memfile>_<pid>_evt` and `_ack_evt` if needed, and re-validates the acknowledge.
-    fn connect(&mut self, pid: u32, budget: InnerBudget) {
+    /// Opens (owns) `<memfile>_<pid>_evt` and `_ack_evt` if needed, and re-validates the acknowledge. Waits for
+    /// their creation `flock`s only until `flock_until` (shared by every process one target change connects).
+    fn connect(&mut self, pid: u32, budget: InnerBudget, flock_until: Instant) {
         if let Some(e) = self.events.get_mut(&pid) {
             e.active = true;
             e.ack_invalid = false;
@@ -160,8 +170,8 @@ impl Buffer {
         let base = format!("{}_{pid}", self.file.name());
         let open = || -> Result<TargetEvents, SyncOpenError> {
             Ok(TargetEvents {
-                snd: NamedSync::open_or_create(&format!("{base}_evt"))?,
-                ack: NamedSync::open_or_create(&format!("{base}_ack_evt"))?,
+                snd: NamedSync::open_or_create_until(&format!("{base}_evt"), flock_until)?,
+                ack: NamedSync::open_or_create_until(&format!("{base}_ack_evt"), flock_until)?,
                 active: true,
                 ack_invalid: false,
             })
@@ -353,10 +363,11 @@ impl LayerWriter for EcalShmWriter {
             self.targets = pids.clone();
             self.start();
         }
-        let budget = InnerBudget::start();
+        // One inner-mutex budget and one flock wait for the whole change, however many processes it connects.
+        let (budget, flock_until) = (InnerBudget::start(), Instant::now() + sync::FLOCK_TIMEOUT);
         for b in &mut self.buffers {
             for &pid in &pids {
-                b.connect(pid, budget);
+                b.connect(pid, budget, flock_until);
             }
             for &pid in self.targets.difference(&pids) {
                 b.disconnect(pid, budget);
@@ -544,6 +555,8 @@ impl std::fmt::Debug for Observer {
 
 /// Observers of this process, by memfile name (event names carry the process id, so there is one per process).
 static OBSERVERS: Mutex<BTreeMap<String, Arc<Observer>>> = Mutex::new(BTreeMap::new());
+/// Observer threads running, those left behind while stopping included.
+static OBSERVER_THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Errors starting to observe a memfile.
 #[derive(Debug, thiserror::Error)]
@@ -563,22 +576,23 @@ pub(crate) enum ObserveError {
 }
 
 impl Observer {
-    /// Joins the observer of `name` (starting it if needed) with `sink`.
-    fn attach(name: &str, pid: u32, sink: &Arc<Sink>) -> Result<ObserverRef, ObserveError> {
+    /// Joins the observer of `name` (starting it if needed) with `sink`, waiting for the creation `flock`s of its
+    /// sync files only until `flock_until`.
+    fn attach(name: &str, pid: u32, sink: &Arc<Sink>, flock_until: Instant) -> Result<ObserverRef, ObserveError> {
         let mut pool = crate::sync::lock(&OBSERVERS);
         if let Some(o) = pool.get(name) {
             let mut sinks = crate::sync::lock(&o.sinks);
             *sinks = sinks.iter().cloned().chain([Arc::clone(sink)]).collect();
-            return Ok(ObserverRef { obs: Arc::clone(o), sink: Arc::clone(sink) });
+            return Ok(ObserverRef { obs: Arc::clone(o), sink: Arc::clone(sink), detached: false });
         }
         // One thread per memfile (eCAL's design): bounded, since registration can announce any number of them.
-        if pool.len() >= MAX_OBSERVERS {
+        if pool.len() >= MAX_OBSERVERS || OBSERVER_THREADS.load(Ordering::Relaxed) >= MAX_OBSERVERS {
             return Err(ObserveError::TooMany);
         }
         // Open the memfile first: no event files are created for a memfile that is already gone.
-        let reader = MemfileReader::open(name)?;
-        let event = Arc::new(NamedSync::open_or_create(&format!("{name}_{pid}_evt"))?);
-        let ack = NamedSync::open_or_create(&format!("{name}_{pid}_ack_evt"))?;
+        let reader = MemfileReader::open_until(name, flock_until)?;
+        let event = Arc::new(NamedSync::open_or_create_until(&format!("{name}_{pid}_evt"), flock_until)?);
+        let ack = NamedSync::open_or_create_until(&format!("{name}_{pid}_ack_evt"), flock_until)?;
         let obs = Arc::new(Observer {
             name: name.to_string(),
             sinks: Mutex::new(Arc::from([Arc::clone(sink)])),
@@ -588,13 +602,20 @@ impl Observer {
             bad: AtomicU64::new(0),
         });
         let o2 = Arc::clone(&obs);
+        OBSERVER_THREADS.fetch_add(1, Ordering::Relaxed);
         let handle = std::thread::Builder::new()
             .name("shoal-ecalshm".into())
-            .spawn(move || o2.run(reader, &event, &ack))
-            .map_err(ObserveError::Thread)?;
+            .spawn(move || {
+                o2.run(reader, &event, &ack);
+                OBSERVER_THREADS.fetch_sub(1, Ordering::Relaxed);
+            })
+            .map_err(|e| {
+                OBSERVER_THREADS.fetch_sub(1, Ordering::Relaxed);
+                ObserveError::Thread(e)
+            })?;
         *crate::sync::lock(&obs.thread) = Some(handle);
         pool.insert(name.to_string(), Arc::clone(&obs));
-        Ok(ObserverRef { obs, sink: Arc::clone(sink) })
+        Ok(ObserverRef { obs, sink: Arc::clone(sink), detached: false })
     }
 
     fn run(&self, mut reader: MemfileReader, event: &NamedSync, ack: &NamedSync) {
@@ -674,6 +695,8 @@ impl Observer {
 struct ObserverRef {
     obs: Arc<Observer>,
     sink: Arc<Sink>,
+    /// [`ObserverRef::detach`] ran.
+    detached: bool,
 }
 
 impl std::fmt::Debug for ObserverRef {
@@ -682,8 +705,19 @@ impl std::fmt::Debug for ObserverRef {
     }
 }
 
-impl Drop for ObserverRef {
-    fn drop(&mut self) {
+/// An observer asked to stop, whose thread [`await_stopped`] waits for.
+struct Stopping {
+    obs: Arc<Observer>,
+    thread: JoinHandle<()>,
+}
+
+impl ObserverRef {
+    /// Takes this subscriber's sink off the observer; when it was the last, asks the thread to stop (waking it,
+    /// within [`sync::SEND_INNER_WAIT`]) and returns it for [`await_stopped`]. Runs once.
+    fn detach(&mut self) -> Option<Stopping> {
+        if std::mem::replace(&mut self.detached, true) {
+            return None;
+        }
         let last = {
             let mut pool = crate::sync::lock(&OBSERVERS);
             let mut sinks = crate::sync::lock(&self.obs.sinks);
@@ -694,25 +728,60 @@ impl Drop for ObserverRef {
             }
             last
         };
-        if last {
-            self.obs.stop.store(true, Ordering::Release);
-            self.obs.event.wake();
-            let Some(h) = crate::sync::lock(&self.obs.thread).take() else { return };
-            // The observer stops within a wait turn, unless a peer died holding its event's inner mutex (the
-            // observer then sleeps re-acquiring it inside pthread_cond_timedwait): release that, and never wait
-            // for the thread longer than OBSERVER_STOP_WAIT (this runs on the I/O thread).
-            let started = std::time::Instant::now();
-            while !h.is_finished() && started.elapsed() < OBSERVER_STOP_WAIT {
-                std::thread::sleep(Duration::from_millis(2));
-                if started.elapsed() > Duration::from_millis(50) && self.obs.event.recover_dead_owner() {
-                    self.obs.event.wake();
+        if !last {
+            return None;
+        }
+        self.obs.stop.store(true, Ordering::Release);
+        if !self.obs.event.wake_within(InnerBudget::start()) {
+            tracing::debug!("eCAL memfile observer {}: its event's inner mutex is held; not woken", self.obs.name);
+        }
+        let thread = crate::sync::lock(&self.obs.thread).take()?;
+        Some(Stopping { obs: Arc::clone(&self.obs), thread })
+    }
+}
+
+/// Waits for stopping observers, all together at most [`OBSERVER_STOP_WAIT`]. An observer stops within a wait
+/// turn once woken, unless a peer holds (or died holding) its event's inner mutex: the thread then sleeps
+/// re-acquiring it inside `pthread_cond_timedwait`. One whose holder died is released and woken again; one still
+/// running at the deadline is left behind (it ends by itself once it gets the mutex, delivering to nobody).
+fn await_stopped(stopping: Vec<Stopping>) {
+    if stopping.is_empty() {
+        return;
+    }
+    let started = Instant::now();
+    let deadline = started + OBSERVER_STOP_WAIT;
+    let mut recovered = false;
+    loop {
+        if stopping.iter().all(|s| s.thread.is_finished()) || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        if !recovered && started.elapsed() >= OBSERVER_RECOVER_AFTER {
+            recovered = true;
+            for s in stopping.iter().filter(|s| !s.thread.is_finished()) {
+                if s.obs.event.recover_dead_owner() {
+                    let _ = s.obs.event.wake_within(InnerBudget::start());
                 }
             }
-            if !h.is_finished() {
-                tracing::warn!("eCAL memfile observer {} did not stop; left behind", self.obs.name);
-            } else if h.join().is_err() {
-                tracing::warn!("eCAL memfile observer {} panicked", self.obs.name);
-            }
+        }
+    }
+    for s in stopping {
+        if !s.thread.is_finished() {
+            tracing::warn!(
+                "eCAL memfile observer {} did not stop within {OBSERVER_STOP_WAIT:?} (a peer holds its inner mutex); \
+                 left behind",
+                s.obs.name
+            );
+        } else if s.thread.join().is_err() {
+            tracing::warn!("eCAL memfile observer {} panicked", s.obs.name);
+        }
+    }
+}
+
+impl Drop for ObserverRef {
+    fn drop(&mut self) {
+        if let Some(s) = self.detach() {
+            await_stopped(vec![s]);
         }
     }
 }
@@ -725,14 +794,31 @@ pub(crate) struct EcalShmReader {
     observed: Vec<(String, ObserverRef)>,
 }
 
+impl Drop for EcalShmReader {
+    fn drop(&mut self) {
+        // Every observer asked to stop first, then waited for together.
+        await_stopped(self.observed.iter_mut().filter_map(|(_, r)| r.detach()).collect());
+    }
+}
+
 impl EcalShmReader {
     fn follow(&mut self, names: &[String]) {
-        self.observed.retain(|(n, _)| names.contains(n));
+        let mut stopping = Vec::new();
+        self.observed.retain_mut(|(n, r)| {
+            let keep = names.contains(n);
+            if !keep {
+                stopping.extend(r.detach());
+            }
+            keep
+        });
+        await_stopped(stopping);
+        // One flock wait for every memfile this registration announces (up to MAX_MEMFILES, three files each).
+        let flock_until = Instant::now() + sync::FLOCK_TIMEOUT;
         for n in names {
             if self.observed.iter().any(|(o, _)| o == n) {
                 continue;
             }
-            match Observer::attach(n, self.pid, &self.sink) {
+            match Observer::attach(n, self.pid, &self.sink, flock_until) {
                 Ok(r) => self.observed.push((n.clone(), r)),
                 Err(e) => tracing::warn!("topic {}: cannot observe eCAL memfile {n}: {e}", self.sink.topic),
             }

@@ -7,14 +7,17 @@
 //!
 //! Files are created under `flock` (eCAL 6.1's `open_or_create_mapped_region`): whoever finds the file empty sizes
 //! and initialises it while holding the exclusive lock, and is its creator. The lock is taken without blocking and
-//! retried for at most [`FLOCK_TIMEOUT`]: anyone who can open the file can hold it.
+//! retried for at most [`FLOCK_TIMEOUT`]: anyone who can open the file can hold it. An operation that opens several
+//! files (a publisher's target change: two event files per subscriber process) shares one such wait among them
+//! ([`NamedSync::open_or_create_until`]).
 //!
 //! The inner pthread mutex can be held by anyone who can open the file too (it is not robust, and eCAL's peers
 //! lock it with no timeout). A publisher's send, and the I/O thread changing a publisher's targets, wait for inner
 //! mutexes at most [`SEND_INNER_WAIT`] in all ([`InnerBudget`]); once that is spent they only try them. They never
 //! sleep in `pthread_cond_timedwait` either (it re-acquires the mutex without a timeout): they poll the flag.
-//! What they skip is counted ([`inner_lock_skips`], `shoal::shm_inner_lock_skips`). Observer threads wait longer
-//! ([`INNER_LOCK_TIMEOUT`]) and on the condition.
+//! What they skip is counted ([`inner_lock_skips`], `shoal::shm_inner_lock_skips`); so does a subscriber waking an
+//! observer to stop it ([`NamedSync::wake_within`]). Observer threads wait longer ([`INNER_LOCK_TIMEOUT`]) and on the
+//! condition.
 
 use std::fs::File;
 use std::io;
@@ -223,13 +226,13 @@ const POLL_MAX: Duration = Duration::from_millis(1);
 static INNER_SKIPS: AtomicU64 = AtomicU64::new(0);
 
 /// How many times this process gave up an eCAL sync object's inner mutex on a bounded path (a send, a target
-/// change) because someone held it past the [`InnerBudget`]: each skipped a flag lock, an unlock (done by the next
-/// send), an event or an acknowledge.
+/// change, a subscriber's detach) because someone held it past the [`InnerBudget`]: each skipped a flag lock, an
+/// unlock (done by the next send), an event, an acknowledge or a stopping observer's wake-up.
 pub(crate) fn inner_lock_skips() -> u64 {
     INNER_SKIPS.load(Ordering::Relaxed)
 }
 
-/// What one bounded operation (a send, a target change) may still wait for inner mutexes: until `until`
+/// What one bounded operation (a send, a target change, a detach) may still wait for inner mutexes: until `until`
 /// ([`SEND_INNER_WAIT`] after it began), then nothing.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct InnerBudget {
@@ -265,11 +268,18 @@ impl Drop for InnerGuard<'_> {
 }
 
 impl NamedSync {
-    /// Opens `/dev/shm/<name>`, creating and initialising it under `flock` when it is new or empty.
+    /// Opens `/dev/shm/<name>`, creating and initialising it under `flock` when it is new or empty (waiting at
+    /// most [`FLOCK_TIMEOUT`] for the `flock`).
     pub(crate) fn open_or_create(name: &str) -> Result<NamedSync, SyncOpenError> {
+        NamedSync::open_or_create_until(name, Instant::now() + FLOCK_TIMEOUT)
+    }
+
+    /// [`open_or_create`](Self::open_or_create) waiting for the `flock` only until `deadline` (one try once it has
+    /// passed): several files opened in one operation share one [`FLOCK_TIMEOUT`].
+    pub(crate) fn open_or_create_until(name: &str, deadline: Instant) -> Result<NamedSync, SyncOpenError> {
         let path = PathBuf::from(SHM_DIR).join(name);
         let (file, _) = open_or_create_shm(&path).map_err(io_err("open", &path))?;
-        let _flock = Flock::lock(&file, &path, FLOCK_TIMEOUT)?;
+        let _flock = Flock::lock(&file, &path, deadline.saturating_duration_since(Instant::now()))?;
         let size = file.metadata().map_err(io_err("fstat", &path))?.len();
         let needs_init = size == 0;
         if needs_init {
@@ -558,17 +568,19 @@ impl NamedSync {
     }
 
     /// Event wait (auto-reset): true when the event was set within `timeout` (and is now reset). Returns false
-    /// early when `stop` becomes true and [`NamedSync::wake`] is called.
+    /// early when `stop` becomes true and [`NamedSync::wake_within`] is called.
     pub(crate) fn wait(&self, timeout: Duration, stop: Option<&AtomicBool>) -> bool {
         self.wait_flag_then(1, 0, timeout, stop)
     }
 
-    /// Wakes every waiter without setting the flag (they re-check their stop flag and keep waiting otherwise).
-    pub(crate) fn wake(&self) {
-        if let Some(_g) = self.lock_inner() {
-            // SAFETY: the condition was initialised by the file's creator; broadcasting with the mutex held is allowed.
-            unsafe { libc::pthread_cond_broadcast(&raw mut (*self.obj()).cvar) };
-        }
+    /// Wakes every waiter without setting the flag (they re-check their stop flag and keep waiting otherwise),
+    /// waiting for the inner mutex within `budget` (a subscriber detaching from an observer): false (counted) when
+    /// the inner mutex stayed held, and nobody was woken.
+    pub(crate) fn wake_within(&self, budget: InnerBudget) -> bool {
+        let Some(_g) = self.lock_inner_within(budget) else { return false };
+        // SAFETY: the condition was initialised by the file's creator; broadcasting with the mutex held is allowed.
+        unsafe { libc::pthread_cond_broadcast(&raw mut (*self.obj()).cvar) };
+        true
     }
 
     /// Removes the file name (the mapping stays valid until dropped).

@@ -90,7 +90,7 @@ fn flag_lock_and_event_semantics() {
     });
     std::thread::sleep(Duration::from_millis(20));
     stop.store(true, Ordering::Release);
-    a.wake();
+    assert!(a.wake_within(InnerBudget::start()));
     let (got, took) = w.join().expect("join");
     assert!(!got);
     assert!(took < Duration::from_secs(2));
@@ -123,9 +123,10 @@ fn a_peer_that_died_holding_the_inner_mutex_blocks_nobody_for_good() {
     // SAFETY: waiting for our own child.
     unsafe { libc::waitpid(child, &mut status, 0) };
     assert_eq!(a.owner_tid(), child, "glibc's __owner field is where sync.rs reads it");
-    // Waking the waiter needs the mutex: after the timed lock fails, the dead owner's lock is released.
+    // Signalling the waiter needs the mutex: after the timed lock fails, the dead owner's lock is released (a
+    // stopping waiter consumes nothing: it returns false).
     stop.store(true, Ordering::Release);
-    a.wake();
+    a.set();
     let (got, took) = w.join().expect("join");
     assert!(!got);
     assert!(took < Duration::from_secs(10), "the waiter came back after {took:?}");
@@ -532,12 +533,16 @@ fn a_memfile_serves_a_bounded_number_of_processes_and_forgets_the_dead() {
     assert!(!shm_exists(&format!("{name}_{first}_evt")) && !shm_exists(&format!("{name}_{first}_ack_evt")));
     // A live process still gets in.
     let me = std::process::id();
-    b.connect(me, InnerBudget::start());
+    b.connect(me, InnerBudget::start(), Instant::now() + sync::FLOCK_TIMEOUT);
     assert!(b.events.contains_key(&me));
     // Departed live processes keep their events (eCAL's rule), but make room when the table is full.
     b.disconnect(me, InnerBudget::start());
     assert!(b.events.contains_key(&me));
-    b.connect(4_190_000 + MAX_TARGET_PROCESSES as u32 + 100, InnerBudget::start());
+    b.connect(
+        4_190_000 + MAX_TARGET_PROCESSES as u32 + 100,
+        InnerBudget::start(),
+        Instant::now() + sync::FLOCK_TIMEOUT,
+    );
     assert!(!b.events.contains_key(&me), "a departed process made room");
     drop(b);
     assert!(!shm_exists(&format!("{name}_{}_evt", first + 1)), "the writer removes the events it owns");
@@ -615,6 +620,44 @@ fn a_held_creation_flock_delays_the_writer_at_most_its_deadline() {
     drop(w);
     drop(held);
     std::fs::remove_file(&path).expect("rm");
+}
+
+/// Creation `flock`s held on the event files of several subscriber processes (a registration can claim any number
+/// of them) cost one target change [`sync::FLOCK_TIMEOUT`] in all, not that much per process (before: 4 × 250 ms
+/// here, up to 256 × 2 × 250 ms on the I/O thread under the publisher's lock).
+#[test]
+fn held_creation_flocks_of_many_processes_cost_a_target_change_one_deadline() {
+    use std::os::fd::AsRawFd;
+    let pid = std::process::id();
+    let mut w = EcalShmWriter::new("t", ShmWriterOptions::default());
+    let a = ecal_sub(pid);
+    w.set_targets(&[&a]);
+    let name = w.memfile_names().remove(0);
+    // pid 1 is alive (its files are left alone when it stops being a target); the others name no process.
+    let victims: Vec<RemoteTopic> = [1, 4_194_301, 4_194_302, 4_194_303].into_iter().map(ecal_sub).collect();
+    let held: Vec<(String, std::fs::File)> = victims
+        .iter()
+        .map(|v| {
+            let path = format!("{SHM_DIR}/{name}_{}_evt", v.key.pid);
+            let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path).expect("create");
+            // SAFETY: flock on a valid descriptor we own; a separate open file description from any the writer makes.
+            assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+            (path, f)
+        })
+        .collect();
+    let mut targets = vec![&a];
+    targets.extend(victims.iter());
+    let t = Instant::now();
+    w.set_targets(&targets);
+    let took = t.elapsed();
+    assert!(took < sync::FLOCK_TIMEOUT + Duration::from_millis(200), "{took:?}");
+    w.write(b"abc", &SampleMeta { publisher_id: 1, clock: 1, send_time_us: 0 }).expect("the own process is served");
+    w.set_targets(&[&a]);
+    drop(w);
+    for (path, f) in held {
+        drop(f);
+        std::fs::remove_file(&path).expect("rm");
+    }
 }
 
 /// A live process that locks `sync`'s inner pthread mutex and keeps it (its owner is alive, so nothing may release
@@ -696,4 +739,69 @@ fn a_held_inner_mutex_delays_a_send_at_most_its_budget() {
     drop(holder);
     drop(w);
     assert!(!shm_exists(&name) && !shm_exists(&format!("{name}_mtx")));
+}
+
+/// Someone who can open this process's event file of a memfile it observes locks the event's inner mutex and keeps
+/// it: the observer thread cannot be woken and, at the end of its wait turn, sleeps re-acquiring the mutex. The
+/// subscriber's detach (its drop, here) still returns within [`OBSERVER_STOP_WAIT`] and the wake-up's inner-mutex
+/// budget, leaving the thread behind (before: 2 s for the wake-up plus 3 s for the thread).
+#[test]
+fn a_subscriber_detaching_from_an_observer_whose_event_mutex_is_held_returns_within_the_stop_wait() {
+    let pid = std::process::id();
+    let mut p = pair(ShmWriterOptions::default());
+    p.send(1, 50);
+    check_delivered(&p.inbox.wait_for(1, Duration::from_secs(10)), &[50]);
+    let name = p.names().remove(0);
+    let evt = NamedSync::open_or_create(&format!("{name}_{pid}_evt")).expect("our event");
+    let holder = InnerHolder::hold(&evt);
+    // Let the observer's wait turn end (OBSERVER_WAIT): it then blocks re-acquiring the held mutex.
+    std::thread::sleep(super::OBSERVER_WAIT + Duration::from_millis(100));
+    let t = Instant::now();
+    drop(p.reader);
+    let took = t.elapsed();
+    let limit = super::OBSERVER_STOP_WAIT + 2 * sync::SEND_INNER_WAIT + Duration::from_millis(150);
+    assert!(took < limit, "the detach took {took:?} (limit {limit:?})");
+    // The holder dies; its mutex is released as that of a dead owner, and the thread left behind ends.
+    drop(holder);
+    assert!(evt.recover_dead_owner(), "the holder's lock is released");
+    drop(p.writer);
+}
+
+/// A publisher announces several memfiles whose `_mtx` files a local user keeps flocked: connecting to it (on the
+/// I/O thread) waits one [`sync::FLOCK_TIMEOUT`] in all, not that much per memfile (before: 4 × 250 ms here, up to
+/// 16 × 750 ms per registration update).
+#[test]
+fn held_creation_flocks_of_announced_memfiles_cost_a_connection_one_deadline() {
+    use std::os::fd::AsRawFd;
+    let names: Vec<String> =
+        (0..4).map(|i| format!("ecal_{:x}{}_{i}", rand::random::<u32>(), std::process::id())).collect();
+    let held: Vec<std::fs::File> = names
+        .iter()
+        .map(|n| {
+            raw_memfile(n, 256, (24, 64, 192), None);
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(format!("{SHM_DIR}/{n}_mtx"))
+                .expect("create _mtx");
+            // SAFETY: flock on a valid descriptor we own; a separate open file description from any the reader makes.
+            assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+            f
+        })
+        .collect();
+    let layer = Layer::new(LayerKind::Shm, true, true, LayerPar::Shm { memory_files: names.clone() });
+    let pubr = RemoteTopic::for_test(std::process::id(), 1, vec![layer], Direction::Publisher);
+    let inbox = Arc::new(TestInbox::default());
+    let t = Instant::now();
+    let r = EcalShmReaderFactory::new().connect_shm("t", inbox, &pubr, true);
+    let took = t.elapsed();
+    assert!(took < sync::FLOCK_TIMEOUT + Duration::from_millis(200), "{took:?}");
+    assert!(r.is_none_or(|r| r.observed().is_empty()), "no memfile whose lock file is held is observed");
+    drop(held);
+    for n in &names {
+        for f in [n.clone(), format!("{n}_mtx")] {
+            let _ = std::fs::remove_file(format!("{SHM_DIR}/{f}"));
+        }
+    }
 }

@@ -4,23 +4,57 @@
 //! A reliable reader holds one entry of the segment's reader table ([`ReaderSlot`]): its pid, a token, and its
 //! cursor (every sample before it is consumed), stored after each read. The writer keeps the bound up to which it
 //! may write without looking (`free_until`: the smallest cursor it saw plus the slot count) and scans the table
-//! only when it reaches that bound, so the table costs a comparison per write. Nothing is locked: a reader that
-//! dies leaves an entry whose pid is gone, which the writer takes out of flow control at once; a reader that
-//! stalls past the timeout is taken out (evicted) and never holds the writer again; a writer that dies blocks
-//! nobody (readers never wait for the writer here). Both are counted ([`FlowStats`]).
+//! only when it reaches that bound, so the table costs a comparison per write. Nothing is locked that anyone waits
+//! for: a reader that dies leaves an entry nobody holds, which the writer takes out of flow control at once; a
+//! reader that stalls past the timeout is taken out (evicted) and never holds the writer again; a writer that dies
+//! blocks nobody (readers never wait for the writer here). Both are counted ([`FlowStats`]).
 //!
-//! A reader's liveness here is the pid in its entry (`kill(pid, 0)`), unlike the files' liveness elsewhere (their
-//! owner's lock, `sys::OwnerLock`): the entry is a few atomics in the writer's segment, with no lock of its own.
-//! So a live reader in another pid namespace sharing `/dev/shm`, whose pid means no process here, is taken out of
-//! flow control as gone the first time the writer has to wait for it, and a dead one whose pid another process
-//! has here holds the writer until the timeout.
+//! A reader's liveness is a lock it holds, as a file's is its owner's (`sys::OwnerLock`): while its entry is in
+//! flow control the reader holds a shared open-file-description lock on the entry's own bytes of the segment file
+//! (`sys::hold_range`), which the kernel releases when the reader's process dies, SIGKILL included. The writer asks
+//! with `F_OFD_GETLK` (`sys::range_held`) whether anybody holds it, so a live reader in another pid namespace
+//! sharing `/dev/shm` is waited for, and a dead one whose pid another process has here is not. When the ring grows
+//! the writer carries the entries over to the new generation (same index) before their readers follow; a reader
+//! takes the lock on its entry of the new file before it lets go of the old one, and the writer, which keeps every
+//! generation's file open, asks them from the oldest to the newest, so a live reader is always found on the way.
+//! The pid in an entry is only for messages, and for kernels without OFD locks (before 3.15), where it decides.
 
+use std::fs::File;
+use std::mem::{offset_of, size_of};
 use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
 use super::doorbell::{futex_wait_shared, futex_wake_shared};
 use super::layout::{ReaderSlot, SegmentHeader};
 use super::segment::{own_pid, pid_alive};
+
+/// Byte range of entry `index` in a segment file: the entry's own bytes (after the owner's byte, see
+/// `sys::OWNER_BYTE`: the entries start on the header's ninth cache line).
+fn entry_range(index: usize) -> (u64, u64) {
+    let at = offset_of!(SegmentHeader, readers) + index * size_of::<ReaderSlot>();
+    (at as u64, size_of::<ReaderSlot>() as u64)
+}
+
+/// Whether some process (other than through `file`'s own open file description) holds the lock of entry `index`
+/// of the segment `file` is; `Err` where the kernel has no OFD locks.
+fn entry_held(file: &File, index: usize) -> std::io::Result<bool> {
+    let (start, len) = entry_range(index);
+    crate::sys::range_held(file, start, len)
+}
+
+/// Whether the reader of entry `index` (pid `pid`) lives: it holds the entry's lock in one of `files`, the writer's
+/// segment files from the oldest generation to the current one (a reader that has not followed the growth yet holds
+/// it in an older one). Only where OFD locks are missing is the pid asked.
+pub(super) fn reader_alive<'f>(files: impl Iterator<Item = &'f File>, index: usize, pid: u32) -> bool {
+    for file in files {
+        match entry_held(file, index) {
+            Ok(true) => return true,
+            Ok(false) => {}
+            Err(_) => return pid_alive(pid),
+        }
+    }
+    false
+}
 
 /// Entry states.
 pub(super) const FREE: u32 = 0;
@@ -95,10 +129,18 @@ impl WriterFlow {
     }
 
     /// Waits until writing sample `seq` overwrites nothing a reader in flow control has not consumed, taking dead
-    /// readers out at once and stalled ones after the timeout.
+    /// readers out at once and stalled ones after the timeout. `alive(index, pid)` says whether the reader of an
+    /// entry lives ([`reader_alive`] over the writer's files).
     #[cold]
     #[inline(never)]
-    pub(super) fn wait(&mut self, h: &SegmentHeader, seq: u64, slot_count: u32, publisher_id: u64) {
+    pub(super) fn wait(
+        &mut self,
+        h: &SegmentHeader,
+        seq: u64,
+        slot_count: u32,
+        publisher_id: u64,
+        alive: &dyn Fn(usize, u32) -> bool,
+    ) {
         let n = u64::from(slot_count);
         let mut started: Option<Instant> = None;
         loop {
@@ -123,13 +165,13 @@ impl WriterFlow {
                 continue;
             }
             let timed_out = waited >= self.timeout;
-            for r in &h.readers {
+            for (index, r) in h.readers.iter().enumerate() {
                 if r.state.load(Ordering::Acquire) != ACTIVE || r.cursor.load(Ordering::Acquire).saturating_add(n) > seq
                 {
                     continue;
                 }
                 let pid = r.pid.load(Ordering::Relaxed);
-                if !pid_alive(pid) {
+                if !alive(index, pid) {
                     if evict(r, FREE) {
                         self.stats.evicted_dead += 1;
                         tracing::warn!(
@@ -194,13 +236,22 @@ pub(super) struct ReaderFlow {
 }
 
 impl ReaderFlow {
-    /// Takes a free entry (or one of a dead process that was evicted) for a reader at `cursor`; `None` when the
-    /// table is full.
-    pub(super) fn claim(h: &SegmentHeader, cursor: u64, token: u64) -> Option<ReaderFlow> {
+    /// Takes a free entry (or an evicted one whose reader is gone) for a reader at `cursor`, and the lock on it in
+    /// the reader's `file` of the segment before the entry enters flow control; `None` when the table is full or
+    /// the lock cannot be taken.
+    pub(super) fn claim(h: &SegmentHeader, file: &File, cursor: u64, token: u64) -> Option<ReaderFlow> {
         for (index, r) in h.readers.iter().enumerate() {
             let s = r.state.load(Ordering::Acquire);
-            let takeable = s == FREE || (s == EVICTED && !pid_alive(r.pid.load(Ordering::Relaxed)));
+            // An evicted reader that still lives holds its lock until it notices the eviction.
+            let takeable = s == FREE
+                || (s == EVICTED && !reader_alive(std::iter::once(file), index, r.pid.load(Ordering::Relaxed)));
             if takeable && r.state.compare_exchange(s, CLAIMING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                let (start, len) = entry_range(index);
+                if let Err(e) = crate::sys::hold_range(file, start, len) {
+                    r.state.store(FREE, Ordering::Release);
+                    tracing::warn!("shm_ring: cannot lock reliable reader entry {index}: {e}; reading best effort");
+                    return None;
+                }
                 r.pid.store(own_pid(), Ordering::Relaxed);
                 r.token.store(token, Ordering::Relaxed);
                 r.cursor.store(cursor, Ordering::Relaxed);
@@ -211,29 +262,46 @@ impl ReaderFlow {
         None
     }
 
-    /// The entry in a new generation: the one the writer carried over, else a new claim. `None`: table full.
-    pub(super) fn follow(self, h: &SegmentHeader, cursor: u64) -> Option<ReaderFlow> {
+    /// The entry in a new generation (header `h`, the reader's `file` of it): the one the writer carried over,
+    /// locked in `file` (the caller releases the old generation's entry only afterwards), else a new claim.
+    /// `None`: table full, or the lock cannot be taken.
+    pub(super) fn follow(&self, h: &SegmentHeader, file: &File, cursor: u64) -> Option<ReaderFlow> {
         let r = &h.readers[self.index];
         if r.state.load(Ordering::Acquire) == ACTIVE
             && r.token.load(Ordering::Relaxed) == self.token
             && r.pid.load(Ordering::Relaxed) == own_pid()
         {
-            r.cursor.store(cursor, Ordering::Release);
-            return Some(self);
+            let (start, len) = entry_range(self.index);
+            match crate::sys::hold_range(file, start, len) {
+                Ok(()) => {
+                    r.cursor.store(cursor, Ordering::Release);
+                    return Some(ReaderFlow { index: self.index, token: self.token, evicted: false });
+                }
+                Err(e) => {
+                    let _ = r.state.compare_exchange(ACTIVE, FREE, Ordering::AcqRel, Ordering::Relaxed);
+                    tracing::warn!(
+                        "shm_ring: cannot lock reliable reader entry {} of a new generation: {e}; reading best effort",
+                        self.index
+                    );
+                    return None;
+                }
+            }
         }
-        ReaderFlow::claim(h, cursor, self.token)
+        ReaderFlow::claim(h, file, cursor, self.token)
     }
 
     fn mine<'h>(&self, h: &'h SegmentHeader) -> &'h ReaderSlot {
         &h.readers[self.index]
     }
 
-    /// After consuming everything before `cursor`: publishes it and wakes a waiting writer. Notices eviction.
+    /// After consuming everything before `cursor`: publishes it and wakes a waiting writer. Notices eviction (and
+    /// then lets go of the entry's lock in `file`, so that another reader may take the entry).
     #[inline]
-    pub(super) fn consumed(&mut self, h: &SegmentHeader, cursor: u64) {
+    pub(super) fn consumed(&mut self, h: &SegmentHeader, file: &File, cursor: u64) {
         let r = self.mine(h);
         if r.state.load(Ordering::Relaxed) != ACTIVE || r.token.load(Ordering::Relaxed) != self.token {
             self.evicted = true;
+            self.unlock(file);
             return;
         }
         r.cursor.store(cursor, Ordering::Release);
@@ -246,8 +314,17 @@ impl ReaderFlow {
         }
     }
 
-    /// Leaves flow control (the reader is dropped).
-    pub(super) fn release(&self, h: &SegmentHeader) {
+    #[cold]
+    fn unlock(&self, file: &File) {
+        let (start, len) = entry_range(self.index);
+        if let Err(e) = crate::sys::release_range(file, start, len) {
+            tracing::debug!("shm_ring: cannot unlock reliable reader entry {}: {e}", self.index);
+        }
+    }
+
+    /// Leaves flow control (the reader is dropped, or moved to another generation): frees the entry, then lets go
+    /// of its lock in `file` (the reader's file of the segment of `h`).
+    pub(super) fn release(&self, h: &SegmentHeader, file: &File) {
         let r = self.mine(h);
         if r.token.load(Ordering::Relaxed) == self.token && r.pid.load(Ordering::Relaxed) == own_pid() {
             let s = r.state.load(Ordering::Acquire);
@@ -255,5 +332,6 @@ impl ReaderFlow {
                 let _ = r.state.compare_exchange(s, FREE, Ordering::AcqRel, Ordering::Relaxed);
             }
         }
+        self.unlock(file);
     }
 }

@@ -11,8 +11,9 @@ pub(super) const CACHE_LINE: usize = 64;
 
 /// `b"SHOALRNG"` read as a little-endian u64.
 pub(super) const RING_MAGIC: u64 = u64::from_le_bytes(*b"SHOALRNG");
-/// Layout version of ring segments.
-pub(super) const RING_VERSION: u32 = 3;
+/// Layout version of ring segments (4: a reliable reader holds a lock on its reader-table entry's bytes, which is
+/// its liveness, see `flow.rs`; a reader of version 3 would hold none and be taken out of flow control as gone).
+pub(super) const RING_VERSION: u32 = 4;
 /// `b"SHOALDBL"` read as a little-endian u64.
 pub(super) const DOORBELL_MAGIC: u64 = u64::from_le_bytes(*b"SHOALDBL");
 /// Layout version of doorbells.
@@ -98,13 +99,14 @@ pub(super) struct FlowHeader {
     pub(super) progress: AtomicU32,
 }
 
-/// One reliable reader (see `flow.rs` for the states).
+/// One reliable reader (see `flow.rs` for the states). While in flow control its reader holds a shared OFD lock on
+/// this entry's bytes of the segment file (`flow.rs`).
 #[repr(C, align(64))]
 #[derive(Debug, Default)]
 pub(super) struct ReaderSlot {
     /// Free, claiming, active (in flow control) or evicted.
     pub(super) state: AtomicU32,
-    /// Process id of the reader.
+    /// Process id of the reader, in its own pid namespace (for messages; liveness is the entry's lock).
     pub(super) pid: AtomicU32,
     /// Chosen by the reader; identifies its entry across generations.
     pub(super) token: AtomicU64,

@@ -188,7 +188,8 @@ struct Mapped {
     /// Read-only, or read-write for a reliable reader (which writes only its entry of the reader table). Raw and
     /// guarded against truncation by the writer (or anyone who can write the file), see `sys::shm_guard`.
     map: PeerMap,
-    /// Kept open to ask whether the writer still holds its owner lock ([`RingReader::writer_alive`]).
+    /// Kept open to ask whether the writer still holds its owner lock ([`RingReader::writer_alive`]); a reliable
+    /// reader holds the lock on its reader-table entry through it (`flow.rs`).
     file: std::fs::File,
     path: PathBuf,
     name: RingName,
@@ -354,16 +355,25 @@ pub struct RingReader {
     truncated: bool,
 }
 
-/// A token no other reliable reader of this host uses (pid and a counter).
+/// A token no other reliable reader of this host uses: a random number drawn once per process (pids alone repeat
+/// across pid namespaces sharing `/dev/shm`) and a counter.
 fn flow_token() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
-    (u64::from(segment::own_pid()) << 32) | u64::from(NEXT.fetch_add(1, Ordering::Relaxed))
+    // RandomState's keys come from the OS's random source.
+    let process = *PROCESS.get_or_init(|| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(segment::own_pid());
+        h.finish() << 32
+    });
+    process | u64::from(NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 impl Drop for RingReader {
     fn drop(&mut self) {
         if let Some(f) = &self.flow {
-            f.release(self.seg.header());
+            f.release(self.seg.header(), &self.seg.file);
         }
     }
 }
@@ -418,7 +428,7 @@ impl RingReader {
         if h.flow.0.timeout_ms.load(Ordering::Acquire) == 0 {
             return;
         }
-        self.flow = ReaderFlow::claim(h, self.cursor, token);
+        self.flow = ReaderFlow::claim(h, &self.seg.file, self.cursor, token);
         if self.flow.is_none() {
             tracing::warn!(
                 "shm_ring: {}: the table of reliable readers is full; reading best effort",
@@ -656,7 +666,7 @@ impl RingReader {
         if let Some(flow) = &mut self.flow
             && !self.evicted
         {
-            flow.consumed(self.seg.header(), self.cursor);
+            flow.consumed(self.seg.header(), &self.seg.file, self.cursor);
             self.evicted = flow.evicted;
         }
         ReadOutcome::Sample(result)
@@ -694,10 +704,11 @@ impl RingReader {
                     self.cursor = seg.header().write_seq.0.load(Ordering::Acquire);
                 }
                 if let Some(old) = self.flow.take() {
-                    old.release(self.seg.header());
+                    // The new entry's lock first, then the old one's: the writer always finds one of them held.
                     if !self.evicted {
-                        self.flow = old.follow(seg.header(), self.cursor);
+                        self.flow = old.follow(seg.header(), &seg.file, self.cursor);
                     }
+                    old.release(self.seg.header(), &self.seg.file);
                 }
                 self.seg = seg;
                 true

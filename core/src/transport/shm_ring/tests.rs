@@ -515,7 +515,9 @@ fn bad_headers_rejected() {
     patch(32, &128u64.to_le_bytes());
     patch(8, &2u32.to_le_bytes()); // version 2: no table of reliable readers
     assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadVersion { version: 2, .. })));
-    patch(8, &3u32.to_le_bytes());
+    patch(8, &3u32.to_le_bytes()); // version 3: reliable readers without entry locks
+    assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadVersion { version: 3, .. })));
+    patch(8, &4u32.to_le_bytes());
     assert!(RingReader::open(w.segment_name()).is_ok());
 
     // A corrupt slot length is never accepted.
@@ -614,9 +616,22 @@ fn owner_lock_helper() {
 /// Starts [`owner_lock_helper`] on `path` (in a new pid namespace with `unshare --pid --fork` when `new_ns`) and
 /// waits until it holds the lock; returns it and the pid it has in its own namespace.
 fn spawn_owner(path: &Path, new_ns: bool) -> (std::process::Child, u32) {
+    let (child, _, pid) = spawn_helper("owner_lock_helper", path, new_ns, "held by pid ");
+    (child, pid)
+}
+
+/// Starts the ignored test `helper` of this module as a process of its own (in a new pid namespace with `unshare
+/// --pid --fork --kill-child` when `new_ns`), with `SHOAL_TEST_HOLD` set to `path`, and waits for its line
+/// `<ready><pid>`; returns it, the rest of its output and the pid it has in its own namespace.
+fn spawn_helper(
+    helper: &str,
+    path: &Path,
+    new_ns: bool,
+    ready: &str,
+) -> (std::process::Child, BufReader<std::process::ChildStdout>, u32) {
     let exe = std::env::current_exe().unwrap();
-    let args =
-        [exe.to_str().unwrap(), "--exact", "transport::shm_ring::tests::owner_lock_helper", "--ignored", "--nocapture"];
+    let test = format!("transport::shm_ring::tests::{helper}");
+    let args = [exe.to_str().unwrap(), "--exact", &test, "--ignored", "--nocapture"];
     let mut cmd = if new_ns {
         let mut c = Command::new("unshare");
         c.args(["--pid", "--fork", "--kill-child"]).args(args);
@@ -627,7 +642,7 @@ fn spawn_owner(path: &Path, new_ns: bool) -> (std::process::Child, u32) {
         c
     };
     let mut child =
-        cmd.env("SHOAL_TEST_HOLD", path).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn the owner");
+        cmd.env("SHOAL_TEST_HOLD", path).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn a helper");
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     let pid = loop {
@@ -635,16 +650,17 @@ fn spawn_owner(path: &Path, new_ns: bool) -> (std::process::Child, u32) {
         if out.read_line(&mut line).unwrap_or(0) == 0 {
             break None;
         }
-        if let Some(pid) = line.trim().strip_prefix("held by pid ") {
+        // libtest may print "test <name> ... " on the same line first.
+        if let Some((_, pid)) = line.trim().split_once(ready) {
             break pid.parse().ok();
         }
     };
     match pid {
-        Some(pid) => (child, pid),
+        Some(pid) => (child, out, pid),
         None => {
             let _ = child.kill();
             let status = child.wait();
-            panic!("the owner ended before holding the lock: {status:?}");
+            panic!("{helper} ended before it was ready: {status:?}");
         }
     }
 }
@@ -1103,28 +1119,175 @@ fn a_stalled_reliable_reader_blocks_the_writer_once_for_the_timeout_then_never_a
     assert!(r.drops() > 0);
 }
 
+/// A reliable reader process of [`spawn_reliable_reader`] (runs only when spawned, with `SHOAL_TEST_HOLD` set to a
+/// reliable writer's segment): joins its flow control, then for each line `consume` on its stdin waits 200 ms,
+/// reads everything there is and says how much; ends when its stdin closes (or it is killed).
+#[test]
+#[ignore = "helper process for the reliable-reader liveness tests"]
+fn reliable_reader_helper() {
+    let Ok(path) = std::env::var("SHOAL_TEST_HOLD") else { return };
+    let mut r = RingReader::open_reliable(&path).expect("open reliable");
+    assert!(r.in_flow_control());
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "joined by pid {}", std::process::id()).unwrap();
+    out.flush().unwrap();
+    let mut line = String::new();
+    while std::io::stdin().read_line(&mut line).unwrap_or(0) > 0 {
+        if line.trim() == "consume" {
+            std::thread::sleep(Duration::from_millis(200));
+            let mut n = 0u64;
+            while let ReadOutcome::Sample(()) = r.try_read_with(|_| ()) {
+                n += 1;
+            }
+            writeln!(out, "consumed {n} evicted {}", r.evicted()).unwrap();
+            out.flush().unwrap();
+        }
+        line.clear();
+    }
+}
+
+/// Starts [`reliable_reader_helper`] on `w`'s segment and waits until it is in flow control.
+fn spawn_reliable_reader(
+    w: &RingWriter,
+    new_ns: bool,
+) -> (std::process::Child, BufReader<std::process::ChildStdout>, u32) {
+    spawn_helper("reliable_reader_helper", Path::new(w.segment_name()), new_ns, "joined by pid ")
+}
+
+/// Asks a [`reliable_reader_helper`] to consume (after 200 ms); [`await_consumed`] reads its answer.
+fn ask_to_consume(child: &mut std::process::Child) {
+    let stdin = child.stdin.as_mut().unwrap();
+    stdin.write_all(b"consume\n").unwrap();
+    stdin.flush().unwrap();
+}
+
+fn await_consumed(out: &mut BufReader<std::process::ChildStdout>) -> String {
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    line.trim().to_owned()
+}
+
+/// Stores `pid` in entry `index` of the reader table of the segment at `path`, as a reader in another pid
+/// namespace has it there (its pid means another process here, or none).
+fn set_entry_pid(path: &str, index: usize, pid: u32) {
+    use std::os::unix::fs::FileExt;
+    let at = offset_of!(SegmentHeader, readers) + index * size_of::<super::layout::ReaderSlot>() + 4;
+    assert_eq!(offset_of!(super::layout::ReaderSlot, pid), 4);
+    std::fs::OpenOptions::new().write(true).open(path).unwrap().write_all_at(&pid.to_le_bytes(), at as u64).unwrap();
+}
+
 #[test]
 fn a_reliable_reader_whose_process_is_gone_is_taken_out_at_once() {
     let mut w = RingWriter::create(&cfg(4, 64), 73).expect("writer");
     w.set_flow_control(Some(Duration::from_secs(10)));
-    let r = RingReader::open_reliable(w.segment_name()).expect("reader");
-    // Make its entry belong to a process that has exited (and was reaped).
-    let mut child = Command::new("true").spawn().expect("spawn true");
-    let dead = child.id();
-    child.wait().expect("reap");
-    let file = std::fs::OpenOptions::new().read(true).write(true).open(w.segment_name()).expect("open");
-    // SAFETY: a test-only writable view of the segment; only the pid word of entry 0 is written, atomically.
-    let map = unsafe { memmap2::MmapMut::map_mut(&file) }.expect("map");
-    let header = map.as_ptr().cast::<SegmentHeader>();
-    // SAFETY: the mapping starts with a SegmentHeader (atomics only).
-    unsafe { &*header }.readers[0].pid.store(dead, Ordering::Relaxed);
+    let (mut child, _out, _) = spawn_reliable_reader(&w, false);
+    assert_eq!(w.reliable_readers(), 1);
+    let _stdin = child.stdin.take(); // open: the reader does not leave by itself
+    child.kill().unwrap(); // SIGKILL: the kernel drops its entry lock
+    child.wait().unwrap();
     let t = Instant::now();
     for clock in 0..100 {
         let _ = w.write(b"x", 0, clock).expect("write");
     }
     assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     assert_eq!(w.flow_stats().evicted_dead, 1);
-    drop(r);
+    assert_eq!(w.reliable_readers(), 0);
+}
+
+/// Liveness in flow control is the reader's lock on its entry, not `kill(pid, 0)`: two reliable readers, each in a
+/// pid namespace of its own (pid 1 there). One entry keeps pid 1 (a live process here: `kill` would call its
+/// reader alive after it was killed, and the writer would wait the whole timeout); the other's pid is set to one
+/// that is dead here (`kill` would call a live reader gone). The writer waits for both while they live, and takes
+/// both out at once when they are killed.
+#[test]
+fn reliable_readers_in_other_pid_namespaces_are_waited_for_while_alive_and_taken_out_once_killed() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/unshare").exists() {
+        let _ = writeln!(std::io::stderr(), "skipped: needs root and unshare(1) for a pid namespace");
+        return;
+    }
+    let mut w = RingWriter::create(&cfg(4, 64), 77).expect("writer");
+    w.set_flow_control(Some(Duration::from_secs(10)));
+    let (mut a, mut a_out, a_pid) = spawn_reliable_reader(&w, true);
+    let (mut b, mut b_out, b_pid) = spawn_reliable_reader(&w, true);
+    assert_eq!((a_pid, b_pid), (1, 1), "each reader runs in a pid namespace of its own");
+    assert_eq!(w.reliable_readers(), 2);
+    let dead = dead_pid();
+    set_entry_pid(w.segment_name(), 1, dead);
+    assert!(!segment::pid_alive(dead) && segment::pid_alive(1));
+    for clock in 0..4 {
+        let _ = w.write(b"x", 0, clock).expect("write"); // fills the ring: no wait
+    }
+    assert_eq!(w.flow_stats().waits, 0);
+    ask_to_consume(&mut a);
+    ask_to_consume(&mut b);
+    let t = Instant::now();
+    let _ = w.write(b"x", 0, 4).expect("write");
+    let waited = t.elapsed();
+    for out in [&mut a_out, &mut b_out] {
+        // 4, or 5 when the writer, freed by the first samples it consumed, wrote the fifth before it finished.
+        let said = await_consumed(out);
+        assert!(["consumed 4 evicted false", "consumed 5 evicted false"].contains(&said.as_str()), "{said}");
+    }
+    let s = w.flow_stats();
+    assert_eq!((s.waits, s.evicted()), (1, 0), "both waited for, neither taken out: {s:?}");
+    assert!(waited >= Duration::from_millis(150) && waited < Duration::from_secs(5), "{waited:?}");
+    // Their stdin stays open (`Child::wait` would close it, and a reader seeing its end leaves flow control by
+    // itself): only the kill takes them out.
+    let _stdins = [a.stdin.take(), b.stdin.take()];
+    for child in [&mut a, &mut b] {
+        child.kill().unwrap(); // unshare --kill-child passes SIGKILL on to the reader
+        child.wait().unwrap();
+    }
+    let t = Instant::now();
+    for clock in 5..100 {
+        let _ = w.write(b"x", 0, clock).expect("write");
+    }
+    let s = w.flow_stats();
+    assert!(t.elapsed() < Duration::from_secs(3), "taken out at once, not after the 10 s timeout: {:?}", t.elapsed());
+    assert_eq!((s.evicted_dead, s.evicted_stalled), (2, 0), "{s:?}");
+    assert_eq!(w.reliable_readers(), 0);
+}
+
+/// Right after a growth the writer waits in the new generation for a reliable reader that still reads the old one
+/// (its entry was carried over, its lock is still in the old file): it is not taken out as gone, and once it follows
+/// it consumes on without loss.
+#[test]
+fn a_reliable_reader_that_has_not_followed_a_growth_yet_is_waited_for() {
+    let mut w = RingWriter::create(&cfg(4, 64), 78).expect("writer");
+    w.set_flow_control(Some(Duration::from_secs(10)));
+    let mut r = RingReader::open_reliable(w.segment_name()).expect("reader");
+    for clock in 0..4u64 {
+        let _ = w.write(&clock.to_le_bytes(), 0, clock).expect("write");
+    }
+    // Grows at 4 (to 4 slots of 1 KiB): the carried-over entry starts at the new generation's first sample, so
+    // 4..8 are written without waiting, and 8 waits for the reader, which has not even read 0..4 yet.
+    let big = vec![0u8; 1000];
+    for clock in 4..8 {
+        let _ = w.write(&big, 0, clock).expect("write");
+    }
+    assert_eq!((w.generation(), w.slot_count(), w.flow_stats().waits), (1, 4, 0));
+    let reader = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while got.len() < 10 && Instant::now() < deadline {
+            if let ReadOutcome::Sample(c) = r.try_read_with(|v| v.clock()) {
+                got.push(c);
+            }
+        }
+        (got, r.drops(), r.evicted(), r.generation())
+    });
+    let t = Instant::now();
+    for clock in 8..10 {
+        let _ = w.write(&big, 0, clock).expect("write"); // the reader, a ring behind, holds these back
+    }
+    let waited = t.elapsed();
+    let (got, drops, evicted, generation) = reader.join().expect("reader thread");
+    let s = w.flow_stats();
+    assert_eq!(s.evicted(), 0, "{s:?}");
+    assert!(s.waits >= 1 && waited >= Duration::from_millis(150), "the writer waited for it: {s:?} {waited:?}");
+    assert_eq!((got, drops, evicted, generation), ((0..10).collect::<Vec<u64>>(), 0, false, 1));
 }
 
 #[test]

@@ -130,8 +130,8 @@ struct Segment {
     slot_count: u32,
     slot_size: usize,
     stride: usize,
-    /// Held while the segment lives (stale-file cleanup).
-    _owner: crate::sys::OwnerLock,
+    /// Held while the segment lives (stale-file cleanup); reliable readers' entry locks are asked through it.
+    owner: crate::sys::OwnerLock,
 }
 
 impl Segment {
@@ -155,9 +155,10 @@ pub struct RingWriter {
     budget: usize,
     /// The fewest slots a grown ring keeps (a power of two; [`GROWN_MIN_SLOTS`] unless set).
     grown_min_slots: u32,
-    /// Segment files of earlier generations, kept linked so that late readers can follow the
-    /// chain of generations; unlinked on drop.
-    old_paths: Vec<PathBuf>,
+    /// Segment files of earlier generations, oldest first, kept linked (and owned, so no stale-file cleanup takes
+    /// them) so that late readers can follow the chain of generations, and open so that flow control finds the
+    /// entry locks of reliable readers that have not followed yet; unlinked on drop.
+    old: Vec<(PathBuf, crate::sys::OwnerLock)>,
     name: RingName,
     huge_dir: Option<PathBuf>,
     huge_fallback: Option<String>,
@@ -194,7 +195,7 @@ impl RingWriter {
             budget: (sc as usize).saturating_mul(cfg.slot_size),
             grown_min_slots: GROWN_MIN_SLOTS,
             seg,
-            old_paths: Vec::new(),
+            old: Vec::new(),
             name,
             huge_dir,
             huge_fallback: fallback,
@@ -244,7 +245,7 @@ impl RingWriter {
             slot_count,
             slot_size,
             stride,
-            _owner: created.owner,
+            owner: created.owner,
         };
         let h = seg.header();
         let r = Ordering::Relaxed;
@@ -360,7 +361,11 @@ impl RingWriter {
         if let Some(flow) = &mut self.flow
             && !flow.may_write(seq)
         {
-            flow.wait(self.seg.header(), seq, self.seg.slot_count, self.publisher_id);
+            let (seg, old) = (&self.seg, &self.old);
+            let files = || old.iter().map(|(_, owner)| owner.file()).chain(std::iter::once(seg.owner.file()));
+            flow.wait(seg.header(), seq, seg.slot_count, self.publisher_id, &|index, pid| {
+                flow::reader_alive(files(), index, pid)
+            });
         }
         let slot = self.slot_ptr(seq);
         // SAFETY: `slot` points to a SlotHeader inside our mapping (64-byte aligned: the
@@ -449,7 +454,7 @@ impl RingWriter {
             new_size
         );
         let old = std::mem::replace(&mut self.seg, seg);
-        self.old_paths.push(old.path);
+        self.old.push((old.path, old.owner));
         self.huge_fallback = fallback;
         self.loaned = None;
         self.changed = true;
@@ -459,7 +464,7 @@ impl RingWriter {
 
 impl Drop for RingWriter {
     fn drop(&mut self) {
-        for path in self.old_paths.iter().chain(std::iter::once(&self.seg.path)) {
+        for path in self.old.iter().map(|(path, _)| path).chain(std::iter::once(&self.seg.path)) {
             if let Err(e) = std::fs::remove_file(path) {
                 tracing::debug!("shm_ring: cannot unlink {}: {e}", path.display());
             }
