@@ -27,6 +27,9 @@ use crate::transport::clock::ClockCheck;
 /// Datagrams one `recvmmsg` takes at most (64 KiB of buffer each, allocated with the socket's first datagram).
 const RECV_SLOTS: usize = 16;
 
+/// Sample vectors of up to this capacity are kept for the next batch (a larger one, from a burst, is freed).
+const SPARE_CAPACITY: usize = 4096;
+
 /// How often a summary of the counters is logged (debug) when they changed.
 const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
@@ -67,6 +70,8 @@ pub(crate) struct UdpReceiver {
     release: Vec<Arc<dyn Inbox>>,
     /// The records of the datagram being dispatched (reused).
     records: Vec<Record>,
+    /// Emptied sample vectors of earlier hand-overs, reused (at most one per subscriber of the last batch).
+    spare: Vec<Vec<Sample>>,
     empty_type: Arc<TypeInfo>,
     last_summary: Instant,
     last_summary_datagrams: u64,
@@ -94,6 +99,7 @@ impl UdpReceiver {
             pending: Vec::new(),
             release: Vec::new(),
             records: Vec::new(),
+            spare: Vec::new(),
             empty_type: Arc::new(TypeInfo::default()),
             last_summary: Instant::now(),
             last_summary_datagrams: 0,
@@ -313,7 +319,7 @@ impl UdpReceiver {
         let t = lock(&self.shared.subs);
         if let Some(entries) = t.topics.get(topic) {
             for inbox in entries.iter().filter_map(|e| e.inbox.upgrade()) {
-                pending_of(&mut self.pending, inbox).drops += 1;
+                pending_of(&mut self.pending, &mut self.spare, inbox).drops += 1;
             }
         }
     }
@@ -349,7 +355,7 @@ impl UdpReceiver {
                 continue;
             }
             let type_info = e.types.get(&publisher_id).cloned().unwrap_or_else(|| Arc::clone(&self.empty_type));
-            let p = pending_of(&mut self.pending, inbox);
+            let p = pending_of(&mut self.pending, &mut self.spare, inbox);
             let mut clock = e.pubs.publisher(publisher_id, now);
             for r in &self.records {
                 match clock.check(r.clock, now) {
@@ -419,6 +425,11 @@ impl UdpReceiver {
             if !p.samples.is_empty() {
                 p.inbox.push_batch_unwoken(&mut p.samples);
                 p.inbox.wake();
+            }
+            // An inbox leaves nothing behind; should one, its samples are released here, not kept for the next batch.
+            p.samples.clear();
+            if p.samples.capacity() <= SPARE_CAPACITY {
+                self.spare.push(p.samples);
             }
         }
     }
@@ -539,11 +550,15 @@ impl IoSource for UdpReceiver {
 }
 
 /// The pending hand-over of `inbox` (made if it has none yet in this batch).
-fn pending_of(pending: &mut Vec<Pending>, inbox: Arc<dyn Inbox>) -> &mut Pending {
+fn pending_of<'a>(
+    pending: &'a mut Vec<Pending>,
+    spare: &mut Vec<Vec<Sample>>,
+    inbox: Arc<dyn Inbox>,
+) -> &'a mut Pending {
     let i = match pending.iter().position(|p| Arc::ptr_eq(&p.inbox, &inbox)) {
         Some(i) => i,
         None => {
-            pending.push(Pending { inbox, samples: Vec::new(), drops: 0 });
+            pending.push(Pending { inbox, samples: spare.pop().unwrap_or_default(), drops: 0 });
             pending.len() - 1
         }
     };
