@@ -195,7 +195,6 @@ impl SubShared {
         self.intra_bytes.store(bytes, Ordering::Relaxed);
         self.intra_len.store(q.len(), Ordering::Release);
         drop(q);
-        drop(current);
         drop(clocks);
         if late + overflow > 0 {
             self.drops.fetch_add(late + overflow, Ordering::Relaxed);
