@@ -701,4 +701,27 @@ mod tests {
         assert_eq!(accepted, 6);
         drop(own);
     }
+
+    /// A packed datagram of a protected topic (`[shoal_auth]`) is refused whole: every sample in it counted once,
+    /// as unsigned, for the topic; nothing delivered.
+    #[test]
+    fn a_protected_topics_packed_datagram_is_refused_with_every_sample_counted() {
+        let mut cfg = Config::default();
+        cfg.auth.key = crate::config::AuthKey::new(vec![7; 32]);
+        cfg.auth.protected_topics = "secret_.*".to_owned();
+        let stats = Arc::new(crate::wire::auth::AuthStats::new(true));
+        let layer = UdpLayer::new(&cfg, "h", Arc::clone(&stats)).expect("the pattern compiles");
+        let keep = Arc::new(Keep::default());
+        let inbox: Arc<dyn Inbox> = keep.clone();
+        layer.reader_factory().subscriber_created(1, "secret_t", &inbox);
+        let mut rx = UdpReceiver::new(Arc::clone(&layer.shared));
+        let from: SocketAddr = "127.0.0.1:9".parse().expect("address");
+        rx.handle_datagram(Instant::now(), from, &packed_of(78, "secret_t", &[1, 2, 3, 4, 5]));
+        rx.deliver_pending();
+        assert!(lock(&keep.samples).is_empty());
+        let s = stats.summary();
+        assert_eq!(s.data.unsigned, 5);
+        assert_eq!(s.topics.iter().find(|(t, _)| t == "secret_t").map(|(_, c)| c.unsigned), Some(5));
+        assert_eq!(layer.counts().packed_messages, 0);
+    }
 }
