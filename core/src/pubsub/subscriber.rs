@@ -151,6 +151,56 @@ impl SubShared {
         self.push_inbox(s);
     }
 
+    /// [`Self::push_from_layer`] for several samples (`samples` is left empty): the clock table and the queue are
+    /// locked once for all of them, and the clock entry looked up once for each run of one publisher's samples.
+    fn push_batch_from_layer(&self, samples: &mut Vec<Sample>) {
+        if samples.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut clocks = lock(&self.layer_clocks);
+        let mut q = lock(&self.intra);
+        let mut bytes = self.intra_bytes.load(Ordering::Relaxed);
+        let (mut late, mut overflow) = (0u64, 0u64);
+        let mut current: Option<(u64, crate::transport::clock::PublisherClock<'_>)> = None;
+        for s in samples.drain(..) {
+            if current.as_ref().is_none_or(|(id, _)| *id != s.publisher_id) {
+                current = Some((s.publisher_id, clocks.publisher(s.publisher_id, now)));
+            }
+            let Some((_, clock)) = current.as_mut() else { continue };
+            match clock.check(s.clock, now) {
+                ClockCheck::Accept { .. } => {}
+                ClockCheck::Resync => tracing::warn!(
+                    "topic {}: publisher {} resumed at clock {} after samples far behind its last clock; a far-ahead \
+                     clock (spoofed or corrupt) had been accepted",
+                    self.topic,
+                    s.publisher_id,
+                    s.clock
+                ),
+                ClockCheck::Duplicate => continue,
+                ClockCheck::OutOfOrder => {
+                    late += 1;
+                    continue;
+                }
+            }
+            bytes += QueuePolicy::charge(s.payload().len());
+            q.push_back(s);
+            while self.queue.over(q.len(), bytes) {
+                if let Some(old) = q.pop_front() {
+                    bytes -= QueuePolicy::charge(old.payload().len());
+                    overflow += 1;
+                }
+            }
+        }
+        self.intra_bytes.store(bytes, Ordering::Relaxed);
+        self.intra_len.store(q.len(), Ordering::Release);
+        drop(q);
+        drop(clocks);
+        if late + overflow > 0 {
+            self.drops.fetch_add(late + overflow, Ordering::Relaxed);
+        }
+    }
+
     /// Queues a sample from a same-process publisher or an eCAL-facing layer; the oldest is dropped (and counted)
     /// while the queue is over its policy (more than `depth` samples and more than `bytes` charged).
     pub(crate) fn push_inbox(&self, s: Sample) {
@@ -708,6 +758,10 @@ impl Inbox for SubShared {
 
     fn push_unwoken(&self, sample: Sample) {
         self.push_from_layer(sample);
+    }
+
+    fn push_batch_unwoken(&self, samples: &mut Vec<Sample>) {
+        self.push_batch_from_layer(samples);
     }
 
     fn wake(&self) {

@@ -59,6 +59,13 @@ impl PublisherClocks {
     /// Checks `clock` of `publisher_id` against the last one accepted and records it when accepted. The first
     /// clock seen of a publisher is accepted with no loss (a late joiner starts where it joins).
     pub(crate) fn check(&mut self, publisher_id: u64, clock: u64, now: Instant) -> ClockCheck {
+        self.publisher(publisher_id, now).check(clock, now)
+    }
+
+    /// The entry of `publisher_id` (made, evicting the least recently heard at the bound, if it is new), to check
+    /// several of its clocks in a row with one table lookup: [`PublisherClock::check`] gives what
+    /// [`PublisherClocks::check`] would for each.
+    pub(crate) fn publisher(&mut self, publisher_id: u64, now: Instant) -> PublisherClock<'_> {
         self.ticks += 1;
         if self.entries.len() >= MAX_TRACKED_PUBLISHERS
             && !self.entries.contains_key(&publisher_id)
@@ -67,37 +74,15 @@ impl PublisherClocks {
             self.entries.remove(&oldest);
         }
         let tick = self.ticks;
-        let e = self.entries.entry(publisher_id).or_insert(Entry {
+        let entry = self.entries.entry(publisher_id).or_insert(Entry {
             last_clock: 0,
             last_tick: tick,
             last_accept: now,
             behind_last: 0,
             behind_run: 0,
         });
-        e.last_tick = tick;
-        if e.last_clock == 0 {
-            e.last_clock = clock;
-            e.last_accept = now;
-            return ClockCheck::Accept { lost: 0 };
-        }
-        if clock <= e.last_clock {
-            e.behind_run = if clock > e.behind_last { e.behind_run + 1 } else { 1 };
-            e.behind_last = clock;
-            if e.behind_run >= RESYNC_SAMPLES && now.saturating_duration_since(e.last_accept) >= RESYNC_AFTER {
-                // The last accepted clock was not this stream's: start again from here.
-                e.last_clock = clock;
-                e.last_accept = now;
-                e.behind_run = 0;
-                self.resyncs += 1;
-                return ClockCheck::Resync;
-            }
-            return if clock == e.last_clock { ClockCheck::Duplicate } else { ClockCheck::OutOfOrder };
-        }
-        let lost = clock - e.last_clock - 1;
-        e.last_clock = clock;
-        e.last_accept = now;
-        e.behind_run = 0;
-        ClockCheck::Accept { lost }
+        entry.last_tick = tick;
+        PublisherClock { entry, resyncs: &mut self.resyncs }
     }
 
     /// Times the table resynchronised a publisher to clocks behind its last accepted one.
@@ -121,6 +106,42 @@ impl PublisherClocks {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
+    }
+}
+
+/// One publisher's entry of a [`PublisherClocks`] table ([`PublisherClocks::publisher`]).
+pub(crate) struct PublisherClock<'a> {
+    entry: &'a mut Entry,
+    resyncs: &'a mut u64,
+}
+
+impl PublisherClock<'_> {
+    /// Checks the publisher's next `clock` (see [`PublisherClocks::check`]).
+    pub(crate) fn check(&mut self, clock: u64, now: Instant) -> ClockCheck {
+        let e = &mut *self.entry;
+        if e.last_clock == 0 {
+            e.last_clock = clock;
+            e.last_accept = now;
+            return ClockCheck::Accept { lost: 0 };
+        }
+        if clock <= e.last_clock {
+            e.behind_run = if clock > e.behind_last { e.behind_run + 1 } else { 1 };
+            e.behind_last = clock;
+            if e.behind_run >= RESYNC_SAMPLES && now.saturating_duration_since(e.last_accept) >= RESYNC_AFTER {
+                // The last accepted clock was not this stream's: start again from here.
+                e.last_clock = clock;
+                e.last_accept = now;
+                e.behind_run = 0;
+                *self.resyncs += 1;
+                return ClockCheck::Resync;
+            }
+            return if clock == e.last_clock { ClockCheck::Duplicate } else { ClockCheck::OutOfOrder };
+        }
+        let lost = clock - e.last_clock - 1;
+        e.last_clock = clock;
+        e.last_accept = now;
+        e.behind_run = 0;
+        ClockCheck::Accept { lost }
     }
 }
 

@@ -97,7 +97,15 @@ pub(crate) trait Inbox: Send + Sync {
     fn push_unwoken(&self, sample: crate::sample::Sample) {
         self.push(sample);
     }
-    /// Wakes the waiters of samples delivered with [`push_unwoken`](Self::push_unwoken).
+    /// Delivers every sample of `samples` (left empty) as [`push_unwoken`](Self::push_unwoken) would, one after
+    /// the other: a layer that received several at once hands them over together (one lock, not one per sample).
+    fn push_batch_unwoken(&self, samples: &mut Vec<crate::sample::Sample>) {
+        for s in samples.drain(..) {
+            self.push_unwoken(s);
+        }
+    }
+    /// Wakes the waiters of samples delivered with [`push_unwoken`](Self::push_unwoken) or
+    /// [`push_batch_unwoken`](Self::push_batch_unwoken).
     fn wake(&self) {}
     /// Whether samples of this publisher already arrive through the native ring (then other layers' copies are
     /// duplicates and must be dropped by the caller).

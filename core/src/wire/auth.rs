@@ -500,7 +500,23 @@ impl AuthStats {
 
     /// Counts one drop; `topic` when it is known. The first drop of each cause and channel is logged.
     pub fn count(&self, channel: Channel, cause: AuthReject, topic: Option<&str>, from: &dyn std::fmt::Display) {
-        self.counts[Self::ch(channel)][cause.index()].fetch_add(1, Ordering::Relaxed);
+        self.count_n(channel, cause, topic, from, 1);
+    }
+
+    /// Counts `n` refusals of one cause at once (the samples of one refused datagram), as `n` calls of
+    /// [`count`](Self::count) would.
+    pub fn count_n(
+        &self,
+        channel: Channel,
+        cause: AuthReject,
+        topic: Option<&str>,
+        from: &dyn std::fmt::Display,
+        n: u64,
+    ) {
+        if n == 0 {
+            return;
+        }
+        self.counts[Self::ch(channel)][cause.index()].fetch_add(n, Ordering::Relaxed);
         let bit = 1u32 << (Self::ch(channel) * 8 + cause.index());
         if self.logged.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
             tracing::warn!(
@@ -516,10 +532,10 @@ impl AuthStats {
             let mut map = lock(&self.topics);
             let len = map.len();
             if let Some(c) = map.get_mut(t) {
-                c.add(cause, 1);
+                c.add(cause, n);
             } else if len < MAX_TOPICS {
                 let mut c = AuthCounts::default();
-                c.add(cause, 1);
+                c.add(cause, n);
                 map.insert(t.to_owned(), c);
             }
         }

@@ -18,7 +18,9 @@
 //!   switch falls between two messages) queues each message that fits in `send_pack_bytes` as a packed datagram
 //!   of one sample ([`crate::wire::packed`]); the I/O thread appends it to the same publisher's packed datagram
 //!   right before it in the queue. Protected topics (`[shoal_auth]`) are never packed. The receiver checks a
-//!   packed datagram whole and dispatches its samples one by one, with the same clock checks as eCAL's.
+//!   packed datagram whole, copies it out of the receive buffer once and dispatches its samples together (one
+//!   subscriber-table lock, the same clock checks and counts as eCAL-format samples one at a time), their payloads
+//!   slices of that copy.
 //! - Subscriber side (`UdpLayer::reader_factory`): every subscriber is in a table (topic → subscribers) from its
 //!   creation, so it receives from publishers it has not heard of yet (eCAL does the same). The I/O thread
 //!   receives (`recv.rs`, `recvmmsg` 16 datagrams a call, the kernel's drop count of the socket kept); per

@@ -21,21 +21,34 @@ use crate::wire::packed;
 use crate::wire::{DatagramHeader, DatagramKind, Reassembler, ReassemblyCounters, split_name};
 
 use super::Shared;
-use super::codec::{DataSample, decode_data_sample, decode_data_sample_from, topic_group};
+use super::codec::{decode_data_sample, decode_data_sample_from, topic_group};
 use crate::transport::clock::ClockCheck;
 
 /// Datagrams one `recvmmsg` takes at most (64 KiB of buffer each, allocated with the socket's first datagram).
 const RECV_SLOTS: usize = 16;
 
+/// Sample vectors of up to this capacity are kept for the next batch (a larger one, from a burst, is freed).
+const SPARE_CAPACITY: usize = 4096;
+
 /// How often a summary of the counters is logged (debug) when they changed.
 const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
-/// What to do with a decoded sample for one subscriber (decided under the table lock, done after it).
-enum Action {
-    Deliver(Arc<dyn Inbox>, Arc<TypeInfo>),
-    Drop(Arc<dyn Inbox>, u64),
-    /// Keep the upgraded inbox alive until the table lock is released (it may be the last reference).
-    Release(Arc<dyn Inbox>),
+/// What the receiver hands one subscriber after the table lock: the samples accepted for it and the losses
+/// counted for it since the last hand-over (once per `recvmmsg` batch, [`UdpReceiver::deliver_pending`]).
+struct Pending {
+    inbox: Arc<dyn Inbox>,
+    samples: Vec<Sample>,
+    drops: u64,
+}
+
+/// One record of a received datagram for [`UdpReceiver::dispatch_batch`]: its payload is `len` bytes at `off` of
+/// the datagram's shared buffer.
+#[derive(Debug, Clone, Copy)]
+struct Record {
+    clock: u64,
+    time_us: i64,
+    off: usize,
+    len: usize,
 }
 
 /// The data socket and everything the I/O thread keeps for it.
@@ -49,9 +62,16 @@ pub(crate) struct UdpReceiver {
     failed_version: Option<u64>,
     reassembler: Reassembler,
     batch: super::net::RecvBatch,
-    actions: Vec<Action>,
-    /// Inboxes delivered to since the last wake-up (each once): woken after each `recvmmsg` batch, not per sample.
-    to_wake: Vec<Arc<dyn Inbox>>,
+    /// Per subscriber (each once), what the datagrams of the current `recvmmsg` batch brought it: handed over and
+    /// woken after the batch, not per sample.
+    pending: Vec<Pending>,
+    /// Inboxes upgraded under the table lock and not delivered to: released after it (the last reference may be
+    /// among them, whose drop takes the table lock).
+    release: Vec<Arc<dyn Inbox>>,
+    /// The records of the datagram being dispatched (reused).
+    records: Vec<Record>,
+    /// Emptied sample vectors of earlier hand-overs, reused (at most one per subscriber of the last batch).
+    spare: Vec<Vec<Sample>>,
     empty_type: Arc<TypeInfo>,
     last_summary: Instant,
     last_summary_datagrams: u64,
@@ -76,8 +96,10 @@ impl UdpReceiver {
             failed_version: None,
             reassembler: Reassembler::new(reassembly),
             batch: super::net::RecvBatch::new(RECV_SLOTS),
-            actions: Vec::new(),
-            to_wake: Vec::new(),
+            pending: Vec::new(),
+            release: Vec::new(),
+            records: Vec::new(),
+            spare: Vec::new(),
             empty_type: Arc::new(TypeInfo::default()),
             last_summary: Instant::now(),
             last_summary_datagrams: 0,
@@ -246,11 +268,15 @@ impl UdpReceiver {
                 return;
             }
         };
-        self.dispatch(now, sample);
+        self.records.clear();
+        self.records.push(Record { clock: sample.clock, time_us: sample.time_us, off: 0, len: sample.payload.len() });
+        self.dispatch_batch(now, &sample.topic_name, sample.publisher_id, &sample.payload);
     }
 
-    /// A shoal packed datagram (`wire::packed`): checked whole, then each sample dispatched as an eCAL-format one
-    /// would be (same clock checks and counts). Packed datagrams are never sealed: a protected topic's is refused.
+    /// A shoal packed datagram (`wire::packed`): checked whole, then its samples dispatched together
+    /// ([`Self::dispatch_batch`]: the same clock checks and counts as eCAL-format samples one by one, with one
+    /// table lock and one copy of the datagram, whose records the samples are slices of). Packed datagrams are never
+    /// sealed: a protected topic's is refused, every sample counted.
     fn handle_packed(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
         let c = &self.shared.counters;
         let p = match packed::PackedDatagram::parse(datagram) {
@@ -269,130 +295,142 @@ impl UdpReceiver {
         if let Some(auth) = &self.shared.auth
             && auth.protected.contains(p.topic)
         {
-            for _ in 0..n {
-                self.shared.auth_stats.count(Channel::Data, AuthReject::Unsigned, Some(p.topic), &from);
-            }
+            self.shared.auth_stats.count_n(Channel::Data, AuthReject::Unsigned, Some(p.topic), &from, n);
             return;
         }
         c.packed_datagrams.fetch_add(1, Ordering::Relaxed);
         c.packed_messages.fetch_add(n, Ordering::Relaxed);
-        for r in p.records() {
-            let sample = DataSample {
-                topic_name: p.topic.to_owned(),
-                publisher_id: p.publisher_id,
-                host_name: String::new(),
-                clock: r.clock,
-                time_us: r.time_us,
-                payload: bytes::Bytes::copy_from_slice(r.payload),
-            };
-            self.dispatch(now, sample);
-        }
+        // The datagram lives in the receive buffer the next batch overwrites: copied out once, the records' payloads
+        // are ranges of that copy.
+        let data = bytes::Bytes::copy_from_slice(datagram);
+        let base = datagram.as_ptr() as usize;
+        self.records.clear();
+        self.records.extend(p.records().map(|r| Record {
+            clock: r.clock,
+            time_us: r.time_us,
+            off: r.payload.as_ptr() as usize - base,
+            len: r.payload.len(),
+        }));
+        self.dispatch_batch(now, p.topic, p.publisher_id, &data);
     }
 
     /// One loss for every subscriber of `topic` (a sample for it could not be decoded).
     fn count_topic_drop(&mut self, topic: &str) {
-        {
-            let t = lock(&self.shared.subs);
-            if let Some(entries) = t.topics.get(topic) {
-                self.actions.extend(entries.iter().filter_map(|e| e.inbox.upgrade()).map(|i| Action::Drop(i, 1)));
+        let t = lock(&self.shared.subs);
+        if let Some(entries) = t.topics.get(topic) {
+            for inbox in entries.iter().filter_map(|e| e.inbox.upgrade()) {
+                pending_of(&mut self.pending, &mut self.spare, inbox).drops += 1;
             }
         }
-        self.run_actions(None);
     }
 
-    fn dispatch(&mut self, now: Instant, sample: DataSample) {
+    /// Dispatches the samples of one datagram (or reassembled message) of `publisher_id` on `topic_name`:
+    /// [`Self::records`], in the publisher's order, whose payloads are ranges of `data`. Under one table lock and
+    /// one topic lookup, for each subscriber one lookup of the publisher's clock entry, then every record's clock
+    /// checked in turn (gaps counted as lost, repeats as duplicates, late ones as out of order, exactly as one sample
+    /// at a time would); the accepted samples wait in [`Self::pending`] for the end of the `recvmmsg` batch.
+    fn dispatch_batch(&mut self, now: Instant, topic_name: &str, publisher_id: u64, data: &bytes::Bytes) {
         let c = &self.shared.counters;
-        {
-            let mut t = lock(&self.shared.subs);
-            if t.local_publishers.contains(&sample.publisher_id) {
-                // Our own publisher's datagram looped back: same-process subscribers got it directly.
-                c.skipped_other_path.fetch_add(1, Ordering::Relaxed);
-                return;
+        let n = self.records.len() as u64;
+        if n == 0 {
+            return;
+        }
+        let mut t = lock(&self.shared.subs);
+        if t.local_publishers.contains(&publisher_id) {
+            // Our own publisher's datagram looped back: same-process subscribers got it directly.
+            c.skipped_other_path.fetch_add(n, Ordering::Relaxed);
+            return;
+        }
+        let Some(topic) = t.topics.get_key_value(topic_name).map(|(k, _)| Arc::clone(k)) else {
+            c.unknown_topic.fetch_add(n, Ordering::Relaxed);
+            return;
+        };
+        let Some(entries) = t.topics.get_mut(&topic) else { return };
+        let (mut delivered, mut lost, mut duplicates, mut late, mut skipped) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        for e in entries.iter_mut() {
+            let Some(inbox) = e.inbox.upgrade() else { continue };
+            if inbox.reads_ring_of(publisher_id) {
+                skipped += n;
+                self.release.push(inbox);
+                continue;
             }
-            let Some(topic) = t.topics.get_key_value(sample.topic_name.as_str()).map(|(k, _)| Arc::clone(k)) else {
-                c.unknown_topic.fetch_add(1, Ordering::Relaxed);
-                return;
-            };
-            let Some(entries) = t.topics.get_mut(&topic) else { return };
-            for e in entries.iter_mut() {
-                let Some(inbox) = e.inbox.upgrade() else { continue };
-                if inbox.reads_ring_of(sample.publisher_id) {
-                    c.skipped_other_path.fetch_add(1, Ordering::Relaxed);
-                    self.actions.push(Action::Release(inbox));
-                    continue;
-                }
-                match e.pubs.check(sample.publisher_id, sample.clock, now) {
-                    ClockCheck::Accept { lost } => {
-                        if lost > 0 {
-                            c.lost.fetch_add(lost, Ordering::Relaxed);
+            let type_info = e.types.get(&publisher_id).cloned().unwrap_or_else(|| Arc::clone(&self.empty_type));
+            let p = pending_of(&mut self.pending, &mut self.spare, inbox);
+            let mut clock = e.pubs.publisher(publisher_id, now);
+            for r in &self.records {
+                match clock.check(r.clock, now) {
+                    ClockCheck::Accept { lost: gap } => {
+                        if gap > 0 {
+                            lost += gap;
+                            p.drops += gap;
                             tracing::debug!(
-                                "topic {topic}: {lost} samples of publisher {} never arrived (clock {})",
-                                sample.publisher_id,
-                                sample.clock
+                                "topic {topic}: {gap} samples of publisher {publisher_id} never arrived (clock {})",
+                                r.clock
                             );
-                            self.actions.push(Action::Drop(Arc::clone(&inbox), lost));
                         }
-                        let ti = e.types.get(&sample.publisher_id).cloned().unwrap_or_else(|| self.empty_type.clone());
-                        self.actions.push(Action::Deliver(inbox, ti));
                     }
                     ClockCheck::Resync => {
                         tracing::warn!(
-                            "topic {topic}: publisher {} resumed at clock {} after samples far behind its last \
-                             clock; a far-ahead clock (spoofed or corrupt) had been accepted",
-                            sample.publisher_id,
-                            sample.clock
+                            "topic {topic}: publisher {publisher_id} resumed at clock {} after samples far behind its \
+                             last clock; a far-ahead clock (spoofed or corrupt) had been accepted",
+                            r.clock
                         );
-                        let ti = e.types.get(&sample.publisher_id).cloned().unwrap_or_else(|| self.empty_type.clone());
-                        self.actions.push(Action::Deliver(inbox, ti));
                     }
                     ClockCheck::Duplicate => {
-                        c.duplicates.fetch_add(1, Ordering::Relaxed);
-                        self.actions.push(Action::Drop(inbox, 1));
+                        duplicates += 1;
+                        p.drops += 1;
+                        continue;
                     }
                     ClockCheck::OutOfOrder => {
                         // Late: its clock lies in a gap already counted as lost when the newer sample was accepted
                         // (or it was delivered before): not a second drop for the subscriber.
-                        c.out_of_order.fetch_add(1, Ordering::Relaxed);
-                        self.actions.push(Action::Release(inbox));
+                        late += 1;
+                        continue;
                     }
                 }
+                delivered += 1;
+                p.samples.push(Sample {
+                    payload: Payload::Bytes(data.slice(r.off..r.off + r.len)),
+                    send_time_ns: r.time_us.saturating_mul(1000),
+                    via: Via::Udp,
+                    clock: r.clock,
+                    publisher_id,
+                    type_info: Arc::clone(&type_info),
+                    topic: Arc::clone(&topic),
+                });
             }
-            drop(t);
-            self.run_actions(Some((sample, topic)));
         }
-    }
-
-    /// Delivers and counts what was decided under the table lock, outside it. Every subscriber gets the same
-    /// payload buffer; the subscribers' waiters are woken after the batch ([`Self::wake_delivered`]).
-    fn run_actions(&mut self, sample: Option<(DataSample, Arc<str>)>) {
-        for a in self.actions.drain(..) {
-            match a {
-                Action::Deliver(inbox, type_info) => {
-                    let Some((s, topic)) = sample.as_ref() else { continue };
-                    inbox.push_unwoken(Sample {
-                        payload: Payload::Bytes(s.payload.clone()),
-                        send_time_ns: s.time_us.saturating_mul(1000),
-                        via: Via::Udp,
-                        clock: s.clock,
-                        publisher_id: s.publisher_id,
-                        type_info,
-                        topic: Arc::clone(topic),
-                    });
-                    self.shared.counters.delivered.fetch_add(1, Ordering::Relaxed);
-                    if !self.to_wake.iter().any(|w| Arc::ptr_eq(w, &inbox)) {
-                        self.to_wake.push(inbox);
-                    }
-                }
-                Action::Drop(inbox, n) => inbox.count_drops(n),
-                Action::Release(inbox) => drop(inbox),
+        drop(t);
+        self.release.clear();
+        for (counter, v) in [
+            (&c.delivered, delivered),
+            (&c.lost, lost),
+            (&c.duplicates, duplicates),
+            (&c.out_of_order, late),
+            (&c.skipped_other_path, skipped),
+        ] {
+            if v > 0 {
+                counter.fetch_add(v, Ordering::Relaxed);
             }
         }
     }
 
-    /// Wakes the waiters of every subscriber delivered to since the last call.
-    fn wake_delivered(&mut self) {
-        for inbox in self.to_wake.drain(..) {
-            inbox.wake();
+    /// Hands every subscriber what the last `recvmmsg` batch brought it (one push of all its samples, its losses
+    /// counted) and wakes the waiters of those that got samples, each once.
+    fn deliver_pending(&mut self) {
+        for mut p in self.pending.drain(..) {
+            if p.drops > 0 {
+                p.inbox.count_drops(p.drops);
+            }
+            if !p.samples.is_empty() {
+                p.inbox.push_batch_unwoken(&mut p.samples);
+                p.inbox.wake();
+            }
+            // An inbox leaves nothing behind; should one, its samples are released here, not kept for the next batch.
+            p.samples.clear();
+            if p.samples.capacity() <= SPARE_CAPACITY {
+                self.spare.push(p.samples);
+            }
         }
     }
 
@@ -485,7 +523,7 @@ impl IoSource for UdpReceiver {
         let (drained, err) = loop {
             let n = left.min(RECV_SLOTS);
             let (drained, err) = batcher.recv(fd, n, |from, d| self.handle_datagram(now, from, d));
-            self.wake_delivered();
+            self.deliver_pending();
             left -= n;
             if drained != super::net::Drained::Budget || left == 0 {
                 break (drained, err);
@@ -511,6 +549,22 @@ impl IoSource for UdpReceiver {
     }
 }
 
+/// The pending hand-over of `inbox` (made if it has none yet in this batch).
+fn pending_of<'a>(
+    pending: &'a mut Vec<Pending>,
+    spare: &mut Vec<Vec<Sample>>,
+    inbox: Arc<dyn Inbox>,
+) -> &'a mut Pending {
+    let i = match pending.iter().position(|p| Arc::ptr_eq(&p.inbox, &inbox)) {
+        Some(i) => i,
+        None => {
+            pending.push(Pending { inbox, samples: spare.pop().unwrap_or_default(), drops: 0 });
+            pending.len() - 1
+        }
+    };
+    &mut pending[i]
+}
+
 /// Whether a fragmented message whose first bytes are `first` is for a topic subscribed here: its other fragments
 /// are then reassembled; otherwise only counted (an unknown topic, as a whole message of it would be). A first
 /// fragment too short to hold the name cannot tell: kept.
@@ -521,4 +575,153 @@ fn wanted_message(shared: &Shared, first: &[u8]) -> bool {
         shared.counters.unknown_topic.fetch_add(1, Ordering::Relaxed);
     }
     wanted
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicU64;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::transport::udp::UdpLayer;
+    use crate::transport::{LayerReaderFactory, LayerWriterFactory};
+    use crate::wire::packed::{append_records, begin_packed, records_of};
+
+    /// A subscriber's inbox that keeps what it gets, counts its hand-overs, and may read a publisher's ring.
+    #[derive(Default)]
+    struct Keep {
+        samples: Mutex<Vec<Sample>>,
+        batches: AtomicU64,
+        drops: AtomicU64,
+        wakes: AtomicU64,
+        ring_of: Option<u64>,
+    }
+
+    impl Inbox for Keep {
+        fn push(&self, sample: Sample) {
+            lock(&self.samples).push(sample);
+        }
+        fn push_batch_unwoken(&self, samples: &mut Vec<Sample>) {
+            self.batches.fetch_add(1, Ordering::Relaxed);
+            lock(&self.samples).append(samples);
+        }
+        fn wake(&self) {
+            self.wakes.fetch_add(1, Ordering::Relaxed);
+        }
+        fn reads_ring_of(&self, publisher_id: u64) -> bool {
+            self.ring_of == Some(publisher_id)
+        }
+        fn count_drops(&self, n: u64) {
+            self.drops.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    fn payload(clock: u64) -> Vec<u8> {
+        (clock as u32).to_le_bytes().repeat(16)
+    }
+
+    /// A packed datagram of `publisher_id` on `topic` with these clocks, in this order.
+    fn packed_of(publisher_id: u64, topic: &str, clocks: &[u64]) -> Vec<u8> {
+        let mut d = Vec::new();
+        begin_packed(&mut d, publisher_id, topic, clocks[0], clocks[0] as i64, &payload(clocks[0])).expect("packs");
+        for &c in &clocks[1..] {
+            let mut one = Vec::new();
+            begin_packed(&mut one, publisher_id, topic, c, c as i64, &payload(c)).expect("packs");
+            assert!(append_records(&mut d, records_of(&one), 1));
+        }
+        d
+    }
+
+    /// The records of packed datagrams are checked in order per subscriber, exactly as one sample at a time: a gap
+    /// inside a datagram is lost once, a repeated clock is a duplicate (a drop), a late one is neither; a
+    /// subscriber that reads the publisher's ring gets none of them (skipped, each counted); each subscriber gets
+    /// one hand-over and one wake-up per batch; the payloads are the records' bytes.
+    #[test]
+    fn dispatch_batch_counts_exactly_what_one_sample_at_a_time_would() {
+        let layer = UdpLayer::new(&Config::default(), "h", Default::default()).expect("no pattern to compile");
+        let rf = layer.reader_factory();
+        let plain = Arc::new(Keep::default());
+        let ring = Arc::new(Keep { ring_of: Some(78), ..Keep::default() });
+        let (a, b): (Arc<dyn Inbox>, Arc<dyn Inbox>) = (plain.clone(), ring.clone());
+        rf.subscriber_created(1, "batch_t", &a);
+        rf.subscriber_created(2, "batch_t", &b);
+        let own = layer.writer_factory().create(5, "batch_t", &TypeInfo::default()).expect("a local publisher");
+        let mut rx = UdpReceiver::new(Arc::clone(&layer.shared));
+        let from: SocketAddr = "127.0.0.1:9".parse().expect("address");
+        let now = Instant::now();
+        let batch = [
+            packed_of(78, "batch_t", &[1, 2, 3]),
+            // 3 again (duplicate), 7 (4..=6 lost), 5 late, 8.
+            packed_of(78, "batch_t", &[3, 7, 5, 8]),
+            // 6 late, then 9; a publisher of another process with its own clock.
+            packed_of(78, "batch_t", &[6, 9]),
+            packed_of(79, "batch_t", &[40, 42]),
+            // Not subscribed here; and this process's own publisher looping back.
+            packed_of(78, "other_t", &[1, 2]),
+            packed_of(5, "batch_t", &[1, 2, 3]),
+        ];
+        for d in &batch {
+            rx.handle_datagram(now, from, d);
+        }
+        assert!(lock(&plain.samples).is_empty(), "handed over after the batch, not per datagram");
+        rx.deliver_pending();
+        let got: Vec<(u64, u64)> = lock(&plain.samples).iter().map(|s| (s.publisher_id, s.clock)).collect();
+        assert_eq!(got, [(78, 1), (78, 2), (78, 3), (78, 7), (78, 8), (78, 9), (79, 40), (79, 42)]);
+        for s in lock(&plain.samples).iter() {
+            assert_eq!(s.payload(), &payload(s.clock)[..]);
+            assert_eq!(s.send_time_ns, s.clock as i64 * 1000);
+            assert_eq!(&*s.topic, "batch_t");
+            assert!(matches!(s.payload, Payload::Bytes(_)), "a slice of the datagram's buffer");
+        }
+        assert_eq!(plain.batches.load(Ordering::Relaxed), 1, "one hand-over for the whole batch");
+        assert_eq!(plain.wakes.load(Ordering::Relaxed), 1, "one wake-up for the whole batch");
+        // 1 duplicate + 3 lost (4, 5, 6 missing when 7 came) + 1 lost (41); 5 and 6 late: not counted again.
+        assert_eq!(plain.drops.load(Ordering::Relaxed), 1 + 3 + 1);
+        // The ring reader of 78 gets only 79's samples, and 79's gap.
+        let got: Vec<(u64, u64)> = lock(&ring.samples).iter().map(|s| (s.publisher_id, s.clock)).collect();
+        assert_eq!(got, [(79, 40), (79, 42)]);
+        assert_eq!((ring.batches.load(Ordering::Relaxed), ring.drops.load(Ordering::Relaxed)), (1, 1));
+        assert_eq!(ring.wakes.load(Ordering::Relaxed), 1);
+        let c = layer.counts();
+        assert_eq!(c.delivered, 8 + 2);
+        assert_eq!(c.lost, 3 + 1 + 1);
+        assert_eq!(c.duplicates, 1);
+        assert_eq!(c.late, 2);
+        assert_eq!(c.packed_datagrams, 5, "the unsubscribed topic's is not counted as received packed");
+        assert_eq!(c.packed_messages, 3 + 4 + 2 + 2 + 3);
+        let counters = &layer.shared.counters;
+        assert_eq!(counters.unknown_topic.load(Ordering::Relaxed), 2, "both samples of the other topic");
+        // The ring reader's 9 samples of publisher 78, and the own publisher's 3 (once, for the topic).
+        assert_eq!(counters.skipped_other_path.load(Ordering::Relaxed), 3 + 4 + 2 + 3);
+        // The same checks one sample at a time give the same verdicts.
+        let mut one = crate::transport::clock::PublisherClocks::default();
+        let verdicts: Vec<ClockCheck> = [1, 2, 3, 3, 7, 5, 8, 6, 9].iter().map(|&c| one.check(78, c, now)).collect();
+        let accepted = verdicts.iter().filter(|v| matches!(v, ClockCheck::Accept { .. })).count();
+        assert_eq!(accepted, 6);
+        drop(own);
+    }
+
+    /// A packed datagram of a protected topic (`[shoal_auth]`) is refused whole: every sample in it counted once,
+    /// as unsigned, for the topic; nothing delivered.
+    #[test]
+    fn a_protected_topics_packed_datagram_is_refused_with_every_sample_counted() {
+        let mut cfg = Config::default();
+        cfg.auth.key = crate::config::AuthKey::new(vec![7; 32]);
+        cfg.auth.protected_topics = "secret_.*".to_owned();
+        let stats = Arc::new(crate::wire::auth::AuthStats::new(true));
+        let layer = UdpLayer::new(&cfg, "h", Arc::clone(&stats)).expect("the pattern compiles");
+        let keep = Arc::new(Keep::default());
+        let inbox: Arc<dyn Inbox> = keep.clone();
+        layer.reader_factory().subscriber_created(1, "secret_t", &inbox);
+        let mut rx = UdpReceiver::new(Arc::clone(&layer.shared));
+        let from: SocketAddr = "127.0.0.1:9".parse().expect("address");
+        rx.handle_datagram(Instant::now(), from, &packed_of(78, "secret_t", &[1, 2, 3, 4, 5]));
+        rx.deliver_pending();
+        assert!(lock(&keep.samples).is_empty());
+        let s = stats.summary();
+        assert_eq!(s.data.unsigned, 5);
+        assert_eq!(s.topics.iter().find(|(t, _)| t == "secret_t").map(|(_, c)| c.unsigned), Some(5));
+        assert_eq!(layer.counts().packed_messages, 0);
+    }
 }
