@@ -811,12 +811,30 @@ pub(crate) static KEYS: &[KeyDef] = &[
         alias: None,
         doc: &[
             "send_mode = io_thread: messages the queue from the publishers to the I/O thread holds (shared",
-            "by all publishers of the process). A send that finds it full drops its message and counts it.",
+            "by all publishers of the process). A send that finds it full waits up to send_queue_wait_us",
+            "for room, then drops its message and counts it.",
         ],
         allowed: "16..=1048576 (messages)",
         get: |c| c.network.send_queue.to_string(),
         set: |d, v, _| {
             d.cfg.network.send_queue = usize::try_from(int_in(v, 16, 1_048_576)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_network",
+        key: "send_queue_wait_us",
+        alias: None,
+        doc: &[
+            "send_mode = io_thread: microseconds a send that finds the queue to the I/O thread full waits",
+            "for room (the I/O thread empties it as fast as the socket takes datagrams), so that a sender",
+            "faster than the socket is slowed down to its pace instead of losing messages. After that long",
+            "the message is dropped and counted. 0 drops at once: send() never waits.",
+        ],
+        allowed: "0..=100000 (µs)",
+        get: |c| c.network.send_queue_wait.as_micros().to_string(),
+        set: |d, v, _| {
+            d.cfg.network.send_queue_wait = Duration::from_micros(int_in(v, 0, 100_000)?);
             Some(())
         },
     },

@@ -276,6 +276,7 @@ impl UdpLayer {
                     .then(|| {
                         Arc::new(send::SendQueue::new(
                             config.network.send_queue,
+                            config.network.send_queue_wait,
                             config.network.send_flush_delay,
                             config.network.send_pack_bytes,
                         ))
@@ -648,13 +649,15 @@ impl UdpWriter {
     }
 
     fn push(&mut self, q: &send::SendQueue, m: send::Outgoing) -> Result<(), LayerWriteError> {
-        match q.push(m) {
+        match q.push_waiting(m) {
             Ok(()) => Ok(()),
             Err(_) => {
                 self.shared.counters.queue_full.fetch_add(1, Ordering::Relaxed);
                 Err(self.fail(format!(
-                    "message to {} dropped: the queue to the I/O thread is full ([shoal_network] send_queue)",
-                    self.dest_v4
+                    "message to {} dropped: the queue to the I/O thread stayed full for {} µs ([shoal_network] \
+                     send_queue, send_queue_wait_us)",
+                    self.dest_v4,
+                    q.full_wait().as_micros()
                 )))
             }
         }

@@ -2,8 +2,10 @@
 //! the I/O thread sends the queue in `sendmmsg` batches.
 //!
 //! - The queue ([`SendQueue`]) is a bounded lock-free MPSC array (`crossbeam_queue::ArrayQueue`) shared by all
-//!   publishers of the runtime. A send that finds it full drops its message and counts it as a drop of its
-//!   publisher; it never blocks.
+//!   publishers of the runtime. A send that finds it full yields to the I/O thread for up to
+//!   `send_queue_wait_us` (default 1 ms) until there is room, which slows a sender faster than the socket to the
+//!   socket's pace; after that it drops its message and counts it as a drop of its publisher. With 0 it never
+//!   waits.
 //! - Waking: the I/O thread marks the queue idle just before it sleeps; the first push after that wakes it
 //!   (one `eventfd` write), every other push costs no system call. With `send_flush_delay_us` above zero the thread
 //!   holds the first message up to that long, or until a whole batch is queued.
@@ -84,17 +86,20 @@ pub(crate) struct SendQueue {
     idle: AtomicBool,
     waker: OnceLock<Arc<mio::Waker>>,
     flush_delay: Duration,
+    /// `send_queue_wait_us`: how long a push that finds the queue full waits for room.
+    full_wait: Duration,
     /// `send_pack_bytes`: a packed datagram's size at most.
     pack_bytes: usize,
 }
 
 impl SendQueue {
-    pub(crate) fn new(depth: usize, flush_delay: Duration, pack_bytes: usize) -> SendQueue {
+    pub(crate) fn new(depth: usize, full_wait: Duration, flush_delay: Duration, pack_bytes: usize) -> SendQueue {
         SendQueue {
             queue: ArrayQueue::new(depth.max(1)),
             idle: AtomicBool::new(false),
             waker: OnceLock::new(),
             flush_delay,
+            full_wait,
             pack_bytes: pack_bytes.min(MAX_UDP_PAYLOAD),
         }
     }
@@ -116,6 +121,40 @@ impl SendQueue {
             tracing::warn!("UDP data layer: cannot wake the I/O thread: {e}");
         }
         Ok(())
+    }
+
+    /// How long [`push_waiting`](Self::push_waiting) waits for room.
+    pub(crate) fn full_wait(&self) -> Duration {
+        self.full_wait
+    }
+
+    /// [`push`](Self::push), but a full queue is waited on for up to `send_queue_wait_us` (yielding the CPU to
+    /// the I/O thread, which empties the queue at the socket's pace) before `m` is given back. The I/O thread is
+    /// awake while the queue is full (a push that found it idle woke it); should it have just marked itself idle,
+    /// the wait wakes it.
+    pub(crate) fn push_waiting(&self, m: Outgoing) -> Result<(), Outgoing> {
+        let mut m = match self.push(m) {
+            Ok(()) => return Ok(()),
+            Err(m) if self.full_wait.is_zero() => return Err(m),
+            Err(m) => m,
+        };
+        let deadline = Instant::now() + self.full_wait;
+        loop {
+            if self.idle.swap(false, Ordering::SeqCst)
+                && let Some(w) = self.waker.get()
+                && let Err(e) = w.wake()
+            {
+                tracing::warn!("UDP data layer: cannot wake the I/O thread: {e}");
+            }
+            std::thread::yield_now();
+            m = match self.push(m) {
+                Ok(()) => return Ok(()),
+                Err(m) => m,
+            };
+            if Instant::now() >= deadline {
+                return Err(m);
+            }
+        }
     }
 }
 
@@ -352,4 +391,51 @@ impl UdpSender {
 fn run_seg_of(first: &IoSlice<'_>) -> u16 {
     // Runs are cut so that their first datagram is the longest and fits in a u16.
     u16::try_from(first.len()).unwrap_or(u16::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message() -> Outgoing {
+        Outgoing {
+            dest: SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9),
+            data: vec![0; 8],
+            ends: Vec::new(),
+            drops: Arc::default(),
+            pack_key: None,
+            messages: 1,
+        }
+    }
+
+    /// `send_queue_wait_us`: a push that finds the queue full waits until the I/O thread makes room, up to the
+    /// configured time, then gives the message back; with zero it gives it back at once.
+    #[test]
+    fn a_full_queue_is_waited_on_up_to_send_queue_wait() {
+        let q = Arc::new(SendQueue::new(2, Duration::from_secs(5), Duration::ZERO, 1472));
+        q.push(message()).expect("room");
+        q.push(message()).expect("room");
+        let drainer = {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                q.queue.pop().is_some()
+            })
+        };
+        let t0 = Instant::now();
+        assert!(q.push_waiting(message()).is_ok(), "room made within the wait");
+        assert!(t0.elapsed() >= Duration::from_millis(15), "it waited for the room: {:?}", t0.elapsed());
+        assert!(drainer.join().expect("drainer"));
+        assert_eq!(q.queue.len(), 2);
+
+        let nobody_drains = SendQueue::new(1, Duration::from_millis(30), Duration::ZERO, 1472);
+        nobody_drains.push(message()).expect("room");
+        let t0 = Instant::now();
+        assert!(nobody_drains.push_waiting(message()).is_err(), "given back after the wait");
+        assert!(t0.elapsed() >= Duration::from_millis(30), "{:?}", t0.elapsed());
+
+        let no_wait = SendQueue::new(1, Duration::ZERO, Duration::ZERO, 1472);
+        no_wait.push(message()).expect("room");
+        assert!(no_wait.push_waiting(message()).is_err(), "zero: given back at once");
+    }
 }

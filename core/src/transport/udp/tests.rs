@@ -393,12 +393,14 @@ fn io_thread_mode_sends_batches_that_arrive_complete() {
     assert_eq!(rx_layer.shared.counters.kernel_drops.load(Ordering::Relaxed), 0);
 }
 
-/// A send that finds the queue to the I/O thread full drops its message, says so, and counts it.
+/// A send that finds the queue to the I/O thread full (and, here, nobody emptying it within `send_queue_wait_us`)
+/// drops its message, says so, and counts it.
 #[test]
 fn a_full_send_queue_drops_and_counts() {
     let mut cfg = Config::default();
     cfg.network.send_mode = crate::config::UdpSendMode::IoThread;
     cfg.network.send_queue = 16;
+    cfg.network.send_queue_wait = Duration::from_millis(2);
     cfg.network.data_port = 20_000 + ((std::process::id() + 3571) % 20_000) as u16;
     let layer = UdpLayer::new(&cfg, "h", Default::default()).expect("no pattern to compile");
     let mut src = layer.reader_factory().io_source().expect("sender");
