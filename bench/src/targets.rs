@@ -254,20 +254,30 @@ fn net_ratio(
     }
 }
 
-/// N2: 64 B over shoal's UDP layer, unpaced, at least 1 M msg/s.
+/// N2: 64 B over shoal's UDP layer with batching (sent by the I/O thread), unpaced, at least 1 M msg/s received
+/// with none lost: a receive rate of a run that lost messages does not count.
 fn n2(rows: &Rows) -> Target {
     let (limit, cmp) = (1e6, Cmp::AtLeast);
-    let value = rows.find_net("udp", "throughput", NET_WAIT, 64).and_then(|r| num(r, "msgs_per_s"));
+    let row = rows.find_net("udp", "throughput", NET_WAIT, 64);
+    let value = row.and_then(|r| num(r, "msgs_per_s"));
+    let lost = row.and_then(|r| r["lost"].as_u64());
+    let batched = row.and_then(|r| num(r, "udp_send_io_thread")) == Some(1.0);
+    let failed =
+        value.is_some_and(|v| !cmp.holds(v, limit)) || lost.is_some_and(|l| l > 0) || (row.is_some() && !batched);
     Target {
         id: "N2",
         wait: Some(NET_WAIT),
-        what: "64B UDP throughput, msg/s",
+        what: "64B UDP throughput (io_thread), msg/s, 0 lost",
         value,
         limit,
         cmp,
         unit: "msg/s",
-        status: Status::of(value.is_some_and(|v| !cmp.holds(v, limit)), value.is_none()),
-        detail: if value.is_some() { String::new() } else { "not measured".to_string() },
+        status: Status::of(failed, value.is_none() || lost.is_none()),
+        detail: match (row, lost) {
+            (None, _) | (_, None) => "not measured".to_string(),
+            (Some(_), Some(l)) if !batched => format!("{l} lost; not sent by the I/O thread (send_mode = io_thread)"),
+            (Some(_), Some(l)) => format!("{l} lost (must be 0)"),
+        },
     }
 }
 
@@ -613,6 +623,9 @@ mod tests {
                 rate,
             );
             r["transport"] = json!(transport);
+            if transport == "udp" && size == 64 {
+                r["udp_send_io_thread"] = json!(1.0);
+            }
             rows.push(r);
         }
         for size in [64, 1 << 20] {
@@ -667,6 +680,18 @@ mod tests {
         assert_eq!(target(rows.clone(), "T2", Some("block")).status, Status::Pass);
         assert_eq!(target(rows.clone(), "N1", Some("block")).status, Status::Fail);
         assert_eq!(target(rows.clone(), "N2", Some("block")).status, Status::Fail);
+        // N2 counts only a lossless run of the I/O thread's batched sending.
+        let lossy = |lost: u64, io: f64| {
+            let mut rows = passing();
+            let r = rows.iter_mut().rfind(|r| r["transport"] == "udp" && r["size_bytes"] == 64).expect("udp 64 row");
+            (r["lost"], r["udp_send_io_thread"]) = (json!(lost), json!(io));
+            target(rows, "N2", Some("block"))
+        };
+        assert_eq!(lossy(0, 1.0).status, Status::Pass);
+        let t = lossy(29, 1.0);
+        assert_eq!(t.status, Status::Fail, "{}", t.detail);
+        assert!(t.detail.contains("29 lost (must be 0)"), "{}", t.detail);
+        assert_eq!(lossy(0, 0.0).status, Status::Fail);
         assert_eq!(target(rows.clone(), "N4", Some("block")).status, Status::Fail);
         let rows: Vec<Value> = passing().into_iter().filter(|r| r["transport"] != "raw_tcp").collect();
         assert_eq!(target(rows, "N4", Some("block")).status, Status::NotMeasured);

@@ -94,6 +94,11 @@ pub(crate) fn measure<S: Sender, R: Receiver>(
     if run.system == super::args::System::Shoal && super::shoal_link::reliable() {
         extra.push(("reliable", 1.0));
     }
+    if run.system == super::args::System::Shoal && run.transport == super::args::Transport::Udp {
+        // Which thread sent (`[shoal_network] send_mode`): 1 the I/O thread (batched, packed), 0 the user's.
+        let io = super::shoal_link::config()?.network.send_mode == shoal::config::UdpSendMode::IoThread;
+        extra.push(("udp_send_io_thread", if io { 1.0 } else { 0.0 }));
+    }
     Ok(Measurement {
         system: run.system,
         transport: run.transport.label(run.system),
