@@ -823,6 +823,24 @@ pub(crate) static KEYS: &[KeyDef] = &[
     },
     KeyDef {
         section: "shoal_network",
+        key: "send_queue_bytes",
+        alias: None,
+        doc: &[
+            "send_mode = io_thread: bytes of datagrams the queue to the I/O thread and the I/O thread hold",
+            "unsent at most (all publishers of the process), so that large messages cannot fill memory:",
+            "a send that would go beyond it counts as finding the queue full. One message is always taken",
+            "when nothing is held, however large.",
+        ],
+        allowed: "65536..=4294967296 bytes (64k to 4g)",
+        get: |c| fmt_size(c.network.send_queue_bytes),
+        set: |d, v, _| {
+            d.cfg.network.send_queue_bytes =
+                usize::try_from(size(v).filter(|n| (64 << 10..=4 << 30).contains(n))?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_network",
         key: "send_queue_wait_us",
         alias: None,
         doc: &[

@@ -123,6 +123,9 @@ pub struct NetworkConfig {
     pub send_flush_delay: Duration,
     /// `io_thread` mode: messages the queue from the publishers to the I/O thread holds.
     pub send_queue: usize,
+    /// `io_thread` mode: bytes of datagrams the queue and the I/O thread hold unsent at most (one message is always
+    /// taken, however large).
+    pub send_queue_bytes: usize,
     /// `io_thread` mode: how long a send that finds the queue full waits for room before it drops its message
     /// (zero: drops at once).
     pub send_queue_wait: Duration,
@@ -528,6 +531,7 @@ impl Default for Config {
                 send_mode: UdpSendMode::UserThread,
                 send_flush_delay: Duration::ZERO,
                 send_queue: 4096,
+                send_queue_bytes: 16 << 20,
                 send_queue_wait: Duration::from_millis(1),
                 send_pack: true,
                 send_pack_bytes: 1472,

@@ -276,6 +276,7 @@ impl UdpLayer {
                     .then(|| {
                         Arc::new(send::SendQueue::new(
                             config.network.send_queue,
+                            config.network.send_queue_bytes,
                             config.network.send_queue_wait,
                             config.network.send_flush_delay,
                             config.network.send_pack_bytes,

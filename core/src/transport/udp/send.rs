@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::net::SocketAddrV4;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -88,14 +88,25 @@ pub(crate) struct SendQueue {
     flush_delay: Duration,
     /// `send_queue_wait_us`: how long a push that finds the queue full waits for room.
     full_wait: Duration,
+    /// Bytes of datagrams queued or held by the I/O thread unsent, and `send_queue_bytes`, their bound.
+    bytes: AtomicUsize,
+    max_bytes: usize,
     /// `send_pack_bytes`: a packed datagram's size at most.
     pack_bytes: usize,
 }
 
 impl SendQueue {
-    pub(crate) fn new(depth: usize, full_wait: Duration, flush_delay: Duration, pack_bytes: usize) -> SendQueue {
+    pub(crate) fn new(
+        depth: usize,
+        max_bytes: usize,
+        full_wait: Duration,
+        flush_delay: Duration,
+        pack_bytes: usize,
+    ) -> SendQueue {
         SendQueue {
             queue: ArrayQueue::new(depth.max(1)),
+            bytes: AtomicUsize::new(0),
+            max_bytes,
             idle: AtomicBool::new(false),
             waker: OnceLock::new(),
             flush_delay,
@@ -109,9 +120,19 @@ impl SendQueue {
         self.pack_bytes
     }
 
-    /// Queues `m`; gives it back when the queue is full.
+    /// Queues `m`; gives it back when the queue is full: `send_queue` messages, or `m` would take the bytes held
+    /// beyond `send_queue_bytes` (unless nothing is held).
     pub(crate) fn push(&self, m: Outgoing) -> Result<(), Outgoing> {
-        self.queue.push(m)?;
+        let len = m.data.len();
+        let before = self.bytes.fetch_add(len, Ordering::AcqRel);
+        if before > 0 && before + len > self.max_bytes {
+            self.release(len);
+            return Err(m);
+        }
+        if let Err(m) = self.queue.push(m) {
+            self.release(len);
+            return Err(m);
+        }
         let wake =
             self.idle.swap(false, Ordering::SeqCst) || (!self.flush_delay.is_zero() && self.queue.len() == FULL_BATCH);
         if wake
@@ -121,6 +142,11 @@ impl SendQueue {
             tracing::warn!("UDP data layer: cannot wake the I/O thread: {e}");
         }
         Ok(())
+    }
+
+    /// Bytes of datagrams that left the queue and the I/O thread (sent or dropped), or merged into another.
+    fn release(&self, len: usize) {
+        self.bytes.fetch_sub(len, Ordering::AcqRel);
     }
 
     /// How long [`push_waiting`](Self::push_waiting) waits for room.
@@ -246,6 +272,8 @@ impl UdpSender {
                     && packed::append_records(&mut tail.data, records, n)
                 {
                     tail.messages += m.messages;
+                    // Its records now count as part of the tail's bytes; its own header is gone.
+                    self.queue.release(m.data.len() - records.len());
                     return;
                 }
             }
@@ -273,6 +301,7 @@ impl UdpSender {
         let Some(sock) = self.shared.sender() else {
             // No socket: every queued message is lost (the writer warned when it failed to open).
             for m in self.pending.drain(..) {
+                self.queue.release(m.data.len());
                 m.drops.fetch_add(m.messages, Ordering::Relaxed);
                 self.shared.counters.send_drops.fetch_add(m.messages, Ordering::Relaxed);
             }
@@ -354,6 +383,7 @@ impl UdpSender {
                 tracing::debug!("UDP data layer: send of {count} datagrams failed: {e}");
                 for _ in 0..=last_msg {
                     if let Some(m) = self.pending.pop_front() {
+                        self.queue.release(m.data.len());
                         m.drops.fetch_add(m.messages, Ordering::Relaxed);
                         self.shared.counters.send_drops.fetch_add(m.messages, Ordering::Relaxed);
                     }
@@ -374,6 +404,7 @@ impl UdpSender {
                 n -= left;
                 self.front_sent = 0;
                 let Some(m) = self.pending.pop_front() else { break };
+                self.queue.release(m.data.len());
                 let c = &self.shared.counters;
                 c.sent.fetch_add(m.messages, Ordering::Relaxed);
                 if m.pack_key.is_some() {
@@ -412,7 +443,7 @@ mod tests {
     /// configured time, then gives the message back; with zero it gives it back at once.
     #[test]
     fn a_full_queue_is_waited_on_up_to_send_queue_wait() {
-        let q = Arc::new(SendQueue::new(2, Duration::from_secs(5), Duration::ZERO, 1472));
+        let q = Arc::new(SendQueue::new(2, 1 << 20, Duration::from_secs(5), Duration::ZERO, 1472));
         q.push(message()).expect("room");
         q.push(message()).expect("room");
         let drainer = {
@@ -428,14 +459,33 @@ mod tests {
         assert!(drainer.join().expect("drainer"));
         assert_eq!(q.queue.len(), 2);
 
-        let nobody_drains = SendQueue::new(1, Duration::from_millis(30), Duration::ZERO, 1472);
+        let nobody_drains = SendQueue::new(1, 1 << 20, Duration::from_millis(30), Duration::ZERO, 1472);
         nobody_drains.push(message()).expect("room");
         let t0 = Instant::now();
         assert!(nobody_drains.push_waiting(message()).is_err(), "given back after the wait");
         assert!(t0.elapsed() >= Duration::from_millis(30), "{:?}", t0.elapsed());
 
-        let no_wait = SendQueue::new(1, Duration::ZERO, Duration::ZERO, 1472);
+        let no_wait = SendQueue::new(1, 1 << 20, Duration::ZERO, Duration::ZERO, 1472);
         no_wait.push(message()).expect("room");
         assert!(no_wait.push_waiting(message()).is_err(), "zero: given back at once");
+    }
+
+    /// `send_queue_bytes`: a message that would take the bytes held beyond the bound finds the queue full, unless
+    /// nothing is held; bytes leave the count when the message is taken off again.
+    #[test]
+    fn the_bytes_held_are_bounded() {
+        let big = |n: usize| Outgoing { data: vec![0; n], ..message() };
+        let q = SendQueue::new(64, 100, Duration::ZERO, Duration::ZERO, 1472);
+        q.push(big(60)).expect("room");
+        assert!(q.push(big(60)).is_err(), "60 + 60 > 100");
+        q.push(big(40)).expect("60 + 40 fits");
+        assert_eq!(q.bytes.load(Ordering::Relaxed), 100);
+        for _ in 0..2 {
+            let m = q.queue.pop().expect("queued");
+            q.release(m.data.len());
+        }
+        assert_eq!(q.bytes.load(Ordering::Relaxed), 0);
+        q.push(big(1000)).expect("one message larger than the bound is taken when nothing is held");
+        assert!(q.push(big(1)).is_err());
     }
 }
