@@ -140,10 +140,13 @@ fn texts(
 
 /// Checks an `eCAL.pb.Sample` (registration) against the limits.
 pub fn check_sample(sample: &[u8], l: &LimitsConfig) -> Result<(), LimitError> {
+    // A message field given several times is merged by the decoder (its repeated fields concatenated), so the layers
+    // are counted over every occurrence of the topic.
+    let mut layers = 0usize;
     // Sample: 3 process, 5 topic, 6 content (data samples), 8 padding.
     texts(sample, l, &[3, 5, 6, 8], |n, b| match n {
         3 => check_process(b, l),
-        5 => check_topic(b, l),
+        5 => check_topic(b, l, &mut layers),
         // A registration has no content; padding is skipped by the decoder.
         _ => Ok(()),
     })
@@ -154,14 +157,14 @@ fn check_process(p: &[u8], l: &LimitsConfig) -> Result<(), LimitError> {
     texts(p, l, &[12], |_, state| texts(state, l, &[], |_, _| Ok(())))
 }
 
-fn check_topic(t: &[u8], l: &LimitsConfig) -> Result<(), LimitError> {
-    let mut layers = 0usize;
+/// Checks one occurrence of the topic; `layers` counts the transport layers of all occurrences so far.
+fn check_topic(t: &[u8], l: &LimitsConfig, layers: &mut usize) -> Result<(), LimitError> {
     // Topic: 12 transport_layer, 30 datatype_information, 31 data_latency_us, 100 shoal_stats.
     texts(t, l, &[12, 30, 31, 100], |n, b| match n {
         12 => {
-            layers += 1;
-            if layers > l.layers_per_topic {
-                return Err(LimitError::Layers { count: layers, limit: l.layers_per_topic });
+            *layers += 1;
+            if *layers > l.layers_per_topic {
+                return Err(LimitError::Layers { count: *layers, limit: l.layers_per_topic });
             }
             check_layer(b, l)
         }
@@ -178,13 +181,14 @@ fn check_topic(t: &[u8], l: &LimitsConfig) -> Result<(), LimitError> {
 }
 
 fn check_layer(layer: &[u8], l: &LimitsConfig) -> Result<(), LimitError> {
+    // Memory files are counted over every occurrence of par_layer and of its shm parameters (merged when decoded).
+    let mut files = 0;
     // TransportLayer: 5 par_layer (ConnectionPar: 1 shm {1 memory_file_list}, 3 tcp, 100 shoal).
     texts(layer, l, &[5], |_, par| {
         texts(par, l, &[1, 3, 100], |n, b| {
             if n != 1 {
                 return texts(b, l, &[], |_, _| Ok(()));
             }
-            let mut files = 0;
             texts(b, l, &[], |_, _| Ok(()))?;
             for f in fields(b) {
                 files += usize::from(f?.number == 1);
@@ -245,6 +249,21 @@ mod tests {
             ..Default::default()
         }
         .encode_to_vec()
+    }
+
+    /// The decoder merges a topic given twice (its layers concatenated): the layers are counted over both (found by
+    /// the `registration_limits` fuzz target).
+    #[test]
+    fn layers_are_counted_over_every_occurrence_of_the_topic() {
+        let l = LimitsConfig { layers_per_topic: 4, ..LimitsConfig::default() };
+        let one = topic_sample(3, "t", 0);
+        assert_eq!(check_sample(&one, &l), Ok(()));
+        let twice = [one.clone(), one].concat();
+        assert_eq!(
+            pb::Sample::decode(twice.as_slice()).expect("merged").topic.expect("topic").transport_layer.len(),
+            6
+        );
+        assert_eq!(check_sample(&twice, &l), Err(LimitError::Layers { count: 5, limit: 4 }));
     }
 
     #[test]
