@@ -36,8 +36,9 @@ fn tcp_pub_ini(name: &str) -> String {
     )
 }
 
-/// (size, count, rate): 64 B, 1 MB and 8 MB messages.
-const SIZES: [(usize, u64, u32); 3] = [(64, 200, 200), (1_000_000, 20, 20), (8_000_000, 4, 2)];
+/// (size, count, rate): 64 B, 1 MB and 8 MB messages. 64 B at 100/s: eCAL's Python subscriber callback, slower under
+/// load, has a one-message queue that replaced 21 of 200 at 200/s in a CI run at load 6 (shoal's publisher sent all).
+const SIZES: [(usize, u64, u32); 3] = [(64, 200, 100), (1_000_000, 20, 20), (8_000_000, 4, 2)];
 
 const HOSTS: [&str; 2] = ["ecal-a", "shoal-b"];
 
