@@ -3,6 +3,11 @@
 //! - Addressing: local mode broadcasts every topic to `local_broadcast:data_port` (127.255.255.255:14002); network
 //!   mode sends to the topic's V2 multicast group ([`codec::topic_group`]) and receives on the base group and the
 //!   groups of the subscribed topics.
+//! - Own datagrams: in local mode to 127.255.255.255 the process's receive socket would get all its own broadcasts
+//!   back (and discard them as the same process's). Once the send socket is open, a socket filter drops them in
+//!   the kernel before they are queued or copied ([`net::drop_own_datagrams`]); the senders count what they send
+//!   there, which the receiver takes off the kernel's drop count. In network mode they still loop back when this
+//!   process joined the topic's group, and are discarded after the copy.
 //! - Datagrams: ecaludp v5 header, `[u16 name_len][topic\0]` prefix, then the data `Sample` protobuf
 //!   ([`codec`]); messages above 65,483 framed bytes are fragmented, received ones go through the bounded
 //!   [`Reassembler`](crate::wire::Reassembler).
@@ -71,8 +76,13 @@ pub(crate) struct Counters {
     /// `send_mode = io_thread`: `sendmmsg` calls, and the GSO runs (several datagrams in one message) they sent.
     pub(crate) send_calls: AtomicU64,
     pub(crate) gso_runs: AtomicU64,
-    /// Datagrams the kernel dropped on the data socket for a full receive buffer (`SO_RXQ_OVFL`).
+    /// Datagrams the kernel dropped on the data socket for a full receive buffer (`SO_RXQ_OVFL`, less this
+    /// runtime's own broadcasts that the socket's filter dropped: [`net::drop_own_datagrams`]).
     pub(crate) kernel_drops: AtomicU64,
+    /// Local mode to the loopback broadcast address: datagrams this runtime's send socket sent there, counted before
+    /// each send and taken back when it fails (the receive socket's filter drops them, and the kernel counts them
+    /// with its drops).
+    pub(crate) own_broadcasts: AtomicU64,
     /// Messages dropped on send (socket buffer full or another send error).
     pub(crate) send_drops: AtomicU64,
     /// Datagrams received.
@@ -169,6 +179,9 @@ struct Shared {
     iface: OnceLock<Ipv4Addr>,
     /// The send socket, opened by the first writer that starts (`None`: it could not be opened).
     sender: OnceLock<Option<Socket>>,
+    /// [`net::own_datagrams_loop_back`]: the receive socket drops this runtime's own datagrams, and the senders count
+    /// them in `counters.own_broadcasts`.
+    own_loop_back: bool,
     subs: Mutex<SubTable>,
     /// Bumped whenever the set of subscribed topics changes.
     subs_version: AtomicU64,
@@ -223,6 +236,19 @@ impl Shared {
         if self.config.enabled { self.iface() } else { Ipv4Addr::UNSPECIFIED }
     }
 
+    /// Counts `n` datagrams about to be sent to the loopback broadcast address (when the receive socket drops its
+    /// own), or takes back `n` that failed (`sent = false`).
+    fn count_own(&self, n: usize, sent: bool) {
+        if self.own_loop_back && n > 0 {
+            let c = &self.counters.own_broadcasts;
+            if sent {
+                c.fetch_add(n as u64, Ordering::Relaxed)
+            } else {
+                c.fetch_sub(n as u64, Ordering::Relaxed)
+            };
+        }
+    }
+
     /// The subscribed topics, when they changed since `seen` (which is updated).
     fn topics_if_changed(&self, seen: &mut u64) -> Option<Vec<Arc<str>>> {
         let v = self.subs_version.load(Ordering::Acquire);
@@ -266,6 +292,7 @@ impl UdpLayer {
                 host_name: host_name.to_string(),
                 iface: OnceLock::new(),
                 sender: OnceLock::new(),
+                own_loop_back: net::own_datagrams_loop_back(&config.network),
                 subs: Mutex::new(SubTable::default()),
                 subs_version: AtomicU64::new(0),
                 counters: Counters::default(),
@@ -507,6 +534,18 @@ impl UdpWriter {
         };
         let dest = &self.dest;
         let id = self.next_fragment_id as i32;
+        let shared = &*self.shared;
+        let send_one = |parts: &[IoSlice<'_>]| {
+            shared.count_own(1, true);
+            let r = match parts {
+                [one] => sock.send_to(one, dest).map(|_| ()),
+                _ => sock.send_to_vectored(parts, dest).map(|_| ()),
+            };
+            if r.is_err() {
+                shared.count_own(1, false);
+            }
+            r
+        };
         let pacer = self.shared.pacer.as_ref();
         let pace = |parts: &[IoSlice<'_>]| {
             if let Some(p) = pacer {
@@ -516,10 +555,7 @@ impl UdpWriter {
         let r = match &mut self.sealer {
             None => send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || id, |parts| {
                 pace(parts);
-                match parts {
-                    [one] => sock.send_to(one, dest).map(|_| ()),
-                    _ => sock.send_to_vectored(parts, dest).map(|_| ()),
-                }
+                send_one(parts)
             }),
             Some(sealer) => {
                 let now_ns = crate::wire::auth::unix_ns();
@@ -527,7 +563,7 @@ impl UdpWriter {
                     let (head, p0, p1, tag) = seal_datagram(sealer, parts, now_ns)?;
                     let slices = [IoSlice::new(&head), IoSlice::new(p0), IoSlice::new(p1), IoSlice::new(&tag)];
                     pace(&slices);
-                    sock.send_to_vectored(&slices, dest).map(|_| ())
+                    send_one(&slices)
                 })
             }
         };

@@ -139,6 +139,57 @@ pub(crate) fn open_recv_socket(net: &NetworkConfig, iface: Ipv4Addr, port: u16) 
     Ok(mio::net::UdpSocket::from_std(s.into()))
 }
 
+/// The loopback broadcast address: in local mode with it as `local_broadcast`, every socket bound to the data port
+/// on this host, the sending process's own included, gets every datagram sent there.
+pub(crate) const LOOPBACK_BROADCAST: Ipv4Addr = Ipv4Addr::new(127, 255, 255, 255);
+
+/// Whether this configuration sends data where the process's own receive socket gets all of it back (local mode to
+/// the loopback broadcast address), so that the receive socket can drop its own datagrams ([`drop_own_datagrams`]).
+pub(crate) fn own_datagrams_loop_back(net: &NetworkConfig) -> bool {
+    !net.enabled && net.local_broadcast == LOOPBACK_BROADCAST
+}
+
+/// A classic BPF program for a UDP socket that drops datagrams from `source` and keeps every other one. A UDP
+/// socket's filter sees the packet from the UDP header on (source port at offset 0); the source address is read
+/// relative to the IPv4 header (`SKF_NET_OFF` + 12).
+pub(crate) fn own_datagram_filter(source: SocketAddrV4) -> [socket2::SockFilter; 6] {
+    use socket2::SockFilter;
+    // Opcodes of `linux/filter.h`: BPF_LD|BPF_H|BPF_ABS, BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K.
+    const LDH_ABS: u16 = 0x28;
+    const LDW_ABS: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const RET_K: u16 = 0x06;
+    /// `SKF_NET_OFF`: offsets from -0x100000 count from the network header.
+    const SKF_NET_OFF: i32 = -0x10_0000;
+    let source_ip_offset = (SKF_NET_OFF + 12).cast_unsigned();
+    [
+        SockFilter::new(LDH_ABS, 0, 0, 0),
+        // The source port: not ours -> keep (jump 3 ahead to the last instruction).
+        SockFilter::new(JEQ_K, 0, 3, u32::from(source.port())),
+        SockFilter::new(LDW_ABS, 0, 0, source_ip_offset),
+        SockFilter::new(JEQ_K, 0, 1, u32::from(*source.ip())),
+        // Ours: drop (keep 0 bytes).
+        SockFilter::new(RET_K, 0, 0, 0),
+        // Keep the whole datagram.
+        SockFilter::new(RET_K, 0, 0, u32::MAX),
+    ]
+}
+
+/// Attaches [`own_datagram_filter`] for the send socket `sender` to the receive socket `socket`: the kernel then
+/// drops the process's own broadcasts before they are queued or copied (they would be discarded as the same
+/// process's duplicates anyway). The kernel counts each in the socket's drop count, which `SO_RXQ_OVFL` reports
+/// too: the receiver subtracts the ones it sent ([`Counters::own_broadcasts`](super::Counters)).
+pub(crate) fn drop_own_datagrams(socket: &mio::net::UdpSocket, sender: &Socket) -> io::Result<SocketAddrV4> {
+    let local = sender
+        .local_addr()?
+        .as_socket_ipv4()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the send socket is not IPv4"))?;
+    // The send socket is bound to 0.0.0.0: a broadcast on the loopback leaves from 127.0.0.1.
+    let source = SocketAddrV4::new(Ipv4Addr::LOCALHOST, local.port());
+    socket2::SockRef::from(socket).attach_filter(&own_datagram_filter(source))?;
+    Ok(source)
+}
+
 /// Bytes of one receive slot: the largest UDP datagram fits.
 const SLOT: usize = 65_536;
 

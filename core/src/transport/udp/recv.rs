@@ -79,6 +79,29 @@ pub(crate) struct UdpReceiver {
     auth: Option<AuthReceiver>,
     /// Counts of reassemblers replaced (the socket closed), so the published totals keep counting.
     reassembly_base: ReassemblyCounters,
+    /// The open socket's filter of this runtime's own broadcasts, once attached.
+    own: Option<OwnFilter>,
+    /// Attaching it failed for the open socket (not retried until the socket is reopened).
+    own_failed: bool,
+}
+
+/// Local mode to the loopback broadcast address ([`super::net::own_datagrams_loop_back`]): the receive socket drops
+/// this runtime's own datagrams in the kernel ([`super::net::drop_own_datagrams`]), which counts each among the
+/// socket's drops. The drops `SO_RXQ_OVFL` reports since the filter was attached, less the datagrams this runtime
+/// sent there since then, are the ones of a full receive buffer.
+///
+/// The senders count a datagram before they send it, so the difference never counts an own datagram as a loss
+/// once it was sent; it may count a real loss late (the own datagram counted, not yet filtered), never twice. The
+/// datagrams counted between the attach and the snapshot of the count after it, a few at most, would be counted
+/// as losses: an over-count, never a hidden loss.
+#[derive(Debug)]
+struct OwnFilter {
+    /// `counters.own_broadcasts` right after the filter was attached.
+    own_base: u64,
+    /// Drops the socket reported since then (own datagrams included).
+    raw: u64,
+    /// Drops of a full receive buffer counted since then.
+    counted: u64,
 }
 
 impl UdpReceiver {
@@ -105,6 +128,8 @@ impl UdpReceiver {
             last_summary_datagrams: 0,
             auth,
             reassembly_base: ReassemblyCounters::default(),
+            own: None,
+            own_failed: false,
         }
     }
 
@@ -122,6 +147,8 @@ impl UdpReceiver {
                     a.reassembler = Reassembler::new(a.reassembler.config().clone());
                 }
                 self.publish_reassembly();
+                self.own = None;
+                self.own_failed = false;
                 tracing::debug!("UDP data layer: no subscriber left, data socket closed");
             }
             return;
@@ -174,6 +201,38 @@ impl UdpReceiver {
             }
         }
         self.joined = wanted;
+    }
+
+    /// Attaches the filter of this runtime's own broadcasts once both the receive and the send socket are open
+    /// ([`OwnFilter`]).
+    fn filter_own_datagrams(&mut self) {
+        if self.own.is_some() || self.own_failed || !self.shared.own_loop_back {
+            return;
+        }
+        let (Some(socket), Some(Some(sender))) = (&self.socket, self.shared.sender.get()) else { return };
+        match super::net::drop_own_datagrams(socket, sender) {
+            Ok(source) => {
+                let own_base = self.shared.counters.own_broadcasts.load(Ordering::Relaxed);
+                self.own = Some(OwnFilter { own_base, raw: 0, counted: 0 });
+                tracing::debug!("UDP data layer: the data socket drops this process's own datagrams (from {source})");
+            }
+            Err(e) => {
+                self.own_failed = true;
+                tracing::debug!(
+                    "UDP data layer: cannot filter this process's own datagrams ({e}); they are received and discarded"
+                );
+            }
+        }
+    }
+
+    /// Of `raw` drops the socket reported now, those of a full receive buffer ([`OwnFilter`]).
+    fn kernel_drops_of(&mut self, raw: u64) -> u64 {
+        let Some(f) = &mut self.own else { return raw };
+        f.raw += raw;
+        let own = self.shared.counters.own_broadcasts.load(Ordering::Relaxed).saturating_sub(f.own_base);
+        let lost = f.raw.saturating_sub(own).saturating_sub(f.counted);
+        f.counted += lost;
+        lost
     }
 
     fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
@@ -494,6 +553,7 @@ impl IoSource for UdpReceiver {
             self.seen_version = seen;
             self.sync(registry, token, &topics);
         }
+        self.filter_own_datagrams();
         if self.reassembler.next_expiry().is_some_and(|t| t <= now) {
             let before = self.reassembler.counters().expired;
             self.reassembler.expire(now);
@@ -529,8 +589,9 @@ impl IoSource for UdpReceiver {
                 break (drained, err);
             }
         };
-        let dropped = batcher.kernel_drops() - before;
+        let raw = batcher.kernel_drops() - before;
         self.batch = batcher;
+        let dropped = if raw > 0 { self.kernel_drops_of(raw) } else { 0 };
         if dropped > 0 {
             self.shared.counters.kernel_drops.fetch_add(dropped, Ordering::Relaxed);
             tracing::debug!(

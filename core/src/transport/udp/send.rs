@@ -353,6 +353,8 @@ impl UdpSender {
         }
         let msgs: Vec<OutMsg<'_>> =
             runs.iter().map(|r| OutMsg { dest: r.0, iov: &iovs[r.1..r.1 + r.2], segment: r.3 }).collect();
+        let batch_datagrams: usize = runs.iter().map(|r| r.2).sum();
+        self.shared.count_own(batch_datagrams, true);
         let result = send_mmsg(fd, &msgs);
         // Datagrams the kernel took, and the run that failed (if any).
         let (sent_runs, failed) = match result {
@@ -360,6 +362,7 @@ impl UdpSender {
             Err(e) => (0, Some(e)),
         };
         let sent_datagrams: usize = runs[..sent_runs].iter().map(|r| r.2).sum();
+        self.shared.count_own(batch_datagrams - sent_datagrams, false);
         let c = &self.shared.counters;
         c.send_calls.fetch_add(1, Ordering::Relaxed);
         c.gso_runs.fetch_add(runs[..sent_runs].iter().filter(|r| r.3.is_some()).count() as u64, Ordering::Relaxed);

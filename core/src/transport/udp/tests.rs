@@ -521,3 +521,83 @@ fn packing_needs_io_thread_send_pack_and_every_target() {
     user.network.send_mode = crate::config::UdpSendMode::UserThread;
     assert!(!packs(&user, &[&shoal_sub]));
 }
+
+/// Local mode: every socket on the data port gets every broadcast, the sending process's own included. Once its
+/// send socket is open, the receive socket drops the process's own datagrams in the kernel (they are never
+/// queued or copied); the kernel counts them among the socket's drops, and the receiver does not count them as
+/// losses of a full receive buffer, while it still counts the real ones.
+#[test]
+fn own_broadcasts_are_dropped_by_the_kernel_and_not_counted_as_losses() {
+    own_broadcasts_filtered(crate::config::UdpSendMode::UserThread, 4451);
+    own_broadcasts_filtered(crate::config::UdpSendMode::IoThread, 4452);
+}
+
+fn own_broadcasts_filtered(mode: crate::config::UdpSendMode, port_salt: u32) {
+    let io_thread = mode == crate::config::UdpSendMode::IoThread;
+    let mut cfg = Config::default();
+    cfg.network.data_port = 20_000 + ((std::process::id() + port_salt) % 20_000) as u16;
+    // A receive buffer of a few datagrams, so that another process's burst overflows it.
+    cfg.network.receive_buffer = 4096;
+    let mut own_cfg = cfg.clone();
+    own_cfg.network.send_mode = mode;
+    let layer = UdpLayer::new(&own_cfg, "h", Default::default()).expect("no pattern to compile");
+    let rf = layer.reader_factory();
+    let collect = Arc::new(Collect::default());
+    let inbox: Arc<dyn Inbox> = collect.clone();
+    rf.subscriber_created(1, "own_sub_t", &inbox);
+    let mut rx = rf.io_source().expect("source");
+    let mut poll = mio::Poll::new().expect("poll");
+    rx.maintain(poll.registry(), mio::Token(9), Instant::now());
+    let udp = remote_sub(vec![Layer::new(LayerKind::Udp, true, false, LayerPar::None)]);
+    // This process publishes another topic over UDP: its first write opens the send socket, the next
+    // maintenance attaches the filter.
+    let mut own = layer.writer_factory().create(5, "own_pub_t", &TypeInfo::default()).expect("writer");
+    own.set_targets(&[&udp]);
+    let kb = vec![7u8; 1024];
+    own.write(&kb, &SampleMeta { publisher_id: 5, clock: 1, send_time_us: 1 }).expect("sent");
+    if io_thread {
+        assert_eq!(rx.flush(Instant::now()), None, "sent");
+    }
+    let mut events = mio::Events::with_capacity(8);
+    poll.poll(&mut events, Some(Duration::from_millis(200))).expect("poll");
+    rx.on_readable(Instant::now(), 1024);
+    rx.maintain(poll.registry(), mio::Token(9), Instant::now());
+    let c = &layer.shared.counters;
+    let before = c.datagrams.load(Ordering::Relaxed);
+    assert_eq!(before, 1, "the write before the filter was received");
+
+    let other = UdpLayer::new(&cfg, "h2", Default::default()).expect("no pattern to compile");
+    let mut w = other.writer_factory().create(6, "own_sub_t", &TypeInfo::default()).expect("writer");
+    w.set_targets(&[&udp]);
+    // Another process's 300 datagrams and 400 own ones, none read meanwhile: the buffer overflows with the other
+    // process's, and every own one is filtered (counted by the kernel as a drop too).
+    let mut own_clock = 1;
+    for clock in 1..=300u64 {
+        w.write(&kb, &SampleMeta { publisher_id: 6, clock, send_time_us: 1 }).expect("sent");
+        for _ in 0..(1 + clock % 2) {
+            own_clock += 1;
+            own.write(&kb, &SampleMeta { publisher_id: 5, clock: own_clock, send_time_us: 1 }).expect("sent");
+        }
+    }
+    assert_eq!(own_clock, 1 + 450);
+    if io_thread {
+        assert_eq!(rx.flush(Instant::now()), None, "the queued own messages are sent");
+    }
+    // Everything the buffer held (it is far fewer than 300).
+    while poll.poll(&mut events, Some(Duration::from_millis(100))).is_ok() && !events.is_empty() {
+        rx.on_readable(Instant::now(), 1024);
+    }
+    // One more after the burst: the kernel reports its drop count with the datagrams queued after the drops.
+    w.write(&kb, &SampleMeta { publisher_id: 6, clock: 301, send_time_us: 1 }).expect("sent");
+    let got_burst = lock(&collect.samples).len();
+    receive(&mut rx, &mut poll, &collect, got_burst + 1);
+    let got = lock(&collect.samples).len() as u64;
+    assert!(got < 150, "the small buffer overflowed ({got} of 301 received)");
+    assert_eq!(c.datagrams.load(Ordering::Relaxed) - before, got, "no own datagram was received");
+    assert_eq!(
+        c.kernel_drops.load(Ordering::Relaxed),
+        301 - got,
+        "the other process's datagrams the full buffer lost are counted, the 450 own filtered ones are not"
+    );
+    assert_eq!(c.own_broadcasts.load(Ordering::Relaxed), 451);
+}
