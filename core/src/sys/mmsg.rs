@@ -117,6 +117,103 @@ fn from_sockaddr(a: &libc::sockaddr_storage) -> SocketAddr {
     }
 }
 
+/// The `SO_RXQ_OVFL` count among the control messages the kernel put in `h` (by `recvmmsg` or `recvmsg`).
+fn overflow_count(h: &libc::msghdr) -> Option<u32> {
+    #[allow(unused_mut)]
+    let mut dropped_total = None;
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "aarch64",
+        target_arch = "arm",
+        target_arch = "riscv64",
+        target_arch = "loongarch64"
+    ))]
+    // SAFETY: the kernel filled msg_control up to msg_controllen (at most the 32 bytes given); CMSG_FIRSTHDR
+    // and CMSG_NXTHDR stay within it and return null at its end; the option's data is read unaligned and only
+    // when its length says it holds a u32.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET
+                && (*c).cmsg_type == SO_RXQ_OVFL
+                && (*c).cmsg_len as usize >= libc::CMSG_LEN(4) as usize
+            {
+                dropped_total = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<u32>()));
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    dropped_total
+}
+
+/// What [`recv_split`] received.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SplitInfo {
+    /// The datagram's bytes (in the head, the target and the spill together).
+    pub(crate) len: usize,
+    /// Of them, the bytes appended to the target.
+    pub(crate) in_target: usize,
+    /// Sender.
+    pub(crate) from: SocketAddr,
+    /// The datagram was longer than the three buffers (the rest is lost).
+    pub(crate) truncated: bool,
+    /// As in [`RecvInfo`].
+    pub(crate) dropped_total: Option<u32>,
+}
+
+/// Receives one datagram with a non-blocking `recvmsg(2)`, scattered: its first `head.len()` bytes into `head`, the
+/// next (up to `target_max`) appended to `target`, the rest into `spill`. `target` grows by the bytes that landed
+/// in it (written by the kernel into its spare capacity, reserved here): the caller truncates it back when they
+/// belong elsewhere. `WouldBlock` when nothing was waiting.
+pub(crate) fn recv_split(
+    fd: RawFd,
+    head: &mut [u8],
+    target: &mut Vec<u8>,
+    target_max: usize,
+    spill: &mut [u8],
+) -> io::Result<SplitInfo> {
+    target.reserve(target_max);
+    let spare = &mut target.spare_capacity_mut()[..target_max];
+    let mut iovs = [
+        libc::iovec { iov_base: head.as_mut_ptr().cast(), iov_len: head.len() },
+        libc::iovec { iov_base: spare.as_mut_ptr().cast(), iov_len: spare.len() },
+        libc::iovec { iov_base: spill.as_mut_ptr().cast(), iov_len: spill.len() },
+    ];
+    // SAFETY: all-zero sockaddr_storage and msghdr are valid; the fields are set below.
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut cmsg = [0u64; CMSG_WORDS];
+    // SAFETY: as above.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    h.msg_name = (&raw mut addr).cast();
+    h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    h.msg_iov = iovs.as_mut_ptr();
+    h.msg_iovlen = iovs.len() as _;
+    h.msg_control = cmsg.as_mut_ptr().cast();
+    h.msg_controllen = (CMSG_WORDS * 8) as _;
+    // SAFETY: `h` points into `addr`, `iovs` (which point into `head`, the spare capacity of `target` and `spill`,
+    // all borrowed mutably for this call) and `cmsg`, alive until the call returns; the kernel writes within the
+    // lengths given.
+    let rc = unsafe { libc::recvmsg(fd, &raw mut h, libc::MSG_DONTWAIT) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let len = rc as usize;
+    let in_target = len.saturating_sub(head.len()).min(target_max);
+    let new_len = target.len() + in_target;
+    // SAFETY: the kernel wrote the datagram's bytes after the head's into the first `in_target` bytes of the spare
+    // capacity (recvmsg fills the iovecs in order), so the vector's first `new_len` bytes are initialised; `new_len`
+    // is within the capacity reserved above.
+    unsafe { target.set_len(new_len) };
+    Ok(SplitInfo {
+        len,
+        in_target,
+        from: from_sockaddr(&addr),
+        truncated: h.msg_flags & libc::MSG_TRUNC != 0,
+        dropped_total: overflow_count(&h),
+    })
+}
+
 /// Receives up to `bufs.len()` datagrams with one non-blocking `recvmmsg(2)`, datagram `i` into `bufs[i]`;
 /// `out` is replaced by one entry per datagram received. `WouldBlock` when none was waiting.
 pub(crate) fn recv_mmsg(fd: RawFd, bufs: &mut [&mut [u8]], out: &mut Vec<RecvInfo>) -> io::Result<usize> {
@@ -152,30 +249,7 @@ pub(crate) fn recv_mmsg(fd: RawFd, bufs: &mut [&mut [u8]], out: &mut Vec<RecvInf
     }
     let got = rc as usize;
     for (h, addr) in hdrs[..got].iter().zip(&addrs) {
-        let mut dropped_total = None;
-        #[cfg(any(
-            target_arch = "x86_64",
-            target_arch = "x86",
-            target_arch = "aarch64",
-            target_arch = "arm",
-            target_arch = "riscv64",
-            target_arch = "loongarch64"
-        ))]
-        // SAFETY: the kernel filled msg_control up to msg_controllen (at most the 32 bytes given); CMSG_FIRSTHDR
-        // and CMSG_NXTHDR stay within it and return null at its end; the option's data is read unaligned and only
-        // when its length says it holds a u32.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_SOCKET
-                    && (*c).cmsg_type == SO_RXQ_OVFL
-                    && (*c).cmsg_len as usize >= libc::CMSG_LEN(4) as usize
-                {
-                    dropped_total = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<u32>()));
-                }
-                c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
-            }
-        }
+        let dropped_total = overflow_count(&h.msg_hdr);
         out.push(RecvInfo {
             len: h.msg_len as usize,
             from: from_sockaddr(addr),

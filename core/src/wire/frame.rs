@@ -27,6 +27,12 @@ pub enum EncodeError {
     /// `max_fragment_payload` was zero.
     #[error("max_fragment_payload must be at least 1")]
     ZeroFragmentSize,
+    /// [`send_framed_pieces`] was given more than [`MAX_PIECES`] pieces.
+    #[error("a message in {pieces} pieces; at most {MAX_PIECES} are sent without copying")]
+    TooManyPieces {
+        /// Pieces given.
+        pieces: usize,
+    },
 }
 
 /// Length of the framed message (name prefix + payload) for `name` and `payload_len`.
@@ -128,6 +134,72 @@ pub fn send_framed<E>(
             .map_err(|error| SendFramedError::Send { part: DatagramPart::Fragment { index, count }, error })?;
     }
     Ok(())
+}
+
+/// Most pieces [`send_framed_pieces`] takes.
+pub const MAX_PIECES: usize = 4;
+
+/// [`send_framed`] for a framed message held in pieces (their concatenation is the message: the name prefix, then
+/// the rest as the caller has it, say a payload where it lies between two short encoded parts): the same datagrams,
+/// byte for byte, each handed to `send` as its header followed by the parts of the pieces it covers (at most
+/// [`MAX_PIECES`] + 1 slices), so nothing of the message is copied.
+pub fn send_framed_pieces<E>(
+    pieces: &[&[u8]],
+    max_fragment_payload: usize,
+    id_source: &mut impl FnMut() -> i32,
+    mut send: impl FnMut(&[IoSlice<'_>]) -> Result<(), E>,
+) -> Result<(), SendFramedError<E>> {
+    if max_fragment_payload == 0 {
+        return Err(EncodeError::ZeroFragmentSize.into());
+    }
+    if pieces.len() > MAX_PIECES {
+        return Err(EncodeError::TooManyPieces { pieces: pieces.len() }.into());
+    }
+    let total: usize = pieces.iter().map(|p| p.len()).sum();
+    let total_u32 = u32::try_from(total).map_err(|_| EncodeError::MessageTooLarge { len: total })?;
+    if total <= max_fragment_payload {
+        let header = DatagramHeader::whole(total_u32).to_bytes();
+        let (slices, n) = gather(pieces, &header, 0, total);
+        return send(&slices[..n]).map_err(|error| SendFramedError::Send { part: DatagramPart::Whole, error });
+    }
+    let count =
+        u32::try_from(total.div_ceil(max_fragment_payload)).map_err(|_| EncodeError::MessageTooLarge { len: total })?;
+    let id = id_source();
+    let info = DatagramHeader { kind: DatagramKind::FragmentInfo, id, num: count, len: total_u32 }.to_bytes();
+    send(&[IoSlice::new(&info)])
+        .map_err(|error| SendFramedError::Send { part: DatagramPart::FragmentInfo { count }, error })?;
+    for index in 0..count {
+        let start = index as usize * max_fragment_payload;
+        let end = (start + max_fragment_payload).min(total);
+        let header =
+            DatagramHeader { kind: DatagramKind::Fragment, id, num: index, len: (end - start) as u32 }.to_bytes();
+        let (slices, n) = gather(pieces, &header, start, end);
+        send(&slices[..n])
+            .map_err(|error| SendFramedError::Send { part: DatagramPart::Fragment { index, count }, error })?;
+    }
+    Ok(())
+}
+
+/// The slices of the bytes `start..end` of the concatenated `pieces` after `header`, and how many there are.
+fn gather<'a>(
+    pieces: &[&'a [u8]],
+    header: &'a [u8; HEADER_LEN],
+    start: usize,
+    end: usize,
+) -> ([IoSlice<'a>; MAX_PIECES + 1], usize) {
+    let mut out: [IoSlice<'a>; MAX_PIECES + 1] = std::array::from_fn(|_| IoSlice::new(&[]));
+    out[0] = IoSlice::new(header);
+    let mut n = 1;
+    let mut at = 0usize;
+    for p in pieces {
+        let (lo, hi) = (start.max(at), end.min(at + p.len()));
+        if lo < hi {
+            out[n] = IoSlice::new(&p[lo - at..hi - at]);
+            n += 1;
+        }
+        at += p.len();
+    }
+    (out, n)
 }
 
 /// Frames `payload` under `name` and splits it into UDP datagrams, each in its own buffer (for registration and

@@ -74,6 +74,21 @@ impl DatagramHeader {
         let Some((head, rest)) = datagram.split_first_chunk::<HEADER_LEN>() else {
             return Err(WireError::TooShort { len: datagram.len() });
         };
+        let header = DatagramHeader::parse_head(head)?;
+        let payload = match header.kind {
+            DatagramKind::FragmentInfo => &rest[..0],
+            DatagramKind::Fragment | DatagramKind::Whole => {
+                let declared = header.len as usize;
+                rest.get(..declared)
+                    .ok_or(WireError::LengthExceedsDatagram { declared: header.len, available: rest.len() })?
+            }
+        };
+        Ok((header, payload))
+    }
+
+    /// The header alone, from a datagram's first 24 bytes (magic, version and type checked; `len` is not checked
+    /// against the bytes that follow, as [`Self::parse`] does).
+    pub fn parse_head(head: &[u8; HEADER_LEN]) -> Result<DatagramHeader, WireError> {
         if head[0..4] != MAGIC {
             return Err(WireError::BadMagic);
         }
@@ -83,16 +98,7 @@ impl DatagramHeader {
         let word = |off: usize| u32::from_le_bytes([head[off], head[off + 1], head[off + 2], head[off + 3]]);
         let raw_kind = word(8);
         let kind = DatagramKind::from_u32(raw_kind).ok_or(WireError::UnknownType(raw_kind))?;
-        let header = DatagramHeader { kind, id: word(12) as i32, num: word(16), len: word(20) };
-        let payload = match kind {
-            DatagramKind::FragmentInfo => &rest[..0],
-            DatagramKind::Fragment | DatagramKind::Whole => {
-                let declared = header.len as usize;
-                rest.get(..declared)
-                    .ok_or(WireError::LengthExceedsDatagram { declared: header.len, available: rest.len() })?
-            }
-        };
-        Ok((header, payload))
+        Ok(DatagramHeader { kind, id: word(12) as i32, num: word(16), len: word(20) })
     }
 
     /// The 24 header bytes.

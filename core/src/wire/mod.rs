@@ -21,7 +21,8 @@ pub mod reassembly;
 mod tests;
 
 pub use frame::{
-    DatagramPart, EncodeError, SendFramedError, begin_framed, encode_message, framed_len, send_framed, split_name,
+    DatagramPart, EncodeError, MAX_PIECES, SendFramedError, begin_framed, encode_message, framed_len, send_framed,
+    send_framed_pieces, split_name,
 };
 pub use header::{
     DEFAULT_MAX_FRAGMENT_PAYLOAD, DatagramHeader, DatagramKind, HEADER_LEN, MAGIC, MAX_DATAGRAM_LEN, VERSION,

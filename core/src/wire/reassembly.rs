@@ -196,6 +196,11 @@ impl Pending {
             self.data.reserve((total as usize).saturating_sub(self.data.len()));
         }
         self.data.extend_from_slice(payload);
+        self.appended();
+    }
+
+    /// The next fragment was appended to `data`: the parked ones that follow it are moved in.
+    fn appended(&mut self) {
         self.next += 1;
         while let Some(frag) = self.parked.remove(&self.next) {
             self.data.extend_from_slice(&frag);
@@ -505,6 +510,65 @@ impl Reassembler {
         }
         self.recharge(&key)?;
         self.complete_if_done(&key)
+    }
+
+    /// Receiving in place: for `from`'s incomplete message `id`, once its info datagram arrived, the index of the
+    /// next fragment in order, the most bytes it can have (the declared total less what is in order so far) and the
+    /// message's buffer, which holds the declared total (reserved here; the budget charged it with the info) and
+    /// to which the fragment is to be appended. Then [`Self::commit_in_place`], or [`Self::undo_in_place`] when what
+    /// was appended is not that fragment. `None` for a message unknown, complete, refused or without its info.
+    pub(crate) fn next_fragment_target(&mut self, from: SocketAddr, id: i32) -> Option<(u32, usize, &mut Vec<u8>)> {
+        let p = self.pending.get_mut(&(from, id))?;
+        let (count, total) = p.info?;
+        if p.refused || p.next >= count || p.data.len() > total as usize {
+            return None;
+        }
+        let room = total as usize - p.data.len();
+        p.data.reserve_exact(room);
+        Some((p.next, room, &mut p.data))
+    }
+
+    /// The next fragment in order (`index`, as [`Self::next_fragment_target`] gave it) of `from`'s message `id` was
+    /// appended in place, `len` bytes, its header checked by the caller (a fragment of this message, this index,
+    /// `len` bytes long): it counts as [`Self::push_filtered`] would count it, `wanted` seeing the first fragment.
+    pub(crate) fn commit_in_place(
+        &mut self,
+        from: SocketAddr,
+        id: i32,
+        index: u32,
+        len: usize,
+        wanted: impl FnOnce(&[u8]) -> bool,
+    ) -> Result<Option<Vec<u8>>, WireError> {
+        self.counters.datagrams += 1;
+        let key = (from, id);
+        let Some(p) = self.pending.get_mut(&key) else { return Ok(None) };
+        if index != p.next || p.data.len() < len {
+            // Not what next_fragment_target said: the caller's mistake; the message cannot be trusted.
+            self.counters.malformed += 1;
+            self.drop_message(&key);
+            return Err(WireError::DuplicateFragment { index });
+        }
+        p.received_bytes += len;
+        if index == 0 && !wanted(&p.data[..len]) {
+            p.refuse();
+            p.refused_fragments = p.refused_fragments.saturating_add(1);
+            self.counters.refused += 1;
+        } else {
+            p.appended();
+        }
+        self.recharge(&key)?;
+        self.complete_if_done(&key)
+    }
+
+    /// What was appended in place to `from`'s message `id` beyond its first `keep` bytes is not its next fragment:
+    /// moved to the end of `out` (the caller then pushes the datagram it belongs to as usual).
+    pub(crate) fn undo_in_place(&mut self, from: SocketAddr, id: i32, keep: usize, out: &mut Vec<u8>) {
+        if let Some(p) = self.pending.get_mut(&(from, id))
+            && p.data.len() > keep
+        {
+            out.extend_from_slice(&p.data[keep..]);
+            p.data.truncate(keep);
+        }
     }
 
     fn complete_if_done(&mut self, key: &(SocketAddr, i32)) -> Result<Option<Vec<u8>>, WireError> {

@@ -475,3 +475,48 @@ fn a_full_table_makes_room_for_another_sender_at_the_expense_of_the_biggest_hold
     assert!(r.push(now, addr(5), &frag(401, 1)).unwrap().is_some());
     assert_eq!(r.push(now, addr(5), &frag(400, 0)), Ok(None), "400 is gone: a new entry");
 }
+
+/// A message in pieces goes out in exactly the datagrams of the same message in one buffer, for every size around
+/// the fragment boundaries and any cut into pieces (empty ones too), each datagram at most the header plus a slice
+/// per piece.
+#[test]
+fn pieces_frame_exactly_as_one_buffer() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let frag = 100;
+    for len in [0usize, 1, 99, 100, 101, 199, 200, 201, 1000, 1234] {
+        let mut buf = Vec::new();
+        begin_framed(&mut buf, "pieces").expect("name");
+        buf.extend((0..len).map(|i| (i * 31 % 251) as u8));
+        let message = buf[HEADER_LEN..].to_vec();
+        let mut one = Vec::new();
+        send_framed(&mut buf, frag, &mut || 42, |parts| {
+            one.push(parts.iter().flat_map(|p| p.iter().copied()).collect::<Vec<u8>>());
+            Ok::<(), ()>(())
+        })
+        .expect("framed");
+        for _ in 0..20 {
+            let n = rng.random_range(1..=MAX_PIECES);
+            let mut cuts: Vec<usize> = (0..n - 1).map(|_| rng.random_range(0..=message.len())).collect();
+            cuts.sort_unstable();
+            let mut pieces: Vec<&[u8]> = Vec::new();
+            let mut at = 0;
+            for c in cuts.into_iter().chain([message.len()]) {
+                pieces.push(&message[at..c]);
+                at = c;
+            }
+            let mut out = Vec::new();
+            send_framed_pieces(&pieces, frag, &mut || 42, |parts| {
+                assert!(parts.len() <= MAX_PIECES + 1, "{} slices", parts.len());
+                out.push(parts.iter().flat_map(|p| p.iter().copied()).collect::<Vec<u8>>());
+                Ok::<(), ()>(())
+            })
+            .expect("framed");
+            assert_eq!(out, one, "{len} bytes in {n} pieces");
+        }
+    }
+    let five: [&[u8]; 5] = [b"a"; 5];
+    assert!(matches!(
+        send_framed_pieces(&five, frag, &mut || 1, |_| Ok::<(), ()>(())),
+        Err(SendFramedError::Encode(EncodeError::TooManyPieces { pieces: 5 }))
+    ));
+}

@@ -116,6 +116,41 @@ pub fn content_hash(publisher_id: u64, clock: u64) -> u64 {
 /// `1 cmd_type = 1`, `5 topic {7 topic_name, 6 topic_id, 3 process_id = 0, 2 host_name}`,
 /// `6 content {1 id = 0, 2 clock, 3 time, 6 size = 0, 4 payload, 7 hash}`, `8 padding = ""`.
 pub fn encode_data_sample(buf: &mut Vec<u8>, s: &DataSampleRef<'_>) {
+    let tail = encode_data_sample_head(buf, s);
+    buf.reserve(s.payload.len() + tail.len());
+    buf.extend_from_slice(s.payload);
+    buf.extend_from_slice(tail.as_slice());
+}
+
+/// The bytes of a data sample that follow its payload ([`encode_data_sample_head`]): the hash field and the
+/// padding, at most 14 bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct DataSampleTail {
+    bytes: [u8; 14],
+    len: u8,
+}
+
+impl DataSampleTail {
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// Their number.
+    pub fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    /// Never true (the tail holds at least the hash and padding tags).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// [`encode_data_sample`] without its payload: appends to `buf` the bytes before the payload (up to its length
+/// prefix) and returns those after it, so the payload can be sent from where it is (the sample is `buf`'s new
+/// bytes, then `s.payload`, then the tail).
+pub fn encode_data_sample_head(buf: &mut Vec<u8>, s: &DataSampleRef<'_>) -> DataSampleTail {
     let topic_len = bytes_field_len(s.topic_name.len())
         + bytes_field_len(s.topic_id.len())
         + 2
@@ -130,9 +165,7 @@ pub fn encode_data_sample(buf: &mut Vec<u8>, s: &DataSampleRef<'_>) {
         + bytes_field_len(s.payload.len())
         + 1
         + varint_len(hash);
-    buf.reserve(
-        2 + 1 + varint_len(topic_len as u64) + topic_len + 1 + varint_len(content_len as u64) + content_len + 2,
-    );
+    buf.reserve(2 + 1 + varint_len(topic_len as u64) + topic_len + 1 + varint_len(content_len as u64) + 32);
     buf.extend_from_slice(&[tag(1, VARINT), pb::CMD_SET_SAMPLE as u8]);
     buf.push(tag(5, LEN));
     put_varint(buf, topic_len as u64);
@@ -148,10 +181,22 @@ pub fn encode_data_sample(buf: &mut Vec<u8>, s: &DataSampleRef<'_>) {
     buf.push(tag(3, VARINT));
     put_varint(buf, s.time_us as u64);
     buf.extend_from_slice(&[tag(6, VARINT), 0]);
-    put_bytes_field(buf, 4, s.payload);
-    buf.push(tag(7, VARINT));
-    put_varint(buf, hash);
-    buf.extend_from_slice(&[tag(8, LEN), 0]);
+    buf.push(tag(4, LEN));
+    put_varint(buf, s.payload.len() as u64);
+    // 1 + at most 10 varint bytes + 2.
+    let mut bytes = [0u8; 14];
+    bytes[0] = tag(7, VARINT);
+    let mut n = 1;
+    let mut v = hash;
+    while v >= 0x80 {
+        bytes[n] = (v as u8) | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    bytes[n] = v as u8;
+    bytes[n + 1] = tag(8, LEN);
+    bytes[n + 2] = 0;
+    DataSampleTail { bytes, len: (n + 3) as u8 }
 }
 
 /// Decodes the protobuf of a data datagram (after the topic-name prefix); the payload is copied.

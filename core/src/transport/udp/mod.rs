@@ -13,9 +13,11 @@
 //!   [`Reassembler`](crate::wire::Reassembler).
 //! - Publisher side (`UdpLayer::writer_factory`): a writer per publisher, started lazily by its first UDP
 //!   subscriber (only then does the `udp` entry appear in the publisher's registration), sending through one
-//!   non-blocking socket per runtime. `[shoal_network] send_mode = user_thread` (the default): from the
-//!   publisher's thread, one `send_to` per datagram; a full socket buffer drops the message and counts it.
-//!   `io_thread`: the publisher frames the message and queues it; the I/O thread sends the queue in `sendmmsg`
+//!   non-blocking socket per runtime. The data sample is encoded up to its payload and after it; the datagrams
+//!   gather those and the payload from where it lies ([`crate::wire::send_framed_pieces`]).
+//!   `[shoal_network] send_mode = user_thread` (the default): from the publisher's thread, one `send_to` per
+//!   datagram (no copy of the payload but the kernel's); a full socket buffer drops the message and counts it.
+//!   `io_thread`: the publisher frames the message into one buffer (one copy) and queues it; the I/O thread sends the queue in `sendmmsg`
 //!   batches with UDP GSO ([`send`]); a full queue drops the message and counts it as a drop of its publisher.
 //! - Packing (`[shoal_network] send_pack`, shoal peers only): a subscriber's UDP layer entry announces
 //!   `LayerPar::ShoalUdp { packed_version: 1 }` (eCAL skips the field). A writer in `io_thread` mode whose UDP
@@ -28,7 +30,8 @@
 //!   slices of that copy.
 //! - Subscriber side (`UdpLayer::reader_factory`): every subscriber is in a table (topic → subscribers) from its
 //!   creation, so it receives from publishers it has not heard of yet (eCAL does the same). The I/O thread
-//!   receives (`recv.rs`, `recvmmsg` 16 datagrams a call, the kernel's drop count of the socket kept); per
+//!   receives (`recv.rs`, `recvmmsg` 16 datagrams a call, the kernel's drop count of the socket kept; while a
+//!   fragmented message comes, one datagram a call, its next fragment straight into the message's buffer); per
 //!   subscriber and publisher, the samples missing in a gap of the publisher's clock are counted as the
 //!   subscriber's drops when the newer sample arrives, a repeated clock is dropped and counted too, and a late
 //!   sample (its clock in such a gap) is discarded without counting its loss twice.
@@ -62,9 +65,9 @@ use crate::transport::{
 };
 use crate::types::TypeInfo;
 use crate::wire::auth::{AuthKey, AuthStats, Channel, ENVELOPE_HEADER_LEN, ENVELOPE_OVERHEAD, Sealer, TAG_LEN};
-use crate::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, SendFramedError, send_framed};
+use crate::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, HEADER_LEN, MAX_PIECES, SendFramedError, send_framed_pieces};
 
-use codec::{DataSampleRef, encode_data_sample};
+use codec::{DataSampleRef, DataSampleTail, encode_data_sample_head};
 
 /// Process-wide counters of one runtime's UDP layer (drops per subscriber also go to the subscriber's count).
 #[derive(Debug, Default)]
@@ -87,6 +90,8 @@ pub(crate) struct Counters {
     pub(crate) send_drops: AtomicU64,
     /// Datagrams received.
     pub(crate) datagrams: AtomicU64,
+    /// Of them, fragments received straight into their message's buffer (`recv.rs`, `InPlace`).
+    pub(crate) in_place_fragments: AtomicU64,
     /// `send_pack`: packed datagrams sent, and the messages they carried.
     pub(crate) packed_sent: AtomicU64,
     pub(crate) packed_sent_messages: AtomicU64,
@@ -485,14 +490,17 @@ impl LayerWriter for UdpWriter {
             return self.enqueue_packed(&q, payload, meta);
         }
         let mut buf = std::mem::take(&mut self.buf);
-        let result = self.frame(&mut buf, payload, meta).and_then(|()| match self.shared.send_queue.clone() {
-            Some(q) => self.enqueue(&q, &mut buf),
-            None => {
-                let r = self.send(&mut buf);
-                if r.is_ok() {
-                    self.shared.counters.sent.fetch_add(1, Ordering::Relaxed);
+        let result = self.frame(&mut buf, payload, meta).and_then(|tail| {
+            let pieces = [&buf[HEADER_LEN..], payload, tail.as_slice()];
+            match self.shared.send_queue.clone() {
+                Some(q) => self.enqueue(&q, &pieces),
+                None => {
+                    let r = self.send(&pieces);
+                    if r.is_ok() {
+                        self.shared.counters.sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    r
                 }
-                r
             }
         });
         self.buf = buf;
@@ -508,11 +516,13 @@ impl LayerWriter for UdpWriter {
 }
 
 impl UdpWriter {
-    /// Fills `buf` with 24 free header bytes, the `[u16 name_len][topic\0]` prefix and the data sample.
-    fn frame(&self, buf: &mut Vec<u8>, payload: &[u8], meta: &SampleMeta) -> Result<(), LayerWriteError> {
+    /// Fills `buf` with 24 free header bytes, the `[u16 name_len][topic\0]` prefix and the data sample up to its
+    /// payload; returns the sample's bytes after the payload. The message is `buf[HEADER_LEN..]`, the payload, the
+    /// tail: sent from where they are ([`send_framed_pieces`]).
+    fn frame(&self, buf: &mut Vec<u8>, payload: &[u8], meta: &SampleMeta) -> Result<DataSampleTail, LayerWriteError> {
         // The topic name was checked at creation; this cannot fail.
         crate::wire::begin_framed(buf, &self.topic).map_err(|e| self.fail(e.to_string()))?;
-        encode_data_sample(
+        Ok(encode_data_sample_head(
             buf,
             &DataSampleRef {
                 topic_name: &self.topic,
@@ -523,12 +533,11 @@ impl UdpWriter {
                 time_us: meta.send_time_us,
                 payload,
             },
-        );
-        Ok(())
+        ))
     }
 
-    /// Sends the framed `buf` as eCAL datagrams through the runtime's send socket.
-    fn send(&mut self, buf: &mut [u8]) -> Result<(), LayerWriteError> {
+    /// Sends the framed message in `pieces` as eCAL datagrams through the runtime's send socket.
+    fn send(&mut self, pieces: &[&[u8]]) -> Result<(), LayerWriteError> {
         let Some(sock) = self.shared.sender() else {
             return Err(self.fail("no UDP send socket".to_string()));
         };
@@ -553,17 +562,17 @@ impl UdpWriter {
             }
         };
         let r = match &mut self.sealer {
-            None => send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || id, |parts| {
+            None => send_framed_pieces(pieces, DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || id, |parts| {
                 pace(parts);
                 send_one(parts)
             }),
             Some(sealer) => {
                 let now_ns = crate::wire::auth::unix_ns();
-                send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD - ENVELOPE_OVERHEAD, &mut || id, |parts| {
-                    let (head, p0, p1, tag) = seal_datagram(sealer, parts, now_ns)?;
-                    let slices = [IoSlice::new(&head), IoSlice::new(p0), IoSlice::new(p1), IoSlice::new(&tag)];
-                    pace(&slices);
-                    send_one(&slices)
+                send_framed_pieces(pieces, DEFAULT_MAX_FRAGMENT_PAYLOAD - ENVELOPE_OVERHEAD, &mut || id, |parts| {
+                    let (head, tag) = seal_datagram(sealer, parts, now_ns);
+                    let (slices, n) = sealed_slices(&head, parts, &tag);
+                    pace(&slices[..n]);
+                    send_one(&slices[..n])
                 })
             }
         };
@@ -575,35 +584,51 @@ impl UdpWriter {
     }
 }
 
-/// Seals one datagram, which `send_framed` hands over as one or two slices: the envelope's header (to go before
-/// them) and tag (after them), with the two slices (the second empty for a one-slice datagram).
-#[allow(clippy::type_complexity)]
-fn seal_datagram<'a>(
+/// Seals one datagram, which [`send_framed_pieces`] hands over as slices: the envelope's header (to go before them)
+/// and tag (after them).
+fn seal_datagram(
     sealer: &mut Sealer,
-    parts: &'a [IoSlice<'a>],
+    parts: &[IoSlice<'_>],
     now_ns: u64,
-) -> std::io::Result<([u8; ENVELOPE_HEADER_LEN], &'a [u8], &'a [u8], [u8; TAG_LEN])> {
-    let (p0, p1): (&[u8], &[u8]) = match parts {
-        [a] => (a, &[]),
-        [a, b] => (a, b),
-        _ => return Err(std::io::Error::other("more than two slices for one datagram")),
-    };
-    let (head, tag) = sealer.seal_parts(&[p0, p1], now_ns);
-    Ok((head, p0, p1, tag))
+) -> ([u8; ENVELOPE_HEADER_LEN], [u8; TAG_LEN]) {
+    let mut plain: [&[u8]; MAX_PIECES + 1] = [&[]; MAX_PIECES + 1];
+    for (p, s) in plain.iter_mut().zip(parts) {
+        *p = s;
+    }
+    sealer.seal_parts(&plain[..parts.len().min(MAX_PIECES + 1)], now_ns)
+}
+
+/// A sealed datagram's slices: the envelope's header, the datagram's `parts`, the tag; and how many there are.
+fn sealed_slices<'a>(
+    head: &'a [u8; ENVELOPE_HEADER_LEN],
+    parts: &[IoSlice<'a>],
+    tag: &'a [u8; TAG_LEN],
+) -> ([IoSlice<'a>; MAX_PIECES + 3], usize) {
+    let mut out: [IoSlice<'a>; MAX_PIECES + 3] = std::array::from_fn(|_| IoSlice::new(&[]));
+    out[0] = IoSlice::new(head);
+    let mut n = 1;
+    for p in parts.iter().take(MAX_PIECES + 1) {
+        out[n] = *p;
+        n += 1;
+    }
+    out[n] = IoSlice::new(tag);
+    (out, n + 1)
 }
 
 impl UdpWriter {
-    /// `send_mode = io_thread`: cuts the framed `buf` into its datagrams (sealed if the topic is protected),
-    /// copies them into one buffer and queues it for the I/O thread. A full queue drops the message (counted).
-    fn enqueue(&mut self, q: &send::SendQueue, buf: &mut [u8]) -> Result<(), LayerWriteError> {
+    /// `send_mode = io_thread`: cuts the framed message in `pieces` into its datagrams (sealed if the topic is
+    /// protected), copies them into one buffer and queues it for the I/O thread. A full queue drops the message
+    /// (counted).
+    fn enqueue(&mut self, q: &send::SendQueue, pieces: &[&[u8]]) -> Result<(), LayerWriteError> {
         let id = self.next_fragment_id as i32;
-        let mut data = Vec::with_capacity(buf.len() + 64);
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
+        let mut data = Vec::with_capacity(total + 64);
         let mut ends: Vec<u32> = Vec::new();
         // Offsets fit in a u32 unless a message comes within 0.04 % of 4 GiB (send_framed caps it at u32::MAX
         // framed bytes, headers add 24 bytes per 64 KB); such a message is refused below.
         let mark = |data: &Vec<u8>, ends: &mut Vec<u32>| ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
         let r = match &mut self.sealer {
-            None => send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || id, |parts| {
+            None => send_framed_pieces(pieces, DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || id, |parts| {
                 for p in parts {
                     data.extend_from_slice(p);
                 }
@@ -612,9 +637,10 @@ impl UdpWriter {
             }),
             Some(sealer) => {
                 let now_ns = crate::wire::auth::unix_ns();
-                send_framed(buf, DEFAULT_MAX_FRAGMENT_PAYLOAD - ENVELOPE_OVERHEAD, &mut || id, |parts| {
-                    let (head, p0, p1, tag) = seal_datagram(sealer, parts, now_ns)?;
-                    for p in [&head[..], p0, p1, &tag[..]] {
+                send_framed_pieces(pieces, DEFAULT_MAX_FRAGMENT_PAYLOAD - ENVELOPE_OVERHEAD, &mut || id, |parts| {
+                    let (head, tag) = seal_datagram(sealer, parts, now_ns);
+                    let (slices, n) = sealed_slices(&head, parts, &tag);
+                    for p in &slices[..n] {
                         data.extend_from_slice(p);
                     }
                     mark(&data, &mut ends);

@@ -191,7 +191,7 @@ pub(crate) fn drop_own_datagrams(socket: &mio::net::UdpSocket, sender: &Socket) 
 }
 
 /// Bytes of one receive slot: the largest UDP datagram fits.
-const SLOT: usize = 65_536;
+pub(crate) const SLOT: usize = 65_536;
 
 /// Receives datagrams `slots` at a time with `recvmmsg` and keeps the socket's kernel drop count.
 #[derive(Debug)]
@@ -241,6 +241,24 @@ impl RecvBatch {
         self.last_overflow = 0;
     }
 
+    /// Takes in the socket's drop count a received datagram carried (`SO_RXQ_OVFL`).
+    pub(crate) fn note_overflow(&mut self, dropped_total: Option<u32>) {
+        if let Some(total) = dropped_total {
+            let new = total.wrapping_sub(self.last_overflow);
+            // The counter only grows; a smaller value is a reordering of cmsgs, not a drop.
+            if new < (1 << 31) {
+                self.kernel_drops += u64::from(new);
+                self.last_overflow = total;
+            }
+        }
+    }
+
+    /// Counts a datagram longer than the buffers it was received into (dropped).
+    pub(crate) fn note_truncated(&mut self, from: std::net::SocketAddr) {
+        self.truncated += 1;
+        tracing::debug!("UDP datagram from {from} longer than its 64 KiB buffer, dropped ({} so far)", self.truncated);
+    }
+
     /// Receives up to `max` datagrams from `fd`, handing each to `f`, in `recvmmsg` calls of up to `slots`.
     pub(crate) fn recv(
         &mut self,
@@ -258,23 +276,12 @@ impl RecvBatch {
             match crate::sys::mmsg::recv_mmsg(fd, &mut bufs, &mut self.infos) {
                 Ok(got) => {
                     drop(bufs);
-                    for (i, info) in self.infos.iter().enumerate() {
-                        if let Some(total) = info.dropped_total {
-                            let new = total.wrapping_sub(self.last_overflow);
-                            // The counter only grows; a smaller value is a reordering of cmsgs, not a drop.
-                            if new < (1 << 31) {
-                                self.kernel_drops += u64::from(new);
-                                self.last_overflow = total;
-                            }
-                        }
+                    for i in 0..self.infos.len() {
+                        let info = self.infos[i];
+                        self.note_overflow(info.dropped_total);
                         if info.truncated {
                             // Cannot happen with 64 KiB slots (UDP carries at most 65,507 bytes); never half-read.
-                            self.truncated += 1;
-                            tracing::debug!(
-                                "UDP datagram from {} longer than its 64 KiB buffer, dropped ({} so far)",
-                                info.from,
-                                self.truncated
-                            );
+                            self.note_truncated(info.from);
                             continue;
                         }
                         f(info.from, &self.storage[i * SLOT..i * SLOT + info.len]);

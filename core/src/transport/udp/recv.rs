@@ -18,7 +18,7 @@ use crate::transport::{Inbox, IoSource};
 use crate::types::TypeInfo;
 use crate::wire::auth::{self as wauth, AuthReceiver, AuthReject, Channel};
 use crate::wire::packed;
-use crate::wire::{DatagramHeader, DatagramKind, Reassembler, ReassemblyCounters, split_name};
+use crate::wire::{DatagramHeader, DatagramKind, HEADER_LEN, Reassembler, ReassemblyCounters, split_name};
 
 use super::Shared;
 use super::codec::{decode_data_sample, decode_data_sample_from, topic_group};
@@ -83,6 +83,8 @@ pub(crate) struct UdpReceiver {
     own: Option<OwnFilter>,
     /// Attaching it failed for the open socket (not retried until the socket is reopened).
     own_failed: bool,
+    /// Fragments received straight into their message's buffer.
+    in_place: InPlace,
 }
 
 /// Local mode to the loopback broadcast address ([`super::net::own_datagrams_loop_back`]): the receive socket drops
@@ -130,6 +132,7 @@ impl UdpReceiver {
             reassembly_base: ReassemblyCounters::default(),
             own: None,
             own_failed: false,
+            in_place: InPlace::default(),
         }
     }
 
@@ -223,6 +226,67 @@ impl UdpReceiver {
                 );
             }
         }
+    }
+
+    /// One datagram received in place ([`InPlace`]), when a fragment is expected and its message has a buffer;
+    /// `None` otherwise (then the caller receives as usual).
+    fn recv_in_place(
+        &mut self,
+        fd: std::os::fd::RawFd,
+        now: Instant,
+        batcher: &mut super::net::RecvBatch,
+    ) -> Option<(super::net::Drained, Option<std::io::Error>)> {
+        use super::net::Drained;
+        let (from, id) = self.in_place.expected?;
+        let ip = &mut self.in_place;
+        let (index, room, target) = self.reassembler.next_fragment_target(from, id)?;
+        if ip.spill.is_empty() {
+            ip.spill = vec![0u8; super::net::SLOT];
+        }
+        let keep = target.len();
+        let got = match crate::sys::mmsg::recv_split(fd, &mut ip.head, target, room, &mut ip.spill) {
+            Ok(got) => got,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some((Drained::Empty, None)),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Some((Drained::Budget, None)),
+            Err(e) => return Some((Drained::Failed, Some(e))),
+        };
+        batcher.note_overflow(got.dropped_total);
+        let placed = !got.truncated
+            && got.len == HEADER_LEN + got.in_target
+            && got.from == from
+            && DatagramHeader::parse_head(&ip.head).is_ok_and(|h| {
+                h.kind == DatagramKind::Fragment && h.id == id && h.num == index && h.len as usize == got.in_target
+            });
+        if placed {
+            self.shared.counters.datagrams.fetch_add(1, Ordering::Relaxed);
+            self.shared.counters.in_place_fragments.fetch_add(1, Ordering::Relaxed);
+            let shared = &self.shared;
+            let wanted = |first: &[u8]| wanted_message(shared, first);
+            match self.reassembler.commit_in_place(from, id, index, got.in_target, wanted) {
+                Ok(Some(msg)) => self.handle_message(now, from, Cow::Owned(msg), false),
+                Ok(None) => {}
+                Err(e) => {
+                    self.shared.counters.wire_drops.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!("UDP data layer: datagram from {from} dropped: {e}");
+                }
+            }
+            return Some((Drained::Budget, None));
+        }
+        // Another datagram: its bytes gathered in order (head, what went to the message's buffer, the spill).
+        let mut d = std::mem::take(&mut ip.scratch);
+        d.clear();
+        d.extend_from_slice(&ip.head[..got.len.min(HEADER_LEN)]);
+        self.reassembler.undo_in_place(from, id, keep, &mut d);
+        let spilled = got.len.saturating_sub(HEADER_LEN + got.in_target).min(self.in_place.spill.len());
+        d.extend_from_slice(&self.in_place.spill[..spilled]);
+        if got.truncated {
+            batcher.note_truncated(got.from);
+        } else {
+            self.in_place.expected = expected_after(self.auth.is_none(), got.from, &d);
+            self.handle_datagram(now, got.from, &d);
+        }
+        self.in_place.scratch = d;
+        Some((Drained::Budget, None))
     }
 
     /// Of `raw` drops the socket reported now, those of a full receive buffer ([`OwnFilter`]).
@@ -578,11 +642,18 @@ impl IoSource for UdpReceiver {
         let mut batcher = std::mem::replace(&mut self.batch, super::net::RecvBatch::new(1));
         let before = batcher.kernel_drops();
         // One `recvmmsg` at a time, waking the subscribers after each (not per sample, and not only after the
-        // whole budget, which would hold the first sample back).
+        // whole budget, which would hold the first sample back). While fragments come, one datagram at a time,
+        // the next fragment of the message in progress received straight into its buffer ([`InPlace`]).
         let mut left = batch;
         let (drained, err) = loop {
-            let n = left.min(RECV_SLOTS);
-            let (drained, err) = batcher.recv(fd, n, |from, d| self.handle_datagram(now, from, d));
+            let n = if self.in_place.expected.is_some() { 1 } else { left.min(RECV_SLOTS) };
+            let (drained, err) = match self.recv_in_place(fd, now, &mut batcher) {
+                Some(r) => r,
+                None => batcher.recv(fd, n, |from, d| {
+                    self.in_place.expected = expected_after(self.auth.is_none(), from, d);
+                    self.handle_datagram(now, from, d);
+                }),
+            };
             self.deliver_pending();
             left -= n;
             if drained != super::net::Drained::Budget || left == 0 {
@@ -608,6 +679,32 @@ impl IoSource for UdpReceiver {
     fn kernel_drops(&self) -> u64 {
         self.shared.counters.kernel_drops.load(Ordering::Relaxed)
     }
+}
+
+/// After datagram `d` from `from`: the message whose next fragment to receive in place, when `d` was a fragment
+/// or the fragment info of one (and datagrams are not sealed: an envelope goes before the header).
+fn expected_after(plain: bool, from: SocketAddr, d: &[u8]) -> Option<(SocketAddr, i32)> {
+    if !plain {
+        return None;
+    }
+    match DatagramHeader::parse(d) {
+        Ok((h, _)) if h.kind != DatagramKind::Whole => Some((from, h.id)),
+        _ => None,
+    }
+}
+
+/// Receiving a fragmented message's fragments straight into its buffer, which saves copying each out of a receive
+/// slot. After a fragment (or the info) of a message, the next datagram is received alone, scattered: its header
+/// into `head`, its payload appended to that message's buffer as its next fragment, anything longer into `spill`.
+/// If it is that fragment (same sender, message and index, the length it says), it stays there; else its bytes
+/// are gathered in `scratch` and it is handled as any datagram.
+#[derive(Debug, Default)]
+struct InPlace {
+    /// The message whose next fragment is expected: (sender, message id).
+    expected: Option<(SocketAddr, i32)>,
+    head: [u8; crate::wire::HEADER_LEN],
+    spill: Vec<u8>,
+    scratch: Vec<u8>,
 }
 
 /// The pending hand-over of `inbox` (made if it has none yet in this batch).

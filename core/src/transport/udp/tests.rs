@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 
 use super::codec::{DataSampleRef, content_hash, decode_data_sample, encode_data_sample, fnv1_32, topic_group};
 use super::*;
-use crate::wire::{HEADER_LEN, MAX_DATAGRAM_LEN, Reassembler, ReassemblyConfig, begin_framed, split_name};
+use crate::wire::{HEADER_LEN, MAX_DATAGRAM_LEN, Reassembler, ReassemblyConfig, begin_framed, send_framed, split_name};
 
 /// Capture C of the protocol notes: an eCAL 6.1.1 publisher's data datagram on topic `hello` (104 bytes).
 const CAPTURE_C: [u8; 104] = [
@@ -600,4 +600,58 @@ fn own_broadcasts_filtered(mode: crate::config::UdpSendMode, port_salt: u32) {
         "the other process's datagrams the full buffer lost are counted, the 450 own filtered ones are not"
     );
     assert_eq!(c.own_broadcasts.load(Ordering::Relaxed), 451);
+}
+
+/// While a fragmented message comes, its next fragment is received straight into its buffer; whatever else arrives
+/// between its fragments (another sender's whole datagram, another fragmented message, a fragment out of order) is
+/// handled as usual, and every message arrives intact.
+#[test]
+fn fragments_are_received_in_place_and_other_datagrams_between_them_as_usual() {
+    let mut cfg = Config::default();
+    cfg.network.data_port = 20_000 + ((std::process::id() + 3301) % 20_000) as u16;
+    let layer = UdpLayer::new(&cfg, "h", Default::default()).expect("no pattern to compile");
+    let rf = layer.reader_factory();
+    let collect = Arc::new(Collect::default());
+    let inbox: Arc<dyn Inbox> = collect.clone();
+    rf.subscriber_created(1, "inplace_t", &inbox);
+    let mut rx = rf.io_source().expect("source");
+    let mut poll = mio::Poll::new().expect("poll");
+    rx.maintain(poll.registry(), mio::Token(9), Instant::now());
+    let to = SocketAddr::from((Ipv4Addr::LOCALHOST, cfg.network.data_port));
+    let a = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("socket a");
+    let b = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("socket b");
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    let mid: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 253) as u8).collect();
+    let da = datagrams(&mut framed("inplace_t", 10, "ha", 1, 5, &big), 71);
+    let db = datagrams(&mut framed("inplace_t", 20, "hb", 2, 5, &mid), 72);
+    let small = datagrams(&mut framed("inplace_t", 20, "hb", 1, 5, b"small"), 73);
+    assert_eq!((da.len(), db.len(), small.len()), (1 + 5, 1 + 2, 1));
+    let mut events = mio::Events::with_capacity(8);
+    let mut step = |sends: &[(&std::net::UdpSocket, &Vec<u8>)]| {
+        for (s, d) in sends {
+            s.send_to(d, to).expect("send");
+        }
+        poll.poll(&mut events, Some(Duration::from_millis(200))).expect("poll");
+        rx.on_readable(Instant::now(), 1024);
+    };
+    // a's info and first fragment (received as usual), then its fragments one by one (in place), with b's whole
+    // datagram, b's fragmented message and one of a's fragments out of order in between.
+    step(&[(&a, &da[0]), (&a, &da[1])]);
+    step(&[(&a, &da[2])]);
+    step(&[(&b, &small[0]), (&a, &da[3])]);
+    step(&[(&b, &db[0]), (&b, &db[1]), (&a, &da[5]), (&a, &da[4])]);
+    step(&[(&b, &db[2])]);
+    let got = lock(&collect.samples);
+    let summary: Vec<(u64, u64, usize)> = got.iter().map(|s| (s.publisher_id, s.clock, s.payload().len())).collect();
+    assert_eq!(summary, vec![(20, 1, 5), (10, 1, 300_000), (20, 2, 100_000)]);
+    assert!(got[1].payload() == &big[..], "a's message intact");
+    assert!(got[2].payload() == &mid[..], "b's message intact");
+    let c = &layer.shared.counters;
+    let placed = c.in_place_fragments.load(Ordering::Relaxed);
+    // a's fragment 1 and 2 at least, and b's last one (b's first arrived after a's, which the in-place receive
+    // expected then).
+    assert!(placed >= 3, "{placed} fragments received in place");
+    assert_eq!(c.datagrams.load(Ordering::Relaxed), 10);
+    assert_eq!(c.wire_drops.load(Ordering::Relaxed), 0);
+    assert_eq!(collect.drops.load(Ordering::Relaxed), 0);
 }
