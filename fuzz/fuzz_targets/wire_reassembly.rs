@@ -15,6 +15,11 @@
 //!   `max_bytes`; `in_flight() == 0` implies `buffered_bytes() == 0`;
 //! - every datagram is counted; `next_expiry` is `None` exactly when nothing is in flight;
 //! - `max_age` after the last step everything has expired and the budget is back at zero.
+//!
+//! A second reassembler receives the same datagrams in place, as the UDP receiver does while a fragmented
+//! message comes (after a fragment or fragment info of a message, the next datagram's payload is appended to
+//! that message's buffer, then committed when it is that message's next fragment, else taken back and pushed):
+//! it must return the same messages and end every step with the same counters and bytes held.
 #![no_main]
 
 use std::borrow::Cow;
@@ -86,6 +91,38 @@ fn parse(data: &[u8]) -> arbitrary::Result<(ReassemblyConfig, Vec<Step>)> {
     Ok((ReassemblyConfig { max_age, max_messages, max_bytes, max_per_source }, steps))
 }
 
+/// One datagram into `r` as the UDP receiver takes it while it expects the next fragment of `expected`.
+fn receive_in_place(
+    r: &mut Reassembler,
+    expected: Option<(SocketAddr, i32)>,
+    now: Instant,
+    from: SocketAddr,
+    dg: &[u8],
+) -> Result<Option<Vec<u8>>, shoal::wire::WireError> {
+    if let Some((f, id)) = expected
+        && let Some((index, room, target)) = r.next_fragment_target(now, f, id)
+    {
+        let keep = target.len();
+        let body = dg.get(HEADER_LEN..).unwrap_or(&[]);
+        let in_target = body.len().min(room);
+        target.extend_from_slice(&body[..in_target]);
+        let head: Option<&[u8; HEADER_LEN]> = dg.first_chunk();
+        let fits = from == f
+            && dg.len() == HEADER_LEN + in_target
+            && head.and_then(|h| DatagramHeader::parse_head(h).ok()).is_some_and(|h| {
+                h.kind == DatagramKind::Fragment && h.id == id && h.num == index && h.len as usize == in_target
+            });
+        if fits {
+            return r.commit_in_place(f, id, index, in_target, |_| true);
+        }
+        let mut back = dg[..dg.len().min(HEADER_LEN)].to_vec();
+        r.undo_in_place(f, id, keep, &mut back);
+        back.extend_from_slice(&body[in_target..]);
+        assert_eq!(back, dg, "the datagram gathered back whole");
+    }
+    r.push(now, from, dg).map(|m| m.map(Cow::into_owned))
+}
+
 fn check_invariants(r: &Reassembler, cfg: &ReassemblyConfig) {
     assert!(r.buffered_bytes() <= cfg.max_bytes, "buffered {} > cap {}", r.buffered_bytes(), cfg.max_bytes);
     assert!(r.in_flight() <= cfg.max_messages, "in flight {} > cap {}", r.in_flight(), cfg.max_messages);
@@ -104,6 +141,8 @@ fuzz_target!(|data: &[u8]| {
         SocketAddr::from(([10, 0, 0, 2], 14000)),
         SocketAddr::from(([0, 0, 0, 0, 0, 0, 0, 1], 14000)),
     ];
+    let mut placed = Reassembler::new(cfg.clone());
+    let mut expected: Option<(SocketAddr, i32)> = None;
     let start = Instant::now();
     let mut now = start;
     for (n, step) in steps.iter().enumerate() {
@@ -111,7 +150,21 @@ fuzz_target!(|data: &[u8]| {
         let from = senders[usize::from(step.sender % 4)];
         let bytes = &step.datagram;
         let before = *r.counters();
-        match r.push(now, from, bytes) {
+        let in_place = receive_in_place(&mut placed, expected, now, from, bytes);
+        expected = match DatagramHeader::parse(bytes) {
+            Ok((h, _)) if h.kind != DatagramKind::Whole => Some((from, h.id)),
+            _ => None,
+        };
+        let pushed = r.push(now, from, bytes);
+        match (&pushed, &in_place) {
+            (Ok(Some(a)), Ok(Some(b))) => assert_eq!(&a[..], &b[..], "in place: another message"),
+            (Ok(None), Ok(None)) | (Err(_), Err(_)) => {}
+            (a, b) => panic!("pushed {a:?}, in place {b:?}"),
+        }
+        assert_eq!(placed.counters(), r.counters(), "in place: other counters");
+        assert_eq!(placed.buffered_bytes(), r.buffered_bytes(), "in place: other bytes held");
+        assert_eq!(placed.in_flight(), r.in_flight(), "in place: other messages held");
+        match pushed {
             Ok(Some(Cow::Borrowed(m))) => {
                 // Only a whole datagram is returned borrowed: exactly its declared payload.
                 let (h, payload) = DatagramHeader::parse(bytes).expect("a returned datagram must parse");

@@ -350,7 +350,8 @@ impl Reassembler {
                 }
             }
             let mine = held.get(&key.0).copied().unwrap_or(0);
-            let top = held.iter().max_by_key(|(_, n)| **n).map(|(a, n)| (*a, *n));
+            // Ties go to the lowest address, so the choice does not depend on the map's order.
+            let top = held.iter().max_by_key(|(a, n)| (**n, std::cmp::Reverse(**a))).map(|(a, n)| (*a, *n));
             let victim_sender = match top {
                 Some((addr, _)) if addr == key.0 => Some(addr),
                 Some((addr, n)) if n > mine + new_charge => Some(addr),
@@ -361,7 +362,7 @@ impl Reassembler {
                 self.pending
                     .iter()
                     .filter(|(k, _)| k.0 == addr && *k != key)
-                    .min_by_key(|(_, q)| q.first_seen)
+                    .min_by_key(|(k, q)| (q.first_seen, **k))
                     .map(|(k, _)| *k)
             });
             match oldest {
@@ -400,7 +401,7 @@ impl Reassembler {
                 .pending
                 .iter()
                 .filter(|((a, _), _)| if from_top { held.get(a) == Some(&top) } else { *a == key.0 })
-                .min_by_key(|(_, p)| p.first_seen)
+                .min_by_key(|(k, p)| (p.first_seen, **k))
                 .map(|(k, _)| *k);
             if let Some(oldest) = oldest {
                 self.drop_message(&oldest);
@@ -414,7 +415,7 @@ impl Reassembler {
                 .pending
                 .iter()
                 .filter(|((addr, _), _)| *addr == key.0)
-                .min_by_key(|(_, p)| p.first_seen)
+                .min_by_key(|(k, p)| (p.first_seen, **k))
                 .map(|(k, _)| *k);
             if let Some(oldest) = oldest {
                 self.counters.source_limit += 1;
@@ -513,25 +514,37 @@ impl Reassembler {
     }
 
     /// Receiving in place: for `from`'s incomplete message `id`, once its info datagram arrived, the index of the
-    /// next fragment in order, the most bytes it can have (the declared total less what is in order so far) and the
+    /// next fragment in order, the most bytes it can have (the declared total less what arrived so far) and the
     /// message's buffer, which holds the declared total (reserved here; the budget charged it with the info) and
     /// to which the fragment is to be appended. Then [`Self::commit_in_place`], or [`Self::undo_in_place`] when what
-    /// was appended is not that fragment. `None` for a message unknown, complete, refused or without its info.
-    pub(crate) fn next_fragment_target(&mut self, from: SocketAddr, id: i32) -> Option<(u32, usize, &mut Vec<u8>)> {
+    /// was appended is not that fragment. `None` for a message unknown, complete, refused, expired at `now` (expired
+    /// messages are dropped first, as [`Self::push`] does) or without its info.
+    pub fn next_fragment_target(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        id: i32,
+    ) -> Option<(u32, usize, &mut Vec<u8>)> {
+        if !self.pending.is_empty() {
+            self.expire(now);
+        }
         let p = self.pending.get_mut(&(from, id))?;
         let (count, total) = p.info?;
-        if p.refused || p.next >= count || p.data.len() > total as usize {
+        if p.refused || p.next >= count || p.received_bytes > total as usize {
             return None;
         }
-        let room = total as usize - p.data.len();
-        p.data.reserve_exact(room);
+        // Fragments parked ahead of a gap count against the declared total too (a longer fragment is pushed, and
+        // refused, as usual).
+        let room = total as usize - p.received_bytes;
+        p.data.reserve_exact(total as usize - p.data.len());
         Some((p.next, room, &mut p.data))
     }
 
     /// The next fragment in order (`index`, as [`Self::next_fragment_target`] gave it) of `from`'s message `id` was
     /// appended in place, `len` bytes, its header checked by the caller (a fragment of this message, this index,
-    /// `len` bytes long): it counts as [`Self::push_filtered`] would count it, `wanted` seeing the first fragment.
-    pub(crate) fn commit_in_place(
+    /// `len` bytes long), with nothing else done to the reassembler since: it counts as [`Self::push_filtered`] at
+    /// the same time would count it, `wanted` seeing the first fragment.
+    pub fn commit_in_place(
         &mut self,
         from: SocketAddr,
         id: i32,
@@ -562,7 +575,7 @@ impl Reassembler {
 
     /// What was appended in place to `from`'s message `id` beyond its first `keep` bytes is not its next fragment:
     /// moved to the end of `out` (the caller then pushes the datagram it belongs to as usual).
-    pub(crate) fn undo_in_place(&mut self, from: SocketAddr, id: i32, keep: usize, out: &mut Vec<u8>) {
+    pub fn undo_in_place(&mut self, from: SocketAddr, id: i32, keep: usize, out: &mut Vec<u8>) {
         if let Some(p) = self.pending.get_mut(&(from, id))
             && p.data.len() > keep
         {

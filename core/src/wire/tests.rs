@@ -520,3 +520,91 @@ fn pieces_frame_exactly_as_one_buffer() {
         Err(SendFramedError::Encode(EncodeError::TooManyPieces { pieces: 5 }))
     ));
 }
+
+/// Receiving in place (`next_fragment_target`, then `commit_in_place` or `undo_in_place`, as the UDP receiver does
+/// it) gives exactly what pushing every datagram gives: the same messages in the same order, the same counters and
+/// bytes held, for random interleavings of two senders' messages with fragments out of order, repeated, the info
+/// late, and a datagram of garbage.
+#[test]
+fn receiving_in_place_is_the_same_as_pushing() {
+    let mut rng = StdRng::seed_from_u64(21);
+    let (mut commits, mut undos) = (0, 0);
+    for round in 0..200 {
+        let mut seq: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+        for (m, sender) in [(0, 1u16), (1, 2), (2, 1), (3, 2)] {
+            let len = rng.random_range(0..700);
+            let payload: Vec<u8> = (0..len).map(|i| (i * 3 + m) as u8).collect();
+            let d = encode_message("inplace", &payload, 100, &mut || m as i32).unwrap();
+            let at = seq.len();
+            for dg in d {
+                // Mostly in order, sometimes swapped with an earlier one of the round, sometimes twice.
+                let i = if rng.random_range(0..6) == 0 {
+                    rng.random_range(at.min(seq.len())..=seq.len())
+                } else {
+                    seq.len()
+                };
+                if rng.random_range(0..15) == 0 {
+                    seq.push((addr(sender), dg.clone()));
+                }
+                seq.insert(i, (addr(sender), dg));
+            }
+        }
+        let garbage_at = rng.random_range(0..=seq.len());
+        seq.insert(garbage_at, (addr(1), vec![0xEE; 40]));
+        let now = Instant::now();
+        let mut pushed = Reassembler::new(ReassemblyConfig::default());
+        let mut want = Vec::new();
+        for (from, dg) in &seq {
+            if let Ok(Some(m)) = pushed.push(now, *from, dg) {
+                want.push(m.into_owned());
+            }
+        }
+        let mut placed = Reassembler::new(ReassemblyConfig::default());
+        let mut got = Vec::new();
+        let mut expected: Option<(SocketAddr, i32)> = None;
+        for (from, dg) in &seq {
+            let target = expected
+                .and_then(|(f, id)| placed.next_fragment_target(now, f, id).map(|(i, room, t)| (f, id, i, room, t)));
+            let mut result = None;
+            if let Some((f, id, index, room, target)) = target {
+                // What recvmsg scattered would do: the header aside, up to `room` bytes appended, the rest spilled.
+                let keep = target.len();
+                let body = dg.get(HEADER_LEN..).unwrap_or(&[]);
+                let in_target = body.len().min(room);
+                target.extend_from_slice(&body[..in_target]);
+                let head: Option<&[u8; HEADER_LEN]> = dg.first_chunk();
+                let fits = *from == f
+                    && dg.len() == HEADER_LEN + in_target
+                    && head.and_then(|h| DatagramHeader::parse_head(h).ok()).is_some_and(|h| {
+                        h.kind == DatagramKind::Fragment && h.id == id && h.num == index && h.len as usize == in_target
+                    });
+                if fits {
+                    commits += 1;
+                    result = Some(placed.commit_in_place(f, id, index, in_target, |_| true).map(|m| m.map(Cow::Owned)));
+                } else {
+                    undos += 1;
+                    let mut d = dg[..dg.len().min(HEADER_LEN)].to_vec();
+                    placed.undo_in_place(f, id, keep, &mut d);
+                    d.extend_from_slice(&body[in_target..]);
+                    assert_eq!(&d, dg, "the datagram gathered back whole");
+                }
+            }
+            let r = match result {
+                Some(r) => r,
+                None => placed.push(now, *from, dg),
+            };
+            if let Ok(Some(m)) = r {
+                got.push(m.into_owned());
+            }
+            expected = match DatagramHeader::parse(dg) {
+                Ok((h, _)) if h.kind != DatagramKind::Whole => Some((*from, h.id)),
+                _ => None,
+            };
+        }
+        assert_eq!(got, want, "round {round}");
+        assert_eq!(placed.counters(), pushed.counters(), "round {round}");
+        assert_eq!(placed.buffered_bytes(), pushed.buffered_bytes(), "round {round}");
+        assert_eq!(placed.in_flight(), pushed.in_flight(), "round {round}");
+    }
+    assert!(commits > 500 && undos > 100, "both paths taken: {commits} in place, {undos} not");
+}

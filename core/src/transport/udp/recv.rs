@@ -239,7 +239,7 @@ impl UdpReceiver {
         use super::net::Drained;
         let (from, id) = self.in_place.expected?;
         let ip = &mut self.in_place;
-        let (index, room, target) = self.reassembler.next_fragment_target(from, id)?;
+        let (index, room, target) = self.reassembler.next_fragment_target(now, from, id)?;
         if ip.spill.is_empty() {
             ip.spill = vec![0u8; super::net::SLOT];
         }
