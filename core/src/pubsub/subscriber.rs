@@ -129,19 +129,25 @@ impl SubShared {
         self.callback.is_some()
     }
 
+    /// A layer's clock check resynchronised on `s`'s publisher (its clock had jumped far ahead before).
+    #[cold]
+    fn warn_resync(&self, s: &Sample) {
+        tracing::warn!(
+            "topic {}: publisher {} resumed at clock {} after samples far behind its last clock; a far-ahead clock \
+             (spoofed or corrupt) had been accepted",
+            self.topic,
+            s.publisher_id,
+            s.clock
+        );
+    }
+
     /// Queues a sample from an eCAL-facing layer, unless that publisher's sample already came through another
     /// layer (a repeat is dropped; an older one is dropped and counted). Gaps are counted by the layer that saw
     /// them.
     fn push_from_layer(&self, s: Sample) {
         match lock(&self.layer_clocks).check(s.publisher_id, s.clock, Instant::now()) {
             ClockCheck::Accept { .. } => {}
-            ClockCheck::Resync => tracing::warn!(
-                "topic {}: publisher {} resumed at clock {} after samples far behind its last clock; a far-ahead \
-                 clock (spoofed or corrupt) had been accepted",
-                self.topic,
-                s.publisher_id,
-                s.clock
-            ),
+            ClockCheck::Resync => self.warn_resync(&s),
             ClockCheck::Duplicate => return,
             ClockCheck::OutOfOrder => {
                 self.drops.fetch_add(1, Ordering::Relaxed);
@@ -170,13 +176,7 @@ impl SubShared {
             let Some((_, clock)) = current.as_mut() else { continue };
             match clock.check(s.clock, now) {
                 ClockCheck::Accept { .. } => {}
-                ClockCheck::Resync => tracing::warn!(
-                    "topic {}: publisher {} resumed at clock {} after samples far behind its last clock; a far-ahead \
-                     clock (spoofed or corrupt) had been accepted",
-                    self.topic,
-                    s.publisher_id,
-                    s.clock
-                ),
+                ClockCheck::Resync => self.warn_resync(&s),
                 ClockCheck::Duplicate => continue,
                 ClockCheck::OutOfOrder => {
                     late += 1;
