@@ -144,9 +144,15 @@ pub(crate) fn subscriber(node: &Node, topic: &str, wait: WaitMode) -> anyhow::Re
     Ok(ShoalRx(s, [0; VIAS.len()]))
 }
 
-/// The configuration of the ini shoal finds (`$ECAL_INI`, ...).
+/// The configuration of the ini shoal finds (`$ECAL_INI`, ...), read once per process: the nodes and the rows that
+/// say which settings they ran with see the same one.
 pub(crate) fn config() -> anyhow::Result<shoal::Config> {
-    shoal::Config::load().context("reading the ecal.ini shoal's configuration comes from")
+    static CONFIG: std::sync::OnceLock<shoal::Config> = std::sync::OnceLock::new();
+    if let Some(c) = CONFIG.get() {
+        return Ok(c.clone());
+    }
+    let c = shoal::Config::load().context("reading the ecal.ini shoal's configuration comes from")?;
+    Ok(CONFIG.get_or_init(|| c).clone())
 }
 
 /// A node whose rings are on `pages` (else as configured), for `shoal perf --huge-pages`, with only the layer of
