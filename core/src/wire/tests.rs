@@ -534,7 +534,7 @@ fn receiving_in_place_is_the_same_as_pushing() {
         for (m, sender) in [(0, 1u16), (1, 2), (2, 1), (3, 2)] {
             let len = rng.random_range(0..700);
             let payload: Vec<u8> = (0..len).map(|i| (i * 3 + m) as u8).collect();
-            let d = encode_message("inplace", &payload, 100, &mut || m as i32).unwrap();
+            let d = encode_message("inplace", &payload, 100, &mut || m).unwrap();
             let at = seq.len();
             for dg in d {
                 // Mostly in order, sometimes swapped with an earlier one of the round, sometimes twice.
