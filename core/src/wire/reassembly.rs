@@ -217,6 +217,16 @@ impl Pending {
     }
 }
 
+/// A message's still empty, unallocated buffer `data` becomes a spare buffer that holds `total` bytes, if one does.
+fn give_spare(spare: &mut Vec<Vec<u8>>, data: &mut Vec<u8>, total: usize) {
+    if data.capacity() == 0
+        && total >= SPARE_MIN_BYTES
+        && let Some(i) = spare.iter().position(|b| b.capacity() >= total)
+    {
+        *data = spare.swap_remove(i);
+    }
+}
+
 /// Reassembles eCAL datagrams into framed messages. Sans-IO: the caller passes `now`.
 #[derive(Debug)]
 pub struct Reassembler {
@@ -224,12 +234,28 @@ pub struct Reassembler {
     pending: HashMap<(SocketAddr, i32), Pending>,
     buffered: usize,
     counters: ReassemblyCounters,
+    /// Buffers of delivered messages handed back ([`Self::recycle`]), reused for new messages: at most
+    /// [`SPARE_BUFFERS`] of at most [`SPARE_MAX_BYTES`] each.
+    spare: Vec<Vec<u8>>,
 }
+
+/// Most spare buffers a reassembler keeps.
+pub const SPARE_BUFFERS: usize = 2;
+/// Largest capacity of a buffer kept spare (larger ones are freed).
+pub const SPARE_MAX_BYTES: usize = 4 << 20;
+/// Smallest capacity worth keeping (smaller messages allocate little).
+pub const SPARE_MIN_BYTES: usize = 64 << 10;
 
 impl Reassembler {
     /// An empty reassembler with the given limits.
     pub fn new(cfg: ReassemblyConfig) -> Self {
-        Reassembler { cfg, pending: HashMap::new(), buffered: 0, counters: ReassemblyCounters::default() }
+        Reassembler {
+            cfg,
+            pending: HashMap::new(),
+            buffered: 0,
+            counters: ReassemblyCounters::default(),
+            spare: Vec::new(),
+        }
     }
 
     /// The limits in use.
@@ -507,10 +533,33 @@ impl Reassembler {
             p.refused_fragments = p.refused_fragments.saturating_add(1);
             self.counters.refused += 1;
         } else {
-            p.store(index, payload);
+            // The entry again, beside the spare buffers (`p` borrowed all of `self`).
+            if let Some(p) = self.pending.get_mut(&key) {
+                if index == p.next
+                    && let Some((_, total)) = p.info
+                {
+                    give_spare(&mut self.spare, &mut p.data, total as usize);
+                }
+                p.store(index, payload);
+            }
         }
         self.recharge(&key)?;
         self.complete_if_done(&key)
+    }
+
+    /// Hands back the buffer of a message this reassembler returned, once its reader is done with it: kept (up to
+    /// [`SPARE_BUFFERS`], if its capacity is [`SPARE_MIN_BYTES`]..=[`SPARE_MAX_BYTES`]) for a later message of at
+    /// most its capacity, which then needs no fresh memory (no page faults); else freed.
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.spare.len() < SPARE_BUFFERS && (SPARE_MIN_BYTES..=SPARE_MAX_BYTES).contains(&buf.capacity()) {
+            buf.clear();
+            self.spare.push(buf);
+        }
+    }
+
+    /// Spare buffers held ([`Self::recycle`]).
+    pub fn spare_buffers(&self) -> usize {
+        self.spare.len()
     }
 
     /// Receiving in place: for `from`'s incomplete message `id`, once its info datagram arrived, the index of the
@@ -536,6 +585,7 @@ impl Reassembler {
         // Fragments parked ahead of a gap count against the declared total too (a longer fragment is pushed, and
         // refused, as usual).
         let room = total as usize - p.received_bytes;
+        give_spare(&mut self.spare, &mut p.data, total as usize);
         p.data.reserve_exact(total as usize - p.data.len());
         Some((p.next, room, &mut p.data))
     }

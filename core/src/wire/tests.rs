@@ -608,3 +608,34 @@ fn receiving_in_place_is_the_same_as_pushing() {
     }
     assert!(commits > 500 && undos > 100, "both paths taken: {commits} in place, {undos} not");
 }
+
+/// A delivered message's buffer handed back is reused for the next message that fits in it (no fresh memory); at
+/// most `SPARE_BUFFERS` are kept, and none too small or too large to be worth it.
+#[test]
+fn recycled_buffers_are_reused_and_bounded() {
+    use super::reassembly::{SPARE_BUFFERS, SPARE_MAX_BYTES, SPARE_MIN_BYTES};
+    let now = Instant::now();
+    let mut r = Reassembler::new(ReassemblyConfig::default());
+    let message = |r: &mut Reassembler, len: usize, id: i32| {
+        let payload: Vec<u8> = (0..len).map(|i| (i * 5 + id as usize) as u8).collect();
+        let out = feed(r, now, addr(1), &encode_message("recycle", &payload, 60_000, &mut || id).unwrap());
+        assert_eq!(out.len(), 1);
+        assert_eq!(split_name(&out[0]).unwrap().1, &payload[..]);
+        out.into_iter().next().unwrap()
+    };
+    let first = message(&mut r, 300_000, 1);
+    let (ptr, cap) = (first.as_ptr(), first.capacity());
+    r.recycle(first);
+    let second = message(&mut r, 200_000, 2);
+    assert_eq!((second.as_ptr(), second.capacity()), (ptr, cap), "the next message that fits reuses the buffer");
+    // A larger one does not fit: fresh memory, the spare buffer stays for later.
+    r.recycle(second);
+    let third = message(&mut r, 400_000, 3);
+    assert_ne!(third.as_ptr(), ptr);
+    for _ in 0..5 {
+        r.recycle(Vec::with_capacity(SPARE_MIN_BYTES * 2));
+    }
+    r.recycle(Vec::with_capacity(SPARE_MIN_BYTES - 1));
+    r.recycle(Vec::with_capacity(SPARE_MAX_BYTES + 1));
+    assert_eq!(r.spare_buffers(), SPARE_BUFFERS, "bounded");
+}

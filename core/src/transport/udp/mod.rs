@@ -31,7 +31,8 @@
 //! - Subscriber side (`UdpLayer::reader_factory`): every subscriber is in a table (topic → subscribers) from its
 //!   creation, so it receives from publishers it has not heard of yet (eCAL does the same). The I/O thread
 //!   receives (`recv.rs`, `recvmmsg` 16 datagrams a call, the kernel's drop count of the socket kept; while a
-//!   fragmented message comes, one datagram a call, its next fragment straight into the message's buffer); per
+//!   fragmented message comes, one datagram a call, its next fragment straight into the message's buffer, which
+//!   goes back to the receiver for reuse when the last sample holding it is dropped); per
 //!   subscriber and publisher, the samples missing in a gap of the publisher's clock are counted as the
 //!   subscriber's drops when the newer sample arrives, a repeated clock is dropped and counted too, and a late
 //!   sample (its clock in such a gap) is discarded without counting its loss twice.
