@@ -30,7 +30,8 @@ pub(crate) struct PerfArgs {
     /// Round trips per size (default: 10000 for small sizes, fewer for big ones so a run stays short).
     #[arg(long)]
     pub(crate) iterations: Option<u64>,
-    /// Messages per size in throughput and fan-out modes (default: scaled by size).
+    /// Messages per size in throughput and fan-out modes (default: scaled by size, 1 GiB a size, 4 GiB with
+    /// --transport udp|tcp).
     #[arg(long)]
     pub(crate) count: Option<u64>,
     /// Receive wait strategy: spin (busy spin) or block (futex doorbell). Default: both.
@@ -408,9 +409,15 @@ impl PerfArgs {
         (self.iterations_for(size) / 10).clamp(10, 1000)
     }
 
-    /// Messages per throughput run.
+    /// Messages per throughput run: 1 GiB of them (200..=200,000) over shared memory; 4 GiB (200..=1,000,000) over
+    /// the network layers, whose rates vary more from run to run (a 1 MB run of 1,024 messages lasts a quarter of a
+    /// second over loopback UDP, too short for a steady ratio to the raw program).
     pub(crate) fn count_for(&self, size: usize) -> u64 {
-        self.count.unwrap_or_else(|| ((1u64 << 30) / size as u64).clamp(200, 200_000))
+        let (total, most) = match self.transport {
+            Transport::Shm => (1u64 << 30, 200_000),
+            Transport::Udp | Transport::Tcp => (4u64 << 30, 1_000_000),
+        };
+        self.count.unwrap_or_else(|| (total / size as u64).clamp(200, most))
     }
 
     /// Messages per fan-out run.
