@@ -2,10 +2,10 @@
 //! the I/O thread sends the queue in `sendmmsg` batches.
 //!
 //! - The queue ([`SendQueue`]) is a bounded lock-free MPSC array (`crossbeam_queue::ArrayQueue`) shared by all
-//!   publishers of the runtime. A send that finds it full yields to the I/O thread for up to
-//!   `send_queue_wait_us` (default 1 ms) until there is room, which slows a sender faster than the socket to the
-//!   socket's pace; after that it drops its message and counts it as a drop of its publisher. With 0 it never
-//!   waits.
+//!   publishers of the runtime. A send that finds it full sleeps (a condition variable the I/O thread notifies
+//!   when it made room while a send waits) for up to `send_queue_wait_us` (default 1 ms) until there is room,
+//!   which slows a sender faster than the socket to the socket's pace; after that it drops its message and counts
+//!   it as a drop of its publisher. With 0 it never waits.
 //! - Waking: the I/O thread marks the queue idle just before it sleeps; the first push after that wakes it
 //!   (one `eventfd` write), every other push costs no system call. With `send_flush_delay_us` above zero the thread
 //!   holds the first message up to that long, or until a whole batch is queued.
@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 
+use crate::sync::lock;
 use crate::wire::packed;
 
 use crate::sys::mmsg::{MAX_GSO_SEGMENTS, MAX_UDP_PAYLOAD, OutMsg, is_gso_unsupported, send_mmsg};
@@ -93,6 +94,11 @@ pub(crate) struct SendQueue {
     max_bytes: usize,
     /// `send_pack_bytes`: a packed datagram's size at most.
     pack_bytes: usize,
+    /// Sends waiting for room ([`Self::push_waiting`]), and what they sleep on: the I/O thread notifies it when it
+    /// made room while one waits ([`Self::notify_room`]).
+    waiters: AtomicUsize,
+    room: std::sync::Mutex<()>,
+    room_cv: std::sync::Condvar,
 }
 
 impl SendQueue {
@@ -112,6 +118,9 @@ impl SendQueue {
             flush_delay,
             full_wait,
             pack_bytes: pack_bytes.min(MAX_UDP_PAYLOAD),
+            waiters: AtomicUsize::new(0),
+            room: std::sync::Mutex::new(()),
+            room_cv: std::sync::Condvar::new(),
         }
     }
 
@@ -154,8 +163,8 @@ impl SendQueue {
         self.full_wait
     }
 
-    /// [`push`](Self::push), but a full queue is waited on for up to `send_queue_wait_us` (yielding the CPU to
-    /// the I/O thread, which empties the queue at the socket's pace) before `m` is given back. The I/O thread is
+    /// [`push`](Self::push), but a full queue is waited on for up to `send_queue_wait_us` (asleep until the I/O
+    /// thread, which empties the queue at the socket's pace, made room) before `m` is given back. The I/O thread is
     /// awake while the queue is full (a push that found it idle woke it); should it have just marked itself idle,
     /// the wait wakes it.
     pub(crate) fn push_waiting(&self, m: Outgoing) -> Result<(), Outgoing> {
@@ -165,21 +174,37 @@ impl SendQueue {
             Err(m) => m,
         };
         let deadline = Instant::now() + self.full_wait;
-        loop {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let result = loop {
             if self.idle.swap(false, Ordering::SeqCst)
                 && let Some(w) = self.waker.get()
                 && let Err(e) = w.wake()
             {
                 tracing::warn!("UDP data layer: cannot wake the I/O thread: {e}");
             }
-            std::thread::yield_now();
+            // Tried again under the lock the I/O thread takes to notify: room made after this attempt wakes the
+            // wait below (a notification missed otherwise costs at most the rest of the wait, then one more try).
+            let guard = lock(&self.room);
             m = match self.push(m) {
-                Ok(()) => return Ok(()),
+                Ok(()) => break Ok(()),
                 Err(m) => m,
             };
-            if Instant::now() >= deadline {
-                return Err(m);
+            let now = Instant::now();
+            if now >= deadline {
+                break Err(m);
             }
+            drop(self.room_cv.wait_timeout(guard, deadline - now).unwrap_or_else(|e| e.into_inner()));
+        };
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+
+    /// Wakes the sends waiting for room, if any (the I/O thread, after it took messages off the queue or sent
+    /// some).
+    fn notify_room(&self) {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _guard = lock(&self.room);
+            self.room_cv.notify_all();
         }
     }
 }
@@ -247,9 +272,12 @@ impl UdpSender {
                 }
             }
             if self.pending.is_empty() {
+                self.queue.notify_room();
                 return None;
             }
-            if !self.send_some() {
+            let sent = self.send_some();
+            self.queue.notify_room();
+            if !sent {
                 self.retry_at = Some(Instant::now() + RETRY_AFTER);
                 return self.retry_at;
             }
@@ -442,8 +470,8 @@ mod tests {
         }
     }
 
-    /// `send_queue_wait_us`: a push that finds the queue full waits until the I/O thread makes room, up to the
-    /// configured time, then gives the message back; with zero it gives it back at once.
+    /// `send_queue_wait_us`: a push that finds the queue full sleeps until the I/O thread makes room (and wakes it),
+    /// up to the configured time, then gives the message back; with zero it gives it back at once.
     #[test]
     fn a_full_queue_is_waited_on_up_to_send_queue_wait() {
         let q = Arc::new(SendQueue::new(2, 1 << 20, Duration::from_secs(5), Duration::ZERO, 1472));
@@ -453,12 +481,16 @@ mod tests {
             let q = Arc::clone(&q);
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(20));
-                q.queue.pop().is_some()
+                let popped = q.queue.pop().is_some();
+                // As the I/O thread does after it took messages off the queue.
+                q.notify_room();
+                popped
             })
         };
         let t0 = Instant::now();
         assert!(q.push_waiting(message()).is_ok(), "room made within the wait");
         assert!(t0.elapsed() >= Duration::from_millis(15), "it waited for the room: {:?}", t0.elapsed());
+        assert!(t0.elapsed() < Duration::from_secs(2), "woken when the room was made: {:?}", t0.elapsed());
         assert!(drainer.join().expect("drainer"));
         assert_eq!(q.queue.len(), 2);
 
