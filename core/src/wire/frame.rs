@@ -101,39 +101,18 @@ pub enum SendFramedError<E> {
     },
 }
 
-/// Splits the message in `buf` ([`begin_framed`] plus the payload) into datagrams and hands each to `send` as
-/// header and body slices, without copying: one type-3 datagram if the framed message is at most
-/// `max_fragment_payload` bytes (its header written into the free bytes), else a type-1 info datagram
-/// (num = fragment count, len = total length) and type-2 fragments (num = index, len = bytes in it), all with the
-/// id `id_source` returns (asked once, and only for a fragmented message).
+/// Splits the message in `buf` ([`begin_framed`] plus the payload; its first [`HEADER_LEN`] bytes are not sent) into
+/// datagrams and hands each to `send` as header and body slices, without copying: one type-3 datagram if the
+/// framed message is at most `max_fragment_payload` bytes, else a type-1 info datagram (num = fragment count, len =
+/// total length) and type-2 fragments (num = index, len = bytes in it), all with the id `id_source` returns (asked
+/// once, and only for a fragmented message). [`send_framed_pieces`] with one piece.
 pub fn send_framed<E>(
-    buf: &mut [u8],
+    buf: &[u8],
     max_fragment_payload: usize,
     id_source: &mut impl FnMut() -> i32,
-    mut send: impl FnMut(&[IoSlice<'_>]) -> Result<(), E>,
+    send: impl FnMut(&[IoSlice<'_>]) -> Result<(), E>,
 ) -> Result<(), SendFramedError<E>> {
-    if max_fragment_payload == 0 {
-        return Err(EncodeError::ZeroFragmentSize.into());
-    }
-    let total = buf.len().saturating_sub(HEADER_LEN);
-    let total_u32 = u32::try_from(total).map_err(|_| EncodeError::MessageTooLarge { len: total })?;
-    if total <= max_fragment_payload {
-        buf[..HEADER_LEN].copy_from_slice(&DatagramHeader::whole(total_u32).to_bytes());
-        return send(&[IoSlice::new(buf)]).map_err(|error| SendFramedError::Send { part: DatagramPart::Whole, error });
-    }
-    // count <= total <= u32::MAX, so this cannot fail.
-    let count =
-        u32::try_from(total.div_ceil(max_fragment_payload)).map_err(|_| EncodeError::MessageTooLarge { len: total })?;
-    let id = id_source();
-    let info = DatagramHeader { kind: DatagramKind::FragmentInfo, id, num: count, len: total_u32 }.to_bytes();
-    send(&[IoSlice::new(&info)])
-        .map_err(|error| SendFramedError::Send { part: DatagramPart::FragmentInfo { count }, error })?;
-    for (index, chunk) in (0u32..).zip(buf[HEADER_LEN..].chunks(max_fragment_payload)) {
-        let header = DatagramHeader { kind: DatagramKind::Fragment, id, num: index, len: chunk.len() as u32 };
-        send(&[IoSlice::new(&header.to_bytes()), IoSlice::new(chunk)])
-            .map_err(|error| SendFramedError::Send { part: DatagramPart::Fragment { index, count }, error })?;
-    }
-    Ok(())
+    send_framed_pieces(&[buf.get(HEADER_LEN..).unwrap_or(&[])], max_fragment_payload, id_source, send)
 }
 
 /// Most pieces [`send_framed_pieces`] takes.
@@ -227,7 +206,7 @@ pub fn encode_message(
     begin_framed(&mut buf, name)?;
     buf.extend_from_slice(payload);
     let mut out = Vec::new();
-    let sent = send_framed(&mut buf, max_fragment_payload, id_source, |parts| {
+    let sent = send_framed(&buf, max_fragment_payload, id_source, |parts| {
         out.push(parts.iter().flat_map(|p| p.iter().copied()).collect());
         Ok::<(), std::convert::Infallible>(())
     });

@@ -489,7 +489,7 @@ fn pieces_frame_exactly_as_one_buffer() {
         buf.extend((0..len).map(|i| (i * 31 % 251) as u8));
         let message = buf[HEADER_LEN..].to_vec();
         let mut one = Vec::new();
-        send_framed(&mut buf, frag, &mut || 42, |parts| {
+        send_framed(&buf, frag, &mut || 42, |parts| {
             one.push(parts.iter().flat_map(|p| p.iter().copied()).collect::<Vec<u8>>());
             Ok::<(), ()>(())
         })
