@@ -769,8 +769,11 @@ pub(crate) static KEYS: &[KeyDef] = &[
             "  io_thread    send() frames the message and queues it; the I/O thread sends the queue in",
             "               sendmmsg batches, equal-size datagrams to one address as one UDP GSO send",
             "               (a send costs a copy into the queue; a system call only to wake an idle",
-            "               I/O thread)",
-            "A full queue drops the message and counts it as a drop of its publisher (never blocks).",
+            "               I/O thread); between shoal peers it also packs small messages (send_pack)",
+            "A send that finds the queue full waits up to send_queue_wait_us for room, then drops the",
+            "message and counts it as a drop of its publisher. Batching gains nothing for a message of",
+            "several 64 KB datagrams, and the faster sending loses more of them at full rate:",
+            "user_thread suits large messages.",
         ],
         allowed: "user_thread or io_thread",
         get: |c| {
