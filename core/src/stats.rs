@@ -428,6 +428,9 @@ pub struct UdpCounts {
     pub send_drops: u64,
     /// Datagrams received.
     pub datagrams: u64,
+    /// Local mode: datagrams dropped because they came from another host (a source address that is not loopback),
+    /// unread (registration drops and counts its datagrams from another host the same way).
+    pub non_local_source: u64,
     /// Packed datagrams (shoal's format, `[shoal_network] send_pack`) sent, and the messages they carried (also
     /// in `sent`).
     pub packed_sent: u64,

@@ -29,6 +29,25 @@ pub fn fnv1a64(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
+/// Fills `buf` (at least 24 bytes) with `shoal-peer`'s self-checking payload of message `clock`: the clock, the send
+/// time ([`mono_ns`]) and the FNV-1a digest of the pattern that follows, each little-endian, then the pattern.
+pub fn fill_pattern(buf: &mut [u8], clock: u64) {
+    for (i, b) in buf[24..].iter_mut().enumerate() {
+        *b = (clock as usize).wrapping_mul(31).wrapping_add(i) as u8;
+    }
+    let sum = fnv1a64(&buf[24..]);
+    buf[0..8].copy_from_slice(&clock.to_le_bytes());
+    buf[8..16].copy_from_slice(&mono_ns().to_le_bytes());
+    buf[16..24].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// A `size`-byte (at least 24) self-checking payload of message `clock` ([`fill_pattern`]).
+pub fn pattern_payload(clock: u64, size: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; size.max(24)];
+    fill_pattern(&mut buf, clock);
+    buf
+}
+
 /// Writes `v` as one line on stdout and flushes it: the scripted peers' output is read line by line as it comes.
 pub fn emit(v: &serde_json::Value) {
     use std::io::Write;

@@ -215,3 +215,72 @@ fn packed_across_hosts_until_an_ecal_subscriber_joins_then_ecal_format_for_both(
     ecal.wait_exit_reported(Duration::from_secs(10));
     publ.wait_success(Duration::from_secs(10));
 }
+
+/// In local mode (the default) a subscriber takes data from this host only: eCAL-format datagrams naming its topic,
+/// whole and fragmented, sent to its host's address from another host (namespace) are dropped unread and counted
+/// (`udp.non_local_source`); the same datagram sent on the subscriber's own host (loopback) is delivered, which
+/// shows the injected ones were well-formed.
+#[test]
+fn local_mode_takes_no_data_from_another_host() {
+    if !root_or_skip("local_mode_takes_no_data_from_another_host") {
+        return;
+    }
+    use shoal::transport::udp::codec::{DataSampleRef, encode_data_sample};
+    use shoal::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, encode_message};
+    let net = NetnsPair::create("lm", 20);
+    let t = topic("local_inject");
+    let ini = write_ini("local_inject", "[network]\nnetwork_enabled = false\n");
+    let sub =
+        Peer::subscriber(&t, 1).arg("--first-ms", 8000).ini(&ini).spawn_ready_in("shoal sub", &net, 0, "shoal-lm-a");
+    // The peer's self-checking payload: clock, send time, then the pattern (see shoal-peer's `verify`).
+    let datagrams = |clock: u64, size: usize| -> Vec<Vec<u8>> {
+        let mut framed = Vec::new();
+        encode_data_sample(
+            &mut framed,
+            &DataSampleRef {
+                topic_name: &t,
+                topic_id: "4242",
+                publisher_id: 4242,
+                host_name: "shoal-lm-b",
+                clock,
+                time_us: 0,
+                payload: &shoal_tools::pattern_payload(clock, size),
+            },
+        );
+        let mut id = clock as i32 * 1000;
+        encode_message(&t, &framed, DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || {
+            id += 1;
+            id
+        })
+        .expect("encode")
+    };
+    let send_from = |ns: String, to: String, ds: Vec<Vec<u8>>| {
+        std::thread::spawn(move || {
+            support::enter_netns(&ns).expect("enter the sender's namespace");
+            let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("bind");
+            for d in &ds {
+                s.send_to(d, (to.as_str(), 14002)).expect("send");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            ds.len() as u64
+        })
+        .join()
+        .expect("sender thread")
+    };
+    // From host b to host a's address: 20 small samples and one of 200 KB (4 fragments).
+    let mut injected = Vec::new();
+    for clock in 1..=20 {
+        injected.extend(datagrams(clock, 64));
+    }
+    injected.extend(datagrams(21, 200_000));
+    let sent = send_from(net.namespace(1).to_owned(), net.addr(0).to_owned(), injected);
+    std::thread::sleep(Duration::from_millis(500));
+    // On host a itself, to loopback: delivered.
+    send_from(net.namespace(0).to_owned(), "127.0.0.1".to_owned(), datagrams(100, 64));
+    let summary = sub.expect("summary", Duration::from_secs(15));
+    eprintln!("local_inject: {sent} datagrams from another host, then one on the host: {summary}");
+    assert_eq!(summary["received"], 1, "{summary}");
+    assert_eq!(summary["per_publisher"][0]["first_clock"], 100, "only the sample sent on the host: {summary}");
+    assert_eq!(summary["torn"], 0, "{summary}");
+    assert_eq!(summary["udp"]["non_local_source"], sent, "every datagram from the other host counted: {summary}");
+}

@@ -94,16 +94,6 @@ enum Cmd {
     },
 }
 
-fn fill(buf: &mut [u8], clock: u64) {
-    for (i, b) in buf[24..].iter_mut().enumerate() {
-        *b = (clock as usize).wrapping_mul(31).wrapping_add(i) as u8;
-    }
-    let sum = fnv1a64(&buf[24..]);
-    buf[0..8].copy_from_slice(&clock.to_le_bytes());
-    buf[8..16].copy_from_slice(&mono_ns().to_le_bytes());
-    buf[16..24].copy_from_slice(&sum.to_le_bytes());
-}
-
 /// (clock, send ns, intact)
 fn verify(buf: &[u8]) -> (u64, u64, bool) {
     if buf.len() < 24 {
@@ -144,6 +134,7 @@ fn registration_json(s: &shoal::monitor::Snapshot) -> serde_json::Value {
 
 fn udp_json(u: &shoal::monitor::UdpCounts) -> serde_json::Value {
     json!({"sent": u.sent, "send_drops": u.send_drops, "datagrams": u.datagrams, "wire_drops": u.wire_drops,
+           "non_local_source": u.non_local_source,
            "delivered": u.delivered, "lost": u.lost, "duplicates": u.duplicates, "late": u.late,
            "reassembled": u.reassembled, "reassembly_expired": u.reassembly_expired,
            "reassembly_evicted": u.reassembly_evicted, "reassembly_in_flight": u.reassembly_in_flight,
@@ -204,9 +195,9 @@ fn main() -> Result<()> {
             while count == 0 || clock < count {
                 clock += 1;
                 if loan {
-                    publ.loan(size)?.write(|b| fill(b, clock)).send()?;
+                    publ.loan(size)?.write(|b| shoal_tools::fill_pattern(b, clock)).send()?;
                 } else {
-                    fill(&mut buf, clock);
+                    shoal_tools::fill_pattern(&mut buf, clock);
                     publ.send(&buf)?;
                 }
                 let now = Instant::now();

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 #[allow(unused_imports)] // as above
-pub(crate) use impair::{Impairment, LinkStats};
+pub(crate) use impair::{Impairment, LinkStats, enter_netns};
 #[allow(unused_imports)] // as above
 pub(crate) use netns::{NetnsPair, ecal_network_dir, is_root, root_or_skip};
 #[allow(unused_imports)] // as above

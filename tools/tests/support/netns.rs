@@ -166,6 +166,11 @@ impl NetnsPair {
         }
     }
 
+    /// The namespace of host `i` (for [`enter_netns`](super::impair::enter_netns)).
+    pub(crate) fn namespace(&self, i: usize) -> &str {
+        &self.names[i]
+    }
+
     /// The address of host `i` (0 = a, 1 = b, ...).
     pub(crate) fn addr(&self, i: usize) -> &str {
         &self.addrs[i]

@@ -3,6 +3,8 @@
 //! - Addressing: local mode broadcasts every topic to `local_broadcast:data_port` (127.255.255.255:14002); network
 //!   mode sends to the topic's V2 multicast group ([`codec::topic_group`]) and receives on the base group and the
 //!   groups of the subscribed topics.
+//! - Local mode takes data from this host only: a datagram whose source is not a loopback address is dropped before
+//!   anything of it is read and counted (`UdpCounts::non_local_source`), as registration does with its own.
 //! - Own datagrams: in local mode to 127.255.255.255 the process's receive socket would get all its own broadcasts
 //!   back (and discard them as the same process's). Once the send socket is open, a socket filter drops them in
 //!   the kernel before they are queued or copied ([`net::drop_own_datagrams`]); the senders count what they send
@@ -91,6 +93,9 @@ pub(crate) struct Counters {
     pub(crate) send_drops: AtomicU64,
     /// Datagrams received.
     pub(crate) datagrams: AtomicU64,
+    /// Local mode: datagrams dropped because they did not come from a loopback address (another host's), before
+    /// anything of them was read.
+    pub(crate) non_local_source: AtomicU64,
     /// Of them, fragments received straight into their message's buffer (`recv.rs`, `InPlace`).
     pub(crate) in_place_fragments: AtomicU64,
     /// `send_pack`: packed datagrams sent, and the messages they carried.
@@ -133,6 +138,7 @@ impl Counters {
             sent: l(&self.sent),
             send_drops: l(&self.send_drops),
             datagrams: l(&self.datagrams),
+            non_local_source: l(&self.non_local_source),
             packed_sent: l(&self.packed_sent),
             packed_sent_messages: l(&self.packed_sent_messages),
             packed_datagrams: l(&self.packed_datagrams),

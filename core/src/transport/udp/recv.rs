@@ -287,8 +287,7 @@ impl UdpReceiver {
         if got.truncated {
             batcher.note_truncated(got.from);
         } else {
-            self.in_place.expected = expected_after(self.auth.is_none(), got.from, &d);
-            self.handle_datagram(now, got.from, &d);
+            self.receive(now, got.from, &d);
         }
         self.in_place.scratch = d;
         Some((Drained::Budget, None))
@@ -302,6 +301,26 @@ impl UdpReceiver {
         let lost = f.raw.saturating_sub(own).saturating_sub(f.counted);
         f.counted += lost;
         lost
+    }
+
+    /// A datagram as the socket gave it: in local mode one from another host (a source that is not loopback) is
+    /// dropped unread and counted, as registration does with its own; any other is handled, and after a fragment
+    /// the next one of its message is expected in place.
+    fn receive(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
+        if !self.shared.config.enabled && !from.ip().is_loopback() {
+            self.in_place.expected = None;
+            self.shared.counters.datagrams.fetch_add(1, Ordering::Relaxed);
+            let n = self.shared.counters.non_local_source.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::debug!(
+                    "UDP data layer: datagram from {from} dropped: local mode takes data from this host only ({n} so \
+                     far)"
+                );
+            }
+            return;
+        }
+        self.in_place.expected = expected_after(self.auth.is_none(), from, datagram);
+        self.handle_datagram(now, from, datagram);
     }
 
     fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
@@ -659,10 +678,7 @@ impl IoSource for UdpReceiver {
             let n = if self.in_place.expected.is_some() { 1 } else { left.min(RECV_SLOTS) };
             let (drained, err) = match self.recv_in_place(fd, now, &mut batcher) {
                 Some(r) => r,
-                None => batcher.recv(fd, n, |from, d| {
-                    self.in_place.expected = expected_after(self.auth.is_none(), from, d);
-                    self.handle_datagram(now, from, d);
-                }),
+                None => batcher.recv(fd, n, |from, d| self.receive(now, from, d)),
             };
             self.deliver_pending();
             left -= n;
@@ -751,7 +767,7 @@ fn recycled_bytes(v: Vec<u8>, returned: &Arc<std::sync::Mutex<Vec<Vec<u8>>>>) ->
     }
 }
 
-/// The pending hand-over of `inbox` (made if it has none yet in this batch)./// The pending hand-over of `inbox` (made if it has none yet in this batch).
+/// The pending hand-over of `inbox` (made if it has none yet in this batch).
 fn pending_of<'a>(
     pending: &'a mut Vec<Pending>,
     spare: &mut Vec<Vec<Sample>>,
@@ -931,6 +947,64 @@ mod tests {
         let accepted = verdicts.iter().filter(|v| matches!(v, ClockCheck::Accept { .. })).count();
         assert_eq!(accepted, 6);
         drop(own);
+    }
+
+    /// eCAL-format datagrams of `topic` from publisher 78: the sample with `clock`, whole and cut into fragments.
+    fn ecal_datagrams(topic: &str, clock: u64, len: usize) -> Vec<Vec<u8>> {
+        let mut framed = Vec::new();
+        let payload = vec![clock as u8; len];
+        crate::transport::udp::codec::encode_data_sample(
+            &mut framed,
+            &crate::transport::udp::codec::DataSampleRef {
+                topic_name: topic,
+                topic_id: "78",
+                publisher_id: 78,
+                host_name: "h",
+                clock,
+                time_us: 0,
+                payload: &payload,
+            },
+        );
+        let mut id = clock as i32 * 100;
+        crate::wire::encode_message(topic, &framed, crate::wire::DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || {
+            id += 1;
+            id
+        })
+        .expect("encodes")
+    }
+
+    /// In local mode data comes from this host only: a datagram from any source that is not a loopback address
+    /// (eCAL-format whole or fragmented, or packed) is dropped unread and counted; the same from 127.0.0.1 is
+    /// delivered. In network mode another host's datagram is delivered.
+    #[test]
+    fn local_mode_drops_and_counts_data_from_other_hosts() {
+        let run = |network: bool, from: &str| {
+            let mut cfg = Config::default();
+            cfg.network.enabled = network;
+            let layer = UdpLayer::new(&cfg, "h", Default::default()).expect("no pattern to compile");
+            let keep = Arc::new(Keep::default());
+            let inbox: Arc<dyn Inbox> = keep.clone();
+            layer.reader_factory().subscriber_created(1, "local_t", &inbox);
+            let mut rx = UdpReceiver::new(Arc::clone(&layer.shared));
+            let from: SocketAddr = from.parse().expect("address");
+            let now = Instant::now();
+            let mut sent = 0;
+            for d in ecal_datagrams("local_t", 1, 100).iter().chain(&ecal_datagrams("local_t", 2, 200_000)) {
+                rx.receive(now, from, d);
+                sent += 1;
+            }
+            rx.receive(now, from, &packed_of(78, "local_t", &[3, 4]));
+            rx.deliver_pending();
+            let clocks: Vec<u64> = lock(&keep.samples).iter().map(|s| s.clock).collect();
+            (clocks, layer.counts().non_local_source, layer.counts().datagrams, sent + 1)
+        };
+        let (clocks, refused, datagrams, sent) = run(false, "10.231.9.2:40000");
+        assert!(clocks.is_empty(), "another host's data delivered in local mode: {clocks:?}");
+        assert_eq!((refused, datagrams), (sent, sent), "each datagram counted as received and refused");
+        let (clocks, refused, _, _) = run(false, "127.0.0.1:40000");
+        assert_eq!((clocks, refused), (vec![1, 2, 3, 4], 0));
+        let (clocks, refused, _, _) = run(true, "10.231.9.2:40000");
+        assert_eq!((clocks, refused), (vec![1, 2, 3, 4], 0), "network mode takes other hosts' data");
     }
 
     /// A packed datagram of a protected topic (`[shoal_auth]`) is refused whole: every sample in it counted once,
