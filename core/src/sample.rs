@@ -13,7 +13,13 @@ use crate::types::TypeInfo;
 pub(crate) enum Payload {
     Shared(Arc<[u8]>),
     Owned(Vec<u8>),
-    Bytes(bytes::Bytes),
+    /// A range of a larger buffer, which it keeps alive: `held` is its share of that buffer (at least its own
+    /// length), set by the layer that cut it so that the shares of the samples one subscriber gets from one buffer
+    /// add up to the whole buffer.
+    Bytes {
+        bytes: bytes::Bytes,
+        held: usize,
+    },
 }
 
 impl Payload {
@@ -21,7 +27,18 @@ impl Payload {
         match self {
             Payload::Shared(a) => a,
             Payload::Owned(v) => v,
-            Payload::Bytes(b) => b,
+            Payload::Bytes { bytes, .. } => bytes,
+        }
+    }
+
+    /// The memory this payload keeps alive, which a subscriber's queue charges it
+    /// ([`QueuePolicy::charge`](crate::config::QueuePolicy::charge)): a slice of a larger buffer counts for its share
+    /// of that buffer, not its length, so a queue's byte budget bounds what its samples hold.
+    pub(crate) fn held(&self) -> usize {
+        match self {
+            Payload::Shared(a) => a.len(),
+            Payload::Owned(v) => v.capacity(),
+            Payload::Bytes { bytes, held } => (*held).max(bytes.len()),
         }
     }
 }
@@ -106,7 +123,7 @@ impl Sample {
         match self.payload {
             Payload::Owned(v) => v,
             Payload::Shared(a) => a.to_vec(),
-            Payload::Bytes(b) => Vec::from(b),
+            Payload::Bytes { bytes, .. } => Vec::from(bytes),
         }
     }
 }

@@ -332,7 +332,9 @@ impl QueuePolicy {
         QueuePolicy::new(depth, 0)
     }
 
-    /// What a message of `len` bytes counts for against [`bytes`](Self::bytes).
+    /// What a message that keeps `len` bytes of memory alive counts for against [`bytes`](Self::bytes): its payload,
+    /// or, when its payload is a slice of a larger received buffer (a UDP message or packed datagram), its share of
+    /// that buffer.
     pub fn charge(len: usize) -> usize {
         len.max(Self::MIN_CHARGE)
     }

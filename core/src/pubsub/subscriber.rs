@@ -183,11 +183,11 @@ impl SubShared {
                     continue;
                 }
             }
-            bytes += QueuePolicy::charge(s.payload().len());
+            bytes += QueuePolicy::charge(s.payload.held());
             q.push_back(s);
             while self.queue.over(q.len(), bytes) {
                 if let Some(old) = q.pop_front() {
-                    bytes -= QueuePolicy::charge(old.payload().len());
+                    bytes -= QueuePolicy::charge(old.payload.held());
                     overflow += 1;
                 }
             }
@@ -205,11 +205,11 @@ impl SubShared {
     /// while the queue is over its policy (more than `depth` samples and more than `bytes` charged).
     pub(crate) fn push_inbox(&self, s: Sample) {
         let mut q = lock(&self.intra);
-        let mut bytes = self.intra_bytes.load(Ordering::Relaxed) + QueuePolicy::charge(s.payload().len());
+        let mut bytes = self.intra_bytes.load(Ordering::Relaxed) + QueuePolicy::charge(s.payload.held());
         q.push_back(s);
         while self.queue.over(q.len(), bytes) {
             if let Some(old) = q.pop_front() {
-                bytes -= QueuePolicy::charge(old.payload().len());
+                bytes -= QueuePolicy::charge(old.payload.held());
                 self.drops.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -380,7 +380,7 @@ impl SubShared {
                 let mut q = lock(&self.intra);
                 let s = q.pop_front();
                 if let Some(s) = &s {
-                    self.intra_bytes.fetch_sub(QueuePolicy::charge(s.payload().len()), Ordering::Relaxed);
+                    self.intra_bytes.fetch_sub(QueuePolicy::charge(s.payload.held()), Ordering::Relaxed);
                 }
                 self.intra_len.store(q.len(), Ordering::Release);
                 s

@@ -398,11 +398,12 @@ impl UdpReceiver {
         // A reassembled message is decoded in place: the payload stays in its buffer, which the sample keeps. A
         // whole datagram lives in the receive buffer the next batch overwrites: its payload is copied out (once).
         let owned;
-        let (decoded, raw): (_, &[u8]) = match msg {
-            Cow::Borrowed(m) => (decode_data_sample(&m[proto_at..]), m),
+        let (decoded, raw, held): (_, &[u8], _) = match msg {
+            Cow::Borrowed(m) => (decode_data_sample(&m[proto_at..]), m, None),
             Cow::Owned(v) => {
+                let capacity = v.capacity();
                 owned = recycled_bytes(v, &self.returned);
-                (decode_data_sample_from(owned.slice(proto_at..)), &owned[..])
+                (decode_data_sample_from(owned.slice(proto_at..)), &owned[..], Some(capacity))
             }
         };
         let sample = match decoded {
@@ -417,7 +418,10 @@ impl UdpReceiver {
         };
         self.records.clear();
         self.records.push(Record { clock: sample.clock, time_us: sample.time_us, off: 0, len: sample.payload.len() });
-        self.dispatch_batch(now, &sample.topic_name, sample.publisher_id, &sample.payload);
+        // The payload of a reassembled message keeps the message's whole buffer alive (whatever else the sample
+        // carried, a long host name say); a copied one only itself.
+        let held = held.unwrap_or(sample.payload.len());
+        self.dispatch_batch(now, &sample.topic_name, sample.publisher_id, &sample.payload, held);
     }
 
     /// A shoal packed datagram (`wire::packed`): checked whole, then its samples dispatched together
@@ -458,7 +462,7 @@ impl UdpReceiver {
             off: r.payload.as_ptr() as usize - base,
             len: r.payload.len(),
         }));
-        self.dispatch_batch(now, p.topic, p.publisher_id, &data);
+        self.dispatch_batch(now, p.topic, p.publisher_id, &data, data.len());
     }
 
     /// One loss for every subscriber of `topic` (a sample for it could not be decoded).
@@ -476,7 +480,11 @@ impl UdpReceiver {
     /// one topic lookup, for each subscriber one lookup of the publisher's clock entry, then every record's clock
     /// checked in turn (gaps counted as lost, repeats as duplicates, late ones as out of order, exactly as one sample
     /// at a time would); the accepted samples wait in [`Self::pending`] for the end of the `recvmmsg` batch.
-    fn dispatch_batch(&mut self, now: Instant, topic_name: &str, publisher_id: u64, data: &bytes::Bytes) {
+    ///
+    /// `data` keeps `held` bytes alive (a whole datagram, or a reassembled message's buffer). Each subscriber's
+    /// samples of it are charged equal shares of `held`, at least their own length ([`Payload::held`]), so that
+    /// what they are charged in its queue adds up to what they keep alive, however few of the records it accepts.
+    fn dispatch_batch(&mut self, now: Instant, topic_name: &str, publisher_id: u64, data: &bytes::Bytes, held: usize) {
         let c = &self.shared.counters;
         let n = self.records.len() as u64;
         if n == 0 {
@@ -503,6 +511,7 @@ impl UdpReceiver {
             }
             let type_info = e.types.get(&publisher_id).cloned().unwrap_or_else(|| Arc::clone(&self.empty_type));
             let p = pending_of(&mut self.pending, &mut self.spare, inbox);
+            let first = p.samples.len();
             let mut clock = e.pubs.publisher(publisher_id, now);
             for r in &self.records {
                 match clock.check(r.clock, now) {
@@ -537,7 +546,7 @@ impl UdpReceiver {
                 }
                 delivered += 1;
                 p.samples.push(Sample {
-                    payload: Payload::Bytes(data.slice(r.off..r.off + r.len)),
+                    payload: Payload::Bytes { bytes: data.slice(r.off..r.off + r.len), held: 0 },
                     send_time_ns: r.time_us.saturating_mul(1000),
                     via: Via::Udp,
                     clock: r.clock,
@@ -545,6 +554,13 @@ impl UdpReceiver {
                     type_info: Arc::clone(&type_info),
                     topic: Arc::clone(&topic),
                 });
+            }
+            let accepted = &mut p.samples[first..];
+            let share = held.div_ceil(accepted.len().max(1));
+            for s in accepted {
+                if let Payload::Bytes { held, .. } = &mut s.payload {
+                    *held = share;
+                }
             }
         }
         drop(t);
@@ -919,7 +935,7 @@ mod tests {
             assert_eq!(s.payload(), &payload(s.clock)[..]);
             assert_eq!(s.send_time_ns, s.clock as i64 * 1000);
             assert_eq!(&*s.topic, "batch_t");
-            assert!(matches!(s.payload, Payload::Bytes(_)), "a slice of the datagram's buffer");
+            assert!(matches!(s.payload, Payload::Bytes { .. }), "a slice of the datagram's buffer");
         }
         assert_eq!(plain.batches.load(Ordering::Relaxed), 1, "one hand-over for the whole batch");
         assert_eq!(plain.wakes.load(Ordering::Relaxed), 1, "one wake-up for the whole batch");
@@ -1005,6 +1021,76 @@ mod tests {
         assert_eq!((clocks, refused), (vec![1, 2, 3, 4], 0));
         let (clocks, refused, _, _) = run(true, "10.231.9.2:40000");
         assert_eq!((clocks, refused), (vec![1, 2, 3, 4], 0), "network mode takes other hosts' data");
+    }
+
+    /// Queues charge what a sample keeps alive: the one sample of a reassembled message whose payload is tiny
+    /// beside the rest of it (a long host name) is charged the message's whole buffer; the samples one subscriber
+    /// accepts from a packed datagram share the datagram between them, so one accepted record among repeated ones is
+    /// charged all of it, and the records of a datagram accepted whole add up to it.
+    #[test]
+    fn samples_are_charged_the_buffer_they_keep_alive() {
+        let layer = UdpLayer::new(&Config::default(), "h", Default::default()).expect("no pattern to compile");
+        let keep = Arc::new(Keep::default());
+        let inbox: Arc<dyn Inbox> = keep.clone();
+        layer.reader_factory().subscriber_created(1, "held_t", &inbox);
+        let mut rx = UdpReceiver::new(Arc::clone(&layer.shared));
+        let from: SocketAddr = "127.0.0.1:9".parse().expect("address");
+        let now = Instant::now();
+        let held = |keep: &Keep| -> Vec<(u64, usize, usize)> {
+            lock(&keep.samples).drain(..).map(|s| (s.clock, s.payload().len(), s.payload.held())).collect()
+        };
+
+        // A 200 KB message whose payload is 8 bytes.
+        let mut framed = Vec::new();
+        let host = "h".repeat(200_000);
+        crate::transport::udp::codec::encode_data_sample(
+            &mut framed,
+            &crate::transport::udp::codec::DataSampleRef {
+                topic_name: "held_t",
+                topic_id: "78",
+                publisher_id: 78,
+                host_name: &host,
+                clock: 1,
+                time_us: 0,
+                payload: &[1u8; 8],
+            },
+        );
+        let mut id = 0;
+        let ds = crate::wire::encode_message("held_t", &framed, crate::wire::DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || {
+            id += 1;
+            id
+        })
+        .expect("encodes");
+        assert!(ds.len() > 3, "fragmented");
+        for d in &ds {
+            rx.receive(now, from, d);
+        }
+        rx.deliver_pending();
+        let got = held(&keep);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].1, 8);
+        assert!(got[0].2 >= 200_000, "charged the reassembled buffer, not 8 bytes: {got:?}");
+
+        // One new clock among repeated ones: the accepted record holds the whole datagram.
+        let mut clocks = vec![2u64];
+        clocks.extend([1u64; 300]);
+        let d = packed_of(78, "held_t", &clocks);
+        rx.receive(now, from, &d);
+        rx.deliver_pending();
+        let got = held(&keep);
+        assert_eq!(got.len(), 1, "one accepted, the repeats dropped");
+        assert_eq!(got[0].2, d.len(), "charged the datagram: {got:?}");
+
+        // A datagram accepted whole: its records share it.
+        let clocks: Vec<u64> = (3..303).collect();
+        let d = packed_of(78, "held_t", &clocks);
+        rx.receive(now, from, &d);
+        rx.deliver_pending();
+        let got = held(&keep);
+        assert_eq!(got.len(), 300);
+        let total: usize = got.iter().map(|g| g.2).sum();
+        assert!((d.len()..d.len() + 300).contains(&total), "shares add up to the datagram: {total} of {}", d.len());
+        assert!(got.iter().all(|g| g.2 >= g.1), "never less than the payload");
     }
 
     /// A packed datagram of a protected topic (`[shoal_auth]`) is refused whole: every sample in it counted once,
