@@ -178,7 +178,14 @@ impl MemfileWriter {
             // later shoal node remove the memfile (and its `_mtx` and event files) after a crash, as for rings.
             let name = format!("shoal_{}_ecal{:x}", std::process::id(), rand::random::<u32>());
             let path = check_name(&name)?;
-            match std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
+            // Created with its final mode (the umask may narrow it; the chmod below sets it exactly), so that it is
+            // never readable by others in between.
+            let created = std::os::unix::fs::OpenOptionsExt::mode(
+                std::fs::OpenOptions::new().read(true).write(true).create_new(true),
+                crate::sys::shm_write_mode(),
+            )
+            .open(&path);
+            match created {
                 Ok(f) => break (name, path, f),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(source) => return Err(MemfileOpenError::Io { call: "open", path, source }),

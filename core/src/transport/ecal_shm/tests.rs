@@ -805,3 +805,42 @@ fn held_creation_flocks_of_announced_memfiles_cost_a_connection_one_deadline() {
         }
     }
 }
+
+/// What [`memfile_and_its_lock_are_created_with_their_final_mode`] runs under `strace`: creates a memfile (and its
+/// `_mtx`) and removes it. Does nothing unless the outer test set `SHOAL_TEST_STRACE_INNER`.
+#[test]
+fn create_a_memfile_when_traced() {
+    if std::env::var_os("SHOAL_TEST_STRACE_INNER").is_none() {
+        return;
+    }
+    let w = MemfileWriter::create(4096).expect("memfile");
+    drop(w);
+}
+
+/// eCAL memfiles and their lock files are created with their final mode (`[shoal_security] shm_access`, owner-only
+/// by default), never with the default 0666 & umask and narrowed afterwards: a window in which another user could
+/// open them. Checked on the `open` calls themselves, traced with `strace` (skipped when it is not installed).
+#[test]
+fn memfile_and_its_lock_are_created_with_their_final_mode() {
+    if std::process::Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("SKIPPED memfile_and_its_lock_are_created_with_their_final_mode: strace is not installed");
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("shoal_strace_{}.txt", std::process::id()));
+    let status = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=open,openat", "-o"])
+        .arg(&out)
+        .arg(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", "transport::ecal_shm::tests::create_a_memfile_when_traced", "--test-threads", "1"])
+        .env("SHOAL_TEST_STRACE_INNER", "1")
+        .output()
+        .expect("run strace");
+    let trace = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    assert!(status.status.success(), "the traced test ran: {}", String::from_utf8_lossy(&status.stderr));
+    let created: Vec<&str> = trace.lines().filter(|l| l.contains("/dev/shm/shoal_") && l.contains("O_CREAT")).collect();
+    assert!(created.len() >= 2, "the memfile and its lock were created: {trace}");
+    for line in created {
+        assert!(line.contains(", 0600)"), "created with mode 0600 (shm_access = owner): {line}");
+    }
+}
