@@ -224,6 +224,49 @@ fn replayed_captures_are_refused_as_replayed_then_as_stale() {
     assert_eq!(topic_counts(&f, &t)["stale"], captured.len() as u64, "every replayed datagram refused as stale: {f}");
 }
 
+/// With the default `max_age_ms` (60 s), a capture replayed to a receiver that started after it was made (a
+/// restarted subscriber, which has no replay window for the sender) is refused as stale although it is seconds old:
+/// a receiver takes first contacts only from envelopes written after it started (less a 2 s clock allowance).
+#[test]
+fn a_capture_replayed_to_a_restarted_receiver_is_refused_with_the_default_max_age() {
+    let k1 = key_file("restart_k1", KEY_1);
+    let with_k1 = ini("restart_k1", UDP_ONLY, &format!("key_file = {k1}\n"));
+    let t = topic("auth_restart");
+    let data = Recorder::start(14002, Some(t.clone()));
+    let count = 50u64;
+    let count_s = count.to_string();
+    let sub = shoal_peer("sub", &["sub", "--topic", &t, "--count", &count_s, "--idle-ms", "3000"], Some(&with_k1));
+    sub.expect("ready", Duration::from_secs(10));
+    let mut publ = shoal_peer(
+        "pub",
+        &["pub", "--topic", &t, "--count", &count_s, "--size", "64", "--rate", "500", "--wait-subs", "1"],
+        Some(&with_k1),
+    );
+    publ.expect("done", Duration::from_secs(20));
+    let s = summary_of(&sub, Duration::from_secs(20));
+    assert_eq!(s["received"], count, "{s}");
+    std::thread::sleep(Duration::from_millis(100));
+    let captured = data.finish();
+    let captured_at = Instant::now();
+    assert!(captured.len() as u64 >= count * 9 / 10, "recorded {} of {count} data datagrams", captured.len());
+    publ.wait_success(Duration::from_secs(5));
+    // The subscriber restarts (a new process, a new replay guard) once the capture is older than the allowance.
+    std::thread::sleep(Duration::from_millis(2500).saturating_sub(captured_at.elapsed()));
+    let restarted = shoal_peer(
+        "restarted sub",
+        &["sub", "--topic", &t, "--count", "1", "--idle-ms", "1500", "--first-ms", "1500"],
+        Some(&with_k1),
+    );
+    restarted.expect("ready", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(200));
+    replay(&captured, 14002);
+    let r = summary_of(&restarted, Duration::from_secs(20));
+    eprintln!("replay to a restarted receiver {:?} after the capture: {r}", captured_at.elapsed());
+    assert!(captured_at.elapsed() < Duration::from_secs(30), "well within the default max_age of 60 s");
+    assert_eq!(r["received"], 0, "nothing of the capture delivered: {r}");
+    assert_eq!(topic_counts(&r, &t)["stale"], captured.len() as u64, "every replayed datagram refused as stale: {r}");
+}
+
 /// eCAL 6.1.1 publisher → keyed shoal subscriber on an unprotected topic (received), and on a protected one
 /// (refused: eCAL's registration is unauthenticated); keyed shoal publisher → eCAL subscriber on an unprotected
 /// topic.

@@ -1393,7 +1393,7 @@ pub(crate) static KEYS: &[KeyDef] = &[
             }
             match read_key_file(Path::new(v)) {
                 Ok(key) => {
-                    d.cfg.auth.key = Some(key);
+                    d.cfg.auth.key = Some(std::sync::Arc::new(key));
                     d.cfg.auth.key_file = Some(PathBuf::from(v));
                     Some(())
                 }
@@ -1423,7 +1423,7 @@ pub(crate) static KEYS: &[KeyDef] = &[
                 d.cfg.auth.key_from_hex = false;
                 return Some(());
             }
-            d.cfg.auth.key = Some(AuthKey::from_hex(v)?);
+            d.cfg.auth.key = Some(std::sync::Arc::new(AuthKey::from_hex(v)?));
             d.cfg.auth.key_from_hex = true;
             Some(())
         },
@@ -1457,9 +1457,12 @@ pub(crate) static KEYS: &[KeyDef] = &[
         alias: None,
         doc: &[
             "With a key: the largest difference, in ms, between the time a sender wrote into a datagram and",
-            "this host's clock; older (or later) ones are dropped as stale. It keeps a capture from being",
-            "replayed to a process that restarted or evicted the sender's window. Hosts' clocks must agree",
-            "within it. 0: not checked (replays then stay refused only while the sender's window is kept).",
+            "this host's clock; older (or later) ones are dropped as stale. Hosts' clocks must agree within",
+            "it. A receiver keeps a window of the last 1024 counters of each sender (auth_senders of them),",
+            "which refuses a replay while it is kept; a sender it has no window for (the receiver restarted,",
+            "or evicted it) is heard only from datagrams written after the receiver started or last evicted a",
+            "sender, less 2 s for clocks that differ, so a capture cannot be replayed to a restarted receiver.",
+            "0: no time checks at all (replays then stay refused only while the sender's window is kept).",
         ],
         allowed: "0..=86400000 (ms)",
         get: |c| ms(c.auth.max_age),
@@ -1496,9 +1499,11 @@ fn read_key_file(path: &Path) -> Result<AuthKey, String> {
             path.display()
         ));
     }
-    let mut text = String::new();
-    file.take(1024).read_to_string(&mut text).map_err(|e| format!("cannot read it: {e}"))?;
-    AuthKey::from_hex(&text).ok_or_else(|| "does not hold a key of 32 to 128 hex digits".to_owned())
+    // Read into a buffer that never grows (no copy of the key left behind by a reallocation) and is zeroed on drop.
+    let mut text = zeroize::Zeroizing::new(Vec::with_capacity(1100));
+    file.take(1024).read_to_end(&mut text).map_err(|e| format!("cannot read it: {e}"))?;
+    let text = std::str::from_utf8(&text).map_err(|_| "does not hold a key of 32 to 128 hex digits".to_owned())?;
+    AuthKey::from_hex(text).ok_or_else(|| "does not hold a key of 32 to 128 hex digits".to_owned())
 }
 
 #[cfg(test)]

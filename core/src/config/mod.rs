@@ -159,9 +159,11 @@ pub struct ShmRingConfig {
     pub huge_pages_path: PathBuf,
 }
 
-/// The shared secret of `[shoal_auth]`. Its `Debug` form shows only its length.
-#[derive(Clone, PartialEq, Eq)]
-pub struct AuthKey(Vec<u8>);
+/// The shared secret of `[shoal_auth]`. Its `Debug` form shows only its length; its bytes are zeroed when it is
+/// dropped, and it cannot be cloned (a configuration shares it: [`AuthConfig::key`] is an `Arc`), so no copy of the
+/// secret outlives its use. (The HMAC state derived from it lives in the runtime until the runtime ends.)
+#[derive(PartialEq, Eq)]
+pub struct AuthKey(zeroize::Zeroizing<Vec<u8>>);
 
 impl std::fmt::Debug for AuthKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -177,6 +179,7 @@ impl AuthKey {
 
     /// A key of [`MIN_LEN`](Self::MIN_LEN)..=[`MAX_LEN`](Self::MAX_LEN) bytes.
     pub fn new(bytes: Vec<u8>) -> Option<AuthKey> {
+        let bytes = zeroize::Zeroizing::new(bytes);
         (Self::MIN_LEN..=Self::MAX_LEN).contains(&bytes.len()).then_some(AuthKey(bytes))
     }
 
@@ -187,9 +190,12 @@ impl AuthKey {
             return None;
         }
         let digit = |c: u8| (c as char).to_digit(16);
-        let bytes: Option<Vec<u8>> =
-            t.as_bytes().chunks_exact(2).map(|p| Some((digit(p[0])? * 16 + digit(p[1])?) as u8)).collect();
-        AuthKey::new(bytes?)
+        // Built in place in the key's own buffer, zeroed on every path (a partial key too).
+        let mut bytes = zeroize::Zeroizing::new(Vec::with_capacity(t.len() / 2));
+        for p in t.as_bytes().chunks_exact(2) {
+            bytes.push((digit(p[0])? * 16 + digit(p[1])?) as u8);
+        }
+        (Self::MIN_LEN..=Self::MAX_LEN).contains(&bytes.len()).then_some(AuthKey(bytes))
     }
 
     /// The secret bytes.
@@ -202,8 +208,8 @@ impl AuthKey {
 /// are sent in an authenticated envelope, and unauthenticated ones for them are refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthConfig {
-    /// The shared key (`None`: authentication off).
-    pub key: Option<AuthKey>,
+    /// The shared key (`None`: authentication off), shared by the clones of this configuration.
+    pub key: Option<std::sync::Arc<AuthKey>>,
     /// Where the key was read from (`key_file`), for `shoal config show`.
     pub key_file: Option<PathBuf>,
     /// The key came from `key_hex`.

@@ -630,11 +630,11 @@ fn auth_key_from_a_private_file_or_hex() {
     let (cfg, warnings) =
         parse_ok(&format!("[shoal_auth]\nkey_file = {}\nprotected_topics = imu|cmd/.*\n", path.display()));
     assert!(warnings.is_empty(), "{warnings:?}");
-    assert_eq!(cfg.auth.key, AuthKey::from_hex(hex));
+    assert_eq!(cfg.auth.key, AuthKey::from_hex(hex).map(std::sync::Arc::new));
     assert_eq!(cfg.auth.key_file.as_deref(), Some(path.as_path()));
     assert_eq!(cfg.auth.protected_topics, "imu|cmd/.*");
     let (cfg, _) = parse_ok(&format!("[shoal_auth]\nkey_hex = {hex}\n"));
-    assert_eq!(cfg.auth.key, AuthKey::from_hex(hex));
+    assert_eq!(cfg.auth.key, AuthKey::from_hex(hex).map(std::sync::Arc::new));
     // The secret is never written back.
     assert!(!cfg.to_ini_text().contains(hex));
     assert!(cfg.to_ini_text().contains("key_hex = (hidden)"));

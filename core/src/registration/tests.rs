@@ -849,7 +849,7 @@ fn the_registry_is_bounded_in_bytes() {
 
 fn auth_cfg(key_byte: Option<u8>, protected: &str) -> crate::config::AuthConfig {
     crate::config::AuthConfig {
-        key: key_byte.map(|b| crate::config::AuthKey::new(vec![b; 32]).expect("32 bytes")),
+        key: key_byte.map(|b| crate::config::AuthKey::new(vec![b; 32]).expect("32 bytes")).map(std::sync::Arc::new),
         protected_topics: protected.to_owned(),
         ..Default::default()
     }

@@ -13,9 +13,12 @@
 //! ```
 //!
 //! A receiver with the key checks the tag (constant time), then the [`ReplayGuard`]: the time must be within
-//! `max_age` of its own clock, and the counter new within a sliding window of [`REPLAY_WINDOW`] counters per
-//! sender id (as IPsec and WireGuard do); sender state is bounded and the least recently heard sender is evicted
-//! first. Only datagrams whose tag verified create or move sender state. Nothing here panics on received bytes.
+//! `max_age` of its own clock (60 s by default), and the counter new within a sliding window of [`REPLAY_WINDOW`]
+//! counters per sender id (as IPsec and WireGuard do); sender state is bounded and the least recently heard sender
+//! is evicted first. A sender the guard has no window for (a first contact: the receiver restarted, or evicted it)
+//! is heard only from envelopes written after the receiver started, or after its last eviction, less
+//! [`CLOCK_ALLOWANCE`]: so a capture cannot be replayed to a restarted receiver within `max_age`. Only datagrams
+//! whose tag verified create or move sender state. Nothing here panics on received bytes.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -289,20 +292,39 @@ impl SenderWindow {
     }
 }
 
+/// How much older than a receiver's start (or its last eviction of a sender's window) the first envelope it takes
+/// from a sender may be: the clocks of two hosts may differ by this much without losing traffic at a receiver's
+/// start. A sender whose clock lags further is heard once its clock has passed the receiver's start.
+pub const CLOCK_ALLOWANCE: Duration = Duration::from_secs(2);
+
 /// Replay protection: time within `max_age`, counter new in a sliding window per sender, at most `max_senders`
-/// senders remembered (the least recently heard one is evicted for a new one).
+/// senders remembered (the least recently heard one is evicted for a new one); a sender without a window is heard
+/// only from envelopes newer than the guard's start or last eviction, less [`CLOCK_ALLOWANCE`].
 #[derive(Debug)]
 pub struct ReplayGuard {
     senders: HashMap<u64, SenderWindow>,
     max_senders: usize,
     max_age: Duration,
     evicted: u64,
+    /// Envelopes of senders without a window must be at least this new (Unix ns).
+    floor_ns: u64,
 }
 
 impl ReplayGuard {
-    /// A guard; `max_age` zero means the time is not checked.
+    /// A guard starting now; `max_age` zero means the time is not checked (nor the first-contact floor).
     pub fn new(max_senders: usize, max_age: Duration) -> ReplayGuard {
-        ReplayGuard { senders: HashMap::new(), max_senders: max_senders.max(1), max_age, evicted: 0 }
+        ReplayGuard::starting_at(max_senders, max_age, unix_ns())
+    }
+
+    /// A guard whose start is `start_ns` (Unix ns).
+    pub fn starting_at(max_senders: usize, max_age: Duration, start_ns: u64) -> ReplayGuard {
+        ReplayGuard {
+            senders: HashMap::new(),
+            max_senders: max_senders.max(1),
+            max_age,
+            evicted: 0,
+            floor_ns: start_ns.saturating_sub(CLOCK_ALLOWANCE.as_nanos() as u64),
+        }
     }
 
     /// Checks and records an envelope whose tag verified, at `now` (monotonic) and `now_ns` (Unix ns).
@@ -315,12 +337,19 @@ impl ReplayGuard {
             if age > self.max_age.as_nanos() {
                 return Err(AuthReject::Stale);
             }
+            // A first contact written before this guard started (or forgot a sender) may be a capture: what it
+            // replays cannot be told from the original any more.
+            if env.time_ns < self.floor_ns && !self.senders.contains_key(&env.sender_id) {
+                return Err(AuthReject::Stale);
+            }
         }
         if !self.senders.contains_key(&env.sender_id) && self.senders.len() >= self.max_senders {
             let oldest = self.senders.iter().min_by_key(|(_, w)| w.last_heard).map(|(id, _)| *id);
             if let Some(id) = oldest {
                 self.senders.remove(&id);
                 self.evicted += 1;
+                // The evicted sender's captures would pass as first contacts: only newer ones may from now on.
+                self.floor_ns = self.floor_ns.max(now_ns.saturating_sub(CLOCK_ALLOWANCE.as_nanos() as u64));
             }
         }
         match self.senders.entry(env.sender_id) {
@@ -665,8 +694,8 @@ mod tests {
     #[test]
     fn senders_are_bounded_and_time_checked() {
         let t0 = Instant::now();
-        let mut g = ReplayGuard::new(3, Duration::from_secs(10));
         let now_ns = 100_000_000_000;
+        let mut g = ReplayGuard::starting_at(3, Duration::from_secs(10), now_ns);
         for (i, s) in [1u64, 2, 3, 4].iter().enumerate() {
             assert_eq!(g.check(&env(*s, 1, now_ns), t0 + Duration::from_millis(i as u64), now_ns), Ok(()));
         }
@@ -676,6 +705,34 @@ mod tests {
         assert_eq!(g.check(&env(4, 2, now_ns - 11_000_000_000), t0, now_ns), Err(AuthReject::Stale));
         assert_eq!(g.check(&env(4, 2, now_ns + 11_000_000_000), t0, now_ns), Err(AuthReject::Stale));
         assert_eq!(g.check(&env(4, 2, now_ns - 9_000_000_000), t0, now_ns), Ok(()));
+    }
+
+    /// A restarted receiver (a new guard) takes no envelope written before it started, less the clock allowance,
+    /// from a sender it has no window for, although it is well within `max_age`; one with a window goes on as
+    /// before. After an eviction, first contacts must be newer than the eviction.
+    #[test]
+    fn first_contacts_older_than_the_guard_are_refused() {
+        let t0 = Instant::now();
+        let start = 1_000_000_000_000u64;
+        let s = 1_000_000_000u64;
+        let mut g = ReplayGuard::starting_at(2, Duration::from_secs(60), start);
+        // Captured 10 s before the receiver started: within max_age, refused.
+        assert_eq!(g.check(&env(1, 5, start - 10 * s), t0, start + s), Err(AuthReject::Stale));
+        // Written 1 s before the start (clocks differ): heard.
+        assert_eq!(g.check(&env(2, 5, start - s), t0, start + s), Ok(()));
+        // Sender 2 has a window now: its older envelopes are judged by it (new counter: taken; replay: refused).
+        assert_eq!(g.check(&env(2, 4, start - 3 * s), t0, start + s), Ok(()));
+        assert_eq!(g.check(&env(2, 4, start - 3 * s), t0, start + s), Err(AuthReject::Replayed));
+        // Sender 1, written after the start: heard. Then sender 3 evicts sender 2 at start + 20 s.
+        assert_eq!(g.check(&env(1, 6, start + 2 * s), t0, start + 2 * s), Ok(()));
+        let later = t0 + Duration::from_secs(20);
+        assert_eq!(g.check(&env(3, 1, start + 20 * s), later, start + 20 * s), Ok(()));
+        assert_eq!(g.evicted(), 1);
+        // Sender 2's capture from before the eviction no longer passes as a first contact.
+        assert_eq!(g.check(&env(2, 9, start + 10 * s), later, start + 20 * s), Err(AuthReject::Stale));
+        // max_age 0: no time checks at all.
+        let mut g = ReplayGuard::starting_at(2, Duration::ZERO, start);
+        assert_eq!(g.check(&env(1, 5, 0), t0, start), Ok(()));
     }
 
     #[test]

@@ -821,6 +821,7 @@ fn create_a_memfile_when_traced() {
 /// by default), never with the default 0666 & umask and narrowed afterwards: a window in which another user could
 /// open them. Checked on the `open` calls themselves, traced with `strace` (skipped when it is not installed).
 #[test]
+#[allow(clippy::print_stderr)] // says SKIPPED, as the other tests that need a tool do
 fn memfile_and_its_lock_are_created_with_their_final_mode() {
     if std::process::Command::new("strace").arg("-V").output().is_err() {
         eprintln!("SKIPPED memfile_and_its_lock_are_created_with_their_final_mode: strace is not installed");

@@ -211,7 +211,7 @@ struct Shared {
 /// The UDP layer's side of `[shoal_auth]`.
 #[derive(Debug)]
 struct DataAuth {
-    key: AuthKey,
+    key: Arc<AuthKey>,
     protected: ProtectedTopics,
     max_age: std::time::Duration,
     senders: usize,

@@ -1098,7 +1098,7 @@ mod tests {
     #[test]
     fn a_protected_topics_packed_datagram_is_refused_with_every_sample_counted() {
         let mut cfg = Config::default();
-        cfg.auth.key = crate::config::AuthKey::new(vec![7; 32]);
+        cfg.auth.key = crate::config::AuthKey::new(vec![7; 32]).map(Arc::new);
         cfg.auth.protected_topics = "secret_.*".to_owned();
         let stats = Arc::new(crate::wire::auth::AuthStats::new(true));
         let layer = UdpLayer::new(&cfg, "h", Arc::clone(&stats)).expect("the pattern compiles");
