@@ -1,9 +1,17 @@
 //! The layering rule of ARCHITECTURE.md: a module of `core/src` imports only modules on lower rows of the table
 //! below, never its own row's neighbours or anything above (lib.rs, the crate root, is exempt). Paths through the
 //! crate root's re-exports (`crate::Node`) hide where an item lives, so outside lib.rs every `crate::` path must
-//! name its module. Test code (`#[cfg(test)]` to the end of a file, files named `tests.rs`) is exempt.
+//! name its module.
+//!
+//! The check parses the crate with `syn`, following `mod` declarations from lib.rs (inline modules and files), and
+//! looks at every path of the code: `use` trees, paths in types and expressions, `super::` and `self::` paths
+//! (resolved against the module they are written in) and `crate::` / `super::` paths inside macro invocations.
+//! Only items under `#[cfg(test)]` (test modules, test-only functions and impls) are exempt, wherever they are in a
+//! file.
 
 use std::path::{Path, PathBuf};
+
+use syn::visit::Visit;
 
 /// Rows from the top: each module may import only modules of later rows.
 const ROWS: &[&[&str]] = &[
@@ -20,11 +28,315 @@ fn row_of(module: &str) -> Option<usize> {
     ROWS.iter().position(|row| row.contains(&module))
 }
 
-/// The top-level module a file of `core/src` belongs to (`transport/udp/recv.rs` → `transport`).
-fn module_of(src: &Path, file: &Path) -> Option<String> {
-    let rel = file.strip_prefix(src).ok()?;
-    let first = rel.components().next()?.as_os_str().to_str()?;
-    Some(first.trim_end_matches(".rs").to_string())
+/// Whether `attrs` hold `#[cfg(test)]` (or a `cfg` whose predicate is only true under test, e.g. `all(test, ..)`).
+fn is_test_only(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg")
+            && a.parse_args::<syn::Meta>().is_ok_and(|m| match m {
+                syn::Meta::Path(p) => p.is_ident("test"),
+                syn::Meta::List(l) => {
+                    l.path.is_ident("all") && l.tokens.clone().into_iter().any(|t| t.to_string() == "test")
+                }
+                syn::Meta::NameValue(_) => false,
+            })
+    })
+}
+
+/// A path as written: where it starts and its segments after that start.
+#[derive(Debug, Clone)]
+enum Start {
+    /// `crate::...`
+    Crate,
+    /// `super::` written `n` times, then the rest.
+    Super(usize),
+    /// `self::...`
+    SelfMod,
+}
+
+/// The paths of one module's own code (not of its child modules, which are visited as modules of their own).
+#[derive(Default)]
+struct Paths {
+    found: Vec<(Start, Vec<String>)>,
+}
+
+impl Paths {
+    fn record(&mut self, segments: &[String]) {
+        let Some(first) = segments.first() else { return };
+        let (start, rest) = match first.as_str() {
+            "crate" => (Start::Crate, &segments[1..]),
+            "self" => (Start::SelfMod, &segments[1..]),
+            "super" => {
+                let n = segments.iter().take_while(|s| *s == "super").count();
+                (Start::Super(n), &segments[n..])
+            }
+            _ => return,
+        };
+        self.found.push((start, rest.to_vec()));
+    }
+
+    /// Every leaf of a `use` tree, with the prefix leading to it.
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.use_tree(prefix, &p.tree);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => {
+                prefix.push(n.ident.to_string());
+                self.record(prefix);
+                prefix.pop();
+            }
+            syn::UseTree::Rename(r) => {
+                prefix.push(r.ident.to_string());
+                self.record(prefix);
+                prefix.pop();
+            }
+            syn::UseTree::Glob(_) => self.record(prefix),
+            syn::UseTree::Group(g) => {
+                for t in &g.items {
+                    self.use_tree(prefix, t);
+                }
+            }
+        }
+    }
+
+    /// `crate :: a :: b`, `super :: ...` sequences in a macro's tokens (the macro's arguments are not parsed).
+    fn tokens(&mut self, tokens: proc_macro2::TokenStream) {
+        let flat: Vec<proc_macro2::TokenTree> = tokens.into_iter().collect();
+        let mut i = 0;
+        while i < flat.len() {
+            if let proc_macro2::TokenTree::Group(g) = &flat[i] {
+                self.tokens(g.stream());
+                i += 1;
+                continue;
+            }
+            let is_start = matches!(&flat[i], proc_macro2::TokenTree::Ident(id) if id == "crate" || id == "super")
+                && !matches!(i.checked_sub(1).map(|j| &flat[j]), Some(proc_macro2::TokenTree::Punct(p)) if p.as_char() == '$');
+            if !is_start {
+                i += 1;
+                continue;
+            }
+            // Collect `ident (:: ident)*`.
+            let mut segments = Vec::new();
+            let mut j = i;
+            while let Some(proc_macro2::TokenTree::Ident(id)) = flat.get(j) {
+                segments.push(id.to_string());
+                let colons = matches!(flat.get(j + 1), Some(proc_macro2::TokenTree::Punct(p)) if p.as_char() == ':')
+                    && matches!(flat.get(j + 2), Some(proc_macro2::TokenTree::Punct(p)) if p.as_char() == ':');
+                if !colons {
+                    break;
+                }
+                j += 3;
+            }
+            if segments.len() > 1 {
+                self.record(&segments);
+            }
+            i = j.max(i + 1);
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for Paths {
+    fn visit_item(&mut self, i: &'ast syn::Item) {
+        let attrs: &[syn::Attribute] = match i {
+            syn::Item::Const(x) => &x.attrs,
+            syn::Item::Enum(x) => &x.attrs,
+            syn::Item::ExternCrate(x) => &x.attrs,
+            syn::Item::Fn(x) => &x.attrs,
+            syn::Item::ForeignMod(x) => &x.attrs,
+            syn::Item::Impl(x) => &x.attrs,
+            syn::Item::Macro(x) => &x.attrs,
+            syn::Item::Mod(_) => return, // visited as a module of its own
+            syn::Item::Static(x) => &x.attrs,
+            syn::Item::Struct(x) => &x.attrs,
+            syn::Item::Trait(x) => &x.attrs,
+            syn::Item::TraitAlias(x) => &x.attrs,
+            syn::Item::Type(x) => &x.attrs,
+            syn::Item::Union(x) => &x.attrs,
+            syn::Item::Use(x) => &x.attrs,
+            _ => &[],
+        };
+        if !is_test_only(attrs) {
+            syn::visit::visit_item(self, i);
+        }
+    }
+
+    fn visit_impl_item(&mut self, i: &'ast syn::ImplItem) {
+        let attrs: &[syn::Attribute] = match i {
+            syn::ImplItem::Const(x) => &x.attrs,
+            syn::ImplItem::Fn(x) => &x.attrs,
+            syn::ImplItem::Type(x) => &x.attrs,
+            syn::ImplItem::Macro(x) => &x.attrs,
+            _ => &[],
+        };
+        if !is_test_only(attrs) {
+            syn::visit::visit_impl_item(self, i);
+        }
+    }
+
+    fn visit_stmt(&mut self, s: &'ast syn::Stmt) {
+        let test_only = match s {
+            syn::Stmt::Local(l) => is_test_only(&l.attrs),
+            syn::Stmt::Macro(m) => is_test_only(&m.attrs),
+            _ => false,
+        };
+        if !test_only {
+            syn::visit::visit_stmt(self, s);
+        }
+    }
+
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        self.use_tree(&mut Vec::new(), &u.tree);
+    }
+
+    fn visit_path(&mut self, p: &'ast syn::Path) {
+        let segments: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
+        self.record(&segments);
+        syn::visit::visit_path(self, p);
+    }
+
+    fn visit_macro(&mut self, m: &'ast syn::Macro) {
+        self.tokens(m.tokens.clone());
+        syn::visit::visit_macro(self, m);
+    }
+}
+
+/// A module of the crate: its path below the root (`["transport", "udp", "recv"]`), its file, and the paths its own
+/// code names.
+struct Module {
+    path: Vec<String>,
+    file: PathBuf,
+    paths: Vec<(Start, Vec<String>)>,
+}
+
+/// The file of `mod name;` declared in `file` (whose module is a directory owner when it is lib.rs or mod.rs).
+fn child_file(file: &Path, name: &str, attrs: &[syn::Attribute]) -> Option<PathBuf> {
+    let dir = file.parent()?;
+    for a in attrs {
+        if a.path().is_ident("path")
+            && let syn::Meta::NameValue(nv) = &a.meta
+            && let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) = &nv.value
+        {
+            return Some(dir.join(s.value()));
+        }
+    }
+    let stem = file.file_stem()?.to_str()?;
+    let base = if stem == "lib" || stem == "mod" { dir.to_path_buf() } else { dir.join(stem) };
+    [base.join(format!("{name}.rs")), base.join(name).join("mod.rs")].into_iter().find(|p| p.exists())
+}
+
+/// Adds the module at `path` whose items are `items` (written in `file`) and its non-test children.
+fn walk(file: &Path, path: Vec<String>, items: &[syn::Item], out: &mut Vec<Module>, errors: &mut Vec<String>) {
+    let mut paths = Paths::default();
+    for item in items {
+        paths.visit_item(item);
+    }
+    out.push(Module { path: path.clone(), file: file.to_path_buf(), paths: paths.found });
+    for item in items {
+        let syn::Item::Mod(m) = item else { continue };
+        if is_test_only(&m.attrs) {
+            continue;
+        }
+        let mut child = path.clone();
+        child.push(m.ident.to_string());
+        match &m.content {
+            Some((_, inner)) => walk(file, child, inner, out, errors),
+            None => match child_file(file, &m.ident.to_string(), &m.attrs) {
+                Some(f) => match parse(&f) {
+                    Ok(ast) => walk(&f, child, &ast.items, out, errors),
+                    Err(e) => errors.push(format!("{}: {e}", f.display())),
+                },
+                None => errors.push(format!("{}: the file of `mod {}` not found", file.display(), m.ident)),
+            },
+        }
+    }
+}
+
+fn parse(file: &Path) -> Result<syn::File, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+    syn::parse_file(&text).map_err(|e| e.to_string())
+}
+
+/// Every module of the crate whose root is `src/lib.rs`, and the files that could not be read.
+fn modules(src: &Path) -> (Vec<Module>, Vec<String>) {
+    let lib = src.join("lib.rs");
+    let (mut out, mut errors) = (Vec::new(), Vec::new());
+    match parse(&lib) {
+        Ok(ast) => walk(&lib, Vec::new(), &ast.items, &mut out, &mut errors),
+        Err(e) => errors.push(format!("{}: {e}", lib.display())),
+    }
+    (out, errors)
+}
+
+/// The absolute module path a path written in module `at` names (`None`: it climbs above the crate root).
+fn resolve(at: &[String], start: &Start, rest: &[String]) -> Option<Vec<String>> {
+    let mut base = match start {
+        Start::Crate => Vec::new(),
+        Start::SelfMod => at.to_vec(),
+        Start::Super(n) => at.get(..at.len().checked_sub(*n)?)?.to_vec(),
+    };
+    base.extend_from_slice(rest);
+    Some(base)
+}
+
+/// Every violation of the rule in the crate at `src`, as "file: what".
+fn violations(src: &Path) -> Vec<String> {
+    let (modules, mut found) = modules(src);
+    // lib.rs (the root, with its inline modules of re-exports: `shoal::builder`, `shoal::error`) is exempt: it
+    // declares the modules and the public surface. A path into it is a path through the crate root.
+    let root = src.join("lib.rs");
+    let layered: Vec<&Module> = modules.iter().filter(|m| m.file != root).collect();
+    let known: std::collections::BTreeSet<&str> =
+        layered.iter().filter_map(|m| m.path.first()).map(String::as_str).collect();
+    for m in layered {
+        let Some(own) = m.path.first() else { continue };
+        let name = m.file.display();
+        let Some(row) = row_of(own) else {
+            found.push(format!("{name}: module `{own}` has no row in the layer table"));
+            continue;
+        };
+        for (start, rest) in &m.paths {
+            let Some(target) = resolve(&m.path, start, rest) else {
+                found.push(format!("{name}: a `super::` path above the crate root"));
+                continue;
+            };
+            let Some(top) = target.first() else { continue };
+            if top == own {
+                continue;
+            }
+            if !known.contains(top.as_str()) {
+                found.push(format!(
+                    "{name}: `crate::{top}` goes through the crate root; name the module that defines it"
+                ));
+                continue;
+            }
+            match row_of(top) {
+                Some(t) if t > row => {}
+                Some(_) => found.push(format!("{name}: `{own}` imports `crate::{top}`, which is not below it")),
+                None => {
+                    found.push(format!("{name}: `{own}` imports `crate::{top}`, which has no row in the layer table"))
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn lower_layers_never_import_higher_ones() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let (modules, errors) = modules(&src);
+    assert!(errors.is_empty(), "{errors:#?}");
+    // Every source file of the crate is reached through its `mod` declarations (none skipped by the walk).
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let reached: std::collections::BTreeSet<&Path> = modules.iter().map(|m| m.file.as_path()).collect();
+    let unreached: Vec<&PathBuf> =
+        files.iter().filter(|f| !reached.contains(f.as_path()) && !f.ends_with("tests.rs")).collect();
+    assert!(unreached.is_empty(), "files the module walk did not reach: {unreached:#?}");
+    let found = violations(&src);
+    assert!(found.is_empty(), "layering violations (see ARCHITECTURE.md, Layers):\n{}", found.join("\n"));
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -38,125 +350,45 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The non-test code of a file: everything before its first `#[cfg(test)]`, comments removed.
-fn code_of(text: &str) -> String {
-    let end = text.find("#[cfg(test)]").unwrap_or(text.len());
-    text[..end]
-        .lines()
-        .map(|l| match l.find("//") {
-            Some(i) => &l[..i],
-            None => l,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// The first segment of every `crate::` path in `code`, including each branch of `crate::{a, b::c}`.
-fn crate_paths(code: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = code;
-    while let Some(i) = rest.find("crate::") {
-        let before = rest[..i].chars().last();
-        rest = &rest[i + "crate::".len()..];
-        // `$crate::` in macros and identifiers ending in "crate" are not paths of this crate.
-        if before.is_some_and(|c| c == '$' || c.is_alphanumeric() || c == '_') {
-            continue;
-        }
-        if let Some(group) = rest.strip_prefix('{') {
-            let mut depth = 1;
-            let end = group
-                .char_indices()
-                .find(|&(_, c)| {
-                    depth += match c {
-                        '{' => 1,
-                        '}' => -1,
-                        _ => 0,
-                    };
-                    depth == 0
-                })
-                .map_or(group.len(), |(i, _)| i);
-            let mut level = 0;
-            let mut item = String::new();
-            for c in group[..end].chars().chain(std::iter::once(',')) {
-                match c {
-                    '{' => level += 1,
-                    '}' => level -= 1,
-                    ',' if level == 0 => {
-                        out.push(first_segment(item.trim()));
-                        item.clear();
-                        continue;
-                    }
-                    _ => {}
-                }
-                item.push(c);
-            }
-        } else {
-            out.push(first_segment(rest));
-        }
-    }
-    out.retain(|s| !s.is_empty());
-    out
-}
-
-fn first_segment(path: &str) -> String {
-    path.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()
-}
-
-/// Every violation of the rule in `core/src`, as "file: what".
-fn violations(src: &Path) -> Vec<String> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
-    files.sort();
-    let mut found = Vec::new();
-    for file in files {
-        let name = file.display();
-        if file.file_name().is_some_and(|n| n == "tests.rs") || file == src.join("lib.rs") {
-            continue;
-        }
-        let module = module_of(src, &file).expect("a file below core/src");
-        let Some(row) = row_of(&module) else {
-            found.push(format!("{name}: module `{module}` has no row in the layer table"));
-            continue;
-        };
-        let text = std::fs::read_to_string(&file).expect("read source");
-        for target in crate_paths(&code_of(&text)) {
-            if target == module {
-                continue;
-            }
-            match row_of(&target) {
-                Some(t) if t > row => {}
-                Some(_) => found.push(format!("{name}: `{module}` imports `crate::{target}`, which is not below it")),
-                None => found.push(format!(
-                    "{name}: `crate::{target}` goes through the crate root; name the module that defines it"
-                )),
-            }
-        }
-    }
-    found
-}
-
-#[test]
-fn lower_layers_never_import_higher_ones() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let found = violations(&src);
-    assert!(found.is_empty(), "layering violations (see ARCHITECTURE.md, Layers):\n{}", found.join("\n"));
-}
-
+/// The check sees what the rule forbids wherever it is written, and only test code is exempt.
 #[test]
 fn the_check_sees_a_reverse_import() {
     let dir = std::env::temp_dir().join(format!("shoal_layers_{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("transport")).expect("temp dir");
-    // A transport reaching up into pubsub, a grouped import of node, and a path through the crate root.
-    std::fs::write(dir.join("transport/mod.rs"), "use crate::pubsub::runtime::Runtime;\nuse crate::{wire, node::X};\n")
-        .expect("write");
-    std::fs::write(dir.join("wire.rs"), "fn f() -> crate::Sample { todo!() }\n// crate::node in a comment\n")
-        .expect("write");
-    std::fs::write(dir.join("sample.rs"), "#[cfg(test)]\nmod tests { use crate::node::Node; }\n").expect("write");
+    let write = |file: &str, text: &str| std::fs::write(dir.join(file), text).expect("write");
+    write("lib.rs", "mod transport;\nmod wire;\nmod sample;\nmod sys;\nmod node;\nmod pubsub;\n");
+    write("node.rs", "");
+    write("pubsub.rs", "");
+    // A transport reaching up into pubsub, a grouped import of node, and a path through the crate root; then a test
+    // module in the middle of the file, and after it a path up through `super::` from an inline module.
+    write(
+        "transport/mod.rs",
+        "use crate::pubsub::runtime::Runtime;\nuse crate::{wire, node::X};\n\
+         #[cfg(test)]\nmod tests { use crate::node::Node; }\n\
+         mod inner { fn f() { super::super::node::g(); } }\n",
+    );
+    // A path in a type; a comment does not count; a test-only function does not count, the function after it does
+    // (in a macro's arguments).
+    write(
+        "wire.rs",
+        "fn f() -> crate::Sample { todo!() }\n// crate::node in a comment\n\
+         #[cfg(test)]\nfn t() { crate::node::x(); }\n\
+         fn g() { tracing::debug!(\"{}\", crate::pubsub::y()); }\n",
+    );
+    write("sample.rs", "#[cfg(test)]\nmod tests { use crate::node::Node; }\nuse super::sys::Z;\n");
+    write("sys.rs", "impl A { #[cfg(test)] fn t() { crate::node::x(); } }\n");
     let found = violations(&dir);
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(found.len(), 3, "{found:#?}");
-    assert!(found[0].contains("`transport` imports `crate::pubsub`"), "{found:#?}");
-    assert!(found[1].contains("`transport` imports `crate::node`"), "{found:#?}");
-    assert!(found[2].contains("`crate::Sample` goes through the crate root"), "{found:#?}");
+    let expect = [
+        "`transport` imports `crate::pubsub`",
+        "`transport` imports `crate::node`",
+        "`transport` imports `crate::node`",
+        "`crate::Sample` goes through the crate root",
+        "`wire` imports `crate::pubsub`",
+    ];
+    assert_eq!(found.len(), expect.len(), "{found:#?}");
+    for (f, e) in found.iter().zip(expect) {
+        assert!(f.contains(e), "{e} in {found:#?}");
+    }
 }
