@@ -297,6 +297,18 @@ pub(crate) fn open_peer_file(
     Ok((file, meta.len()))
 }
 
+/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`): what tests measure to tell a thread that
+/// waits from one that spins, whatever the machine's load.
+#[cfg(test)]
+pub(crate) fn thread_cpu_time() -> std::time::Duration {
+    // SAFETY: timespec is plain old data for which all-zero is valid.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID exists on every Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID): {}", io::Error::last_os_error());
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 /// Modes of the shared-memory files this process creates (`[shoal_security] shm_access`): files others only read
 /// (rings), and files others write too (doorbells, eCAL memfiles and events). Owner only until a node sets them.
 static SHM_READ_MODE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0o600);

@@ -105,11 +105,13 @@ pub enum ReadOutcome<R> {
     /// A sample, verified not to have been overwritten while it was read.
     Sample(R),
     /// The writer overwrote the sample while it was being read (or lapped the reader
-    /// repeatedly): the result was discarded and counted in [`RingReader::drops`]. Call again.
+    /// repeatedly, or a superseded segment holds many samples it never published): the result was
+    /// discarded and counted in [`RingReader::drops`]. Call again.
     Torn,
     /// The segment was superseded and its successor can no longer be opened (the writer is
-    /// gone), or another process truncated the segment file ([`RingReader::truncated`]); this
-    /// reader will never deliver more samples.
+    /// gone), or another process truncated the segment file ([`RingReader::truncated`]), or the
+    /// chain of superseded generations is implausibly long; this reader will never deliver more
+    /// samples.
     Ended,
 }
 
@@ -565,21 +567,35 @@ impl RingReader {
     }
 
     /// Whether a `try_read_*` call would make progress (a sample is ready, the reader was
-    /// overrun, or the segment was superseded). No syscall, two loads.
+    /// overrun, or the segment was superseded). No syscall, two loads (three after an overrun).
+    ///
+    /// It agrees with `try_read_*`: while it is true, a read delivers a sample, moves the cursor on (counting what
+    /// it skips as drops), follows the next generation or ends the reader, whatever the segment holds, so that a
+    /// caller waiting for it never spins on a segment that cannot be read; while it is false, a read returns
+    /// [`ReadOutcome::Empty`] (or [`ReadOutcome::Ended`]) without changing anything.
     #[inline]
     pub fn has_data(&self) -> bool {
         if self.ended {
             return false;
         }
-        self.seg.slot_header(self.cursor).seq.load(Ordering::Acquire) >= published_word(self.cursor)
+        let c = self.cursor;
+        let expected = published_word(c);
+        let s = self.seg.slot_header(c).seq.load(Ordering::Acquire);
+        s == expected
             || self.seg.header().superseded.load(Ordering::Acquire) != 0
+            || (s > expected && c < self.seg.header().write_seq.0.load(Ordering::Acquire))
     }
 
     /// Reads the next sample in place: `f` gets a view of the payload in shared memory. After
     /// `f` returns, the slot is checked again; if the writer overwrote it meanwhile the result is
     /// discarded ([`ReadOutcome::Torn`], counted as a drop). A reader that fell more than
     /// `slot_count` behind skips ahead first and counts the skipped samples as drops. A drained,
-    /// superseded segment is replaced by the next generation transparently.
+    /// superseded segment is replaced by the next generation transparently; a sample that a superseded segment
+    /// counts as written but whose slot holds no published sample is lost and counted as a drop.
+    ///
+    /// Every call either delivers a sample, moves the cursor on, follows the next generation, ends the reader, or
+    /// returns [`ReadOutcome::Empty`] with [`has_data`](Self::has_data) false: no content of a segment, however
+    /// broken, makes a reader report data forever without making progress.
     #[inline]
     pub fn try_read_with<R>(&mut self, f: impl FnOnce(SampleView<'_>) -> R) -> ReadOutcome<R> {
         if self.ended {
@@ -596,12 +612,18 @@ impl RingReader {
                 return self.read_slot(c, f);
             }
             if s1 > expected {
-                skips += 1;
-                if skips > MAX_SKIPS {
-                    return ReadOutcome::Torn;
+                // Overwritten (or being overwritten) by a later sample, if the write sequence says the writer got
+                // that far; otherwise the slot claims a sample the writer has not begun (a write sequence not yet
+                // visible here, or a corrupt segment) and reads as not published yet.
+                let w = self.seg.header().write_seq.0.load(Ordering::Acquire);
+                if c < w {
+                    skips += 1;
+                    if skips > MAX_SKIPS {
+                        return ReadOutcome::Torn;
+                    }
+                    self.skip_ahead(w);
+                    continue;
                 }
-                self.skip_ahead();
-                continue;
             }
             if self.seg.header().superseded.load(Ordering::Acquire) == 0 {
                 // A truncated segment reads as zeros: an empty ring forever, unless the guard's flag is seen.
@@ -610,16 +632,32 @@ impl RingReader {
                 }
                 return ReadOutcome::Empty;
             }
-            // Superseded: everything ever written here is visible now.
-            if c < self.seg.header().write_seq.0.load(Ordering::Acquire) {
+            // Superseded: everything ever written here is visible now, the slot at the cursor included.
+            let w = self.seg.header().write_seq.0.load(Ordering::Acquire);
+            if c < w {
                 skips += 1;
                 if skips > MAX_SKIPS {
                     return ReadOutcome::Torn;
                 }
+                let s2 = slot.seq.load(Ordering::Acquire);
+                if s2 < expected {
+                    // Counted as written, yet never published here; and nobody writes a superseded segment.
+                    self.skip_unpublished(w);
+                }
+                // Otherwise published (or overwritten) after the first look: read it (or skip ahead) now.
                 continue;
             }
             hops += 1;
-            if hops > MAX_HOPS || !self.switch_generation() {
+            if hops > MAX_HOPS {
+                self.ended = true;
+                tracing::warn!(
+                    "shm_ring: {} leads through more than {MAX_HOPS} superseded generations in one read; \
+                     this reader detached",
+                    self.seg.path.display()
+                );
+                return ReadOutcome::Ended;
+            }
+            if !self.switch_generation() {
                 return ReadOutcome::Ended;
             }
         }
@@ -672,15 +710,24 @@ impl RingReader {
         ReadOutcome::Sample(result)
     }
 
-    /// The slot at the cursor was overwritten: jump to the oldest sample that may still be
+    /// The slot at the cursor was overwritten (the writer is at `w`): jump to the oldest sample that may still be
     /// intact and count everything before it as dropped.
     #[cold]
-    fn skip_ahead(&mut self) {
-        let w = self.seg.header().write_seq.0.load(Ordering::Acquire);
+    fn skip_ahead(&mut self, w: u64) {
         // Not the oldest slot (the writer is about to overwrite it) but the middle of the ring: an overrun
         // reader then has half a ring of slack to catch up instead of being lapped again at once.
         let resume = w.saturating_sub(u64::from(self.seg.slot_count / 2).max(1));
         let target = resume.max(self.cursor.saturating_add(1));
+        self.drops = self.drops.saturating_add(target - self.cursor);
+        self.cursor = target;
+    }
+
+    /// The superseded segment (written up to `w`) never published the sample at the cursor: count it as dropped
+    /// and move on, past everything before the last `slot_count` samples too (no slot can hold those).
+    #[cold]
+    fn skip_unpublished(&mut self, w: u64) {
+        let oldest = w.saturating_sub(u64::from(self.seg.slot_count));
+        let target = oldest.max(self.cursor.saturating_add(1));
         self.drops = self.drops.saturating_add(target - self.cursor);
         self.cursor = target;
     }
