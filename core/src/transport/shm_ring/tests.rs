@@ -1020,6 +1020,41 @@ fn hugepage_fallback_warns_and_works() {
 /// sets one up as root and then requires huge pages here) or at /dev/hugepages (see toolchain notes §4). Without
 /// one, checks the fallback instead.
 #[test]
+fn huge_pages_below_a_hugetlbfs_mount_point_fall_back_to_dev_shm() {
+    // Readers open ring files only directly in a hugetlbfs mount point (`sys::open_peer_file`): a writer told to use
+    // a directory below one falls back, saying why, rather than creating files nobody opens.
+    let dir = temp_dir("huge_below");
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !std::fs::read_to_string("/proc/filesystems").unwrap_or_default().contains("hugetlbfs") {
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), b"skipped: needs root and hugetlbfs to mount one\n");
+        let _ = std::fs::remove_dir(&dir);
+        return;
+    }
+    let mounted = std::process::Command::new("mount").args(["-t", "hugetlbfs", "none"]).arg(&dir).status();
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _unmount = Unmount(dir.clone());
+    assert!(mounted.is_ok_and(|s| s.success()), "mount -t hugetlbfs none {}", dir.display());
+    let below = dir.join("below");
+    std::fs::create_dir(&below).unwrap();
+    let mut c = cfg(4, 1000);
+    c.huge_pages = true;
+    c.huge_pages_path = below;
+    let w = RingWriter::create(&c, 5).unwrap();
+    assert!(!w.uses_huge_pages());
+    let reason = w.huge_pages_fallback().expect("a reason");
+    assert!(reason.contains("not its mount point"), "{reason}");
+    assert!(w.segment_name().starts_with("/dev/shm/"));
+    assert!(RingReader::open(w.segment_name()).is_ok());
+}
+
+#[test]
 fn hugepages_when_available() {
     let required = std::env::var_os("SHOAL_TEST_HUGE_PAGES").map(PathBuf::from);
     let dir = required.clone().unwrap_or_else(|| PathBuf::from("/dev/hugepages"));
