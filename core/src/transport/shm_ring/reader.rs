@@ -23,6 +23,10 @@ const MAX_HOPS: u32 = 64;
 const POPULATE_MAX: usize = 64 << 20;
 /// Most overrun skips in one `try_read_*` call before giving up with [`ReadOutcome::Torn`].
 const MAX_SKIPS: u32 = 64;
+/// Sequence numbers a reader accepts are below this (2^62 samples: 146 years at a billion a second). A write
+/// sequence beyond it comes from a corrupt or hostile segment; refusing it keeps the slot words (`2 * seq + 2`) and
+/// the cursor from wrapping around, which would let a reader circle through the same slots for ever.
+const SEQ_LIMIT: u64 = 1 << 62;
 
 /// Value of a slot's seqlock word once sample `seq` is published (`2 * seq + 2`). Wrapping: the
 /// write sequence comes from shared memory, where a corrupt segment can hold any value; a real
@@ -416,6 +420,9 @@ impl RingReader {
             seg = Mapped::open(&seg.next_path(), reliable)?;
         }
         let cursor = seg.header().write_seq.0.load(Ordering::Acquire);
+        if cursor >= SEQ_LIMIT {
+            return Err(RingOpenError::BadGeometry { path: seg.path, what: "write sequence beyond any writer" });
+        }
         let mut r =
             RingReader { seg, cursor, drops: 0, ended: false, reliable, flow: None, evicted: false, truncated: false };
         if reliable {
@@ -560,9 +567,8 @@ impl RingReader {
     pub fn keep_newest(&mut self, n: u64) {
         let w = self.seg.header().write_seq.0.load(Ordering::Acquire);
         let oldest = w.saturating_sub(n.max(1));
-        if oldest > self.cursor {
-            self.drops = self.drops.saturating_add(oldest - self.cursor);
-            self.cursor = oldest;
+        if oldest > self.cursor && !self.ended {
+            let _ = self.skip_to(oldest);
         }
     }
 
@@ -621,7 +627,9 @@ impl RingReader {
                     if skips > MAX_SKIPS {
                         return ReadOutcome::Torn;
                     }
-                    self.skip_ahead(w);
+                    if !self.skip_ahead(w) {
+                        return ReadOutcome::Ended;
+                    }
                     continue;
                 }
             }
@@ -640,9 +648,9 @@ impl RingReader {
                     return ReadOutcome::Torn;
                 }
                 let s2 = slot.seq.load(Ordering::Acquire);
-                if s2 < expected {
-                    // Counted as written, yet never published here; and nobody writes a superseded segment.
-                    self.skip_unpublished(w);
+                if s2 < expected && !self.skip_unpublished(w) {
+                    // Counted as written, yet never published here (and nobody writes a superseded segment): lost.
+                    return ReadOutcome::Ended;
                 }
                 // Otherwise published (or overwritten) after the first look: read it (or skip ahead) now.
                 continue;
@@ -712,24 +720,45 @@ impl RingReader {
 
     /// The slot at the cursor was overwritten (the writer is at `w`): jump to the oldest sample that may still be
     /// intact and count everything before it as dropped.
+    /// False if that ended the reader ([`skip_to`](Self::skip_to)).
     #[cold]
-    fn skip_ahead(&mut self, w: u64) {
+    fn skip_ahead(&mut self, w: u64) -> bool {
         // Not the oldest slot (the writer is about to overwrite it) but the middle of the ring: an overrun
         // reader then has half a ring of slack to catch up instead of being lapped again at once.
         let resume = w.saturating_sub(u64::from(self.seg.slot_count / 2).max(1));
-        let target = resume.max(self.cursor.saturating_add(1));
-        self.drops = self.drops.saturating_add(target - self.cursor);
-        self.cursor = target;
+        self.skip_to(resume.max(self.cursor + 1))
     }
 
     /// The superseded segment (written up to `w`) never published the sample at the cursor: count it as dropped
     /// and move on, past everything before the last `slot_count` samples too (no slot can hold those).
+    /// False if that ended the reader ([`skip_to`](Self::skip_to)).
     #[cold]
-    fn skip_unpublished(&mut self, w: u64) {
+    fn skip_unpublished(&mut self, w: u64) -> bool {
         let oldest = w.saturating_sub(u64::from(self.seg.slot_count));
-        let target = oldest.max(self.cursor.saturating_add(1));
-        self.drops = self.drops.saturating_add(target - self.cursor);
+        self.skip_to(oldest.max(self.cursor + 1))
+    }
+
+    /// Moves the cursor forward to `target`, counting the samples passed over as drops. A target at or beyond
+    /// [`SEQ_LIMIT`] (a corrupt write sequence) ends the reader instead, counting one drop: false.
+    #[cold]
+    fn skip_to(&mut self, target: u64) -> bool {
+        if target >= SEQ_LIMIT {
+            self.detach_beyond_limit();
+            return false;
+        }
+        self.drops = self.drops.saturating_add(target.saturating_sub(self.cursor));
         self.cursor = target;
+        true
+    }
+
+    #[cold]
+    fn detach_beyond_limit(&mut self) {
+        self.ended = true;
+        self.drops = self.drops.saturating_add(1);
+        tracing::warn!(
+            "shm_ring: {} counts more samples than any writer writes (a corrupt write sequence); this reader detached",
+            self.seg.path.display()
+        );
     }
 
     /// Opens the next generation; false (and `ended`) if that fails.
@@ -738,6 +767,11 @@ impl RingReader {
         let next = self.seg.next_path();
         match Mapped::open(&next, self.reliable) {
             Ok(seg) => {
+                let w = seg.header().write_seq.0.load(Ordering::Acquire);
+                if seg.base_seq >= SEQ_LIMIT || w >= SEQ_LIMIT {
+                    self.detach_beyond_limit();
+                    return false;
+                }
                 if seg.base_seq >= self.cursor {
                     self.drops = self.drops.saturating_add(seg.base_seq - self.cursor);
                     self.cursor = seg.base_seq;
@@ -748,7 +782,7 @@ impl RingReader {
                         seg.base_seq,
                         self.cursor
                     );
-                    self.cursor = seg.header().write_seq.0.load(Ordering::Acquire);
+                    self.cursor = w;
                 }
                 if let Some(old) = self.flow.take() {
                     // The new entry's lock first, then the old one's: the writer always finds one of them held.

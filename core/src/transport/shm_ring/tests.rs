@@ -556,6 +556,22 @@ fn a_superseded_segment_with_unpublished_samples_counts_them_and_moves_on() {
 }
 
 #[test]
+fn a_write_sequence_beyond_any_writer_is_refused_and_detaches_a_reader() {
+    let w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    let name = w.segment_name().to_owned();
+    let mut r = RingReader::open(&name).unwrap();
+    patch(&name, WRITE_SEQ_AT, &u64::MAX.to_le_bytes());
+    let err = RingReader::open(&name).unwrap_err();
+    assert!(matches!(err, RingOpenError::BadGeometry { what: "write sequence beyond any writer", .. }), "{err}");
+    // The reader opened before: the unpublished samples lead it to u64::MAX, whose slot word (2 * seq + 2) wraps to
+    // the 0 of a slot never written, after which its cursor would wrap to 0 and go round again. It detaches instead.
+    patch(&name, SUPERSEDED_AT, &1u32.to_le_bytes());
+    assert_eq!(read_until_settled(&mut r, 8), Vec::<u64>::new());
+    assert_eq!(read_one(&mut r), ReadOutcome::Ended);
+    assert_eq!(r.drops(), 1);
+}
+
+#[test]
 fn a_slot_ahead_of_the_write_sequence_reads_as_not_published() {
     // A slot holding a later sample than the writer has begun (by its write sequence) is not an overrun: the
     // reader neither skips past the writer counting drops on every read nor reports data.
