@@ -283,8 +283,56 @@ fn ring_seeds(dir: &Path) -> Result<()> {
     two.extend_from_slice(&superseded);
     two.extend_from_slice(&gen1_more);
     write(dir, T, "superseded_chain_more", &two)?;
+
+    // Patched once the reader is open (flags bit 6; records `[offset u16][n u8][bytes]`), as a broken or hostile
+    // writer can: samples counted but never published in a superseded segment without a successor (counted as
+    // drops, then the reader ends); slots claiming samples beyond the write sequence (read as not published); a
+    // write sequence beyond any writer (the reader detaches).
+    let mut one_sample = RingWriter::create(&cfg, 0xfeed)?;
+    let _ = one_sample.write(b"only", 1_700_000_000_000_000, 0)?;
+    let one = fs::read(one_sample.segment_name())?;
+    // Generation 0 before the growth, superseded once the reader is open: it follows to generation 1 and reads the
+    // sample written there.
+    let mut follow = vec![1 | 2 | 0x40 | (7 << 2)];
+    follow.extend_from_slice(&u16::try_from(filled.len())?.to_le_bytes());
+    let record = [&u16::try_from(SUPERSEDED_AT)?.to_le_bytes()[..], &[4], &1u32.to_le_bytes()].concat();
+    follow.extend_from_slice(&u16::try_from(record.len())?.to_le_bytes());
+    follow.extend_from_slice(&filled);
+    follow.extend_from_slice(&gen1);
+    follow.extend_from_slice(&record);
+    write(dir, T, "superseded_after_open", &follow)?;
+
+    let le_u64 = |at: usize| -> Result<u64> { Ok(u64::from_le_bytes(one.get(at..at + 8).ok_or("short")?.try_into()?)) };
+    let header_size = usize::try_from(le_u64(8)? >> 32)?;
+    let stride = usize::try_from(le_u64(32)?)?;
+    let write_seq = le_u64(WRITE_SEQ_AT)?;
+    let patched = |patches: &[(usize, Vec<u8>)]| -> Result<Vec<u8>> {
+        let mut records = Vec::new();
+        for (offset, bytes) in patches {
+            records.extend_from_slice(&u16::try_from(*offset)?.to_le_bytes());
+            records.push(u8::try_from(bytes.len())?);
+            records.extend_from_slice(bytes);
+        }
+        let mut input = vec![1 | (7 << 2) | 0x40];
+        input.extend_from_slice(&u16::try_from(records.len())?.to_le_bytes());
+        input.extend_from_slice(&one);
+        input.extend_from_slice(&records);
+        Ok(input)
+    };
+    let unpublished =
+        [(WRITE_SEQ_AT, (write_seq + 2).to_le_bytes().to_vec()), (SUPERSEDED_AT, 1u32.to_le_bytes().to_vec())];
+    write(dir, T, "superseded_unpublished", &patched(&unpublished)?)?;
+    let ahead: Vec<(usize, Vec<u8>)> =
+        (0..2).map(|i| (header_size + i * stride, u64::MAX.to_le_bytes().to_vec())).collect();
+    write(dir, T, "slots_ahead_of_write_seq", &patched(&ahead)?)?;
+    let beyond = [(WRITE_SEQ_AT, u64::MAX.to_le_bytes().to_vec()), (SUPERSEDED_AT, 1u32.to_le_bytes().to_vec())];
+    write(dir, T, "write_seq_beyond_any_writer", &patched(&beyond)?)?;
     Ok(())
 }
+
+/// Offsets of a ring segment header's write sequence and superseded flag (`shm_ring/layout.rs`).
+const WRITE_SEQ_AT: usize = 128;
+const SUPERSEDED_AT: usize = 192;
 
 fn main() -> Result<()> {
     let dir = std::env::args_os()
