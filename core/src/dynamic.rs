@@ -1,6 +1,6 @@
 //! Decoding any topic from the type information it carries, without generated code (for tools: the monitor's
 //! inspector and `shoal topic echo` decode with it, and [`describe`] summarises a descriptor for `shoal topic info`).
-//! Every descriptor another process announced is decoded here.
+//! Every descriptor another process announced is decoded here (the `descriptor_decode` fuzz target covers it).
 //!
 //! - `proto`: the descriptor is a serialized `FileDescriptorSet` (as eCAL writes it); the payload is decoded to a
 //!   reflective [`prost_reflect::DynamicMessage`] and from there to JSON.
