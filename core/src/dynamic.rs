@@ -1,5 +1,6 @@
 //! Decoding any topic from the type information it carries, without generated code (for tools: the monitor's
-//! inspector and `shoal topic echo` decode with it).
+//! inspector and `shoal topic echo` decode with it, and [`describe`] summarises a descriptor for `shoal topic info`).
+//! Every descriptor another process announced is decoded here (the `descriptor_decode` fuzz target covers it).
 //!
 //! - `proto`: the descriptor is a serialized `FileDescriptorSet` (as eCAL writes it); the payload is decoded to a
 //!   reflective [`prost_reflect::DynamicMessage`] and from there to JSON.
@@ -168,13 +169,105 @@ impl DynamicDecoder {
     }
 }
 
-fn proto_descriptor(type_info: &TypeInfo) -> Result<MessageDescriptor, DynamicError> {
+/// The pool of the `FileDescriptorSet` a protobuf type carries (bytes from another process: decoded, never trusted).
+fn descriptor_pool(type_info: &TypeInfo) -> Result<DescriptorPool, DynamicError> {
     if type_info.descriptor.is_empty() {
         return Err(DynamicError::NoDescriptor(type_info.name.clone()));
     }
-    let pool = DescriptorPool::decode(type_info.descriptor.as_slice())
-        .map_err(|e| DynamicError::Descriptor { name: type_info.name.clone(), reason: e.to_string() })?;
-    pool.get_message_by_name(&type_info.name).ok_or_else(|| DynamicError::UnknownType(type_info.name.clone()))
+    let invalid = |reason: String| DynamicError::Descriptor { name: type_info.name.clone(), reason };
+    if let Some(reason) = unsupported_syntax(&type_info.descriptor) {
+        return Err(invalid(reason));
+    }
+    let pool = DescriptorPool::decode(type_info.descriptor.as_slice()).map_err(|e| invalid(e.to_string()))?;
+    check_map_entries(&pool).map_err(invalid)?;
+    Ok(pool)
+}
+
+/// Refuses map entry messages other than `protoc` makes (an optional key of an integer, bool or string type as field
+/// 1, an optional value as field 2, nothing else): `prost_reflect` 0.16 accepts any message flagged `map_entry` and
+/// then panics decoding a map field of one without a key or value field, or with a key type no map has.
+fn check_map_entries(pool: &DescriptorPool) -> Result<(), String> {
+    use prost_reflect::{Cardinality, Kind};
+    for m in pool.all_messages().filter(MessageDescriptor::is_map_entry) {
+        let bad = |what: &str| Err(format!("map entry {} {what}", m.full_name()));
+        let (Some(key), Some(value)) = (m.get_field(1), m.get_field(2)) else {
+            return bad("lacks its key (1) or value (2) field");
+        };
+        if m.fields().len() != 2 || key.cardinality() == Cardinality::Repeated || value.is_list() {
+            return bad("has other fields than one key and one value");
+        }
+        let key_kinds = matches!(
+            key.kind(),
+            Kind::Int32
+                | Kind::Int64
+                | Kind::Uint32
+                | Kind::Uint64
+                | Kind::Sint32
+                | Kind::Sint64
+                | Kind::Fixed32
+                | Kind::Fixed64
+                | Kind::Sfixed32
+                | Kind::Sfixed64
+                | Kind::Bool
+                | Kind::String
+        );
+        if !key_kinds {
+            return bad(&format!("has a key of type {:?}, which no map key has", key.kind()));
+        }
+    }
+    Ok(())
+}
+
+/// A `FileDescriptorSet` seen only for its files' `syntax` (field 12 of `FileDescriptorProto`).
+#[derive(Clone, PartialEq, prost::Message)]
+struct SyntaxOfFiles {
+    #[prost(message, repeated, tag = "1")]
+    file: Vec<SyntaxOfFile>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct SyntaxOfFile {
+    #[prost(string, optional, tag = "12")]
+    syntax: Option<String>,
+}
+
+/// Why a set declares a syntax other than proto2 (absent) or proto3, if it does: `prost_reflect` 0.16 panics on any
+/// other (an index out of bounds while it builds the error), so such a set never reaches it. Sets that do not decode
+/// are left to its decoder, which reports them.
+fn unsupported_syntax(set: &[u8]) -> Option<String> {
+    use prost::Message as _;
+    let files = SyntaxOfFiles::decode(set).ok()?;
+    files.file.iter().enumerate().find_map(|(i, f)| match f.syntax.as_deref() {
+        None | Some("proto2" | "proto3") => None,
+        Some(other) => Some(format!("file {i} declares syntax {other:?}; only proto2 and proto3 are supported")),
+    })
+}
+
+fn proto_descriptor(type_info: &TypeInfo) -> Result<MessageDescriptor, DynamicError> {
+    descriptor_pool(type_info)?
+        .get_message_by_name(&type_info.name)
+        .ok_or_else(|| DynamicError::UnknownType(type_info.name.clone()))
+}
+
+/// What the descriptor of a protobuf type holds (what `shoal topic info` shows of an announced descriptor).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescriptorSummary {
+    /// The files of the `FileDescriptorSet`, in order.
+    pub files: Vec<String>,
+    /// The announced type's full name and field names (declaration order), when the set defines it.
+    pub message: Option<(String, Vec<String>)>,
+}
+
+/// Decodes the `FileDescriptorSet` that `type_info` carries (whatever its encoding says) and summarises it: its
+/// files, and the announced message type's fields if the set defines it. Errors: no descriptor, or one that is
+/// not a valid `FileDescriptorSet`.
+pub fn describe(type_info: &TypeInfo) -> Result<DescriptorSummary, DynamicError> {
+    let pool = descriptor_pool(type_info)?;
+    let files = pool.files().map(|f| f.name().to_owned()).collect();
+    let message = pool
+        .get_message_by_name(&type_info.name)
+        .map(|m| (m.full_name().to_owned(), m.fields().map(|f| f.name().to_owned()).collect()));
+    Ok(DescriptorSummary { files, message })
 }
 
 /// Decodes `payload`, announced as `type_info`, to a reflective value (see [`DynamicDecoder::decode`]).
@@ -221,5 +314,99 @@ mod tests {
             decode_to_json(&empty_set, b""),
             Err(DynamicError::UnknownType(_) | DynamicError::Descriptor { .. })
         ));
+    }
+
+    /// A set defining `pb.M { map<K, V> m = 1; }` with its map entry's fields as given (number, type).
+    fn map_set(entry_fields: &[(i32, prost_reflect::prost_types::field_descriptor_proto::Type)]) -> Vec<u8> {
+        use prost::Message as _;
+        use prost_reflect::prost_types::field_descriptor_proto::{Label, Type};
+        use prost_reflect::prost_types::{
+            DescriptorProto, FieldDescriptorProto, FileDescriptorProto, FileDescriptorSet, MessageOptions,
+        };
+        let field = |name: &str, number: i32, label: Label, ty: Type, type_name: Option<&str>| FieldDescriptorProto {
+            name: Some(name.into()),
+            number: Some(number),
+            label: Some(label as i32),
+            r#type: Some(ty as i32),
+            type_name: type_name.map(Into::into),
+            ..FieldDescriptorProto::default()
+        };
+        let entry = DescriptorProto {
+            name: Some("MEntry".into()),
+            field: entry_fields
+                .iter()
+                .map(|&(n, ty)| {
+                    let name = match n {
+                        1 => "key".to_owned(),
+                        2 => "value".to_owned(),
+                        n => format!("f{n}"),
+                    };
+                    field(&name, n, Label::Optional, ty, None)
+                })
+                .collect(),
+            options: Some(MessageOptions { map_entry: Some(true), ..MessageOptions::default() }),
+            ..DescriptorProto::default()
+        };
+        let m = DescriptorProto {
+            name: Some("M".into()),
+            field: vec![field("m", 1, Label::Repeated, Type::Message, Some(".pb.M.MEntry"))],
+            nested_type: vec![entry],
+            ..DescriptorProto::default()
+        };
+        let file = FileDescriptorProto {
+            name: Some("m.proto".into()),
+            package: Some("pb".into()),
+            message_type: vec![m],
+            syntax: Some("proto3".into()),
+            ..FileDescriptorProto::default()
+        };
+        FileDescriptorSet { file: vec![file] }.encode_to_vec()
+    }
+
+    #[test]
+    fn a_map_entry_protoc_would_not_make_is_an_error_not_a_panic() {
+        use prost_reflect::prost_types::field_descriptor_proto::Type;
+        // m { key: "a", value: 5 }
+        let payload = [0x0a, 5, 0x0a, 1, b'a', 0x10, 5];
+        let good = TypeInfo::new("pb.M", "proto", map_set(&[(1, Type::String), (2, Type::Int32)]));
+        assert_eq!(decode_to_json(&good, &payload).unwrap()["m"]["a"], 5);
+        // prost_reflect 0.16 accepts these sets and panics decoding the payload.
+        for (entry, what) in [
+            (&[(1, Type::String), (34, Type::Int32)][..], "lacks its key (1) or value (2) field"),
+            (&[(2, Type::Int32)][..], "lacks its key (1) or value (2) field"),
+            (&[(1, Type::Double), (2, Type::Int32)][..], "which no map key has"),
+            (&[(1, Type::String), (2, Type::Int32), (3, Type::Int32)][..], "other fields"),
+        ] {
+            let ti = TypeInfo::new("pb.M", "proto", map_set(entry));
+            let err = decode_to_json(&ti, &payload).unwrap_err();
+            assert!(
+                matches!(&err, DynamicError::Descriptor { reason, .. } if reason.contains(what)),
+                "{entry:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_set_declaring_another_syntax_is_an_error_not_a_panic() {
+        // FileDescriptorSet { file: [{ name: "a.proto", syntax: S }] }; prost_reflect 0.16 panics on these.
+        for syntax in ["editions", "proto4", ""] {
+            let file = [&[0x0a, 7][..], b"a.proto", &[0x62, syntax.len() as u8], syntax.as_bytes()].concat();
+            let set = [&[0x0a, file.len() as u8][..], &file].concat();
+            let ti = TypeInfo::new("a.M", "proto", set);
+            let err = DynamicDecoder::new(&ti).unwrap_err();
+            assert!(
+                matches!(&err, DynamicError::Descriptor { reason, .. } if reason.contains("only proto2 and proto3")),
+                "{syntax:?}: {err}"
+            );
+            assert!(describe(&ti).is_err());
+        }
+        // proto2 (absent or named) and proto3 still decode.
+        for syntax in [None, Some("proto2"), Some("proto3")] {
+            let tail = syntax.map(|s| [&[0x62, s.len() as u8][..], s.as_bytes()].concat()).unwrap_or_default();
+            let file = [&[0x0a, 7][..], b"a.proto", &tail].concat();
+            let set = [&[0x0a, file.len() as u8][..], &file].concat();
+            let d = describe(&TypeInfo::new("a.M", "proto", set)).unwrap();
+            assert_eq!((d.files, d.message), (vec!["a.proto".to_owned()], None));
+        }
     }
 }

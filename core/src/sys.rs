@@ -243,11 +243,113 @@ pub(crate) fn remove_if_unowned(path: &std::path::Path) -> io::Result<bool> {
 
 /// `f_type` of a hugetlbfs file system (`linux/magic.h`).
 const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+/// `f_type` of a tmpfs file system (`linux/magic.h`).
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+/// The directory of shared-memory files.
+const SHM_DIR: &str = "/dev/shm";
+
+/// `statfs(2)` of `path`, or of the open file `fd` (`fstatfs`), returning `f_type`.
+fn fs_type(path: &std::path::Path, fd: Option<std::os::fd::RawFd>) -> io::Result<i64> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: statfs is plain old data for which all-zero is valid.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    let rc = match fd {
+        // SAFETY: the caller's descriptor is open for the duration of the call and `fs` is a valid, writable statfs.
+        Some(fd) => unsafe { libc::fstatfs(fd, &mut fs) },
+        None => {
+            let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+            // SAFETY: `c` is a valid NUL-terminated string and `fs` a valid, writable statfs.
+            unsafe { libc::statfs(c.as_ptr(), &mut fs) }
+        }
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)] // f_type's integer type differs between libc targets
+    Ok(fs.f_type as i64)
+}
+
+/// Whether the kernel's mount table of this process (`/proc/self/mountinfo`: read from the kernel, touching no
+/// mounted file system) has a hugetlbfs mounted on exactly `dir`, as the topmost mount there.
+pub(crate) fn is_hugetlbfs_mount_point(dir: &std::path::Path) -> io::Result<bool> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(hugetlbfs_mount_point_in(&table, dir))
+}
+
+/// [`is_hugetlbfs_mount_point`] on the text of a `mountinfo` file: lines of `id parent major:minor root mount-point
+/// options [optional fields...] - fstype source super-options`, paths with `\ooo` octal escapes; a later mount on
+/// the same point hides the earlier ones.
+fn hugetlbfs_mount_point_in(table: &str, dir: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let mut found = false;
+    for line in table.lines() {
+        let mut fields = line.split(' ');
+        let Some(point) = fields.nth(4) else { continue };
+        if unescape_mount_path(point).as_slice() != dir.as_os_str().as_bytes() {
+            continue;
+        }
+        let mut after_separator = fields.skip_while(|f| *f != "-");
+        let _separator = after_separator.next();
+        found = after_separator.next() == Some("hugetlbfs");
+    }
+    found
+}
+
+/// A `mountinfo` path with its `\ooo` octal escapes (space, tab, newline, backslash) decoded.
+fn unescape_mount_path(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && let Some(code) = b.get(i + 1..i + 4).filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)))
+        {
+            let v = code.iter().fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
+            if let Ok(byte) = u8::try_from(v) {
+                out.push(byte);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
+/// Refuses, before anything is opened in it, a directory that is neither `/dev/shm` (a tmpfs) nor, when
+/// `allow_hugetlbfs`, a hugetlbfs mount point: a path on FUSE, NFS or autofs could block its opener for as long as
+/// the file system likes, and the opener is often the I/O thread.
+fn check_peer_dir(dir: &std::path::Path, allow_hugetlbfs: bool) -> io::Result<()> {
+    let refuse = |why: String| io::Error::new(io::ErrorKind::PermissionDenied, why);
+    if dir == std::path::Path::new(SHM_DIR) {
+        let t = fs_type(dir, None)?;
+        if t != TMPFS_MAGIC {
+            return Err(refuse(format!("{SHM_DIR} is not a tmpfs (file system type 0x{t:x})")));
+        }
+        return Ok(());
+    }
+    if !allow_hugetlbfs {
+        return Err(refuse(format!("not in {SHM_DIR}")));
+    }
+    // The mount table names the directory a hugetlbfs mount point, without touching it; statfs confirms that the
+    // path reaches that mount.
+    if !is_hugetlbfs_mount_point(dir)? || fs_type(dir, None)? != HUGETLBFS_MAGIC {
+        return Err(refuse(format!(
+            "neither in {SHM_DIR} nor directly in a hugetlbfs mount point ({})",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
 
 /// Opens a file whose path another process announced (in registration or a segment header) without trusting it:
 ///
 /// - the path must be absolute and plain (no `.` or `..` components), and the file must sit directly in `/dev/shm`
-///   or, when `allow_hugetlbfs` is set, on a hugetlbfs mount (checked on the opened file, not on its path);
+///   (a tmpfs) or, when `allow_hugetlbfs` is set, directly in a hugetlbfs mount point; both are checked before the
+///   file is opened (by name, the kernel's mount table and `statfs` of the directory: a path on FUSE, NFS or autofs
+///   is never opened, so it cannot block the caller), and the opened file must be on such a file system too;
 /// - the last component is never followed if it is a symbolic link (`O_NOFOLLOW`);
 /// - opening never blocks (`O_NONBLOCK`: a FIFO named like a segment would otherwise hang the caller);
 /// - only a regular file is accepted.
@@ -264,13 +366,10 @@ pub(crate) fn open_peer_file(
 
     let refuse = |why: &str| io::Error::new(io::ErrorKind::PermissionDenied, why.to_owned());
     let plain = path.is_absolute() && path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
-    if !plain {
+    let (Some(dir), Some(_)) = (path.parent().filter(|_| plain), path.file_name()) else {
         return Err(refuse("not a plain absolute path"));
-    }
-    let in_shm = path.parent() == Some(std::path::Path::new("/dev/shm"));
-    if !in_shm && !allow_hugetlbfs {
-        return Err(refuse("not in /dev/shm"));
-    }
+    };
+    check_peer_dir(dir, allow_hugetlbfs)?;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(write)
@@ -282,19 +381,28 @@ pub(crate) fn open_peer_file(
         let what = if meta.file_type().is_fifo() { "a FIFO, not a regular file" } else { "not a regular file" };
         return Err(refuse(what));
     }
-    if !in_shm {
-        // SAFETY: statfs is plain old data for which all-zero is valid; fstatfs fills it for a valid descriptor.
-        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-        // SAFETY: `file` is open for the duration of the call and `fs` is a valid, writable statfs.
-        if unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        #[allow(clippy::unnecessary_cast)] // f_type's integer type differs between libc targets
-        if fs.f_type as i64 != HUGETLBFS_MAGIC {
-            return Err(refuse("neither in /dev/shm nor on a hugetlbfs mount"));
-        }
+    // Checked again on the open file: the directory may have changed since.
+    let (want, what) = if dir == std::path::Path::new(SHM_DIR) {
+        (TMPFS_MAGIC, "the opened file is not on a tmpfs")
+    } else {
+        (HUGETLBFS_MAGIC, "the opened file is not on a hugetlbfs mount")
+    };
+    if fs_type(path, Some(file.as_raw_fd()))? != want {
+        return Err(refuse(what));
     }
     Ok((file, meta.len()))
+}
+
+/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`): what tests measure to tell a thread that
+/// waits from one that spins, whatever the machine's load.
+#[cfg(test)]
+pub(crate) fn thread_cpu_time() -> std::time::Duration {
+    // SAFETY: timespec is plain old data for which all-zero is valid.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID exists on every Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID): {}", io::Error::last_os_error());
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Modes of the shared-memory files this process creates (`[shoal_security] shm_access`): files others only read
@@ -412,5 +520,121 @@ mod tests {
         let err = open_peer_file(&f, false, true).unwrap_err();
         assert!(err.to_string().contains("hugetlbfs"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// An inotify watch for opens of files in a directory: what tells a path refused before `open()` from one that
+    /// was opened and then refused (on FUSE, NFS or autofs that open could already block).
+    struct OpenWatch(std::os::fd::OwnedFd);
+
+    impl OpenWatch {
+        fn new(dir: &Path) -> OpenWatch {
+            use std::os::fd::FromRawFd;
+            use std::os::unix::ffi::OsStrExt;
+            // SAFETY: no pointer arguments; the result is checked.
+            let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+            assert!(fd >= 0, "inotify_init1: {}", std::io::Error::last_os_error());
+            // SAFETY: `fd` is a new descriptor nobody else owns.
+            let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+            let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+            // SAFETY: `c` is a valid NUL-terminated path and `fd` an inotify descriptor.
+            let wd = unsafe { libc::inotify_add_watch(fd, c.as_ptr(), libc::IN_OPEN) };
+            assert!(wd >= 0, "inotify_add_watch: {}", std::io::Error::last_os_error());
+            OpenWatch(owned)
+        }
+
+        /// Whether something in the directory was opened since the last call.
+        fn opened(&self) -> bool {
+            use std::os::fd::AsRawFd;
+            let mut buf = [0u8; 4096];
+            // SAFETY: `buf` is valid for writes of its length; the descriptor is non-blocking.
+            let n = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            n > 0
+        }
+    }
+
+    #[test]
+    fn a_peer_path_outside_dev_shm_and_hugetlbfs_mount_points_is_refused_without_being_opened() {
+        // A directory on another file system (standing in for a FUSE, NFS or autofs path, whose open could block),
+        // and a subdirectory of /dev/shm (a tmpfs, but not /dev/shm itself).
+        let elsewhere = std::env::temp_dir().join(format!("shoal_systest_noopen_{}", std::process::id()));
+        let below = Path::new(&unique("noopen_dir")).to_owned();
+        for dir in [&elsewhere, &below] {
+            std::fs::create_dir_all(dir).unwrap();
+            let f = dir.join("shoal_1_2_g0");
+            std::fs::write(&f, [0u8; 8]).unwrap();
+            let watch = OpenWatch::new(dir);
+            let err = open_peer_file(&f, false, true).unwrap_err();
+            assert!(!watch.opened(), "{} was opened before it was refused ({err})", f.display());
+            assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied, "{}: {err}", f.display());
+            assert!(err.to_string().contains("hugetlbfs mount point"), "{err}");
+            // The watch sees an open.
+            drop(std::fs::File::open(&f).unwrap());
+            assert!(watch.opened(), "the inotify watch missed an open of {}", f.display());
+            std::fs::remove_dir_all(dir).unwrap();
+        }
+    }
+
+    /// Unmounts and removes its directory when dropped.
+    struct Mount(std::path::PathBuf);
+
+    impl Drop for Mount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_file_directly_in_a_hugetlbfs_mount_point_opens_and_one_below_it_is_refused_without_being_opened() {
+        let dir = std::env::temp_dir().join(format!("shoal_systest_huge_{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if !root || !std::fs::read_to_string("/proc/filesystems").unwrap_or_default().contains("hugetlbfs") {
+            let _ =
+                std::io::Write::write_all(&mut std::io::stderr(), b"skipped: needs root and hugetlbfs to mount one\n");
+            let _ = std::fs::remove_dir(&dir);
+            return;
+        }
+        let mounted = std::process::Command::new("mount").args(["-t", "hugetlbfs", "none"]).arg(&dir).status();
+        let mount = Mount(dir.clone());
+        assert!(mounted.is_ok_and(|s| s.success()), "mount -t hugetlbfs none {}", dir.display());
+        let f = dir.join("shoal_1_2_g0");
+        std::fs::File::create(&f).unwrap();
+        let (_, size) = open_peer_file(&f, false, true).expect("a file in a hugetlbfs mount point");
+        assert_eq!(size, 0);
+        let err = open_peer_file(&f, false, false).unwrap_err();
+        assert!(err.to_string().contains("not in /dev/shm"), "{err}");
+        // A directory below the mount point (where a symbolic link could lead anywhere) is not one.
+        let sub = dir.join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let f = sub.join("shoal_1_2_g0");
+        std::fs::File::create(&f).unwrap();
+        let watch = OpenWatch::new(&sub);
+        let err = open_peer_file(&f, false, true).unwrap_err();
+        assert!(err.to_string().contains("hugetlbfs mount point"), "{err}");
+        assert!(!watch.opened(), "{} was opened before it was refused", f.display());
+        drop(mount);
+    }
+
+    #[test]
+    fn mountinfo_names_hugetlbfs_mount_points_with_escapes_and_the_topmost_mount_wins() {
+        use super::hugetlbfs_mount_point_in as huge;
+        let table = "22 1 0:20 / /dev/hugepages rw,relatime shared:3 - hugetlbfs hugetlbfs rw,pagesize=2M\n\
+                     30 1 0:30 / /mnt/huge\\0401g rw - hugetlbfs none rw\n\
+                     31 1 0:31 / /mnt/over rw - hugetlbfs none rw\n\
+                     32 31 0:32 / /mnt/over rw shared:9 - fuse.sshfs host: rw\n\
+                     33 1 0:33 / /mnt/nfs rw shared:1 master:2 - nfs4 server:/ rw\n\
+                     34 1 0:34 / /mnt/under rw - fuse.x x rw\n\
+                     35 34 0:35 / /mnt/under rw - hugetlbfs none rw\n";
+        assert!(huge(table, Path::new("/dev/hugepages")));
+        assert!(huge(table, Path::new("/mnt/huge 1g")));
+        assert!(!huge(table, Path::new("/mnt/huge\\0401g")));
+        assert!(!huge(table, Path::new("/mnt/over")), "a FUSE mount hides the hugetlbfs below it");
+        assert!(huge(table, Path::new("/mnt/under")));
+        assert!(!huge(table, Path::new("/mnt/nfs")));
+        assert!(!huge(table, Path::new("/dev")));
+        assert!(!huge(table, Path::new("/dev/hugepages/sub")));
+        assert!(!huge("", Path::new("/dev/hugepages")));
     }
 }

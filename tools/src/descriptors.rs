@@ -44,12 +44,13 @@ pub(crate) enum DescriptorError {
     Json { name: String, reason: String },
 }
 
-/// The message descriptor of `type_info` if it is a protobuf type with a descriptor defining it.
+/// The message descriptor of `type_info` if it is a protobuf type with a descriptor defining it (decoded by
+/// [`shoal::dynamic`], like every descriptor another process announced).
 fn message_of(type_info: &TypeInfo) -> Option<MessageDescriptor> {
-    if type_info.encoding != "proto" || type_info.descriptor.is_empty() {
+    if type_info.encoding != "proto" {
         return None;
     }
-    DescriptorPool::decode(type_info.descriptor.as_slice()).ok()?.get_message_by_name(&type_info.name)
+    shoal::dynamic::DynamicDecoder::new(type_info).ok()?.message_descriptor().cloned()
 }
 
 /// Looks for `name` in registration for up to `wait`: the type information of a publisher or subscriber that
@@ -158,19 +159,22 @@ pub(crate) fn summary(type_info: &TypeInfo) -> Summary {
             json: serde_json::json!({"bytes": len, "kind": "opaque"}),
         };
     }
-    let pool = match DescriptorPool::decode(type_info.descriptor.as_slice()) {
-        Ok(p) => p,
+    let described = match shoal::dynamic::describe(type_info) {
+        Ok(d) => d,
         Err(e) => {
+            let reason = match e {
+                shoal::dynamic::DynamicError::Descriptor { reason, .. } => reason,
+                other => other.to_string(),
+            };
             return Summary {
-                text: format!("{len} B, not a valid FileDescriptorSet: {e}"),
-                json: serde_json::json!({"bytes": len, "kind": "invalid", "error": e.to_string()}),
+                text: format!("{len} B, not a valid FileDescriptorSet: {reason}"),
+                json: serde_json::json!({"bytes": len, "kind": "invalid", "error": reason}),
             };
         }
     };
-    let files: Vec<String> = pool.files().map(|f| f.name().to_owned()).collect();
-    match pool.get_message_by_name(&type_info.name) {
-        Some(m) => {
-            let fields: Vec<String> = m.fields().map(|f| f.name().to_owned()).collect();
+    let files = described.files;
+    match described.message {
+        Some((name, fields)) => {
             let shown = if fields.len() > 8 {
                 format!("{}, … ({} more)", fields[..8].join(", "), fields.len() - 8)
             } else {
@@ -178,14 +182,13 @@ pub(crate) fn summary(type_info: &TypeInfo) -> Summary {
             };
             Summary {
                 text: format!(
-                    "{len} B FileDescriptorSet, {} file(s) ({}); {} has {} field(s): {shown}",
+                    "{len} B FileDescriptorSet, {} file(s) ({}); {name} has {} field(s): {shown}",
                     files.len(),
                     files.join(", "),
-                    m.full_name(),
                     fields.len()
                 ),
                 json: serde_json::json!({"bytes": len, "kind": "file_descriptor_set", "files": files,
-                                         "message": m.full_name(), "fields": fields}),
+                                         "message": name, "fields": fields}),
             }
         }
         None => Summary {

@@ -963,7 +963,10 @@ pub(crate) static KEYS: &[KeyDef] = &[
         section: "shoal_shm_ring",
         key: "huge_pages_path",
         alias: None,
-        doc: &["The hugetlbfs mount used when huge_pages = true."],
+        doc: &[
+            "The hugetlbfs mount point used when huge_pages = true (segments go directly in it:",
+            "subscribers open ring files only there or in /dev/shm).",
+        ],
         allowed: "an absolute path (up to 4095 bytes, no control characters or '\"')",
         get: |c| c.shm_ring.huge_pages_path.to_string_lossy().into_owned(),
         set: |d, v, _| {

@@ -1037,6 +1037,105 @@ mod tests {
         assert!(open(me + 1, 77).is_err(), "another process claiming this segment");
     }
 
+    /// A runtime of its own (no other test's subscribers on its doorbell thread): a configuration no other test uses.
+    fn private_node(name: &str) -> crate::Node {
+        let mut config = crate::Config::default();
+        config.receive.latency_statistics = false;
+        config.shm_ring.slot_count = 8;
+        crate::Node::init_with_config(name, config).expect("init")
+    }
+
+    /// The ring `ring` of this process announced as publisher `id` of this host, as registration gives it.
+    fn ring_remote(
+        node: &crate::Node,
+        ring: &crate::transport::shm_ring::RingWriter,
+        id: u64,
+    ) -> crate::registration::RemoteTopic {
+        use crate::registration::{Direction, Layer, LayerKind, LayerPar, RemoteTopic, ShoalPar};
+        let par = ShoalPar { segment: ring.segment_name().to_owned(), ..ShoalPar::default() };
+        let layers = vec![Layer::new(LayerKind::ShoalRing, true, true, LayerPar::Shoal(par))];
+        let mut remote = RemoteTopic::for_test(std::process::id(), id, layers, Direction::Publisher);
+        remote.key.host_name = node.host_name().to_owned();
+        remote
+    }
+
+    /// What a broken or hostile writer can leave behind: its segment marked superseded (with no successor) after
+    /// counting `unpublished` more samples than it published. Every slot the reader looks at then reads "not
+    /// published yet" while the header says the samples were written and the segment has data.
+    fn supersede_with_unpublished(segment: &str, unpublished: u64) {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(segment).expect("open segment");
+        let mut w = [0u8; 8];
+        f.read_exact_at(&mut w, 128).expect("read write_seq");
+        let w = u64::from_le_bytes(w) + unpublished;
+        f.write_all_at(&w.to_le_bytes(), 128).expect("write write_seq");
+        f.write_all_at(&1u32.to_le_bytes(), 192).expect("write superseded");
+    }
+
+    #[test]
+    fn recv_waits_instead_of_spinning_on_a_superseded_ring_whose_slots_were_never_published() {
+        let node = private_node("sub_dead_slots_recv");
+        let sub = node.subscriber("sub_dead_slots_recv_topic").create().expect("subscriber");
+        let mut ring = crate::transport::shm_ring::RingWriter::create(&node.config().shm_ring, 91).expect("ring");
+        sub.handle.shared.connect_remote(&sub.handle.rt, &ring_remote(&node, &ring, 91));
+        let _ = ring.write(b"first", crate::sample::now_ns(), 1).expect("write");
+        let first = sub.recv_timeout(std::time::Duration::from_secs(5)).expect("the published sample");
+        assert_eq!(first.payload(), b"first");
+
+        supersede_with_unpublished(ring.segment_name(), 2);
+        let window = std::time::Duration::from_millis(600);
+        let cpu = crate::sys::thread_cpu_time();
+        let got = sub.recv_timeout(window);
+        let cpu = crate::sys::thread_cpu_time() - cpu;
+        assert!(matches!(got, Err(crate::pubsub::RecvError::Timeout)), "{got:?}");
+        // Spinning, the thread runs the whole window (or its share of a busy machine's cores); waiting, it wakes a
+        // few times.
+        assert!(cpu < window / 10, "recv_timeout used {cpu:?} of CPU in a {window:?} window: it spun");
+        assert_eq!(sub.drops(), 2, "the two samples counted but never published are lost, and counted");
+        assert_eq!(sub.received(), 1);
+    }
+
+    #[test]
+    fn the_doorbell_thread_waits_instead_of_spinning_on_a_superseded_ring_whose_slots_were_never_published() {
+        use std::sync::Mutex;
+        let node = private_node("sub_dead_slots_dispatch");
+        // Each callback notes the CPU time its thread (the doorbell thread) has used so far.
+        let seen: Arc<Mutex<Vec<(u64, std::time::Duration)>>> = Arc::default();
+        let sink = Arc::clone(&seen);
+        let sub = node
+            .subscriber("sub_dead_slots_dispatch_topic")
+            .callback(move |s| sink.lock().unwrap().push((s.clock, crate::sys::thread_cpu_time())))
+            .create()
+            .expect("subscriber");
+        let wait_for = |n: usize| {
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while seen.lock().unwrap().len() < n {
+                assert!(std::time::Instant::now() < until, "callback {n} did not run");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        };
+        let cfg = &node.config().shm_ring;
+        let mut bad = crate::transport::shm_ring::RingWriter::create(cfg, 93).expect("ring");
+        let mut good = crate::transport::shm_ring::RingWriter::create(cfg, 94).expect("ring");
+        sub.handle.shared.connect_remote(&sub.handle.rt, &ring_remote(&node, &bad, 93));
+        sub.handle.shared.connect_remote(&sub.handle.rt, &ring_remote(&node, &good, 94));
+        let _ = bad.write(b"bad", crate::sample::now_ns(), 1).expect("write");
+        wait_for(1);
+        let _ = good.write(b"good", crate::sample::now_ns(), 2).expect("write");
+        wait_for(2);
+
+        supersede_with_unpublished(bad.segment_name(), 2);
+        let window = std::time::Duration::from_millis(600);
+        std::thread::sleep(window);
+        let _ = good.write(b"good", crate::sample::now_ns(), 3).expect("write");
+        wait_for(3);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.iter().map(|(clock, _)| *clock).collect::<Vec<_>>(), [1, 2, 3]);
+        let cpu = seen[2].1 - seen[1].1;
+        assert!(cpu < window / 10, "the doorbell thread used {cpu:?} of CPU in a {window:?} window: it spun");
+        assert_eq!(sub.drops(), 2, "the two samples counted but never published are lost, and counted");
+    }
+
     #[test]
     fn the_queue_keeps_depth_messages_of_any_size_and_small_ones_within_the_byte_budget() {
         use crate::config::QueuePolicy;

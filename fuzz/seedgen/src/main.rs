@@ -283,8 +283,56 @@ fn ring_seeds(dir: &Path) -> Result<()> {
     two.extend_from_slice(&superseded);
     two.extend_from_slice(&gen1_more);
     write(dir, T, "superseded_chain_more", &two)?;
+
+    // Patched once the reader is open (flags bit 6; records `[offset u16][n u8][bytes]`), as a broken or hostile
+    // writer can: samples counted but never published in a superseded segment without a successor (counted as
+    // drops, then the reader ends); slots claiming samples beyond the write sequence (read as not published); a
+    // write sequence beyond any writer (the reader detaches).
+    let mut one_sample = RingWriter::create(&cfg, 0xfeed)?;
+    let _ = one_sample.write(b"only", 1_700_000_000_000_000, 0)?;
+    let one = fs::read(one_sample.segment_name())?;
+    // Generation 0 before the growth, superseded once the reader is open: it follows to generation 1 and reads the
+    // sample written there.
+    let mut follow = vec![1 | 2 | 0x40 | (7 << 2)];
+    follow.extend_from_slice(&u16::try_from(filled.len())?.to_le_bytes());
+    let record = [&u16::try_from(SUPERSEDED_AT)?.to_le_bytes()[..], &[4], &1u32.to_le_bytes()].concat();
+    follow.extend_from_slice(&u16::try_from(record.len())?.to_le_bytes());
+    follow.extend_from_slice(&filled);
+    follow.extend_from_slice(&gen1);
+    follow.extend_from_slice(&record);
+    write(dir, T, "superseded_after_open", &follow)?;
+
+    let le_u64 = |at: usize| -> Result<u64> { Ok(u64::from_le_bytes(one.get(at..at + 8).ok_or("short")?.try_into()?)) };
+    let header_size = usize::try_from(le_u64(8)? >> 32)?;
+    let stride = usize::try_from(le_u64(32)?)?;
+    let write_seq = le_u64(WRITE_SEQ_AT)?;
+    let patched = |patches: &[(usize, Vec<u8>)]| -> Result<Vec<u8>> {
+        let mut records = Vec::new();
+        for (offset, bytes) in patches {
+            records.extend_from_slice(&u16::try_from(*offset)?.to_le_bytes());
+            records.push(u8::try_from(bytes.len())?);
+            records.extend_from_slice(bytes);
+        }
+        let mut input = vec![1 | (7 << 2) | 0x40];
+        input.extend_from_slice(&u16::try_from(records.len())?.to_le_bytes());
+        input.extend_from_slice(&one);
+        input.extend_from_slice(&records);
+        Ok(input)
+    };
+    let unpublished =
+        [(WRITE_SEQ_AT, (write_seq + 2).to_le_bytes().to_vec()), (SUPERSEDED_AT, 1u32.to_le_bytes().to_vec())];
+    write(dir, T, "superseded_unpublished", &patched(&unpublished)?)?;
+    let ahead: Vec<(usize, Vec<u8>)> =
+        (0..2).map(|i| (header_size + i * stride, u64::MAX.to_le_bytes().to_vec())).collect();
+    write(dir, T, "slots_ahead_of_write_seq", &patched(&ahead)?)?;
+    let beyond = [(WRITE_SEQ_AT, u64::MAX.to_le_bytes().to_vec()), (SUPERSEDED_AT, 1u32.to_le_bytes().to_vec())];
+    write(dir, T, "write_seq_beyond_any_writer", &patched(&beyond)?)?;
     Ok(())
 }
+
+/// Offsets of a ring segment header's write sequence and superseded flag (`shm_ring/layout.rs`).
+const WRITE_SEQ_AT: usize = 128;
+const SUPERSEDED_AT: usize = 192;
 
 fn main() -> Result<()> {
     let dir = std::env::args_os()
@@ -296,6 +344,9 @@ fn main() -> Result<()> {
     limits_seeds(&dir)?;
     config_seeds(&dir)?;
     ring_seeds(&dir)?;
+    memfile_seeds(&dir)?;
+    flatbuf_seeds(&dir)?;
+    descriptor_seeds(&dir)?;
     auth_seeds(&dir)?;
     packed_seeds(&dir)?;
     Ok(())
@@ -341,5 +392,263 @@ fn auth_seeds(dir: &Path) -> Result<()> {
     write(dir, T, "sealed_fragment", &[&[40u8][..], &reg.seal(&frags[1], time_ns)].concat())?;
     write(dir, T, "sealed_data", &[&[200u8][..], &udp.seal(&data[0], time_ns)].concat())?;
     write(dir, T, "plain_registration", &[&[0u8][..], &whole[0]].concat())?;
+    Ok(())
+}
+
+/// An eCAL memfile's bytes as eCAL 6.1.1 (and shoal's `MemfileWriter`) write them: the 24-byte internal header
+/// `{u16 int_hdr_size; u8[6]; u64 cur_data_size; u64 max_data_size}`, then at `int_hdr_size` the message header
+/// `{u16 hdr_size; u64 data_size, id, clock; i64 time; u64 hash; u8 options; i64 ack_timeout_ms}` (natural
+/// alignment, `hdr_size` bytes: 64, or 48 for eCAL 5.8's, which ends after `hash`) and the payload.
+fn memfile(hdr_size: u16, clock: u64, payload: &[u8], max_data_size: u64) -> Vec<u8> {
+    let mut msg = vec![0u8; usize::from(hdr_size)];
+    msg[0..2].copy_from_slice(&hdr_size.to_le_bytes());
+    msg[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    msg[16..24].copy_from_slice(&7u64.to_le_bytes());
+    msg[24..32].copy_from_slice(&clock.to_le_bytes());
+    msg[32..40].copy_from_slice(&1_700_000_000_000_000i64.to_le_bytes());
+    msg[40..48].copy_from_slice(&(0x1234_5678 ^ (clock << 1)).to_le_bytes());
+    msg.extend_from_slice(payload);
+    let mut file = vec![0u8; 24];
+    file[0..2].copy_from_slice(&24u16.to_le_bytes());
+    file[8..16].copy_from_slice(&(msg.len() as u64).to_le_bytes());
+    file[16..24].copy_from_slice(&max_data_size.to_le_bytes());
+    file.extend_from_slice(&msg);
+    file.resize(24 + usize::try_from(max_data_size).unwrap_or(0).max(msg.len()), 0);
+    file
+}
+
+/// `memfile_header`: `[len u16]`, the memfile, then steps (`0` read newer, `1` read any, `2 [at u16][n u8][bytes]`
+/// write, `3 [len u16]` resize; see the target's harness).
+fn memfile_seeds(dir: &Path) -> Result<()> {
+    const T: &str = "memfile_header";
+    let input = |file: &[u8], steps: &[u8]| -> Result<Vec<u8>> {
+        Ok([&u16::try_from(file.len())?.to_le_bytes()[..], file, steps].concat())
+    };
+    let write_step = |at: usize, bytes: &[u8]| -> Result<Vec<u8>> {
+        Ok([&[2u8][..], &u16::try_from(at)?.to_le_bytes(), &[u8::try_from(bytes.len())?], bytes].concat())
+    };
+    let first = memfile(64, 1, b"first payload", 4096);
+    // Read, then the writer's next message (clock 2, a longer payload) replaces it: read again, then nothing new.
+    let next = memfile(64, 2, b"the second, longer payload", 4096);
+    let steps =
+        [&[0u8][..], &write_step(8, &next[8..16])?, &write_step(24, &next[24..24 + 64 + 26])?, &[0, 0]].concat();
+    write(dir, T, "two_messages", &input(&first, &steps)?)?;
+    // eCAL 5.8's 48-byte message header.
+    write(dir, T, "ecal58_header", &input(&memfile(48, 5, b"old header", 256), &[0])?)?;
+    // The writer announces a larger data area than the file has yet: the file grows and the message lands there.
+    let mut small = memfile(64, 1, b"x", 64);
+    small[16..24].copy_from_slice(&8192u64.to_le_bytes());
+    let big = memfile(64, 3, &[0xab; 200], 8192);
+    let steps = [
+        &[0u8, 3][..],
+        &8216u16.to_le_bytes(),
+        &write_step(8, &big[8..16])?,
+        &write_step(24, &big[24..88])?,
+        &write_step(88, &big[88..288])?,
+        &[0],
+    ]
+    .concat();
+    write(dir, T, "grown", &input(&small, &steps)?)?;
+    // A peer truncates the file under the reader within the payload (the copy faults: SIGBUS survived), then
+    // extends it again (the payload's tail now zeros).
+    let whole = memfile(64, 1, &[0x5a; 9000], 10_000);
+    let steps =
+        [&[0u8, 3][..], &4106u16.to_le_bytes(), &[1, 3], &u16::try_from(whole.len())?.to_le_bytes(), &[1]].concat();
+    write(dir, T, "truncated", &input(&whole, &steps)?)?;
+    Ok(())
+}
+
+/// A field of a hand-built FlatBuffers root table.
+enum Fb<'a> {
+    /// Inline bytes (a scalar or a struct).
+    Inline(&'a [u8]),
+    /// A uoffset to a string.
+    Str(&'a str),
+    /// A uoffset to a vector of u32.
+    Vector(&'a [u32]),
+}
+
+/// A FlatBuffer laid out as flatc and planus lay one out (root uoffset, optional file identifier, the root table's
+/// vtable, the table with its soffset and inline fields, then strings and vectors, 4-aligned): what the
+/// `flatbuf_view` target sees from eCAL's and shoal's FlatBuffers publishers.
+fn flatbuffer(ident: Option<&[u8; 4]>, slots: usize, fields: &[(usize, Fb<'_>)]) -> Vec<u8> {
+    let width = |f: &Fb<'_>| match f {
+        Fb::Inline(b) => b.len(),
+        Fb::Str(_) | Fb::Vector(_) => 4,
+    };
+    let vtable = 8;
+    let vt_len = 4 + 2 * slots;
+    let root = (vtable + vt_len).next_multiple_of(8);
+    let mut offsets = Vec::new();
+    let mut table_len: usize = 4;
+    for (_, f) in fields {
+        let w = width(f);
+        table_len = table_len.next_multiple_of(w.clamp(1, 8).next_power_of_two());
+        offsets.push(table_len);
+        table_len += w;
+    }
+    let table_len = table_len.next_multiple_of(4);
+    let mut b = vec![0u8; root + table_len];
+    b[0..4].copy_from_slice(&(root as u32).to_le_bytes());
+    if let Some(id) = ident {
+        b[4..8].copy_from_slice(id);
+    }
+    b[vtable..vtable + 2].copy_from_slice(&(vt_len as u16).to_le_bytes());
+    b[vtable + 2..vtable + 4].copy_from_slice(&(table_len as u16).to_le_bytes());
+    b[root..root + 4].copy_from_slice(&((root - vtable) as i32).to_le_bytes());
+    for ((slot, f), &off) in fields.iter().zip(&offsets) {
+        b[vtable + 4 + 2 * slot..vtable + 6 + 2 * slot].copy_from_slice(&(off as u16).to_le_bytes());
+        let at = root + off;
+        let target = b.len().next_multiple_of(4);
+        match f {
+            Fb::Inline(bytes) => b[at..at + bytes.len()].copy_from_slice(bytes),
+            Fb::Str(text) => {
+                b.resize(target, 0);
+                b.extend_from_slice(&(text.len() as u32).to_le_bytes());
+                b.extend_from_slice(text.as_bytes());
+                b.push(0);
+                b[at..at + 4].copy_from_slice(&((target - at) as u32).to_le_bytes());
+            }
+            Fb::Vector(items) => {
+                b.resize(target, 0);
+                b.extend_from_slice(&(items.len() as u32).to_le_bytes());
+                for i in *items {
+                    b.extend_from_slice(&i.to_le_bytes());
+                }
+                b[at..at + 4].copy_from_slice(&((target - at) as u32).to_le_bytes());
+            }
+        }
+    }
+    b.resize(b.len().next_multiple_of(4), 0);
+    b
+}
+
+/// `flatbuf_view`: FlatBuffers payloads (the bytes are the input).
+fn flatbuf_seeds(dir: &Path) -> Result<()> {
+    const T: &str = "flatbuf_view";
+    // examples/fbs/pose.fbs's Pose: seq, frame_id, position (struct Vec3), heading_rad, mode, route.
+    let vec3 = [1.5f64, 2.0, 0.0].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let pose = flatbuffer(
+        Some(b"POSE"),
+        6,
+        &[
+            (0, Fb::Inline(&7u64.to_le_bytes())),
+            (1, Fb::Str("map")),
+            (2, Fb::Inline(&vec3)),
+            (3, Fb::Inline(&0.25f64.to_le_bytes())),
+            (4, Fb::Inline(&[1])),
+            (5, Fb::Vector(&[4, 8])),
+        ],
+    );
+    write(dir, T, "pose", &pose)?;
+    // Absent slots, a 4-byte float, no file identifier.
+    let sparse =
+        flatbuffer(None, 5, &[(1, Fb::Inline(&3.5f32.to_le_bytes())), (4, Fb::Str("a longer string, UTF-8: ✓"))]);
+    write(dir, T, "sparse", &sparse)?;
+    write(dir, T, "empty_table", &flatbuffer(None, 0, &[]))?;
+    Ok(())
+}
+
+/// `descriptor_decode`: `[name_len u8][name][desc_len u16][FileDescriptorSet][payload]`, the set built as eCAL
+/// announces one (the message's file and its imports, google/protobuf/timestamp.proto among them).
+fn descriptor_seeds(dir: &Path) -> Result<()> {
+    use prost::Message as _;
+    use prost_types::field_descriptor_proto::{Label, Type};
+    use prost_types::{
+        DescriptorProto, EnumDescriptorProto, EnumValueDescriptorProto, FieldDescriptorProto, FileDescriptorProto,
+        FileDescriptorSet, MessageOptions, OneofDescriptorProto,
+    };
+    const T: &str = "descriptor_decode";
+    let field = |name: &str, number: i32, label: Label, ty: Type, type_name: Option<&str>| FieldDescriptorProto {
+        name: Some(name.into()),
+        number: Some(number),
+        label: Some(label as i32),
+        r#type: Some(ty as i32),
+        type_name: type_name.map(Into::into),
+        json_name: None,
+        ..FieldDescriptorProto::default()
+    };
+    let (opt, rep) = (Label::Optional, Label::Repeated);
+    let timestamp = FileDescriptorProto {
+        name: Some("google/protobuf/timestamp.proto".into()),
+        package: Some("google.protobuf".into()),
+        message_type: vec![DescriptorProto {
+            name: Some("Timestamp".into()),
+            field: vec![field("seconds", 1, opt, Type::Int64, None), field("nanos", 2, opt, Type::Int32, None)],
+            ..DescriptorProto::default()
+        }],
+        syntax: Some("proto3".into()),
+        ..FileDescriptorProto::default()
+    };
+    let header = DescriptorProto {
+        name: Some("Header".into()),
+        field: vec![field("seq", 1, opt, Type::Uint32, None), field("frame_id", 2, opt, Type::String, None)],
+        ..DescriptorProto::default()
+    };
+    let tags_entry = DescriptorProto {
+        name: Some("TagsEntry".into()),
+        field: vec![field("key", 1, opt, Type::String, None), field("value", 2, opt, Type::Int32, None)],
+        options: Some(MessageOptions { map_entry: Some(true), ..MessageOptions::default() }),
+        ..DescriptorProto::default()
+    };
+    let mut text = field("text", 5, opt, Type::String, None);
+    text.oneof_index = Some(0);
+    let mut raw = field("raw", 6, opt, Type::Bytes, None);
+    raw.oneof_index = Some(0);
+    let imu = DescriptorProto {
+        name: Some("Imu".into()),
+        field: vec![
+            field("header", 1, opt, Type::Message, Some(".pb.Header")),
+            field("values", 2, rep, Type::Double, None),
+            field("status", 3, opt, Type::Enum, Some(".pb.Status")),
+            field("tags", 4, rep, Type::Message, Some(".pb.Imu.TagsEntry")),
+            text,
+            raw,
+            field("stamp", 7, opt, Type::Message, Some(".google.protobuf.Timestamp")),
+        ],
+        nested_type: vec![tags_entry],
+        oneof_decl: vec![OneofDescriptorProto { name: Some("kind".into()), options: None }],
+        ..DescriptorProto::default()
+    };
+    let status = EnumDescriptorProto {
+        name: Some("Status".into()),
+        value: ["STATUS_UNKNOWN", "STATUS_OK"]
+            .iter()
+            .zip(0..)
+            .map(|(n, i)| EnumValueDescriptorProto { name: Some((*n).into()), number: Some(i), options: None })
+            .collect(),
+        ..EnumDescriptorProto::default()
+    };
+    let file = FileDescriptorProto {
+        name: Some("imu.proto".into()),
+        package: Some("pb".into()),
+        dependency: vec!["google/protobuf/timestamp.proto".into()],
+        message_type: vec![header, imu],
+        enum_type: vec![status],
+        syntax: Some("proto3".into()),
+        ..FileDescriptorProto::default()
+    };
+    let set = FileDescriptorSet { file: vec![timestamp, file] }.encode_to_vec();
+    // header {seq: 7, frame_id: "f"}, values [1.5, -2], status STATUS_OK, tags {"a": 5}, text "hi",
+    // stamp {seconds: 1700000000, nanos: 5}, and an unknown field 15.
+    let mut payload = vec![0x0a, 5, 0x08, 7, 0x12, 1, b'f', 0x12, 16];
+    payload.extend_from_slice(&1.5f64.to_le_bytes());
+    payload.extend_from_slice(&(-2.0f64).to_le_bytes());
+    payload.extend_from_slice(&[0x18, 1, 0x22, 5, 0x0a, 1, b'a', 0x10, 5, 0x2a, 2, b'h', b'i']);
+    payload.extend_from_slice(&[0x3a, 8, 0x08, 0x80, 0xe2, 0xcf, 0xaa, 0x06, 0x10, 5, 0x78, 1]);
+    let input = |name: &str, desc: &[u8], payload: &[u8]| -> Result<Vec<u8>> {
+        Ok([
+            &[u8::try_from(name.len())?][..],
+            name.as_bytes(),
+            &u16::try_from(desc.len())?.to_le_bytes(),
+            desc,
+            payload,
+        ]
+        .concat())
+    };
+    write(dir, T, "imu", &input("pb.Imu", &set, &payload)?)?;
+    write(dir, T, "imu_empty_payload", &input("pb.Imu", &set, &[])?)?;
+    write(dir, T, "nested_type", &input("pb.Header", &set, &payload[2..7])?)?;
+    write(dir, T, "type_not_in_set", &input("pb.Nope", &set, &payload)?)?;
     Ok(())
 }

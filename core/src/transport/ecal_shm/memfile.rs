@@ -458,6 +458,58 @@ impl MemfileReader {
     }
 }
 
+/// A memfile of another process read as a subscriber's observer reads it (open, then [`read`](Self::read) on each
+/// event), for the `memfile_header` fuzz target and the test that runs its seeds (`fuzz/`); not an API.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct MemfileProbe(MemfileReader);
+
+/// A message [`MemfileProbe::read`] copied out: the message header's fields (those the writer's header version
+/// lacks are 0) and the payload.
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeMessage {
+    pub hdr_size: u16,
+    pub data_size: u64,
+    pub id: u64,
+    pub clock: u64,
+    pub time: i64,
+    pub hash: u64,
+    pub options: u8,
+    pub ack_timeout_ms: i64,
+    pub payload: Vec<u8>,
+}
+
+impl MemfileProbe {
+    /// Opens memfile `name` of `/dev/shm` (and opens or creates its `<name>_mtx`, which the caller removes).
+    pub fn open(name: &str) -> Result<MemfileProbe, String> {
+        MemfileReader::open_until(name, Instant::now() + super::sync::FLOCK_TIMEOUT)
+            .map(MemfileProbe)
+            .map_err(|e| e.to_string())
+    }
+
+    /// One read under the flag lock: the message if its clock is above `after_clock`.
+    pub fn read(&mut self, after_clock: u64) -> Result<Option<ProbeMessage>, String> {
+        let m = self.0.read(READER_LOCK_TIMEOUT, after_clock).map_err(|e| e.to_string())?;
+        Ok(m.map(|ReadMessage { header: h, payload }| ProbeMessage {
+            hdr_size: h.hdr_size,
+            data_size: h.data_size,
+            id: h.id,
+            clock: h.clock,
+            time: h.time,
+            hash: h.hash,
+            options: h.options,
+            ack_timeout_ms: h.ack_timeout_ms,
+            payload,
+        }))
+    }
+
+    /// Times the file was truncated under this reader.
+    pub fn truncations(&self) -> u64 {
+        self.0.truncations()
+    }
+}
+
 /// Decodes a (zero-padded) message header from its x86_64 byte layout.
 fn parse_msg_header(b: &[u8; MSG_HDR_SIZE]) -> MemFileHeader {
     let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());

@@ -41,6 +41,8 @@ pub(crate) mod sync;
 mod tests;
 
 use memfile::{MemFileHeader, MemfileOpenError, MemfileReader, MemfileWriter, ReadError};
+#[doc(hidden)]
+pub use memfile::{MemfileProbe, ProbeMessage};
 use sync::{InnerBudget, NamedSync, SyncOpenError};
 
 /// Publisher-side settings (eCAL's `publisher.layer.shm` defaults).

@@ -23,6 +23,10 @@ const MAX_HOPS: u32 = 64;
 const POPULATE_MAX: usize = 64 << 20;
 /// Most overrun skips in one `try_read_*` call before giving up with [`ReadOutcome::Torn`].
 const MAX_SKIPS: u32 = 64;
+/// Sequence numbers a reader accepts are below this (2^62 samples: 146 years at a billion a second). A write
+/// sequence beyond it comes from a corrupt or hostile segment; refusing it keeps the slot words (`2 * seq + 2`) and
+/// the cursor from wrapping around, which would let a reader circle through the same slots for ever.
+const SEQ_LIMIT: u64 = 1 << 62;
 
 /// Value of a slot's seqlock word once sample `seq` is published (`2 * seq + 2`). Wrapping: the
 /// write sequence comes from shared memory, where a corrupt segment can hold any value; a real
@@ -105,11 +109,13 @@ pub enum ReadOutcome<R> {
     /// A sample, verified not to have been overwritten while it was read.
     Sample(R),
     /// The writer overwrote the sample while it was being read (or lapped the reader
-    /// repeatedly): the result was discarded and counted in [`RingReader::drops`]. Call again.
+    /// repeatedly, or a superseded segment holds many samples it never published): the result was
+    /// discarded and counted in [`RingReader::drops`]. Call again.
     Torn,
     /// The segment was superseded and its successor can no longer be opened (the writer is
-    /// gone), or another process truncated the segment file ([`RingReader::truncated`]); this
-    /// reader will never deliver more samples.
+    /// gone), or another process truncated the segment file ([`RingReader::truncated`]), or the
+    /// chain of superseded generations is implausibly long; this reader will never deliver more
+    /// samples.
     Ended,
 }
 
@@ -414,6 +420,9 @@ impl RingReader {
             seg = Mapped::open(&seg.next_path(), reliable)?;
         }
         let cursor = seg.header().write_seq.0.load(Ordering::Acquire);
+        if cursor >= SEQ_LIMIT {
+            return Err(RingOpenError::BadGeometry { path: seg.path, what: "write sequence beyond any writer" });
+        }
         let mut r =
             RingReader { seg, cursor, drops: 0, ended: false, reliable, flow: None, evicted: false, truncated: false };
         if reliable {
@@ -558,28 +567,41 @@ impl RingReader {
     pub fn keep_newest(&mut self, n: u64) {
         let w = self.seg.header().write_seq.0.load(Ordering::Acquire);
         let oldest = w.saturating_sub(n.max(1));
-        if oldest > self.cursor {
-            self.drops = self.drops.saturating_add(oldest - self.cursor);
-            self.cursor = oldest;
+        if oldest > self.cursor && !self.ended {
+            let _ = self.skip_to(oldest);
         }
     }
 
     /// Whether a `try_read_*` call would make progress (a sample is ready, the reader was
-    /// overrun, or the segment was superseded). No syscall, two loads.
+    /// overrun, or the segment was superseded). No syscall, two loads (three after an overrun).
+    ///
+    /// It agrees with `try_read_*`: while it is true, a read delivers a sample, moves the cursor on (counting what
+    /// it skips as drops), follows the next generation or ends the reader, whatever the segment holds, so that a
+    /// caller waiting for it never spins on a segment that cannot be read; while it is false, a read returns
+    /// [`ReadOutcome::Empty`] (or [`ReadOutcome::Ended`]) without changing anything.
     #[inline]
     pub fn has_data(&self) -> bool {
         if self.ended {
             return false;
         }
-        self.seg.slot_header(self.cursor).seq.load(Ordering::Acquire) >= published_word(self.cursor)
+        let c = self.cursor;
+        let expected = published_word(c);
+        let s = self.seg.slot_header(c).seq.load(Ordering::Acquire);
+        s == expected
             || self.seg.header().superseded.load(Ordering::Acquire) != 0
+            || (s > expected && c < self.seg.header().write_seq.0.load(Ordering::Acquire))
     }
 
     /// Reads the next sample in place: `f` gets a view of the payload in shared memory. After
     /// `f` returns, the slot is checked again; if the writer overwrote it meanwhile the result is
     /// discarded ([`ReadOutcome::Torn`], counted as a drop). A reader that fell more than
     /// `slot_count` behind skips ahead first and counts the skipped samples as drops. A drained,
-    /// superseded segment is replaced by the next generation transparently.
+    /// superseded segment is replaced by the next generation transparently; a sample that a superseded segment
+    /// counts as written but whose slot holds no published sample is lost and counted as a drop.
+    ///
+    /// Every call either delivers a sample, moves the cursor on, follows the next generation, ends the reader, or
+    /// returns [`ReadOutcome::Empty`] with [`has_data`](Self::has_data) false: no content of a segment, however
+    /// broken, makes a reader report data forever without making progress.
     #[inline]
     pub fn try_read_with<R>(&mut self, f: impl FnOnce(SampleView<'_>) -> R) -> ReadOutcome<R> {
         if self.ended {
@@ -596,12 +618,20 @@ impl RingReader {
                 return self.read_slot(c, f);
             }
             if s1 > expected {
-                skips += 1;
-                if skips > MAX_SKIPS {
-                    return ReadOutcome::Torn;
+                // Overwritten (or being overwritten) by a later sample, if the write sequence says the writer got
+                // that far; otherwise the slot claims a sample the writer has not begun (a write sequence not yet
+                // visible here, or a corrupt segment) and reads as not published yet.
+                let w = self.seg.header().write_seq.0.load(Ordering::Acquire);
+                if c < w {
+                    skips += 1;
+                    if skips > MAX_SKIPS {
+                        return ReadOutcome::Torn;
+                    }
+                    if !self.skip_ahead(w) {
+                        return ReadOutcome::Ended;
+                    }
+                    continue;
                 }
-                self.skip_ahead();
-                continue;
             }
             if self.seg.header().superseded.load(Ordering::Acquire) == 0 {
                 // A truncated segment reads as zeros: an empty ring forever, unless the guard's flag is seen.
@@ -610,16 +640,32 @@ impl RingReader {
                 }
                 return ReadOutcome::Empty;
             }
-            // Superseded: everything ever written here is visible now.
-            if c < self.seg.header().write_seq.0.load(Ordering::Acquire) {
+            // Superseded: everything ever written here is visible now, the slot at the cursor included.
+            let w = self.seg.header().write_seq.0.load(Ordering::Acquire);
+            if c < w {
                 skips += 1;
                 if skips > MAX_SKIPS {
                     return ReadOutcome::Torn;
                 }
+                let s2 = slot.seq.load(Ordering::Acquire);
+                if s2 < expected && !self.skip_unpublished(w) {
+                    // Counted as written, yet never published here (and nobody writes a superseded segment): lost.
+                    return ReadOutcome::Ended;
+                }
+                // Otherwise published (or overwritten) after the first look: read it (or skip ahead) now.
                 continue;
             }
             hops += 1;
-            if hops > MAX_HOPS || !self.switch_generation() {
+            if hops > MAX_HOPS {
+                self.ended = true;
+                tracing::warn!(
+                    "shm_ring: {} leads through more than {MAX_HOPS} superseded generations in one read; \
+                     this reader detached",
+                    self.seg.path.display()
+                );
+                return ReadOutcome::Ended;
+            }
+            if !self.switch_generation() {
                 return ReadOutcome::Ended;
             }
         }
@@ -672,17 +718,47 @@ impl RingReader {
         ReadOutcome::Sample(result)
     }
 
-    /// The slot at the cursor was overwritten: jump to the oldest sample that may still be
+    /// The slot at the cursor was overwritten (the writer is at `w`): jump to the oldest sample that may still be
     /// intact and count everything before it as dropped.
+    /// False if that ended the reader ([`skip_to`](Self::skip_to)).
     #[cold]
-    fn skip_ahead(&mut self) {
-        let w = self.seg.header().write_seq.0.load(Ordering::Acquire);
+    fn skip_ahead(&mut self, w: u64) -> bool {
         // Not the oldest slot (the writer is about to overwrite it) but the middle of the ring: an overrun
         // reader then has half a ring of slack to catch up instead of being lapped again at once.
         let resume = w.saturating_sub(u64::from(self.seg.slot_count / 2).max(1));
-        let target = resume.max(self.cursor.saturating_add(1));
-        self.drops = self.drops.saturating_add(target - self.cursor);
+        self.skip_to(resume.max(self.cursor + 1))
+    }
+
+    /// The superseded segment (written up to `w`) never published the sample at the cursor: count it as dropped
+    /// and move on, past everything before the last `slot_count` samples too (no slot can hold those).
+    /// False if that ended the reader ([`skip_to`](Self::skip_to)).
+    #[cold]
+    fn skip_unpublished(&mut self, w: u64) -> bool {
+        let oldest = w.saturating_sub(u64::from(self.seg.slot_count));
+        self.skip_to(oldest.max(self.cursor + 1))
+    }
+
+    /// Moves the cursor forward to `target`, counting the samples passed over as drops. A target at or beyond
+    /// [`SEQ_LIMIT`] (a corrupt write sequence) ends the reader instead, counting one drop: false.
+    #[cold]
+    fn skip_to(&mut self, target: u64) -> bool {
+        if target >= SEQ_LIMIT {
+            self.detach_beyond_limit();
+            return false;
+        }
+        self.drops = self.drops.saturating_add(target.saturating_sub(self.cursor));
         self.cursor = target;
+        true
+    }
+
+    #[cold]
+    fn detach_beyond_limit(&mut self) {
+        self.ended = true;
+        self.drops = self.drops.saturating_add(1);
+        tracing::warn!(
+            "shm_ring: {} counts more samples than any writer writes (a corrupt write sequence); this reader detached",
+            self.seg.path.display()
+        );
     }
 
     /// Opens the next generation; false (and `ended`) if that fails.
@@ -691,6 +767,11 @@ impl RingReader {
         let next = self.seg.next_path();
         match Mapped::open(&next, self.reliable) {
             Ok(seg) => {
+                let w = seg.header().write_seq.0.load(Ordering::Acquire);
+                if seg.base_seq >= SEQ_LIMIT || w >= SEQ_LIMIT {
+                    self.detach_beyond_limit();
+                    return false;
+                }
                 if seg.base_seq >= self.cursor {
                     self.drops = self.drops.saturating_add(seg.base_seq - self.cursor);
                     self.cursor = seg.base_seq;
@@ -701,7 +782,7 @@ impl RingReader {
                         seg.base_seq,
                         self.cursor
                     );
-                    self.cursor = seg.header().write_seq.0.load(Ordering::Acquire);
+                    self.cursor = w;
                 }
                 if let Some(old) = self.flow.take() {
                     // The new entry's lock first, then the old one's: the writer always finds one of them held.

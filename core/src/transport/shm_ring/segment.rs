@@ -257,6 +257,16 @@ fn try_huge(dir: &Path, size: u64, mode: u32, name_for: &mut impl FnMut() -> Str
             fs.f_type as u64
         ));
     }
+    // Readers open ring files only directly in a hugetlbfs mount point (`sys::open_peer_file`).
+    match crate::sys::is_hugetlbfs_mount_point(dir) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(format!(
+                "{shown} is on a hugetlbfs but is not its mount point (readers open ring files only directly in one)"
+            ));
+        }
+        Err(e) => return Err(format!("cannot read the mount table /proc/self/mountinfo: {e}")),
+    }
     let page = u64::try_from(fs.f_bsize)
         .ok()
         .filter(|p| p.is_power_of_two() && *p >= DEFAULT_HUGE_PAGE)

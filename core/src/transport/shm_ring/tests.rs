@@ -483,6 +483,116 @@ fn reader_of_dropped_writer_after_growth_ends() {
     assert!(!r.has_data());
 }
 
+/// Overwrites bytes of a segment file, as a broken or hostile writer (or anyone who can write the file) can.
+fn patch(path: &str, offset: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(bytes, offset).unwrap();
+}
+
+/// Offsets of the header fields patched below (`layout_is_as_asserted` checks them).
+const WRITE_SEQ_AT: u64 = 128;
+const SUPERSEDED_AT: u64 = 192;
+
+/// Reads until the reader has nothing more to do, at most `max_calls` times; then checks that it says so
+/// consistently: `has_data` is false and another read changes nothing. Returns the samples' clocks.
+fn read_until_settled(r: &mut RingReader, max_calls: usize) -> Vec<u64> {
+    let mut clocks = Vec::new();
+    let mut calls = 0;
+    while r.has_data() {
+        calls += 1;
+        assert!(
+            calls <= max_calls,
+            "still reports data after {max_calls} reads (at {}, {} drops)",
+            r.position(),
+            r.drops()
+        );
+        if let ReadOutcome::Sample((_, info)) = read_one(r) {
+            clocks.push(info.clock);
+        }
+    }
+    let (position, drops) = (r.position(), r.drops());
+    let outcome = read_one(r);
+    assert!(matches!(outcome, ReadOutcome::Empty | ReadOutcome::Ended), "{outcome:?} without data");
+    assert_eq!(
+        (r.position(), r.drops(), r.has_data()),
+        (position, drops, false),
+        "a read without data changed the reader"
+    );
+    clocks
+}
+
+#[test]
+fn a_superseded_segment_with_unpublished_samples_counts_them_and_moves_on() {
+    // The samples a superseded segment counts as written but never published are lost: counted once each, and the
+    // reader goes on to the next generation instead of reporting data it can never read.
+    let mut w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    let gen0 = w.segment_name().to_owned();
+    let mut r = RingReader::open(&gen0).unwrap();
+    let _ = w.write(&[1; 8], 0, 0).unwrap();
+    patch(&gen0, WRITE_SEQ_AT, &3u64.to_le_bytes()); // samples 1 and 2 "written", never published
+    let _ = w.write(&[2; 100], 0, 1).unwrap(); // grows: generation 1 (from sample 1), generation 0 superseded
+    assert_eq!(w.generation(), 1);
+    let _ = w.write(&[3; 8], 0, 2).unwrap();
+    let _ = w.write(&[4; 8], 0, 3).unwrap();
+    // Sample 0, then 1 and 2 lost in generation 0; generation 1 starts behind the reader (at 1): it resyncs to
+    // generation 1's end, so its samples are not read either, but nothing spins.
+    assert_eq!(read_until_settled(&mut r, 8), [0]);
+    assert_eq!((r.generation(), r.drops()), (1, 2));
+    let _ = w.write(&[5; 8], 0, 4).unwrap();
+    assert_eq!(read_until_settled(&mut r, 2), [4]);
+
+    // Without a successor the reader ends, counting the lost samples. All of them: a write sequence far beyond the
+    // ring's slots counts everything before the last slot_count samples as lost without visiting each.
+    let w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    let name = w.segment_name().to_owned();
+    let mut r = RingReader::open(&name).unwrap();
+    patch(&name, WRITE_SEQ_AT, &(1u64 << 40).to_le_bytes());
+    patch(&name, SUPERSEDED_AT, &1u32.to_le_bytes());
+    assert!(r.has_data());
+    assert_eq!(read_until_settled(&mut r, 8), Vec::<u64>::new());
+    assert_eq!(read_one(&mut r), ReadOutcome::Ended);
+    assert_eq!(r.drops(), 1 << 40);
+}
+
+#[test]
+fn a_write_sequence_beyond_any_writer_is_refused_and_detaches_a_reader() {
+    let w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    let name = w.segment_name().to_owned();
+    let mut r = RingReader::open(&name).unwrap();
+    patch(&name, WRITE_SEQ_AT, &u64::MAX.to_le_bytes());
+    let err = RingReader::open(&name).unwrap_err();
+    assert!(matches!(err, RingOpenError::BadGeometry { what: "write sequence beyond any writer", .. }), "{err}");
+    // The reader opened before: the unpublished samples lead it to u64::MAX, whose slot word (2 * seq + 2) wraps to
+    // the 0 of a slot never written, after which its cursor would wrap to 0 and go round again. It detaches instead.
+    patch(&name, SUPERSEDED_AT, &1u32.to_le_bytes());
+    assert_eq!(read_until_settled(&mut r, 8), Vec::<u64>::new());
+    assert_eq!(read_one(&mut r), ReadOutcome::Ended);
+    assert_eq!(r.drops(), 1);
+}
+
+#[test]
+fn a_slot_ahead_of_the_write_sequence_reads_as_not_published() {
+    // A slot holding a later sample than the writer has begun (by its write sequence) is not an overrun: the
+    // reader neither skips past the writer counting drops on every read nor reports data.
+    let mut w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    let name = w.segment_name().to_owned();
+    let mut r = RingReader::open(&name).unwrap();
+    let slot_seq_at = |index: u64| (SEGMENT_HEADER_SIZE + index as usize * 128) as u64;
+    for index in 0..4 {
+        patch(&name, slot_seq_at(index), &u64::MAX.to_le_bytes());
+    }
+    assert!(!r.has_data());
+    assert_eq!(read_one(&mut r), ReadOutcome::Empty);
+    assert_eq!((r.position(), r.drops()), (0, 0));
+    // The writer writes on: its samples are read as usual.
+    for clock in 0..3 {
+        let _ = w.write(&[clock as u8; 8], 0, clock).unwrap();
+    }
+    assert_eq!(read_until_settled(&mut r, 4), [0, 1, 2]);
+    assert_eq!(r.drops(), 0);
+}
+
 #[test]
 fn bad_headers_rejected() {
     let dir = Path::new(SHM_DIR);
@@ -925,6 +1035,41 @@ fn hugepage_fallback_warns_and_works() {
 /// Uses huge pages for real when a hugetlbfs with free pages is mounted at `$SHOAL_TEST_HUGE_PAGES` (`scripts/test`
 /// sets one up as root and then requires huge pages here) or at /dev/hugepages (see toolchain notes §4). Without
 /// one, checks the fallback instead.
+#[test]
+fn huge_pages_below_a_hugetlbfs_mount_point_fall_back_to_dev_shm() {
+    // Readers open ring files only directly in a hugetlbfs mount point (`sys::open_peer_file`): a writer told to use
+    // a directory below one falls back, saying why, rather than creating files nobody opens.
+    let dir = temp_dir("huge_below");
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !std::fs::read_to_string("/proc/filesystems").unwrap_or_default().contains("hugetlbfs") {
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), b"skipped: needs root and hugetlbfs to mount one\n");
+        let _ = std::fs::remove_dir(&dir);
+        return;
+    }
+    let mounted = std::process::Command::new("mount").args(["-t", "hugetlbfs", "none"]).arg(&dir).status();
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _unmount = Unmount(dir.clone());
+    assert!(mounted.is_ok_and(|s| s.success()), "mount -t hugetlbfs none {}", dir.display());
+    let below = dir.join("below");
+    std::fs::create_dir(&below).unwrap();
+    let mut c = cfg(4, 1000);
+    c.huge_pages = true;
+    c.huge_pages_path = below;
+    let w = RingWriter::create(&c, 5).unwrap();
+    assert!(!w.uses_huge_pages());
+    let reason = w.huge_pages_fallback().expect("a reason");
+    assert!(reason.contains("not its mount point"), "{reason}");
+    assert!(w.segment_name().starts_with("/dev/shm/"));
+    assert!(RingReader::open(w.segment_name()).is_ok());
+}
+
 #[test]
 fn hugepages_when_available() {
     let required = std::env::var_os("SHOAL_TEST_HUGE_PAGES").map(PathBuf::from);
