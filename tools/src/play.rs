@@ -216,7 +216,7 @@ impl Publishers<'_> {
                 .publisher(&topic)
                 .type_info(ti.clone())
                 .create()
-                .with_context(|| format!("cannot create the publisher of {}", printable(&topic)))?;
+                .with_context(|| format!("cannot create the publisher of {topic}"))?;
             self.list.push(Played { topic: topic.clone(), publisher, sent: 0, send_errors: 0 });
             self.by_key.insert((topic, ti), self.list.len() - 1);
             self.list.len() - 1

@@ -714,7 +714,7 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
                 }
             })
             .create()
-            .with_context(|| format!("cannot subscribe to {}", printable(name)))?;
+            .with_context(|| format!("cannot subscribe to {name}"))?;
         subscribed.insert(Arc::clone(&state.name));
         lock(&topics).push(Arc::clone(&state));
         subs.push((state, sub));
