@@ -132,15 +132,16 @@ fn skipped_text(catalog: &Catalog, limits: &Limits, messages: &BTreeMap<Skip, u6
     let mut out = Vec::new();
     for (skip, n) in catalog.skipped_counts() {
         let msgs = messages.get(&skip).copied().unwrap_or(0);
-        let why = match skip {
+        let (why, raise) = match skip {
             Skip::Filtered => continue,
-            Skip::ChannelLimit => format!("beyond --max-channels ({})", limits.max_channels),
-            Skip::ByteLimit => {
-                format!("beyond --max-schema-mb ({} MiB of channel definitions)", limits.max_catalog_bytes >> 20)
-            }
-            Skip::SchemaSkipped => "whose schema was beyond --max-schema-mb".to_string(),
+            Skip::ChannelLimit => (format!("beyond --max-channels ({})", limits.max_channels), "--max-channels"),
+            Skip::ByteLimit => (
+                format!("beyond --max-schema-mb ({} MiB of channel definitions)", limits.max_catalog_bytes >> 20),
+                "--max-schema-mb",
+            ),
+            Skip::SchemaSkipped => ("whose schema was beyond --max-schema-mb".to_string(), "--max-schema-mb"),
         };
-        out.push(format!("{n} channels {why} were skipped ({msgs} messages on them)"));
+        out.push(format!("{n} channels {why} were skipped ({msgs} messages on them); a larger {raise} keeps them"));
     }
     if catalog.skipped_schemas() > 0 {
         out.push(format!(
