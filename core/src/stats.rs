@@ -120,7 +120,7 @@ impl LatencyHistogram {
         for (a, b) in self.counts.iter_mut().zip(other.counts.iter()) {
             *a = a.saturating_add(*b);
         }
-        self.count += other.count;
+        self.count = self.count.saturating_add(other.count);
         self.min_ns = self.min_ns.min(other.min_ns);
         self.max_ns = self.max_ns.max(other.max_ns);
     }
@@ -228,7 +228,8 @@ impl LatencySummary {
         let m2 = self.variance_us2 * na + other.variance_us2 * nb + delta * delta * na * nb / n;
         self.mean_us += delta * nb / n;
         self.variance_us2 = m2 / n;
-        self.count += other.count;
+        // Counts announced by peers: saturating, whatever they say.
+        self.count = self.count.saturating_add(other.count);
         self.min_us = self.min_us.min(other.min_us);
         self.max_us = self.max_us.max(other.max_us);
         self.latest_us = other.latest_us;
@@ -345,6 +346,20 @@ pub struct ShoalStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merging_counts_announced_by_peers_saturates() {
+        let big = LatencySummary { count: u64::MAX - 1, mean_us: 5.0, ..LatencySummary::default() };
+        let mut s = big;
+        s.merge(&big);
+        assert_eq!(s.count, u64::MAX);
+        let mut h = LatencyHistogram::default();
+        h.record(1000);
+        h.count = u64::MAX - 1;
+        let mut m = h.clone();
+        m.merge(&h);
+        assert_eq!(m.count(), u64::MAX);
+    }
 
     #[test]
     fn buckets_cover_every_value_in_order_and_stay_within_an_eighth() {

@@ -21,6 +21,7 @@ use egui_extras::{Column, TableBuilder};
 use egui_plot::{Bar, BarChart, FilledArea, Legend, Line, Plot, PlotPoint, PlotPoints};
 use shoal::TypeInfo;
 use shoal::dynamic::{DynamicDecoder, RawView};
+use shoal::monitor::printable as shown;
 
 use crate::history::{Event, EventKind, History, diff};
 use crate::model::{
@@ -699,7 +700,7 @@ impl MonitorApp {
                 ui.strong("Publishers + subscribers");
                 ui.end_row();
                 for h in &view.hosts {
-                    ui.label(&*h.host);
+                    ui.label(shown(&h.host));
                     ui.label(h.processes.to_string());
                     ui.label(h.entities.to_string());
                     ui.end_row();
@@ -747,16 +748,20 @@ impl MonitorApp {
                         };
                         let mut state = state.to_owned();
                         if !p.state_info.is_empty() {
-                            state.push_str(&format!(": {}", p.state_info));
+                            state.push_str(&format!(": {}", shown(&p.state_info)));
                         }
                         if !p.problems.is_empty() {
                             state.push_str(&format!(" — {}", p.problems.text()));
                         }
-                        let unit = if p.is_self { format!("{} (this monitor)", p.unit) } else { p.unit.to_string() };
+                        let unit = if p.is_self {
+                            format!("{} (this monitor)", shown(&p.unit))
+                        } else {
+                            shown(&p.unit).into_owned()
+                        };
                         let index = row.index();
                         row.col(|ui| {
                             stripe(ui, index);
-                            ui.label(RichText::new(&*p.host).color(color));
+                            ui.label(RichText::new(shown(&p.host)).color(color));
                         });
                         text_cells(
                             &mut row,
@@ -764,9 +769,9 @@ impl MonitorApp {
                             [
                                 p.pid.to_string(),
                                 unit,
-                                p.name.to_string(),
+                                shown(&p.name).into_owned(),
                                 p.kind.to_owned(),
-                                p.version.to_string(),
+                                shown(&p.version).into_owned(),
                                 format!("{:.1} s", p.registration_age_s),
                                 p.kernel_drops.map_or_else(|| "-".to_owned(), |n| n.to_string()),
                                 state,
@@ -820,7 +825,7 @@ impl MonitorApp {
                     let index = row.index();
                     row.col(|ui| {
                         stripe(ui, index);
-                        if ui.selectable_label(is_sel, txt(t.name.to_string())).clicked() {
+                        if ui.selectable_label(is_sel, txt(shown(&t.name).into_owned())).clicked() {
                             clicked = Some(t.name.clone());
                         }
                     });
@@ -829,7 +834,7 @@ impl MonitorApp {
                         &mut row,
                         color,
                         [
-                            format!("{} ({})", t.type_name, t.encoding),
+                            format!("{} ({})", shown(&t.type_name), shown(&t.encoding)),
                             t.publishers.to_string(),
                             t.subscribers.to_string(),
                             fmt_rate(t.rate_hz),
@@ -839,7 +844,7 @@ impl MonitorApp {
                             p50,
                             p99,
                             t.problems.text(),
-                            t.layers.to_string(),
+                            shown(&t.layers).into_owned(),
                         ],
                     );
                 });
@@ -857,18 +862,18 @@ impl MonitorApp {
             return;
         };
         let Some(t) = view.topic(&name) else {
-            ui.label(format!("{name}: not seen at this time"));
+            ui.label(format!("{}: not seen at this time", shown(&name)));
             return;
         };
         ui.horizontal(|ui| {
-            ui.heading(&*t.name);
+            ui.heading(shown(&t.name));
             ui.label(format!(
                 "{} ({}) · {} pub · {} sub · layers {} · {}",
-                t.type_name,
-                t.encoding,
+                shown(&t.type_name),
+                shown(&t.encoding),
                 t.publishers,
                 t.subscribers,
-                if t.layers.is_empty() { "-" } else { &t.layers },
+                if t.layers.is_empty() { "-".into() } else { shown(&t.layers) },
                 if t.problems.is_empty() { "no problems".to_owned() } else { t.problems.text() }
             ));
         });
@@ -915,7 +920,7 @@ impl MonitorApp {
                         let index = row.index();
                         row.col(|ui| {
                             stripe(ui, index);
-                            if ui.selectable_label(sel, txt(c.publisher.to_string())).clicked() {
+                            if ui.selectable_label(sel, txt(shown(&c.publisher).into_owned())).clicked() {
                                 pick = Some(c.key());
                             }
                         });
@@ -929,7 +934,7 @@ impl MonitorApp {
                             &mut row,
                             color,
                             [
-                                c.subscriber.to_string(),
+                                shown(&c.subscriber).into_owned(),
                                 c.via.to_owned(),
                                 fmt_rate(c.rate_hz),
                                 fmt_bandwidth(c.bandwidth_bps),
@@ -1039,7 +1044,7 @@ impl MonitorApp {
         }
         let n = self.inspector.messages.len();
         ui.horizontal(|ui| {
-            ui.heading(format!("{topic}"));
+            ui.heading(shown(&topic));
             ui.separator();
             if ui.button(if self.inspector.paused { "Resume" } else { "Pause" }).clicked() {
                 self.inspector.paused = !self.inspector.paused;
@@ -1074,8 +1079,8 @@ impl MonitorApp {
             msg.clock,
             msg.publisher_id,
             fmt_bytes(msg.payload.len() as f64),
-            msg.type_info.name,
-            if msg.type_info.encoding.is_empty() { "raw" } else { &msg.type_info.encoding },
+            shown(&msg.type_info.name),
+            if msg.type_info.encoding.is_empty() { "raw".into() } else { shown(&msg.type_info.encoding) },
             clock(msg.send_time_us as f64 / 1e6),
         ));
         ui.separator();
@@ -1084,7 +1089,11 @@ impl MonitorApp {
             (InspectMode::Auto, Decoded::Tree(v)) => json_tree(ui, "message", &v, 0),
             (InspectMode::Auto, Decoded::Raw(r)) if r.text.is_some() => {
                 ui.label("Text:");
-                ui.monospace(r.text.unwrap_or_default());
+                // Line by line: the payload's lines stay lines, anything else that would not show as itself
+                // (controls, bidirectional overrides) is escaped.
+                let text = r.text.unwrap_or_default();
+                let lines: Vec<_> = text.split('\n').map(shown).collect();
+                ui.monospace(lines.join("\n"));
             }
             (InspectMode::Auto, Decoded::Error(e)) => {
                 ui.colored_label(health_color(Health::Error), format!("cannot decode: {e}"));
@@ -1164,7 +1173,7 @@ impl MonitorApp {
                     return false;
                 }
                 // Square corners: a rounded node has several times the triangles to rasterise.
-                let b = egui::Button::new(RichText::new(text).color(Color32::BLACK))
+                let b = egui::Button::new(RichText::new(shown(text)).color(Color32::BLACK))
                     .corner_radius(0.0)
                     .fill(health_fill(h))
                     .stroke(if selected { egui::Stroke::new(2.0, Color32::WHITE) } else { egui::Stroke::NONE })
@@ -1253,10 +1262,10 @@ impl MonitorApp {
                         ui.label(RichText::new(e.kind.label()).color(color));
                     });
                     row.col(|ui| {
-                        ui.label(&*e.subject);
+                        ui.label(shown(&e.subject));
                     });
                     row.col(|ui| {
-                        ui.label(&e.detail);
+                        ui.label(shown(&e.detail));
                     });
                 });
             });
@@ -1366,7 +1375,7 @@ fn json_tree(ui: &mut egui::Ui, key: &str, v: &serde_json::Value, depth: usize) 
     use serde_json::Value;
     match v {
         Value::Object(m) => {
-            egui::CollapsingHeader::new(format!("{key} {{{}}}", m.len()))
+            egui::CollapsingHeader::new(format!("{} {{{}}}", shown(key), m.len()))
                 .id_salt((key, depth, m.len()))
                 .default_open(depth < 4)
                 .show(ui, |ui| {
@@ -1376,7 +1385,7 @@ fn json_tree(ui: &mut egui::Ui, key: &str, v: &serde_json::Value, depth: usize) 
                 });
         }
         Value::Array(a) => {
-            egui::CollapsingHeader::new(format!("{key} [{}]", a.len()))
+            egui::CollapsingHeader::new(format!("{} [{}]", shown(key), a.len()))
                 .id_salt((key, depth, a.len()))
                 .default_open(depth < 4 && a.len() <= 32)
                 .show(ui, |ui| {
@@ -1386,7 +1395,7 @@ fn json_tree(ui: &mut egui::Ui, key: &str, v: &serde_json::Value, depth: usize) 
                 });
         }
         scalar => {
-            ui.monospace(format!("{key}: {scalar}"));
+            ui.monospace(format!("{}: {}", shown(key), shown(&scalar.to_string())));
         }
     }
 }

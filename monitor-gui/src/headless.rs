@@ -1,10 +1,12 @@
 //! `shoal-monitor --headless`: every refresh, what the window would show, as one JSON object a line (`--json`) or
-//! as a short text table.
+//! as a short text table. Names in the text go through [`shoal::monitor::printable`], as in the window; the JSON
+//! carries them as they were announced (its encoder escapes control characters).
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use shoal::monitor::printable as shown;
 
 use crate::history::{Event, diff};
 use crate::model::{Interner, View, build_view, fmt_bandwidth, fmt_rate, fmt_us};
@@ -53,7 +55,7 @@ pub fn view_text(view: &View) -> String {
         let lat = t.latency.map_or("-".into(), |l| format!("P50 {} P99 {}", fmt_us(l.p50_us), fmt_us(l.p99_us)));
         s.push_str(&format!(
             "  {:<32} {:>2} pub {:>2} sub {:>10} {:>12} drops {:<6} {}  {}\n",
-            t.name,
+            shown(&t.name),
             t.publishers,
             t.subscribers,
             fmt_rate(t.rate_hz),
@@ -95,7 +97,7 @@ pub fn run(
         } else {
             write!(out, "{}", view_text(&view))?;
             for e in &events {
-                writeln!(out, "  event: {} {} {}", e.kind.label(), e.subject, e.detail)?;
+                writeln!(out, "  event: {} {} {}", e.kind.label(), shown(&e.subject), shown(&e.detail))?;
             }
         }
         out.flush()?;

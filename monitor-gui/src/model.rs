@@ -486,7 +486,8 @@ pub fn build_view(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner)
             if p.state_severity >= 2 {
                 problems.add(Problem::BadState);
             }
-            let kernel_drops = p.shoal.map(|s| s.udp_kernel_drops + s.registration_kernel_drops);
+            // Counters from the network: summed saturating (a peer may announce anything).
+            let kernel_drops = p.shoal.map(|s| s.udp_kernel_drops.saturating_add(s.registration_kernel_drops));
             let before = prev.and_then(|v| v.processes.iter().find(|r| (&*r.host, r.pid) == (&*p.host_name, p.pid)));
             if let (Some(now), Some(before)) = (kernel_drops, before.and_then(|r| r.kernel_drops))
                 && now > before
@@ -592,8 +593,8 @@ pub fn build_view(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner)
         for s in &subs {
             latency_summary.merge(&s.latency);
             let conns = s.shoal.as_ref().map(|st| st.connections.as_slice()).unwrap_or(&[]);
-            let conn_drops: u64 = conns.iter().map(|c| c.drops).sum();
-            drops += conn_drops.max(s.message_drops.max(0) as u64);
+            let conn_drops = conns.iter().fold(0u64, |n, c| n.saturating_add(c.drops));
+            drops = drops.saturating_add(conn_drops.max(s.message_drops.max(0) as u64));
             for c in conns {
                 let publisher = publisher_of
                     .get(&c.publisher_id)

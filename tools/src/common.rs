@@ -1,11 +1,13 @@
-//! What the `shoal` subcommands share: starting the node, watching registration, tables and JSON lines.
+//! What the `shoal` subcommands share: starting the node, watching registration, tables and JSON lines. Every table
+//! cell goes through [`printable`] (names come from the network) and is padded by its width on a terminal.
 
 use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use shoal::monitor::Snapshot;
+use shoal::monitor::{Snapshot, printable};
 use shoal::{InitError, Node};
+use unicode_width::UnicodeWidthStr;
 
 use crate::exit;
 
@@ -37,7 +39,8 @@ pub(crate) fn json_line(out: &mut impl Write, v: &serde_json::Value) -> Result<(
     writeln!(out, "{v}").context("writing to stdout")
 }
 
-/// A text table: a header row, then rows; columns padded to their widest cell, numeric columns right-aligned.
+/// A text table: a header row, then rows; columns padded to their widest cell (in terminal columns: a wide character
+/// takes two), numeric columns right-aligned. Cells are escaped with [`printable`] when they are added.
 #[derive(Debug)]
 pub(crate) struct Table {
     header: Vec<&'static str>,
@@ -56,15 +59,15 @@ impl Table {
     }
 
     pub(crate) fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(cells.into_iter().map(|c| printable(&c).into_owned()).collect());
     }
 
     pub(crate) fn write(&self, out: &mut impl Write) -> Result<()> {
-        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
+        let mut widths: Vec<usize> = self.header.iter().map(|h| h.width()).collect();
         for r in &self.rows {
             for (i, c) in r.iter().enumerate() {
                 if let Some(w) = widths.get_mut(i) {
-                    *w = (*w).max(c.chars().count());
+                    *w = (*w).max(c.width());
                 }
             }
         }
@@ -72,7 +75,7 @@ impl Table {
             let mut s = String::new();
             for (i, c) in cells.enumerate() {
                 let w = widths.get(i).copied().unwrap_or(0);
-                let pad = w.saturating_sub(c.chars().count());
+                let pad = w.saturating_sub(c.width());
                 if i > 0 {
                     s.push_str("  ");
                 }
@@ -140,5 +143,30 @@ mod tests {
         assert_eq!(bytes(100.0), "100 B");
         assert_eq!(bytes(1536.0), "1.5 KiB");
         assert_eq!(bytes(3.0 * 1048576.0), "3.0 MiB");
+    }
+
+    #[test]
+    fn cells_from_the_network_are_escaped_and_padded_by_their_width() {
+        let mut t = Table::new(&["TOPIC", ">N"]);
+        t.row(vec!["evil\x1b[2J\x1b]0;title\x07".into(), "1".into()]);
+        t.row(vec!["file\u{202e}txt.exe".into(), "2".into()]);
+        t.row(vec!["two\nlines".into(), "3".into()]);
+        t.row(vec!["画像".into(), "4".into()]);
+        t.row(vec!["zero\u{200b}width".into(), "5".into()]);
+        let mut out = Vec::new();
+        t.write(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+        assert!(!text.contains('\u{202e}') && !text.contains('\u{200b}'), "{text:?}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 6, "one line per row: {text}");
+        assert_eq!(lines[1], r"evil\x1b[2J\x1b]0;title\x07  1");
+        assert!(lines[2].starts_with(r"file\u{202e}txt.exe  "), "{text}");
+        assert!(lines[3].starts_with(r"two\x0alines  "), "{text}");
+        assert!(lines[4].starts_with("画像  "), "{text}");
+        assert!(lines[5].starts_with(r"zero\u{200b}width  "), "{text}");
+        // Every row as wide as the others on a terminal (two columns per CJK character): the numbers line up.
+        let ends: Vec<usize> = lines.iter().map(|l| l.width()).collect();
+        assert!(ends.iter().all(|&w| w == ends[0]), "{ends:?}\n{text}");
     }
 }

@@ -13,7 +13,7 @@ use clap::Args;
 use prost_reflect::{DynamicMessage, Kind, MapKey, ReflectMessage, Value as PValue};
 use serde_json::json;
 use shoal::dynamic::{DynamicDecoder, DynamicValue};
-use shoal::monitor::{Snapshot, TopicDirection};
+use shoal::monitor::{Snapshot, TopicDirection, printable};
 use shoal::{Node, RecvError, Sample, TypeInfo};
 
 use crate::common::start_node;
@@ -95,7 +95,7 @@ enum Content {
     Hex { note: Option<String> },
 }
 
-fn printable(bytes: &[u8]) -> Option<&str> {
+fn as_text(bytes: &[u8]) -> Option<&str> {
     let s = std::str::from_utf8(bytes).ok()?;
     s.chars().all(|c| !c.is_control() || c == '\n' || c == '\t' || c == '\r').then_some(s)
 }
@@ -121,7 +121,7 @@ fn classify(dec: &mut Decoder, payload: &[u8], raw: bool) -> Content {
             Ok(v) => Content::Flat(v),
             Err(e) => Content::Hex { note: Some(format!("not a FlatBuffer: {e}")) },
         },
-        _ => match printable(payload) {
+        _ => match as_text(payload) {
             Some(t) => Content::Text(t.to_owned()),
             None => Content::Hex { note: None },
         },
@@ -174,7 +174,11 @@ pub(crate) fn run(a: &EchoArgs) -> Result<()> {
             if let Content::Hex { note: Some(note) } = &content
                 && !dec.noted
             {
-                eprintln!("note: {note}; `{}` from pid {pid} is shown in hex", dec.type_info.name);
+                eprintln!(
+                    "note: {}; `{}` from pid {pid} is shown in hex",
+                    printable(note),
+                    printable(&dec.type_info.name)
+                );
                 dec.noted = true;
             }
             readable(&mut out, &s, &host, pid, &content, a.truncate)?;
@@ -233,8 +237,8 @@ fn cut_hex(p: &[u8], limit: usize) -> String {
 fn readable(out: &mut impl Write, s: &Sample, host: &str, pid: u32, c: &Content, limit: usize) -> Result<()> {
     let p = s.payload();
     let ti = s.type_info();
-    let ty = if ti.name.is_empty() { String::new() } else { format!(", {}", ti.name) };
-    let head = format!("[{} B, clock {}, from {host} pid {pid}{ty}]", p.len(), s.clock());
+    let ty = if ti.name.is_empty() { String::new() } else { format!(", {}", printable(&ti.name)) };
+    let head = format!("[{} B, clock {}, from {} pid {pid}{ty}]", p.len(), s.clock(), printable(host));
     match c {
         Content::Text(t) => {
             let shown: String = if limit > 0 && t.chars().count() > limit {
@@ -279,14 +283,15 @@ fn render_message(m: &DynamicMessage, indent: &str, limit: usize, out: &mut Vec<
             continue;
         }
         any = true;
-        let name = field.name();
+        // Field, enum and map key names come from the publisher's descriptor and payload: escaped like other names.
+        let name = printable(field.name());
         if field.supports_presence() && !set {
             out.push(format!("{indent}{name}: <unset>"));
             continue;
         }
         let value = m.get_field(&field);
         let kind = field.kind();
-        render_field(name, &value, &kind, indent, limit, out);
+        render_field(&name, &value, &kind, indent, limit, out);
     }
     if !any {
         out.push(format!("{indent}{{}}"));
@@ -335,7 +340,7 @@ fn render_field(name: &str, value: &PValue, kind: &Kind, indent: &str, limit: us
             let mut keys: Vec<(&MapKey, &PValue)> = entries.iter().collect();
             keys.sort_by_key(|(k, _)| map_key(k));
             for (k, v) in keys {
-                render_field(&map_key(k), v, &value_kind, &deeper, limit, out);
+                render_field(&printable(&map_key(k)), v, &value_kind, &deeper, limit, out);
             }
         }
         other => out.push(format!("{indent}{name}: {}", scalar(other, kind, limit))),
@@ -375,7 +380,9 @@ fn scalar(v: &PValue, kind: &Kind, limit: usize) -> String {
         }
         PValue::Bytes(b) => cut_hex(b, limit),
         PValue::EnumNumber(n) => match kind {
-            Kind::Enum(e) => e.get_value(*n).map_or_else(|| n.to_string(), |ev| format!("{} ({n})", ev.name())),
+            Kind::Enum(e) => {
+                e.get_value(*n).map_or_else(|| n.to_string(), |ev| format!("{} ({n})", printable(ev.name())))
+            }
             _ => n.to_string(),
         },
         // Well-known types (Timestamp, Duration, wrappers, ...) in their JSON form.

@@ -8,7 +8,7 @@ use std::io::Write;
 use anyhow::Result;
 use clap::Args;
 use serde_json::{Value, json};
-use shoal::monitor::{ProcessEntry, Snapshot, TopicDirection, TopicEntry};
+use shoal::monitor::{ProcessEntry, Snapshot, TopicDirection, TopicEntry, printable};
 
 use crate::common::{Table, bytes, hz, json_line, observe, start_node};
 use crate::descriptors;
@@ -82,7 +82,7 @@ fn topic_rows(snap: &Snapshot) -> BTreeMap<&str, TopicRow> {
             }
             TopicDirection::Subscriber => {
                 r.subscribers += 1;
-                r.drops += i64::from(t.message_drops.max(0));
+                r.drops = r.drops.saturating_add(i64::from(t.message_drops.max(0)));
             }
         }
         r.mismatch |= t.type_mismatch;
@@ -151,7 +151,11 @@ fn process_table(snap: &Snapshot) -> Table {
             state(p),
             format!("{:.1}s", p.registration_age.as_secs_f64()),
             // Datagrams the kernel dropped on its UDP data and registration sockets (shoal processes announce it).
-            p.shoal.map_or_else(|| "-".to_owned(), |s| (s.udp_kernel_drops + s.registration_kernel_drops).to_string()),
+            // Summed saturating: a peer may announce anything.
+            p.shoal.map_or_else(
+                || "-".to_owned(),
+                |s| s.udp_kernel_drops.saturating_add(s.registration_kernel_drops).to_string(),
+            ),
             p.runtime_version.clone(),
             p.process_name.clone(),
         ]);
@@ -320,6 +324,7 @@ pub(crate) fn topic_info(a: &InfoArgs) -> Result<()> {
         let mut names: Vec<&str> = snap.topics.iter().map(|t| t.topic_name.as_str()).collect();
         names.sort_unstable();
         names.dedup();
+        // Errors are escaped where they are printed (main), once.
         let close: Vec<&str> = names.iter().copied().filter(|n| n.contains(a.topic.as_str())).take(10).collect();
         let hint = if close.is_empty() { String::new() } else { format!(" (similar: {})", close.join(", ")) };
         return Err(exit::not_found(format!(
@@ -349,7 +354,7 @@ pub(crate) fn topic_info(a: &InfoArgs) -> Result<()> {
         return Ok(());
     }
     let pubs = ends.iter().filter(|t| t.direction == TopicDirection::Publisher).count();
-    writeln!(out, "topic {}: {pubs} publisher(s), {} subscriber(s)", a.topic, ends.len() - pubs)?;
+    writeln!(out, "topic {}: {pubs} publisher(s), {} subscriber(s)", printable(&a.topic), ends.len() - pubs)?;
     for t in ends {
         let who = match t.direction {
             TopicDirection::Publisher => "publisher",
@@ -358,17 +363,22 @@ pub(crate) fn topic_info(a: &InfoArgs) -> Result<()> {
         writeln!(
             out,
             "\n{who} {} on {} pid {} (unit {}, {})",
-            t.entity_id, t.host_name, t.pid, t.unit_name, t.process_name
+            t.entity_id,
+            printable(&t.host_name),
+            t.pid,
+            printable(&t.unit_name),
+            printable(&t.process_name)
         )?;
-        let ty = if t.type_info.name.is_empty() { "-" } else { t.type_info.name.as_str() };
-        let enc = if t.type_info.encoding.is_empty() { "-" } else { t.type_info.encoding.as_str() };
+        let ty = if t.type_info.name.is_empty() { "-".into() } else { printable(&t.type_info.name) };
+        let enc = if t.type_info.encoding.is_empty() { "-".into() } else { printable(&t.type_info.encoding) };
         writeln!(
             out,
             "  type        {ty} ({enc}){}",
             if t.type_mismatch { "  MISMATCH with a subscriber" } else { "" }
         )?;
-        writeln!(out, "  descriptor  {}", descriptors::summary(&t.type_info).text)?;
-        writeln!(out, "  layers      {}", if t.layers.is_empty() { "-".into() } else { t.layers.join(", ") })?;
+        writeln!(out, "  descriptor  {}", printable(&descriptors::summary(&t.type_info).text))?;
+        let layers = if t.layers.is_empty() { "-".into() } else { t.layers.join(", ") };
+        writeln!(out, "  layers      {}", printable(&layers))?;
         let verb = if t.direction == TopicDirection::Publisher { "sent" } else { "received" };
         let mut stats = format!(
             "{} {verb}, {} Hz, last {}, {} dropped",
@@ -411,4 +421,35 @@ pub(crate) fn topic_info(a: &InfoArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use shoal::monitor::{ProcessEntry, ShoalProcessStats, Snapshot};
+
+    use super::process_table;
+
+    #[test]
+    fn kernel_drops_announced_near_u64_max_are_summed_saturating() {
+        let p = ProcessEntry {
+            host_name: "h".into(),
+            pid: 1,
+            process_name: "/bin/p".into(),
+            unit_name: "u".into(),
+            runtime_version: "shoal".into(),
+            is_shoal: true,
+            is_self: false,
+            registration_age: Duration::ZERO,
+            state_severity: 1,
+            state_info: String::new(),
+            shoal: Some(ShoalProcessStats { udp_kernel_drops: u64::MAX - 1, registration_kernel_drops: 5 }),
+        };
+        let snap = Snapshot { processes: vec![p], ..Snapshot::default() };
+        let mut out = Vec::new();
+        process_table(&snap).write(&mut out).expect("write");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(text.contains(&u64::MAX.to_string()), "{text}");
+    }
 }

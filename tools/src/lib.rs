@@ -1,5 +1,9 @@
 //! What the shoal-tools binaries (`shoal`, `shoal-peer`, `shoal-snapshot`) and their tests share: the clocks the
-//! measurements read, the FNV-1a digest the peers print, and the JSON-lines output of the scripted peers.
+//! measurements read, the FNV-1a digest the peers print, the JSON-lines output of the scripted peers, and
+//! [`mcap_read`], the bounded MCAP reader of `shoal play` and `shoal info` (also driven by the fuzz target
+//! `mcap_read`).
+
+pub mod mcap_read;
 
 /// CLOCK_MONOTONIC in nanoseconds: one clock for all processes of the host, so a timestamp written by one process
 /// can be compared with a reading in another.

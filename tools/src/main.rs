@@ -90,7 +90,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::from(exit::OK),
         Err(e) if exit::is_broken_pipe(&e) => ExitCode::from(exit::OK),
         Err(e) => {
-            eprintln!("shoal: error: {e:#}");
+            // Errors may quote names from the network or a file: every error is escaped here, once, whole (a newline
+            // inside a name cannot start a line that looks like another message).
+            eprintln!("shoal: error: {}", shoal::monitor::printable(&format!("{e:#}")));
             ExitCode::from(exit::code_of(&e))
         }
     }

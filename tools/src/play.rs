@@ -1,18 +1,21 @@
 //! `shoal play`: publishes the messages of an MCAP file with their recorded timing and type information.
 //!
-//! The file is read as a stream (memory: one chunk at a time), so a file without its summary (a recording that was
-//! killed) plays as far as it is readable. A chunk that does not decode or fails its CRC is skipped whole and
-//! reported; a record whose length runs past the end of the file, or any other break in the record framing, ends the
-//! reading there, reported. Nothing of a damaged chunk is published.
+//! The file is read as a stream, one record at a time ([`shoal_tools::mcap_read`]), so a file without its summary (a
+//! recording that was killed) plays as far as it is readable. A chunk that does not decode, fails its CRC or
+//! decompresses to more than it declares is skipped whole and reported; so is a record or chunk above
+//! `--max-record-mb`, and reading goes on after it; a record whose length runs past the end of the file ends the
+//! reading there, reported. Nothing of a damaged chunk is published. Channels beyond `--max-channels`, and schemas
+//! beyond `--max-schema-mb` (with the channels that use them), are not played: their messages are counted and
+//! reported. Memory: about twice `--max-record-mb` for reading, plus `--max-schema-mb`, whatever the file declares.
 //!
 //! Type information: a channel written by `shoal record` carries eCAL's (`ecal.type_name`, `ecal.encoding`, the
 //! schema data or `ecal.descriptor_hex` as descriptor); any other file's `protobuf` channels are announced as eCAL
 //! does protobuf topics (schema name, `proto`, the schema's `FileDescriptorSet`), other channels with their schema
 //! name and message encoding.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::io::{IsTerminal, Read, Seek};
+use std::io::{BufReader, IsTerminal};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,18 +23,36 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use mcap::records::Record;
-use mcap::sans_io::{
-    LinearReadEvent, LinearReader, LinearReaderOptions, SummaryReadEvent, SummaryReader, SummaryReaderOptions,
-};
 use serde_json::json;
+use shoal::monitor::printable;
 use shoal::{Node, Publisher, TypeInfo};
+use shoal_tools::mcap_read::{self, Catalog, ChannelInfo, Damages, Limits, Rec, SchemaInfo, Skip};
 
 use crate::record::{META_DESCRIPTOR_HEX, META_ENCODING, META_TYPE_NAME};
 
-/// The largest record (in particular chunk, compressed or not) this reader accepts: a length field above it is
-/// taken as damage rather than allocated.
-pub(crate) const RECORD_LIMIT: usize = 256 << 20;
+/// The limits of reading a file, shared by `shoal play` and `shoal info`.
+#[derive(Debug, Args)]
+pub(crate) struct ReadLimitArgs {
+    /// The largest record read, in MiB: a message, a schema, a chunk (compressed, and the uncompressed size it
+    /// declares). A larger one is skipped and reported; reading needs about twice this in memory.
+    #[arg(long, default_value_t = Limits::DEFAULT_MAX_RECORD_MB, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    max_record_mb: u64,
+    /// Memory for the schemas and channel definitions kept, in MiB. Schemas beyond it are not kept, and the channels
+    /// that use them are skipped (reported, their messages counted).
+    #[arg(long, default_value_t = Limits::DEFAULT_MAX_SCHEMA_MB, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    max_schema_mb: u64,
+}
+
+impl ReadLimitArgs {
+    fn limits(&self, max_channels: usize) -> Limits {
+        Limits {
+            max_record: self.max_record_mb << 20,
+            max_channels,
+            max_catalog_bytes: usize::try_from(self.max_schema_mb << 20).unwrap_or(usize::MAX),
+            max_metadata_bytes: Limits::MAX_METADATA_BYTES,
+        }
+    }
+}
 
 /// Arguments of `shoal play`.
 #[derive(Debug, Args)]
@@ -66,143 +87,71 @@ pub(crate) struct PlayArgs {
     /// subscriber attaches to the memfile a few ms after the match).
     #[arg(long, default_value_t = 300)]
     settle_ms: u64,
+    /// Channels played at most: each is a publisher with its own shared-memory ring (about 1.3 MB with the default
+    /// ring). Channels beyond are skipped and reported, their messages counted.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    max_channels: u64,
+    #[command(flatten)]
+    limits: ReadLimitArgs,
     /// Print a final JSON summary on stdout.
     #[arg(long)]
     json: bool,
 }
 
-/// A part of a file that could not be read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Damage {
-    /// The reader had read this many bytes of the file when it found the damage (the damage is before).
-    pub(crate) read_bytes: u64,
-    /// What is wrong, and what was skipped.
-    pub(crate) what: String,
+/// Reads the MCAP file at `path` from start to end within `limits` ([`mcap_read::read_records`]).
+fn read_records(path: &Path, limits: &Limits, on_record: impl FnMut(Rec<'_>) -> bool) -> Result<Damages> {
+    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    mcap_read::read_records(BufReader::with_capacity(1 << 16, file), limits, on_record)
+        .with_context(|| format!("cannot read {}", path.display()))
 }
 
-impl std::fmt::Display for Damage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} (found after reading {} bytes)", self.what, self.read_bytes)
-    }
-}
-
-/// Reads the records of the MCAP file at `path` from start to end, the records of intact chunks included, and gives
-/// each to `on_record` (which returns false to stop). Returns what could not be read; errors only when the file
-/// cannot be opened or read.
-pub(crate) fn read_records(path: &Path, mut on_record: impl FnMut(Record<'_>) -> bool) -> Result<Vec<Damage>> {
-    let mut file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut reader = LinearReader::new_with_options(
-        LinearReaderOptions::default().with_emit_chunks(true).with_record_length_limit(RECORD_LIMIT),
-    );
-    let mut read_bytes = 0u64;
-    let mut damage = Vec::new();
-    while let Some(event) = reader.next_event() {
-        match event {
-            Ok(LinearReadEvent::ReadRequest(n)) => {
-                let got = file.read(reader.insert(n)).with_context(|| format!("cannot read {}", path.display()))?;
-                reader.notify_read(got);
-                read_bytes += got as u64;
-            }
-            Ok(LinearReadEvent::Record { opcode, data }) => match mcap::parse_record(opcode, data) {
-                Ok(Record::Chunk { header, data }) => match chunk_records(header, &data) {
-                    Ok(records) => {
-                        for r in records {
-                            if !on_record(r) {
-                                return Ok(damage);
-                            }
-                        }
-                    }
-                    Err(what) => damage.push(Damage { read_bytes, what }),
-                },
-                Ok(r) => {
-                    if !on_record(r) {
-                        return Ok(damage);
-                    }
-                }
-                Err(e) => damage.push(Damage {
-                    read_bytes,
-                    what: format!("a record (opcode {opcode:#04x}) does not parse: {e}; skipped"),
-                }),
-            },
-            Err(e) => {
-                let what = match e {
-                    mcap::McapError::UnexpectedEof => {
-                        "the file ends inside a record or without its footer (truncated, or the recording was killed); \
-                         everything before was read"
-                            .to_string()
-                    }
-                    e => format!("the record framing breaks ({e}); nothing after this point can be read"),
-                };
-                damage.push(Damage { read_bytes, what });
-                break;
-            }
+/// The summary section of the file at `path` when it has an intact one: its catalog and statistics.
+fn read_summary(path: &Path, limits: &Limits, filter: &[String]) -> Option<(Catalog, Option<mcap_read::SummaryStats>)> {
+    let file = File::open(path).ok()?;
+    match mcap_read::read_summary(BufReader::with_capacity(1 << 16, file), limits, filter) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!("{}: no usable summary: {e}", path.display());
+            None
         }
     }
-    Ok(damage)
 }
 
-/// Every record of a chunk, or what is wrong with it (nothing of a damaged chunk is returned).
-fn chunk_records(header: mcap::records::ChunkHeader, data: &[u8]) -> Result<Vec<Record<'_>>, String> {
-    let what = |e: String| {
-        format!(
-            "a chunk ({} compressed bytes, {} compression, log times {}..{}) is damaged: {e}; its messages are skipped",
-            header.compressed_size,
-            if header.compression.is_empty() { "no" } else { &header.compression },
-            header.message_start_time,
-            header.message_end_time
-        )
-    };
-    if header.uncompressed_size > RECORD_LIMIT as u64 {
-        return Err(what(format!(
-            "its uncompressed size {} is above the limit of {RECORD_LIMIT}",
-            header.uncompressed_size
-        )));
+/// Prints the damaged and skipped parts of `file` on stderr, prefixed with `prefix`.
+fn print_damage(prefix: &str, file: &Path, d: &Damages) {
+    for x in &d.list {
+        eprintln!("{prefix}{}: {}", file.display(), printable(&x.to_string()));
     }
-    let reader = mcap::read::ChunkReader::new(header.clone(), data).map_err(|e| what(e.to_string()))?;
-    reader.collect::<Result<Vec<_>, _>>().map_err(|e| what(e.to_string()))
-}
-
-/// The summary section of the file, when it has an intact one.
-fn read_summary(path: &Path) -> Option<mcap::Summary> {
-    let mut file = File::open(path).ok()?;
-    let len = file.metadata().ok()?.len();
-    let mut reader = SummaryReader::new_with_options(
-        SummaryReaderOptions::default().with_file_size(len).with_record_length_limit(RECORD_LIMIT),
-    );
-    while let Some(event) = reader.next_event() {
-        match event {
-            Ok(SummaryReadEvent::ReadRequest(n)) => {
-                let got = file.read(reader.insert(n)).ok()?;
-                reader.notify_read(got);
-            }
-            Ok(SummaryReadEvent::SeekRequest(to)) => {
-                let pos = file.seek(to).ok()?;
-                reader.notify_seeked(pos);
-            }
-            Err(e) => {
-                tracing::debug!("{}: no usable summary: {e}", path.display());
-                return None;
-            }
-        }
+    if d.unlisted > 0 {
+        eprintln!("{prefix}{}: {} more damaged or skipped parts (not listed)", file.display(), d.unlisted);
     }
-    reader.finish()
 }
 
-/// A schema as far as playback needs it.
-#[derive(Debug, Clone)]
-struct SchemaInfo {
-    name: String,
-    encoding: String,
-    data: Vec<u8>,
-}
-
-/// A channel as far as playback needs it.
-#[derive(Debug, Clone)]
-struct ChannelInfo {
-    topic: String,
-    schema_id: u16,
-    message_encoding: String,
-    metadata: std::collections::BTreeMap<String, String>,
+/// The channels a catalog did not keep, one sentence per reason (with the messages skipped on them, when known).
+fn skipped_text(catalog: &Catalog, limits: &Limits, messages: &BTreeMap<Skip, u64>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (skip, n) in catalog.skipped_counts() {
+        let msgs = messages.get(&skip).copied().unwrap_or(0);
+        let (why, raise) = match skip {
+            Skip::Filtered => continue,
+            Skip::ChannelLimit => (format!("beyond --max-channels ({})", limits.max_channels), "--max-channels"),
+            Skip::ByteLimit => (
+                format!("beyond --max-schema-mb ({} MiB of channel definitions)", limits.max_catalog_bytes >> 20),
+                "--max-schema-mb",
+            ),
+            Skip::SchemaSkipped => ("whose schema was beyond --max-schema-mb".to_string(), "--max-schema-mb"),
+        };
+        out.push(format!("{n} channels {why} were skipped ({msgs} messages on them); a larger {raise} keeps them"));
+    }
+    if catalog.skipped_schemas() > 0 {
+        out.push(format!(
+            "{} schemas ({} bytes) beyond --max-schema-mb ({} MiB) were not kept",
+            catalog.skipped_schemas(),
+            catalog.skipped_schema_bytes,
+            limits.max_catalog_bytes >> 20
+        ));
+    }
+    out
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
@@ -228,69 +177,12 @@ fn type_info_of(ch: &ChannelInfo, schema: Option<&SchemaInfo>) -> TypeInfo {
     }
 }
 
-/// Channels and schemas known so far (from the summary, then from the records as they come).
-#[derive(Debug, Default)]
-struct Catalog {
-    schemas: HashMap<u16, SchemaInfo>,
-    channels: HashMap<u16, ChannelInfo>,
-    first_log_time: Option<u64>,
-}
-
-impl Catalog {
-    fn from_summary(s: &mcap::Summary) -> Catalog {
-        let mut c = Catalog::default();
-        for (id, sc) in &s.schemas {
-            c.schemas.insert(
-                *id,
-                SchemaInfo { name: sc.name.clone(), encoding: sc.encoding.clone(), data: sc.data.to_vec() },
-            );
-        }
-        for (id, ch) in &s.channels {
-            c.channels.insert(
-                *id,
-                ChannelInfo {
-                    topic: ch.topic.clone(),
-                    schema_id: ch.schema.as_ref().map_or(0, |s| s.id),
-                    message_encoding: ch.message_encoding.clone(),
-                    metadata: ch.metadata.clone(),
-                },
-            );
-        }
-        c.first_log_time = s.stats.as_ref().filter(|st| st.message_count > 0).map(|st| st.message_start_time);
-        c
-    }
-
-    /// Takes in a schema or channel record; returns the channel id of a channel record.
-    fn learn(&mut self, r: &Record<'_>) -> Option<u16> {
-        match r {
-            Record::Schema { header, data } => {
-                self.schemas.insert(
-                    header.id,
-                    SchemaInfo { name: header.name.clone(), encoding: header.encoding.clone(), data: data.to_vec() },
-                );
-                None
-            }
-            Record::Channel(ch) => {
-                self.channels.insert(
-                    ch.id,
-                    ChannelInfo {
-                        topic: ch.topic.clone(),
-                        schema_id: ch.schema_id,
-                        message_encoding: ch.message_encoding.clone(),
-                        metadata: ch.metadata.clone(),
-                    },
-                );
-                Some(ch.id)
-            }
-            _ => None,
-        }
-    }
-
-    fn type_info(&self, channel: u16) -> Option<(String, TypeInfo)> {
-        let ch = self.channels.get(&channel)?;
-        let schema = if ch.schema_id == 0 { None } else { self.schemas.get(&ch.schema_id) };
-        Some((ch.topic.clone(), type_info_of(ch, schema)))
-    }
+/// The type information of channel `id` of `catalog`: None when the channel is not known, or uses a schema that
+/// was not kept.
+fn channel_type(catalog: &Catalog, id: u16) -> Option<(String, TypeInfo)> {
+    let ch = catalog.channels.get(&id)?;
+    let schema = if ch.schema_id == 0 { None } else { catalog.schemas.get(&ch.schema_id) };
+    Some((ch.topic.clone(), type_info_of(ch, schema)))
 }
 
 /// One publisher of the playback and its counters.
@@ -304,23 +196,21 @@ struct Played {
 /// The publishers, one per topic and type information.
 struct Publishers<'a> {
     node: &'a Node,
-    filter: &'a [String],
     list: Vec<Played>,
     by_key: HashMap<(String, TypeInfo), usize>,
     by_channel: HashMap<u16, Option<usize>>,
 }
 
 impl Publishers<'_> {
-    /// The publisher of `channel` (created on first use), or None when the channel is filtered out or unknown.
+    /// The publisher of `channel` (created on first use), or None when the channel is not in the catalog (unknown,
+    /// filtered out or skipped).
     fn for_channel(&mut self, catalog: &Catalog, channel: u16) -> Result<Option<usize>> {
         if let Some(p) = self.by_channel.get(&channel) {
             return Ok(*p);
         }
-        let Some((topic, ti)) = catalog.type_info(channel) else { return Ok(None) };
-        let p = if !self.filter.is_empty() && !self.filter.contains(&topic) {
-            None
-        } else if let Some(&i) = self.by_key.get(&(topic.clone(), ti.clone())) {
-            Some(i)
+        let Some((topic, ti)) = channel_type(catalog, channel) else { return Ok(None) };
+        let p = if let Some(&i) = self.by_key.get(&(topic.clone(), ti.clone())) {
+            i
         } else {
             let publisher = self
                 .node
@@ -330,10 +220,10 @@ impl Publishers<'_> {
                 .with_context(|| format!("cannot create the publisher of {topic}"))?;
             self.list.push(Played { topic: topic.clone(), publisher, sent: 0, send_errors: 0 });
             self.by_key.insert((topic, ti), self.list.len() - 1);
-            Some(self.list.len() - 1)
+            self.list.len() - 1
         };
-        self.by_channel.insert(channel, p);
-        Ok(p)
+        self.by_channel.insert(channel, Some(p));
+        Ok(Some(p))
     }
 }
 
@@ -369,6 +259,7 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
     if !a.file.is_file() {
         return Err(crate::exit::not_found(format!("{} is not a file", a.file.display())));
     }
+    let limits = a.limits.limits(usize::try_from(a.max_channels).unwrap_or(usize::MAX));
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register_conditional_shutdown(sig, 1, Arc::clone(&stop))
@@ -377,33 +268,27 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
     }
 
     // What the file contains: from its summary, or (a file without one) from a first pass over it.
-    let summary = read_summary(&a.file);
+    let summary = read_summary(&a.file, &limits, &a.topics);
     let had_summary = summary.is_some();
-    let mut catalog = match &summary {
-        Some(s) => Catalog::from_summary(s),
+    let (mut catalog, mut first_log_time) = match summary {
+        Some((c, stats)) => (c, stats.filter(|st| st.message_count > 0).map(|st| st.message_start_time)),
         None => {
             eprintln!("shoal play: {} has no readable summary; reading it once to find its channels", a.file.display());
-            let mut c = Catalog::default();
-            read_records(&a.file, |r| {
+            let mut c = Catalog::new(&limits, &a.topics);
+            let mut first: Option<u64> = None;
+            read_records(&a.file, &limits, |r| {
                 c.learn(&r);
-                if let Record::Message { header, .. } = &r {
-                    c.first_log_time = Some(c.first_log_time.map_or(header.log_time, |t| t.min(header.log_time)));
+                if let Rec::Message { log_time, .. } = r {
+                    first = Some(first.map_or(log_time, |t| t.min(log_time)));
                 }
                 true
             })?;
-            c
+            (c, first)
         }
     };
-    drop(summary);
 
     let node = Node::init("shoal_play").context("starting the shoal node (check ecal.ini and /dev/shm)")?;
-    let mut pubs = Publishers {
-        node: &node,
-        filter: &a.topics,
-        list: Vec::new(),
-        by_key: HashMap::new(),
-        by_channel: HashMap::new(),
-    };
+    let mut pubs = Publishers { node: &node, list: Vec::new(), by_key: HashMap::new(), by_channel: HashMap::new() };
     let mut ids: Vec<u16> = catalog.channels.keys().copied().collect();
     ids.sort_unstable();
     for id in ids {
@@ -411,7 +296,7 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
     }
     for t in &a.topics {
         if !pubs.list.iter().any(|p| &p.topic == t) {
-            eprintln!("shoal play: topic {t} is not in {}", a.file.display());
+            eprintln!("shoal play: topic {} is not in {}", printable(t), a.file.display());
         }
     }
     let wait_subs = if a.no_wait { 0 } else { a.wait_subs };
@@ -422,7 +307,7 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
             {
                 eprintln!(
                     "shoal play: {} has {} of {wait_subs} subscribers after {:.1} s; playing anyway",
-                    p.topic,
+                    printable(&p.topic),
                     p.publisher.subscriber_count(),
                     a.wait_timeout
                 );
@@ -433,34 +318,39 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
         }
     }
 
-    let first = catalog.first_log_time.unwrap_or(0);
+    let first = first_log_time.take().unwrap_or(0);
     let window_start = first.saturating_add(a.start.map_or(0, |s| (s * 1e9) as u64));
     let window_end = a.end.map_or(u64::MAX, |e| first.saturating_add((e * 1e9) as u64));
     let terminal = std::io::stderr().is_terminal();
     let mut sends: Option<(Instant, Instant)> = None;
-    let mut damage: Vec<Damage> = Vec::new();
+    let mut damage = Damages::default();
     let (mut published, mut unknown_channel, mut passes) = (0u64, 0u64, 0u64);
+    // Messages not played because their channel was skipped (first pass only), by reason.
+    let mut skipped_messages: BTreeMap<Skip, u64> = BTreeMap::new();
     let mut last_progress = Instant::now();
     let mut fatal: Option<anyhow::Error> = None;
     loop {
         passes += 1;
         let mut origin: Option<(u64, Instant)> = None;
-        let found = read_records(&a.file, |r| {
+        let found = read_records(&a.file, &limits, |r| {
             if let Some(id) = catalog.learn(&r)
                 && let Err(e) = pubs.for_channel(&catalog, id)
             {
                 fatal = Some(e);
                 return false;
             }
-            let Record::Message { header, data } = r else { return true };
-            if header.log_time < window_start || header.log_time > window_end {
+            let Rec::Message { channel_id, log_time, data, .. } = r else { return true };
+            if log_time < window_start || log_time > window_end {
                 return true;
             }
-            let p = match pubs.for_channel(&catalog, header.channel_id) {
+            let p = match pubs.for_channel(&catalog, channel_id) {
                 Ok(Some(p)) => p,
                 Ok(None) => {
-                    if !catalog.channels.contains_key(&header.channel_id) {
-                        unknown_channel += 1;
+                    if passes == 1 {
+                        match catalog.skipped(channel_id) {
+                            Some(s) => *skipped_messages.entry(s).or_default() += 1,
+                            None => unknown_channel += 1,
+                        }
                     }
                     return true;
                 }
@@ -469,13 +359,13 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
                     return false;
                 }
             };
-            let (log0, wall0) = *origin.get_or_insert((header.log_time, Instant::now()));
-            let offset = Duration::from_nanos(header.log_time.saturating_sub(log0)).div_f64(a.rate);
+            let (log0, wall0) = *origin.get_or_insert((log_time, Instant::now()));
+            let offset = Duration::from_nanos(log_time.saturating_sub(log0)).div_f64(a.rate);
             if !sleep_until(wall0 + offset, &stop) {
                 return false;
             }
             let played = &mut pubs.list[p];
-            let result = played.publisher.send(&data);
+            let result = played.publisher.send(data);
             let now = Instant::now();
             sends = Some((sends.map_or(now, |(first, _)| first), now));
             match result {
@@ -485,14 +375,14 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
                 }
                 Err(e) => {
                     if played.send_errors == 0 {
-                        eprintln!("shoal play: {}: cannot send: {e}", played.topic);
+                        eprintln!("shoal play: {}: cannot send: {e}", printable(&played.topic));
                     }
                     played.send_errors += 1;
                 }
             }
             if terminal && last_progress.elapsed() >= Duration::from_millis(250) {
                 last_progress = Instant::now();
-                let at = header.log_time.saturating_sub(first) as f64 / 1e9;
+                let at = log_time.saturating_sub(first) as f64 / 1e9;
                 eprint!("\r\x1b[Kplaying: {published} messages  at {at:.1} s of the recording  pass {passes}");
             }
             true
@@ -521,11 +411,13 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
         if passes == 1 { "" } else { "es" },
         if send_errors > 0 { format!(", {send_errors} send errors") } else { String::new() }
     );
-    for d in &damage {
-        eprintln!("shoal play: {}: {d}", a.file.display());
-    }
+    print_damage("shoal play: ", &a.file, &damage);
     if unknown_channel > 0 {
         eprintln!("shoal play: {unknown_channel} messages skipped: their channel record was in a damaged part");
+    }
+    let skipped = skipped_text(&catalog, &limits, &skipped_messages);
+    for s in &skipped {
+        eprintln!("shoal play: {}: {s}", a.file.display());
     }
     if a.json {
         let topics: Vec<_> = pubs
@@ -537,15 +429,39 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
                             "send_errors": p.send_errors})
             })
             .collect();
-        let damage_json: Vec<_> = damage.iter().map(|d| json!({"read_bytes": d.read_bytes, "what": d.what})).collect();
         shoal_tools::emit(&json!({"event": "summary", "published": published, "passes": passes, "seconds": elapsed,
                                   "had_summary": had_summary, "unknown_channel": unknown_channel,
-                                  "damage": damage_json, "topics": topics}));
+                                  "damage": damage_json(&damage), "skipped": skipped_json(&catalog, &skipped_messages),
+                                  "topics": topics, "peak_rss_kb": crate::perf::peak_rss_kb()}));
     }
-    if !damage.is_empty() || unknown_channel > 0 {
-        bail!("{} is damaged: the readable part was played, the parts listed above were not", a.file.display());
+    let channels_skipped = catalog.skipped_counts().iter().any(|(s, n)| *s != Skip::Filtered && *n > 0);
+    if !damage.is_empty() || unknown_channel > 0 || channels_skipped {
+        bail!(
+            "{} was played in part: the parts listed above were damaged or beyond the limits, and were not played",
+            a.file.display()
+        );
     }
     Ok(())
+}
+
+/// The damaged parts as JSON: `[{read_bytes, what}]`, then `{"unlisted": n}` when some were only counted.
+fn damage_json(d: &Damages) -> Vec<serde_json::Value> {
+    let mut v: Vec<_> = d.list.iter().map(|x| json!({"read_bytes": x.read_bytes, "what": x.what})).collect();
+    if d.unlisted > 0 {
+        v.push(json!({"unlisted": d.unlisted}));
+    }
+    v
+}
+
+/// The channels and schemas a catalog did not keep, as JSON (`messages`: those skipped on them, by reason).
+fn skipped_json(catalog: &Catalog, messages: &BTreeMap<Skip, u64>) -> serde_json::Value {
+    let counts = catalog.skipped_counts();
+    let n = |s: Skip| counts.get(&s).copied().unwrap_or(0);
+    let m = |s: Skip| messages.get(&s).copied().unwrap_or(0);
+    json!({"channels_over_max_channels": n(Skip::ChannelLimit), "channels_over_max_schema_mb": n(Skip::ByteLimit),
+           "channels_of_skipped_schemas": n(Skip::SchemaSkipped), "schemas": catalog.skipped_schemas(),
+           "schema_bytes": catalog.skipped_schema_bytes,
+           "messages": m(Skip::ChannelLimit) + m(Skip::ByteLimit) + m(Skip::SchemaSkipped)})
 }
 
 /// Arguments of `shoal info FILE.mcap`.
@@ -553,39 +469,52 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
 pub(crate) struct InfoArgs {
     /// The MCAP file.
     file: PathBuf,
+    /// Channels listed at most; channels beyond are counted (with their messages).
+    #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    max_channels: u64,
+    #[command(flatten)]
+    limits: ReadLimitArgs,
     /// One JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
 }
 
 /// Runs `shoal info`: what a file holds (from its summary, or by reading it through when it has none), its
-/// recording metadata and what of it cannot be read.
+/// recording metadata and what of it cannot be read. Metadata records beyond 16 MiB in all are counted, not kept.
 pub(crate) fn info(a: InfoArgs) -> Result<()> {
     let len = std::fs::metadata(&a.file).with_context(|| format!("cannot open {}", a.file.display()))?.len();
-    let summary = read_summary(&a.file);
-    let mut catalog = summary.as_ref().map(Catalog::from_summary).unwrap_or_default();
-    let mut counts: HashMap<u16, u64> = summary
+    let limits = a.limits.limits(usize::try_from(a.max_channels).unwrap_or(usize::MAX));
+    let summary = read_summary(&a.file, &limits, &[]);
+    let had_summary = summary.is_some();
+    let (mut catalog, stats) = summary.unwrap_or_else(|| (Catalog::new(&limits, &[]), None));
+    let have_counts = stats.is_some();
+    let (mut start, mut end) = stats
         .as_ref()
-        .and_then(|s| s.stats.as_ref())
-        .map(|st| st.channel_message_counts.clone().into_iter().collect())
-        .unwrap_or_default();
-    let (mut start, mut end) = summary
-        .as_ref()
-        .and_then(|s| s.stats.as_ref())
         .filter(|st| st.message_count > 0)
         .map_or((None, None), |st| (Some(st.message_start_time), Some(st.message_end_time)));
+    let mut counts: HashMap<u16, u64> = stats.map(|st| st.channel_message_counts).unwrap_or_default();
     // The metadata records (and, without a summary, the messages) come from reading the file through.
-    let mut metadata: Vec<(String, std::collections::BTreeMap<String, String>)> = Vec::new();
-    let have_counts = summary.as_ref().is_some_and(|s| s.stats.is_some());
-    let damage = read_records(&a.file, |r| {
+    let mut metadata: Vec<(String, BTreeMap<String, String>)> = Vec::new();
+    let (mut metadata_bytes, mut metadata_unkept, mut metadata_unkept_bytes) = (0usize, 0u64, 0u64);
+    let damage = read_records(&a.file, &limits, |r| {
         catalog.learn(&r);
         match r {
-            Record::Message { header, .. } if !have_counts => {
-                *counts.entry(header.channel_id).or_default() += 1;
-                start = Some(start.map_or(header.log_time, |t: u64| t.min(header.log_time)));
-                end = Some(end.map_or(header.log_time, |t: u64| t.max(header.log_time)));
+            Rec::Message { channel_id, log_time, .. } if !have_counts => {
+                let n = counts.entry(channel_id).or_default();
+                *n = n.saturating_add(1);
+                start = Some(start.map_or(log_time, |t: u64| t.min(log_time)));
+                end = Some(end.map_or(log_time, |t: u64| t.max(log_time)));
             }
-            Record::Metadata(m) => metadata.push((m.name, m.metadata)),
+            Rec::Metadata { name, metadata: m } => {
+                let size = name.len() + m.byte_len() + m.len() * 64;
+                if metadata_bytes.saturating_add(size) <= limits.max_metadata_bytes {
+                    metadata_bytes += size;
+                    metadata.push((name.to_owned(), m.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()));
+                } else {
+                    metadata_unkept += 1;
+                    metadata_unkept_bytes = metadata_unkept_bytes.saturating_add(size as u64);
+                }
+            }
             _ => {}
         }
         true
@@ -595,7 +524,7 @@ pub(crate) fn info(a: InfoArgs) -> Result<()> {
     let channels: Vec<serde_json::Value> = ids
         .iter()
         .filter_map(|id| {
-            let (topic, ti) = catalog.type_info(*id)?;
+            let (topic, ti) = channel_type(&catalog, *id)?;
             let ch = &catalog.channels[id];
             let schema = catalog.schemas.get(&ch.schema_id);
             Some(json!({"id": id, "topic": topic, "messages": counts.get(id).copied().unwrap_or(0),
@@ -604,49 +533,66 @@ pub(crate) fn info(a: InfoArgs) -> Result<()> {
                         "encoding": ti.encoding, "descriptor_len": ti.descriptor.len()}))
         })
         .collect();
-    let messages: u64 = counts.values().sum();
+    let messages: u64 = counts.values().fold(0u64, |a, &b| a.saturating_add(b));
+    let mut skipped_messages: BTreeMap<Skip, u64> = BTreeMap::new();
+    for (id, n) in &counts {
+        if let Some(s) = catalog.skipped(*id) {
+            let e = skipped_messages.entry(s).or_default();
+            *e = e.saturating_add(*n);
+        }
+    }
+    let skipped = skipped_text(&catalog, &limits, &skipped_messages);
     let seconds = match (start, end) {
         (Some(s), Some(e)) => e.saturating_sub(s) as f64 / 1e9,
         _ => 0.0,
     };
     if a.json {
         let meta: Vec<_> = metadata.iter().map(|(n, m)| json!({"name": n, "metadata": m})).collect();
-        let damage_json: Vec<_> = damage.iter().map(|d| json!({"read_bytes": d.read_bytes, "what": d.what})).collect();
-        shoal_tools::emit(
-            &json!({"file": a.file.display().to_string(), "bytes": len, "had_summary": summary.is_some(),
+        shoal_tools::emit(&json!({"file": a.file.display().to_string(), "bytes": len, "had_summary": had_summary,
                                   "messages": messages, "start_ns": start, "end_ns": end, "seconds": seconds,
-                                  "channels": channels, "metadata": meta, "damage": damage_json}),
-        );
+                                  "channels": channels, "metadata": meta,
+                                  "metadata_not_kept": {"records": metadata_unkept, "bytes": metadata_unkept_bytes},
+                                  "skipped": skipped_json(&catalog, &skipped_messages),
+                                  "damage": damage_json(&damage), "peak_rss_kb": crate::perf::peak_rss_kb()}));
     } else {
-        println!(
-            "file:      {} ({len} bytes{})",
-            a.file.display(),
-            if summary.is_some() { "" } else { ", no summary" }
-        );
+        println!("file:      {} ({len} bytes{})", a.file.display(), if had_summary { "" } else { ", no summary" });
         let counted = if have_counts { "as the summary counts them" } else { "readable" };
         println!("messages:  {messages} in {seconds:.3} s ({counted})");
         println!("channels:  {}", channels.len());
         for c in &channels {
             println!(
                 "  {:<40} {:>9} msgs  {} ({}), schema {}",
-                c["topic"].as_str().unwrap_or_default(),
+                printable(c["topic"].as_str().unwrap_or_default()),
                 c["messages"],
-                c["type_name"].as_str().unwrap_or_default(),
-                c["encoding"].as_str().unwrap_or_default(),
+                printable(c["type_name"].as_str().unwrap_or_default()),
+                printable(c["encoding"].as_str().unwrap_or_default()),
                 c["schema_name"].as_str().map_or("none".to_string(), |n| format!(
-                    "{n} ({})",
-                    c["schema_encoding"].as_str().unwrap_or_default()
+                    "{} ({})",
+                    printable(n),
+                    printable(c["schema_encoding"].as_str().unwrap_or_default())
                 ))
             );
         }
+        for s in &skipped {
+            println!("skipped:   {s}");
+        }
         for (name, m) in &metadata {
-            println!("metadata {name}:");
+            println!("metadata {}:", printable(name));
             for (k, v) in m {
-                println!("  {k} = {v}");
+                println!("  {} = {}", printable(k), printable(v));
             }
         }
-        for d in &damage {
-            println!("damaged:   {d}");
+        if metadata_unkept > 0 {
+            println!(
+                "metadata:  {metadata_unkept} more records ({metadata_unkept_bytes} bytes) beyond the {} MiB shown",
+                limits.max_metadata_bytes >> 20
+            );
+        }
+        for d in &damage.list {
+            println!("damaged:   {}", printable(&d.to_string()));
+        }
+        if damage.unlisted > 0 {
+            println!("damaged:   {} more parts (not listed)", damage.unlisted);
         }
     }
     if !damage.is_empty() {

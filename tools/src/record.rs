@@ -5,16 +5,28 @@
 //! the queue and writes the file; the main thread finds new topics (`--all`, `--regex`), prints the progress line
 //! and stops everything on Ctrl-C, SIGTERM, `--duration` or a writer error.
 //!
+//! Bounds: at most `--max-topics` topics are subscribed (`--all` and `--regex` on a churn of topic names keep
+//! recording: names beyond the bound are counted, not subscribed, and the count goes into the file's
+//! `shoal.recording` metadata as `topics_not_recorded`); a file holds at most [`MAX_FILE_CHANNELS`] channels (a
+//! message that would need another is dropped and counted as the topic's `channel_drops`) and at most
+//! [`MAX_FILE_SCHEMA_BYTES`] of schemas and descriptors (a channel beyond is recorded without its descriptor, saying
+//! so in its metadata).
+//!
+//! Files are created with the mode `[shoal_security] shm_access` gives the files shoal writes for others to read
+//! (`owner`: 0600, `group`: 0640, `all`: 0644), whatever the umask: an existing file is removed first (its mode would
+//! stay), and the new one is created exclusively with that mode.
+//!
 //! Channels: one per topic and type information. A `proto` topic whose descriptor defines its type gets a
 //! `protobuf` schema (the descriptor, a serialized `FileDescriptorSet`) and the `protobuf` message encoding, as
 //! Foxglove and the MCAP tools expect; every other topic a schema-less channel whose message encoding is the eCAL
 //! encoding. Each channel's metadata keeps eCAL's type information (`ecal.type_name`, `ecal.encoding`, and
 //! `ecal.descriptor_hex` when a schema-less channel has a descriptor) so that `shoal play` announces it unchanged.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fs::File;
+use std::hash::BuildHasher;
 use std::io::{BufWriter, IsTerminal, Seek, SeekFrom, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -22,7 +34,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use serde_json::json;
-use shoal::monitor::{TopicDirection, Via};
+use shoal::monitor::{TopicDirection, Via, printable};
 use shoal::{CallbackSubscriber, Node, Sample, TypeInfo};
 
 /// Channel metadata keys carrying eCAL's type information (read back by `shoal play`).
@@ -33,6 +45,15 @@ pub(crate) const META_ENCODING: &str = "ecal.encoding";
 pub(crate) const META_DESCRIPTOR_HEX: &str = "ecal.descriptor_hex";
 /// Name of the metadata record with the recording's counters, written when a file is closed.
 pub(crate) const RECORDING_METADATA: &str = "shoal.recording";
+
+/// Channels one file holds at most (MCAP channel ids are 16-bit; the writer keeps every channel until the file is
+/// closed).
+pub(crate) const MAX_FILE_CHANNELS: usize = 4096;
+/// Bytes of schemas and descriptors one file keeps at most (the writer holds them until the file is closed, for its
+/// summary).
+pub(crate) const MAX_FILE_SCHEMA_BYTES: usize = 64 << 20;
+/// Distinct topic names beyond `--max-topics` that are counted exactly; beyond that the count says "at least".
+const MAX_COUNTED_NAMES: usize = 1 << 20;
 
 /// How often the main thread looks for new topics, refreshes the drop counters and the progress line.
 const TICK: Duration = Duration::from_millis(250);
@@ -65,6 +86,10 @@ pub(crate) struct RecordArgs {
     /// counted). A single message larger than this is still taken when the queue is empty.
     #[arg(long, default_value_t = 256)]
     queue_mb: u64,
+    /// Topics subscribed at most. With --all or --regex, topics that appear beyond it are not recorded: their
+    /// names are counted (summary, and `topics_not_recorded` in the file's metadata).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=65535))]
+    max_topics: u64,
     /// Target uncompressed size of a chunk, in KiB.
     #[arg(long, default_value_t = 1024)]
     chunk_kb: u64,
@@ -118,6 +143,8 @@ struct TopicState {
     received: AtomicU64,
     /// Samples the callback dropped because the queue was full.
     queue_drops: AtomicU64,
+    /// Samples the writer dropped because the file had [`MAX_FILE_CHANNELS`] channels already.
+    channel_drops: AtomicU64,
     /// The core subscriber's drop counter (overruns, losses on the way), copied by the main thread.
     subscriber_drops: AtomicU64,
     /// Samples received per layer, by [`Via::code`].
@@ -267,6 +294,8 @@ type TopicChannels = Vec<(Arc<TypeInfo>, u16)>;
 /// The writer thread's state.
 struct FileWriter {
     base: PathBuf,
+    /// Mode of the files created ([`create_file`]).
+    mode: u32,
     split: bool,
     max_size: Option<u64>,
     options: mcap::WriteOptions,
@@ -277,6 +306,11 @@ struct FileWriter {
     last_size: u64,
     /// Per topic (by address of its state): the channels of this file, by type information.
     channels: Vec<(Arc<TopicState>, TopicChannels)>,
+    /// Channels of this file, and bytes of schemas and descriptors they keep.
+    file_channels: usize,
+    file_schema_bytes: usize,
+    /// Distinct topic names not recorded (beyond `--max-topics`), published by the main thread.
+    topics_not_recorded: Arc<AtomicU64>,
     topics: Arc<Mutex<Vec<Arc<TopicState>>>>,
     started: SystemTime,
     report: WriterReport,
@@ -296,12 +330,14 @@ impl FileWriter {
 
     fn open(&mut self) -> Result<()> {
         let path = self.path(self.report.files.len());
-        let file = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+        let file = create_file(&path, self.mode).with_context(|| format!("cannot create {}", path.display()))?;
         self.size.store(0, Ordering::Relaxed);
         let sized = SizedFile { inner: BufWriter::with_capacity(1 << 20, file), pos: 0, size: Arc::clone(&self.size) };
         let w = self.options.clone().create(sized).with_context(|| format!("cannot start {}", path.display()))?;
         self.writer = Some(w);
         self.channels.clear();
+        self.file_channels = 0;
+        self.file_schema_bytes = 0;
         self.pending = 0;
         self.last_size = 0;
         self.file_messages = 0;
@@ -320,23 +356,31 @@ impl FileWriter {
         meta.insert("closed_unix_ns".to_string(), unix_ns(SystemTime::now()).to_string());
         meta.insert("file_index".to_string(), (self.report.files.len() - 1).to_string());
         meta.insert("file_messages".to_string(), self.file_messages.to_string());
-        let (mut queue_drops, mut subscriber_drops) = (0, 0);
+        let (mut queue_drops, mut subscriber_drops, mut channel_drops) = (0u64, 0u64, 0u64);
         for t in lock(&self.topics).iter() {
             let (q, s) = (t.queue_drops.load(Ordering::Relaxed), t.subscriber_drops.load(Ordering::Relaxed));
-            queue_drops += q;
-            subscriber_drops += s;
+            let c = t.channel_drops.load(Ordering::Relaxed);
+            queue_drops = queue_drops.saturating_add(q);
+            subscriber_drops = subscriber_drops.saturating_add(s);
+            channel_drops = channel_drops.saturating_add(c);
             meta.insert(format!("topic.{}.received", t.name), t.received.load(Ordering::Relaxed).to_string());
             meta.insert(format!("topic.{}.queue_drops", t.name), q.to_string());
             meta.insert(format!("topic.{}.subscriber_drops", t.name), s.to_string());
+            if c > 0 {
+                meta.insert(format!("topic.{}.channel_drops", t.name), c.to_string());
+            }
             meta.insert(format!("topic.{}.layers", t.name), t.via_text());
         }
         meta.insert("queue_drops".to_string(), queue_drops.to_string());
         meta.insert("subscriber_drops".to_string(), subscriber_drops.to_string());
+        meta.insert("channel_drops".to_string(), channel_drops.to_string());
+        meta.insert("topics_not_recorded".to_string(), self.topics_not_recorded.load(Ordering::Relaxed).to_string());
         meta.insert(
             "counters".to_string(),
             "cumulative since the recording started, at the time this file was closed; queue_drops: samples the \
              recorder's queue had no room for; subscriber_drops: samples lost before reaching the recorder \
-             (counted by shoal's subscribers)"
+             (counted by shoal's subscribers); channel_drops: samples dropped because the file had its maximum of \
+             channels; topics_not_recorded: distinct topic names beyond --max-topics, not subscribed"
                 .to_string(),
         );
         w.write_metadata(&mcap::records::Metadata { name: RECORDING_METADATA.to_string(), metadata: meta })
@@ -347,7 +391,9 @@ impl FileWriter {
         Ok(())
     }
 
-    fn channel(&mut self, item: &Item) -> Result<u16> {
+    /// The channel of `item`'s topic and type in the open file (added on first use); None when the file has
+    /// [`MAX_FILE_CHANNELS`] already.
+    fn channel(&mut self, item: &Item) -> Result<Option<u16>> {
         let per_topic = match self.channels.iter().position(|(t, _)| Arc::ptr_eq(t, &item.topic)) {
             Some(i) => i,
             None => {
@@ -358,19 +404,28 @@ impl FileWriter {
         let known = &self.channels[per_topic].1;
         if let Some((_, id)) = known.iter().find(|(ti, _)| Arc::ptr_eq(ti, &item.type_info) || **ti == *item.type_info)
         {
-            return Ok(*id);
+            return Ok(Some(*id));
         }
+        if self.file_channels >= MAX_FILE_CHANNELS {
+            return Ok(None);
+        }
+        let budget = MAX_FILE_SCHEMA_BYTES.saturating_sub(self.file_schema_bytes);
         let w = self.writer.as_mut().context("no open file")?;
-        let id = add_channel(w, &item.topic.name, &item.type_info)?;
+        let (id, kept) = add_channel(w, &item.topic.name, &item.type_info, budget)?;
+        self.file_channels += 1;
+        self.file_schema_bytes += kept;
         self.channels[per_topic].1.push((Arc::clone(&item.type_info), id));
-        Ok(id)
+        Ok(Some(id))
     }
 
     fn write(&mut self, item: Item) -> Result<()> {
         if self.writer.is_none() {
             self.open()?;
         }
-        let channel_id = self.channel(&item)?;
+        let Some(channel_id) = self.channel(&item)? else {
+            item.topic.channel_drops.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        };
         let header = mcap::records::MessageHeader {
             channel_id,
             sequence: item.sequence,
@@ -400,11 +455,26 @@ impl FileWriter {
     }
 }
 
-/// Adds the channel of `topic` with `ti` (and its schema, for protobuf) to `w`.
-fn add_channel(w: &mut mcap::Writer<SizedFile>, topic: &str, ti: &TypeInfo) -> Result<u16> {
+/// Adds the channel of `topic` with `ti` (and its schema, for protobuf) to `w`; a descriptor of more than
+/// `budget` bytes (twice that in hex) is left out, and the channel's metadata says so. Returns the channel id and the
+/// bytes of schema and descriptor the writer keeps for it.
+fn add_channel(w: &mut mcap::Writer<SizedFile>, topic: &str, ti: &TypeInfo, budget: usize) -> Result<(u16, usize)> {
     let mut meta = BTreeMap::new();
     meta.insert(META_TYPE_NAME.to_string(), ti.name.clone());
     meta.insert(META_ENCODING.to_string(), ti.encoding.clone());
+    let mut kept = ti.name.len() + ti.encoding.len() + topic.len();
+    if ti.descriptor.len().saturating_mul(2) > budget {
+        meta.insert(
+            "ecal.descriptor_omitted".to_string(),
+            format!(
+                "a descriptor of {} bytes was left out: the file holds {} MiB of schemas and descriptors at most",
+                ti.descriptor.len(),
+                MAX_FILE_SCHEMA_BYTES >> 20
+            ),
+        );
+        let id = w.add_channel(0, topic, &ti.encoding, &meta).context("cannot add a channel")?;
+        return Ok((id, kept));
+    }
     let schema = if ti.encoding == "proto" && !ti.descriptor.is_empty() {
         match shoal::dynamic::DynamicDecoder::new(ti) {
             Ok(_) => Some(w.add_schema(&ti.name, "protobuf", &ti.descriptor).context("cannot add a schema")?),
@@ -418,15 +488,35 @@ fn add_channel(w: &mut mcap::Writer<SizedFile>, topic: &str, ti: &TypeInfo) -> R
         None
     };
     let (schema_id, encoding) = match schema {
-        Some(id) => (id, "protobuf"),
+        Some(id) => {
+            kept += ti.descriptor.len();
+            (id, "protobuf")
+        }
         None => {
             if !ti.descriptor.is_empty() {
                 meta.insert(META_DESCRIPTOR_HEX.to_string(), hex(&ti.descriptor));
+                kept += 2 * ti.descriptor.len();
             }
             (0, ti.encoding.as_str())
         }
     };
-    w.add_channel(schema_id, topic, encoding, &meta).context("cannot add a channel")
+    let id = w.add_channel(schema_id, topic, encoding, &meta).context("cannot add a channel")?;
+    Ok((id, kept))
+}
+
+/// Creates the file at `path` with exactly `mode`, whatever the umask: an existing file is removed first (opening
+/// it would keep its mode), the new one is created exclusively (`O_EXCL`: no symlink is followed) with `mode`, and
+/// the bits the umask took away are given back on the open descriptor. The file is never more open than `mode`.
+pub(crate) fn create_file(path: &Path, mode: u32) -> std::io::Result<File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let file = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    Ok(file)
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -488,6 +578,13 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
     if a.chunk_kb == 0 {
         return Err(crate::exit::usage("--chunk-kb must be at least 1"));
     }
+    let max_topics = usize::try_from(a.max_topics).unwrap_or(usize::MAX);
+    if a.topics.len() > max_topics {
+        return Err(crate::exit::usage(format!(
+            "{} topics named, more than --max-topics ({max_topics}): raise --max-topics",
+            a.topics.len()
+        )));
+    }
     if let Some(parent) = a.output.parent()
         && !parent.as_os_str().is_empty()
         && !parent.is_dir()
@@ -515,8 +612,11 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
         .chunk_size(Some(a.chunk_kb.saturating_mul(1024)))
         .profile("")
         .library(format!("shoal {} (mcap-rust {})", env!("CARGO_PKG_VERSION"), mcap::VERSION));
+    let topics_not_recorded = Arc::new(AtomicU64::new(0));
     let mut fw = FileWriter {
         base: a.output.clone(),
+        // Files others may read: the mode shoal gives its ring segments ([shoal_security] shm_access).
+        mode: node.config().security.shm_access.read_mode(),
         split: a.max_size.is_some(),
         max_size: a.max_size,
         options,
@@ -525,6 +625,9 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
         pending: 0,
         last_size: 0,
         channels: Vec::new(),
+        file_channels: 0,
+        file_schema_bytes: 0,
+        topics_not_recorded: Arc::clone(&topics_not_recorded),
         topics: Arc::clone(&topics),
         started,
         report: WriterReport::default(),
@@ -562,14 +665,19 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
         .context("cannot start the writer thread")?;
 
     let mut subs: Vec<(Arc<TopicState>, CallbackSubscriber)> = Vec::new();
-    let subscribe = |name: &str, subs: &mut Vec<(Arc<TopicState>, CallbackSubscriber)>| -> Result<()> {
-        if subs.iter().any(|(t, _)| &*t.name == name) {
+    let mut subscribed: HashSet<Arc<str>> = HashSet::new();
+    let subscribe = |name: &str,
+                     subs: &mut Vec<(Arc<TopicState>, CallbackSubscriber)>,
+                     subscribed: &mut HashSet<Arc<str>>|
+     -> Result<()> {
+        if subscribed.contains(name) {
             return Ok(());
         }
         let state = Arc::new(TopicState {
             name: Arc::from(name),
             received: AtomicU64::new(0),
             queue_drops: AtomicU64::new(0),
+            channel_drops: AtomicU64::new(0),
             subscriber_drops: AtomicU64::new(0),
             via: Default::default(),
         });
@@ -607,6 +715,7 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
             })
             .create()
             .with_context(|| format!("cannot subscribe to {name}"))?;
+        subscribed.insert(Arc::clone(&state.name));
         lock(&topics).push(Arc::clone(&state));
         subs.push((state, sub));
         if a.json {
@@ -615,8 +724,11 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
         Ok(())
     };
     for t in &a.topics {
-        subscribe(t, &mut subs)?;
+        subscribe(t, &mut subs, &mut subscribed)?;
     }
+    // Names found beyond --max-topics (or that could not be subscribed), by hash: counted once each, not retried.
+    let hashing = std::collections::hash_map::RandomState::new();
+    let mut not_recorded: HashSet<u64> = HashSet::new();
 
     let terminal = std::io::stderr().is_terminal();
     let me = (node.host_name().to_string(), std::process::id());
@@ -641,7 +753,23 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
             names.sort_unstable();
             names.dedup();
             for n in names {
-                subscribe(n, &mut subs)?;
+                if subscribed.contains(n) {
+                    continue;
+                }
+                let h = hashing.hash_one(n);
+                if not_recorded.contains(&h) {
+                    continue;
+                }
+                if subs.len() < max_topics {
+                    match subscribe(n, &mut subs, &mut subscribed) {
+                        Ok(()) => continue,
+                        Err(e) => tracing::warn!("not recorded: {}", printable(&format!("{e:#}"))),
+                    }
+                }
+                if not_recorded.len() < MAX_COUNTED_NAMES {
+                    not_recorded.insert(h);
+                    topics_not_recorded.store(not_recorded.len() as u64, Ordering::Relaxed);
+                }
             }
         }
         for (t, s) in &subs {
@@ -653,10 +781,11 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
             let rate = (msgs - last_tick.1) as f64 / dt;
             let bw = (bytes - last_tick.2) as f64 / dt / 1e6;
             last_tick = (Instant::now(), msgs, bytes);
-            let drops: u64 = subs
-                .iter()
-                .map(|(t, _)| t.queue_drops.load(Ordering::Relaxed) + t.subscriber_drops.load(Ordering::Relaxed))
-                .sum();
+            let drops: u64 = subs.iter().fold(0u64, |n, (t, _)| {
+                n.saturating_add(t.queue_drops.load(Ordering::Relaxed))
+                    .saturating_add(t.subscriber_drops.load(Ordering::Relaxed))
+                    .saturating_add(t.channel_drops.load(Ordering::Relaxed))
+            });
             let file = if a.max_size.is_some() {
                 format!("  file {:03}", progress.file_index.load(Ordering::Relaxed))
             } else {
@@ -684,9 +813,14 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
     let elapsed = t0.elapsed().as_secs_f64();
     let cpu = process_cpu_s() - cpu_start;
     let states = lock(&topics).clone();
-    let queue_drops: u64 = states.iter().map(|t| t.queue_drops.load(Ordering::Relaxed)).sum();
-    let subscriber_drops: u64 = states.iter().map(|t| t.subscriber_drops.load(Ordering::Relaxed)).sum();
-    let received: u64 = states.iter().map(|t| t.received.load(Ordering::Relaxed)).sum();
+    let total = |f: fn(&TopicState) -> &AtomicU64| {
+        states.iter().fold(0u64, |n, t| n.saturating_add(f(t).load(Ordering::Relaxed)))
+    };
+    let queue_drops = total(|t| &t.queue_drops);
+    let subscriber_drops = total(|t| &t.subscriber_drops);
+    let channel_drops = total(|t| &t.channel_drops);
+    let received = total(|t| &t.received);
+    let not_recorded = topics_not_recorded.load(Ordering::Relaxed);
     let mb = report.bytes as f64 / 1e6;
     let files: Vec<String> = report.files.iter().map(|p| p.display().to_string()).collect();
     eprintln!(
@@ -696,18 +830,33 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
         states.len(),
         files.join(", ")
     );
+    if not_recorded > 0 {
+        eprintln!(
+            "shoal record: {}{not_recorded} more topics were not recorded (beyond --max-topics {max_topics}, or they \
+             could not be subscribed)",
+            if not_recorded as usize >= MAX_COUNTED_NAMES { "at least " } else { "" }
+        );
+    }
+    if channel_drops > 0 {
+        eprintln!(
+            "shoal record: {channel_drops} messages dropped: a file held its maximum of {MAX_FILE_CHANNELS} channels \
+             (topics x types)"
+        );
+    }
     if a.json {
         let per_topic: Vec<_> = states
             .iter()
             .map(|t| {
                 json!({"topic": &*t.name, "received": t.received.load(Ordering::Relaxed),
                        "queue_drops": t.queue_drops.load(Ordering::Relaxed),
-                       "subscriber_drops": t.subscriber_drops.load(Ordering::Relaxed), "layers": t.via_json()})
+                       "subscriber_drops": t.subscriber_drops.load(Ordering::Relaxed),
+                       "channel_drops": t.channel_drops.load(Ordering::Relaxed), "layers": t.via_json()})
             })
             .collect();
         shoal_tools::emit(
             &json!({"event": "summary", "files": files, "messages": report.messages, "received": received,
                            "bytes": report.bytes, "queue_drops": queue_drops, "subscriber_drops": subscriber_drops,
+                           "channel_drops": channel_drops, "topics_not_recorded": not_recorded,
                            "seconds": elapsed, "cpu_s": cpu,
                            "cpu_ms_per_mb": if mb > 0.0 { cpu * 1000.0 / mb } else { 0.0 },
                            "topics": per_topic}),
@@ -720,18 +869,125 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
 mod tests {
     use std::collections::VecDeque;
     use std::sync::Arc;
-    use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::SystemTime;
 
-    use super::{Item, Queue, TopicState, parse_size};
+    use shoal::TypeInfo;
+    use shoal_tools::mcap_read::{self, Limits, Rec};
 
-    fn item(len: usize) -> Item {
-        let topic = Arc::new(TopicState {
-            name: "t".into(),
+    use super::{FileWriter, Item, MAX_FILE_CHANNELS, Queue, TopicState, WriterReport, parse_size};
+
+    fn topic_state(name: &str) -> Arc<TopicState> {
+        Arc::new(TopicState {
+            name: name.into(),
             received: AtomicU64::new(0),
             queue_drops: AtomicU64::new(0),
+            channel_drops: AtomicU64::new(0),
             subscriber_drops: AtomicU64::new(0),
             via: Default::default(),
-        });
+        })
+    }
+
+    fn file_writer(path: &std::path::Path, topic: &Arc<TopicState>) -> FileWriter {
+        FileWriter {
+            base: path.to_path_buf(),
+            mode: 0o600,
+            split: false,
+            max_size: None,
+            options: mcap::WriteOptions::new(),
+            writer: None,
+            size: Arc::default(),
+            pending: 0,
+            last_size: 0,
+            channels: Vec::new(),
+            file_channels: 0,
+            file_schema_bytes: 0,
+            topics_not_recorded: Arc::default(),
+            topics: Arc::new(std::sync::Mutex::new(vec![Arc::clone(topic)])),
+            started: SystemTime::now(),
+            report: WriterReport::default(),
+            file_messages: 0,
+            progress: Arc::default(),
+        }
+    }
+
+    fn typed(topic: &Arc<TopicState>, ti: TypeInfo) -> Item {
+        Item {
+            topic: Arc::clone(topic),
+            type_info: Arc::new(ti),
+            log_time: 1,
+            publish_time: 1,
+            sequence: 1,
+            data: vec![1],
+        }
+    }
+
+    type Meta = std::collections::BTreeMap<String, String>;
+
+    /// The channels of the MCAP file at `path` (their metadata, by id: the summary repeats them), and the
+    /// `shoal.recording` metadata.
+    fn channels_of(path: &std::path::Path) -> (Vec<Meta>, Vec<(String, String)>) {
+        let (mut channels, mut meta) = (std::collections::BTreeMap::<u16, Meta>::new(), Vec::new());
+        let file = std::fs::File::open(path).expect("open");
+        let damage = mcap_read::read_records(file, &Limits::default(), |r| {
+            match r {
+                Rec::Channel { id, metadata, .. } => {
+                    channels.insert(id, metadata.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect());
+                }
+                Rec::Metadata { metadata, .. } => {
+                    meta.extend(metadata.iter().map(|(k, v)| (k.to_owned(), v.to_owned())))
+                }
+                _ => {}
+            }
+            true
+        })
+        .expect("read");
+        assert!(damage.is_empty(), "{damage:?}");
+        (channels.into_values().collect(), meta)
+    }
+
+    #[test]
+    fn a_file_holds_at_most_max_file_channels_and_counts_the_messages_beyond() {
+        let path = std::env::temp_dir().join(format!("shoal_record_channels_{}.mcap", std::process::id()));
+        let topic = topic_state("churning_types");
+        let mut w = file_writer(&path, &topic);
+        for i in 0..MAX_FILE_CHANNELS + 5 {
+            w.write(typed(&topic, TypeInfo::raw(format!("type_{i}")))).expect("write");
+        }
+        // A known channel still takes messages.
+        w.write(typed(&topic, TypeInfo::raw("type_0"))).expect("write");
+        w.close().expect("close");
+        assert_eq!(topic.channel_drops.load(Ordering::Relaxed), 5);
+        assert_eq!(w.report.messages, MAX_FILE_CHANNELS as u64 + 1);
+        let (channels, meta) = channels_of(&path);
+        assert_eq!(channels.len(), MAX_FILE_CHANNELS);
+        assert!(meta.contains(&("channel_drops".to_string(), "5".to_string())), "{meta:?}");
+        assert!(meta.contains(&("topic.churning_types.channel_drops".to_string(), "5".to_string())), "{meta:?}");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn descriptors_beyond_the_file_budget_are_left_out_and_said_so() {
+        let path = std::env::temp_dir().join(format!("shoal_record_descriptors_{}.mcap", std::process::id()));
+        let topic = topic_state("big_descriptors");
+        let mut w = file_writer(&path, &topic);
+        for i in 0..40u8 {
+            // Raw type information with a 1 MiB descriptor: kept as 2 MiB of hex in the channel's metadata.
+            w.write(typed(&topic, TypeInfo::new(format!("t{i}"), "raw", vec![i; 1 << 20]))).expect("write");
+        }
+        w.close().expect("close");
+        assert_eq!(topic.channel_drops.load(Ordering::Relaxed), 0, "every message is recorded");
+        let (channels, _) = channels_of(&path);
+        assert_eq!(channels.len(), 40);
+        let with = channels.iter().filter(|m| m.contains_key("ecal.descriptor_hex")).count();
+        let without = channels.iter().filter(|m| m.contains_key("ecal.descriptor_omitted")).count();
+        assert_eq!(with + without, 40);
+        assert_eq!(with, 31, "64 MiB hold 31 descriptors of 2 MiB in hex (and their names)");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    fn item(len: usize) -> Item {
+        let topic = topic_state("t");
         Item { topic, type_info: Arc::default(), log_time: 1, publish_time: 1, sequence: 1, data: vec![0; len] }
     }
 

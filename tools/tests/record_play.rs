@@ -454,3 +454,117 @@ fn bad_arguments_exit_with_the_usage_code() {
     }
     assert!(!out_file.exists(), "nothing recorded on a bad command line");
 }
+
+/// `[shoal_security] shm_access` in an `ecal.ini` for a recorder.
+fn security_ini(name: &str, access: &str) -> String {
+    support::write_ini(name, &format!("[shoal_security]\nshm_access = {access}\n"))
+}
+
+/// The permission bits of `path`.
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).expect("stat").permissions().mode() & 0o7777
+}
+
+/// `shoal record --json args` run by `sh` with `umask`, reading `ecal_ini` when given.
+fn recorder_with_umask(name: &str, umask: &str, ecal_ini: Option<&str>, args: &[&str]) -> Proc {
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &format!("umask {umask} && exec \"$0\" \"$@\""), SHOAL, "record", "--json"]).args(args);
+    if let Some(ini) = ecal_ini {
+        cmd.env("ECAL_INI", ini);
+    }
+    Proc::spawn(name, cmd)
+}
+
+#[test]
+fn recordings_are_created_with_the_configured_mode_whatever_the_umask() {
+    // Owner only by default, even with umask 000, and an existing world-writable file is replaced, not reused.
+    let file = temp_file("mode_owner");
+    std::fs::write(&file, b"an older file").expect("write");
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o666)).expect("chmod");
+    let t = topic("mode_owner");
+    let mut rec = recorder_with_umask("shoal record (umask 000)", "000", None, &["-o", file.to_str().expect("p"), &t]);
+    rec.expect("subscribed", Duration::from_secs(20));
+    assert_eq!(mode_of(&file), 0o600, "while recording: created with the mode, not changed to it at the end");
+    rec.signal(libc::SIGINT);
+    rec.expect("summary", Duration::from_secs(20));
+    rec.wait_success(Duration::from_secs(10));
+    assert_eq!(mode_of(&file), 0o600);
+    assert!(std::fs::read(&file).expect("read").starts_with(shoal_tools::mcap_read::MAGIC), "a new file");
+    let _ = std::fs::remove_file(&file);
+
+    // shm_access = group: 0640, with umask 077 too, for every file of a split recording.
+    let base = temp_file("mode_group");
+    let ini = security_ini("mode_group", "group");
+    let t = topic("mode_group");
+    let node = shoal::Node::init("record_mode_test").expect("node");
+    let mut p = node.publisher(&t).type_info(TypeInfo::raw("shoal.test.Blob")).create().expect("publisher");
+    let mut rec = recorder_with_umask(
+        "shoal record (umask 077, group)",
+        "077",
+        Some(&ini),
+        &["-o", base.to_str().expect("p"), "--max-size", "4k", "--chunk-kb", "1", "--compression", "none", &t],
+    );
+    rec.expect("subscribed", Duration::from_secs(20));
+    p.wait_for_subscribers(1, Duration::from_secs(20)).expect("the recorder did not match");
+    for i in 0..20 {
+        p.send(&blob(i)).expect("send");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    rec.signal(libc::SIGINT);
+    let summary = rec.expect("summary", Duration::from_secs(20));
+    rec.wait_success(Duration::from_secs(10));
+    let files: Vec<&str> = summary["files"].as_array().expect("files").iter().filter_map(Value::as_str).collect();
+    assert!(files.len() >= 2, "a split recording: {summary}");
+    for f in &files {
+        assert_eq!(mode_of(Path::new(f)), 0o640, "{f}");
+        let _ = std::fs::remove_file(f);
+    }
+}
+
+#[test]
+fn record_regex_on_a_churn_of_topic_names_keeps_recording_within_max_topics() {
+    let file = temp_file("churn");
+    let prefix = topic("churn");
+    let regex = format!("^{prefix}_");
+    let mut rec =
+        recorder("shoal record", &["-o", file.to_str().expect("path"), "--regex", &regex, "--max-topics", "20"]);
+    let node = shoal::Node::init("record_churn_test").expect("node");
+    let publisher = |name: String| node.publisher(&name).type_info(TypeInfo::raw("shoal.test.Blob")).create();
+    // Wave 1: 30 names; 20 are recorded, 10 are counted.
+    let mut wave1: Vec<_> =
+        (0..30).map(|i| publisher(format!("{prefix}_a{i:02}")).expect("publisher")).collect::<Vec<_>>();
+    let subscribed: Vec<String> = (0..20)
+        .map(|_| rec.expect("subscribed", Duration::from_secs(20))["topic"].as_str().expect("topic").to_string())
+        .collect();
+    let i = wave1.iter().position(|p| p.topic() == subscribed[0]).expect("a topic of wave 1");
+    let kept = wave1.remove(i);
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(wave1);
+    // Wave 2: 30 new names while the recorder is full: counted, not subscribed; recording goes on.
+    let wave2: Vec<_> = (0..30).map(|i| publisher(format!("{prefix}_b{i:02}")).expect("publisher")).collect();
+    let mut kept = kept;
+    kept.wait_for_subscribers(1, Duration::from_secs(20)).expect("the recorder did not match");
+    std::thread::sleep(Duration::from_millis(3000));
+    for i in 0..10 {
+        kept.send(&blob(i)).expect("send");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    rec.signal(libc::SIGINT);
+    let summary = rec.expect("summary", Duration::from_secs(20));
+    rec.wait_success(Duration::from_secs(10));
+    drop(wave2);
+    eprintln!("recorder: {summary}");
+    assert_eq!(summary["topics"].as_array().expect("topics").len(), 20, "{summary}");
+    assert_eq!(summary["topics_not_recorded"], 40, "10 of wave 1 and the 30 of wave 2: {summary}");
+    assert_eq!(summary["messages"], 10, "recording went on: {summary}");
+    let info = shoal(&["info", file.to_str().expect("path"), "--json"]).output().expect("shoal info");
+    assert!(info.status.success(), "{}", String::from_utf8_lossy(&info.stderr));
+    let info: Value = serde_json::from_slice(&info.stdout).expect("info json");
+    let meta = &info["metadata"][0];
+    assert_eq!(meta["name"], "shoal.recording", "{info}");
+    assert_eq!(meta["metadata"]["topics_not_recorded"], "40", "{meta}");
+    let _ = std::fs::remove_file(&file);
+}

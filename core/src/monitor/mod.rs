@@ -1,5 +1,7 @@
 //! A snapshot of everything registration knows, for [`Node::snapshot`](crate::Node::snapshot) and the command-line
-//! tools (`shoal topic list`; `shoal topic echo` names a sample's publisher with it).
+//! tools (`shoal topic list`; `shoal topic echo` names a sample's publisher with it). Its names (topics, processes,
+//! hosts, units, types, state texts) are whatever peers announced: [`printable`] is the escaping the tools and the
+//! monitor show them through.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -7,6 +9,9 @@ pub use crate::stats::{
     ConnectionStats, LatencyHistogram, LatencySummary, ShoalProcessStats, ShoalStats, UdpCounts, Via,
 };
 pub use crate::wire::auth::{AuthCounts, AuthSummary};
+pub use text::printable;
+
+mod text;
 
 use crate::registration::{Direction, LayerKind, Registrar};
 use crate::types::TypeInfo;

@@ -349,6 +349,48 @@ fn main() -> Result<()> {
     descriptor_seeds(&dir)?;
     auth_seeds(&dir)?;
     packed_seeds(&dir)?;
+    mcap_seeds(&dir)?;
+    Ok(())
+}
+
+/// `mcap_read`: files as `shoal record` writes them (chunks compressed with zstd or lz4, or not compressed; a
+/// protobuf schema, a schema-less channel with metadata, messages, the `shoal.recording` metadata record, the
+/// summary), one without chunks, one truncated in its second chunk; and inputs of the writer mode (byte 0 odd).
+fn mcap_seeds(dir: &Path) -> Result<()> {
+    const T: &str = "mcap_read";
+    let file = |compression: Option<mcap::Compression>, use_chunks: bool| -> Result<Vec<u8>> {
+        let mut w = mcap::WriteOptions::new()
+            .compression(compression)
+            .use_chunks(use_chunks)
+            .chunk_size(Some(256))
+            .create(std::io::Cursor::new(Vec::new()))?;
+        let schema = w.add_schema("pb.Demo", "protobuf", &[0x0a, 0x03, b'a', b'b', b'c'])?;
+        let proto = w.add_channel(schema, "/demo/proto", "protobuf", &Default::default())?;
+        let meta = [("ecal.type_name".to_string(), "blob".to_string()), ("ecal.encoding".into(), "raw".into())];
+        let raw = w.add_channel(0, "/demo/raw", "raw", &meta.into_iter().collect())?;
+        for i in 0..24u32 {
+            let channel_id = if i % 3 == 0 { raw } else { proto };
+            let t = 1_700_000_000_000_000_000 + u64::from(i) * 1_000_000;
+            let header = mcap::records::MessageHeader { channel_id, sequence: i, log_time: t, publish_time: t };
+            w.write_to_known_channel(&header, &vec![u8::try_from(i)?; 40])?;
+        }
+        let meta = [("recorder".to_string(), "shoal seedgen".to_string()), ("queue_drops".into(), "0".into())];
+        w.write_metadata(&mcap::records::Metadata {
+            name: "shoal.recording".into(),
+            metadata: meta.into_iter().collect(),
+        })?;
+        w.finish()?;
+        Ok([&[0u8][..], &w.into_inner().into_inner()].concat())
+    };
+    write(dir, T, "zstd_chunks", &file(Some(mcap::Compression::Zstd), true)?)?;
+    write(dir, T, "lz4_chunks", &file(Some(mcap::Compression::Lz4), true)?)?;
+    write(dir, T, "plain_chunks", &file(None, true)?)?;
+    write(dir, T, "no_chunks", &file(None, false)?)?;
+    let whole = file(Some(mcap::Compression::Zstd), true)?;
+    write(dir, T, "truncated", &whole[..whole.len() / 2])?;
+    // Writer mode: compression, use_chunks, chunk size, channels, ... read by `Unstructured` from these bytes.
+    write(dir, T, "writer_zstd", &[1, 1, 1, 0, 64, 3, 1, 4, b'a', b'b', 0, 7, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9])?;
+    write(dir, T, "writer_lz4", &[3, 2, 1, 0, 16, 1, 0, 2, b'x', 0, 5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12])?;
     Ok(())
 }
 

@@ -28,6 +28,7 @@ use shoal::Node;
 pub(crate) use args::{PeerArgs, PerfArgs};
 pub(crate) use link::HEADER_LEN;
 pub(crate) use peer::run_peer;
+pub(crate) use sys::peak_rss_kb;
 
 use args::{Mode, Pages, System, Transport, WaitMode};
 use baseline_link::BaselineLink;
