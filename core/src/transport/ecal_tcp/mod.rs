@@ -28,7 +28,9 @@
 //!   and messages sent to it, once a place fits it that no other connection holds: at once, or when registration
 //!   announces one within `[shoal_tcp] handshake_timeout_ms` of the accept; otherwise it is closed then
 //!   (counted: no handshake, or no place). When registration announces fewer places for an address than there
-//!   are connections from it (a subscriber's registration went), the newest of them are closed (counted). At
+//!   are connections from it (a subscriber's registration went), the newest of them are closed (counted). A
+//!   connection whose subscriber's host vanished holds its place until TCP keepalive notices (10 s idle, then 3
+//!   probes 2 s apart) or a write fails; meanwhile a new connection for that place is refused. At
 //!   accept, a connection beyond `[shoal_tcp] max_sessions` (all publishers of the process) or
 //!   `max_sessions_per_source` (from one address), or 256 for one publisher, is closed at once (counted). What
 //!   this rule cannot do: tell apart two processes behind one address (on one host, any local process can take
@@ -109,6 +111,11 @@ const SWEEP_PERIOD: Duration = Duration::from_millis(20);
 const ADDRESS_CLEANUP_PERIOD: Duration = Duration::from_secs(1);
 /// A subscriber does not connect to a lower port (eCAL's publishers listen on ephemeral ports).
 const MIN_PUBLISHER_PORT: u16 = 1024;
+/// TCP keepalive of a publisher's connections: a subscriber whose host vanished (no reset ever comes) is noticed
+/// after about 10 + 3 × 2 s, even on a silent topic, and its place freed.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+const KEEPALIVE_PROBES: u32 = 3;
 
 /// Process-wide counters of one runtime's TCP layer (see [`TcpCounts`] for their meaning; drops also go to the
 /// publisher's or subscriber's count).
@@ -1072,6 +1079,13 @@ impl TcpSource {
             let this_host = peer.ip().is_loopback()
                 || stream.local_addr().is_ok_and(|local| local.ip().to_canonical() == peer.ip());
             let _ = stream.set_nodelay(true);
+            let keepalive = socket2::TcpKeepalive::new()
+                .with_time(KEEPALIVE_IDLE)
+                .with_interval(KEEPALIVE_INTERVAL)
+                .with_retries(KEEPALIVE_PROBES);
+            if let Err(e) = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive) {
+                tracing::debug!("topic {}: no TCP keepalive for subscriber {peer}: {e}", server.topic);
+            }
             let Some(t) = self.alloc_token() else { continue };
             if let Err(e) = registry.register(&mut stream, t, Interest::READABLE | Interest::WRITABLE) {
                 tracing::warn!("topic {}: cannot poll TCP subscriber {peer}: {e}", server.topic);

@@ -584,6 +584,24 @@ fn a_subscriber_that_stops_reading_is_dropped_after_the_stall_timeout_and_its_qu
 }
 
 #[test]
+fn a_publishers_connections_probe_a_silent_subscriber_with_keepalive() {
+    let layer = layer_of(&strict_cfg());
+    let mut d = Driver::new(&layer);
+    let sub = tcp_sub(0);
+    let (_w, port) = started_writer(&layer, &[&sub]);
+    let server = Arc::clone(&lock(&layer.shared.new_servers)[0]);
+    let _client = connect_from("127.0.0.1", port);
+    assert!(d.run_until(Duration::from_secs(2), || layer.counts().accepted == 1));
+    let session = Arc::clone(&lock(&server.sessions)[0]);
+    let st = lock(&session.state);
+    let s = socket2::SockRef::from(&st.stream);
+    assert!(s.keepalive().expect("SO_KEEPALIVE"), "keepalive on");
+    assert_eq!(s.tcp_keepalive_time().expect("TCP_KEEPIDLE"), KEEPALIVE_IDLE);
+    assert_eq!(s.tcp_keepalive_interval().expect("TCP_KEEPINTVL"), KEEPALIVE_INTERVAL);
+    assert_eq!(s.tcp_keepalive_retries().expect("TCP_KEEPCNT"), KEEPALIVE_PROBES);
+}
+
+#[test]
 fn a_reading_subscriber_is_not_dropped_however_long_the_topic_is_silent() {
     let layer = layer_of(&strict_cfg());
     let mut d = Driver::new(&layer);
