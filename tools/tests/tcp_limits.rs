@@ -5,6 +5,8 @@
 //! connection is dropped after `stall_timeout_ms` and counted (`Node::snapshot().tcp.stalled`), and the messages
 //! lost for it are counted as drops of the publisher. Resident memory before, at its peak and after is printed.
 //!
+//! Under `[shoal_auth]`, a subscriber registration without the envelope makes no place on a protected topic.
+//!
 //! An eCAL 6.1.1 subscriber of this host (default settings but its layer: TCP) is admitted by a local-mode publisher
 //! whose listener is on the loopback interface: it connects to what the host name resolves to, a loopback address.
 //!
@@ -44,9 +46,10 @@ fn rss_kb(pid: u32) -> u64 {
     field("VmRSS:").saturating_sub(field("RssShmem:"))
 }
 
-/// Announces, from this process, a subscriber of `topic` with only eCAL's TCP layer enabled, every 500 ms until
-/// `stop` (registration expires after 10 s without a refresh).
-fn announce_tcp_subscriber(topic: &str, stop: &AtomicBool) {
+/// Announces, from this process, a subscriber `id` of `topic` with only eCAL's TCP layer enabled, every 500 ms until
+/// `stop` (registration expires after 10 s without a refresh). Tests running at once use different ids (an entity
+/// announced with another topic name would be renamed).
+fn announce_tcp_subscriber(id: u64, topic: &str, stop: &AtomicBool) {
     let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
     socket.set_broadcast(true).expect("broadcast");
     let host = host_name();
@@ -60,7 +63,7 @@ fn announce_tcp_subscriber(topic: &str, stop: &AtomicBool) {
         network_mode: false,
     };
     let sub = LocalTopic {
-        id: 4711,
+        id,
         topic_name: topic.into(),
         type_info: shoal::TypeInfo::raw("shoal.test.Pattern"),
         layers: vec![Layer::new(LayerKind::Tcp, true, false, LayerPar::Tcp { port: 0 })],
@@ -117,7 +120,7 @@ fn a_subscriber_that_never_reads_costs_the_publisher_its_send_queue_then_is_drop
     let t = topic("tcp_stall");
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        scope.spawn(|| announce_tcp_subscriber(&t, &stop));
+        scope.spawn(|| announce_tcp_subscriber(4711, &t, &stop));
         let _stop = StopOnDrop(&stop);
         // 1 MB messages at 100/s for 8 s, starting 1.5 s after the match (time for this client to connect).
         let mut publ = Peer::publisher(&t, 800, 1_000_000, 100)
@@ -202,6 +205,67 @@ fn an_ecal_subscriber_of_this_host_is_admitted_by_a_local_mode_publisher() {
     let publ = Peer::publisher(&t, count, 1000, 100).start_delay_ms(2000).linger_ms(1000).ini(&ini).spawn("shoal pub");
     let ready = publ.expect("ready", Duration::from_secs(10));
     finish_tcp_transfer_to_ecal("tcp_local_ecal", publ, sub, &ready, count, 1000);
+}
+
+/// Under `[shoal_auth]` a protected topic's connections are admitted for authenticated subscriber registrations only:
+/// with a keyed subscriber connected, a subscriber registration without the envelope (sent by this test from
+/// loopback) makes no place, and a raw client's handshake is never answered (closed after `handshake_timeout_ms`,
+/// counted). On an unprotected topic the same registration makes a place and the same client is answered.
+#[test]
+fn a_protected_topic_answers_no_connection_for_an_unsigned_subscriber_registration() {
+    for protected in [true, false] {
+        let name = format!("tcp_auth_{protected}");
+        let pattern = if protected { ".*" } else { "no_topic_is_called_this" };
+        let ini = write_ini(
+            &name,
+            &format!(
+                "[publisher]\nuse_shm = false\nuse_udp_mc = false\nuse_tcp = true\n[subscriber]\nshm_rec_enabled = false\n\
+                 udp_mc_rec_enabled = false\ntcp_rec_enabled = true\n[shoal_shm_ring]\nenabled = false\n\
+                 [shoal_tcp]\nhandshake_timeout_ms = 1000\n[shoal_auth]\nkey_hex = {}\nprotected_topics = {pattern}\n",
+                "5a".repeat(32)
+            ),
+        );
+        let t = topic(&name);
+        let count = 100;
+        let mut sub = Peer::subscriber(&t, count).ini(&ini).spawn_ready("keyed shoal sub");
+        let mut publ =
+            Peer::publisher(&t, count, 64, 20).start_delay_ms(1500).linger_ms(500).ini(&ini).spawn("keyed shoal pub");
+        publ.expect("ready", Duration::from_secs(10));
+        let port = listening_port(publ.pid(), Duration::from_secs(10));
+        sub.expect_line("first message", Duration::from_secs(10), |v| v["event"] == "first");
+        let stop = AtomicBool::new(false);
+        let answered = std::thread::scope(|scope| {
+            scope.spawn(|| announce_tcp_subscriber(4712, &t, &stop));
+            let _stop = StopOnDrop(&stop);
+            // Registration of the unsigned subscriber goes out now and every 500 ms: give it a round.
+            std::thread::sleep(Duration::from_millis(1200));
+            let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| {
+                let ss = std::process::Command::new("ss").args(["-Hltnp"]).output().expect("ss");
+                panic!(
+                    "{name}: connect to port {port}: {e}\nlisteners:\n{}\n{}",
+                    String::from_utf8_lossy(&ss.stdout),
+                    publ.report()
+                )
+            });
+            client.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            client.write_all(&frame::handshake()).expect("handshake");
+            let mut answer = [0u8; frame::HEADER_LEN + 1];
+            client.read_exact(&mut answer).is_ok_and(|()| answer == frame::handshake())
+        });
+        let done = publ.expect("done", Duration::from_secs(30));
+        eprintln!("{name}: client answered {answered}; publisher {done}");
+        let summary = sub.expect("summary", Duration::from_secs(30));
+        assert_eq!(summary["received"], count, "{name}: the keyed subscriber gets everything: {summary}");
+        assert_eq!(answered, !protected, "{name}: answered only on the unprotected topic");
+        let tcp = &done["tcp"];
+        if protected {
+            assert_eq!((tcp["admitted"].as_u64(), tcp["refused_unannounced"].as_u64()), (Some(1), Some(1)), "{done}");
+        } else {
+            assert_eq!(tcp["admitted"], 2, "{done}");
+        }
+        sub.wait_success(Duration::from_secs(5));
+        publ.wait_success(Duration::from_secs(10));
+    }
 }
 
 /// Sets its flag when dropped (stops the announcing thread also when an assertion fails).

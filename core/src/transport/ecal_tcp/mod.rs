@@ -350,7 +350,7 @@ impl Server {
             .iter()
             .filter_map(|(o, held)| {
                 let offered = places.iter().filter(|p| *p == o).count();
-                (*held > offered).then_some((*o, held - offered))
+                held.checked_sub(offered).filter(|excess| *excess > 0).map(|excess| (*o, excess))
             })
             .collect()
     }

@@ -491,9 +491,12 @@ fn only_announced_subscribers_are_answered_one_connection_each() {
     assert_eq!(wait_seen(&mut d, &mut second, Duration::from_secs(3)), Seen::Closed, "no second place");
     let c = layer.counts();
     assert_eq!((c.admitted, c.refused_unannounced, c.sessions), (1, 2, 1), "{c:?}");
+    // More places than connections: nothing to close.
+    w.set_peers(&[&remote, &local, &tcp_sub_from(97, "127.0.0.1")]);
+    first.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    assert_eq!(wait_seen(&mut d, &mut first, Duration::from_millis(200)), Seen::Nothing, "kept");
     // The subscriber's registration goes: its connection is closed.
     w.set_peers(&[&remote]);
-    first.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
     assert_eq!(wait_seen(&mut d, &mut first, Duration::from_secs(2)), Seen::Closed, "revoked");
     assert_eq!((layer.counts().revoked, layer.counts().sessions), (1, 0));
 }
