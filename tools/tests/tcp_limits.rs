@@ -5,7 +5,8 @@
 //! connection is dropped after `stall_timeout_ms` and counted (`Node::snapshot().tcp.stalled`), and the messages
 //! lost for it are counted as drops of the publisher. Resident memory before, at its peak and after is printed.
 //!
-//! Under `[shoal_auth]`, a subscriber registration without the envelope makes no place on a protected topic.
+//! Under `[shoal_auth]`, a subscriber registration without the envelope makes no place on a protected topic; a
+//! subscriber reading the native ring makes none either.
 //!
 //! An eCAL 6.1.1 subscriber of this host (default settings but its layer: TCP) is admitted by a local-mode publisher
 //! whose listener is on the loopback interface: it connects to what the host name resolves to, a loopback address.
@@ -266,6 +267,52 @@ fn a_protected_topic_answers_no_connection_for_an_unsigned_subscriber_registrati
         sub.wait_success(Duration::from_secs(5));
         publ.wait_success(Duration::from_secs(10));
     }
+}
+
+/// A shoal subscriber that reads the publisher's native ring makes no place for a TCP connection (it connects no
+/// other layer), though it has TCP enabled: with it and one TCP subscriber announced, of two raw clients from this
+/// host only the first is answered.
+#[test]
+fn a_subscriber_reading_the_native_ring_makes_no_tcp_place() {
+    let ini = write_ini(
+        "tcp_ring_place",
+        "[publisher]\nuse_tcp = true\n[subscriber]\ntcp_rec_enabled = true\n[shoal_tcp]\nhandshake_timeout_ms = 1000\n",
+    );
+    let t = topic("tcp_ring_place");
+    let count = 100;
+    let mut sub = Peer::subscriber(&t, count).ini(&ini).spawn_ready("ring subscriber");
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| announce_tcp_subscriber(4713, &t, &stop));
+        let _stop = StopOnDrop(&stop);
+        let mut publ = Peer::publisher(&t, count, 64, 20)
+            .wait_subs(2)
+            .start_delay_ms(1500)
+            .linger_ms(500)
+            .ini(&ini)
+            .spawn_ready("shoal pub");
+        let port = listening_port(publ.pid(), Duration::from_secs(10));
+        let answered: Vec<bool> = (0..2)
+            .map(|_| {
+                let mut client = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+                client.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+                client.write_all(&frame::handshake()).expect("handshake");
+                let mut answer = [0u8; frame::HEADER_LEN + 1];
+                let ok = client.read_exact(&mut answer).is_ok_and(|()| answer == frame::handshake());
+                (ok, client)
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|(ok, _client)| ok)
+            .collect();
+        let done = publ.expect("done", Duration::from_secs(30));
+        let summary = sub.expect("summary", Duration::from_secs(30));
+        assert_eq!(answered, [true, false], "one place, the announced TCP subscriber's: {done}");
+        assert_eq!(summary["received"], count, "{summary}");
+        assert_eq!(summary["via"], serde_json::json!({"shoal_ring": count}), "the subscriber read the ring: {summary}");
+        publ.wait_success(Duration::from_secs(10));
+    });
+    sub.wait_success(Duration::from_secs(5));
 }
 
 /// Sets its flag when dropped (stops the announcing thread also when an assertion fails).

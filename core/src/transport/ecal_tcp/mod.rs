@@ -20,7 +20,8 @@
 //! - Admission. tcp_pubsub's handshake says nothing about who connects, so a publisher decides from what the
 //!   connection shows, its peer address, against what registration announced: the matched subscribers of its
 //!   topic that have TCP enabled (whichever layer the publisher chose for them: an eCAL subscriber connects to
-//!   every publisher that announces a port), each one place for one connection. A subscriber registered from a
+//!   every publisher that announces a port; shoal subscribers reading the native ring excepted, they connect no
+//!   other layer), each one place for one connection. A subscriber registered from a
 //!   loopback address or under this host's name is a place for a connection from this host (peer address on
 //!   loopback, or the connection's own local address); any other one is a place for a connection from the address
 //!   its registration came from ([`RemoteTopic::source`]). Under `[shoal_auth]`, a protected topic's places are
