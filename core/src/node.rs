@@ -126,6 +126,7 @@ impl Node {
         self.rt.io_send(crate::io::Command::Snapshot(tx));
         let mut snapshot: Snapshot = rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap_or_default();
         snapshot.udp = self.rt.udp_counts();
+        snapshot.tcp = self.rt.tcp_counts();
         snapshot
     }
 }
@@ -180,11 +181,12 @@ fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> 
     writer_factories.push(Box::new(udp.writer_factory()));
     reader_factories.push(Box::new(udp.reader_factory()));
     // eCAL TCP layer (tcp_pubsub); publishers choose among the layers by `[publisher] priority_*`.
-    let tcp = crate::transport::ecal_tcp::TcpLayer::new(&config);
+    let tcp = crate::transport::ecal_tcp::TcpLayer::new(&config, &identity.host_name);
     writer_factories.push(Box::new(tcp.writer_factory()));
     reader_factories.push(Box::new(tcp.reader_factory()));
     let rt = Arc::new(Runtime::new(config, identity, doorbell, self_ringer, writer_factories, reader_factories));
     rt.set_udp(udp);
+    rt.set_tcp(tcp);
     let sources = rt.reader_factories.iter().filter_map(|f| f.io_source()).collect();
     let handler: Weak<Runtime> = Arc::downgrade(&rt);
     let io = crate::io::start(&rt.config, registrar, sources, handler as Weak<dyn EventHandler>)?;

@@ -482,6 +482,66 @@ pub struct UdpCounts {
     pub kernel_drops: u64,
 }
 
+/// What this process's eCAL TCP layer did since the start, over all its topics: its publishers' subscriber
+/// connections ("sessions": accepted, admitted, refused and dropped, by cause) and its subscribers' connections to
+/// publishers. Messages lost on the way are also in each publisher's and subscriber's drop count.
+/// `Node::snapshot().tcp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TcpCounts {
+    /// Subscriber connections the publishers hold now (admitted or still in their handshake).
+    pub sessions: u64,
+    /// Subscriber connections accepted (before their handshake).
+    pub accepted: u64,
+    /// Connections whose handshake was answered: registration announced a subscriber for them.
+    pub admitted: u64,
+    /// Connections closed at once because the publishers held `[shoal_tcp] max_sessions` already (or their
+    /// publisher 256).
+    pub refused_process_cap: u64,
+    /// Connections closed at once because the publishers held `[shoal_tcp] max_sessions_per_source` from that
+    /// address already.
+    pub refused_source_cap: u64,
+    /// Connections that sent their handshake, closed after `handshake_timeout_ms` because registration announced no
+    /// (further) subscriber of the topic for their address (under `[shoal_auth]`, for a protected topic: no
+    /// authenticated one).
+    pub refused_unannounced: u64,
+    /// Connections closed after `handshake_timeout_ms` without a handshake.
+    pub handshake_timeouts: u64,
+    /// Admitted connections closed because registration announced fewer subscribers for their address than were
+    /// connected from it (a subscriber's registration went while its connection stayed).
+    pub revoked: u64,
+    /// Admitted connections closed because they took none of the bytes queued for them for `stall_timeout_ms`
+    /// (the messages still queued are counted as drops of their publisher).
+    pub stalled: u64,
+    /// Frames handed to subscriber connections, written at once or queued (one per message and connection).
+    pub queued: u64,
+    /// Messages dropped for a connection whose send queue was full (after the wait, if configured).
+    pub send_drops: u64,
+    /// Connections to publishers this process's subscribers hold now (connected or connecting).
+    pub connections: u64,
+    /// Connections whose publisher answered the handshake.
+    pub connects: u64,
+    /// Connection attempts that ended before the publisher answered (refused, reset, timed out, invalid frames).
+    pub connect_failures: u64,
+    /// Of those, attempts the publisher did not answer within `handshake_timeout_ms`.
+    pub connect_timeouts: u64,
+    /// Attempts put off because the subscribers held `[shoal_tcp] max_connections` already.
+    pub connects_deferred: u64,
+    /// Publishers whose registration announced a port below 1024, not connected to.
+    pub bad_ports: u64,
+    /// Connections closed because a publisher sent an invalid frame header.
+    pub protocol_errors: u64,
+    /// Messages delivered to subscribers.
+    pub delivered: u64,
+    /// Frames above `[shoal_tcp] max_message`, skipped unread.
+    pub too_large: u64,
+    /// Payload frames that did not decode.
+    pub decode_errors: u64,
+    /// Messages missing from a publisher's clock sequence.
+    pub lost: u64,
+    /// Messages with a clock not above the last one delivered on the connection.
+    pub out_of_order: u64,
+}
+
 /// shoal's statistics of a whole process, sent in its process registration (`shoal.ProcessStatsShoal`, field 100
 /// of eCAL's `Process`, which eCAL skips) and shown for every shoal process of a [`Snapshot`](crate::monitor::Snapshot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -278,6 +278,7 @@ impl Fixture {
             socket_drops: Default::default(),
             registration: Default::default(),
             udp: Default::default(),
+            tcp: Default::default(),
         }
     }
 

@@ -185,3 +185,80 @@ fn tcp_subscriber_survives_a_killed_and_restarted_publisher() {
     sub.wait_success(Duration::from_secs(5));
     publ2.wait_success(Duration::from_secs(15));
 }
+
+/// The TCP port a process in namespace `i` of `net` listens on (`ss` there), once it does.
+fn listening_port_in(net: &NetnsPair, i: usize, host: &str, pid: u64) -> u16 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = net.command(i, host, "ss", &["-Hltnp"]).output().expect("ss");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let port = text.lines().filter(|l| l.contains(&format!("pid={pid},"))).find_map(|l| {
+            let local = l.split_whitespace().nth(3)?;
+            local.rsplit(':').next()?.parse::<u16>().ok()
+        });
+        if let Some(p) = port {
+            return p;
+        }
+        assert!(std::time::Instant::now() < deadline, "process {pid} listens on no TCP port:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether a TCP connection from namespace `i` to `addr:port` is established (bash's `/dev/tcp`, 3 s at most).
+fn connects_from(net: &NetnsPair, i: usize, host: &str, addr: &str, port: u16) -> bool {
+    let script = format!("exec 3<>/dev/tcp/{addr}/{port}");
+    net.command(i, host, "timeout", &["3", "bash", "-c", &script]).status().expect("bash").success()
+}
+
+/// In local mode a publisher's TCP listener is on the loopback interface: a subscriber on its own host gets every
+/// message over TCP, while a connection from the other host, or to the host's own network address, is refused. In
+/// network mode the same connection from the other host is accepted (so the check can fail); not announced in
+/// registration, it is never answered.
+#[test]
+fn a_local_mode_tcp_publisher_is_not_reachable_from_another_host() {
+    if !root_or_skip("a_local_mode_tcp_publisher_is_not_reachable_from_another_host") {
+        return;
+    }
+    let net = NetnsPair::create("l", 14);
+    net.hosts(HOSTS);
+    for network_mode in [false, true] {
+        let name = format!("tcp_local_only_{network_mode}");
+        let ini = write_ini(
+            &name,
+            &format!(
+                "[network]\nnetwork_enabled = {network_mode}\n[publisher]\nuse_shm = false\nuse_udp_mc = false\n\
+                 use_tcp = true\n[subscriber]\nshm_rec_enabled = false\nudp_mc_rec_enabled = false\n\
+                 tcp_rec_enabled = true\n[shoal_shm_ring]\nenabled = false\n"
+            ),
+        );
+        let t = topic(&name);
+        let count = 100;
+        let mut sub =
+            Peer::subscriber(&t, count).idle_ms(15000).ini(&ini).spawn_ready_in("shoal sub", &net, 1, HOSTS[1]);
+        let mut publ = Peer::publisher(&t, count, 64, 50)
+            .start_delay_ms(START_DELAY_MS)
+            .linger_ms(500)
+            .ini(&ini)
+            .spawn_in("shoal pub", &net, 1, HOSTS[1]);
+        let ready = publ.expect("ready", Duration::from_secs(10));
+        let port = listening_port_in(&net, 1, HOSTS[1], ready["pid"].as_u64().expect("pid"));
+        let from_other_host = connects_from(&net, 0, HOSTS[0], net.addr(1), port);
+        let to_own_address = connects_from(&net, 1, HOSTS[1], net.addr(1), port);
+        let on_loopback = connects_from(&net, 1, HOSTS[1], "127.0.0.1", port);
+        eprintln!(
+            "{name}: port {port}: from the other host {from_other_host}, to its own address {to_own_address}, \
+             on loopback {on_loopback}"
+        );
+        assert_eq!(from_other_host, network_mode, "{name}: reachable from the other host only in network mode");
+        assert_eq!(to_own_address, network_mode, "{name}");
+        assert!(on_loopback, "{name}");
+        let done = publ.expect("done", Duration::from_secs(30));
+        let summary = sub.expect("summary", Duration::from_secs(30));
+        assert_accounted_over_tcp(&name, &summary, count, 1);
+        assert_eq!(summary["drops"], 0, "{name}: {summary}");
+        // The probes from the shell sent no handshake: closed after the deadline, counted; never admitted.
+        assert_eq!(done["tcp"]["admitted"], 1, "{name}: only the subscriber was admitted: {done}");
+        sub.wait_success(Duration::from_secs(5));
+        publ.wait_success(Duration::from_secs(10));
+    }
+}

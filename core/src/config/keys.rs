@@ -254,6 +254,16 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
             "message that does not fit is dropped whole and counted (the publisher never waits, as for the",
             "other layers and as eCAL's tcp_pubsub, which keeps only the newest pending message); with",
             "send_timeout_ms > 0 the publisher waits up to that long for room first.",
+            "In local mode a publisher's listener is bound to the loopback interface (any 127.x.y.z and",
+            "::1 reach it, other hosts do not), in network mode to every address. A publisher answers a",
+            "connection's handshake only for a subscriber that registration announced: a matched subscriber",
+            "of its topic with TCP enabled whose registration came from the connection's address (from this",
+            "host: registered from a loopback address or under this host's name), one connection for each",
+            "such subscriber; under [shoal_auth] a protected topic counts authenticated registrations only.",
+            "Other connections are closed after handshake_timeout_ms. A subscriber connects only to",
+            "publishers it matched, at ports from 1024 on, one attempt at a time to an address that has not",
+            "answered a tcp_pubsub handshake since its last failure (100 ms doubling to 2 s between them).",
+            "Refusals, time-outs and dropped connections are counted (Node::snapshot().tcp).",
         ],
     },
     SectionDef { name: "shoal_io", title: "SHOAL: I/O THREAD", doc: &[] },
@@ -1185,6 +1195,84 @@ pub(crate) static KEYS: &[KeyDef] = &[
         get: |c| fmt_size(c.tcp.max_message_bytes),
         set: |d, v, _| {
             d.cfg.tcp.max_message_bytes = usize::try_from(size(v).filter(|n| (1024..=1 << 32).contains(n))?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_tcp",
+        key: "handshake_timeout_ms",
+        alias: None,
+        doc: &[
+            "A publisher closes a subscriber connection that has not sent its handshake and been admitted",
+            "within this long; a subscriber gives up a connection whose publisher has not answered its",
+            "handshake within this long (and tries again after its backoff). Both counted.",
+        ],
+        allowed: "100..=60000 (milliseconds)",
+        get: |c| c.tcp.handshake_timeout_ms.to_string(),
+        set: |d, v, _| {
+            d.cfg.tcp.handshake_timeout_ms = u32::try_from(int_in(v, 100, 60_000)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_tcp",
+        key: "stall_timeout_ms",
+        alias: None,
+        doc: &[
+            "A publisher closes a subscriber connection that takes none of the bytes queued for it for this",
+            "long; the messages still queued for it are counted as drops of the publisher. (A connection",
+            "that has nothing queued is never closed for being idle: a topic may be silent for hours.)",
+        ],
+        allowed: "100..=3600000 (milliseconds)",
+        get: |c| c.tcp.stall_timeout_ms.to_string(),
+        set: |d, v, _| {
+            d.cfg.tcp.stall_timeout_ms = u32::try_from(int_in(v, 100, 3_600_000)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_tcp",
+        key: "max_sessions",
+        alias: None,
+        doc: &[
+            "Subscriber connections all publishers of this process hold at most, admitted or still in their",
+            "handshake; a further one is closed at once and counted. Each holds a file descriptor and up to",
+            "send_queue bytes.",
+        ],
+        allowed: "1..=65536",
+        get: |c| c.tcp.max_sessions.to_string(),
+        set: |d, v, _| {
+            d.cfg.tcp.max_sessions = usize::try_from(int_in(v, 1, 65_536)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_tcp",
+        key: "max_sessions_per_source",
+        alias: None,
+        doc: &[
+            "Subscriber connections from one address all publishers of this process hold at most; a further",
+            "one is closed at once and counted.",
+        ],
+        allowed: "1..=65536",
+        get: |c| c.tcp.max_sessions_per_source.to_string(),
+        set: |d, v, _| {
+            d.cfg.tcp.max_sessions_per_source = usize::try_from(int_in(v, 1, 65_536)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_tcp",
+        key: "max_connections",
+        alias: None,
+        doc: &[
+            "Connections to publishers all subscribers of this process hold at most, connected or",
+            "connecting; a further one waits for its next attempt (counted).",
+        ],
+        allowed: "1..=65536",
+        get: |c| c.tcp.max_connections.to_string(),
+        set: |d, v, _| {
+            d.cfg.tcp.max_connections = usize::try_from(int_in(v, 1, 65_536)?).ok()?;
             Some(())
         },
     },

@@ -427,11 +427,31 @@ pub struct TcpConfig {
     pub send_timeout_ms: u32,
     /// Largest message a subscriber accepts; a larger frame is skipped without being stored, and counted.
     pub max_message_bytes: usize,
+    /// A publisher closes a subscriber connection that has not sent its handshake and been admitted within this
+    /// long; a subscriber closes a connection whose publisher has not answered its handshake within this long.
+    pub handshake_timeout_ms: u32,
+    /// A publisher closes a subscriber connection that takes none of the bytes queued for it for this long.
+    pub stall_timeout_ms: u32,
+    /// Subscriber connections all publishers of the process hold at most (admitted or still in their handshake).
+    pub max_sessions: usize,
+    /// Subscriber connections from one address all publishers of the process hold at most.
+    pub max_sessions_per_source: usize,
+    /// Connections to publishers all subscribers of the process hold at most (connected or connecting).
+    pub max_connections: usize,
 }
 
 impl Default for TcpConfig {
     fn default() -> Self {
-        TcpConfig { send_queue_bytes: 32 << 20, send_timeout_ms: 0, max_message_bytes: 64 << 20 }
+        TcpConfig {
+            send_queue_bytes: 32 << 20,
+            send_timeout_ms: 0,
+            max_message_bytes: 64 << 20,
+            handshake_timeout_ms: 5000,
+            stall_timeout_ms: 10_000,
+            max_sessions: 1024,
+            max_sessions_per_source: 256,
+            max_connections: 1024,
+        }
     }
 }
 

@@ -142,6 +142,11 @@ fn non_default_config_round_trips_through_text() {
     cfg.tcp.send_queue_bytes = 1 << 20;
     cfg.tcp.send_timeout_ms = 250;
     cfg.tcp.max_message_bytes = 100_000;
+    cfg.tcp.handshake_timeout_ms = 750;
+    cfg.tcp.stall_timeout_ms = 2500;
+    cfg.tcp.max_sessions = 64;
+    cfg.tcp.max_sessions_per_source = 8;
+    cfg.tcp.max_connections = 32;
     cfg.source = Some(PathBuf::from(ORIGIN));
     let (back, warnings) = parse_ok(&cfg.to_ini_text());
     assert_eq!(back, cfg);
@@ -168,7 +173,17 @@ fn tcp_switches_and_layer_priorities() {
         let e = parse_err(&format!("[publisher]\npriority_local = {bad}\n"));
         assert!(e.to_string().contains("priority_local"), "{bad:?}: {e}");
     }
-    for bad in ["send_queue = 1k", "send_timeout_ms = 60001", "max_message = 512", "max_message = 5g"] {
+    for bad in [
+        "send_queue = 1k",
+        "send_timeout_ms = 60001",
+        "max_message = 512",
+        "max_message = 5g",
+        "handshake_timeout_ms = 99",
+        "stall_timeout_ms = 3600001",
+        "max_sessions = 0",
+        "max_sessions_per_source = 65537",
+        "max_connections = -1",
+    ] {
         let e = parse_err(&format!("[shoal_tcp]\n{bad}\n"));
         assert!(e.to_string().contains(bad.split(' ').next().unwrap_or_default()), "{bad:?}: {e}");
     }

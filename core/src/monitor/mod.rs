@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 pub use crate::stats::{
-    ConnectionStats, LatencyHistogram, LatencySummary, ShoalProcessStats, ShoalStats, UdpCounts, Via,
+    ConnectionStats, LatencyHistogram, LatencySummary, ShoalProcessStats, ShoalStats, TcpCounts, UdpCounts, Via,
 };
 pub use crate::wire::auth::{AuthCounts, AuthSummary};
 pub use text::printable;
@@ -114,6 +114,9 @@ pub struct Snapshot {
     /// This process's UDP data layer: datagrams, losses, duplicates, late samples, reassembly evictions, and the
     /// datagrams the kernel dropped on its socket ([`UdpCounts::kernel_drops`]).
     pub udp: UdpCounts,
+    /// This process's eCAL TCP layer: its publishers' subscriber connections (admitted, refused, timed out and
+    /// dropped, by cause) and its subscribers' connections (attempts, failures, time-outs, what they received).
+    pub tcp: TcpCounts,
     /// Datagrams the kernel dropped on this process's registration socket because its receive buffer was full,
     /// and registration datagrams the send socket refused.
     pub socket_drops: SocketDrops,
@@ -200,6 +203,7 @@ pub(crate) fn build_snapshot(reg: &Registrar, now: Instant) -> Snapshot {
         socket_drops: SocketDrops::default(),
         registration: *reg.counters(),
         udp: UdpCounts::default(),
+        tcp: TcpCounts::default(),
     }
 }
 

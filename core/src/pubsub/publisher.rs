@@ -180,6 +180,14 @@ impl PubShared {
         }
         let before: Vec<_> = writers.iter().map(|l| l.advert()).collect();
         for ((layer, targets), is_active) in writers.iter_mut().zip(&assigned).zip(active.iter_mut()) {
+            // Subscribers reading the native ring connect no other layer.
+            let peers: Vec<&RemoteTopic> = c
+                .remote
+                .values()
+                .filter(|r| r.doorbell.is_none() && layer.accepts(&r.topic, r.topic.key.host_name == self.host_name))
+                .map(|r| &r.topic)
+                .collect();
+            layer.set_peers(&peers);
             layer.set_targets(targets);
             *is_active = !targets.is_empty();
         }

@@ -55,6 +55,8 @@ pub(crate) struct Runtime {
     entity_prefix: u64,
     /// The UDP data layer, for its counters in `Node::snapshot`.
     udp: std::sync::OnceLock<crate::transport::udp::UdpLayer>,
+    /// The eCAL TCP layer, for its counters.
+    tcp: std::sync::OnceLock<crate::transport::ecal_tcp::TcpLayer>,
     /// Stale-file cleanup: due after a process of this host departed, run at most once per registration period.
     cleanup: Mutex<StaleCleanup>,
 }
@@ -109,6 +111,7 @@ impl Runtime {
             next_entity: AtomicU64::new(1),
             entity_prefix: ((pid & 0xFF_FFFF) << 40) | (random << 16),
             udp: std::sync::OnceLock::new(),
+            tcp: std::sync::OnceLock::new(),
             cleanup: Mutex::default(),
         }
     }
@@ -121,6 +124,16 @@ impl Runtime {
     /// The UDP data layer's counters (zero before it is set).
     pub(crate) fn udp_counts(&self) -> crate::stats::UdpCounts {
         self.udp.get().map(|u| u.counts()).unwrap_or_default()
+    }
+
+    /// Keeps a handle on the eCAL TCP layer (its counters).
+    pub(crate) fn set_tcp(&self, tcp: crate::transport::ecal_tcp::TcpLayer) {
+        let _ = self.tcp.set(tcp);
+    }
+
+    /// The eCAL TCP layer's counters (zero before it is set).
+    pub(crate) fn tcp_counts(&self) -> crate::stats::TcpCounts {
+        self.tcp.get().map(|t| t.counts()).unwrap_or_default()
     }
 
     pub(crate) fn set_io(&self, io: IoHandle) {

@@ -367,8 +367,8 @@ pub fn entity_key(t: &pb::Topic) -> Result<EntityKey, TopicIdError> {
     })
 }
 
-/// A received topic registration as a model entry (its [`RemoteTopic::source`] is for the caller, who received
-/// the datagram, to fill in).
+/// A received topic registration as a model entry (its [`RemoteTopic::source`] and
+/// [`RemoteTopic::authenticated`] are for the caller, who received the datagram, to fill in).
 pub fn remote_topic(dir: Direction, t: &pb::Topic) -> Result<RemoteTopic, TopicIdError> {
     Ok(RemoteTopic {
         key: entity_key(t)?,
@@ -382,6 +382,7 @@ pub fn remote_topic(dir: Direction, t: &pb::Topic) -> Result<RemoteTopic, TopicI
         stats: stats_from_pb(t),
         registration_clock: t.registration_clock,
         source: None,
+        authenticated: false,
     })
 }
 

@@ -229,6 +229,10 @@ pub struct RemoteTopic {
     /// not made from a datagram). eCAL's TCP layer is reached there: it is the publisher's address in this network
     /// namespace, known without asking a name resolver.
     pub source: Option<std::net::IpAddr>,
+    /// Its registration arrived in a verified `[shoal_auth]` envelope (an entry that did is changed only by
+    /// registration that does). Under `[shoal_auth]` a protected topic has no other entries; eCAL's TCP layer
+    /// admits only such subscribers of a protected topic.
+    pub authenticated: bool,
 }
 
 #[cfg(test)]
@@ -247,6 +251,7 @@ impl RemoteTopic {
             stats: TopicStats::default(),
             registration_clock: 0,
             source: None,
+            authenticated: false,
         }
     }
 }

@@ -728,6 +728,7 @@ impl Registrar {
         let mut remote = remote;
         // An IPv4-mapped IPv6 source is the IPv4 address it maps.
         remote.source = Some(from.ip().to_canonical());
+        remote.authenticated = authenticated || self.topics.get(&remote.key).is_some_and(|e| e.authenticated);
         let key = remote.key.clone();
         if !self.topics.contains_key(&key) && !self.make_room(&key, from) {
             self.counters.registry_full += 1;
@@ -759,7 +760,8 @@ impl Registrar {
                     || old.type_info != remote.type_info
                     || old.direction != remote.direction
                     || old.topic_name != remote.topic_name
-                    || old.source != remote.source;
+                    || old.source != remote.source
+                    || old.authenticated != remote.authenticated;
                 entry.topic = remote;
                 entry.last_seen = now;
                 entry.authenticated |= authenticated;

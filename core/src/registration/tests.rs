@@ -908,6 +908,7 @@ fn unsigned_registration_cannot_create_change_or_remove_protected_entries() {
     assert!(reg.topics().any(|t| t.key.pid == 500 && t.topic_name == "open"));
     let events: Vec<Event> = std::iter::from_fn(|| reg.poll_event()).collect();
     assert_eq!(matched_ids(&events), vec![(11, 3)]);
+    assert!(matches!(&events[..], [Event::Matched { remote, .. }] if !remote.authenticated), "{events:?}");
     let s = reg.auth_stats().summary();
     assert_eq!(s.registration.unsigned, 2);
     let per_topic: Vec<&str> = s.topics.iter().map(|(t, _)| t.as_str()).collect();
@@ -922,6 +923,8 @@ fn unsigned_registration_cannot_create_change_or_remove_protected_entries() {
     assert!(reg.topics().any(|t| t.key.pid == 600 && t.key.entity_id == 7));
     let events: Vec<Event> = std::iter::from_fn(|| reg.poll_event()).collect();
     assert_eq!(matched_ids(&events), vec![(10, 7)]);
+    // Marked authenticated: eCAL's TCP layer admits only such subscribers of a protected topic.
+    assert!(matches!(&events[..], [Event::Matched { remote, .. }] if remote.authenticated), "{events:?}");
     // The same entity renamed to an unprotected topic, unsigned: refused (the entry was authenticated).
     reg.handle_datagram(t0, addr(1), &remote_pub_datagram(600, 7, "open"));
     assert!(reg.topics().any(|t| t.key.pid == 600 && t.topic_name == "secret"));

@@ -56,6 +56,12 @@ pub(crate) trait LayerWriter: Send + std::fmt::Debug {
     /// starts the layer (lazy start); an empty list may leave it started, as eCAL does.
     fn set_targets(&mut self, targets: &[&RemoteTopic]);
 
+    /// Every matched remote subscriber this layer accepts, whichever eCAL-facing layer the publisher chose for it
+    /// (those reading the native ring excepted): those that may reach the layer by themselves (eCAL's TCP
+    /// subscribers connect to any publisher that announces a port). Called before [`LayerWriter::set_targets`]
+    /// whenever the matched subscribers change.
+    fn set_peers(&mut self, _peers: &[&RemoteTopic]) {}
+
     /// The registration entry, or `None` while the layer is not started.
     fn advert(&self) -> Option<Layer>;
 

@@ -9,13 +9,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use shoal::Config;
+use shoal::TypeInfo;
 use shoal::config::ShmRingConfig;
 use shoal::registration::codec::{
     encode_registration, process_sample, process_unreg_sample, topic_sample, topic_unreg_sample,
 };
 use shoal::registration::{Direction, Identity, Layer, LayerKind, LayerPar, LocalTopic, ShoalPar, pb};
 use shoal::transport::shm_ring::RingWriter;
-use shoal::TypeInfo;
 use shoal::wire::{HEADER_LEN, encode_message};
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
@@ -350,6 +350,70 @@ fn main() -> Result<()> {
     auth_seeds(&dir)?;
     packed_seeds(&dir)?;
     mcap_seeds(&dir)?;
+    ecal_tcp_seeds(&dir)?;
+    Ok(())
+}
+
+/// A stream an eCAL 6.1.1 Python publisher sent (`tools/tests/ecal/pub.py --layer tcp --size 40`, topic
+/// `cap_topic`; the capture of `core/src/transport/ecal_tcp/frame.rs`'s tests): its handshake answer, then message 42.
+const ECAL_TCP_CAPTURE: &str = "0c0001000100000000000000000c00000070000000000000004543414c420008002a213a096361705f746f7069633210\
+    373632393737343730393538373936381800120032180800102a189e99b69ee9b29803302838d480a0dad5e7c60d4201\
+    002a00000000000000c0ba7fe222160000653638e9d11ded7e161718191a1b1c1d1e1f202122232425";
+
+fn unhex(s: &str) -> Result<Vec<u8>> {
+    let s: String = s.split_whitespace().collect();
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(Into::into)).collect()
+}
+
+/// `ecal_tcp_frame` (whole frames: eCAL's capture, ours, handshakes as a subscriber sends them) and `ecal_tcp_client`
+/// (its input format: decoder settings, chunk sizes, framed messages, raw tail).
+fn ecal_tcp_seeds(dir: &Path) -> Result<()> {
+    use shoal::transport::ecal_tcp::frame::{encode_message, handshake};
+    const F: &str = "ecal_tcp_frame";
+    let capture = unhex(ECAL_TCP_CAPTURE)?;
+    let hs = handshake();
+    write(dir, F, "ecal_6_1_1_message_42", &capture[hs.len()..])?;
+    write(dir, F, "handshake", &hs)?;
+    write(dir, F, "two_handshakes", &[&hs[..], &hs[..]].concat())?;
+    for (name, topic, payload) in [
+        ("empty", "t", &b""[..]),
+        ("small", "fuzz.topic", &b"hello, subscriber"[..]),
+        ("long_topic", &"x".repeat(300)[..], &[0x5a; 300][..]),
+    ] {
+        write(dir, F, name, &encode_message(topic, "123456789", 123_456_789, 42, 1_700_000_000_000_000, payload)?)?;
+    }
+
+    const C: &str = "ecal_tcp_client";
+    // [max_message u16][direct_min u16][n u8][n × chunk u16][f u8][f × (clock step u8, len u16, fill u8)][tail]
+    let seed = |max: u16, direct: u16, chunks: &[u16], messages: &[(u8, u16, u8)], tail: &[u8]| {
+        let mut b = Vec::new();
+        b.extend_from_slice(&max.to_le_bytes());
+        b.extend_from_slice(&direct.to_le_bytes());
+        b.push(chunks.len() as u8);
+        for c in chunks {
+            b.extend_from_slice(&c.to_le_bytes());
+        }
+        b.push(messages.len() as u8);
+        for (step, len, fill) in messages {
+            b.push(*step);
+            b.extend_from_slice(&len.to_le_bytes());
+            b.push(*fill);
+        }
+        b.extend_from_slice(tail);
+        b
+    };
+    write(dir, C, "three_messages_bytewise", &seed(65000, 0, &[1], &[(1, 3, 1), (1, 0, 2), (1, 500, 3)], &[]))?;
+    write(
+        dir,
+        C,
+        "gaps_repeats_and_too_large_in_place",
+        &seed(200, 16, &[7, 300, 64], &[(1, 10, 1), (3, 20, 2), (0, 5, 3), (2, 1000, 4), (1, 150, 5)], &[]),
+    )?;
+    write(dir, C, "large_payload_in_place", &seed(65000, 1024, &[4096], &[(5, 60000, 9), (1, 8, 1)], &[]))?;
+    write(dir, C, "ecal_capture_as_tail", &seed(65000, 0, &[13, 5], &[], &capture))?;
+    let mut garbage = capture.clone();
+    garbage.extend_from_slice(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+    write(dir, C, "capture_then_garbage", &seed(65000, 0, &[], &[], &garbage))?;
     Ok(())
 }
 

@@ -143,6 +143,19 @@ fn udp_json(u: &shoal::monitor::UdpCounts) -> serde_json::Value {
            "packed_messages": u.packed_messages, "kernel_drops": u.kernel_drops})
 }
 
+/// The eCAL TCP layer's counters as JSON.
+fn tcp_json(t: &shoal::monitor::TcpCounts) -> serde_json::Value {
+    json!({"sessions": t.sessions, "accepted": t.accepted, "admitted": t.admitted,
+           "refused_process_cap": t.refused_process_cap, "refused_source_cap": t.refused_source_cap,
+           "refused_unannounced": t.refused_unannounced, "handshake_timeouts": t.handshake_timeouts,
+           "revoked": t.revoked, "stalled": t.stalled, "queued": t.queued, "send_drops": t.send_drops,
+           "connections": t.connections, "connects": t.connects, "connect_failures": t.connect_failures,
+           "connect_timeouts": t.connect_timeouts, "connects_deferred": t.connects_deferred,
+           "bad_ports": t.bad_ports, "protocol_errors": t.protocol_errors, "delivered": t.delivered,
+           "too_large": t.too_large, "decode_errors": t.decode_errors, "lost": t.lost,
+           "out_of_order": t.out_of_order})
+}
+
 fn main() -> Result<()> {
     // The library's warnings (a ring it may not open, ...) go to stderr; stdout carries only the JSON lines.
     tracing_subscriber::fmt()
@@ -216,7 +229,8 @@ fn main() -> Result<()> {
                 }
             }
             let flow = publ.flow_stats();
-            emit(&json!({"event": "done", "sent": clock, "drops": publ.drops(),
+            let tcp = tcp_json(&node.snapshot().tcp);
+            emit(&json!({"event": "done", "sent": clock, "drops": publ.drops(), "tcp": tcp,
                         "max_send_gap_us": max_gap.as_micros() as u64,
                         "elapsed_ms": start.elapsed().as_millis() as u64, "reliable_waits": flow.waits,
                         "reliable_evicted_dead": flow.evicted_dead,
@@ -333,6 +347,7 @@ fn main() -> Result<()> {
                 "max_latency_us": lat_max_ns / 1000,
                 "auth": auth_json(&snapshot.auth),
                 "udp": udp_json(&snapshot.udp),
+                "tcp": tcp_json(&snapshot.tcp),
                 "registration": registration_json(&snapshot),
             }));
             std::thread::sleep(Duration::from_millis(linger_ms));

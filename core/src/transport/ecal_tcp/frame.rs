@@ -15,32 +15,32 @@ use crate::registration::{TopicIdError, parse_topic_id, pb};
 use crate::transport::udp::codec::{put_varint, varint_len};
 
 /// eCAL's `Content.hash` (the same as the UDP layer's): `topic_id ^ (clock << 1)`.
-pub(crate) fn content_hash(publisher_id: u64, clock: u64) -> u64 {
+pub fn content_hash(publisher_id: u64, clock: u64) -> u64 {
     publisher_id ^ (clock << 1)
 }
 
 /// Length of the tcp_pubsub header.
-pub(crate) const HEADER_LEN: usize = 12;
+pub const HEADER_LEN: usize = 12;
 /// Frame type of a message.
-pub(crate) const TYPE_PAYLOAD: u8 = 0;
+pub const TYPE_PAYLOAD: u8 = 0;
 /// Frame type of the protocol handshake.
-pub(crate) const TYPE_HANDSHAKE: u8 = 1;
+pub const TYPE_HANDSHAKE: u8 = 1;
 /// The eCAL magic in front of every message.
 const MAGIC: &[u8; 4] = b"ECAL";
 
 /// A tcp_pubsub header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FrameHeader {
+pub struct FrameHeader {
     /// Bytes of the header as the sender wrote it (≥ 12 for a valid one).
-    pub(crate) header_size: u16,
+    pub header_size: u16,
     /// 0 payload, 1 handshake.
-    pub(crate) kind: u8,
+    pub kind: u8,
     /// Bytes that follow the header.
-    pub(crate) data_size: u64,
+    pub data_size: u64,
 }
 
 /// Writes a tcp_pubsub header into the first 12 bytes of `out`.
-pub(crate) fn put_header(out: &mut [u8], kind: u8, data_size: u64) {
+pub fn put_header(out: &mut [u8], kind: u8, data_size: u64) {
     out[0..2].copy_from_slice(&(HEADER_LEN as u16).to_le_bytes());
     out[2] = kind;
     out[3] = 0;
@@ -48,7 +48,7 @@ pub(crate) fn put_header(out: &mut [u8], kind: u8, data_size: u64) {
 }
 
 /// Parses the first 12 bytes of a header (the fields tcp_pubsub 1.x knows); `None` when `header_size` < 12.
-pub(crate) fn parse_header(b: &[u8; HEADER_LEN]) -> Option<FrameHeader> {
+pub fn parse_header(b: &[u8; HEADER_LEN]) -> Option<FrameHeader> {
     let header_size = u16::from_le_bytes([b[0], b[1]]);
     if usize::from(header_size) < HEADER_LEN {
         return None;
@@ -59,7 +59,7 @@ pub(crate) fn parse_header(b: &[u8; HEADER_LEN]) -> Option<FrameHeader> {
 }
 
 /// The handshake frame both sides send: protocol version 0.
-pub(crate) fn handshake() -> [u8; HEADER_LEN + 1] {
+pub fn handshake() -> [u8; HEADER_LEN + 1] {
     let mut f = [0u8; HEADER_LEN + 1];
     put_header(&mut f, TYPE_HANDSHAKE, 1);
     f
@@ -77,7 +77,7 @@ fn put_str_field(buf: &mut Vec<u8>, tag: u8, s: &[u8]) {
 
 /// Why a message cannot be framed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum EncodeError {
+pub enum EncodeError {
     /// eCAL's `content.size` is an int32.
     #[error("a message of {0} bytes is larger than eCAL's TCP layer carries (2^31 - 1)")]
     TooLarge(usize),
@@ -87,8 +87,7 @@ pub(crate) enum EncodeError {
 }
 
 /// One complete payload frame (tcp_pubsub header, eCAL header, payload), as eCAL 6.1.1 writes it.
-#[cfg(test)]
-pub(crate) fn encode_message(
+pub fn encode_message(
     topic: &str,
     topic_id: &str,
     publisher_id: u64,
@@ -103,7 +102,7 @@ pub(crate) fn encode_message(
 
 /// The bytes of a payload frame before its payload (tcp_pubsub header, `"ECAL"`, length, sample header) for a
 /// payload of `payload_len` bytes; the frame on the wire is these bytes followed by the payload.
-pub(crate) fn encode_head(
+pub fn encode_head(
     topic: &str,
     topic_id: &str,
     publisher_id: u64,
@@ -155,7 +154,7 @@ pub(crate) fn encode_head(
 
 /// Why the data of a payload frame was rejected.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum DecodeError {
+pub enum DecodeError {
     /// Shorter than the magic and the length field, or the magic is not `ECAL`.
     #[error("no ECAL magic")]
     NoMagic,
@@ -186,26 +185,25 @@ pub(crate) enum DecodeError {
 
 /// What a payload frame carries, the payload as a range of the frame's data.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Decoded {
+pub struct Decoded {
     /// `topic.topic_id`: the publisher's entity id.
-    pub(crate) publisher_id: u64,
+    pub publisher_id: u64,
     /// `content.clock`.
-    pub(crate) clock: u64,
+    pub clock: u64,
     /// `content.time`, µs since the UNIX epoch.
-    pub(crate) time_us: i64,
+    pub time_us: i64,
     /// Where the payload lies in the data.
-    pub(crate) payload: std::ops::Range<usize>,
+    pub payload: std::ops::Range<usize>,
 }
 
 /// Decodes the data of a payload frame (what follows the tcp_pubsub header).
-#[cfg(test)]
-pub(crate) fn decode_message(data: &[u8]) -> Result<Decoded, DecodeError> {
+pub fn decode_message(data: &[u8]) -> Result<Decoded, DecodeError> {
     decode_head(data, data.len())
 }
 
 /// Bytes of a frame's data that [`decode_head`] needs, given those of them received so far (`data`):
 /// the magic and length field, then the sample header, never more than the `data_len` bytes of the frame.
-pub(crate) fn head_want(data: &[u8], data_len: usize) -> usize {
+pub fn head_want(data: &[u8], data_len: usize) -> usize {
     let fixed = MAGIC.len() + 2;
     if data.len() < fixed {
         return fixed.min(data_len);
@@ -215,7 +213,7 @@ pub(crate) fn head_want(data: &[u8], data_len: usize) -> usize {
 
 /// Decodes a payload frame from the start of its data (`head`, at least [`head_want`] bytes of it) and the
 /// length of the whole data, `data_len`; the payload range is relative to the data.
-pub(crate) fn decode_head(head: &[u8], data_len: usize) -> Result<Decoded, DecodeError> {
+pub fn decode_head(head: &[u8], data_len: usize) -> Result<Decoded, DecodeError> {
     if head.len() < MAGIC.len() + 2 || &head[..4] != MAGIC {
         return Err(DecodeError::NoMagic);
     }
@@ -234,6 +232,44 @@ pub(crate) fn decode_head(head: &[u8], data_len: usize) -> Result<Decoded, Decod
     let len = usize::try_from(content.size).ok().filter(|n| *n <= left);
     let Some(len) = len else { return Err(DecodeError::BadSize { size: content.size, left }) };
     Ok(Decoded { publisher_id, clock, time_us: content.time, payload: body..body + len })
+}
+
+/// Why a publisher closes a subscriber's connection after reading what it sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SubscriberInputError {
+    /// A header whose `header_size` is below 12.
+    #[error("invalid frame header from the subscriber")]
+    BadHeader,
+    /// A frame larger than the publisher reads from a subscriber.
+    #[error("oversized frame from the subscriber")]
+    Oversized,
+}
+
+/// What a publisher reads from a subscriber: tcp_pubsub sends its handshake, nothing else. Takes the complete
+/// frames at the start of `input` (what the connection received so far) out of it; returns how many of them were
+/// handshakes. A frame of more than `max` bytes, header included, is an error as soon as its header is in.
+pub fn take_subscriber_frames(input: &mut Vec<u8>, max: usize) -> Result<usize, SubscriberInputError> {
+    let mut at = 0;
+    let mut handshakes = 0;
+    while input.len() - at >= HEADER_LEN {
+        let mut h = [0u8; HEADER_LEN];
+        h.copy_from_slice(&input[at..at + HEADER_LEN]);
+        let header = parse_header(&h).ok_or(SubscriberInputError::BadHeader)?;
+        let total = usize::try_from(header.data_size)
+            .ok()
+            .and_then(|d| d.checked_add(usize::from(header.header_size)))
+            .filter(|t| *t <= max)
+            .ok_or(SubscriberInputError::Oversized)?;
+        if input.len() - at < total {
+            break;
+        }
+        at += total;
+        if header.kind == TYPE_HANDSHAKE {
+            handshakes += 1;
+        }
+    }
+    input.drain(..at);
+    Ok(handshakes)
 }
 
 #[cfg(test)]
