@@ -504,7 +504,7 @@ fn only_announced_subscribers_are_answered_one_connection_each() {
 #[test]
 fn a_protected_topic_admits_authenticated_subscribers_only() {
     let mut c = strict_cfg();
-    c.auth.key = crate::config::AuthKey::new(vec![7; 32]);
+    c.auth.key = crate::config::AuthKey::new(vec![7; 32]).map(std::sync::Arc::new);
     c.auth.protected_topics = "t|other".into();
     let layer = layer_of(&c);
     let mut d = Driver::new(&layer);
