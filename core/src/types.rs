@@ -150,6 +150,19 @@ impl TypeInfo {
         }
         !self.name.is_empty() && !expected.name.is_empty() && self.name != expected.name
     }
+
+    /// Whether any two of `types` (what a topic's publishers and subscribers announce, publishers among
+    /// themselves too) disagree by [`mismatches`](Self::mismatches): the one rule by which shoal, its tools, the
+    /// monitor and the bridges call a topic's types a mismatch.
+    pub fn disagree<'a>(types: impl IntoIterator<Item = &'a TypeInfo>) -> bool {
+        let mut distinct: Vec<&TypeInfo> = Vec::new();
+        for t in types {
+            if !distinct.iter().any(|d| d.name == t.name && d.encoding == t.encoding) {
+                distinct.push(t);
+            }
+        }
+        distinct.iter().enumerate().any(|(i, a)| distinct[i + 1..].iter().any(|b| a.mismatches(b)))
+    }
 }
 
 #[cfg(test)]
@@ -164,6 +177,13 @@ mod tests {
         assert!(imu.mismatches(&TypeInfo::new("pb.Imu", "flatb", Vec::new())));
         assert!(!imu.mismatches(&TypeInfo::default()));
         assert!(!TypeInfo::default().mismatches(&imu));
+        // One rule over a topic's endpoints: two publishers of different types disagree; untyped ones agree
+        // with anything.
+        let gps = TypeInfo::new("pb.Gps", "proto", Vec::new());
+        assert!(TypeInfo::disagree([&imu, &gps]));
+        assert!(TypeInfo::disagree([&imu, &TypeInfo::default(), &gps]));
+        assert!(!TypeInfo::disagree([&imu, &TypeInfo::default(), &imu.clone()]));
+        assert!(!TypeInfo::disagree([&TypeInfo::new("", "proto", Vec::new()), &imu]));
         // eCAL's C++ FlatBuffers publisher announces only the encoding.
         let ecal_fb = TypeInfo::new("", "flatb", Vec::new());
         assert!(!ecal_fb.mismatches(&TypeInfo::new("demo.Pose", "flatb", Vec::new())));

@@ -6,14 +6,14 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use serde::Serialize;
-use shoal::monitor::{LatencyHistogram, Snapshot, TopicDirection, TopicEntry, Via};
+use shoal::monitor::{LatencyHistogram, Snapshot, TopicDirection, TopicEntry, TopicProblem, Via};
 
-/// A peer whose last registration is older than this is shown as stale (registration refreshes every second; eCAL
-/// drops a peer after 10 s).
-pub const STALE_AFTER: Duration = Duration::from_secs(3);
+/// A peer whose last registration is older than this is shown as stale (the core's rule, which `shoal list` uses
+/// too).
+pub use shoal::monitor::STALE_AFTER;
 
 /// What is wrong with a topic, a process or a connection. Several can hold at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -549,63 +549,29 @@ pub fn build_view(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner)
     let mut connections = Vec::new();
     for (name, list) in &by_topic {
         let name_a = interner.get(name);
-        let pubs: Vec<&TopicEntry> =
-            list.iter().copied().filter(|t| t.direction == TopicDirection::Publisher).collect();
         let subs: Vec<&TopicEntry> =
             list.iter().copied().filter(|t| t.direction == TopicDirection::Subscriber).collect();
-        let typed = pubs.first().or(subs.first()).map(|t| &t.type_info);
-        let mut layers: Vec<&str> = Vec::new();
-        for t in list {
-            for l in &t.layers {
-                if !layers.contains(&l.as_str()) {
-                    layers.push(l);
-                }
-            }
-        }
-        layers.sort_unstable();
-        let pub_rate: f64 = pubs.iter().map(|t| f64::from(t.data_frequency_mhz) / 1000.0).sum();
-        let sub_rate = subs.iter().map(|t| f64::from(t.data_frequency_mhz) / 1000.0).fold(0.0, f64::max);
-        let rate_hz = if pubs.is_empty() { sub_rate } else { pub_rate };
-        let size_bytes = pubs.iter().chain(&subs).map(|t| t.topic_size.max(0) as u64).max().unwrap_or(0);
-        let shoal_bw: Option<f64> =
-            pubs.iter().filter_map(|t| t.shoal.as_ref().map(|s| s.bandwidth_bps)).reduce(|a, b| a + b);
-        let bandwidth_bps = shoal_bw.unwrap_or(rate_hz * size_bytes as f64);
-
+        // The topic's figures and problems: the core's one summary, as `shoal list` shows them.
+        let sum = shoal::monitor::summarize_topic(name, list);
         let mut problems = Problems::default();
-        if !pubs.is_empty() && subs.is_empty() {
-            problems.add(Problem::NoSubscribers);
-        }
-        if pubs.is_empty() && !subs.is_empty() {
-            problems.add(Problem::NoPublishers);
-        }
-        if list.iter().any(|t| t.type_mismatch) || types_disagree(&pubs, &subs) {
-            problems.add(Problem::TypeMismatch);
-        }
-        if list.iter().any(|t| t.registration_age > STALE_AFTER) {
-            problems.add(Problem::Stale);
+        for p in &sum.problems {
+            problems.add(match p {
+                TopicProblem::TypeMismatch => Problem::TypeMismatch,
+                TopicProblem::NoSubscribers => Problem::NoSubscribers,
+                TopicProblem::NoPublishers => Problem::NoPublishers,
+                _ => Problem::Stale,
+            });
         }
 
         // Connections measured by shoal subscribers.
-        let mut merged = LatencyHistogram::default();
-        let mut cross_host = 0;
-        let mut drops = 0u64;
-        let mut latency_summary = shoal::monitor::LatencySummary::default();
         for s in &subs {
-            latency_summary.merge(&s.latency);
             let conns = s.shoal.as_ref().map(|st| st.connections.as_slice()).unwrap_or(&[]);
-            let conn_drops = conns.iter().fold(0u64, |n, c| n.saturating_add(c.drops));
-            drops = drops.saturating_add(conn_drops.max(s.message_drops.max(0) as u64));
             for c in conns {
                 let publisher = publisher_of
                     .get(&c.publisher_id)
                     .map(|p| label_of(interner, p))
                     .unwrap_or_else(|| interner.get(&format!("publisher {:x}", c.publisher_id)));
                 let latency = if c.same_host { Percentiles::of(&c.latency) } else { None };
-                if c.same_host {
-                    merged.merge(&c.latency);
-                } else {
-                    cross_host += 1;
-                }
                 let via = via_name(c.via);
                 let key = ConnKey { publisher_id: c.publisher_id, subscriber_id: s.entity_id, via };
                 let mut cp = Problems::default();
@@ -632,7 +598,7 @@ pub fn build_view(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner)
                 });
             }
         }
-        if prev_drops(name).is_some_and(|d| drops > d) {
+        if prev_drops(name).is_some_and(|d| sum.drops > d) {
             problems.add(Problem::DropsRising);
         }
         for t in list {
@@ -653,38 +619,27 @@ pub fn build_view(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner)
                 registration_age_s: t.registration_age.as_secs_f64(),
             });
         }
+        let typed = sum.type_info();
         topics.push(TopicRow {
             name: name_a,
             type_name: interner.get(typed.map_or("", |t| t.name.as_str())),
             encoding: interner.get(typed.map_or("", |t| t.encoding.as_str())),
-            publishers: pubs.len(),
-            subscribers: subs.len(),
-            layers: interner.get(&layers.join(",")),
-            rate_hz,
-            bandwidth_bps,
-            size_bytes,
-            drops,
-            latency: Percentiles::of(&merged),
-            latency_mean_us: (latency_summary.count > 0).then_some(latency_summary.mean_us),
-            cross_host_connections: cross_host,
+            publishers: sum.publishers,
+            subscribers: sum.subscribers,
+            layers: interner.get(&sum.layers.join(",")),
+            rate_hz: sum.rate_hz,
+            bandwidth_bps: sum.bandwidth_bps,
+            size_bytes: sum.size_bytes,
+            drops: sum.drops,
+            latency: Percentiles::of(&sum.latency_histogram),
+            latency_mean_us: (sum.latency.count > 0).then_some(sum.latency.mean_us),
+            cross_host_connections: sum.cross_host_connections,
             problems,
-            buckets: merged.buckets().collect(),
+            buckets: sum.latency_histogram.buckets().collect(),
         });
     }
     let topic_index = topics.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
     View { time_s, hosts, processes, topics, entities, connections, topic_index }
-}
-
-/// True when a publisher and a subscriber announce different non-empty types (the snapshot flags mismatches only
-/// against the monitor's own subscribers).
-fn types_disagree(pubs: &[&TopicEntry], subs: &[&TopicEntry]) -> bool {
-    pubs.iter().any(|p| {
-        subs.iter().any(|s| {
-            !p.type_info.name.is_empty()
-                && !s.type_info.name.is_empty()
-                && (p.type_info.name != s.type_info.name || p.type_info.encoding != s.type_info.encoding)
-        })
-    })
 }
 
 /// `1.2 kHz`, `12.0 Hz`.

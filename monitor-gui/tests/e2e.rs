@@ -77,3 +77,94 @@ fn headless_monitor_lists_shoal_and_ecal_publishers_with_rates_and_latency() {
     assert!(procs.iter().any(|p| p["pid"].as_u64() == Some(ecal_pid) && p["kind"] == "eCAL"), "{procs:?}");
     drop((publ, sub, ecal_pub, ecal_sub));
 }
+
+/// `shoal list --json` and `shoal-monitor --headless --json`, run side by side on one live system, show the same
+/// figures for each topic (both use the core's one summary of a topic): publishers, subscribers, the mismatch of
+/// two publishers announcing different types (which the monitor used to miss without a subscriber), drops,
+/// problems, and rates within the difference one registration refresh can make.
+#[test]
+fn the_cli_and_the_monitor_agree_on_a_live_system() {
+    let shoal_cli = PathBuf::from(env!("CARGO_BIN_EXE_shoal-monitor")).with_file_name("shoal");
+    let id = std::process::id();
+    let (live, clash, lonely) = (format!("agree_live_{id}"), format!("agree_clash_{id}"), format!("agree_lonely_{id}"));
+    let Some(sub) = shoal_peer(&["sub", "--topic", &live, "--count", "1000000000", "--idle-ms", "60000"]) else {
+        eprintln!("SKIPPED: shoal-peer is not built beside shoal-monitor (run the workspace tests, scripts/test)");
+        return;
+    };
+    if !shoal_cli.is_file() {
+        eprintln!("SKIPPED: shoal is not built beside shoal-monitor (run the workspace tests, scripts/test)");
+        return;
+    }
+    sub.expect("ready", T);
+    let pub_args = |t: &str, rate: &str, ty: &str| {
+        ["pub", "--topic", t, "--count", "0", "--rate", rate, "--wait-subs", "0", "--type-name", ty].map(str::to_owned)
+    };
+    let live_pub = shoal_peer(&pub_args(&live, "200", "demo.A").each_ref().map(String::as_str)).expect("peer");
+    let clash_a = shoal_peer(&pub_args(&clash, "50", "demo.A").each_ref().map(String::as_str)).expect("peer");
+    let clash_b = shoal_peer(&pub_args(&clash, "20", "demo.B").each_ref().map(String::as_str)).expect("peer");
+    let lonely_sub =
+        shoal_peer(&["sub", "--topic", &lonely, "--count", "1000000000", "--idle-ms", "60000"]).expect("peer");
+    lonely_sub.expect("ready", T);
+    std::thread::sleep(Duration::from_secs(3));
+
+    // Both at once: the CLI listens 2 s, the monitor's last view is after 2 s.
+    let cli = Command::new(&shoal_cli).args(["list", "--json", "--wait-ms", "2000"]).spawn_output();
+    let mon =
+        Command::new(env!("CARGO_BIN_EXE_shoal-monitor")).args(["--headless", "--json", "--seconds", "2"]).output();
+    let cli = cli.join().expect("shoal list");
+    let mon = mon.expect("run shoal-monitor");
+    assert!(
+        cli.status.success() && mon.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&cli.stderr),
+        String::from_utf8_lossy(&mon.stderr)
+    );
+    let cli_topics: Vec<Value> = String::from_utf8_lossy(&cli.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["kind"] == "topic")
+        .collect();
+    let mon_text = String::from_utf8_lossy(&mon.stdout);
+    let last: Value = serde_json::from_str(mon_text.lines().last().expect("a line")).expect("JSON");
+    for name in [&live, &clash, &lonely] {
+        let c = cli_topics
+            .iter()
+            .find(|t| t["topic"] == name.as_str())
+            .unwrap_or_else(|| panic!("{name} not in shoal list"));
+        let m = topic(&last, name).unwrap_or_else(|| panic!("{name} not in the monitor: {last}"));
+        eprintln!("{name}:\n  shoal list    {c}\n  shoal-monitor {m}");
+        assert_eq!(c["publishers"], m["publishers"], "{name}");
+        assert_eq!(c["subscribers"], m["subscribers"], "{name}");
+        assert_eq!(c["drops"], m["drops"], "{name}");
+        let mut cp: Vec<String> =
+            c["problems"].as_array().expect("problems").iter().map(|p| p.as_str().unwrap_or("").to_owned()).collect();
+        let mut mp: Vec<String> =
+            m["problems"].as_array().expect("problems").iter().map(|p| p.as_str().unwrap_or("").to_owned()).collect();
+        mp.retain(|p| p != "drops_rising");
+        cp.sort();
+        mp.sort();
+        assert_eq!(cp, mp, "{name}");
+        let (cr, mr) = (c["rate_hz"].as_f64().expect("rate"), m["rate_hz"].as_f64().expect("rate"));
+        assert!((cr - mr).abs() <= 0.05 * cr.max(mr) + 0.5, "{name}: rates {cr} and {mr}");
+    }
+    let clash_cli = cli_topics.iter().find(|t| t["topic"] == clash.as_str()).expect("clash");
+    assert_eq!(clash_cli["type_mismatch"], true, "{clash_cli}");
+    let clash_mon = topic(&last, &clash).expect("clash");
+    assert!(clash_mon["problems"].as_array().expect("problems").iter().any(|p| p == "type_mismatch"), "{clash_mon}");
+    let live_mon = topic(&last, &live).expect("live");
+    assert!(live_mon["rate_hz"].as_f64().unwrap_or(0.0) > 150.0, "{live_mon}");
+    drop((live_pub, clash_a, clash_b, sub, lonely_sub));
+}
+
+/// `Command::output` on a thread, so that two commands run at once.
+trait SpawnOutput {
+    fn spawn_output(self) -> std::thread::JoinHandle<std::process::Output>;
+}
+
+impl SpawnOutput for &mut Command {
+    fn spawn_output(self) -> std::thread::JoinHandle<std::process::Output> {
+        let child =
+            self.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("spawn");
+        std::thread::spawn(move || child.wait_with_output().expect("wait"))
+    }
+}

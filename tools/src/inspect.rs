@@ -2,13 +2,12 @@
 //! `shoal topic info TOPIC`. Every process announces itself every second (eCAL's default), so each command listens
 //! for `--wait-ms` before it prints; eCAL processes and shoal processes are listed alike.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::Result;
 use clap::Args;
 use serde_json::{Value, json};
-use shoal::monitor::{ProcessEntry, Snapshot, TopicDirection, TopicEntry, printable};
+use shoal::monitor::{ProcessEntry, Snapshot, TopicDirection, TopicEntry, TopicProblem, TopicSummary, printable};
 
 use crate::common::{Table, bytes, hz, json_line, observe, start_node};
 use crate::descriptors;
@@ -47,51 +46,6 @@ fn kind(p: &ProcessEntry) -> &'static str {
 
 fn rate_of(t: &TopicEntry) -> f64 {
     f64::from(t.data_frequency_mhz.max(0)) / 1000.0
-}
-
-/// One topic name over all its endpoints.
-#[derive(Debug, Default)]
-struct TopicRow {
-    types: Vec<(String, String)>,
-    publishers: usize,
-    subscribers: usize,
-    layers: Vec<String>,
-    rate_hz: f64,
-    drops: i64,
-    mismatch: bool,
-}
-
-fn topic_rows(snap: &Snapshot) -> BTreeMap<&str, TopicRow> {
-    let mut rows: BTreeMap<&str, TopicRow> = BTreeMap::new();
-    for t in &snap.topics {
-        let r = rows.entry(t.topic_name.as_str()).or_default();
-        let ty = (t.type_info.name.clone(), t.type_info.encoding.clone());
-        let announced = !ty.0.is_empty() || !ty.1.is_empty();
-        if announced && !r.types.contains(&ty) {
-            r.types.push(ty);
-        }
-        for l in &t.layers {
-            if !r.layers.contains(l) {
-                r.layers.push(l.clone());
-            }
-        }
-        match t.direction {
-            TopicDirection::Publisher => {
-                r.publishers += 1;
-                r.rate_hz += rate_of(t);
-            }
-            TopicDirection::Subscriber => {
-                r.subscribers += 1;
-                r.drops = r.drops.saturating_add(i64::from(t.message_drops.max(0)));
-            }
-        }
-        r.mismatch |= t.type_mismatch;
-    }
-    for r in rows.values_mut() {
-        r.layers.sort();
-        r.mismatch |= r.types.len() > 1;
-    }
-    rows
 }
 
 fn process_counts(snap: &Snapshot, p: &ProcessEntry) -> (usize, usize) {
@@ -163,23 +117,28 @@ fn process_table(snap: &Snapshot) -> Table {
     t
 }
 
-fn type_cell(r: &TopicRow) -> (String, String) {
-    let names: Vec<&str> = r.types.iter().map(|(n, _)| if n.is_empty() { "-" } else { n.as_str() }).collect();
-    let mut encodings: Vec<&str> = r.types.iter().map(|(_, e)| if e.is_empty() { "-" } else { e.as_str() }).collect();
+/// The TYPE and ENCODING cells of a topic: every distinct type its endpoints announce, `(MISMATCH)` when they
+/// disagree (the core's one rule, [`TopicProblem::TypeMismatch`]).
+fn type_cell(r: &TopicSummary) -> (String, String) {
+    let dash = |s: &str| if s.is_empty() { "-".to_owned() } else { s.to_owned() };
+    let names: Vec<String> = r.types.iter().map(|t| dash(&t.name)).collect();
+    let mut encodings: Vec<String> = r.types.iter().map(|t| dash(&t.encoding)).collect();
     encodings.dedup();
     let mut name = if names.is_empty() { "-".to_owned() } else { names.join(" | ") };
-    if r.mismatch {
+    if r.has(TopicProblem::TypeMismatch) {
         name.push_str(" (MISMATCH)");
     }
     (name, if encodings.is_empty() { "-".into() } else { encodings.join(" | ") })
 }
 
-fn topic_table(snap: &Snapshot) -> Table {
-    let mut t = Table::new(&["TOPIC", "TYPE", "ENCODING", ">PUBS", ">SUBS", "LAYERS", ">RATE_HZ", ">DROPS"]);
-    for (name, r) in topic_rows(snap) {
-        let (ty, enc) = type_cell(&r);
+fn topic_table(topics: &[TopicSummary]) -> Table {
+    let mut t =
+        Table::new(&["TOPIC", "TYPE", "ENCODING", ">PUBS", ">SUBS", "LAYERS", ">RATE_HZ", ">DROPS", "PROBLEMS"]);
+    for r in topics {
+        let (ty, enc) = type_cell(r);
+        let problems: Vec<&str> = r.problems.iter().map(|p| p.label()).collect();
         t.row(vec![
-            name.to_owned(),
+            r.name.clone(),
             ty,
             enc,
             r.publishers.to_string(),
@@ -187,16 +146,20 @@ fn topic_table(snap: &Snapshot) -> Table {
             if r.layers.is_empty() { "-".into() } else { r.layers.join(",") },
             hz(r.rate_hz),
             r.drops.to_string(),
+            if problems.is_empty() { "-".into() } else { problems.join(", ") },
         ]);
     }
     t
 }
 
-fn topic_row_json(name: &str, r: &TopicRow) -> Value {
-    let types: Vec<Value> = r.types.iter().map(|(n, e)| json!({"type_name": n, "encoding": e})).collect();
-    json!({"kind": "topic", "topic": name, "types": types, "type_mismatch": r.mismatch,
-           "publishers": r.publishers, "subscribers": r.subscribers, "layers": r.layers,
-           "rate_hz": r.rate_hz, "drops": r.drops})
+fn topic_row_json(r: &TopicSummary) -> Value {
+    let types: Vec<Value> = r.types.iter().map(|t| json!({"type_name": t.name, "encoding": t.encoding})).collect();
+    let problems: Vec<&str> = r.problems.iter().map(|p| p.name()).collect();
+    json!({"kind": "topic", "topic": r.name, "types": types,
+           "type_mismatch": r.has(TopicProblem::TypeMismatch), "publishers": r.publishers,
+           "subscribers": r.subscribers, "layers": r.layers, "rate_hz": r.rate_hz, "size_bytes": r.size_bytes,
+           "bandwidth_bps": r.bandwidth_bps, "drops": r.drops, "problems": problems,
+           "last_seen_ms": r.last_seen.as_millis() as u64})
 }
 
 /// `shoal list`: processes, then topics.
@@ -208,16 +171,16 @@ pub(crate) fn list_all(a: &ListArgs) -> Result<()> {
         for p in &snap.processes {
             json_line(&mut out, &process_json(&snap, p))?;
         }
-        for (name, r) in topic_rows(&snap) {
-            json_line(&mut out, &topic_row_json(name, &r))?;
+        for r in snap.topic_summaries() {
+            json_line(&mut out, &topic_row_json(&r))?;
         }
         return Ok(());
     }
     writeln!(out, "PROCESSES ({})", snap.processes.len())?;
     process_table(&snap).write(&mut out)?;
-    let topics = topic_table(&snap);
-    writeln!(out, "\nTOPICS ({})", topic_rows(&snap).len())?;
-    topics.write(&mut out)?;
+    let summaries = snap.topic_summaries();
+    writeln!(out, "\nTOPICS ({})", summaries.len())?;
+    topic_table(&summaries).write(&mut out)?;
     if snap.processes.is_empty() {
         writeln!(
             out,
@@ -355,6 +318,17 @@ pub(crate) fn topic_info(a: &InfoArgs) -> Result<()> {
     }
     let pubs = ends.iter().filter(|t| t.direction == TopicDirection::Publisher).count();
     writeln!(out, "topic {}: {pubs} publisher(s), {} subscriber(s)", printable(&a.topic), ends.len() - pubs)?;
+    if let Some(sum) = snap.topic_summary(&a.topic) {
+        let problems: Vec<&str> = sum.problems.iter().map(|p| p.label()).collect();
+        writeln!(
+            out,
+            "  {} Hz, {}/s, {} dropped{}",
+            hz(sum.rate_hz),
+            bytes(sum.bandwidth_bps),
+            sum.drops,
+            if problems.is_empty() { String::new() } else { format!("; {}", problems.join(", ")) }
+        )?;
+    }
     for t in ends {
         let who = match t.direction {
             TopicDirection::Publisher => "publisher",

@@ -9,8 +9,10 @@ pub use crate::stats::{
     ConnectionStats, LatencyHistogram, LatencySummary, ShoalProcessStats, ShoalStats, TcpCounts, UdpCounts, Via,
 };
 pub use crate::wire::auth::{AuthCounts, AuthSummary};
+pub use summary::{STALE_AFTER, TopicProblem, TopicSummary, summarize, summarize_topic};
 pub use text::printable;
 
+mod summary;
 mod text;
 
 use crate::registration::{Direction, LayerKind, Registrar};
@@ -122,6 +124,20 @@ pub struct Snapshot {
     pub socket_drops: SocketDrops,
     /// What this process's registration received, applied, dropped (and why) and sent since the start.
     pub registration: crate::registration::RegistrationCounters,
+}
+
+impl Snapshot {
+    /// Every topic summed up over its publishers and subscribers ([`summarize`]), sorted by name: the figures
+    /// `shoal list` and the monitor show.
+    pub fn topic_summaries(&self) -> Vec<TopicSummary> {
+        summarize(&self.topics)
+    }
+
+    /// The summary of topic `name`, if any endpoint of it is known.
+    pub fn topic_summary(&self, name: &str) -> Option<TopicSummary> {
+        let list: Vec<&TopicEntry> = self.topics.iter().filter(|t| t.topic_name == name).collect();
+        (!list.is_empty()).then(|| summarize_topic(name, &list))
+    }
 }
 
 /// Datagrams the kernel dropped on this process's registration socket for a full receive buffer (`SO_RXQ_OVFL`),

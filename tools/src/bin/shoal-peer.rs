@@ -52,6 +52,9 @@ enum Cmd {
         /// Reliable publisher: wait up to this many ms for a reliable subscriber instead of overwriting.
         #[arg(long)]
         reliable_ms: Option<u64>,
+        /// The type name announced (encoding `raw`).
+        #[arg(long, default_value = "shoal.test.Pattern")]
+        type_name: String,
     },
     /// Receive and verify messages.
     Sub {
@@ -168,11 +171,23 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let node = shoal::Node::init("shoal-peer").context("starting the shoal node")?;
     match cli.cmd {
-        Cmd::Pub { topic, count, size, rate, wait_subs, wait_ms, start_delay_ms, linger_ms, loan, reliable_ms } => {
+        Cmd::Pub {
+            topic,
+            count,
+            size,
+            rate,
+            wait_subs,
+            wait_ms,
+            start_delay_ms,
+            linger_ms,
+            loan,
+            reliable_ms,
+            type_name,
+        } => {
             if size < 24 {
                 bail!("--size must be at least 24 bytes (header of the self-checking payload)");
             }
-            let builder = node.publisher(&topic).type_info(shoal::TypeInfo::raw("shoal.test.Pattern"));
+            let builder = node.publisher(&topic).type_info(shoal::TypeInfo::raw(&type_name));
             let builder = match reliable_ms {
                 Some(ms) => builder.reliable(Duration::from_millis(ms)),
                 None => builder,
