@@ -258,6 +258,10 @@ fn local_mode_takes_no_data_from_another_host() {
         std::thread::spawn(move || {
             support::enter_netns(&ns).expect("enter the sender's namespace");
             let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("bind");
+            // The neighbour entry first (a datagram to the discard port): the kernel holds only so many bytes of
+            // datagrams while it resolves the address, and would drop some of the fragments of the large one.
+            let _ = s.send_to(b"arp", (to.as_str(), 9));
+            std::thread::sleep(Duration::from_millis(300));
             for d in &ds {
                 s.send_to(d, (to.as_str(), 14002)).expect("send");
                 std::thread::sleep(Duration::from_millis(2));
