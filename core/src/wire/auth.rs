@@ -723,8 +723,9 @@ mod tests {
         // Sender 2 has a window now: its older envelopes are judged by it (new counter: taken; replay: refused).
         assert_eq!(g.check(&env(2, 4, start - 3 * s), t0, start + s), Ok(()));
         assert_eq!(g.check(&env(2, 4, start - 3 * s), t0, start + s), Err(AuthReject::Replayed));
-        // Sender 1, written after the start: heard. Then sender 3 evicts sender 2 at start + 20 s.
-        assert_eq!(g.check(&env(1, 6, start + 2 * s), t0, start + 2 * s), Ok(()));
+        // Sender 1, written after the start: heard (later than sender 2). Then sender 3 evicts sender 2, the one
+        // heard least recently, at start + 20 s.
+        assert_eq!(g.check(&env(1, 6, start + 2 * s), t0 + Duration::from_secs(2), start + 2 * s), Ok(()));
         let later = t0 + Duration::from_secs(20);
         assert_eq!(g.check(&env(3, 1, start + 20 * s), later, start + 20 * s), Ok(()));
         assert_eq!(g.evicted(), 1);
