@@ -22,8 +22,10 @@
 //! - What the system looks like: [`Node::snapshot`] ([`monitor`]); decoding any protobuf topic from its
 //!   registration descriptor: [`dynamic`]; configuration: [`config`] (`ecal.ini`); every error type: [`error`].
 //!
-//! The modules `registration`, `transport` and `wire` are public only for the fuzz targets and the repository's
-//! tests; they are hidden from these docs and are not a stable API.
+//! Everything above is the public API, stated in this file: the root re-exports, [`builder`], [`error`],
+//! [`config`], [`monitor`] and [`dynamic`]. With the cargo feature `internals` (off by default; the repository's
+//! fuzz targets, tests and tools turn it on) the modules `registration`, `transport` and `wire` and
+//! `ring_geometry` are public too, for them only: they are not part of the API and change without notice.
 #![deny(unsafe_code)]
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
@@ -33,33 +35,42 @@ mod io;
 pub mod monitor;
 mod node;
 mod pubsub;
-#[doc(hidden)]
-pub mod registration;
 mod sample;
 mod stats;
 mod sync;
 mod sys;
-#[doc(hidden)]
-pub mod transport;
 mod types;
-#[doc(hidden)]
+
+// The internals the fuzz targets and the repository's tests drive directly (feature `internals`); private otherwise,
+// where what only they use is dead code.
+#[cfg(feature = "internals")]
+pub mod registration;
+#[cfg(not(feature = "internals"))]
+#[allow(unreachable_pub, dead_code, unused_imports)]
+mod registration;
+#[cfg(feature = "internals")]
+pub mod transport;
+#[cfg(not(feature = "internals"))]
+#[allow(unreachable_pub, dead_code, unused_imports)]
+mod transport;
+#[cfg(feature = "internals")]
 pub mod wire;
+#[cfg(not(feature = "internals"))]
+#[allow(unreachable_pub, dead_code, unused_imports)]
+mod wire;
 
 /// The builders of [`Node::publisher`] and [`Node::subscriber`] and their kinds.
 pub mod builder {
     pub use crate::pubsub::builder::{CallbackSubscriberBuilder, PublisherBuilder, Raw, SubscriberBuilder, Typed};
 }
 
-/// Every error type of the public API, with the transport errors they carry as their cause.
+/// Every error type of the public API, each with the causes it keeps as its source.
 pub mod error {
     pub use crate::config::ConfigError;
     pub use crate::io::IoStartError;
     pub use crate::node::InitError;
     pub use crate::pubsub::typed::{TypedRecvError, TypedSendError};
-    pub use crate::pubsub::{CreateError, LoanError, MatchTimeout, RecvError, SendError};
-    pub use crate::transport::shm_ring::{
-        CommitError, DoorbellCreateError, DoorbellOpenError, RingCreateError, SlotError,
-    };
+    pub use crate::pubsub::{CreateError, LoanError, MatchTimeout, RecvError, SendError, ShmError};
     pub use crate::types::{DecodeError, EncodeError};
 }
 
@@ -67,7 +78,9 @@ pub use config::{Config, QueuePolicy, ShmAccess, UdpSendMode, WaitStrategy};
 pub use error::{
     CreateError, InitError, LoanError, MatchTimeout, RecvError, SendError, TypedRecvError, TypedSendError,
 };
-pub use node::{Node, ring_geometry};
+pub use node::Node;
+#[cfg(feature = "internals")]
+pub use node::ring_geometry;
 pub use pubsub::publisher::{Loan, Publisher, Unwritten, Written};
 pub use pubsub::subscriber::{CallbackSubscriber, Subscriber};
 pub use pubsub::typed::{MessageMeta, Received, TypedPublisher, TypedSubscriber};

@@ -6,11 +6,12 @@ use std::time::Instant;
 use crate::config::{Config, ConfigError};
 use crate::io::{EventHandler, IoStartError};
 use crate::monitor::Snapshot;
+use crate::pubsub::ShmError;
 use crate::pubsub::builder::{PublisherBuilder, SubscriberBuilder};
 use crate::pubsub::runtime::Runtime;
 use crate::registration::{Identity, Registrar};
 use crate::sync::lock;
-use crate::transport::shm_ring::{self, Doorbell, DoorbellCreateError, DoorbellOpenError, DoorbellRemote};
+use crate::transport::shm_ring::{self, Doorbell, DoorbellRemote};
 
 /// Errors of [`Node::init`] and [`Node::init_with_config`].
 #[non_exhaustive]
@@ -22,12 +23,9 @@ pub enum InitError {
     /// The I/O thread or its sockets could not start.
     #[error(transparent)]
     Io(#[from] IoStartError),
-    /// This process's shared-memory doorbell could not be created (is /dev/shm writable?).
-    #[error("cannot create this process's shared-memory doorbell: {0}")]
-    Doorbell(#[from] DoorbellCreateError),
-    /// This process's own doorbell, just created, could not be opened for ringing.
-    #[error("cannot open this process's own shared-memory doorbell: {0}")]
-    OwnDoorbell(#[from] DoorbellOpenError),
+    /// This process's shared-memory doorbell could not be created or opened (is /dev/shm writable?).
+    #[error("cannot create this process's shared-memory doorbell")]
+    Doorbell(#[source] ShmError),
     /// `[shoal_auth] protected_topics` is not a valid regular expression.
     #[error("[shoal_auth] protected_topics is not a valid regular expression: {0}")]
     AuthPattern(#[from] regex::Error),
@@ -49,6 +47,7 @@ pub struct Node {
 /// The (slot count, slot size) a publisher's native ring has under `config` once it carries messages of `len`
 /// bytes (it grows to the next power of two, trading slots for size, keeping at least `[shoal_receive] queue_depth`
 /// slots); `None` for a message no ring holds. `shoal perf --baseline` gives its plain ring as many slots.
+#[cfg(feature = "internals")]
 pub fn ring_geometry(config: &Config, len: usize) -> Option<(u32, usize)> {
     let min_slots = u32::try_from(config.receive.queue.depth).unwrap_or(u32::MAX);
     shm_ring::geometry_for(&config.shm_ring, min_slots, len)
@@ -145,8 +144,8 @@ fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> 
             Err(e) => tracing::warn!("cannot clean stale shared-memory files in {}: {e}", dir.display()),
         }
     }
-    let doorbell = Doorbell::create()?;
-    let self_ringer = DoorbellRemote::open(doorbell.name())?;
+    let doorbell = Doorbell::create().map_err(|e| InitError::Doorbell(e.into()))?;
+    let self_ringer = DoorbellRemote::open(doorbell.name()).map_err(|e| InitError::Doorbell(e.into()))?;
     let host_name = crate::sys::host_name();
     let domain = if config.registration.shm_transport_domain.is_empty() {
         host_name.clone()

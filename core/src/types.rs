@@ -93,7 +93,8 @@ impl MessageSink for VecSink {
 }
 
 /// A message could not be encoded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
 pub enum EncodeError {
     /// The encoder wrote a different number of bytes than it announced (a bug in the message implementation).
     #[error("the encoder announced {announced} bytes but wrote {written}")]
@@ -111,9 +112,17 @@ pub enum EncodeError {
         /// The encoder's message.
         reason: String,
     },
-    /// The destination could not provide a buffer (e.g. no shared-memory slot of that size).
-    #[error("no buffer for the message: {0}")]
-    Sink(String),
+    /// The encoder asked the sink for a buffer more than once (a message is written with one
+    /// [`MessageSink::write_exact`] call), or never.
+    #[error("the encoder made {calls} write_exact calls; a message is written with exactly one")]
+    WriteCount {
+        /// The calls made.
+        calls: usize,
+    },
+    /// The destination could not take the message (for a publisher: no shared-memory slot of that size, or the
+    /// slot could not be sent); the sink's own error is the source.
+    #[error("the destination could not take the message")]
+    Sink(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Bytes could not be decoded as the expected message type.
@@ -198,8 +207,8 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        let e = s.write_exact(3, &mut |_| Err(EncodeError::Sink("x".into()))).unwrap_err();
-        assert_eq!(e, EncodeError::Sink("x".into()));
+        let e = s.write_exact(3, &mut |_| Err(EncodeError::WriteCount { calls: 2 })).unwrap_err();
+        assert!(matches!(e, EncodeError::WriteCount { calls: 2 }), "{e:?}");
         assert_eq!(s.0, vec![1, 2, 3]);
     }
 }

@@ -10,7 +10,7 @@ const SNIPPET: &[&str] = &[
     r#"let sub = node.subscriber("camera").create()?;                  // in this process or any other on the host"#,
     r#""#,
     r#"publ.send(b"bytes")?;                                           // copy into the ring"#,
-    r#"publ.loan(1 << 20)?.write(|buf| buf.fill(7)).send()?;           // zero-copy: write in the slot, then send"#,
+    r#"publ.loan(1 << 20)?.write(|buf| buf.fill(7)).send();            // zero-copy: write in the slot, then send"#,
     r#"let sample = sub.recv_timeout(std::time::Duration::from_secs(1))?;"#,
     r#"println!("{} bytes, clock {}, from {}", sample.payload().len(), sample.clock(), sample.publisher_id());"#,
 ];
@@ -33,7 +33,7 @@ fn the_readme_snippet_receives_both_messages() -> Result<(), Box<dyn std::error:
     let sub = node.subscriber("camera").create()?; // in this process or any other on the host
 
     publ.send(b"bytes")?; // copy into the ring
-    publ.loan(1 << 20)?.write(|buf| buf.fill(7)).send()?; // zero-copy: write in the slot, then send
+    publ.loan(1 << 20)?.write(|buf| buf.fill(7)).send(); // zero-copy: write in the slot, then send
     let sample = sub.recv_timeout(std::time::Duration::from_secs(1))?;
     println!("{} bytes, clock {}, from {}", sample.payload().len(), sample.clock(), sample.publisher_id());
     // ---- end of the snippet ----

@@ -39,7 +39,9 @@ fn registrar() -> Registrar {
         network_mode: false,
     };
     let cfg = Config::default();
-    let auth = AuthConfig { key: Some(std::sync::Arc::new(key())), protected_topics: "fuzz.*".into(), ..AuthConfig::default() };
+    let mut auth = AuthConfig::default();
+    auth.key = Some(std::sync::Arc::new(key()));
+    auth.protected_topics = "fuzz.*".into();
     Registrar::new(me, &cfg.registration, Instant::now())
         .with_bounds(&cfg.limits)
         .with_auth(&auth, Arc::new(AuthStats::new(true)))

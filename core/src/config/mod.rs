@@ -38,6 +38,7 @@ pub use load::SearchPaths;
 pub use report::{ConfigReport, FoundBy, KeyReport, ValueOrigin};
 
 /// How a blocking receive waits for the next sample.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitStrategy {
     /// Sleep on the futex doorbell at once.
@@ -49,6 +50,7 @@ pub enum WaitStrategy {
 }
 
 /// The whole configuration of a node.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Registration timing, port and identity.
@@ -78,6 +80,7 @@ pub struct Config {
 }
 
 /// Registration settings (`[common]`, `[network] multicast_port`, `[shoal_registration]`).
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct RegistrationConfig {
     /// Period of the registration samples (eCAL: 1000 ms).
@@ -94,6 +97,7 @@ pub struct RegistrationConfig {
 }
 
 /// UDP addressing (`[network]`, `[shoal_network]`).
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct NetworkConfig {
     /// Network mode (multicast across hosts) instead of local broadcast.
@@ -136,6 +140,7 @@ pub struct NetworkConfig {
 }
 
 /// Which thread sends a publisher's UDP data datagrams (`[shoal_network] send_mode`).
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UdpSendMode {
     /// The publisher's own thread, one `send_to` per datagram (lowest latency for a lone message).
@@ -145,6 +150,7 @@ pub enum UdpSendMode {
 }
 
 /// shoal's native shared-memory ring (`[shoal_shm_ring]`).
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShmRingConfig {
     /// Use shoal's native shared-memory ring between shoal processes on one host.
@@ -206,6 +212,7 @@ impl AuthKey {
 
 /// Authentication between shoal peers (`[shoal_auth]`): with a key, registration and UDP data of protected topics
 /// are sent in an authenticated envelope, and unauthenticated ones for them are refused.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthConfig {
     /// The shared key (`None`: authentication off), shared by the clones of this configuration.
@@ -233,6 +240,7 @@ impl Default for AuthConfig {
 }
 
 /// Access to shared-memory files (`[shoal_security]`).
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecurityConfig {
     /// Who may open the files this process creates in `/dev/shm` (or on the huge-page mount): ring segments,
@@ -241,6 +249,7 @@ pub struct SecurityConfig {
 }
 
 /// Who may open a process's shared-memory files (`[shoal_security] shm_access`).
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShmAccess {
     /// The owner only (mode 0600): processes of other users can neither read the rings nor ring the doorbells.
@@ -276,6 +285,7 @@ impl ShmAccess {
 /// process has not taken yet from its ring. A subscriber that stays a full ring behind for the whole timeout, or
 /// whose process is gone, is taken out of that flow control for good (counted). Per publisher and subscriber also
 /// with the builders' `reliable` options.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReliableConfig {
     /// Publishers are reliable by default.
@@ -293,6 +303,7 @@ impl Default for ReliableConfig {
 }
 
 /// Receive settings (`[shoal_receive]`).
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReceiveConfig {
     /// How a blocking receive waits (`wait`, `spin_us`).
@@ -366,6 +377,7 @@ impl Default for QueuePolicy {
 
 /// Bounds on what registration and data from other processes can cost this one (`[shoal_limits]`): a peer that
 /// announces a million topics or sends 16 MB samples full of empty entries costs a bounded amount, counted.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitsConfig {
     /// Largest registration message accepted (bytes, after reassembly).
@@ -417,6 +429,7 @@ impl Default for LimitsConfig {
 }
 
 /// eCAL's TCP layer (`[shoal_tcp]`).
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TcpConfig {
     /// Bytes queued per subscriber connection beyond what its socket buffer holds; a message that does not fit
@@ -456,6 +469,7 @@ impl Default for TcpConfig {
 }
 
 /// I/O thread settings (`[shoal_io]`).
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct IoConfig {
     /// CPUs the I/O thread is pinned to (empty: no pinning).
@@ -463,6 +477,7 @@ pub struct IoConfig {
 }
 
 /// An eCAL-facing layer, as named in the layer priority lists (`[publisher] priority_local`/`priority_remote`).
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EcalLayer {
     /// eCAL shared memory (memfiles): `shm`.
@@ -486,6 +501,7 @@ impl EcalLayer {
 
 /// Which eCAL-facing transport layers are on (as in eCAL 6: publishers serve shm, udp and tcp, subscribers
 /// receive shm and udp), and in which order a publisher chooses among those a subscriber has enabled.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LayersConfig {
     /// Publishers may serve eCAL shared-memory subscribers (memfiles).

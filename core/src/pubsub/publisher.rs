@@ -614,7 +614,7 @@ impl Publisher {
         }
     }
 
-    fn commit_loan(&mut self, len: usize) -> Result<(), SendError> {
+    fn commit_loan(&mut self, len: usize) {
         let t = now_ns();
         let clock = self.clock + 1;
         match &mut self.ring {
@@ -624,7 +624,12 @@ impl Publisher {
                 let need_copy = !self.cache.intra.is_empty() || self.shared.layers_active.load(Ordering::Acquire);
                 let copy: Option<Arc<[u8]>> =
                     if need_copy { ring.loan(len).ok().map(|b| Arc::from(&*b)) } else { None };
-                let published = ring.commit(len, t, clock)?;
+                // `Publisher::loan` loaned the slot and only the `Loan` it returned, which borrows the publisher,
+                // commits it: the loan is there, of this length (the typestate's invariant).
+                let published = match ring.commit(len, t, clock) {
+                    Ok(p) => p,
+                    Err(e) => unreachable!("a written Loan holds the ring's loan of its length: {e}"),
+                };
                 waker::ring_after_publish(&self.rt.waker, &self.cache.doorbells);
                 if published.segment_changed {
                     self.ring_grew();
@@ -642,7 +647,6 @@ impl Publisher {
             }
         }
         self.finish(clock, len);
-        Ok(())
     }
 }
 
@@ -699,9 +703,10 @@ impl Loan<'_, Written> {
         self.publ.loan_buf(self.len)
     }
 
-    /// Publishes the slot to every subscriber.
-    pub fn send(self) -> Result<(), SendError> {
-        self.publ.commit_loan(self.len)
+    /// Publishes the slot to every subscriber. It cannot fail: the slot was secured by
+    /// [`Publisher::loan`](crate::Publisher::loan).
+    pub fn send(self) {
+        self.publ.commit_loan(self.len);
     }
 }
 

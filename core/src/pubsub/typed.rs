@@ -21,13 +21,14 @@ use crate::pubsub::builder::SubOptions;
 use crate::pubsub::publisher::Publisher;
 use crate::pubsub::runtime::Runtime;
 use crate::pubsub::subscriber::{CallbackSubscriber, SubHandle, Subscriber, subscriber_status};
-use crate::pubsub::{CreateError, LoanError, RecvError, SendError};
+use crate::pubsub::{CreateError, LoanError, RecvError};
 use crate::sample::{Sample, SampleRef};
 use crate::stats::Via;
 use crate::sync::lock;
 use crate::types::{DecodeError, EncodeError, Message, MessageSink, TypeInfo};
 
 /// Errors of [`TypedPublisher::send`].
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum TypedSendError {
     /// The message could not be encoded.
@@ -36,12 +37,10 @@ pub enum TypedSendError {
     /// No shared-memory slot for the encoded size.
     #[error(transparent)]
     Loan(#[from] LoanError),
-    /// The slot could not be published.
-    #[error(transparent)]
-    Send(#[from] SendError),
 }
 
 /// Errors of the `recv*` methods of [`TypedSubscriber`].
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TypedRecvError {
     /// Nothing received (timeout), or a callback subscriber was asked to `recv`.
@@ -112,11 +111,12 @@ pub struct Received<M> {
     pub meta: MessageMeta,
 }
 
-/// A [`MessageSink`] writing into one shared-memory loan of the publisher, then sending it.
+/// A [`MessageSink`] writing into one shared-memory loan of the publisher, then sending it. A loan or send error
+/// goes back to the encoder as [`EncodeError::Sink`] with the error as its source, and from there to
+/// [`TypedPublisher::send`], which returns it as itself ([`TypedSendError::Loan`]).
 struct LoanSink<'p> {
     publ: &'p mut Publisher,
-    failure: Option<TypedSendError>,
-    used: bool,
+    calls: usize,
 }
 
 impl MessageSink for LoanSink<'_> {
@@ -125,26 +125,28 @@ impl MessageSink for LoanSink<'_> {
         len: usize,
         fill: &mut dyn FnMut(&mut [u8]) -> Result<(), EncodeError>,
     ) -> Result<(), EncodeError> {
-        if std::mem::replace(&mut self.used, true) {
-            return Err(EncodeError::Sink("a message must be written with one write_exact call".into()));
+        self.calls += 1;
+        if self.calls > 1 {
+            return Err(EncodeError::WriteCount { calls: self.calls });
         }
-        let loan = match self.publ.loan(len) {
-            Ok(l) => l,
-            Err(e) => {
-                let text = e.to_string();
-                self.failure = Some(e.into());
-                return Err(EncodeError::Sink(text));
-            }
-        };
+        let loan = self.publ.loan(len).map_err(|e| EncodeError::Sink(Box::new(e)))?;
         let mut filled = Ok(());
         let loan = loan.write(|buf| filled = fill(buf));
         // On an encoder error the loan is dropped unsent.
         filled?;
-        loan.send().map_err(|e| {
-            let text = e.to_string();
-            self.failure = Some(e.into());
-            EncodeError::Sink(text)
-        })
+        loan.send();
+        Ok(())
+    }
+}
+
+/// The typed form of an encoding error: the publisher's own loan and send errors as themselves.
+fn typed_send_error(e: EncodeError) -> TypedSendError {
+    match e {
+        EncodeError::Sink(source) => match source.downcast::<LoanError>() {
+            Ok(l) => TypedSendError::Loan(*l),
+            Err(source) => TypedSendError::Encode(EncodeError::Sink(source)),
+        },
+        e => TypedSendError::Encode(e),
     }
 }
 
@@ -168,14 +170,12 @@ impl<M: Message> TypedPublisher<M> {
     /// Encodes `msg` straight into a shared-memory loan and sends it (protobuf: no intermediate buffer;
     /// FlatBuffers: one copy from the reused builder).
     pub fn send(&mut self, msg: &M) -> Result<(), TypedSendError> {
-        let mut sink = LoanSink { publ: &mut self.publ, failure: None, used: false };
-        let res = msg.encode(&mut sink);
-        match (res, sink.failure.take()) {
-            (Ok(()), _) if sink.used => Ok(()),
-            (Ok(()), _) => Err(EncodeError::Sink("the encoder wrote nothing".into()).into()),
-            (Err(_), Some(f)) => Err(f),
-            (Err(e), None) => Err(e.into()),
+        let mut sink = LoanSink { publ: &mut self.publ, calls: 0 };
+        msg.encode(&mut sink).map_err(typed_send_error)?;
+        if sink.calls == 0 {
+            return Err(TypedSendError::Encode(EncodeError::WriteCount { calls: 0 }));
         }
+        Ok(())
     }
 
     /// The untyped publisher underneath (statistics, `send` of pre-encoded bytes).

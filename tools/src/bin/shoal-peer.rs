@@ -223,7 +223,7 @@ fn main() -> Result<()> {
             while count == 0 || clock < count {
                 clock += 1;
                 if loan {
-                    publ.loan(size)?.write(|b| shoal_tools::fill_pattern(b, clock)).send()?;
+                    publ.loan(size)?.write(|b| shoal_tools::fill_pattern(b, clock)).send();
                 } else {
                     shoal_tools::fill_pattern(&mut buf, clock);
                     publ.send(&buf)?;

@@ -63,7 +63,8 @@ impl Sender for ShoalTx {
 
     fn send_header(&mut self, len: usize, header: &[u8; HEADER_LEN]) -> anyhow::Result<()> {
         let loan = self.0.loan(len).context("shoal loan")?;
-        loan.write(|b| b[..HEADER_LEN].copy_from_slice(header)).send().context("shoal send of a loan")
+        loan.write(|b| b[..HEADER_LEN].copy_from_slice(header)).send();
+        Ok(())
     }
 }
 
