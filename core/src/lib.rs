@@ -1,4 +1,5 @@
-//! shoal: decentralized publish/subscribe, wire-compatible with eCAL 5.13 / 6.x.
+//! shoal: decentralized publish/subscribe, wire-compatible with eCAL 6.x (tested against eCAL 6.1.1; eCAL 5.13 uses
+//! the same wire and is designed for, but untested).
 //!
 //! A [`Node`] joins the process's runtime; publishers and subscribers come from its builders, one entry point per
 //! role with options as methods:
@@ -66,7 +67,7 @@ pub mod builder {
 
 /// Every error type of the public API, each with the causes it keeps as its source.
 pub mod error {
-    pub use crate::config::ConfigError;
+    pub use crate::config::{ConfigError, KeyFileError};
     pub use crate::io::IoStartError;
     pub use crate::node::InitError;
     pub use crate::pubsub::typed::{TypedRecvError, TypedSendError};

@@ -72,6 +72,18 @@ pub enum ConfigError {
         /// The key (canonical spelling).
         key: &'static str,
     },
+    /// `[shoal_auth] key_file` names a file that cannot serve as a key.
+    #[error("{}:{line}: [shoal_auth] key_file = {}: {source}", path.display(), key_file.display())]
+    KeyFile {
+        /// The configuration file.
+        path: PathBuf,
+        /// The line of `key_file`.
+        line: usize,
+        /// The key file it names.
+        key_file: PathBuf,
+        /// Why it is refused.
+        source: KeyFileError,
+    },
     /// Values that are each allowed but not together (e.g. timeout not above refresh).
     #[error("{}:{line}: {message}", path.display())]
     Conflict {
@@ -82,6 +94,45 @@ pub enum ConfigError {
         /// What conflicts and what is required.
         message: String,
     },
+}
+
+/// Why a `[shoal_auth] key_file` is refused: it must be a regular file (not a symlink) of this user, with no
+/// access for group or others, holding 32 to 128 hex digits.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyFileError {
+    /// It cannot be opened (missing, no permission, or a symlink: it is opened with `O_NOFOLLOW`).
+    #[error("cannot open it")]
+    Open(#[source] std::io::Error),
+    /// Its metadata cannot be read.
+    #[error("cannot read its metadata")]
+    Metadata(#[source] std::io::Error),
+    /// This process's user cannot be told (from `/proc/self`).
+    #[error("cannot tell this process's user")]
+    WhoAmI(#[source] std::io::Error),
+    /// It is a directory, a device, a FIFO or a socket.
+    #[error("not a regular file")]
+    NotRegular,
+    /// Another user owns it.
+    #[error("owned by uid {owner}, not by this user (uid {me})")]
+    Owner {
+        /// Its owner.
+        owner: u32,
+        /// This process's effective user.
+        me: u32,
+    },
+    /// Group or others may access it.
+    #[error("mode {mode:04o} lets group or others at the key; refused (chmod 600 the file)")]
+    Mode {
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// Reading it failed.
+    #[error("cannot read it")]
+    Read(#[source] std::io::Error),
+    /// Its first 1024 bytes are not 32 to 128 hex digits.
+    #[error("does not hold a key of 32 to 128 hex digits")]
+    NotAKey,
 }
 
 /// Something in a file that was accepted but is probably not what its author meant (an unknown key,

@@ -6,6 +6,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::error::KeyFileError;
 use super::{AuthKey, Config, EcalLayer, ShmAccess, UdpSendMode, WaitStrategy};
 
 /// Spin time written for `spin_us` when the configured strategy does not spin.
@@ -55,12 +56,14 @@ pub(crate) struct Draft {
     pub(crate) cfg: Config,
     pub(crate) wait: WaitKind,
     pub(crate) spin: Duration,
+    /// Why the last refused `[shoal_auth] key_file` was refused (taken by the parser into [`ConfigError::KeyFile`]).
+    pub(crate) key_file_refused: Option<(PathBuf, KeyFileError)>,
 }
 
 impl Draft {
     pub(crate) fn new(cfg: Config) -> Self {
         let (wait, spin) = split_wait(cfg.receive.wait);
-        Draft { cfg, wait, spin }
+        Draft { cfg, wait, spin, key_file_refused: None }
     }
 
     pub(crate) fn finish(mut self) -> Config {
@@ -1471,7 +1474,7 @@ pub(crate) static KEYS: &[KeyDef] = &[
         ],
         allowed: "empty, or an absolute path to a regular file of this user with mode 0600 or 0400 holding 32 to 128 hex digits",
         get: |c| c.auth.key_file.as_ref().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
-        set: |d, v, notes| {
+        set: |d, v, _| {
             if v.is_empty() {
                 d.cfg.auth.key_file = None;
                 if !d.cfg.auth.key_from_hex {
@@ -1489,7 +1492,7 @@ pub(crate) static KEYS: &[KeyDef] = &[
                     Some(())
                 }
                 Err(why) => {
-                    notes.push(format!("[shoal_auth] key_file {v}: {why}"));
+                    d.key_file_refused = Some((PathBuf::from(v), why));
                     None
                 }
             }
@@ -1566,35 +1569,31 @@ pub(crate) static KEYS: &[KeyDef] = &[
 
 /// Reads a `[shoal_auth] key_file`: a regular file of this user (not a symlink), no access for group or others,
 /// holding the key in hex.
-fn read_key_file(path: &Path) -> Result<AuthKey, String> {
+fn read_key_file(path: &Path) -> Result<AuthKey, KeyFileError> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
-        .map_err(|e| format!("cannot open it: {e}"))?;
-    let meta = file.metadata().map_err(|e| format!("cannot read its metadata: {e}"))?;
+        .map_err(KeyFileError::Open)?;
+    let meta = file.metadata().map_err(KeyFileError::Metadata)?;
     if !meta.file_type().is_file() {
-        return Err("not a regular file".to_owned());
+        return Err(KeyFileError::NotRegular);
     }
     // The owner of /proc/self is this process's effective user.
-    let me = std::fs::metadata("/proc/self").map_err(|e| format!("cannot tell this process's user: {e}"))?.uid();
+    let me = std::fs::metadata("/proc/self").map_err(KeyFileError::WhoAmI)?.uid();
     if meta.uid() != me {
-        return Err(format!("owned by uid {}, not by this user (uid {me})", meta.uid()));
+        return Err(KeyFileError::Owner { owner: meta.uid(), me });
     }
     if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "mode {:04o} lets group or others at the key; refused (chmod 600 {})",
-            meta.mode() & 0o7777,
-            path.display()
-        ));
+        return Err(KeyFileError::Mode { mode: meta.mode() & 0o7777 });
     }
     // Read into a buffer that never grows (no copy of the key left behind by a reallocation) and is zeroed on drop.
     let mut text = zeroize::Zeroizing::new(Vec::with_capacity(1100));
-    file.take(1024).read_to_end(&mut text).map_err(|e| format!("cannot read it: {e}"))?;
-    let text = std::str::from_utf8(&text).map_err(|_| "does not hold a key of 32 to 128 hex digits".to_owned())?;
-    AuthKey::from_hex(text).ok_or_else(|| "does not hold a key of 32 to 128 hex digits".to_owned())
+    file.take(1024).read_to_end(&mut text).map_err(KeyFileError::Read)?;
+    let text = std::str::from_utf8(&text).map_err(|_| KeyFileError::NotAKey)?;
+    AuthKey::from_hex(text).ok_or(KeyFileError::NotAKey)
 }
 
 #[cfg(test)]

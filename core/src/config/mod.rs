@@ -33,7 +33,7 @@ mod report;
 #[cfg(test)]
 mod tests;
 
-pub use error::{ConfigError, ConfigWarning};
+pub use error::{ConfigError, ConfigWarning, KeyFileError};
 pub use load::SearchPaths;
 pub use report::{ConfigReport, FoundBy, KeyReport, ValueOrigin};
 

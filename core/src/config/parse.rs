@@ -97,6 +97,10 @@ pub(crate) fn parse_all(text: &str, origin: &Path, max_errors: usize) -> Result<
                 let accepted = (def.set)(&mut draft, value, &mut notes).is_some();
                 // A refused value's notes say why (e.g. a key file's mode); they are kept as warnings beside the error.
                 warnings.extend(notes.into_iter().map(|m| warning(line, m)));
+                if let Some((key_file, source)) = draft.key_file_refused.take() {
+                    errors.push(ConfigError::KeyFile { path: origin.to_path_buf(), line, key_file, source });
+                    continue;
+                }
                 if !accepted {
                     errors.push(ConfigError::Value {
                         path: origin.to_path_buf(),

@@ -663,13 +663,30 @@ fn auth_key_files_others_can_read_are_refused_with_the_reason() {
         let path = key_file(name, mode, hex);
         let e = parse_err(&format!("[shoal_auth]\nkey_file = {}\n", path.display()));
         let text = e.to_string();
-        assert!(text.contains("key_file") && text.contains("mode 0600 or 0400"), "{text}");
+        assert!(text.contains("key_file") && text.contains(&format!("mode {mode:04o}")), "{text}");
+        match e {
+            ConfigError::KeyFile { line: 2, key_file, source: KeyFileError::Mode { mode: m }, .. } => {
+                assert_eq!((key_file, m), (path, mode));
+            }
+            other => panic!("{other:?}"),
+        }
     }
     let path = key_file("short.key", 0o600, "abcd");
-    assert!(parse(&format!("[shoal_auth]\nkey_file = {}\n", path.display())).is_err());
-    for bad in ["relative/key", "/nonexistent/shoal.key"] {
-        assert!(parse(&format!("[shoal_auth]\nkey_file = {bad}\n")).is_err(), "{bad}");
-    }
+    let e = parse_err(&format!("[shoal_auth]\nkey_file = {}\n", path.display()));
+    assert!(matches!(e, ConfigError::KeyFile { source: KeyFileError::NotAKey, .. }), "{e:?}");
+    let e = parse_err("[shoal_auth]\nkey_file = /nonexistent/shoal.key\n");
+    assert!(matches!(&e, ConfigError::KeyFile { source: KeyFileError::Open(io), .. } if io.kind() == std::io::ErrorKind::NotFound), "{e:?}");
+    let dir = path.parent().expect("dir").to_path_buf();
+    let link = dir.join("link.key");
+    let _ = std::fs::remove_file(&link);
+    let target = key_file("link-target.key", 0o600, hex);
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    let e = parse_err(&format!("[shoal_auth]\nkey_file = {}\n", link.display()));
+    assert!(matches!(e, ConfigError::KeyFile { source: KeyFileError::Open(_), .. }), "a symlink is not followed: {e:?}");
+    let e = parse_err(&format!("[shoal_auth]\nkey_file = {}\n", dir.display()));
+    assert!(matches!(e, ConfigError::KeyFile { source: KeyFileError::NotRegular, .. }), "{e:?}");
+    let e = parse_err("[shoal_auth]\nkey_file = relative/key\n");
+    assert!(matches!(e, ConfigError::Value { key: "key_file", .. }), "{e:?}");
 }
 
 #[test]

@@ -798,7 +798,7 @@ impl Subscriber {
     subscriber_status!();
 
     /// How `recv*` waits (set with [`SubscriberBuilder::wait`](crate::builder::SubscriberBuilder::wait), by default
-    /// `[shoal] wait_strategy` of the configuration).
+    /// `[shoal_receive] wait` and `spin_us` of the configuration).
     pub fn wait_strategy(&self) -> WaitStrategy {
         self.wait
     }
