@@ -14,7 +14,8 @@
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use shoal::config::LimitsConfig;
-use shoal::registration::{limits::check_sample, pb};
+use shoal::registration::limits::check_sample;
+use shoal::wire::pb;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&[s, layers, d], sample)) = data.split_first_chunk::<3>() else { return };

@@ -14,7 +14,8 @@ use shoal::config::ShmRingConfig;
 use shoal::registration::codec::{
     encode_registration, process_sample, process_unreg_sample, topic_sample, topic_unreg_sample,
 };
-use shoal::registration::{Direction, Identity, Layer, LayerKind, LayerPar, LocalTopic, ShoalPar, pb};
+use shoal::registration::{Direction, Identity, Layer, LayerKind, LayerPar, LocalTopic, ShoalPar};
+use shoal::wire::pb;
 use shoal::transport::shm_ring::RingWriter;
 use shoal::wire::{HEADER_LEN, encode_message};
 
