@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
 use shoal::Config;
+use shoal::TypeInfo;
 use shoal::registration::{
     EntityKey, Event, Identity, Layer, LayerKind, LayerPar, LocalTopic, Registrar, decode_registration,
 };
-use shoal::TypeInfo;
 use shoal::wire::pb;
 use shoal::wire::{DatagramHeader, MAX_DATAGRAM_LEN};
 
