@@ -8,7 +8,7 @@ use crate::io::{EventHandler, IoStartError};
 use crate::monitor::Snapshot;
 use crate::pubsub::ShmError;
 use crate::pubsub::builder::{PublisherBuilder, SubscriberBuilder};
-use crate::pubsub::runtime::Runtime;
+use crate::pubsub::runtime::{Runtime, RuntimeParts};
 use crate::registration::{Identity, Registrar};
 use crate::sync::lock;
 use crate::transport::shm_ring::{self, Doorbell, DoorbellRemote};
@@ -183,12 +183,22 @@ fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> 
     let tcp = crate::transport::ecal_tcp::TcpLayer::new(&config, &identity.host_name);
     writer_factories.push(Box::new(tcp.writer_factory()));
     reader_factories.push(Box::new(tcp.reader_factory()));
-    let rt = Arc::new(Runtime::new(config, identity, doorbell, self_ringer, writer_factories, reader_factories));
-    rt.set_udp(udp);
-    rt.set_tcp(tcp);
-    let sources = rt.reader_factories.iter().filter_map(|f| f.io_source()).collect();
+    // The I/O thread is made first (the runtime holds its handle) and polls nothing until the runtime, its event
+    // handler, is made of all the parts.
+    let sources = reader_factories.iter().filter_map(|f| f.io_source()).collect();
+    let (io, attach) = crate::io::start(&config, registrar, sources)?;
+    let rt = Arc::new(Runtime::new(RuntimeParts {
+        config,
+        identity,
+        doorbell,
+        self_ringer,
+        writer_factories,
+        reader_factories,
+        udp,
+        tcp,
+        io,
+    }));
     let handler: Weak<Runtime> = Arc::downgrade(&rt);
-    let io = crate::io::start(&rt.config, registrar, sources, handler as Weak<dyn EventHandler>)?;
-    rt.set_io(io);
+    attach.attach(handler as Weak<dyn EventHandler>);
     Ok(rt)
 }

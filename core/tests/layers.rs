@@ -8,6 +8,11 @@
 //! (resolved against the module they are written in) and `crate::` / `super::` paths inside macro invocations.
 //! Only items under `#[cfg(test)]` (test modules, test-only functions and impls) are exempt, wherever they are in a
 //! file.
+//!
+//! Within the `transport` row, the transports never import each other: code of `transport::X` names nothing of
+//! `transport::Y` for another transport `Y`. What they share is in `transport/mod.rs`, in the shared modules of
+//! [`TRANSPORT_SHARED`], or in `wire`; every other child module of `transport` is a transport (a new one is
+//! covered without being listed).
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +28,9 @@ const ROWS: &[&[&str]] = &[
     &["wire", "dynamic", "sample"],
     &["config", "types", "sys", "sync", "stats"],
 ];
+
+/// The child modules of `transport` that are not transports but parts the transports (and `pubsub`) share.
+const TRANSPORT_SHARED: &[&str] = &["clock"];
 
 fn row_of(module: &str) -> Option<usize> {
     ROWS.iter().position(|row| row.contains(&module))
@@ -289,6 +297,13 @@ fn violations(src: &Path) -> Vec<String> {
     let layered: Vec<&Module> = modules.iter().filter(|m| m.file != root).collect();
     let known: std::collections::BTreeSet<&str> =
         layered.iter().filter_map(|m| m.path.first()).map(String::as_str).collect();
+    // The transports: child modules of `transport` other than the shared ones.
+    let transports: std::collections::BTreeSet<&str> = layered
+        .iter()
+        .filter(|m| m.path.len() == 2 && m.path[0] == "transport")
+        .map(|m| m.path[1].as_str())
+        .filter(|name| !TRANSPORT_SHARED.contains(name))
+        .collect();
     for m in layered {
         let Some(own) = m.path.first() else { continue };
         let name = m.file.display();
@@ -303,6 +318,15 @@ fn violations(src: &Path) -> Vec<String> {
             };
             let Some(top) = target.first() else { continue };
             if top == own {
+                if own == "transport"
+                    && let (Some(from), Some(to)) = (m.path.get(1), target.get(1))
+                    && from != to
+                    && transports.contains(to.as_str())
+                {
+                    found.push(format!(
+                        "{name}: `transport::{from}` imports `transport::{to}`; transports never import each other"
+                    ));
+                }
                 continue;
             }
             if !known.contains(top.as_str()) {
@@ -386,6 +410,50 @@ fn the_check_sees_a_reverse_import() {
         "`transport` imports `crate::node`",
         "`crate::Sample` goes through the crate root",
         "`wire` imports `crate::pubsub`",
+    ];
+    assert_eq!(found.len(), expect.len(), "{found:#?}");
+    for (f, e) in found.iter().zip(expect) {
+        assert!(f.contains(e), "{e} in {found:#?}");
+    }
+}
+
+/// The check sees one transport importing another (through `crate::` and `super::` paths, in code and in macros),
+/// and lets transports use what `transport/mod.rs`, a shared module and `wire` offer; test code is exempt.
+#[test]
+fn the_check_sees_a_transport_importing_another() {
+    let dir = std::env::temp_dir().join(format!("shoal_layers_transports_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("transport/tcp")).expect("temp dir");
+    let write = |file: &str, text: &str| std::fs::write(dir.join(file), text).expect("write");
+    write("lib.rs", "mod transport;\nmod wire;\n");
+    write("wire.rs", "pub fn content_hash() {}\n");
+    write("transport/mod.rs", "pub mod clock;\npub mod udp;\npub mod tcp;\npub trait LayerWriter {}\n");
+    write("transport/clock.rs", "pub struct Clocks;\n");
+    // udp: shared parts only (the parent's trait, the shared clock module, wire, its own modules).
+    write(
+        "transport/udp.rs",
+        "use crate::transport::LayerWriter;\nuse super::clock::Clocks;\nuse crate::wire::content_hash;\n\
+         pub mod codec { pub fn put_varint() {} fn f() { super::g(); } }\nfn g() {}\n",
+    );
+    // tcp: a `use` of udp's codec, then in a submodule a `super::super::udp` path in an expression and a
+    // `crate::transport::udp` path inside a macro; a test module importing udp is exempt.
+    write(
+        "transport/tcp/mod.rs",
+        "mod frame;\nuse crate::transport::udp::codec::put_varint;\n\
+         #[cfg(test)]\nmod tests { use crate::transport::udp::codec::put_varint; }\n",
+    );
+    write(
+        "transport/tcp/frame.rs",
+        "fn f() { super::super::udp::codec::put_varint(); }\n\
+         fn g() { tracing::debug!(\"{:?}\", crate::transport::udp::g()); }\n\
+         fn h() { super::super::LayerWriter::x(); crate::transport::clock::Clocks; }\n",
+    );
+    let found = violations(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let expect = [
+        "transport/tcp/mod.rs: `transport::tcp` imports `transport::udp`",
+        "transport/tcp/frame.rs: `transport::tcp` imports `transport::udp`",
+        "transport/tcp/frame.rs: `transport::tcp` imports `transport::udp`",
     ];
     assert_eq!(found.len(), expect.len(), "{found:#?}");
     for (f, e) in found.iter().zip(expect) {

@@ -22,10 +22,11 @@ use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
 use shoal::Config;
-use shoal::registration::{
-    EntityKey, Event, Identity, Layer, LayerKind, LayerPar, LocalTopic, Registrar, decode_registration, pb,
-};
 use shoal::TypeInfo;
+use shoal::registration::{
+    EntityKey, Event, Identity, Layer, LayerKind, LayerPar, LocalTopic, Registrar, decode_registration,
+};
+use shoal::wire::pb;
 use shoal::wire::{DatagramHeader, MAX_DATAGRAM_LEN};
 
 /// Identity of the fuzzed registrar (the seeds use the same host so their samples are accepted).

@@ -14,16 +14,16 @@
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use shoal::config::LimitsConfig;
-use shoal::registration::{limits::check_sample, pb};
+use shoal::registration::limits::check_sample;
+use shoal::wire::pb;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&[s, layers, d], sample)) = data.split_first_chunk::<3>() else { return };
-    let limits = LimitsConfig {
-        string_bytes: usize::from(s % 64),
-        layers_per_topic: usize::from(layers % 8),
-        descriptor_bytes: usize::from(d) * 4,
-        ..LimitsConfig::default()
-    };
+    // `LimitsConfig` is `#[non_exhaustive]`: the defaults, then the bounds under test.
+    let mut limits = LimitsConfig::default();
+    limits.string_bytes = usize::from(s % 64);
+    limits.layers_per_topic = usize::from(layers % 8);
+    limits.descriptor_bytes = usize::from(d) * 4;
     let Ok(()) = check_sample(sample, &limits) else { return };
     assert!(check_sample(sample, &LimitsConfig::default()).is_ok(), "passes small limits but not the defaults");
     let Ok(decoded) = pb::Sample::decode(sample) else { return };

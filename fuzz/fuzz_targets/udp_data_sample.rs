@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use shoal::transport::udp::codec::{DataSampleRef, decode_data_sample, encode_data_sample};
+use shoal::wire::data_sample::{DataSampleRef, decode_data_sample, encode_data_sample};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(s) = decode_data_sample(data) else { return };

@@ -14,8 +14,9 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use shoal::registration::{Direction, Identity, LocalTopic, codec, pb};
-use shoal::transport::udp::codec::{DataSampleRef, encode_data_sample};
+use shoal::registration::{Direction, Identity, LocalTopic, codec};
+use shoal::wire::data_sample::{DataSampleRef, encode_data_sample};
+use shoal::wire::pb;
 use shoal::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, DatagramHeader, DatagramKind, HEADER_LEN, encode_message};
 use support::{Proc, check_summary, shoal_peer, topic, write_ini};
 

@@ -97,7 +97,7 @@ fn rss_hwm_kb(pid: u64) -> (u64, u64) {
 /// 32 bytes: an eCAL-format sample with a 150 KB host name (reassembled from 3 fragments), or a packed datagram of
 /// one new record followed by 900 repeats of clock 1 (dropped as duplicates).
 fn thin_message(kind: &str, topic: &str, clock: u64) -> Vec<Vec<u8>> {
-    use shoal::transport::udp::codec::{DataSampleRef, encode_data_sample};
+    use shoal::wire::data_sample::{DataSampleRef, encode_data_sample};
     use shoal::wire::packed::{append_records, begin_packed, records_of};
     use shoal::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, encode_message};
     let payload = shoal_tools::pattern_payload(clock, 32);

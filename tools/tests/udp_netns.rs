@@ -225,7 +225,7 @@ fn local_mode_takes_no_data_from_another_host() {
     if !root_or_skip("local_mode_takes_no_data_from_another_host") {
         return;
     }
-    use shoal::transport::udp::codec::{DataSampleRef, encode_data_sample};
+    use shoal::wire::data_sample::{DataSampleRef, encode_data_sample};
     use shoal::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, encode_message};
     let net = NetnsPair::create("lm", 20);
     let t = topic("local_inject");

@@ -126,24 +126,43 @@ fn open_sockets(cfg: &Config) -> io::Result<Sockets> {
     Ok(Sockets { recv, send, dest: SocketAddr::V4(SocketAddrV4::new(to, port)) })
 }
 
-/// Starts the I/O thread: registration on the sockets of `cfg`, the layers' `sources` polled beside them, events
-/// handed to `handler` (held weakly: the thread never keeps its owner alive).
+/// Hands the I/O thread [`start`] made its event handler, once that exists (the handler's owner holds the thread's
+/// [`IoHandle`], so the thread is made first).
+#[derive(Debug)]
+pub(crate) struct Attach {
+    tx: mpsc::SyncSender<Weak<dyn EventHandler>>,
+}
+
+impl Attach {
+    /// Gives the thread `handler` (held weakly: the thread never keeps its owner alive); it starts its loop now.
+    /// Dropping the `Attach` instead ends the thread.
+    pub(crate) fn attach(self, handler: Weak<dyn EventHandler>) {
+        // Fails only when the thread is gone already (nothing then to hand it to).
+        let _ = self.tx.send(handler);
+    }
+}
+
+/// Starts the I/O thread: registration on the sockets of `cfg`, the layers' `sources` polled beside them. The
+/// thread waits for its event handler ([`Attach::attach`]) before it polls anything; commands sent meanwhile
+/// wait in its queue.
 pub(crate) fn start(
     cfg: &Config,
     registrar: Registrar,
     sources: Vec<Box<dyn IoSource>>,
-    handler: Weak<dyn EventHandler>,
-) -> Result<IoHandle, IoStartError> {
+) -> Result<(IoHandle, Attach), IoStartError> {
     let sockets = open_sockets(cfg).map_err(|source| IoStartError::Socket { port: cfg.registration.port, source })?;
     let poll = Poll::new().map_err(IoStartError::Thread)?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKE_TOKEN).map_err(IoStartError::Thread)?);
     let (tx, rx) = mpsc::channel();
+    let (attach_tx, attach_rx) = mpsc::sync_channel::<Weak<dyn EventHandler>>(1);
     let thread_waker = Arc::clone(&waker);
     let affinity = cfg.io.cpu_affinity.clone();
     let receive_batch = cfg.limits.receive_batch.max(1);
     let thread = std::thread::Builder::new()
         .name("shoal-io".into())
         .spawn(move || {
+            // The handler's owner was not made (its start failed after this one): nothing to run for.
+            let Ok(handler) = attach_rx.recv() else { return };
             if let Err(e) = crate::sys::set_current_thread_affinity(&affinity) {
                 tracing::warn!("cannot pin the I/O thread to CPUs {affinity:?}: {e}");
             }
@@ -164,7 +183,7 @@ pub(crate) fn start(
             }
         })
         .map_err(IoStartError::Thread)?;
-    Ok(IoHandle { tx, waker, thread: Some(thread) })
+    Ok((IoHandle { tx, waker, thread: Some(thread) }, Attach { tx: attach_tx }))
 }
 
 struct IoThread {

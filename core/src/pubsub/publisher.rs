@@ -527,7 +527,7 @@ impl Publisher {
         for (layer, _) in writers.iter_mut().zip(active.iter()).filter(|(_, a)| **a) {
             if let Err(e) = layer.write(data, &meta) {
                 self.shared.layer_drops.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!("topic {}: {:?} layer: {e}", self.shared.topic, layer.kind());
+                tracing::debug!("topic {}: {}", self.shared.topic, e.chain());
             }
             let late = layer.take_late_drops();
             if late > 0 {

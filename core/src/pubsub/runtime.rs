@@ -43,6 +43,7 @@ pub(crate) struct Runtime {
     table: Mutex<Table>,
     /// Doorbells of remote subscriber processes, shared by all local publishers that serve them.
     doorbells: Mutex<HashMap<String, Weak<DoorbellRemote>>>,
+    /// The I/O thread (taken at shutdown).
     io: Mutex<Option<IoHandle>>,
     pub(crate) dispatcher: Dispatcher,
     /// Rings subscriber processes' doorbells for publishers that find several asleep.
@@ -54,9 +55,9 @@ pub(crate) struct Runtime {
     next_entity: AtomicU64,
     entity_prefix: u64,
     /// The UDP data layer, for its counters in `Node::snapshot`.
-    udp: std::sync::OnceLock<crate::transport::udp::UdpLayer>,
+    udp: crate::transport::udp::UdpLayer,
     /// The eCAL TCP layer, for its counters.
-    tcp: std::sync::OnceLock<crate::transport::ecal_tcp::TcpLayer>,
+    tcp: crate::transport::ecal_tcp::TcpLayer,
     /// Stale-file cleanup: due after a process of this host departed, run at most once per registration period.
     cleanup: Mutex<StaleCleanup>,
 }
@@ -85,15 +86,28 @@ pub(crate) fn shoal_par(remote: &RemoteTopic) -> Option<&ShoalPar> {
     })
 }
 
+/// What a [`Runtime`] is made of: the process's identity and doorbell, its eCAL-facing layers and the I/O thread.
+pub(crate) struct RuntimeParts {
+    pub(crate) config: Config,
+    pub(crate) identity: Identity,
+    pub(crate) doorbell: Doorbell,
+    pub(crate) self_ringer: DoorbellRemote,
+    /// eCAL-facing layers for publishers, in priority order.
+    pub(crate) writer_factories: Vec<Box<dyn LayerWriterFactory>>,
+    /// eCAL-facing layers for subscribers.
+    pub(crate) reader_factories: Vec<Box<dyn LayerReaderFactory>>,
+    /// The UDP data layer (its factories are among the above).
+    pub(crate) udp: crate::transport::udp::UdpLayer,
+    /// The eCAL TCP layer (its factories are among the above).
+    pub(crate) tcp: crate::transport::ecal_tcp::TcpLayer,
+    /// The I/O thread, waiting for its handler: the runtime made of these parts.
+    pub(crate) io: IoHandle,
+}
+
 impl Runtime {
-    pub(crate) fn new(
-        config: Config,
-        identity: Identity,
-        doorbell: Doorbell,
-        self_ringer: DoorbellRemote,
-        writer_factories: Vec<Box<dyn LayerWriterFactory>>,
-        reader_factories: Vec<Box<dyn LayerReaderFactory>>,
-    ) -> Runtime {
+    pub(crate) fn new(parts: RuntimeParts) -> Runtime {
+        let RuntimeParts { config, identity, doorbell, self_ringer, writer_factories, reader_factories, udp, tcp, io } =
+            parts;
         let pid = u64::from(identity.pid);
         let random: u64 = rand::random::<u64>() & 0xFF_FFFF;
         Runtime {
@@ -103,41 +117,27 @@ impl Runtime {
             self_ringer,
             table: Mutex::new(Table::default()),
             doorbells: Mutex::default(),
-            io: Mutex::new(None),
+            io: Mutex::new(Some(io)),
             dispatcher: Dispatcher::default(),
             waker: Waker::default(),
             writer_factories,
             reader_factories,
             next_entity: AtomicU64::new(1),
             entity_prefix: ((pid & 0xFF_FFFF) << 40) | (random << 16),
-            udp: std::sync::OnceLock::new(),
-            tcp: std::sync::OnceLock::new(),
+            udp,
+            tcp,
             cleanup: Mutex::default(),
         }
     }
 
-    /// Keeps a handle on the UDP data layer (its counters).
-    pub(crate) fn set_udp(&self, udp: crate::transport::udp::UdpLayer) {
-        let _ = self.udp.set(udp);
-    }
-
-    /// The UDP data layer's counters (zero before it is set).
+    /// The UDP data layer's counters.
     pub(crate) fn udp_counts(&self) -> crate::stats::UdpCounts {
-        self.udp.get().map(|u| u.counts()).unwrap_or_default()
+        self.udp.counts()
     }
 
-    /// Keeps a handle on the eCAL TCP layer (its counters).
-    pub(crate) fn set_tcp(&self, tcp: crate::transport::ecal_tcp::TcpLayer) {
-        let _ = self.tcp.set(tcp);
-    }
-
-    /// The eCAL TCP layer's counters (zero before it is set).
+    /// The eCAL TCP layer's counters.
     pub(crate) fn tcp_counts(&self) -> crate::stats::TcpCounts {
-        self.tcp.get().map(|t| t.counts()).unwrap_or_default()
-    }
-
-    pub(crate) fn set_io(&self, io: IoHandle) {
-        *lock(&self.io) = Some(io);
+        self.tcp.counts()
     }
 
     /// A fresh entity id, eCAL style: `(pid & 0xFFFFFF) << 40 | random24 << 16 | counter`.

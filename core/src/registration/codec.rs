@@ -12,8 +12,8 @@ use super::model::{
     Direction, EntityKey, Identity, Layer, LayerKind, LayerPar, LocalTopic, RemoteProcess, RemoteTopic, ShoalPar,
     TopicStats,
 };
-use super::pb;
 use crate::stats::{ConnectionStats, LatencyHistogram, LatencySummary, ShoalProcessStats, ShoalStats, Via};
+use crate::wire::pb::{self, TopicIdError, parse_topic_id};
 
 /// Sample name of registration datagrams (the receiver ignores it).
 pub const REGISTRATION_SAMPLE_NAME: &str = "reg_sample";
@@ -37,11 +37,6 @@ pub enum DecodeError {
     Protobuf(#[from] prost::DecodeError),
 }
 
-/// A topic id that is not a decimal u64 (eCAL's `std::stoull` throws and the sample is dropped).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("topic id {0:?} is not a decimal u64")]
-pub struct TopicIdError(pub String);
-
 /// Encodes a registration sample into the datagrams to send (name `"reg_sample"`),
 /// fragmenting above `max_fragment_payload` bytes.
 pub fn encode_registration(
@@ -57,15 +52,6 @@ pub fn encode_registration(
 pub fn decode_registration(framed: &[u8]) -> Result<pb::Sample, DecodeError> {
     let (_name, payload) = wire::split_name(framed)?;
     Ok(pb::Sample::decode(payload)?)
-}
-
-/// Parses a topic id the way `std::stoull` does: optional leading whitespace and `+`, then
-/// decimal digits up to the first non-digit; no digits or overflow is an error.
-pub fn parse_topic_id(id: &str) -> Result<u64, TopicIdError> {
-    let s = id.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
-    let s = s.strip_prefix('+').unwrap_or(s);
-    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
-    s[..digits].parse::<u64>().map_err(|_| TopicIdError(id.to_owned()))
 }
 
 /// Converts a model layer to its protobuf entry.

@@ -231,7 +231,7 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::registration::pb;
+    use crate::wire::pb;
 
     fn topic_sample(layers: usize, name: &str, descriptor: usize) -> Vec<u8> {
         pb::Sample {

@@ -6,7 +6,7 @@ use crate::stats::{LatencySummary, ShoalProcessStats, ShoalStats};
 use crate::types::TypeInfo;
 use crate::wire::ReassemblyCounters;
 
-use super::pb;
+use crate::wire::pb;
 
 /// Who this process is, as written into every registration sample.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,7 +19,7 @@ use super::model::{
     Direction, EntityKey, Event, Identity, Layer, LayerPar, LocalTopic, RegistrationCounters, RemoteProcess,
     RemoteTopic, TopicStats,
 };
-use super::pb;
+use crate::wire::pb;
 
 #[derive(Debug)]
 struct LocalEntry {

@@ -4,10 +4,11 @@ use std::time::{Duration, Instant};
 use prost::Message;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-use super::codec::{self, parse_topic_id};
+use super::codec;
 use super::*;
 use crate::config::RegistrationConfig;
 use crate::types::TypeInfo;
+use crate::wire::pb::{self, parse_topic_id};
 use crate::wire::{self, DatagramHeader, DatagramKind, ReassemblyConfig};
 
 // ------------------------------------------------------------------------------------------

@@ -30,17 +30,33 @@ pub(crate) struct SampleMeta {
     pub(crate) send_time_us: i64,
 }
 
-/// Errors of [`LayerWriter::write`].
+/// Errors of [`LayerWriter::write`]: the layer failed for this message (its error, the source, says why); other
+/// layers still got it.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LayerWriteError {
-    /// The layer failed for this message (the error text says why); other layers still got it.
-    #[error("{layer:?} layer: {message}")]
-    Failed {
-        /// Which layer.
-        layer: LayerKind,
-        /// What went wrong.
-        message: String,
-    },
+    /// eCAL's UDP layer.
+    #[error("UDP layer")]
+    Udp(#[source] udp::UdpWriteError),
+    /// eCAL's shared-memory layer.
+    #[error("eCAL shared-memory layer")]
+    Shm(#[source] ecal_shm::ShmWriteError),
+    /// eCAL's TCP layer.
+    #[error("TCP layer")]
+    Tcp(#[source] ecal_tcp::TcpWriteError),
+}
+
+impl LayerWriteError {
+    /// The error and its sources, `": "`-separated, for a log line.
+    pub(crate) fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            source = s.source();
+        }
+        text
+    }
 }
 
 /// Publisher side of an eCAL-facing layer, owned by one publisher.

@@ -5,6 +5,10 @@
 //!   datagrams (fragmentation above 65483 bytes by default).
 //! - [`reassembly`]: the bounded, sans-IO [`Reassembler`] for fragmented messages.
 //!
+//! - [`pb`]: eCAL's protobuf messages (`eCAL.pb.Sample`: registration and data samples), generated from
+//!   `core/proto/`.
+//! - [`data_sample`]: eCAL's data sample (cmd 1) as the UDP and TCP layers carry it, and its `content.hash`.
+//!
 //! - [`auth`]: the optional authentication envelope (`[shoal_auth]`) around those datagrams, and replay
 //!   protection.
 //!
@@ -12,9 +16,11 @@
 //! counts every drop in [`ReassemblyCounters`].
 
 pub mod auth;
+pub mod data_sample;
 pub mod frame;
 pub mod header;
 pub mod packed;
+pub mod pb;
 pub mod reassembly;
 
 #[cfg(test)]

@@ -14,8 +14,9 @@ use shoal::config::ShmRingConfig;
 use shoal::registration::codec::{
     encode_registration, process_sample, process_unreg_sample, topic_sample, topic_unreg_sample,
 };
-use shoal::registration::{Direction, Identity, Layer, LayerKind, LayerPar, LocalTopic, ShoalPar, pb};
+use shoal::registration::{Direction, Identity, Layer, LayerKind, LayerPar, LocalTopic, ShoalPar};
 use shoal::transport::shm_ring::RingWriter;
+use shoal::wire::pb;
 use shoal::wire::{HEADER_LEN, encode_message};
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;

@@ -410,10 +410,7 @@ impl LayerWriter for EcalShmWriter {
         if need > self.buffers[i].file.max_data_size() {
             // `prepare` was not called (or failed): grow now; the new name is announced on the next `prepare`.
             if !self.recreate(i, self.grown_capacity(payload.len()), budget) {
-                return Err(LayerWriteError::Failed {
-                    layer: LayerKind::Shm,
-                    message: format!("no memfile for {} bytes", payload.len()),
-                });
+                return Err(LayerWriteError::Shm(ShmWriteError::NoMemfile(payload.len())));
             }
             self.advert_dirty = true;
         }
@@ -423,7 +420,7 @@ impl LayerWriter for EcalShmWriter {
             id: 0,
             clock: meta.clock,
             time: meta.send_time_us,
-            hash: crate::transport::udp::codec::content_hash(meta.publisher_id, meta.clock),
+            hash: crate::wire::data_sample::content_hash(meta.publisher_id, meta.clock),
             options: 0,
             ack_timeout_ms: self.opts.ack_timeout_ms,
         };
@@ -436,23 +433,39 @@ impl LayerWriter for EcalShmWriter {
                 self.buffers[i].file.name()
             );
             if !self.recreate(i, cap, budget) || !self.buffers[i].file.write(&hdr, payload, budget) {
-                return Err(LayerWriteError::Failed { layer: LayerKind::Shm, message: "memfile locked".into() });
+                return Err(LayerWriteError::Shm(ShmWriteError::Locked));
             }
             self.advert_dirty = true;
         }
         let skipped = self.buffers[i].signal(self.opts.ack_timeout_ms, budget);
         if !skipped.is_empty() {
-            return Err(LayerWriteError::Failed {
-                layer: LayerKind::Shm,
-                message: format!(
-                    "message {} not signalled to subscriber processes {skipped:?}: their event's inner mutex stayed \
-                     held past the send's budget",
-                    meta.clock
-                ),
-            });
+            return Err(LayerWriteError::Shm(ShmWriteError::NotSignalled { clock: meta.clock, processes: skipped }));
         }
         Ok(())
     }
+}
+
+/// Why the eCAL shared-memory layer did not deliver a message.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ShmWriteError {
+    /// No memfile could be created for a message of this size.
+    #[error("no memfile for {0} bytes")]
+    NoMemfile(usize),
+    /// The memfile stayed locked (by a crashed or stuck process), and so did a fresh one.
+    #[error("memfile locked")]
+    Locked,
+    /// Written, but these subscriber processes were not signalled: their event's inner mutex stayed held past the
+    /// send's budget.
+    #[error(
+        "message {clock} not signalled to subscriber processes {processes:?}: their event's inner mutex stayed held \
+         past the send's budget"
+    )]
+    NotSignalled {
+        /// The message's clock.
+        clock: u64,
+        /// Their pids.
+        processes: Vec<u32>,
+    },
 }
 
 /// Creates the eCAL shm writer of every new publisher.

@@ -11,13 +11,8 @@
 
 use prost::Message as _;
 
-use crate::registration::{TopicIdError, parse_topic_id, pb};
-use crate::transport::udp::codec::{put_varint, varint_len};
-
-/// eCAL's `Content.hash` (the same as the UDP layer's): `topic_id ^ (clock << 1)`.
-pub fn content_hash(publisher_id: u64, clock: u64) -> u64 {
-    publisher_id ^ (clock << 1)
-}
+use crate::wire::data_sample::{content_hash, put_varint, varint_len};
+use crate::wire::pb::{self, TopicIdError, parse_topic_id};
 
 /// Length of the tcp_pubsub header.
 pub const HEADER_LEN: usize = 12;

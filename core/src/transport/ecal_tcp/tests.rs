@@ -3,15 +3,18 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener as StdListener, TcpStream as StdStream};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token};
 
 use super::frame::{self, HEADER_LEN};
+use super::session::{KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES};
 use super::*;
 use crate::config::Config;
 use crate::registration::{Direction, Layer, LayerKind, LayerPar, RemoteTopic};
+use crate::stats::Via;
+use crate::sync::lock;
 use crate::transport::{Inbox, IoSource, LayerReaderFactory, LayerWriterFactory, SampleMeta};
 
 #[derive(Default)]

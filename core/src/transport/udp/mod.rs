@@ -1,7 +1,7 @@
 //! eCAL's UDP data layer (`transport_layer` type 1, "udp_mc").
 //!
 //! - Addressing: local mode broadcasts every topic to `local_broadcast:data_port` (127.255.255.255:14002); network
-//!   mode sends to the topic's V2 multicast group ([`codec::topic_group`]) and receives on the base group and the
+//!   mode sends to the topic's V2 multicast group ([`net::topic_group`]) and receives on the base group and the
 //!   groups of the subscribed topics.
 //! - Local mode takes data from this host only: a datagram whose source is not a loopback address is dropped before
 //!   anything of it is read and counted (`UdpCounts::non_local_source`), as registration does with its own.
@@ -11,7 +11,7 @@
 //!   there, which the receiver takes off the kernel's drop count. In network mode they still loop back when this
 //!   process joined the topic's group, and are discarded after the copy.
 //! - Datagrams: ecaludp v5 header, `[u16 name_len][topic\0]` prefix, then the data `Sample` protobuf
-//!   ([`codec`]); messages above 65,483 framed bytes are fragmented, received ones go through the bounded
+//!   ([`crate::wire::data_sample`]); messages above 65,483 framed bytes are fragmented, received ones go through the bounded
 //!   [`Reassembler`](crate::wire::Reassembler).
 //! - Publisher side (`UdpLayer::writer_factory`): a writer per publisher, started lazily by its first UDP
 //!   subscriber (only then does the `udp` entry appear in the publisher's registration), sending through one
@@ -42,7 +42,6 @@
 //!   ([`crate::wire::auth`], its fragments 48 bytes smaller), the receiver accepts a protected topic's messages only
 //!   from verified, new envelopes (reassembled apart from unauthenticated datagrams) and counts the rest.
 
-pub mod codec;
 pub(crate) mod net;
 mod pace;
 mod recv;
@@ -70,7 +69,7 @@ use crate::types::TypeInfo;
 use crate::wire::auth::{AuthKey, AuthStats, Channel, ENVELOPE_HEADER_LEN, ENVELOPE_OVERHEAD, Sealer, TAG_LEN};
 use crate::wire::{DEFAULT_MAX_FRAGMENT_PAYLOAD, HEADER_LEN, MAX_PIECES, SendFramedError, send_framed_pieces};
 
-use codec::{DataSampleRef, DataSampleTail, encode_data_sample_head};
+use crate::wire::data_sample::{DataSampleRef, DataSampleTail, encode_data_sample_head};
 
 /// Process-wide counters of one runtime's UDP layer (drops per subscriber also go to the subscriber's count).
 #[derive(Debug, Default)]
@@ -437,22 +436,75 @@ impl Drop for UdpWriter {
     }
 }
 
+/// Why the UDP layer did not send a message (counted in the layer's `send_drops`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UdpWriteError {
+    /// The message cannot be framed (the topic name was checked at creation; not expected).
+    #[error("cannot frame the message")]
+    Encode(#[source] crate::wire::EncodeError),
+    /// The runtime's send socket could not be opened.
+    #[error("no UDP send socket")]
+    NoSocket,
+    /// The socket buffer was full: the datagram was dropped.
+    #[error("{part} to {dest} dropped: socket buffer full")]
+    Congested {
+        /// The datagram of the message.
+        part: crate::wire::DatagramPart,
+        /// Where it went.
+        dest: SocketAddrV4,
+        /// What `send` returned.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `send` failed.
+    #[error("{part} to {dest} failed")]
+    Send {
+        /// The datagram of the message.
+        part: crate::wire::DatagramPart,
+        /// Where it went.
+        dest: SocketAddrV4,
+        /// What `send` returned.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The datagrams of the message do not fit the send queue's u32 offsets.
+    #[error("message of {0} bytes too large for the send queue")]
+    TooLargeForQueue(usize),
+    /// The message cannot be packed (the writer checked the topic name and the size; not expected).
+    #[error("message of {0} bytes cannot be packed")]
+    Unpackable(usize),
+    /// The queue to the I/O thread stayed full.
+    #[error(
+        "message to {dest} dropped: the queue to the I/O thread stayed full for {} µs ([shoal_network] send_queue, \
+         send_queue_wait_us)",
+        waited.as_micros()
+    )]
+    QueueFull {
+        /// Where it went.
+        dest: SocketAddrV4,
+        /// How long the publisher waited for room.
+        waited: std::time::Duration,
+    },
+}
+
 /// Whether `e` means "the socket cannot take it now" (the message is dropped, not an error of the layer).
 fn is_congestion(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS)
 }
 
 impl UdpWriter {
-    fn fail(&self, message: String) -> LayerWriteError {
+    /// Counts the message as dropped and returns `e` as the layer's error.
+    fn fail(&self, e: UdpWriteError) -> LayerWriteError {
         self.shared.counters.send_drops.fetch_add(1, Ordering::Relaxed);
-        LayerWriteError::Failed { layer: LayerKind::Udp, message }
+        LayerWriteError::Udp(e)
     }
 
-    fn send_error(&self, e: &std::io::Error, what: &str) -> LayerWriteError {
-        if is_congestion(e) {
-            self.fail(format!("{what} to {} dropped: socket buffer full ({e})", self.dest_v4))
+    fn send_error(&self, source: std::io::Error, part: crate::wire::DatagramPart) -> LayerWriteError {
+        let dest = self.dest_v4;
+        if is_congestion(&source) {
+            self.fail(UdpWriteError::Congested { part, dest, source })
         } else {
-            self.fail(format!("{what} to {} failed: {e}", self.dest_v4))
+            self.fail(UdpWriteError::Send { part, dest, source })
         }
     }
 }
@@ -528,7 +580,7 @@ impl UdpWriter {
     /// tail: sent from where they are ([`send_framed_pieces`]).
     fn frame(&self, buf: &mut Vec<u8>, payload: &[u8], meta: &SampleMeta) -> Result<DataSampleTail, LayerWriteError> {
         // The topic name was checked at creation; this cannot fail.
-        crate::wire::begin_framed(buf, &self.topic).map_err(|e| self.fail(e.to_string()))?;
+        crate::wire::begin_framed(buf, &self.topic).map_err(|e| self.fail(UdpWriteError::Encode(e)))?;
         Ok(encode_data_sample_head(
             buf,
             &DataSampleRef {
@@ -546,7 +598,7 @@ impl UdpWriter {
     /// Sends the framed message in `pieces` as eCAL datagrams through the runtime's send socket.
     fn send(&mut self, pieces: &[&[u8]]) -> Result<(), LayerWriteError> {
         let Some(sock) = self.shared.sender() else {
-            return Err(self.fail("no UDP send socket".to_string()));
+            return Err(self.fail(UdpWriteError::NoSocket));
         };
         let dest = &self.dest;
         let id = self.next_fragment_id as i32;
@@ -585,8 +637,8 @@ impl UdpWriter {
         };
         match r {
             Ok(()) => Ok(()),
-            Err(SendFramedError::Encode(e)) => Err(self.fail(e.to_string())),
-            Err(SendFramedError::Send { part, error }) => Err(self.send_error(&error, &part.to_string())),
+            Err(SendFramedError::Encode(e)) => Err(self.fail(UdpWriteError::Encode(e))),
+            Err(SendFramedError::Send { part, error }) => Err(self.send_error(error, part)),
         }
     }
 }
@@ -657,11 +709,11 @@ impl UdpWriter {
         };
         match r {
             Ok(()) => {}
-            Err(SendFramedError::Encode(e)) => return Err(self.fail(e.to_string())),
-            Err(SendFramedError::Send { part, error }) => return Err(self.fail(format!("{part}: {error}"))),
+            Err(SendFramedError::Encode(e)) => return Err(self.fail(UdpWriteError::Encode(e))),
+            Err(SendFramedError::Send { part, error }) => return Err(self.send_error(error, part)),
         }
         if ends.last().is_some_and(|e| *e as usize != data.len()) {
-            return Err(self.fail(format!("message of {} bytes too large for the send queue", data.len())));
+            return Err(self.fail(UdpWriteError::TooLargeForQueue(data.len())));
         }
         if ends.len() == 1 {
             ends.clear();
@@ -702,7 +754,7 @@ impl UdpWriter {
         .is_none()
         {
             // The writer checked the topic name and the size; this cannot happen.
-            return Err(self.fail(format!("message of {} bytes cannot be packed", payload.len())));
+            return Err(self.fail(UdpWriteError::Unpackable(payload.len())));
         }
         if let Some(p) = self.shared.pacer.as_ref() {
             p.take(data.len());
@@ -723,12 +775,7 @@ impl UdpWriter {
             Ok(()) => Ok(()),
             Err(_) => {
                 self.shared.counters.queue_full.fetch_add(1, Ordering::Relaxed);
-                Err(self.fail(format!(
-                    "message to {} dropped: the queue to the I/O thread stayed full for {} µs ([shoal_network] \
-                     send_queue, send_queue_wait_us)",
-                    self.dest_v4,
-                    q.full_wait().as_micros()
-                )))
+                Err(self.fail(UdpWriteError::QueueFull { dest: self.dest_v4, waited: q.full_wait() }))
             }
         }
     }

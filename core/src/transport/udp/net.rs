@@ -1,4 +1,4 @@
-//! eCAL's UDP sockets: where data goes, the send socket, the receive socket, and the multicast interface they use.
+//! eCAL's UDP sockets: where data goes (a topic's multicast group, [`topic_group`]), the send socket, the receive socket, and the multicast interface they use.
 //! The registration sockets of the I/O thread are made here too (on the registration port), so registration and
 //! data use the same interface for the same configuration.
 
@@ -10,7 +10,21 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::NetworkConfig;
 
-use super::codec::topic_group;
+/// eCAL's FNV-1 hash of a topic name (`fnv_hash` in `ecal_udp_topic2mcast.h`), truncated to 32 bits.
+pub(crate) fn fnv1_32(topic: &str) -> u32 {
+    topic.bytes().fold(2_166_136_261u32, |h, b| h.wrapping_mul(16_777_619) ^ u32::from(b))
+}
+
+/// The V2 multicast group of `topic` (`topic2mcast`): `(group & mask) | (fnv1(topic) & !mask)`, moved up by one
+/// inside the mask when that equals `group` (which carries registration).
+pub(crate) fn topic_group(topic: &str, group: Ipv4Addr, mask: Ipv4Addr) -> Ipv4Addr {
+    let (g, m) = (u32::from(group), u32::from(mask));
+    let mut a = (g & m) | (fnv1_32(topic) & !m);
+    if a == g {
+        a = (g & m) | (g.wrapping_add(1) & !m);
+    }
+    Ipv4Addr::from(a)
+}
 
 /// Which buffer of a socket [`size_buffer`] sets.
 #[derive(Debug, Clone, Copy)]

@@ -22,8 +22,9 @@ use crate::wire::reassembly::{SPARE_BUFFERS, SPARE_MAX_BYTES, SPARE_MIN_BYTES};
 use crate::wire::{DatagramHeader, DatagramKind, HEADER_LEN, Reassembler, ReassemblyCounters, split_name};
 
 use super::Shared;
-use super::codec::{decode_data_sample, decode_data_sample_from, topic_group};
+use super::net::topic_group;
 use crate::transport::clock::ClockCheck;
+use crate::wire::data_sample::{decode_data_sample, decode_data_sample_from};
 
 /// Datagrams one `recvmmsg` takes at most (64 KiB of buffer each, allocated with the socket's first datagram).
 const RECV_SLOTS: usize = 16;
@@ -969,9 +970,9 @@ mod tests {
     fn ecal_datagrams(topic: &str, clock: u64, len: usize) -> Vec<Vec<u8>> {
         let mut framed = Vec::new();
         let payload = vec![clock as u8; len];
-        crate::transport::udp::codec::encode_data_sample(
+        crate::wire::data_sample::encode_data_sample(
             &mut framed,
-            &crate::transport::udp::codec::DataSampleRef {
+            &crate::wire::data_sample::DataSampleRef {
                 topic_name: topic,
                 topic_id: "78",
                 publisher_id: 78,
@@ -1043,9 +1044,9 @@ mod tests {
         // A 200 KB message whose payload is 8 bytes.
         let mut framed = Vec::new();
         let host = "h".repeat(200_000);
-        crate::transport::udp::codec::encode_data_sample(
+        crate::wire::data_sample::encode_data_sample(
             &mut framed,
-            &crate::transport::udp::codec::DataSampleRef {
+            &crate::wire::data_sample::DataSampleRef {
                 topic_name: "held_t",
                 topic_id: "78",
                 publisher_id: 78,

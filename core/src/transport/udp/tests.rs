@@ -1,8 +1,9 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use super::codec::{DataSampleRef, content_hash, decode_data_sample, encode_data_sample, fnv1_32, topic_group};
+use super::net::{fnv1_32, topic_group};
 use super::*;
+use crate::wire::data_sample::{self as codec, DataSampleRef, content_hash, decode_data_sample, encode_data_sample};
 use crate::wire::{HEADER_LEN, MAX_DATAGRAM_LEN, Reassembler, ReassemblyConfig, begin_framed, send_framed, split_name};
 
 /// Capture C of the protocol notes: an eCAL 6.1.1 publisher's data datagram on topic `hello` (104 bytes).
@@ -86,7 +87,7 @@ fn round_trip_with_edge_values() {
         assert_eq!(s.payload, payload);
         assert_eq!(s.host_name, "host-x");
         // prost agrees on every field, including the ones the decoder does not return.
-        let pb = <crate::registration::pb::Sample as prost::Message>::decode(proto).expect("prost");
+        let pb = <crate::wire::pb::Sample as prost::Message>::decode(proto).expect("prost");
         let content = pb.content.expect("content");
         assert_eq!(content.hash as u64, content_hash(u64::MAX, clock));
         assert_eq!((content.id, content.size), (0, 0));

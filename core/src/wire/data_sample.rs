@@ -1,15 +1,14 @@
-//! Byte formats of eCAL's UDP data layer: the data `Sample` protobuf (cmd 1, `set_sample`) and the per-topic
-//! multicast group (`topic2mcast`, V2).
+//! eCAL's data sample: the `Sample` protobuf (cmd 1, `set_sample`) a UDP data datagram carries, and the
+//! `content.hash` every layer's header carries (the TCP layer's sample header and the shared-memory layer's memfile
+//! header too; [`content_hash`]). The varint helpers serve the TCP layer's header encoder as well.
 //!
 //! The encoder writes exactly the fields, in exactly the order, eCAL 6.1.1's protozero serializer writes them
 //! (`ecal_serialize_sample_payload.cpp`), straight into a caller-owned buffer, so a publisher reuses one buffer
 //! for all its messages. The decoder is prost's (fields in any order, unknown fields skipped) and never panics.
 
-use std::net::Ipv4Addr;
-
 use prost::Message;
 
-use crate::registration::{TopicIdError, parse_topic_id, pb};
+use crate::wire::pb::{self, TopicIdError, parse_topic_id};
 
 /// Why the protobuf of a received data datagram was rejected.
 #[derive(Debug, thiserror::Error)]
@@ -107,7 +106,8 @@ fn put_bytes_field(buf: &mut Vec<u8>, field: u8, data: &[u8]) {
     buf.extend_from_slice(data);
 }
 
-/// eCAL's `Content.hash`: `topic_id ^ (clock << 1)` (libstdc++ `std::hash` of `SSndHash`).
+/// eCAL's `Content.hash`: `topic_id ^ (clock << 1)` (libstdc++ `std::hash` of `SSndHash`), the same in every
+/// layer.
 pub fn content_hash(publisher_id: u64, clock: u64) -> u64 {
     publisher_id ^ (clock << 1)
 }
@@ -223,20 +223,4 @@ pub fn decode_data_sample_from(bytes: impl bytes::Buf) -> Result<DataSample, Dat
         time_us: content.time,
         payload: content.payload,
     })
-}
-
-/// eCAL's FNV-1 hash of a topic name (`fnv_hash` in `ecal_udp_topic2mcast.h`), truncated to 32 bits.
-pub fn fnv1_32(topic: &str) -> u32 {
-    topic.bytes().fold(2_166_136_261u32, |h, b| h.wrapping_mul(16_777_619) ^ u32::from(b))
-}
-
-/// The V2 multicast group of `topic` (`topic2mcast`): `(group & mask) | (fnv1(topic) & !mask)`, moved up by one
-/// inside the mask when that equals `group` (which carries registration).
-pub fn topic_group(topic: &str, group: Ipv4Addr, mask: Ipv4Addr) -> Ipv4Addr {
-    let (g, m) = (u32::from(group), u32::from(mask));
-    let mut a = (g & m) | (fnv1_32(topic) & !m);
-    if a == g {
-        a = (g & m) | (g.wrapping_add(1) & !m);
-    }
-    Ipv4Addr::from(a)
 }

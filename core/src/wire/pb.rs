@@ -1,5 +1,5 @@
-//! eCAL's registration protobuf (`eCAL.pb.Sample` and the messages it contains), generated at
-//! build time by `core/build.rs` (protox and prost-build, no `protoc`) from the `.proto` files in
+//! eCAL's protobuf (`eCAL.pb.Sample` and the messages it contains: registration samples and the data samples of
+//! the UDP and TCP layers), generated at build time by `core/build.rs` (protox and prost-build, no `protoc`) from the `.proto` files in
 //! `core/proto/`:
 //!
 //! - `ecal/core/pb/{ecal,process,topic,layer,datatype}.proto`: eCAL 6.1.1's messages, with its
@@ -12,7 +12,8 @@
 //!   that field with the type imported from the shoal file.
 //!
 //! prost generates enum fields as plain `i32` (proto3 enums are open), so unknown values survive
-//! decoding; the `CMD_*` and `LAYER_*` constants below name the values shoal uses.
+//! decoding; the `CMD_*` and `LAYER_*` constants below name the values shoal uses. [`parse_topic_id`] reads a
+//! `topic_id` string as eCAL does.
 
 /// The generated code, one module per protobuf package as prost-build expects (its cross-package
 /// paths are relative: `eCAL.pb` refers to `super::super::shoal`). Everything is re-exported below.
@@ -62,3 +63,17 @@ pub const LAYER_TCP: i32 = ETransportLayerType::TlEcalTcp as i32;
 /// `shoal.ShoalLayerType::tl_shoal_ring`: shoal's native shared-memory ring (not an eCAL value; eCAL
 /// ignores the entry).
 pub const LAYER_SHOAL_RING: i32 = ShoalLayerType::TlShoalRing as i32;
+
+/// A topic id that is not a decimal u64 (eCAL's `std::stoull` throws and the sample is dropped).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("topic id {0:?} is not a decimal u64")]
+pub struct TopicIdError(pub String);
+
+/// Parses a topic id the way `std::stoull` does: optional leading whitespace and `+`, then
+/// decimal digits up to the first non-digit; no digits or overflow is an error.
+pub fn parse_topic_id(id: &str) -> Result<u64, TopicIdError> {
+    let s = id.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let s = s.strip_prefix('+').unwrap_or(s);
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    s[..digits].parse::<u64>().map_err(|_| TopicIdError(id.to_owned()))
+}
