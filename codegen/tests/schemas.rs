@@ -33,6 +33,9 @@ fn broken_proto_reports_file_line_and_message() {
     assert!(text.contains("expected ';'"), "{text}");
     // Debug (what `main() -> Result<_, Box<dyn Error>>` prints) shows the same text.
     assert_eq!(format!("{err:?}"), text);
+    // protox's error is kept as the source, not only as text.
+    let source = std::error::Error::source(&err).expect("the schema error keeps protox's error as its source");
+    assert!(source.is::<protox::Error>(), "{source:?}");
 }
 
 #[test]

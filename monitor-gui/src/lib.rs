@@ -1,10 +1,12 @@
 //! The shoal monitor: every process and topic that registration shows (shoal's and eCAL's), with rate, bandwidth,
 //! drops and per-connection latency, live in a window (egui) or as JSON lines (`--headless --json`).
 //!
-//! A thin client of [`shoal::monitor`]: [`source`] takes a [`Snapshot`](shoal::monitor::Snapshot) per refresh from
-//! a [`shoal::Node`], [`model`] turns it into the [`View`](model::View) both front ends show, [`history`] keeps the
-//! last minutes of views (plots, freeze, scroll-back) and the events found by diffing them, [`app`] draws the window
-//! and [`headless`] prints the lines. [`fixture`] is a scripted network for the tests and screenshots.
+//! A thin client of shoal's public API ([`shoal::monitor`], [`shoal::dynamic`] for the inspector, a [`shoal::Node`]):
+//! [`source`] takes a [`Snapshot`](shoal::monitor::Snapshot) per refresh from the node (and the inspected topic's
+//! messages through a subscriber), [`model`] turns it into the [`View`](model::View) both front ends show,
+//! [`history`] keeps the last minutes of views (plots, freeze, scroll-back) and the events found by diffing them,
+//! [`app`] draws the window (a file per view) and [`headless`] prints the lines. [`fixture`] is a scripted network
+//! for the tests and screenshots.
 
 pub mod app;
 pub mod fixture;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde::Serialize;
-use shoal::monitor::{LatencyHistogram, Snapshot, TopicDirection, TopicEntry, TopicProblem, Via};
+use shoal::monitor::{LatencyHistogram, Snapshot, TopicDirection, TopicEntry, TopicProblem, TopicSummary, Via};
 
 /// A peer whose last registration is older than this is shown as stale (the core's rule, which `shoal list` uses
 /// too).
@@ -468,13 +468,47 @@ fn via_name(v: Via) -> &'static str {
 
 /// Builds the view of `snap`. `prev` (the view before) tells whether drops are rising.
 pub fn build_view(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner) -> View {
-    let time_s =
-        snap.taken_at.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok()).map_or(0.0, |d| d.as_secs_f64());
+    let processes = process_rows(snap, prev, interner);
+    let hosts = host_rows(snap, interner);
     let self_proc: Option<(&str, u32)> =
         snap.processes.iter().find(|p| p.is_self).map(|p| (p.host_name.as_str(), p.pid));
     let is_self = |t: &TopicEntry| self_proc == Some((t.host_name.as_str(), t.pid));
 
-    // Processes.
+    // Publishers and subscribers by topic (the monitor's own subscriber left out).
+    let mut by_topic: BTreeMap<&str, Vec<&TopicEntry>> = BTreeMap::new();
+    for t in snap.topics.iter().filter(|t| !is_self(t)) {
+        by_topic.entry(&t.topic_name).or_default().push(t);
+    }
+    let cx = TopicContext::new(snap, &processes, prev, interner);
+    let mut topics = Vec::with_capacity(by_topic.len());
+    let mut entities = Vec::with_capacity(snap.topics.len());
+    let mut connections = Vec::new();
+    for (name, list) in &by_topic {
+        let name_a = interner.get(name);
+        // The topic's figures and problems: the core's one summary, as `shoal list` shows them.
+        let sum = shoal::monitor::summarize_topic(name, list);
+        let drops_before = prev.and_then(|v| v.topic(name)).map(|t| t.drops);
+        let problems = topic_problems(&sum, drops_before);
+        for s in list.iter().filter(|t| t.direction == TopicDirection::Subscriber) {
+            cx.connections(&name_a, s, interner, &mut connections);
+        }
+        for t in list {
+            entities.push(cx.entity(&name_a, t, interner));
+        }
+        topics.push(topic_row(name_a, &sum, problems, interner));
+    }
+    let topic_index = topics.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+    View { time_s: view_time(snap), hosts, processes, topics, entities, connections, topic_index }
+}
+
+/// When `snap` was taken, seconds since the epoch (0 when unknown).
+fn view_time(snap: &Snapshot) -> f64 {
+    snap.taken_at.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok()).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// One row per process, sorted by host and pid, with its problems (stale, a bad state, kernel drops rising since
+/// `prev`).
+fn process_rows(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner) -> Vec<ProcessRow> {
     let mut processes: Vec<ProcessRow> = snap
         .processes
         .iter()
@@ -511,16 +545,11 @@ pub fn build_view(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner)
         })
         .collect();
     processes.sort_by(|a, b| (&a.host, a.pid).cmp(&(&b.host, b.pid)));
-    let proc_label: HashMap<(&str, u32), Arc<str>> =
-        processes.iter().map(|p| ((&*p.host, p.pid), interner.get(&p.label()))).collect();
-    let label_of = |interner: &mut Interner, t: &TopicEntry| -> Arc<str> {
-        proc_label
-            .get(&(t.host_name.as_str(), t.pid))
-            .cloned()
-            .unwrap_or_else(|| interner.get(&format!("{}@{}:{}", t.unit_name, t.host_name, t.pid)))
-    };
+    processes
+}
 
-    // Hosts.
+/// One row per host: its processes and its publishers + subscribers, by host name.
+fn host_rows(snap: &Snapshot, interner: &mut Interner) -> Vec<HostRow> {
     let mut hosts: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     for p in &snap.processes {
         hosts.entry(&p.host_name).or_default().0 += 1;
@@ -528,118 +557,141 @@ pub fn build_view(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner)
     for t in &snap.topics {
         hosts.entry(&t.host_name).or_default().1 += 1;
     }
-    let hosts = hosts
-        .into_iter()
-        .map(|(h, (processes, entities))| HostRow { host: interner.get(h), processes, entities })
-        .collect();
+    hosts.into_iter().map(|(h, (processes, entities))| HostRow { host: interner.get(h), processes, entities }).collect()
+}
 
-    // Publishers and subscribers by topic (the monitor's own subscriber left out).
-    let mut by_topic: BTreeMap<&str, Vec<&TopicEntry>> = BTreeMap::new();
-    for t in snap.topics.iter().filter(|t| !is_self(t)) {
-        by_topic.entry(&t.topic_name).or_default().push(t);
-    }
-    let publisher_of: HashMap<u64, &TopicEntry> =
-        snap.topics.iter().filter(|t| t.direction == TopicDirection::Publisher).map(|t| (t.entity_id, t)).collect();
-    let prev_drops = |name: &str| prev.and_then(|v| v.topic(name)).map(|t| t.drops);
-    let prev_conn_drops: HashMap<ConnKey, u64> =
-        prev.map(|v| v.connections.iter().map(|c| (c.key(), c.drops)).collect()).unwrap_or_default();
-
-    let mut topics = Vec::with_capacity(by_topic.len());
-    let mut entities = Vec::with_capacity(snap.topics.len());
-    let mut connections = Vec::new();
-    for (name, list) in &by_topic {
-        let name_a = interner.get(name);
-        let subs: Vec<&TopicEntry> =
-            list.iter().copied().filter(|t| t.direction == TopicDirection::Subscriber).collect();
-        // The topic's figures and problems: the core's one summary, as `shoal list` shows them.
-        let sum = shoal::monitor::summarize_topic(name, list);
-        let mut problems = Problems::default();
-        for p in &sum.problems {
-            problems.add(match p {
-                TopicProblem::TypeMismatch => Problem::TypeMismatch,
-                TopicProblem::NoSubscribers => Problem::NoSubscribers,
-                TopicProblem::NoPublishers => Problem::NoPublishers,
-                _ => Problem::Stale,
-            });
-        }
-
-        // Connections measured by shoal subscribers.
-        for s in &subs {
-            let conns = s.shoal.as_ref().map(|st| st.connections.as_slice()).unwrap_or(&[]);
-            for c in conns {
-                let publisher = publisher_of
-                    .get(&c.publisher_id)
-                    .map(|p| label_of(interner, p))
-                    .unwrap_or_else(|| interner.get(&format!("publisher {:x}", c.publisher_id)));
-                let latency = if c.same_host { Percentiles::of(&c.latency) } else { None };
-                let via = via_name(c.via);
-                let key = ConnKey { publisher_id: c.publisher_id, subscriber_id: s.entity_id, via };
-                let mut cp = Problems::default();
-                if prev_conn_drops.get(&key).is_some_and(|&d| c.drops > d) {
-                    cp.add(Problem::DropsRising);
-                }
-                connections.push(ConnectionRow {
-                    topic: name_a.clone(),
-                    publisher_id: c.publisher_id,
-                    publisher,
-                    subscriber_id: s.entity_id,
-                    subscriber: label_of(interner, s),
-                    via,
-                    same_host: c.same_host,
-                    rate_hz: c.rate_hz(),
-                    bandwidth_bps: c.bandwidth_bps(),
-                    messages: c.messages,
-                    bytes: c.bytes,
-                    drops: c.drops,
-                    last_size: c.last_size,
-                    latency,
-                    problems: cp,
-                    buckets: c.latency.buckets().collect(),
-                });
-            }
-        }
-        if prev_drops(name).is_some_and(|d| sum.drops > d) {
-            problems.add(Problem::DropsRising);
-        }
-        for t in list {
-            entities.push(EntityRow {
-                topic: name_a.clone(),
-                direction: match t.direction {
-                    TopicDirection::Publisher => "pub",
-                    TopicDirection::Subscriber => "sub",
-                },
-                process: label_of(interner, t),
-                host: interner.get(&t.host_name),
-                pid: t.pid,
-                entity_id: t.entity_id,
-                type_name: interner.get(&t.type_info.name),
-                messages: t.data_clock,
-                drops: t.message_drops.max(0) as u64,
-                type_mismatch: t.type_mismatch,
-                registration_age_s: t.registration_age.as_secs_f64(),
-            });
-        }
-        let typed = sum.type_info();
-        topics.push(TopicRow {
-            name: name_a,
-            type_name: interner.get(typed.map_or("", |t| t.name.as_str())),
-            encoding: interner.get(typed.map_or("", |t| t.encoding.as_str())),
-            publishers: sum.publishers,
-            subscribers: sum.subscribers,
-            layers: interner.get(&sum.layers.join(",")),
-            rate_hz: sum.rate_hz,
-            bandwidth_bps: sum.bandwidth_bps,
-            size_bytes: sum.size_bytes,
-            drops: sum.drops,
-            latency: Percentiles::of(&sum.latency_histogram),
-            latency_mean_us: (sum.latency.count > 0).then_some(sum.latency.mean_us),
-            cross_host_connections: sum.cross_host_connections,
-            problems,
-            buckets: sum.latency_histogram.buckets().collect(),
+/// A topic's problems: the summary's, and drops rising since the view before (`drops_before`).
+fn topic_problems(sum: &TopicSummary, drops_before: Option<u64>) -> Problems {
+    let mut problems = Problems::default();
+    for p in &sum.problems {
+        problems.add(match p {
+            TopicProblem::TypeMismatch => Problem::TypeMismatch,
+            TopicProblem::NoSubscribers => Problem::NoSubscribers,
+            TopicProblem::NoPublishers => Problem::NoPublishers,
+            _ => Problem::Stale,
         });
     }
-    let topic_index = topics.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-    View { time_s, hosts, processes, topics, entities, connections, topic_index }
+    if drops_before.is_some_and(|d| sum.drops > d) {
+        problems.add(Problem::DropsRising);
+    }
+    problems
+}
+
+/// A topic's row from its summary.
+fn topic_row(name: Arc<str>, sum: &TopicSummary, problems: Problems, interner: &mut Interner) -> TopicRow {
+    let typed = sum.type_info();
+    TopicRow {
+        name,
+        type_name: interner.get(typed.map_or("", |t| t.name.as_str())),
+        encoding: interner.get(typed.map_or("", |t| t.encoding.as_str())),
+        publishers: sum.publishers,
+        subscribers: sum.subscribers,
+        layers: interner.get(&sum.layers.join(",")),
+        rate_hz: sum.rate_hz,
+        bandwidth_bps: sum.bandwidth_bps,
+        size_bytes: sum.size_bytes,
+        drops: sum.drops,
+        latency: Percentiles::of(&sum.latency_histogram),
+        latency_mean_us: (sum.latency.count > 0).then_some(sum.latency.mean_us),
+        cross_host_connections: sum.cross_host_connections,
+        problems,
+        buckets: sum.latency_histogram.buckets().collect(),
+    }
+}
+
+/// What a topic's connection and entity rows are built with besides the topic: the processes' labels, the
+/// publishers by entity id and the connections' drops in the view before.
+struct TopicContext<'a> {
+    proc_label: HashMap<(&'a str, u32), Arc<str>>,
+    publisher_of: HashMap<u64, &'a TopicEntry>,
+    prev_conn_drops: HashMap<ConnKey, u64>,
+}
+
+impl<'a> TopicContext<'a> {
+    fn new(
+        snap: &'a Snapshot,
+        processes: &'a [ProcessRow],
+        prev: Option<&View>,
+        interner: &mut Interner,
+    ) -> TopicContext<'a> {
+        TopicContext {
+            proc_label: processes.iter().map(|p| ((&*p.host, p.pid), interner.get(&p.label()))).collect(),
+            publisher_of: snap
+                .topics
+                .iter()
+                .filter(|t| t.direction == TopicDirection::Publisher)
+                .map(|t| (t.entity_id, t))
+                .collect(),
+            prev_conn_drops: prev
+                .map(|v| v.connections.iter().map(|c| (c.key(), c.drops)).collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The label of the process `t` belongs to (`unit@host:pid` when that process is not known).
+    fn label_of(&self, interner: &mut Interner, t: &TopicEntry) -> Arc<str> {
+        self.proc_label
+            .get(&(t.host_name.as_str(), t.pid))
+            .cloned()
+            .unwrap_or_else(|| interner.get(&format!("{}@{}:{}", t.unit_name, t.host_name, t.pid)))
+    }
+
+    /// The connections subscriber `s` of `topic` measured (shoal subscribers report them), added to `out`.
+    fn connections(&self, topic: &Arc<str>, s: &TopicEntry, interner: &mut Interner, out: &mut Vec<ConnectionRow>) {
+        let conns = s.shoal.as_ref().map(|st| st.connections.as_slice()).unwrap_or(&[]);
+        for c in conns {
+            let publisher = self
+                .publisher_of
+                .get(&c.publisher_id)
+                .map(|p| self.label_of(interner, p))
+                .unwrap_or_else(|| interner.get(&format!("publisher {:x}", c.publisher_id)));
+            let latency = if c.same_host { Percentiles::of(&c.latency) } else { None };
+            let via = via_name(c.via);
+            let key = ConnKey { publisher_id: c.publisher_id, subscriber_id: s.entity_id, via };
+            let mut cp = Problems::default();
+            if self.prev_conn_drops.get(&key).is_some_and(|&d| c.drops > d) {
+                cp.add(Problem::DropsRising);
+            }
+            out.push(ConnectionRow {
+                topic: topic.clone(),
+                publisher_id: c.publisher_id,
+                publisher,
+                subscriber_id: s.entity_id,
+                subscriber: self.label_of(interner, s),
+                via,
+                same_host: c.same_host,
+                rate_hz: c.rate_hz(),
+                bandwidth_bps: c.bandwidth_bps(),
+                messages: c.messages,
+                bytes: c.bytes,
+                drops: c.drops,
+                last_size: c.last_size,
+                latency,
+                problems: cp,
+                buckets: c.latency.buckets().collect(),
+            });
+        }
+    }
+
+    /// The row of publisher or subscriber `t` of `topic`.
+    fn entity(&self, topic: &Arc<str>, t: &TopicEntry, interner: &mut Interner) -> EntityRow {
+        EntityRow {
+            topic: topic.clone(),
+            direction: match t.direction {
+                TopicDirection::Publisher => "pub",
+                TopicDirection::Subscriber => "sub",
+            },
+            process: self.label_of(interner, t),
+            host: interner.get(&t.host_name),
+            pid: t.pid,
+            entity_id: t.entity_id,
+            type_name: interner.get(&t.type_info.name),
+            messages: t.data_clock,
+            drops: t.message_drops.max(0) as u64,
+            type_mismatch: t.type_mismatch,
+            registration_age_s: t.registration_age.as_secs_f64(),
+        }
+    }
 }
 
 /// `1.2 kHz`, `12.0 Hz`.

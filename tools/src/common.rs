@@ -2,6 +2,8 @@
 //! cell goes through [`printable`] (names come from the network) and is padded by its width on a terminal.
 
 use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -126,6 +128,18 @@ pub(crate) fn hz(v: f64) -> String {
     } else {
         format!("{v:.0}")
     }
+}
+
+/// A flag SIGINT and SIGTERM set (`shoal record` and `shoal play` stop at it); a second signal, while the command
+/// finishes (the file, the last messages), ends the process at once.
+pub(crate) fn stop_on_signals() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 1, Arc::clone(&stop))
+            .context("cannot install the signal handler")?;
+        signal_hook::flag::register(sig, Arc::clone(&stop)).context("cannot install the signal handler")?;
+    }
+    Ok(stop)
 }
 
 #[cfg(test)]

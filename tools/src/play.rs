@@ -17,7 +17,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufReader, IsTerminal};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -241,8 +240,56 @@ fn sleep_until(due: Instant, stop: &AtomicBool) -> bool {
     }
 }
 
-/// Runs `shoal play`.
+/// Runs `shoal play`: checks the arguments, finds the file's channels, creates their publishers, waits for
+/// subscribers, plays the file (once, or again and again with `--repeat`) and prints the summary.
 pub(crate) fn run(a: PlayArgs) -> Result<()> {
+    check_args(&a)?;
+    let limits = a.limits.limits(usize::try_from(a.max_channels).unwrap_or(usize::MAX));
+    let stop = crate::common::stop_on_signals()?;
+    let (mut catalog, first_log_time, had_summary) = catalog_of(&a, &limits)?;
+
+    let node = Node::init("shoal_play").context("starting the shoal node (check ecal.ini and /dev/shm)")?;
+    let mut pubs = Publishers { node: &node, list: Vec::new(), by_key: HashMap::new(), by_channel: HashMap::new() };
+    let mut ids: Vec<u16> = catalog.channels.keys().copied().collect();
+    ids.sort_unstable();
+    for id in ids {
+        pubs.for_channel(&catalog, id)?;
+    }
+    for t in &a.topics {
+        if !pubs.list.iter().any(|p| &p.topic == t) {
+            eprintln!("shoal play: topic {} is not in {}", printable(t), a.file.display());
+        }
+    }
+    wait_for_subscribers(&a, &pubs);
+
+    let first = first_log_time.unwrap_or(0);
+    let pace = Pace {
+        first,
+        window_start: first.saturating_add(a.start.map_or(0, |s| (s * 1e9) as u64)),
+        window_end: a.end.map_or(u64::MAX, |e| first.saturating_add((e * 1e9) as u64)),
+        rate: a.rate,
+    };
+    let mut playback = Playback::new();
+    loop {
+        playback.passes += 1;
+        let found = playback.pass(&a.file, &limits, &mut catalog, &mut pubs, &pace, &stop)?;
+        if playback.passes == 1 {
+            playback.damage = found;
+        }
+        if !a.repeat || stop.load(Ordering::Relaxed) || playback.published == 0 {
+            break;
+        }
+    }
+    if playback.terminal {
+        eprintln!();
+    }
+    // Let the last messages reach readers that are not polling right now before the publishers go away.
+    std::thread::sleep(Duration::from_millis(200));
+    report(&a, &limits, &catalog, &pubs, &playback, had_summary)
+}
+
+/// A usage error for arguments that cannot be played, a not-found error for a file that is not there.
+fn check_args(a: &PlayArgs) -> Result<()> {
     if !(a.rate.is_finite() && a.rate > 0.0) {
         return Err(crate::exit::usage("--rate must be a positive number (1 = recorded speed)"));
     }
@@ -259,97 +306,123 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
     if !a.file.is_file() {
         return Err(crate::exit::not_found(format!("{} is not a file", a.file.display())));
     }
-    let limits = a.limits.limits(usize::try_from(a.max_channels).unwrap_or(usize::MAX));
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(sig, 1, Arc::clone(&stop))
-            .context("cannot install the signal handler")?;
-        signal_hook::flag::register(sig, Arc::clone(&stop)).context("cannot install the signal handler")?;
-    }
+    Ok(())
+}
 
-    // What the file contains: from its summary, or (a file without one) from a first pass over it.
-    let summary = read_summary(&a.file, &limits, &a.topics);
-    let had_summary = summary.is_some();
-    let (mut catalog, mut first_log_time) = match summary {
-        Some((c, stats)) => (c, stats.filter(|st| st.message_count > 0).map(|st| st.message_start_time)),
-        None => {
-            eprintln!("shoal play: {} has no readable summary; reading it once to find its channels", a.file.display());
-            let mut c = Catalog::new(&limits, &a.topics);
-            let mut first: Option<u64> = None;
-            read_records(&a.file, &limits, |r| {
-                c.learn(&r);
-                if let Rec::Message { log_time, .. } = r {
-                    first = Some(first.map_or(log_time, |t| t.min(log_time)));
-                }
-                true
-            })?;
-            (c, first)
+/// What the file contains, the log time of its first message, and whether it came from the file's summary: from
+/// its summary, or (a file without one) from a first pass over it.
+fn catalog_of(a: &PlayArgs, limits: &Limits) -> Result<(Catalog, Option<u64>, bool)> {
+    if let Some((c, stats)) = read_summary(&a.file, limits, &a.topics) {
+        return Ok((c, stats.filter(|st| st.message_count > 0).map(|st| st.message_start_time), true));
+    }
+    eprintln!("shoal play: {} has no readable summary; reading it once to find its channels", a.file.display());
+    let mut c = Catalog::new(limits, &a.topics);
+    let mut first: Option<u64> = None;
+    read_records(&a.file, limits, |r| {
+        c.learn(&r);
+        if let Rec::Message { log_time, .. } = r {
+            first = Some(first.map_or(log_time, |t| t.min(log_time)));
         }
-    };
+        true
+    })?;
+    Ok((c, first, false))
+}
 
-    let node = Node::init("shoal_play").context("starting the shoal node (check ecal.ini and /dev/shm)")?;
-    let mut pubs = Publishers { node: &node, list: Vec::new(), by_key: HashMap::new(), by_channel: HashMap::new() };
-    let mut ids: Vec<u16> = catalog.channels.keys().copied().collect();
-    ids.sort_unstable();
-    for id in ids {
-        pubs.for_channel(&catalog, id)?;
-    }
-    for t in &a.topics {
-        if !pubs.list.iter().any(|p| &p.topic == t) {
-            eprintln!("shoal play: topic {} is not in {}", printable(t), a.file.display());
-        }
-    }
+/// Waits up to `--wait-timeout` for `--wait-subs` subscribers on every publisher (not with `--no-wait`), saying
+/// which have fewer; then, if any has a subscriber, `--settle-ms` for the connections to settle.
+fn wait_for_subscribers(a: &PlayArgs, pubs: &Publishers<'_>) {
     let wait_subs = if a.no_wait { 0 } else { a.wait_subs };
-    if wait_subs > 0 && !pubs.list.is_empty() {
-        let deadline = Instant::now() + Duration::from_secs_f64(a.wait_timeout.max(0.0));
-        for p in &pubs.list {
-            if p.publisher.wait_for_subscribers(wait_subs, deadline.saturating_duration_since(Instant::now())).is_err()
-            {
-                eprintln!(
-                    "shoal play: {} has {} of {wait_subs} subscribers after {:.1} s; playing anyway",
-                    printable(&p.topic),
-                    p.publisher.subscriber_count(),
-                    a.wait_timeout
-                );
-            }
+    if wait_subs == 0 || pubs.list.is_empty() {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(a.wait_timeout.max(0.0));
+    for p in &pubs.list {
+        if p.publisher.wait_for_subscribers(wait_subs, deadline.saturating_duration_since(Instant::now())).is_err() {
+            eprintln!(
+                "shoal play: {} has {} of {wait_subs} subscribers after {:.1} s; playing anyway",
+                printable(&p.topic),
+                p.publisher.subscriber_count(),
+                a.wait_timeout
+            );
         }
-        if pubs.list.iter().any(|p| p.publisher.subscriber_count() > 0) {
-            std::thread::sleep(Duration::from_millis(a.settle_ms));
+    }
+    if pubs.list.iter().any(|p| p.publisher.subscriber_count() > 0) {
+        std::thread::sleep(Duration::from_millis(a.settle_ms));
+    }
+}
+
+/// The part of the recording played and how fast: log times (ns) of its first message and of the window
+/// (`--start`, `--end`), and `--rate`.
+struct Pace {
+    first: u64,
+    window_start: u64,
+    window_end: u64,
+    rate: f64,
+}
+
+/// A playback's progress and counters, for the progress line and the summary.
+struct Playback {
+    published: u64,
+    /// Messages whose channel record was in a damaged part (first pass only).
+    unknown_channel: u64,
+    passes: u64,
+    /// Messages not played because their channel was skipped (first pass only), by reason.
+    skipped_messages: BTreeMap<Skip, u64>,
+    /// The first send and the last.
+    sends: Option<(Instant, Instant)>,
+    /// The damaged parts the first pass found.
+    damage: Damages,
+    /// Whether stderr is a terminal (the progress line is shown), and when the line was last rewritten.
+    terminal: bool,
+    last_progress: Instant,
+}
+
+impl Playback {
+    fn new() -> Playback {
+        Playback {
+            published: 0,
+            unknown_channel: 0,
+            passes: 0,
+            skipped_messages: BTreeMap::new(),
+            sends: None,
+            damage: Damages::default(),
+            terminal: std::io::stderr().is_terminal(),
+            last_progress: Instant::now(),
         }
     }
 
-    let first = first_log_time.take().unwrap_or(0);
-    let window_start = first.saturating_add(a.start.map_or(0, |s| (s * 1e9) as u64));
-    let window_end = a.end.map_or(u64::MAX, |e| first.saturating_add((e * 1e9) as u64));
-    let terminal = std::io::stderr().is_terminal();
-    let mut sends: Option<(Instant, Instant)> = None;
-    let mut damage = Damages::default();
-    let (mut published, mut unknown_channel, mut passes) = (0u64, 0u64, 0u64);
-    // Messages not played because their channel was skipped (first pass only), by reason.
-    let mut skipped_messages: BTreeMap<Skip, u64> = BTreeMap::new();
-    let mut last_progress = Instant::now();
-    let mut fatal: Option<anyhow::Error> = None;
-    loop {
-        passes += 1;
+    /// One pass over the file: publishes each message in the window when its time comes (relative to the pass's
+    /// first message, divided by `--rate`), learning channels as they come. Ends early when `stop` is set; returns
+    /// the damaged parts found, or the first error creating a publisher.
+    fn pass(
+        &mut self,
+        file: &Path,
+        limits: &Limits,
+        catalog: &mut Catalog,
+        pubs: &mut Publishers<'_>,
+        pace: &Pace,
+        stop: &AtomicBool,
+    ) -> Result<Damages> {
         let mut origin: Option<(u64, Instant)> = None;
-        let found = read_records(&a.file, &limits, |r| {
+        let mut fatal: Option<anyhow::Error> = None;
+        let found = read_records(file, limits, |r| {
             if let Some(id) = catalog.learn(&r)
-                && let Err(e) = pubs.for_channel(&catalog, id)
+                && let Err(e) = pubs.for_channel(catalog, id)
             {
                 fatal = Some(e);
                 return false;
             }
             let Rec::Message { channel_id, log_time, data, .. } = r else { return true };
-            if log_time < window_start || log_time > window_end {
+            if log_time < pace.window_start || log_time > pace.window_end {
                 return true;
             }
-            let p = match pubs.for_channel(&catalog, channel_id) {
+            let p = match pubs.for_channel(catalog, channel_id) {
                 Ok(Some(p)) => p,
                 Ok(None) => {
-                    if passes == 1 {
+                    if self.passes == 1 {
                         match catalog.skipped(channel_id) {
-                            Some(s) => *skipped_messages.entry(s).or_default() += 1,
-                            None => unknown_channel += 1,
+                            Some(s) => *self.skipped_messages.entry(s).or_default() += 1,
+                            None => self.unknown_channel += 1,
                         }
                     }
                     return true;
@@ -360,50 +433,63 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
                 }
             };
             let (log0, wall0) = *origin.get_or_insert((log_time, Instant::now()));
-            let offset = Duration::from_nanos(log_time.saturating_sub(log0)).div_f64(a.rate);
-            if !sleep_until(wall0 + offset, &stop) {
+            let offset = Duration::from_nanos(log_time.saturating_sub(log0)).div_f64(pace.rate);
+            if !sleep_until(wall0 + offset, stop) {
                 return false;
             }
-            let played = &mut pubs.list[p];
-            let result = played.publisher.send(data);
-            let now = Instant::now();
-            sends = Some((sends.map_or(now, |(first, _)| first), now));
-            match result {
-                Ok(()) => {
-                    played.sent += 1;
-                    published += 1;
-                }
-                Err(e) => {
-                    if played.send_errors == 0 {
-                        eprintln!("shoal play: {}: cannot send: {e}", printable(&played.topic));
-                    }
-                    played.send_errors += 1;
-                }
-            }
-            if terminal && last_progress.elapsed() >= Duration::from_millis(250) {
-                last_progress = Instant::now();
-                let at = log_time.saturating_sub(first) as f64 / 1e9;
-                eprint!("\r\x1b[Kplaying: {published} messages  at {at:.1} s of the recording  pass {passes}");
-            }
+            self.send(&mut pubs.list[p], data);
+            self.show_progress(log_time.saturating_sub(pace.first));
             true
         })?;
-        if let Some(e) = fatal.take() {
-            return Err(e);
-        }
-        if passes == 1 {
-            damage = found;
-        }
-        if !a.repeat || stop.load(Ordering::Relaxed) || published == 0 {
-            break;
+        match fatal {
+            Some(e) => Err(e),
+            None => Ok(found),
         }
     }
-    if terminal {
-        eprintln!();
+
+    /// Sends `data` on `played`, counting it; says the first send error of a publisher and counts every one.
+    fn send(&mut self, played: &mut Played, data: &[u8]) {
+        let result = played.publisher.send(data);
+        let now = Instant::now();
+        self.sends = Some((self.sends.map_or(now, |(first, _)| first), now));
+        match result {
+            Ok(()) => {
+                played.sent += 1;
+                self.published += 1;
+            }
+            Err(e) => {
+                if played.send_errors == 0 {
+                    eprintln!("shoal play: {}: cannot send: {e}", printable(&played.topic));
+                }
+                played.send_errors += 1;
+            }
+        }
     }
-    // Let the last messages reach readers that are not polling right now before the publishers go away.
-    std::thread::sleep(Duration::from_millis(200));
+
+    /// On a terminal, rewrites the progress line every 250 ms; `at_ns`: where the playback is in the recording.
+    fn show_progress(&mut self, at_ns: u64) {
+        if self.terminal && self.last_progress.elapsed() >= Duration::from_millis(250) {
+            self.last_progress = Instant::now();
+            let at = at_ns as f64 / 1e9;
+            let (published, passes) = (self.published, self.passes);
+            eprint!("\r\x1b[Kplaying: {published} messages  at {at:.1} s of the recording  pass {passes}");
+        }
+    }
+}
+
+/// Prints the summary on stderr (and with `--json` as a JSON line on stdout); an error when part of the file was
+/// not played (damaged, or beyond the limits).
+fn report(
+    a: &PlayArgs,
+    limits: &Limits,
+    catalog: &Catalog,
+    pubs: &Publishers<'_>,
+    pb: &Playback,
+    had_summary: bool,
+) -> Result<()> {
+    let (published, passes, unknown_channel, damage) = (pb.published, pb.passes, pb.unknown_channel, &pb.damage);
     // From the first send to the last: the recorded span divided by --rate (times the passes).
-    let elapsed = sends.map_or(0.0, |(first, last)| (last - first).as_secs_f64());
+    let elapsed = pb.sends.map_or(0.0, |(first, last)| (last - first).as_secs_f64());
     let send_errors: u64 = pubs.list.iter().map(|p| p.send_errors).sum();
     eprintln!(
         "shoal play: {published} messages on {} topics, {elapsed:.2} s from the first to the last ({passes} pass{}){}",
@@ -411,11 +497,11 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
         if passes == 1 { "" } else { "es" },
         if send_errors > 0 { format!(", {send_errors} send errors") } else { String::new() }
     );
-    print_damage("shoal play: ", &a.file, &damage);
+    print_damage("shoal play: ", &a.file, damage);
     if unknown_channel > 0 {
         eprintln!("shoal play: {unknown_channel} messages skipped: their channel record was in a damaged part");
     }
-    let skipped = skipped_text(&catalog, &limits, &skipped_messages);
+    let skipped = skipped_text(catalog, limits, &pb.skipped_messages);
     for s in &skipped {
         eprintln!("shoal play: {}: {s}", a.file.display());
     }
@@ -431,7 +517,7 @@ pub(crate) fn run(a: PlayArgs) -> Result<()> {
             .collect();
         shoal_tools::emit(&json!({"event": "summary", "published": published, "passes": passes, "seconds": elapsed,
                                   "had_summary": had_summary, "unknown_channel": unknown_channel,
-                                  "damage": damage_json(&damage), "skipped": skipped_json(&catalog, &skipped_messages),
+                                  "damage": damage_json(damage), "skipped": skipped_json(catalog, &pb.skipped_messages),
                                   "topics": topics, "peak_rss_kb": crate::perf::peak_rss_kb()}));
     }
     let channels_skipped = catalog.skipped_counts().iter().any(|(s, n)| *s != Skip::Filtered && *n > 0);

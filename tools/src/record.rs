@@ -558,8 +558,82 @@ enum Selection {
     Regex(regex::Regex),
 }
 
-/// Runs `shoal record`.
+/// Runs `shoal record`: checks the arguments, starts the writer thread, subscribes, records until stopped, and
+/// prints the summary.
 pub(crate) fn run(a: RecordArgs) -> Result<()> {
+    let (selection, max_topics) = check_args(&a)?;
+    let stop = crate::common::stop_on_signals()?;
+
+    let node = Node::init("shoal_record").context("starting the shoal node (check ecal.ini and /dev/shm)")?;
+    let queue = Arc::new(Queue::new(usize::try_from(a.queue_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX)));
+    let topics: Arc<Mutex<Vec<Arc<TopicState>>>> = Arc::default();
+    let progress = Arc::new(Progress::default());
+    let cpu_start = process_cpu_s();
+    let started = SystemTime::now();
+    let t0 = Instant::now();
+
+    let topics_not_recorded = Arc::new(AtomicU64::new(0));
+    let mut fw = FileWriter {
+        base: a.output.clone(),
+        // Files others may read: the mode shoal gives its ring segments ([shoal_security] shm_access).
+        mode: node.config().security.shm_access.read_mode(),
+        split: a.max_size.is_some(),
+        max_size: a.max_size,
+        options: write_options(&a),
+        writer: None,
+        size: Arc::default(),
+        pending: 0,
+        last_size: 0,
+        channels: Vec::new(),
+        file_channels: 0,
+        file_schema_bytes: 0,
+        topics_not_recorded: Arc::clone(&topics_not_recorded),
+        topics: Arc::clone(&topics),
+        started,
+        report: WriterReport::default(),
+        file_messages: 0,
+        progress: Arc::clone(&progress),
+    };
+    // The first file exists from the start, so that a recording of nothing is still a valid (empty) file.
+    fw.open()?;
+    let writer = spawn_writer(fw, Arc::clone(&queue), Arc::clone(&stop))?;
+
+    let mut subs = Subscriptions {
+        node: &node,
+        queue: Arc::clone(&queue),
+        topics: Arc::clone(&topics),
+        json: a.json,
+        max_topics,
+        list: Vec::new(),
+        subscribed: HashSet::new(),
+        hashing: std::collections::hash_map::RandomState::new(),
+        not_recorded: HashSet::new(),
+        topics_not_recorded: Arc::clone(&topics_not_recorded),
+    };
+    for t in &a.topics {
+        subs.subscribe(t)?;
+    }
+    record_until_stopped(&mut subs, &selection, &stop, &progress, &a, t0);
+
+    // Stop receiving first, then let the writer drain the queue and finish the file.
+    subs.copy_subscriber_drops();
+    drop(subs);
+    queue.close();
+    let report = writer.join().map_err(|_| anyhow::anyhow!("the writer thread panicked"))??;
+    let summary = Summary {
+        elapsed: t0.elapsed().as_secs_f64(),
+        cpu: process_cpu_s() - cpu_start,
+        states: lock(&topics).clone(),
+        not_recorded: topics_not_recorded.load(Ordering::Relaxed),
+        max_topics,
+        report,
+    };
+    summary.print(a.json);
+    Ok(())
+}
+
+/// What to record and at most how many topics, or a usage error for arguments that do not go together.
+fn check_args(a: &RecordArgs) -> Result<(Selection, usize)> {
     let selection = match (&a.regex, a.all) {
         (Some(r), _) => {
             Selection::Regex(regex::Regex::new(r).map_err(|e| crate::exit::usage(format!("--regex `{r}`: {e}")))?)
@@ -591,60 +665,32 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
     {
         return Err(crate::exit::usage(format!("the directory of {} does not exist", a.output.display())));
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // A second signal while the file is being finished ends the process at once.
-        signal_hook::flag::register_conditional_shutdown(sig, 1, Arc::clone(&stop))
-            .context("cannot install the signal handler")?;
-        signal_hook::flag::register(sig, Arc::clone(&stop)).context("cannot install the signal handler")?;
-    }
+    Ok((selection, max_topics))
+}
 
-    let node = Node::init("shoal_record").context("starting the shoal node (check ecal.ini and /dev/shm)")?;
-    let queue = Arc::new(Queue::new(usize::try_from(a.queue_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX)));
-    let topics: Arc<Mutex<Vec<Arc<TopicState>>>> = Arc::default();
-    let progress = Arc::new(Progress::default());
-    let cpu_start = process_cpu_s();
-    let started = SystemTime::now();
-    let t0 = Instant::now();
-
-    let options = mcap::WriteOptions::new()
+/// The MCAP writer's options from `--compression` and `--chunk-kb`.
+fn write_options(a: &RecordArgs) -> mcap::WriteOptions {
+    mcap::WriteOptions::new()
         .compression(a.compression.to_mcap())
         .chunk_size(Some(a.chunk_kb.saturating_mul(1024)))
         .profile("")
-        .library(format!("shoal {} (mcap-rust {})", env!("CARGO_PKG_VERSION"), mcap::VERSION));
-    let topics_not_recorded = Arc::new(AtomicU64::new(0));
-    let mut fw = FileWriter {
-        base: a.output.clone(),
-        // Files others may read: the mode shoal gives its ring segments ([shoal_security] shm_access).
-        mode: node.config().security.shm_access.read_mode(),
-        split: a.max_size.is_some(),
-        max_size: a.max_size,
-        options,
-        writer: None,
-        size: Arc::default(),
-        pending: 0,
-        last_size: 0,
-        channels: Vec::new(),
-        file_channels: 0,
-        file_schema_bytes: 0,
-        topics_not_recorded: Arc::clone(&topics_not_recorded),
-        topics: Arc::clone(&topics),
-        started,
-        report: WriterReport::default(),
-        file_messages: 0,
-        progress: Arc::clone(&progress),
-    };
-    // The first file exists from the start, so that a recording of nothing is still a valid (empty) file.
-    fw.open()?;
-    let writer_queue = Arc::clone(&queue);
-    let writer_stop = Arc::clone(&stop);
-    let writer = std::thread::Builder::new()
+        .library(format!("shoal {} (mcap-rust {})", env!("CARGO_PKG_VERSION"), mcap::VERSION))
+}
+
+/// Starts the writer thread: it writes what the queue holds until the queue is closed and drained, then finishes
+/// the file. On a write error it sets `stop` and closes the queue (nothing more can be written).
+fn spawn_writer(
+    mut fw: FileWriter,
+    queue: Arc<Queue>,
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<Result<WriterReport>>> {
+    std::thread::Builder::new()
         .name("shoal-record-writer".into())
         .spawn(move || -> Result<WriterReport> {
             let mut batch = VecDeque::new();
             let result = (|| -> Result<()> {
                 loop {
-                    writer_queue.pop_all(&mut batch);
+                    queue.pop_all(&mut batch);
                     if batch.is_empty() {
                         return Ok(());
                     }
@@ -656,21 +702,34 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
             let closed = fw.close();
             if result.is_err() || closed.is_err() {
                 // Stop the recording: nothing more can be written.
-                writer_stop.store(true, Ordering::Relaxed);
-                writer_queue.close();
+                stop.store(true, Ordering::Relaxed);
+                queue.close();
             }
             result.and(closed)?;
             Ok(fw.report)
         })
-        .context("cannot start the writer thread")?;
+        .context("cannot start the writer thread")
+}
 
-    let mut subs: Vec<(Arc<TopicState>, CallbackSubscriber)> = Vec::new();
-    let mut subscribed: HashSet<Arc<str>> = HashSet::new();
-    let subscribe = |name: &str,
-                     subs: &mut Vec<(Arc<TopicState>, CallbackSubscriber)>,
-                     subscribed: &mut HashSet<Arc<str>>|
-     -> Result<()> {
-        if subscribed.contains(name) {
+/// The recorded topics' subscribers, and the names found beyond `--max-topics`.
+struct Subscriptions<'n> {
+    node: &'n Node,
+    queue: Arc<Queue>,
+    topics: Arc<Mutex<Vec<Arc<TopicState>>>>,
+    json: bool,
+    max_topics: usize,
+    list: Vec<(Arc<TopicState>, CallbackSubscriber)>,
+    subscribed: HashSet<Arc<str>>,
+    hashing: std::collections::hash_map::RandomState,
+    /// Names found beyond --max-topics (or that could not be subscribed), by hash: counted once each, not retried.
+    not_recorded: HashSet<u64>,
+    topics_not_recorded: Arc<AtomicU64>,
+}
+
+impl Subscriptions<'_> {
+    /// Subscribes to `name` (once): its callback queues every sample for the writer.
+    fn subscribe(&mut self, name: &str) -> Result<()> {
+        if self.subscribed.contains(name) {
             return Ok(());
         }
         let state = Arc::new(TopicState {
@@ -681,57 +740,120 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
             subscriber_drops: AtomicU64::new(0),
             via: Default::default(),
         });
-        let cb_state = Arc::clone(&state);
-        let cb_queue = Arc::clone(&queue);
-        let mut last_type: Option<Arc<TypeInfo>> = None;
-        let sub = node
+        let sub = self
+            .node
             .subscriber(name)
-            .callback(move |s: &Sample| {
-                let log_time = unix_ns(SystemTime::now());
-                cb_state.received.fetch_add(1, Ordering::Relaxed);
-                if let Some(n) = usize::try_from(s.via().code()).ok().and_then(|i| cb_state.via.get(i)) {
-                    n.fetch_add(1, Ordering::Relaxed);
-                }
-                let type_info = match &last_type {
-                    Some(t) if **t == *s.type_info() => Arc::clone(t),
-                    _ => {
-                        let t = Arc::new(s.type_info().clone());
-                        last_type = Some(Arc::clone(&t));
-                        t
-                    }
-                };
-                let item = Item {
-                    topic: Arc::clone(&cb_state),
-                    type_info,
-                    log_time,
-                    // MCAP: the publish time is the log time when the publisher's is not known.
-                    publish_time: u64::try_from(s.send_time_ns()).ok().filter(|&t| t > 0).unwrap_or(log_time),
-                    sequence: s.clock() as u32,
-                    data: s.payload().to_vec(),
-                };
-                if cb_queue.push(item).is_err() {
-                    cb_state.queue_drops.fetch_add(1, Ordering::Relaxed);
-                }
-            })
+            .callback(enqueue(Arc::clone(&state), Arc::clone(&self.queue)))
             .create()
             .with_context(|| format!("cannot subscribe to {name}"))?;
-        subscribed.insert(Arc::clone(&state.name));
-        lock(&topics).push(Arc::clone(&state));
-        subs.push((state, sub));
-        if a.json {
+        self.subscribed.insert(Arc::clone(&state.name));
+        lock(&self.topics).push(Arc::clone(&state));
+        self.list.push((state, sub));
+        if self.json {
             shoal_tools::emit(&json!({"event": "subscribed", "topic": name}));
         }
         Ok(())
-    };
-    for t in &a.topics {
-        subscribe(t, &mut subs, &mut subscribed)?;
     }
-    // Names found beyond --max-topics (or that could not be subscribed), by hash: counted once each, not retried.
-    let hashing = std::collections::hash_map::RandomState::new();
-    let mut not_recorded: HashSet<u64> = HashSet::new();
 
+    /// Subscribes to the topics with a publisher (other than this recorder, `me`) that `selection` takes and that
+    /// are not recorded yet, up to `--max-topics`; counts the others.
+    fn discover(&mut self, selection: &Selection, me: &(String, u32)) {
+        let snap = self.node.snapshot();
+        let mut names: Vec<&str> = snap
+            .topics
+            .iter()
+            .filter(|t| t.direction == TopicDirection::Publisher && !(t.host_name == me.0 && t.pid == me.1))
+            .map(|t| t.topic_name.as_str())
+            .filter(|n| match selection {
+                Selection::Regex(r) => r.is_match(n),
+                _ => true,
+            })
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        for n in names {
+            if self.subscribed.contains(n) {
+                continue;
+            }
+            let h = self.hashing.hash_one(n);
+            if self.not_recorded.contains(&h) {
+                continue;
+            }
+            if self.list.len() < self.max_topics {
+                match self.subscribe(n) {
+                    Ok(()) => continue,
+                    Err(e) => tracing::warn!("not recorded: {}", printable(&format!("{e:#}"))),
+                }
+            }
+            if self.not_recorded.len() < MAX_COUNTED_NAMES {
+                self.not_recorded.insert(h);
+                self.topics_not_recorded.store(self.not_recorded.len() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Copies each core subscriber's drop counter into its topic's state.
+    fn copy_subscriber_drops(&self) {
+        for (t, s) in &self.list {
+            t.subscriber_drops.store(s.drops(), Ordering::Relaxed);
+        }
+    }
+
+    /// Drops of every kind so far, summed over the topics.
+    fn drops(&self) -> u64 {
+        self.list.iter().fold(0u64, |n, (t, _)| {
+            n.saturating_add(t.queue_drops.load(Ordering::Relaxed))
+                .saturating_add(t.subscriber_drops.load(Ordering::Relaxed))
+                .saturating_add(t.channel_drops.load(Ordering::Relaxed))
+        })
+    }
+}
+
+/// The callback of a recorded topic: counts the sample, copies it into an [`Item`] and queues it (a full queue
+/// drops it and counts the drop).
+fn enqueue(state: Arc<TopicState>, queue: Arc<Queue>) -> impl FnMut(&Sample) + Send + 'static {
+    let mut last_type: Option<Arc<TypeInfo>> = None;
+    move |s: &Sample| {
+        let log_time = unix_ns(SystemTime::now());
+        state.received.fetch_add(1, Ordering::Relaxed);
+        if let Some(n) = usize::try_from(s.via().code()).ok().and_then(|i| state.via.get(i)) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+        let type_info = match &last_type {
+            Some(t) if **t == *s.type_info() => Arc::clone(t),
+            _ => {
+                let t = Arc::new(s.type_info().clone());
+                last_type = Some(Arc::clone(&t));
+                t
+            }
+        };
+        let item = Item {
+            topic: Arc::clone(&state),
+            type_info,
+            log_time,
+            // MCAP: the publish time is the log time when the publisher's is not known.
+            publish_time: u64::try_from(s.send_time_ns()).ok().filter(|&t| t > 0).unwrap_or(log_time),
+            sequence: s.clock() as u32,
+            data: s.payload().to_vec(),
+        };
+        if queue.push(item).is_err() {
+            state.queue_drops.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The main thread's loop until Ctrl-C, SIGTERM, `--duration` or a writer error: finds new topics (`--all`,
+/// `--regex`), copies the drop counters and, on a terminal, rewrites the progress line, every [`TICK`].
+fn record_until_stopped(
+    subs: &mut Subscriptions<'_>,
+    selection: &Selection,
+    stop: &AtomicBool,
+    progress: &Progress,
+    a: &RecordArgs,
+    t0: Instant,
+) {
     let terminal = std::io::stderr().is_terminal();
-    let me = (node.host_name().to_string(), std::process::id());
+    let me = (subs.node.host_name().to_string(), std::process::id());
     let deadline = a.duration.map(|d| t0 + Duration::from_secs_f64(d));
     let mut last_tick = (Instant::now(), 0u64, 0u64);
     let mut next_discovery = Instant::now();
@@ -739,130 +861,110 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
         let now = Instant::now();
         if !matches!(selection, Selection::Listed) && now >= next_discovery {
             next_discovery = now + Duration::from_millis(500);
-            let snap = node.snapshot();
-            let mut names: Vec<&str> = snap
-                .topics
-                .iter()
-                .filter(|t| t.direction == TopicDirection::Publisher && !(t.host_name == me.0 && t.pid == me.1))
-                .map(|t| t.topic_name.as_str())
-                .filter(|n| match &selection {
-                    Selection::Regex(r) => r.is_match(n),
-                    _ => true,
-                })
-                .collect();
-            names.sort_unstable();
-            names.dedup();
-            for n in names {
-                if subscribed.contains(n) {
-                    continue;
-                }
-                let h = hashing.hash_one(n);
-                if not_recorded.contains(&h) {
-                    continue;
-                }
-                if subs.len() < max_topics {
-                    match subscribe(n, &mut subs, &mut subscribed) {
-                        Ok(()) => continue,
-                        Err(e) => tracing::warn!("not recorded: {}", printable(&format!("{e:#}"))),
-                    }
-                }
-                if not_recorded.len() < MAX_COUNTED_NAMES {
-                    not_recorded.insert(h);
-                    topics_not_recorded.store(not_recorded.len() as u64, Ordering::Relaxed);
-                }
-            }
+            subs.discover(selection, &me);
         }
-        for (t, s) in &subs {
-            t.subscriber_drops.store(s.drops(), Ordering::Relaxed);
-        }
+        subs.copy_subscriber_drops();
         if terminal {
-            let (msgs, bytes) = (progress.messages.load(Ordering::Relaxed), progress.bytes.load(Ordering::Relaxed));
-            let dt = last_tick.0.elapsed().as_secs_f64().max(1e-3);
-            let rate = (msgs - last_tick.1) as f64 / dt;
-            let bw = (bytes - last_tick.2) as f64 / dt / 1e6;
-            last_tick = (Instant::now(), msgs, bytes);
-            let drops: u64 = subs.iter().fold(0u64, |n, (t, _)| {
-                n.saturating_add(t.queue_drops.load(Ordering::Relaxed))
-                    .saturating_add(t.subscriber_drops.load(Ordering::Relaxed))
-                    .saturating_add(t.channel_drops.load(Ordering::Relaxed))
-            });
-            let file = if a.max_size.is_some() {
-                format!("  file {:03}", progress.file_index.load(Ordering::Relaxed))
-            } else {
-                String::new()
-            };
-            eprint!(
-                "\r\x1b[Krecording {} topics: {msgs} msgs  {:.1} MB  {rate:.0} msg/s  {bw:.1} MB/s  drops {drops}{file}  {:.0} s",
-                subs.len(),
-                bytes as f64 / 1e6,
-                t0.elapsed().as_secs_f64()
-            );
+            print_progress(subs, progress, &mut last_tick, a.max_size.is_some(), t0);
         }
         std::thread::sleep(TICK);
     }
     if terminal {
         eprintln!();
     }
-    // Stop receiving first, then let the writer drain the queue and finish the file.
-    for (t, s) in &subs {
-        t.subscriber_drops.store(s.drops(), Ordering::Relaxed);
-    }
-    drop(subs);
-    queue.close();
-    let report = writer.join().map_err(|_| anyhow::anyhow!("the writer thread panicked"))??;
-    let elapsed = t0.elapsed().as_secs_f64();
-    let cpu = process_cpu_s() - cpu_start;
-    let states = lock(&topics).clone();
-    let total = |f: fn(&TopicState) -> &AtomicU64| {
-        states.iter().fold(0u64, |n, t| n.saturating_add(f(t).load(Ordering::Relaxed)))
-    };
-    let queue_drops = total(|t| &t.queue_drops);
-    let subscriber_drops = total(|t| &t.subscriber_drops);
-    let channel_drops = total(|t| &t.channel_drops);
-    let received = total(|t| &t.received);
-    let not_recorded = topics_not_recorded.load(Ordering::Relaxed);
-    let mb = report.bytes as f64 / 1e6;
-    let files: Vec<String> = report.files.iter().map(|p| p.display().to_string()).collect();
-    eprintln!(
-        "shoal record: {} messages ({mb:.1} MB) from {} topics in {elapsed:.1} s into {}; drops: {queue_drops} in the \
-         recorder's queue, {subscriber_drops} before the recorder; CPU {cpu:.2} s",
-        report.messages,
-        states.len(),
-        files.join(", ")
+}
+
+/// Rewrites the progress line on stderr: messages, megabytes, the rates since `last_tick` (then updated), drops,
+/// the file's index (when files are split) and the time since `t0`.
+fn print_progress(
+    subs: &Subscriptions<'_>,
+    progress: &Progress,
+    last_tick: &mut (Instant, u64, u64),
+    split: bool,
+    t0: Instant,
+) {
+    let (msgs, bytes) = (progress.messages.load(Ordering::Relaxed), progress.bytes.load(Ordering::Relaxed));
+    let dt = last_tick.0.elapsed().as_secs_f64().max(1e-3);
+    let rate = (msgs - last_tick.1) as f64 / dt;
+    let bw = (bytes - last_tick.2) as f64 / dt / 1e6;
+    *last_tick = (Instant::now(), msgs, bytes);
+    let drops = subs.drops();
+    let file = if split { format!("  file {:03}", progress.file_index.load(Ordering::Relaxed)) } else { String::new() };
+    eprint!(
+        "\r\x1b[Krecording {} topics: {msgs} msgs  {:.1} MB  {rate:.0} msg/s  {bw:.1} MB/s  drops {drops}{file}  {:.0} s",
+        subs.list.len(),
+        bytes as f64 / 1e6,
+        t0.elapsed().as_secs_f64()
     );
-    if not_recorded > 0 {
+}
+
+/// What a finished recording reports.
+struct Summary {
+    report: WriterReport,
+    /// Every topic subscribed.
+    states: Vec<Arc<TopicState>>,
+    /// Topic names not recorded (at least this many when [`MAX_COUNTED_NAMES`]).
+    not_recorded: u64,
+    max_topics: usize,
+    /// Seconds recorded, and CPU seconds the process spent.
+    elapsed: f64,
+    cpu: f64,
+}
+
+impl Summary {
+    /// Prints the summary on stderr, and with `json` as a JSON line (with per-topic figures) on stdout.
+    fn print(&self, json: bool) {
+        let Summary { report, states, not_recorded, max_topics, elapsed, cpu } = self;
+        let (not_recorded, max_topics, elapsed, cpu) = (*not_recorded, *max_topics, *elapsed, *cpu);
+        let total = |f: fn(&TopicState) -> &AtomicU64| {
+            states.iter().fold(0u64, |n, t| n.saturating_add(f(t).load(Ordering::Relaxed)))
+        };
+        let queue_drops = total(|t| &t.queue_drops);
+        let subscriber_drops = total(|t| &t.subscriber_drops);
+        let channel_drops = total(|t| &t.channel_drops);
+        let received = total(|t| &t.received);
+        let mb = report.bytes as f64 / 1e6;
+        let files: Vec<String> = report.files.iter().map(|p| p.display().to_string()).collect();
         eprintln!(
-            "shoal record: {}{not_recorded} more topics were not recorded (beyond --max-topics {max_topics}, or they \
-             could not be subscribed)",
-            if not_recorded as usize >= MAX_COUNTED_NAMES { "at least " } else { "" }
+            "shoal record: {} messages ({mb:.1} MB) from {} topics in {elapsed:.1} s into {}; drops: {queue_drops} in \
+             the recorder's queue, {subscriber_drops} before the recorder; CPU {cpu:.2} s",
+            report.messages,
+            states.len(),
+            files.join(", ")
         );
+        if not_recorded > 0 {
+            eprintln!(
+                "shoal record: {}{not_recorded} more topics were not recorded (beyond --max-topics {max_topics}, or \
+                 they could not be subscribed)",
+                if not_recorded as usize >= MAX_COUNTED_NAMES { "at least " } else { "" }
+            );
+        }
+        if channel_drops > 0 {
+            eprintln!(
+                "shoal record: {channel_drops} messages dropped: a file held its maximum of {MAX_FILE_CHANNELS} \
+                 channels (topics x types)"
+            );
+        }
+        if json {
+            let per_topic: Vec<_> = states
+                .iter()
+                .map(|t| {
+                    json!({"topic": &*t.name, "received": t.received.load(Ordering::Relaxed),
+                           "queue_drops": t.queue_drops.load(Ordering::Relaxed),
+                           "subscriber_drops": t.subscriber_drops.load(Ordering::Relaxed),
+                           "channel_drops": t.channel_drops.load(Ordering::Relaxed), "layers": t.via_json()})
+                })
+                .collect();
+            shoal_tools::emit(
+                &json!({"event": "summary", "files": files, "messages": report.messages, "received": received,
+                        "bytes": report.bytes, "queue_drops": queue_drops, "subscriber_drops": subscriber_drops,
+                        "channel_drops": channel_drops, "topics_not_recorded": not_recorded,
+                        "seconds": elapsed, "cpu_s": cpu,
+                        "cpu_ms_per_mb": if mb > 0.0 { cpu * 1000.0 / mb } else { 0.0 },
+                        "topics": per_topic}),
+            );
+        }
     }
-    if channel_drops > 0 {
-        eprintln!(
-            "shoal record: {channel_drops} messages dropped: a file held its maximum of {MAX_FILE_CHANNELS} channels \
-             (topics x types)"
-        );
-    }
-    if a.json {
-        let per_topic: Vec<_> = states
-            .iter()
-            .map(|t| {
-                json!({"topic": &*t.name, "received": t.received.load(Ordering::Relaxed),
-                       "queue_drops": t.queue_drops.load(Ordering::Relaxed),
-                       "subscriber_drops": t.subscriber_drops.load(Ordering::Relaxed),
-                       "channel_drops": t.channel_drops.load(Ordering::Relaxed), "layers": t.via_json()})
-            })
-            .collect();
-        shoal_tools::emit(
-            &json!({"event": "summary", "files": files, "messages": report.messages, "received": received,
-                           "bytes": report.bytes, "queue_drops": queue_drops, "subscriber_drops": subscriber_drops,
-                           "channel_drops": channel_drops, "topics_not_recorded": not_recorded,
-                           "seconds": elapsed, "cpu_s": cpu,
-                           "cpu_ms_per_mb": if mb > 0.0 { cpu * 1000.0 / mb } else { 0.0 },
-                           "topics": per_topic}),
-        );
-    }
-    Ok(())
 }
 
 #[cfg(test)]

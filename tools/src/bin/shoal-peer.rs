@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use serde_json::json;
 use shoal_tools::{emit, fnv1a64, mono_ns};
 
@@ -21,80 +21,88 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Publish self-checking messages.
-    Pub {
-        #[arg(long)]
-        topic: String,
-        /// Messages to send (0 = until killed).
-        #[arg(long, default_value_t = 100)]
-        count: u64,
-        /// Payload size in bytes (at least 24).
-        #[arg(long, default_value_t = 64)]
-        size: usize,
-        /// Messages per second (0 = as fast as possible).
-        #[arg(long, default_value_t = 1000.0)]
-        rate: f64,
-        /// Wait for this many subscribers before sending.
-        #[arg(long, default_value_t = 1)]
-        wait_subs: usize,
-        /// How long to wait for them, in ms.
-        #[arg(long, default_value_t = 10_000)]
-        wait_ms: u64,
-        /// Wait this long after the subscribers matched before the first send, in ms (a TCP subscriber connects
-        /// only after the match, as in eCAL).
-        #[arg(long, default_value_t = 0)]
-        start_delay_ms: u64,
-        /// Stay alive this long after the last message, in ms (so late readers can finish).
-        #[arg(long, default_value_t = 200)]
-        linger_ms: u64,
-        /// Write through a zero-copy loan instead of `send`.
-        #[arg(long)]
-        loan: bool,
-        /// Reliable publisher: wait up to this many ms for a reliable subscriber instead of overwriting.
-        #[arg(long)]
-        reliable_ms: Option<u64>,
-        /// The type name announced (encoding `raw`).
-        #[arg(long, default_value = "shoal.test.Pattern")]
-        type_name: String,
-    },
+    Pub(PubArgs),
     /// Receive and verify messages.
-    Sub {
-        #[arg(long)]
-        topic: String,
-        /// Stop after this many messages.
-        #[arg(long, default_value_t = 100)]
-        count: u64,
-        /// Give up when no message arrives for this long after the one before, in ms.
-        #[arg(long, default_value_t = 10_000)]
-        idle_ms: u64,
-        /// Give up when the first message does not arrive within this long, in ms (default: 30000, or
-        /// `--idle-ms` when that is longer). Publishers start after the subscriber and need a registration round
-        /// or more to match, longer on a loaded machine: a test that expects nothing sets this short.
-        #[arg(long)]
-        first_ms: Option<u64>,
-        /// Use the zero-copy `recv_with` view instead of `recv`.
-        #[arg(long)]
-        zero_copy: bool,
-        /// Busy-spin instead of sleeping on the doorbell.
-        #[arg(long)]
-        spin: bool,
-        /// After this many messages, stop receiving for `--pause-ms` (a consumer that is a moment late).
-        #[arg(long)]
-        pause_after: Option<u64>,
-        /// How long the pause of `--pause-after` lasts, in ms.
-        #[arg(long, default_value_t = 1000)]
-        pause_ms: u64,
-        /// Stop once received plus dropped messages reach `--count` (a publisher that may drop, as eCAL's TCP
-        /// layer does for a late subscriber, is still accounted for message by message).
-        #[arg(long)]
-        until_accounted: bool,
-        /// Reliable subscriber (a reliable publisher waits for it).
-        #[arg(long)]
-        reliable: bool,
-        /// Stay alive this long after the summary, in ms, with the subscriber registered (so its final drop count
-        /// reaches other processes through registration).
-        #[arg(long, default_value_t = 0)]
-        linger_ms: u64,
-    },
+    Sub(SubArgs),
+}
+
+// The arguments of `shoal-peer pub`.
+#[derive(Args, Debug)]
+struct PubArgs {
+    #[arg(long)]
+    topic: String,
+    /// Messages to send (0 = until killed).
+    #[arg(long, default_value_t = 100)]
+    count: u64,
+    /// Payload size in bytes (at least 24).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// Messages per second (0 = as fast as possible).
+    #[arg(long, default_value_t = 1000.0)]
+    rate: f64,
+    /// Wait for this many subscribers before sending.
+    #[arg(long, default_value_t = 1)]
+    wait_subs: usize,
+    /// How long to wait for them, in ms.
+    #[arg(long, default_value_t = 10_000)]
+    wait_ms: u64,
+    /// Wait this long after the subscribers matched before the first send, in ms (a TCP subscriber connects
+    /// only after the match, as in eCAL).
+    #[arg(long, default_value_t = 0)]
+    start_delay_ms: u64,
+    /// Stay alive this long after the last message, in ms (so late readers can finish).
+    #[arg(long, default_value_t = 200)]
+    linger_ms: u64,
+    /// Write through a zero-copy loan instead of `send`.
+    #[arg(long)]
+    loan: bool,
+    /// Reliable publisher: wait up to this many ms for a reliable subscriber instead of overwriting.
+    #[arg(long)]
+    reliable_ms: Option<u64>,
+    /// The type name announced (encoding `raw`).
+    #[arg(long, default_value = "shoal.test.Pattern")]
+    type_name: String,
+}
+
+// The arguments of `shoal-peer sub`.
+#[derive(Args, Debug)]
+struct SubArgs {
+    #[arg(long)]
+    topic: String,
+    /// Stop after this many messages.
+    #[arg(long, default_value_t = 100)]
+    count: u64,
+    /// Give up when no message arrives for this long after the one before, in ms.
+    #[arg(long, default_value_t = 10_000)]
+    idle_ms: u64,
+    /// Give up when the first message does not arrive within this long, in ms (default: 30000, or
+    /// `--idle-ms` when that is longer). Publishers start after the subscriber and need a registration round
+    /// or more to match, longer on a loaded machine: a test that expects nothing sets this short.
+    #[arg(long)]
+    first_ms: Option<u64>,
+    /// Use the zero-copy `recv_with` view instead of `recv`.
+    #[arg(long)]
+    zero_copy: bool,
+    /// Busy-spin instead of sleeping on the doorbell.
+    #[arg(long)]
+    spin: bool,
+    /// After this many messages, stop receiving for `--pause-ms` (a consumer that is a moment late).
+    #[arg(long)]
+    pause_after: Option<u64>,
+    /// How long the pause of `--pause-after` lasts, in ms.
+    #[arg(long, default_value_t = 1000)]
+    pause_ms: u64,
+    /// Stop once received plus dropped messages reach `--count` (a publisher that may drop, as eCAL's TCP
+    /// layer does for a late subscriber, is still accounted for message by message).
+    #[arg(long)]
+    until_accounted: bool,
+    /// Reliable subscriber (a reliable publisher waits for it).
+    #[arg(long)]
+    reliable: bool,
+    /// Stay alive this long after the summary, in ms, with the subscriber registered (so its final drop count
+    /// reaches other processes through registration).
+    #[arg(long, default_value_t = 0)]
+    linger_ms: u64,
 }
 
 /// (clock, send ns, intact)
@@ -171,202 +179,230 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let node = shoal::Node::init("shoal-peer").context("starting the shoal node")?;
     match cli.cmd {
-        Cmd::Pub {
-            topic,
-            count,
-            size,
-            rate,
-            wait_subs,
-            wait_ms,
-            start_delay_ms,
-            linger_ms,
-            loan,
-            reliable_ms,
-            type_name,
-        } => {
-            if size < 24 {
-                bail!("--size must be at least 24 bytes (header of the self-checking payload)");
-            }
-            let builder = node.publisher(&topic).type_info(shoal::TypeInfo::raw(&type_name));
-            let builder = match reliable_ms {
-                Some(ms) => builder.reliable(Duration::from_millis(ms)),
-                None => builder,
-            };
-            let mut publ = builder.create()?;
-            emit(&json!({"event": "ready", "pid": std::process::id(), "publisher_id": publ.id()}));
-            if wait_subs > 0 && publ.wait_for_subscribers(wait_subs, Duration::from_millis(wait_ms)).is_err() {
-                // What this node's registration knows, so a failure says whether the subscribers were never
-                // heard of or heard of and not matched.
-                let snap = node.snapshot();
-                let known: Vec<String> = snap
-                    .topics
-                    .iter()
-                    .filter(|t| t.topic_name == topic && t.direction == shoal::monitor::TopicDirection::Subscriber)
-                    .map(|t| format!("{}:{} {:?}", t.host_name, t.pid, t.layers))
-                    .collect();
-                bail!(
-                    "only {} of {wait_subs} subscribers matched within {wait_ms} ms; subscribers of the topic in \
-                     registration: {known:?}; {} processes known; registration: {}",
-                    publ.subscriber_count(),
-                    snap.processes.len(),
-                    registration_json(&snap)
-                );
-            }
-            emit(&json!({"event": "matched", "subscribers": publ.subscriber_count()}));
-            std::thread::sleep(Duration::from_millis(start_delay_ms));
-            let period = if rate > 0.0 { Some(Duration::from_secs_f64(1.0 / rate)) } else { None };
-            let start = Instant::now();
-            let mut buf = vec![0u8; size];
-            let mut max_gap = Duration::ZERO;
-            let mut last = Instant::now();
-            let mut clock = 0u64;
-            while count == 0 || clock < count {
-                clock += 1;
-                if loan {
-                    publ.loan(size)?.write(|b| shoal_tools::fill_pattern(b, clock)).send();
-                } else {
-                    shoal_tools::fill_pattern(&mut buf, clock);
-                    publ.send(&buf)?;
-                }
-                let now = Instant::now();
-                max_gap = max_gap.max(now - last);
-                last = now;
-                if let Some(p) = period {
-                    let due = start + p.mul_f64(clock as f64);
-                    let now = Instant::now();
-                    if due > now {
-                        std::thread::sleep(due - now);
-                    }
-                    last = Instant::now();
-                }
-                if clock.is_multiple_of(10_000) {
-                    emit(&json!({"event": "progress", "sent": clock, "max_send_gap_us": max_gap.as_micros() as u64}));
-                }
-            }
-            let flow = publ.flow_stats();
-            let tcp = tcp_json(&node.snapshot().tcp);
-            emit(&json!({"event": "done", "sent": clock, "drops": publ.drops(), "tcp": tcp,
-                        "max_send_gap_us": max_gap.as_micros() as u64,
-                        "elapsed_ms": start.elapsed().as_millis() as u64, "reliable_waits": flow.waits,
-                        "reliable_evicted_dead": flow.evicted_dead,
-                        "reliable_evicted_stalled": flow.evicted_stalled}));
-            std::thread::sleep(Duration::from_millis(linger_ms));
+        Cmd::Pub(a) => publish(&node, &a),
+        Cmd::Sub(a) => subscribe(&node, &a),
+    }
+}
+
+/// `shoal-peer pub`: waits for the subscribers, sends `--count` self-checking messages at `--rate`, reports.
+fn publish(node: &shoal::Node, a: &PubArgs) -> Result<()> {
+    if a.size < 24 {
+        bail!("--size must be at least 24 bytes (header of the self-checking payload)");
+    }
+    let builder = node.publisher(&a.topic).type_info(shoal::TypeInfo::raw(&a.type_name));
+    let builder = match a.reliable_ms {
+        Some(ms) => builder.reliable(Duration::from_millis(ms)),
+        None => builder,
+    };
+    let mut publ = builder.create()?;
+    emit(&json!({"event": "ready", "pid": std::process::id(), "publisher_id": publ.id()}));
+    if a.wait_subs > 0 && publ.wait_for_subscribers(a.wait_subs, Duration::from_millis(a.wait_ms)).is_err() {
+        return Err(unmatched(node, a, &publ));
+    }
+    emit(&json!({"event": "matched", "subscribers": publ.subscriber_count()}));
+    std::thread::sleep(Duration::from_millis(a.start_delay_ms));
+    let start = Instant::now();
+    let (sent, max_gap) = send_all(&mut publ, a, start)?;
+    let flow = publ.flow_stats();
+    let tcp = tcp_json(&node.snapshot().tcp);
+    emit(&json!({"event": "done", "sent": sent, "drops": publ.drops(), "tcp": tcp,
+                "max_send_gap_us": max_gap.as_micros() as u64,
+                "elapsed_ms": start.elapsed().as_millis() as u64, "reliable_waits": flow.waits,
+                "reliable_evicted_dead": flow.evicted_dead,
+                "reliable_evicted_stalled": flow.evicted_stalled}));
+    std::thread::sleep(Duration::from_millis(a.linger_ms));
+    Ok(())
+}
+
+/// The error of a publisher whose subscribers did not match in time, with what this node's registration knows, so
+/// a failure says whether the subscribers were never heard of or heard of and not matched.
+fn unmatched(node: &shoal::Node, a: &PubArgs, publ: &shoal::Publisher) -> anyhow::Error {
+    let snap = node.snapshot();
+    let known: Vec<String> = snap
+        .topics
+        .iter()
+        .filter(|t| t.topic_name == a.topic && t.direction == shoal::monitor::TopicDirection::Subscriber)
+        .map(|t| format!("{}:{} {:?}", t.host_name, t.pid, t.layers))
+        .collect();
+    anyhow::anyhow!(
+        "only {} of {} subscribers matched within {} ms; subscribers of the topic in registration: {known:?}; {} \
+         processes known; registration: {}",
+        publ.subscriber_count(),
+        a.wait_subs,
+        a.wait_ms,
+        snap.processes.len(),
+        registration_json(&snap)
+    )
+}
+
+/// Sends `--count` messages (0: until killed), paced at `--rate` from `start`, through a loan with `--loan`;
+/// reports progress every 10,000. Returns the messages sent and the longest gap between two sends.
+fn send_all(publ: &mut shoal::Publisher, a: &PubArgs, start: Instant) -> Result<(u64, Duration)> {
+    let period = if a.rate > 0.0 { Some(Duration::from_secs_f64(1.0 / a.rate)) } else { None };
+    let mut buf = vec![0u8; a.size];
+    let mut max_gap = Duration::ZERO;
+    let mut last = Instant::now();
+    let mut clock = 0u64;
+    while a.count == 0 || clock < a.count {
+        clock += 1;
+        if a.loan {
+            publ.loan(a.size)?.write(|b| shoal_tools::fill_pattern(b, clock)).send();
+        } else {
+            shoal_tools::fill_pattern(&mut buf, clock);
+            publ.send(&buf)?;
         }
-        Cmd::Sub {
-            topic,
-            count,
-            idle_ms,
-            first_ms,
-            zero_copy,
-            spin,
-            pause_after,
-            pause_ms,
-            until_accounted,
-            reliable,
-            linger_ms,
-        } => {
-            let mut builder = node.subscriber(&topic);
-            if reliable {
-                builder = builder.reliable(true);
+        let now = Instant::now();
+        max_gap = max_gap.max(now - last);
+        last = now;
+        if let Some(p) = period {
+            let due = start + p.mul_f64(clock as f64);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
             }
-            if spin {
-                builder = builder.wait(shoal::WaitStrategy::BusySpin);
-            }
-            let sub = builder.create()?;
-            let first_ms = first_ms.unwrap_or(idle_ms.max(30_000));
-            emit(&json!({"event": "ready", "pid": std::process::id()}));
-            let created = Instant::now();
-            let mut matched_at: Option<Instant> = None;
-            let mut first_msg_after_match_ms: Option<f64> = None;
-            let (mut received, mut torn, mut out_of_order) = (0u64, 0u64, 0u64);
-            let mut last_clock: std::collections::HashMap<u64, u64> = Default::default();
-            // Per publisher: messages received, the first and the last sample clock.
-            let mut publishers: std::collections::BTreeMap<u64, (u64, u64, u64)> = Default::default();
-            let mut vias: std::collections::BTreeMap<&'static str, u64> = Default::default();
-            let mut lat_sum_ns: u128 = 0;
-            let mut lat_max_ns: u64 = 0;
-            let mut timed_out = false;
-            let mut scratch = Vec::new();
-            while received + if until_accounted { sub.drops() } else { 0 } < count {
-                if pause_after == Some(received) && received > 0 {
-                    emit(&json!({"event": "pause", "received": received, "ms": pause_ms}));
-                    std::thread::sleep(Duration::from_millis(pause_ms));
-                }
-                if matched_at.is_none() && sub.publisher_count() > 0 {
-                    matched_at = Some(Instant::now());
-                }
-                let wait = Duration::from_millis(if received == 0 { first_ms } else { idle_ms });
-                let r = if zero_copy {
-                    sub.recv_with(Some(wait), |s| {
-                        // The whole payload is checked: read in place when stable, else copied once into `scratch`.
-                        let (clock, sent, ok) = verify(s.payload().slice_or_copy(&mut scratch));
-                        (s.publisher_id(), s.clock(), clock, sent, ok, s.via())
-                    })
-                } else {
-                    sub.recv_timeout(wait).map(|s| {
-                        let (clock, sent, ok) = verify(s.payload());
-                        (s.publisher_id(), s.clock(), clock, sent, ok, s.via())
-                    })
-                };
-                let (pid, shoal_clock, clock, sent, ok, via) = match r {
-                    Ok(v) => v,
-                    Err(shoal::RecvError::Timeout) => {
-                        timed_out = true;
-                        break;
-                    }
-                    Err(e) => bail!("receive failed: {e}"),
-                };
-                let now_ns = mono_ns();
-                if received == 0 {
-                    let m = matched_at.unwrap_or(created);
-                    first_msg_after_match_ms = Some(m.elapsed().as_secs_f64() * 1e3);
-                    emit(&json!({"event": "first", "clock": clock,
-                                "since_match_ms": first_msg_after_match_ms}));
-                }
-                received += 1;
-                let per = publishers.entry(pid).or_insert((0, shoal_clock, shoal_clock));
-                per.0 += 1;
-                per.2 = shoal_clock;
-                *vias.entry(via.name()).or_default() += 1;
-                if !ok {
-                    torn += 1;
-                }
-                if ok && clock != shoal_clock {
-                    torn += 1;
-                }
-                let prev = last_clock.insert(pid, shoal_clock).unwrap_or(0);
-                if shoal_clock <= prev {
-                    out_of_order += 1;
-                }
-                lat_sum_ns += u128::from(now_ns.saturating_sub(sent));
-                lat_max_ns = lat_max_ns.max(now_ns.saturating_sub(sent));
-            }
-            let snapshot = node.snapshot();
-            emit(&json!({
-                "event": "summary",
-                "received": received,
-                "torn": torn,
-                "out_of_order": out_of_order,
-                "drops": sub.drops(),
-                "publishers": publishers.len(),
-                "per_publisher": publishers.iter()
-                    .map(|(id, (n, first, last))| {
-                        json!({"id": id, "received": n, "first_clock": first, "last_clock": last})
-                    })
-                    .collect::<Vec<_>>(),
-                "via": vias,
-                "shm_truncations": shoal::shm_truncations(),
-                "timed_out": timed_out,
-                "first_msg_after_match_ms": first_msg_after_match_ms,
-                "mean_latency_us": if received > 0 { (lat_sum_ns / u128::from(received)) as f64 / 1e3 } else { 0.0 },
-                "max_latency_us": lat_max_ns / 1000,
-                "auth": auth_json(&snapshot.auth),
-                "udp": udp_json(&snapshot.udp),
-                "tcp": tcp_json(&snapshot.tcp),
-                "registration": registration_json(&snapshot),
-            }));
-            std::thread::sleep(Duration::from_millis(linger_ms));
+            last = Instant::now();
+        }
+        if clock.is_multiple_of(10_000) {
+            emit(&json!({"event": "progress", "sent": clock, "max_send_gap_us": max_gap.as_micros() as u64}));
         }
     }
+    Ok((clock, max_gap))
+}
+
+/// `shoal-peer sub`: receives and verifies messages until `--count` (or a timeout), then reports what it saw.
+fn subscribe(node: &shoal::Node, a: &SubArgs) -> Result<()> {
+    let mut builder = node.subscriber(&a.topic);
+    if a.reliable {
+        builder = builder.reliable(true);
+    }
+    if a.spin {
+        builder = builder.wait(shoal::WaitStrategy::BusySpin);
+    }
+    let sub = builder.create()?;
+    let first_ms = a.first_ms.unwrap_or(a.idle_ms.max(30_000));
+    emit(&json!({"event": "ready", "pid": std::process::id()}));
+    let created = Instant::now();
+    let mut matched_at: Option<Instant> = None;
+    let mut tally = Tally::default();
+    let mut scratch = Vec::new();
+    while tally.received + if a.until_accounted { sub.drops() } else { 0 } < a.count {
+        if a.pause_after == Some(tally.received) && tally.received > 0 {
+            emit(&json!({"event": "pause", "received": tally.received, "ms": a.pause_ms}));
+            std::thread::sleep(Duration::from_millis(a.pause_ms));
+        }
+        if matched_at.is_none() && sub.publisher_count() > 0 {
+            matched_at = Some(Instant::now());
+        }
+        let wait = Duration::from_millis(if tally.received == 0 { first_ms } else { a.idle_ms });
+        let r = if a.zero_copy {
+            sub.recv_with(Some(wait), |s| {
+                // The whole payload is checked: read in place when stable, else copied once into `scratch`.
+                let (clock, sent, ok) = verify(s.payload().slice_or_copy(&mut scratch));
+                Received { publisher: s.publisher_id(), shoal_clock: s.clock(), clock, sent, ok, via: s.via() }
+            })
+        } else {
+            sub.recv_timeout(wait).map(|s| {
+                let (clock, sent, ok) = verify(s.payload());
+                Received { publisher: s.publisher_id(), shoal_clock: s.clock(), clock, sent, ok, via: s.via() }
+            })
+        };
+        let m = match r {
+            Ok(v) => v,
+            Err(shoal::RecvError::Timeout) => {
+                tally.timed_out = true;
+                break;
+            }
+            Err(e) => bail!("receive failed: {e}"),
+        };
+        let now_ns = mono_ns();
+        if tally.received == 0 {
+            let since_match_ms = matched_at.unwrap_or(created).elapsed().as_secs_f64() * 1e3;
+            tally.first_msg_after_match_ms = Some(since_match_ms);
+            emit(&json!({"event": "first", "clock": m.clock, "since_match_ms": tally.first_msg_after_match_ms}));
+        }
+        tally.count(&m, now_ns);
+    }
+    emit(&tally.summary(&sub, &node.snapshot()));
+    std::thread::sleep(Duration::from_millis(a.linger_ms));
     Ok(())
+}
+
+/// One message received: its publisher, its sample clock, and what its payload says ([`verify`]).
+struct Received {
+    publisher: u64,
+    shoal_clock: u64,
+    /// The clock and send time in the payload, and whether the payload is intact.
+    clock: u64,
+    sent: u64,
+    ok: bool,
+    via: shoal::monitor::Via,
+}
+
+/// What `shoal-peer sub` saw.
+#[derive(Default)]
+struct Tally {
+    received: u64,
+    /// Messages whose payload is damaged or does not carry the sample's clock.
+    torn: u64,
+    out_of_order: u64,
+    /// Per publisher: the last sample clock.
+    last_clock: std::collections::HashMap<u64, u64>,
+    /// Per publisher: messages received, the first and the last sample clock.
+    publishers: std::collections::BTreeMap<u64, (u64, u64, u64)>,
+    vias: std::collections::BTreeMap<&'static str, u64>,
+    lat_sum_ns: u128,
+    lat_max_ns: u64,
+    timed_out: bool,
+    first_msg_after_match_ms: Option<f64>,
+}
+
+impl Tally {
+    /// Counts `m`, received at `now_ns` ([`mono_ns`]).
+    fn count(&mut self, m: &Received, now_ns: u64) {
+        self.received += 1;
+        let per = self.publishers.entry(m.publisher).or_insert((0, m.shoal_clock, m.shoal_clock));
+        per.0 += 1;
+        per.2 = m.shoal_clock;
+        *self.vias.entry(m.via.name()).or_default() += 1;
+        if !m.ok {
+            self.torn += 1;
+        }
+        if m.ok && m.clock != m.shoal_clock {
+            self.torn += 1;
+        }
+        let prev = self.last_clock.insert(m.publisher, m.shoal_clock).unwrap_or(0);
+        if m.shoal_clock <= prev {
+            self.out_of_order += 1;
+        }
+        self.lat_sum_ns += u128::from(now_ns.saturating_sub(m.sent));
+        self.lat_max_ns = self.lat_max_ns.max(now_ns.saturating_sub(m.sent));
+    }
+
+    /// The summary line: these counts, the subscriber's drops and the node's counters.
+    fn summary(&self, sub: &shoal::Subscriber, snapshot: &shoal::monitor::Snapshot) -> serde_json::Value {
+        let received = self.received;
+        json!({
+            "event": "summary",
+            "received": received,
+            "torn": self.torn,
+            "out_of_order": self.out_of_order,
+            "drops": sub.drops(),
+            "publishers": self.publishers.len(),
+            "per_publisher": self.publishers.iter()
+                .map(|(id, (n, first, last))| {
+                    json!({"id": id, "received": n, "first_clock": first, "last_clock": last})
+                })
+                .collect::<Vec<_>>(),
+            "via": self.vias,
+            "shm_truncations": shoal::shm_truncations(),
+            "timed_out": self.timed_out,
+            "first_msg_after_match_ms": self.first_msg_after_match_ms,
+            "mean_latency_us": if received > 0 { (self.lat_sum_ns / u128::from(received)) as f64 / 1e3 } else { 0.0 },
+            "max_latency_us": self.lat_max_ns / 1000,
+            "auth": auth_json(&snapshot.auth),
+            "udp": udp_json(&snapshot.udp),
+            "tcp": tcp_json(&snapshot.tcp),
+            "registration": registration_json(snapshot),
+        })
+    }
 }

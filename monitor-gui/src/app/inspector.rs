@@ -1,0 +1,214 @@
+//! The Inspector tab: the selected topic's latest messages, decoded (protobuf as a tree, text as text) or as hex,
+//! with pause and step.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use shoal::TypeInfo;
+use shoal::dynamic::{DynamicDecoder, RawView};
+use shoal::monitor::printable as shown;
+
+use super::widgets::{clock, health_color};
+use super::{MonitorApp, Tab};
+use crate::model::{Health, fmt_bytes};
+use crate::source::Message;
+
+/// The inspector keeps this many messages to step through.
+pub const INSPECTOR_KEEP: usize = 100;
+
+/// The inspector: the messages of the selected topic, a decoder per type, pause and step.
+#[derive(Debug, Default)]
+pub(super) struct Inspector {
+    pub(super) topic: Option<Arc<str>>,
+    messages: VecDeque<Message>,
+    pub(super) paused: bool,
+    /// Index into `messages` while paused.
+    cursor: usize,
+    decoder: Option<(Arc<TypeInfo>, Result<DynamicDecoder, String>)>,
+    /// The decoded message shown: (clock, publisher) → JSON or error.
+    decoded: Option<((u64, u64), Decoded)>,
+    incoming: Vec<Message>,
+    pub(super) mode: InspectMode,
+}
+
+#[derive(Debug, Clone)]
+enum Decoded {
+    Tree(serde_json::Value),
+    Raw(RawView),
+    Error(String),
+}
+
+/// How the inspector shows a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum InspectMode {
+    /// Tree for protobuf, text for UTF-8, hex otherwise.
+    #[default]
+    Auto,
+    Hex,
+}
+
+impl MonitorApp {
+    pub(super) fn poll_messages(&mut self) {
+        let wanted = if matches!(self.state.tab, Tab::Inspector) { self.state.selected.clone() } else { None };
+        if wanted != self.inspector.topic {
+            self.messages.select(wanted.as_deref());
+            self.inspector = Inspector { topic: wanted, mode: self.inspector.mode, ..Inspector::default() };
+        }
+        if self.inspector.topic.is_none() {
+            return;
+        }
+        let mut incoming = std::mem::take(&mut self.inspector.incoming);
+        self.messages.poll(&mut incoming);
+        for m in incoming.drain(..) {
+            if self.inspector.messages.len() == INSPECTOR_KEEP {
+                self.inspector.messages.pop_front();
+                self.inspector.cursor = self.inspector.cursor.saturating_sub(1);
+            }
+            self.inspector.messages.push_back(m);
+        }
+        self.inspector.incoming = incoming;
+    }
+
+    pub(super) fn inspector_ui(&mut self, ui: &mut egui::Ui) {
+        let Some(topic) = self.state.selected.clone() else {
+            ui.label("Select a topic in the Overview (click its name) to inspect its messages.");
+            return;
+        };
+        if self.inspector.topic.as_deref() != Some(&*topic) {
+            self.poll_messages();
+        }
+        let n = self.inspector.messages.len();
+        ui.horizontal(|ui| {
+            ui.heading(shown(&topic));
+            ui.separator();
+            if ui.button(if self.inspector.paused { "Resume" } else { "Pause" }).clicked() {
+                self.inspector.paused = !self.inspector.paused;
+                self.inspector.cursor = n.saturating_sub(1);
+            }
+            if self.inspector.paused {
+                if ui.add_enabled(self.inspector.cursor > 0, egui::Button::new("< Previous")).clicked() {
+                    self.inspector.cursor -= 1;
+                }
+                if ui.add_enabled(self.inspector.cursor + 1 < n, egui::Button::new("Next >")).clicked() {
+                    self.inspector.cursor += 1;
+                }
+            }
+            ui.separator();
+            if ui.selectable_label(self.inspector.mode == InspectMode::Auto, "Decoded").clicked() {
+                self.inspector.mode = InspectMode::Auto;
+            }
+            if ui.selectable_label(self.inspector.mode == InspectMode::Hex, "Hex").clicked() {
+                self.inspector.mode = InspectMode::Hex;
+            }
+        });
+        let index =
+            if self.inspector.paused { self.inspector.cursor.min(n.saturating_sub(1)) } else { n.saturating_sub(1) };
+        let Some(msg) = self.inspector.messages.get(index).cloned() else {
+            ui.label("No message received yet.");
+            return;
+        };
+        ui.label(format!(
+            "message {} of {} kept · clock {} · publisher {:x} · {} · type {} ({}) · sent {}",
+            index + 1,
+            n,
+            msg.clock,
+            msg.publisher_id,
+            fmt_bytes(msg.payload.len() as f64),
+            shown(&msg.type_info.name),
+            if msg.type_info.encoding.is_empty() { "raw".into() } else { shown(&msg.type_info.encoding) },
+            clock(msg.send_time_us as f64 / 1e6),
+        ));
+        ui.separator();
+        let decoded = self.decode(&msg);
+        egui::ScrollArea::vertical().auto_shrink(false).show(ui, |ui| match (self.inspector.mode, decoded) {
+            (InspectMode::Auto, Decoded::Tree(v)) => json_tree(ui, "message", &v, 0),
+            (InspectMode::Auto, Decoded::Raw(r)) if r.text.is_some() => {
+                ui.label("Text:");
+                // Line by line: the payload's lines stay lines, anything else that would not show as itself
+                // (controls, bidirectional overrides) is escaped.
+                let text = r.text.unwrap_or_default();
+                let lines: Vec<_> = text.split('\n').map(shown).collect();
+                ui.monospace(lines.join("\n"));
+            }
+            (InspectMode::Auto, Decoded::Error(e)) => {
+                ui.colored_label(health_color(Health::Error), format!("cannot decode: {e}"));
+                hex_dump(ui, &msg.payload);
+            }
+            _ => hex_dump(ui, &msg.payload),
+        });
+    }
+
+    fn decode(&mut self, msg: &Message) -> Decoded {
+        let key = (msg.clock, msg.publisher_id);
+        if let Some((k, d)) = &self.inspector.decoded
+            && *k == key
+        {
+            return d.clone();
+        }
+        let stale = self.inspector.decoder.as_ref().is_none_or(|(ti, _)| **ti != *msg.type_info);
+        if stale {
+            let dec = DynamicDecoder::new(&msg.type_info).map_err(|e| e.to_string());
+            self.inspector.decoder = Some((msg.type_info.clone(), dec));
+        }
+        let d = match &self.inspector.decoder {
+            Some((_, Ok(dec))) if dec.message_descriptor().is_some() => match dec.decode_to_json(&msg.payload) {
+                Ok(v) => Decoded::Tree(v),
+                Err(e) => Decoded::Error(e.to_string()),
+            },
+            Some((_, Err(e))) => Decoded::Error(e.clone()),
+            _ => Decoded::Raw(RawView::new(&msg.type_info, &msg.payload)),
+        };
+        self.inspector.decoded = Some((key, d.clone()));
+        d
+    }
+}
+
+fn json_tree(ui: &mut egui::Ui, key: &str, v: &serde_json::Value, depth: usize) {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            egui::CollapsingHeader::new(format!("{} {{{}}}", shown(key), m.len()))
+                .id_salt((key, depth, m.len()))
+                .default_open(depth < 4)
+                .show(ui, |ui| {
+                    for (k, x) in m {
+                        json_tree(ui, k, x, depth + 1);
+                    }
+                });
+        }
+        Value::Array(a) => {
+            egui::CollapsingHeader::new(format!("{} [{}]", shown(key), a.len()))
+                .id_salt((key, depth, a.len()))
+                .default_open(depth < 4 && a.len() <= 32)
+                .show(ui, |ui| {
+                    for (i, x) in a.iter().enumerate().take(1000) {
+                        json_tree(ui, &format!("[{i}]"), x, depth + 1);
+                    }
+                });
+        }
+        scalar => {
+            ui.monospace(format!("{}: {}", shown(key), shown(&scalar.to_string())));
+        }
+    }
+}
+
+fn hex_dump(ui: &mut egui::Ui, bytes: &[u8]) {
+    let shown = &bytes[..bytes.len().min(shoal::dynamic::RAW_VIEW_LIMIT)];
+    let mut s = String::with_capacity(shown.len() * 4);
+    for (i, chunk) in shown.chunks(16).enumerate() {
+        s.push_str(&format!("{:06x}  ", i * 16));
+        for b in chunk {
+            s.push_str(&format!("{b:02x} "));
+        }
+        for _ in chunk.len()..16 {
+            s.push_str("   ");
+        }
+        s.push(' ');
+        s.extend(chunk.iter().map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '.' }));
+        s.push('\n');
+    }
+    if bytes.len() > shown.len() {
+        s.push_str(&format!("… {} more bytes\n", bytes.len() - shown.len()));
+    }
+    ui.monospace(s);
+}

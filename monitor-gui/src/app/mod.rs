@@ -1,0 +1,262 @@
+//! The window: a top bar (tabs, freeze and scroll-back, filter) over five views — Overview, Topic, Inspector,
+//! Graph, Events — all drawn from the [`View`]s in the [`History`].
+//!
+//! Per frame the app draws only what is visible and recomputes only what changed: the tables are virtualised
+//! (`TableBuilder::rows`), their order (filter, sort) and the Events list are found again only when a view
+//! arrives or the filter or sort changes, the Graph's layout once per order (at most [`MAX_GRAPH_TOPICS`] topics,
+//! only the nodes in sight laid out), and the Topic view's plot series once per view, at most two points per pixel
+//! column. Under software GL most of a frame is rasterising, which costs by the pixel: the panels and plots are not
+//! filled (the window is cleared with the panels' colour, [`clear_color`]) and table stripes are one rectangle a
+//! row. Snapshots are taken, turned into views and diffed for events on a refresh thread; the window is woken
+//! only when a view differs from the one before ([`View::same_content`]), so a network where nothing changes is
+//! not redrawn every refresh.
+//!
+//! One file per view, each an `impl MonitorApp` block: `top_bar.rs`, `overview.rs` (with `processes.rs` and
+//! `topic_table.rs`), `topic.rs` (with `plots.rs`), `inspector.rs`, `graph.rs`, `events.rs`; `refresh.rs` brings the
+//! history up to date, `order.rs` keeps the tables' filter and sort, `widgets.rs` holds what the views share. A new
+//! view is a [`Tab`], a file here and one arm in [`MonitorApp::ui`].
+
+mod events;
+mod graph;
+mod inspector;
+mod order;
+mod overview;
+mod plots;
+mod processes;
+mod refresh;
+mod top_bar;
+mod topic;
+mod topic_table;
+mod widgets;
+
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use egui::Color32;
+
+use crate::history::{EventKind, History};
+use crate::model::{ConnKey, Interner, View};
+use crate::source::{MessageSource, SnapshotSource};
+use events::EventsKey;
+use graph::GraphLayout;
+use inspector::Inspector;
+use order::Order;
+use plots::Series;
+use refresh::Update;
+
+pub use graph::MAX_GRAPH_TOPICS;
+pub use inspector::INSPECTOR_KEEP;
+pub use refresh::{FEED_CAPACITY, IDLE_REPAINT};
+pub use topic_table::TopicCol;
+pub use widgets::{clock, health_color};
+
+/// The five views.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tab {
+    /// Hosts, processes, topics.
+    Overview,
+    /// One topic's plots and connections.
+    Topic,
+    /// One topic's latest message.
+    Inspector,
+    /// Processes and topics as a node-link diagram.
+    Graph,
+    /// What happened.
+    Events,
+}
+
+impl Tab {
+    /// Every tab, in order.
+    pub const ALL: [Tab; 5] = [Tab::Overview, Tab::Topic, Tab::Inspector, Tab::Graph, Tab::Events];
+
+    /// The tab's title.
+    pub fn title(self) -> &'static str {
+        match self {
+            Tab::Overview => "Overview",
+            Tab::Topic => "Topic",
+            Tab::Inspector => "Inspector",
+            Tab::Graph => "Graph",
+            Tab::Events => "Events",
+        }
+    }
+
+    /// The tab called `name` (case-insensitive).
+    pub fn from_name(name: &str) -> Option<Tab> {
+        Tab::ALL.into_iter().find(|t| t.title().eq_ignore_ascii_case(name))
+    }
+}
+
+/// What the user chose; public so the tests and `main` can set it.
+#[derive(Debug, Clone)]
+pub struct UiState {
+    /// The visible tab.
+    pub tab: Tab,
+    /// Filters topics, processes and events (substring, case-insensitive).
+    pub filter: String,
+    /// Only rows with problems.
+    pub problems_only: bool,
+    /// Topic table sort column and direction.
+    pub sort: (TopicCol, bool),
+    /// The selected topic.
+    pub selected: Option<Arc<str>>,
+    /// The selected connection of that topic (`None`: all of them).
+    pub connection: Option<ConnKey>,
+    /// Frozen at this view time (seconds since the epoch); `None`: live.
+    pub frozen_at: Option<f64>,
+    /// Plot window, seconds.
+    pub window_s: f64,
+    /// Events of one kind only.
+    pub event_kind: Option<EventKind>,
+}
+
+impl Default for UiState {
+    fn default() -> Self {
+        UiState {
+            tab: Tab::Overview,
+            filter: String::new(),
+            problems_only: false,
+            sort: (TopicCol::Name, true),
+            selected: None,
+            connection: None,
+            frozen_at: None,
+            window_s: 60.0,
+            event_kind: None,
+        }
+    }
+}
+
+/// The monitor application state; [`MonitorApp::ui`] draws it into any `egui::Ui` (the window, or a test harness).
+pub struct MonitorApp {
+    /// Taken by the refresh thread once [`MonitorApp::start_refresh_thread`] ran.
+    snapshots: Option<Box<dyn SnapshotSource + Send>>,
+    /// Views and their events from the refresh thread.
+    feed: Option<mpsc::Receiver<Update>>,
+    messages: Box<dyn MessageSource>,
+    interner: Interner,
+    history: History,
+    refresh: Duration,
+    auto_refresh: bool,
+    last_refresh: Option<Instant>,
+    /// What the user chose.
+    pub state: UiState,
+    order: Order,
+    /// The Events table's rows (indices into the history's events, newest first) and what they were found for.
+    events_order: (Option<EventsKey>, Vec<usize>),
+    graph_layout: Option<GraphLayout>,
+    series: Option<Series>,
+    inspector: Inspector,
+    refreshes: u64,
+}
+
+impl std::fmt::Debug for MonitorApp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MonitorApp").field("views", &self.history.len()).field("state", &self.state).finish()
+    }
+}
+
+impl MonitorApp {
+    /// An app that takes a snapshot every `refresh` by itself: when drawn, or on its own thread after
+    /// [`MonitorApp::start_refresh_thread`].
+    pub fn new(
+        snapshots: Box<dyn SnapshotSource + Send>,
+        messages: Box<dyn MessageSource>,
+        refresh: Duration,
+    ) -> MonitorApp {
+        MonitorApp {
+            snapshots: Some(snapshots),
+            feed: None,
+            messages,
+            interner: Interner::default(),
+            history: History::default(),
+            refresh,
+            auto_refresh: true,
+            last_refresh: None,
+            state: UiState::default(),
+            order: Order::default(),
+            events_order: (None, Vec::new()),
+            graph_layout: None,
+            series: None,
+            inspector: Inspector::default(),
+            refreshes: 0,
+        }
+    }
+
+    /// An app that refreshes only when [`MonitorApp::refresh_now`] is called (tests).
+    pub fn manual(snapshots: Box<dyn SnapshotSource + Send>, messages: Box<dyn MessageSource>) -> MonitorApp {
+        let mut app = MonitorApp::new(snapshots, messages, Duration::from_secs(1));
+        app.auto_refresh = false;
+        app
+    }
+
+    /// The kept views and events.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// The view on screen: the newest, or the one frozen on.
+    pub fn displayed(&self) -> Option<Arc<View>> {
+        self.displayed_index().and_then(|i| self.history.get(i)).cloned()
+    }
+
+    fn displayed_index(&self) -> Option<usize> {
+        if self.history.is_empty() {
+            return None;
+        }
+        let last = self.history.len() - 1;
+        match self.state.frozen_at {
+            None => Some(last),
+            Some(t) => {
+                let n = self.history.views().take_while(|v| v.time_s <= t + 1e-6).count();
+                Some(n.saturating_sub(1).min(last))
+            }
+        }
+    }
+
+    /// Selects topic `name` (and forgets the selected connection).
+    pub fn select_topic(&mut self, name: Option<&str>) {
+        self.state.selected = name.map(Arc::from);
+        self.state.connection = None;
+    }
+
+    /// Draws the whole monitor into `ui`; takes a snapshot first when one is due.
+    pub fn ui(&mut self, ui: &mut egui::Ui) {
+        self.catch_up(ui.ctx());
+        let view = self.displayed();
+        // The panels are not filled: the window is cleared with their colour instead (see `clear_color`). Under
+        // software GL a filled panel costs as much as the rest of a frame (every pixel blended once more).
+        egui::Panel::top("bar")
+            .frame(egui::Frame::side_top_panel(ui.style()).fill(Color32::TRANSPARENT))
+            .show(ui, |ui| self.top_bar(ui, view.as_deref()));
+        let central = egui::Frame::central_panel(ui.style()).fill(Color32::TRANSPARENT);
+        egui::CentralPanel::default().frame(central).show(ui, |ui| {
+            let Some(view) = view else {
+                ui.label("Waiting for the first snapshot…");
+                return;
+            };
+            self.update_order(&view);
+            match self.state.tab {
+                Tab::Overview => self.overview(ui, &view),
+                Tab::Topic => self.topic_detail(ui, &view),
+                Tab::Inspector => self.inspector_ui(ui),
+                Tab::Graph => self.graph(ui, &view),
+                Tab::Events => self.events(ui),
+            }
+        });
+    }
+}
+
+impl eframe::App for MonitorApp {
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        MonitorApp::ui(self, ui);
+    }
+
+    fn clear_color(&self, visuals: &egui::Visuals) -> [f32; 4] {
+        clear_color(visuals)
+    }
+}
+
+/// The colour a window showing [`MonitorApp::ui`] must be cleared with: the panels' own, which they do not paint.
+pub fn clear_color(visuals: &egui::Visuals) -> [f32; 4] {
+    visuals.panel_fill.to_normalized_gamma_f32()
+}

@@ -1,0 +1,36 @@
+//! The Overview tab: the hosts, then the process table and the topic table (in their own files).
+
+use shoal::monitor::printable as shown;
+
+use super::MonitorApp;
+use crate::model::View;
+
+impl MonitorApp {
+    pub(super) fn overview(&mut self, ui: &mut egui::Ui, view: &View) {
+        hosts(ui, view);
+        ui.separator();
+        ui.strong(format!("Processes ({} of {})", self.order.processes.len(), view.processes.len()));
+        self.process_table(ui, view);
+        ui.separator();
+        ui.strong(format!("Topics ({} of {})", self.order.topics.len(), view.topics.len()));
+        self.topic_table(ui, view);
+    }
+}
+
+/// Per host its processes and publishers + subscribers.
+fn hosts(ui: &mut egui::Ui, view: &View) {
+    egui::CollapsingHeader::new(format!("Hosts ({})", view.hosts.len())).default_open(true).show(ui, |ui| {
+        egui::Grid::new("hosts").show(ui, |ui| {
+            ui.strong("Host");
+            ui.strong("Processes");
+            ui.strong("Publishers + subscribers");
+            ui.end_row();
+            for h in &view.hosts {
+                ui.label(shown(&h.host));
+                ui.label(h.processes.to_string());
+                ui.label(h.entities.to_string());
+                ui.end_row();
+            }
+        });
+    });
+}

@@ -1,0 +1,118 @@
+//! The refresh: snapshots taken, turned into [`View`]s and diffed for events, on the UI thread
+//! ([`MonitorApp::refresh_now`], a manual app) or on a thread of their own ([`MonitorApp::start_refresh_thread`]).
+
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::{MonitorApp, Tab};
+use crate::history::{Event, diff};
+use crate::model::{View, build_view};
+
+/// Without changes, the window is still redrawn this often (the clock, the registration ages and the plots' time
+/// axis catch up).
+pub const IDLE_REPAINT: Duration = Duration::from_secs(30);
+
+/// Views the refresh thread hands over before the UI takes them; when full it wakes the UI and waits.
+pub const FEED_CAPACITY: usize = 64;
+
+/// A view and the events found between it and the view before, from the refresh thread.
+pub(super) struct Update {
+    view: Arc<View>,
+    events: Vec<Event>,
+}
+
+impl MonitorApp {
+    /// Takes one snapshot now and polls the inspected topic (nothing once the refresh thread runs).
+    pub fn refresh_now(&mut self) {
+        let Some(source) = self.snapshots.as_mut() else { return };
+        let snap = source.snapshot();
+        let view = build_view(&snap, self.history.latest().map(|v| &**v), &mut self.interner);
+        self.history.push(view);
+        self.refreshes += 1;
+        if self.refreshes.is_multiple_of(64) {
+            self.interner.shrink();
+        }
+        self.poll_messages();
+    }
+
+    /// Moves snapshots, building views and diffing them for events off the UI thread: a thread takes a snapshot
+    /// every refresh, builds its view, finds its events and hands both over; the UI only adds finished views.
+    /// It calls `wake` (the window's repaint request) when a view differs from the one before
+    /// ([`View::same_content`]) or brings events, and otherwise only every [`IDLE_REPAINT`] (so the clock and the
+    /// plots catch up), or when [`FEED_CAPACITY`] views wait: a network where nothing changes is not redrawn every
+    /// refresh. The thread ends when the app is dropped.
+    pub fn start_refresh_thread(&mut self, wake: impl Fn() + Send + 'static) -> std::io::Result<()> {
+        let Some(mut source) = self.snapshots.take() else { return Ok(()) };
+        let mut interner = std::mem::take(&mut self.interner);
+        let mut prev = self.history.latest().cloned();
+        let refresh = self.refresh;
+        let (tx, rx) = mpsc::sync_channel::<Update>(FEED_CAPACITY);
+        std::thread::Builder::new().name("shoal-monitor-refresh".into()).spawn(move || {
+            let mut next = Instant::now() + refresh;
+            let mut last_wake = Instant::now();
+            for n in 1u64.. {
+                if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                next += refresh;
+                let view = Arc::new(build_view(&source.snapshot(), prev.as_deref(), &mut interner));
+                let events = prev.as_ref().map(|p| diff(p, &view)).unwrap_or_default();
+                let changed = !events.is_empty() || prev.as_ref().is_none_or(|p| !p.same_content(&view));
+                match tx.try_send(Update { view: view.clone(), events }) {
+                    Ok(()) => {}
+                    Err(mpsc::TrySendError::Full(u)) => {
+                        // The UI has not drawn for FEED_CAPACITY refreshes: let it take them.
+                        wake();
+                        last_wake = Instant::now();
+                        if tx.send(u).is_err() {
+                            return;
+                        }
+                    }
+                    Err(mpsc::TrySendError::Disconnected(_)) => return,
+                }
+                if changed || last_wake.elapsed() >= IDLE_REPAINT {
+                    wake();
+                    last_wake = Instant::now();
+                }
+                prev = Some(view);
+                if n.is_multiple_of(64) {
+                    interner.shrink();
+                }
+            }
+        })?;
+        self.feed = Some(rx);
+        Ok(())
+    }
+
+    /// Brings the history up to date before a frame: takes the views the refresh thread handed over, or takes a
+    /// snapshot when one is due (an app without the thread), polls the inspected topic, and asks for the next
+    /// frame when one will be needed.
+    pub(super) fn catch_up(&mut self, ctx: &egui::Context) {
+        if let Some(feed) = &self.feed {
+            let mut got = false;
+            while let Ok(u) = feed.try_recv() {
+                self.history.push_diffed(u.view, u.events);
+                got = true;
+            }
+            let inspecting = matches!(self.state.tab, Tab::Inspector) && !self.inspector.paused;
+            if got || inspecting {
+                self.poll_messages();
+            }
+            if inspecting {
+                ctx.request_repaint_after(self.refresh);
+            }
+        } else if self.auto_refresh {
+            let now = Instant::now();
+            let due = self.last_refresh.is_none_or(|t| now.duration_since(t) >= self.refresh);
+            if due {
+                self.last_refresh = Some(now);
+                self.refresh_now();
+            } else if matches!(self.state.tab, Tab::Inspector) && !self.inspector.paused {
+                self.poll_messages();
+            }
+            let next = self.last_refresh.map_or(Duration::ZERO, |t| self.refresh.saturating_sub(t.elapsed()));
+            ctx.request_repaint_after(next);
+        }
+    }
+}

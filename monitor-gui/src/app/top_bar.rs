@@ -1,0 +1,58 @@
+//! The top bar: tabs, filter, freeze and scroll-back, and the counts of the shown view.
+
+use super::widgets::clock;
+use super::{MonitorApp, Tab};
+use crate::model::View;
+
+impl MonitorApp {
+    pub(super) fn top_bar(&mut self, ui: &mut egui::Ui, view: Option<&View>) {
+        ui.horizontal(|ui| {
+            ui.strong("shoal monitor");
+            ui.separator();
+            for tab in Tab::ALL {
+                if ui.selectable_label(self.state.tab == tab, tab.title()).clicked() {
+                    self.state.tab = tab;
+                    if tab == Tab::Inspector {
+                        self.poll_messages();
+                    }
+                }
+            }
+            ui.separator();
+            let label = ui.label("Filter:");
+            ui.add(
+                egui::TextEdit::singleline(&mut self.state.filter)
+                    .hint_text("topic, type, process")
+                    .desired_width(160.0),
+            )
+            .labelled_by(label.id);
+            ui.checkbox(&mut self.state.problems_only, "Problems only");
+        });
+        ui.horizontal(|ui| {
+            let live = self.state.frozen_at.is_none();
+            if ui.selectable_label(!live, if live { "Freeze" } else { "Frozen (click for live)" }).clicked() {
+                self.state.frozen_at = if live { view.map(|v| v.time_s) } else { None };
+            }
+            if let (Some(t), Some(first), Some(last)) =
+                (self.state.frozen_at, self.history.views().next(), self.history.latest())
+            {
+                let (lo, hi) = (first.time_s - last.time_s, 0.0);
+                let mut rel = t - last.time_s;
+                let slider = egui::Slider::new(&mut rel, lo..=hi).text("s (scroll back)").fixed_decimals(0);
+                if ui.add(slider).changed() {
+                    self.state.frozen_at = Some(last.time_s + rel);
+                }
+            }
+            if let Some(v) = view {
+                ui.separator();
+                ui.label(format!(
+                    "{} hosts · {} processes · {} topics · {} with problems · {}",
+                    v.hosts.len(),
+                    v.processes.len(),
+                    v.topics.len(),
+                    v.problem_count(),
+                    clock(v.time_s)
+                ));
+            }
+        });
+    }
+}
