@@ -105,12 +105,13 @@ pub enum EncodeError {
         written: usize,
     },
     /// The format's encoder failed.
-    #[error("{encoding} encoder: {reason}")]
+    #[error("{encoding} encoder failed")]
     Format {
         /// `proto` or `flatb`.
         encoding: &'static str,
-        /// The encoder's message.
-        reason: String,
+        /// The encoder's own error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The encoder asked the sink for a buffer more than once (a message is written with one
     /// [`MessageSink::write_exact`] call), or never.
@@ -126,21 +127,26 @@ pub enum EncodeError {
 }
 
 /// Bytes could not be decoded as the expected message type.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot decode {encoding} message `{type_name}`: {reason}")]
+#[derive(Debug, thiserror::Error)]
+#[error("cannot decode {encoding} message `{type_name}`")]
 pub struct DecodeError {
     /// `proto` or `flatb`.
     pub encoding: &'static str,
     /// The expected type's full name.
     pub type_name: &'static str,
-    /// The decoder's message.
-    pub reason: String,
+    /// The decoder's own error (prost's or planus's).
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
 }
 
 impl DecodeError {
-    /// A decode error of `type_name` in `encoding`.
-    pub fn new(encoding: &'static str, type_name: &'static str, reason: impl std::fmt::Display) -> Self {
-        DecodeError { encoding, type_name, reason: reason.to_string() }
+    /// A decode error of `type_name` in `encoding`, caused by the decoder's error `source`.
+    pub fn new(
+        encoding: &'static str,
+        type_name: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        DecodeError { encoding, type_name, source: source.into() }
     }
 }
 
@@ -222,7 +228,7 @@ pub mod codegen_support {
     pub fn prost_encode<M: prost::Message>(msg: &M, sink: &mut dyn MessageSink) -> Result<(), EncodeError> {
         let len = msg.encoded_len();
         sink.write_exact(len, &mut |mut buf: &mut [u8]| {
-            msg.encode(&mut buf).map_err(|e| EncodeError::Format { encoding: "proto", reason: e.to_string() })?;
+            msg.encode(&mut buf).map_err(|e| EncodeError::Format { encoding: "proto", source: Box::new(e) })?;
             if !buf.is_empty() {
                 return Err(EncodeError::LengthMismatch { announced: len, written: len - buf.len() });
             }

@@ -675,14 +675,20 @@ fn auth_key_files_others_can_read_are_refused_with_the_reason() {
     let e = parse_err(&format!("[shoal_auth]\nkey_file = {}\n", path.display()));
     assert!(matches!(e, ConfigError::KeyFile { source: KeyFileError::NotAKey, .. }), "{e:?}");
     let e = parse_err("[shoal_auth]\nkey_file = /nonexistent/shoal.key\n");
-    assert!(matches!(&e, ConfigError::KeyFile { source: KeyFileError::Open(io), .. } if io.kind() == std::io::ErrorKind::NotFound), "{e:?}");
+    assert!(
+        matches!(&e, ConfigError::KeyFile { source: KeyFileError::Open(io), .. } if io.kind() == std::io::ErrorKind::NotFound),
+        "{e:?}"
+    );
     let dir = path.parent().expect("dir").to_path_buf();
     let link = dir.join("link.key");
     let _ = std::fs::remove_file(&link);
     let target = key_file("link-target.key", 0o600, hex);
     std::os::unix::fs::symlink(&target, &link).expect("symlink");
     let e = parse_err(&format!("[shoal_auth]\nkey_file = {}\n", link.display()));
-    assert!(matches!(e, ConfigError::KeyFile { source: KeyFileError::Open(_), .. }), "a symlink is not followed: {e:?}");
+    assert!(
+        matches!(e, ConfigError::KeyFile { source: KeyFileError::Open(_), .. }),
+        "a symlink is not followed: {e:?}"
+    );
     let e = parse_err(&format!("[shoal_auth]\nkey_file = {}\n", dir.display()));
     assert!(matches!(e, ConfigError::KeyFile { source: KeyFileError::NotRegular, .. }), "{e:?}");
     let e = parse_err("[shoal_auth]\nkey_file = relative/key\n");

@@ -41,7 +41,7 @@ pub enum TypedSendError {
 
 /// Errors of the `recv*` methods of [`TypedSubscriber`].
 #[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum TypedRecvError {
     /// Nothing received (timeout), or a callback subscriber was asked to `recv`.
     #[error(transparent)]
@@ -50,6 +50,7 @@ pub enum TypedRecvError {
     #[error("{error} (publisher {publisher_id:#x}, clock {clock})")]
     Decode {
         /// The decoder's error.
+        #[source]
         error: DecodeError,
         /// The sending publisher's entity id.
         publisher_id: u64,
