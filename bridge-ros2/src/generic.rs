@@ -411,9 +411,10 @@ impl Mapping {
         DynSeed { plan: self.plan.clone(), max_bytes: body.len() }.deserialize(&mut d).map_err(|e| e.to_string())
     }
 
-    /// The deserializer of this mapping's CDR samples, of any size. A sequence's length is checked against
-    /// the size of the sample where it is known ([`Mapping::decode_cdr`]); here (RustDDS hands the reader only a
-    /// deserializer) the elements reserved ahead of their arrival are bounded instead ([`MAX_RESERVE`]).
+    /// The deserializer of this mapping's CDR samples, of any size. Where a deserializer announces a sequence's
+    /// length, it is checked against the sample's size if known ([`Mapping::decode_cdr`]) and the elements
+    /// reserved ahead of their arrival are bounded ([`MAX_RESERVE`]); cdr-encoding 0.11 (RustDDS's) announces
+    /// none, so elements are read one by one and a length beyond the sample ends at its last byte.
     pub fn seed(&self) -> DynSeed {
         DynSeed { plan: self.plan.clone(), max_bytes: usize::MAX }
     }
