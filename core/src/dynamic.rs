@@ -470,7 +470,7 @@ mod tests {
             TypeInfo::new("c.M0", "proto", FileDescriptorSet { file }.encode_to_vec())
         };
         for names in [&["a.proto"][..], &["a.proto", "b.proto"], &["a.proto", "b.proto", "c.proto"]] {
-            let e = DynamicDecoder::new(&set(names)).err().expect("a cycle is refused");
+            let Err(e) = DynamicDecoder::new(&set(names)) else { panic!("{names:?}: a cycle is refused") };
             assert!(e.to_string().contains("an import cycle"), "{names:?}: {e}");
             assert!(describe(&set(names)).is_err());
         }
