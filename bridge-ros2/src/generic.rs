@@ -733,6 +733,12 @@ impl<'de> Visitor<'de> for ListV<'_> {
         }
         let mut v = Vec::with_capacity(len.min(MAX_RESERVE));
         while let Some(x) = seq.next_element_seed(ElemSeed(self.elem, self.max_bytes))? {
+            // A reader that announces no length (cdr-encoding's) is held to the bound here, element by element.
+            if let Some(n) = self.bound
+                && v.len() >= n
+            {
+                return Err(de::Error::custom(format!("more than {n} elements in a sequence bounded to {n}")));
+            }
             v.push(x);
         }
         Ok(Value::List(v))
