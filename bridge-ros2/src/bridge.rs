@@ -1,16 +1,18 @@
 //! The running bridge: one shoal node and one ROS 2 node (a RustDDS participant through ros2-client), and per
-//! route a shoal → ROS 2 thread and/or a ROS 2 → shoal task.
+//! route a shoal → ROS 2 callback subscriber feeding a DDS writer task and/or a ROS 2 → shoal task.
 //!
 //! Threads: the caller's thread runs a single-threaded executor with ros2-client's spinner (discovery, graph,
-//! parameter services), every ROS 2 → shoal task, the statistics timer and the endpoint check (QoS and type
-//! mismatches of the remote DDS endpoints on the bridged topics); each shoal → ROS 2 route has a thread that
-//! receives from shoal and writes to DDS. RustDDS adds its own event-loop thread, shoal its I/O thread.
+//! parameter services), every ROS 2 → shoal task, every shoal → ROS 2 writer task, the statistics timer and the
+//! endpoint check (QoS and type mismatches of the remote DDS endpoints on the bridged topics). shoal delivers the
+//! shoal → ROS 2 samples to callbacks on its doorbell thread, which converts each to the ROS message and queues it
+//! (bounded, [`QUEUE_MESSAGES`] and [`QUEUE_BYTES`] per route) for the route's writer task, so a DDS writer waiting
+//! for its reliable window never holds up another route. RustDDS adds its own event-loop thread, shoal its I/O
+//! thread.
 
 use std::collections::HashSet;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -28,7 +30,7 @@ use crate::generic::{DynRos, DynSeed, Mapping, ProtoError};
 use crate::mapping::ToRos;
 use crate::pb;
 use crate::ros;
-use crate::stats::{Cause, RouteStats};
+use crate::stats::{Cause, QUEUE_BYTES, QUEUE_MESSAGES, RouteStats};
 use crate::types::{RosType, RouteType};
 
 /// Errors that stop the bridge from starting.
@@ -82,6 +84,22 @@ pub trait Codec: Send + Sync + 'static {
     fn to_shoal(&self, msg: Self::Ros) -> Result<Vec<u8>, (Cause, String)>;
 }
 
+/// Whether a shoal sample's announced type `got` is one the route can read (`want`), by shoal's one rule
+/// ([`TypeInfo::disagree`]): what a publisher does not state (raw eCAL publishers announce nothing) is taken at
+/// its word.
+fn check_announced(got: &TypeInfo, want: &TypeInfo) -> Result<(), (Cause, String)> {
+    if TypeInfo::disagree([got, want]) {
+        return Err((
+            Cause::TypeMismatch,
+            format!(
+                "publisher announces {} ({}), the route carries {} ({})",
+                got.name, got.encoding, want.name, want.encoding
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// A built-in type: the shipped protobuf message `P`, mapped field by field.
 #[derive(Debug)]
 pub struct ProtoCodec<P>(PhantomData<fn() -> P>);
@@ -107,16 +125,7 @@ where
     }
     fn to_ros(&self, sample: &Sample) -> Result<P::Ros, (Cause, String)> {
         let want = P::type_info();
-        let got = sample.type_info();
-        // A publisher without type information (raw eCAL publishers) is taken at its word.
-        if !got.name.is_empty()
-            && (got.name != want.name || (!got.encoding.is_empty() && got.encoding != want.encoding))
-        {
-            return Err((
-                Cause::TypeMismatch,
-                format!("publisher announces {} ({}), the route carries {} (proto)", got.name, got.encoding, want.name),
-            ));
-        }
+        check_announced(sample.type_info(), want)?;
         let msg = <P as prost::Message>::decode(sample.payload()).map_err(|e| {
             (Cause::ProtoDecode, format!("{} bytes are not a {}: {e}", sample.payload().len(), want.name))
         })?;
@@ -199,16 +208,7 @@ impl Codec for GenericCodec {
         self.0.type_info().clone()
     }
     fn to_ros(&self, sample: &Sample) -> Result<DynRos, (Cause, String)> {
-        let want = self.0.type_info();
-        let got = sample.type_info();
-        if !got.name.is_empty()
-            && (got.name != want.name || (!got.encoding.is_empty() && got.encoding != want.encoding))
-        {
-            return Err((
-                Cause::TypeMismatch,
-                format!("publisher announces {} ({}), the route carries {} (proto)", got.name, got.encoding, want.name),
-            ));
-        }
+        check_announced(sample.type_info(), self.0.type_info())?;
         self.0.from_proto(sample.payload()).map_err(|e| match e {
             ProtoError::Decode(m) => (Cause::ProtoDecode, m),
             ProtoError::Range(m) => (Cause::Map, m),
@@ -329,7 +329,6 @@ fn resolve_announced(config: &Config, node: &shoal::Node) -> Result<Vec<Route>, 
 struct Running {
     route: Route,
     stats: Arc<RouteStats>,
-    thread: Option<JoinHandle<()>>,
     /// GUIDs of the bridge's own DDS endpoints of this route.
     own: Vec<rustdds::GUID>,
 }
@@ -378,7 +377,7 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
     let routes = resolve_announced(config, &shoal_node)?;
     let mut running = Vec::new();
     for route in &routes {
-        let mut env = StartEnv { shoal_node: &shoal_node, node: &mut node, ex: &ex, stop: &stop };
+        let mut env = StartEnv { shoal_node: &shoal_node, node: &mut node, ex: &ex };
         let builtin = match &route.ros_type {
             RouteType::Builtin(t) => *t,
             RouteType::Generic(m) => {
@@ -428,11 +427,6 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
     smol::block_on(ex.run(main));
 
     stop.store(true, Ordering::Relaxed);
-    for r in &mut running {
-        if let Some(t) = r.thread.take() {
-            let _ = t.join();
-        }
-    }
     emit(
         &json!({"event": "stats", "final": true, "routes": running.iter().map(|r| r.stats.to_json()).collect::<Vec<_>>()}),
     );
@@ -541,7 +535,12 @@ fn check_endpoints(
                     emit(&line);
                 }
             };
-            if e.type_name != want_type {
+            // DDS connects only equal type names; said with shoal's one rule over the two announced types.
+            let (theirs, ours) = (
+                TypeInfo::new(e.type_name.as_str(), "cdr", Vec::new()),
+                TypeInfo::new(want_type.as_str(), "cdr", Vec::new()),
+            );
+            if TypeInfo::disagree([&theirs, &ours]) {
                 report(
                     "type",
                     json!({"event": "type_mismatch", "message": format!(
@@ -584,12 +583,11 @@ struct StartEnv<'a, 'ex> {
     shoal_node: &'a shoal::Node,
     node: &'a mut ros2_client::Node,
     ex: &'a smol::LocalExecutor<'ex>,
-    stop: &'a Arc<AtomicBool>,
 }
 
 impl StartEnv<'_, '_> {
     fn start<C: Codec>(&mut self, route: &Route, codec: C) -> Result<Running, BridgeError> {
-        let StartEnv { shoal_node, node, ex, stop } = self;
+        let StartEnv { shoal_node, node, ex } = self;
         let codec = Arc::new(codec);
         let stats = Arc::new(RouteStats::new(route_name(route)));
         let qos = qos_profile(route);
@@ -619,47 +617,68 @@ impl StartEnv<'_, '_> {
             ros_sub = Some(s);
         }
 
-        let mut thread = None;
         let mut own_ros_gid = None;
         if route.direction.to_ros() {
             let ros_pub = node.create_publisher::<C::Ros>(&topic, Some(qos)).map_err(|e| ros_err("DDS writer", e))?;
             own.push(ros_pub.guid());
             own_ros_gid = Some(ros_pub.gid());
+            // The doorbell thread converts and queues; the writer task (on this executor) writes to DDS.
+            let (tx, rx) = smol::channel::unbounded::<Queued<C::Ros>>();
+            let held = Arc::new(Held::default());
+            let (cb_codec, cb_stats, cb_held) = (Arc::clone(&codec), Arc::clone(&stats), Arc::clone(&held));
             let sub = shoal_node
                 .subscriber(&route.shoal_topic)
                 .type_info(codec.shoal_sub_type_info())
-                .create()
-                .map_err(shoal_err)?;
-            let (codec, stats, stop) = (Arc::clone(&codec), Arc::clone(&stats), Arc::clone(stop));
-            let t = std::thread::Builder::new()
-                .name(format!("to-ros {}", route.ros_topic))
-                .spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        let Ok(sample) = sub.recv_timeout(Duration::from_millis(100)) else { continue };
-                        if Some(sample.publisher_id()) == own_shoal_pub {
-                            stats.own_ignored.fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        }
-                        let dropped = match codec.to_ros(&sample) {
-                            Ok(msg) => match ros_pub.publish(msg) {
-                                Ok(()) => {
-                                    stats.to_ros.fetch_add(1, Ordering::Relaxed);
-                                    None
-                                }
-                                Err(e) => Some((Cause::RosWrite, format!("{e:?}"))),
-                            },
-                            Err(drop) => Some(drop),
-                        };
-                        if let Some((cause, detail)) = dropped {
-                            // Received from shoal but not forwarded: the subscriber's drops, which registration
-                            // announces and the monitors show.
-                            sub.count_dropped(1);
-                            stats.dropped(cause, &detail);
-                        }
+                .callback(move |sample: &Sample| {
+                    if Some(sample.publisher_id()) == own_shoal_pub {
+                        cb_stats.own_ignored.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                    let bytes = sample.payload().len();
+                    if !cb_held.admit(bytes) {
+                        cb_stats.dropped(
+                            Cause::QueueFull,
+                            &format!("{QUEUE_MESSAGES} messages or {QUEUE_BYTES} bytes wait for the DDS writer"),
+                        );
+                        cb_held.refused.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                    let item = Queued { msg: cb_codec.to_ros(sample), bytes };
+                    if tx.try_send(item).is_err() {
+                        // The writer task is gone (the bridge is stopping).
+                        cb_held.release(bytes);
                     }
                 })
-                .map_err(|e| ros_err("thread", e))?;
-            thread = Some(t);
+                .create()
+                .map_err(shoal_err)?;
+            let stats = Arc::clone(&stats);
+            // The task owns the subscriber: both end when the executor is dropped, after the main loop.
+            ex.spawn(async move {
+                while let Ok(Queued { msg, bytes }) = rx.recv().await {
+                    let dropped = match msg {
+                        Ok(msg) => match ros_pub.async_publish(msg).await {
+                            Ok(()) => {
+                                stats.to_ros.fetch_add(1, Ordering::Relaxed);
+                                None
+                            }
+                            Err(e) => Some((Cause::RosWrite, format!("{e:?}"))),
+                        },
+                        Err(drop) => Some(drop),
+                    };
+                    held.release(bytes);
+                    if let Some((cause, detail)) = dropped {
+                        stats.dropped(cause, &detail);
+                        // Received from shoal but not forwarded: the subscriber's drops, which registration
+                        // announces and the monitors show.
+                        sub.count_dropped(1);
+                    }
+                    let refused = held.refused.swap(0, Ordering::Relaxed);
+                    if refused > 0 {
+                        sub.count_dropped(refused);
+                    }
+                }
+            })
+            .detach();
         }
 
         if let (Some(sub), Some(mut publ)) = (ros_sub, shoal_pub) {
@@ -698,6 +717,40 @@ impl StartEnv<'_, '_> {
             })
             .detach();
         }
-        Ok(Running { route: route.clone(), stats, thread, own })
+        Ok(Running { route: route.clone(), stats, own })
+    }
+}
+
+/// A shoal → ROS 2 message waiting for its route's DDS writer: the ROS message, or why the sample is not
+/// forwarded; and the payload size it is charged.
+struct Queued<M> {
+    msg: Result<M, (Cause, String)>,
+    bytes: usize,
+}
+
+/// What a route's shoal → ROS 2 queue holds, and the messages it refused since the writer task last counted them.
+#[derive(Debug, Default)]
+struct Held {
+    messages: AtomicUsize,
+    bytes: AtomicUsize,
+    refused: std::sync::atomic::AtomicU64,
+}
+
+impl Held {
+    /// Charges one message of `bytes`, if the queue has room for it ([`QUEUE_MESSAGES`], [`QUEUE_BYTES`]).
+    fn admit(&self, bytes: usize) -> bool {
+        // Only the doorbell thread admits, so the check and the charge cannot race another admit.
+        let (m, b) = (self.messages.load(Ordering::Acquire), self.bytes.load(Ordering::Acquire));
+        if m >= QUEUE_MESSAGES || (m > 0 && b.saturating_add(bytes) > QUEUE_BYTES) {
+            return false;
+        }
+        self.messages.fetch_add(1, Ordering::AcqRel);
+        self.bytes.fetch_add(bytes, Ordering::AcqRel);
+        true
+    }
+
+    fn release(&self, bytes: usize) {
+        self.messages.fetch_sub(1, Ordering::AcqRel);
+        self.bytes.fetch_sub(bytes, Ordering::AcqRel);
     }
 }

@@ -250,8 +250,37 @@ pub struct Config {
     /// How long the bridge waits at start for the shoal publishers whose announced protobuf definitions routes
     /// take ([`RouteType::Announced`]), milliseconds.
     pub announced_type_wait_ms: u64,
+    /// The supervisor's limits on the worker process that does the DDS work (`[supervisor]`).
+    pub supervisor: Supervision,
     /// The bridged topics.
     pub routes: Vec<Route>,
+}
+
+/// What the supervisor (`crate::supervisor`) imposes on the worker process that runs the bridge, and how it
+/// restarts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Supervision {
+    /// RLIMIT_DATA of the worker, bytes: its heap and private mappings together. An allocation beyond it fails,
+    /// which aborts the worker; the supervisor restarts it.
+    pub memory_limit: u64,
+    /// Wait before the first restart after the worker died, milliseconds; doubled for each further death within
+    /// [`Supervision::STABLE`] of its start, up to 32 times this.
+    pub restart_backoff_ms: u64,
+}
+
+impl Supervision {
+    /// Allowed `memory_limit`: 64 MiB to 1 TiB.
+    pub const MEMORY_LIMIT_RANGE: (i64, i64) = (64 << 20, 1 << 40);
+    /// Allowed `restart_backoff_ms`.
+    pub const BACKOFF_RANGE: (i64, i64) = (10, 60_000);
+    /// A worker that ran this long before dying is restarted after the first backoff again.
+    pub const STABLE: std::time::Duration = std::time::Duration::from_secs(10);
+}
+
+impl Default for Supervision {
+    fn default() -> Self {
+        Supervision { memory_limit: 1 << 30, restart_backoff_ms: 500 }
+    }
 }
 
 impl Default for Config {
@@ -267,6 +296,7 @@ impl Default for Config {
             unit_name: "shoal_ros2_bridge".into(),
             stats_interval_ms: 1000,
             announced_type_wait_ms: 10_000,
+            supervisor: Supervision::default(),
             routes: Vec::new(),
         }
     }
@@ -310,6 +340,7 @@ pub enum ConfigError {
 struct FileConfig {
     ros: Option<FileRos>,
     shoal: Option<FileShoal>,
+    supervisor: Option<FileSupervisor>,
     #[serde(default)]
     topic: Vec<FileTopic>,
 }
@@ -332,6 +363,13 @@ struct FileShoal {
     unit_name: Option<Spanned<String>>,
     stats_interval_ms: Option<Spanned<i64>>,
     announced_type_wait_ms: Option<Spanned<i64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSupervisor {
+    memory_limit: Option<Spanned<i64>>,
+    restart_backoff_ms: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -500,6 +538,14 @@ impl Config {
             }
             if let Some(v) = &shoal.announced_type_wait_ms {
                 c.announced_type_wait_ms = cx.int(v, "announced_type_wait_ms", (100, 600_000))?;
+            }
+        }
+        if let Some(sup) = file.supervisor {
+            if let Some(v) = &sup.memory_limit {
+                c.supervisor.memory_limit = cx.int(v, "memory_limit", Supervision::MEMORY_LIMIT_RANGE)?;
+            }
+            if let Some(v) = &sup.restart_backoff_ms {
+                c.supervisor.restart_backoff_ms = cx.int(v, "restart_backoff_ms", Supervision::BACKOFF_RANGE)?;
             }
         }
         c.msg_path.splice(0..0, msg_dirs.iter().cloned());
@@ -715,6 +761,15 @@ mod tests {
         assert!(e.starts_with("b.toml:3:7: ros = \"no_slash\""), "{e}");
         let e = err("[[topic]]\nshoal = \"a\"\n");
         assert!(e.contains("missing field `type`"), "{e}");
+        let e = err("[supervisor]\nmemory_limit = 1000\n");
+        assert!(e.starts_with("b.toml:2:16: memory_limit = 1000: allowed 67108864..=1099511627776"), "{e}");
+        let e = err("[supervisor]\nrestart_backoff_ms = 0\n");
+        assert!(e.starts_with("b.toml:2:22: restart_backoff_ms = 0: allowed 10..=60000"), "{e}");
+        let e = err("[supervisor]\nmemory = 1\n");
+        assert!(e.starts_with("b.toml:2:1:") && e.contains("memory_limit"), "{e}");
+        let c =
+            Config::from_toml("b.toml", "[supervisor]\nmemory_limit = 134217728\nrestart_backoff_ms = 20\n").unwrap();
+        assert_eq!(c.supervisor, Supervision { memory_limit: 128 << 20, restart_backoff_ms: 20 });
         let e = err("[ros]\ninterfaces = [\"lo\"]\n");
         assert!(e.starts_with("b.toml:2:15: interfaces: \"lo\" is not an IP address"), "{e}");
     }

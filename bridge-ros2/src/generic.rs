@@ -32,7 +32,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use prost_reflect::{DescriptorPool, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, Value};
+use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, Value};
 use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 use serde::ser::{self, SerializeTuple};
 use serde::{Serialize, Serializer};
@@ -124,6 +124,27 @@ enum Elem {
     Msg(Arc<Plan>),
 }
 
+impl Elem {
+    /// The fewest CDR bytes one element takes (alignment aside): a sequence length is checked against it before
+    /// anything is allocated.
+    fn min_wire_size(&self) -> usize {
+        match self {
+            Elem::Bool => 1,
+            Elem::F32 => 4,
+            Elem::F64 => 8,
+            Elem::Int(p, _) => match p {
+                Prim::Int16 | Prim::Uint16 => 2,
+                Prim::Int32 | Prim::Uint32 | Prim::Float32 => 4,
+                Prim::Int64 | Prim::Uint64 | Prim::Float64 => 8,
+                Prim::Bool | Prim::Byte | Prim::Char | Prim::Int8 | Prim::Uint8 => 1,
+            },
+            // A length (the text's bytes are checked by the CDR reader against what is there).
+            Elem::Str(_) | Elem::Bytes => 4,
+            Elem::Msg(plan) => plan.min_wire_size,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct FieldPlan {
     name: String,
@@ -138,6 +159,24 @@ struct Plan {
     ros: MsgName,
     proto: MessageDescriptor,
     fields: Vec<FieldPlan>,
+    /// The fewest CDR bytes a message of this plan takes.
+    min_wire_size: usize,
+}
+
+impl Plan {
+    fn new(ros: MsgName, proto: MessageDescriptor, fields: Vec<FieldPlan>) -> Plan {
+        let size = fields.iter().fold(0usize, |sum, f| {
+            let one = match (f.array, &f.elem) {
+                (Array::Single, e) => e.min_wire_size(),
+                (Array::Fixed(n), Elem::Bytes) => n,
+                (Array::Fixed(n), e) => n.saturating_mul(e.min_wire_size()),
+                (Array::Bounded(_) | Array::Unbounded, _) => 4,
+            };
+            sum.saturating_add(one)
+        });
+        // A message without fields is one uint8 on the wire.
+        Plan { ros, proto, fields, min_wire_size: size.max(1) }
+    }
 }
 
 fn proto_kind_name(fd: &FieldDescriptor) -> String {
@@ -277,7 +316,7 @@ impl Ctx<'_> {
                 });
             }
         }
-        Ok(Plan { ros: def.name.clone(), proto: proto.clone(), fields })
+        Ok(Plan::new(def.name.clone(), proto.clone(), fields))
     }
 }
 
@@ -322,18 +361,18 @@ impl Mapping {
         proto_name: &str,
         descriptor: Vec<u8>,
     ) -> Result<Mapping, GenericError> {
-        let pool =
-            DescriptorPool::decode(descriptor.as_slice()).map_err(|e| GenericError::Descriptor(e.to_string()))?;
-        let proto = pool
-            .get_message_by_name(proto_name)
-            .ok_or_else(|| GenericError::Descriptor(format!("it defines no message {proto_name}")))?;
+        // Descriptors come from other processes (a shoal publisher's announcement): read them as shoal's tools do,
+        // with the checks that keep prost-reflect from panicking on sets protoc would not make.
+        let type_info = TypeInfo::new(proto_name, "proto", descriptor);
+        let proto = match shoal::dynamic::DynamicDecoder::new(&type_info) {
+            Ok(d) => d.message_descriptor().cloned(),
+            Err(shoal::dynamic::DynamicError::UnknownType(_)) => None,
+            Err(e) => return Err(GenericError::Descriptor(e.to_string())),
+        }
+        .ok_or_else(|| GenericError::Descriptor(format!("it defines no message {proto_name}")))?;
         let def = reg.resolve(ros)?;
         let plan = Ctx { reg }.plan(&def, &proto, "")?;
-        Ok(Mapping {
-            ros: ros.clone(),
-            type_info: TypeInfo::new(proto_name, "proto", descriptor),
-            plan: Arc::new(plan),
-        })
+        Ok(Mapping { ros: ros.clone(), type_info, plan: Arc::new(plan) })
     }
 
     /// The ROS 2 type.
@@ -369,12 +408,15 @@ impl Mapping {
     pub fn decode_cdr(&self, bytes: &[u8]) -> Result<DynRos, String> {
         let body = bytes.strip_prefix(&[0, 1, 0, 0]).ok_or("not CDR little-endian (encapsulation 00 01)")?;
         let mut d = cdr_encoding::CdrDeserializer::<byteorder::LittleEndian>::new(body);
-        self.seed().deserialize(&mut d).map_err(|e| e.to_string())
+        DynSeed { plan: self.plan.clone(), max_bytes: body.len() }.deserialize(&mut d).map_err(|e| e.to_string())
     }
 
-    /// The deserializer of this mapping's CDR samples.
+    /// The deserializer of this mapping's CDR samples, of any size. Where a deserializer announces a sequence's
+    /// length, it is checked against the sample's size if known ([`Mapping::decode_cdr`]) and the elements
+    /// reserved ahead of their arrival are bounded ([`MAX_RESERVE`]); cdr-encoding 0.11 (RustDDS's) announces
+    /// none, so elements are read one by one and a length beyond the sample ends at its last byte.
     pub fn seed(&self) -> DynSeed {
-        DynSeed(self.plan.clone())
+        DynSeed { plan: self.plan.clone(), max_bytes: usize::MAX }
     }
 }
 
@@ -563,23 +605,27 @@ impl Serialize for ElemSer<'_> {
 /// Reads a generic mapping's CDR sample into its protobuf message (the `DeserializeSeed` ros2-client's
 /// subscription takes).
 #[derive(Clone)]
-pub struct DynSeed(Arc<Plan>);
+pub struct DynSeed {
+    plan: Arc<Plan>,
+    /// The sample's size, bytes, where known (else `usize::MAX`): no sequence may claim more elements than fit.
+    max_bytes: usize,
+}
 
 impl fmt::Debug for DynSeed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DynSeed({})", self.0.ros)
+        write!(f, "DynSeed({})", self.plan.ros)
     }
 }
 
 impl<'de> DeserializeSeed<'de> for DynSeed {
     type Value = DynRos;
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<DynRos, D::Error> {
-        let msg = MsgSeed(&self.0).deserialize(d)?;
-        Ok(DynRos { plan: self.0, msg })
+        let msg = MsgSeed(&self.plan, self.max_bytes).deserialize(d)?;
+        Ok(DynRos { plan: self.plan, msg })
     }
 }
 
-struct MsgSeed<'a>(&'a Plan);
+struct MsgSeed<'a>(&'a Plan, usize);
 
 impl<'de> DeserializeSeed<'de> for MsgSeed<'_> {
     type Value = DynamicMessage;
@@ -588,11 +634,11 @@ impl<'de> DeserializeSeed<'de> for MsgSeed<'_> {
             d.deserialize_u8(NumV)?;
             return Ok(DynamicMessage::new(self.0.proto.clone()));
         }
-        d.deserialize_tuple(self.0.fields.len(), MsgV(self.0))
+        d.deserialize_tuple(self.0.fields.len(), MsgV(self.0, self.1))
     }
 }
 
-struct MsgV<'a>(&'a Plan);
+struct MsgV<'a>(&'a Plan, usize);
 
 impl<'de> Visitor<'de> for MsgV<'_> {
     type Value = DynamicMessage;
@@ -602,27 +648,27 @@ impl<'de> Visitor<'de> for MsgV<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<DynamicMessage, A::Error> {
         let mut m = DynamicMessage::new(self.0.proto.clone());
         for (i, f) in self.0.fields.iter().enumerate() {
-            let v = seq.next_element_seed(FieldSeed(f))?.ok_or_else(|| de::Error::invalid_length(i, &self))?;
+            let v = seq.next_element_seed(FieldSeed(f, self.1))?.ok_or_else(|| de::Error::invalid_length(i, &self))?;
             m.set_field(&f.fd, v);
         }
         Ok(m)
     }
 }
 
-struct FieldSeed<'a>(&'a FieldPlan);
+struct FieldSeed<'a>(&'a FieldPlan, usize);
 
 impl<'de> DeserializeSeed<'de> for FieldSeed<'_> {
     type Value = Value;
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        let f = self.0;
+        let (f, max_bytes) = (self.0, self.1);
         match (f.array, &f.elem) {
-            (Array::Single, e) => ElemSeed(e).deserialize(d),
+            (Array::Single, e) => ElemSeed(e, max_bytes).deserialize(d),
             (Array::Fixed(n), Elem::Bytes) => d.deserialize_tuple(n, BytesV { bound: None }),
             (Array::Bounded(n), Elem::Bytes) => d.deserialize_byte_buf(BytesV { bound: Some(n) }),
             (_, Elem::Bytes) => d.deserialize_byte_buf(BytesV { bound: None }),
-            (Array::Fixed(n), e) => d.deserialize_tuple(n, ListV { elem: e, bound: None }),
-            (Array::Bounded(n), e) => d.deserialize_seq(ListV { elem: e, bound: Some(n) }),
-            (Array::Unbounded, e) => d.deserialize_seq(ListV { elem: e, bound: None }),
+            (Array::Fixed(n), e) => d.deserialize_tuple(n, ListV { elem: e, bound: None, max_bytes }),
+            (Array::Bounded(n), e) => d.deserialize_seq(ListV { elem: e, bound: Some(n), max_bytes }),
+            (Array::Unbounded, e) => d.deserialize_seq(ListV { elem: e, bound: None, max_bytes }),
         }
     }
 }
@@ -663,6 +709,7 @@ impl<'de> Visitor<'de> for BytesV {
 struct ListV<'a> {
     elem: &'a Elem,
     bound: Option<usize>,
+    max_bytes: usize,
 }
 
 impl<'de> Visitor<'de> for ListV<'_> {
@@ -676,15 +723,29 @@ impl<'de> Visitor<'de> for ListV<'_> {
         {
             return Err(de::Error::custom(format!("{len} elements in a sequence bounded to {n}")));
         }
-        let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(MAX_RESERVE));
-        while let Some(x) = seq.next_element_seed(ElemSeed(self.elem))? {
+        let len = seq.size_hint().unwrap_or(0);
+        let need = len.saturating_mul(self.elem.min_wire_size());
+        if need > self.max_bytes {
+            return Err(de::Error::custom(format!(
+                "a sequence of {len} elements (at least {need} bytes) in a sample of {} bytes",
+                self.max_bytes
+            )));
+        }
+        let mut v = Vec::with_capacity(len.min(MAX_RESERVE));
+        while let Some(x) = seq.next_element_seed(ElemSeed(self.elem, self.max_bytes))? {
+            // A reader that announces no length (cdr-encoding's) is held to the bound here, element by element.
+            if let Some(n) = self.bound
+                && v.len() >= n
+            {
+                return Err(de::Error::custom(format!("more than {n} elements in a sequence bounded to {n}")));
+            }
             v.push(x);
         }
         Ok(Value::List(v))
     }
 }
 
-struct ElemSeed<'a>(&'a Elem);
+struct ElemSeed<'a>(&'a Elem, usize);
 
 #[derive(Debug)]
 enum Num {
@@ -770,7 +831,7 @@ impl<'de> DeserializeSeed<'de> for ElemSeed<'_> {
             }
             Elem::Str(bound) => d.deserialize_string(StrV(*bound)),
             Elem::Bytes => d.deserialize_byte_buf(BytesV { bound: None }),
-            Elem::Msg(plan) => MsgSeed(plan).deserialize(d).map(Value::Message),
+            Elem::Msg(plan) => MsgSeed(plan, self.1).deserialize(d).map(Value::Message),
         }
     }
 }

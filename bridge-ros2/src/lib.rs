@@ -7,6 +7,8 @@
 //! - [`msgdef`]: ROS 2 `.msg` files (any type, no ROS install); [`generic`] maps any protobuf message to one by
 //!   field names, checked at start, with CDR driven by the parsed definition.
 //! - [`bridge`]: the running bridge (threads, echo suppression, QoS checks); [`stats`] its counters.
+//! - [`supervisor`]: the bridge as a supervisor process and a worker under a memory limit, restarted when it
+//!   dies.
 //! - [`testdata`]: deterministic messages the interop tests and the benchmark send and check.
 
 pub mod bridge;
@@ -16,6 +18,7 @@ pub mod mapping;
 pub mod msgdef;
 pub mod ros;
 pub mod stats;
+pub mod supervisor;
 pub mod testdata;
 pub mod types;
 

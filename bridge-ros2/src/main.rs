@@ -6,7 +6,12 @@
 //! ```
 //!
 //! Logs go to stderr (`RUST_LOG`, default `info`); machine-readable events (ready, stats, qos_mismatch,
-//! type_mismatch, warning) are JSON lines on stdout. SIGINT / SIGTERM stop it cleanly.
+//! type_mismatch, warning; worker_started, worker_exited from the supervisor) are JSON lines on stdout. SIGINT /
+//! SIGTERM stop it cleanly.
+//!
+//! The process started is a supervisor: it checks the configuration and runs this binary again as the worker that
+//! does the bridging, under `[supervisor] memory_limit`, restarting it when it dies (see
+//! `shoal_ros2_bridge::supervisor`).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -15,8 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 use clap::Parser;
-use shoal_ros2_bridge::bridge;
-use shoal_ros2_bridge::config::Config;
+use shoal_ros2_bridge::config::{Config, Supervision};
+use shoal_ros2_bridge::{bridge, supervisor};
 
 /// Bridges shoal (and eCAL) topics to and from ROS 2 over DDS, with no ROS install.
 #[derive(Parser, Debug)]
@@ -52,6 +57,9 @@ struct Args {
     /// Statistics interval in milliseconds (0: none).
     #[arg(long)]
     stats_interval_ms: Option<u64>,
+    /// The worker's memory limit (RLIMIT_DATA), bytes; overrides the file's `[supervisor] memory_limit`.
+    #[arg(long)]
+    memory_limit: Option<u64>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -101,6 +109,14 @@ fn main() -> anyhow::Result<()> {
     for t in &args.topics {
         config.routes.push(Config::parse_topic_flag(t, &config.msg_path)?);
     }
+    if let Some(m) = args.memory_limit {
+        let (lo, hi) = Supervision::MEMORY_LIMIT_RANGE;
+        anyhow::ensure!(
+            i64::try_from(m).is_ok_and(|m| (lo..=hi).contains(&m)),
+            "--memory-limit {m}: allowed {lo}..={hi} bytes"
+        );
+        config.supervisor.memory_limit = m;
+    }
     anyhow::ensure!(!config.routes.is_empty(), "no topics to bridge: give --config FILE or --topic SHOAL=TYPE");
     config.check_routes()?;
 
@@ -109,6 +125,12 @@ fn main() -> anyhow::Result<()> {
         // `signal` has no other preconditions.
         unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
     }
+    let Some(supervisor_pid) = supervisor::worker_of() else {
+        let restarts = supervisor::run(&config.supervisor, &STOP)?;
+        tracing::info!(restarts, "stopped");
+        return Ok(());
+    };
+    supervisor::enter_worker(&config.supervisor, supervisor_pid).context("setting up the worker process")?;
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = Arc::clone(&stop);
     std::thread::spawn(move || {

@@ -427,16 +427,26 @@ const BUILTIN_PKGS: &str = "builtin_interfaces, std_msgs, geometry_msgs, sensor_
 #[derive(Debug, Default)]
 pub struct MsgRegistry {
     dirs: Vec<PathBuf>,
+    /// Definitions given as text ([`MsgRegistry::add_text`]), searched first.
+    texts: Vec<(MsgName, String)>,
     loaded: HashMap<MsgName, Arc<MsgDef>>,
 }
 
 impl MsgRegistry {
     /// A registry searching `dirs`, then the built-in definitions.
     pub fn new(dirs: impl IntoIterator<Item = PathBuf>) -> MsgRegistry {
-        MsgRegistry { dirs: dirs.into_iter().collect(), loaded: HashMap::new() }
+        MsgRegistry { dirs: dirs.into_iter().collect(), texts: Vec::new(), loaded: HashMap::new() }
+    }
+
+    /// Adds the definition of `name` as `.msg` text, found before any directory's (parsed when resolved).
+    pub fn add_text(&mut self, name: MsgName, text: impl Into<String>) {
+        self.texts.push((name, text.into()));
     }
 
     fn find(&self, name: &MsgName) -> Result<Option<MsgDef>, MsgError> {
+        if let Some((_, text)) = self.texts.iter().find(|(n, _)| n == name) {
+            return parse_msg(name, text, &format!("given {name}")).map(Some);
+        }
         for d in &self.dirs {
             let path = d.join(&name.pkg).join("msg").join(format!("{}.msg", name.name));
             if path.is_file() {

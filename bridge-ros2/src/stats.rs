@@ -25,11 +25,26 @@ pub enum Cause {
     RosWrite,
     /// The shoal send failed.
     ShoalSend,
+    /// shoal → ROS 2: the route's queue to its DDS writer was full (more than [`QUEUE_MESSAGES`] messages or
+    /// [`QUEUE_BYTES`] bytes waiting: the writer cannot keep up).
+    QueueFull,
 }
 
+/// shoal → ROS 2 messages a route holds at most while its DDS writer is busy.
+pub const QUEUE_MESSAGES: usize = 1024;
+/// shoal → ROS 2 payload bytes a route holds at most while its DDS writer is busy.
+pub const QUEUE_BYTES: usize = 64 << 20;
+
 impl Cause {
-    const ALL: [Cause; 6] =
-        [Cause::ProtoDecode, Cause::TypeMismatch, Cause::Map, Cause::CdrDecode, Cause::RosWrite, Cause::ShoalSend];
+    const ALL: [Cause; 7] = [
+        Cause::ProtoDecode,
+        Cause::TypeMismatch,
+        Cause::Map,
+        Cause::CdrDecode,
+        Cause::RosWrite,
+        Cause::ShoalSend,
+        Cause::QueueFull,
+    ];
 
     /// The key in the statistics line.
     pub fn key(self) -> &'static str {
@@ -40,6 +55,7 @@ impl Cause {
             Cause::CdrDecode => "cdr_decode",
             Cause::RosWrite => "ros_write",
             Cause::ShoalSend => "shoal_send",
+            Cause::QueueFull => "queue_full",
         }
     }
 }
@@ -54,7 +70,7 @@ pub struct RouteStats {
     pub to_shoal: AtomicU64,
     /// The bridge's own publications seen and ignored (no echo).
     pub own_ignored: AtomicU64,
-    drops: [AtomicU64; 6],
+    drops: [AtomicU64; 7],
     logged: Mutex<Vec<String>>,
 }
 

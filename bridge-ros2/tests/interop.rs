@@ -819,3 +819,88 @@ fn generic_mapping_from_the_announced_descriptor() {
     let drops = st["dropped"].as_object().map(|m| m.values().filter_map(Value::as_u64).sum::<u64>());
     assert_eq!(drops, Some(0), "{st}");
 }
+
+/// One RTPS message holding one DATA_FRAG submessage to the SPDP participant reader (every DDS participant has
+/// one, on the discovery multicast port) whose sample size claims `data_size` bytes: RustDDS 0.15.1 allocates
+/// and zero-fills that size before checking anything (see `shoal_ros2_bridge::supervisor`).
+fn hostile_data_frag(data_size: u32) -> Vec<u8> {
+    const FRAGMENT_SIZE: u16 = 1024;
+    let mut m = Vec::new();
+    m.extend_from_slice(b"RTPS");
+    m.extend_from_slice(&[2, 3]); // protocol version 2.3
+    m.extend_from_slice(&[0x01, 0x10]); // vendor id
+    m.extend_from_slice(&[0x5a; 12]); // the sender's GUID prefix
+    let mut body = Vec::new();
+    body.extend_from_slice(&0u16.to_le_bytes()); // extraFlags
+    body.extend_from_slice(&28u16.to_le_bytes()); // octetsToInlineQos: none follows the fixed fields
+    body.extend_from_slice(&[0x00, 0x01, 0x00, 0xc7]); // readerId: SPDP builtin participant reader
+    body.extend_from_slice(&[0x00, 0x01, 0x00, 0xc2]); // writerId: SPDP builtin participant writer
+    body.extend_from_slice(&0i32.to_le_bytes()); // writerSN high
+    body.extend_from_slice(&1u32.to_le_bytes()); // writerSN low
+    body.extend_from_slice(&1u32.to_le_bytes()); // fragmentStartingNum
+    body.extend_from_slice(&1u16.to_le_bytes()); // fragmentsInSubmessage
+    body.extend_from_slice(&FRAGMENT_SIZE.to_le_bytes()); // fragmentSize
+    body.extend_from_slice(&data_size.to_le_bytes()); // sampleSize: what gets allocated
+    let mut payload = vec![0u8; usize::from(FRAGMENT_SIZE)];
+    payload[..4].copy_from_slice(&[0x00, 0x03, 0x00, 0x00]); // PL_CDR_LE
+    body.extend_from_slice(&payload);
+    m.push(0x16); // DATA_FRAG
+    m.push(0x01); // little endian
+    m.extend_from_slice(&u16::try_from(body.len()).expect("small").to_le_bytes());
+    m.extend_from_slice(&body);
+    m
+}
+
+/// A DATA_FRAG declaring a 4 GiB sample, sent to the bridge's DDS ports (domain 0: the SPDP multicast port 7400
+/// and the unicast discovery ports 7410 + 2 * participant id): the worker's allocation fails under the memory
+/// limit, the supervisor restarts it with the same routes, and the bridge forwards again, its peak RSS far
+/// below the 4 GiB it was told to allocate.
+#[test]
+fn hostile_data_frag_costs_a_restart_not_the_memory() {
+    if !root_or_skip("hostile_data_frag_costs_a_restart_not_the_memory") {
+        return;
+    }
+    let _serial = serial();
+    let ns = Netns::create("hf");
+    let mut bridge =
+        Proc::spawn("bridge", ns.command(BRIDGE, &["--topic", "hf_out=std_msgs/msg/String,direction=shoal_to_ros"]));
+    let lines = bridge.until("ready", Duration::from_secs(20));
+    let first = lines.iter().find(|v| v["event"] == "worker_started").expect("the supervisor started a worker");
+    eprintln!("{first}");
+    assert_eq!(first["memory_limit"], 1u64 << 30, "{first}");
+    // Forwarding works before.
+    shoal_to_ros(&ns, &bridge, "string", "hf_out", 10, 0, "100");
+
+    let hex: String = hostile_data_frag(0xFFFF_FFF0).iter().map(|b| format!("{b:02x}")).collect();
+    let send = "import socket, sys\n\
+                p = bytes.fromhex(sys.argv[1])\n\
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)\n\
+                s.sendto(p, ('239.255.0.1', 7400))\n\
+                for port in range(7410, 7420, 2):\n    s.sendto(p, ('127.0.0.1', port))\n";
+    let py = python();
+    let out = ns.command(&py, &["-c", send, &hex]).output().expect("run the sender");
+    assert!(out.status.success(), "sender: {}", String::from_utf8_lossy(&out.stderr));
+
+    let exited = bridge.expect("worker_exited", Duration::from_secs(20));
+    eprintln!("after the hostile DATA_FRAG: {exited}");
+    assert_eq!(exited["signal"], libc::SIGABRT, "the allocation failed and aborted the worker: {exited}");
+    assert_eq!(exited["restarts"], 1, "{exited}");
+    let peak = exited["peak_rss_bytes"].as_u64().expect("peak RSS");
+    assert!(peak < 1 << 30, "the worker's peak RSS ({peak} bytes) stayed under the limit, not 4 GiB");
+    eprintln!("worker peak RSS with the 1 GiB limit: {:.1} MB", peak as f64 / 1e6);
+    let said = "memory allocation of 4294967280 bytes failed";
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !bridge.stderr().contains(said) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(bridge.stderr().contains(said), "the worker said which allocation failed: {}", bridge.stderr());
+    let again = bridge.expect("worker_started", Duration::from_secs(10));
+    assert_eq!(again["restarts"], 1, "{again}");
+    bridge.expect("ready", Duration::from_secs(20));
+    // The same route forwards again.
+    shoal_to_ros_from(&ns, &bridge, "string", "hf_out", 10, 0, "100", 101);
+    let st = stats_of(&mut bridge, "hf_out");
+    assert_eq!(st["to_ros"], 10, "the restarted worker forwarded: {st}");
+    assert!(bridge.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "the supervisor exits cleanly");
+}

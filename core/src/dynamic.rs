@@ -178,6 +178,9 @@ fn descriptor_pool(type_info: &TypeInfo) -> Result<DescriptorPool, DynamicError>
     if let Some(reason) = unsupported_syntax(&type_info.descriptor) {
         return Err(invalid(reason));
     }
+    if let Some(reason) = import_cycle(&type_info.descriptor) {
+        return Err(invalid(reason));
+    }
     let pool = DescriptorPool::decode(type_info.descriptor.as_slice()).map_err(|e| invalid(e.to_string()))?;
     check_map_entries(&pool).map_err(invalid)?;
     Ok(pool)
@@ -241,6 +244,65 @@ fn unsupported_syntax(set: &[u8]) -> Option<String> {
         None | Some("proto2" | "proto3") => None,
         Some(other) => Some(format!("file {i} declares syntax {other:?}; only proto2 and proto3 are supported")),
     })
+}
+
+/// A `FileDescriptorSet` seen only for its files' names and imports (fields 1 and 3 of `FileDescriptorProto`).
+#[derive(Clone, PartialEq, prost::Message)]
+struct ImportsOfFiles {
+    #[prost(message, repeated, tag = "1")]
+    file: Vec<ImportsOfFile>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ImportsOfFile {
+    #[prost(string, optional, tag = "1")]
+    name: Option<String>,
+    #[prost(string, repeated, tag = "3")]
+    dependency: Vec<String>,
+}
+
+/// The import cycle of a set, if it has one (`protoc` never makes one): `prost_reflect` 0.16 recurses without end
+/// on a cycle of public imports (`resolve_public_dependencies`, a file importing itself publicly will do) and the
+/// stack overflows, so no set with a cycle reaches it. Sets that do not decode are left to its decoder.
+fn import_cycle(set: &[u8]) -> Option<String> {
+    use prost::Message as _;
+    let files = ImportsOfFiles::decode(set).ok()?.file;
+    let mut index = std::collections::HashMap::new();
+    for (i, f) in files.iter().enumerate() {
+        index.entry(f.name.as_deref().unwrap_or_default()).or_insert(i);
+    }
+    let deps = |i: usize| files[i].dependency.iter().filter_map(|d| index.get(d.as_str()).copied());
+    // Depth-first, without recursion (the set's size is the peer's choice): 1 = on the path, 2 = done.
+    let mut state = vec![0u8; files.len()];
+    for start in 0..files.len() {
+        if state[start] != 0 {
+            continue;
+        }
+        let mut path: Vec<(usize, Vec<usize>)> = vec![(start, deps(start).collect())];
+        state[start] = 1;
+        while let Some((file, next)) = path.last_mut() {
+            match next.pop() {
+                Some(d) if state[d] == 1 => {
+                    let name = |i: usize| files[i].name.clone().unwrap_or_default();
+                    return Some(format!(
+                        "file {:?} imports {:?}, which imports it back (an import cycle)",
+                        name(*file),
+                        name(d)
+                    ));
+                }
+                Some(d) if state[d] == 0 => {
+                    state[d] = 1;
+                    path.push((d, deps(d).collect()));
+                }
+                Some(_) => {}
+                None => {
+                    state[*file] = 2;
+                    path.pop();
+                }
+            }
+        }
+    }
+    None
 }
 
 fn proto_descriptor(type_info: &TypeInfo) -> Result<MessageDescriptor, DynamicError> {
@@ -384,6 +446,42 @@ mod tests {
                 "{entry:?}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn an_import_cycle_is_an_error_not_a_stack_overflow() {
+        use prost::Message as _;
+        use prost_reflect::prost_types::{DescriptorProto, FileDescriptorProto, FileDescriptorSet};
+        // Each file imports the next (publicly), the last the first; the first defines c.M.
+        let set = |names: &[&str]| {
+            let file = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| FileDescriptorProto {
+                    name: Some((*n).into()),
+                    package: Some("c".into()),
+                    dependency: vec![names[(i + 1) % names.len()].into()],
+                    public_dependency: vec![0],
+                    message_type: vec![DescriptorProto { name: Some(format!("M{i}")), ..Default::default() }],
+                    syntax: Some("proto3".into()),
+                    ..Default::default()
+                })
+                .collect();
+            TypeInfo::new("c.M0", "proto", FileDescriptorSet { file }.encode_to_vec())
+        };
+        for names in [&["a.proto"][..], &["a.proto", "b.proto"], &["a.proto", "b.proto", "c.proto"]] {
+            let Err(e) = DynamicDecoder::new(&set(names)) else { panic!("{names:?}: a cycle is refused") };
+            assert!(e.to_string().contains("an import cycle"), "{names:?}: {e}");
+            assert!(describe(&set(names)).is_err());
+        }
+        // The same files without the cycle are fine.
+        let mut chain = set(&["a.proto", "b.proto"]);
+        let mut fds = FileDescriptorSet::decode(chain.descriptor.as_slice()).unwrap();
+        fds.file[1].dependency.clear();
+        fds.file[1].public_dependency.clear();
+        fds.file.reverse();
+        chain.descriptor = fds.encode_to_vec();
+        assert!(DynamicDecoder::new(&chain).is_ok(), "{:?}", DynamicDecoder::new(&chain).err());
     }
 
     #[test]

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 
 use shoal::Config;
 use shoal::TypeInfo;
-use shoal::config::ShmRingConfig;
 use shoal::registration::codec::{
     encode_registration, process_sample, process_unreg_sample, topic_sample, topic_unreg_sample,
 };
@@ -18,6 +17,17 @@ use shoal::registration::{Direction, Identity, Layer, LayerKind, LayerPar, Local
 use shoal::transport::shm_ring::RingWriter;
 use shoal::wire::pb;
 use shoal::wire::{HEADER_LEN, encode_message};
+
+#[allow(dead_code)] // the bridge uses more of it than the seeds
+#[path = "../../../bridge-ros2/src/generic.rs"]
+mod generic;
+#[allow(dead_code)]
+#[path = "../../harness/ros2_cdr.rs"]
+mod harness;
+#[allow(dead_code)]
+#[path = "../../../bridge-ros2/src/msgdef.rs"]
+mod msgdef;
+mod ros2;
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
 
@@ -249,13 +259,13 @@ fn config_seeds(dir: &Path) -> Result<()> {
 
 fn ring_seeds(dir: &Path) -> Result<()> {
     const T: &str = "ring_header";
-    let cfg = ShmRingConfig {
-        enabled: true,
-        slot_count: 2,
-        slot_size: 64,
-        huge_pages: false,
-        huge_pages_path: PathBuf::from("/dev/hugepages"),
-    };
+    // The ring section is #[non_exhaustive]: its defaults, then the fields the seeds need.
+    let mut cfg = Config::default().shm_ring;
+    cfg.enabled = true;
+    cfg.slot_count = 2;
+    cfg.slot_size = 64;
+    cfg.huge_pages = false;
+    cfg.huge_pages_path = PathBuf::from("/dev/hugepages");
     let mut w = RingWriter::create(&cfg, 0xfeed)?;
     let gen0_path = w.segment_name().to_owned();
     let empty = fs::read(&gen0_path)?;
@@ -352,6 +362,7 @@ fn main() -> Result<()> {
     packed_seeds(&dir)?;
     mcap_seeds(&dir)?;
     ecal_tcp_seeds(&dir)?;
+    ros2::ros2_seeds(&dir)?;
     Ok(())
 }
 
