@@ -47,21 +47,50 @@ pub enum BridgeError {
         /// Why.
         source: shoal::CreateError,
     },
-    /// A route's protobuf definition was to come from its shoal publisher, and did not, or does not map.
-    #[error("shoal topic {topic}: {message}")]
-    Announced {
+    /// A route's protobuf definition was to come from its shoal publisher, and no publisher announced it in time.
+    #[error(
+        "shoal topic {topic}: no publisher announced {shoal_type} (encoding proto, with a descriptor) within \
+         {waited_ms} ms (announced_type_wait_ms); publishers seen: {}. Start the publisher first, or give \
+         shoal_proto or shoal_descriptor",
+        if seen.is_empty() { "none".to_string() } else { seen.join(", ") }
+    )]
+    NotAnnounced {
         /// The topic.
         topic: String,
-        /// What went wrong.
-        message: String,
+        /// The protobuf type the route expects.
+        shoal_type: String,
+        /// How long the bridge waited.
+        waited_ms: u64,
+        /// What the topic's publishers announced instead (`name (encoding)`).
+        seen: Vec<String>,
     },
+    /// The protobuf definition a route's shoal publisher announced does not map to the route's ROS 2 type.
+    #[error("shoal topic {topic}: the announced protobuf {shoal_type} does not map to {ros}")]
+    AnnouncedMapping {
+        /// The topic.
+        topic: String,
+        /// The announced protobuf type.
+        shoal_type: String,
+        /// The route's ROS 2 type.
+        ros: String,
+        /// The first field that does not map, and why.
+        source: Box<crate::generic::GenericError>,
+    },
+    /// The routes contradict each other.
+    #[error("routes")]
+    Routes(#[from] crate::config::ConfigError),
     /// The DDS participant, node, topic, reader or writer could not be created.
-    #[error("ROS 2 / DDS: {0}")]
-    Ros(String),
+    #[error("ROS 2 / DDS: {what}")]
+    Ros {
+        /// What was being created.
+        what: String,
+        /// ros2-client's or RustDDS's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
-fn ros_err(what: &str, e: impl std::fmt::Debug) -> BridgeError {
-    BridgeError::Ros(format!("{what}: {e:?}"))
+fn ros_err(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> BridgeError {
+    BridgeError::Ros { what: what.to_owned(), source: Box::new(e) }
 }
 
 /// How a route turns shoal payloads into ROS 2 messages and back.
@@ -304,21 +333,20 @@ fn resolve_announced(config: &Config, node: &shoal::Node) -> Result<Vec<Route>, 
         };
         let Some(descriptor) = descriptor else {
             seen.dedup();
-            let others = if seen.is_empty() { "none".to_string() } else { seen.join(", ") };
-            return Err(BridgeError::Announced {
+            return Err(BridgeError::NotAnnounced {
                 topic: r.shoal_topic.clone(),
-                message: format!(
-                    "no publisher announced {shoal_type} (encoding proto, with a descriptor) within {} ms \
-                     (announced_type_wait_ms); publishers seen: {others}. Start the publisher first, or give \
-                     shoal_proto or shoal_descriptor",
-                    config.announced_type_wait_ms
-                ),
+                shoal_type: shoal_type.clone(),
+                waited_ms: config.announced_type_wait_ms,
+                seen,
             });
         };
-        let m = Mapping::new(&mut reg, ros, shoal_type, descriptor).map_err(|e| BridgeError::Announced {
-            topic: r.shoal_topic.clone(),
-            message: format!("the announced protobuf {shoal_type} does not map to {ros}: {e}"),
-        })?;
+        let m =
+            Mapping::new(&mut reg, ros, shoal_type, descriptor).map_err(|source| BridgeError::AnnouncedMapping {
+                topic: r.shoal_topic.clone(),
+                shoal_type: shoal_type.clone(),
+                ros: ros.to_string(),
+                source: Box::new(source),
+            })?;
         tracing::info!(topic = %r.shoal_topic, "{shoal_type} (announced) maps to {ros}");
         r.ros_type = RouteType::Generic(Arc::new(m));
     }
@@ -347,7 +375,7 @@ pub fn emit(v: &serde_json::Value) {
 
 /// Runs the bridge until `stop` becomes true.
 pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
-    config.check_routes().map_err(|e| BridgeError::Ros(e.to_string()))?;
+    config.check_routes()?;
     let shoal_node = shoal::Node::init(&config.unit_name)?;
     if let Some(w) = check_socket_limits(config.socket_receive_buffer) {
         tracing::warn!("{w}");
@@ -387,10 +415,7 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
                 continue;
             }
             RouteType::Announced { .. } => {
-                return Err(BridgeError::Announced {
-                    topic: route.shoal_topic.clone(),
-                    message: "the announced protobuf definition was not resolved".into(),
-                });
+                unreachable!("resolve_announced replaced every announced route type before the routes start")
             }
         };
         let r = match builtin {
