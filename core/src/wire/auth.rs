@@ -481,7 +481,7 @@ impl AuthCounts {
     }
 }
 
-/// What [`AuthStats::summary`] returns: the drops of both channels and per topic.
+/// This process's `[shoal_auth]` refusals (in `Snapshot::auth`): the drops of both channels and per topic.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AuthSummary {
     /// Whether this process has a key.
@@ -492,7 +492,7 @@ pub struct AuthSummary {
     pub data: AuthCounts,
     /// Datagrams accepted with a verified envelope (registration, data).
     pub verified: (u64, u64),
-    /// Drops per topic, for those whose topic was known (at most [`MAX_TOPICS`] topics; the others only in the
+    /// Drops per topic, for those whose topic was known (at most 256 topics; the others only in the
     /// totals).
     pub topics: Vec<(String, AuthCounts)>,
     /// Replay-window senders evicted to make room (registration and data together).
