@@ -64,6 +64,7 @@ pub(crate) enum Command {
 }
 
 /// Errors starting the I/O thread.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum IoStartError {
     /// The registration receive socket could not be opened.
