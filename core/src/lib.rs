@@ -37,6 +37,7 @@ pub mod monitor;
 mod node;
 mod pubsub;
 mod sample;
+pub mod service;
 mod stats;
 mod sync;
 mod sys;
@@ -72,6 +73,7 @@ pub mod error {
     pub use crate::node::InitError;
     pub use crate::pubsub::typed::{TypedRecvError, TypedSendError};
     pub use crate::pubsub::{CreateError, LoanError, MatchTimeout, RecvError, SendError, ShmError};
+    pub use crate::service::{BuildError as ServiceBuildError, CallError, WaitError as ServiceWaitError};
     pub use crate::types::{DecodeError, EncodeError};
 }
 
@@ -86,6 +88,7 @@ pub use pubsub::publisher::{Loan, Publisher, Unwritten, Written};
 pub use pubsub::subscriber::{CallbackSubscriber, Subscriber};
 pub use pubsub::typed::{MessageMeta, Received, TypedPublisher, TypedSubscriber};
 pub use sample::{PayloadView, Sample, SampleRef};
+pub use service::{CallStatus, ServerId, ServiceClient, ServiceResponse, ServiceServer};
 pub use transport::shm_ring::FlowStats;
 #[doc(hidden)]
 pub use types::codegen_support as __codegen;

@@ -118,6 +118,46 @@ impl Node {
         SubscriberBuilder::new(&self.rt, topic)
     }
 
+    /// A builder for a service server named `name`: methods added with `.method(..)`, `.build()` opens its
+    /// listener and announces it (see [`crate::service`]).
+    ///
+    /// ```no_run
+    /// # let node = shoal::Node::init("doc")?;
+    /// let raw = shoal::TypeInfo::raw("");
+    /// let server = node
+    ///     .service_server("math")
+    ///     .method("echo", raw.clone(), raw, |req: &[u8]| Ok(req.to_vec()))
+    ///     .build()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn service_server(&self, name: &str) -> crate::service::ServerBuilder {
+        crate::service::ServerBuilder::new(self.service_context(), name)
+    }
+
+    /// A builder for a client of the service named `name`; `.build()` announces it.
+    ///
+    /// ```no_run
+    /// # let node = shoal::Node::init("doc")?;
+    /// let client = node.service_client("math").build();
+    /// client.wait_for_servers(1, std::time::Duration::from_secs(5))?;
+    /// for r in client.call("echo", b"hello", std::time::Duration::from_secs(1))? {
+    ///     println!("{}: {:?} {:?}", r.server.host_name, r.status, r.payload);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn service_client(&self, name: &str) -> crate::service::ClientBuilder {
+        crate::service::ClientBuilder::new(self.service_context(), name)
+    }
+
+    fn service_context(&self) -> crate::service::Context {
+        let rt = Arc::clone(&self.rt);
+        crate::service::Context {
+            services: Arc::clone(&self.rt.services),
+            id: self.rt.new_entity_id(),
+            send: Arc::new(move |cmd| rt.io_send(cmd)),
+        }
+    }
+
     /// What registration knows right now: processes and topics of this host (and the network in network mode),
     /// eCAL's and shoal's alike, plus this process's own.
     pub fn snapshot(&self) -> Snapshot {
@@ -126,6 +166,7 @@ impl Node {
         let mut snapshot: Snapshot = rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap_or_default();
         snapshot.udp = self.rt.udp_counts();
         snapshot.tcp = self.rt.tcp_counts();
+        snapshot.service_counts = self.rt.services.counts();
         snapshot
     }
 }
@@ -185,8 +226,10 @@ fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> 
     reader_factories.push(Box::new(tcp.reader_factory()));
     // The I/O thread is made first (the runtime holds its handle) and polls nothing until the runtime, its event
     // handler, is made of all the parts.
-    let sources = reader_factories.iter().filter_map(|f| f.io_source()).collect();
-    let (io, attach) = crate::io::start(&config, registrar, sources)?;
+    let services = crate::service::Services::new(&config, &identity.host_name);
+    let mut sources: Vec<_> = reader_factories.iter().filter_map(|f| f.io_source()).collect();
+    sources.push(services.io_source());
+    let (io, attach) = crate::io::start(&config, registrar, sources, Arc::clone(&services.directory))?;
     let rt = Arc::new(Runtime::new(RuntimeParts {
         config,
         identity,
@@ -197,6 +240,7 @@ fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> 
         udp,
         tcp,
         io,
+        services,
     }));
     let handler: Weak<Runtime> = Arc::downgrade(&rt);
     attach.attach(handler as Weak<dyn EventHandler>);

@@ -482,6 +482,46 @@ pub struct UdpCounts {
     pub kernel_drops: u64,
 }
 
+/// What this process's service servers and clients did since the start (`Node::snapshot().services_counts`).
+/// Every refusal and failure is counted here; the calls of each server method are also in its registration
+/// (`call_count`).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ServiceCounts {
+    /// Client connections the servers hold now.
+    pub sessions: u64,
+    /// Client connections accepted.
+    pub accepted: u64,
+    /// Connections closed at once because `[shoal_service] max_sessions` were held.
+    pub refused_max_sessions: u64,
+    /// Connections closed for not completing the handshake within `handshake_timeout_ms`, or for offering no
+    /// protocol version the server speaks.
+    pub handshake_failures: u64,
+    /// Connections closed after `idle_timeout_ms` without a request.
+    pub idle_closed: u64,
+    /// Connections closed for a malformed or oversized frame (over `max_request`, an unexpected message type).
+    pub frame_errors: u64,
+    /// Requests whose protobuf did not decode (answered as failed).
+    pub bad_requests: u64,
+    /// Requests executed by a handler that returned a response.
+    pub calls_served: u64,
+    /// Requests answered as failed: unknown method, handler error or panic, response over `max_response`.
+    pub calls_failed: u64,
+    /// Requests answered as failed at once because `max_pending` requests waited for a handler.
+    pub busy: u64,
+    /// Under `[shoal_auth]`: connections to protected services refused because no authenticated client of this
+    /// service was announced from their address.
+    pub unauthenticated: u64,
+    /// Calls this process's clients made, one per server called.
+    pub calls_made: u64,
+    /// Of those: answered with a response (executed or failed by the server).
+    pub calls_answered: u64,
+    /// Of those: not answered within the call's timeout.
+    pub calls_timed_out: u64,
+    /// Of those: the connection failed (refused, closed, a malformed response).
+    pub calls_broken: u64,
+}
+
 /// What this process's eCAL TCP layer did since the start, over all its topics: its publishers' subscriber
 /// connections ("sessions": accepted, admitted, refused and dropped, by cause) and its subscribers' connections to
 /// publishers. Messages lost on the way are also in each publisher's and subscriber's drop count.

@@ -22,6 +22,7 @@ use syn::visit::Visit;
 const ROWS: &[&[&str]] = &[
     &["node"],
     &["pubsub"],
+    &["service"],
     &["io"],
     &["monitor", "transport"],
     &["registration"],

@@ -279,6 +279,8 @@ impl Fixture {
             registration: Default::default(),
             udp: Default::default(),
             tcp: Default::default(),
+            services: Vec::new(),
+            service_counts: Default::default(),
         }
     }
 

@@ -269,6 +269,17 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
             "Refusals, time-outs and dropped connections are counted (Node::snapshot().tcp).",
         ],
     },
+    SectionDef {
+        name: "shoal_service",
+        title: "SHOAL: SERVICE SERVERS AND CLIENTS",
+        doc: &[
+            "A server listens on an ephemeral TCP port it announces in registration (eCAL's service",
+            "protocol, version 1): in local mode on the loopback interface, in network mode on every",
+            "address. The I/O thread accepts connections and reads requests; the method handlers of all",
+            "servers of the process run on handler_threads threads, never on the I/O thread. Every bound",
+            "below is counted when it refuses something (Node::snapshot().services).",
+        ],
+    },
     SectionDef { name: "shoal_io", title: "SHOAL: I/O THREAD", doc: &[] },
     SectionDef { name: "shoal_security", title: "SHOAL: ACCESS TO SHARED MEMORY", doc: &[] },
     SectionDef {
@@ -1276,6 +1287,110 @@ pub(crate) static KEYS: &[KeyDef] = &[
         get: |c| c.tcp.max_connections.to_string(),
         set: |d, v, _| {
             d.cfg.tcp.max_connections = usize::try_from(int_in(v, 1, 65_536)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_service",
+        key: "handler_threads",
+        alias: None,
+        doc: &["Threads that run the method handlers of all servers of this process."],
+        allowed: "1..=256",
+        get: |c| c.service.handler_threads.to_string(),
+        set: |d, v, _| {
+            d.cfg.service.handler_threads = usize::try_from(int_in(v, 1, 256)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_service",
+        key: "max_pending",
+        alias: None,
+        doc: &[
+            "Requests waiting for a handler thread, for all servers of this process; a further request is",
+            "answered at once as failed (\"server busy\") and counted.",
+        ],
+        allowed: "1..=1048576",
+        get: |c| c.service.max_pending.to_string(),
+        set: |d, v, _| {
+            d.cfg.service.max_pending = usize::try_from(int_in(v, 1, 1 << 20)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_service",
+        key: "max_request",
+        alias: None,
+        doc: &[
+            "Largest request a server reads and a client sends (suffixes k, m, g). A server closes a",
+            "connection announcing a larger one (counted); a client refuses to send one.",
+        ],
+        allowed: "1024..=4294967295 bytes (1k to 4g - 1)",
+        get: |c| fmt_size(c.service.max_request_bytes),
+        set: |d, v, _| {
+            d.cfg.service.max_request_bytes =
+                usize::try_from(size(v).filter(|n| (1024..(1 << 32)).contains(n))?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_service",
+        key: "max_response",
+        alias: None,
+        doc: &[
+            "Largest response a client reads and a server sends (suffixes k, m, g). A larger response is",
+            "sent as a failed call instead; a client closes a connection announcing one (the call fails).",
+        ],
+        allowed: "1024..=4294967295 bytes (1k to 4g - 1)",
+        get: |c| fmt_size(c.service.max_response_bytes),
+        set: |d, v, _| {
+            d.cfg.service.max_response_bytes =
+                usize::try_from(size(v).filter(|n| (1024..(1 << 32)).contains(n))?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_service",
+        key: "max_sessions",
+        alias: None,
+        doc: &[
+            "Client connections all servers of this process hold at most; a further one is closed at once",
+            "and counted.",
+        ],
+        allowed: "1..=65536",
+        get: |c| c.service.max_sessions.to_string(),
+        set: |d, v, _| {
+            d.cfg.service.max_sessions = usize::try_from(int_in(v, 1, 65_536)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_service",
+        key: "handshake_timeout_ms",
+        alias: None,
+        doc: &[
+            "A server closes a connection that has not completed the protocol handshake within this long (counted).",
+        ],
+        allowed: "100..=60000 (milliseconds)",
+        get: |c| c.service.handshake_timeout_ms.to_string(),
+        set: |d, v, _| {
+            d.cfg.service.handshake_timeout_ms = u32::try_from(int_in(v, 100, 60_000)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_service",
+        key: "idle_timeout_ms",
+        alias: None,
+        doc: &[
+            "A server closes a connection that has sent no request (and has none in progress) for this long",
+            "(counted). An eCAL client connects again with the server's next registration, a shoal client",
+            "when it next calls.",
+        ],
+        allowed: "1000..=86400000 (milliseconds)",
+        get: |c| c.service.idle_timeout_ms.to_string(),
+        set: |d, v, _| {
+            d.cfg.service.idle_timeout_ms = u32::try_from(int_in(v, 1000, 86_400_000)?).ok()?;
             Some(())
         },
     },

@@ -73,6 +73,8 @@ pub struct Config {
     pub security: SecurityConfig,
     /// eCAL's TCP layer: send queues, frame bound.
     pub tcp: TcpConfig,
+    /// Service servers and clients: handler threads, sizes, connections, deadlines.
+    pub service: ServiceConfig,
     /// Authentication between shoal peers (off without a key).
     pub auth: AuthConfig,
     /// Where this configuration was read from (`None`: built-in defaults).
@@ -468,6 +470,40 @@ impl Default for TcpConfig {
     }
 }
 
+/// Service servers and clients (`[shoal_service]`).
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceConfig {
+    /// Threads that run the method handlers of all servers of the process.
+    pub handler_threads: usize,
+    /// Requests waiting for a handler thread, for all servers; a request beyond is answered as failed at once.
+    pub max_pending: usize,
+    /// Largest request a server reads (and a client sends); a larger one closes the connection (counted).
+    pub max_request_bytes: usize,
+    /// Largest response a client reads (and a server sends: a larger one is answered as failed).
+    pub max_response_bytes: usize,
+    /// Client connections all servers of the process hold at most; a further one is closed at once (counted).
+    pub max_sessions: usize,
+    /// A server closes a connection that has not completed its handshake within this long.
+    pub handshake_timeout_ms: u32,
+    /// A server closes a connection that sent no request for this long (eCAL clients connect again).
+    pub idle_timeout_ms: u32,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            handler_threads: 2,
+            max_pending: 1024,
+            max_request_bytes: 64 << 20,
+            max_response_bytes: 64 << 20,
+            max_sessions: 1024,
+            handshake_timeout_ms: 5000,
+            idle_timeout_ms: 600_000,
+        }
+    }
+}
+
 /// I/O thread settings (`[shoal_io]`).
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
@@ -600,6 +636,7 @@ impl Default for Config {
             layers: LayersConfig::default(),
             security: SecurityConfig { shm_access: ShmAccess::Owner },
             tcp: TcpConfig::default(),
+            service: ServiceConfig::default(),
             auth: AuthConfig::default(),
             source: None,
         }

@@ -25,7 +25,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::config::Config;
 use crate::monitor::Snapshot;
-use crate::registration::{Event, LocalTopic, Registrar, TopicStats};
+use crate::registration::{Event, LocalService, LocalTopic, Registrar, ServerDirectory, ServiceRole, TopicStats};
 use crate::sys::mmsg::{OutMsg, send_mmsg};
 use crate::transport::IoSource;
 use crate::transport::udp::net as udp_net;
@@ -50,6 +50,11 @@ pub(crate) trait EventHandler: Send + Sync {
 
     /// The statistics of every local entity, for the periodic registration.
     fn collect_stats(&self) -> Vec<(u64, TopicStats)>;
+
+    /// The call counts of every local service server's and client's methods, for the periodic registration.
+    fn collect_service_calls(&self) -> Vec<(u64, Vec<(String, i64)>)> {
+        Vec::new()
+    }
 }
 
 /// Requests from user threads to the I/O thread.
@@ -59,6 +64,8 @@ pub(crate) enum Command {
     AddSubscriber(LocalTopic),
     Update(LocalTopic),
     Remove(u64),
+    AddService(LocalService),
+    RemoveService(u64),
     Snapshot(mpsc::Sender<Snapshot>),
     Shutdown,
 }
@@ -150,6 +157,7 @@ pub(crate) fn start(
     cfg: &Config,
     registrar: Registrar,
     sources: Vec<Box<dyn IoSource>>,
+    directory: Arc<ServerDirectory>,
 ) -> Result<(IoHandle, Attach), IoStartError> {
     let sockets = open_sockets(cfg).map_err(|source| IoStartError::Socket { port: cfg.registration.port, source })?;
     let poll = Poll::new().map_err(IoStartError::Thread)?;
@@ -178,6 +186,8 @@ pub(crate) fn start(
                 receive_batch,
                 reg_batch: udp_net::RecvBatch::new(REG_RECV_SLOTS),
                 waker: thread_waker,
+                directory,
+                directory_generation: None,
             };
             if let Err(e) = io.run() {
                 tracing::error!("shoal I/O thread stopped: {e}");
@@ -202,6 +212,10 @@ struct IoThread {
     reg_batch: udp_net::RecvBatch,
     /// Handed to the sources, whose producers wake the thread with it.
     waker: Arc<Waker>,
+    /// The remote servers, published for the process's service clients.
+    directory: Arc<ServerDirectory>,
+    /// The registrar's services generation last published.
+    directory_generation: Option<u64>,
 }
 
 impl IoThread {
@@ -286,6 +300,7 @@ impl IoThread {
                 self.registrar.handle_timeout(now);
             }
             self.process_events();
+            self.publish_servers();
             // Layers started or connections made by these events open their sockets now, not a poll later.
             let now = Instant::now();
             for (i, src) in self.sources.iter_mut().enumerate() {
@@ -339,6 +354,8 @@ impl IoThread {
                 Command::AddSubscriber(t) => self.registrar.add_subscriber(now, t),
                 Command::Update(t) => self.registrar.update_local(now, t),
                 Command::Remove(id) => self.registrar.remove_local(now, id),
+                Command::AddService(s) => self.registrar.add_service(s),
+                Command::RemoveService(id) => self.registrar.remove_service(id),
                 Command::Snapshot(reply) => {
                     let mut snap = crate::monitor::build_snapshot(&self.registrar, Instant::now());
                     snap.socket_drops = crate::monitor::SocketDrops {
@@ -398,6 +415,19 @@ impl IoThread {
         let Some(handler) = self.handler.upgrade() else { return };
         for (id, stats) in handler.collect_stats() {
             self.registrar.set_stats(id, stats);
+        }
+        for (id, calls) in handler.collect_service_calls() {
+            self.registrar.set_service_calls(id, &calls);
+        }
+    }
+
+    /// Hands the service clients the remote servers, when they changed.
+    fn publish_servers(&mut self) {
+        let generation = self.registrar.services_generation();
+        if self.directory_generation != Some(generation) {
+            self.directory_generation = Some(generation);
+            let servers = self.registrar.services().filter(|s| s.role == ServiceRole::Server).cloned().collect();
+            self.directory.publish(servers);
         }
     }
 

@@ -5,8 +5,10 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+pub use crate::registration::{MethodInfo, ServiceRole};
 pub use crate::stats::{
-    ConnectionStats, LatencyHistogram, LatencySummary, ShoalProcessStats, ShoalStats, TcpCounts, UdpCounts, Via,
+    ConnectionStats, LatencyHistogram, LatencySummary, ServiceCounts, ShoalProcessStats, ShoalStats, TcpCounts,
+    UdpCounts, Via,
 };
 pub use crate::wire::auth::{AuthCounts, AuthSummary};
 pub use summary::{STALE_AFTER, TopicProblem, TopicSummary, summarize, summarize_topic};
@@ -54,6 +56,35 @@ pub enum TopicDirection {
     Publisher,
     /// Receives on the topic.
     Subscriber,
+}
+
+/// One service server or client seen through registration (eCAL's and shoal's alike).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceEntry {
+    /// Host name.
+    pub host_name: String,
+    /// Process id.
+    pub pid: u32,
+    /// Executable path.
+    pub process_name: String,
+    /// Unit name.
+    pub unit_name: String,
+    /// Entity id (eCAL's `service_id`).
+    pub entity_id: u64,
+    /// Service name.
+    pub service_name: String,
+    /// Server or client.
+    pub role: ServiceRole,
+    /// Its methods with their request and response types and call counts.
+    pub methods: Vec<MethodInfo>,
+    /// A server's TCP port (0 for a client).
+    pub tcp_port: u16,
+    /// Service protocol version it announced.
+    pub version: u32,
+    /// It belongs to this process.
+    pub is_self: bool,
+    /// Time since its last registration arrived.
+    pub registration_age: Duration,
 }
 
 /// One publisher or subscriber seen through registration.
@@ -124,6 +155,10 @@ pub struct Snapshot {
     pub socket_drops: SocketDrops,
     /// What this process's registration received, applied, dropped (and why) and sent since the start.
     pub registration: crate::registration::RegistrationCounters,
+    /// Every known service server and client, sorted by service name.
+    pub services: Vec<ServiceEntry>,
+    /// What this process's servers and clients did: connections, calls, refusals.
+    pub service_counts: ServiceCounts,
 }
 
 impl Snapshot {
@@ -211,7 +246,29 @@ pub(crate) fn build_snapshot(reg: &Registrar, now: Instant) -> Snapshot {
         })
         .collect();
     flag_type_mismatches(&mut topics, &my_host, my_pid);
+    let mut services: Vec<ServiceEntry> = reg
+        .services()
+        .map(|s| ServiceEntry {
+            host_name: s.key.host_name.clone(),
+            pid: s.key.pid,
+            process_name: s.process_name.clone(),
+            unit_name: s.unit_name.clone(),
+            entity_id: s.key.entity_id,
+            service_name: s.service_name.clone(),
+            role: s.role,
+            methods: s.methods.clone(),
+            tcp_port: s.tcp_port,
+            version: s.version,
+            is_self: s.key.pid == my_pid && s.key.host_name == my_host,
+            registration_age: now.saturating_duration_since(s.last_seen),
+        })
+        .collect();
+    services.sort_by(|a, b| {
+        (&a.service_name, a.role, &a.host_name, a.pid).cmp(&(&b.service_name, b.role, &b.host_name, b.pid))
+    });
     Snapshot {
+        services,
+        service_counts: ServiceCounts::default(),
         taken_at: Some(SystemTime::now()),
         processes,
         topics,

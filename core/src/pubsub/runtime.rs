@@ -58,6 +58,8 @@ pub(crate) struct Runtime {
     udp: crate::transport::udp::UdpLayer,
     /// The eCAL TCP layer, for its counters.
     tcp: crate::transport::ecal_tcp::TcpLayer,
+    /// Service servers and clients.
+    pub(crate) services: Arc<crate::service::Services>,
     /// Stale-file cleanup: due after a process of this host departed, run at most once per registration period.
     cleanup: Mutex<StaleCleanup>,
 }
@@ -102,12 +104,24 @@ pub(crate) struct RuntimeParts {
     pub(crate) tcp: crate::transport::ecal_tcp::TcpLayer,
     /// The I/O thread, waiting for its handler: the runtime made of these parts.
     pub(crate) io: IoHandle,
+    /// Service servers and clients (their I/O source is among the I/O thread's).
+    pub(crate) services: Arc<crate::service::Services>,
 }
 
 impl Runtime {
     pub(crate) fn new(parts: RuntimeParts) -> Runtime {
-        let RuntimeParts { config, identity, doorbell, self_ringer, writer_factories, reader_factories, udp, tcp, io } =
-            parts;
+        let RuntimeParts {
+            config,
+            identity,
+            doorbell,
+            self_ringer,
+            writer_factories,
+            reader_factories,
+            udp,
+            tcp,
+            io,
+            services,
+        } = parts;
         let pid = u64::from(identity.pid);
         let random: u64 = rand::random::<u64>() & 0xFF_FFFF;
         Runtime {
@@ -126,6 +140,7 @@ impl Runtime {
             entity_prefix: ((pid & 0xFF_FFFF) << 40) | (random << 16),
             udp,
             tcp,
+            services,
             cleanup: Mutex::default(),
         }
     }
@@ -288,6 +303,10 @@ impl EventHandler for Runtime {
         // Called once per registration period: a cleanup postponed by the rate limit runs here.
         self.stale_cleanup(std::time::Instant::now());
         Runtime::collect_stats(self)
+    }
+
+    fn collect_service_calls(&self) -> Vec<(u64, Vec<(String, i64)>)> {
+        self.services.call_counts()
     }
 }
 

@@ -9,8 +9,8 @@ use crate::types::TypeInfo;
 use crate::wire::{self, EncodeError, WireError};
 
 use super::model::{
-    Direction, EntityKey, Identity, Layer, LayerKind, LayerPar, LocalTopic, RemoteProcess, RemoteTopic, ShoalPar,
-    TopicStats,
+    Direction, EntityKey, Identity, Layer, LayerKind, LayerPar, LocalService, LocalTopic, MethodInfo, RemoteProcess,
+    RemoteService, RemoteTopic, SERVICE_PROTOCOL_VERSION, ServiceRole, ShoalPar, TopicStats,
 };
 use crate::stats::{ConnectionStats, LatencyHistogram, LatencySummary, ShoalProcessStats, ShoalStats, Via};
 use crate::wire::pb::{self, TopicIdError, parse_topic_id};
@@ -398,6 +398,127 @@ pub fn remote_process(p: &pb::Process, now: Instant) -> RemoteProcess {
         }),
         last_seen: now,
     }
+}
+
+fn method_to_pb(m: &MethodInfo) -> pb::Method {
+    pb::Method {
+        method_name: m.name.clone(),
+        // The deprecated fields, as eCAL 6.1.1 still writes them (eCAL 5.x reads only these).
+        req_type: m.request.name.clone(),
+        req_desc: m.request.descriptor.clone(),
+        resp_type: m.response.name.clone(),
+        resp_desc: m.response.descriptor.clone(),
+        request_datatype_information: Some(type_info_to_pb(&m.request)),
+        response_datatype_information: Some(type_info_to_pb(&m.response)),
+        call_count: m.call_count,
+    }
+}
+
+/// A method as announced; without the eCAL 6 type information (an eCAL 5.x peer), from the deprecated fields.
+fn method_from_pb(m: &pb::Method) -> MethodInfo {
+    let legacy = |name: &str, desc: &[u8]| TypeInfo {
+        name: name.to_owned(),
+        encoding: String::new(),
+        descriptor: desc.to_vec(),
+    };
+    MethodInfo {
+        name: m.method_name.clone(),
+        request: m
+            .request_datatype_information
+            .as_ref()
+            .map_or_else(|| legacy(&m.req_type, &m.req_desc), |t| type_info_from_pb(Some(t))),
+        response: m
+            .response_datatype_information
+            .as_ref()
+            .map_or_else(|| legacy(&m.resp_type, &m.resp_desc), |t| type_info_from_pb(Some(t))),
+        call_count: m.call_count,
+    }
+}
+
+/// A server (cmd 5) or client (cmd 6) registration; with `unregister`, its unregistration (cmd 15 / 16: identity
+/// and names only, as eCAL sends it).
+pub fn service_sample(me: &Identity, s: &LocalService, registration_clock: i32, unregister: bool) -> pb::Sample {
+    let methods = if unregister { Vec::new() } else { s.methods.iter().map(method_to_pb).collect() };
+    let registration_clock = if unregister { 0 } else { registration_clock };
+    match s.role {
+        ServiceRole::Server => pb::Sample {
+            cmd_type: if unregister { pb::CMD_UNREG_SERVICE } else { pb::CMD_REG_SERVICE },
+            service: Some(pb::Service {
+                registration_clock,
+                host_name: me.host_name.clone(),
+                process_name: me.process_name.clone(),
+                unit_name: me.unit_name.clone(),
+                process_id: pid_i32(me.pid),
+                service_name: s.service_name.clone(),
+                tcp_port_v0: 0,
+                methods,
+                service_id: s.id.to_string(),
+                version: SERVICE_PROTOCOL_VERSION,
+                tcp_port_v1: if unregister { 0 } else { u32::from(s.tcp_port) },
+            }),
+            ..Default::default()
+        },
+        ServiceRole::Client => pb::Sample {
+            cmd_type: if unregister { pb::CMD_UNREG_CLIENT } else { pb::CMD_REG_CLIENT },
+            client: Some(pb::Client {
+                registration_clock,
+                host_name: me.host_name.clone(),
+                process_name: me.process_name.clone(),
+                unit_name: me.unit_name.clone(),
+                process_id: pid_i32(me.pid),
+                service_name: s.service_name.clone(),
+                service_id: s.id.to_string(),
+                version: SERVICE_PROTOCOL_VERSION,
+                methods,
+            }),
+            ..Default::default()
+        },
+    }
+}
+
+/// A received server registration as a model entry (`source` and `authenticated` are the caller's to fill in).
+pub fn remote_server(s: &pb::Service, now: Instant) -> Result<RemoteService, TopicIdError> {
+    Ok(RemoteService {
+        key: EntityKey {
+            host_name: s.host_name.clone(),
+            pid: pid_u32(s.process_id),
+            entity_id: parse_topic_id(&s.service_id)?,
+        },
+        role: ServiceRole::Server,
+        service_name: s.service_name.clone(),
+        process_name: s.process_name.clone(),
+        unit_name: s.unit_name.clone(),
+        methods: s.methods.iter().map(method_from_pb).collect(),
+        version: s.version,
+        // A port beyond 16 bits is no port.
+        tcp_port: u16::try_from(s.tcp_port_v1).unwrap_or(0),
+        registration_clock: s.registration_clock,
+        source: None,
+        authenticated: false,
+        last_seen: now,
+    })
+}
+
+/// A received client registration as a model entry.
+pub fn remote_client(c: &pb::Client, now: Instant) -> Result<RemoteService, TopicIdError> {
+    Ok(RemoteService {
+        key: EntityKey {
+            host_name: c.host_name.clone(),
+            pid: pid_u32(c.process_id),
+            entity_id: parse_topic_id(&c.service_id)?,
+        },
+        role: ServiceRole::Client,
+        service_name: c.service_name.clone(),
+        process_name: c.process_name.clone(),
+        unit_name: c.unit_name.clone(),
+        methods: c.methods.iter().map(method_from_pb).collect(),
+        version: c.version,
+        tcp_port: 0,
+        registration_clock: c.registration_clock,
+        source: None,
+        authenticated: false,
+        last_seen: now,
+    })
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ pub enum LimitError {
         /// The limit.
         limit: usize,
     },
-    /// More entries in a list than shoal keeps (memfile names, statistics connections or buckets).
+    /// More entries in a list than shoal keeps (memfile names, statistics connections or buckets, methods).
     #[error("a list of more than {limit} entries")]
     List {
         /// The limit.
@@ -143,12 +143,43 @@ pub fn check_sample(sample: &[u8], l: &LimitsConfig) -> Result<(), LimitError> {
     // A message field given several times is merged by the decoder (its repeated fields concatenated), so the layers
     // are counted over every occurrence of the topic.
     let mut layers = 0usize;
-    // Sample: 3 process, 5 topic, 6 content (data samples), 8 padding.
-    texts(sample, l, &[3, 5, 6, 8], |n, b| match n {
+    // Methods are counted over every occurrence of the service or client, as layers are.
+    let mut methods = 0usize;
+    // Sample: 3 process, 4 service, 5 topic, 6 content (data samples), 7 client, 8 padding.
+    texts(sample, l, &[3, 4, 5, 6, 7, 8], |n, b| match n {
         3 => check_process(b, l),
+        // Service: 8 methods; Client: 9 methods.
+        4 => check_service(b, l, 8, &mut methods),
+        7 => check_service(b, l, 9, &mut methods),
         5 => check_topic(b, l, &mut layers),
         // A registration has no content; padding is skipped by the decoder.
         _ => Ok(()),
+    })
+}
+
+/// Methods of one service or client shoal keeps.
+pub const MAX_METHODS: usize = 256;
+
+fn descriptor(desc: &[u8], l: &LimitsConfig) -> Result<(), LimitError> {
+    if desc.len() > l.descriptor_bytes {
+        Err(LimitError::Descriptor { len: desc.len(), limit: l.descriptor_bytes })
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks one occurrence of a service (its methods in field `methods_field`); `methods` counts over occurrences.
+fn check_service(s: &[u8], l: &LimitsConfig, methods_field: u64, methods: &mut usize) -> Result<(), LimitError> {
+    texts(s, l, &[methods_field], |_, m| {
+        *methods += 1;
+        if *methods > MAX_METHODS {
+            return Err(LimitError::List { limit: MAX_METHODS });
+        }
+        // Method: 5 req_desc, 6 resp_desc (deprecated descriptors), 7 / 8 request / response type information.
+        texts(m, l, &[5, 6, 7, 8], |n, b| match n {
+            5 | 6 => descriptor(b, l),
+            _ => texts(b, l, &[3], |_, desc| descriptor(desc, l)),
+        })
     })
 }
 
@@ -168,13 +199,7 @@ fn check_topic(t: &[u8], l: &LimitsConfig, layers: &mut usize) -> Result<(), Lim
             }
             check_layer(b, l)
         }
-        30 => texts(b, l, &[3], |_, desc| {
-            if desc.len() > l.descriptor_bytes {
-                Err(LimitError::Descriptor { len: desc.len(), limit: l.descriptor_bytes })
-            } else {
-                Ok(())
-            }
-        }),
+        30 => texts(b, l, &[3], |_, desc| descriptor(desc, l)),
         31 => fields(b).try_for_each(|f| f.map(|_| ())),
         _ => check_shoal_stats(b),
     })

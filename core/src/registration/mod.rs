@@ -2,19 +2,22 @@
 //!
 //! - [`codec`]: model ⇄ eCAL's protobuf ([`crate::wire::pb`]), `"reg_sample"` framing.
 //! - [`Registrar`]: periodic registration of the local process and entities, the registry of
-//!   remote processes and topics with expiry, and matching (see its docs).
+//!   remote processes, topics and service servers and clients with expiry, and matching (see its docs).
 
 pub mod codec;
 pub mod limits;
 pub mod model;
 mod registrar;
+mod services;
 
 #[cfg(test)]
 mod tests;
 
 pub use codec::{DecodeError, decode_registration, encode_registration};
 pub use model::{
-    Direction, EntityKey, Event, Identity, Layer, LayerKind, LayerPar, LocalTopic, RegistrationCounters, RemoteProcess,
-    RemoteTopic, ShoalPar, TopicStats,
+    Direction, EntityKey, Event, Identity, Layer, LayerKind, LayerPar, LocalService, LocalTopic, MethodInfo,
+    RegistrationCounters, RemoteProcess, RemoteService, RemoteTopic, SERVICE_PROTOCOL_VERSION, ServiceRole, ShoalPar,
+    TopicStats,
 };
 pub use registrar::{ProtectedTopics, Registrar};
+pub use services::ServerDirectory;

@@ -256,6 +256,76 @@ impl RemoteTopic {
     }
 }
 
+/// Which side of a service an entity is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ServiceRole {
+    /// Offers the methods (registered with cmd 5, eCAL's `Service`).
+    Server,
+    /// Calls them (cmd 6, eCAL's `Client`).
+    Client,
+}
+
+/// One method of a service as registration announces it: its name, the type information of its request and
+/// response (name, encoding, descriptor, as a topic's), and how often it was called.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MethodInfo {
+    /// Method name.
+    pub name: String,
+    /// The request's type.
+    pub request: TypeInfo,
+    /// The response's type.
+    pub response: TypeInfo,
+    /// Calls served (a server) or made (a client).
+    pub call_count: i64,
+}
+
+/// The service protocol version eCAL 6.1.1 speaks and announces (`version` of `Service` and `Client`).
+pub const SERVICE_PROTOCOL_VERSION: u32 = 1;
+
+/// A service server or client of this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalService {
+    /// Entity id (unique per process run, shared with topics; sent as a decimal string).
+    pub id: u64,
+    /// Server or client.
+    pub role: ServiceRole,
+    /// Service name.
+    pub service_name: String,
+    /// Its methods.
+    pub methods: Vec<MethodInfo>,
+    /// A server's listening port (protocol v1); 0 for a client. eCAL announces no server without one.
+    pub tcp_port: u16,
+}
+
+/// A service server or client learnt from registration (cmd 5 or 6).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteService {
+    /// Identity (the entity id is eCAL's `service_id`).
+    pub key: EntityKey,
+    /// Server or client.
+    pub role: ServiceRole,
+    /// Service name.
+    pub service_name: String,
+    /// Executable path of its process.
+    pub process_name: String,
+    /// Unit name.
+    pub unit_name: String,
+    /// Its methods.
+    pub methods: Vec<MethodInfo>,
+    /// Service protocol version it speaks.
+    pub version: u32,
+    /// A server's protocol v1 port (0: none announced, or a client).
+    pub tcp_port: u16,
+    /// Its registration clock.
+    pub registration_clock: i32,
+    /// The address its last registration datagram came from (see [`RemoteTopic::source`]); a server is called there.
+    pub source: Option<std::net::IpAddr>,
+    /// Its registration arrived in a verified `[shoal_auth]` envelope.
+    pub authenticated: bool,
+    /// When its last registration arrived.
+    pub last_seen: Instant,
+}
+
 /// A process learnt from registration (cmd 4).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RemoteProcess {
@@ -357,12 +427,14 @@ pub struct RegistrationCounters {
     pub descriptors_dropped: u64,
     /// Samples from our own process dropped because loopback is off.
     pub own_ignored: u64,
-    /// Samples with commands registration does not handle (data, services, clients, unknown).
+    /// Samples with commands registration does not handle (data, unknown).
     pub ignored_commands: u64,
     /// Unregistration samples applied.
     pub unregistrations: u64,
     /// Remote topics dropped for lack of refresh.
     pub expired_topics: u64,
+    /// Remote service servers and clients dropped for lack of refresh.
+    pub expired_services: u64,
     /// Remote processes dropped for lack of refresh.
     pub expired_processes: u64,
     /// Samples sent.

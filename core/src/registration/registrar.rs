@@ -16,9 +16,10 @@ use crate::wire::{self, DEFAULT_MAX_FRAGMENT_PAYLOAD, Reassembler, ReassemblyCon
 
 use super::codec::{self, DecodeError};
 use super::model::{
-    Direction, EntityKey, Event, Identity, Layer, LayerPar, LocalTopic, RegistrationCounters, RemoteProcess,
-    RemoteTopic, TopicStats,
+    Direction, EntityKey, Event, Identity, Layer, LayerPar, LocalService, LocalTopic, RegistrationCounters,
+    RemoteProcess, RemoteService, RemoteTopic, TopicStats,
 };
+use super::services::ServiceRegistry;
 use crate::wire::pb;
 
 #[derive(Debug)]
@@ -221,6 +222,8 @@ pub struct Registrar {
     auth_stats: Arc<AuthStats>,
     /// Remote processes whose registration was authenticated.
     authenticated_processes: BTreeSet<(String, u32)>,
+    /// Local and remote service servers and clients.
+    services: ServiceRegistry,
 }
 
 impl Registrar {
@@ -266,6 +269,7 @@ impl Registrar {
             auth: None,
             auth_stats: Arc::new(AuthStats::new(false)),
             authenticated_processes: BTreeSet::new(),
+            services: ServiceRegistry::default(),
         }
     }
 
@@ -385,6 +389,45 @@ impl Registrar {
         self.drop_local_matches(id);
     }
 
+    /// Adds (or replaces) a local service server or client and registers it at once (cmd 5 / 6).
+    pub fn add_service(&mut self, s: LocalService) {
+        if self.shut_down {
+            tracing::warn!(id = s.id, "registrar shut down; local service not added");
+            return;
+        }
+        self.services.add_local(s);
+    }
+
+    /// Removes a local service server or client: queues its unregistration (cmd 15 / 16) at once.
+    pub fn remove_service(&mut self, id: u64) {
+        if let Some(s) = self.services.remove_local(id) {
+            let sample = codec::service_sample(&self.me, &s, 0, true);
+            let sign = self.protects(&s.service_name);
+            self.queue_sample(&sample, sign);
+        }
+    }
+
+    /// Sets the call counts sent with a local server's or client's next periodic registration (no send now).
+    pub fn set_service_calls(&mut self, id: u64, calls: &[(String, i64)]) {
+        self.services.set_calls(id, calls);
+    }
+
+    /// Known service servers and clients of other processes (and ours when loopback is on).
+    pub fn services(&self) -> impl Iterator<Item = &RemoteService> {
+        self.services.remote()
+    }
+
+    /// This process's service servers and clients, as announced.
+    pub fn local_services(&self) -> impl Iterator<Item = &LocalService> {
+        self.services.locals()
+    }
+
+    /// Changes whenever the known remote servers or clients change in a way that matters to a caller (see
+    /// [`services`](Self::services)); compare with the value last seen.
+    pub fn services_generation(&self) -> u64 {
+        self.services.generation()
+    }
+
     /// Feeds one datagram received on the registration port from `from`.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
         self.counters.datagrams_received += 1;
@@ -476,6 +519,7 @@ impl Registrar {
         if now >= self.next_refresh {
             self.process_dirty = true;
             self.dirty.extend(self.locals.keys().copied());
+            self.services.refresh_all();
             self.next_refresh += self.refresh;
             if self.next_refresh <= now {
                 self.next_refresh = now + self.refresh;
@@ -503,6 +547,7 @@ impl Registrar {
             self.counters.expired_processes += 1;
             self.remove_process(&key, source);
         }
+        self.counters.expired_services += self.services.expire(now, timeout);
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next (`None` after shutdown).
@@ -516,6 +561,9 @@ impl Registrar {
         }
         for (p, _) in self.processes.values() {
             next = next.min(p.last_seen + self.timeout);
+        }
+        if let Some(t) = self.services.next_expiry(self.timeout) {
+            next = next.min(t);
         }
         if let Some(r) = self.reassembler.next_expiry() {
             next = next.min(r);
@@ -549,6 +597,9 @@ impl Registrar {
         let ids: Vec<u64> = self.locals.keys().copied().collect();
         for id in ids {
             self.remove_local(now, id);
+        }
+        for id in self.services.local_ids() {
+            self.remove_service(id);
         }
         self.dirty.clear();
         self.process_dirty = false;
@@ -624,6 +675,11 @@ impl Registrar {
             let sign = self.auth.as_ref().is_some_and(|a| a.protected.contains(&entry.topic.topic_name));
             self.queue_sample(&sample, sign);
         }
+        for (service, clock) in self.services.take_dirty() {
+            let sample = codec::service_sample(&self.me, &service, clock, false);
+            let sign = self.protects(&service.service_name);
+            self.queue_sample(&sample, sign);
+        }
     }
 
     /// Whether `[shoal_auth]` has a key and protects `topic`.
@@ -675,11 +731,60 @@ impl Registrar {
             }
             pb::CMD_REG_PROCESS => self.apply_process(now, sample.process, from, authenticated),
             pb::CMD_UNREG_PROCESS => self.apply_process_unreg(sample.process, from, authenticated),
+            pb::CMD_REG_SERVICE | pb::CMD_UNREG_SERVICE => {
+                let remote = sample.service.as_ref().map(|s| codec::remote_server(s, now));
+                self.apply_service(remote, sample.cmd_type == pb::CMD_UNREG_SERVICE, from, authenticated);
+            }
+            pb::CMD_REG_CLIENT | pb::CMD_UNREG_CLIENT => {
+                let remote = sample.client.as_ref().map(|c| codec::remote_client(c, now));
+                self.apply_service(remote, sample.cmd_type == pb::CMD_UNREG_CLIENT, from, authenticated);
+            }
             other => {
                 self.counters.ignored_commands += 1;
                 tracing::trace!(cmd = other, "registration command ignored");
             }
         }
+    }
+
+    /// A server or client registration (cmd 5 / 6) or unregistration (15 / 16), decoded.
+    fn apply_service(
+        &mut self,
+        remote: Option<Result<RemoteService, pb::TopicIdError>>,
+        unregister: bool,
+        from: SocketAddr,
+        authenticated: bool,
+    ) {
+        let mut remote = match remote {
+            None => {
+                self.counters.missing_body += 1;
+                return;
+            }
+            Some(Err(e)) => {
+                self.counters.rejected_ids += 1;
+                tracing::debug!(error = %e, "service registration discarded");
+                return;
+            }
+            Some(Ok(r)) => r,
+        };
+        // eCAL sends no SHM transport domain with services: the host name decides in local mode.
+        if !self.gate(&remote.key.host_name, "", remote.key.pid) {
+            return;
+        }
+        if !authenticated {
+            let entry_auth = self.services.entry_authenticated(remote.role, &remote.key);
+            if !self.unsigned_allowed(Some(&remote.service_name), entry_auth, from) {
+                return;
+            }
+        }
+        if unregister {
+            if self.services.remove_remote(remote.role, &remote.key) {
+                self.counters.unregistrations += 1;
+            }
+            return;
+        }
+        remote.source = Some(from.ip());
+        remote.authenticated = authenticated;
+        self.services.apply(remote, &self.bounds, &mut self.counters);
     }
 
     /// Shared gate: acceptance filter and loopback. Returns false (and counts) to drop.

@@ -1001,3 +1001,105 @@ fn a_remote_topic_carries_its_registration_source() {
     };
     assert_eq!(remote.source, Some(elsewhere.ip()));
 }
+
+// ----- services ------------------------------------------------------------------------------------------
+
+fn server(id: u64, name: &str, port: u16, methods: &[&str]) -> LocalService {
+    LocalService {
+        id,
+        role: ServiceRole::Server,
+        service_name: name.into(),
+        methods: methods
+            .iter()
+            .map(|m| MethodInfo {
+                name: (*m).into(),
+                request: TypeInfo::new("Req", "proto", b"rd".to_vec()),
+                response: TypeInfo::new("Resp", "proto", b"pd".to_vec()),
+                call_count: 0,
+            })
+            .collect(),
+        tcp_port: port,
+    }
+}
+
+#[test]
+fn servers_and_clients_are_announced_learnt_and_withdrawn() {
+    let t0 = Instant::now();
+    let mut net = Net::new(t0);
+    let a = net.add(Registrar::new(ident("h", 1), &cfg(), t0));
+    let b = net.add(Registrar::new(ident("h", 2), &cfg(), t0));
+    net.reg(a).add_service(server(7, "math", 40_001, &["add", "mul"]));
+    net.reg(b).add_service(LocalService {
+        id: 9,
+        role: ServiceRole::Client,
+        service_name: "math".into(),
+        methods: Vec::new(),
+        tcp_port: 0,
+    });
+    net.exchange();
+
+    // The sample as eCAL reads it: cmd 5, the id as a decimal string, version 1, the v1 port, the old type fields too.
+    let sent = net.peers[a].sent.iter().find(|s| s.cmd_type == pb::CMD_REG_SERVICE).expect("cmd 5 sent");
+    let svc = sent.service.as_ref().expect("service body");
+    assert_eq!((svc.service_id.as_str(), svc.version, svc.tcp_port_v1, svc.tcp_port_v0), ("7", 1, 40_001, 0));
+    assert_eq!((svc.methods[0].req_type.as_str(), svc.methods[0].resp_desc.as_slice()), ("Req", &b"pd"[..]));
+
+    let seen: Vec<_> = net.reg(b).services().filter(|s| s.key.pid == 1).cloned().collect();
+    assert_eq!(seen.len(), 1);
+    assert_eq!((seen[0].role, seen[0].tcp_port, seen[0].methods.len()), (ServiceRole::Server, 40_001, 2));
+    assert_eq!(seen[0].methods[1].response.descriptor, b"pd");
+    assert!(net.reg(a).services().any(|s| s.role == ServiceRole::Client && s.key.pid == 2));
+    let generation = net.reg(b).services_generation();
+
+    // A refresh that changes nothing a caller uses does not move the generation; a new method does.
+    net.advance(Duration::from_millis(1100));
+    assert_eq!(net.reg(b).services_generation(), generation);
+    net.reg(a).add_service(server(7, "math", 40_001, &["add", "mul", "div"]));
+    net.exchange();
+    assert!(net.reg(b).services_generation() > generation);
+
+    net.reg(a).remove_service(7);
+    net.exchange();
+    assert!(net.peers[a].sent.iter().any(|s| s.cmd_type == pb::CMD_UNREG_SERVICE));
+    assert!(!net.reg(b).services().any(|s| s.key.pid == 1), "withdrawn at once");
+}
+
+#[test]
+fn remote_services_expire_and_bad_ones_are_counted() {
+    let t0 = Instant::now();
+    let mut net = Net::new(t0);
+    let a = net.add(Registrar::new(ident("h", 1), &cfg(), t0));
+    let b = net.add(Registrar::new(ident("h", 2), &cfg(), t0));
+    net.reg(a).add_service(server(7, "s", 40_001, &["m"]));
+    net.exchange();
+    assert_eq!(net.reg(b).services().filter(|s| s.key.pid == 1).count(), 1);
+    net.peers[a].alive = false;
+    net.advance(cfg().timeout + Duration::from_secs(1));
+    assert_eq!(net.reg(b).services().filter(|s| s.key.pid == 1).count(), 0);
+    assert!(net.reg(b).counters().expired_services >= 1);
+
+    // A service id eCAL's std::stoull would refuse, and more methods than shoal keeps.
+    let mut reg = Registrar::new(ident("h", 2), &cfg(), t0);
+    let bad_id = pb::Sample {
+        cmd_type: pb::CMD_REG_SERVICE,
+        service: Some(pb::Service { service_id: "x".into(), host_name: "h".into(), ..Default::default() }),
+        ..Default::default()
+    };
+    let many = pb::Sample {
+        cmd_type: pb::CMD_REG_CLIENT,
+        client: Some(pb::Client {
+            service_id: "5".into(),
+            host_name: "h".into(),
+            methods: vec![pb::Method::default(); limits::MAX_METHODS + 1],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    for s in [bad_id, many] {
+        for d in codec::encode_registration(&s, 60_000, &mut || 1).unwrap() {
+            reg.handle_datagram(t0, addr(9), &d);
+        }
+    }
+    assert_eq!(reg.services().count(), 0);
+    assert_eq!((reg.counters().rejected_ids, reg.counters().over_limits), (1, 1));
+}

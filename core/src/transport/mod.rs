@@ -8,6 +8,9 @@
 //! tcp to other hosts), that the subscriber has enabled. A layer is started lazily, when it gets its first
 //! subscriber, and only then appears in the publisher's registration, as eCAL does.
 
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+
 use crate::registration::{Layer, LayerKind, RemoteTopic};
 
 pub(crate) mod clock;
@@ -216,5 +219,33 @@ pub(crate) trait IoSource: Send {
     /// (`SO_RXQ_OVFL`), since it was opened.
     fn kernel_drops(&self) -> u64 {
         0
+    }
+}
+
+/// A listener reachable from this host only: the wildcard address (dual stack where IPv6 works) bound to the
+/// loopback interface (`SO_BINDTODEVICE lo`), so that every loopback address (eCAL peers connect to what the listener's
+/// host name resolves to, often 127.0.1.1) reaches it and no other interface does; where the option is
+/// refused, `127.0.0.1` alone.
+pub(crate) fn bind_loopback() -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let on_lo = |domain: Domain, addr: SocketAddr| -> io::Result<Socket> {
+        let s = Socket::new(domain, Type::STREAM, Some(Protocol::TCP))?;
+        if domain == Domain::IPV6 {
+            s.set_only_v6(false)?;
+        }
+        s.set_reuse_address(true)?;
+        s.bind_device(Some(b"lo"))?;
+        s.bind(&addr.into())?;
+        s.listen(128)?;
+        Ok(s)
+    };
+    let socket = on_lo(Domain::IPV6, SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)))
+        .or_else(|_| on_lo(Domain::IPV4, SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))));
+    match socket {
+        Ok(s) => Ok(s.into()),
+        Err(e) => {
+            tracing::debug!("TCP listener: cannot bind to the loopback interface ({e}); listening on 127.0.0.1 only");
+            std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        }
     }
 }

@@ -8,6 +8,7 @@
 //! - [`pb`]: eCAL's protobuf messages (`eCAL.pb.Sample`: registration and data samples), generated from
 //!   `core/proto/`.
 //! - [`data_sample`]: eCAL's data sample (cmd 1) as the UDP and TCP layers carry it, and its `content.hash`.
+//! - [`service`]: the frames of eCAL's service protocol (version 1, over TCP).
 //!
 //! - [`auth`]: the optional authentication envelope (`[shoal_auth]`) around those datagrams, and replay
 //!   protection.
@@ -22,6 +23,7 @@ pub mod header;
 pub mod packed;
 pub mod pb;
 pub mod reassembly;
+pub mod service;
 
 #[cfg(test)]
 mod tests;

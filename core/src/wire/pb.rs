@@ -2,10 +2,12 @@
 //! the UDP and TCP layers), generated at build time by `core/build.rs` (protox and prost-build, no `protoc`) from the `.proto` files in
 //! `core/proto/`:
 //!
-//! - `ecal/core/pb/{ecal,process,topic,layer,datatype}.proto`: eCAL 6.1.1's messages, with its
+//! - `ecal/core/pb/{ecal,process,topic,layer,datatype,service}.proto`: eCAL 6.1.1's messages, with its
 //!   package, names and field numbers, but only the fields shoal reads or writes. Fields eCAL no
 //!   longer writes (5.x `Sample.host`, `ttype`, `tdesc`, `attr`, Process 7–11, `TLayer.par_shm`, ...)
-//!   and the service messages are not declared and are skipped on decoding.
+//!   are not declared and are skipped on decoding. `service.proto` has the registration of servers and
+//!   clients (`Service`, `Client`, `Method`) and the payloads of eCAL's service protocol (`Request`,
+//!   `Response`).
 //! - `shoal/shoal_layer.proto`: shoal's extension that eCAL ignores, a [`TransportLayer`] with
 //!   `type = 100` ([`LAYER_SHOAL_RING`]) whose [`ConnectionPar`] carries field 100
 //!   [`LayerParShoal`]. proto3 cannot extend a message from another file, so `layer.proto` declares

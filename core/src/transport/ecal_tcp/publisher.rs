@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -98,45 +98,17 @@ impl Drop for TcpWriter {
     }
 }
 
-/// Binds the listener of a publisher: in local mode on the loopback interface ([`bind_loopback`]); else `[::]:0`
+/// Binds the listener of a publisher: in local mode on the loopback interface ([`crate::transport::bind_loopback`]); else `[::]:0`
 /// where IPv6 works (dual stack), or `0.0.0.0:0`.
 fn bind_listener(local_only: bool) -> io::Result<std::net::TcpListener> {
     let l = if local_only {
-        bind_loopback()?
+        crate::transport::bind_loopback()?
     } else {
         std::net::TcpListener::bind((Ipv6Addr::UNSPECIFIED, 0))
             .or_else(|_| std::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)))?
     };
     l.set_nonblocking(true)?;
     Ok(l)
-}
-
-/// A listener reachable from this host only: the wildcard address (dual stack where IPv6 works) bound to the
-/// loopback interface (`SO_BINDTODEVICE lo`), so that every loopback address (eCAL subscribers connect to what the
-/// publisher's host name resolves to, often 127.0.1.1) reaches it and no other interface does; where the option is
-/// refused, `127.0.0.1` alone.
-fn bind_loopback() -> io::Result<std::net::TcpListener> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let on_lo = |domain: Domain, addr: SocketAddr| -> io::Result<Socket> {
-        let s = Socket::new(domain, Type::STREAM, Some(Protocol::TCP))?;
-        if domain == Domain::IPV6 {
-            s.set_only_v6(false)?;
-        }
-        s.set_reuse_address(true)?;
-        s.bind_device(Some(b"lo"))?;
-        s.bind(&addr.into())?;
-        s.listen(128)?;
-        Ok(s)
-    };
-    let socket = on_lo(Domain::IPV6, SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)))
-        .or_else(|_| on_lo(Domain::IPV4, SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))));
-    match socket {
-        Ok(s) => Ok(s.into()),
-        Err(e) => {
-            tracing::debug!("TCP listener: cannot bind to the loopback interface ({e}); listening on 127.0.0.1 only");
-            std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        }
-    }
 }
 
 impl TcpWriter {

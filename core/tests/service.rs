@@ -1,0 +1,163 @@
+//! Services inside one process (the server and client talk over loopback TCP as two processes would): calls to one
+//! and to every server, failed and timed-out calls, what registration announces, the counters.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use shoal::monitor::ServiceRole;
+use shoal::{CallStatus, Node, TypeInfo};
+
+fn node() -> Node {
+    Node::init_with_config("service_test", shoal::Config::default()).expect("init")
+}
+
+fn name(test: &str) -> String {
+    format!("svc_{test}_{}", std::process::id())
+}
+
+const T: Duration = Duration::from_secs(5);
+
+fn raw() -> TypeInfo {
+    TypeInfo::raw("")
+}
+
+#[test]
+fn a_call_reaches_the_server_and_its_response_comes_back() {
+    let node = node();
+    let n = name("echo");
+    let _server = node
+        .service_server(&n)
+        .method("echo", TypeInfo::raw("req"), TypeInfo::raw("resp"), |req: &[u8]| {
+            let mut out = b"echo:".to_vec();
+            out.extend_from_slice(req);
+            Ok(out)
+        })
+        .method("fail", raw(), raw(), |_: &[u8]| Err("no luck".into()))
+        .build()
+        .expect("server");
+    let client = node.service_client(&n).build();
+    assert_eq!(client.wait_for_servers(1, T), Ok(1));
+
+    for i in 0..3 {
+        let msg = format!("hello {i}");
+        let r = client.call("echo", msg.as_bytes(), T).expect("call");
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].status, CallStatus::Executed, "{r:?}");
+        assert_eq!(r[0].payload, format!("echo:{msg}").into_bytes());
+        assert_eq!(r[0].server.pid, std::process::id());
+    }
+    let r = client.call("fail", b"", T).expect("call");
+    assert_eq!(r[0].status, CallStatus::Failed("no luck".into()));
+    let r = client.call("nope", b"", T).expect("call");
+    assert!(matches!(&r[0].status, CallStatus::Failed(m) if m.contains("no method named 'nope'")), "{r:?}");
+
+    // A large request and response.
+    let big = vec![7u8; 1 << 20];
+    let r = client.call("echo", &big, T).expect("call");
+    assert_eq!(r[0].payload.len(), big.len() + 5);
+
+    // Registration announces the server with its methods and their types, and the client.
+    let deadline = Instant::now() + T;
+    loop {
+        let snap = node.snapshot();
+        let mine: Vec<_> = snap.services.iter().filter(|s| s.service_name == n).collect();
+        let server = mine.iter().find(|s| s.role == ServiceRole::Server);
+        let client_entry = mine.iter().find(|s| s.role == ServiceRole::Client);
+        if let (Some(s), Some(_)) = (server, client_entry) {
+            let echo = s.methods.iter().find(|m| m.name == "echo").expect("echo announced");
+            assert_eq!((echo.request.name.as_str(), echo.response.name.as_str()), ("req", "resp"));
+            assert!(s.tcp_port >= 1024);
+            let c = snap.service_counts;
+            assert!(c.calls_served >= 4 && c.calls_failed >= 2 && c.calls_answered >= 6, "{c:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "services not in the snapshot: {:?}", snap.services);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_call_goes_to_every_server_and_one_can_be_chosen() {
+    let node = node();
+    let n = name("many");
+    let servers: Vec<_> = (0..3)
+        .map(|i| {
+            node.service_server(&n).method("who", raw(), raw(), move |_: &[u8]| Ok(vec![i])).build().expect("server")
+        })
+        .collect();
+    let client = node.service_client(&n).build();
+    assert_eq!(client.wait_for_servers(3, T), Ok(3));
+    let r = client.call("who", b"", T).expect("call");
+    let mut got: Vec<u8> = r.iter().map(|r| r.payload[0]).collect();
+    got.sort_unstable();
+    assert_eq!(got, [0, 1, 2]);
+
+    let chosen = client.servers().into_iter().find(|s| s.entity_id == servers[1].id()).expect("server 1 listed");
+    let one = client.call_server(&chosen, "who", b"", T).expect("call one");
+    assert_eq!(one.payload, [1]);
+}
+
+#[test]
+fn a_slow_server_times_out_and_the_others_answer() {
+    let node = node();
+    let n = name("slow");
+    let _fast = node.service_server(&n).method("m", raw(), raw(), |_: &[u8]| Ok(b"fast".to_vec())).build().unwrap();
+    let _slow = node
+        .service_server(&n)
+        .method("m", raw(), raw(), |_: &[u8]| {
+            std::thread::sleep(Duration::from_millis(1500));
+            Ok(b"slow".to_vec())
+        })
+        .build()
+        .unwrap();
+    let client = node.service_client(&n).build();
+    assert_eq!(client.wait_for_servers(2, T), Ok(2));
+    let t0 = Instant::now();
+    let r = client.call("m", b"", Duration::from_millis(300)).expect("call");
+    assert!(t0.elapsed() < Duration::from_millis(1200), "the call waited for the slow server");
+    let statuses: Vec<_> = r.iter().map(|r| (r.status.clone(), r.payload.clone())).collect();
+    assert!(statuses.contains(&(CallStatus::Executed, b"fast".to_vec())), "{statuses:?}");
+    assert!(statuses.contains(&(CallStatus::TimedOut, Vec::new())), "{statuses:?}");
+}
+
+#[test]
+fn a_dropped_server_is_gone_for_its_clients() {
+    let node = node();
+    let n = name("gone");
+    let server = node.service_server(&n).method("m", raw(), raw(), |_: &[u8]| Ok(vec![])).build().unwrap();
+    let client = node.service_client(&n).build();
+    assert_eq!(client.wait_for_servers(1, T), Ok(1));
+    assert!(client.call("m", b"", T).unwrap()[0].is_ok());
+    drop(server);
+    let deadline = Instant::now() + T;
+    while !client.servers().is_empty() {
+        assert!(Instant::now() < deadline, "the dropped server is still announced");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(matches!(client.call("m", b"", T), Err(shoal::error::CallError::NoServer { .. })));
+}
+
+#[test]
+fn async_calls_run_their_callback() {
+    let node = node();
+    let n = name("async");
+    let _server = node.service_server(&n).method("m", raw(), raw(), |r: &[u8]| Ok(r.to_vec())).build().unwrap();
+    let client = Arc::new(node.service_client(&n).build());
+    assert_eq!(client.wait_for_servers(1, T), Ok(1));
+    let done = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = std::sync::mpsc::channel();
+    for i in 0..4u8 {
+        let done = Arc::clone(&done);
+        let tx = tx.clone();
+        client.call_async("m", vec![i], T, move |r| {
+            let r = r.expect("call");
+            done.fetch_add(1, Ordering::SeqCst);
+            tx.send(r[0].payload.clone()).unwrap();
+        });
+    }
+    let mut got: Vec<Vec<u8>> = (0..4).map(|_| rx.recv_timeout(T).expect("callback")).collect();
+    got.sort();
+    assert_eq!(got, [vec![0], vec![1], vec![2], vec![3]]);
+    assert_eq!(done.load(Ordering::SeqCst), 4);
+}
