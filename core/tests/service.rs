@@ -161,3 +161,165 @@ fn async_calls_run_their_callback() {
     assert_eq!(got, [vec![0], vec![1], vec![2], vec![3]]);
     assert_eq!(done.load(Ordering::SeqCst), 4);
 }
+
+// ----- bounds and bad input -------------------------------------------------------------------------------
+
+mod bounds {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    use super::*;
+
+    fn bounded_node() -> Node {
+        let mut cfg = shoal::Config::default();
+        cfg.service.max_request_bytes = 1024;
+        cfg.service.handshake_timeout_ms = 200;
+        cfg.service.idle_timeout_ms = 1000;
+        cfg.service.max_sessions = 3;
+        Node::init_with_config("service_bounds", cfg).expect("init")
+    }
+
+    fn handshake() -> Vec<u8> {
+        vec![0, 0, 0, 2, 1, 1, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1]
+    }
+
+    fn connect(port: u16) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_read_timeout(Some(T)).unwrap();
+        s
+    }
+
+    /// Reads until the server closes the connection; returns what it sent.
+    fn until_closed(mut s: TcpStream) -> Vec<u8> {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 256];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => return all,
+                Ok(n) => all.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return all,
+                Err(e) => panic!("the server did not close the connection: {e}"),
+            }
+        }
+    }
+
+    fn counts(node: &Node) -> shoal::monitor::ServiceCounts {
+        node.snapshot().service_counts
+    }
+
+    #[test]
+    fn bad_connections_are_closed_and_counted_and_good_ones_served() {
+        let node = bounded_node();
+        let n = name("bounds");
+        let server = node.service_server(&n).method("m", raw(), raw(), |r: &[u8]| Ok(r.to_vec())).build().unwrap();
+        let port = server.port();
+        let before = counts(&node);
+
+        // A request announcing more than max_request (1 KiB) after the handshake: closed, nothing allocated.
+        let mut s = connect(port);
+        s.write_all(&handshake()).unwrap();
+        s.write_all(&[0, 0x10, 0, 0, 1, 3, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+        let got = until_closed(s);
+        assert_eq!(got.len(), 17, "the handshake was answered, then the connection closed");
+        // A frame of a type the client must not send (a response).
+        let mut s = connect(port);
+        s.write_all(&handshake()).unwrap();
+        s.write_all(&[0, 0, 0, 0, 1, 4, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+        until_closed(s);
+        // A request frame whose payload is no protobuf: answered as failed, the connection kept.
+        let mut s = connect(port);
+        s.write_all(&handshake()).unwrap();
+        s.write_all(&[0, 0, 0, 2, 1, 3, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]).unwrap();
+        let mut buf = [0u8; 17 + 16];
+        s.read_exact(&mut buf).unwrap();
+        assert_eq!(buf[17 + 5], 4, "a response frame");
+        // A connection that never sends its handshake: closed after handshake_timeout_ms.
+        let t0 = Instant::now();
+        until_closed(connect(port));
+        assert!(t0.elapsed() < Duration::from_secs(2));
+
+        let c = counts(&node);
+        assert!(c.frame_errors >= before.frame_errors + 2, "{c:?}");
+        assert!(c.bad_requests > before.bad_requests, "{c:?}");
+        assert!(c.handshake_failures > before.handshake_failures, "{c:?}");
+
+        // Beyond max_sessions (3, the kept connection above among them): closed at once.
+        let held: Vec<TcpStream> = (0..2).map(|_| connect(port)).collect();
+        let extra = connect(port);
+        let t0 = Instant::now();
+        until_closed(extra);
+        assert!(t0.elapsed() < Duration::from_millis(150), "closed at once, not by the handshake deadline");
+        assert!(counts(&node).refused_max_sessions > before.refused_max_sessions);
+        drop(held);
+        drop(s);
+
+        // The server still serves a proper client.
+        let client = node.service_client(&n).build();
+        assert_eq!(client.wait_for_servers(1, T), Ok(1));
+        std::thread::sleep(Duration::from_millis(300));
+        let r = client.call("m", b"ok", T).unwrap();
+        assert_eq!(r[0].payload, b"ok");
+        // A request over max_request is refused by the client before it is sent.
+        assert!(matches!(client.call("m", &[0u8; 2048], T), Err(shoal::error::CallError::RequestTooLarge { .. })));
+    }
+
+    #[test]
+    fn an_idle_connection_is_closed_and_the_client_connects_again() {
+        let node = bounded_node();
+        let n = name("idle");
+        let _server = node.service_server(&n).method("m", raw(), raw(), |r: &[u8]| Ok(r.to_vec())).build().unwrap();
+        let client = node.service_client(&n).build();
+        assert_eq!(client.wait_for_servers(1, T), Ok(1));
+        assert!(client.call("m", b"1", T).unwrap()[0].is_ok());
+        let before = counts(&node).idle_closed;
+        // The deadline (1 s) is checked on the I/O thread's turns, at least every 500 ms.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while counts(&node).idle_closed == before {
+            assert!(Instant::now() < deadline, "the idle connection was not closed");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // The kept connection is gone; the call makes a new one.
+        let r = client.call("m", b"2", T).unwrap();
+        assert_eq!((r[0].status.clone(), r[0].payload.clone()), (CallStatus::Executed, b"2".to_vec()));
+    }
+
+    #[test]
+    fn a_server_that_goes_mid_call_fails_the_call_and_its_successor_is_called() {
+        let node = node();
+        let n = name("restart");
+        let server = node
+            .service_server(&n)
+            .method("m", raw(), raw(), |_: &[u8]| {
+                std::thread::sleep(Duration::from_millis(500));
+                Ok(b"late".to_vec())
+            })
+            .build()
+            .unwrap();
+        let client = Arc::new(node.service_client(&n).build());
+        assert_eq!(client.wait_for_servers(1, T), Ok(1));
+        let c = Arc::clone(&client);
+        let call = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            (c.call("m", b"", Duration::from_secs(10)).unwrap(), t0.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        drop(server);
+        let (r, took) = call.join().unwrap();
+        assert!(matches!(r[0].status, CallStatus::Broken(_)), "{r:?}");
+        assert!(took < Duration::from_secs(2), "the failure took {took:?}");
+
+        let _again = node.service_server(&n).method("m", raw(), raw(), |_: &[u8]| Ok(b"new".to_vec())).build().unwrap();
+        let deadline = Instant::now() + T;
+        loop {
+            if let Ok(r) = client.call("m", b"", T)
+                && r.len() == 1
+                && r[0].is_ok()
+            {
+                assert_eq!(r[0].payload, b"new");
+                break;
+            }
+            assert!(Instant::now() < deadline, "the new server was not called");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}

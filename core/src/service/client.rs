@@ -420,7 +420,9 @@ impl ServiceClient {
         let mut idle = lock(&self.idle);
         let list = idle.get_mut(key)?;
         while let Some(c) = list.pop() {
-            if c.port == port {
+            // A connection the server closed meanwhile (its idle deadline) has the end of its stream waiting.
+            if c.port == port && matches!(c.stream.peek(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            {
                 return Some(c);
             }
         }
@@ -525,14 +527,15 @@ impl OneCall {
         }
     }
 
-    /// Handles readiness: writes what is left, reads what arrived. A kept connection that fails before any
-    /// answer (the server closed it while idle) is replaced by a new one, once.
+    /// Handles readiness: writes what is left, reads what arrived. A kept connection that fails before the
+    /// request was written whole (the server closed it meanwhile) is replaced by a new one, once; after that the
+    /// server may have run the request, and it is not sent again.
     fn drive(&mut self, poll: &mut Poll, frame: &[u8]) {
         if self.result.is_some() {
             return;
         }
         if let Err(e) = self.try_drive() {
-            if self.reused && self.step != Step::Response {
+            if self.reused && self.step == Step::Writing {
                 self.drop_conn(poll);
                 self.connect();
                 self.begin(frame, poll);
