@@ -33,6 +33,7 @@ pub(crate) fn observe(node: &Node, wait_ms: u64) -> Snapshot {
     snap.processes.retain(|p| !p.is_self);
     let me = std::process::id();
     snap.topics.retain(|t| !(t.pid == me && t.host_name == node.host_name()));
+    snap.services.retain(|s| !s.is_self);
     snap
 }
 

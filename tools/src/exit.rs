@@ -9,7 +9,7 @@ pub(crate) const FAILURE: u8 = 1;
 /// The command line is wrong: unknown option, bad value, `--data` that is not a message of `--type`, a `.proto`
 /// file that does not compile (clap's own usage errors exit with 2 as well).
 pub(crate) const USAGE: u8 = 2;
-/// Nothing to work with: no such topic or type in registration, no message within `--timeout`.
+/// Nothing to work with: no such topic, type or service in registration, no message within `--timeout`.
 pub(crate) const NOT_FOUND: u8 = 3;
 /// A configuration file is invalid (`shoal config check`, or the `ecal.ini` the node would read).
 pub(crate) const CONFIG: u8 = 4;
@@ -18,9 +18,9 @@ pub(crate) const CONFIG: u8 = 4;
 pub(crate) const HELP: &str = "\
 Exit codes:
   0  success
-  1  failure (I/O, the shoal node, sending)
+  1  failure (I/O, the shoal node, sending; a service call no server executed)
   2  bad command line: unknown option, bad value, --data not matching --type, a .proto that does not compile
-  3  not found: no such topic or type in registration, no message within --timeout
+  3  not found: no such topic, type or service in registration, no message within --timeout
   4  invalid configuration file (shoal config check FILE shows every error with file:line)
 
 Listings take --json (one JSON object per line). Logs go to stderr (RUST_LOG=debug for more).";

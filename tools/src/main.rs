@@ -12,6 +12,7 @@ mod play;
 mod publish;
 mod rates;
 mod record;
+mod service;
 mod topic;
 
 use std::process::ExitCode;
@@ -37,6 +38,9 @@ enum Command {
     /// List, inspect, echo, measure and publish topics (shoal's and eCAL's).
     #[command(subcommand)]
     Topic(topic::TopicCommand),
+    /// List and inspect service servers and clients (shoal's and eCAL's), call their methods.
+    #[command(subcommand)]
+    Service(service::ServiceCommand),
     /// Record topics into an MCAP file (with their protobuf schemas), until Ctrl-C, SIGTERM or --duration.
     Record(record::RecordArgs),
     /// Publish the messages of an MCAP file with their recorded timing and type information.
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
         Command::List(a) => inspect::list_all(&a),
         Command::Process(ProcessCommand::List(a)) => inspect::process_list(&a),
         Command::Topic(cmd) => topic::run(cmd),
+        Command::Service(cmd) => service::run(cmd),
         Command::Config(cmd) => config_cmd::run(&cmd),
         Command::Completions { shell } => {
             let mut script = Vec::new();

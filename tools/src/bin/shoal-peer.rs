@@ -1,4 +1,5 @@
-//! `shoal-peer`: a scripted publisher or subscriber process for multi-process tests and manual checks.
+//! `shoal-peer`: a scripted publisher, subscriber or service server process for multi-process tests and manual
+//! checks.
 //!
 //! Every message it publishes is self-checking: bytes 0..8 hold the clock, 8..16 the send time (ns, monotonic
 //! across processes: CLOCK_MONOTONIC), 16..24 a checksum of the rest, and the rest a pattern derived from the
@@ -24,6 +25,18 @@ enum Cmd {
     Pub(PubArgs),
     /// Receive and verify messages.
     Sub(SubArgs),
+    /// Serve a service: method `echo` answers `shoal:` + the request, method `fail` fails with "refused by shoal".
+    Serve(ServeArgs),
+}
+
+// The arguments of `shoal-peer serve`.
+#[derive(Args, Debug)]
+struct ServeArgs {
+    #[arg(long)]
+    service: String,
+    /// Serve this long, in ms (0 = until killed).
+    #[arg(long, default_value_t = 30_000)]
+    duration_ms: u64,
 }
 
 // The arguments of `shoal-peer pub`.
@@ -181,7 +194,40 @@ fn main() -> Result<()> {
     match cli.cmd {
         Cmd::Pub(a) => publish(&node, &a),
         Cmd::Sub(a) => subscribe(&node, &a),
+        Cmd::Serve(a) => serve(&node, &a),
     }
+}
+
+/// `shoal-peer serve`: prints `ready` (with the port), one `call` line per call of `echo`, `done` at the end (after
+/// `--duration-ms`, or at SIGTERM / SIGINT).
+fn serve(node: &shoal::Node, a: &ServeArgs) -> Result<()> {
+    let raw = || shoal::TypeInfo::new("", "raw", Vec::new());
+    let server = node
+        .service_server(&a.service)
+        .method(
+            "echo",
+            shoal::TypeInfo::new("req_t", "raw", Vec::new()),
+            shoal::TypeInfo::new("resp_t", "raw", Vec::new()),
+            |req: &[u8]| {
+                emit(&json!({"event": "call", "method": "echo", "size": req.len()}));
+                let mut out = b"shoal:".to_vec();
+                out.extend_from_slice(req);
+                Ok(out)
+            },
+        )
+        .method("fail", raw(), raw(), |_: &[u8]| Err("refused by shoal".into()))
+        .build()?;
+    emit(&json!({"event": "ready", "pid": std::process::id(), "port": server.port(), "service_id": server.id()}));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, std::sync::Arc::clone(&stop)).context("installing the signal handler")?;
+    }
+    let end = (a.duration_ms > 0).then(|| Instant::now() + Duration::from_millis(a.duration_ms));
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    emit(&json!({"event": "done", "calls": server.call_counts()}));
+    Ok(())
 }
 
 /// `shoal-peer pub`: waits for the subscribers, sends `--count` self-checking messages at `--rate`, reports.
