@@ -4,7 +4,7 @@
 //!   handler. It listens on an ephemeral TCP port (in local mode on the loopback interface, in network mode on
 //!   every address) and announces it, with its methods, in registration (cmd 5, eCAL's `Service`; cmd 15 when it
 //!   goes). The I/O thread accepts connections, answers the protocol handshake and reads requests
-//!   ([`crate::wire::service`]); the handlers of all servers of the process run on `[shoal_service]
+//!   (eCAL's service protocol, version 1: a 16-byte header per message); the handlers of all servers of the process run on `[shoal_service]
 //!   handler_threads` threads, never on the I/O thread, and their responses go back through it. A handler that
 //!   returns an error gives the caller a failed response with its message, as an unknown method does.
 //! - A [`ServiceClient`] calls a method on every server of its service name that registration announced (eCAL's
