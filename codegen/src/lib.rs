@@ -4,6 +4,10 @@
 //! - `.proto` files are compiled by [protox] (pure Rust) and turned into Rust types by prost-build; every message
 //!   implements `shoal::Message` with the type information eCAL writes (`pkg.Msg`, `proto`, the serialized
 //!   `FileDescriptorSet` of the message's file and its imports, dependencies first).
+//! - Every `service` of a `.proto` gives a server trait `<Service>Server` (one method per RPC, typed request →
+//!   typed response or `shoal::service::HandlerError`; `serve(&node)` offers it as service `pkg.Service`) and a
+//!   client `<Service>Client` (one method per RPC, returning a `shoal::service::TypedResponse` per server).
+//!   Streaming RPCs, which eCAL does not have, are skipped.
 //! - `.fbs` files are compiled by planus; every table implements `shoal::Message` (`ns.Table`, `flatb`, no
 //!   descriptor: planus cannot write a binary schema) with a zero-copy view `TableRef<'a>`.
 //!
@@ -197,6 +201,7 @@ impl Builder {
         prost_build::Config::new().out_dir(out).compile_fds(fds.clone()).map_err(CodegenError::ProstBuild)?;
 
         let by_name: HashMap<&str, &FileDescriptorProto> = fds.file.iter().map(|f| (f.name(), f)).collect();
+        let rust_paths = message_paths(&fds);
         let mut tree = ModTree::default();
         let mut names = Vec::new();
         for (i, file) in fds.file.iter().enumerate() {
@@ -217,6 +222,10 @@ impl Builder {
             let mut impls = String::new();
             for msg in &file.message_type {
                 proto_impls(msg, package, &[], &desc_path, &mut impls, &mut names);
+            }
+            let depth = package.split('.').filter(|s| !s.is_empty()).count();
+            for svc in &file.service {
+                service_code(svc, package, depth, &rust_paths, &mut impls);
             }
             node.code.push_str(&impls);
         }
@@ -418,6 +427,160 @@ fn proto_impls(
     for nested in &msg.nested_type {
         proto_impls(nested, package, &inner, desc_path, code, names);
     }
+}
+
+/// Every message of `fds` by its fully qualified protobuf name (`.pkg.Outer.Inner`) → its Rust path from the root
+/// of the include file (`pkg::outer::Inner`); the well-known types are prost-types'.
+fn message_paths(fds: &FileDescriptorSet) -> HashMap<String, String> {
+    fn visit(msg: &DescriptorProto, proto: &str, rust: &str, out: &mut HashMap<String, String>) {
+        let full = format!("{proto}.{}", msg.name());
+        let path = if rust.is_empty() { proto_type(msg.name()) } else { format!("{rust}::{}", proto_type(msg.name())) };
+        out.insert(full.clone(), path);
+        let inner =
+            if rust.is_empty() { proto_module(msg.name()) } else { format!("{rust}::{}", proto_module(msg.name())) };
+        for n in &msg.nested_type {
+            visit(n, &full, &inner, out);
+        }
+    }
+    let mut out = HashMap::new();
+    for f in &fds.file {
+        let package = f.package();
+        let proto = if package.is_empty() { String::new() } else { format!(".{package}") };
+        if package == "google.protobuf" {
+            for m in &f.message_type {
+                out.insert(
+                    format!(".google.protobuf.{}", m.name()),
+                    format!("::prost_types::{}", proto_type(m.name())),
+                );
+            }
+            continue;
+        }
+        let rust = package.split('.').filter(|s| !s.is_empty()).map(proto_module).collect::<Vec<_>>().join("::");
+        for m in &f.message_type {
+            visit(m, &proto, &rust, &mut out);
+        }
+    }
+    out
+}
+
+/// For a `service` of a `.proto` (in the module of its package, `depth` levels below the include's root): a server
+/// trait with one method per RPC (typed request → typed response) and `serve`, and a typed client, as tonic
+/// generates them for gRPC. The service is named as eCAL's protobuf `CServiceServer` names it, by its full name
+/// (`pkg.Service`); methods by their names in the `.proto`. Streaming RPCs are not supported by eCAL and are skipped.
+fn service_code(
+    svc: &prost_types::ServiceDescriptorProto,
+    package: &str,
+    depth: usize,
+    paths: &HashMap<String, String>,
+    code: &mut String,
+) {
+    let name = svc.name();
+    let full = if package.is_empty() { name.to_string() } else { format!("{package}.{name}") };
+    let up = "super::".repeat(depth);
+    let ty = |t: &str| -> Option<String> {
+        let p = paths.get(t)?;
+        Some(if p.starts_with("::") { p.clone() } else { format!("self::{up}{p}") })
+    };
+    let methods: Vec<(String, String, String, String)> = svc
+        .method
+        .iter()
+        .filter(|m| !m.client_streaming() && !m.server_streaming())
+        .filter_map(|m| {
+            Some((m.name().to_string(), sanitize(m.name().to_snake_case()), ty(m.input_type())?, ty(m.output_type())?))
+        })
+        .collect();
+    let server = format!("{}Server", proto_type(name));
+    let client = format!("{}Client", proto_type(name));
+    let _ = writeln!(
+        code,
+        "/// The server side of service `{full}`: implement one method per RPC, then [`{server}::serve`].
+         pub trait {server}: ::std::marker::Send + ::std::marker::Sync + 'static {{"
+    );
+    for (rpc, f, req, resp) in &methods {
+        let _ = writeln!(
+            code,
+            "    /// RPC `{rpc}`.
+                 fn {f}(&self, request: {req}) -> ::std::result::Result<{resp}, ::shoal::service::HandlerError>;"
+        );
+    }
+    let _ = writeln!(
+        code,
+        "    /// Offers every RPC as a method of the service `{full}` (its name in eCAL), announced with the
+             /// request's and response's type information.
+             fn serve(self, node: &::shoal::Node) -> ::std::result::Result<::shoal::ServiceServer, ::shoal::error::ServiceBuildError>
+             where
+                 Self: Sized,
+             {{
+                 self.serve_as(node, {full:?})
+             }}
+             /// As [`serve`](Self::serve), under another service name.
+             fn serve_as(self, node: &::shoal::Node, service_name: &str) -> ::std::result::Result<::shoal::ServiceServer, ::shoal::error::ServiceBuildError>
+             where
+                 Self: Sized,
+             {{
+                 let this = ::std::sync::Arc::new(self);
+                 let builder = node.service_server(service_name);"
+    );
+    for (rpc, f, req, resp) in &methods {
+        let _ = writeln!(
+            code,
+            "        let s = ::std::sync::Arc::clone(&this);
+                     let builder = builder.method({rpc:?}, <{req} as ::shoal::Message>::type_info().clone(), <{resp} as ::shoal::Message>::type_info().clone(), move |bytes: &[u8]| {{
+                         let request = <{req} as ::shoal::Message>::decode(bytes)?;
+                         Ok(::prost::Message::encode_to_vec(&s.{f}(request)?))
+                     }});"
+        );
+    }
+    let _ = writeln!(
+        code,
+        "        builder.build()
+             }}
+         }}
+         /// A typed client of service `{full}`: one method per RPC, returning one response per server.
+         #[derive(Debug)]
+         pub struct {client} {{
+             inner: ::shoal::ServiceClient,
+         }}
+         impl {client} {{
+             /// The service's name in eCAL.
+             pub const SERVICE_NAME: &'static str = {full:?};
+             /// A client of `{full}`.
+             pub fn new(node: &::shoal::Node) -> Self {{
+                 Self::with_name(node, Self::SERVICE_NAME)
+             }}
+             /// A client of the service under another name.
+             pub fn with_name(node: &::shoal::Node, service_name: &str) -> Self {{
+                 let builder = node.service_client(service_name);"
+    );
+    for (rpc, _, req, resp) in &methods {
+        let _ = writeln!(
+            code,
+            "        let builder = builder.method({rpc:?}, <{req} as ::shoal::Message>::type_info().clone(), <{resp} as ::shoal::Message>::type_info().clone());"
+        );
+    }
+    let _ = writeln!(
+        code,
+        "        {client} {{ inner: builder.build() }}
+             }}
+             /// The untyped client (servers, waiting, calling one server).
+             pub fn client(&self) -> &::shoal::ServiceClient {{
+                 &self.inner
+             }}"
+    );
+    for (rpc, f, req, resp) in &methods {
+        let _ = writeln!(
+            code,
+            "    /// Calls RPC `{rpc}` on every server; one response per server.
+                 pub fn {f}(&self, request: &{req}, timeout: ::std::time::Duration) -> ::std::result::Result<::std::vec::Vec<::shoal::service::TypedResponse<{resp}>>, ::shoal::error::CallError> {{
+                     let bytes = ::prost::Message::encode_to_vec(request);
+                     Ok(self.inner.call({rpc:?}, &bytes, timeout)?.into_iter().map(::shoal::ServiceResponse::into_typed).collect())
+                 }}"
+        );
+    }
+    code.push_str(
+        "}
+",
+    );
 }
 
 /// The descriptor eCAL 6.1.1 announces for a message of `file`: a `FileDescriptorSet` of the file and everything

@@ -189,17 +189,33 @@ fn announced_method<'a>(snap: &'a Snapshot, service: &str, method: &str) -> Opti
         .or_else(|| of_servers().next())
 }
 
-fn message_of(t: &TypeInfo) -> Option<prost_reflect::MessageDescriptor> {
+/// The type information of a method's request or response with its full protobuf name: eCAL's protobuf servers
+/// announce the message's short name (`AddRequest`), shoal's the full one (`math.AddRequest`); the descriptor
+/// names it in full either way, and a short name that one message of the set has is taken as that one.
+fn resolved(t: &TypeInfo) -> Option<TypeInfo> {
     if t.encoding != "proto" || t.descriptor.is_empty() {
         return None;
     }
-    shoal::dynamic::DynamicDecoder::new(t).ok()?.message_descriptor().cloned()
+    if shoal::dynamic::DynamicDecoder::new(t).is_ok() {
+        return Some(t.clone());
+    }
+    let pool = prost_reflect::DescriptorPool::decode(t.descriptor.as_slice()).ok()?;
+    let mut named = pool.all_messages().filter(|m| m.name() == t.name);
+    let only = named.next()?;
+    if named.next().is_some() {
+        return None;
+    }
+    Some(TypeInfo::new(only.full_name(), "proto", t.descriptor.clone()))
+}
+
+fn message_of(t: &TypeInfo) -> Option<prost_reflect::MessageDescriptor> {
+    shoal::dynamic::DynamicDecoder::new(&resolved(t)?).ok()?.message_descriptor().cloned()
 }
 
 /// The response payload as JSON: decoded with the announced descriptor, else text, else hex.
 fn payload_json(method: Option<&MethodInfo>, payload: &[u8]) -> Value {
-    if let Some(t) = method.map(|m| &m.response).filter(|t| t.encoding == "proto" && !t.descriptor.is_empty())
-        && let Ok(v) = shoal::dynamic::decode_to_json(t, payload)
+    if let Some(t) = method.and_then(|m| resolved(&m.response))
+        && let Ok(v) = shoal::dynamic::decode_to_json(&t, payload)
     {
         return v;
     }

@@ -87,6 +87,46 @@ impl ServiceResponse {
     pub fn is_ok(&self) -> bool {
         self.status == CallStatus::Executed
     }
+
+    /// The response as a message of type `M` (what generated service clients return).
+    pub fn into_typed<M: crate::types::Message>(self) -> TypedResponse<M> {
+        let response = match self.status {
+            CallStatus::Executed => M::decode(&self.payload).map_err(ResponseError::Decode),
+            CallStatus::Failed(m) => Err(ResponseError::Failed(m)),
+            CallStatus::TimedOut => Err(ResponseError::TimedOut),
+            CallStatus::Broken(m) => Err(ResponseError::Broken(m)),
+        };
+        TypedResponse { server: self.server, ret_state: self.ret_state, response }
+    }
+}
+
+/// One server's answer to a typed call: the decoded response, or why there is none.
+#[derive(Debug)]
+pub struct TypedResponse<M> {
+    /// Who answered (or did not).
+    pub server: ServerId,
+    /// The method's return state as the server sent it.
+    pub ret_state: i64,
+    /// The response message.
+    pub response: Result<M, ResponseError>,
+}
+
+/// Why a typed call has no response message from a server.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum ResponseError {
+    /// The server answered that the call failed, with its message.
+    #[error("the server failed the call: {0}")]
+    Failed(String),
+    /// No answer within the call's timeout.
+    #[error("no answer within the timeout")]
+    TimedOut,
+    /// The connection failed before an answer.
+    #[error("the connection failed: {0}")]
+    Broken(String),
+    /// The response is not a message of the expected type.
+    #[error(transparent)]
+    Decode(crate::types::DecodeError),
 }
 
 /// Why a call was not made.

@@ -28,7 +28,10 @@ mod source;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-pub use client::{CallError, CallStatus, ClientBuilder, ServerId, ServiceClient, ServiceResponse, WaitError};
+pub use client::{
+    CallError, CallStatus, ClientBuilder, ResponseError, ServerId, ServiceClient, ServiceResponse, TypedResponse,
+    WaitError,
+};
 pub use server::{BuildError, HandlerError, HandlerResult, ServerBuilder, ServiceServer};
 
 use crate::config::Config;

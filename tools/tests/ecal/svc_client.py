@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """eCAL 6.1.1 service client peer for shoal's interop tests; prints JSON lines.
 
-Usage: svc_client.py --service NAME --method M [--request TEXT] [--count N] [--servers K] [--timeout-ms MS]
-                     [--wait-ms MS] [--unit NAME]
+Usage: svc_client.py --service NAME --method M [--request TEXT | --request-hex HEX] [--count N] [--servers K]
+                     [--timeout-ms MS] [--wait-ms MS] [--unit NAME]
 
 Waits (up to --wait-ms) until K servers of NAME are connected, then calls method M with the request TEXT N times
 (call_with_response, --timeout-ms each) and prints one line per response:
   {"event": "response", "n", "call_state" (none|executed|timeouted|failed), "ret_state", "error", "response" (text,
-   latin-1), "size", "server_entity_id", "server_pid", "server_host"}
+   latin-1), "response_hex", "size", "server_entity_id", "server_pid", "server_host"}
 then {"event": "done", "calls", "responses"}.
 Exit codes: 0 done, 2 bad arguments, 3 eCAL not usable, 5 no server connected in time.
 """
@@ -30,6 +30,7 @@ def main():
     ap.add_argument("--service", required=True)
     ap.add_argument("--method", required=True)
     ap.add_argument("--request", default="hello")
+    ap.add_argument("--request-hex", default=None, help="the request's bytes, hex (instead of --request)")
     ap.add_argument("--count", type=int, default=1)
     ap.add_argument("--servers", type=int, default=1)
     ap.add_argument("--timeout-ms", type=int, default=2000)
@@ -51,8 +52,9 @@ def main():
         time.sleep(0.05)
     ec.emit({"event": "connected", "ms": int((time.monotonic() - t0) * 1000)})
     responses = 0
+    request = bytes.fromhex(args.request_hex) if args.request_hex is not None else args.request.encode()
     for n in range(args.count):
-        for r in client.call_with_response(args.method, args.request.encode(), args.timeout_ms) or []:
+        for r in client.call_with_response(args.method, request, args.timeout_ms) or []:
             responses += 1
             sid = r.server_id.service_id
             ec.emit({
@@ -62,6 +64,7 @@ def main():
                 "ret_state": int(r.ret_state),
                 "error": r.error_msg,
                 "response": bytes(r.response).decode("latin-1"),
+                "response_hex": bytes(r.response).hex(),
                 "size": len(r.response),
                 "server_entity_id": str(sid.entity_id),
                 "server_pid": int(sid.process_id),
