@@ -1644,7 +1644,10 @@ pub(crate) static KEYS: &[KeyDef] = &[
         doc: &[
             "With a key: the topics that require authentication, a regular expression the whole topic name",
             "must match (Rust regex syntax). The default protects every topic; e.g. ^(imu|cmd/.*)$ protects",
-            "imu and the cmd/ topics and leaves all others to eCAL peers too.",
+            "imu and the cmd/ topics and leaves all others to eCAL peers too. Service names are matched",
+            "too: a protected service's server and clients register sealed, and its server answers a",
+            "connection only for an authenticated client of it that registration announced from the",
+            "connection's address (until handshake_timeout_ms of [shoal_service], then it closes it).",
         ],
         allowed: "a regular expression of at most 4095 bytes",
         get: |c| c.auth.protected_topics.clone(),

@@ -25,7 +25,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::config::Config;
 use crate::monitor::Snapshot;
-use crate::registration::{Event, LocalService, LocalTopic, Registrar, ServerDirectory, ServiceRole, TopicStats};
+use crate::registration::{Event, LocalService, LocalTopic, Registrar, ServerDirectory, TopicStats};
 use crate::sys::mmsg::{OutMsg, send_mmsg};
 use crate::transport::IoSource;
 use crate::transport::udp::net as udp_net;
@@ -212,7 +212,7 @@ struct IoThread {
     reg_batch: udp_net::RecvBatch,
     /// Handed to the sources, whose producers wake the thread with it.
     waker: Arc<Waker>,
-    /// The remote servers, published for the process's service clients.
+    /// The remote servers and clients, published for the process's service clients and servers.
     directory: Arc<ServerDirectory>,
     /// The registrar's services generation last published.
     directory_generation: Option<u64>,
@@ -300,7 +300,7 @@ impl IoThread {
                 self.registrar.handle_timeout(now);
             }
             self.process_events();
-            self.publish_servers();
+            self.publish_services();
             // Layers started or connections made by these events open their sockets now, not a poll later.
             let now = Instant::now();
             for (i, src) in self.sources.iter_mut().enumerate() {
@@ -421,13 +421,12 @@ impl IoThread {
         }
     }
 
-    /// Hands the service clients the remote servers, when they changed.
-    fn publish_servers(&mut self) {
+    /// Hands the service clients and servers the remote servers and clients, when they changed.
+    fn publish_services(&mut self) {
         let generation = self.registrar.services_generation();
         if self.directory_generation != Some(generation) {
             self.directory_generation = Some(generation);
-            let servers = self.registrar.services().filter(|s| s.role == ServiceRole::Server).cloned().collect();
-            self.directory.publish(servers);
+            self.directory.publish(self.registrar.services().cloned().collect());
         }
     }
 

@@ -782,7 +782,7 @@ impl Registrar {
             }
             return;
         }
-        remote.source = Some(from.ip());
+        remote.source = Some(from.ip().to_canonical());
         remote.authenticated = authenticated;
         self.services.apply(remote, &self.bounds, &mut self.counters);
     }

@@ -205,8 +205,9 @@ fn same_announcement(a: &RemoteService, b: &RemoteService) -> bool {
             .all(|(x, y)| x.name == y.name && x.request == y.request && x.response == y.response)
 }
 
-/// The remote servers as the I/O thread last published them, for the clients of the process: read without asking
-/// the I/O thread, waited on by `wait_for_servers`.
+/// The remote servers and clients as the I/O thread last published them, for the clients (which servers to call)
+/// and the servers (which clients to admit, under `[shoal_auth]`) of the process: read without asking the I/O
+/// thread, waited on by `wait_for_servers`.
 #[derive(Debug, Default)]
 pub struct ServerDirectory {
     table: std::sync::Mutex<(u64, std::sync::Arc<Vec<RemoteService>>)>,
@@ -215,16 +216,16 @@ pub struct ServerDirectory {
 
 impl ServerDirectory {
     /// Replaces the table (called by the I/O thread when [`ServiceRegistry::generation`] moved).
-    pub fn publish(&self, servers: Vec<RemoteService>) {
+    pub fn publish(&self, entries: Vec<RemoteService>) {
         let mut t = crate::sync::lock(&self.table);
         t.0 += 1;
-        t.1 = std::sync::Arc::new(servers);
+        t.1 = std::sync::Arc::new(entries);
         drop(t);
         self.changed.notify_all();
     }
 
-    /// The servers now.
-    pub fn servers(&self) -> std::sync::Arc<Vec<RemoteService>> {
+    /// The servers and clients now.
+    pub fn entries(&self) -> std::sync::Arc<Vec<RemoteService>> {
         std::sync::Arc::clone(&crate::sync::lock(&self.table).1)
     }
 

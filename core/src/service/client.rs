@@ -289,6 +289,11 @@ fn server_address(s: &RemoteService, this_host: &str) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, s.tcp_port))
 }
 
+/// A server of service `name` a client may call.
+fn callable(s: &RemoteService, name: &str) -> bool {
+    s.role == ServiceRole::Server && s.service_name == name && s.tcp_port >= MIN_PORT
+}
+
 impl ServiceClient {
     /// The service name.
     pub fn name(&self) -> &str {
@@ -296,8 +301,8 @@ impl ServiceClient {
     }
 
     fn servers_now(&self) -> Vec<RemoteService> {
-        let all = self.ctx.services.directory.servers();
-        all.iter().filter(|s| s.service_name == self.core.name && s.tcp_port >= MIN_PORT).cloned().collect()
+        let all = self.ctx.services.directory.entries();
+        all.iter().filter(|s| callable(s, &self.core.name)).cloned().collect()
     }
 
     /// The servers of this service registration announces now.
@@ -308,8 +313,7 @@ impl ServiceClient {
     /// Waits until at least `n` servers of this service are announced; returns how many there are.
     pub fn wait_for_servers(&self, n: usize, timeout: Duration) -> Result<usize, WaitError> {
         let name = &self.core.name;
-        let count =
-            |t: &[RemoteService]| t.iter().filter(|s| &s.service_name == name && s.tcp_port >= MIN_PORT).count();
+        let count = |t: &[RemoteService]| t.iter().filter(|s| callable(s, name)).count();
         let (table, ok) = self.ctx.services.directory.wait_until(Instant::now() + timeout, |t| count(t) >= n);
         let found = count(&table);
         if ok { Ok(found) } else { Err(WaitError { service: name.clone(), wanted: n, found, timeout }) }

@@ -18,6 +18,13 @@
 //! Bounds (`[shoal_service]`): request and response sizes, client connections per process, the handshake and idle
 //! deadlines, the requests waiting for a handler. What they refuse is counted in [`ServiceCounts`].
 //!
+//! Under `[shoal_auth]` with a key, a service whose name `protected_topics` matches is protected: its servers and
+//! clients register sealed (eCAL peers do not see them), and a server answers a connection's handshake only once
+//! registration announced an authenticated client of the service from the connection's address (from this host: a
+//! loopback address); otherwise it closes it at the handshake deadline (counted as `unauthenticated`). As for the
+//! TCP layer, TCP itself proves nothing about who connects: any process on an announced client's host can use its
+//! place.
+//!
 //! [`ServiceCounts`]: crate::stats::ServiceCounts
 
 mod client;
@@ -111,8 +118,10 @@ pub(crate) struct Services {
     /// Responses made by the handler threads, for the I/O thread to send: (session token, frame).
     completions: Mutex<Vec<(mio::Token, Vec<u8>)>>,
     waker: OnceLock<Arc<mio::Waker>>,
-    /// The remote servers, as the I/O thread publishes them.
+    /// The remote servers and clients, as the I/O thread publishes them.
     pub(crate) directory: Arc<ServerDirectory>,
+    /// Under `[shoal_auth]` with a key: the service names whose servers admit only authenticated clients.
+    protected: Option<crate::registration::ProtectedTopics>,
 }
 
 enum Entity {
@@ -127,9 +136,16 @@ impl std::fmt::Debug for Services {
 }
 
 impl Services {
-    /// The service part for a runtime of `config` on host `host_name`.
+    /// The service part for a runtime of `config` on host `host_name` (its `[shoal_auth] protected_topics` was
+    /// checked when the registrar was made; a pattern that does not compile protects every service).
     pub(crate) fn new(config: &Config, host_name: &str) -> Arc<Services> {
+        let protected = config.auth.key.as_ref().map(|_| {
+            crate::registration::ProtectedTopics::new(&config.auth.protected_topics)
+                .or_else(|_| crate::registration::ProtectedTopics::new(".*"))
+                .expect("`.*` is a regular expression")
+        });
         Arc::new(Services {
+            protected,
             config: config.service.clone(),
             local_only: !config.network.enabled,
             host_name: host_name.to_owned(),
@@ -168,6 +184,29 @@ impl Services {
                 Entity::Client(w) => w.upgrade().map(|c| (c.id, c.call_counts())),
             })
             .collect()
+    }
+
+    /// Whether a client connecting from `peer` may use server `service`: always, unless `[shoal_auth]` protects the
+    /// service; then only when registration announced an authenticated client of it from that address (from this
+    /// host: registered under this host's name or from a loopback address).
+    fn admits(&self, service: &str, peer: std::net::IpAddr) -> bool {
+        let Some(p) = &self.protected else { return true };
+        if !p.contains(service) {
+            return true;
+        }
+        let local = peer.is_loopback();
+        let entries = self.directory.entries();
+        tracing::trace!(service, %peer, known = ?entries.iter().map(|c| (c.role, &c.service_name, c.authenticated, c.source)).collect::<Vec<_>>(), "admission");
+        entries.iter().any(|c| {
+            c.role == crate::registration::ServiceRole::Client
+                && c.service_name == service
+                && c.authenticated
+                && if local {
+                    c.key.host_name == self.host_name || c.source.is_some_and(|a| a.is_loopback())
+                } else {
+                    c.source == Some(peer)
+                }
+        })
     }
 
     fn wake(&self) {

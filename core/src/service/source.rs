@@ -35,6 +35,12 @@ enum Phase {
 struct Session {
     server: Arc<ServerCore>,
     stream: TcpStream,
+    /// The client's address (admission under `[shoal_auth]`).
+    peer: std::net::IpAddr,
+    /// A handshake waiting for admission: the version to answer with once registration announces the client.
+    awaiting: Option<u8>,
+    /// What the client sent after a handshake that waits (a request sent at once), read when it is admitted.
+    stash: Vec<u8>,
     decoder: FrameDecoder,
     phase: Phase,
     /// Bytes to write (a response, the handshake answer) and how many of them went out.
@@ -59,6 +65,8 @@ enum Close {
     ServerGone,
     #[error("handshake not completed in time")]
     HandshakeTimeout,
+    #[error("no authenticated client of this protected service was announced from this address")]
+    Unauthenticated,
     #[error("no common protocol version")]
     NoCommonVersion,
     #[error("idle for too long")]
@@ -143,6 +151,10 @@ impl ServiceSource {
             let session = Session {
                 server,
                 stream,
+                // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d.
+                peer: peer.ip().to_canonical(),
+                awaiting: None,
+                stash: Vec::new(),
                 decoder: FrameDecoder::new(max),
                 phase: Phase::Handshake,
                 out: Vec::new(),
@@ -170,32 +182,56 @@ impl ServiceSource {
         let services = Arc::clone(&self.services);
         let Some(Entry::Session(s)) = self.entries.get_mut(&token) else { return Ok(false) };
         write_out(s, registry, token)?;
+        if let Some(v) = s.awaiting {
+            if !services.admits(&s.server.name, s.peer) {
+                return Ok(false);
+            }
+            s.awaiting = None;
+            answer_handshake(s, v, now);
+            write_out(s, registry, token)?;
+        }
         let mut budget = READ_BUDGET;
         while s.phase != Phase::Busy && s.out_at == s.out.len() {
             if budget == 0 {
                 return Ok(true);
             }
-            let n = match s.stream.read(&mut self.scratch) {
-                Ok(0) => return Err(Close::Eof),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e.into()),
+            // What waited with the handshake first, then the socket.
+            let stashed = std::mem::take(&mut s.stash);
+            let n = if !stashed.is_empty() {
+                self.scratch[..stashed.len()].copy_from_slice(&stashed);
+                stashed.len()
+            } else {
+                match s.stream.read(&mut self.scratch) {
+                    Ok(0) => return Err(Close::Eof),
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e.into()),
+                }
             };
             budget = budget.saturating_sub(n);
             let mut input = &self.scratch[..n];
             while !input.is_empty() {
                 let Some(frame) = s.decoder.decode(&mut input)? else { break };
                 match (s.phase, MessageType::from_u8(frame.header.message_type)) {
-                    (Phase::Handshake, Some(MessageType::HandshakeRequest)) => {
+                    (Phase::Handshake, Some(MessageType::HandshakeRequest)) if s.awaiting.is_none() => {
                         let Some(v) = choose_version(&frame.payload) else {
                             bump(&services.counters.handshake_failures);
                             return Err(Close::NoCommonVersion);
                         };
-                        s.out = handshake_response(v);
-                        s.out_at = 0;
-                        s.phase = Phase::Ready;
-                        s.since = now;
+                        if !services.admits(&s.server.name, s.peer) {
+                            // Registration may not have announced the client yet: the answer waits for it, until
+                            // the handshake deadline. Nothing more is read meanwhile.
+                            tracing::debug!(
+                                "service {}: handshake from {} waits for an authenticated client's registration",
+                                s.server.name,
+                                s.peer
+                            );
+                            s.awaiting = Some(v);
+                            s.stash = input.to_vec();
+                            return Ok(false);
+                        }
+                        answer_handshake(s, v, now);
                         write_out(s, registry, token)?;
                     }
                     (Phase::Ready, Some(MessageType::Request)) => {
@@ -243,9 +279,16 @@ impl ServiceSource {
                 }
                 Entry::Session(s) if s.server.closed.load(Ordering::Acquire) => to_close.push((*t, Close::ServerGone)),
                 Entry::Session(s) if s.phase == Phase::Handshake && now.duration_since(s.since) >= handshake => {
-                    bump(&self.services.counters.handshake_failures);
-                    to_close.push((*t, Close::HandshakeTimeout));
+                    if s.awaiting.is_some() {
+                        bump(&self.services.counters.unauthenticated);
+                        to_close.push((*t, Close::Unauthenticated));
+                    } else {
+                        bump(&self.services.counters.handshake_failures);
+                        to_close.push((*t, Close::HandshakeTimeout));
+                    }
                 }
+                // A handshake waiting for its client's registration: looked at again on every sweep.
+                Entry::Session(s) if s.awaiting.is_some() => self.pending.push(*t),
                 Entry::Session(s)
                     if s.phase == Phase::Ready
                         && s.out_at == s.out.len()
@@ -267,6 +310,13 @@ impl ServiceSource {
             }
         }
     }
+}
+
+fn answer_handshake(s: &mut Session, version: u8, now: Instant) {
+    s.out = handshake_response(version);
+    s.out_at = 0;
+    s.phase = Phase::Ready;
+    s.since = now;
 }
 
 /// Writes what is queued; asks for writability while some is left.
