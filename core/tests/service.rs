@@ -264,6 +264,44 @@ mod bounds {
     }
 
     #[test]
+    fn a_full_handler_queue_answers_busy_and_an_oversized_response_fails() {
+        let mut cfg = shoal::Config::default();
+        cfg.service.handler_threads = 1;
+        cfg.service.max_pending = 1;
+        cfg.service.max_response_bytes = 1024;
+        let node = Node::init_with_config("service_busy", cfg).expect("init");
+        let n = name("busy");
+        let _server = node
+            .service_server(&n)
+            .method("slow", raw(), raw(), |_: &[u8]| {
+                std::thread::sleep(Duration::from_millis(400));
+                Ok(b"done".to_vec())
+            })
+            .method("big", raw(), raw(), |_: &[u8]| Ok(vec![0u8; 2048]))
+            .build()
+            .unwrap();
+        let client = Arc::new(node.service_client(&n).build());
+        assert_eq!(client.wait_for_servers(1, T), Ok(1));
+
+        // One call runs (and perhaps one waits in the queue of one); the others find it full and are answered at once.
+        let calls: Vec<_> = (0..4)
+            .map(|_| {
+                let c = Arc::clone(&client);
+                std::thread::spawn(move || c.call("slow", b"", T).unwrap().remove(0).status)
+            })
+            .collect();
+        let statuses: Vec<CallStatus> = calls.into_iter().map(|h| h.join().unwrap()).collect();
+        let busy = statuses.iter().filter(|s| matches!(s, CallStatus::Failed(m) if m.contains("server busy"))).count();
+        let done = statuses.iter().filter(|s| **s == CallStatus::Executed).count();
+        assert!(busy >= 1 && done >= 1 && busy + done == 4, "{statuses:?}");
+        assert!(node.snapshot().service_counts.busy >= busy as u64);
+
+        // A response over max_response (1 KiB) is not sent: the call fails with the reason.
+        let r = client.call("big", b"", T).unwrap();
+        assert!(matches!(&r[0].status, CallStatus::Failed(m) if m.contains("max_response")), "{r:?}");
+    }
+
+    #[test]
     fn an_idle_connection_is_closed_and_the_client_connects_again() {
         let node = bounded_node();
         let n = name("idle");
