@@ -135,7 +135,9 @@ impl MonitorApp {
                 .column(Column::initial(110.0))
                 .column(Column::initial(150.0))
                 .column(Column::initial(150.0))
-                .columns(Column::initial(62.0), 3)
+                .column(Column::initial(62.0))
+                .column(Column::initial(100.0))
+                .column(Column::initial(62.0))
                 .column(Column::remainder())
                 .header(ROW_H, |mut hd| {
                     for t in [
