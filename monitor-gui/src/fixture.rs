@@ -2,7 +2,9 @@
 //! (`--fixture-scale`): snapshots built by hand, one step per refresh, that show every view and every problem the
 //! monitor knows — a shoal demo over the ring, a protobuf topic read across hosts, an eCAL camera over eCAL's
 //! shared memory that starts losing frames, a stale eCAL logger nobody listens to, a subscriber without publisher
-//! and a type mismatch.
+//! and a type mismatch; and services: a shoal calibration server called from both hosts, an eCAL camera control
+//! server the teleop process calls while it runs, the stale logger's control server and a map client without a
+//! server.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -10,8 +12,8 @@ use std::time::{Duration, SystemTime};
 use prost::Message as _;
 use shoal::TypeInfo;
 use shoal::monitor::{
-    ConnectionStats, LatencyHistogram, LatencySummary, ProcessEntry, ShoalProcessStats, ShoalStats, Snapshot,
-    TopicDirection, TopicEntry, Via,
+    ConnectionStats, LatencyHistogram, LatencySummary, MethodInfo, ProcessEntry, ServiceEntry, ServiceRole,
+    ShoalProcessStats, ShoalStats, Snapshot, TopicDirection, TopicEntry, Via,
 };
 
 use crate::source::{Message, MessageSource, SnapshotSource};
@@ -24,6 +26,10 @@ pub const REMOTE_HOST: &str = "robot-2";
 pub const IMU_TOPIC: &str = "/imu";
 /// The protobuf type of [`IMU_TOPIC`].
 pub const IMU_TYPE: &str = "pb.sensors.Imu";
+/// The fixture's shoal service (a server on this host, clients on both hosts).
+pub const CALIB_SERVICE: &str = "calibration";
+/// Calls per second the calibration server's `get` serves (its two clients' together).
+pub const CALIB_GET_RATE: f64 = 5.0;
 /// 2024-01-01T00:00:00Z: the fixture's clock starts here.
 const EPOCH_S: u64 = 1_704_067_200;
 
@@ -270,6 +276,8 @@ impl Fixture {
             c.latency.record(5_000 + (i as u64 % 7) * 300);
             topics.push(self.subscriber(sub_pid, sub_id, &name, ti, "shoal_ring", vec![c], 0));
         }
+        let logger_age = processes.iter().find(|p| p.pid == 2002).map_or(Duration::ZERO, |p| p.registration_age);
+        let services = self.services(k, logger_age);
         Snapshot {
             taken_at: Some(taken_at),
             processes,
@@ -279,8 +287,137 @@ impl Fixture {
             registration: Default::default(),
             udp: Default::default(),
             tcp: Default::default(),
-            services: Vec::new(),
+            services,
             service_counts: Default::default(),
+        }
+    }
+
+    /// The services at step `k`. Each method's call count is its rate times the time its registration was sent
+    /// (the step minus the registration's age), so the rates the monitor derives are the scripted ones.
+    fn services(&self, k: u64, logger_age: Duration) -> Vec<ServiceEntry> {
+        let calib_req = || proto("pb.calib.Request");
+        let calib = || proto("pb.calib.Calibration");
+        let ack = || proto("pb.calib.Ack");
+        let mut out = vec![
+            // calibration: a shoal server on this host; navigation (other host) and demo_sub_a call it.
+            self.service(
+                k,
+                1004,
+                0x6001,
+                CALIB_SERVICE,
+                ServiceRole::Server,
+                None,
+                &[("get", calib_req(), calib(), &|t| CALIB_GET_RATE * t), ("set", calib(), ack(), &|t| t)],
+            ),
+            self.service(
+                k,
+                3001,
+                0x6002,
+                CALIB_SERVICE,
+                ServiceRole::Client,
+                None,
+                &[("get", calib_req(), calib(), &|t| 4.0 * t)],
+            ),
+            self.service(
+                k,
+                1002,
+                0x6003,
+                CALIB_SERVICE,
+                ServiceRole::Client,
+                None,
+                &[("get", calib_req(), calib(), &|t| t), ("set", calib(), ack(), &|t| t)],
+            ),
+            // camera/control: an eCAL server; teleop calls it (2/s) while it runs.
+            self.service(
+                k,
+                2001,
+                0x6101,
+                "camera/control",
+                ServiceRole::Server,
+                None,
+                &[("set_exposure", TypeInfo::raw("exposure_req"), TypeInfo::raw("exposure_resp"), &|t| {
+                    2.0 * (t - TELEOP_STEPS.start as f64).clamp(0.0, (TELEOP_STEPS.end - TELEOP_STEPS.start) as f64)
+                })],
+            ),
+            // logger/control: the stale eCAL logger's server, its figures as old as its registration.
+            self.service(
+                k,
+                2002,
+                0x6201,
+                "logger/control",
+                ServiceRole::Server,
+                Some(logger_age),
+                &[("flush", TypeInfo::new("", "", Vec::new()), TypeInfo::new("", "", Vec::new()), &|t| 0.5 * t)],
+            ),
+            // map_server: navigation asks for a map nobody serves.
+            self.service(
+                k,
+                3001,
+                0x6301,
+                "map_server",
+                ServiceRole::Client,
+                None,
+                &[("get_map", proto("pb.nav.MapRequest"), proto("pb.nav.Map"), &|t| t)],
+            ),
+        ];
+        if TELEOP_STEPS.contains(&k) {
+            out.push(self.service(
+                k,
+                1005,
+                0x6102,
+                "camera/control",
+                ServiceRole::Client,
+                None,
+                &[("set_exposure", TypeInfo::raw("exposure_req"), TypeInfo::raw("exposure_resp"), &|t| {
+                    2.0 * (t - TELEOP_STEPS.start as f64).max(0.0)
+                })],
+            ));
+        }
+        out.sort_by(|a, b| {
+            (&a.service_name, a.role, &a.host_name, a.pid).cmp(&(&b.service_name, b.role, &b.host_name, b.pid))
+        });
+        out
+    }
+
+    /// A server (with a port) or client of process `pid` at step `k`, its registration `age` old (default: a
+    /// fresh one), with `methods` whose call counts are a function of the time the registration was sent (s).
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn service(
+        &self,
+        k: u64,
+        pid: u32,
+        id: u64,
+        name: &str,
+        role: ServiceRole,
+        age: Option<Duration>,
+        methods: &[(&str, TypeInfo, TypeInfo, &dyn Fn(f64) -> f64)],
+    ) -> ServiceEntry {
+        let p = PROCS.iter().find(|p| p.pid == pid);
+        let (host, unit) = p.map_or((HOST, "unknown"), |p| (p.host, p.unit));
+        // One registration a second, each entity at its own phase: the time between two is exactly 1 s.
+        let age = age.unwrap_or_else(|| Duration::from_millis(150 + (id % 7) * 100));
+        let sent_at = k as f64 - age.as_secs_f64();
+        ServiceEntry {
+            host_name: host.into(),
+            pid,
+            process_name: format!("/usr/bin/{unit}"),
+            unit_name: unit.into(),
+            entity_id: id,
+            service_name: name.into(),
+            role,
+            methods: methods
+                .iter()
+                .map(|(m, req, resp, calls)| MethodInfo {
+                    name: (*m).into(),
+                    request: req.clone(),
+                    response: resp.clone(),
+                    call_count: calls(sent_at).max(0.0) as i64,
+                })
+                .collect(),
+            tcp_port: if role == ServiceRole::Server { 40_000 + (id % 1000) as u16 } else { 0 },
+            version: 1,
+            is_self: false,
+            registration_age: age,
         }
     }
 

@@ -9,11 +9,12 @@ use serde_json::{Value, json};
 use shoal::monitor::printable as shown;
 
 use crate::history::{Event, diff};
-use crate::model::{Interner, View, build_view, fmt_bandwidth, fmt_rate, fmt_us};
+use crate::model::{Interner, ServiceEndpointRow, View, build_view, fmt_bandwidth, fmt_rate, fmt_us};
 use crate::source::SnapshotSource;
 
-/// The JSON object of one view: `time_s`, `hosts`, `processes`, `topics` (each with its `connections`) and the
-/// `events` found since the view before.
+/// The JSON object of one view: `time_s`, `hosts`, `processes`, `topics` (each with its `connections`), `services`
+/// (each with its `endpoints`, servers and clients, each with its `methods`; a figure not known is `null`),
+/// `own_service_counts` (this process's servers and clients) and the `events` found since the view before.
 pub fn view_json(view: &View, events: &[Event]) -> Value {
     let topics: Vec<Value> = view
         .topics
@@ -34,11 +35,23 @@ pub fn view_json(view: &View, events: &[Event]) -> Value {
             v
         })
         .collect();
+    let services: Vec<Value> = view
+        .services
+        .iter()
+        .map(|s| {
+            let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
+            let eps: Vec<&ServiceEndpointRow> = view.endpoints_of(&s.name).collect();
+            v["endpoints"] = serde_json::to_value(eps).unwrap_or(Value::Null);
+            v
+        })
+        .collect();
     json!({
         "time_s": view.time_s,
         "hosts": view.hosts,
         "processes": view.processes,
         "topics": topics,
+        "services": services,
+        "own_service_counts": view.own_service_counts,
         "events": events,
     })
 }
@@ -46,9 +59,10 @@ pub fn view_json(view: &View, events: &[Event]) -> Value {
 /// A few lines of text for one view (without `--json`).
 pub fn view_text(view: &View) -> String {
     let mut s = format!(
-        "{} processes, {} topics, {} with problems\n",
+        "{} processes, {} topics, {} services, {} with problems\n",
         view.processes.len(),
         view.topics.len(),
+        view.services.len(),
         view.problem_count()
     );
     for t in &view.topics {
@@ -63,6 +77,18 @@ pub fn view_text(view: &View) -> String {
             t.drops,
             lat,
             t.problems.text()
+        ));
+    }
+    for sv in &view.services {
+        s.push_str(&format!(
+            "  service {:<24} {:>2} server {:>2} client {:>2} methods {:>8} calls {:>10}  {}\n",
+            shown(&sv.name),
+            sv.servers,
+            sv.clients,
+            sv.methods,
+            sv.calls,
+            sv.call_rate_hz.map_or_else(|| "—".to_owned(), fmt_rate),
+            sv.problems.text()
         ));
     }
     s

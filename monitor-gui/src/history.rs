@@ -20,11 +20,11 @@ pub enum EventKind {
     ProcessNew,
     /// A process disappeared (its registration expired or it unregistered).
     ProcessGone,
-    /// A publisher or subscriber appeared.
+    /// A publisher, subscriber, service server or client appeared.
     EntityNew,
-    /// A publisher or subscriber unregistered (it was fresh when it vanished).
+    /// A publisher, subscriber, server or client unregistered (it was fresh when it vanished).
     EntityGone,
-    /// A publisher or subscriber vanished after its registration had gone stale: it expired.
+    /// A publisher, subscriber, server or client vanished after its registration had gone stale: it expired.
     Expired,
     /// A subscriber started receiving from a publisher over a layer.
     Match,
@@ -78,7 +78,7 @@ pub struct Event {
     pub time_s: f64,
     /// What happened.
     pub kind: EventKind,
-    /// The topic, or the process for process events.
+    /// The topic, the service, or the process for process events.
     pub subject: Arc<str>,
     /// Details.
     pub detail: String,
@@ -125,6 +125,29 @@ pub fn diff(old: &View, new: &View) -> Vec<Event> {
                 );
             } else {
                 ev(EventKind::EntityGone, &e.topic, format!("{} {}", e.direction, e.process));
+            }
+        }
+    }
+    // Service servers and clients, as publishers and subscribers.
+    let skey = |e: &crate::model::ServiceEndpointRow| (e.host.clone(), e.pid, e.entity_id, e.role);
+    let old_eps: HashMap<_, _> = old.service_endpoints.iter().map(|e| (skey(e), e)).collect();
+    let new_eps: HashSet<_> = new.service_endpoints.iter().map(skey).collect();
+    for e in &new.service_endpoints {
+        if !old_eps.contains_key(&skey(e)) {
+            let methods: Vec<&str> = e.methods.iter().map(|m| &*m.name).collect();
+            ev(EventKind::EntityNew, &e.service, format!("{} {} ({})", e.role, e.process, methods.join(", ")));
+        }
+    }
+    for e in &old.service_endpoints {
+        if !new_eps.contains(&skey(e)) {
+            if e.registration_age_s > crate::model::STALE_AFTER.as_secs_f64() {
+                ev(
+                    EventKind::Expired,
+                    &e.service,
+                    format!("{} {}: no registration for {:.1} s", e.role, e.process, e.registration_age_s),
+                );
+            } else {
+                ev(EventKind::EntityGone, &e.service, format!("{} {}", e.role, e.process));
             }
         }
     }

@@ -9,8 +9,8 @@ use shoal_monitor::fixture::{Fixture, FixtureMessages};
 use shoal_monitor::headless;
 use shoal_monitor::source::{MessageSource, NodeMessages, NodeSnapshots, SnapshotSource};
 
-/// The shoal monitor: processes and topics of this host (and the network in network mode), shoal's and eCAL's,
-/// with rate, drops and latency.
+/// The shoal monitor: processes, topics and services of this host (and the network in network mode), shoal's and
+/// eCAL's, with rate, drops and latency, and call counts and rates.
 #[derive(Debug, Parser)]
 #[command(name = "shoal-monitor", version)]
 struct Args {
@@ -35,12 +35,15 @@ struct Args {
     /// With --fixture: take this many snapshots at start (history for the plots).
     #[arg(long, default_value_t = 0)]
     prefill: u32,
-    /// The tab to open: overview, topic, inspector, graph, events.
+    /// The tab to open: overview, topic, inspector, services, graph, events.
     #[arg(long, default_value = "overview")]
     tab: String,
     /// The topic to select.
     #[arg(long)]
     select: Option<String>,
+    /// The service to select (the Services tab then shows its servers and clients only).
+    #[arg(long)]
+    select_service: Option<String>,
     /// The Topic view's plot window, seconds (30, 60 or 300).
     #[arg(long, default_value_t = 60.0)]
     window_s: f64,
@@ -90,7 +93,7 @@ fn main() -> Result<()> {
         bail!("--bench-blank is the baseline of --bench: add --bench");
     }
     let Some(tab) = Tab::from_name(&args.tab) else {
-        bail!("unknown tab `{}` (overview, topic, inspector, graph, events)", args.tab);
+        bail!("unknown tab `{}` (overview, topic, inspector, services, graph, events)", args.tab);
     };
     let (mut snapshots, messages): (Box<dyn SnapshotSource + Send>, Box<dyn MessageSource>) = if args.fixture {
         let mut f = match args.fixture_scale {
@@ -119,6 +122,7 @@ fn main() -> Result<()> {
     }
     app.state.tab = tab;
     app.select_topic(args.select.as_deref());
+    app.select_service(args.select_service.as_deref());
     app.state.window_s = args.window_s;
     let options = eframe::NativeOptions {
         renderer: eframe::Renderer::Glow,

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde::Serialize;
-use shoal::monitor::{LatencyHistogram, Snapshot, TopicDirection, TopicEntry, TopicProblem, TopicSummary, Via};
+use shoal::monitor::{
+    LatencyHistogram, MethodInfo, ServiceRole, Snapshot, TopicDirection, TopicEntry, TopicProblem, TopicSummary, Via,
+};
 
 /// A peer whose last registration is older than this is shown as stale (the core's rule, which `shoal list` uses
 /// too).
@@ -32,6 +34,8 @@ pub enum Problem {
     Stale,
     /// The process announces a warning, critical or failed state.
     BadState,
+    /// A service has clients but no server.
+    NoServer,
 }
 
 impl Problem {
@@ -44,6 +48,7 @@ impl Problem {
             Problem::NoPublishers => "no publisher",
             Problem::Stale => "stale",
             Problem::BadState => "bad state",
+            Problem::NoServer => "no server",
         }
     }
 
@@ -380,6 +385,182 @@ pub struct ConnKey {
     pub via: &'static str,
 }
 
+/// A call rate is derived from two registrations of an endpoint at least this far apart (an immediate
+/// registration right after a periodic one would give a rate over a few milliseconds).
+pub const MIN_RATE_SPAN_S: f64 = 0.5;
+
+/// A request or response type as a method announces it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TypeRow {
+    /// Type name (may be empty).
+    pub name: Arc<str>,
+    /// Encoding (`proto`, `raw`, …; may be empty).
+    pub encoding: Arc<str>,
+    /// Size of the announced descriptor, bytes.
+    pub descriptor_bytes: usize,
+}
+
+impl TypeRow {
+    /// `encoding:name`, `name`, `(encoding)` or `—` when nothing is announced.
+    pub fn text(&self) -> String {
+        match (self.name.is_empty(), self.encoding.is_empty()) {
+            (true, true) => "—".into(),
+            (false, true) => self.name.to_string(),
+            (true, false) => format!("({})", self.encoding),
+            (false, false) => format!("{}:{}", self.encoding, self.name),
+        }
+    }
+}
+
+/// One method of a server or client, as its registration announces it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MethodRow {
+    /// Method name.
+    pub name: Arc<str>,
+    /// The request's type.
+    pub request: TypeRow,
+    /// The response's type.
+    pub response: TypeRow,
+    /// Calls served (a server) or made (a client) so far, as announced (eCAL's `call_count`).
+    pub calls: i64,
+    /// Calls per second between the two last registrations at least [`MIN_RATE_SPAN_S`] apart; `None` until two
+    /// were seen (or after the count went down: a restart). A stale endpoint's rate is its last one: its
+    /// endpoint row says `stale`.
+    pub call_rate_hz: Option<f64>,
+    /// Failed calls, where the endpoint announces them: neither eCAL 6.1.1 nor shoal puts them in registration, so
+    /// `None` for every peer (shown "—"; this process's own are in [`View::own_service_counts`]).
+    pub errors: Option<u64>,
+    /// The call count the rate was last derived from.
+    #[serde(skip)]
+    pub basis_calls: i64,
+    /// When that registration was sent (the view's time minus its age), seconds since the epoch.
+    #[serde(skip)]
+    pub basis_time_s: f64,
+}
+
+impl MethodRow {
+    /// Equal but for the time of the registration the rate was derived from (which moves with every
+    /// registration, as the age does).
+    fn same_but_time(&self, o: &MethodRow) -> bool {
+        let MethodRow { name, request, response, calls, call_rate_hz, errors, basis_calls, basis_time_s: _ } = self;
+        (name, request, response, calls, call_rate_hz, errors, basis_calls)
+            == (&o.name, &o.request, &o.response, &o.calls, &o.call_rate_hz, &o.errors, &o.basis_calls)
+    }
+}
+
+/// One service server or client.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServiceEndpointRow {
+    /// Service name.
+    pub service: Arc<str>,
+    /// `server` or `client`.
+    pub role: &'static str,
+    /// Owning process (`unit@host:pid`).
+    pub process: Arc<str>,
+    /// Host.
+    pub host: Arc<str>,
+    /// Process id.
+    pub pid: u32,
+    /// Unit name.
+    pub unit: Arc<str>,
+    /// `shoal` or `eCAL` (`None`: its process's registration is not known).
+    pub kind: Option<&'static str>,
+    /// Entity id.
+    pub entity_id: u64,
+    /// A server's TCP port (`None` for a client).
+    pub tcp_port: Option<u16>,
+    /// Seconds since its last registration.
+    pub registration_age_s: f64,
+    /// Its registration is older than [`STALE_AFTER`]: its call counts and rates are its last ones.
+    pub stale: bool,
+    /// Its methods, by name.
+    pub methods: Vec<MethodRow>,
+}
+
+impl ServiceEndpointRow {
+    /// Equal but for the registration age and the time the rates were derived at.
+    fn same_but_age(&self, o: &ServiceEndpointRow) -> bool {
+        let ServiceEndpointRow {
+            service,
+            role,
+            process,
+            host,
+            pid,
+            unit,
+            kind,
+            entity_id,
+            tcp_port,
+            registration_age_s: _,
+            stale,
+            methods,
+        } = self;
+        (service, role, process, host, pid, unit, kind, entity_id, tcp_port, stale)
+            == (&o.service, &o.role, &o.process, &o.host, &o.pid, &o.unit, &o.kind, &o.entity_id, &o.tcp_port, &o.stale)
+            && methods.len() == o.methods.len()
+            && methods.iter().zip(&o.methods).all(|(a, b)| a.same_but_time(b))
+    }
+
+    /// The endpoint's identity across refreshes.
+    fn key(&self) -> (&str, u32, u64, &'static str) {
+        (&self.host, self.pid, self.entity_id, self.role)
+    }
+}
+
+/// One service: every server and client of one name.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServiceRow {
+    /// Service name.
+    pub name: Arc<str>,
+    /// Number of servers.
+    pub servers: usize,
+    /// Number of clients.
+    pub clients: usize,
+    /// Distinct methods its servers offer.
+    pub methods: usize,
+    /// Calls its servers served so far, summed (saturating: the counts come from the network).
+    pub calls: u64,
+    /// Calls per second its servers served, summed over the methods whose rate is known (`None`: none is yet).
+    pub call_rate_hz: Option<f64>,
+    /// What is wrong: no server, a stale endpoint, servers announcing a method with types that disagree.
+    pub problems: Problems,
+}
+
+/// What this process's own servers and clients did ([`shoal::monitor::ServiceCounts`]): the one place shoal knows
+/// failed calls, since registration carries only call counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct OwnServiceCounts {
+    /// Requests its servers executed.
+    pub calls_served: u64,
+    /// Requests its servers answered as failed (unknown method, handler error, response too large), did not
+    /// decode, or refused as busy.
+    pub calls_failed: u64,
+    /// Connections its servers refused or closed (too many, handshake, malformed frames, unauthenticated).
+    pub connections_refused: u64,
+    /// Calls its clients made (one per server called).
+    pub calls_made: u64,
+    /// Of those: not answered in time.
+    pub calls_timed_out: u64,
+    /// Of those: the connection failed.
+    pub calls_broken: u64,
+}
+
+impl OwnServiceCounts {
+    fn of(c: &shoal::monitor::ServiceCounts) -> OwnServiceCounts {
+        OwnServiceCounts {
+            calls_served: c.calls_served,
+            calls_failed: c.calls_failed.saturating_add(c.bad_requests).saturating_add(c.busy),
+            connections_refused: c
+                .refused_max_sessions
+                .saturating_add(c.handshake_failures)
+                .saturating_add(c.frame_errors)
+                .saturating_add(c.unauthenticated),
+            calls_made: c.calls_made,
+            calls_timed_out: c.calls_timed_out,
+            calls_broken: c.calls_broken,
+        }
+    }
+}
+
 /// Everything one refresh shows.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct View {
@@ -395,6 +576,12 @@ pub struct View {
     pub entities: Vec<EntityRow>,
     /// Connections measured by shoal subscribers, by topic.
     pub connections: Vec<ConnectionRow>,
+    /// Services, by name.
+    pub services: Vec<ServiceRow>,
+    /// Their servers and clients, by service name, servers first, then by host, pid and entity id.
+    pub service_endpoints: Vec<ServiceEndpointRow>,
+    /// What this process's own servers and clients did.
+    pub own_service_counts: OwnServiceCounts,
     #[serde(skip)]
     topic_index: HashMap<Arc<str>, usize>,
 }
@@ -409,6 +596,28 @@ impl View {
     pub fn connections_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a ConnectionRow> + 'a {
         let start = self.connections.partition_point(|c| &*c.topic < name);
         self.connections[start..].iter().take_while(move |c| &*c.topic == name)
+    }
+
+    /// The service called `name`.
+    pub fn service(&self, name: &str) -> Option<&ServiceRow> {
+        self.services.binary_search_by(|s| (*s.name).cmp(name)).ok().map(|i| &self.services[i])
+    }
+
+    /// The servers and clients of service `name` (servers first).
+    pub fn endpoints_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a ServiceEndpointRow> + 'a {
+        self.service_endpoints[self.endpoint_range(name)].iter()
+    }
+
+    /// Where the servers and clients of service `name` are in [`View::service_endpoints`].
+    pub fn endpoint_range(&self, name: &str) -> std::ops::Range<usize> {
+        let start = self.service_endpoints.partition_point(|e| &*e.service < name);
+        let end = start + self.service_endpoints[start..].partition_point(|e| &*e.service == name);
+        start..end
+    }
+
+    /// Servers, clients and the distinct methods of the servers, over every service.
+    pub fn service_totals(&self) -> (usize, usize, usize) {
+        self.services.iter().fold((0, 0, 0), |(s, c, m), r| (s + r.servers, c + r.clients, m + r.methods))
     }
 
     /// The publishers and subscribers of topic `name`.
@@ -428,12 +637,17 @@ impl View {
             && self.processes.iter().zip(&other.processes).all(|(a, b)| a.same_but_age(b))
             && self.entities.len() == other.entities.len()
             && self.entities.iter().zip(&other.entities).all(|(a, b)| a.same_but_age(b))
+            && self.services == other.services
+            && self.own_service_counts == other.own_service_counts
+            && self.service_endpoints.len() == other.service_endpoints.len()
+            && self.service_endpoints.iter().zip(&other.service_endpoints).all(|(a, b)| a.same_but_age(b))
     }
 
-    /// Rows with at least one problem: topics, processes.
+    /// Rows with at least one problem: topics, processes, services.
     pub fn problem_count(&self) -> usize {
         self.topics.iter().filter(|t| !t.problems.is_empty()).count()
             + self.processes.iter().filter(|p| !p.problems.is_empty()).count()
+            + self.services.iter().filter(|s| !s.problems.is_empty()).count()
     }
 }
 
@@ -498,7 +712,165 @@ pub fn build_view(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner)
         topics.push(topic_row(name_a, &sum, problems, interner));
     }
     let topic_index = topics.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-    View { time_s: view_time(snap), hosts, processes, topics, entities, connections, topic_index }
+    let time_s = view_time(snap);
+    let (services, service_endpoints) = service_rows(snap, time_s, &processes, prev, interner);
+    View {
+        time_s,
+        hosts,
+        processes,
+        topics,
+        entities,
+        connections,
+        services,
+        service_endpoints,
+        own_service_counts: OwnServiceCounts::of(&snap.service_counts),
+        topic_index,
+    }
+}
+
+/// The services of `snap`: one row per name, and their servers and clients with each method's call rate, derived
+/// from the call counts of the view before (`prev`).
+fn service_rows(
+    snap: &Snapshot,
+    time_s: f64,
+    processes: &[ProcessRow],
+    prev: Option<&View>,
+    interner: &mut Interner,
+) -> (Vec<ServiceRow>, Vec<ServiceEndpointRow>) {
+    let proc_of: HashMap<(&str, u32), &ProcessRow> = processes.iter().map(|p| ((&*p.host, p.pid), p)).collect();
+    let before: HashMap<(&str, u32, u64, &'static str), &ServiceEndpointRow> =
+        prev.map(|v| v.service_endpoints.iter().map(|e| (e.key(), e)).collect()).unwrap_or_default();
+    let mut endpoints: Vec<ServiceEndpointRow> = snap
+        .services
+        .iter()
+        .map(|s| {
+            let role = match s.role {
+                ServiceRole::Server => "server",
+                ServiceRole::Client => "client",
+            };
+            let proc_row = proc_of.get(&(s.host_name.as_str(), s.pid));
+            let age = s.registration_age.as_secs_f64();
+            let sent_at = time_s - age;
+            let prev_ep = before.get(&(s.host_name.as_str(), s.pid, s.entity_id, role));
+            let mut methods: Vec<MethodRow> = s
+                .methods
+                .iter()
+                .map(|m| {
+                    let prev_m = prev_ep.and_then(|e| e.methods.iter().find(|pm| *pm.name == m.name));
+                    method_row(m, sent_at, prev_m, interner)
+                })
+                .collect();
+            methods.sort_by(|a, b| a.name.cmp(&b.name));
+            ServiceEndpointRow {
+                service: interner.get(&s.service_name),
+                role,
+                process: match proc_row {
+                    Some(p) => interner.get(&p.label()),
+                    None => interner.get(&format!("{}@{}:{}", s.unit_name, s.host_name, s.pid)),
+                },
+                host: interner.get(&s.host_name),
+                pid: s.pid,
+                unit: interner.get(&s.unit_name),
+                kind: proc_row.map(|p| p.kind),
+                entity_id: s.entity_id,
+                tcp_port: (s.role == ServiceRole::Server).then_some(s.tcp_port),
+                registration_age_s: age,
+                stale: s.registration_age > STALE_AFTER && !s.is_self,
+                methods,
+            }
+        })
+        .collect();
+    endpoints.sort_by(|a, b| {
+        (&a.service, a.role != "server", &a.host, a.pid, a.entity_id).cmp(&(
+            &b.service,
+            b.role != "server",
+            &b.host,
+            b.pid,
+            b.entity_id,
+        ))
+    });
+    let mut services = Vec::new();
+    let mut start = 0;
+    while start < endpoints.len() {
+        let name = endpoints[start].service.clone();
+        let n = endpoints[start..].iter().take_while(|e| e.service == name).count();
+        services.push(service_row(name, &endpoints[start..start + n]));
+        start += n;
+    }
+    (services, endpoints)
+}
+
+/// A method's row, its call rate derived from the row before (`prev`) when a registration at least
+/// [`MIN_RATE_SPAN_S`] later than the one the rate was last derived from arrived (`sent_at`: when this one was
+/// sent).
+fn method_row(m: &MethodInfo, sent_at: f64, prev: Option<&MethodRow>, interner: &mut Interner) -> MethodRow {
+    let mut ty = |t: &shoal::TypeInfo| TypeRow {
+        name: interner.get(&t.name),
+        encoding: interner.get(&t.encoding),
+        descriptor_bytes: t.descriptor.len(),
+    };
+    let (request, response) = (ty(&m.request), ty(&m.response));
+    let (call_rate_hz, basis_calls, basis_time_s) = match prev {
+        // First seen, or the count went down (a restart): nothing to derive a rate from yet.
+        None => (None, m.call_count, sent_at),
+        Some(p) if m.call_count < p.basis_calls => (None, m.call_count, sent_at),
+        Some(p) => {
+            let span = sent_at - p.basis_time_s;
+            if span >= MIN_RATE_SPAN_S {
+                // Counts from the network: a difference too large for f64 to matter is still a number.
+                let delta = m.call_count.saturating_sub(p.basis_calls) as f64;
+                (Some(delta / span), m.call_count, sent_at)
+            } else {
+                (p.call_rate_hz, p.basis_calls, p.basis_time_s)
+            }
+        }
+    };
+    MethodRow {
+        name: interner.get(&m.name),
+        request,
+        response,
+        calls: m.call_count,
+        call_rate_hz,
+        errors: None,
+        basis_calls,
+        basis_time_s,
+    }
+}
+
+/// A service's row from its endpoints (servers first).
+fn service_row(name: Arc<str>, eps: &[ServiceEndpointRow]) -> ServiceRow {
+    let servers: Vec<&ServiceEndpointRow> = eps.iter().filter(|e| e.role == "server").collect();
+    let mut method_names: Vec<&str> = servers.iter().flat_map(|e| e.methods.iter().map(|m| &*m.name)).collect();
+    method_names.sort_unstable();
+    method_names.dedup();
+    let calls = servers.iter().flat_map(|e| &e.methods).fold(0u64, |n, m| n.saturating_add(m.calls.max(0) as u64));
+    let rates: Vec<f64> = servers.iter().flat_map(|e| &e.methods).filter_map(|m| m.call_rate_hz).collect();
+    let mut problems = Problems::default();
+    if servers.is_empty() {
+        problems.add(Problem::NoServer);
+    }
+    if eps.iter().any(|e| e.stale) {
+        problems.add(Problem::Stale);
+    }
+    // Servers announcing one method with types that disagree (the topics' rule, on names and encodings).
+    for m in &method_names {
+        let announced = servers.iter().flat_map(|e| &e.methods).filter(|x| &*x.name == *m);
+        let types = |f: fn(&MethodRow) -> &TypeRow| -> Vec<shoal::TypeInfo> {
+            announced.clone().map(|x| shoal::TypeInfo::new(&*f(x).name, &*f(x).encoding, Vec::new())).collect()
+        };
+        if shoal::TypeInfo::disagree(&types(|x| &x.request)) || shoal::TypeInfo::disagree(&types(|x| &x.response)) {
+            problems.add(Problem::TypeMismatch);
+        }
+    }
+    ServiceRow {
+        servers: servers.len(),
+        clients: eps.len() - servers.len(),
+        methods: method_names.len(),
+        calls,
+        call_rate_hz: (!rates.is_empty()).then(|| rates.iter().sum()),
+        problems,
+        name,
+    }
 }
 
 /// When `snap` was taken, seconds since the epoch (0 when unknown).

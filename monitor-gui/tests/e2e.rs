@@ -168,3 +168,131 @@ impl SpawnOutput for &mut Command {
         std::thread::spawn(move || child.wait_with_output().expect("wait"))
     }
 }
+
+/// The `echo` method of the server of `service` in a monitor line: (calls, call rate), if listed.
+fn server_echo(line: &Value, service: &str) -> Option<(i64, Option<f64>)> {
+    let s = line["services"].as_array()?.iter().find(|s| s["name"] == service)?;
+    let server = s["endpoints"].as_array()?.iter().find(|e| e["role"] == "server")?;
+    let echo = server["methods"].as_array()?.iter().find(|m| m["name"] == "echo")?;
+    Some((echo["calls"].as_i64()?, echo["call_rate_hz"].as_f64()))
+}
+
+/// Services on a live system: a shoal server (`shoal-peer serve`) and an eCAL 6.1.1 server (`svc_server.py`) are
+/// listed by `shoal-monitor --headless --json` with their processes, ports, methods and types; calls an eCAL 6.1.1
+/// client makes to the shoal server and `shoal service call` makes to the eCAL server show, within a few
+/// registration periods, as call counts going up by as many and as a call rate above zero.
+#[test]
+fn headless_monitor_lists_shoal_and_ecal_servers_and_counts_their_calls() {
+    let id = std::process::id();
+    let (svc_shoal, svc_ecal) = (format!("e2e_svc_shoal_{id}"), format!("e2e_svc_ecal_{id}"));
+    let shoal_cli = PathBuf::from(env!("CARGO_BIN_EXE_shoal-monitor")).with_file_name("shoal");
+    let Some(server) = shoal_peer(&["serve", "--service", &svc_shoal, "--duration-ms", "0"]) else {
+        eprintln!("SKIPPED: shoal-peer is not built beside shoal-monitor (run the workspace tests, scripts/test)");
+        return;
+    };
+    if !shoal_cli.is_file() {
+        eprintln!("SKIPPED: shoal is not built beside shoal-monitor (run the workspace tests, scripts/test)");
+        return;
+    }
+    let shoal_ready = server.expect("ready", T);
+    let mut cmd = Command::new(ecal_python());
+    cmd.arg(script("svc_server.py")).args(["--service", &svc_ecal, "--seconds", "120"]);
+    let ecal_server = Proc::spawn("eCAL svc_server.py", cmd);
+    ecal_server.expect("ready", T);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal-monitor"));
+    cmd.args(["--headless", "--json", "--seconds", "120", "--interval-ms", "250"]);
+    let monitor = Proc::spawn("shoal-monitor --headless", cmd);
+
+    // Both listed with their methods and types.
+    let listed = monitor.expect_line("both servers", T, |l| {
+        server_echo(l, &svc_shoal).is_some() && server_echo(l, &svc_ecal).is_some()
+    });
+    for (name, kind) in [(&svc_shoal, "shoal"), (&svc_ecal, "eCAL")] {
+        let s =
+            listed["services"].as_array().expect("services").iter().find(|s| s["name"] == name.as_str()).expect(name);
+        assert_eq!((s["servers"].as_u64(), s["methods"].as_u64()), (Some(1), Some(2)), "{s}");
+        let server = &s["endpoints"][0];
+        assert_eq!((server["role"].as_str(), server["kind"].as_str()), (Some("server"), Some(kind)), "{server}");
+        assert!(server["tcp_port"].as_u64().is_some_and(|p| p > 0), "{server}");
+        let methods = server["methods"].as_array().expect("methods");
+        let names: Vec<&str> = methods.iter().filter_map(|m| m["name"].as_str()).collect();
+        assert_eq!(names, ["echo", "fail"], "{server}");
+        let echo = &methods[0];
+        assert_eq!(
+            (echo["request"]["name"].as_str(), echo["request"]["encoding"].as_str()),
+            (Some("req_t"), Some("raw"))
+        );
+        assert_eq!(echo["response"]["name"], "resp_t", "{echo}");
+        assert!(echo["errors"].is_null(), "not announced: null: {echo}");
+    }
+    let shoal_server = &listed["services"]
+        .as_array()
+        .expect("s")
+        .iter()
+        .find(|s| s["name"] == svc_shoal.as_str())
+        .expect("s")["endpoints"][0];
+    assert_eq!(shoal_server["pid"], shoal_ready["pid"], "{shoal_server}");
+    assert_eq!(shoal_server["tcp_port"], shoal_ready["port"], "{shoal_server}");
+    let (shoal0, _) = server_echo(&listed, &svc_shoal).expect("listed");
+    let (ecal0, _) = server_echo(&listed, &svc_ecal).expect("listed");
+
+    // Calls: 5 from an eCAL client to the shoal server, 2 from `shoal service call` to the eCAL server.
+    let client = ecal_peer_client(&svc_shoal, 5);
+    let connected = client.expect("connected", T);
+    let calls_started = std::time::Instant::now();
+    for _ in 0..2 {
+        let out = Command::new(&shoal_cli)
+            .args(["service", "call", &svc_ecal, "echo", "--data", "hi", "--json", "--wait-ms", "5000"])
+            .output()
+            .expect("run shoal service call");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("echo:hi"), "{}", String::from_utf8_lossy(&out.stdout));
+    }
+    let done = client.until("done", T);
+    assert_eq!(done.iter().filter(|l| l["event"] == "response" && l["call_state"] == "executed").count(), 5);
+    eprintln!("calls made in {:?} (eCAL client connected after {} ms)", calls_started.elapsed(), connected["ms"]);
+
+    // Within a few registration periods (1 s each) the counts are up by as many, with a rate above zero.
+    let mut saw_client = false;
+    let mut rates = (None, None);
+    let t_calls = std::time::Instant::now();
+    let after = monitor.wait_for(Duration::from_secs(8), |l| {
+        saw_client |= l["services"].as_array().is_some_and(|a| {
+            a.iter().any(|s| s["name"] == svc_shoal.as_str() && s["clients"].as_u64().is_some_and(|n| n >= 1))
+        });
+        let (Some((a, ra)), Some((b, rb))) = (server_echo(l, &svc_shoal), server_echo(l, &svc_ecal)) else {
+            return false;
+        };
+        if ra.is_some_and(|r| r > 0.0) {
+            rates.0 = ra;
+        }
+        if rb.is_some_and(|r| r > 0.0) {
+            rates.1 = rb;
+        }
+        a >= shoal0 + 5 && b >= ecal0 + 2 && rates.0.is_some() && rates.1.is_some()
+    });
+    let after = after.unwrap_or_else(|| {
+        panic!(
+            "the call counts did not go up (shoal {shoal0} + 5, eCAL {ecal0} + 2) with a rate within 8 s; rates seen {rates:?}\n{}",
+            monitor.report()
+        )
+    });
+    eprintln!(
+        "after {:?}: shoal server {:?}, eCAL server {:?}, rates seen {rates:?}",
+        t_calls.elapsed(),
+        server_echo(&after, &svc_shoal),
+        server_echo(&after, &svc_ecal)
+    );
+    assert_eq!(server_echo(&after, &svc_shoal).map(|c| c.0), Some(shoal0 + 5), "exactly the calls made");
+    assert_eq!(server_echo(&after, &svc_ecal).map(|c| c.0), Some(ecal0 + 2), "exactly the calls made");
+    // The eCAL client lives about a second: its registration may come and go between two monitor lines.
+    eprintln!("the eCAL client was listed as a client of {svc_shoal}: {saw_client}");
+    drop((monitor, server, ecal_server));
+}
+
+/// An eCAL 6.1.1 client of `service` making `count` calls of `echo`.
+fn ecal_peer_client(service: &str, count: u32) -> Proc {
+    let mut cmd = Command::new(ecal_python());
+    cmd.arg(script("svc_client.py")).args(["--service", service, "--method", "echo", "--count", &count.to_string()]);
+    Proc::spawn("eCAL svc_client.py", cmd)
+}

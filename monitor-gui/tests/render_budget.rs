@@ -1,4 +1,4 @@
-//! What each view costs to rasterise at scale: the Overview, Topic, Graph and Events views of the scale network
+//! What each view costs to rasterise at scale: the Overview, Topic, Services, Graph and Events views of the scale network
 //! (1000 generated topics over 200 processes besides the scripted ones, 60 s of history) at 1280x800, tessellated
 //! as the window would be. Under software GL (llvmpipe) a frame's time is mostly spent rasterising, and that cost
 //! follows the pixels the triangles cover (every one blended) and their count; both are held to a budget here,
@@ -70,7 +70,7 @@ fn every_view_at_scale_stays_within_its_rasterising_budget() {
     let mut h =
         Harness::builder().with_size(egui::vec2(W, H)).build_ui_state(|ui, app: &mut MonitorApp| app.ui(ui), app);
     let mut report = Vec::new();
-    for tab in [Tab::Overview, Tab::Topic, Tab::Graph, Tab::Events] {
+    for tab in [Tab::Overview, Tab::Topic, Tab::Services, Tab::Graph, Tab::Events] {
         h.state_mut().state.tab = tab;
         h.run();
         let c = cost(&h);

@@ -160,8 +160,9 @@ fn graph_shows_processes_and_topics_and_selects_on_click() {
     app.state.tab = Tab::Graph;
     let mut h = harness(app);
     h.run();
-    h.get_by_label("imu_driver@lab-pc:1004");
-    h.get_by_label("navigation@robot-2:3001");
+    // Each on both sides: imu_driver publishes and serves, navigation subscribes and calls.
+    assert_eq!(h.get_all_by_label("imu_driver@lab-pc:1004").count(), 2);
+    assert_eq!(h.get_all_by_label("navigation@robot-2:3001").count(), 2);
     h.get_by_label("/odom").click();
     h.run();
     assert_eq!(h.state().state.selected.as_deref(), Some("/odom"));
@@ -292,4 +293,108 @@ fn the_events_table_follows_new_views_and_the_filter() {
     let teleop = event_count(&h);
     assert!(teleop >= 2 && teleop < more, "the filter keeps teleop's events ({teleop} of {more})");
     assert!(h.query_by_label_contains("lost (").is_none(), "the camera's drops are filtered out");
+}
+
+#[test]
+fn the_services_view_model_has_servers_clients_methods_types_and_call_rates() {
+    use shoal_monitor::fixture::{CALIB_GET_RATE, CALIB_SERVICE};
+    use shoal_monitor::model::{Interner, Problem, build_view};
+    let mut fixture = Fixture::new();
+    let mut interner = Interner::default();
+    let first = build_view(&fixture.next_snapshot(), None, &mut interner);
+    // One registration seen: the counts are known, the rates not yet ("—", never 0).
+    let get = |v: &shoal_monitor::model::View, service: &str, role: &str, pid: u32, method: &str| {
+        v.endpoints_of(service)
+            .find(|e| e.role == role && e.pid == pid)
+            .and_then(|e| e.methods.iter().find(|m| &*m.name == method))
+            .cloned()
+            .unwrap_or_else(|| panic!("{service} {role} {pid} {method}"))
+    };
+    assert_eq!(get(&first, CALIB_SERVICE, "server", 1004, "get").call_rate_hz, None);
+    assert!(first.services.iter().all(|s| s.call_rate_hz.is_none()));
+    let mut view = first;
+    for _ in 0..9 {
+        view = build_view(&fixture.next_snapshot(), Some(&view), &mut interner);
+    }
+    let names: Vec<&str> = view.services.iter().map(|s| &*s.name).collect();
+    assert_eq!(names, ["calibration", "camera/control", "logger/control", "map_server"]);
+    let calib = view.service(CALIB_SERVICE).expect("calibration");
+    assert_eq!((calib.servers, calib.clients, calib.methods), (1, 2, 2));
+    assert!(calib.problems.is_empty(), "{:?}", calib.problems);
+    // The server's endpoint: process, host, unit, port, kind.
+    let server = view.endpoints_of(CALIB_SERVICE).next().expect("server first");
+    assert_eq!((server.role, &*server.process, &*server.unit), ("server", "imu_driver@lab-pc:1004", "imu_driver"));
+    assert_eq!((server.kind, server.tcp_port.is_some_and(|p| p > 0)), (Some("shoal"), true));
+    let m = get(&view, CALIB_SERVICE, "server", 1004, "get");
+    assert_eq!((&*m.request.name, &*m.request.encoding), ("pb.calib.Request", "proto"));
+    assert_eq!(&*m.response.name, "pb.calib.Calibration");
+    assert_eq!(m.request.text(), "proto:pb.calib.Request");
+    // The rate derived from successive call counts is the scripted one; the counts go up.
+    assert_eq!(m.call_rate_hz, Some(CALIB_GET_RATE), "{m:?}");
+    assert!(m.calls >= (CALIB_GET_RATE * 9.0) as i64, "{m:?}");
+    assert_eq!(get(&view, CALIB_SERVICE, "client", 3001, "get").call_rate_hz, Some(4.0));
+    assert_eq!(get(&view, CALIB_SERVICE, "client", 1002, "get").call_rate_hz, Some(1.0));
+    let next = build_view(&fixture.next_snapshot(), Some(&view), &mut interner);
+    assert_eq!(get(&next, CALIB_SERVICE, "server", 1004, "get").calls - m.calls, CALIB_GET_RATE as i64);
+    // Errors: no registration announces them, so not known (None, "—"), never 0.
+    assert!(view.service_endpoints.iter().flat_map(|e| &e.methods).all(|m| m.errors.is_none()));
+    // eCAL's server; the stale logger's server, its rate marked stale; a client without a server.
+    let cam = view.endpoints_of("camera/control").next().expect("camera server");
+    assert_eq!((cam.kind, cam.stale), (Some("eCAL"), false));
+    let logger = view.endpoints_of("logger/control").next().expect("logger server");
+    assert!(logger.stale && logger.registration_age_s > 3.0, "{logger:?}");
+    assert!(view.service("logger/control").expect("logger").problems.contains(Problem::Stale));
+    let map = view.service("map_server").expect("map");
+    assert_eq!((map.servers, map.clients, map.methods, map.call_rate_hz), (0, 1, 0, None));
+    assert!(map.problems.contains(Problem::NoServer));
+    assert_eq!(view.service_totals(), (3, 3, 4));
+}
+
+#[test]
+fn the_services_tab_shows_servers_clients_methods_and_rates_and_selects_a_service() {
+    let mut app = app_after(10);
+    app.state.tab = Tab::Services;
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label_contains("Services (4 of 4) · 3 servers · 3 clients · 4 methods");
+    for s in ["calibration", "camera/control", "logger/control", "map_server"] {
+        // Its row in the service table, and in the endpoint table on its first line.
+        assert_eq!(h.get_all_by_label(s).count(), 2, "{s}");
+    }
+    h.get_by_label("imu_driver@lab-pc:1004");
+    assert_eq!(h.get_all_by_label("navigation@robot-2:3001").count(), 2, "calibration's and map_server's client");
+    h.get_all_by_label("proto:pb.calib.Request").next().expect("request type");
+    h.get_all_by_label("raw:exposure_req").next().expect("eCAL's raw request type");
+    h.get_by_label("6.0/s"); // calibration: get 5/s + set 1/s
+    h.get_all_by_label("5.0/s").next().expect("the server's get");
+    h.get_all_by_label("4.0/s").next().expect("navigation's get");
+    assert!(h.query_all_by_label_contains("/s (stale)").count() >= 1, "the stale logger's rate is marked stale");
+    h.get_by_label("no server");
+    assert!(h.get_all_by_label("—").count() >= 6, "errors are not known: —");
+    h.get_all_by_label("map_server").next().expect("the service table's row").click();
+    h.run();
+    assert_eq!(h.state().state.selected_service.as_deref(), Some("map_server"));
+    h.get_by_label_contains("Servers and clients of map_server");
+    assert!(h.query_by_label("imu_driver@lab-pc:1004").is_none(), "only map_server's endpoints");
+    h.get_by_label("get_map");
+    h.get_all_by_label("map_server").next().expect("the service table's row").click();
+    h.run();
+    assert_eq!(h.state().state.selected_service, None, "a second click shows every service again");
+}
+
+#[test]
+fn the_overview_counts_services_and_the_graph_draws_them() {
+    let mut h = harness(app_after(5));
+    h.run();
+    h.get_by_label_contains("Services: 4 · 3 servers · 3 clients · 4 methods · 2 with problems");
+    h.get_by_label_contains("6 topics · 4 services ·");
+    h.state_mut().state.tab = Tab::Graph;
+    h.run();
+    h.get_by_label("calibration (service)");
+    h.get_by_label("map_server (service)");
+    // imu_driver serves calibration (right) and publishes /imu (left): a node on each side.
+    assert_eq!(h.get_all_by_label("imu_driver@lab-pc:1004").count(), 2);
+    h.get_by_label("calibration (service)").click();
+    h.run();
+    assert_eq!(h.state().state.selected_service.as_deref(), Some("calibration"));
 }

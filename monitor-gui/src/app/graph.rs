@@ -1,5 +1,7 @@
-//! The Graph tab: publishing processes, topics and subscribing processes as a node-link diagram.
+//! The Graph tab: publishing processes, topics and subscribing processes as a node-link diagram; below the topics,
+//! in the same style, each service between the processes of its clients (left) and of its servers (right).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use egui::{Color32, RichText, Sense};
@@ -8,47 +10,75 @@ use shoal::monitor::printable as shown;
 use super::MonitorApp;
 use super::order::Order;
 use super::widgets::{health_color, health_fill};
-use crate::model::{Health, TopicRow, View};
+use crate::model::{Health, View};
 
 /// The graph draws at most this many topics (filter to see others).
 pub const MAX_GRAPH_TOPICS: usize = 60;
+/// And at most this many services.
+pub const MAX_GRAPH_SERVICES: usize = 30;
+
+/// A node of the middle column.
+#[derive(Debug, Clone, Copy)]
+enum Middle {
+    /// Index into the view's topics.
+    Topic(usize),
+    /// Index into the view's services.
+    Service(usize),
+}
 
 /// The Graph's nodes and edges, found once per [`Order`].
 #[derive(Debug)]
 pub(super) struct GraphLayout {
     order_version: u64,
-    /// Indices into the view's topics (the first [`MAX_GRAPH_TOPICS`] in the table's order).
-    topics: Vec<usize>,
-    /// Publishing processes, in order of first use, with their health.
+    /// The first [`MAX_GRAPH_TOPICS`] topics in the table's order, then the first [`MAX_GRAPH_SERVICES`] services.
+    middle: Vec<Middle>,
+    /// Publishing and calling processes, in order of first use, with their health.
     left: Vec<(Arc<str>, Health)>,
-    /// Subscribing processes.
+    /// Subscribing and serving processes.
     right: Vec<(Arc<str>, Health)>,
-    /// (process, topic, is publisher, health): indices into `left` or `right`, and `topics`.
+    /// (process, middle node, is on the left, health): indices into `left` or `right`, and `middle`.
     edges: Vec<(usize, usize, bool, Health)>,
 }
 
 impl GraphLayout {
     fn new(view: &View, order: &Order) -> GraphLayout {
-        let topics: Vec<usize> = order.topics.iter().take(MAX_GRAPH_TOPICS).copied().collect();
+        let mut middle: Vec<Middle> = order.topics.iter().take(MAX_GRAPH_TOPICS).map(|&t| Middle::Topic(t)).collect();
+        middle.extend(order.services.iter().take(MAX_GRAPH_SERVICES).map(|&s| Middle::Service(s)));
         let mut left: Vec<(Arc<str>, Health)> = Vec::new();
         let mut right: Vec<(Arc<str>, Health)> = Vec::new();
-        let mut slot: std::collections::HashMap<(bool, &str), usize> = std::collections::HashMap::new();
+        // A process is one node per side, whether it publishes or calls (subscribes or serves).
+        let mut slot: HashMap<(bool, Arc<str>), usize> = HashMap::new();
         let mut edges = Vec::new();
-        let health: std::collections::HashMap<(&str, u32), Health> =
+        let health: HashMap<(&str, u32), Health> =
             view.processes.iter().map(|p| ((&*p.host, p.pid), p.problems.health())).collect();
-        for (ti, &t) in topics.iter().enumerate() {
-            let t = &view.topics[t];
-            for e in view.entities_of(&t.name) {
-                let is_pub = e.direction == "pub";
-                let side = if is_pub { &mut left } else { &mut right };
-                let pi = *slot.entry((is_pub, &*e.process)).or_insert_with(|| {
-                    side.push((e.process.clone(), health.get(&(&*e.host, e.pid)).copied().unwrap_or(Health::Warning)));
-                    side.len() - 1
-                });
-                edges.push((pi, ti, is_pub, t.problems.health()));
+        let proc_health = |host: &str, pid: u32| health.get(&(host, pid)).copied().unwrap_or(Health::Warning);
+        let mut add = |on_left: bool, process: &Arc<str>, process_health: Health, mi: usize, h: Health| {
+            let side = if on_left { &mut left } else { &mut right };
+            let pi = *slot.entry((on_left, process.clone())).or_insert_with(|| {
+                side.push((process.clone(), process_health));
+                side.len() - 1
+            });
+            edges.push((pi, mi, on_left, h));
+        };
+        for (mi, m) in middle.iter().enumerate() {
+            match *m {
+                Middle::Topic(t) => {
+                    let t = &view.topics[t];
+                    for e in view.entities_of(&t.name) {
+                        let ph = proc_health(&e.host, e.pid);
+                        add(e.direction == "pub", &e.process, ph, mi, t.problems.health());
+                    }
+                }
+                Middle::Service(s) => {
+                    let s = &view.services[s];
+                    for e in view.endpoints_of(&s.name) {
+                        let ph = proc_health(&e.host, e.pid);
+                        add(e.role == "client", &e.process, ph, mi, s.problems.health());
+                    }
+                }
             }
         }
-        GraphLayout { order_version: order.version, topics, left, right, edges }
+        GraphLayout { order_version: order.version, middle, left, right, edges }
     }
 }
 
@@ -60,16 +90,39 @@ impl MonitorApp {
                 self.order.topics.len()
             ));
         }
+        if self.order.services.len() > MAX_GRAPH_SERVICES {
+            ui.label(format!(
+                "Showing {MAX_GRAPH_SERVICES} of {} services; filter to see others.",
+                self.order.services.len()
+            ));
+        }
         ui.label(
-            "Publishing processes -> topics -> subscribing processes; colour: green ok, orange warning, red error.",
+            "Publishing processes -> topics -> subscribing processes; calling processes -> services -> serving \
+             processes; colour: green ok, orange warning, red error.",
         );
         if self.graph_layout.as_ref().is_none_or(|g| g.order_version != self.order.version) {
             self.graph_layout = Some(GraphLayout::new(view, &self.order));
         }
         let Some(g) = self.graph_layout.as_ref() else { return };
-        let topics: Vec<&TopicRow> = g.topics.iter().map(|&i| &view.topics[i]).collect();
+        // The middle column's nodes: (label, health, selected, topic or service).
+        let middle: Vec<(String, Health, bool, Middle)> = g
+            .middle
+            .iter()
+            .map(|&m| match m {
+                Middle::Topic(i) => {
+                    let t = &view.topics[i];
+                    let sel = self.state.selected.as_deref() == Some(&*t.name);
+                    (t.name.to_string(), t.problems.health(), sel, m)
+                }
+                Middle::Service(i) => {
+                    let s = &view.services[i];
+                    let sel = self.state.selected_service.as_deref() == Some(&*s.name);
+                    (format!("{} (service)", s.name), s.problems.health(), sel, m)
+                }
+            })
+            .collect();
         let (left, right, edges) = (&g.left, &g.right, &g.edges);
-        let rows = topics.len().max(left.len()).max(right.len()).max(1);
+        let rows = middle.len().max(left.len()).max(right.len()).max(1);
         let spacing = 28.0;
         let clicked = egui::ScrollArea::vertical().auto_shrink(false).show(ui, |ui| {
             let width = ui.available_width();
@@ -81,11 +134,11 @@ impl MonitorApp {
                 rect.top() + 10.0 + step * (i as f32 + 0.5)
             };
             let painter = ui.painter_at(rect);
-            for &(pi, ti, is_pub, h) in edges {
-                let (a, b) = if is_pub {
-                    (egui::pos2(xs[0] + col_w, y_of(pi, left.len())), egui::pos2(xs[1], y_of(ti, topics.len())))
+            for &(pi, mi, on_left, h) in edges {
+                let (a, b) = if on_left {
+                    (egui::pos2(xs[0] + col_w, y_of(pi, left.len())), egui::pos2(xs[1], y_of(mi, middle.len())))
                 } else {
-                    (egui::pos2(xs[1] + col_w, y_of(ti, topics.len())), egui::pos2(xs[2], y_of(pi, right.len())))
+                    (egui::pos2(xs[1] + col_w, y_of(mi, middle.len())), egui::pos2(xs[2], y_of(pi, right.len())))
                 };
                 painter.line_segment([a, b], egui::Stroke::new(1.5, health_color(h).gamma_multiply(0.7)));
             }
@@ -113,16 +166,23 @@ impl MonitorApp {
                 node(ui, xs[2], y_of(i, right.len()), l, *h, false);
             }
             let mut clicked = None;
-            for (i, t) in topics.iter().enumerate() {
-                let sel = self.state.selected.as_deref() == Some(&*t.name);
-                if node(ui, xs[1], y_of(i, topics.len()), &t.name, t.problems.health(), sel) {
-                    clicked = Some(t.name.clone());
+            for (i, (label, h, sel, m)) in middle.iter().enumerate() {
+                if node(ui, xs[1], y_of(i, middle.len()), label, *h, *sel) {
+                    clicked = Some(*m);
                 }
             }
             clicked
         });
-        if let Some(c) = clicked.inner {
-            self.select_topic(Some(&c));
+        match clicked.inner {
+            Some(Middle::Topic(i)) => {
+                let name = view.topics[i].name.clone();
+                self.select_topic(Some(&name));
+            }
+            Some(Middle::Service(i)) => {
+                let name = view.services[i].name.clone();
+                self.select_service(Some(&name));
+            }
+            None => {}
         }
     }
 }

@@ -1,5 +1,5 @@
-//! The window: a top bar (tabs, freeze and scroll-back, filter) over five views — Overview, Topic, Inspector,
-//! Graph, Events — all drawn from the [`View`]s in the [`History`].
+//! The window: a top bar (tabs, freeze and scroll-back, filter) over six views — Overview, Topic, Inspector,
+//! Services, Graph, Events — all drawn from the [`View`]s in the [`History`].
 //!
 //! Per frame the app draws only what is visible and recomputes only what changed: the tables are virtualised
 //! (`TableBuilder::rows`), their order (filter, sort) and the Events list are found again only when a view
@@ -12,7 +12,8 @@
 //! not redrawn every refresh.
 //!
 //! One file per view, each an `impl MonitorApp` block: `top_bar.rs`, `overview.rs` (with `processes.rs` and
-//! `topic_table.rs`), `topic.rs` (with `plots.rs`), `inspector.rs`, `graph.rs`, `events.rs`; `refresh.rs` brings the
+//! `topic_table.rs`), `topic.rs` (with `plots.rs`), `inspector.rs`, `services.rs`, `graph.rs`, `events.rs`;
+//! `refresh.rs` brings the
 //! history up to date, `order.rs` keeps the tables' filter and sort, `widgets.rs` holds what the views share. A new
 //! view is a [`Tab`], a file here and one arm in [`MonitorApp::ui`].
 
@@ -24,6 +25,7 @@ mod overview;
 mod plots;
 mod processes;
 mod refresh;
+mod services;
 mod top_bar;
 mod topic;
 mod topic_table;
@@ -45,22 +47,24 @@ use order::Order;
 use plots::Series;
 use refresh::Update;
 
-pub use graph::MAX_GRAPH_TOPICS;
+pub use graph::{MAX_GRAPH_SERVICES, MAX_GRAPH_TOPICS};
 pub use inspector::INSPECTOR_KEEP;
 pub use refresh::{FEED_CAPACITY, IDLE_REPAINT};
 pub use topic_table::TopicCol;
 pub use widgets::{clock, health_color};
 
-/// The five views.
+/// The six views.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tab {
-    /// Hosts, processes, topics.
+    /// Hosts, processes, topics, service counts.
     Overview,
     /// One topic's plots and connections.
     Topic,
     /// One topic's latest message.
     Inspector,
-    /// Processes and topics as a node-link diagram.
+    /// Services: their servers and clients, methods, types, call counts and rates.
+    Services,
+    /// Processes, topics and services as a node-link diagram.
     Graph,
     /// What happened.
     Events,
@@ -68,7 +72,7 @@ pub enum Tab {
 
 impl Tab {
     /// Every tab, in order.
-    pub const ALL: [Tab; 5] = [Tab::Overview, Tab::Topic, Tab::Inspector, Tab::Graph, Tab::Events];
+    pub const ALL: [Tab; 6] = [Tab::Overview, Tab::Topic, Tab::Inspector, Tab::Services, Tab::Graph, Tab::Events];
 
     /// The tab's title.
     pub fn title(self) -> &'static str {
@@ -76,6 +80,7 @@ impl Tab {
             Tab::Overview => "Overview",
             Tab::Topic => "Topic",
             Tab::Inspector => "Inspector",
+            Tab::Services => "Services",
             Tab::Graph => "Graph",
             Tab::Events => "Events",
         }
@@ -102,6 +107,8 @@ pub struct UiState {
     pub selected: Option<Arc<str>>,
     /// The selected connection of that topic (`None`: all of them).
     pub connection: Option<ConnKey>,
+    /// The selected service (`None`: the Services tab shows every service's servers and clients).
+    pub selected_service: Option<Arc<str>>,
     /// Frozen at this view time (seconds since the epoch); `None`: live.
     pub frozen_at: Option<f64>,
     /// Plot window, seconds.
@@ -119,6 +126,7 @@ impl Default for UiState {
             sort: (TopicCol::Name, true),
             selected: None,
             connection: None,
+            selected_service: None,
             frozen_at: None,
             window_s: 60.0,
             event_kind: None,
@@ -219,6 +227,11 @@ impl MonitorApp {
         self.state.connection = None;
     }
 
+    /// Selects service `name` (`None`: every service).
+    pub fn select_service(&mut self, name: Option<&str>) {
+        self.state.selected_service = name.map(Arc::from);
+    }
+
     /// Draws the whole monitor into `ui`; takes a snapshot first when one is due.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         self.catch_up(ui.ctx());
@@ -239,6 +252,7 @@ impl MonitorApp {
                 Tab::Overview => self.overview(ui, &view),
                 Tab::Topic => self.topic_detail(ui, &view),
                 Tab::Inspector => self.inspector_ui(ui),
+                Tab::Services => self.services(ui, &view),
                 Tab::Graph => self.graph(ui, &view),
                 Tab::Events => self.events(ui),
             }

@@ -1,5 +1,8 @@
-//! The tables' order: which topics and processes pass the filter, sorted by the chosen column; found again only
-//! when a view arrives or the filter or sort changes.
+//! The tables' order: which topics, processes and services pass the filter, sorted by the chosen column, and the
+//! lines of the Services tab's endpoint table; found again only when a view arrives or the filter, the sort or the
+//! selected service changes.
+
+use std::sync::Arc;
 
 use super::MonitorApp;
 use super::topic_table::TopicCol;
@@ -13,6 +16,7 @@ struct OrderKey {
     filter: String,
     problems_only: bool,
     sort: Option<(TopicCol, bool)>,
+    service: Option<Arc<str>>,
 }
 
 #[derive(Debug, Default)]
@@ -22,6 +26,11 @@ pub(super) struct Order {
     pub(super) version: u64,
     pub(super) topics: Vec<usize>,
     pub(super) processes: Vec<usize>,
+    /// Indices into the view's services.
+    pub(super) services: Vec<usize>,
+    /// The Services tab's endpoint lines: (index into the view's service endpoints, index into its methods;
+    /// `None` for an endpoint that announces none), for the selected service or else every service in order.
+    pub(super) service_lines: Vec<(usize, Option<usize>)>,
 }
 
 impl MonitorApp {
@@ -32,6 +41,7 @@ impl MonitorApp {
             filter: self.state.filter.to_lowercase(),
             problems_only: self.state.problems_only,
             sort: Some(self.state.sort),
+            service: self.state.selected_service.clone(),
         };
         if key == self.order.key {
             return;
@@ -54,6 +64,30 @@ impl MonitorApp {
             (!key.problems_only || !p.problems.is_empty())
                 && (f.is_empty() || contains_ci(&p.unit, f) || contains_ci(&p.name, f) || contains_ci(&p.host, f))
         }));
+        self.order.services.clear();
+        self.order.services.extend((0..view.services.len()).filter(|&i| {
+            let s = &view.services[i];
+            (!key.problems_only || !s.problems.is_empty())
+                && (f.is_empty()
+                    || contains_ci(&s.name, f)
+                    || view
+                        .endpoints_of(&s.name)
+                        .any(|e| contains_ci(&e.process, f) || e.methods.iter().any(|m| contains_ci(&m.name, f))))
+        }));
+        self.order.service_lines.clear();
+        let shown: Vec<&Arc<str>> = match &key.service {
+            Some(sel) if view.service(sel).is_some() => vec![sel],
+            _ => self.order.services.iter().map(|&i| &view.services[i].name).collect(),
+        };
+        for name in shown {
+            for ei in view.endpoint_range(name) {
+                let n = view.service_endpoints[ei].methods.len();
+                if n == 0 {
+                    self.order.service_lines.push((ei, None));
+                }
+                self.order.service_lines.extend((0..n).map(|mi| (ei, Some(mi))));
+            }
+        }
         self.order.key = key;
         self.order.version += 1;
     }

@@ -1,4 +1,5 @@
-//! The Overview tab: the hosts, then the process table and the topic table (in their own files).
+//! The Overview tab: the hosts and the service counts, then the process table and the topic table (in their own
+//! files).
 
 use shoal::monitor::printable as shown;
 
@@ -8,6 +9,7 @@ use crate::model::View;
 impl MonitorApp {
     pub(super) fn overview(&mut self, ui: &mut egui::Ui, view: &View) {
         hosts(ui, view);
+        services_line(ui, view);
         ui.separator();
         ui.strong(format!("Processes ({} of {})", self.order.processes.len(), view.processes.len()));
         self.process_table(ui, view);
@@ -33,4 +35,16 @@ fn hosts(ui: &mut egui::Ui, view: &View) {
             }
         });
     });
+}
+
+/// Servers, clients and methods over every service (the Services tab shows them).
+fn services_line(ui: &mut egui::Ui, view: &View) {
+    let (servers, clients, methods) = view.service_totals();
+    let problems = view.services.iter().filter(|s| !s.problems.is_empty()).count();
+    let text = format!(
+        "Services: {} · {servers} servers · {clients} clients · {methods} methods · {problems} with problems",
+        view.services.len()
+    );
+    let health = view.services.iter().map(|s| s.problems.health()).max().unwrap_or(crate::model::Health::Ok);
+    ui.label(egui::RichText::new(text).color(super::widgets::health_color(health)));
 }

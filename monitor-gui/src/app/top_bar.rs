@@ -21,7 +21,7 @@ impl MonitorApp {
             let label = ui.label("Filter:");
             ui.add(
                 egui::TextEdit::singleline(&mut self.state.filter)
-                    .hint_text("topic, type, process")
+                    .hint_text("topic, type, process, service")
                     .desired_width(160.0),
             )
             .labelled_by(label.id);
@@ -45,10 +45,11 @@ impl MonitorApp {
             if let Some(v) = view {
                 ui.separator();
                 ui.label(format!(
-                    "{} hosts · {} processes · {} topics · {} with problems · {}",
+                    "{} hosts · {} processes · {} topics · {} services · {} with problems · {}",
                     v.hosts.len(),
                     v.processes.len(),
                     v.topics.len(),
+                    v.services.len(),
                     v.problem_count(),
                     clock(v.time_s)
                 ));
