@@ -219,8 +219,7 @@ impl ServiceSource {
                         // may write the response itself.
                         let direct = (s.out_at == s.out.len()).then(|| Arc::clone(&s.stream));
                         let job = Box::new(move || {
-                            let response = server.serve(&svc, &payload);
-                            drop(payload);
+                            let response = server.serve(&svc, payload);
                             // A server dropped meanwhile answers no more: the I/O thread closes the connection.
                             let written = match direct {
                                 Some(stream) if !server.closed.load(Ordering::Acquire) => {
