@@ -226,50 +226,29 @@ impl Report {
         }
     }
 
-    fn add(&mut self, row: Row) {
-        let vs = if row.is_ecal_pair() {
-            None
-        } else {
-            self.rows
-                .iter()
-                .rev()
-                .find(|e| e.is_ecal_pair() && e.size == row.size && e.clients == row.clients)
-                .and_then(|e| ratios(&row, e))
-        };
+    /// Prints the rows of one size and client count, each but the eCAL pair's with its ratios to that pair's.
+    fn add(&mut self, group: Vec<Row>) {
         let mut out = std::io::stdout().lock();
-        if self.json {
-            let _ = writeln!(out, "{}", row_json(&row, vs));
-        } else {
-            if !self.header_printed {
-                let _ = writeln!(out, "{TABLE_HEADER}");
-                self.header_printed = true;
+        for (row, vs) in group.iter().cloned().zip(group_ratios(&group)) {
+            if self.json {
+                let _ = writeln!(out, "{}", row_json(&row, vs));
+            } else {
+                if !self.header_printed {
+                    let _ = writeln!(out, "{TABLE_HEADER}");
+                    self.header_printed = true;
+                }
+                let _ = writeln!(out, "{}", row_text(&row, vs));
             }
-            let _ = writeln!(out, "{}", row_text(&row, vs));
+            self.rows.push(row);
         }
         let _ = out.flush();
-        self.rows.push(row);
     }
 
-    /// The goal of issue 23 (shoal's round trip P50 at 64 B, one client, at most half the eCAL C++ pair's; no call
-    /// lost or stalled at 1 MB) and the failures of the whole run. Returns the number of calls not answered.
+    /// Prints the goal of issue 23 and returns the number of calls not answered in the whole run.
     fn verdict(&self, against: bool) -> u64 {
-        let find = |c: Side, s: Side, size: usize| {
-            self.rows.iter().find(|r| r.client == c && r.server == s && r.size == size && r.clients == 1)
-        };
-        let p50_ratio = match (find(Side::Shoal, Side::Shoal, 64), find(Side::EcalCpp, Side::EcalCpp, 64)) {
-            (Some(m), Some(e)) => ratios(m, e).map(|r| r[0]),
-            _ => None,
-        };
-        let shoal_1m: Vec<&Row> = self
-            .rows
-            .iter()
-            .filter(|r| r.client == Side::Shoal && r.server == Side::Shoal && r.size == 1 << 20)
-            .collect();
-        let lost_1m: u64 = shoal_1m.iter().map(|r| r.failed + r.timed_out).sum();
-        let calls_1m: u64 = shoal_1m.iter().map(|r| r.answered).sum();
-        let not_answered: u64 = self.rows.iter().map(|r| r.failed + r.timed_out).sum();
+        let Goal { p50_ratio, calls_1m, lost_1m, not_answered } = goal(&self.rows);
         let p50_met = p50_ratio.map(|r| r <= 0.5);
-        let ok_1m = (!shoal_1m.is_empty()).then_some(lost_1m == 0);
+        let ok_1m = (calls_1m + lost_1m > 0).then_some(lost_1m == 0);
         if self.json {
             println!(
                 "{}",
@@ -303,6 +282,42 @@ impl Report {
             }
         }
         not_answered
+    }
+}
+
+/// The ratios of each row of a group (one size and client count) to the eCAL pair's row of the group (none for
+/// that row itself, nor without one).
+fn group_ratios(group: &[Row]) -> Vec<Option<[f64; 3]>> {
+    let ecal = group.iter().find(|e| e.is_ecal_pair());
+    group.iter().map(|row| ecal.filter(|_| !row.is_ecal_pair()).and_then(|e| ratios(row, e))).collect()
+}
+
+/// What the goal of issue 23 is judged on: shoal's round trip P50 at 64 B with one client as a ratio to the eCAL
+/// C++ pair's (at most 0.5), and shoal's 1 MB calls, all answered.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Goal {
+    p50_ratio: Option<f64>,
+    /// shoal -> shoal calls of 1 MB answered and not answered.
+    calls_1m: u64,
+    lost_1m: u64,
+    /// Calls not answered in the whole run, every pair.
+    not_answered: u64,
+}
+
+fn goal(rows: &[Row]) -> Goal {
+    let find = |c: Side, s: Side, size: usize| {
+        rows.iter().find(|r| r.client == c && r.server == s && r.size == size && r.clients == 1)
+    };
+    let p50_ratio = match (find(Side::Shoal, Side::Shoal, 64), find(Side::EcalCpp, Side::EcalCpp, 64)) {
+        (Some(m), Some(e)) => ratios(m, e).map(|r| r[0]),
+        _ => None,
+    };
+    let shoal_1m = || rows.iter().filter(|r| r.client == Side::Shoal && r.server == Side::Shoal && r.size == 1 << 20);
+    Goal {
+        p50_ratio,
+        calls_1m: shoal_1m().map(|r| r.answered).sum(),
+        lost_1m: shoal_1m().map(|r| r.failed + r.timed_out).sum(),
+        not_answered: rows.iter().map(|r| r.failed + r.timed_out).sum(),
     }
 }
 
@@ -555,10 +570,11 @@ pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<()> {
                     }
                 }
             }
+            let mut group = Vec::new();
             for (&(client, server), acc) in pairs.iter().zip(acc) {
                 let (out, server_cpu, server_rss_kb) = acc.context("a pair that never ran")?;
                 let answered = out.hist.len();
-                report.add(Row {
+                group.push(Row {
                     client,
                     server,
                     size,
@@ -576,6 +592,7 @@ pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<()> {
                     server_rss_kb,
                 });
             }
+            report.add(group);
         }
     }
     report.note(&format!(
@@ -811,4 +828,63 @@ pub(crate) fn run_server_peer(args: &PeerArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(client: Side, server: Side, size: usize, p50: u64, rate: f64, failed: u64) -> Row {
+        Row {
+            client,
+            server,
+            size,
+            clients: 1,
+            latency: Some(Latency { p50, p90: p50, p99: 2 * p50, p999: 2 * p50, max: 3 * p50, mean: p50 as f64 }),
+            calls_per_s: rate,
+            calls: 100,
+            answered: 100 - failed,
+            failed,
+            timed_out: 0,
+            error: None,
+            client_cpu: CpuTime::default(),
+            server_cpu: CpuTime::default(),
+            client_rss_kb: 1,
+            server_rss_kb: 2,
+        }
+    }
+
+    #[test]
+    fn every_row_but_the_ecal_pairs_is_compared_with_it() {
+        use Side::{EcalCpp, Shoal};
+        let group = vec![
+            row(Shoal, Shoal, 64, 40, 2000.0, 0),
+            row(EcalCpp, EcalCpp, 64, 100, 1000.0, 0),
+            row(Shoal, EcalCpp, 64, 80, 1500.0, 0),
+        ];
+        let r = group_ratios(&group);
+        assert_eq!(r[0], Some([0.4, 0.4, 2.0]), "the shoal pair's row, printed before the eCAL pair's");
+        assert_eq!(r[1], None);
+        assert_eq!(r[2], Some([0.8, 0.8, 1.5]));
+        let v = row_json(&group[0], r[0]);
+        assert_eq!((v["p50_ratio"].as_f64(), v["calls_per_s_ratio"].as_f64()), (Some(0.4), Some(2.0)));
+        assert_eq!((v["client"].as_str(), v["latency"].as_str()), (Some("shoal"), Some("round_trip")));
+        assert!(row_text(&group[0], r[0]).contains("vs eCAL C++ pair: p50 0.40x p99 0.40x calls/s 2.00x"));
+        assert_eq!(group_ratios(&group[..1]), vec![None], "no eCAL pair in the run");
+    }
+
+    #[test]
+    fn the_goal_reads_the_64_byte_ratio_and_the_1_mb_calls() {
+        use Side::{EcalCpp, Shoal};
+        let mut rows = vec![
+            row(Shoal, Shoal, 64, 40, 2000.0, 0),
+            row(EcalCpp, EcalCpp, 64, 100, 1000.0, 0),
+            row(Shoal, Shoal, 1 << 20, 1000, 100.0, 0),
+        ];
+        assert_eq!(goal(&rows), Goal { p50_ratio: Some(0.4), calls_1m: 100, lost_1m: 0, not_answered: 0 });
+        rows.push(row(Shoal, Shoal, 1 << 20, 1000, 100.0, 3));
+        rows.push(row(EcalCpp, Shoal, 64, 1000, 100.0, 2));
+        assert_eq!(goal(&rows), Goal { p50_ratio: Some(0.4), calls_1m: 197, lost_1m: 3, not_answered: 5 });
+        assert_eq!(goal(&rows[2..3]).p50_ratio, None, "no 64 B rows");
+    }
 }
