@@ -166,3 +166,63 @@ fn network_transports_label_their_rows_and_compare_with_raw_sockets() {
     let (ok, _, err) = perf(&["--transport", "udp", "--zero-copy"]);
     assert!(!ok && err.contains("--zero-copy"), "{err}");
 }
+
+/// `shoal perf --service`: a row per size and client count (shoal client -> shoal server in another process), every
+/// call answered, and the verdict line; without `--against ecal` nothing is compared with eCAL.
+#[test]
+fn service_calls_are_measured_and_every_call_is_answered() {
+    let (ok, out, err) = perf(&["--service", "--json", "--sizes", "64,1m", "--clients", "2", "--iterations", "40"]);
+    assert!(ok, "stderr: {err}");
+    let lines = json_lines(&out);
+    let rows: Vec<_> = lines.iter().filter(|v| v["mode"] == "service").collect();
+    assert_eq!(rows.len(), 4, "two sizes, one and two clients: {out}");
+    for (v, (size, clients)) in rows.iter().zip([(64, 1), (64, 2), (1 << 20, 1), (1 << 20, 2)]) {
+        assert_eq!((v["client"].as_str(), v["server"].as_str()), (Some("shoal"), Some("shoal")), "{v}");
+        assert_eq!((v["size_bytes"].as_u64(), v["clients"].as_u64()), (Some(size), Some(clients)), "{v}");
+        assert_eq!(v["latency"], "round_trip", "{v}");
+        // 40 calls per size and client count, shared by the clients.
+        assert_eq!(v["calls"], 40, "{v}");
+        assert_eq!(v["answered"], 40, "{v}");
+        assert_eq!((v["failed"].as_u64(), v["timed_out"].as_u64()), (Some(0), Some(0)), "{v}");
+        assert!(v["p50_ns"].as_u64().unwrap() > 0 && v["p50_ns"].as_u64() <= v["p99_ns"].as_u64(), "{v}");
+        assert!(v["calls_per_s"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(v["server_peak_rss_kb"].as_u64().unwrap() > 0, "{v}");
+        assert!(v.get("p50_ratio").is_none(), "no eCAL pair to compare with: {v}");
+    }
+    let goal = lines.iter().find(|v| v["mode"] == "service_goal").expect("the verdict line");
+    assert_eq!(goal["calls_not_answered"], 0, "{goal}");
+    assert_eq!(goal["calls_1m_answered"], 80, "{goal}");
+    assert_eq!(goal["no_loss_at_1m"], true, "{goal}");
+    assert_eq!(goal["p50_goal_met"], serde_json::Value::Null, "not measured without --against ecal: {goal}");
+}
+
+/// Calls that are not answered are counted and reported, and the run fails: here the server may send no response
+/// over 1 KiB (`[shoal_service] max_response`), so every 2 KiB call fails.
+#[test]
+fn service_calls_not_answered_fail_the_run() {
+    let ini = format!("{}/perf_service_{}.ini", env!("CARGO_TARGET_TMPDIR"), std::process::id());
+    std::fs::write(&ini, "[shoal_service]\nmax_response = 1k\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["perf", "--service", "--json", "--sizes", "2k", "--clients", "1", "--iterations", "20"])
+        .env("ECAL_INI", &ini)
+        .output()
+        .expect("run shoal");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stderr.contains("calls were not answered"), "{stderr}");
+    let lines = json_lines(&stdout);
+    let row = lines.iter().find(|v| v["mode"] == "service").expect("the row is printed");
+    assert!(row["failed"].as_u64().unwrap() >= 10, "{row}");
+    assert_eq!(row["answered"], 0, "{row}");
+    assert!(row["error"].as_str().unwrap().contains("Failed"), "{row}");
+}
+
+#[test]
+fn service_arguments_say_what_to_do() {
+    let (ok, _, err) = perf(&["--service", "--pingpong"]);
+    assert!(!ok && err.contains("--pingpong") && err.contains("--service"), "{err}");
+    let (ok, _, err) = perf(&["--service", "--against", "ecal", "--ecal-cpp", "/nonexistent/shoal-ecal"]);
+    assert!(!ok && err.contains("scripts/ecal-cpp") && err.contains("/nonexistent/shoal-ecal"), "{err}");
+    let (ok, _, err) = perf(&["--against", "ecal"]);
+    assert!(!ok && err.contains("--service"), "{err}");
+}

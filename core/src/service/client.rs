@@ -2,7 +2,7 @@
 //! `mio::Poll` of the call's own, over one connection per server called).
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,7 +17,9 @@ use crate::registration::{EntityKey, LocalService, MethodInfo, RemoteService, Se
 use crate::sync::lock;
 use crate::types::TypeInfo;
 use crate::wire::pb;
-use crate::wire::service::{FrameDecoder, HEADER_LEN, MessageType, encode_header, handshake_request};
+use crate::wire::service::{
+    FrameDecoder, MessageType, handshake_request, request_frame, request_len, split_bytes_field,
+};
 
 use super::{Context, Entity, bump};
 
@@ -377,17 +379,11 @@ impl ServiceClient {
         timeout: Duration,
     ) -> Result<Vec<ServiceResponse>, CallError> {
         let max = self.ctx.services.config.max_request_bytes;
-        let body = pb::Request {
-            header: Some(pb::ServiceHeader { method_name: method.to_owned(), ..Default::default() }),
-            request: request.to_vec(),
-        };
-        let len = body.encoded_len();
-        if len > max {
+        let header = pb::ServiceHeader { method_name: method.to_owned(), ..Default::default() };
+        if request_len(&header, request) > max {
             return Err(CallError::RequestTooLarge { len: request.len(), max });
         }
-        let mut frame = Vec::with_capacity(HEADER_LEN + len);
-        frame.extend_from_slice(&encode_header(MessageType::Request, u32::try_from(len).unwrap_or(u32::MAX)));
-        body.encode(&mut frame).expect("a Vec grows as needed");
+        let frame = request_frame(&header, request);
 
         let (counter, new_method) = self.core.counter(method);
         if new_method {
@@ -396,7 +392,7 @@ impl ServiceClient {
         let deadline = Instant::now() + timeout;
         let mut poll = Poll::new().map_err(CallError::Poll)?;
         let mut calls: Vec<OneCall> =
-            servers.iter().enumerate().map(|(i, s)| OneCall::start(self, i, s, &frame, &mut poll)).collect();
+            servers.iter().enumerate().map(|(i, s)| OneCall::start(self, i, s, &mut poll)).collect();
         let counters = &self.ctx.services.counters;
         for _ in &calls {
             bump(&counters.calls_made);
@@ -499,7 +495,9 @@ struct OneCall {
     /// The connection was kept from an earlier call (a failure before any answer is retried once anew).
     reused: bool,
     step: Step,
-    out: Vec<u8>,
+    /// The handshake request (a new connection), written before the call's frame.
+    handshake: Vec<u8>,
+    /// Bytes of the handshake and the frame written.
     out_at: usize,
     max_response: usize,
     decoder: FrameDecoder,
@@ -509,7 +507,7 @@ struct OneCall {
 
 impl OneCall {
     /// Starts the call of server `s` (token `index` in the call's `poll`): a kept connection or a new one.
-    fn start(client: &ServiceClient, index: usize, s: &RemoteService, frame: &[u8], poll: &mut Poll) -> OneCall {
+    fn start(client: &ServiceClient, index: usize, s: &RemoteService, poll: &mut Poll) -> OneCall {
         let max_response = client.ctx.services.config.max_response_bytes;
         let mut c = OneCall {
             key: s.key.clone(),
@@ -518,7 +516,7 @@ impl OneCall {
             conn: None,
             reused: false,
             step: Step::Writing,
-            out: Vec::new(),
+            handshake: Vec::new(),
             out_at: 0,
             max_response,
             decoder: FrameDecoder::new(max_response),
@@ -532,7 +530,7 @@ impl OneCall {
             }
             None => c.connect(),
         }
-        c.begin(frame, poll);
+        c.begin(poll);
         c
     }
 
@@ -550,17 +548,13 @@ impl OneCall {
     }
 
     /// Queues what to write (the handshake if the connection is new, then the request) and polls the connection.
-    fn begin(&mut self, frame: &[u8], poll: &mut Poll) {
+    fn begin(&mut self, poll: &mut Poll) {
         if self.result.is_some() {
             return;
         }
-        self.out.clear();
         self.out_at = 0;
-        if !self.reused {
-            // The request follows the handshake at once: eCAL's server reads it after answering the handshake.
-            self.out.extend_from_slice(&handshake_request());
-        }
-        self.out.extend_from_slice(frame);
+        // The request follows the handshake at once: eCAL's server reads it after answering the handshake.
+        self.handshake = if self.reused { Vec::new() } else { handshake_request() };
         self.step = Step::Writing;
         self.decoder = FrameDecoder::new(self.max_response);
         let token = self.token;
@@ -578,11 +572,11 @@ impl OneCall {
         if self.result.is_some() {
             return;
         }
-        if let Err(e) = self.try_drive() {
+        if let Err(e) = self.try_drive(frame) {
             if self.reused && self.step == Step::Writing {
                 self.drop_conn(poll);
                 self.connect();
-                self.begin(frame, poll);
+                self.begin(poll);
             } else {
                 self.drop_conn(poll);
                 self.result = Some(Err(e));
@@ -596,13 +590,19 @@ impl OneCall {
         }
     }
 
-    fn try_drive(&mut self) -> Result<(), String> {
+    fn try_drive(&mut self, frame: &[u8]) -> Result<(), String> {
         let Some(conn) = &mut self.conn else { return Err("no connection".into()) };
         if let Ok(Some(e)) | Err(e) = conn.stream.take_error() {
             return Err(format!("connection: {e}"));
         }
-        while self.out_at < self.out.len() {
-            match conn.stream.write(&self.out[self.out_at..]) {
+        let hs = self.handshake.len();
+        while self.out_at < hs + frame.len() {
+            let written = if self.out_at < hs {
+                conn.stream.write_vectored(&[IoSlice::new(&self.handshake[self.out_at..]), IoSlice::new(frame)])
+            } else {
+                conn.stream.write(&frame[self.out_at - hs..])
+            };
+            match written {
                 Ok(0) => return Err("connection closed".into()),
                 Ok(n) => self.out_at += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -635,8 +635,12 @@ impl OneCall {
                         self.step = Step::Response;
                     }
                     (Step::Response, Some(MessageType::Response)) => {
-                        let resp = pb::Response::decode(f.payload.as_slice())
+                        // The payload stays where the frame was read to (a large one is not copied again).
+                        let split =
+                            split_bytes_field(f.payload, 2).map_err(|e| format!("response does not decode: {e}"))?;
+                        let mut resp = pb::Response::decode(split.rest.as_slice())
                             .map_err(|e| format!("response does not decode: {e}"))?;
+                        resp.response = split.field;
                         if !input.is_empty() {
                             return Err("the server sent more than one response".into());
                         }

@@ -5,8 +5,10 @@
 //!   every address) and announces it, with its methods, in registration (cmd 5, eCAL's `Service`; cmd 15 when it
 //!   goes). The I/O thread accepts connections, answers the protocol handshake and reads requests
 //!   (eCAL's service protocol, version 1: a 16-byte header per message); the handlers of all servers of the process run on `[shoal_service]
-//!   handler_threads` threads, never on the I/O thread, and their responses go back through it. A handler that
-//!   returns an error gives the caller a failed response with its message, as an unknown method does.
+//!   handler_threads` threads, never on the I/O thread. The handler thread writes its response to the connection
+//!   itself as far as the socket takes it without blocking, and leaves the rest to the I/O thread, which then
+//!   reads the connection's next request. A handler that returns an error gives the caller a failed response
+//!   with its message, as an unknown method does.
 //! - A [`ServiceClient`] calls a method on every server of its service name that registration announced (eCAL's
 //!   semantics: one response per server), or on one of them. Its calls do their socket I/O on the calling thread
 //!   (as a blocking call would; there is no hop through the I/O thread and back): connections to the servers are
@@ -115,8 +117,9 @@ pub(crate) struct Services {
     new_servers: Mutex<Vec<Arc<server::ServerCore>>>,
     /// Every live server and client, for their call counts in registration.
     entities: Mutex<Vec<Entity>>,
-    /// Responses made by the handler threads, for the I/O thread to send: (session token, frame).
-    completions: Mutex<Vec<(mio::Token, Vec<u8>)>>,
+    /// Requests the handler threads served, for the I/O thread (the rest of a response to write, the connection
+    /// to read from again).
+    completions: Mutex<Vec<Completion>>,
     waker: OnceLock<Arc<mio::Waker>>,
     /// The remote servers and clients, as the I/O thread publishes them.
     pub(crate) directory: Arc<ServerDirectory>,
@@ -217,11 +220,22 @@ impl Services {
         }
     }
 
-    /// A handler thread's response for the session under `token`.
-    fn complete(&self, token: mio::Token, frame: Vec<u8>) {
-        lock(&self.completions).push((token, frame));
+    /// A handler thread served the request of the session under `token`: of the response `frame` it wrote
+    /// `written` bytes itself.
+    fn complete(&self, token: mio::Token, frame: Vec<u8>, written: usize) {
+        // A response written whole is dropped here, on the handler thread.
+        let frame = if written >= frame.len() { Vec::new() } else { frame };
+        let written = written.min(frame.len());
+        lock(&self.completions).push(Completion { token, frame, written });
         self.wake();
     }
+}
+
+/// A served request, for the I/O thread: the session, its response, and the bytes of it the handler wrote.
+struct Completion {
+    token: mio::Token,
+    frame: Vec<u8>,
+    written: usize,
 }
 
 /// What a server or client is built with: the process's service part, its entity id and the way to the I/O

@@ -12,7 +12,7 @@ use crate::registration::{LocalService, MethodInfo, ServiceRole};
 use crate::sync::lock;
 use crate::types::TypeInfo;
 use crate::wire::pb;
-use crate::wire::service::{MessageType, encode_header};
+use crate::wire::service::{MessageType, encode_header, split_bytes_field};
 
 use super::{Context, Entity, Services, bump};
 
@@ -82,7 +82,7 @@ impl ServerCore {
 
     /// Runs on a handler thread: decodes `request` (an `eCAL.pb.Request`), calls the method's handler and returns
     /// the framed `eCAL.pb.Response` (header and payload), as eCAL 6.1.1's server answers.
-    pub(crate) fn serve(&self, services: &Services, request: &[u8]) -> Vec<u8> {
+    pub(crate) fn serve(&self, services: &Services, request: Vec<u8>) -> Vec<u8> {
         let mut header = pb::ServiceHeader {
             host_name: self.host_name.clone(),
             service_name: self.name.clone(),
@@ -95,7 +95,13 @@ impl ServerCore {
             header.error = error;
             pb::Response { header: Some(header), response: Vec::new(), ret_state: 0 }
         };
-        let response = match pb::Request::decode(request) {
+        // The request payload stays where the frame was read to (a large one is not copied again).
+        let decoded = split_bytes_field(request, 2).map_err(|e| e.to_string()).and_then(|split| {
+            let mut req = pb::Request::decode(split.rest.as_slice()).map_err(|e| e.to_string())?;
+            req.request = split.field;
+            Ok(req)
+        });
+        let response = match decoded {
             Err(e) => {
                 bump(&services.counters.bad_requests);
                 failed(header, format!("Service '{}': failed to parse request message: {e}", self.name))

@@ -1,13 +1,21 @@
 //! The servers' sockets on the I/O thread: listeners, client connections (handshake, requests read, responses
 //! written), their deadlines and bounds. One token per listener and connection.
+//!
+//! A connection's socket is shared with the handler thread serving its request: while a request is with a handler
+//! the I/O thread neither reads nor writes that connection, so the handler writes the response itself, as far as
+//! the socket takes it without blocking (the I/O thread is not woken on the way to the caller); the rest, if any,
+//! goes back to the I/O thread, which writes it when the socket has room. Either way the handler hands the
+//! connection back (`Services::complete`), and the I/O thread reads the next request.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
+use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 
 use crate::sync::lock;
@@ -34,7 +42,8 @@ enum Phase {
 
 struct Session {
     server: Arc<ServerCore>,
-    stream: TcpStream,
+    /// Shared with the handler thread of a request (module docs); polled through its file descriptor.
+    stream: Arc<TcpStream>,
     /// The client's address (admission under `[shoal_auth]`).
     peer: std::net::IpAddr,
     /// A handshake waiting for admission: the version to answer with once registration announces the client.
@@ -124,7 +133,7 @@ impl ServiceSource {
         loop {
             let Some(Entry::Listener { server, listener }) = self.entries.get(&token) else { return };
             let server = Arc::clone(server);
-            let (mut stream, peer) = match listener.accept() {
+            let (stream, peer) = match listener.accept() {
                 Ok(s) => s,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -141,7 +150,7 @@ impl ServiceSource {
             }
             let _ = stream.set_nodelay(true);
             let Some(t) = self.alloc_token() else { continue };
-            if let Err(e) = registry.register(&mut stream, t, Interest::READABLE) {
+            if let Err(e) = registry.register(&mut SourceFd(&stream.as_raw_fd()), t, Interest::READABLE) {
                 tracing::debug!("service {}: cannot poll a connection: {e}", server.name);
                 continue;
             }
@@ -150,7 +159,7 @@ impl ServiceSource {
             let max = self.services.config.max_request_bytes;
             let session = Session {
                 server,
-                stream,
+                stream: Arc::new(stream),
                 // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d.
                 peer: peer.ip().to_canonical(),
                 awaiting: None,
@@ -169,8 +178,11 @@ impl ServiceSource {
     }
 
     fn close(&mut self, registry: &Registry, token: Token, why: &Close) {
-        if let Some(Entry::Session(mut s)) = self.entries.remove(&token) {
-            let _ = registry.deregister(&mut s.stream);
+        if let Some(Entry::Session(s)) = self.entries.remove(&token) {
+            let _ = registry.deregister(&mut SourceFd(&s.stream.as_raw_fd()));
+            // Closed now, for the client too, even while a handler thread still holds the socket (its response
+            // write then fails).
+            let _ = s.stream.shutdown(std::net::Shutdown::Both);
             self.sessions -= 1;
             self.services.counters.sessions.store(self.sessions as u64, Ordering::Relaxed);
             tracing::debug!("service {}: connection closed: {why}", s.server.name);
@@ -201,7 +213,7 @@ impl ServiceSource {
                 self.scratch[..stashed.len()].copy_from_slice(&stashed);
                 stashed.len()
             } else {
-                match s.stream.read(&mut self.scratch) {
+                match (&*s.stream).read(&mut self.scratch) {
                     Ok(0) => return Err(Close::Eof),
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
@@ -239,9 +251,19 @@ impl ServiceSource {
                         let server = Arc::clone(&s.server);
                         let svc = Arc::clone(&services);
                         let payload = frame.payload;
+                        // Nothing of this connection's is left to write (a handshake answer could be): the handler
+                        // may write the response itself.
+                        let direct = (s.out_at == s.out.len()).then(|| Arc::clone(&s.stream));
                         let job = Box::new(move || {
-                            let response = server.serve(&svc, &payload);
-                            svc.complete(token, response);
+                            let response = server.serve(&svc, payload);
+                            // A server dropped meanwhile answers no more: the I/O thread closes the connection.
+                            let written = match direct {
+                                Some(stream) if !server.closed.load(Ordering::Acquire) => {
+                                    write_direct(&stream, &response)
+                                }
+                                _ => 0,
+                            };
+                            svc.complete(token, response, written);
                         });
                         if services.pool.submit(job).is_err() {
                             bump(&services.counters.busy);
@@ -280,10 +302,8 @@ impl ServiceSource {
                 Entry::Session(s) if s.server.closed.load(Ordering::Acquire) => to_close.push((*t, Close::ServerGone)),
                 Entry::Session(s) if s.phase == Phase::Handshake && now.duration_since(s.since) >= handshake => {
                     if s.awaiting.is_some() {
-                        bump(&self.services.counters.unauthenticated);
                         to_close.push((*t, Close::Unauthenticated));
                     } else {
-                        bump(&self.services.counters.handshake_failures);
                         to_close.push((*t, Close::HandshakeTimeout));
                     }
                 }
@@ -295,7 +315,6 @@ impl ServiceSource {
                         && !s.decoder.mid_frame()
                         && now.duration_since(s.since) >= idle =>
                 {
-                    bump(&self.services.counters.idle_closed);
                     to_close.push((*t, Close::Idle));
                 }
                 _ => {}
@@ -307,6 +326,13 @@ impl ServiceSource {
                 tracing::debug!("service {}: listener closed", server.name);
             } else {
                 self.close(registry, t, &why);
+                // Counted once closed: whoever reads the count finds the connection closed.
+                match why {
+                    Close::HandshakeTimeout => bump(&self.services.counters.handshake_failures),
+                    Close::Unauthenticated => bump(&self.services.counters.unauthenticated),
+                    Close::Idle => bump(&self.services.counters.idle_closed),
+                    _ => {}
+                }
             }
         }
     }
@@ -319,10 +345,25 @@ fn answer_handshake(s: &mut Session, version: u8, now: Instant) {
     s.since = now;
 }
 
+/// A handler thread's write of `frame` to its connection, until the socket would block or fails (the I/O thread
+/// then meets the failure itself); returns the bytes written.
+fn write_direct(stream: &TcpStream, frame: &[u8]) -> usize {
+    let mut done = 0;
+    while done < frame.len() {
+        match (&*stream).write(&frame[done..]) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    done
+}
+
 /// Writes what is queued; asks for writability while some is left.
 fn write_out(s: &mut Session, registry: &Registry, token: Token) -> Result<(), Close> {
     while s.out_at < s.out.len() {
-        match s.stream.write(&s.out[s.out_at..]) {
+        match (&*s.stream).write(&s.out[s.out_at..]) {
             Ok(0) => return Err(Close::Io(io::ErrorKind::WriteZero.into())),
             Ok(n) => s.out_at += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -333,7 +374,7 @@ fn write_out(s: &mut Session, registry: &Registry, token: Token) -> Result<(), C
     let want_writable = s.out_at < s.out.len();
     if want_writable != s.writable_interest {
         let interest = if want_writable { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
-        registry.reregister(&mut s.stream, token, interest)?;
+        registry.reregister(&mut SourceFd(&s.stream.as_raw_fd()), token, interest)?;
         s.writable_interest = want_writable;
     }
     if !want_writable {
@@ -414,18 +455,19 @@ impl IoSource for ServiceSource {
     }
 
     fn flush(&mut self, now: Instant) -> Option<Instant> {
-        let done: Vec<(Token, Vec<u8>)> = std::mem::take(&mut *lock(&self.services.completions));
+        let done: Vec<super::Completion> = std::mem::take(&mut *lock(&self.services.completions));
         if done.is_empty() {
             return None;
         }
-        // The registry is not at hand here: the writes are made now, interest changes on the session's next turn.
-        for (token, frame) in done {
-            let Some(Entry::Session(s)) = self.entries.get_mut(&token) else { continue };
-            s.out = frame;
-            s.out_at = 0;
+        // The registry is not at hand here: what the handler left is written on the session's next turn (this
+        // one's `maintain`), as are interest changes.
+        for c in done {
+            let Some(Entry::Session(s)) = self.entries.get_mut(&c.token) else { continue };
+            s.out_at = c.written.min(c.frame.len());
+            s.out = c.frame;
             s.phase = Phase::Ready;
             s.since = now;
-            self.pending.push(token);
+            self.pending.push(c.token);
         }
         None
     }

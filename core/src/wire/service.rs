@@ -115,6 +115,98 @@ pub fn choose_version(payload: &[u8]) -> Option<u8> {
     (hi >= lo).then_some(hi)
 }
 
+/// Length of the `eCAL.pb.Request` carrying `header` and `request` (as prost encodes it).
+pub fn request_len(header: &super::pb::ServiceHeader, request: &[u8]) -> usize {
+    use prost::encoding::{encoded_len_varint, key_len, message};
+    let body =
+        if request.is_empty() { 0 } else { key_len(2) + encoded_len_varint(request.len() as u64) + request.len() };
+    message::encoded_len(1, header) + body
+}
+
+/// The frame of a call: the protocol header and `eCAL.pb.Request { header, request }`, byte for byte as prost
+/// encodes that message, written from `request` without copying it into the message first.
+pub fn request_frame(header: &super::pb::ServiceHeader, request: &[u8]) -> Vec<u8> {
+    use prost::encoding::{WireType, encode_key, encode_varint, message};
+    let len = request_len(header, request);
+    let mut out = Vec::with_capacity(HEADER_LEN + len);
+    out.extend_from_slice(&encode_header(MessageType::Request, u32::try_from(len).unwrap_or(u32::MAX)));
+    message::encode(1, header, &mut out);
+    // proto3 leaves an empty `bytes` field out.
+    if !request.is_empty() {
+        encode_key(2, WireType::LengthDelimited, &mut out);
+        encode_varint(request.len() as u64, &mut out);
+        out.extend_from_slice(request);
+    }
+    out
+}
+
+/// A protobuf message cut in two by [`split_bytes_field`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitMessage {
+    /// The message's other fields, as they were (for prost to decode).
+    pub rest: Vec<u8>,
+    /// The content of the `bytes` field (of its last occurrence, the one prost keeps; empty without one).
+    pub field: Vec<u8>,
+}
+
+/// Why [`split_bytes_field`] refused a message (prost would refuse it too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SplitError {
+    /// A key, a length or a value runs past the end of the message.
+    #[error("truncated protobuf message")]
+    Truncated,
+    /// A field of a wire type protobuf 3 does not write (groups) or that does not exist.
+    #[error("protobuf wire type {0} not supported")]
+    WireType(u8),
+}
+
+/// Cuts `bytes` field `field` out of protobuf message `msg` (an `eCAL.pb.Request` or `Response` payload): the
+/// field's content stays in `msg`'s allocation, moved to its front, so that a large request or response is not
+/// copied into a second one (and its fresh pages faulted in) as decoding the whole message with prost would.
+pub fn split_bytes_field(mut msg: Vec<u8>, field: u32) -> Result<SplitMessage, SplitError> {
+    fn varint(msg: &[u8], at: &mut usize) -> Result<u64, SplitError> {
+        let mut buf = msg.get(*at..).ok_or(SplitError::Truncated)?;
+        let before = buf.len();
+        let v = prost::encoding::decode_varint(&mut buf).map_err(|_| SplitError::Truncated)?;
+        *at += before - buf.len();
+        Ok(v)
+    }
+    let mut rest = Vec::new();
+    let mut found: Option<std::ops::Range<usize>> = None;
+    let mut at = 0;
+    while at < msg.len() {
+        let start = at;
+        let key = varint(&msg, &mut at)?;
+        let wire = (key & 7) as u8;
+        let skip = match wire {
+            0 => {
+                varint(&msg, &mut at)?;
+                0
+            }
+            1 => 8,
+            2 => usize::try_from(varint(&msg, &mut at)?).map_err(|_| SplitError::Truncated)?,
+            5 => 4,
+            w => return Err(SplitError::WireType(w)),
+        };
+        let end = at.checked_add(skip).filter(|e| *e <= msg.len()).ok_or(SplitError::Truncated)?;
+        if wire == 2 && key >> 3 == u64::from(field) {
+            found = Some(at..end);
+        } else {
+            rest.extend_from_slice(&msg[start..end]);
+        }
+        at = end;
+    }
+    let field = match found {
+        Some(r) => {
+            msg.truncate(r.end);
+            msg.drain(..r.start);
+            msg
+        }
+        None => Vec::new(),
+    };
+    Ok(SplitMessage { rest, field })
+}
+
 /// A complete frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
@@ -215,6 +307,57 @@ impl FrameDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::pb;
+    use prost::Message;
+
+    fn header(method: &str) -> pb::ServiceHeader {
+        pb::ServiceHeader { method_name: method.into(), service_name: "svc".into(), ..Default::default() }
+    }
+
+    #[test]
+    fn request_frames_are_what_prost_encodes() {
+        for request in [vec![], vec![7u8], vec![1u8; 200], vec![9u8; 1 << 20]] {
+            let h = header("m");
+            let msg = pb::Request { header: Some(h.clone()), request: request.clone() };
+            let mut want = encode_header(MessageType::Request, msg.encoded_len() as u32).to_vec();
+            msg.encode(&mut want).unwrap();
+            assert_eq!(request_frame(&h, &request), want, "{} B", request.len());
+            assert_eq!(request_len(&h, &request), msg.encoded_len());
+        }
+    }
+
+    #[test]
+    fn a_split_message_decodes_as_the_whole_does() {
+        // Responses as prost writes them, with the payload field repeated (the last counts), unknown fields of
+        // every wire type around it, and empty.
+        let resp = |payload: &[u8], ret: i64| {
+            pb::Response { header: Some(header("m")), response: payload.to_vec(), ret_state: ret }.encode_to_vec()
+        };
+        let mut odd = resp(b"first", 3);
+        odd.extend_from_slice(&[0x20, 0x05, 0x29, 1, 2, 3, 4, 5, 6, 7, 8, 0x35, 1, 2, 3, 4, 0x3a, 2, 0xaa, 0xbb]);
+        odd.extend_from_slice(&resp(b"second", 0)[resp(b"", 0).len()..]);
+        for msg in [resp(b"", 0), resp(b"x", -1), resp(&[5u8; 100_000], 7), odd] {
+            let whole = pb::Response::decode(msg.as_slice()).unwrap();
+            let split = split_bytes_field(msg, 2).unwrap();
+            let mut got = pb::Response::decode(split.rest.as_slice()).unwrap();
+            assert!(got.response.is_empty());
+            got.response = split.field;
+            assert_eq!(got, whole);
+        }
+    }
+
+    #[test]
+    fn a_broken_message_is_refused_without_a_panic() {
+        let whole = pb::Response { header: Some(header("m")), response: vec![1; 50], ret_state: 1 }.encode_to_vec();
+        for cut in 1..whole.len() {
+            let part = whole[..cut].to_vec();
+            let prost_ok = pb::Response::decode(part.as_slice()).is_ok();
+            assert_eq!(split_bytes_field(part, 2).is_ok(), prost_ok, "cut at {cut}");
+        }
+        assert_eq!(split_bytes_field(vec![0x13], 2), Err(SplitError::WireType(3)), "a group");
+        assert_eq!(split_bytes_field(vec![0x12, 0xff, 0xff, 0xff, 0xff, 0x0f], 2), Err(SplitError::Truncated));
+        assert_eq!(split_bytes_field(vec![0x80], 2), Err(SplitError::Truncated));
+    }
 
     fn frames(bytes: &[u8], chunk: usize, max: usize) -> Result<Vec<Frame>, FrameError> {
         let mut d = FrameDecoder::new(max);

@@ -22,11 +22,20 @@ Fan-out's cost per send is the publishing thread's CPU time inside send() (preem
 excluded; median of 8 phases' medians per count, mean and wall time alongside), one publisher in
 phases of 1, N, N, 1, ... subscriber processes at one pace.
 In spin mode the publishing thread keeps CPU 0 and the spinning subscribers share the others.
-On a 2-core machine leave --pin off: the runtime threads of each process then share both cores.")]
+On a 2-core machine leave --pin off: the runtime threads of each process then share both cores.
+--service measures services instead: the round trip of a call (request and response of the same
+size, default 64 B and 1 MB) from a shoal client in this process to a shoal server in a spawned
+one, and calls/s with 1 and with --clients concurrent clients (threads, a client each). --against
+ecal adds, in the same run, an eCAL 6.1.1 C++ client/server pair (built by scripts/ecal-cpp) and
+the mixed pairs (shoal client -> eCAL server, eCAL client -> shoal server), with each figure as a
+ratio to the eCAL pair; the pairs take turns in 10 rounds. --iterations is then the number of
+timed calls per size and client count, shared by the clients. Every call must be answered, in time and intact: a failed or timed-out
+call is reported and makes the exit code non-zero.")]
 pub(crate) struct PerfArgs {
-    /// Payload sizes (k/m suffixes are 1024 multiples), e.g. 64,1k,64k,1m,4m.
-    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "64,1k,64k,1m,4m")]
-    pub(crate) sizes: Vec<usize>,
+    /// Payload sizes (k/m suffixes are 1024 multiples), e.g. 64,1k,64k,1m,4m [default: 64,1k,64k,1m,4m; with
+    /// --service 64,1m].
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    sizes: Vec<usize>,
     /// Round trips per size (default: 10000 for small sizes, fewer for big ones so a run stays short).
     #[arg(long)]
     pub(crate) iterations: Option<u64>,
@@ -104,6 +113,30 @@ pub(crate) struct PerfArgs {
     /// interface).
     #[arg(long, value_name = "IPV4")]
     pub(crate) local_addr: Option<std::net::Ipv4Addr>,
+    /// Measure services: call round trips and calls per second, shoal client -> shoal server (see below).
+    #[arg(long)]
+    pub(crate) service: bool,
+    /// With --service: also measure this reference in the same run and print ratios to it (ecal: an eCAL 6.1.1 C++
+    /// client/server pair on the eclipse-ecal wheel's libecal_core, and the mixed pairs).
+    #[arg(long, value_enum, requires = "service")]
+    pub(crate) against: Option<Against>,
+    /// With --against ecal: the directory of the eCAL C++ programs scripts/ecal-cpp builds [default:
+    /// $SHOAL_ECAL_CPP, else ../ecal-cpp/bin beside this executable, i.e. target/ecal-cpp/bin].
+    #[arg(long, value_name = "DIR", requires = "against")]
+    pub(crate) ecal_cpp: Option<std::path::PathBuf>,
+    /// With --service: the concurrent clients of the second calls/s run (the first has one).
+    #[arg(long, value_name = "N", default_value_t = 8, requires = "service")]
+    pub(crate) clients: usize,
+    /// With --service: a call not answered within this time counts as timed out (a stall).
+    #[arg(long, value_name = "MS", default_value_t = 10_000, requires = "service")]
+    pub(crate) call_timeout_ms: u64,
+}
+
+/// What `shoal perf --service --against` measures beside shoal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Against {
+    /// eCAL 6.1.1's C++ `CServiceServer` / `CServiceClient`.
+    Ecal,
 }
 
 /// The hidden `perf-peer` subcommand: the echo/sink process spawned by `shoal perf`.
@@ -143,6 +176,9 @@ pub(crate) struct PeerArgs {
     /// address this peer binds.
     #[arg(long, value_name = "IPV4")]
     pub(crate) local_addr: Option<std::net::Ipv4Addr>,
+    /// `shoal perf --service`: be the shoal service server (named --name) instead of an echo peer.
+    #[arg(long)]
+    pub(crate) service: bool,
 }
 
 /// `[shoal_tcp] send_timeout_ms` of `shoal perf --transport tcp` when the ini leaves it at 0 (drop when full).
@@ -320,6 +356,15 @@ impl Mode {
 }
 
 impl PerfArgs {
+    /// The payload sizes (`--sizes`, else the default of the mode).
+    pub(crate) fn sizes(&self) -> Vec<usize> {
+        match (self.sizes.is_empty(), self.service) {
+            (false, _) => self.sizes.clone(),
+            (true, false) => vec![64, 1 << 10, 64 << 10, 1 << 20, 4 << 20],
+            (true, true) => vec![64, 1 << 20],
+        }
+    }
+
     /// The wait modes to run, in order.
     pub(crate) fn waits(&self) -> Vec<WaitMode> {
         match self.wait {
@@ -352,10 +397,7 @@ impl PerfArgs {
 
     /// Checks combinations clap cannot express.
     pub(crate) fn validate(&self) -> anyhow::Result<()> {
-        if self.sizes.is_empty() {
-            bail!("--sizes is empty: give at least one size, e.g. --sizes 64,1k");
-        }
-        if let Some(&s) = self.sizes.iter().find(|&&s| s < crate::perf::HEADER_LEN) {
+        if let Some(&s) = self.sizes().iter().find(|&&s| s < crate::perf::HEADER_LEN) {
             bail!(
                 "size {s} is too small: every message carries a {}-byte header (sequence + timestamp); use --sizes with values >= {}",
                 crate::perf::HEADER_LEN,
@@ -395,6 +437,35 @@ impl PerfArgs {
             && !(r.is_finite() && r > 0.0)
         {
             bail!("--rate {r} must be a positive number of messages per second, e.g. --rate 500000");
+        }
+        if self.service {
+            let pubsub_only = [
+                (self.pingpong, "--pingpong"),
+                (self.throughput, "--throughput"),
+                (self.zero_copy, "--zero-copy"),
+                (self.subscribers.is_some(), "--subscribers"),
+                (self.rate.is_some(), "--rate"),
+                (self.baseline || self.baseline_only, "--baseline"),
+                (self.reliable, "--reliable"),
+                (self.huge_pages, "--huge-pages"),
+                (self.rss, "--rss"),
+                (self.wait.is_some(), "--wait"),
+                (self.pin, "--pin"),
+                (self.transport != Transport::Shm, "--transport"),
+                (self.peer_netns.is_some(), "--peer-netns"),
+            ];
+            if let Some((_, flag)) = pubsub_only.iter().find(|(on, _)| *on) {
+                bail!(
+                    "{flag} is for publish/subscribe; --service measures calls over the service protocol (TCP): \
+                     drop {flag}, or --service (its reference is --against ecal)"
+                );
+            }
+            if self.clients == 0 {
+                bail!("--clients must be at least 1");
+            }
+            if self.call_timeout_ms == 0 {
+                bail!("--call-timeout-ms must be at least 1");
+            }
         }
         Ok(())
     }

@@ -313,7 +313,7 @@ pub(crate) fn run(
         run.wait,
         plan.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
     ));
-    for &size in &run.args.sizes {
+    for &size in &run.args.sizes() {
         let gap = pacing_gap(n_max, size);
         let phases_per_count = plan.iter().filter(|n| **n == 1).count() as u64;
         let per_phase = run.args.fanout_count_for(size).div_ceil(phases_per_count).max(1);

@@ -5,7 +5,8 @@
 //! Modules: `args` (CLI), `peer` (the spawned echo/sink process and its stdin/stdout control),
 //! `link` (the transport interface the loops use), `pingpong`, `throughput`, `fanout`, `rss`,
 //! `pace` (fixed-rate sending), `baseline_link` (the raw ring of the `shoal-baseline` crate as a
-//! link), `shoal_link` (shoal as a link), `report` (table / JSON), `sys` (OS). The project's
+//! link), `shoal_link` (shoal as a link), `report` (table / JSON), `sys` (OS), and `service` (`--service`: call
+//! round trips and calls/s, with `--against ecal` beside eCAL's C++ client and server). The project's
 //! acceptance targets are evaluated from the `--json` output by `shoal-bench` (`bench/`).
 
 mod args;
@@ -18,6 +19,7 @@ mod peer;
 mod pingpong;
 mod report;
 mod rss;
+mod service;
 mod shoal_link;
 mod sys;
 mod throughput;
@@ -59,6 +61,9 @@ impl Run<'_> {
 /// Entry point of `shoal perf`.
 pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
     args.validate()?;
+    if args.service {
+        return service::run(&args);
+    }
     shoal_link::set_reliable(args.reliable);
     let cpus = sys::cpu_count();
     if args.pin {
@@ -91,7 +96,7 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
                 // One ring per size, as deep as shoal's ring is for that size.
                 let cfg = shoal::Config::load().context("reading the ecal.ini shoal's ring geometry comes from")?;
                 if args.transport == Transport::Shm {
-                    for &size in &args.sizes {
+                    for &size in &args.sizes() {
                         baseline_session(&run, &cfg, &modes, size, &next_name(), &mut rep)?;
                     }
                 } else {
@@ -212,7 +217,7 @@ fn shoal_session(
         }
     ));
     rep.set_pages(pages.map(|p| (p, peer.pid())));
-    let result = run_modes(run, &mut tx, &mut rx, &mut peer, modes, &run.args.sizes, rep);
+    let result = run_modes(run, &mut tx, &mut rx, &mut peer, modes, &run.args.sizes(), rep);
     rep.set_pages(None);
     result?;
     peer.quit()
@@ -262,7 +267,7 @@ fn raw_session(run: &Run, modes: &[Mode], rep: &mut Reporter) -> anyhow::Result<
                 shoal_baseline::net::BATCH,
                 run.wait
             ));
-            run_modes(run, &mut tx, &mut rx, &mut peer, modes, &run.args.sizes, rep)?;
+            run_modes(run, &mut tx, &mut rx, &mut peer, modes, &run.args.sizes(), rep)?;
             peer.quit()
         }
         Transport::Tcp => {
@@ -277,7 +282,7 @@ fn raw_session(run: &Run, modes: &[Mode], rep: &mut Reporter) -> anyhow::Result<
                 "-- baseline: raw TCP, length-prefixed stream, TCP_NODELAY, one connection via {name}, wait={}",
                 run.wait
             ));
-            run_modes(run, &mut tx, &mut rx, &mut peer, modes, &run.args.sizes, rep)?;
+            run_modes(run, &mut tx, &mut rx, &mut peer, modes, &run.args.sizes(), rep)?;
             peer.quit()
         }
         Transport::Shm => anyhow::bail!("the shared-memory baseline is baseline_session's"),

@@ -255,6 +255,9 @@ impl Drop for Peer {
 
 /// Entry point of `shoal perf-peer`.
 pub(crate) fn run_peer(args: PeerArgs) -> anyhow::Result<()> {
+    if args.service {
+        return super::service::run_server_peer(&args);
+    }
     super::sys::die_with_parent(args.parent)?;
     super::shoal_link::set_reliable(args.reliable);
     if let Some(cpu) = args.cpu {

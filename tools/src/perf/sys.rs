@@ -31,6 +31,11 @@ impl CpuTime {
         CpuTime { user_us: us(ru.ru_utime), sys_us: us(ru.ru_stime) }
     }
 
+    /// Both together.
+    pub(crate) fn plus(self, other: CpuTime) -> CpuTime {
+        CpuTime { user_us: self.user_us + other.user_us, sys_us: self.sys_us + other.sys_us }
+    }
+
     /// The time spent since `earlier`.
     pub(crate) fn since(self, earlier: CpuTime) -> CpuTime {
         CpuTime {
