@@ -325,6 +325,9 @@ impl ServiceClient {
     /// executed, failed, timed out or broken. Returns when every server answered or `timeout` passed.
     pub fn call(&self, method: &str, request: &[u8], timeout: Duration) -> Result<Vec<ServiceResponse>, CallError> {
         let servers = self.servers_now();
+        // Connections kept for servers that are no longer announced (gone, restarted under a new id) are closed, so
+        // what a client holds follows the servers there are, not every server it ever called.
+        lock(&self.idle).retain(|key, _| servers.iter().any(|s| &s.key == key));
         if servers.is_empty() {
             return Err(CallError::NoServer { service: self.core.name.clone() });
         }
