@@ -23,6 +23,11 @@ use crate::wire::service::{
 
 use super::{Context, Entity, bump};
 
+thread_local! {
+    /// What a call reads its connections' bytes into: one per calling thread, not zeroed again for every read.
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 64 * 1024]);
+}
+
 /// Idle connections kept per server for the next call.
 const IDLE_PER_SERVER: usize = 4;
 /// The lowest server port a client connects to (a forged registration cannot aim it at a system service).
@@ -618,9 +623,14 @@ impl OneCall {
         if self.step == Step::Writing {
             self.step = if self.reused { Step::Response } else { Step::Handshake };
         }
-        let mut buf = [0u8; 64 * 1024];
+        READ_BUF.with_borrow_mut(|buf| self.read_frames(buf))
+    }
+
+    /// Reads what arrived (into `buf`) and handles the frames it completes.
+    fn read_frames(&mut self, buf: &mut [u8]) -> Result<(), String> {
+        let Some(conn) = &mut self.conn else { return Err("no connection".into()) };
         loop {
-            let n = match conn.stream.read(&mut buf) {
+            let n = match conn.stream.read(buf) {
                 Ok(0) => return Err("closed by the server".into()),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),

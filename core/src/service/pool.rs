@@ -1,9 +1,11 @@
 //! The handler threads: a fixed number of threads (`[shoal_service] handler_threads`), started with the first server
 //! of the process, taking jobs from a queue bounded by `max_pending`. A job that does not fit is handed back to the
-//! caller (who answers the request as failed: the server is busy).
+//! caller (who answers the request as failed: the server is busy). Idle threads wait on a condition variable, and a
+//! job wakes one of them (a thread blocked in a channel's `recv` behind a shared mutex would wake a second one each
+//! time, to take its turn at the mutex).
 
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use crate::sync::lock;
 
@@ -15,33 +17,59 @@ pub(crate) type Job = Box<dyn FnOnce() + Send>;
 pub(crate) struct Pool {
     threads: usize,
     max_pending: usize,
-    tx: OnceLock<SyncSender<Job>>,
+    shared: OnceLock<Arc<Shared>>,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled for each job queued, and for all when the pool is dropped.
+    ready: Condvar,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// The pool is gone: the threads end once the queue is empty.
+    closed: bool,
 }
 
 impl Pool {
     pub(crate) fn new(threads: usize, max_pending: usize) -> Pool {
-        Pool { threads: threads.max(1), max_pending: max_pending.max(1), tx: OnceLock::new() }
+        Pool { threads: threads.max(1), max_pending: max_pending.max(1), shared: OnceLock::new() }
     }
 
     /// Queues `job`; gives it back when `max_pending` jobs wait (or no thread could be started).
     pub(crate) fn submit(&self, job: Job) -> Result<(), Job> {
-        let Some(tx) = self.sender() else { return Err(job) };
-        match tx.try_send(job) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => Err(job),
+        let Some(shared) = self.started() else { return Err(job) };
+        {
+            let mut q = lock(&shared.queue);
+            if q.jobs.len() >= self.max_pending {
+                return Err(job);
+            }
+            q.jobs.push_back(job);
         }
+        shared.ready.notify_one();
+        Ok(())
     }
 
-    fn sender(&self) -> Option<&SyncSender<Job>> {
-        if let Some(tx) = self.tx.get() {
-            return Some(tx);
+    /// The queue, its threads started on first use.
+    fn started(&self) -> Option<&Arc<Shared>> {
+        if let Some(s) = self.shared.get() {
+            return Some(s);
         }
-        let (tx, rx) = sync_channel::<Job>(self.max_pending);
-        let rx = Arc::new(Mutex::new(rx));
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue { jobs: VecDeque::new(), closed: false }),
+            ready: Condvar::new(),
+        });
         let mut started = 0;
         for i in 0..self.threads {
-            let rx = Arc::clone(&rx);
-            match std::thread::Builder::new().name(format!("shoal-svc-{i}")).spawn(move || run(&rx)) {
+            let s = Arc::clone(&shared);
+            match std::thread::Builder::new().name(format!("shoal-svc-{i}")).spawn(move || run(&s)) {
                 Ok(_) => started += 1,
                 Err(e) => tracing::warn!("cannot start service handler thread {i}: {e}"),
             }
@@ -49,19 +77,40 @@ impl Pool {
         if started == 0 {
             return None;
         }
-        // Another thread may have won the race: its sender is used, this one's threads end with its channel.
-        let _ = self.tx.set(tx);
-        self.tx.get()
+        // Another thread may have won the race: its queue is used, and this one's threads end at once.
+        if let Err(mine) = self.shared.set(shared) {
+            close(&mine);
+        }
+        self.shared.get()
     }
 }
 
-/// A handler thread: runs jobs until every sender is gone (the process's runtime ended).
-fn run(rx: &Mutex<Receiver<Job>>) {
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if let Some(s) = self.shared.get() {
+            close(s);
+        }
+    }
+}
+
+/// Lets the threads of `shared` end once its queue is empty.
+fn close(shared: &Shared) {
+    lock(&shared.queue).closed = true;
+    shared.ready.notify_all();
+}
+
+/// A handler thread: runs jobs until the pool is gone and its queue empty (the process's runtime ended).
+fn run(shared: &Shared) {
+    let mut q = lock(&shared.queue);
     loop {
-        let job = lock(rx).recv();
-        match job {
-            Ok(job) => job(),
-            Err(_) => return,
+        if let Some(job) = q.jobs.pop_front() {
+            drop(q);
+            job();
+            q = lock(&shared.queue);
+        } else if q.closed {
+            return;
+        } else {
+            q = shared.ready.wait(q).unwrap_or_else(std::sync::PoisonError::into_inner);
         }
     }
 }
@@ -102,5 +151,29 @@ mod tests {
             got.push(done_rx.recv().unwrap());
         }
         assert_eq!(got[0], 1);
+    }
+
+    #[test]
+    fn every_job_runs_on_some_thread_and_the_threads_end_with_the_pool() {
+        let pool = Pool::new(3, 1000);
+        let (tx, rx) = channel::<std::thread::ThreadId>();
+        for _ in 0..300 {
+            let tx = tx.clone();
+            assert!(pool.submit(Box::new(move || tx.send(std::thread::current().id()).unwrap())).is_ok());
+        }
+        let ids: std::collections::HashSet<_> = (0..300).map(|_| rx.recv().unwrap()).collect();
+        assert!((1..=3).contains(&ids.len()), "{ids:?}");
+        // A job still queued when the pool goes runs; then the threads end (their queue's last owners).
+        let shared = Arc::clone(pool.shared.get().unwrap());
+        let (gate_tx, gate_rx) = channel::<()>();
+        assert!(pool.submit(Box::new(move || gate_rx.recv().unwrap())).is_ok());
+        drop(tx);
+        drop(pool);
+        gate_tx.send(()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while Arc::strong_count(&shared) > 1 {
+            assert!(std::time::Instant::now() < deadline, "the handler threads did not end");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }
