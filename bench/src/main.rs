@@ -41,7 +41,7 @@ T3); fan-out to 1 and 4 subscriber processes (T5); then a process with 100 topic
 shoal streams of 64 B and 1 MiB, which must lose nothing (T8); shoal streams of 64 KB-4 MB with
 rings on normal and on huge pages (T9: huge_pages rings on 2 MB pages in both processes, as smaps
 shows; needs a hugetlbfs mount at the ini's huge_pages_path with free pages); then, with --wait block,
-shoal's UDP layer streaming 64 B (with send_mode = io_thread) and 1 MiB and its TCP layer 1 MiB against
+shoal's UDP layer streaming 64 B and 1 MiB and its TCP layer 1 MiB, with shoal's defaults, against
 raw socket programs (N1: 64 B UDP >= 0.5x raw sendmmsg, N2: 64 B UDP >= 1 M msg/s with 0 lost, N3: 1 MiB
 UDP >= 0.7x raw UDP, N4: 1 MiB TCP >= 0.7x raw TCP). A target whose measurements are missing (a failed run, a missing
 row or value) is NOT MEASURED, which fails the check like a FAIL does.")]

@@ -17,27 +17,16 @@ pub(crate) struct Run {
     pub(crate) args: Vec<String>,
     /// The targets it measures for.
     pub(crate) for_targets: &'static str,
-    /// The `ecal.ini` both shoal processes read (`ECAL_INI`, written to a temporary file), if not shoal's defaults.
-    pub(crate) ini: Option<&'static str>,
 }
-
-/// The ini of the batched UDP runs (N1, N2): the I/O thread sends, in `sendmmsg` batches, packed between shoal
-/// processes.
-pub(crate) const IO_THREAD_INI: &str = "[shoal_network]\nsend_mode = io_thread\n";
 
 impl Run {
     fn new(for_targets: &'static str, args: &[&str]) -> Run {
-        Run { args: args.iter().map(|a| (*a).to_string()).collect(), for_targets, ini: None }
+        Run { args: args.iter().map(|a| (*a).to_string()).collect(), for_targets }
     }
 
     /// The command line, for messages.
     pub(crate) fn command_line(&self) -> String {
-        match self.ini {
-            None => format!("shoal perf {}", self.args.join(" ")),
-            Some(ini) => {
-                format!("ECAL_INI=<{}> shoal perf {}", ini.trim_end().replace('\n', "; "), self.args.join(" "))
-            }
-        }
+        format!("shoal perf {}", self.args.join(" "))
     }
 }
 
@@ -45,9 +34,9 @@ impl Run {
 /// size) and shoal (each with a fresh publisher) streaming 64 B and 1 KB, then ping-pong at every target size followed by zero-copy ping-pong on the same
 /// grown ring, then fan-out to 1 and 4 subscriber processes; then a separate process with 100 topics; reliable
 /// shoal streams of 64 B and 1 MiB (spin); last shoal streams of 64 KB - 4 MB with rings on normal and on huge pages
-/// (spin, `--huge-pages`); then shoal's UDP layer at 64 B (sent by the I/O thread, [`IO_THREAD_INI`]) and at 1 MiB
-/// (shoal's defaults) and its TCP layer at 1 MiB against the raw socket programs (block,
-/// `--transport udp|tcp --baseline`).
+/// (spin, `--huge-pages`); then shoal's UDP layer at 64 B and at 1 MiB and its TCP layer at 1 MiB, with shoal's
+/// defaults (`send_mode = auto`: the 64 B stream goes through the I/O thread's batches, 1 MiB messages from the
+/// publisher's thread), against the raw socket programs (block, `--transport udp|tcp --baseline`).
 pub(crate) fn plan() -> Vec<Run> {
     let all_sizes = SIZES.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(",");
     let subscribers = SUBSCRIBERS.to_string();
@@ -62,12 +51,10 @@ pub(crate) fn plan() -> Vec<Run> {
     runs.push(Run::new("T8", &["--json", "--wait", "spin", "--reliable", "--throughput", "--sizes", "64,1048576"]));
     let huge_sizes = HUGE_SIZES.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(",");
     runs.push(Run::new("T9", &["--json", "--wait", "spin", "--huge-pages", "--throughput", "--sizes", &huge_sizes]));
-    for (targets, transport, sizes, ini) in
-        [("N1 N2", "udp", "64", Some(IO_THREAD_INI)), ("N3", "udp", "1048576", None), ("N4", "tcp", "1048576", None)]
-    {
+    for (targets, transport, sizes) in [("N1 N2", "udp", "64"), ("N3", "udp", "1048576"), ("N4", "tcp", "1048576")] {
         let args =
             ["--json", "--wait", NET_WAIT, "--transport", transport, "--baseline", "--throughput", "--sizes", sizes];
-        runs.push(Run { ini, ..Run::new(targets, &args) });
+        runs.push(Run::new(targets, &args));
     }
     runs
 }
@@ -110,11 +97,6 @@ pub(crate) fn run_all(shoal: &Path, runs: &[Run], mut save: Option<&mut dyn Writ
         let start = Instant::now();
         let mut cmd = Command::new(shoal);
         cmd.arg("perf").args(&run.args).stdin(Stdio::null());
-        if let Some(ini) = run.ini {
-            let path = std::env::temp_dir().join(format!("shoal-bench-{}-run{i}.ini", std::process::id()));
-            std::fs::write(&path, ini).with_context(|| format!("writing {}", path.display()))?;
-            cmd.env("ECAL_INI", &path);
-        }
         let result = cmd.output();
         let output = match result {
             Ok(o) => o,
@@ -180,10 +162,8 @@ mod tests {
         assert!(p.iter().all(|r| r.args[0] == "--json"));
         assert_eq!(
             p[9].command_line(),
-            "ECAL_INI=<[shoal_network]; send_mode = io_thread> shoal perf --json --wait block --transport udp \
-             --baseline --throughput --sizes 64"
+            "shoal perf --json --wait block --transport udp --baseline --throughput --sizes 64"
         );
-        assert_eq!(p[10].ini, None);
     }
 
     #[test]

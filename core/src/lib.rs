@@ -79,7 +79,7 @@ pub mod error {
     pub use crate::types::{DecodeError, EncodeError};
 }
 
-pub use config::{Config, QueuePolicy, ShmAccess, UdpSendMode, WaitStrategy};
+pub use config::{Config, HugePages, QueuePolicy, ShmAccess, UdpSendMode, WaitStrategy};
 pub use error::{
     CreateError, InitError, LoanError, MatchTimeout, RecvError, SendError, TypedRecvError, TypedSendError,
 };

@@ -174,7 +174,11 @@ impl Node {
 fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> {
     crate::sys::set_shm_modes(config.security.shm_access.read_mode(), config.security.shm_access.write_mode());
     for dir in [std::path::Path::new(shm_ring::SHM_DIR), config.shm_ring.huge_pages_path.as_path()] {
-        if dir == config.shm_ring.huge_pages_path.as_path() && !config.shm_ring.huge_pages {
+        let huge = dir == config.shm_ring.huge_pages_path.as_path();
+        if huge
+            && (config.shm_ring.huge_pages == crate::config::HugePages::Off
+                || (config.shm_ring.huge_pages == crate::config::HugePages::Auto && !dir.is_dir()))
+        {
             continue;
         }
         match shm_ring::remove_stale_segments(dir) {

@@ -434,6 +434,8 @@ impl Fixture {
             direction: dir,
             type_info: ti,
             layers: layers.split(',').filter(|l| !l.is_empty()).map(str::to_owned).collect(),
+            // shoal's publishers announce their rings' pages; these are on normal 4 KiB ones.
+            ring_page_kb: (dir == TopicDirection::Publisher && layers.contains("shoal_ring")).then_some(4),
             data_clock: 0,
             data_frequency_mhz: 0,
             message_drops: 0,

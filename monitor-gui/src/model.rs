@@ -247,6 +247,8 @@ pub struct TopicRow {
     pub subscribers: usize,
     /// Layers in use, joined by `,`.
     pub layers: Arc<str>,
+    /// The page sizes (KiB) of the publishers' shoal rings, as announced ([`TopicSummary::ring_page_kb`]).
+    pub ring_page_kb: Vec<u32>,
     /// Messages per second (sum over the publishers; the subscribers' when no publisher reports).
     pub rate_hz: f64,
     /// Payload bytes per second.
@@ -959,6 +961,7 @@ fn topic_row(name: Arc<str>, sum: &TopicSummary, problems: Problems, interner: &
         publishers: sum.publishers,
         subscribers: sum.subscribers,
         layers: interner.get(&sum.layers.join(",")),
+        ring_page_kb: sum.ring_page_kb.clone(),
         rate_hz: sum.rate_hz,
         bandwidth_bps: sum.bandwidth_bps,
         size_bytes: sum.size_bytes,

@@ -211,6 +211,7 @@ fn endpoint_json(t: &TopicEntry) -> Value {
     json!({"topic": t.topic_name, "direction": direction(t), "host": t.host_name, "pid": t.pid,
            "process": t.process_name, "unit": t.unit_name, "type_name": t.type_info.name,
            "encoding": t.type_info.encoding, "descriptor_len": t.type_info.descriptor.len(), "layers": t.layers,
+           "ring_page_kb": t.ring_page_kb,
            "entity_id": t.entity_id.to_string(), "data_clock": t.data_clock, "frequency_hz": rate_of(t),
            "drops": t.message_drops, "size": t.topic_size, "type_mismatch": t.type_mismatch})
 }
@@ -351,7 +352,10 @@ pub(crate) fn topic_info(a: &InfoArgs) -> Result<()> {
             if t.type_mismatch { "  MISMATCH with a subscriber" } else { "" }
         )?;
         writeln!(out, "  descriptor  {}", printable(&descriptors::summary(&t.type_info).text))?;
-        let layers = if t.layers.is_empty() { "-".into() } else { t.layers.join(", ") };
+        let mut layers = if t.layers.is_empty() { "-".into() } else { t.layers.join(", ") };
+        if let Some(kb) = t.ring_page_kb {
+            layers.push_str(&format!(" (ring on {})", shoal::monitor::pages_label(kb)));
+        }
         writeln!(out, "  layers      {}", printable(&layers))?;
         let verb = if t.direction == TopicDirection::Publisher { "sent" } else { "received" };
         let mut stats = format!(

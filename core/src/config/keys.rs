@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::error::KeyFileError;
-use super::{AuthKey, Config, EcalLayer, ShmAccess, UdpSendMode, WaitStrategy};
+use super::{AuthKey, Config, EcalLayer, HugePages, ShmAccess, UdpSendMode, WaitStrategy};
 
 /// Spin time written for `spin_us` when the configured strategy does not spin.
 pub(crate) const DEFAULT_SPIN: Duration = Duration::from_micros(50);
@@ -788,6 +788,11 @@ pub(crate) static KEYS: &[KeyDef] = &[
         alias: None,
         doc: &[
             "Which thread sends UDP data (the data layer only; registration is always sent by the I/O thread):",
+            "  auto         per message: a message of up to send_batch_max bytes that follows its",
+            "               publisher's previous one within 50 µs (a stream) is queued for the I/O thread's",
+            "               batches; a lone message, or a larger one, is sent from the publisher's thread",
+            "               at once. A publisher's messages still queued keep its next ones in the queue,",
+            "               so none are reordered.",
             "  user_thread  the publisher's send() calls send_to itself, one system call per datagram (the",
             "               least latency for a lone message)",
             "  io_thread    send() frames the message and queues it; the I/O thread sends the queue in",
@@ -797,11 +802,12 @@ pub(crate) static KEYS: &[KeyDef] = &[
             "A send that finds the queue full waits up to send_queue_wait_us for room, then drops the",
             "message and counts it as a drop of its publisher. Batching gains nothing for a message of",
             "several 64 KB datagrams, and the faster sending loses more of them at full rate:",
-            "user_thread suits large messages.",
+            "user_thread suits large messages, which auto sends that way.",
         ],
-        allowed: "user_thread or io_thread",
+        allowed: "auto, user_thread or io_thread",
         get: |c| {
             match c.network.send_mode {
+                UdpSendMode::Auto => "auto",
                 UdpSendMode::UserThread => "user_thread",
                 UdpSendMode::IoThread => "io_thread",
             }
@@ -809,6 +815,7 @@ pub(crate) static KEYS: &[KeyDef] = &[
         },
         set: |d, v, _| {
             d.cfg.network.send_mode = match v.trim() {
+                "auto" => UdpSendMode::Auto,
                 "user_thread" => UdpSendMode::UserThread,
                 "io_thread" => UdpSendMode::IoThread,
                 _ => return None,
@@ -818,10 +825,26 @@ pub(crate) static KEYS: &[KeyDef] = &[
     },
     KeyDef {
         section: "shoal_network",
+        key: "send_batch_max",
+        alias: None,
+        doc: &[
+            "send_mode = auto: payload bytes up to which a message of a stream goes through the I/O thread's",
+            "batches (larger ones are sent from the publisher's thread, which copies nothing).",
+            "0 sends everything from the publisher's thread. Suffixes k, m as for slot_size.",
+        ],
+        allowed: "0..=1048576 bytes (0 to 1m)",
+        get: |c| fmt_size(c.network.send_batch_max),
+        set: |d, v, _| {
+            d.cfg.network.send_batch_max = usize::try_from(size(v).filter(|n| *n <= 1 << 20)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_network",
         key: "send_flush_delay_us",
         alias: None,
         doc: &[
-            "send_mode = io_thread: microseconds the I/O thread may hold the first queued message to gather",
+            "send_mode = io_thread or auto: microseconds the I/O thread may hold the first queued message to gather",
             "more into one batch (it sends at once when 64 are queued). 0 sends whatever is queued as soon",
             "as the I/O thread wakes, so a lone message waits for nothing but the wake-up.",
         ],
@@ -837,7 +860,7 @@ pub(crate) static KEYS: &[KeyDef] = &[
         key: "send_queue",
         alias: None,
         doc: &[
-            "send_mode = io_thread: messages the queue from the publishers to the I/O thread holds (shared",
+            "send_mode = io_thread or auto: messages the queue from the publishers to the I/O thread holds (shared",
             "by all publishers of the process). A send that finds it full waits up to send_queue_wait_us",
             "for room, then drops its message and counts it.",
         ],
@@ -853,7 +876,7 @@ pub(crate) static KEYS: &[KeyDef] = &[
         key: "send_queue_bytes",
         alias: None,
         doc: &[
-            "send_mode = io_thread: bytes of datagrams the queue to the I/O thread and the I/O thread hold",
+            "send_mode = io_thread or auto: bytes of datagrams the queue to the I/O thread and the I/O thread hold",
             "unsent at most (all publishers of the process), so that large messages cannot fill memory:",
             "a send that would go beyond it counts as finding the queue full. One message is always taken",
             "when nothing is held, however large.",
@@ -871,7 +894,7 @@ pub(crate) static KEYS: &[KeyDef] = &[
         key: "send_queue_wait_us",
         alias: None,
         doc: &[
-            "send_mode = io_thread: microseconds a send that finds the queue to the I/O thread full waits",
+            "send_mode = io_thread or auto: microseconds a send that finds the queue to the I/O thread full waits",
             "for room (the I/O thread empties it as fast as the socket takes datagrams), so that a sender",
             "faster than the socket is slowed down to its pace instead of losing messages. After that long",
             "the message is dropped and counted. 0 drops at once: send() never waits.",
@@ -890,12 +913,13 @@ pub(crate) static KEYS: &[KeyDef] = &[
         doc: &[
             "Between shoal processes only: pack several small UDP data samples of one publisher into one",
             "datagram (shoal's own format, magic \"SHPK\"). On: this process's subscribers announce in",
-            "registration that they read packed datagrams, and with send_mode = io_thread its publishers",
-            "pack what the I/O thread finds queued back to back while every UDP subscriber of the topic",
-            "announced it (an eCAL or older shoal subscriber, or a [shoal_auth] protected topic, gets",
-            "eCAL's format). Packing holds no message back (only send_flush_delay_us does): a lone",
-            "message leaves as a packed datagram of one sample.",
-            "user_thread mode never packs. Off: neither announced nor sent.",
+            "registration that they read packed datagrams, and with send_mode = io_thread or auto its",
+            "publishers pack what the I/O thread finds queued back to back while every UDP subscriber of",
+            "the topic announced it (an eCAL or older shoal subscriber, or a [shoal_auth] protected topic,",
+            "gets eCAL's format). Packing holds no message back (only send_flush_delay_us does): in",
+            "io_thread mode a lone message leaves as a packed datagram of one sample (auto sends it from",
+            "the publisher's thread in eCAL's format). user_thread mode never packs. Off: neither",
+            "announced nor sent.",
         ],
         allowed: BOOL,
         get: |c| c.network.send_pack.to_string(),
@@ -973,13 +997,31 @@ pub(crate) static KEYS: &[KeyDef] = &[
         key: "huge_pages",
         alias: None,
         doc: &[
-            "Put ring segments on the hugetlbfs mount huge_pages_path (normal pages are used,",
-            "with a warning, when that fails).",
+            "Put ring segments on the hugetlbfs mount huge_pages_path (2 MB pages: fewer TLB misses on",
+            "large messages):",
+            "  auto   when that mount exists and has free huge pages; otherwise normal pages, quietly",
+            "  true   always try; a ring that cannot go there uses normal pages, with a warning",
+            "  false  normal pages (/dev/shm) only",
+            "Which pages each ring got is announced in registration and shown by shoal-monitor and",
+            "shoal perf.",
         ],
-        allowed: BOOL,
-        get: |c| c.shm_ring.huge_pages.to_string(),
+        allowed: "auto, or true or false (also 1/0, yes/no, on/off)",
+        get: |c| {
+            match c.shm_ring.huge_pages {
+                HugePages::Auto => "auto",
+                HugePages::On => "true",
+                HugePages::Off => "false",
+            }
+            .to_owned()
+        },
         set: |d, v, _| {
-            d.cfg.shm_ring.huge_pages = boolean(v)?;
+            d.cfg.shm_ring.huge_pages = if v.trim().eq_ignore_ascii_case("auto") {
+                HugePages::Auto
+            } else if boolean(v)? {
+                HugePages::On
+            } else {
+                HugePages::Off
+            };
             Some(())
         },
     },
@@ -988,7 +1030,7 @@ pub(crate) static KEYS: &[KeyDef] = &[
         key: "huge_pages_path",
         alias: None,
         doc: &[
-            "The hugetlbfs mount point used when huge_pages = true (segments go directly in it:",
+            "The hugetlbfs mount point used when huge_pages is auto or true (segments go directly in it:",
             "subscribers open ring files only there or in /dev/shm).",
         ],
         allowed: "an absolute path (up to 4095 bytes, no control characters or '\"')",

@@ -124,18 +124,22 @@ pub struct NetworkConfig {
     pub max_send_rate: u64,
     /// Which thread sends UDP data datagrams.
     pub send_mode: UdpSendMode,
-    /// `io_thread` mode: how long the I/O thread may hold queued datagrams to batch more (zero: send as soon as
-    /// it has drained the queue).
+    /// `auto` mode: messages of up to this many payload bytes that follow their publisher's previous one closely go
+    /// through the I/O thread's batches; larger ones, and lone ones, are sent from the publisher's thread.
+    pub send_batch_max: usize,
+    /// `io_thread` and `auto` modes: how long the I/O thread may hold queued datagrams to batch more (zero: send as
+    /// soon as it has drained the queue).
     pub send_flush_delay: Duration,
-    /// `io_thread` mode: messages the queue from the publishers to the I/O thread holds.
+    /// `io_thread` and `auto` modes: messages the queue from the publishers to the I/O thread holds.
     pub send_queue: usize,
-    /// `io_thread` mode: bytes of datagrams the queue and the I/O thread hold unsent at most (one message is always
-    /// taken, however large).
+    /// `io_thread` and `auto` modes: bytes of datagrams the queue and the I/O thread hold unsent at most (one message
+    /// is always taken, however large).
     pub send_queue_bytes: usize,
-    /// `io_thread` mode: how long a send that finds the queue full waits for room before it drops its message
-    /// (zero: drops at once).
+    /// `io_thread` and `auto` modes: how long a send that finds the queue full waits for room before it drops its
+    /// message (zero: drops at once).
     pub send_queue_wait: Duration,
-    /// Pack small samples between shoal peers (announced by subscribers, done by `io_thread` publishers).
+    /// Pack small samples between shoal peers (announced by subscribers, done by publishers on what they queue for
+    /// the I/O thread: `io_thread` and `auto` modes).
     pub send_pack: bool,
     /// Bytes of a packed datagram at most.
     pub send_pack_bytes: usize,
@@ -145,11 +149,19 @@ pub struct NetworkConfig {
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UdpSendMode {
+    /// Per message: a small message that follows its publisher's previous one within [`AUTO_LONE_GAP`] goes
+    /// through the I/O thread's batches, a lone one or a large one (above `send_batch_max`) from the publisher's
+    /// thread; a publisher's messages still queued keep its next ones in the queue, so none are reordered.
+    Auto,
     /// The publisher's own thread, one `send_to` per datagram (lowest latency for a lone message).
     UserThread,
     /// The I/O thread, from a bounded queue, in `sendmmsg` batches with UDP GSO (most messages per second).
     IoThread,
 }
+
+/// `send_mode = auto`: a message sent this long or longer after its publisher's previous one is lone: it leaves
+/// from the publisher's thread at once, without waking the I/O thread.
+pub const AUTO_LONE_GAP: Duration = Duration::from_micros(50);
 
 /// shoal's native shared-memory ring (`[shoal_shm_ring]`).
 #[non_exhaustive]
@@ -161,10 +173,30 @@ pub struct ShmRingConfig {
     pub slot_count: u32,
     /// Initial payload bytes per slot; a larger message grows the ring.
     pub slot_size: usize,
-    /// Put ring segments on a hugetlbfs mount.
-    pub huge_pages: bool,
-    /// The hugetlbfs mount used when `huge_pages` is on.
+    /// Whether ring segments go on the hugetlbfs mount `huge_pages_path`.
+    pub huge_pages: HugePages,
+    /// The hugetlbfs mount used for huge pages.
     pub huge_pages_path: PathBuf,
+}
+
+/// Whether shoal's rings use huge pages (`[shoal_shm_ring] huge_pages`).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HugePages {
+    /// On the hugetlbfs mount `huge_pages_path` when it is there and has free pages; otherwise on normal pages,
+    /// quietly (the fallback's reason is kept: `RingWriter::huge_pages_fallback`).
+    Auto,
+    /// On the hugetlbfs mount, with a warning when a ring cannot go there (it then uses normal pages).
+    On,
+    /// Normal pages (`/dev/shm`) only.
+    Off,
+}
+
+impl HugePages {
+    /// Whether a ring tries the hugetlbfs mount first.
+    pub fn wanted(self) -> bool {
+        self != HugePages::Off
+    }
 }
 
 /// The shared secret of `[shoal_auth]`. Its `Debug` form shows only its length; its bytes are zeroed when it is
@@ -608,7 +640,8 @@ impl Default for Config {
                 receive_buffer: 5 << 20,
                 send_buffer: 5 << 20,
                 max_send_rate: 0,
-                send_mode: UdpSendMode::UserThread,
+                send_mode: UdpSendMode::Auto,
+                send_batch_max: 16 << 10,
                 send_flush_delay: Duration::ZERO,
                 send_queue: 4096,
                 send_queue_bytes: 16 << 20,
@@ -622,7 +655,7 @@ impl Default for Config {
                 // a million messages per second; larger messages trade slots for size within the same budget.
                 slot_count: 4096,
                 slot_size: 256,
-                huge_pages: false,
+                huge_pages: HugePages::Auto,
                 huge_pages_path: PathBuf::from("/dev/hugepages"),
             },
             receive: ReceiveConfig {

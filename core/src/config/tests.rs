@@ -131,7 +131,7 @@ fn non_default_config_round_trips_through_text() {
     cfg.shm_ring.enabled = false;
     cfg.shm_ring.slot_count = 1024;
     cfg.shm_ring.slot_size = 1000;
-    cfg.shm_ring.huge_pages = true;
+    cfg.shm_ring.huge_pages = crate::config::HugePages::On;
     cfg.shm_ring.huge_pages_path = PathBuf::from("/mnt/huge 1g");
     cfg.receive.wait = WaitStrategy::SpinThenBlock(Duration::from_micros(75));
     cfg.io.cpu_affinity = vec![3, 1, 2];

@@ -1,9 +1,9 @@
 //! The one I/O thread: owns the registration sockets and timers and drives the sans-IO [`Registrar`].
 //!
-//! Everything that reaches the network goes through here, except UDP data in `send_mode = user_thread` (sent by the
-//! publisher's thread) and the TCP layer's writes (made by the publisher, flushed here); user threads talk to it
-//! through a command channel and a [`mio::Waker`], and with `send_mode = io_thread` through the UDP layer's send
-//! queue, which this thread sends in `sendmmsg` batches first thing on every turn. It never blocks on a send (a
+//! Everything that reaches the network goes through here, except UDP data that the publisher's thread sends itself
+//! (every message in `send_mode = user_thread`, lone and large ones in the default `auto`) and the TCP layer's writes
+//! (made by the publisher, flushed here); user threads talk to it through a command channel and a [`mio::Waker`], and
+//! with UDP data they queue (`send_mode = auto` or `io_thread`) through the UDP layer's send queue, which this thread sends in `sendmmsg` batches first thing on every turn. It never blocks on a send (a
 //! full socket buffer drops a registration datagram and counts it; queued data waits in its bounded queue).
 //! Sockets are read with `recvmmsg`, a batch per call, at most `[shoal_limits] receive_batch` datagrams per socket
 //! and turn; the kernel's count of datagrams it dropped for a full receive buffer (`SO_RXQ_OVFL`) is kept per

@@ -108,6 +108,9 @@ pub struct TopicEntry {
     pub type_info: TypeInfo,
     /// Enabled transport layers, by name (`shm`, `udp`, `tcp`, `shoal_ring`).
     pub layers: Vec<String>,
+    /// A shoal publisher's native ring: the page size of its mapping in KiB (2048 on huge pages, 4 on normal
+    /// ones), as its registration announces it; `None` for no ring or a sender that does not say.
+    pub ring_page_kb: Option<u32>,
     /// Messages sent (publisher) or received (subscriber) so far.
     pub data_clock: i64,
     /// Message rate in mHz.
@@ -188,6 +191,15 @@ pub struct SocketDrops {
     pub registration_send_failures: u64,
 }
 
+/// How a ring's page size is shown ([`TopicEntry::ring_page_kb`]): `2 MB pages`, `4 kB pages`.
+pub fn pages_label(page_kb: u32) -> String {
+    if page_kb >= 1024 && page_kb.is_multiple_of(1024) {
+        format!("{} MB pages", page_kb / 1024)
+    } else {
+        format!("{page_kb} kB pages")
+    }
+}
+
 fn layer_name(k: &LayerKind) -> String {
     match k {
         LayerKind::Udp => "udp".into(),
@@ -233,6 +245,12 @@ pub(crate) fn build_snapshot(reg: &Registrar, now: Instant) -> Snapshot {
             },
             type_info: t.type_info.clone(),
             layers: t.layers.iter().filter(|l| l.enabled).map(|l| layer_name(&l.kind)).collect(),
+            ring_page_kb: t.layers.iter().find_map(|l| match &l.par {
+                crate::registration::LayerPar::Shoal(p) if l.kind == LayerKind::ShoalRing && p.page_kb > 0 => {
+                    Some(p.page_kb)
+                }
+                _ => None,
+            }),
             data_clock: t.stats.data_clock,
             data_frequency_mhz: t.stats.data_frequency_mhz,
             message_drops: t.stats.message_drops,

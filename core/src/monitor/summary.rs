@@ -66,6 +66,9 @@ pub struct TopicSummary {
     pub subscribers: usize,
     /// Layers any endpoint enabled, sorted, each once.
     pub layers: Vec<String>,
+    /// The page sizes (KiB) of the shoal publishers' rings, as they announce them ([`TopicEntry::ring_page_kb`]),
+    /// sorted, each once; empty when no publisher announces one.
+    pub ring_page_kb: Vec<u32>,
     /// Messages per second: the sum of the publishers' rates; the fastest subscriber's when no publisher is known.
     pub rate_hz: f64,
     /// Size of the last message in bytes, the largest any endpoint announces.
@@ -140,6 +143,9 @@ pub fn summarize_topic(name: &str, list: &[&TopicEntry]) -> TopicSummary {
         }
     }
     layers.sort_unstable();
+    let mut ring_page_kb: Vec<u32> = pubs.iter().filter_map(|t| t.ring_page_kb).collect();
+    ring_page_kb.sort_unstable();
+    ring_page_kb.dedup();
 
     let rate = |t: &&TopicEntry| f64::from(t.data_frequency_mhz.max(0)) / 1000.0;
     let rate_hz = if pubs.is_empty() { subs.iter().map(rate).fold(0.0, f64::max) } else { pubs.iter().map(rate).sum() };
@@ -188,6 +194,7 @@ pub fn summarize_topic(name: &str, list: &[&TopicEntry]) -> TopicSummary {
         publishers: pubs.len(),
         subscribers: subs.len(),
         layers,
+        ring_page_kb,
         rate_hz,
         size_bytes,
         bandwidth_bps,
@@ -216,6 +223,7 @@ mod tests {
             direction,
             type_info: if ty.is_empty() { TypeInfo::default() } else { TypeInfo::new(ty, "proto", Vec::new()) },
             layers: vec!["udp".into()],
+            ring_page_kb: None,
             data_clock: 0,
             data_frequency_mhz: 0,
             message_drops: 0,

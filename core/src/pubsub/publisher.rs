@@ -387,6 +387,7 @@ impl Publisher {
             slot_size: ring.slot_size() as u64,
             generation: ring.generation() as u32,
             doorbell: String::new(),
+            page_kb: u32::try_from(ring.page_size() / 1024).unwrap_or(u32::MAX),
         });
     }
 

@@ -167,10 +167,14 @@ impl Runtime {
         }
     }
 
-    /// Where this process's ring segments live (for stale-segment cleanup).
+    /// Where this process's ring segments may live besides /dev/shm (for stale-segment cleanup): the huge-page
+    /// mount, when huge pages are wanted and it exists.
     pub(crate) fn ring_dir(&self) -> PathBuf {
-        if self.config.shm_ring.huge_pages {
-            self.config.shm_ring.huge_pages_path.clone()
+        let huge = &self.config.shm_ring.huge_pages_path;
+        if self.config.shm_ring.huge_pages == crate::config::HugePages::On
+            || (self.config.shm_ring.huge_pages.wanted() && huge.is_dir())
+        {
+            huge.clone()
         } else {
             PathBuf::from(crate::transport::shm_ring::SHM_DIR)
         }

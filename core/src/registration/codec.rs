@@ -76,6 +76,7 @@ pub fn layer_to_pb(layer: &Layer) -> pb::TransportLayer {
                 slot_size: p.slot_size,
                 generation: p.generation,
                 doorbell: p.doorbell.clone(),
+                page_kb: p.page_kb,
             }),
             ..Default::default()
         }),
@@ -106,6 +107,7 @@ pub fn layer_from_pb(layer: &pb::TransportLayer) -> Layer {
                 slot_size: p.slot_size,
                 generation: p.generation,
                 doorbell: p.doorbell.clone(),
+                page_kb: p.page_kb,
             })
         }),
         LayerKind::Udp => par

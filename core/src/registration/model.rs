@@ -80,6 +80,8 @@ pub struct ShoalPar {
     pub generation: u32,
     /// Doorbell name.
     pub doorbell: String,
+    /// Page size of the ring segment's mapping, KiB (2048 on huge pages, 4 on normal ones); 0 when not announced.
+    pub page_kb: u32,
 }
 
 /// Layer-specific parameters.

@@ -108,6 +108,7 @@ fn shoal_layer(generation: u32) -> Layer {
             slot_size: 65_536 * u64::from(generation),
             generation,
             doorbell: "shoal_bell".into(),
+            page_kb: 2048,
         }),
     )
 }
@@ -352,7 +353,11 @@ fn shoal_layer_extension_is_skippable() {
     let ecal_view = EcalConnectionPar::decode(&bytes[..]).unwrap();
     assert_eq!(ecal_view, EcalConnectionPar::default());
     let back = pb::ConnectionPar::decode(&bytes[..]).unwrap();
-    assert_eq!(back.layer_par_shoal.unwrap().generation, 2);
+    let shoal = back.layer_par_shoal.unwrap();
+    assert_eq!((shoal.generation, shoal.page_kb), (2, 2048));
+    // And back into the model: the page size the ring got reaches the peers (and the tools).
+    let layer = codec::layer_from_pb(&codec::layer_to_pb(&shoal_layer(2)));
+    assert!(matches!(layer.par, LayerPar::Shoal(ShoalPar { page_kb: 2048, .. })), "{layer:?}");
 }
 
 fn key(tag: u32, wire_type: u8) -> Vec<u8> {

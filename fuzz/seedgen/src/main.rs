@@ -264,7 +264,7 @@ fn ring_seeds(dir: &Path) -> Result<()> {
     cfg.enabled = true;
     cfg.slot_count = 2;
     cfg.slot_size = 64;
-    cfg.huge_pages = false;
+    cfg.huge_pages = shoal::HugePages::Off;
     cfg.huge_pages_path = PathBuf::from("/dev/hugepages");
     let mut w = RingWriter::create(&cfg, 0xfeed)?;
     let gen0_path = w.segment_name().to_owned();

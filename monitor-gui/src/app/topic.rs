@@ -20,13 +20,15 @@ impl MonitorApp {
         };
         ui.horizontal(|ui| {
             ui.heading(shown(&t.name));
+            let pages: Vec<String> = t.ring_page_kb.iter().map(|kb| shoal::monitor::pages_label(*kb)).collect();
             ui.label(format!(
-                "{} ({}) · {} pub · {} sub · layers {} · {}",
+                "{} ({}) · {} pub · {} sub · layers {}{} · {}",
                 shown(&t.type_name),
                 shown(&t.encoding),
                 t.publishers,
                 t.subscribers,
                 if t.layers.is_empty() { "-".into() } else { shown(&t.layers) },
+                if pages.is_empty() { String::new() } else { format!(" (ring on {})", pages.join(" and ")) },
                 if t.problems.is_empty() { "no problems".to_owned() } else { t.problems.text() }
             ));
         });

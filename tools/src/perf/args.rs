@@ -278,7 +278,7 @@ impl Pages {
 
     /// `config` with its rings on these pages.
     pub(crate) fn apply(self, mut config: shoal::Config) -> shoal::Config {
-        config.shm_ring.huge_pages = self == Pages::Huge;
+        config.shm_ring.huge_pages = if self == Pages::Huge { shoal::HugePages::On } else { shoal::HugePages::Off };
         config
     }
 }

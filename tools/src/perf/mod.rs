@@ -216,7 +216,7 @@ fn shoal_session(
             None => String::new(),
         }
     ));
-    rep.set_pages(pages.map(|p| (p, peer.pid())));
+    rep.set_pages((run.transport == Transport::Shm).then(|| (pages, peer.pid())));
     let result = run_modes(run, &mut tx, &mut rx, &mut peer, modes, &run.args.sizes(), rep);
     rep.set_pages(None);
     result?;

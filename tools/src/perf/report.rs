@@ -290,20 +290,24 @@ pub(crate) struct Reporter {
     json: bool,
     header_printed: bool,
     all: Vec<Measurement>,
-    /// `shoal perf --huge-pages`: the pages shoal's rings are on now, and the peer's pid.
-    pages: Option<(Pages, u32)>,
+    /// While shoal runs over its rings: the pages `shoal perf --huge-pages` put them on (`None`: as configured),
+    /// and the peer's pid.
+    pages: Option<(Option<Pages>, u32)>,
+    /// The page line was printed for the rows since `set_pages` (without `--huge-pages` it is printed once).
+    pages_noted: bool,
 }
 
 impl Reporter {
     /// A reporter writing JSON lines (`json`) or a table to stdout.
     pub(crate) fn new(json: bool) -> Reporter {
-        Reporter { json, header_printed: false, all: Vec::new(), pages: None }
+        Reporter { json, header_printed: false, all: Vec::new(), pages: None, pages_noted: false }
     }
 
-    /// Marks the shoal rows reported from now on as measured with rings on `pages` (and the peer process whose
-    /// rings are checked too), or unmarks them.
-    pub(crate) fn set_pages(&mut self, pages: Option<(Pages, u32)>) {
+    /// Marks the shoal rows reported from now on as measured over rings, put on `pages` by `--huge-pages` (`None`:
+    /// as configured), with the peer process whose rings are checked too; or unmarks them.
+    pub(crate) fn set_pages(&mut self, pages: Option<(Option<Pages>, u32)>) {
         self.pages = pages;
+        self.pages_noted = false;
     }
 
     /// The latest shoal measurement on normal pages of a mode, wait mode and size (`--huge-pages`).
@@ -317,18 +321,20 @@ impl Reporter {
         })
     }
 
-    /// Adds the page figures of `--huge-pages` to a shoal row: `huge_pages` (1 or 0), the page size (kB) of the
-    /// rings this process and the peer map (`ring_page_kb`, `peer_ring_page_kb`, from smaps, missing when it maps
-    /// none), and for a huge-page row its ratios to the normal-page row of the same kind (`vs_normal_*`).
+    /// Adds the page figures to a shoal row over rings: the page size (kB) of the rings this process and the peer
+    /// map (`ring_page_kb`, `peer_ring_page_kb`, from smaps, missing when it maps none); with `--huge-pages` also
+    /// `huge_pages` (1 or 0) and for a huge-page row its ratios to the normal-page row of the same kind
+    /// (`vs_normal_*`).
     fn add_pages(&self, m: &mut Measurement) -> Option<Ratios> {
         let (pages, peer) = self.pages.filter(|_| m.system == System::Shoal)?;
-        m.extra.push(("huge_pages", if pages == Pages::Huge { 1.0 } else { 0.0 }));
         if let Some(kb) = ring_page_kb(std::process::id()) {
             m.extra.push(("ring_page_kb", kb as f64));
         }
         if let Some(kb) = ring_page_kb(peer) {
             m.extra.push(("peer_ring_page_kb", kb as f64));
         }
+        let pages = pages?;
+        m.extra.push(("huge_pages", if pages == Pages::Huge { 1.0 } else { 0.0 }));
         if pages != Pages::Huge {
             return None;
         }
@@ -373,12 +379,14 @@ impl Reporter {
                 self.header_printed = true;
             }
             let _ = writeln!(out, "{}", table_row(&m, r.as_ref()));
-            if let Some(pages) = self.pages.filter(|_| m.system == System::Shoal).map(|(p, _)| p) {
+            let shown = self.pages.filter(|(p, _)| m.system == System::Shoal && (p.is_some() || !self.pages_noted));
+            if let Some((pages, _)) = shown {
+                self.pages_noted = true;
                 let kb = |k| m.extra_value(k).map_or_else(|| "-".to_string(), |v| format!("{v:.0} kB"));
                 let mut line = format!(
                     "{:20}{} pages: rings mapped with {} (this process) / {} (peer)",
                     "",
-                    pages.as_str(),
+                    pages.map_or("configured", Pages::as_str),
                     kb("ring_page_kb"),
                     kb("peer_ring_page_kb")
                 );

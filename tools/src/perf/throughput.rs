@@ -95,8 +95,9 @@ pub(crate) fn measure<S: Sender, R: Receiver>(
         extra.push(("reliable", 1.0));
     }
     if run.system == super::args::System::Shoal && run.transport == super::args::Transport::Udp {
-        // Which thread sent (`[shoal_network] send_mode`): 1 the I/O thread (batched, packed), 0 the user's.
-        let io = super::shoal_link::config()?.network.send_mode == shoal::config::UdpSendMode::IoThread;
+        // Whether a stream is sent through the I/O thread's batches (`[shoal_network] send_mode` io_thread, or auto:
+        // the default, which batches small messages that follow each other closely): 1, or 0 from the user's thread.
+        let io = super::shoal_link::config()?.network.send_mode != shoal::config::UdpSendMode::UserThread;
         extra.push(("udp_send_io_thread", if io { 1.0 } else { 0.0 }));
     }
     Ok(Measurement {

@@ -248,10 +248,11 @@ impl Doorbell {
     pub fn create() -> Result<Doorbell, DoorbellCreateError> {
         let pid = segment::own_pid();
         let mode = crate::sys::shm_write_mode();
-        let created = segment::create_mapped(Placement { huge_dir: None }, DOORBELL_FILE_SIZE as u64, mode, || {
-            format!("shoal_db_{pid}_{}", segment::unique_token())
-        })
-        .map_err(|f| DoorbellCreateError { op: f.op, path: f.path, source: f.source })?;
+        let created =
+            segment::create_mapped(Placement { huge_dir: None, quiet: true }, DOORBELL_FILE_SIZE as u64, mode, || {
+                format!("shoal_db_{pid}_{}", segment::unique_token())
+            })
+            .map_err(|f| DoorbellCreateError { op: f.op, path: f.path, source: f.source })?;
         let h = header(&created.map);
         h.version.store(DOORBELL_VERSION, Ordering::Relaxed);
         h.owner_pid.store(pid, Ordering::Relaxed);

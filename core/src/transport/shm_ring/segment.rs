@@ -48,6 +48,8 @@ pub(super) struct CreatedFile {
     pub(super) map: PeerMap,
     /// The file lives on hugetlbfs.
     pub(super) huge: bool,
+    /// The page size of its mapping, bytes (the hugetlbfs mount's, or the system's normal page).
+    pub(super) page_size: u64,
     /// Why huge pages were requested but not used.
     pub(super) fallback_reason: Option<String>,
     /// This process's owner lock on the file (kept for the file's life: the stale-file cleanup of other processes
@@ -60,6 +62,8 @@ pub(super) struct CreatedFile {
 pub(super) struct Placement<'a> {
     /// `Some(dir)`: try hugetlbfs at `dir` first.
     pub(super) huge_dir: Option<&'a Path>,
+    /// Fall back to normal pages without a warning (`huge_pages = auto`).
+    pub(super) quiet: bool,
 }
 
 /// A process-unique token for file names (no `_`, so names stay parseable).
@@ -144,6 +148,13 @@ pub(super) fn is_hugetlbfs(dir: &Path) -> bool {
     statfs(dir).is_ok_and(|fs| fs.f_type as u64 == HUGETLBFS_MAGIC)
 }
 
+/// The system's normal page size (4 KiB where it cannot be read).
+fn normal_page_size() -> u64 {
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(n).ok().filter(|n| *n > 0).unwrap_or(4096)
+}
+
 fn nr_hugepages() -> String {
     std::fs::read_to_string("/proc/sys/vm/nr_hugepages")
         .map(|s| s.trim().to_owned())
@@ -183,7 +194,11 @@ pub(super) fn create_mapped(
         match try_huge(dir, size, mode, &mut name_for) {
             Ok(created) => return Ok(created),
             Err(reason) => {
-                tracing::warn!("shm_ring: huge pages requested but not used, falling back to {SHM_DIR}: {reason}");
+                if placement.quiet {
+                    tracing::debug!("shm_ring: no huge pages (huge_pages = auto), using {SHM_DIR}: {reason}");
+                } else {
+                    tracing::warn!("shm_ring: huge pages requested but not used, falling back to {SHM_DIR}: {reason}");
+                }
                 fallback_reason = Some(reason);
             }
         }
@@ -201,7 +216,7 @@ pub(super) fn create_mapped(
         map_file(&file, size).map_err(|e| ("mmap", e))
     })();
     match result {
-        Ok(map) => Ok(CreatedFile { path, map, huge: false, fallback_reason, owner }),
+        Ok(map) => Ok(CreatedFile { path, map, huge: false, page_size: normal_page_size(), fallback_reason, owner }),
         Err((op, e)) => {
             let _ = std::fs::remove_file(&path);
             Err(fail(op, &path, e))
@@ -288,7 +303,7 @@ fn try_huge(dir: &Path, size: u64, mode: u32, name_for: &mut impl FnMut() -> Str
         })
     });
     match mapped {
-        Ok(map) => Ok(CreatedFile { path, map, huge: true, fallback_reason: None, owner }),
+        Ok(map) => Ok(CreatedFile { path, map, huge: true, page_size: page, fallback_reason: None, owner }),
         Err(reason) => {
             let _ = std::fs::remove_file(&path);
             Err(reason)

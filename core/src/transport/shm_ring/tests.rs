@@ -17,7 +17,7 @@ fn cfg(slot_count: u32, slot_size: usize) -> ShmRingConfig {
         enabled: true,
         slot_count,
         slot_size,
-        huge_pages: false,
+        huge_pages: crate::config::HugePages::Off,
         huge_pages_path: PathBuf::from("/dev/hugepages"),
     }
 }
@@ -1012,7 +1012,7 @@ fn hugepage_fallback_warns_and_works() {
     for (dir, reason) in [(&not_huge, "filesystem type"), (&missing, "does not exist")] {
         let logs = Arc::new(Mutex::new(Vec::new()));
         let mut c = cfg(4, 100);
-        c.huge_pages = true;
+        c.huge_pages = crate::config::HugePages::On;
         c.huge_pages_path = dir.clone();
         let mut w = tracing::subscriber::with_default(Capture(logs.clone()), || RingWriter::create(&c, 5).unwrap());
         let logs = logs.lock().unwrap().clone();
@@ -1027,6 +1027,20 @@ fn hugepage_fallback_warns_and_works() {
         let _ = w.write(b"still works", 0, 1).unwrap();
         let ReadOutcome::Sample((bytes, _)) = read_one(&mut r) else { panic!() };
         assert_eq!(bytes, b"still works");
+    }
+    // huge_pages = auto (the default): the same fallback, quietly, the reason kept for the tools.
+    for (dir, reason) in [(&not_huge, "filesystem type"), (&missing, "does not exist")] {
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let mut c = cfg(4, 100);
+        c.huge_pages = crate::config::HugePages::Auto;
+        c.huge_pages_path = dir.clone();
+        let w = tracing::subscriber::with_default(Capture(logs.clone()), || RingWriter::create(&c, 5).unwrap());
+        let logs = logs.lock().unwrap().clone();
+        assert!(!logs.iter().any(|l| l.starts_with("WARN")), "{logs:?}");
+        assert!(!w.uses_huge_pages());
+        assert_eq!(w.page_size(), 4096, "normal pages");
+        assert!(w.huge_pages_fallback().unwrap().contains(reason));
+        assert!(w.segment_name().starts_with("/dev/shm/"));
     }
     assert_eq!(std::fs::read_dir(&not_huge).unwrap().count(), 0, "nothing created in the non-hugetlbfs dir");
     std::fs::remove_dir_all(&not_huge).unwrap();
@@ -1060,7 +1074,7 @@ fn huge_pages_below_a_hugetlbfs_mount_point_fall_back_to_dev_shm() {
     let below = dir.join("below");
     std::fs::create_dir(&below).unwrap();
     let mut c = cfg(4, 1000);
-    c.huge_pages = true;
+    c.huge_pages = crate::config::HugePages::On;
     c.huge_pages_path = below;
     let w = RingWriter::create(&c, 5).unwrap();
     assert!(!w.uses_huge_pages());
@@ -1072,10 +1086,16 @@ fn huge_pages_below_a_hugetlbfs_mount_point_fall_back_to_dev_shm() {
 
 #[test]
 fn hugepages_when_available() {
+    hugepages_when_available_with(crate::config::HugePages::On);
+    // The default: the same wherever the mount has free pages.
+    hugepages_when_available_with(crate::config::HugePages::Auto);
+}
+
+fn hugepages_when_available_with(mode: crate::config::HugePages) {
     let required = std::env::var_os("SHOAL_TEST_HUGE_PAGES").map(PathBuf::from);
     let dir = required.clone().unwrap_or_else(|| PathBuf::from("/dev/hugepages"));
     let mut c = cfg(4, 1000);
-    c.huge_pages = true;
+    c.huge_pages = mode;
     c.huge_pages_path = dir.clone();
     let mut w = RingWriter::create(&c, 5).unwrap();
     let huge_ok = std::fs::read_to_string("/proc/meminfo")
@@ -1089,7 +1109,9 @@ fn hugepages_when_available() {
         assert!(w.segment_name().starts_with(&format!("{}/shoal_", dir.display())));
         let len = std::fs::metadata(w.segment_name()).unwrap().len();
         assert_eq!(len % (2 << 20), 0, "rounded to huge pages");
+        assert_eq!(w.page_size(), 2 << 20);
     } else {
+        assert_eq!(w.page_size(), 4096);
         assert!(w.huge_pages_fallback().is_some());
         assert!(w.segment_name().starts_with("/dev/shm/"));
         if segment::is_hugetlbfs(&dir) {

@@ -1,6 +1,6 @@
 //! The publishing side of a ring: one writer per publisher, never blocks, never locks.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{Ordering, fence};
 use std::time::Duration;
 
@@ -126,6 +126,8 @@ struct Segment {
     /// flow-control words, and a process that can write the file could truncate it.
     map: PeerMap,
     huge: bool,
+    /// The page size of its mapping, bytes.
+    page_size: u64,
     generation: u64,
     slot_count: u32,
     slot_size: usize,
@@ -161,6 +163,8 @@ pub struct RingWriter {
     old: Vec<(PathBuf, crate::sys::OwnerLock)>,
     name: RingName,
     huge_dir: Option<PathBuf>,
+    /// `huge_pages = auto`: a ring that cannot go on huge pages falls back without a warning.
+    huge_quiet: bool,
     huge_fallback: Option<String>,
     publisher_id: u64,
     /// Sequence number of the next sample.
@@ -187,10 +191,11 @@ impl RingWriter {
         if cfg.slot_size == 0 || cfg.slot_size > MAX_SLOT_SIZE {
             return Err(RingCreateError::InvalidSlotSize(cfg.slot_size));
         }
-        let huge_dir = cfg.huge_pages.then(|| cfg.huge_pages_path.clone());
+        let huge_dir = cfg.huge_pages.wanted().then(|| cfg.huge_pages_path.clone());
         let mut name = RingName { pid: segment::own_pid(), unique: segment::unique_token(), generation: 0 };
-        let (seg, fallback) =
-            Self::create_segment(&mut name, huge_dir.as_deref(), sc, cfg.slot_size, publisher_id, 0, 0, 0)?;
+        let huge_quiet = cfg.huge_pages == crate::config::HugePages::Auto;
+        let placement = Placement { huge_dir: huge_dir.as_deref(), quiet: huge_quiet };
+        let (seg, fallback) = Self::create_segment(&mut name, placement, sc, cfg.slot_size, publisher_id, 0, 0, 0)?;
         Ok(RingWriter {
             budget: (sc as usize).saturating_mul(cfg.slot_size),
             grown_min_slots: GROWN_MIN_SLOTS,
@@ -198,6 +203,7 @@ impl RingWriter {
             old: Vec::new(),
             name,
             huge_dir,
+            huge_quiet,
             huge_fallback: fallback,
             publisher_id,
             next_seq: 0,
@@ -218,7 +224,7 @@ impl RingWriter {
     #[allow(clippy::too_many_arguments)]
     fn create_segment(
         name: &mut RingName,
-        huge_dir: Option<&Path>,
+        placement: Placement<'_>,
         slot_count: u32,
         slot_size: usize,
         publisher_id: u64,
@@ -230,7 +236,7 @@ impl RingWriter {
         let bytes = ring_bytes(slot_count, slot_size).ok_or_else(too_large)?;
         let stride = slot_stride(slot_size).ok_or_else(too_large)?;
         let mut first = true;
-        let created = segment::create_mapped(Placement { huge_dir }, bytes, crate::sys::shm_read_mode(), || {
+        let created = segment::create_mapped(placement, bytes, crate::sys::shm_read_mode(), || {
             if !first && generation == 0 {
                 name.unique = segment::unique_token();
             }
@@ -241,6 +247,7 @@ impl RingWriter {
             path: created.path,
             map: created.map,
             huge: created.huge,
+            page_size: created.page_size,
             generation,
             slot_count,
             slot_size,
@@ -331,6 +338,11 @@ impl RingWriter {
     /// Whether the current segment is on hugetlbfs.
     pub fn uses_huge_pages(&self) -> bool {
         self.seg.huge
+    }
+
+    /// The page size of the current segment's mapping, bytes (2 MiB on huge pages, else the system's page size).
+    pub fn page_size(&self) -> u64 {
+        self.seg.page_size
     }
 
     /// Why huge pages were requested but not used for the most recent segment, if so.
@@ -424,7 +436,7 @@ impl RingWriter {
         let slot_count = grown_slot_count(self.budget, new_size, self.grown_min_slots, self.seg.slot_count);
         let (seg, fallback) = Self::create_segment(
             &mut name,
-            self.huge_dir.as_deref(),
+            Placement { huge_dir: self.huge_dir.as_deref(), quiet: self.huge_quiet },
             slot_count,
             new_size,
             self.publisher_id,

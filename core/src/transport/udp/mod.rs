@@ -17,10 +17,14 @@
 //!   subscriber (only then does the `udp` entry appear in the publisher's registration), sending through one
 //!   non-blocking socket per runtime. The data sample is encoded up to its payload and after it; the datagrams
 //!   gather those and the payload from where it lies ([`crate::wire::send_framed_pieces`]).
-//!   `[shoal_network] send_mode = user_thread` (the default): from the publisher's thread, one `send_to` per
-//!   datagram (no copy of the payload but the kernel's); a full socket buffer drops the message and counts it.
-//!   `io_thread`: the publisher frames the message into one buffer (one copy) and queues it; the I/O thread sends the queue in `sendmmsg`
+//!   `[shoal_network] send_mode = user_thread`: from the publisher's thread, one `send_to` per datagram (no copy of
+//!   the payload but the kernel's); a full socket buffer drops the message and counts it. `io_thread`: the publisher
+//!   frames the message into one buffer (one copy) and queues it; the I/O thread sends the queue in `sendmmsg`
 //!   batches with UDP GSO ([`send`]); a full queue drops the message and counts it as a drop of its publisher.
+//!   `auto` (the default) chooses per message (`UdpWriter::queue_for`): a small message that follows its
+//!   publisher's previous one within [`crate::config::AUTO_LONE_GAP`] is queued, a lone or large one
+//!   (`send_batch_max`) sent from the publisher's thread, unless messages of the publisher are still queued
+//!   (counted by [`send::Queued`]): then it queues behind them, so a publisher's messages are never reordered.
 //! - Packing (`[shoal_network] send_pack`, shoal peers only): a subscriber's UDP layer entry announces
 //!   `LayerPar::ShoalUdp { packed_version: 1 }` (eCAL skips the field). A writer in `io_thread` mode whose UDP
 //!   targets all announced it (`set_targets`, under the publisher's layer lock that `write` holds too, so the
@@ -51,7 +55,7 @@ mod tests;
 
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use std::io::IoSlice;
@@ -310,7 +314,8 @@ impl UdpLayer {
                 auth,
                 auth_stats,
                 pacer: pace::SendPacer::new(config.network.max_send_rate),
-                send_queue: (config.network.send_mode == crate::config::UdpSendMode::IoThread && config.layers.pub_udp)
+                send_queue: (config.network.send_mode != crate::config::UdpSendMode::UserThread
+                    && config.layers.pub_udp)
                     .then(|| {
                         Arc::new(send::SendQueue::new(
                             config.network.send_queue,
@@ -369,6 +374,8 @@ impl LayerWriterFactory for UdpWriterFactory {
             buf: Vec::new(),
             next_fragment_id: rand::random::<u32>(),
             late_drops: Arc::new(AtomicU64::new(0)),
+            queued: Arc::new(AtomicUsize::new(0)),
+            last_send_us: None,
             pack_allowed: self.shared.config.send_pack
                 && self.shared.send_queue.is_some()
                 && crate::wire::packed::packable_topic(topic)
@@ -397,9 +404,14 @@ struct UdpWriter {
     /// Reused for every message: `[24-byte header][u16 name_len][topic\0][Sample protobuf]`.
     buf: Vec<u8>,
     next_fragment_id: u32,
-    /// `send_mode = io_thread`: messages the I/O thread could not send (taken by the publisher).
+    /// `send_mode = io_thread` or `auto`: messages the I/O thread could not send (taken by the publisher).
     late_drops: Arc<AtomicU64>,
-    /// Packing is possible for this publisher: `send_pack` on, `send_mode = io_thread`, the topic not protected
+    /// Messages of this writer in the queue to the I/O thread or held by it, not yet sent or dropped
+    /// ([`send::Queued`]): while there are any, `auto` mode queues the next message too, so none are reordered.
+    queued: Arc<AtomicUsize>,
+    /// `send_mode = auto`: the send time of the previous message, to tell a stream from a lone message.
+    last_send_us: Option<i64>,
+    /// Packing is possible for this publisher: `send_pack` on, `send_mode` not `user_thread`, the topic not protected
     /// by `[shoal_auth]` and its name short enough.
     pack_allowed: bool,
     /// Small samples are queued in the packed format: `pack_allowed` and every UDP subscriber announced it
@@ -541,8 +553,9 @@ impl LayerWriter for UdpWriter {
 
     fn write(&mut self, payload: &[u8], meta: &SampleMeta) -> Result<(), LayerWriteError> {
         self.next_fragment_id = self.next_fragment_id.wrapping_add(1);
+        let queue = self.queue_for(payload.len(), meta.send_time_us);
         if self.pack
-            && let Some(q) = self.shared.send_queue.clone()
+            && let Some(q) = queue.clone()
             && crate::wire::packed::packed_header_len(&self.topic) + crate::wire::packed::record_len(payload.len())
                 <= q.pack_bytes()
         {
@@ -551,7 +564,7 @@ impl LayerWriter for UdpWriter {
         let mut buf = std::mem::take(&mut self.buf);
         let result = self.frame(&mut buf, payload, meta).and_then(|tail| {
             let pieces = [&buf[HEADER_LEN..], payload, tail.as_slice()];
-            match self.shared.send_queue.clone() {
+            match queue {
                 Some(q) => self.enqueue(&q, &pieces),
                 None => {
                     let r = self.send(&pieces);
@@ -575,6 +588,23 @@ impl LayerWriter for UdpWriter {
 }
 
 impl UdpWriter {
+    /// The queue to the I/O thread when this message goes through it, `None` when the publisher's thread sends it
+    /// (`[shoal_network] send_mode`; `auto`: see [`crate::config::UdpSendMode::Auto`]).
+    fn queue_for(&mut self, len: usize, send_time_us: i64) -> Option<Arc<send::SendQueue>> {
+        let q = self.shared.send_queue.as_ref()?;
+        if self.shared.config.send_mode != crate::config::UdpSendMode::Auto {
+            return Some(Arc::clone(q));
+        }
+        let previous = self.last_send_us.replace(send_time_us);
+        // Acquire: when none of its messages is left, the I/O thread's sends of them happened before this one.
+        if self.queued.load(Ordering::Acquire) > 0 {
+            return Some(Arc::clone(q));
+        }
+        let gap_us = previous.map(|p| send_time_us.saturating_sub(p));
+        let lone = gap_us.is_none_or(|g| g < 0 || g >= crate::config::AUTO_LONE_GAP.as_micros() as i64);
+        (len <= self.shared.config.send_batch_max && !lone).then(|| Arc::clone(q))
+    }
+
     /// Fills `buf` with 24 free header bytes, the `[u16 name_len][topic\0]` prefix and the data sample up to its
     /// payload; returns the sample's bytes after the payload. The message is `buf[HEADER_LEN..]`, the payload, the
     /// tail: sent from where they are ([`send_framed_pieces`]).
@@ -730,6 +760,7 @@ impl UdpWriter {
             drops: Arc::clone(&self.late_drops),
             pack_key: None,
             messages: 1,
+            _queued: send::Queued::new(&self.queued),
         };
         self.push(q, m)
     }
@@ -766,6 +797,7 @@ impl UdpWriter {
             drops: Arc::clone(&self.late_drops),
             pack_key: Some(self.publisher_id),
             messages: 1,
+            _queued: send::Queued::new(&self.queued),
         };
         self.push(q, m)
     }

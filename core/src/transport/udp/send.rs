@@ -1,5 +1,5 @@
-//! `[shoal_network] send_mode = io_thread`: publishers frame their messages on their own thread and queue them;
-//! the I/O thread sends the queue in `sendmmsg` batches.
+//! `[shoal_network] send_mode = io_thread` (and `auto`, for the messages of a stream): publishers frame their messages
+//! on their own thread and queue them; the I/O thread sends the queue in `sendmmsg` batches.
 //!
 //! - The queue ([`SendQueue`]) is a bounded lock-free MPSC array (`crossbeam_queue::ArrayQueue`) shared by all
 //!   publishers of the runtime. A send that finds it full sleeps (a condition variable the I/O thread notifies
@@ -62,6 +62,27 @@ pub(crate) struct Outgoing {
     pub(crate) pack_key: Option<u64>,
     /// Messages this entry carries (1 but for packed datagrams).
     pub(crate) messages: u64,
+    /// Counts the entry in its writer's messages not yet sent or dropped, until it is dropped.
+    pub(crate) _queued: Queued,
+}
+
+/// One entry in a writer's count of its queued messages (`UdpWriter::queued`): taken off when the entry is dropped,
+/// which is after the I/O thread sent it, dropped it, or merged it into the packed datagram before it (which holds
+/// its own count until it is sent). Release: the sends happen before a writer sees the count fall.
+#[derive(Debug)]
+pub(crate) struct Queued(Arc<AtomicUsize>);
+
+impl Queued {
+    pub(crate) fn new(count: &Arc<AtomicUsize>) -> Queued {
+        count.fetch_add(1, Ordering::Relaxed);
+        Queued(Arc::clone(count))
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
 }
 
 impl Outgoing {
@@ -467,6 +488,7 @@ mod tests {
             drops: Arc::default(),
             pack_key: None,
             messages: 1,
+            _queued: Queued::new(&Arc::default()),
         }
     }
 

@@ -268,6 +268,8 @@ fn writer_to_receiver_over_loopback() {
     let mut cfg = Config::default();
     // A port derived from the pid, away from eCAL's 14000-14002.
     cfg.network.data_port = 20_000 + (std::process::id() % 20_000) as u16;
+    // Every write sent from this thread, as nothing drives an I/O thread's queue here.
+    cfg.network.send_mode = crate::config::UdpSendMode::UserThread;
     let layer = UdpLayer::new(&cfg, "h", Default::default()).expect("no pattern to compile");
     let rf = layer.reader_factory();
     let collect = Arc::new(Collect::default());
@@ -392,6 +394,65 @@ fn io_thread_mode_sends_batches_that_arrive_complete() {
     }
     assert_eq!(collect.drops.load(Ordering::Relaxed), 0);
     assert_eq!(rx_layer.shared.counters.kernel_drops.load(Ordering::Relaxed), 0);
+}
+
+/// `send_mode = auto` (the default): a lone message and a large one leave from the publisher's thread at once; a
+/// stream of small ones is queued for the I/O thread's (packed) batches; while a publisher has messages queued its
+/// next ones are queued too, whatever their size or timing, so everything arrives in order and once.
+#[test]
+fn auto_mode_batches_streams_and_sends_lone_and_large_messages_at_once() {
+    let mut cfg = Config::default();
+    assert_eq!(cfg.network.send_mode, crate::config::UdpSendMode::Auto, "auto is the default");
+    cfg.network.data_port = 20_000 + ((std::process::id() + 7333) % 20_000) as u16;
+    let rx_layer = UdpLayer::new(&cfg, "h", Default::default()).expect("no pattern to compile");
+    let rf = rx_layer.reader_factory();
+    let collect = Arc::new(Collect::default());
+    let inbox: Arc<dyn Inbox> = collect.clone();
+    rf.subscriber_created(1, "auto_t", &inbox);
+    let mut rx = rf.io_source().expect("source");
+    let mut poll = mio::Poll::new().expect("poll");
+    rx.maintain(poll.registry(), mio::Token(9), Instant::now());
+
+    let tx_layer = UdpLayer::new(&cfg, "h2", Default::default()).expect("no pattern to compile");
+    let mut tx = tx_layer.reader_factory().io_source().expect("the sender is an I/O source");
+    let mut w = tx_layer.writer_factory().create(78, "auto_t", &TypeInfo::default()).expect("writer");
+    w.set_targets(&[&remote_sub(vec![rf.subscriber_advert().expect("advert")])]);
+    let big = cfg.network.send_batch_max + 1;
+    let payload = |clock: u64| -> Vec<u8> {
+        if clock == 101 || clock == 102 { vec![clock as u8; big] } else { (clock as u32).to_le_bytes().repeat(16) }
+    };
+    let sent = || tx_layer.counts().sent;
+    let mut write = |clock: u64, t: i64| {
+        w.write(&payload(clock), &SampleMeta { publisher_id: 78, clock, send_time_us: t }).expect("sent or queued")
+    };
+    write(1, 1_000);
+    assert_eq!(sent(), 1, "a lone message leaves at once");
+    for clock in 2..=100 {
+        write(clock, 1_000 + clock as i64);
+    }
+    assert_eq!(sent(), 1, "a stream is queued for the I/O thread");
+    write(101, 1_200);
+    assert_eq!(sent(), 1, "a large message behind queued ones is queued too");
+    assert_eq!(tx.flush(Instant::now()), None, "all sent");
+    assert_eq!(sent(), 101);
+    assert!(tx_layer.counts().packed_sent_messages >= 99, "the stream went packed");
+    write(102, 5_000);
+    assert_eq!(sent(), 102, "a large message leaves at once when nothing is queued");
+    write(103, 5_010);
+    assert_eq!(sent(), 102, "a small one right behind it is batched");
+    write(104, 90_000);
+    assert_eq!(sent(), 102, "a lone one behind a queued one waits its turn");
+    assert_eq!(tx.flush(Instant::now()), None, "all sent");
+    assert_eq!(sent(), 104);
+
+    receive(&mut rx, &mut poll, &collect, 104);
+    let got = lock(&collect.samples);
+    let clocks: Vec<u64> = got.iter().map(|s| s.clock).collect();
+    assert_eq!(clocks, (1..=104).collect::<Vec<_>>(), "all arrived, in order, once");
+    for s in got.iter() {
+        assert_eq!(s.payload(), &payload(s.clock)[..]);
+    }
+    assert_eq!(collect.drops.load(Ordering::Relaxed), 0);
 }
 
 /// A send that finds the queue to the I/O thread full (and, here, nobody emptying it within `send_queue_wait_us`)
@@ -536,6 +597,8 @@ fn own_broadcasts_are_dropped_by_the_kernel_and_not_counted_as_losses() {
 fn own_broadcasts_filtered(mode: crate::config::UdpSendMode, port_salt: u32) {
     let io_thread = mode == crate::config::UdpSendMode::IoThread;
     let mut cfg = Config::default();
+    // The other process's burst is sent from its thread (nothing drives its I/O thread's queue here).
+    cfg.network.send_mode = crate::config::UdpSendMode::UserThread;
     cfg.network.data_port = 20_000 + ((std::process::id() + port_salt) % 20_000) as u16;
     // A receive buffer of a few datagrams, so that another process's burst overflows it.
     cfg.network.receive_buffer = 4096;
