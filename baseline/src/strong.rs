@@ -374,6 +374,11 @@ fn warm_layout(slot_count: u64, slot_size: usize) -> Option<(usize, usize, usize
     Some((published, released, buffers, total))
 }
 
+/// A writer's free list at the start (either end may be the writer): every buffer, buffer 0 on top.
+fn all_free(slot_count: u64) -> Vec<u32> {
+    (0..slot_count as u32).rev().collect()
+}
+
 /// One end of a [`WarmRing`] file (see the module documentation).
 #[derive(Debug)]
 pub struct WarmRing {
@@ -403,8 +408,6 @@ impl WarmRing {
         let shm = Shared::create(path, total)?;
         shm.init(WARM_MAGIC, slot_count, slot_size, wait);
         let stride = warm_stride(slot_size).ok_or(Error::TooBig { slot_count, slot_size })?;
-        // Buffer 0 on top.
-        let free = (0..slot_count as u32).rev().collect();
         Ok(WarmRing {
             shm,
             slot_count,
@@ -416,7 +419,7 @@ impl WarmRing {
             wait,
             next: 0,
             next_released: 0,
-            free,
+            free: all_free(slot_count),
         })
     }
 
@@ -438,7 +441,7 @@ impl WarmRing {
             wait,
             next: 0,
             next_released: 0,
-            free: Vec::new(),
+            free: all_free(slot_count),
         })
     }
 
@@ -627,12 +630,13 @@ mod tests {
         }
     }
 
-    /// A ping-pong through the warm ring writes the same buffer every time: the one released last.
+    /// A ping-pong through the warm ring writes the same buffer every time: the one released last. Here the end
+    /// that opens the file writes (either end may).
     #[test]
     fn warm_ring_reuses_the_buffer_released_last() {
         let p = tmp("reuse");
-        let mut w = WarmRing::create(&p, 4, 64, Wait::Spin).unwrap();
-        let mut r = WarmRing::open(&p, Wait::Spin).unwrap();
+        let mut r = WarmRing::create(&p, 4, 64, Wait::Spin).unwrap();
+        let mut w = WarmRing::open(&p, Wait::Spin).unwrap();
         let mut addrs = std::collections::BTreeSet::new();
         for i in 0..50u8 {
             w.write_with(64, Duration::from_secs(1), |b| {
