@@ -1,11 +1,12 @@
 //! `shoal perf`: two-process latency and throughput of shoal's shared-memory path, zero-copy
-//! latency, 1->N fan-out cost, and per-process memory, optionally as ratios to a plain SPSC ring
-//! (`--baseline`) measured in the same invocation.
+//! latency, 1->N fan-out cost, and per-process memory, optionally as ratios to plain rings (`--baseline`: the
+//! strongest of the line and warm rings for each figure, the deep ring and iceoryx2 as second references) measured
+//! in the same invocation.
 //!
 //! Modules: `args` (CLI), `peer` (the spawned echo/sink process and its stdin/stdout control),
 //! `link` (the transport interface the loops use), `pingpong`, `throughput`, `fanout`, `rss`,
-//! `pace` (fixed-rate sending), `baseline_link` (the raw ring of the `shoal-baseline` crate as a
-//! link), `shoal_link` (shoal as a link), `report` (table / JSON), `sys` (OS), and `service` (`--service`: call
+//! `pace` (fixed-rate sending), `baseline_link` (the plain rings of the `shoal-baseline` crate as
+//! links), `iceoryx2` (runs the iceoryx2 ping-pong program of `bench/iceoryx2/` and reports its rows), `shoal_link` (shoal as a link), `report` (table / JSON), `sys` (OS), and `service` (`--service`: call
 //! round trips and calls/s, with `--against ecal` beside eCAL's C++ client and server). The project's
 //! acceptance targets are evaluated from the `--json` output by `shoal-bench` (`bench/`).
 
