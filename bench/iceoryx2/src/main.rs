@@ -310,7 +310,12 @@ fn run_main(a: &Args) -> Res<()> {
                 }
                 let rtt = t0.elapsed();
                 if seq_of(&back) != Some(seq) || back.len() != size {
-                    return Err(format!("echo mismatch: sent seq {seq} ({size} B), got {:?} ({} B)", seq_of(&back), back.len()).into());
+                    return Err(format!(
+                        "echo mismatch: sent seq {seq} ({size} B), got {:?} ({} B)",
+                        seq_of(&back),
+                        back.len()
+                    )
+                    .into());
                 }
                 if seq >= warmup {
                     let _ = hist.record(((rtt.as_nanos() / 2) as u64).max(1));

@@ -6,7 +6,8 @@
 //! Modules: `args` (CLI), `peer` (the spawned echo/sink process and its stdin/stdout control),
 //! `link` (the transport interface the loops use), `pingpong`, `throughput`, `fanout`, `rss`,
 //! `pace` (fixed-rate sending), `baseline_link` (the plain rings of the `shoal-baseline` crate as
-//! links), `iceoryx2` (runs the iceoryx2 ping-pong program of `bench/iceoryx2/` and reports its rows), `shoal_link` (shoal as a link), `report` (table / JSON), `sys` (OS), and `service` (`--service`: call
+//! links), `iceoryx2` (runs the iceoryx2 ping-pong program of `bench/iceoryx2/` and reports its rows),
+//! `shoal_link` (shoal as a link), `report` (table / JSON), `sys` (OS), and `service` (`--service`: call
 //! round trips and calls/s, with `--against ecal` beside eCAL's C++ client and server). The project's
 //! acceptance targets are evaluated from the `--json` output by `shoal-bench` (`bench/`).
 
