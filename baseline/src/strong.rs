@@ -41,7 +41,8 @@ struct Header {
     magic: AtomicU64,
     slot_count: AtomicU64,
     slot_size: AtomicU64,
-    /// 1: block mode (the writer checks `waiters` after each publish); 0: spin mode (it never does).
+    /// 1: created for block mode (the writer checks `waiters` after each publish); 0: spin mode (it never does,
+    /// and readers must spin).
     block: AtomicU64,
     _pad0: [u64; 4],
     /// Futex word: bumped by the writer when a reader waits.
@@ -157,12 +158,13 @@ impl Shared {
         }
     }
 
-    /// Rings the doorbell if the ring is in block mode and a reader waits (after a publish).
-    fn wake(&self, block: bool) {
-        if !block {
+    /// Rings the doorbell if the ring was created for block mode and a reader waits (after a publish). A ring
+    /// created for spin mode has readers that never sleep: its writer skips the fence and the check.
+    fn wake(&self) {
+        let h = self.header();
+        if h.block.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let h = self.header();
         fence(Ordering::SeqCst);
         if h.waiters.load(Ordering::Relaxed) > 0 {
             h.doorbell.fetch_add(1, Ordering::SeqCst);
@@ -329,7 +331,7 @@ impl LineRing {
         let r = f(buf);
         self.shm.word(off).store(tag(w, len as u32), Ordering::Release);
         self.next = w + 1;
-        self.shm.wake(self.wait == Wait::Block);
+        self.shm.wake();
         Ok(r)
     }
 
@@ -511,7 +513,7 @@ impl WarmRing {
         self.shm.word(e + 8).store(len as u64, Ordering::Relaxed);
         self.shm.word(e).store(tag(w, b), Ordering::Release);
         self.next = w + 1;
-        self.shm.wake(self.wait == Wait::Block);
+        self.shm.wake();
         Ok(r)
     }
 
