@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
 
-const MAGIC: u64 = 0x5348_4f41_4c42_4153; // "SHOALBAS"
+pub(crate) const MAGIC: u64 = 0x5348_4f41_4c42_4153; // "SHOALBAS"
 
 /// How the reader waits for a message (and how a writer waits on a full ring).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,7 +69,7 @@ pub enum Error {
     },
 }
 
-fn io_error(context: String) -> impl FnOnce(std::io::Error) -> Error {
+pub(crate) fn io_error(context: String) -> impl FnOnce(std::io::Error) -> Error {
     move |source| Error::Io { context, source }
 }
 
@@ -81,7 +81,7 @@ pub const SLOT_COUNT: u64 = 16;
 /// How long a spin-mode writer spins on a full ring before it yields the CPU on every check: the
 /// spinning reader frees a slot within nanoseconds unless it is descheduled, possibly on this
 /// very core (a loaded 2-core machine), and then spinning on would only keep it from running.
-const SPIN_BEFORE_YIELD: Duration = Duration::from_micros(50);
+pub(crate) const SPIN_BEFORE_YIELD: Duration = Duration::from_micros(50);
 
 /// Offset of a slot's payload inside the slot (the slot starts with its length word).
 const SLOT_DATA_OFFSET: usize = 64;
@@ -129,7 +129,7 @@ fn total_size(slot_count: u64, slot_size: usize) -> Option<usize> {
     stride_for(slot_size)?.checked_mul(usize::try_from(slot_count).ok()?)?.checked_add(HEADER_SIZE)
 }
 
-fn map_file(file: &File, path: &Path) -> Result<MmapMut, Error> {
+pub(crate) fn map_file(file: &File, path: &Path) -> Result<MmapMut, Error> {
     // SAFETY: the file is a ring file of this tool; the other process only changes it through
     // the atomics of the header and slots, and slot contents are only accessed under the SPSC
     // protocol (see `write_with` / `read_with`).
@@ -357,7 +357,7 @@ impl Drop for Ring {
 }
 
 /// FUTEX_WAIT without the private flag: the word lives in memory shared between processes.
-fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts =
         libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
     // SAFETY: `word` is a valid, aligned u32 that outlives the call; the timeout pointer is valid;
@@ -375,7 +375,7 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     }
 }
 
-fn futex_wake(word: &AtomicU32) {
+pub(crate) fn futex_wake(word: &AtomicU32) {
     // SAFETY: `word` is a valid, aligned u32; FUTEX_WAKE does not access memory beyond it.
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32);

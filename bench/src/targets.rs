@@ -171,10 +171,13 @@ impl Rows {
     }
 
     /// As [`find`](Self::find), of a run with reliable endpoints (`shoal perf --reliable`) or without; never a
-    /// row of rings put on huge pages by `--huge-pages` (only T9 reads those).
+    /// row of rings put on huge pages by `--huge-pages` (only T9 reads those). A baseline row is the deep ring's
+    /// (as deep as shoal's ring, what the targets are set against), not the line or warm ring's nor iceoryx2's,
+    /// which `shoal perf --baseline` measures beside it.
     fn find_with(&self, system: &str, mode: &str, wait: &str, size: u64, reliable: bool) -> Option<&Value> {
         self.0.iter().rev().find(|r| {
             r["system"] == system
+                && !["line_ring", "warm_ring", "iceoryx2"].iter().any(|t| r["transport"] == *t)
                 && r["mode"] == mode
                 && r["wait"] == wait
                 && r["size_bytes"].as_u64() == Some(size)
@@ -665,6 +668,24 @@ mod tests {
         let t6 = target(passing(), "T6", None);
         assert!((t6.value.unwrap() - 7000.0 / 1024.0).abs() < 1e-9);
         assert!(t6.to_text().contains("PASS") && t6.detail.contains("in 83 of 83 measurement rows"), "{}", t6.detail);
+    }
+
+    /// `shoal perf --baseline` also reports the line and warm rings and iceoryx2 as baseline rows, after the deep
+    /// ring; the targets stay set against the deep ring.
+    #[test]
+    fn targets_read_the_deep_ring_not_the_other_references() {
+        let mut rows = passing();
+        for wait in ["spin", "block"] {
+            for transport in ["line_ring", "warm_ring", "iceoryx2"] {
+                for (size, _) in SIZES {
+                    let mut r = row("baseline", "pingpong", wait, size, 10, 1.0);
+                    r["transport"] = json!(transport);
+                    rows.push(r);
+                }
+            }
+        }
+        let t1 = target(rows, "T1", Some("spin"));
+        assert!((t1.value.unwrap() - 1.1).abs() < 1e-9, "{}", t1.detail);
     }
 
     #[test]

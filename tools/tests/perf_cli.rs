@@ -15,8 +15,18 @@ fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
     stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}"))).collect()
 }
 
+/// The iceoryx2 program scripts/iceoryx2 builds, where `shoal perf` finds it by default (beside target/debug).
+fn iceoryx2_built() -> bool {
+    std::path::Path::new(env!("CARGO_BIN_EXE_shoal"))
+        .parent()
+        .and_then(std::path::Path::parent)
+        .is_some_and(|t| t.join("iceoryx2-bench/bin/shoal-iceoryx2-bench").is_file())
+}
+
+/// The plain rings of `--baseline`: per ring (line, warm, deep) every mode, wait and size; iceoryx2's ping-pong too
+/// where scripts/iceoryx2 built it (the run then measures it in the same invocation).
 #[test]
-fn baseline_only_json_covers_every_mode_wait_and_size() {
+fn baseline_only_json_covers_every_ring_mode_wait_and_size() {
     let (ok, out, err) = perf(&[
         "--baseline-only",
         "--json",
@@ -32,27 +42,37 @@ fn baseline_only_json_covers_every_mode_wait_and_size() {
     ]);
     assert!(ok, "stderr: {err}");
     let lines = json_lines(&out);
-    // Per wait and size: pingpong, zero_copy, throughput, throughput_paced.
-    assert_eq!(lines.len(), 2 * 4 * 2, "{out}");
+    let ice = if iceoryx2_built() { 2 * 2 } else { 0 };
+    // Per ring, wait and size: pingpong, zero_copy, throughput, throughput_paced; iceoryx2: pingpong per wait and size.
+    assert_eq!(lines.len(), 3 * 2 * 4 * 2 + ice, "{out}");
     for v in &lines {
         assert_eq!(v["system"], "baseline");
-        assert_eq!(v["transport"], "baseline_ring");
         assert!(v["p50_ns"].as_u64().unwrap() > 0);
         assert!(v["p50_ns"].as_u64() <= v["p99_ns"].as_u64());
         assert!(v["msgs_per_s"].as_f64().unwrap() > 0.0);
         assert!(v["peer_peak_rss_kb"].as_u64().unwrap() > 0);
+        if v["transport"] == "iceoryx2" {
+            assert_eq!((v["mode"].as_str(), v["messages"].as_u64()), (Some("pingpong"), Some(300)), "{v}");
+            continue;
+        }
+        assert!(["line_ring", "warm_ring", "baseline_ring"].contains(&v["transport"].as_str().unwrap()), "{v}");
         if v["mode"] == "throughput_paced" {
-            // Paced at half the unpaced rate measured just before for the same wait and size.
+            // Paced at half the unpaced rate the same ring measured just before for the same wait and size.
             let unpaced = lines
                 .iter()
-                .find(|u| u["mode"] == "throughput" && u["wait"] == v["wait"] && u["size_bytes"] == v["size_bytes"])
+                .find(|u| {
+                    u["mode"] == "throughput"
+                        && u["transport"] == v["transport"]
+                        && u["wait"] == v["wait"]
+                        && u["size_bytes"] == v["size_bytes"]
+                })
                 .expect("unpaced row");
             let target = v["rate_target"].as_f64().unwrap();
             assert!((target - unpaced["msgs_per_s"].as_f64().unwrap() / 2.0).abs() < 1e-6, "{v}");
             assert_eq!(v["lost"], 0, "{v}");
             assert_eq!(v["messages"], 2000);
         } else if v["mode"] == "throughput" {
-            assert_eq!(v["lost"], 0, "the baseline ring applies back-pressure: {v}");
+            assert_eq!(v["lost"], 0, "the plain rings apply back-pressure: {v}");
             assert!(v.get("rate_target").is_none());
         } else {
             assert_eq!(v["messages"], 300);
@@ -60,6 +80,9 @@ fn baseline_only_json_covers_every_mode_wait_and_size() {
     }
     let modes: Vec<_> = lines.iter().map(|v| (v["wait"].as_str().unwrap(), v["mode"].as_str().unwrap())).collect();
     assert!(modes.contains(&("spin", "zero_copy")) && modes.contains(&("block", "throughput")));
+    for ring in ["line_ring", "warm_ring", "baseline_ring"] {
+        assert_eq!(lines.iter().filter(|v| v["transport"] == ring).count(), 16, "{ring}: {out}");
+    }
 }
 
 #[test]
@@ -72,24 +95,63 @@ fn bad_arguments_say_what_to_do() {
     assert!(err.contains("k or m suffix"), "{err}");
 }
 
+/// Every shoal row's ratios are taken against the strongest plain ring of the same run (the faster of the line and
+/// warm rings, named in `ratio_vs`); the deep ring and (where built) iceoryx2 give second ratios.
 #[test]
-fn shoal_rows_carry_their_ratio_to_the_baseline_of_the_same_run() {
+fn shoal_rows_carry_their_ratio_to_the_strongest_ring_of_the_same_run() {
     let (ok, out, err) =
-        perf(&["--baseline", "--json", "--wait", "block", "--sizes", "64,4k", "--iterations", "100", "--pingpong"]);
+        perf(&["--baseline", "--json", "--wait", "block", "--sizes", "64,64k", "--iterations", "100", "--pingpong"]);
     assert!(ok, "stderr: {err}");
     let lines = json_lines(&out);
-    assert_eq!(lines.len(), 4, "baseline and shoal at two sizes: {out}");
-    for size in [64, 4096] {
-        let row = |system: &str| {
-            lines.iter().find(|v| v["system"] == system && v["size_bytes"] == size).expect("a row per system and size")
+    let ice = iceoryx2_built();
+    assert_eq!(lines.len(), 2 * if ice { 5 } else { 4 }, "shoal, three rings (and iceoryx2) at two sizes: {out}");
+    for size in [64, 65536] {
+        let row = |transport: &str| {
+            lines
+                .iter()
+                .find(|v| v["transport"] == transport && v["size_bytes"] == size)
+                .unwrap_or_else(|| panic!("a {transport} row at {size} B: {out}"))
         };
-        let (shoal, base) = (row("shoal"), row("baseline"));
-        assert_eq!((shoal["transport"].as_str(), shoal["mode"].as_str()), (Some("shm_ring"), Some("pingpong")));
-        let expect = shoal["p50_ns"].as_f64().unwrap() / base["p50_ns"].as_f64().unwrap();
-        assert!((shoal["p50_ratio"].as_f64().unwrap() - expect).abs() < 1e-9, "{shoal}");
+        let shoal = row("shm_ring");
+        assert_eq!((shoal["system"].as_str(), shoal["mode"].as_str()), (Some("shoal"), Some("pingpong")));
+        let (line, warm, deep) = (row("line_ring"), row("warm_ring"), row("baseline_ring"));
+        let p50 = |v: &serde_json::Value| v["p50_ns"].as_f64().unwrap();
+        let strongest = if p50(line) <= p50(warm) { line } else { warm };
+        assert_eq!(shoal["ratio_vs"], strongest["transport"], "the faster plain ring is the reference: {shoal}");
+        let close = |k: &str, expect: f64| {
+            assert!((shoal[k].as_f64().unwrap() - expect).abs() < 1e-9, "{k} != {expect}: {shoal}");
+        };
+        close("p50_ratio", p50(shoal) / p50(strongest));
+        close("deep_p50_ratio", p50(shoal) / p50(deep));
         assert!(shoal["msgs_per_s_ratio"].as_f64().unwrap() > 0.0, "{shoal}");
-        assert!(base.get("p50_ratio").is_none(), "{base}");
+        for base in [line, warm, deep] {
+            assert_eq!(base["system"], "baseline");
+            assert!(base.get("p50_ratio").is_none(), "{base}");
+        }
+        if ice {
+            let i = row("iceoryx2");
+            assert!(p50(i) > 0.0 && p50(i) <= i["p99_ns"].as_f64().unwrap(), "{i}");
+            close("iceoryx2_p50_ratio", p50(shoal) / p50(i));
+        } else {
+            assert!(shoal.get("iceoryx2_p50_ratio").is_none(), "{shoal}");
+        }
     }
+    // The table ends with the summary naming the reference.
+    let (ok, out, err) = perf(&["--baseline", "--wait", "spin", "--sizes", "64", "--iterations", "100", "--pingpong"]);
+    assert!(ok, "stderr: {err}");
+    assert!(out.contains("vs line_ring:") || out.contains("vs warm_ring:"), "{out}");
+    assert!(out.contains("vs deep ring: p50"), "{out}");
+    assert!(out.contains("shoal against the strongest plain ring of this run"), "{out}");
+}
+
+/// `--iceoryx2 DIR` asks for the iceoryx2 reference: a directory without the program is an error that says how to
+/// build it; without --baseline the flag has nothing to add to.
+#[test]
+fn iceoryx2_reference_says_how_to_build_it() {
+    let (ok, _, err) = perf(&["--baseline", "--iceoryx2", "/nonexistent/ice", "--sizes", "64", "--pingpong"]);
+    assert!(!ok && err.contains("scripts/iceoryx2") && err.contains("/nonexistent/ice"), "{err}");
+    let (ok, _, err) = perf(&["--iceoryx2", "/nonexistent/ice"]);
+    assert!(!ok && err.contains("--baseline"), "{err}");
 }
 
 #[test]

@@ -10,9 +10,14 @@ use clap::{Args, ValueEnum};
 #[command(after_help = "\
 Modes: without --pingpong/--throughput/--zero-copy/--subscribers, ping-pong and throughput run.
 Latency is one-way = round-trip / 2 between two processes (this one and a spawned echo peer).
---baseline adds the same measurements over a plain two-process SPSC ring in /dev/shm (no
-middleware) and prints every shoal figure as a ratio to it (latency: shoal/baseline, lower is
-better; throughput: shoal/baseline, higher is better).
+--baseline adds the same measurements over plain two-process rings in /dev/shm (no middleware):
+the line ring (tag and payload in one slot; 1024 slots up to 4 KiB, else 4), the warm ring (4
+buffers, the one released last written next) and the deep SPSC ring (as many slots as shoal's),
+plus iceoryx2's ping-pong (copy into a loan, copy out) where scripts/iceoryx2 built it. Every
+shoal figure is printed as a ratio to the strongest plain ring of the same run (the faster of
+line and warm for that figure; JSON: ratio_vs names it), and to the deep ring and iceoryx2
+(deep_*_ratio, iceoryx2_*_ratio); latency: shoal/reference, lower is better; throughput:
+shoal/reference, higher is better. A closing table sums up ping-pong per size.
 Throughput runs twice per size: unpaced (as fast as the sender can; shoal's ring is lossy, so
 an overrun reader loses messages) and paced at --rate (default: half the baseline's unpaced
 msg/s of that size and wait mode), where nothing may be lost. msg/s is what the reader received
@@ -124,6 +129,11 @@ pub(crate) struct PerfArgs {
     /// $SHOAL_ECAL_CPP, else ../ecal-cpp/bin beside this executable, i.e. target/ecal-cpp/bin].
     #[arg(long, value_name = "DIR", requires = "against")]
     pub(crate) ecal_cpp: Option<std::path::PathBuf>,
+    /// With --baseline: the directory of the iceoryx2 ping-pong program scripts/iceoryx2 builds, measured in the same
+    /// run (an error when it is not there) [default: $SHOAL_ICEORYX2, else ../iceoryx2-bench/bin beside this
+    /// executable, i.e. target/iceoryx2-bench/bin, measured when it is there].
+    #[arg(long, value_name = "DIR")]
+    pub(crate) iceoryx2: Option<std::path::PathBuf>,
     /// With --service: the concurrent clients of the second calls/s run (the first has one).
     #[arg(long, value_name = "N", default_value_t = 8, requires = "service")]
     pub(crate) clients: usize,
@@ -415,6 +425,12 @@ impl PerfArgs {
         }
         if self.huge_pages && self.baseline_only {
             bail!("--huge-pages compares shoal's rings on huge and normal pages; drop --baseline-only");
+        }
+        if self.iceoryx2.is_some() && !(self.baseline || self.baseline_only) {
+            bail!("--iceoryx2 gives the iceoryx2 reference of --baseline: add --baseline (or --baseline-only)");
+        }
+        if self.iceoryx2.is_some() && self.transport != Transport::Shm {
+            bail!("--iceoryx2 is a shared-memory reference; drop it with --transport udp|tcp");
         }
         if self.topics == Some(0) {
             bail!("--topics must be at least 1");

@@ -1,17 +1,20 @@
 //! `shoal perf`: two-process latency and throughput of shoal's shared-memory path, zero-copy
-//! latency, 1->N fan-out cost, and per-process memory, optionally as ratios to a plain SPSC ring
-//! (`--baseline`) measured in the same invocation.
+//! latency, 1->N fan-out cost, and per-process memory, optionally as ratios to plain rings (`--baseline`: the
+//! strongest of the line and warm rings for each figure, the deep ring and iceoryx2 as second references) measured
+//! in the same invocation.
 //!
 //! Modules: `args` (CLI), `peer` (the spawned echo/sink process and its stdin/stdout control),
 //! `link` (the transport interface the loops use), `pingpong`, `throughput`, `fanout`, `rss`,
-//! `pace` (fixed-rate sending), `baseline_link` (the raw ring of the `shoal-baseline` crate as a
-//! link), `shoal_link` (shoal as a link), `report` (table / JSON), `sys` (OS), and `service` (`--service`: call
+//! `pace` (fixed-rate sending), `baseline_link` (the plain rings of the `shoal-baseline` crate as
+//! links), `iceoryx2` (runs the iceoryx2 ping-pong program of `bench/iceoryx2/` and reports its rows),
+//! `shoal_link` (shoal as a link), `report` (table / JSON), `sys` (OS), and `service` (`--service`: call
 //! round trips and calls/s, with `--against ecal` beside eCAL's C++ client and server). The project's
 //! acceptance targets are evaluated from the `--json` output by `shoal-bench` (`bench/`).
 
 mod args;
 mod baseline_link;
 mod fanout;
+mod iceoryx2;
 mod link;
 mod net_link;
 mod pace;
@@ -33,7 +36,7 @@ pub(crate) use peer::run_peer;
 pub(crate) use sys::peak_rss_kb;
 
 use args::{Mode, Pages, System, Transport, WaitMode};
-use baseline_link::BaselineLink;
+use baseline_link::{BaselineLink, RingKind};
 use link::{Receiver, Sender};
 use peer::{Peer, PeerSpec};
 use report::Reporter;
@@ -49,12 +52,19 @@ pub(crate) struct Run<'a> {
     pub(crate) transport: Transport,
     /// CPUs available before this process pinned itself.
     pub(crate) cpus: usize,
+    /// The `transport` label of the rows, when not the transport's own (the plain ring a baseline session measures).
+    pub(crate) label: Option<&'static str>,
 }
 
 impl Run<'_> {
     /// The CPU for peer `i` with `--pin` (this process is on CPU 0).
     pub(crate) fn peer_cpu(&self, i: usize) -> Option<usize> {
         self.args.pin.then(|| (i + 1) % self.cpus.max(1))
+    }
+
+    /// The `transport` label of this session's rows.
+    pub(crate) fn label(&self) -> &'static str {
+        self.label.unwrap_or_else(|| self.transport.label(self.system))
     }
 }
 
@@ -84,6 +94,12 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
         cpus,
         if args.pin { "on" } else { "off" }
     ));
+    // iceoryx2 beside the plain rings, where scripts/iceoryx2 built it.
+    let iceoryx2 = if (args.baseline || args.baseline_only) && args.transport == Transport::Shm {
+        iceoryx2::locate(&args, &mut rep)?
+    } else {
+        None
+    };
     let mut node: Option<Node> = None;
     let mut huge_node: Option<Node> = None;
     // --huge-pages: shoal on normal pages, then on huge pages; the default node is the normal-page one.
@@ -92,19 +108,28 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
     for wait in args.waits() {
         if !modes.is_empty() {
             if args.baseline || args.baseline_only {
-                let run = Run { args: &args, system: System::Baseline, wait, transport: args.transport, cpus };
-                // One ring per size, as deep as shoal's ring is for that size.
+                let run =
+                    Run { args: &args, system: System::Baseline, wait, transport: args.transport, cpus, label: None };
+                // Per size, the strongest plain rings (line and warm: the faster is the reference), then the deep
+                // ring, as deep as shoal's ring is for that size; then iceoryx2, where it is built.
                 let cfg = shoal::Config::load().context("reading the ecal.ini shoal's ring geometry comes from")?;
                 if args.transport == Transport::Shm {
                     for &size in &args.sizes() {
-                        baseline_session(&run, &cfg, &modes, size, &next_name(), &mut rep)?;
+                        for kind in [RingKind::Line, RingKind::Warm, RingKind::Deep] {
+                            let run = Run { label: Some(kind.label()), ..run };
+                            baseline_session(&run, kind, &cfg, &modes, size, &next_name(), &mut rep)?;
+                        }
+                    }
+                    if let Some(dir) = &iceoryx2 {
+                        iceoryx2::run(&run, dir, &modes, &mut rep)?;
                     }
                 } else {
                     raw_session(&run, &modes, &mut rep)?;
                 }
             }
             if !args.baseline_only {
-                let run = Run { args: &args, system: System::Shoal, wait, transport: args.transport, cpus };
+                let run =
+                    Run { args: &args, system: System::Shoal, wait, transport: args.transport, cpus, label: None };
                 let node = node_of(&mut node, default_pages, &args)?;
                 shoal_session(&run, node, default_pages, &modes, &next_name(), &mut rep)?;
                 if args.huge_pages {
@@ -114,10 +139,11 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
             }
         }
         if let Some(n) = args.subscribers {
-            let run = Run { args: &args, system: System::Shoal, wait, transport: args.transport, cpus };
+            let run = Run { args: &args, system: System::Shoal, wait, transport: args.transport, cpus, label: None };
             fanout::run(&run, node_of(&mut node, default_pages, &args)?, n, &mut next_name, &mut rep)?;
         }
     }
+    rep.summary();
     Ok(())
 }
 
@@ -135,6 +161,7 @@ fn shoal_slot_count(cfg: &shoal::Config, size: usize) -> u64 {
 
 fn baseline_session(
     run: &Run,
+    kind: RingKind,
     cfg: &shoal::Config,
     modes: &[Mode],
     size: usize,
@@ -144,9 +171,9 @@ fn baseline_session(
     let prefix = format!("/dev/shm/{name}");
     let (ping, pong) = baseline_link::ring_paths(&prefix);
     let slot = size.max(HEADER_LEN);
-    let slots = shoal_slot_count(cfg, size);
-    let mut tx = BaselineLink::create(&ping, slots, slot, run.wait)?;
-    let mut rx = BaselineLink::create(&pong, slots, slot, run.wait)?;
+    let slots = kind.slot_count(size, shoal_slot_count(cfg, size));
+    let mut tx = BaselineLink::create(kind, &ping, slots, slot, run.wait)?;
+    let mut rx = BaselineLink::create(kind, &pong, slots, slot, run.wait)?;
     let spec = PeerSpec {
         system: System::Baseline,
         wait: run.wait,
@@ -160,11 +187,17 @@ fn baseline_session(
     };
     let mut peer = Peer::spawn(&spec)?;
     peer.wait_ready()?;
+    let what = match kind {
+        RingKind::Line => "line ring (tag and payload in one slot; a reference)",
+        RingKind::Warm => "warm ring (the buffer released last is written next; a reference)",
+        RingKind::Deep => "deep SPSC ring (as many slots as shoal's ring has for this size; the second reference)",
+    };
     rep.note(&format!(
-        "-- baseline: SPSC ring {}_{{ping,pong}}, {} slots (as many as shoal's ring has for {size} B) of {} B, wait={}",
+        "-- baseline {}: {what} {}_{{ping,pong}}, {} slots of {} B, wait={}",
+        kind.label(),
         prefix,
-        tx.0.slot_count(),
-        tx.0.slot_size(),
+        tx.slot_count(),
+        tx.slot_size(),
         run.wait
     ));
     run_modes(run, &mut tx, &mut rx, &mut peer, modes, &[size], rep)?;
@@ -356,9 +389,14 @@ fn run_modes<S: Sender, R: Receiver>(
                         throughput::measure(run, tx, rx, peer, size, Pacing::Unpaced).with_context(context)?;
                     check_via(run, &unpaced).with_context(context)?;
                     let summary_of = unpaced.clone();
-                    // The baseline's own unpaced run, just reported, sets its paced rate too.
+                    // The baseline's own unpaced run, just reported, sets its paced rate too; shoal's is paced at half
+                    // the strongest plain ring's rate.
                     rep.report(unpaced);
-                    let base = rep.baseline(Mode::Throughput, run.wait, size).map(|b| b.msgs_per_s);
+                    let base = match run.system {
+                        System::Baseline => rep.baseline(Mode::Throughput, run.wait, size),
+                        System::Shoal => rep.reference(Mode::Throughput, run.wait, size),
+                    }
+                    .map(|b| b.msgs_per_s);
                     let rate = throughput::paced_rate(run.args, size, base);
                     let mut paced =
                         throughput::measure(run, tx, rx, peer, size, Pacing::Rate(rate)).with_context(context)?;

@@ -63,7 +63,7 @@ pub(crate) fn measure<S: Sender, R: Receiver>(
     let pr = peer.report()?;
     Ok(Measurement {
         system: run.system,
-        transport: run.transport.label(run.system),
+        transport: run.label(),
         via: merge_vias(pr.via, rx.take_vias()),
         wait: run.wait,
         mode: if zero_copy { Mode::ZeroCopy } else { Mode::PingPong },

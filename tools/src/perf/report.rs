@@ -6,6 +6,8 @@ use hdrhistogram::Histogram;
 use serde_json::{Map, Value, json};
 
 use super::args::{Mode, Pages, System, WaitMode};
+use super::baseline_link::{DEEP_LABEL, LINE_LABEL, WARM_LABEL};
+use super::iceoryx2::LABEL as ICEORYX2_LABEL;
 use super::sys::{CpuTime, ring_page_kb};
 
 /// A new latency histogram in ns (1 ns .. 1 hour, 3 significant digits).
@@ -113,6 +115,8 @@ pub(crate) struct Ratios {
     /// Messages lost by shoal's run and by the baseline's (`None` where the mode counts none). When either lost
     /// some, `msgs_per_s` compares receive rates, not lossless rates, and the report says so.
     pub(crate) lost: (Option<u64>, Option<u64>),
+    /// The reference's `transport` label (JSON `ratio_vs`).
+    pub(crate) vs: &'static str,
 }
 
 impl Ratios {
@@ -138,7 +142,7 @@ pub(crate) fn ratios(m: &Measurement, b: &Measurement) -> Ratios {
         ]),
         _ => None,
     };
-    Ratios { latency, msgs_per_s: ratio(m.msgs_per_s, b.msgs_per_s), lost: (m.lost, b.lost) }
+    Ratios { latency, msgs_per_s: ratio(m.msgs_per_s, b.msgs_per_s), lost: (m.lost, b.lost), vs: b.transport }
 }
 
 /// The JSON object of one measurement.
@@ -185,6 +189,7 @@ pub(crate) fn to_json(m: &Measurement, r: Option<&Ratios>) -> Value {
             }
         }
         o.insert("msgs_per_s_ratio".into(), f(r.msgs_per_s));
+        o.insert("ratio_vs".into(), r.vs.into());
         o.insert("bytes_per_s_ratio".into(), f(r.msgs_per_s));
         if r.lost.0.is_some() || r.lost.1.is_some() {
             // True: a run lost messages, so the two ratios above compare receive rates, not lossless rates.
@@ -264,7 +269,7 @@ pub(crate) fn table_row(m: &Measurement, r: Option<&Ratios>) -> String {
         s.push_str(&format!("\n{:20}{n}", ""));
     }
     if let Some(r) = r {
-        s.push_str(&format!("\n{:20}vs baseline:", ""));
+        s.push_str(&format!("\n{:20}vs {}:", "", r.vs));
         if let Some(l) = r.latency {
             for (name, v) in ["p50", "p90", "p99", "p99.9", "max"].iter().zip(l) {
                 s.push_str(&format!(" {name} {}", fmt_ratio(v)));
@@ -355,6 +360,146 @@ impl Reporter {
             .find(|m| m.system == System::Baseline && m.mode == mode && m.wait == wait && m.size == size)
     }
 
+    /// The reference a shoal figure is a ratio to: the strongest plain ring of the same mode, wait and size in this
+    /// run (the line or warm ring: the lower p50 for latency, the higher lossless rate for streams; for a paced
+    /// stream the ring whose unpaced stream was the reference), else the latest baseline row (the raw socket
+    /// programs of `--transport udp|tcp`).
+    pub(crate) fn reference(&self, mode: Mode, wait: WaitMode, size: usize) -> Option<&Measurement> {
+        let of = |mode: Mode, label: &str| {
+            self.all.iter().rev().find(|m| {
+                m.system == System::Baseline
+                    && m.transport == label
+                    && m.mode == mode
+                    && m.wait == wait
+                    && m.size == size
+            })
+        };
+        let strong = [LINE_LABEL, WARM_LABEL];
+        let best = match mode {
+            Mode::Throughput | Mode::ThroughputPaced => strong
+                .iter()
+                .filter_map(|l| of(Mode::Throughput, l))
+                .filter(|m| m.lost.unwrap_or(0) == 0)
+                .max_by(|a, b| a.msgs_per_s.total_cmp(&b.msgs_per_s))
+                .and_then(|m| of(mode, m.transport)),
+            _ => strong.iter().filter_map(|l| of(mode, l)).min_by_key(|m| m.latency.map_or(u64::MAX, |l| l.p50)),
+        };
+        best.or_else(|| {
+            self.all.iter().rev().find(|m| {
+                m.system == System::Baseline
+                    && m.transport != DEEP_LABEL
+                    && m.transport != ICEORYX2_LABEL
+                    && m.mode == mode
+                    && m.wait == wait
+                    && m.size == size
+            })
+        })
+        .or_else(|| self.baseline(mode, wait, size))
+    }
+
+    /// A shoal row's ratios to the second references: the deep ring (`deep_*`) and iceoryx2 (`iceoryx2_*`).
+    fn add_second_references(&self, m: &mut Measurement) {
+        for (label, prefix) in [(DEEP_LABEL, "deep"), (ICEORYX2_LABEL, "iceoryx2")] {
+            let Some(b) = self.all.iter().rev().find(|b| {
+                b.system == System::Baseline
+                    && b.transport == label
+                    && b.mode == m.mode
+                    && b.wait == m.wait
+                    && b.size == m.size
+            }) else {
+                continue;
+            };
+            let r = ratios(m, b);
+            let key = |k: &str| -> &'static str {
+                match (prefix, k) {
+                    ("deep", "p50") => "deep_p50_ratio",
+                    ("deep", "p99") => "deep_p99_ratio",
+                    ("deep", _) => "deep_msgs_per_s_ratio",
+                    (_, "p50") => "iceoryx2_p50_ratio",
+                    (_, "p99") => "iceoryx2_p99_ratio",
+                    _ => "iceoryx2_msgs_per_s_ratio",
+                }
+            };
+            if let Some(l) = r.latency {
+                m.extra.push((key("p50"), l[0]));
+                m.extra.push((key("p99"), l[2]));
+            }
+            m.extra.push((key("msgs"), r.msgs_per_s));
+        }
+    }
+
+    /// Table mode: the closing summary of copying ping-pong per wait and size, shoal against the strongest plain
+    /// ring (named), the deep ring and iceoryx2, one-way p50/p99, with shoal's ratios to the strongest ring and to
+    /// iceoryx2. Printed when shoal and a reference were both measured.
+    pub(crate) fn summary(&self) {
+        if self.json {
+            return;
+        }
+        let shoal: Vec<&Measurement> = self
+            .all
+            .iter()
+            .filter(|m| {
+                m.system == System::Shoal && m.mode == Mode::PingPong && m.extra_value("huge_pages") != Some(1.0)
+            })
+            .collect();
+        let mut lines = Vec::new();
+        for m in shoal {
+            let Some(best) = self.reference(m.mode, m.wait, m.size) else { continue };
+            let find = |label: &str| {
+                self.all.iter().rev().find(|b| {
+                    b.system == System::Baseline
+                        && b.transport == label
+                        && b.mode == m.mode
+                        && b.wait == m.wait
+                        && b.size == m.size
+                })
+            };
+            let pp = |x: Option<&Measurement>| match x.and_then(|x| x.latency) {
+                Some(l) => format!("{}/{}", fmt_ns(l.p50), fmt_ns(l.p99)),
+                None => "-".to_string(),
+            };
+            let r = ratios(m, best);
+            let ri = find(ICEORYX2_LABEL).map(|b| ratios(m, b));
+            let rl =
+                |r: Option<&Ratios>, i: usize| r.and_then(|r| r.latency).map_or("-".to_string(), |l| fmt_ratio(l[i]));
+            lines.push(format!(
+                "{:<5} {:>5} {:>19} {:>19} {:<9} {:>19} {:>19} {:>13} {:>13} {:>14}",
+                m.wait.as_str(),
+                fmt_size(m.size),
+                pp(Some(m)),
+                pp(Some(best)),
+                best.transport,
+                pp(find(DEEP_LABEL)),
+                pp(find(ICEORYX2_LABEL)),
+                rl(Some(&r), 0),
+                rl(Some(&r), 2),
+                rl(ri.as_ref(), 0),
+            ));
+        }
+        if lines.is_empty() {
+            return;
+        }
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "\nping-pong, one-way p50/p99: shoal against the strongest plain ring of this run (the faster of line_ring \
+             and warm_ring), the deep ring and iceoryx2\n{:<5} {:>5} {:>19} {:>19} {:<9} {:>19} {:>19} {:>13} {:>13} {:>14}",
+            "wait",
+            "size",
+            "shoal",
+            "strongest",
+            "(which)",
+            "deep ring",
+            "iceoryx2",
+            "p50 shoal/str",
+            "p99 shoal/str",
+            "p50 shoal/ice2"
+        );
+        for l in lines {
+            let _ = writeln!(out, "{l}");
+        }
+    }
+
     /// Prints a free-text line (table mode only; JSON output stays machine-readable).
     pub(crate) fn note(&mut self, text: &str) {
         if !self.json {
@@ -368,8 +513,11 @@ impl Reporter {
         let vs_normal = self.add_pages(&mut m);
         let r = match m.system {
             System::Baseline => None,
-            System::Shoal => self.baseline(m.mode, m.wait, m.size).map(|b| ratios(&m, b)),
+            System::Shoal => self.reference(m.mode, m.wait, m.size).map(|b| ratios(&m, b)),
         };
+        if m.system == System::Shoal {
+            self.add_second_references(&mut m);
+        }
         let mut out = std::io::stdout().lock();
         if self.json {
             let _ = writeln!(out, "{}", to_json(&m, r.as_ref()));
@@ -379,6 +527,20 @@ impl Reporter {
                 self.header_printed = true;
             }
             let _ = writeln!(out, "{}", table_row(&m, r.as_ref()));
+            let second: Vec<String> = [("deep ring", "deep"), ("iceoryx2", "iceoryx2")]
+                .iter()
+                .filter_map(|(name, p)| {
+                    let v = |k: &str| m.extra_value(&format!("{p}_{k}_ratio")).map(fmt_ratio);
+                    match (v("p50"), v("p99"), v("msgs_per_s")) {
+                        (Some(a), Some(b), _) => Some(format!("vs {name}: p50 {a} p99 {b}")),
+                        (None, None, Some(c)) => Some(format!("vs {name}: msg/s {c}")),
+                        _ => None,
+                    }
+                })
+                .collect();
+            if !second.is_empty() {
+                let _ = writeln!(out, "{:20}{}", "", second.join("; "));
+            }
             let shown = self.pages.filter(|(p, _)| m.system == System::Shoal && (p.is_some() || !self.pages_noted));
             if let Some((pages, _)) = shown {
                 self.pages_noted = true;

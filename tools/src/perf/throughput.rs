@@ -102,7 +102,7 @@ pub(crate) fn measure<S: Sender, R: Receiver>(
     }
     Ok(Measurement {
         system: run.system,
-        transport: run.transport.label(run.system),
+        transport: run.label(),
         via: pr.via,
         wait: run.wait,
         mode: if pacing == Pacing::Unpaced { Mode::Throughput } else { Mode::ThroughputPaced },
