@@ -54,6 +54,9 @@ struct CountArgs {
     /// The window, in seconds.
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
+    /// Before the window, in seconds: this process learns the network (its first sample of each entity is new).
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
 }
 
 #[derive(Args, Debug)]
@@ -124,13 +127,15 @@ fn idle(node: &shoal::Node, a: &IdleArgs, stop: &AtomicBool) -> Result<()> {
             matched = true;
             emit(&json!({"event": "matched", "ns": mono_ns()}));
         }
-        // Checked often until matched (the time is reported), then only for the stop flag.
-        std::thread::sleep(Duration::from_millis(if matched { 100 } else { 10 }));
+        // Checked often until matched (the time is reported), then once a second for the stop flag (the
+        // measurement is of registration, not of this loop).
+        std::thread::sleep(Duration::from_millis(if matched { 1000 } else { 10 }));
     }
     Ok(())
 }
 
 fn count(node: &shoal::Node, a: &CountArgs) -> Result<()> {
+    std::thread::sleep(Duration::from_secs_f64(a.warmup));
     let before = node.snapshot();
     let start = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(a.seconds));
@@ -142,6 +147,7 @@ fn count(node: &shoal::Node, a: &CountArgs) -> Result<()> {
         "seconds": secs,
         "datagrams_per_s": (r1.datagrams_received - r0.datagrams_received) as f64 / secs,
         "samples_applied_per_s": (r1.samples_applied - r0.samples_applied) as f64 / secs,
+        "repeats_per_s": (r1.repeats - r0.repeats) as f64 / secs,
         "sent_per_s": (r1.datagrams_sent - r0.datagrams_sent) as f64 / secs,
         "kernel_drops": after.socket_drops.registration - before.socket_drops.registration,
         "processes": after.processes.len(),
