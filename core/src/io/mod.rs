@@ -48,7 +48,7 @@ const SOURCE_TOKEN_SPACE: usize = 1 << 32;
 const REG_RECV_SLOTS: usize = 32;
 /// How long the registration socket stays out of the poll after a read that got datagrams (see the module's doc):
 /// what a new peer announces waits at most this long, a match at most twice (each side reads the other's).
-const REG_READ_PAUSE: Duration = Duration::from_millis(100);
+const REG_READ_PAUSE: Duration = Duration::from_millis(200);
 /// Registration datagrams one `sendmmsg` sends at most.
 const REG_SEND_BATCH: usize = 64;
 

@@ -728,6 +728,12 @@ impl Registrar {
         &self.counters
     }
 
+    /// Entries of the repeat index (at most one per remote topic and process).
+    #[cfg(test)]
+    pub(crate) fn repeat_index_len(&self) -> usize {
+        self.repeats.len()
+    }
+
     // ---------------------------------------------------------------------------------------
 
     /// Queues a sample's datagrams; sealed when `[shoal_auth]` has a key and `sign` (the process, protected topics).

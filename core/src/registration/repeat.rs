@@ -216,11 +216,8 @@ mod tests {
         // An unregistration, a service, a topic body under a process command, no body, truncated bytes.
         let unreg = pb::Sample { cmd_type: pb::CMD_UNREG_PUBLISHER, ..pb::Sample::decode(one.as_slice()).unwrap() };
         assert_eq!(fingerprint(&unreg.encode_to_vec(), &keys), None);
-        let service = pb::Sample {
-            cmd_type: pb::CMD_REG_SERVICE,
-            service: Some(pb::Service::default()),
-            ..Default::default()
-        };
+        let service =
+            pb::Sample { cmd_type: pb::CMD_REG_SERVICE, service: Some(pb::Service::default()), ..Default::default() };
         assert_eq!(fingerprint(&service.encode_to_vec(), &keys), None);
         let mixed = pb::Sample { cmd_type: pb::CMD_REG_PROCESS, ..pb::Sample::decode(one.as_slice()).unwrap() };
         assert_eq!(fingerprint(&mixed.encode_to_vec(), &keys), None);

@@ -107,11 +107,8 @@ fn main() -> Result<()> {
 
 fn idle(node: &shoal::Node, a: &IdleArgs, stop: &AtomicBool) -> Result<()> {
     let raw = shoal::TypeInfo::raw("shoal.test.Idle");
-    let pubs = a
-        .publish
-        .iter()
-        .map(|t| node.publisher(t).type_info(raw.clone()).create())
-        .collect::<Result<Vec<_>, _>>()?;
+    let pubs =
+        a.publish.iter().map(|t| node.publisher(t).type_info(raw.clone()).create()).collect::<Result<Vec<_>, _>>()?;
     let subs = a
         .subscribe
         .iter()
@@ -120,10 +117,7 @@ fn idle(node: &shoal::Node, a: &IdleArgs, stop: &AtomicBool) -> Result<()> {
     emit(&json!({"event": "ready", "pid": std::process::id()}));
     let mut matched = false;
     while !stop.load(Ordering::Relaxed) {
-        if !matched
-            && pubs.iter().all(|p| p.subscriber_count() > 0)
-            && subs.iter().all(|s| s.publisher_count() > 0)
-        {
+        if !matched && pubs.iter().all(|p| p.subscriber_count() > 0) && subs.iter().all(|s| s.publisher_count() > 0) {
             matched = true;
             emit(&json!({"event": "matched", "ns": mono_ns()}));
         }
@@ -157,9 +151,8 @@ fn count(node: &shoal::Node, a: &CountArgs) -> Result<()> {
 }
 
 fn discover_sub(node: &shoal::Node, a: &DiscoverArgs, stop: &AtomicBool) -> Result<()> {
-    let subs = (0..a.topics)
-        .map(|i| node.subscriber(&format!("{}{i}", a.prefix)).create())
-        .collect::<Result<Vec<_>, _>>()?;
+    let subs =
+        (0..a.topics).map(|i| node.subscriber(&format!("{}{i}", a.prefix)).create()).collect::<Result<Vec<_>, _>>()?;
     emit(&json!({"event": "ready", "pid": std::process::id()}));
     let mut done = vec![false; subs.len()];
     let end = Instant::now() + Duration::from_millis(a.delay_ms + a.gap_ms * a.topics as u64 + a.timeout_ms);
