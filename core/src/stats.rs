@@ -297,7 +297,9 @@ pub struct ConnectionStats {
     pub bytes: u64,
     /// Messages lost on this connection so far.
     pub drops: u64,
-    /// Length of the last window, ms.
+    /// Length of the last window, ms; 0 when it had no messages (its length then changes no rate, and a constant
+    /// keeps an idle subscriber's registration the same from one refresh to the next, so that receivers recognise
+    /// it as a repeat).
     pub window_ms: u32,
     /// Messages received in the last window.
     pub window_messages: u64,

@@ -10,6 +10,12 @@
 //! socket, shown in [`Snapshot::socket_drops`] (registration) and `Snapshot::udp` (the UDP data layer), and sent in
 //! this process's registration (shoal's process statistics).
 //!
+//! Every process of a host receives every registration datagram of the host (a process and each of its entities
+//! every second), so the registration socket is read at most every [`REG_READ_PAUSE`] while datagrams keep coming:
+//! after a read that got some, the socket leaves the poll for that long and what arrived meanwhile is read in one
+//! wake-up (200 processes: one wake-up instead of about 40). A socket that had nothing stays in the poll, so an idle
+//! host wakes nobody, and the first datagram after a quiet spell is read at once.
+//!
 //! The thread only moves datagrams, timers and events: what a match means for local publishers and subscribers is
 //! decided by the [`EventHandler`] it is started with (the runtime of `pubsub`), which it calls with every event.
 
@@ -37,8 +43,12 @@ const SOURCE_TOKEN_BASE: usize = 2;
 /// Source `i` may also register sockets under its own tokens `(i + 1) * SOURCE_TOKEN_SPACE ..` (one per
 /// connection, [`IoSource::on_token`]).
 const SOURCE_TOKEN_SPACE: usize = 1 << 32;
-/// Registration datagrams one `recvmmsg` takes at most (64 KiB of buffer each).
-const REG_RECV_SLOTS: usize = 8;
+/// Registration datagrams one `recvmmsg` takes at most (64 KiB of buffer each, of which the pages a datagram
+/// touched are resident): the datagrams of one [`REG_READ_PAUSE`] of 200 processes in two calls.
+const REG_RECV_SLOTS: usize = 32;
+/// How long the registration socket stays out of the poll after a read that got datagrams (see the module's doc):
+/// what a new peer announces waits at most this long, a match at most twice (each side reads the other's).
+const REG_READ_PAUSE: Duration = Duration::from_millis(200);
 /// Registration datagrams one `sendmmsg` sends at most.
 const REG_SEND_BATCH: usize = 64;
 
@@ -185,6 +195,7 @@ pub(crate) fn start(
                 sources,
                 receive_batch,
                 reg_batch: udp_net::RecvBatch::new(REG_RECV_SLOTS),
+                reg_paused_until: None,
                 waker: thread_waker,
                 directory,
                 directory_generation: None,
@@ -210,6 +221,8 @@ struct IoThread {
     receive_batch: usize,
     /// `recvmmsg` buffers of the registration socket and its kernel drop count.
     reg_batch: udp_net::RecvBatch,
+    /// The registration socket is out of the poll until then ([`REG_READ_PAUSE`]).
+    reg_paused_until: Option<Instant>,
     /// Handed to the sources, whose producers wake the thread with it.
     waker: Arc<Waker>,
     /// The remote servers and clients, published for the process's service clients and servers.
@@ -239,6 +252,9 @@ impl IoThread {
             // sleep at all while a socket has datagrams left.
             let mut timeout = timeout.unwrap_or(Duration::from_millis(500)).min(Duration::from_millis(500));
             if let Some(t) = flush_at {
+                timeout = timeout.min(t.saturating_duration_since(now));
+            }
+            if let Some(t) = self.reg_paused_until {
                 timeout = timeout.min(t.saturating_duration_since(now));
             }
             if reg_pending || sources_pending.iter().any(|p| *p) {
@@ -276,8 +292,17 @@ impl IoThread {
                     *p = true;
                 }
             }
+            if self.reg_paused_until.is_some_and(|t| t <= Instant::now()) {
+                // Back in the poll, and read now: what arrived during the pause does not signal again.
+                self.resume_registration_reads();
+                reg_pending = true;
+            }
             if reg_pending {
-                reg_pending = self.drain_socket();
+                let got;
+                (reg_pending, got) = self.drain_socket();
+                if !reg_pending && got > 0 {
+                    self.pause_registration_reads();
+                }
             }
             for (src, pending) in self.sources.iter_mut().zip(sources_pending.iter_mut()) {
                 if *pending {
@@ -328,13 +353,37 @@ impl IoThread {
         self.sources.iter_mut().filter_map(|s| s.flush(now)).min()
     }
 
-    /// Takes up to `receive_batch` registration datagrams; true when the batch ended before the socket was empty.
-    fn drain_socket(&mut self) -> bool {
+    /// Takes the registration socket out of the poll for [`REG_READ_PAUSE`] (if the poll refuses, it stays in).
+    fn pause_registration_reads(&mut self) {
+        match self.poll.registry().deregister(&mut self.sockets.recv) {
+            Ok(()) => self.reg_paused_until = Some(Instant::now() + REG_READ_PAUSE),
+            Err(e) => tracing::warn!("cannot pause registration reads: {e}"),
+        }
+    }
+
+    /// Puts the registration socket back into the poll; if the poll refuses, tries again after a pause (the socket
+    /// is read at the end of each pause meanwhile).
+    fn resume_registration_reads(&mut self) {
+        self.reg_paused_until = None;
+        if let Err(e) = self.poll.registry().register(&mut self.sockets.recv, RECV_TOKEN, Interest::READABLE) {
+            tracing::warn!("cannot resume registration reads: {e}");
+            self.reg_paused_until = Some(Instant::now() + REG_READ_PAUSE);
+        }
+    }
+
+    /// Takes up to `receive_batch` registration datagrams: whether the batch ended before the socket was empty, and
+    /// how many it took.
+    fn drain_socket(&mut self) -> (bool, usize) {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&self.sockets.recv);
         let registrar = &mut self.registrar;
         let before = self.reg_batch.kernel_drops();
-        let (drained, err) =
-            self.reg_batch.recv(fd, self.receive_batch, |from, d| registrar.handle_datagram(Instant::now(), from, d));
+        let mut got = 0;
+        // One clock read per batch: the datagrams of one batch arrived within a pause of each other.
+        let now = Instant::now();
+        let (drained, err) = self.reg_batch.recv(fd, self.receive_batch, |from, d| {
+            got += 1;
+            registrar.handle_datagram(now, from, d);
+        });
         let dropped = self.reg_batch.kernel_drops() - before;
         if dropped > 0 {
             tracing::debug!("registration: the kernel dropped {dropped} datagrams (receive buffer full)");
@@ -342,7 +391,7 @@ impl IoThread {
         if let Some(e) = err {
             tracing::warn!("registration receive failed: {e}");
         }
-        drained == udp_net::Drained::Budget
+        (drained == udp_net::Drained::Budget, got)
     }
 
     /// Returns true when asked to shut down.

@@ -168,7 +168,9 @@ impl ConnMeter {
             messages: self.messages,
             bytes: self.bytes,
             drops,
-            window_ms,
+            // An empty window's length changes no rate; constant, it keeps the registration unchanged (see
+            // `ConnectionStats::window_ms`).
+            window_ms: if self.window_messages == 0 { 0 } else { window_ms },
             window_messages: self.window_messages,
             window_bytes: self.window_bytes,
             last_size: self.last_size,

@@ -3,11 +3,13 @@
 //! - [`codec`]: model ⇄ eCAL's protobuf ([`crate::wire::pb`]), `"reg_sample"` framing.
 //! - [`Registrar`]: periodic registration of the local process and entities, the registry of
 //!   remote processes, topics and service servers and clients with expiry, and matching (see its docs).
+//! - `repeat`: a repeated registration recognised from its bytes, before decoding.
 
 pub mod codec;
 pub mod limits;
 pub mod model;
 mod registrar;
+mod repeat;
 mod services;
 
 #[cfg(test)]

@@ -402,6 +402,9 @@ pub struct RegistrationCounters {
     pub datagrams_received: u64,
     /// Samples applied to the registry.
     pub samples_applied: u64,
+    /// Of those, repeats recognised before decoding (the same sample as before but for its registration clock,
+    /// from the same address): they only refreshed their entry's expiry and clock.
+    pub repeats: u64,
     /// Datagram and reassembly drops (see its counters).
     pub reassembly: ReassemblyCounters,
     /// Datagrams dropped by header or reassembly (sum over `reassembly` drop reasons).

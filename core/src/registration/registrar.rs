@@ -1,5 +1,6 @@
 //! The sans-IO registration state machine (in the style of `quinn-proto`'s `Connection`).
 
+use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use super::model::{
     Direction, EntityKey, Event, Identity, Layer, LayerPar, LocalService, LocalTopic, RegistrationCounters,
     RemoteProcess, RemoteService, RemoteTopic, TopicStats,
 };
+use super::repeat::{self, Body, Fingerprint, RepeatKey};
 use super::services::ServiceRegistry;
 use crate::wire::pb;
 
@@ -39,6 +41,24 @@ struct RemoteEntry {
     charge: usize,
     /// Its registration came with a verified envelope (`[shoal_auth]`): only such registration may change it.
     authenticated: bool,
+    /// What recognises a repeat of the sample it was made from (in [`Registrar::repeats`]); `None`: every sample
+    /// is decoded (its descriptor was dropped for lack of room, so a repeat may fit it in later).
+    repeat: Option<RepeatKey>,
+}
+
+/// A remote process as kept: the sample it was made from, the address it came from and what recognises a repeat.
+#[derive(Debug)]
+struct ProcessEntry {
+    process: RemoteProcess,
+    source: SocketAddr,
+    repeat: Option<RepeatKey>,
+}
+
+/// The registry entry a [`RepeatKey`] refreshes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Repeated {
+    Topic(EntityKey),
+    Process((String, u32)),
 }
 
 /// Bytes charged per registry entry on top of its strings: the structs, map nodes, key copies and the allocator's
@@ -206,8 +226,15 @@ pub struct Registrar {
     process_dirty: bool,
     locals: BTreeMap<u64, LocalEntry>,
     dirty: BTreeSet<u64>,
-    processes: BTreeMap<(String, u32), (RemoteProcess, SocketAddr)>,
+    processes: BTreeMap<(String, u32), ProcessEntry>,
     topics: BTreeMap<EntityKey, RemoteEntry>,
+    /// The repeat keys of the entries of `topics` and `processes` (at most one each: bounded as they are).
+    repeats: HashMap<RepeatKey, Repeated>,
+    /// Keys the fingerprints' hash ([`repeat::fingerprint`]).
+    repeat_keys: RandomState,
+    /// No entry of `topics` or `processes` expires before this (a lower bound, made exact by `handle_timeout`), so
+    /// that `poll_timeout` need not look at every entry.
+    expiry_floor: Option<Instant>,
     shares: SourceShares<EntityKey>,
     /// The same for remote processes: which address announced which.
     process_shares: SourceShares<(String, u32)>,
@@ -258,6 +285,9 @@ impl Registrar {
             dirty: BTreeSet::new(),
             processes: BTreeMap::new(),
             topics: BTreeMap::new(),
+            repeats: HashMap::new(),
+            repeat_keys: RandomState::new(),
+            expiry_floor: None,
             shares: SourceShares::default(),
             process_shares: SourceShares::default(),
             matches: BTreeSet::new(),
@@ -461,6 +491,14 @@ impl Registrar {
                 return;
             }
         };
+        // A repeat of the sample an entry was made from only refreshes the entry (see `repeat`).
+        let fingerprint = wire::split_name(&message).ok().and_then(|(_, p)| repeat::fingerprint(p, &self.repeat_keys));
+        let repeat = fingerprint.map(|f| RepeatKey { source: from, hash: f.hash, authenticated });
+        if let (Some(f), Some(key)) = (fingerprint, repeat)
+            && self.refresh_repeat(now, f, key)
+        {
+            return;
+        }
         // Bounds before decoding: decoding allocates per entry. (Framing and malformed protobuf are left to the
         // decoder below, which counts them as such.)
         if let Ok((_, payload)) = wire::split_name(&message)
@@ -482,7 +520,64 @@ impl Registrar {
                 return;
             }
         };
-        self.apply_sample(now, sample, from, authenticated);
+        self.apply_sample(now, sample, from, authenticated, repeat);
+        self.note_seen(now);
+    }
+
+    /// When `key` is the repeat key of an entry (the same sample but for its clock, from the same address, sealed
+    /// alike): refreshes the entry's expiry and clock, counts the sample as applied and as a repeat, true.
+    fn refresh_repeat(&mut self, now: Instant, f: Fingerprint, key: RepeatKey) -> bool {
+        let refreshed = match self.repeats.get(&key) {
+            Some(Repeated::Topic(k)) if f.body == Body::Topic => match self.topics.get_mut(k) {
+                Some(e) if e.repeat == Some(key) => {
+                    e.last_seen = now;
+                    e.topic.registration_clock = f.clock;
+                    true
+                }
+                _ => false,
+            },
+            Some(Repeated::Process(k)) if f.body == Body::Process => match self.processes.get_mut(k) {
+                Some(e) if e.repeat == Some(key) => {
+                    e.process.last_seen = now;
+                    e.process.registration_clock = f.clock;
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        };
+        if refreshed {
+            self.counters.samples_applied += 1;
+            self.counters.repeats += 1;
+            self.note_seen(now);
+        }
+        refreshed
+    }
+
+    /// An entry was made or refreshed at `now`: it expires no earlier than `now + timeout`.
+    fn note_seen(&mut self, now: Instant) {
+        let at = now + self.timeout;
+        self.expiry_floor = Some(self.expiry_floor.map_or(at, |f| f.min(at)));
+    }
+
+    /// Makes `repeat` (or nothing) the repeat key of `entry`, replacing the one it had.
+    fn set_repeat(&mut self, old: Option<RepeatKey>, repeat: Option<RepeatKey>, entry: Repeated) {
+        if old == repeat {
+            return;
+        }
+        if let Some(old) = old {
+            self.forget_repeat(old, &entry);
+        }
+        if let Some(new) = repeat {
+            self.repeats.insert(new, entry);
+        }
+    }
+
+    /// Removes `key` from the repeat index if it is `entry`'s.
+    fn forget_repeat(&mut self, key: RepeatKey, entry: &Repeated) {
+        if self.repeats.get(&key) == Some(entry) {
+            self.repeats.remove(&key);
+        }
     }
 
     /// Both reassemblers' counters together.
@@ -540,14 +635,17 @@ impl Registrar {
         let expired: Vec<((String, u32), SocketAddr)> = self
             .processes
             .iter()
-            .filter(|(_, (p, _))| now.saturating_duration_since(p.last_seen) >= timeout)
-            .map(|(k, (_, source))| (k.clone(), *source))
+            .filter(|(_, e)| now.saturating_duration_since(e.process.last_seen) >= timeout)
+            .map(|(k, e)| (k.clone(), e.source))
             .collect();
         for (key, source) in expired {
             self.counters.expired_processes += 1;
             self.remove_process(&key, source);
         }
         self.counters.expired_services += self.services.expire(now, timeout);
+        let topics = self.topics.values().map(|e| e.last_seen);
+        let processes = self.processes.values().map(|e| e.process.last_seen);
+        self.expiry_floor = topics.chain(processes).min().map(|t| t + timeout);
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next (`None` after shutdown).
@@ -556,11 +654,8 @@ impl Registrar {
             return None;
         }
         let mut next = self.next_refresh;
-        for e in self.topics.values() {
-            next = next.min(e.last_seen + self.timeout);
-        }
-        for (p, _) in self.processes.values() {
-            next = next.min(p.last_seen + self.timeout);
+        if let Some(floor) = self.expiry_floor {
+            next = next.min(floor);
         }
         if let Some(t) = self.services.next_expiry(self.timeout) {
             next = next.min(t);
@@ -610,7 +705,7 @@ impl Registrar {
 
     /// Known processes (including our own when loopback is on).
     pub fn processes(&self) -> impl Iterator<Item = &RemoteProcess> {
-        self.processes.values().map(|(p, _)| p)
+        self.processes.values().map(|e| &e.process)
     }
 
     /// Known publishers and subscribers (including our own when loopback is on).
@@ -631,6 +726,12 @@ impl Registrar {
     /// Counters of everything received, applied, dropped and sent.
     pub fn counters(&self) -> &RegistrationCounters {
         &self.counters
+    }
+
+    /// Entries of the repeat index (at most one per remote topic and process).
+    #[cfg(test)]
+    pub(crate) fn repeat_index_len(&self) -> usize {
+        self.repeats.len()
     }
 
     // ---------------------------------------------------------------------------------------
@@ -722,14 +823,26 @@ impl Registrar {
         pid == self.me.pid && host_name == self.me.host_name
     }
 
-    fn apply_sample(&mut self, now: Instant, sample: pb::Sample, from: SocketAddr, authenticated: bool) {
+    /// Applies a decoded sample; `repeat` is what recognises its repeats (`None`: it is not fingerprinted).
+    fn apply_sample(
+        &mut self,
+        now: Instant,
+        sample: pb::Sample,
+        from: SocketAddr,
+        authenticated: bool,
+        repeat: Option<RepeatKey>,
+    ) {
         match sample.cmd_type {
-            pb::CMD_REG_PUBLISHER => self.apply_topic(now, Direction::Publisher, sample.topic, from, authenticated),
-            pb::CMD_REG_SUBSCRIBER => self.apply_topic(now, Direction::Subscriber, sample.topic, from, authenticated),
+            pb::CMD_REG_PUBLISHER => {
+                self.apply_topic(now, Direction::Publisher, sample.topic, from, authenticated, repeat)
+            }
+            pb::CMD_REG_SUBSCRIBER => {
+                self.apply_topic(now, Direction::Subscriber, sample.topic, from, authenticated, repeat)
+            }
             pb::CMD_UNREG_PUBLISHER | pb::CMD_UNREG_SUBSCRIBER => {
                 self.apply_topic_unreg(sample.topic, from, authenticated)
             }
-            pb::CMD_REG_PROCESS => self.apply_process(now, sample.process, from, authenticated),
+            pb::CMD_REG_PROCESS => self.apply_process(now, sample.process, from, authenticated, repeat),
             pb::CMD_UNREG_PROCESS => self.apply_process_unreg(sample.process, from, authenticated),
             pb::CMD_REG_SERVICE | pb::CMD_UNREG_SERVICE => {
                 let remote = sample.service.as_ref().map(|s| codec::remote_server(s, now));
@@ -807,6 +920,7 @@ impl Registrar {
         topic: Option<pb::Topic>,
         from: SocketAddr,
         authenticated: bool,
+        repeat: Option<RepeatKey>,
     ) {
         let Some(topic) = topic else {
             self.counters.missing_body += 1;
@@ -841,6 +955,7 @@ impl Registrar {
         }
         let held = self.topics.get(&key).map_or(0, |e| e.charge);
         let mut charge = topic_charge(&remote);
+        let mut repeat = repeat;
         if !self.make_byte_room(held, charge, from, Some(&key)) {
             // Spent, and this sender holds the most: keep the topic without its descriptor if that fits.
             let without = charge - remote.type_info.descriptor.len();
@@ -855,11 +970,15 @@ impl Registrar {
             self.counters.descriptors_dropped += 1;
             remote.type_info.descriptor = Vec::new();
             charge = without;
+            // Not a repeat then: a later copy is decoded, so that it gets its descriptor when there is room.
+            repeat = None;
         }
         self.registry_bytes = self.registry_bytes - held + charge;
+        let mut old_repeat = None;
         let changed = match self.topics.get_mut(&key) {
             Some(entry) => {
                 entry.charge = charge;
+                old_repeat = std::mem::replace(&mut entry.repeat, repeat);
                 let old = &entry.topic;
                 let changed = old.layers != remote.layers
                     || old.type_info != remote.type_info
@@ -880,12 +999,13 @@ impl Registrar {
             None => {
                 self.topics.insert(
                     key.clone(),
-                    RemoteEntry { topic: remote, last_seen: now, source: from, charge, authenticated },
+                    RemoteEntry { topic: remote, last_seen: now, source: from, charge, authenticated, repeat },
                 );
                 self.shares.insert(from, key.clone());
                 false
             }
         };
+        self.set_repeat(old_repeat, repeat, Repeated::Topic(key.clone()));
         self.rematch_remote(&key, changed);
     }
 
@@ -932,17 +1052,24 @@ impl Registrar {
 
     /// A process sample: kept under `remote_processes`; when full, a process of the address that announced the
     /// most makes room (as for topics, see [`SourceShares`]), or the newcomer is refused.
-    fn apply_process(&mut self, now: Instant, process: Option<pb::Process>, from: SocketAddr, authenticated: bool) {
+    fn apply_process(
+        &mut self,
+        now: Instant,
+        process: Option<pb::Process>,
+        from: SocketAddr,
+        authenticated: bool,
+        repeat: Option<RepeatKey>,
+    ) {
         let Some((process, _)) = self.accepted_process(process) else { return };
         let p = codec::remote_process(&process, now);
         let key = (p.host_name.clone(), p.pid);
         if !authenticated && !self.unsigned_allowed(None, self.authenticated_processes.contains(&key), from) {
             return;
         }
-        let held = self.processes.get(&key).map_or(0, |(old, _)| process_charge(old));
+        let held = self.processes.get(&key).map_or(0, |e| process_charge(&e.process));
         let charge = process_charge(&p);
-        if let Some((_, old)) = self.processes.get(&key) {
-            let old = *old;
+        if let Some(e) = self.processes.get(&key) {
+            let old = e.source;
             if !self.make_byte_room(held, charge, from, None) {
                 self.counters.registry_full += 1;
                 return;
@@ -957,7 +1084,7 @@ impl Registrar {
                     self.counters.registry_full += 1;
                     return;
                 };
-                let source = self.processes.get(&victim).map(|(_, s)| *s);
+                let source = self.processes.get(&victim).map(|e| e.source);
                 if let Some(source) = source {
                     self.counters.evicted += 1;
                     self.remove_process(&victim, source);
@@ -973,12 +1100,16 @@ impl Registrar {
         if authenticated {
             self.authenticated_processes.insert(key.clone());
         }
-        self.processes.insert(key, (p, from));
+        let old = self.processes.insert(key.clone(), ProcessEntry { process: p, source: from, repeat });
+        self.set_repeat(old.and_then(|e| e.repeat), repeat, Repeated::Process(key));
     }
 
     fn remove_process(&mut self, key: &(String, u32), source: SocketAddr) {
-        if let Some((p, _)) = self.processes.remove(key) {
-            self.registry_bytes -= process_charge(&p);
+        if let Some(e) = self.processes.remove(key) {
+            self.registry_bytes -= process_charge(&e.process);
+            if let Some(r) = e.repeat {
+                self.forget_repeat(r, &Repeated::Process(key.clone()));
+            }
         }
         self.process_shares.remove(source, key);
         self.authenticated_processes.remove(key);
@@ -1008,7 +1139,7 @@ impl Registrar {
             return;
         }
         self.counters.unregistrations += 1;
-        if let Some(source) = self.processes.get(&key).map(|(_, s)| *s) {
+        if let Some(source) = self.processes.get(&key).map(|e| e.source) {
             self.remove_process(&key, source);
         }
         // The process is gone: so are its entities (their own unregistrations may be lost).
@@ -1028,6 +1159,9 @@ impl Registrar {
         if let Some(e) = self.topics.remove(key) {
             self.shares.remove(e.source, key);
             self.registry_bytes -= e.charge;
+            if let Some(r) = e.repeat {
+                self.forget_repeat(r, &Repeated::Topic(key.clone()));
+            }
         }
         let ended: Vec<u64> = self.matches.iter().filter(|(_, k)| k == key).map(|(id, _)| *id).collect();
         for local_id in ended {

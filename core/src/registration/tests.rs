@@ -1108,3 +1108,120 @@ fn remote_services_expire_and_bad_ones_are_counted() {
     assert_eq!(reg.services().count(), 0);
     assert_eq!((reg.counters().rejected_ids, reg.counters().over_limits), (1, 1));
 }
+
+// ------------------------------------------------------------------------------------------
+// repeats recognised before decoding
+
+/// A publisher registration of entity `id` of process `pid` on host `h1` with registration clock `clock`.
+fn pub_datagram(pid: u32, id: u64, name: &str, clock: i32, layers: Vec<Layer>) -> Vec<u8> {
+    let s = codec::topic_sample(&ident("h1", pid), Direction::Publisher, &local(id, name, layers), clock);
+    codec::encode_registration(&s, wire::DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || 0).unwrap().remove(0)
+}
+
+fn remote_key(pid: u32, id: u64) -> EntityKey {
+    EntityKey { host_name: "h1".into(), pid, entity_id: id }
+}
+
+#[test]
+fn a_repeat_only_refreshes_its_entry_and_a_change_is_decoded_and_applied() {
+    let t0 = Instant::now();
+    let mut r = Registrar::new(ident("h1", 100), &cfg(), t0);
+    r.add_subscriber(t0, local(1, "x", vec![]));
+    r.handle_datagram(t0, addr(2), &pub_datagram(200, 5, "x", 1, vec![udp_layer()]));
+    let ev: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert_eq!(matched_ids(&ev), vec![(1, 5)]);
+    assert_eq!((r.counters().samples_applied, r.counters().repeats), (1, 0));
+    // The same sample a refresh later, but for its clock: only the expiry and the clock move, nothing else happens.
+    let t1 = t0 + Duration::from_secs(5);
+    r.handle_datagram(t1, addr(2), &pub_datagram(200, 5, "x", 2, vec![udp_layer()]));
+    assert_eq!((r.counters().samples_applied, r.counters().repeats), (2, 1));
+    assert!(r.poll_event().is_none());
+    let (t, seen) = r.topics_seen().find(|(t, _)| t.key == remote_key(200, 5)).unwrap();
+    assert_eq!((t.registration_clock, seen), (2, t1));
+    // The refreshed expiry holds: not gone at the first sample's timeout, gone at the repeat's.
+    r.handle_timeout(t0 + Duration::from_secs(11));
+    assert!(r.topics().any(|t| t.key == remote_key(200, 5)));
+    // A changed sample is decoded and applied: the new layers reach the match as an update.
+    let t2 = t1 + Duration::from_secs(1);
+    r.handle_datagram(t2, addr(2), &pub_datagram(200, 5, "x", 3, vec![udp_layer(), shoal_layer(1)]));
+    assert_eq!((r.counters().samples_applied, r.counters().repeats), (3, 1));
+    let ev: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(matches!(&ev[..], [Event::Updated { local_id: 1, remote }] if remote.layers.len() == 2), "{ev:?}");
+    // The changed sample is the one repeats are now recognised against; the old one is not a repeat any more.
+    r.handle_datagram(t2, addr(2), &pub_datagram(200, 5, "x", 4, vec![udp_layer(), shoal_layer(1)]));
+    assert_eq!(r.counters().repeats, 2);
+    r.handle_datagram(t2, addr(2), &pub_datagram(200, 5, "x", 5, vec![udp_layer()]));
+    assert_eq!(r.counters().repeats, 2);
+    assert_eq!(r.topics().find(|t| t.key == remote_key(200, 5)).unwrap().layers.len(), 1);
+    // Expiry still ends it at its timeout.
+    r.handle_timeout(t2 + Duration::from_secs(10));
+    assert!(r.topics().all(|t| t.key != remote_key(200, 5)));
+    assert_eq!(r.counters().expired_topics, 1);
+    assert_eq!(r.repeat_index_len(), 0);
+}
+
+#[test]
+fn the_same_bytes_from_another_sender_are_not_taken_for_a_repeat() {
+    let t0 = Instant::now();
+    let mut r = Registrar::new(ident("h1", 100), &cfg(), t0);
+    r.handle_datagram(t0, addr(2), &pub_datagram(200, 5, "x", 1, vec![]));
+    // Another sending address with the very same sample: decoded, and the entry now comes from there.
+    r.handle_datagram(t0, addr(3), &pub_datagram(200, 5, "x", 2, vec![]));
+    assert_eq!((r.counters().samples_applied, r.counters().repeats), (2, 0));
+    assert_eq!(r.topics().next().unwrap().source, Some(addr(3).ip()));
+    // From the first address again: not a repeat either (the entry was last made from the other one).
+    r.handle_datagram(t0, addr(2), &pub_datagram(200, 5, "x", 3, vec![]));
+    assert_eq!(r.counters().repeats, 0);
+    r.handle_datagram(t0, addr(2), &pub_datagram(200, 5, "x", 4, vec![]));
+    assert_eq!(r.counters().repeats, 1);
+    // Two entities with the same name from one sender are two entries, never each other's repeat.
+    r.handle_datagram(t0, addr(2), &pub_datagram(200, 6, "x", 1, vec![]));
+    r.handle_datagram(t0, addr(2), &pub_datagram(200, 6, "x", 2, vec![]));
+    assert_eq!(r.counters().repeats, 2);
+    assert_eq!(r.topics().find(|t| t.key == remote_key(200, 5)).unwrap().registration_clock, 4);
+    assert_eq!(r.topics().find(|t| t.key == remote_key(200, 6)).unwrap().registration_clock, 2);
+}
+
+#[test]
+fn process_samples_repeat_too_and_refresh_their_expiry() {
+    let t0 = Instant::now();
+    let mut r = Registrar::new(ident("h1", 100), &cfg(), t0);
+    let process = |clock| {
+        let s = codec::process_sample(&ident("h1", 200), clock);
+        codec::encode_registration(&s, wire::DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || 0).unwrap().remove(0)
+    };
+    r.handle_datagram(t0, addr(2), &process(1));
+    let t1 = t0 + Duration::from_secs(8);
+    r.handle_datagram(t1, addr(2), &process(2));
+    assert_eq!(r.counters().repeats, 1);
+    let p = r.processes().find(|p| p.pid == 200).unwrap();
+    assert_eq!((p.registration_clock, p.last_seen), (2, t1));
+    r.handle_timeout(t0 + Duration::from_secs(12));
+    assert!(r.processes().any(|p| p.pid == 200), "refreshed by the repeat");
+    r.handle_timeout(t1 + Duration::from_secs(10));
+    assert!(!r.processes().any(|p| p.pid == 200));
+    assert_eq!(r.repeat_index_len(), 0);
+}
+
+#[test]
+fn the_repeat_index_is_bounded_by_the_registry() {
+    let t0 = Instant::now();
+    let bounds = crate::config::LimitsConfig { remote_topics: 4, ..crate::config::LimitsConfig::default() };
+    let mut r = Registrar::new(ident("h1", 100), &cfg(), t0).with_bounds(&bounds);
+    for round in 0..3 {
+        for pid in 0..20u32 {
+            // Every sender its own address (else the registry would refuse the flood from one).
+            r.handle_datagram(t0, addr(pid as usize), &pub_datagram(1000 + pid, 1, "x", round, vec![]));
+        }
+    }
+    assert_eq!(r.topics().count(), 4);
+    assert!(r.repeat_index_len() <= 4, "{} repeat keys for 4 topics", r.repeat_index_len());
+    // Unregistered entities leave the index with their entries.
+    for t in r.topics().map(|t| t.key.clone()).collect::<Vec<_>>() {
+        let me = ident("h1", t.pid);
+        let s = codec::topic_unreg_sample(&me, Direction::Publisher, &local(t.entity_id, "x", vec![]));
+        let d = codec::encode_registration(&s, wire::DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || 0).unwrap().remove(0);
+        r.handle_datagram(t0, addr((t.pid - 1000) as usize), &d);
+    }
+    assert_eq!((r.topics().count(), r.repeat_index_len()), (0, 0));
+}
