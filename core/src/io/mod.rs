@@ -11,10 +11,12 @@
 //! this process's registration (shoal's process statistics).
 //!
 //! Every process of a host receives every registration datagram of the host (a process and each of its entities
-//! every second), so the registration socket is read at most every [`REG_READ_PAUSE`] while datagrams keep coming:
-//! after a read that got some, the socket leaves the poll for that long and what arrived meanwhile is read in one
-//! wake-up (200 processes: one wake-up instead of about 40). A socket that had nothing stays in the poll, so an idle
-//! host wakes nobody, and the first datagram after a quiet spell is read at once.
+//! every second). On a busy host (at least [`REG_BUSY_RATE`] datagrams in the last second: some 150 processes or
+//! more) the registration socket is read at most every [`REG_READ_PAUSE`] while datagrams keep coming: after a read
+//! that got some, the socket leaves the poll for that long and what arrived meanwhile is read in one wake-up (200
+//! processes: one wake-up instead of about 40). Below that rate it is read as soon as it signals: what a peer
+//! announces is learnt at once (an eCAL publisher that re-creates its memory file gives readers 5 ms to follow its
+//! new name). A socket that had nothing stays in the poll, so an idle host wakes nobody.
 //!
 //! The thread only moves datagrams, timers and events: what a match means for local publishers and subscribers is
 //! decided by the [`EventHandler`] it is started with (the runtime of `pubsub`), which it calls with every event.
@@ -49,6 +51,8 @@ const REG_RECV_SLOTS: usize = 32;
 /// How long the registration socket stays out of the poll after a read that got datagrams (see the module's doc):
 /// what a new peer announces waits at most this long, a match at most twice (each side reads the other's).
 const REG_READ_PAUSE: Duration = Duration::from_millis(200);
+/// Registration datagrams per second from which reads are paused ([`REG_READ_PAUSE`]).
+const REG_BUSY_RATE: usize = 300;
 /// Registration datagrams one `sendmmsg` sends at most.
 const REG_SEND_BATCH: usize = 64;
 
@@ -196,6 +200,8 @@ pub(crate) fn start(
                 receive_batch,
                 reg_batch: udp_net::RecvBatch::new(REG_RECV_SLOTS),
                 reg_paused_until: None,
+                reg_rate: (Instant::now(), 0),
+                reg_busy: false,
                 waker: thread_waker,
                 directory,
                 directory_generation: None,
@@ -223,6 +229,10 @@ struct IoThread {
     reg_batch: udp_net::RecvBatch,
     /// The registration socket is out of the poll until then ([`REG_READ_PAUSE`]).
     reg_paused_until: Option<Instant>,
+    /// Start of the current one-second window of registration datagrams, and how many it got so far.
+    reg_rate: (Instant, usize),
+    /// The last full window got at least [`REG_BUSY_RATE`] datagrams: reads are paused.
+    reg_busy: bool,
     /// Handed to the sources, whose producers wake the thread with it.
     waker: Arc<Waker>,
     /// The remote servers and clients, published for the process's service clients and servers.
@@ -300,7 +310,8 @@ impl IoThread {
             if reg_pending {
                 let got;
                 (reg_pending, got) = self.drain_socket();
-                if !reg_pending && got > 0 {
+                self.count_registration_reads(got);
+                if !reg_pending && got > 0 && self.reg_busy {
                     self.pause_registration_reads();
                 }
             }
@@ -351,6 +362,21 @@ impl IoThread {
     fn flush_sources(&mut self) -> Option<Instant> {
         let now = Instant::now();
         self.sources.iter_mut().filter_map(|s| s.flush(now)).min()
+    }
+
+    /// Counts `got` registration datagrams into the rate that decides whether reads are paused.
+    fn count_registration_reads(&mut self, got: usize) {
+        let now = Instant::now();
+        let (start, count) = &mut self.reg_rate;
+        *count += got;
+        let elapsed = now.saturating_duration_since(*start);
+        if elapsed >= Duration::from_secs(1) {
+            // Datagrams per second over the window (a window that took longer than a second is scaled down).
+            let per_s = (*count as u128 * 1000 / elapsed.as_millis().max(1)) as usize;
+            self.reg_busy = per_s >= REG_BUSY_RATE;
+            *start = now;
+            *count = 0;
+        }
     }
 
     /// Takes the registration socket out of the poll for [`REG_READ_PAUSE`] (if the poll refuses, it stays in).
