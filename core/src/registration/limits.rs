@@ -3,6 +3,7 @@
 //! walks the protobuf wire format (no allocation) and looks at the repeated and variable-length fields shoal
 //! stores: transport layers, names, descriptors, memfile lists, and shoal's statistics.
 
+use super::pbwalk::next_field;
 use crate::config::LimitsConfig;
 
 /// What a sample exceeded.
@@ -57,50 +58,12 @@ struct Fields<'a> {
     buf: &'a [u8],
 }
 
-fn varint(buf: &mut &[u8]) -> Option<u64> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let (&b, rest) = buf.split_first()?;
-        *buf = rest;
-        value |= u64::from(b & 0x7f) << shift;
-        if b < 0x80 {
-            return Some(value);
-        }
-    }
-    None
-}
-
 impl<'a> Iterator for Fields<'a> {
     type Item = Result<Field<'a>, LimitError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.buf.is_empty() {
-            return None;
-        }
-        let field = (|| {
-            let key = varint(&mut self.buf)?;
-            let bytes = match key & 7 {
-                0 => {
-                    varint(&mut self.buf)?;
-                    None
-                }
-                1 | 5 => {
-                    let n = if key & 7 == 1 { 8 } else { 4 };
-                    self.buf = self.buf.get(n..)?;
-                    None
-                }
-                2 => {
-                    let len = usize::try_from(varint(&mut self.buf)?).ok()?;
-                    let (bytes, rest) = (self.buf.get(..len)?, self.buf.get(len..)?);
-                    self.buf = rest;
-                    Some(bytes)
-                }
-                _ => return None,
-            };
-            Some(Field { number: key >> 3, bytes })
-        })();
-        match field {
-            Some(f) => Some(Ok(f)),
+        match next_field(&mut self.buf)? {
+            Some(f) => Some(Ok(Field { number: f.number, bytes: (f.wire_type == 2).then_some(f.payload) })),
             None => {
                 self.buf = &[];
                 Some(Err(LimitError::Malformed))

@@ -8,6 +8,7 @@
 pub mod codec;
 pub mod limits;
 pub mod model;
+mod pbwalk;
 mod registrar;
 mod repeat;
 mod services;

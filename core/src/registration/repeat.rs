@@ -13,6 +13,7 @@
 //! anything else (unregistrations, services, a body given twice, which the decoder would merge, malformed bytes)
 //! takes the decoding path, which counts and applies it as before.
 
+use super::pbwalk::next_field;
 use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
 
@@ -55,54 +56,6 @@ const TOPIC: u64 = 5;
 const CLIENT: u64 = 7;
 /// The registration clock is field 1 of every body (Process, Topic, Service, Client).
 const REGISTRATION_CLOCK: u64 = 1;
-
-fn varint(buf: &mut &[u8]) -> Option<u64> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let (&b, rest) = buf.split_first()?;
-        *buf = rest;
-        value |= u64::from(b & 0x7f) << shift;
-        if b < 0x80 {
-            return Some(value);
-        }
-    }
-    None
-}
-
-/// One field: number, wire type, its varint value (wire type 0), its payload (wire type 2), and all its bytes.
-struct Field<'a> {
-    number: u64,
-    wire_type: u64,
-    value: u64,
-    payload: &'a [u8],
-    raw: &'a [u8],
-}
-
-/// The next field of `buf`, advancing it; `None` at the end, `Some(None)` on malformed bytes.
-fn next_field<'a>(buf: &mut &'a [u8]) -> Option<Option<Field<'a>>> {
-    if buf.is_empty() {
-        return None;
-    }
-    let start = *buf;
-    let field = (|| {
-        let key = varint(buf)?;
-        let (mut value, mut payload) = (0, &[][..]);
-        match key & 7 {
-            0 => value = varint(buf)?,
-            1 => *buf = buf.get(8..)?,
-            5 => *buf = buf.get(4..)?,
-            2 => {
-                let len = usize::try_from(varint(buf)?).ok()?;
-                payload = buf.get(..len)?;
-                *buf = buf.get(len..)?;
-            }
-            _ => return None,
-        }
-        let raw = &start[..start.len() - buf.len()];
-        Some(Field { number: key >> 3, wire_type: key & 7, value, payload, raw })
-    })();
-    Some(field)
-}
 
 /// The fingerprint of a registration sample's protobuf bytes (`eCAL.pb.Sample`, the framing's name removed), or
 /// `None` when it is not one repeat recognition handles (see the module's doc). `keys` keys the hash (a
