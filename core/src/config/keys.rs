@@ -1003,9 +1003,7 @@ pub(crate) static KEYS: &[KeyDef] = &[
             "  true   always try; a ring that cannot go there uses normal pages, with a warning",
             "  false  normal pages (/dev/shm) only",
             "Which pages each ring got is announced in registration and shown by shoal-monitor and",
-            "shoal perf. Known defect: on huge pages a blocking subscriber (wait = block) is woken",
-            "slowly (64 B ping-pong 25-34 µs against 3.3 µs on normal pages); busy-spinning readers",
-            "are not affected. Until that is fixed the default is false.",
+            "shoal perf.",
         ],
         allowed: "auto, or true or false (also 1/0, yes/no, on/off)",
         get: |c| {

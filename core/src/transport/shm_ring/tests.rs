@@ -1028,7 +1028,7 @@ fn hugepage_fallback_warns_and_works() {
         let ReadOutcome::Sample((bytes, _)) = read_one(&mut r) else { panic!() };
         assert_eq!(bytes, b"still works");
     }
-    // huge_pages = auto: the same fallback, quietly, the reason kept for the tools.
+    // huge_pages = auto (the default): the same fallback, quietly, the reason kept for the tools.
     for (dir, reason) in [(&not_huge, "filesystem type"), (&missing, "does not exist")] {
         let logs = Arc::new(Mutex::new(Vec::new()));
         let mut c = cfg(4, 100);
@@ -1087,7 +1087,7 @@ fn huge_pages_below_a_hugetlbfs_mount_point_fall_back_to_dev_shm() {
 #[test]
 fn hugepages_when_available() {
     hugepages_when_available_with(crate::config::HugePages::On);
-    // `auto`: the same wherever the mount has free pages.
+    // The default: the same wherever the mount has free pages.
     hugepages_when_available_with(crate::config::HugePages::Auto);
 }
 
