@@ -470,6 +470,10 @@ impl Publisher {
         }
         let c = lock(&self.shared.conns);
         self.cache = ConnCache { version: v, doorbells: c.ring_doorbells(), intra: c.intra.clone() };
+        if let Some(ring) = &mut self.ring {
+            // Warm reuse of the ring's payload areas waits until every subscriber reading it publishes its cursor.
+            ring.set_expected_readers(c.remote.values().filter(|r| r.doorbell.is_some()).count());
+        }
     }
 
     /// Sends a copy of `data`, stamped with the current time.

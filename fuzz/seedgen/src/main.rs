@@ -73,6 +73,7 @@ fn topic(id: u64, name: &str) -> LocalTopic {
                     slot_size: 65536,
                     generation: 0,
                     doorbell: "/dev/shm/shoal_db_777_abc".to_owned(),
+                    page_kb: 4,
                 }),
             ),
         ],

@@ -18,6 +18,11 @@
 //! takes the lock on its entry of the new file before it lets go of the old one, and the writer, which keeps every
 //! generation's file open, asks them from the oldest to the newest, so a live reader is always found on the way.
 //! The pid in an entry is only for messages, and for kernels without OFD locks (before 3.15), where it decides.
+//!
+//! The same table holds *tracked* best-effort readers of rings with large slots (`TRACKING`): they publish their
+//! cursor the same way, are never waited for, and let the writer reuse the payload area of a sample every reader has
+//! consumed (warm reuse, `writer.rs`). A tracked entry whose reader is gone is freed by the writer when it holds
+//! reuse back a full ring, or taken by the next reader that claims an entry.
 
 use std::fs::File;
 use std::mem::{offset_of, size_of};
@@ -64,6 +69,10 @@ pub(super) const CLAIMING: u32 = 1;
 pub(super) const ACTIVE: u32 = 2;
 /// Taken out of flow control by the writer (stalled past the timeout); the reader reads on, best effort.
 pub(super) const EVICTED: u32 = 3;
+/// A best-effort reader of a ring with large slots that publishes its cursor so the writer can reuse the payload
+/// area of a sample every reader has consumed (warm reuse, `writer.rs`); never waited for. Its liveness is its
+/// lock, as for `ACTIVE`.
+pub(super) const TRACKING: u32 = 4;
 
 /// How long a blocked writer spins before it sleeps.
 const SPIN: Duration = Duration::from_micros(20);
@@ -213,25 +222,59 @@ pub(super) fn active_readers(h: &SegmentHeader) -> usize {
     h.readers.iter().filter(|r| r.state.load(Ordering::Acquire) == ACTIVE).count()
 }
 
-/// Copies the entries in flow control into the table of a new generation, their cursors at its first sample
-/// (they have not read any of it yet), so that the writer waits for them there too.
+/// Copies the entries in flow control (and the tracked best-effort readers) into the table of a new generation,
+/// their cursors at its first sample (they have not read any of it yet), so that the writer waits for them there too.
 pub(super) fn carry_over(old: &SegmentHeader, new: &SegmentHeader, base_seq: u64) {
     for (o, n) in old.readers.iter().zip(&new.readers) {
-        if o.state.load(Ordering::Acquire) == ACTIVE {
+        let state = o.state.load(Ordering::Acquire);
+        if state == ACTIVE || state == TRACKING {
             n.pid.store(o.pid.load(Ordering::Relaxed), Ordering::Relaxed);
             n.token.store(o.token.load(Ordering::Relaxed), Ordering::Relaxed);
             n.cursor.store(base_seq, Ordering::Relaxed);
-            n.state.store(ACTIVE, Ordering::Release);
+            n.state.store(state, Ordering::Release);
         }
     }
 }
 
-/// A reliable reader's entry.
+/// The readers whose cursor the writer knows (in flow control or tracked) and the smallest of their cursors.
+pub(super) fn known_readers(h: &SegmentHeader) -> (usize, u64) {
+    let mut n = 0;
+    let mut min = u64::MAX;
+    for r in &h.readers {
+        let state = r.state.load(Ordering::Acquire);
+        if state == ACTIVE || state == TRACKING {
+            n += 1;
+            min = min.min(r.cursor.load(Ordering::Acquire));
+        }
+    }
+    (n, min)
+}
+
+/// Frees the tracked entries whose reader is gone and whose cursor is before `before` (`alive` as in
+/// [`WriterFlow::wait`]); how many.
+#[cold]
+pub(super) fn free_dead_trackers(h: &SegmentHeader, before: u64, alive: &dyn Fn(usize, u32) -> bool) -> usize {
+    let mut freed = 0;
+    for (index, r) in h.readers.iter().enumerate() {
+        if r.state.load(Ordering::Acquire) == TRACKING
+            && r.cursor.load(Ordering::Acquire) < before
+            && !alive(index, r.pid.load(Ordering::Relaxed))
+            && r.state.compare_exchange(TRACKING, FREE, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
+            freed += 1;
+        }
+    }
+    freed
+}
+
+/// A reliable (or tracked) reader's entry.
 #[derive(Debug)]
 pub(super) struct ReaderFlow {
     index: usize,
     token: u64,
-    /// The writer took this reader out of flow control.
+    /// `ACTIVE` (reliable) or `TRACKING` (best effort, cursor published for warm reuse).
+    state: u32,
+    /// The writer took this reader out of flow control (or freed its tracked entry).
     pub(super) evicted: bool,
 }
 
@@ -239,12 +282,15 @@ impl ReaderFlow {
     /// Takes a free entry (or an evicted one whose reader is gone) for a reader at `cursor`, and the lock on it in
     /// the reader's `file` of the segment before the entry enters flow control; `None` when the table is full or
     /// the lock cannot be taken.
-    pub(super) fn claim(h: &SegmentHeader, file: &File, cursor: u64, token: u64) -> Option<ReaderFlow> {
+    /// `state` is `ACTIVE` (a reliable reader) or `TRACKING` (a best-effort one publishing its cursor).
+    pub(super) fn claim(h: &SegmentHeader, file: &File, cursor: u64, token: u64, state: u32) -> Option<ReaderFlow> {
         for (index, r) in h.readers.iter().enumerate() {
             let s = r.state.load(Ordering::Acquire);
-            // An evicted reader that still lives holds its lock until it notices the eviction.
+            // An evicted (or tracked) reader that still lives holds its lock until it notices the eviction (or
+            // lets go of the entry).
             let takeable = s == FREE
-                || (s == EVICTED && !reader_alive(std::iter::once(file), index, r.pid.load(Ordering::Relaxed)));
+                || ((s == EVICTED || s == TRACKING)
+                    && !reader_alive(std::iter::once(file), index, r.pid.load(Ordering::Relaxed)));
             if takeable && r.state.compare_exchange(s, CLAIMING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 let (start, len) = entry_range(index);
                 if let Err(e) = crate::sys::hold_range(file, start, len) {
@@ -255,8 +301,8 @@ impl ReaderFlow {
                 r.pid.store(own_pid(), Ordering::Relaxed);
                 r.token.store(token, Ordering::Relaxed);
                 r.cursor.store(cursor, Ordering::Relaxed);
-                r.state.store(ACTIVE, Ordering::Release);
-                return Some(ReaderFlow { index, token, evicted: false });
+                r.state.store(state, Ordering::Release);
+                return Some(ReaderFlow { index, token, state, evicted: false });
             }
         }
         None
@@ -267,7 +313,7 @@ impl ReaderFlow {
     /// `None`: table full, or the lock cannot be taken.
     pub(super) fn follow(&self, h: &SegmentHeader, file: &File, cursor: u64) -> Option<ReaderFlow> {
         let r = &h.readers[self.index];
-        if r.state.load(Ordering::Acquire) == ACTIVE
+        if r.state.load(Ordering::Acquire) == self.state
             && r.token.load(Ordering::Relaxed) == self.token
             && r.pid.load(Ordering::Relaxed) == own_pid()
         {
@@ -275,10 +321,15 @@ impl ReaderFlow {
             match crate::sys::hold_range(file, start, len) {
                 Ok(()) => {
                     r.cursor.store(cursor, Ordering::Release);
-                    return Some(ReaderFlow { index: self.index, token: self.token, evicted: false });
+                    return Some(ReaderFlow {
+                        index: self.index,
+                        token: self.token,
+                        state: self.state,
+                        evicted: false,
+                    });
                 }
                 Err(e) => {
-                    let _ = r.state.compare_exchange(ACTIVE, FREE, Ordering::AcqRel, Ordering::Relaxed);
+                    let _ = r.state.compare_exchange(self.state, FREE, Ordering::AcqRel, Ordering::Relaxed);
                     tracing::warn!(
                         "shm_ring: cannot lock reliable reader entry {} of a new generation: {e}; reading best effort",
                         self.index
@@ -287,7 +338,12 @@ impl ReaderFlow {
                 }
             }
         }
-        ReaderFlow::claim(h, file, cursor, self.token)
+        ReaderFlow::claim(h, file, cursor, self.token, self.state)
+    }
+
+    /// Whether this is a tracked best-effort reader's entry (not in flow control).
+    pub(super) fn tracking(&self) -> bool {
+        self.state == TRACKING
     }
 
     fn mine<'h>(&self, h: &'h SegmentHeader) -> &'h ReaderSlot {
@@ -299,12 +355,16 @@ impl ReaderFlow {
     #[inline]
     pub(super) fn consumed(&mut self, h: &SegmentHeader, file: &File, cursor: u64) {
         let r = self.mine(h);
-        if r.state.load(Ordering::Relaxed) != ACTIVE || r.token.load(Ordering::Relaxed) != self.token {
+        if r.state.load(Ordering::Relaxed) != self.state || r.token.load(Ordering::Relaxed) != self.token {
             self.evicted = true;
             self.unlock(file);
             return;
         }
         r.cursor.store(cursor, Ordering::Release);
+        if self.state == TRACKING {
+            // Never waited for: nobody to wake.
+            return;
+        }
         // StoreLoad against the writer's "waiting" announcement (see `WriterFlow::wait`).
         fence(Ordering::SeqCst);
         let f = &h.flow.0;
@@ -328,7 +388,7 @@ impl ReaderFlow {
         let r = self.mine(h);
         if r.token.load(Ordering::Relaxed) == self.token && r.pid.load(Ordering::Relaxed) == own_pid() {
             let s = r.state.load(Ordering::Acquire);
-            if s == ACTIVE || s == EVICTED {
+            if s == ACTIVE || s == EVICTED || s == TRACKING {
                 let _ = r.state.compare_exchange(s, FREE, Ordering::AcqRel, Ordering::Relaxed);
             }
         }

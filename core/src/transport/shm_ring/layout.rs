@@ -11,9 +11,10 @@ pub(super) const CACHE_LINE: usize = 64;
 
 /// `b"SHOALRNG"` read as a little-endian u64.
 pub(super) const RING_MAGIC: u64 = u64::from_le_bytes(*b"SHOALRNG");
-/// Layout version of ring segments (4: a reliable reader holds a lock on its reader-table entry's bytes, which is
-/// its liveness, see `flow.rs`; a reader of version 3 would hold none and be taken out of flow control as gone).
-pub(super) const RING_VERSION: u32 = 4;
+/// Layout version of ring segments (5: a slot's header describes a sample whose payload may live in another slot's
+/// payload area, `SlotHeader::chunk`, guarded by that area's own seqlock `SlotHeader::chunk_seq`; a reader of
+/// version 4 would read the payload in place).
+pub(super) const RING_VERSION: u32 = 5;
 /// `b"SHOALDBL"` read as a little-endian u64.
 pub(super) const DOORBELL_MAGIC: u64 = u64::from_le_bytes(*b"SHOALDBL");
 /// Layout version of doorbells.
@@ -24,6 +25,10 @@ pub(super) const NEXT_PATH_CAP: usize = 248;
 
 /// Entries of a segment's reliable-reader table (readers beyond it read best effort).
 pub(super) const MAX_RELIABLE_READERS: usize = 32;
+
+/// Slot size from which readers publish their cursor (tracked readers, `flow.rs`) and the writer reuses warm
+/// payload areas (`writer.rs`): large messages, where cold memory costs more than the cursor's store.
+pub(super) const WARM_MIN_SLOT_SIZE: usize = 64 << 10;
 
 /// Smallest accepted slot count.
 pub(super) const MIN_SLOT_COUNT: u32 = 2;
@@ -114,11 +119,16 @@ pub(super) struct ReaderSlot {
     pub(super) cursor: AtomicU64,
 }
 
-/// Header of one slot; the payload follows at offset `size_of::<SlotHeader>()`.
+/// Header of one slot; the slot's payload area follows at offset `size_of::<SlotHeader>()`.
+///
+/// A slot is two things. Its header's first five fields describe the sample whose sequence number maps to the slot
+/// (`seq % slot_count`); that sample's payload is in payload area `chunk`, which the writer chooses (warm reuse,
+/// see `writer.rs`): usually the slot's own, for large samples read by tracked readers the area of a sample every
+/// reader has consumed. `chunk_seq` belongs to the slot's payload area and says which sample it holds.
 #[repr(C, align(64))]
 #[derive(Debug)]
 pub(super) struct SlotHeader {
-    /// Seqlock: 0 never written, `2*s+1` while sample `s` is written, `2*s+2` once published.
+    /// Seqlock of the description: 0 never written, `2*s+1` while sample `s` is written, `2*s+2` once published.
     pub(super) seq: AtomicU64,
     /// Payload length in bytes.
     pub(super) len: AtomicU64,
@@ -126,6 +136,12 @@ pub(super) struct SlotHeader {
     pub(super) send_time_ns: AtomicI64,
     /// Per-publisher clock given by the caller.
     pub(super) clock: AtomicU64,
+    /// Seqlock of this slot's payload area, in the same words as `seq`: `2*s+1` while sample `s` is written into
+    /// it, `2*s+2` once it holds sample `s`.
+    pub(super) chunk_seq: AtomicU64,
+    /// The payload area (slot index) that holds the sample described here.
+    pub(super) chunk: AtomicU32,
+    pub(super) _pad: AtomicU32,
 }
 
 /// A doorbell segment: one per subscribing process.

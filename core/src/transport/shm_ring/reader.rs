@@ -6,10 +6,10 @@ use std::sync::atomic::{Ordering, fence};
 
 use memmap2::MmapOptions;
 
-use super::flow::ReaderFlow;
+use super::flow::{ACTIVE, ReaderFlow, TRACKING};
 use super::layout::{
     MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION, SEGMENT_HEADER_SIZE,
-    SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride,
+    SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, WARM_MIN_SLOT_SIZE, ring_bytes, slot_stride,
 };
 use super::segment::{self, RingName};
 use crate::sample::PayloadView;
@@ -205,9 +205,27 @@ struct Mapped {
     writer_pid: u32,
     publisher_id: u64,
     base_seq: u64,
+    /// Mapped read-write (a reliable reader, or a tracked one: it writes its reader-table entry).
+    writable: bool,
 }
 
 impl Mapped {
+    /// Opens `path` read-write for a reliable reader; for a best-effort one read-only, then read-write if its slots
+    /// are large (a tracked reader, `RingReader::track`) and the file allows it.
+    fn open_for(path: &Path, reliable: bool) -> Result<Mapped, RingOpenError> {
+        let seg = Mapped::open(path, reliable)?;
+        if reliable || seg.slot_size < WARM_MIN_SLOT_SIZE {
+            return Ok(seg);
+        }
+        match Mapped::open(path, true) {
+            Ok(rw) => Ok(rw),
+            Err(e) => {
+                tracing::debug!("shm_ring: {} cannot be opened writable, read untracked: {e}", path.display());
+                Ok(seg)
+            }
+        }
+    }
+
     fn header(&self) -> &SegmentHeader {
         // SAFETY: open() checked the mapping holds at least SEGMENT_HEADER_SIZE bytes; it is
         // page aligned and SegmentHeader consists of atomics only.
@@ -310,6 +328,7 @@ impl Mapped {
             slot_size,
             stride,
             writer_pid,
+            writable,
         })
     }
 
@@ -342,6 +361,27 @@ impl Mapped {
         // SAFETY: `slot` is in bounds and 64-byte aligned (header size and stride are
         // multiples of 64, the mapping is page aligned); SlotHeader is atomics only.
         unsafe { &*self.slot(seq).cast::<SlotHeader>() }
+    }
+
+    /// The header of the slot whose payload area holds the sample that `slot` describes, if its `chunk` is in
+    /// bounds, with the area's payload pointer.
+    #[inline]
+    fn area_of(&self, slot: &SlotHeader) -> Option<(&SlotHeader, *const u8)> {
+        let chunk = slot.chunk.load(Ordering::Relaxed);
+        if chunk >= self.slot_count {
+            return None;
+        }
+        // `slot` maps index `chunk` (< slot_count) to itself, whatever the sequence's high bits.
+        let at = self.slot(u64::from(chunk));
+        // SAFETY: as in `slot_header`: in bounds (chunk < slot_count), 64-byte aligned, atomics only.
+        Some((unsafe { &*at.cast::<SlotHeader>() }, at))
+    }
+
+    /// Whether the description of sample `seq` at `slot` is published and its payload area still holds it.
+    fn holds(&self, slot: &SlotHeader, seq: u64) -> bool {
+        let expected = published_word(seq);
+        slot.seq.load(Ordering::Acquire) == expected
+            && self.area_of(slot).is_some_and(|(area, _)| area.chunk_seq.load(Ordering::Acquire) == expected)
     }
 }
 
@@ -410,14 +450,14 @@ impl RingReader {
     }
 
     fn open_with(segment_name: &str, reliable: bool) -> Result<RingReader, RingOpenError> {
-        let mut seg = Mapped::open(Path::new(segment_name), reliable)?;
+        let mut seg = Mapped::open_for(Path::new(segment_name), reliable)?;
         let mut hops = 0;
         while seg.header().superseded.load(Ordering::Acquire) != 0 {
             hops += 1;
             if hops > MAX_HOPS {
                 return Err(RingOpenError::ChainTooLong { path: seg.path });
             }
-            seg = Mapped::open(&seg.next_path(), reliable)?;
+            seg = Mapped::open_for(&seg.next_path(), reliable)?;
         }
         let cursor = seg.header().write_seq.0.load(Ordering::Acquire);
         if cursor >= SEQ_LIMIT {
@@ -428,6 +468,9 @@ impl RingReader {
         if reliable {
             r.join_flow_control(flow_token());
         }
+        if r.flow.is_none() {
+            r.track(flow_token());
+        }
         Ok(r)
     }
 
@@ -437,13 +480,23 @@ impl RingReader {
         if h.flow.0.timeout_ms.load(Ordering::Acquire) == 0 {
             return;
         }
-        self.flow = ReaderFlow::claim(h, &self.seg.file, self.cursor, token);
+        self.flow = ReaderFlow::claim(h, &self.seg.file, self.cursor, token, ACTIVE);
         if self.flow.is_none() {
             tracing::warn!(
                 "shm_ring: {}: the table of reliable readers is full; reading best effort",
                 self.seg.path.display()
             );
         }
+    }
+
+    /// A best-effort reader of a ring with large slots, mapped writable, publishes its cursor in the reader table
+    /// (a tracked entry) so that the writer can reuse warm payload areas; where the table is full it reads
+    /// untracked, and the writer then reuses nothing (it expects as many readers as subscribers it knows of).
+    fn track(&mut self, token: u64) {
+        if self.evicted || !self.seg.writable || self.seg.slot_size < WARM_MIN_SLOT_SIZE {
+            return;
+        }
+        self.flow = ReaderFlow::claim(self.seg.header(), &self.seg.file, self.cursor, token, TRACKING);
     }
 
     /// Whether the writer waits for this reader (it asked for it, the writer is reliable and has not taken it out).
@@ -466,14 +519,14 @@ impl RingReader {
         while self.cursor > 0 && rewound + 1 < u64::from(self.seg.slot_count) {
             let prev = self.cursor - 1;
             let slot = self.seg.slot_header(prev);
-            let expected = published_word(prev);
-            if slot.seq.load(Ordering::Acquire) != expected {
+            // A sample whose payload area was reused (warm reuse, `writer.rs`) is gone like an overwritten one.
+            if !self.seg.holds(slot, prev) {
                 break;
             }
             let t = slot.send_time_ns.load(Ordering::Relaxed);
             // Re-check after reading the time: the writer may have started to overwrite the slot.
             fence(Ordering::Acquire);
-            if slot.seq.load(Ordering::Relaxed) != expected || t < min_send_time_ns {
+            if !self.seg.holds(slot, prev) || t < min_send_time_ns {
                 break;
             }
             self.cursor = prev;
@@ -684,24 +737,30 @@ impl RingReader {
             publisher_id: self.seg.publisher_id,
         };
         self.cursor = c.wrapping_add(1);
-        if len > self.seg.slot_size as u64 {
-            // Either torn (re-check below) or a corrupt length: never accepted.
+        // The payload area holding the sample (its own slot's, or a reused warm one), and that it still holds it.
+        let area = self.seg.area_of(slot).filter(|(area, _)| area.chunk_seq.load(Ordering::Acquire) == expected);
+        let Some((area, at)) = area.filter(|_| len <= self.seg.slot_size as u64) else {
+            // Reused for a later sample after every tracked reader had read this one (a reader that is not tracked
+            // or was not yet), overwritten meanwhile (re-check below), or a corrupt length or area: never accepted.
+            if self.check_truncated() {
+                return ReadOutcome::Ended;
+            }
             self.drops = self.drops.saturating_add(1);
             return ReadOutcome::Torn;
-        }
-        // SAFETY: the payload area starts SLOT_HEADER_SIZE into the slot and holds slot_size >= len bytes inside the
-        // mapping, which `self.seg` keeps mapped while the closure borrows `self`; this process never writes it (the
-        // mapping is read-only, or read-write only for the reader-table entry). The writer may write these bytes
-        // concurrently: `SharedBytes` only copies out of them, and the sequence re-check below discards anything
-        // read during such a write.
+        };
+        // SAFETY: the payload area starts SLOT_HEADER_SIZE into its slot (index < slot_count, `area_of`) and holds
+        // slot_size >= len bytes inside the mapping, which `self.seg` keeps mapped while the closure borrows `self`;
+        // this process never writes it (the mapping is read-only, or read-write only for the reader-table entry).
+        // The writer may write these bytes concurrently: `SharedBytes` only copies out of them, and the sequence
+        // re-checks below discard anything read during such a write.
         let payload = unsafe {
-            let p = std::ptr::NonNull::new_unchecked(self.seg.slot(c).add(SLOT_HEADER_SIZE).cast_mut());
+            let p = std::ptr::NonNull::new_unchecked(at.add(SLOT_HEADER_SIZE).cast_mut());
             SharedBytes::new(p, info.len)
         };
         let result = f(SampleView { payload: PayloadView::shared(payload), info });
-        // Seqlock reader: the payload reads above happen before the re-check.
+        // Seqlock reader: the payload reads above happen before the re-checks.
         fence(Ordering::Acquire);
-        if slot.seq.load(Ordering::Relaxed) != expected {
+        if slot.seq.load(Ordering::Relaxed) != expected || area.chunk_seq.load(Ordering::Relaxed) != expected {
             if self.check_truncated() {
                 // Counted once by check_truncated.
                 return ReadOutcome::Ended;
@@ -713,7 +772,14 @@ impl RingReader {
             && !self.evicted
         {
             flow.consumed(self.seg.header(), &self.seg.file, self.cursor);
-            self.evicted = flow.evicted;
+            if flow.evicted {
+                if flow.tracking() {
+                    // The writer freed the entry (it judged this reader gone): read on untracked.
+                    self.flow = None;
+                } else {
+                    self.evicted = true;
+                }
+            }
         }
         ReadOutcome::Sample(result)
     }
@@ -765,7 +831,7 @@ impl RingReader {
     #[cold]
     fn switch_generation(&mut self) -> bool {
         let next = self.seg.next_path();
-        match Mapped::open(&next, self.reliable) {
+        match Mapped::open_for(&next, self.reliable) {
             Ok(seg) => {
                 let w = seg.header().write_seq.0.load(Ordering::Acquire);
                 if seg.base_seq >= SEQ_LIMIT || w >= SEQ_LIMIT {
@@ -786,12 +852,16 @@ impl RingReader {
                 }
                 if let Some(old) = self.flow.take() {
                     // The new entry's lock first, then the old one's: the writer always finds one of them held.
-                    if !self.evicted {
+                    if !self.evicted && (!old.tracking() || seg.writable) {
                         self.flow = old.follow(seg.header(), &seg.file, self.cursor);
                     }
                     old.release(self.seg.header(), &self.seg.file);
                 }
                 self.seg = seg;
+                if self.flow.is_none() {
+                    // Grown to large slots: publish the cursor from now on.
+                    self.track(flow_token());
+                }
                 true
             }
             Err(e) => {

@@ -77,6 +77,8 @@ fn layout_is_as_asserted() {
     assert_eq!(offset_of!(SlotHeader, len), 8);
     assert_eq!(offset_of!(SlotHeader, send_time_ns), 16);
     assert_eq!(offset_of!(SlotHeader, clock), 24);
+    assert_eq!(offset_of!(SlotHeader, chunk_seq), 32);
+    assert_eq!(offset_of!(SlotHeader, chunk), 40);
     assert_eq!(SLOT_HEADER_SIZE, 64);
     assert_eq!(layout::slot_stride(1), Some(128));
     assert_eq!(layout::slot_stride(64), Some(128));
@@ -627,7 +629,9 @@ fn bad_headers_rejected() {
     assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadVersion { version: 2, .. })));
     patch(8, &3u32.to_le_bytes()); // version 3: reliable readers without entry locks
     assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadVersion { version: 3, .. })));
-    patch(8, &4u32.to_le_bytes());
+    patch(8, &4u32.to_le_bytes()); // version 4: payloads always in their own slot, no area seqlock
+    assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadVersion { version: 4, .. })));
+    patch(8, &5u32.to_le_bytes());
     assert!(RingReader::open(w.segment_name()).is_ok());
 
     // A corrupt slot length is never accepted.
@@ -636,6 +640,11 @@ fn bad_headers_rejected() {
     patch(SEGMENT_HEADER_SIZE as u64 + 8, &(1u64 << 40).to_le_bytes());
     assert_eq!(read_one(&mut r), ReadOutcome::Torn);
     assert_eq!(r.drops(), 1);
+    // Nor a payload area beyond the ring (sample 1 is described in slot 1, 128 bytes further).
+    let _ = w.write(&[2; 8], 0, 1).unwrap();
+    patch(SEGMENT_HEADER_SIZE as u64 + 128 + offset_of!(SlotHeader, chunk) as u64, &999u32.to_le_bytes());
+    assert_eq!(read_one(&mut r), ReadOutcome::Torn);
+    assert_eq!(r.drops(), 2);
 
     // Doorbells too.
     assert!(matches!(DoorbellRemote::open("/dev/shm/whatever"), Err(DoorbellOpenError::BadName(_))));
@@ -1525,4 +1534,142 @@ fn a_segment_truncated_by_a_peer_ends_the_reader_without_sigbus() {
     assert!(w.truncated());
     // A new reader refuses the truncated file before mapping it.
     assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::TooSmall { .. })));
+}
+
+/// The payload area (slot index) that the description of sample `seq` names, read from the segment file.
+fn area_of_sample(w: &RingWriter, seq: u64) -> u32 {
+    use std::os::unix::fs::FileExt;
+    let slot = seq % u64::from(w.slot_count());
+    let stride = layout::slot_stride(w.slot_size()).expect("stride") as u64;
+    let at = SEGMENT_HEADER_SIZE as u64 + slot * stride + offset_of!(SlotHeader, chunk) as u64;
+    let mut b = [0u8; 4];
+    std::fs::File::open(w.segment_name()).expect("open segment").read_exact_at(&mut b, at).expect("read");
+    u32::from_le_bytes(b)
+}
+
+const LARGE: usize = layout::WARM_MIN_SLOT_SIZE;
+
+/// A reader of a ring with large slots publishes its cursor; with every expected reader tracked, the writer writes
+/// each sample into the area of the one the reader consumed last (warm), and the reader still gets every sample
+/// intact.
+#[test]
+fn large_slots_reuse_the_area_every_reader_consumed() {
+    let mut w = RingWriter::create(&cfg(8, LARGE), 7).unwrap();
+    w.set_expected_readers(1);
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    for clock in 0..40u64 {
+        let data = pattern(clock, 1000 + clock as usize);
+        let p = w.write(&data, 0, clock).unwrap();
+        assert_eq!(area_of_sample(&w, p.seq), 0, "sample {clock} reuses the one warm area");
+        let ReadOutcome::Sample((bytes, info)) = read_one(&mut r) else { panic!("sample {clock}") };
+        assert_eq!((bytes, info.clock), (data, clock));
+    }
+    assert_eq!(r.drops(), 0);
+}
+
+/// Without a tracked reader for every subscriber the publisher knows of, the ring is a plain ring: sample `s` in
+/// area `s % slot_count`, and a reader that lags a few samples loses none of them.
+#[test]
+fn large_slots_stay_a_plain_ring_until_every_reader_is_tracked() {
+    let mut w = RingWriter::create(&cfg(8, LARGE), 7).unwrap();
+    w.set_expected_readers(2);
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    for clock in 0..20u64 {
+        let p = w.write(&pattern(clock, 100), 0, clock).unwrap();
+        assert_eq!(u64::from(area_of_sample(&w, p.seq)), p.seq % 8, "plain ring");
+        let ReadOutcome::Sample((bytes, _)) = read_one(&mut r) else { panic!("sample {clock}") };
+        assert_eq!(bytes, pattern(clock, 100));
+    }
+    // Once the reader that is not tracked leaves (the publisher expects one), reuse starts.
+    w.set_expected_readers(1);
+    for clock in 20..24u64 {
+        let _ = w.write(&pattern(clock, 100), 0, clock).unwrap();
+        let ReadOutcome::Sample((bytes, _)) = read_one(&mut r) else { panic!("sample {clock}") };
+        assert_eq!(bytes, pattern(clock, 100));
+    }
+    let a = area_of_sample(&w, 22);
+    assert_eq!(area_of_sample(&w, 23), a, "warm reuse once every expected reader is tracked");
+    // A reader dropped frees its entry: no reader known, nothing more reused.
+    drop(r);
+    let _ = w.write(&pattern(24, 100), 0, 24).unwrap();
+    let _ = w.write(&pattern(25, 100), 0, 25).unwrap();
+    assert_ne!(area_of_sample(&w, 25), area_of_sample(&w, 24));
+}
+
+/// A tracked reader that lags keeps what it has not read: areas are reused only behind the slowest reader, and a
+/// new reader that rewinds stops at a sample whose area was reused.
+#[test]
+fn a_lagging_tracked_reader_loses_nothing_the_ring_holds() {
+    let mut w = RingWriter::create(&cfg(8, LARGE), 7).unwrap();
+    w.set_expected_readers(2);
+    let mut fast = RingReader::open(w.segment_name()).unwrap();
+    let mut slow = RingReader::open(w.segment_name()).unwrap();
+    for round in 0..5u64 {
+        for k in 0..6u64 {
+            let clock = round * 6 + k;
+            let _ = w.write(&pattern(clock, 500), 0, clock).unwrap();
+            let ReadOutcome::Sample((bytes, _)) = read_one(&mut fast) else { panic!("fast {clock}") };
+            assert_eq!(bytes, pattern(clock, 500));
+        }
+        for k in 0..6u64 {
+            let clock = round * 6 + k;
+            let ReadOutcome::Sample((bytes, info)) = read_one(&mut slow) else { panic!("slow {clock}") };
+            assert_eq!((bytes, info.clock), (pattern(clock, 500), clock));
+        }
+    }
+    assert_eq!((fast.drops(), slow.drops()), (0, 0));
+    // Both have read everything: the last samples share warm areas, so a newcomer's rewind stops early.
+    w.set_expected_readers(2);
+    let mut late = RingReader::open(w.segment_name()).unwrap();
+    let rewound = late.rewind_to_time(i64::MIN);
+    assert!(rewound < 7, "rewound over reused areas: {rewound}");
+    for _ in 0..rewound {
+        assert!(matches!(read_one(&mut late), ReadOutcome::Sample(_)));
+    }
+    assert_eq!(late.drops(), 0);
+}
+
+/// Threads writing and reading large samples at full speed with warm reuse: a reader never gets a sample whose area
+/// was reused or overwritten while it read (every byte checked), and what it misses is counted.
+#[test]
+fn warm_reuse_under_contention_never_delivers_torn_data() {
+    let mut w = RingWriter::create(&cfg(4, LARGE), 9).unwrap();
+    w.set_expected_readers(2);
+    let name = w.segment_name().to_owned();
+    const N: u64 = 20_000;
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let mut r = RingReader::open(&name).unwrap();
+            std::thread::spawn(move || {
+                let (mut got, mut last) = (0u64, None::<u64>);
+                loop {
+                    match r.try_read_with(|v| (v.payload().to_vec(), v.info())) {
+                        ReadOutcome::Sample((bytes, info)) => {
+                            assert_eq!(bytes, pattern(info.clock, 4000 + (info.clock as usize % 3000)));
+                            assert!(last.is_none_or(|l| info.clock > l), "in order");
+                            last = Some(info.clock);
+                            got += 1;
+                            if info.clock == N - 1 {
+                                break;
+                            }
+                        }
+                        ReadOutcome::Torn | ReadOutcome::Empty => std::hint::spin_loop(),
+                        ReadOutcome::Ended => panic!("ended"),
+                    }
+                }
+                (got, r.drops())
+            })
+        })
+        .collect();
+    for clock in 0..N {
+        let _ = w.write(&pattern(clock, 4000 + (clock as usize % 3000)), 0, clock).unwrap();
+        if clock % 64 == 0 {
+            std::thread::yield_now();
+        }
+    }
+    for t in readers {
+        let (got, drops) = t.join().expect("reader");
+        assert!(got > 0);
+        assert_eq!(got + drops, N, "every sample read or counted");
+    }
 }

@@ -1,13 +1,14 @@
 //! The publishing side of a ring: one writer per publisher, never blocks, never locks.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{Ordering, fence};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::flow::{self, FlowStats, WriterFlow};
 use super::layout::{
     MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION, SEGMENT_HEADER_SIZE,
-    SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride,
+    SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, WARM_MIN_SLOT_SIZE, ring_bytes, slot_stride,
 };
 use super::segment::{self, CreateFailure, Placement, RingName};
 use crate::config::ShmRingConfig;
@@ -145,6 +146,52 @@ impl Segment {
     }
 }
 
+/// Which payload area each sample of the current segment goes to (writer-private).
+///
+/// A plain ring writes sample `s` into slot `s % slot_count`'s own area, so a ring of 16 slots of 1 MiB cycles
+/// through 16 MiB: each write and each read touches memory that left the caches long ago. When every reader of a
+/// ring with large slots publishes its cursor (tracked readers, `flow.rs`), the payload area of a sample all of them
+/// have consumed is free, and the writer reuses the one freed last, still warm in the caches, as iceoryx2 hands
+/// back the chunk released last. Descriptions stay in ring order (slot `s % slot_count` describes sample `s`, its
+/// `chunk` names the area): readers, skips, rewinds and flow control are unchanged, and a reader that reads a sample
+/// whose area was reused sees it by the area's own seqlock and counts a drop, as for an overrun.
+///
+/// Every area is, at any time, either free (in `free`) or holds a sample whose description is live and not yet
+/// released: when sample `s` is written, the area of sample `s - slot_count` (whose description `s` overwrites) is
+/// freed unless it already was, and the areas of the samples before the smallest known cursor are released. With no
+/// cursor known (or a reader that does not publish one) only the first happens: exactly the plain ring.
+#[derive(Debug)]
+struct Chunks {
+    /// Free payload areas, the warmest (freed last by a release) at the front, evicted ones at the back.
+    free: VecDeque<u32>,
+    /// Per slot: the area holding the sample its description names (`u32::MAX`: none yet).
+    slot_chunk: Vec<u32>,
+    /// Samples before this one have had their area freed (released or evicted).
+    released_to: u64,
+    /// The area of the outstanding loan.
+    loaned: Option<u32>,
+    /// Readers of this ring the publisher knows of (registration); warm reuse needs all of them tracked.
+    expected_readers: usize,
+    /// When dead tracked readers were last looked for.
+    dead_check: Option<Instant>,
+}
+
+/// How often a writer whose tracked readers hold warm reuse back a full ring asks whether they still live.
+const DEAD_TRACKER_CHECK: Duration = Duration::from_millis(100);
+
+impl Chunks {
+    fn new(slot_count: u32, base_seq: u64, expected_readers: usize) -> Chunks {
+        Chunks {
+            free: (0..slot_count).collect(),
+            slot_chunk: vec![u32::MAX; slot_count as usize],
+            released_to: base_seq,
+            loaned: None,
+            expected_readers,
+            dead_check: None,
+        }
+    }
+}
+
 /// Writer of one publisher's ring segment.
 ///
 /// Hot path: `loan` + `commit` (or `write`) are a few relaxed/release stores and a memcpy;
@@ -175,6 +222,8 @@ pub struct RingWriter {
     changed: bool,
     /// Flow control of reliable readers: `None` for a writer that never waits.
     flow: Option<WriterFlow>,
+    /// Payload areas of the current segment.
+    chunks: Chunks,
 }
 
 impl RingWriter {
@@ -210,6 +259,7 @@ impl RingWriter {
             loaned: None,
             changed: false,
             flow: None,
+            chunks: Chunks::new(sc, 0, 0),
         })
     }
 
@@ -350,13 +400,72 @@ impl RingWriter {
         self.huge_fallback.as_deref()
     }
 
+    /// The subscribers reading this ring that the publisher knows of (from registration). Payload areas are reused
+    /// warm only while at least this many readers publish their cursor, so a reader that does not (it could not
+    /// map the segment writable, or the table is full) is never overrun by the reuse.
+    pub fn set_expected_readers(&mut self, n: usize) {
+        self.chunks.expected_readers = n;
+    }
+
     #[inline]
-    fn slot_ptr(&mut self, seq: u64) -> *mut u8 {
+    fn slot_index(&self, seq: u64) -> usize {
         // slot_count is a power of two (checked at creation, kept by growth).
-        let index = (seq & (u64::from(self.seg.slot_count) - 1)) as usize;
-        // SAFETY: index < slot_count, and the mapping holds SEGMENT_HEADER_SIZE +
-        // slot_count * stride bytes (checked by ring_bytes at creation).
+        (seq & (u64::from(self.seg.slot_count) - 1)) as usize
+    }
+
+    #[inline]
+    fn slot_at(&mut self, index: usize) -> *mut u8 {
+        debug_assert!(index < self.seg.slot_count as usize);
+        // SAFETY: index < slot_count (callers pass a slot index or an area index, both below it), and the mapping
+        // holds SEGMENT_HEADER_SIZE + slot_count * stride bytes (checked by ring_bytes at creation).
         unsafe { self.seg.map.as_mut_ptr().add(SEGMENT_HEADER_SIZE + index * self.seg.stride) }
+    }
+
+    /// The payload area for sample `seq` (see [`Chunks`]): frees the area of the sample whose description `seq`
+    /// overwrites, releases those every reader consumed (when all are tracked), and takes the warmest free one.
+    #[inline]
+    fn take_chunk(&mut self, seq: u64) -> u32 {
+        let n = u64::from(self.seg.slot_count);
+        let slot = self.slot_index(seq);
+        let c = &mut self.chunks;
+        // The description of sample seq - n is overwritten now: its area is free unless it was released already.
+        if let Some(evicted) = seq.checked_sub(n)
+            && evicted >= c.released_to
+        {
+            let j = c.slot_chunk[slot];
+            if j != u32::MAX {
+                c.free.push_back(j);
+            }
+            c.released_to = evicted + 1;
+        }
+        if self.seg.slot_size >= WARM_MIN_SLOT_SIZE && c.expected_readers > 0 {
+            let h = self.seg.header();
+            let (known, min) = flow::known_readers(h);
+            if known >= c.expected_readers {
+                // Release, oldest first, so that the newest consumed sample's area ends at the front.
+                let until = min.min(seq);
+                for m in c.released_to..until {
+                    let j = c.slot_chunk[(m & (n - 1)) as usize];
+                    if j != u32::MAX {
+                        c.free.push_front(j);
+                    }
+                }
+                c.released_to = c.released_to.max(until);
+                if min.saturating_add(n) <= seq && c.dead_check.is_none_or(|t| t.elapsed() >= DEAD_TRACKER_CHECK) {
+                    // A tracked reader a full ring behind holds reuse back: maybe it is gone.
+                    c.dead_check = Some(Instant::now());
+                    let (seg, old) = (&self.seg, &self.old);
+                    let files = || old.iter().map(|(_, owner)| owner.file()).chain(std::iter::once(seg.owner.file()));
+                    flow::free_dead_trackers(h, seq.saturating_sub(n), &|index, pid| {
+                        flow::reader_alive(files(), index, pid)
+                    });
+                }
+            }
+        }
+        // One area per live, unreleased description and at most slot_count - 1 of those before `seq`'s: never empty.
+        let j = c.free.pop_front().unwrap_or(slot as u32);
+        c.slot_chunk[slot] = j;
+        j
     }
 
     /// Lends the payload area of the next slot (exactly `len` bytes), marked as being written.
@@ -379,18 +488,30 @@ impl RingWriter {
                 flow::reader_alive(files(), index, pid)
             });
         }
-        let slot = self.slot_ptr(seq);
-        // SAFETY: `slot` points to a SlotHeader inside our mapping (64-byte aligned: the
-        // header size and the stride are multiples of 64); its fields are atomics.
-        let header = unsafe { &*slot.cast::<SlotHeader>() };
+        // A second loan of the same sample keeps its area.
+        let chunk = match self.chunks.loaned {
+            Some(j) => j,
+            None => {
+                let j = self.take_chunk(seq);
+                self.chunks.loaned = Some(j);
+                j
+            }
+        };
+        let index = self.slot_index(seq);
+        let slot = self.slot_at(index);
+        let area = self.slot_at(chunk as usize);
+        // SAFETY: `slot` and `area` point to SlotHeaders inside our mapping (64-byte aligned: the header size and
+        // the stride are multiples of 64); their fields are atomics.
+        let (header, area_header) = unsafe { (&*slot.cast::<SlotHeader>(), &*area.cast::<SlotHeader>()) };
+        area_header.chunk_seq.store(2 * seq + 1, Ordering::Relaxed);
         header.seq.store(2 * seq + 1, Ordering::Relaxed);
-        // Orders the "being written" mark before the payload stores (seqlock writer side).
+        // Orders the "being written" marks before the payload stores (seqlock writer side).
         fence(Ordering::Release);
         self.loaned = Some(len);
-        // SAFETY: the payload area of this slot starts SLOT_HEADER_SIZE after the slot and
-        // holds slot_size >= len bytes. Readers in other processes may read these bytes
-        // concurrently; they detect that through the odd sequence and discard what they read.
-        Ok(unsafe { std::slice::from_raw_parts_mut(slot.add(SLOT_HEADER_SIZE), len) })
+        // SAFETY: the payload area `chunk` starts SLOT_HEADER_SIZE after its slot and holds slot_size >= len bytes.
+        // Readers in other processes may read these bytes concurrently; they detect that through the area's odd
+        // sequence and discard what they read.
+        Ok(unsafe { std::slice::from_raw_parts_mut(area.add(SLOT_HEADER_SIZE), len) })
     }
 
     /// Publishes the loaned slot with `len` payload bytes (≤ the loaned length).
@@ -402,12 +523,17 @@ impl RingWriter {
         }
         self.loaned = None;
         let seq = self.next_seq;
-        let slot = self.slot_ptr(seq);
+        let index = self.slot_index(seq);
+        let chunk = self.chunks.loaned.take().unwrap_or(index as u32);
+        let slot = self.slot_at(index);
+        let area = self.slot_at(chunk as usize);
         // SAFETY: as in `loan`.
-        let header = unsafe { &*slot.cast::<SlotHeader>() };
+        let (header, area_header) = unsafe { (&*slot.cast::<SlotHeader>(), &*area.cast::<SlotHeader>()) };
         header.len.store(len as u64, Ordering::Relaxed);
         header.send_time_ns.store(send_time_ns, Ordering::Relaxed);
         header.clock.store(clock, Ordering::Relaxed);
+        header.chunk.store(chunk, Ordering::Relaxed);
+        area_header.chunk_seq.store(2 * seq + 2, Ordering::Release);
         header.seq.store(2 * seq + 2, Ordering::Release);
         self.seg.header().write_seq.0.store(seq + 1, Ordering::Release);
         self.next_seq = seq + 1;
@@ -469,6 +595,7 @@ impl RingWriter {
         self.old.push((old.path, old.owner));
         self.huge_fallback = fallback;
         self.loaned = None;
+        self.chunks = Chunks::new(self.seg.slot_count, self.next_seq, self.chunks.expected_readers);
         self.changed = true;
         Ok(())
     }
