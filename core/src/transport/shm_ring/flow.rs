@@ -19,7 +19,7 @@
 //! generation's file open, asks them from the oldest to the newest, so a live reader is always found on the way.
 //! The pid in an entry is only for messages, and for kernels without OFD locks (before 3.15), where it decides.
 //!
-//! The same table holds *tracked* best-effort readers of rings with large slots (`TRACKING`): they publish their
+//! The same table holds *tracked* best-effort readers of large rings with large slots (`TRACKING`, `layout::warm_reuse`): they publish their
 //! cursor the same way, are never waited for, and let the writer reuse the payload area of a sample every reader has
 //! consumed (warm reuse, `writer.rs`). A tracked entry whose reader is gone is freed by the writer when it holds
 //! reuse back a full ring, or taken by the next reader that claims an entry.
@@ -69,7 +69,7 @@ pub(super) const CLAIMING: u32 = 1;
 pub(super) const ACTIVE: u32 = 2;
 /// Taken out of flow control by the writer (stalled past the timeout); the reader reads on, best effort.
 pub(super) const EVICTED: u32 = 3;
-/// A best-effort reader of a ring with large slots that publishes its cursor so the writer can reuse the payload
+/// A best-effort reader of a large ring with large slots (`layout::warm_reuse`) that publishes its cursor so the writer can reuse the payload
 /// area of a sample every reader has consumed (warm reuse, `writer.rs`); never waited for. Its liveness is its
 /// lock, as for `ACTIVE`.
 pub(super) const TRACKING: u32 = 4;

@@ -26,9 +26,15 @@ pub(super) const NEXT_PATH_CAP: usize = 248;
 /// Entries of a segment's reliable-reader table (readers beyond it read best effort).
 pub(super) const MAX_RELIABLE_READERS: usize = 32;
 
-/// Slot size from which readers publish their cursor (tracked readers, `flow.rs`) and the writer reuses warm
-/// payload areas (`writer.rs`): large messages, where cold memory costs more than the cursor's store.
-pub(super) const WARM_MIN_SLOT_SIZE: usize = 64 << 10;
+/// Whether readers of a ring of `slot_count` slots of `slot_size` bytes publish their cursor (tracked readers,
+/// `flow.rs`) and its writer reuses warm payload areas (`writer.rs`): slots of at least 64 KiB in a ring of at least
+/// 8 MiB. A smaller ring stays in the last-level cache as it cycles, and there a plain ring is faster: an area the
+/// reader has just read is in that core's own cache, and rewriting it pulls each line back across cores (64 KiB
+/// ping-pong, 16 slots: 4.7 µs plain against 10.6 µs reusing; 512 KiB: 60 µs plain against 35 µs reusing, block
+/// mode, same run).
+pub(super) fn warm_reuse(slot_count: u32, slot_size: usize) -> bool {
+    slot_size >= 64 << 10 && (slot_count as usize).saturating_mul(slot_size) >= 8 << 20
+}
 
 /// Smallest accepted slot count.
 pub(super) const MIN_SLOT_COUNT: u32 = 2;

@@ -9,7 +9,7 @@ use memmap2::MmapOptions;
 use super::flow::{ACTIVE, ReaderFlow, TRACKING};
 use super::layout::{
     MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION, SEGMENT_HEADER_SIZE,
-    SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, WARM_MIN_SLOT_SIZE, ring_bytes, slot_stride,
+    SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride, warm_reuse,
 };
 use super::segment::{self, RingName};
 use crate::sample::PayloadView;
@@ -214,7 +214,7 @@ impl Mapped {
     /// are large (a tracked reader, `RingReader::track`) and the file allows it.
     fn open_for(path: &Path, reliable: bool) -> Result<Mapped, RingOpenError> {
         let seg = Mapped::open(path, reliable)?;
-        if reliable || seg.slot_size < WARM_MIN_SLOT_SIZE {
+        if reliable || !warm_reuse(seg.slot_count, seg.slot_size) {
             return Ok(seg);
         }
         match Mapped::open(path, true) {
@@ -489,11 +489,12 @@ impl RingReader {
         }
     }
 
-    /// A best-effort reader of a ring with large slots, mapped writable, publishes its cursor in the reader table
-    /// (a tracked entry) so that the writer can reuse warm payload areas; where the table is full it reads
-    /// untracked, and the writer then reuses nothing (it expects as many readers as subscribers it knows of).
+    /// A best-effort reader of a large ring with large slots (`layout::warm_reuse`), mapped writable, publishes its
+    /// cursor in the reader table (a tracked entry) so that the writer can reuse warm payload areas; where the table
+    /// is full it reads untracked, and the writer then reuses nothing (it expects as many readers as subscribers it
+    /// knows of).
     fn track(&mut self, token: u64) {
-        if self.evicted || !self.seg.writable || self.seg.slot_size < WARM_MIN_SLOT_SIZE {
+        if self.evicted || !self.seg.writable || !warm_reuse(self.seg.slot_count, self.seg.slot_size) {
             return;
         }
         self.flow = ReaderFlow::claim(self.seg.header(), &self.seg.file, self.cursor, token, TRACKING);

@@ -1547,7 +1547,8 @@ fn area_of_sample(w: &RingWriter, seq: u64) -> u32 {
     u32::from_le_bytes(b)
 }
 
-const LARGE: usize = layout::WARM_MIN_SLOT_SIZE;
+/// Slots of 1 MiB: rings of 8 of them reuse warm areas (`layout::warm_reuse`).
+const LARGE: usize = 1 << 20;
 
 /// A reader of a ring with large slots publishes its cursor; with every expected reader tracked, the writer writes
 /// each sample into the area of the one the reader consumed last (warm), and the reader still gets every sample
@@ -1596,6 +1597,23 @@ fn large_slots_stay_a_plain_ring_until_every_reader_is_tracked() {
     assert_ne!(area_of_sample(&w, 25), area_of_sample(&w, 24));
 }
 
+/// A ring that stays in the last-level cache (here 16 slots of 64 KiB) is a plain ring even with every reader known:
+/// its readers publish no cursor.
+#[test]
+fn rings_that_fit_the_cache_stay_plain() {
+    assert!(!layout::warm_reuse(16, 64 << 10) && !layout::warm_reuse(1024, 4 << 10));
+    assert!(layout::warm_reuse(16, 1 << 20) && layout::warm_reuse(8, 1 << 20) && layout::warm_reuse(128, 64 << 10));
+    let mut w = RingWriter::create(&cfg(16, 64 << 10), 7).unwrap();
+    w.set_expected_readers(1);
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    for clock in 0..40u64 {
+        let p = w.write(&pattern(clock, 100), 0, clock).unwrap();
+        assert_eq!(u64::from(area_of_sample(&w, p.seq)), p.seq % 16, "plain ring");
+        let ReadOutcome::Sample((bytes, _)) = read_one(&mut r) else { panic!("sample {clock}") };
+        assert_eq!(bytes, pattern(clock, 100));
+    }
+}
+
 /// A tracked reader that lags keeps what it has not read: areas are reused only behind the slowest reader, and a
 /// new reader that rewinds stops at a sample whose area was reused.
 #[test]
@@ -1633,7 +1651,7 @@ fn a_lagging_tracked_reader_loses_nothing_the_ring_holds() {
 /// was reused or overwritten while it read (every byte checked), and what it misses is counted.
 #[test]
 fn warm_reuse_under_contention_never_delivers_torn_data() {
-    let mut w = RingWriter::create(&cfg(4, LARGE), 9).unwrap();
+    let mut w = RingWriter::create(&cfg(8, LARGE), 9).unwrap();
     w.set_expected_readers(2);
     let name = w.segment_name().to_owned();
     const N: u64 = 20_000;

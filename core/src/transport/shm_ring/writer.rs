@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::flow::{self, FlowStats, WriterFlow};
 use super::layout::{
     MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION, SEGMENT_HEADER_SIZE,
-    SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, WARM_MIN_SLOT_SIZE, ring_bytes, slot_stride,
+    SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride, warm_reuse,
 };
 use super::segment::{self, CreateFailure, Placement, RingName};
 use crate::config::ShmRingConfig;
@@ -149,12 +149,15 @@ impl Segment {
 /// Which payload area each sample of the current segment goes to (writer-private).
 ///
 /// A plain ring writes sample `s` into slot `s % slot_count`'s own area, so a ring of 16 slots of 1 MiB cycles
-/// through 16 MiB: each write and each read touches memory that left the caches long ago. When every reader of a
-/// ring with large slots publishes its cursor (tracked readers, `flow.rs`), the payload area of a sample all of them
-/// have consumed is free, and the writer reuses the one freed last, still warm in the caches, as iceoryx2 hands
-/// back the chunk released last. Descriptions stay in ring order (slot `s % slot_count` describes sample `s`, its
-/// `chunk` names the area): readers, skips, rewinds and flow control are unchanged, and a reader that reads a sample
-/// whose area was reused sees it by the area's own seqlock and counts a drop, as for an overrun.
+/// through 16 MiB: each write and each read touches memory that left the caches long ago. (A ring small enough to
+/// stay in the last-level cache is faster as a plain ring: an area the reader has just read sits in the reader
+/// core's own cache, and writing it again pulls every line across; see [`warm_reuse`](super::layout::warm_reuse).)
+/// When every reader of a large ring with large slots publishes its cursor (tracked readers, `flow.rs`), the payload
+/// area of a sample all of them have consumed is free, and the writer reuses the one freed last, still warm in the
+/// caches, as iceoryx2 hands back the chunk released last. Descriptions stay in ring order (slot `s % slot_count`
+/// describes sample `s`, its `chunk` names the area): readers, skips, rewinds and flow control are unchanged, and a
+/// reader that reads a sample whose area was reused sees it by the area's own seqlock and counts a drop, as for an
+/// overrun.
 ///
 /// Every area is, at any time, either free (in `free`) or holds a sample whose description is live and not yet
 /// released: when sample `s` is written, the area of sample `s - slot_count` (whose description `s` overwrites) is
@@ -438,7 +441,7 @@ impl RingWriter {
             }
             c.released_to = evicted + 1;
         }
-        if self.seg.slot_size >= WARM_MIN_SLOT_SIZE && c.expected_readers > 0 {
+        if warm_reuse(self.seg.slot_count, self.seg.slot_size) && c.expected_readers > 0 {
             let h = self.seg.header();
             let (known, min) = flow::known_readers(h);
             if known >= c.expected_readers {
