@@ -1,6 +1,6 @@
 //! End-to-end runs of `shoal perf` (two processes each).
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 fn perf(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_shoal")).arg("perf").args(args).output().expect("run shoal");
@@ -279,12 +279,79 @@ fn service_calls_not_answered_fail_the_run() {
     assert!(row["error"].as_str().unwrap().contains("Failed"), "{row}");
 }
 
+/// The eCAL C++ programs of `bench/ecal-cpp/`, built by `scripts/ecal-cpp` on first use (idempotent; it needs g++,
+/// and eCAL 6.1.1's headers, downloaded once, and the eCAL venv the interop tests use): the directory it prints last.
+fn ecal_cpp_dir() -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/ecal-cpp");
+    let out = Command::new("bash").arg(script).stdin(Stdio::null()).output().expect("run scripts/ecal-cpp");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "scripts/ecal-cpp failed ({}): the eCAL C++ reference is not available:\n{stderr}",
+        out.status
+    );
+    stdout.lines().last().unwrap_or_default().trim().to_string()
+}
+
+/// `--pingpong --against ecal`: eCAL 6.1.1's C++ publish/subscribe ping-pong (its shared-memory layer, block mode)
+/// runs in the same invocation after shoal's block-mode ping-pong, for the same sizes, as `ecal-cpp/shm` rows; shoal's
+/// block-mode rows carry their ratios to it (JSON) and the table follows each eCAL row with shoal's p50 over eCAL's.
 #[test]
-fn service_arguments_say_what_to_do() {
+fn pingpong_against_ecal_measures_ecal_cpp_in_the_same_run() {
+    let dir = ecal_cpp_dir();
+    let common = ["--pingpong", "--against", "ecal", "--ecal-cpp", &dir, "--sizes", "64,1m", "--iterations", "50"];
+    let (ok, out, err) = perf(&[&common[..], &["--wait", "block", "--json"]].concat());
+    assert!(ok, "stderr: {err}");
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 4, "shoal and eCAL at two sizes: {out}");
+    let p = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+    for (i, size) in [64u64, 1 << 20].into_iter().enumerate() {
+        // shoal's rows first, then eCAL's, which ran after them.
+        let (shoal, ecal) = (&lines[i], &lines[2 + i]);
+        assert_eq!(
+            (shoal["system"].as_str(), shoal["transport"].as_str()),
+            (Some("shoal"), Some("shm_ring")),
+            "{shoal}"
+        );
+        assert_eq!((ecal["system"].as_str(), ecal["transport"].as_str()), (Some("ecal-cpp"), Some("shm")), "{ecal}");
+        for v in [shoal, ecal] {
+            assert_eq!((v["mode"].as_str(), v["wait"].as_str()), (Some("pingpong"), Some("block")), "{v}");
+            assert_eq!((p(v, "size_bytes"), p(v, "messages")), (size, 50), "{v}");
+            assert!(p(v, "p50_ns") > 0 && p(v, "p50_ns") <= p(v, "p99_ns") && p(v, "p99_ns") <= p(v, "max_ns"), "{v}");
+            assert!(v["msgs_per_s"].as_f64().unwrap() > 0.0 && p(v, "peer_peak_rss_kb") > 0, "{v}");
+        }
+        assert!(ecal.get("ecal_p50_ratio").is_none() && ecal.get("p50_ratio").is_none(), "{ecal}");
+        let ratio = shoal["ecal_p50_ratio"].as_f64().unwrap_or_else(|| panic!("ecal_p50_ratio in {shoal}"));
+        let expect = p(shoal, "p50_ns") as f64 / p(ecal, "p50_ns") as f64;
+        assert!((ratio - expect).abs() < 1e-9, "{ratio} != {expect}: {shoal}");
+        assert!(shoal["ecal_p99_ratio"].as_f64().is_some(), "{shoal}");
+    }
+    // The table, spin and block: eCAL runs once, after shoal's block mode, each row followed by the ratio.
+    let (ok, out, err) = perf(&common);
+    assert!(ok, "stderr: {err}");
+    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("ecal-cpp/shm")).collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert!(rows.iter().all(|r| r.contains(" block ") && r.contains("pingpong")), "{out}");
+    assert_eq!(out.matches("shoal block p50 / eCAL C++ p50: ").count(), 2, "{out}");
+    let block_shoal = out.find("shoal/shm_ring         block").expect("shoal's block rows");
+    assert!(out.find("ecal-cpp/shm").unwrap() > block_shoal, "eCAL after shoal's block mode: {out}");
+}
+
+#[test]
+fn service_and_against_arguments_say_what_to_do() {
     let (ok, _, err) = perf(&["--service", "--pingpong"]);
     assert!(!ok && err.contains("--pingpong") && err.contains("--service"), "{err}");
     let (ok, _, err) = perf(&["--service", "--against", "ecal", "--ecal-cpp", "/nonexistent/shoal-ecal"]);
     assert!(!ok && err.contains("scripts/ecal-cpp") && err.contains("/nonexistent/shoal-ecal"), "{err}");
     let (ok, _, err) = perf(&["--against", "ecal"]);
-    assert!(!ok && err.contains("--service"), "{err}");
+    assert!(!ok && err.contains("--service") && err.contains("--pingpong"), "{err}");
+    let (ok, _, err) = perf(&["--throughput", "--against", "ecal"]);
+    assert!(!ok && err.contains("--pingpong"), "{err}");
+    let (ok, _, err) = perf(&["--pingpong", "--against", "ecal", "--wait", "spin"]);
+    assert!(!ok && err.contains("--wait spin"), "{err}");
+    let (ok, _, err) = perf(&["--pingpong", "--against", "ecal", "--ecal-cpp", "/nonexistent/shoal-ecal"]);
+    assert!(
+        !ok && err.contains("scripts/ecal-cpp") && err.contains("/nonexistent/shoal-ecal/shoal-ecal-pingpong"),
+        "{err}"
+    );
 }

@@ -35,7 +35,14 @@ ecal adds, in the same run, an eCAL 6.1.1 C++ client/server pair (built by scrip
 the mixed pairs (shoal client -> eCAL server, eCAL client -> shoal server), with each figure as a
 ratio to the eCAL pair; the pairs take turns in 10 rounds. --iterations is then the number of
 timed calls per size and client count, shared by the clients. Every call must be answered, in time and intact: a failed or timed-out
-call is reported and makes the exit code non-zero.")]
+call is reported and makes the exit code non-zero.
+--pingpong --against ecal runs, after shoal's block-mode ping-pong and for the same sizes, eCAL
+6.1.1's C++ publish/subscribe ping-pong over eCAL's shared-memory layer with its default settings
+(built by scripts/ecal-cpp; copy in by Send of a buffer, copy out in the receive callback, which
+wakes the measuring thread: eCAL's block mode), as ecal-cpp/shm rows, each followed by shoal's
+block-mode p50 over eCAL's (JSON: ecal_p50_ratio, ecal_p99_ratio, ecal_msgs_per_s_ratio on shoal's
+block-mode ping-pong rows, which are printed once eCAL's rows are in).")]
+#[command(group(clap::ArgGroup::new("against_what").args(["service", "pingpong"]).multiple(true)))]
 pub(crate) struct PerfArgs {
     /// Payload sizes (k/m suffixes are 1024 multiples), e.g. 64,1k,64k,1m,4m [default: 64,1k,64k,1m,4m; with
     /// --service 64,1m].
@@ -121,9 +128,10 @@ pub(crate) struct PerfArgs {
     /// Measure services: call round trips and calls per second, shoal client -> shoal server (see below).
     #[arg(long)]
     pub(crate) service: bool,
-    /// With --service: also measure this reference in the same run and print ratios to it (ecal: an eCAL 6.1.1 C++
-    /// client/server pair on the eclipse-ecal wheel's libecal_core, and the mixed pairs).
-    #[arg(long, value_enum, requires = "service")]
+    /// With --service or --pingpong: also measure this reference in the same run and print ratios to it (ecal:
+    /// with --service an eCAL 6.1.1 C++ client/server pair on the eclipse-ecal wheel's libecal_core, and the mixed
+    /// pairs; with --pingpong eCAL 6.1.1 C++ publish/subscribe ping-pong over eCAL's shared memory, block mode).
+    #[arg(long, value_enum, requires = "against_what")]
     pub(crate) against: Option<Against>,
     /// With --against ecal: the directory of the eCAL C++ programs scripts/ecal-cpp builds [default:
     /// $SHOAL_ECAL_CPP, else ../ecal-cpp/bin beside this executable, i.e. target/ecal-cpp/bin].
@@ -142,10 +150,11 @@ pub(crate) struct PerfArgs {
     pub(crate) call_timeout_ms: u64,
 }
 
-/// What `shoal perf --service --against` measures beside shoal.
+/// What `shoal perf --service --against` and `--pingpong --against` measure beside shoal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Against {
-    /// eCAL 6.1.1's C++ `CServiceServer` / `CServiceClient`.
+    /// eCAL 6.1.1's C++ `CServiceServer` / `CServiceClient` (`--service`), `CPublisher` / `CSubscriber`
+    /// (`--pingpong`).
     Ecal,
 }
 
@@ -227,6 +236,7 @@ impl Transport {
             (System::Baseline, Transport::Shm) => "baseline_ring",
             (System::Baseline, Transport::Udp) => "raw_udp",
             (System::Baseline, Transport::Tcp) => "raw_tcp",
+            (System::EcalCpp, _) => "shm",
         }
     }
 
@@ -325,6 +335,9 @@ pub(crate) enum System {
     Shoal,
     /// The plain SPSC ring of `shoal_baseline::spsc`.
     Baseline,
+    /// eCAL 6.1.1's C++ publish/subscribe (`--pingpong --against ecal`: its own program, never a perf-peer).
+    #[value(skip)]
+    EcalCpp,
 }
 
 impl System {
@@ -333,6 +346,7 @@ impl System {
         match self {
             System::Shoal => "shoal",
             System::Baseline => "baseline",
+            System::EcalCpp => "ecal-cpp",
         }
     }
 }
@@ -453,6 +467,22 @@ impl PerfArgs {
             && !(r.is_finite() && r > 0.0)
         {
             bail!("--rate {r} must be a positive number of messages per second, e.g. --rate 500000");
+        }
+        if self.against.is_some() && !self.service {
+            // --pingpong --against ecal (clap's group has made sure one of --service and --pingpong is there).
+            let not_with_ecal = [
+                (self.wait == Some(WaitMode::Spin), "--wait spin"),
+                (self.baseline_only, "--baseline-only"),
+                (self.transport != Transport::Shm, "--transport"),
+                (self.peer_netns.is_some(), "--peer-netns"),
+            ];
+            if let Some((_, flag)) = not_with_ecal.iter().find(|(on, _)| *on) {
+                bail!(
+                    "--pingpong --against ecal compares shoal's block-mode ping-pong over shared memory with eCAL's \
+                     (its receive callback is its blocking receive; on one host it uses its shared-memory layer): \
+                     drop {flag}"
+                );
+            }
         }
         if self.service {
             let pubsub_only = [

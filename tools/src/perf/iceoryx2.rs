@@ -12,8 +12,7 @@ use serde_json::Value;
 
 use super::Run;
 use super::args::{Mode, PerfArgs};
-use super::report::{Latency, Measurement, Reporter};
-use super::sys::CpuTime;
+use super::report::{Reporter, program_row};
 
 /// The program's name in its directory.
 const PROGRAM: &str = "shoal-iceoryx2-bench";
@@ -80,7 +79,9 @@ pub(crate) fn run(run: &Run, dir: &Path, modes: &[Mode], rep: &mut Reporter) -> 
     for line in out.lines() {
         let line = line.context("reading the iceoryx2 program's output")?;
         let v: Value = serde_json::from_str(&line).with_context(|| format!("the iceoryx2 program printed {line:?}"))?;
-        rep.report(measurement(run, &v).with_context(|| format!("incomplete iceoryx2 row {line}"))?);
+        rep.report(
+            program_row(run.system, LABEL, run.wait, &v).with_context(|| format!("incomplete iceoryx2 row {line}"))?,
+        );
         rows += 1;
     }
     let status = child.wait().context("waiting for the iceoryx2 program")?;
@@ -88,36 +89,4 @@ pub(crate) fn run(run: &Run, dir: &Path, modes: &[Mode], rep: &mut Reporter) -> 
         bail!("the iceoryx2 program exited with {status} after {rows} of {} sizes (its error is above)", sizes.len());
     }
     Ok(())
-}
-
-/// A row of the program's output as a measurement.
-fn measurement(run: &Run, v: &Value) -> Option<Measurement> {
-    let u = |k: &str| v.get(k)?.as_u64();
-    Some(Measurement {
-        system: run.system,
-        transport: LABEL,
-        via: Default::default(),
-        wait: run.wait,
-        mode: Mode::PingPong,
-        size: usize::try_from(u("size_bytes")?).ok()?,
-        subscribers: 1,
-        latency: Some(Latency {
-            p50: u("p50_ns")?,
-            p90: u("p90_ns")?,
-            p99: u("p99_ns")?,
-            p999: u("p999_ns")?,
-            max: u("max_ns")?,
-            mean: v.get("mean_ns")?.as_f64()?,
-        }),
-        msgs_per_s: v.get("msgs_per_s")?.as_f64()?,
-        messages: u("messages")?,
-        lost: None,
-        drops: None,
-        cpu: CpuTime { user_us: u("cpu_user_us")?, sys_us: u("cpu_sys_us")? },
-        peer_cpu: CpuTime { user_us: u("peer_cpu_user_us")?, sys_us: u("peer_cpu_sys_us")? },
-        peak_rss_kb: u("peak_rss_kb")?,
-        peer_peak_rss_kb: u("peer_peak_rss_kb")?,
-        note: None,
-        extra: Vec::new(),
-    })
 }

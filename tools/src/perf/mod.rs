@@ -7,12 +7,14 @@
 //! `link` (the transport interface the loops use), `pingpong`, `throughput`, `fanout`, `rss`,
 //! `pace` (fixed-rate sending), `baseline_link` (the plain rings of the `shoal-baseline` crate as
 //! links), `iceoryx2` (runs the iceoryx2 ping-pong program of `bench/iceoryx2/` and reports its rows),
-//! `shoal_link` (shoal as a link), `report` (table / JSON), `sys` (OS), and `service` (`--service`: call
-//! round trips and calls/s, with `--against ecal` beside eCAL's C++ client and server). The project's
+//! `shoal_link` (shoal as a link), `report` (table / JSON), `sys` (OS), `service` (`--service`: call
+//! round trips and calls/s, with `--against ecal` beside eCAL's C++ client and server), and `ecal_cpp` (finds
+//! `bench/ecal-cpp/`'s programs; runs its publish/subscribe ping-pong for `--pingpong --against ecal`). The project's
 //! acceptance targets are evaluated from the `--json` output by `shoal-bench` (`bench/`).
 
 mod args;
 mod baseline_link;
+mod ecal_cpp;
 mod fanout;
 mod iceoryx2;
 mod link;
@@ -35,7 +37,7 @@ pub(crate) use link::HEADER_LEN;
 pub(crate) use peer::run_peer;
 pub(crate) use sys::peak_rss_kb;
 
-use args::{Mode, Pages, System, Transport, WaitMode};
+use args::{Against, Mode, Pages, System, Transport, WaitMode};
 use baseline_link::{BaselineLink, RingKind};
 use link::{Receiver, Sender};
 use peer::{Peer, PeerSpec};
@@ -100,6 +102,14 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    // eCAL 6.1.1's C++ ping-pong after shoal's block-mode ping-pong (`--pingpong --against ecal`).
+    let ecal = match args.against {
+        Some(Against::Ecal) if args.modes().contains(&Mode::PingPong) => {
+            rep.hold_for_ecal();
+            Some(ecal_cpp::dir(&args, &[ecal_cpp::PINGPONG])?)
+        }
+        _ => None,
+    };
     let mut node: Option<Node> = None;
     let mut huge_node: Option<Node> = None;
     // --huge-pages: shoal on normal pages, then on huge pages; the default node is the normal-page one.
@@ -136,6 +146,11 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
                     let node = node_of(&mut huge_node, Some(Pages::Huge), &args)?;
                     shoal_session(&run, node, Some(Pages::Huge), &modes, &next_name(), &mut rep)?;
                 }
+            }
+            if let (Some(dir), WaitMode::Block, true) = (&ecal, wait, modes.contains(&Mode::PingPong)) {
+                let run =
+                    Run { args: &args, system: System::EcalCpp, wait, transport: Transport::Shm, cpus, label: None };
+                ecal_cpp::pingpong(&run, dir, &mut rep)?;
             }
         }
         if let Some(n) = args.subscribers {
@@ -393,7 +408,7 @@ fn run_modes<S: Sender, R: Receiver>(
                     // the strongest plain ring's rate.
                     rep.report(unpaced);
                     let base = match run.system {
-                        System::Baseline => rep.baseline(Mode::Throughput, run.wait, size),
+                        System::Baseline | System::EcalCpp => rep.baseline(Mode::Throughput, run.wait, size),
                         System::Shoal => rep.reference(Mode::Throughput, run.wait, size),
                     }
                     .map(|b| b.msgs_per_s);

@@ -287,6 +287,9 @@ pub(crate) fn run_peer(args: PeerArgs) -> anyhow::Result<()> {
             let (_node, rx, tx) = super::shoal_link::open_peer(&args)?;
             serve(rx, tx, "")
         }
+        (System::EcalCpp, _) => {
+            anyhow::bail!("the eCAL C++ ping-pong is its own program (bench/ecal-cpp/), not a perf-peer")
+        }
     }
 }
 

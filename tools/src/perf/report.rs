@@ -199,6 +199,40 @@ pub(crate) fn to_json(m: &Measurement, r: Option<&Ratios>) -> Value {
     Value::Object(o)
 }
 
+/// A row printed by a reference program (`bench/iceoryx2/`, `bench/ecal-cpp/`'s ping-pong), one JSON object per
+/// size: `size_bytes`, `p50_ns` .. `max_ns`, `mean_ns`, `msgs_per_s`, `messages`, both processes' CPU (µs) and peak
+/// RSS (kB); copying ping-pong with one subscriber. `None` when a field is missing.
+pub(crate) fn program_row(system: System, transport: &'static str, wait: WaitMode, v: &Value) -> Option<Measurement> {
+    let u = |k: &str| v.get(k)?.as_u64();
+    Some(Measurement {
+        system,
+        transport,
+        via: Default::default(),
+        wait,
+        mode: Mode::PingPong,
+        size: usize::try_from(u("size_bytes")?).ok()?,
+        subscribers: 1,
+        latency: Some(Latency {
+            p50: u("p50_ns")?,
+            p90: u("p90_ns")?,
+            p99: u("p99_ns")?,
+            p999: u("p999_ns")?,
+            max: u("max_ns")?,
+            mean: v.get("mean_ns")?.as_f64()?,
+        }),
+        msgs_per_s: v.get("msgs_per_s")?.as_f64()?,
+        messages: u("messages")?,
+        lost: None,
+        drops: None,
+        cpu: CpuTime { user_us: u("cpu_user_us")?, sys_us: u("cpu_sys_us")? },
+        peer_cpu: CpuTime { user_us: u("peer_cpu_user_us")?, sys_us: u("peer_cpu_sys_us")? },
+        peak_rss_kb: u("peak_rss_kb")?,
+        peer_peak_rss_kb: u("peer_peak_rss_kb")?,
+        note: None,
+        extra: Vec::new(),
+    })
+}
+
 /// Formats ns compactly: `850ns`, `1.23us`, `45.6ms`.
 pub(crate) fn fmt_ns(ns: u64) -> String {
     match ns {
@@ -300,12 +334,88 @@ pub(crate) struct Reporter {
     pages: Option<(Option<Pages>, u32)>,
     /// The page line was printed for the rows since `set_pages` (without `--huge-pages` it is printed once).
     pages_noted: bool,
+    /// `--pingpong --against ecal` with `--json`: shoal's block-mode ping-pong rows wait here (index in `all`, JSON
+    /// object) for the eCAL C++ rows measured after them, whose ratios they then carry ([`Reporter::report_ecal`]).
+    hold_for_ecal: bool,
+    held: Vec<(usize, Value)>,
 }
 
 impl Reporter {
     /// A reporter writing JSON lines (`json`) or a table to stdout.
     pub(crate) fn new(json: bool) -> Reporter {
-        Reporter { json, header_printed: false, all: Vec::new(), pages: None, pages_noted: false }
+        Reporter {
+            json,
+            header_printed: false,
+            all: Vec::new(),
+            pages: None,
+            pages_noted: false,
+            hold_for_ecal: false,
+            held: Vec::new(),
+        }
+    }
+
+    /// eCAL C++ rows will follow shoal's block-mode ping-pong (`--pingpong --against ecal`): in JSON, hold those
+    /// shoal rows back until [`Reporter::report_ecal`] adds their ratios to eCAL's.
+    pub(crate) fn hold_for_ecal(&mut self) {
+        self.hold_for_ecal = true;
+    }
+
+    /// Reports the eCAL C++ ping-pong rows of the run: each shoal block-mode ping-pong row of the same size gets
+    /// `ecal_p50_ratio`, `ecal_p99_ratio` and `ecal_msgs_per_s_ratio` (shoal / eCAL; JSON: the held shoal rows are
+    /// printed now, with them, before eCAL's), and in the table each eCAL row is followed by shoal's p50 over it.
+    pub(crate) fn report_ecal(&mut self, rows: Vec<Measurement>) {
+        let is_shoal_block =
+            |m: &Measurement| m.system == System::Shoal && m.mode == Mode::PingPong && m.wait == WaitMode::Block;
+        let mut lines: Vec<Vec<String>> = vec![Vec::new(); rows.len()];
+        for i in 0..self.all.len() {
+            if !is_shoal_block(&self.all[i]) || self.all[i].extra_value("ecal_p50_ratio").is_some() {
+                continue;
+            }
+            let shoal = &self.all[i];
+            let Some(k) = rows.iter().position(|e| e.mode == Mode::PingPong && e.size == shoal.size) else { continue };
+            let r = ratios(shoal, &rows[k]);
+            let Some(l) = r.latency else { continue };
+            let (p50, e50) = (shoal.latency.map_or(0, |l| l.p50), rows[k].latency.map_or(0, |l| l.p50));
+            lines[k].push(format!(
+                "{:20}shoal{} block p50 / eCAL C++ p50: {} ({} / {}); p99 {}; msg/s {}",
+                "",
+                if shoal.extra_value("huge_pages") == Some(1.0) { " (huge pages)" } else { "" },
+                fmt_ratio(l[0]),
+                fmt_ns(p50),
+                fmt_ns(e50),
+                fmt_ratio(l[2]),
+                fmt_ratio(r.msgs_per_s)
+            ));
+            let extra = [("ecal_p50_ratio", l[0]), ("ecal_p99_ratio", l[2]), ("ecal_msgs_per_s_ratio", r.msgs_per_s)];
+            self.all[i].extra.extend(extra);
+            if let Some((_, v)) = self.held.iter_mut().find(|(j, _)| *j == i)
+                && let Some(o) = v.as_object_mut()
+            {
+                for (key, x) in extra {
+                    o.insert(key.into(), if x.is_finite() { Value::from(x) } else { Value::Null });
+                }
+            }
+        }
+        self.flush_held();
+        for (m, lines) in rows.into_iter().zip(lines) {
+            self.report(m);
+            if !self.json {
+                let mut out = std::io::stdout().lock();
+                for l in lines {
+                    let _ = writeln!(out, "{l}");
+                }
+                let _ = out.flush();
+            }
+        }
+    }
+
+    /// Prints the held shoal rows (JSON), as they are.
+    fn flush_held(&mut self) {
+        let mut out = std::io::stdout().lock();
+        for (_, v) in self.held.drain(..) {
+            let _ = writeln!(out, "{v}");
+        }
+        let _ = out.flush();
     }
 
     /// Marks the shoal rows reported from now on as measured over rings, put on `pages` by `--huge-pages` (`None`:
@@ -512,7 +622,7 @@ impl Reporter {
     pub(crate) fn report(&mut self, mut m: Measurement) {
         let vs_normal = self.add_pages(&mut m);
         let r = match m.system {
-            System::Baseline => None,
+            System::Baseline | System::EcalCpp => None,
             System::Shoal => self.reference(m.mode, m.wait, m.size).map(|b| ratios(&m, b)),
         };
         if m.system == System::Shoal {
@@ -520,7 +630,13 @@ impl Reporter {
         }
         let mut out = std::io::stdout().lock();
         if self.json {
-            let _ = writeln!(out, "{}", to_json(&m, r.as_ref()));
+            let v = to_json(&m, r.as_ref());
+            if self.hold_for_ecal && m.system == System::Shoal && m.mode == Mode::PingPong && m.wait == WaitMode::Block
+            {
+                self.held.push((self.all.len(), v));
+            } else {
+                let _ = writeln!(out, "{v}");
+            }
         } else {
             if !self.header_printed {
                 let _ = writeln!(out, "{TABLE_HEADER}");
@@ -565,6 +681,13 @@ impl Reporter {
         let _ = out.flush();
         drop(out);
         self.all.push(m);
+    }
+}
+
+impl Drop for Reporter {
+    /// Shoal rows still held for eCAL's (its run failed) are printed as they are.
+    fn drop(&mut self) {
+        self.flush_held();
     }
 }
 
@@ -632,6 +755,32 @@ mod tests {
         assert!(to_json(&b, None).get("p50_ratio").is_none());
         assert_eq!(v["x_extra"], 2.5);
         assert!(v.get("msgs_per_s_ratio_lossy").is_none(), "ping-pong counts no losses");
+    }
+
+    #[test]
+    fn ecal_rows_give_their_ratios_to_shoals_block_mode_rows_of_the_same_size() {
+        let mut rep = Reporter::new(true);
+        rep.hold_for_ecal();
+        let mut spin = sample(System::Shoal, 500, 1000.0);
+        spin.size = 64;
+        let mut block = sample(System::Shoal, 900, 1000.0);
+        block.wait = WaitMode::Block;
+        let mut other_size = block.clone();
+        other_size.size = 128;
+        for m in [spin, block.clone(), other_size] {
+            rep.report(m);
+        }
+        assert_eq!(rep.held.len(), 2, "shoal's block-mode ping-pong rows wait for eCAL's");
+        let mut ecal = sample(System::EcalCpp, 1800, 500.0);
+        (ecal.wait, ecal.transport) = (WaitMode::Block, "shm");
+        rep.report_ecal(vec![ecal]);
+        assert!(rep.held.is_empty());
+        let ratio = |i: usize| rep.all[i].extra_value("ecal_p50_ratio");
+        assert_eq!((ratio(0), ratio(1), ratio(2)), (None, Some(0.5), None));
+        assert_eq!(rep.all[1].extra_value("ecal_msgs_per_s_ratio"), Some(2.0));
+        assert_eq!(rep.all[3].system, System::EcalCpp);
+        assert_eq!(to_json(&rep.all[3], None)["system"], "ecal-cpp");
+        assert!(table_row(&rep.all[3], None).starts_with("ecal-cpp/shm "));
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! counted (failed, timed out), reported, and make the run fail at the end.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -413,29 +413,6 @@ impl Drop for LineProc {
     }
 }
 
-/// The directory of the eCAL C++ programs: `--ecal-cpp`, `$SHOAL_ECAL_CPP`, else `../ecal-cpp/bin` beside this
-/// executable (`target/ecal-cpp/bin`, where `scripts/ecal-cpp` puts them).
-fn ecal_cpp_dir(args: &PerfArgs) -> anyhow::Result<PathBuf> {
-    let dir = match (&args.ecal_cpp, std::env::var_os("SHOAL_ECAL_CPP")) {
-        (Some(d), _) => d.clone(),
-        (None, Some(d)) => PathBuf::from(d),
-        (None, None) => {
-            let exe = std::env::current_exe().context("cannot find this executable")?;
-            exe.parent().and_then(Path::parent).map(|p| p.join("ecal-cpp/bin")).context("no parent directory")?
-        }
-    };
-    for prog in [ECAL_SERVER, ECAL_CLIENT] {
-        if !dir.join(prog).is_file() {
-            bail!(
-                "the eCAL C++ reference is not built: no {} (build it with scripts/ecal-cpp, which needs g++ and \
-                 downloads eCAL 6.1.1's headers, then give its last output line as --ecal-cpp or $SHOAL_ECAL_CPP)",
-                dir.join(prog).display()
-            );
-        }
-    }
-    Ok(dir)
-}
-
 /// The servers of the run.
 struct Servers {
     shoal: (String, LineProc),
@@ -461,7 +438,7 @@ struct Clients {
 /// `shoal perf --service`.
 pub(crate) fn run(args: &PerfArgs) -> anyhow::Result<()> {
     let against = args.against == Some(Against::Ecal);
-    let ecal_dir = if against { Some(ecal_cpp_dir(args)?) } else { None };
+    let ecal_dir = if against { Some(super::ecal_cpp::dir(args, &[ECAL_SERVER, ECAL_CLIENT])?) } else { None };
     let pid = std::process::id();
     let log_dir = std::env::temp_dir();
     let mut report = Report { json: args.json, header_printed: false, rows: Vec::new() };
