@@ -95,8 +95,8 @@ fn bad_arguments_say_what_to_do() {
     assert!(err.contains("k or m suffix"), "{err}");
 }
 
-/// Every shoal row's ratios are taken against the strongest plain ring of the same run (the faster of the line and
-/// warm rings, named in `ratio_vs`); the deep ring and (where built) iceoryx2 give second ratios.
+/// Every shoal row's ratios are taken against the strongest plain ring of the same run (for latency the fastest of the
+/// line, warm and deep rings, named in `ratio_vs`); the deep ring and (where built) iceoryx2 give second ratios.
 #[test]
 fn shoal_rows_carry_their_ratio_to_the_strongest_ring_of_the_same_run() {
     let (ok, out, err) =
@@ -116,7 +116,7 @@ fn shoal_rows_carry_their_ratio_to_the_strongest_ring_of_the_same_run() {
         assert_eq!((shoal["system"].as_str(), shoal["mode"].as_str()), (Some("shoal"), Some("pingpong")));
         let (line, warm, deep) = (row("line_ring"), row("warm_ring"), row("baseline_ring"));
         let p50 = |v: &serde_json::Value| v["p50_ns"].as_f64().unwrap();
-        let strongest = if p50(line) <= p50(warm) { line } else { warm };
+        let strongest = [line, warm, deep].into_iter().min_by(|a, b| p50(a).total_cmp(&p50(b))).unwrap();
         assert_eq!(shoal["ratio_vs"], strongest["transport"], "the faster plain ring is the reference: {shoal}");
         let close = |k: &str, expect: f64| {
             assert!((shoal[k].as_f64().unwrap() - expect).abs() < 1e-9, "{k} != {expect}: {shoal}");
@@ -281,16 +281,22 @@ fn service_calls_not_answered_fail_the_run() {
 
 /// The eCAL C++ programs of `bench/ecal-cpp/`, built by `scripts/ecal-cpp` on first use (idempotent; it needs g++,
 /// and eCAL 6.1.1's headers, downloaded once, and the eCAL venv the interop tests use): the directory it prints last.
-fn ecal_cpp_dir() -> String {
+/// `None` (the reason printed as SKIPPED) only when the headers cannot be downloaded (the script's status 3: no
+/// `ECAL_HEADERS_FROM` and GitHub out of reach); any other failure fails the test.
+fn ecal_cpp_dir() -> Option<String> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/ecal-cpp");
     let out = Command::new("bash").arg(script).stdin(Stdio::null()).output().expect("run scripts/ecal-cpp");
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if out.status.code() == Some(3) {
+        println!("SKIPPED: the eCAL C++ reference needs eCAL 6.1.1's headers:\n{stderr}");
+        return None;
+    }
     assert!(
         out.status.success(),
         "scripts/ecal-cpp failed ({}): the eCAL C++ reference is not available:\n{stderr}",
         out.status
     );
-    stdout.lines().last().unwrap_or_default().trim().to_string()
+    Some(stdout.lines().last().unwrap_or_default().trim().to_string())
 }
 
 /// `--pingpong --against ecal`: eCAL 6.1.1's C++ publish/subscribe ping-pong (its shared-memory layer, block mode)
@@ -298,7 +304,7 @@ fn ecal_cpp_dir() -> String {
 /// block-mode rows carry their ratios to it (JSON) and the table follows each eCAL row with shoal's p50 over eCAL's.
 #[test]
 fn pingpong_against_ecal_measures_ecal_cpp_in_the_same_run() {
-    let dir = ecal_cpp_dir();
+    let Some(dir) = ecal_cpp_dir() else { return };
     let common = ["--pingpong", "--against", "ecal", "--ecal-cpp", &dir, "--sizes", "64,1m", "--iterations", "50"];
     let (ok, out, err) = perf(&[&common[..], &["--wait", "block", "--json"]].concat());
     assert!(ok, "stderr: {err}");

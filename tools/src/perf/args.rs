@@ -14,8 +14,8 @@ Latency is one-way = round-trip / 2 between two processes (this one and a spawne
 the line ring (tag and payload in one slot; 1024 slots up to 4 KiB, else 4), the warm ring (4
 buffers, the one released last written next) and the deep SPSC ring (as many slots as shoal's),
 plus iceoryx2's ping-pong (copy into a loan, copy out) where scripts/iceoryx2 built it. Every
-shoal figure is printed as a ratio to the strongest plain ring of the same run (the faster of
-line and warm for that figure; JSON: ratio_vs names it), and to the deep ring and iceoryx2
+shoal figure is printed as a ratio to the strongest plain ring of the same run (latency: the
+fastest of line, warm and deep; throughput: the faster of line and warm; JSON: ratio_vs names it), and to the deep ring and iceoryx2
 (deep_*_ratio, iceoryx2_*_ratio); latency: shoal/reference, lower is better; throughput:
 shoal/reference, higher is better. A closing table sums up ping-pong per size.
 Throughput runs twice per size: unpaced (as fast as the sender can; shoal's ring is lossy, so

@@ -1,6 +1,6 @@
 //! `shoal perf`: two-process latency and throughput of shoal's shared-memory path, zero-copy
 //! latency, 1->N fan-out cost, and per-process memory, optionally as ratios to plain rings (`--baseline`: the
-//! strongest of the line and warm rings for each figure, the deep ring and iceoryx2 as second references) measured
+//! strongest of the line, warm and deep rings for each figure, the deep ring and iceoryx2 as second references) measured
 //! in the same invocation.
 //!
 //! Modules: `args` (CLI), `peer` (the spawned echo/sink process and its stdin/stdout control),
@@ -120,7 +120,7 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
             if args.baseline || args.baseline_only {
                 let run =
                     Run { args: &args, system: System::Baseline, wait, transport: args.transport, cpus, label: None };
-                // Per size, the strongest plain rings (line and warm: the faster is the reference), then the deep
+                // Per size, the strongest plain rings (line and warm; for latency the deep one counts too), then the deep
                 // ring, as deep as shoal's ring is for that size; then iceoryx2, where it is built.
                 let cfg = shoal::Config::load().context("reading the ecal.ini shoal's ring geometry comes from")?;
                 if args.transport == Transport::Shm {
