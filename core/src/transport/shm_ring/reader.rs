@@ -615,12 +615,26 @@ impl RingReader {
     }
 
     /// Skips the samples older than the newest `n` written (at least 1), counting them as drops: a subscriber
-    /// whose queue keeps fewer messages than the ring holds reads only its newest ones. One load of the write
-    /// sequence.
+    /// whose queue keeps fewer messages than the ring holds reads only its newest ones.
+    ///
+    /// A reader less than `n` behind learns that from the slot of sample `cursor + n`, which the writer has not begun
+    /// yet, instead of from the write sequence: that line is written on every commit, so loading it on every read
+    /// moved a cache line across cores per message; the slot `n` ahead was last written a ring ago.
     #[inline]
     pub fn keep_newest(&mut self, n: u64) {
+        let n = n.max(1);
+        if n < u64::from(self.seg.slot_count) {
+            let ahead = self.cursor.wrapping_add(n);
+            // Below `2 * ahead + 1`: sample `ahead` is not begun, so the writer is at most `n` ahead of the cursor.
+            // (A superseded segment never gets there: the write sequence below decides for it.)
+            if self.seg.slot_header(ahead).seq.load(Ordering::Acquire) < ahead.wrapping_mul(2).wrapping_add(1)
+                && self.seg.header().superseded.load(Ordering::Relaxed) == 0
+            {
+                return;
+            }
+        }
         let w = self.seg.header().write_seq.0.load(Ordering::Acquire);
-        let oldest = w.saturating_sub(n.max(1));
+        let oldest = w.saturating_sub(n);
         if oldest > self.cursor && !self.ended {
             let _ = self.skip_to(oldest);
         }

@@ -1691,3 +1691,45 @@ fn warm_reuse_under_contention_never_delivers_torn_data() {
         assert_eq!(got + drops, N, "every sample read or counted");
     }
 }
+
+/// `keep_newest(n)` skips to the newest `n` samples whatever how far behind the reader is (a few, more than a ring),
+/// and leaves a reader less than `n` behind alone (learnt from the slot `n` ahead, not the write sequence).
+#[test]
+fn keep_newest_keeps_the_newest_n() {
+    let mut w = RingWriter::create(&cfg(64, 64), 3).unwrap();
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    let mut clock = 0u64;
+    let mut write = |w: &mut RingWriter, k: u64| {
+        for _ in 0..k {
+            let _ = w.write(&pattern(clock, 16), 0, clock).unwrap();
+            clock += 1;
+        }
+    };
+    let read_all = |r: &mut RingReader| {
+        let mut clocks = Vec::new();
+        while let ReadOutcome::Sample((_, info)) = read_one(r) {
+            clocks.push(info.clock);
+        }
+        clocks
+    };
+    write(&mut w, 10);
+    r.keep_newest(3);
+    assert_eq!(read_all(&mut r), vec![7, 8, 9]);
+    assert_eq!(r.drops(), 7);
+    // Two behind, keeping three: nothing skipped.
+    write(&mut w, 2);
+    r.keep_newest(3);
+    assert_eq!(read_all(&mut r), vec![10, 11]);
+    // Exactly n behind: nothing skipped; n + 1 behind: one skipped.
+    write(&mut w, 3);
+    r.keep_newest(3);
+    assert_eq!(read_all(&mut r), vec![12, 13, 14]);
+    write(&mut w, 4);
+    r.keep_newest(3);
+    assert_eq!(read_all(&mut r), vec![16, 17, 18]);
+    // Lapped by more than the ring: the newest three.
+    write(&mut w, 200);
+    r.keep_newest(3);
+    assert_eq!(read_all(&mut r), vec![216, 217, 218]);
+    assert_eq!(r.drops(), 7 + 1 + 197);
+}

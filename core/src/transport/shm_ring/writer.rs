@@ -430,6 +430,10 @@ impl RingWriter {
     fn take_chunk(&mut self, seq: u64) -> u32 {
         let n = u64::from(self.seg.slot_count);
         let slot = self.slot_index(seq);
+        if !warm_reuse(self.seg.slot_count, self.seg.slot_size) {
+            // A plain ring: every sample in its own slot's area (no bookkeeping on the small-message path).
+            return slot as u32;
+        }
         let c = &mut self.chunks;
         // The description of sample seq - n is overwritten now: its area is free unless it was released already.
         if let Some(evicted) = seq.checked_sub(n)
@@ -441,7 +445,7 @@ impl RingWriter {
             }
             c.released_to = evicted + 1;
         }
-        if warm_reuse(self.seg.slot_count, self.seg.slot_size) && c.expected_readers > 0 {
+        if c.expected_readers > 0 {
             let h = self.seg.header();
             let (known, min) = flow::known_readers(h);
             if known >= c.expected_readers {
