@@ -183,10 +183,13 @@ struct Chunks {
 const DEAD_TRACKER_CHECK: Duration = Duration::from_millis(100);
 
 impl Chunks {
-    fn new(slot_count: u32, base_seq: u64, expected_readers: usize) -> Chunks {
+    /// The areas of a segment of `slot_count` slots of `slot_size` bytes whose first sample is `base_seq`; empty for
+    /// a plain ring (`warm_reuse` false: the writer never looks at them).
+    fn new(slot_count: u32, slot_size: usize, base_seq: u64, expected_readers: usize) -> Chunks {
+        let n = if warm_reuse(slot_count, slot_size) { slot_count } else { 0 };
         Chunks {
-            free: (0..slot_count).collect(),
-            slot_chunk: vec![u32::MAX; slot_count as usize],
+            free: (0..n).collect(),
+            slot_chunk: vec![u32::MAX; n as usize],
             released_to: base_seq,
             loaned: None,
             expected_readers,
@@ -262,7 +265,7 @@ impl RingWriter {
             loaned: None,
             changed: false,
             flow: None,
-            chunks: Chunks::new(sc, 0, 0),
+            chunks: Chunks::new(sc, cfg.slot_size, 0, 0),
         })
     }
 
@@ -602,7 +605,7 @@ impl RingWriter {
         self.old.push((old.path, old.owner));
         self.huge_fallback = fallback;
         self.loaned = None;
-        self.chunks = Chunks::new(self.seg.slot_count, self.next_seq, self.chunks.expected_readers);
+        self.chunks = Chunks::new(self.seg.slot_count, self.seg.slot_size, self.next_seq, self.chunks.expected_readers);
         self.changed = true;
         Ok(())
     }
