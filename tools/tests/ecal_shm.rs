@@ -212,7 +212,10 @@ fn shoal_publisher_to_ecal_subscriber_growing_sizes() {
     for (i, &size) in want.iter().enumerate() {
         let n = i as u64 + 1;
         publ.send(&make(n, size)).expect("send");
-        std::thread::sleep(Duration::from_millis(25));
+        // eCAL's memory file holds one message and its reader does not acknowledge (eCAL's default): a message sent
+        // while the Python subscriber still checks the one before replaces it. Checking 1 MB in Python took over
+        // 50 ms on a loaded CI machine (messages 32 and 33 were replaced), so large ones get more time.
+        std::thread::sleep(Duration::from_millis(25 + (size as u64 >> 20) * 200));
     }
     for (i, &size) in want.iter().enumerate() {
         let m = sub.expect("msg", Duration::from_secs(10));
