@@ -37,6 +37,7 @@ pub mod dynamic;
 mod io;
 pub mod monitor;
 mod node;
+pub mod process;
 mod pubsub;
 mod sample;
 pub mod service;
@@ -86,6 +87,7 @@ pub use error::{
 pub use node::Node;
 #[cfg(feature = "internals")]
 pub use node::ring_geometry;
+pub use process::{ProcessState, Severity, SeverityLevel};
 pub use pubsub::publisher::{Loan, Publisher, Unwritten, Written};
 pub use pubsub::subscriber::{CallbackSubscriber, Subscriber};
 pub use pubsub::typed::{MessageMeta, Received, TypedPublisher, TypedSubscriber};

@@ -6,6 +6,7 @@ use std::time::Instant;
 use crate::config::{Config, ConfigError};
 use crate::io::{EventHandler, IoStartError};
 use crate::monitor::Snapshot;
+use crate::process::{ProcessState, Severity, SeverityLevel};
 use crate::pubsub::ShmError;
 use crate::pubsub::builder::{PublisherBuilder, SubscriberBuilder};
 use crate::pubsub::runtime::{Runtime, RuntimeParts};
@@ -156,6 +157,21 @@ impl Node {
             id: self.rt.new_entity_id(),
             send: Arc::new(move |cmd| rt.io_send(cmd)),
         }
+    }
+
+    /// Sets the state this process announces (eCAL's `Process::SetState`): sent in its process registration at
+    /// once and with every refresh, shown by `shoal process list`, `shoal-monitor`, the eCAL Monitor and eCAL Sys.
+    /// Until it is set a process announces `unknown`, as eCAL's do. `info` is cut to
+    /// [`crate::process::MAX_INFO_LEN`] bytes. The state belongs to the process (every node of it shares it).
+    ///
+    /// ```no_run
+    /// # let node = shoal::Node::init("doc")?;
+    /// use shoal::{Severity, SeverityLevel};
+    /// node.set_state(Severity::Warning, SeverityLevel::Level2, "camera at 5 Hz instead of 30");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_state(&self, severity: Severity, level: SeverityLevel, info: &str) {
+        self.rt.io_send(crate::io::Command::SetProcessState(ProcessState::new(severity, level, info)));
     }
 
     /// What registration knows right now: processes and topics of this host (and the network in network mode),

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use prost::Message as _;
-use shoal::TypeInfo;
 use shoal::monitor::{
     ConnectionStats, LatencyHistogram, LatencySummary, MethodInfo, ProcessEntry, ServiceEntry, ServiceRole,
     ShoalProcessStats, ShoalStats, Snapshot, TopicDirection, TopicEntry, Via,
 };
+use shoal::{ProcessState, Severity, SeverityLevel, TypeInfo};
 
 use crate::source::{Message, MessageSource, SnapshotSource};
 
@@ -176,8 +176,11 @@ impl Fixture {
                 } else {
                     Duration::from_millis(100 + (k * 137) % 800)
                 },
-                state_severity: if p.pid == 2001 && k >= 4 { 2 } else { 1 },
-                state_info: if p.pid == 2001 && k >= 4 { "frames dropped".into() } else { String::new() },
+                state: if p.pid == 2001 && k >= 4 {
+                    ProcessState::new(Severity::Warning, SeverityLevel::Level1, "frames dropped")
+                } else {
+                    ProcessState::new(Severity::Healthy, SeverityLevel::Level1, "")
+                },
                 shoal: p.shoal.then(ShoalProcessStats::default),
             })
             .collect();
@@ -258,8 +261,7 @@ impl Fixture {
                 is_shoal: true,
                 is_self: false,
                 registration_age: Duration::from_millis(200),
-                state_severity: 1,
-                state_info: String::new(),
+                state: ProcessState::new(Severity::Healthy, SeverityLevel::Level1, ""),
                 shoal: Some(ShoalProcessStats::default()),
             });
         }

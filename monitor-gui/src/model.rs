@@ -180,10 +180,11 @@ pub struct ProcessRow {
     pub version: Arc<str>,
     /// Seconds since its last registration.
     pub registration_age_s: f64,
-    /// eCAL state severity (0 unknown, 1 healthy, 2 warning, 3 critical, 4 failed).
-    pub state_severity: i32,
-    /// The state's text.
-    pub state_info: Arc<str>,
+    /// The severity of the state it announces (in JSON: eCAL's number, 0 unknown to 4 failed).
+    #[serde(serialize_with = "severity_number")]
+    pub severity: shoal::Severity,
+    /// The state it announces, as every tool shows it (`warning (level 2): camera at 5 Hz`).
+    pub state: Arc<str>,
     /// The monitor itself.
     pub is_self: bool,
     /// Datagrams the kernel dropped on its UDP data and registration sockets for a full receive buffer, as its
@@ -191,6 +192,10 @@ pub struct ProcessRow {
     pub kernel_drops: Option<u64>,
     /// What is wrong.
     pub problems: Problems,
+}
+
+fn severity_number<S: serde::Serializer>(s: &shoal::Severity, out: S) -> Result<S::Ok, S::Error> {
+    out.serialize_i32(s.to_wire())
 }
 
 impl ProcessRow {
@@ -204,13 +209,13 @@ impl ProcessRow {
             kind,
             version,
             registration_age_s: _,
-            state_severity,
-            state_info,
+            severity,
+            state,
             is_self,
             kernel_drops,
             problems,
         } = self;
-        (host, pid, name, unit, kind, version, state_severity, state_info, is_self, kernel_drops, problems)
+        (host, pid, name, unit, kind, version, severity, state, is_self, kernel_drops, problems)
             == (
                 &o.host,
                 &o.pid,
@@ -218,8 +223,8 @@ impl ProcessRow {
                 &o.unit,
                 &o.kind,
                 &o.version,
-                &o.state_severity,
-                &o.state_info,
+                &o.severity,
+                &o.state,
                 &o.is_self,
                 &o.kernel_drops,
                 &o.problems,
@@ -891,7 +896,7 @@ fn process_rows(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner) -
             if p.registration_age > STALE_AFTER && !p.is_self {
                 problems.add(Problem::Stale);
             }
-            if p.state_severity >= 2 {
+            if p.state.severity.is_problem() {
                 problems.add(Problem::BadState);
             }
             // Counters from the network: summed saturating (a peer may announce anything).
@@ -910,8 +915,8 @@ fn process_rows(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner) -
                 kind: if p.is_shoal { "shoal" } else { "eCAL" },
                 version: interner.get(&p.runtime_version),
                 registration_age_s: p.registration_age.as_secs_f64(),
-                state_severity: p.state_severity,
-                state_info: interner.get(&p.state_info),
+                severity: p.state.severity,
+                state: interner.get(&p.state.to_string()),
                 is_self: p.is_self,
                 kernel_drops,
                 problems,

@@ -60,21 +60,11 @@ fn process_json(snap: &Snapshot, p: &ProcessEntry) -> Value {
     let (pubs, subs) = process_counts(snap, p);
     json!({"kind": "process", "host": p.host_name, "pid": p.pid, "process": p.process_name, "unit": p.unit_name,
            "runtime": kind(p), "version": p.runtime_version, "publishers": pubs, "subscribers": subs,
-           "state_severity": p.state_severity, "state_info": p.state_info,
+           "state": p.state.to_string(), "state_severity": p.state.severity.to_wire(),
+           "state_severity_level": p.state.level.to_wire(), "state_info": p.state.info,
            "registration_age_ms": p.registration_age.as_millis() as u64,
            "udp_kernel_drops": p.shoal.map(|s| s.udp_kernel_drops),
            "registration_kernel_drops": p.shoal.map(|s| s.registration_kernel_drops)})
-}
-
-fn state(p: &ProcessEntry) -> String {
-    let s = match p.state_severity {
-        1 => "healthy",
-        2 => "warning",
-        3 => "critical",
-        4 => "failed",
-        _ => "unknown",
-    };
-    if p.state_info.is_empty() { s.to_owned() } else { format!("{s}: {}", p.state_info) }
 }
 
 fn process_table(snap: &Snapshot) -> Table {
@@ -102,7 +92,7 @@ fn process_table(snap: &Snapshot) -> Table {
             p.unit_name.clone(),
             pubs.to_string(),
             subs.to_string(),
-            state(p),
+            p.state.to_string(),
             format!("{:.1}s", p.registration_age.as_secs_f64()),
             // Datagrams the kernel dropped on its UDP data and registration sockets (shoal processes announce it).
             // Summed saturating: a peer may announce anything.
@@ -420,8 +410,7 @@ mod tests {
             is_shoal: true,
             is_self: false,
             registration_age: Duration::ZERO,
-            state_severity: 1,
-            state_info: String::new(),
+            state: shoal::ProcessState::new(shoal::Severity::Healthy, shoal::SeverityLevel::Level1, ""),
             shoal: Some(ShoalProcessStats { udp_kernel_drops: u64::MAX - 1, registration_kernel_drops: 5 }),
         };
         let snap = Snapshot { processes: vec![p], ..Snapshot::default() };

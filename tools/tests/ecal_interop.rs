@@ -495,3 +495,45 @@ fn ecal_unregistration_reaches_shoal() {
     epub.wait_success(Duration::from_secs(10));
     esub.wait_success(Duration::from_secs(10));
 }
+
+/// Process state both ways: a shoal process's `Node::set_state` is read by eCAL 6.1.1's monitoring API, and an eCAL
+/// process's `process.set_state` by shoal's snapshot, severity, level and text alike.
+#[test]
+fn process_states_cross_both_ways() {
+    let t = topic("state");
+    let svc = format!("{t}_svc");
+    let shoal = shoal_peer(
+        "shoal-peer (critical)",
+        &["--state", "critical:3:no camera", "serve", "--service", &svc, "--duration-ms", "60000"],
+        None,
+    );
+    shoal.expect("ready", Duration::from_secs(10));
+    let shoal_pid = shoal.pid();
+    let ecal = ecal_peer(
+        "monitor.py (warning)",
+        "monitor.py",
+        &["--seconds", "40", "--interval-ms", "200", "--topic-contains", &t, "--state", "warning:2:disk at 91%"],
+    );
+    ecal.expect("ready", Duration::from_secs(20));
+    let ecal_pid = ecal.pid();
+
+    let seen = ecal.expect_line("the shoal process's state in eCAL's monitoring", DISCOVERY, |v| {
+        is_snapshot(v) && find(arr(v, "processes"), |x| pid_is(x, shoal_pid)).is_some()
+    });
+    let p = find(arr(&seen, "processes"), |x| pid_is(x, shoal_pid)).expect("listed");
+    assert_eq!(p["state_severity"], 3, "eCAL reads shoal's severity: {p}");
+    assert_eq!(p["state_severity_level"], 3, "eCAL reads shoal's level: {p}");
+    assert_eq!(p["state_info"], "no camera", "eCAL reads shoal's text: {p}");
+
+    let mon = shoal_monitor(&t, 30, &[]);
+    let seen = mon.expect_line("the eCAL process's state in shoal's snapshot", DISCOVERY, |v| {
+        is_snapshot(v) && find(arr(v, "processes"), |x| pid_is(x, ecal_pid)).is_some()
+    });
+    let p = find(arr(&seen, "processes"), |x| pid_is(x, ecal_pid)).expect("listed");
+    assert_eq!(p["state_severity"], 2, "shoal reads eCAL's severity: {p}");
+    assert_eq!(p["state_severity_level"], 2, "shoal reads eCAL's level: {p}");
+    assert_eq!(p["state_info"], "disk at 91%", "shoal reads eCAL's text: {p}");
+    assert_eq!(p["state"], "warning (level 2): disk at 91%", "and shows it as every shoal tool does: {p}");
+    let own = find(arr(&seen, "processes"), |x| pid_is(x, shoal_pid)).expect("the shoal peer too");
+    assert_eq!(own["state"], "critical (level 3): no camera", "{own}");
+}

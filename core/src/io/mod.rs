@@ -80,6 +80,7 @@ pub(crate) enum Command {
     Remove(u64),
     AddService(LocalService),
     RemoveService(u64),
+    SetProcessState(crate::process::ProcessState),
     Snapshot(mpsc::Sender<Snapshot>),
     Shutdown,
 }
@@ -431,6 +432,7 @@ impl IoThread {
                 Command::Remove(id) => self.registrar.remove_local(now, id),
                 Command::AddService(s) => self.registrar.add_service(s),
                 Command::RemoveService(id) => self.registrar.remove_service(id),
+                Command::SetProcessState(state) => self.registrar.set_process_state(state),
                 Command::Snapshot(reply) => {
                     let mut snap = crate::monitor::build_snapshot(&self.registrar, Instant::now());
                     snap.socket_drops = crate::monitor::SocketDrops {

@@ -17,6 +17,7 @@ pub use text::printable;
 mod summary;
 mod text;
 
+use crate::process::ProcessState;
 use crate::registration::{Direction, LayerKind, Registrar};
 use crate::types::TypeInfo;
 
@@ -40,10 +41,8 @@ pub struct ProcessEntry {
     /// Time since its last registration arrived (registration refreshes every second by default; an entry
     /// disappears after the registration timeout, 10 s by default).
     pub registration_age: Duration,
-    /// The state it announces: eCAL's severity (0 unknown, 1 healthy, 2 warning, 3 critical, 4 failed).
-    pub state_severity: i32,
-    /// The state's text.
-    pub state_info: String,
+    /// The state it announces (see [`crate::process`]).
+    pub state: ProcessState,
     /// shoal's process statistics from its registration (kernel drops on its sockets); `None` for eCAL
     /// processes. For this process, the figures of its last registration (its own are in [`Snapshot::udp`]).
     pub shoal: Option<ShoalProcessStats>,
@@ -225,8 +224,7 @@ pub(crate) fn build_snapshot(reg: &Registrar, now: Instant) -> Snapshot {
             is_shoal: p.ecal_runtime_version.starts_with("shoal"),
             is_self: p.pid == my_pid && p.host_name == my_host,
             registration_age: now.saturating_duration_since(p.last_seen),
-            state_severity: p.state_severity,
-            state_info: p.state_info.clone(),
+            state: p.state.clone(),
             shoal: p.shoal,
         })
         .collect();

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use prost::Message;
 
+use crate::process::ProcessState;
 use crate::types::TypeInfo;
 use crate::wire::{self, EncodeError, WireError};
 
@@ -248,9 +249,19 @@ pub(crate) fn pid_u32(pid: i32) -> u32 {
 }
 
 /// The process registration (cmd 4), with shoal's process statistics.
-pub fn process_sample_with(me: &Identity, registration_clock: i32, stats: &ShoalProcessStats) -> pb::Sample {
+pub fn process_sample_with(
+    me: &Identity,
+    registration_clock: i32,
+    state: &ProcessState,
+    stats: &ShoalProcessStats,
+) -> pb::Sample {
     let mut sample = process_sample(me, registration_clock);
     if let Some(p) = &mut sample.process {
+        p.state = Some(pb::ProcessState {
+            severity: state.severity.to_wire(),
+            info: state.info.clone(),
+            severity_level: state.level.to_wire(),
+        });
         p.shoal_stats = Some(pb::ProcessStatsShoal {
             udp_kernel_drops: stats.udp_kernel_drops,
             registration_kernel_drops: stats.registration_kernel_drops,
@@ -259,7 +270,8 @@ pub fn process_sample_with(me: &Identity, registration_clock: i32, stats: &Shoal
     sample
 }
 
-/// The process registration (cmd 4), without shoal's statistics.
+/// The process registration (cmd 4), without shoal's statistics, in the state a process announces until it sets
+/// one (eCAL's default: unknown, level 1).
 pub fn process_sample(me: &Identity, registration_clock: i32) -> pb::Sample {
     pb::Sample {
         cmd_type: pb::CMD_REG_PROCESS,
@@ -390,9 +402,7 @@ pub fn remote_process(p: &pb::Process, now: Instant) -> RemoteProcess {
         config_file_path: p.config_file_path.clone(),
         time_sync_module_name: p.time_sync_module_name.clone(),
         time_sync_state: p.time_sync_state,
-        state_severity: state.severity,
-        state_severity_level: state.severity_level,
-        state_info: state.info,
+        state: ProcessState::from_wire(state.severity, state.severity_level, &state.info),
         registration_clock: p.registration_clock,
         shoal: p.shoal_stats.as_ref().map(|s| ShoalProcessStats {
             udp_kernel_drops: s.udp_kernel_drops,

@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use crate::process::ProcessState;
 use crate::stats::{LatencySummary, ShoalProcessStats, ShoalStats};
 use crate::types::TypeInfo;
 use crate::wire::ReassemblyCounters;
@@ -355,12 +356,8 @@ pub struct RemoteProcess {
     pub time_sync_module_name: String,
     /// Time sync state.
     pub time_sync_state: i32,
-    /// State severity.
-    pub state_severity: i32,
-    /// State severity level.
-    pub state_severity_level: i32,
-    /// State text.
-    pub state_info: String,
+    /// The state it announces.
+    pub state: ProcessState,
     /// Its registration clock.
     pub registration_clock: i32,
     /// shoal's process statistics (`None` for eCAL processes).

@@ -11,6 +11,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::config::LimitsConfig;
 use crate::config::{AuthConfig, RegistrationConfig};
+use crate::process::ProcessState;
 use crate::stats::ShoalProcessStats;
 use crate::wire::auth::{self as wauth, AuthReceiver, AuthReject, AuthStats, Channel, Sealer};
 use crate::wire::{self, DEFAULT_MAX_FRAGMENT_PAYLOAD, Reassembler, ReassemblyConfig, ReassemblyCounters};
@@ -106,7 +107,7 @@ fn process_charge(p: &RemoteProcess) -> usize {
         + p.ecal_runtime_version.len()
         + p.config_file_path.len()
         + p.time_sync_module_name.len()
-        + p.state_info.len()
+        + p.state.info.len()
 }
 
 /// Which topics need authentication (`[shoal_auth] protected_topics`, anchored to the whole name).
@@ -223,6 +224,8 @@ pub struct Registrar {
     process_clock: i32,
     /// Sent with the process registration ([`Registrar::set_process_stats`]).
     process_stats: ShoalProcessStats,
+    /// Sent with the process registration ([`Registrar::set_process_state`]).
+    process_state: ProcessState,
     process_dirty: bool,
     locals: BTreeMap<u64, LocalEntry>,
     dirty: BTreeSet<u64>,
@@ -280,6 +283,7 @@ impl Registrar {
             next_refresh: now + refresh,
             process_clock: 0,
             process_stats: ShoalProcessStats::default(),
+            process_state: ProcessState::default(),
             process_dirty: true,
             locals: BTreeMap::new(),
             dirty: BTreeSet::new(),
@@ -400,6 +404,20 @@ impl Registrar {
     /// Sets the process statistics sent with the next process registration (no send now).
     pub fn set_process_stats(&mut self, stats: ShoalProcessStats) {
         self.process_stats = stats;
+    }
+
+    /// Sets the state the process announces; a change is sent at once (with the next [`Registrar::poll_transmit`]),
+    /// as eCAL's `SetState` is seen by monitors within a registration round.
+    pub fn set_process_state(&mut self, state: ProcessState) {
+        if state != self.process_state {
+            self.process_state = state;
+            self.process_dirty = true;
+        }
+    }
+
+    /// The state the process announces.
+    pub fn process_state(&self) -> &ProcessState {
+        &self.process_state
     }
 
     /// Sets the statistics sent with the entity's next periodic registration (no send now).
@@ -766,7 +784,8 @@ impl Registrar {
         if self.process_dirty {
             self.process_dirty = false;
             self.process_clock = self.process_clock.wrapping_add(1);
-            let sample = codec::process_sample_with(&self.me, self.process_clock, &self.process_stats);
+            let sample =
+                codec::process_sample_with(&self.me, self.process_clock, &self.process_state, &self.process_stats);
             self.queue_sample(&sample, true);
         }
         for id in std::mem::take(&mut self.dirty) {

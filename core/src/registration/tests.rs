@@ -324,9 +324,18 @@ fn our_samples_carry_the_fields_ecal_reads() {
     assert_eq!(codec::remote_process(&p, Instant::now()).shoal, None, "eCAL's processes carry no shoal statistics");
     // shoal's process statistics travel in field 100 and come back as they were sent.
     let stats = crate::stats::ShoalProcessStats { udp_kernel_drops: 12_345, registration_kernel_drops: 6 };
-    let wire_bytes = codec::process_sample_with(&me, 4, &stats).encode_to_vec();
+    // The state set with `Node::set_state` travels in eCAL's ProcessState and comes back as it was set.
+    let state = crate::process::ProcessState::new(
+        crate::process::Severity::Critical,
+        crate::process::SeverityLevel::Level4,
+        "no camera",
+    );
+    let wire_bytes = codec::process_sample_with(&me, 4, &state, &stats).encode_to_vec();
     let back = pb::Sample::decode(&wire_bytes[..]).unwrap().process.unwrap();
-    assert_eq!(codec::remote_process(&back, Instant::now()).shoal, Some(stats));
+    assert_eq!(back.state, Some(pb::ProcessState { severity: 3, info: "no camera".into(), severity_level: 4 }));
+    let remote = codec::remote_process(&back, Instant::now());
+    assert_eq!(remote.shoal, Some(stats));
+    assert_eq!(remote.state, state);
     let u = codec::process_unreg_sample(&me);
     assert_eq!(u.cmd_type, pb::CMD_UNREG_PROCESS);
     assert_eq!(u.process.unwrap().ecal_runtime_version, "", "unreg carries identity only");
@@ -504,6 +513,26 @@ fn periodic_refresh_sends_process_and_every_entity() {
     assert_eq!(clock_of(net.reg(b)), c1 + 2);
     let stats = net.reg(b).topics().find(|t| t.key.entity_id == 1).unwrap().stats.clone();
     assert_eq!(stats.data_clock, 42);
+}
+
+#[test]
+fn a_state_change_is_sent_at_once_and_seen_by_peers() {
+    use crate::process::{ProcessState, Severity, SeverityLevel};
+    let t0 = Instant::now();
+    let mut net = Net::new(t0);
+    let a = net.add(Registrar::new(ident("h1", 100), &cfg(), t0));
+    let b = net.add(Registrar::new(ident("h1", 200), &cfg(), t0));
+    net.exchange();
+    let state_of = |r: &Registrar| r.processes().find(|p| p.pid == 100).unwrap().state.clone();
+    assert_eq!(state_of(net.reg(b)), ProcessState::default(), "unknown until set, as eCAL");
+    let warn = ProcessState::new(Severity::Warning, SeverityLevel::Level2, "camera at 5 Hz");
+    net.reg(a).set_process_state(warn.clone());
+    assert_eq!(net.exchange(), 1, "a change goes out at once, before the refresh");
+    assert_eq!(state_of(net.reg(b)), warn);
+    net.reg(a).set_process_state(warn.clone());
+    assert_eq!(net.exchange(), 0, "the same state again sends nothing");
+    net.advance(Duration::from_secs(1));
+    assert_eq!(state_of(net.reg(b)), warn, "and every refresh carries it");
 }
 
 #[test]

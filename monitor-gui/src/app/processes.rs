@@ -41,17 +41,7 @@ impl MonitorApp {
                     body.rows(ROW_H, self.order.processes.len(), |mut row| {
                         let p = &view.processes[self.order.processes[row.index()]];
                         let color = health_color(p.problems.health());
-                        let state = match p.state_severity {
-                            1 => "healthy",
-                            2 => "warning",
-                            3 => "critical",
-                            4 => "failed",
-                            _ => "unknown",
-                        };
-                        let mut state = state.to_owned();
-                        if !p.state_info.is_empty() {
-                            state.push_str(&format!(": {}", shown(&p.state_info)));
-                        }
+                        let mut state = shown(&p.state).into_owned();
                         if !p.problems.is_empty() {
                             state.push_str(&format!(" — {}", p.problems.text()));
                         }

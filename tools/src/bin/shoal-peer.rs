@@ -17,6 +17,23 @@ use shoal_tools::{emit, fnv1a64, mono_ns};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Announce this process state (`Node::set_state`): `SEVERITY[:LEVEL[:INFO]]`, e.g. `warning:2:camera at 5 Hz`.
+    #[arg(long, global = true)]
+    state: Option<String>,
+}
+
+/// `SEVERITY[:LEVEL[:INFO]]` as `Node::set_state`'s arguments.
+fn parse_state(s: &str) -> Result<(shoal::Severity, shoal::SeverityLevel, String)> {
+    let mut parts = s.splitn(3, ':');
+    let severity = parts.next().unwrap_or_default().parse::<shoal::Severity>()?;
+    let level = match parts.next() {
+        None => shoal::SeverityLevel::Level1,
+        Some(l) => match l.trim().parse::<i32>() {
+            Ok(n @ 1..=5) => shoal::SeverityLevel::from_wire(n),
+            _ => bail!("--state level {l:?} is not 1 to 5"),
+        },
+    };
+    Ok((severity, level, parts.next().unwrap_or_default().to_owned()))
 }
 
 #[derive(Subcommand, Debug)]
@@ -191,6 +208,10 @@ fn main() -> Result<()> {
         .init();
     let cli = Cli::parse();
     let node = shoal::Node::init("shoal-peer").context("starting the shoal node")?;
+    if let Some(state) = &cli.state {
+        let (severity, level, info) = parse_state(state)?;
+        node.set_state(severity, level, &info);
+    }
     match cli.cmd {
         Cmd::Pub(a) => publish(&node, &a),
         Cmd::Sub(a) => subscribe(&node, &a),

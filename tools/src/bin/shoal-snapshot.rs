@@ -103,6 +103,8 @@ fn snapshot_json(s: &Snapshot, filter: &str, t: f64, host: &str) -> Value {
             json!({
                 "pid": p.pid, "host_name": p.host_name, "unit_name": p.unit_name,
                 "process_name": p.process_name, "runtime_version": p.runtime_version, "is_self": p.is_self,
+                "state": p.state.to_string(), "state_severity": p.state.severity.to_wire(),
+                "state_severity_level": p.state.level.to_wire(), "state_info": p.state.info,
             })
         })
         .collect();

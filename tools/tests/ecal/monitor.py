@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """eCAL 6.1.1 monitoring peer: prints what eCAL's monitoring layer knows, as JSON lines.
 
-Usage: monitor.py --seconds N [--interval-ms MS] [--topic-contains S] [--unit NAME]
+Usage: monitor.py --seconds N [--interval-ms MS] [--topic-contains S] [--unit NAME] [--state SEV:LEVEL:INFO]
 
 Initializes eCAL with the Monitoring component (0x08; without it `get_monitoring` raises),
 then every interval prints one line
   {"event": "snapshot", "t": <s since start>, "self_pid": ..., "processes": [...],
    "publishers": [...], "subscribers": [...]}
 until N seconds have passed or SIGTERM/SIGINT arrives, then {"event": "done", "snapshots": K}.
-A "ready" line comes first. `--topic-contains` keeps only topics whose name contains S (other
+A "ready" line comes first. `--state` makes this process announce that state (eCAL's `process.set_state`;
+SEV one of unknown, healthy, warning, critical, failed; LEVEL 1 to 5). `--topic-contains` keeps only topics whose name contains S (other
 processes on the host register too). Exit codes: 0 ok, 2 bad arguments, 3 eCAL not usable.
 """
 
@@ -137,6 +138,7 @@ def main():
     ap.add_argument("--interval-ms", type=int, default=250, help="time between snapshots")
     ap.add_argument("--topic-contains", default="", help="list only topics whose name contains this")
     ap.add_argument("--unit", default="shoal_ecal_monitor", help="eCAL unit name of this monitor")
+    ap.add_argument("--state", default="", help="announce this process state: SEVERITY:LEVEL:INFO")
     args = ap.parse_args()
     if args.seconds <= 0 or args.interval_ms <= 0:
         ec.fail("--seconds and --interval-ms must be positive", code=2)
@@ -144,6 +146,10 @@ def main():
     ecal_core, stop = ec.start(args.unit, ec.DEFAULT | ec.MONITORING)
     emit_count = 0
     try:
+        if args.state:
+            sev, level, info = (args.state.split(":", 2) + ["", ""])[:3]
+            ecal_core.process.set_state(getattr(ecal_core.process.Severity, sev.upper()),
+                                        getattr(ecal_core.process.SeverityLevel, "LEVEL" + (level or "1")), info)
         ec.emit({"event": "ready", "pid": os.getpid(), "ecal_version": ecal_core.get_version_string(),
                  "host_name": os.uname().nodename})
         start = time.monotonic()
