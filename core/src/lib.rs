@@ -69,6 +69,12 @@ pub mod builder {
     pub use crate::pubsub::builder::{CallbackSubscriberBuilder, PublisherBuilder, Raw, SubscriberBuilder, Typed};
 }
 
+/// Connection events of publishers and subscribers (`.on_event(..)` on their builders).
+pub mod events {
+    pub use crate::pubsub::events::{DropCause, Event, Peer, QUEUE_LIMIT};
+    pub use crate::stats::Via;
+}
+
 /// Every error type of the public API, each with the causes it keeps as its source.
 pub mod error {
     pub use crate::config::{ConfigError, KeyFileError};

@@ -27,7 +27,7 @@ const ROWS: &[&[&str]] = &[
     &["monitor", "transport"],
     &["registration"],
     &["wire", "dynamic", "sample"],
-    &["config", "types", "sys", "sync", "stats"],
+    &["config", "types", "sys", "sync", "stats", "process"],
 ];
 
 /// The child modules of `transport` that are not transports but parts the transports (and `pubsub`) share.

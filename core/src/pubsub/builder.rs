@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use crate::config::{QueuePolicy, WaitStrategy};
 use crate::pubsub::CreateError;
+use crate::pubsub::events::{Event, EventSink};
 use crate::pubsub::publisher::Publisher;
 use crate::pubsub::runtime::Runtime;
 use crate::pubsub::subscriber::{CallbackSubscriber, Subscriber};
@@ -54,6 +55,8 @@ pub struct PublisherBuilder<K = Raw> {
     topic: String,
     /// `Some(Some(t))` reliable with timeout `t`, `Some(None)` best effort, `None` the configuration's choice.
     reliable: Option<Option<Duration>>,
+    /// Where connection events go (`on_event`).
+    events: Option<Arc<EventSink>>,
     kind: K,
 }
 
@@ -74,6 +77,14 @@ impl<K> PublisherBuilder<K> {
         self
     }
 
+    /// Calls `callback` with this publisher's connection events: subscribers that connect and disconnect (with the
+    /// layer chosen for them) and subscribers whose announced type disagrees. It runs on this process's events
+    /// thread, never the I/O thread; see [`crate::events`].
+    pub fn on_event(mut self, callback: impl FnMut(&Event) + Send + 'static) -> Self {
+        self.events = Some(EventSink::new(Arc::clone(&self.rt.events), Box::new(callback)));
+        self
+    }
+
     fn reliability(&self) -> Option<Duration> {
         let cfg = &self.rt.config.reliable;
         self.reliable.unwrap_or(cfg.publishers.then_some(cfg.timeout))
@@ -82,7 +93,13 @@ impl<K> PublisherBuilder<K> {
 
 impl PublisherBuilder<Raw> {
     pub(crate) fn new(rt: &Arc<Runtime>, topic: &str) -> Self {
-        PublisherBuilder { rt: Arc::clone(rt), topic: topic.to_string(), reliable: None, kind: Raw::default() }
+        PublisherBuilder {
+            rt: Arc::clone(rt),
+            topic: topic.to_string(),
+            reliable: None,
+            events: None,
+            kind: Raw::default(),
+        }
     }
 
     /// The type information announced in registration (name, encoding, descriptor), so that subscribers and tools
@@ -94,13 +111,19 @@ impl PublisherBuilder<Raw> {
 
     /// Publishes messages of the generated type `M` (a [`TypedPublisher<M>`]), announcing `M::type_info()`.
     pub fn typed<M: Message>(self) -> PublisherBuilder<Typed<M>> {
-        PublisherBuilder { rt: self.rt, topic: self.topic, reliable: self.reliable, kind: Typed(PhantomData) }
+        PublisherBuilder {
+            rt: self.rt,
+            topic: self.topic,
+            reliable: self.reliable,
+            events: self.events,
+            kind: Typed(PhantomData),
+        }
     }
 
     /// Creates the publisher and announces it.
     pub fn create(self) -> Result<Publisher, CreateError> {
         let reliable = self.reliability();
-        Publisher::create(&self.rt, &self.topic, self.kind.type_info, reliable)
+        Publisher::create(&self.rt, &self.topic, self.kind.type_info, reliable, self.events)
     }
 }
 
@@ -108,7 +131,13 @@ impl<M: Message> PublisherBuilder<Typed<M>> {
     /// Creates the typed publisher and announces it.
     pub fn create(self) -> Result<TypedPublisher<M>, CreateError> {
         let reliable = self.reliability();
-        Ok(TypedPublisher::new(Publisher::create(&self.rt, &self.topic, M::type_info().clone(), reliable)?))
+        Ok(TypedPublisher::new(Publisher::create(
+            &self.rt,
+            &self.topic,
+            M::type_info().clone(),
+            reliable,
+            self.events,
+        )?))
     }
 }
 
@@ -123,11 +152,13 @@ pub struct SubscriberBuilder<K = Raw> {
 }
 
 /// The options every kind of subscriber takes; `None`: the configuration's value.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct SubOptions {
     pub(crate) wait: Option<WaitStrategy>,
     pub(crate) queue: Option<QueuePolicy>,
     pub(crate) reliable: Option<bool>,
+    /// Where connection events go (`on_event`).
+    pub(crate) events: Option<Arc<EventSink>>,
 }
 
 impl<K> SubscriberBuilder<K> {
@@ -153,6 +184,14 @@ impl<K> SubscriberBuilder<K> {
     /// [`PublisherBuilder::reliable`]); best effort (`false`) otherwise. Default: `[shoal_reliable] subscribers`.
     pub fn reliable(mut self, reliable: bool) -> Self {
         self.opts.reliable = Some(reliable);
+        self
+    }
+
+    /// Calls `callback` with this subscriber's connection events: publishers that connect and disconnect (with
+    /// their layers), messages lost (how many, why) and publishers whose type disagrees. It runs on this process's
+    /// events thread, never the I/O thread; see [`crate::events`].
+    pub fn on_event(mut self, callback: impl FnMut(&Event) + Send + 'static) -> Self {
+        self.opts.events = Some(EventSink::new(Arc::clone(&self.rt.events), Box::new(callback)));
         self
     }
 }
@@ -223,6 +262,12 @@ impl<K, F> CallbackSubscriberBuilder<K, F> {
     /// as [`SubscriberBuilder::queue`].
     pub fn queue(mut self, queue: QueuePolicy) -> Self {
         self.opts.queue = Some(queue);
+        self
+    }
+
+    /// Connection events, as [`SubscriberBuilder::on_event`] (on the events thread, not the callback's thread).
+    pub fn on_event(mut self, callback: impl FnMut(&Event) + Send + 'static) -> Self {
+        self.opts.events = Some(EventSink::new(Arc::clone(&self.rt.events), Box::new(callback)));
         self
     }
 }

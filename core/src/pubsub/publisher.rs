@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::io::Command;
+use crate::pubsub::events::{Event, EventSink, Peer, via_of_layer};
 use crate::pubsub::runtime::Runtime;
 use crate::pubsub::subscriber::SubShared;
 use crate::pubsub::waker;
@@ -97,6 +98,8 @@ pub(crate) struct PubShared {
     ring_par: Mutex<Option<ShoalPar>>,
     /// The ring's flow-control figures, for registration (copied by the publisher when they change).
     flow: FlowCounters,
+    /// Where connection events go (`PublisherBuilder::on_event`).
+    events: Option<Arc<EventSink>>,
 }
 
 /// The registration kind of a layer named in a priority list.
@@ -127,24 +130,66 @@ impl PubShared {
         let mut c = lock(&self.conns);
         if !c.intra.iter().any(|x| x.id == s.id) {
             c.intra.push(Arc::clone(s));
+            if let Some(ev) = &self.events {
+                let peer = Peer::same_process(&self.host_name, s.id);
+                ev.connected(peer, vec![Via::SameProcess], &s.type_info, &self.type_info);
+            }
         }
         self.changed();
     }
 
     pub(crate) fn disconnect_intra(&self, sub_id: u64) {
         let mut c = lock(&self.conns);
+        let before = c.intra.len();
         c.intra.retain(|x| x.id != sub_id);
+        if c.intra.len() != before
+            && let Some(ev) = &self.events
+        {
+            ev.push(Event::Disconnected { peer: Peer::same_process(&self.host_name, sub_id) });
+        }
         self.changed();
     }
 
     /// A matched (or updated) remote subscriber; true when our registration changed (a layer started, the ring
     /// became active) and must be sent again.
     pub(crate) fn connect_remote(&self, topic: RemoteTopic, doorbell: Option<Arc<DoorbellRemote>>) -> bool {
-        lock(&self.conns).remote.insert(topic.key.clone(), RemoteSub { topic, doorbell });
+        let new_event = self.events.as_ref().map(|_| (Peer::remote(&topic), topic.type_info.clone()));
+        let key = topic.key.clone();
+        let before = lock(&self.conns).remote.insert(key.clone(), RemoteSub { topic, doorbell });
         // Layers first, then wake `wait_for_subscribers`: a send right after the match must find them started.
         let changed = self.assign_layers();
+        if let (Some(ev), Some((peer, theirs))) = (&self.events, new_event) {
+            match before {
+                None => {
+                    let via = self.via_of(&key).into_iter().collect();
+                    ev.connected(peer, via, &theirs, &self.type_info);
+                }
+                // An updated registration: a type that now disagrees is reported once.
+                Some(old) if theirs.mismatches(&self.type_info) && old.topic.type_info != theirs => {
+                    ev.push(Event::TypeMismatch { peer, theirs, ours: (*self.type_info).clone() })
+                }
+                Some(_) => {}
+            }
+        }
         self.changed();
         changed
+    }
+
+    /// The layer that serves the remote subscriber `key`: the native ring when it reads it, else the eCAL-facing
+    /// layer [`Self::assign_layers`] chose.
+    fn via_of(&self, key: &EntityKey) -> Option<Via> {
+        let c = lock(&self.conns);
+        let r = c.remote.get(key)?;
+        if r.doorbell.is_some() {
+            return Some(Via::ShoalRing);
+        }
+        let set = lock(&self.layers);
+        let same_host = r.topic.key.host_name == self.host_name;
+        let order = if same_host { &self.priority_local } else { &self.priority_remote };
+        let kind = order
+            .iter()
+            .find(|kind| set.writers.iter().any(|l| l.kind() == **kind && l.accepts(&r.topic, same_host)))?;
+        via_of_layer(*kind)
     }
 
     /// The doorbells of the subscriber processes that read our native ring, one per process.
@@ -154,7 +199,10 @@ impl PubShared {
 
     /// A remote subscriber went away; true when our registration changed.
     pub(crate) fn disconnect_remote(&self, key: &EntityKey) -> bool {
-        lock(&self.conns).remote.remove(key);
+        let removed = lock(&self.conns).remote.remove(key);
+        if let (Some(ev), Some(r)) = (&self.events, removed) {
+            ev.push(Event::Disconnected { peer: Peer::remote(&r.topic) });
+        }
         let changed = self.assign_layers();
         self.changed();
         changed
@@ -322,6 +370,7 @@ impl Publisher {
         topic: &str,
         type_info: TypeInfo,
         reliable: Option<Duration>,
+        events: Option<Arc<EventSink>>,
     ) -> Result<Publisher, CreateError> {
         if topic.is_empty() {
             return Err(CreateError::EmptyTopic);
@@ -356,6 +405,7 @@ impl Publisher {
             ring_active: AtomicBool::new(false),
             ring_par: Mutex::new(None),
             flow: FlowCounters::default(),
+            events,
         });
         let writers: Vec<Box<dyn LayerWriter>> =
             rt.writer_factories.iter().filter_map(|f| f.create(id, topic, &shared.type_info)).collect();

@@ -48,6 +48,8 @@ pub(crate) struct Runtime {
     pub(crate) dispatcher: Dispatcher,
     /// Rings subscriber processes' doorbells for publishers that find several asleep.
     pub(crate) waker: Waker,
+    /// Delivers connection events to the callbacks of `.on_event` (started with the first event).
+    pub(crate) events: Arc<crate::pubsub::events::EventThread>,
     /// eCAL-facing layers for publishers, in priority order (eCAL local order: shm, udp, tcp).
     pub(crate) writer_factories: Vec<Box<dyn LayerWriterFactory>>,
     /// eCAL-facing layers for subscribers.
@@ -134,6 +136,7 @@ impl Runtime {
             io: Mutex::new(Some(io)),
             dispatcher: Dispatcher::default(),
             waker: Waker::default(),
+            events: Arc::default(),
             writer_factories,
             reader_factories,
             next_entity: AtomicU64::new(1),
@@ -195,7 +198,7 @@ impl Runtime {
         for s in t.subs.values().filter_map(Weak::upgrade) {
             if *s.topic == *p.topic {
                 p.connect_intra(&s);
-                s.intra_publisher_added(p.type_info.clone());
+                s.intra_publisher_added(p.id, &self.identity.host_name, &p.type_info);
             }
         }
     }
@@ -207,7 +210,7 @@ impl Runtime {
         for p in t.pubs.values().filter_map(Weak::upgrade) {
             if *p.topic == *s.topic {
                 p.connect_intra(s);
-                s.intra_publisher_added(p.type_info.clone());
+                s.intra_publisher_added(p.id, &self.identity.host_name, &p.type_info);
             }
         }
     }
@@ -217,7 +220,7 @@ impl Runtime {
         if let Some(p) = t.pubs.remove(&id).and_then(|w| w.upgrade()) {
             for s in t.subs.values().filter_map(Weak::upgrade) {
                 if *s.topic == *p.topic {
-                    s.intra_publisher_removed();
+                    s.intra_publisher_removed(p.id, &self.identity.host_name);
                 }
             }
         }
@@ -238,7 +241,10 @@ impl Runtime {
         let now = Instant::now();
         let mut out = Vec::with_capacity(t.pubs.len() + t.subs.len());
         out.extend(t.pubs.values().filter_map(Weak::upgrade).map(|p| (p.id, p.stats(now))));
-        out.extend(t.subs.values().filter_map(Weak::upgrade).map(|s| (s.id, s.stats(now, &self.identity.host_name))));
+        out.extend(t.subs.values().filter_map(Weak::upgrade).map(|s| {
+            s.report_drops();
+            (s.id, s.stats(now, &self.identity.host_name))
+        }));
         out
     }
 
@@ -246,6 +252,7 @@ impl Runtime {
     pub(crate) fn shutdown(&self) {
         self.dispatcher.shutdown(self);
         self.waker.shutdown();
+        self.events.shutdown();
         let io = lock(&self.io).take();
         if let Some(mut io) = io {
             io.shutdown();

@@ -1,6 +1,6 @@
 //! [`Subscriber`]: pull (`recv*`) and callback delivery from every matched publisher.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crate::config::{QueuePolicy, WaitStrategy};
 use crate::io::Command;
 use crate::pubsub::builder::SubOptions;
+use crate::pubsub::events::{Event, EventSink, Peer, via_of_layer};
 use crate::pubsub::meter::{ConnMeter, MeterTable};
 use crate::pubsub::runtime::{Runtime, shoal_par};
 use crate::pubsub::{CreateError, RecvError};
@@ -100,8 +101,16 @@ pub(crate) struct SubShared {
     remote_pubs: AtomicUsize,
     callback: Option<Mutex<Callback>>,
     pub(crate) received: AtomicU64,
-    /// Drops counted outside the ring readers (same-process queue overflow, readers that went away).
+    /// Drops of the queue (same-process and eCAL-layer samples) and those the application counted.
     drops: AtomicU64,
+    /// Drops of ring readers that went away (overruns).
+    overrun_drops: AtomicU64,
+    /// Drops of eCAL-layer connections that went away, and samples older than one already delivered.
+    transport_drops: AtomicU64,
+    /// Where connection events go (`.on_event`).
+    pub(crate) events: Option<Arc<EventSink>>,
+    /// With events: the type each publisher heard on eCAL layers announced last (for type changes).
+    layer_types: Mutex<HashMap<EntityKey, TypeInfo>>,
     last_clock: AtomicU64,
     /// Start of the current statistics window and the received count then.
     freq: Mutex<(Instant, u64)>,
@@ -150,7 +159,7 @@ impl SubShared {
             ClockCheck::Resync => self.warn_resync(&s),
             ClockCheck::Duplicate => return,
             ClockCheck::OutOfOrder => {
-                self.drops.fetch_add(1, Ordering::Relaxed);
+                self.transport_drops.fetch_add(1, Ordering::Relaxed);
                 return;
             }
         }
@@ -196,8 +205,11 @@ impl SubShared {
         self.intra_len.store(q.len(), Ordering::Release);
         drop(q);
         drop(clocks);
-        if late + overflow > 0 {
-            self.drops.fetch_add(late + overflow, Ordering::Relaxed);
+        if late > 0 {
+            self.transport_drops.fetch_add(late, Ordering::Relaxed);
+        }
+        if overflow > 0 {
+            self.drops.fetch_add(overflow, Ordering::Relaxed);
         }
     }
 
@@ -217,13 +229,19 @@ impl SubShared {
         self.intra_len.store(q.len(), Ordering::Release);
     }
 
-    pub(crate) fn intra_publisher_added(&self, _type_info: Arc<TypeInfo>) {
+    pub(crate) fn intra_publisher_added(&self, pub_id: u64, host_name: &str, type_info: &TypeInfo) {
         self.intra_pubs.fetch_add(1, Ordering::Relaxed);
+        if let Some(ev) = &self.events {
+            ev.connected(Peer::same_process(host_name, pub_id), vec![Via::SameProcess], type_info, &self.type_info);
+        }
         self.notify_conn();
     }
 
-    pub(crate) fn intra_publisher_removed(&self) {
+    pub(crate) fn intra_publisher_removed(&self, pub_id: u64, host_name: &str) {
         let _ = self.intra_pubs.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if let Some(ev) = &self.events {
+            ev.push(Event::Disconnected { peer: Peer::same_process(host_name, pub_id) });
+        }
         self.notify_conn();
     }
 
@@ -248,6 +266,7 @@ impl SubShared {
                 // Same publisher: a new segment name means it grew; the reader follows by itself, but re-open if it
                 // is on an older generation that was already removed.
                 let e = &mut readers[i];
+                self.report_type_change(&e.type_info, remote);
                 e.type_info = Arc::new(remote.type_info.clone());
                 e.closing = false;
                 // A reader follows a growing ring by itself; re-open only one that lost the chain.
@@ -255,12 +274,13 @@ impl SubShared {
                     && e.reader.segment_name() != par.segment
                     && let Ok(r) = open_announced_ring(&par.segment, remote, self.reliable)
                 {
-                    self.drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
+                    self.overrun_drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
                     e.reader = r;
                     e.ended = false;
                 }
             }
             (Some(i), None) => {
+                self.report_type_change(&readers[i].type_info, remote);
                 readers[i].type_info = Arc::new(remote.type_info.clone());
                 readers[i].closing = false;
             }
@@ -272,6 +292,9 @@ impl SubShared {
                     readers.push(ReaderEntry::new(remote.key.clone(), reader, type_info, self.ring_queue.as_ref()));
                     self.remote_pubs.store(self.remote_count(&readers), Ordering::Relaxed);
                     drop(readers);
+                    if let Some(ev) = &self.events {
+                        ev.connected(Peer::remote(remote), vec![Via::ShoalRing], &remote.type_info, &self.type_info);
+                    }
                     self.notify_conn();
                 }
                 Err(e) => tracing::warn!(
@@ -283,6 +306,34 @@ impl SubShared {
                 ),
             },
             (None, None) => {}
+        }
+    }
+
+    /// A known publisher's registration changed: a type that now disagrees with ours is reported once.
+    fn report_type_change(&self, before: &TypeInfo, remote: &RemoteTopic) {
+        if let Some(ev) = &self.events
+            && *before != remote.type_info
+            && remote.type_info.mismatches(&self.type_info)
+        {
+            ev.push(Event::TypeMismatch {
+                peer: Peer::remote(remote),
+                theirs: remote.type_info.clone(),
+                ours: (*self.type_info).clone(),
+            });
+        }
+    }
+
+    /// [`Self::report_type_change`] for a publisher heard on eCAL layers (whose type the subscriber keeps in the
+    /// last registration it saw).
+    fn type_updated(&self, remote: &RemoteTopic) {
+        if self.events.is_none() {
+            return;
+        }
+        let mut seen = lock(&self.layer_types);
+        let before = seen.insert(remote.key.clone(), remote.type_info.clone());
+        drop(seen);
+        if let Some(before) = before {
+            self.report_type_change(&before, remote);
         }
     }
 
@@ -304,12 +355,25 @@ impl SubShared {
         }
         if !was_known && conns.iter().any(|(k, _, _)| *k == remote.key) {
             self.remote_pubs.fetch_add(1, Ordering::Relaxed);
+            let via: Vec<Via> = conns
+                .iter()
+                .filter(|(k, _, _)| *k == remote.key)
+                .filter_map(|(_, i, _)| rt.reader_factories[*i].subscriber_advert().and_then(|l| via_of_layer(l.kind)))
+                .collect();
             drop(conns);
+            if let Some(ev) = &self.events {
+                lock(&self.layer_types).insert(remote.key.clone(), remote.type_info.clone());
+                ev.connected(Peer::remote(remote), via, &remote.type_info, &self.type_info);
+            }
             self.notify_conn();
+        } else if was_known {
+            drop(conns);
+            self.type_updated(remote);
         }
     }
 
     pub(crate) fn disconnect_remote(&self, key: &EntityKey) {
+        lock(&self.layer_types).remove(key);
         lock(&self.layer_clocks).forget(key.entity_id);
         lock(&self.inbox_meters).forget(key.entity_id);
         {
@@ -317,25 +381,31 @@ impl SubShared {
             let before = conns.len();
             conns.retain(|(k, _, c)| {
                 if k == key {
-                    self.drops.fetch_add(c.drops(), Ordering::Relaxed);
+                    self.transport_drops.fetch_add(c.drops(), Ordering::Relaxed);
                 }
                 k != key
             });
             if conns.len() != before {
                 let _ = self.remote_pubs.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
                 drop(conns);
+                if let Some(ev) = &self.events {
+                    ev.push(Event::Disconnected { peer: Peer::key(key) });
+                }
                 self.notify_conn();
                 return;
             }
         }
         let mut readers = lock(&self.readers);
         if let Some(i) = readers.iter().position(|e| &e.key == key) {
+            if let Some(ev) = self.events.as_ref().filter(|_| !readers[i].closing) {
+                ev.push(Event::Disconnected { peer: Peer::key(key) });
+            }
             if readers[i].reader.has_data() {
                 // Samples still in the ring were sent to us: deliver them before letting the reader go.
                 readers[i].closing = true;
             } else {
                 let e = readers.swap_remove(i);
-                self.drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
+                self.overrun_drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
             }
         }
         self.remote_pubs.store(self.remote_count(&readers), Ordering::Relaxed);
@@ -361,9 +431,25 @@ impl SubShared {
 
     /// Total drops: queue overflows plus overruns and torn reads of every ring reader and the eCAL layers' losses.
     pub(crate) fn drops(&self) -> u64 {
+        self.drop_causes().iter().sum()
+    }
+
+    /// Drops by cause: (overrun, transport, queue), as [`crate::events::DropCause`] names them.
+    pub(crate) fn drop_causes(&self) -> [u64; 3] {
         let ring: u64 = lock(&self.readers).iter().map(|e| e.reader.drops()).sum();
         let layers: u64 = lock(&self.layer_conns).iter().map(|(_, _, c)| c.drops()).sum();
-        self.drops.load(Ordering::Relaxed) + ring + layers
+        [
+            self.overrun_drops.load(Ordering::Relaxed) + ring,
+            self.transport_drops.load(Ordering::Relaxed) + layers,
+            self.drops.load(Ordering::Relaxed),
+        ]
+    }
+
+    /// Reports drops that grew since the last report as events (called with every registration refresh).
+    pub(crate) fn report_drops(&self) {
+        if let Some(ev) = &self.events {
+            ev.report_drops(self.drop_causes());
+        }
     }
 
     pub(crate) fn has_data(&self) -> bool {
@@ -402,7 +488,7 @@ impl SubShared {
             readers.retain(|e| {
                 let keep = !(e.closing && (e.ended || !e.reader.has_data()));
                 if !keep {
-                    self.drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
+                    self.overrun_drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
                 }
                 keep
             });
@@ -596,6 +682,10 @@ impl SubHandle {
             callback: callback.map(Mutex::new),
             received: AtomicU64::new(0),
             drops: AtomicU64::new(0),
+            overrun_drops: AtomicU64::new(0),
+            transport_drops: AtomicU64::new(0),
+            events: opts.events.clone(),
+            layer_types: Mutex::default(),
             last_clock: AtomicU64::new(0),
             freq: Mutex::new((Instant::now(), 0)),
             latency_on: rt.config.receive.latency_statistics,
@@ -787,8 +877,9 @@ impl Subscriber {
         type_info: TypeInfo,
         opts: SubOptions,
     ) -> Result<Subscriber, CreateError> {
+        let wait = opts.wait.unwrap_or(rt.config.receive.wait);
         let handle = SubHandle::create(rt, topic, type_info, None, opts)?;
-        Ok(Subscriber { handle, wait: opts.wait.unwrap_or(rt.config.receive.wait) })
+        Ok(Subscriber { handle, wait })
     }
 
     pub(crate) fn handle(&self) -> &SubHandle {
