@@ -116,13 +116,67 @@ fn inspector_decodes_protobuf_through_the_descriptor_and_pauses() {
     h.get_by_label_contains("message 3 of 3 kept · clock 3 ·");
     h.state_mut().refresh_now();
     h.run();
-    h.get_by_label_contains("message 3 of 4 kept · clock 3 ·"); // paused: the new message is kept, not shown
+    h.get_by_label_contains("message 3 of 3 kept · clock 3 ·"); // paused: the new message is held, not shown
+    h.get_by_label_contains("Paused: 1 newer messages arrived");
     h.get_by_label("< Previous").click();
     h.run();
-    h.get_by_label_contains("message 2 of 4 kept · clock 2 ·");
+    h.get_by_label_contains("message 2 of 3 kept · clock 2 ·");
     h.get_by_label("Hex").click();
     h.run();
     h.get_by_label_contains("000000  08 ");
+}
+
+/// The whole label of the one node whose label contains `needle`.
+fn label_containing(h: &Harness<'_, MonitorApp>, needle: &str) -> String {
+    let found = std::cell::RefCell::new(Vec::new());
+    let _ = h
+        .query_all_by(|n| {
+            // A label widget keeps its text in the node's value.
+            let l = n.value().or(n.label()).unwrap_or_default();
+            let hit = l.contains(needle);
+            if hit {
+                found.borrow_mut().push(l.to_string());
+            }
+            hit
+        })
+        .count();
+    let found = found.into_inner();
+    // (a label's text may appear in two nodes of the tree)
+    assert!(!found.is_empty() && found.iter().all(|l| *l == found[0]), "one text with {needle:?}: {found:?}");
+    found[0].clone()
+}
+
+/// Paused means frozen: with the 100 kept messages full and 150 more arriving, the shown message and its neighbours
+/// stay, each Next moves one message, and Resume shows the newest.
+#[test]
+fn inspector_pause_holds_while_messages_keep_arriving() {
+    let mut h = inspecting("/imu", 1, 120);
+    h.get_by_label_contains("message 100 of 100 kept");
+    h.get_by_label("Pause").click();
+    h.run();
+    let shown = label_containing(&h, "message 100 of 100 kept");
+    for _ in 0..20 {
+        h.get_by_label("< Previous").click();
+        h.run();
+    }
+    let at = label_containing(&h, "message 80 of 100 kept");
+    for _ in 0..150 {
+        h.state_mut().refresh_now();
+    }
+    h.run();
+    assert_eq!(label_containing(&h, "message 80 of 100 kept"), at, "it did not slide");
+    h.get_by_label_contains("Paused: 150 newer messages arrived");
+    h.get_by_label("Next >").click();
+    h.run();
+    h.get_by_label("Next >").click();
+    h.run();
+    h.get_by_label_contains("message 82 of 100 kept");
+    h.get_by_label("Resume").click();
+    h.run();
+    h.state_mut().refresh_now();
+    h.run();
+    let after = label_containing(&h, "message 100 of 100 kept");
+    assert_ne!(after, shown, "Resume shows the newest again: {after}");
 }
 
 #[test]

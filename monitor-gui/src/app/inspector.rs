@@ -21,9 +21,14 @@ pub const INSPECTOR_KEEP: usize = 100;
 pub(super) struct Inspector {
     pub(super) topic: Option<Arc<str>>,
     messages: VecDeque<Message>,
+    /// Paused: `messages` and the shown one stay as they are until Resume.
     pub(super) paused: bool,
     /// Index into `messages` while paused.
     cursor: usize,
+    /// Messages that arrived while paused (the newest [`INSPECTOR_KEEP`]), added on Resume.
+    held: VecDeque<Message>,
+    /// Messages that arrived while paused beyond `held`'s bound.
+    held_over: u64,
     decoder: Option<(Arc<TypeInfo>, Result<DynamicDecoder, String>)>,
     /// The decoded message shown: (clock, publisher) → JSON or error.
     decoded: Option<((u64, u64), Decoded)>,
@@ -47,6 +52,25 @@ pub(super) enum InspectMode {
     Hex,
 }
 
+impl Inspector {
+    /// Keeps `m` as the newest message, dropping the oldest beyond [`INSPECTOR_KEEP`].
+    fn keep(&mut self, m: Message) {
+        if self.messages.len() == INSPECTOR_KEEP {
+            self.messages.pop_front();
+        }
+        self.messages.push_back(m);
+    }
+
+    /// Ends a pause: the messages held meanwhile join the kept ones and the newest is shown.
+    fn resume(&mut self) {
+        self.paused = false;
+        self.held_over = 0;
+        while let Some(m) = self.held.pop_front() {
+            self.keep(m);
+        }
+    }
+}
+
 impl MonitorApp {
     pub(super) fn poll_messages(&mut self) {
         let wanted = if matches!(self.state.tab, Tab::Inspector) { self.state.selected.clone() } else { None };
@@ -60,11 +84,15 @@ impl MonitorApp {
         let mut incoming = std::mem::take(&mut self.inspector.incoming);
         self.messages.poll(&mut incoming);
         for m in incoming.drain(..) {
-            if self.inspector.messages.len() == INSPECTOR_KEEP {
-                self.inspector.messages.pop_front();
-                self.inspector.cursor = self.inspector.cursor.saturating_sub(1);
+            if self.inspector.paused {
+                if self.inspector.held.len() == INSPECTOR_KEEP {
+                    self.inspector.held.pop_front();
+                    self.inspector.held_over += 1;
+                }
+                self.inspector.held.push_back(m);
+            } else {
+                self.inspector.keep(m);
             }
-            self.inspector.messages.push_back(m);
         }
         self.inspector.incoming = incoming;
     }
@@ -82,8 +110,12 @@ impl MonitorApp {
             ui.heading(shown(&topic));
             ui.separator();
             if ui.button(if self.inspector.paused { "Resume" } else { "Pause" }).clicked() {
-                self.inspector.paused = !self.inspector.paused;
-                self.inspector.cursor = n.saturating_sub(1);
+                if self.inspector.paused {
+                    self.inspector.resume();
+                } else {
+                    self.inspector.paused = true;
+                    self.inspector.cursor = n.saturating_sub(1);
+                }
             }
             if self.inspector.paused {
                 if ui.add_enabled(self.inspector.cursor > 0, egui::Button::new("< Previous")).clicked() {
@@ -107,6 +139,10 @@ impl MonitorApp {
             ui.label("No message received yet.");
             return;
         };
+        if self.inspector.paused {
+            let newer = self.inspector.held.len() as u64 + self.inspector.held_over;
+            ui.label(format!("Paused: {newer} newer messages arrived since (shown on Resume)."));
+        }
         ui.label(format!(
             "message {} of {} kept · clock {} · publisher {:x} · {} · type {} ({}) · sent {}",
             index + 1,
