@@ -77,7 +77,15 @@ fn parse_size(s: &str) -> Result<(f32, f32), String> {
     Ok((a.parse().map_err(|e| format!("{e}"))?, b.parse().map_err(|e| format!("{e}"))?))
 }
 
-fn main() -> Result<()> {
+/// Errors are printed as one message with their causes (never a backtrace, whatever `RUST_BACKTRACE` says).
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("shoal-monitor: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,winit=error".into()),
@@ -115,6 +123,13 @@ fn main() -> Result<()> {
         let mut out = stdout.lock();
         return headless::run(&mut *snapshots, Duration::from_secs(args.seconds), interval, args.json, &mut out)
             .context("writing to stdout");
+    }
+    let has_display = |var: &str| std::env::var_os(var).is_some_and(|v| !v.is_empty());
+    if !has_display("DISPLAY") && !has_display("WAYLAND_DISPLAY") {
+        bail!(
+            "no display to open the window on (DISPLAY and WAYLAND_DISPLAY are unset): use `shoal-monitor --headless \
+             --json` for JSON lines on stdout, or run under a display (`xvfb-run -a shoal-monitor` for a virtual one)"
+        );
     }
     let mut app = MonitorApp::new(snapshots, messages, interval);
     for _ in 0..args.prefill {

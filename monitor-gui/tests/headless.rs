@@ -83,3 +83,20 @@ fn the_binary_prints_one_line_per_second_and_exits() {
     assert_eq!(lines[0]["topics"].as_array().expect("topics").len(), 6);
     assert_eq!(lines[0]["services"].as_array().expect("services").len(), 4);
 }
+
+/// Without a display the window cannot open: one line that points to `--headless --json`, no backtrace.
+#[test]
+fn without_a_display_it_says_to_use_headless_in_one_line() {
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal-monitor"))
+        .arg("--fixture")
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("run shoal-monitor");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("--headless --json"), "{err}");
+    assert!(!err.contains("backtrace") && !err.contains(".rs:"), "{err}");
+}

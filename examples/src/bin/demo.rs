@@ -92,7 +92,27 @@ fn subscriber(topic: &str, name: &str, seconds: u64) -> Result<()> {
     Ok(())
 }
 
-fn main() -> Result<()> {
+const USAGE: &str = "usage: demo [SECONDS [RATE_HZ [SIZE_BYTES]]]   (defaults: 5 s, 10000 msg/s, 4096 B)
+  starts one publisher and two subscriber processes on this host; each subscriber prints its rate, bandwidth,
+  latency percentiles and drops every second";
+
+/// Positional argument `i`, or `default` when absent; a value that does not parse says which and what is expected.
+fn arg<T: std::str::FromStr>(args: &[String], i: usize, name: &str, expected: &str, default: T) -> Result<T> {
+    match args.get(i) {
+        None => Ok(default),
+        Some(v) => v.parse().map_err(|_| anyhow::anyhow!("{name} must be {expected}, not {v:?}\n{USAGE}")),
+    }
+}
+
+/// Errors are printed as one message (with their causes), never with a backtrace, whatever `RUST_BACKTRACE` says.
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("demo: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--role") {
         let role = args.get(2).context("--role needs pub or sub")?;
@@ -104,11 +124,21 @@ fn main() -> Result<()> {
             other => bail!("unknown role {other}"),
         };
     }
-    let seconds: u64 = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(5);
-    let rate: f64 = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(10_000.0);
-    let size: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(4096);
+    if args.iter().skip(1).any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    if args.len() > 4 {
+        bail!("too many arguments\n{USAGE}");
+    }
+    let seconds: u64 = arg(&args, 1, "SECONDS", "a whole number of seconds", 5)?;
+    let rate: f64 = arg(&args, 2, "RATE_HZ", "messages per second, e.g. 1000 or 0.5", 10_000.0)?;
+    let size: usize = arg(&args, 3, "SIZE_BYTES", "a whole number of bytes", 4096)?;
+    if !(rate.is_finite() && rate > 0.0) {
+        bail!("RATE_HZ must be a positive number of messages per second, not {rate}\n{USAGE}");
+    }
     if size < 8 {
-        bail!("SIZE_BYTES must be at least 8");
+        bail!("SIZE_BYTES must be at least 8\n{USAGE}");
     }
     let topic = format!("{TOPIC_PREFIX}_{}", std::process::id());
     println!("shoal demo: 1 publisher -> 2 subscribers on topic {topic}, {rate} msg/s of {size} B for {seconds} s");

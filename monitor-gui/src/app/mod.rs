@@ -140,6 +140,9 @@ pub struct MonitorApp {
     snapshots: Option<Box<dyn SnapshotSource + Send>>,
     /// Views and their events from the refresh thread.
     feed: Option<mpsc::Receiver<Update>>,
+    /// The refresh thread: its stop flag and handle (joined when the app is dropped, so that the node it holds is
+    /// dropped, and unregisters, before the process exits).
+    refresh_thread: Option<(Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<()>)>,
     messages: Box<dyn MessageSource>,
     interner: Interner,
     history: History,
@@ -155,6 +158,17 @@ pub struct MonitorApp {
     series: Option<Series>,
     inspector: Inspector,
     refreshes: u64,
+}
+
+impl Drop for MonitorApp {
+    fn drop(&mut self) {
+        // The receiver first: a refresh thread blocked handing over a view returns.
+        self.feed = None;
+        if let Some((stop, thread)) = self.refresh_thread.take() {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = thread.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for MonitorApp {
@@ -174,6 +188,7 @@ impl MonitorApp {
         MonitorApp {
             snapshots: Some(snapshots),
             feed: None,
+            refresh_thread: None,
             messages,
             interner: Interner::default(),
             history: History::default(),

@@ -41,19 +41,28 @@ impl MonitorApp {
     /// It calls `wake` (the window's repaint request) when a view differs from the one before
     /// ([`View::same_content`]) or brings events, and otherwise only every [`IDLE_REPAINT`] (so the clock and the
     /// plots catch up), or when [`FEED_CAPACITY`] views wait: a network where nothing changes is not redrawn every
-    /// refresh. The thread ends when the app is dropped.
+    /// refresh. Dropping the app stops the thread and waits for it.
     pub fn start_refresh_thread(&mut self, wake: impl Fn() + Send + 'static) -> std::io::Result<()> {
         let Some(mut source) = self.snapshots.take() else { return Ok(()) };
         let mut interner = std::mem::take(&mut self.interner);
         let mut prev = self.history.latest().cloned();
         let refresh = self.refresh;
         let (tx, rx) = mpsc::sync_channel::<Update>(FEED_CAPACITY);
-        std::thread::Builder::new().name("shoal-monitor-refresh".into()).spawn(move || {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::Builder::new().name("shoal-monitor-refresh".into()).spawn(move || {
             let mut next = Instant::now() + refresh;
             let mut last_wake = Instant::now();
             for n in 1u64.. {
-                if let Some(wait) = next.checked_duration_since(Instant::now()) {
-                    std::thread::sleep(wait);
+                // Sleeps in steps of at most 50 ms, so that dropping the app stops the thread soon.
+                while let Some(wait) = next.checked_duration_since(Instant::now()) {
+                    if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(wait.min(Duration::from_millis(50)));
+                }
+                if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
                 }
                 next += refresh;
                 let view = Arc::new(build_view(&source.snapshot(), prev.as_deref(), &mut interner));
@@ -82,6 +91,7 @@ impl MonitorApp {
             }
         })?;
         self.feed = Some(rx);
+        self.refresh_thread = Some((stop, thread));
         Ok(())
     }
 
