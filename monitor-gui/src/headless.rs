@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use shoal::monitor::printable as shown;
 
-use crate::history::{Event, diff};
+use crate::history::{Event, events_since};
 use crate::model::{Interner, ServiceEndpointRow, View, build_view, fmt_bandwidth, fmt_rate, fmt_us};
 use crate::source::SnapshotSource;
 
@@ -117,7 +117,7 @@ pub fn run(
             std::thread::sleep(wait);
         }
         let view = build_view(&source.snapshot(), prev.as_ref(), &mut interner);
-        let events = prev.as_ref().map(|p| diff(p, &view)).unwrap_or_default();
+        let events = events_since(prev.as_ref(), &view);
         if as_json {
             writeln!(out, "{}", view_json(&view, &events))?;
         } else {

@@ -16,10 +16,14 @@ pub const MAX_EVENTS: usize = 10_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
+    /// The monitor's first view: what was already running when it started.
+    Start,
     /// A process appeared.
     ProcessNew,
-    /// A process disappeared (its registration expired or it unregistered).
+    /// A process unregistered (it exited normally, or left while its registration was fresh).
     ProcessGone,
+    /// A process vanished after its registration had gone stale: it expired (killed, hung, cut off).
+    ProcessExpired,
     /// A publisher, subscriber, service server or client appeared.
     EntityNew,
     /// A publisher, subscriber, server or client unregistered (it was fresh when it vanished).
@@ -38,9 +42,11 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, in display order.
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 11] = [
+        EventKind::Start,
         EventKind::ProcessNew,
         EventKind::ProcessGone,
+        EventKind::ProcessExpired,
         EventKind::EntityNew,
         EventKind::EntityGone,
         EventKind::Expired,
@@ -53,8 +59,10 @@ impl EventKind {
     /// Short text for tables.
     pub fn label(self) -> &'static str {
         match self {
+            EventKind::Start => "start",
             EventKind::ProcessNew => "process new",
-            EventKind::ProcessGone => "process gone",
+            EventKind::ProcessGone => "process exit",
+            EventKind::ProcessExpired => "process expired",
             EventKind::EntityNew => "new",
             EventKind::EntityGone => "gone",
             EventKind::Expired => "expired",
@@ -67,7 +75,7 @@ impl EventKind {
 
     /// Drawn as a problem.
     pub fn is_problem(self) -> bool {
-        matches!(self, EventKind::Expired | EventKind::TypeMismatch | EventKind::Drops | EventKind::ProcessGone)
+        matches!(self, EventKind::Expired | EventKind::TypeMismatch | EventKind::Drops | EventKind::ProcessExpired)
     }
 }
 
@@ -82,6 +90,25 @@ pub struct Event {
     pub subject: Arc<str>,
     /// Details.
     pub detail: String,
+}
+
+/// The events of the first view (`old` is `None`): one [`EventKind::Start`] that says what was already running;
+/// afterwards [`diff`].
+pub fn events_since(old: Option<&View>, new: &View) -> Vec<Event> {
+    match old {
+        Some(old) => diff(old, new),
+        None => vec![Event {
+            time_s: new.time_s,
+            kind: EventKind::Start,
+            subject: Arc::from("monitor"),
+            detail: format!(
+                "already running: {} processes, {} topics, {} service endpoints",
+                new.processes.len(),
+                new.topics.len(),
+                new.service_endpoints.len()
+            ),
+        }],
+    }
 }
 
 /// The events between `old` and `new`.
@@ -100,11 +127,15 @@ pub fn diff(old: &View, new: &View) -> Vec<Event> {
     }
     for p in &old.processes {
         if !new_procs.contains(&(&*p.host, p.pid)) {
-            ev(
-                EventKind::ProcessGone,
-                &p.unit,
-                format!("{} (last registration {:.1} s before)", p.label(), p.registration_age_s),
-            );
+            if p.registration_age_s > crate::model::STALE_AFTER.as_secs_f64() {
+                ev(
+                    EventKind::ProcessExpired,
+                    &p.unit,
+                    format!("{}: no registration for {:.1} s", p.label(), p.registration_age_s),
+                );
+            } else {
+                ev(EventKind::ProcessGone, &p.unit, format!("{} unregistered", p.label()));
+            }
         }
     }
     let key = |e: &crate::model::EntityRow| (e.host.clone(), e.pid, e.entity_id);
@@ -224,7 +255,7 @@ impl History {
 
     /// [`History::push`] of a shared view.
     pub fn push_shared(&mut self, view: Arc<View>) {
-        let events = self.views.back().map(|last| diff(last, &view)).unwrap_or_default();
+        let events = events_since(self.views.back().map(|v| &**v), &view);
         self.push_diffed(view, events);
     }
 
@@ -278,5 +309,54 @@ impl History {
     /// The events, oldest first.
     pub fn events(&self) -> &VecDeque<Event> {
         &self.events
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ProcessRow, View};
+
+    fn process(pid: u32, age_s: f64) -> ProcessRow {
+        ProcessRow {
+            host: "h".into(),
+            pid,
+            name: "p".into(),
+            unit: format!("u{pid}").into(),
+            kind: "shoal",
+            version: "shoal".into(),
+            registration_age_s: age_s,
+            severity: shoal::Severity::Unknown,
+            state: "unknown".into(),
+            is_self: false,
+            kernel_drops: None,
+            problems: Default::default(),
+        }
+    }
+
+    /// A process that unregisters (fresh when it vanished) is an exit, not a problem; one that vanished after its
+    /// registration went stale expired, a problem.
+    #[test]
+    fn a_normal_exit_is_not_a_problem_an_expiry_is() {
+        let mut old = View::default();
+        old.processes = vec![process(1, 0.4), process(2, 6.0)];
+        let events = diff(&old, &View::default());
+        let kinds: Vec<(u32, EventKind)> =
+            events.iter().map(|e| (e.subject[1..].parse().unwrap_or(0), e.kind)).collect();
+        assert_eq!(kinds, [(1, EventKind::ProcessGone), (2, EventKind::ProcessExpired)]);
+        assert!(!EventKind::ProcessGone.is_problem() && EventKind::ProcessExpired.is_problem());
+        assert_eq!(EventKind::ProcessGone.label(), "process exit");
+    }
+
+    /// The first view says what was already running (processes found before the monitor started are not silent).
+    #[test]
+    fn the_first_view_has_a_start_event() {
+        let mut first = View::default();
+        first.processes = vec![process(1, 0.1), process(2, 0.2)];
+        let events = events_since(None, &first);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].kind, EventKind::Start);
+        assert!(events[0].detail.starts_with("already running: 2 processes"), "{}", events[0].detail);
+        assert!(events_since(Some(&first), &first).is_empty());
     }
 }

@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::{MonitorApp, Tab};
-use crate::history::{Event, diff};
+use crate::history::{Event, events_since};
 use crate::model::{View, build_view};
 
 /// Without changes, the window is still redrawn this often (the clock, the registration ages and the plots' time
@@ -66,7 +66,7 @@ impl MonitorApp {
                 }
                 next += refresh;
                 let view = Arc::new(build_view(&source.snapshot(), prev.as_deref(), &mut interner));
-                let events = prev.as_ref().map(|p| diff(p, &view)).unwrap_or_default();
+                let events = events_since(prev.as_deref(), &view);
                 let changed = !events.is_empty() || prev.as_ref().is_none_or(|p| !p.same_content(&view));
                 match tx.try_send(Update { view: view.clone(), events }) {
                     Ok(()) => {}
