@@ -26,7 +26,8 @@ pub enum Problem {
     DropsRising,
     /// A publisher's type disagrees with a subscriber's.
     TypeMismatch,
-    /// Publishers but no subscriber.
+    /// Publishers but no subscriber: a note, not a problem (a topic may be published for whoever wants it, and a
+    /// system of many such topics must not read as broken).
     NoSubscribers,
     /// Subscribers but no publisher.
     NoPublishers,
@@ -52,9 +53,14 @@ impl Problem {
         }
     }
 
-    /// True for problems shown in red (data is lost or cannot be read); the others are warnings.
+    /// True for problems shown in red (data is lost or cannot be read); the others are warnings, or notes.
     pub fn is_error(self) -> bool {
         matches!(self, Problem::DropsRising | Problem::TypeMismatch | Problem::BadState)
+    }
+
+    /// True for what is worth saying but is no problem: it is shown, not counted, coloured or filtered for.
+    pub fn is_note(self) -> bool {
+        matches!(self, Problem::NoSubscribers)
     }
 }
 
@@ -85,14 +91,19 @@ impl Problems {
         self.0.contains(&p)
     }
 
-    /// The worst health these problems make.
+    /// True when one of them is a problem, not a note ([`Problem::is_note`]).
+    pub fn need_attention(&self) -> bool {
+        self.0.iter().any(|p| !p.is_note())
+    }
+
+    /// The worst health these problems make (notes make none).
     pub fn health(&self) -> Health {
         if self.0.iter().any(|p| p.is_error()) {
             Health::Error
-        } else if self.0.is_empty() {
-            Health::Ok
-        } else {
+        } else if self.need_attention() {
             Health::Warning
+        } else {
+            Health::Ok
         }
     }
 
@@ -652,9 +663,9 @@ impl View {
 
     /// Rows with at least one problem: topics, processes, services.
     pub fn problem_count(&self) -> usize {
-        self.topics.iter().filter(|t| !t.problems.is_empty()).count()
-            + self.processes.iter().filter(|p| !p.problems.is_empty()).count()
-            + self.services.iter().filter(|s| !s.problems.is_empty()).count()
+        self.topics.iter().filter(|t| t.problems.need_attention()).count()
+            + self.processes.iter().filter(|p| p.problems.need_attention()).count()
+            + self.services.iter().filter(|s| s.problems.need_attention()).count()
     }
 }
 

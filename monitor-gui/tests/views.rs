@@ -452,3 +452,24 @@ fn the_overview_counts_services_and_the_graph_draws_them() {
     h.run();
     assert_eq!(h.state().state.selected_service.as_deref(), Some("calibration"));
 }
+
+/// A topic nobody subscribes to is a note, not a problem: 1,000 published-only topics do not make 1,000 "with
+/// problems", are not coloured, and "Problems only" hides them (the row still says "no subscriber").
+#[test]
+fn topics_without_subscribers_are_noted_not_counted_as_problems() {
+    use shoal::monitor::TopicDirection;
+    use shoal_monitor::model::{Health, Interner, Problem, build_view};
+    use shoal_monitor::source::SnapshotSource as _;
+    let mut fixture = Fixture::with_scale(1000, 200);
+    let mut snap = fixture.snapshot();
+    snap.topics.retain(|t| !(t.topic_name.starts_with("/fleet/") && t.direction == TopicDirection::Subscriber));
+    let view = build_view(&snap, None, &mut Interner::default());
+    let unsubscribed = view.topics.iter().filter(|t| t.subscribers == 0 && t.publishers > 0).count();
+    assert!(unsubscribed >= 1000, "{unsubscribed} topics without subscribers");
+    let counted = view.problem_count();
+    assert!(counted < 20, "{counted} with problems");
+    let t = view.topics.iter().find(|t| t.name.starts_with("/fleet/")).expect("a fleet topic");
+    assert!(t.problems.contains(Problem::NoSubscribers), "still said");
+    assert_eq!(t.problems.health(), Health::Ok);
+    assert!(!t.problems.need_attention(), "not counted, not kept by Problems only");
+}

@@ -50,7 +50,7 @@ impl MonitorApp {
         self.order.topics.clear();
         self.order.topics.extend((0..view.topics.len()).filter(|&i| {
             let t = &view.topics[i];
-            (!key.problems_only || !t.problems.is_empty())
+            (!key.problems_only || t.problems.need_attention())
                 && (f.is_empty() || contains_ci(&t.name, f) || contains_ci(&t.type_name, f))
         }));
         let (col, asc) = self.state.sort;
@@ -61,13 +61,13 @@ impl MonitorApp {
         self.order.processes.clear();
         self.order.processes.extend((0..view.processes.len()).filter(|&i| {
             let p = &view.processes[i];
-            (!key.problems_only || !p.problems.is_empty())
+            (!key.problems_only || p.problems.need_attention())
                 && (f.is_empty() || contains_ci(&p.unit, f) || contains_ci(&p.name, f) || contains_ci(&p.host, f))
         }));
         self.order.services.clear();
         self.order.services.extend((0..view.services.len()).filter(|&i| {
             let s = &view.services[i];
-            (!key.problems_only || !s.problems.is_empty())
+            (!key.problems_only || s.problems.need_attention())
                 && (f.is_empty()
                     || contains_ci(&s.name, f)
                     || view

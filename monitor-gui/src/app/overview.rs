@@ -40,7 +40,7 @@ fn hosts(ui: &mut egui::Ui, view: &View) {
 /// Servers, clients and methods over every service (the Services tab shows them).
 fn services_line(ui: &mut egui::Ui, view: &View) {
     let (servers, clients, methods) = view.service_totals();
-    let problems = view.services.iter().filter(|s| !s.problems.is_empty()).count();
+    let problems = view.services.iter().filter(|s| s.problems.need_attention()).count();
     let text = format!(
         "Services: {} · {servers} servers · {clients} clients · {methods} methods · {problems} with problems",
         view.services.len()
