@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use crate::config::{QueuePolicy, WaitStrategy};
 use crate::pubsub::CreateError;
+use crate::pubsub::history::History;
 use crate::pubsub::publisher::Publisher;
 use crate::pubsub::runtime::Runtime;
 use crate::pubsub::subscriber::{CallbackSubscriber, Subscriber};
@@ -54,10 +55,21 @@ pub struct PublisherBuilder<K = Raw> {
     topic: String,
     /// `Some(Some(t))` reliable with timeout `t`, `Some(None)` best effort, `None` the configuration's choice.
     reliable: Option<Option<Duration>>,
+    /// Messages kept for late joiners (0: none).
+    history: u32,
     kind: K,
 }
 
 impl<K> PublisherBuilder<K> {
+    /// Keeps the last `n` messages (at most `[shoal_history] max_depth`, and within `max_bytes` of payload) for
+    /// subscribers that match later and ask for them ([`SubscriberBuilder::history`]): they get them, in order and
+    /// once, before live data — same process, over the native ring (made at least `n + 1` slots deep, and written
+    /// even while no subscriber reads it) and over TCP. UDP and eCAL subscribers get live data only. Default: 0.
+    pub fn history(mut self, n: u32) -> Self {
+        self.history = n;
+        self
+    }
+
     /// Reliable delivery to reliable subscribers of other processes over the native ring: before it overwrites a
     /// message such a subscriber has not taken yet, `send`/`loan` wait (spin, then sleep on a futex) for at most
     /// `timeout` per subscriber; one that stays a full ring behind for the whole timeout, or whose process is gone,
@@ -82,7 +94,13 @@ impl<K> PublisherBuilder<K> {
 
 impl PublisherBuilder<Raw> {
     pub(crate) fn new(rt: &Arc<Runtime>, topic: &str) -> Self {
-        PublisherBuilder { rt: Arc::clone(rt), topic: topic.to_string(), reliable: None, kind: Raw::default() }
+        PublisherBuilder {
+            rt: Arc::clone(rt),
+            topic: topic.to_string(),
+            reliable: None,
+            history: 0,
+            kind: Raw::default(),
+        }
     }
 
     /// The type information announced in registration (name, encoding, descriptor), so that subscribers and tools
@@ -94,13 +112,19 @@ impl PublisherBuilder<Raw> {
 
     /// Publishes messages of the generated type `M` (a [`TypedPublisher<M>`]), announcing `M::type_info()`.
     pub fn typed<M: Message>(self) -> PublisherBuilder<Typed<M>> {
-        PublisherBuilder { rt: self.rt, topic: self.topic, reliable: self.reliable, kind: Typed(PhantomData) }
+        PublisherBuilder {
+            rt: self.rt,
+            topic: self.topic,
+            reliable: self.reliable,
+            history: self.history,
+            kind: Typed(PhantomData),
+        }
     }
 
     /// Creates the publisher and announces it.
     pub fn create(self) -> Result<Publisher, CreateError> {
         let reliable = self.reliability();
-        Publisher::create(&self.rt, &self.topic, self.kind.type_info, reliable)
+        Publisher::create(&self.rt, &self.topic, self.kind.type_info, reliable, self.history)
     }
 }
 
@@ -108,7 +132,8 @@ impl<M: Message> PublisherBuilder<Typed<M>> {
     /// Creates the typed publisher and announces it.
     pub fn create(self) -> Result<TypedPublisher<M>, CreateError> {
         let reliable = self.reliability();
-        Ok(TypedPublisher::new(Publisher::create(&self.rt, &self.topic, M::type_info().clone(), reliable)?))
+        let type_info = M::type_info().clone();
+        Ok(TypedPublisher::new(Publisher::create(&self.rt, &self.topic, type_info, reliable, self.history)?))
     }
 }
 
@@ -128,6 +153,7 @@ pub(crate) struct SubOptions {
     pub(crate) wait: Option<WaitStrategy>,
     pub(crate) queue: Option<QueuePolicy>,
     pub(crate) reliable: Option<bool>,
+    pub(crate) history: History,
 }
 
 impl<K> SubscriberBuilder<K> {
@@ -153,6 +179,15 @@ impl<K> SubscriberBuilder<K> {
     /// [`PublisherBuilder::reliable`]); best effort (`false`) otherwise. Default: `[shoal_reliable] subscribers`.
     pub fn reliable(mut self, reliable: bool) -> Self {
         self.opts.reliable = Some(reliable);
+        self
+    }
+
+    /// Asks every publisher this subscriber matches for the messages it keeps for late joiners
+    /// ([`PublisherBuilder::history`]): `true` all of them, a number at most that many of the newest, `false` or 0
+    /// none. They come in order, once, before live data, whenever a publisher matches (same process, native ring,
+    /// TCP; UDP gives live data only). The subscriber's queue is made deep enough to hold them. Default: none.
+    pub fn history(mut self, history: impl Into<History>) -> Self {
+        self.opts.history = history.into();
         self
     }
 }
@@ -223,6 +258,12 @@ impl<K, F> CallbackSubscriberBuilder<K, F> {
     /// as [`SubscriberBuilder::queue`].
     pub fn queue(mut self, queue: QueuePolicy) -> Self {
         self.opts.queue = Some(queue);
+        self
+    }
+
+    /// The messages publishers kept for late joiners, before live data; as [`SubscriberBuilder::history`].
+    pub fn history(mut self, history: impl Into<History>) -> Self {
+        self.opts.history = history.into();
         self
     }
 }
