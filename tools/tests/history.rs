@@ -1,0 +1,95 @@
+//! History for late joiners between processes, through `shoal-peer`: a publisher keeps its last messages
+//! (`--history`), sends some before any subscriber exists (`--before`), then waits for subscribers and sends the
+//! rest live. A subscriber that asks for history (`--history all`) must receive exactly the kept messages and then
+//! every live one, in order, with no gap and no repeat; one that does not ask receives the live ones only.
+//!
+//! Run with `--nocapture` to see the first clocks each subscriber received, per layer.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{Peer, Proc, topic, write_ini};
+
+const T: Duration = Duration::from_secs(30);
+
+/// The first clocks a `shoal-peer sub` summary reports.
+fn first_clocks(summary: &Value) -> Vec<u64> {
+    summary["first_clocks"].as_array().expect("first_clocks").iter().map(|v| v.as_u64().expect("clock")).collect()
+}
+
+/// A publisher that keeps `history`, sends `before` of `count` messages before waiting for `subs` subscribers,
+/// then the rest at 200 a second after a pause (so that every subscriber has connected when live data starts).
+fn history_publisher(t: &str, ini: &str, history: u32, before: u64, count: u64, subs: u64) -> Proc {
+    let publ = Peer::publisher(t, count, 64, 200)
+        .arg("--history", history)
+        .arg("--before", before)
+        .wait_subs(subs)
+        .start_delay_ms(1500)
+        .linger_ms(1500)
+        .ini(ini)
+        .spawn("history publisher");
+    publ.expect("before", T);
+    publ
+}
+
+/// Checks a subscriber's summary: it received `expected` clocks, in this order (the first 64 are compared; the
+/// rest are counted by the summary's own in-order check), and nothing was dropped.
+fn check(layer: &str, name: &str, summary: &Value, expected: std::ops::RangeInclusive<u64>) {
+    let got = first_clocks(summary);
+    println!("{layer}, {name}: first received clocks {:?}", &got[..got.len().min(15)]);
+    let want: Vec<u64> = expected.clone().take(got.len()).collect();
+    assert_eq!(got, want, "{layer} {name}: {summary}");
+    assert_eq!(summary["received"], expected.count() as u64, "{summary}");
+    assert_eq!(summary["out_of_order"], 0, "no repeat: {summary}");
+    assert_eq!(summary["torn"], 0, "{summary}");
+    assert_eq!(summary["drops"], 0, "no gap counted as a loss: {summary}");
+}
+
+/// Runs the scenario over the layer `ini` selects: 30 sent before the subscribers, 10 kept, 30 more live.
+fn late_joiners(layer: &str, ini: &str) {
+    let t = topic(&format!("history_{layer}"));
+    let mut publ = history_publisher(&t, ini, 10, 30, 60, 2);
+    let mut with = Peer::subscriber(&t, 40).arg("--history", "all").ini(ini).spawn_ready("subscriber with history");
+    let mut without = Peer::subscriber(&t, 30).ini(ini).spawn_ready("subscriber without history");
+    let s = with.expect("summary", T);
+    check(layer, "subscriber with history", &s, 21..=60);
+    let s = without.expect("summary", T);
+    check(layer, "subscriber without history", &s, 31..=60);
+    let done = publ.expect("done", T);
+    assert_eq!(done["sent"], 60, "{done}");
+    with.wait_success(T);
+    without.wait_success(T);
+    publ.wait_success(T);
+}
+
+#[test]
+fn ring_late_subscriber_gets_the_history_then_live_data() {
+    late_joiners("native ring", &write_ini("history_ring", "[shoal_shm_ring]\nslot_count = 64\n"));
+}
+
+#[test]
+fn ring_history_is_bounded_by_the_subscribers_depth() {
+    let ini = write_ini("history_ring_depth", "[shoal_shm_ring]\nslot_count = 64\n");
+    let t = topic("history_ring_depth");
+    let mut publ = history_publisher(&t, &ini, 10, 30, 60, 1);
+    let mut sub = Peer::subscriber(&t, 34).arg("--history", 4).ini(&ini).spawn_ready("subscriber with history 4");
+    let s = sub.expect("summary", T);
+    check("native ring", "subscriber with history 4", &s, 27..=60);
+    sub.wait_success(T);
+    publ.wait_success(T);
+}
+
+#[test]
+fn ring_history_is_bounded_by_the_publishers_byte_budget() {
+    // 64-byte messages, 200 bytes kept: 3 of them.
+    let ini = write_ini("history_ring_bytes", "[shoal_shm_ring]\nslot_count = 64\n[shoal_history]\nmax_bytes = 200\n");
+    let t = topic("history_ring_bytes");
+    let mut publ = history_publisher(&t, &ini, 10, 30, 60, 1);
+    let mut sub = Peer::subscriber(&t, 33).arg("--history", "all").ini(&ini).spawn_ready("subscriber with history");
+    let s = sub.expect("summary", T);
+    check("native ring", "subscriber with history, 200-byte budget", &s, 28..=60);
+    sub.wait_success(T);
+    publ.wait_success(T);
+}
