@@ -37,6 +37,8 @@ fn history_publisher(t: &str, ini: &str, history: u32, before: u64, count: u64, 
 /// Checks a subscriber's summary: it received `expected` clocks, in this order (the first 64 are compared; the
 /// rest are counted by the summary's own in-order check), and nothing was dropped.
 fn check(layer: &str, name: &str, summary: &Value, expected: std::ops::RangeInclusive<u64>) {
+    let via = if layer == "tcp" { "tcp" } else { "shoal_ring" };
+    assert_eq!(summary["via"][via], expected.clone().count() as u64, "all through {via}: {summary}");
     let got = first_clocks(summary);
     println!("{layer}, {name}: first received clocks {:?}", &got[..got.len().min(15)]);
     let want: Vec<u64> = expected.clone().take(got.len()).collect();
@@ -92,4 +94,55 @@ fn ring_history_is_bounded_by_the_publishers_byte_budget() {
     check("native ring", "subscriber with history, 200-byte budget", &s, 28..=60);
     sub.wait_success(T);
     publ.wait_success(T);
+}
+
+/// Shoal peers that talk over eCAL's TCP layer only (no native ring, no UDP, no eCAL shared memory).
+fn tcp_ini(name: &str) -> String {
+    write_ini(
+        name,
+        "[publisher]\nuse_shm = false\nuse_udp_mc = false\nuse_tcp = true\n[subscriber]\nshm_rec_enabled = false\n\
+         udp_mc_rec_enabled = false\ntcp_rec_enabled = true\n[shoal_shm_ring]\nenabled = false\n",
+    )
+}
+
+#[test]
+fn tcp_late_subscriber_gets_the_history_then_live_data() {
+    late_joiners("tcp", &tcp_ini("history_tcp"));
+}
+
+/// Subscribers join a publisher that sends all the time (500 a second): each one's first messages are the kept
+/// ones, then live data with no gap and no repeat, whatever the publisher was sending while the connection's
+/// history was read.
+#[test]
+fn tcp_subscribers_joining_a_running_publisher_see_one_run_of_clocks() {
+    let ini = tcp_ini("history_tcp_running");
+    let t = topic("history_tcp_running");
+    let publ = Peer::publisher(&t, 4000, 64, 500)
+        .arg("--history", 50)
+        .arg("--before", 100)
+        .wait_subs(0)
+        .linger_ms(1000)
+        .ini(&ini)
+        .spawn("running history publisher");
+    publ.expect("before", T);
+    let subs: Vec<Proc> = (0..3)
+        .map(|i| {
+            std::thread::sleep(Duration::from_millis(300));
+            Peer::subscriber(&t, 300).arg("--history", "all").ini(&ini).spawn_ready(&format!("joining subscriber {i}"))
+        })
+        .collect();
+    for (i, sub) in subs.into_iter().enumerate() {
+        let mut sub = sub;
+        let s = sub.expect("summary", T);
+        let got = first_clocks(&s);
+        println!("tcp, subscriber {i} joining a running publisher: first received clocks {:?}", &got[..15]);
+        let first = got[0];
+        assert_eq!(got, (first..first + got.len() as u64).collect::<Vec<u64>>(), "one run of clocks: {s}");
+        assert_eq!(s["received"], 300, "{s}");
+        assert_eq!(s["out_of_order"], 0, "{s}");
+        assert_eq!(s["drops"], 0, "{s}");
+        assert_eq!(s["via"]["tcp"], 300, "{s}");
+        sub.wait_success(T);
+    }
+    drop(publ);
 }

@@ -129,10 +129,14 @@ impl HistoryStore {
         (self.kept.len() as u64, self.bytes as u64, self.resent, self.resent_bytes)
     }
 
-    /// Counts messages sent again by a layer that reads the store itself.
-    pub(crate) fn count_resent(&mut self, n: u64, bytes: u64) {
-        self.resent += n;
-        self.resent_bytes += bytes;
+}
+
+impl crate::transport::HistorySource for std::sync::Mutex<HistoryStore> {
+    fn replay(&self, depth: u32, f: &mut dyn FnMut(u64, i64, &[u8])) {
+        let mut store = crate::sync::lock(self);
+        for k in store.resend(History::from_depth(depth)) {
+            f(k.clock, k.send_time_ns.div_euclid(1000), &k.payload);
+        }
     }
 }
 

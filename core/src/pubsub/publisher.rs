@@ -19,7 +19,7 @@ use crate::sample::{Payload, Sample};
 use crate::stats::{ShoalStats, Via};
 use crate::sync::lock;
 use crate::transport::shm_ring::{DoorbellRemote, FlowStats, RingWriter};
-use crate::transport::{LayerWriter, SampleMeta};
+use crate::transport::{HistorySource, LayerWriter, SampleMeta};
 use crate::types::TypeInfo;
 
 /// A matched subscriber in another process.
@@ -101,7 +101,7 @@ pub(crate) struct PubShared {
     /// The messages kept for late joiners (`PublisherBuilder::history`); `None` without a history. A send appends
     /// and takes its connections under this lock, a late joiner gets the kept messages and is connected under it
     /// (`pubsub/history.rs`).
-    pub(crate) history: Option<Mutex<HistoryStore>>,
+    pub(crate) history: Option<Arc<Mutex<HistoryStore>>>,
 }
 
 /// The registration kind of a layer named in a priority list.
@@ -395,10 +395,16 @@ impl Publisher {
             ring_active: AtomicBool::new(false),
             ring_par: Mutex::new(None),
             flow: FlowCounters::default(),
-            history: (history > 0).then(|| Mutex::new(HistoryStore::new(history, rt.config.history.max_bytes))),
+            history: (history > 0)
+                .then(|| Arc::new(Mutex::new(HistoryStore::new(history, rt.config.history.max_bytes)))),
         });
-        let writers: Vec<Box<dyn LayerWriter>> =
+        let mut writers: Vec<Box<dyn LayerWriter>> =
             rt.writer_factories.iter().filter_map(|f| f.create(id, topic, &shared.type_info)).collect();
+        if let Some(h) = &shared.history {
+            for w in &mut writers {
+                w.set_history(Arc::clone(h) as Arc<dyn HistorySource>);
+            }
+        }
         *lock(&shared.layers) = LayerSet { active: vec![false; writers.len()], writers };
         let p = Publisher {
             shared: Arc::clone(&shared),

@@ -836,6 +836,10 @@ impl Inbox for SubShared {
     fn count_drops(&self, n: u64) {
         self.drops.fetch_add(n, Ordering::Relaxed);
     }
+
+    fn history_depth(&self) -> u32 {
+        self.history.depth()
+    }
 }
 
 impl Subscriber {
