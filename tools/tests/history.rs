@@ -146,3 +146,77 @@ fn tcp_subscribers_joining_a_running_publisher_see_one_run_of_clocks() {
     }
     drop(publ);
 }
+
+/// eCAL 6.1.1's TCP subscriber of a publisher with a history, beside a shoal subscriber that asks for it: eCAL's
+/// handshake asks for nothing, so it gets live data only, in order and once, exactly as from any publisher, while
+/// the shoal subscriber gets the history then the same live data.
+#[test]
+fn tcp_an_ecal_subscriber_gets_live_data_only_beside_a_shoal_subscriber_with_history() {
+    use std::net::ToSocketAddrs;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("host name").trim().to_string();
+    let resolved: Vec<_> = (host.as_str(), 0).to_socket_addrs().map(Iterator::collect).unwrap_or_default();
+    if resolved.is_empty() || resolved.iter().any(|a| !a.ip().is_loopback()) {
+        // eCAL connects to what the host name resolves to; a local-mode listener is on loopback only (README).
+        eprintln!("skipped: host name {host} resolves to {resolved:?}, not to loopback addresses only");
+        return;
+    }
+    let ini = tcp_ini("history_tcp_ecal");
+    let t = topic("history_tcp_ecal");
+    let mut ecal = Peer::ecal_subscriber(&t, 30, "tcp")
+        .arg("--until-clock", 60)
+        .flag("--pattern-only")
+        .timeout_ms(40000)
+        .idle_ms(15000)
+        .spawn_ready("eCAL sub");
+    let mut publ = history_publisher(&t, &ini, 10, 30, 60, 2);
+    let mut shoal = Peer::subscriber(&t, 40).arg("--history", "all").ini(&ini).spawn_ready("shoal sub with history");
+    let s = shoal.expect("summary", T);
+    check("tcp", "shoal subscriber with history beside eCAL's", &s, 21..=60);
+    let mut lines = ecal.until("summary", Duration::from_secs(40));
+    let summary = lines.pop().expect("summary");
+    let clocks: Vec<u64> =
+        lines.iter().filter(|v| v["event"] == "msg").map(|m| m["send_clock"].as_u64().expect("send_clock")).collect();
+    println!("tcp, eCAL 6.1.1 subscriber beside it: first received clocks {:?}", &clocks[..clocks.len().min(15)]);
+    assert!(clocks.iter().all(|c| (31..=60).contains(c)), "live data only: {clocks:?}");
+    assert!(clocks.windows(2).all(|w| w[0] < w[1]), "once and in order: {clocks:?}");
+    // eCAL's TCP subscriber keeps only the newest message it has not taken: at most a tenth may be replaced.
+    assert!(clocks.len() >= 27, "{clocks:?}");
+    assert_eq!(clocks.last(), Some(&60), "{summary}");
+    assert_eq!(summary["timed_out"], false, "{summary}");
+    shoal.wait_success(T);
+    publ.wait_success(T);
+    ecal.wait_success(T);
+}
+
+/// A shoal subscriber asking for history connects to eCAL 6.1.1's TCP publisher: its longer handshake is answered
+/// as any (tcp_pubsub reads the version byte only), and it receives live data, as from any eCAL publisher.
+#[test]
+fn tcp_a_shoal_subscriber_asking_for_history_is_served_by_an_ecal_publisher() {
+    let ini = tcp_ini("history_tcp_from_ecal");
+    let t = topic("history_tcp_from_ecal");
+    let count = 50;
+    let mut sub = Peer::subscriber(&t, count)
+        .arg("--history", "all")
+        .idle_ms(15000)
+        .flag("--until-accounted")
+        .ini(&ini)
+        .spawn_ready("shoal sub asking for history");
+    let mut publ = Peer::ecal_publisher(&t, count, 64, 100)
+        .arg("--layer", "tcp")
+        .arg("--wait-ms", 20000)
+        .start_delay_ms(2000)
+        .linger_ms(1000)
+        .spawn("eCAL pub");
+    let s = sub.expect("summary", T);
+    let got = first_clocks(&s);
+    println!("tcp, eCAL 6.1.1 publisher to a shoal subscriber asking for history: first clocks {:?}", &got[..15]);
+    let received = s["received"].as_u64().expect("received");
+    let drops = s["drops"].as_u64().expect("drops");
+    // eCAL's tcp_pubsub keeps only the newest pending message of a connection still writing the one before.
+    assert_eq!(received + drops, count, "{s}");
+    assert!(received >= count * 9 / 10, "{s}");
+    assert_eq!(s["out_of_order"], 0, "{s}");
+    assert_eq!(s["via"], serde_json::json!({"tcp": received}), "{s}");
+    sub.wait_success(T);
+    publ.wait_success(T);
+}
