@@ -154,7 +154,10 @@ fn the_publisher_counts_what_it_keeps_and_sent_again_in_registration() {
         let snap = node.snapshot();
         let entry = snap.topics.iter().find(|e| e.topic_name == t && e.entity_id == publ.id()).cloned();
         if let Some(h) = entry.and_then(|e| e.shoal).filter(|h| h.history_kept > 0) {
-            assert_eq!((h.history_kept, h.history_kept_bytes, h.history_resent, h.history_resent_bytes), (4, 40, 6, 60));
+            assert_eq!(
+                (h.history_kept, h.history_kept_bytes, h.history_resent, h.history_resent_bytes),
+                (4, 40, 6, 60)
+            );
             break;
         }
         assert!(std::time::Instant::now() < until, "the publisher's history counters never reached the snapshot");

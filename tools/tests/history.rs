@@ -220,3 +220,32 @@ fn tcp_a_shoal_subscriber_asking_for_history_is_served_by_an_ecal_publisher() {
     sub.wait_success(T);
     publ.wait_success(T);
 }
+
+/// What a publisher keeps and sent again is in its registration: `shoal topic info` shows it.
+#[test]
+fn topic_info_shows_what_a_publisher_keeps_and_sent_again() {
+    // Over TCP the publisher sends the kept messages itself (a ring reader reads them in place).
+    let ini = tcp_ini("history_info");
+    let t = topic("history_info");
+    let publ = Peer::publisher(&t, 0, 64, 20)
+        .arg("--history", 10)
+        .arg("--before", 30)
+        .start_delay_ms(1500)
+        .ini(&ini)
+        .spawn("history publisher for topic info");
+    publ.expect("before", T);
+    let mut sub = Peer::subscriber(&t, 12).arg("--history", "all").ini(&ini).spawn_ready("subscriber");
+    let s = sub.expect("summary", T);
+    assert_eq!(first_clocks(&s)[..10], (21..=30).collect::<Vec<u64>>()[..], "{s}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["topic", "info", &t, "--wait-ms", "2500"])
+        .env("ECAL_INI", &ini)
+        .output()
+        .expect("shoal topic info");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    let line = text.lines().find(|l| l.trim_start().starts_with("history")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("10 kept (") && line.contains("10 sent again to late joiners"), "{line}");
+    sub.wait_success(T);
+    drop(publ);
+}

@@ -91,7 +91,14 @@ pub(crate) struct HistoryStore {
 impl HistoryStore {
     pub(crate) fn new(depth: u32, max_bytes: usize) -> HistoryStore {
         let depth = depth as usize;
-        HistoryStore { depth, max_bytes, kept: VecDeque::with_capacity(depth.min(1024)), bytes: 0, resent: 0, resent_bytes: 0 }
+        HistoryStore {
+            depth,
+            max_bytes,
+            kept: VecDeque::with_capacity(depth.min(1024)),
+            bytes: 0,
+            resent: 0,
+            resent_bytes: 0,
+        }
     }
 
     pub(crate) fn depth(&self) -> u32 {
@@ -128,7 +135,6 @@ impl HistoryStore {
     pub(crate) fn counters(&self) -> (u64, u64, u64, u64) {
         (self.kept.len() as u64, self.bytes as u64, self.resent, self.resent_bytes)
     }
-
 }
 
 impl crate::transport::HistorySource for std::sync::Mutex<HistoryStore> {

@@ -427,11 +427,10 @@ impl Publisher {
 
     /// Publishes the ring's current geometry to the shared state (at creation and after growth).
     fn update_ring_par(&self) {
-        let (history_depth, history_bytes) = self
-            .shared
-            .history
-            .as_ref()
-            .map_or((0, 0), |h| { let h = lock(h); (h.depth(), h.max_bytes() as u64) });
+        let (history_depth, history_bytes) = self.shared.history.as_ref().map_or((0, 0), |h| {
+            let h = lock(h);
+            (h.depth(), h.max_bytes() as u64)
+        });
         *lock(&self.shared.ring_par) = self.ring.as_ref().map(|ring| ShoalPar {
             segment: ring.segment_name().to_string(),
             slot_count: ring.slot_count(),

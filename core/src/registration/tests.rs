@@ -361,10 +361,7 @@ fn shoal_layer_extension_is_skippable() {
     let layer = codec::layer_from_pb(&codec::layer_to_pb(&shoal_layer(2)));
     assert!(matches!(layer.par, LayerPar::Shoal(ShoalPar { page_kb: 2048, .. })), "{layer:?}");
     // The history a publisher keeps (or a subscriber asks for) too.
-    assert!(
-        matches!(layer.par, LayerPar::Shoal(ShoalPar { history_depth: 10, history_bytes: 4096, .. })),
-        "{layer:?}"
-    );
+    assert!(matches!(layer.par, LayerPar::Shoal(ShoalPar { history_depth: 10, history_bytes: 4096, .. })), "{layer:?}");
 }
 
 fn key(tag: u32, wire_type: u8) -> Vec<u8> {

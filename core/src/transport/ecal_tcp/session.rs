@@ -332,14 +332,19 @@ impl TcpSource {
     /// the publisher's history (depth and bytes), not by `send_queue`.
     fn queue_history(server: &Server, history: &dyn HistorySource, depth: u32, st: &mut SessionState) {
         let mut frames = 0u32;
-        history.replay(depth, &mut |clock, time_us, payload| {
-            match frame::encode_message(&server.topic, &server.id_str, server.publisher_id, clock, time_us, payload) {
-                Ok(f) => {
-                    st.push(Arc::new(f));
-                    frames += 1;
-                }
-                Err(e) => tracing::debug!("topic {}: kept message {clock} not sent: {e}", server.topic),
+        history.replay(depth, &mut |clock, time_us, payload| match frame::encode_message(
+            &server.topic,
+            &server.id_str,
+            server.publisher_id,
+            clock,
+            time_us,
+            payload,
+        ) {
+            Ok(f) => {
+                st.push(Arc::new(f));
+                frames += 1;
             }
+            Err(e) => tracing::debug!("topic {}: kept message {clock} not sent: {e}", server.topic),
         });
         tracing::debug!("topic {}: {frames} kept messages queued for a late TCP subscriber", server.topic);
     }
