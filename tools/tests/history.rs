@@ -142,6 +142,8 @@ fn tcp_subscribers_joining_a_running_publisher_see_one_run_of_clocks() {
         assert_eq!(s["out_of_order"], 0, "{s}");
         assert_eq!(s["drops"], 0, "{s}");
         assert_eq!(s["via"]["tcp"], 300, "{s}");
+        // The first message is a kept one: sent before the subscriber existed.
+        assert!(s["first_sent_before_created_ms"].as_f64().expect("first sent") > 0.0, "{s}");
         sub.wait_success(T);
     }
     drop(publ);

@@ -350,6 +350,7 @@ fn subscribe(node: &shoal::Node, a: &SubArgs) -> Result<()> {
     let first_ms = a.first_ms.unwrap_or(a.idle_ms.max(30_000));
     emit(&json!({"event": "ready", "pid": std::process::id()}));
     let created = Instant::now();
+    let created_ns = mono_ns();
     let mut matched_at: Option<Instant> = None;
     let mut tally = Tally::default();
     let mut scratch = Vec::new();
@@ -386,6 +387,7 @@ fn subscribe(node: &shoal::Node, a: &SubArgs) -> Result<()> {
         if tally.received == 0 {
             let since_match_ms = matched_at.unwrap_or(created).elapsed().as_secs_f64() * 1e3;
             tally.first_msg_after_match_ms = Some(since_match_ms);
+            tally.first_sent_before_created_ms = Some((created_ns as f64 - m.sent as f64) / 1e6);
             emit(&json!({"event": "first", "clock": m.clock, "since_match_ms": tally.first_msg_after_match_ms}));
         }
         tally.count(&m, now_ns);
@@ -427,6 +429,9 @@ struct Tally {
     lat_max_ns: u64,
     timed_out: bool,
     first_msg_after_match_ms: Option<f64>,
+    /// How long before this subscriber was created its first message was sent, ms (negative: after; a history
+    /// message was sent before).
+    first_sent_before_created_ms: Option<f64>,
 }
 
 impl Tally {
@@ -474,6 +479,7 @@ impl Tally {
             "shm_truncations": shoal::shm_truncations(),
             "timed_out": self.timed_out,
             "first_msg_after_match_ms": self.first_msg_after_match_ms,
+            "first_sent_before_created_ms": self.first_sent_before_created_ms,
             "mean_latency_us": if received > 0 { (self.lat_sum_ns / u128::from(received)) as f64 / 1e3 } else { 0.0 },
             "max_latency_us": self.lat_max_ns / 1000,
             "auth": auth_json(&snapshot.auth),

@@ -368,4 +368,23 @@ mod tests {
         assert!(parse_header(&[11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).is_none());
         assert_eq!(handshake(), [12, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
     }
+
+    #[test]
+    fn a_handshake_asking_for_history_is_a_handshake_whose_version_byte_comes_first() {
+        let ask = handshake_asking_history(7);
+        let h = parse_header(ask[..HEADER_LEN].try_into().unwrap()).unwrap();
+        assert_eq!((h.kind, h.data_size), (TYPE_HANDSHAKE, 9));
+        // tcp_pubsub's publisher copies only the first data byte: the version, 0, as in a plain handshake.
+        assert_eq!(ask[HEADER_LEN], handshake()[HEADER_LEN]);
+        let mut input = ask.to_vec();
+        assert_eq!(take_subscriber_input(&mut input, 4096), Ok(SubscriberInput { handshakes: 1, history: Some(7) }));
+        let mut input = handshake().to_vec();
+        assert_eq!(take_subscriber_input(&mut input, 4096), Ok(SubscriberInput { handshakes: 1, history: None }));
+        // Split anywhere, the request is read once its frame is whole.
+        let mut input = ask[..15].to_vec();
+        assert_eq!(take_subscriber_input(&mut input, 4096), Ok(SubscriberInput::default()));
+        input.extend_from_slice(&ask[15..]);
+        assert_eq!(take_subscriber_input(&mut input, 4096).unwrap().history, Some(7));
+        assert!(input.is_empty());
+    }
 }

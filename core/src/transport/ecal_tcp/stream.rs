@@ -360,4 +360,17 @@ mod tests {
             assert_eq!(end, Err(StreamError::BadHeader(3)));
         }
     }
+
+    #[test]
+    fn the_last_clock_again_is_a_repeat_and_an_older_one_out_of_order() {
+        let mut d = StreamDecoder::new(1 << 20);
+        let mut stream = frame::handshake().to_vec();
+        for clock in [3u64, 4, 4, 2, 5] {
+            stream.extend_from_slice(&frame::encode_message("t", "9", 9, clock, 7, b"x").expect("frame"));
+        }
+        let (ev, r) = events(&mut d, &stream);
+        assert!(r.is_ok());
+        let kinds: Vec<&str> = ev.iter().map(|e| e.split([' ', '(', '{']).next().unwrap_or("")).collect();
+        assert_eq!(kinds, ["Handshake", "Message", "Message", "Repeat", "OutOfOrder", "Message"], "{ev:?}");
+    }
 }
