@@ -164,3 +164,17 @@ fn the_publisher_counts_what_it_keeps_and_sent_again_in_registration() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn a_history_deeper_than_the_default_queue_arrives_whole() {
+    let node = node();
+    let t = topic("deep");
+    let mut publ = node.publisher(&t).history(200).create().expect("publisher");
+    for i in 1..=300u64 {
+        publ.send(&i.to_le_bytes()).expect("send");
+    }
+    // The default queue keeps 16 messages (and 1 MiB): a subscriber asking for history keeps what it asks for.
+    let sub = node.subscriber(&t).history(true).create().expect("subscriber");
+    assert_eq!(drain(&sub), (101..=300).collect::<Vec<u64>>());
+    assert_eq!(sub.drops(), 0);
+}
