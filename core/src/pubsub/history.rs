@@ -16,7 +16,16 @@
 //!   store's lock; a live message the publisher was sending at that moment may follow as a repeat of the last kept
 //!   one, which the subscriber's per-publisher clock check drops as already delivered (not as a loss).
 //! - **UDP and eCAL subscribers**: live data only (a re-send over multicast would reach every subscriber of the
-//!   group, eCAL's among them).
+//!   group, eCAL's among them, which deliver a message whose clock is not in their counter cache unless
+//!   `drop_out_of_order_messages` is set; and live data reaches a new UDP subscriber before the publisher even learns
+//!   of it, so history would come after live data).
+//!
+//! Why the ring is the store for ring readers rather than a copy: its slots already hold the past messages, a
+//! reader validates each slot as it does for overwrites, and history and live data are then one stream with no
+//! hand-over. The cost is the ring's depth (`n + 1` slots of the largest message) and a copy per send into the store
+//! for the other layers, which shares the payload with same-process delivery. Limits: a ring that grows (a message
+//! larger than its slots) starts a new segment, and a reader opening it afterwards gets the history kept since; ring
+//! readers reading history are not counted in the publisher's `history_resent` (they read it themselves).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
