@@ -110,43 +110,51 @@ fn tcp_late_subscriber_gets_the_history_then_live_data() {
     late_joiners("tcp", &tcp_ini("history_tcp"));
 }
 
-/// Subscribers join a publisher that sends all the time (500 a second): each one's first messages are the kept
-/// ones, then live data with no gap and no repeat, whatever the publisher was sending while the connection's
-/// history was read.
-#[test]
-fn tcp_subscribers_joining_a_running_publisher_see_one_run_of_clocks() {
-    let ini = tcp_ini("history_tcp_running");
-    let t = topic("history_tcp_running");
+/// Subscribers join a publisher that sends all the time (500 a second): each one's first messages are kept ones,
+/// then live data with no gap and no repeat, whatever the publisher was sending while the subscriber joined.
+fn joining_a_running_publisher(layer: &str, via: &str, ini: &str) {
+    let t = topic(&format!("history_running_{via}"));
     let publ = Peer::publisher(&t, 4000, 64, 500)
         .arg("--history", 50)
         .arg("--before", 100)
         .wait_subs(0)
         .linger_ms(1000)
-        .ini(&ini)
+        .ini(ini)
         .spawn("running history publisher");
     publ.expect("before", T);
     let subs: Vec<Proc> = (0..3)
         .map(|i| {
             std::thread::sleep(Duration::from_millis(300));
-            Peer::subscriber(&t, 300).arg("--history", "all").ini(&ini).spawn_ready(&format!("joining subscriber {i}"))
+            Peer::subscriber(&t, 300).arg("--history", "all").ini(ini).spawn_ready(&format!("joining subscriber {i}"))
         })
         .collect();
     for (i, sub) in subs.into_iter().enumerate() {
         let mut sub = sub;
         let s = sub.expect("summary", T);
         let got = first_clocks(&s);
-        println!("tcp, subscriber {i} joining a running publisher: first received clocks {:?}", &got[..15]);
+        println!("{layer}, subscriber {i} joining a running publisher: first received clocks {:?}", &got[..15]);
         let first = got[0];
         assert_eq!(got, (first..first + got.len() as u64).collect::<Vec<u64>>(), "one run of clocks: {s}");
         assert_eq!(s["received"], 300, "{s}");
         assert_eq!(s["out_of_order"], 0, "{s}");
         assert_eq!(s["drops"], 0, "{s}");
-        assert_eq!(s["via"]["tcp"], 300, "{s}");
+        assert_eq!(s["via"][via], 300, "{s}");
         // The first message is a kept one: sent before the subscriber existed.
         assert!(s["first_sent_before_created_ms"].as_f64().expect("first sent") > 0.0, "{s}");
         sub.wait_success(T);
     }
     drop(publ);
+}
+
+#[test]
+fn tcp_subscribers_joining_a_running_publisher_see_one_run_of_clocks() {
+    joining_a_running_publisher("tcp", "tcp", &tcp_ini("history_tcp_running"));
+}
+
+#[test]
+fn ring_subscribers_joining_a_running_publisher_see_one_run_of_clocks() {
+    let ini = write_ini("history_ring_running", "[shoal_shm_ring]\nslot_count = 64\n");
+    joining_a_running_publisher("native ring", "shoal_ring", &ini);
 }
 
 /// eCAL 6.1.1's TCP subscriber of a publisher with a history, beside a shoal subscriber that asks for it: eCAL's
