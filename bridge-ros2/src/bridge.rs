@@ -628,10 +628,15 @@ impl StartEnv<'_, '_> {
         let mut own_shoal_pub = None;
         let mut ros_sub: Option<Subscription<C::Ros>> = None;
         let mut shoal_pub = None;
+        // transient_local ⇄ shoal's history for late joiners: the shoal publisher keeps the route's depth, the
+        // shoal subscriber asks for what shoal publishers kept (the DDS writer keeps it for late DDS readers).
+        let transient_local = route.qos.durability == Durability::TransientLocal;
         if route.direction.to_shoal() {
+            let keep = if transient_local { u32::try_from(route.qos.history_depth).unwrap_or(u32::MAX) } else { 0 };
             let p = shoal_node
                 .publisher(&route.shoal_topic)
                 .type_info(codec.shoal_type_info())
+                .history(keep)
                 .create()
                 .map_err(shoal_err)?;
             own_shoal_pub = Some(p.id());
@@ -674,6 +679,7 @@ impl StartEnv<'_, '_> {
                         cb_held.release(bytes);
                     }
                 })
+                .history(transient_local)
                 .create()
                 .map_err(shoal_err)?;
             let stats = Arc::clone(&stats);

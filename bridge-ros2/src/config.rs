@@ -66,7 +66,9 @@ pub enum Reliability {
 pub enum Durability {
     /// Only samples published while a subscriber exists (the ROS default).
     Volatile,
-    /// Late joiners get the last `history_depth` samples (latched topics, `/tf_static`).
+    /// Late joiners get the last `history_depth` samples (latched topics, `/tf_static`); on the shoal side the
+    /// route's publisher keeps them (`PublisherBuilder::history`) and its subscriber asks for what shoal publishers
+    /// kept (`SubscriberBuilder::history`).
     TransientLocal,
 }
 

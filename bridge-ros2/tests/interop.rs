@@ -904,3 +904,62 @@ fn hostile_data_frag_costs_a_restart_not_the_memory() {
     assert_eq!(st["to_ros"], 10, "the restarted worker forwarded: {st}");
     assert!(bridge.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "the supervisor exits cleanly");
 }
+
+/// `durability = transient_local` maps to shoal's history for late joiners both ways. ROS 2 → shoal: the bridge's
+/// shoal publisher keeps the route's `history_depth` of what a Cyclone writer sent for a shoal subscriber that joins
+/// later. shoal → ROS 2: a shoal publisher with a history publishes before the bridge exists; the bridge's shoal
+/// subscriber asks for the kept messages and its transient-local DDS writer keeps them for a Cyclone reader that
+/// joins later. (A Cyclone transient-local writer that published before the bridge existed gave the bridge's
+/// RustDDS reader only its last sample in this setup, so the ROS 2 side here publishes to a running bridge.)
+#[test]
+fn transient_local_maps_to_history_for_late_joiners_both_ways() {
+    if !root_or_skip("transient_local_maps_to_history_for_late_joiners_both_ways") {
+        return;
+    }
+    let _serial = serial();
+    let ns = Netns::create("tl");
+    // shoal → ROS 2: a shoal publisher that keeps 5, with no subscriber yet.
+    let spub = ns.shoal(
+        "shoal pub with history",
+        &["pub", "--topic", "latched_out", "--kind", "string", "--count", "10", "--rate", "100", "--history", "5"]
+            .into_iter()
+            .chain(["--wait-subs", "0", "--linger-ms", "30000"])
+            .collect::<Vec<_>>(),
+    );
+    spub.expect("done", Duration::from_secs(20));
+    let bridge = ns.bridge(&[
+        "--topic",
+        "latched_in=std_msgs/msg/String,direction=ros_to_shoal,durability=transient_local,history_depth=5",
+        "--topic",
+        "latched_out=std_msgs/msg/String,direction=shoal_to_ros,durability=transient_local,history_depth=5",
+    ]);
+    // ROS 2 → shoal: a Cyclone transient-local writer sends 10 to the bridge, with no shoal subscriber yet.
+    let cpub = ns.cyclone(
+        "cyclone transient-local pub",
+        &["pub", "string", "/latched_in", "10", "0", "--transient-local", "--rate", "100", "--linger", "20"],
+    );
+    cpub.expect("done", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(1));
+    let mut ssub = ns.shoal(
+        "late shoal sub",
+        &["sub", "--topic", "latched_in", "--kind", "string", "--count", "5", "--first", "6", "--timeout-ms", "20000"]
+            .into_iter()
+            .chain(["--history"])
+            .collect::<Vec<_>>(),
+    );
+    let s = ssub.expect("summary", Duration::from_secs(30));
+    assert_all("cyclone (transient local) -> bridge -> late shoal sub with history", &s, 5);
+    let mut csub = ns.cyclone(
+        "late cyclone transient-local sub",
+        &["sub", "string", "/latched_out", "5", "0", "--first", "6", "--transient-local", "--timeout", "20"],
+    );
+    let s = csub.expect("summary", Duration::from_secs(30));
+    assert_all("shoal pub with history -> bridge -> late cyclone transient-local sub", &s, 5);
+    ssub.wait_success(Duration::from_secs(10));
+    csub.wait_success(Duration::from_secs(10));
+    let mut bridge = bridge;
+    let st = stats_of(&mut bridge, "latched_out");
+    assert_eq!(st["to_ros"], 5, "the bridge got the shoal publisher's 5 kept messages: {st}");
+    drop(spub);
+    drop(cpub);
+}

@@ -86,7 +86,7 @@ pub mod error {
     pub use crate::types::{DecodeError, EncodeError};
 }
 
-pub use config::{Config, HugePages, QueuePolicy, ShmAccess, UdpSendMode, WaitStrategy};
+pub use config::{Config, HistoryConfig, HugePages, QueuePolicy, ShmAccess, UdpSendMode, WaitStrategy};
 pub use error::{
     CreateError, InitError, LoanError, MatchTimeout, RecvError, SendError, TypedRecvError, TypedSendError,
 };
@@ -94,6 +94,7 @@ pub use node::Node;
 #[cfg(feature = "internals")]
 pub use node::ring_geometry;
 pub use process::{ProcessState, Severity, SeverityLevel};
+pub use pubsub::history::History;
 pub use pubsub::publisher::{Loan, Publisher, Unwritten, Written};
 pub use pubsub::subscriber::{CallbackSubscriber, Subscriber};
 pub use pubsub::typed::{MessageMeta, Received, TypedPublisher, TypedSubscriber};

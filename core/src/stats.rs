@@ -343,6 +343,14 @@ pub struct ShoalStats {
     /// Reliable publishers: subscribers taken out of flow control (process gone, or a full ring behind for the
     /// whole timeout).
     pub reliable_evicted: u64,
+    /// Publishers with a history: messages kept now for late joiners.
+    pub history_kept: u64,
+    /// Publishers with a history: payload bytes of the kept messages.
+    pub history_kept_bytes: u64,
+    /// Publishers with a history: kept messages sent again to late joiners (same process, TCP).
+    pub history_resent: u64,
+    /// Publishers with a history: payload bytes of those.
+    pub history_resent_bytes: u64,
 }
 
 #[cfg(test)]

@@ -203,7 +203,9 @@ fn endpoint_json(t: &TopicEntry) -> Value {
            "encoding": t.type_info.encoding, "descriptor_len": t.type_info.descriptor.len(), "layers": t.layers,
            "ring_page_kb": t.ring_page_kb,
            "entity_id": t.entity_id.to_string(), "data_clock": t.data_clock, "frequency_hz": rate_of(t),
-           "drops": t.message_drops, "size": t.topic_size, "type_mismatch": t.type_mismatch})
+           "drops": t.message_drops, "size": t.topic_size, "type_mismatch": t.type_mismatch,
+           "history_kept": t.shoal.as_ref().map(|s| s.history_kept),
+           "history_resent": t.shoal.as_ref().map(|s| s.history_resent)})
 }
 
 /// `shoal topic list`: one row per publisher and subscriber.
@@ -359,6 +361,16 @@ pub(crate) fn topic_info(a: &InfoArgs) -> Result<()> {
             stats.push_str(&format!(", {} total, {}/s", bytes(s.bytes as f64), bytes(s.bandwidth_bps)));
         }
         writeln!(out, "  statistics  {stats}")?;
+        if let Some(s) = t.shoal.as_ref().filter(|s| s.history_kept > 0 || s.history_resent > 0) {
+            writeln!(
+                out,
+                "  history     {} kept ({}), {} sent again to late joiners ({})",
+                s.history_kept,
+                bytes(s.history_kept_bytes as f64),
+                s.history_resent,
+                bytes(s.history_resent_bytes as f64)
+            )?;
+        }
         writeln!(
             out,
             "  connected   {} on this host, {} on others; registered {:.1} s ago",

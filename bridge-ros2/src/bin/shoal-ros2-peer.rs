@@ -52,6 +52,15 @@ enum Cmd {
         /// The number of the first message.
         #[arg(long, default_value_t = 1)]
         first: u32,
+        /// Keep the last this many messages for late joiners (`PublisherBuilder::history`).
+        #[arg(long, default_value_t = 0)]
+        history: u32,
+        /// Wait for this many subscribers before sending (0: send at once).
+        #[arg(long, default_value_t = 1)]
+        wait_subs: usize,
+        /// Stay alive this long after the last message, ms.
+        #[arg(long, default_value_t = 500)]
+        linger_ms: u64,
     },
     /// Receive and check messages first..first+count (others are counted apart, as `other`).
     Sub {
@@ -68,6 +77,9 @@ enum Cmd {
         /// The number of the first message expected.
         #[arg(long, default_value_t = 1)]
         first: u32,
+        /// Ask each publisher for the messages it kept for late joiners (`SubscriberBuilder::history`).
+        #[arg(long)]
+        history: bool,
     },
     /// Every 200 ms, what this process's registration knows of the topics whose name contains `topic_contains`
     /// (shoal's monitor view: type information and drops of every publisher and subscriber).
@@ -152,11 +164,11 @@ fn check(kind: &str, payload: &[u8], size: usize) -> anyhow::Result<(u32, bool)>
 fn main() -> anyhow::Result<()> {
     let node = shoal::Node::init("shoal_ros2_peer")?;
     match Args::parse().cmd {
-        Cmd::Pub { topic, kind, count, size, rate, bad, wrong_type, first } => {
+        Cmd::Pub { topic, kind, count, size, rate, bad, wrong_type, first, history, wait_subs, linger_ms } => {
             let (ti, _) = message(&kind, 1, size)?;
-            let mut publ = node.publisher(&topic).type_info(ti.clone()).create()?;
+            let mut publ = node.publisher(&topic).type_info(ti.clone()).history(history).create()?;
             out(json!({"event": "ready", "publisher_id": publ.id()}));
-            if publ.wait_for_subscribers(1, Duration::from_secs(20)).is_err() {
+            if wait_subs > 0 && publ.wait_for_subscribers(wait_subs, Duration::from_secs(20)).is_err() {
                 bail!("no subscriber on {topic} within 20 s");
             }
             std::thread::sleep(Duration::from_millis(300));
@@ -179,11 +191,11 @@ fn main() -> anyhow::Result<()> {
                 std::thread::sleep(period);
             }
             out(json!({"event": "done", "sent": count}));
-            std::thread::sleep(Duration::from_millis(500));
+            std::thread::sleep(Duration::from_millis(linger_ms));
         }
-        Cmd::Sub { topic, kind, count, size, timeout_ms, first } => {
+        Cmd::Sub { topic, kind, count, size, timeout_ms, first, history } => {
             let (ti, _) = message(&kind, 1, size)?;
-            let sub = node.subscriber(&topic).type_info(ti).create()?;
+            let sub = node.subscriber(&topic).type_info(ti).history(history).create()?;
             out(json!({"event": "ready"}));
             let end = Instant::now() + Duration::from_millis(timeout_ms);
             let want = first..first.saturating_add(count);

@@ -331,9 +331,10 @@ def index_of(kind, obj):
     return obj.header.stamp.sec
 
 
-def qos(best_effort, depth=10):
+def qos(best_effort, depth=10, transient_local=False):
     rel = Policy.Reliability.BestEffort if best_effort else Policy.Reliability.Reliable(duration(seconds=2))
-    return Qos(rel, Policy.Durability.Volatile, Policy.History.KeepLast(depth),
+    dur = Policy.Durability.TransientLocal if transient_local else Policy.Durability.Volatile
+    return Qos(rel, dur, Policy.History.KeepLast(depth),
                Policy.DataRepresentation(use_cdrv0_representation=True))
 
 
@@ -358,10 +359,13 @@ def main():
     if mode == "pub":
         kind, topic, count, size = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
         best_effort = "--best-effort" in sys.argv
-        t = Topic(dp, "rt" + topic, CYCLONE[kind], qos=qos(best_effort))
-        w = DataWriter(dp, t, qos=qos(best_effort))
+        tl = "--transient-local" in sys.argv
+        t = Topic(dp, "rt" + topic, CYCLONE[kind], qos=qos(best_effort, transient_local=tl))
+        w = DataWriter(dp, t, qos=qos(best_effort, transient_local=tl))
         out(event="ready")
-        if best_effort:
+        if "--no-wait" in sys.argv:
+            pass  # a transient-local writer keeps its history for readers yet to come
+        elif best_effort:
             time.sleep(arg("--linger", 3.0))  # no match status worth waiting for: the reader may refuse it
         else:
             wait_matched(w, arg("--timeout", 20.0))
@@ -383,8 +387,9 @@ def main():
         time.sleep(arg("--linger", 2.0))
     elif mode == "sub":
         kind, topic, count, size = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-        t = Topic(dp, "rt" + topic, CYCLONE[kind], qos=qos(False))
-        r = DataReader(dp, t, qos=qos(False, depth=100))
+        tl = "--transient-local" in sys.argv
+        t = Topic(dp, "rt" + topic, CYCLONE[kind], qos=qos(False, transient_local=tl))
+        r = DataReader(dp, t, qos=qos(False, depth=100, transient_local=tl))
         out(event="ready")
         first = int(arg("--first", 1, int))
         want = range(first, first + count)

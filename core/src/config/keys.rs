@@ -250,6 +250,16 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
         ],
     },
     SectionDef {
+        name: "shoal_history",
+        title: "SHOAL: HISTORY FOR LATE JOINERS",
+        doc: &[
+            "A publisher made with PublisherBuilder::history(n) keeps its last n messages (within",
+            "max_bytes of payload); a subscriber made with SubscriberBuilder::history gets them, in",
+            "order and once, before live data, when it matches (same process, native ring, TCP).",
+            "eCAL subscribers get live data only, as from any publisher.",
+        ],
+    },
+    SectionDef {
         name: "shoal_tcp",
         title: "SHOAL: eCAL TCP LAYER",
         doc: &[
@@ -1170,6 +1180,35 @@ pub(crate) static KEYS: &[KeyDef] = &[
         set: |d, v, _| {
             let n = size(v).filter(|n| *n <= 1 << 36)?;
             d.cfg.receive.queue.bytes = usize::try_from(n).ok()?;
+            Some(())
+        },
+    },
+    // ----- [shoal_history]
+    KeyDef {
+        section: "shoal_history",
+        key: "max_depth",
+        alias: None,
+        doc: &["The most messages a publisher keeps for late joiners (a larger history(n) is taken as this)."],
+        allowed: "1..=65536 (messages)",
+        get: |c| c.history.max_depth.to_string(),
+        set: |d, v, _| {
+            d.cfg.history.max_depth = u32::try_from(int_in(v, 1, 65536)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_history",
+        key: "max_bytes",
+        alias: None,
+        doc: &[
+            "Payload bytes a publisher keeps for late joiners at most: the oldest kept messages are let go",
+            "first when its last n exceed it (a single larger message is not kept). Suffixes k, m, g.",
+        ],
+        allowed: "0..=68719476736 bytes (0 to 64g)",
+        get: |c| fmt_size(c.history.max_bytes),
+        set: |d, v, _| {
+            let n = size(v).filter(|n| *n <= 1 << 36)?;
+            d.cfg.history.max_bytes = usize::try_from(n).ok()?;
             Some(())
         },
     },

@@ -63,6 +63,8 @@ pub struct Config {
     pub receive: ReceiveConfig,
     /// Reliable (lossless) delivery over the native ring.
     pub reliable: ReliableConfig,
+    /// History for late-joining subscribers: its bounds.
+    pub history: HistoryConfig,
     /// The I/O thread.
     pub io: IoConfig,
     /// Bounds on what other processes can make this one store or do.
@@ -333,6 +335,23 @@ pub struct ReliableConfig {
 impl Default for ReliableConfig {
     fn default() -> Self {
         ReliableConfig { publishers: false, subscribers: false, timeout: Duration::from_millis(1000) }
+    }
+}
+
+/// History for late joiners (`[shoal_history]`): the bounds of what a publisher made with
+/// `PublisherBuilder::history(n)` keeps for subscribers that match later.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryConfig {
+    /// The largest `n` a publisher keeps (a larger one is taken as this).
+    pub max_depth: u32,
+    /// Payload bytes a publisher keeps at most: the oldest kept messages go first when the newest `n` exceed it.
+    pub max_bytes: usize,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig { max_depth: 1024, max_bytes: 4 << 20 }
     }
 }
 
@@ -664,6 +683,7 @@ impl Default for Config {
                 queue: QueuePolicy::default(),
             },
             reliable: ReliableConfig::default(),
+            history: HistoryConfig::default(),
             limits: LimitsConfig::default(),
             io: IoConfig { cpu_affinity: Vec::new() },
             layers: LayersConfig::default(),

@@ -24,6 +24,7 @@ use std::time::Duration;
 use crate::config::{QueuePolicy, WaitStrategy};
 use crate::pubsub::CreateError;
 use crate::pubsub::events::{Event, EventSink};
+use crate::pubsub::history::History;
 use crate::pubsub::publisher::Publisher;
 use crate::pubsub::runtime::Runtime;
 use crate::pubsub::subscriber::{CallbackSubscriber, Subscriber};
@@ -57,10 +58,21 @@ pub struct PublisherBuilder<K = Raw> {
     reliable: Option<Option<Duration>>,
     /// Where connection events go (`on_event`).
     events: Option<Arc<EventSink>>,
+    /// Messages kept for late joiners (0: none).
+    history: u32,
     kind: K,
 }
 
 impl<K> PublisherBuilder<K> {
+    /// Keeps the last `n` messages (at most `[shoal_history] max_depth`, and within `max_bytes` of payload) for
+    /// subscribers that match later and ask for them ([`SubscriberBuilder::history`]): they get them, in order and
+    /// once, before live data — same process, over the native ring (made at least `n + 1` slots deep, and written
+    /// even while no subscriber reads it) and over TCP. UDP and eCAL subscribers get live data only. Default: 0.
+    pub fn history(mut self, n: u32) -> Self {
+        self.history = n;
+        self
+    }
+
     /// Reliable delivery to reliable subscribers of other processes over the native ring: before it overwrites a
     /// message such a subscriber has not taken yet, `send`/`loan` wait (spin, then sleep on a futex) for at most
     /// `timeout` per subscriber; one that stays a full ring behind for the whole timeout, or whose process is gone,
@@ -98,6 +110,7 @@ impl PublisherBuilder<Raw> {
             topic: topic.to_string(),
             reliable: None,
             events: None,
+            history: 0,
             kind: Raw::default(),
         }
     }
@@ -116,6 +129,7 @@ impl PublisherBuilder<Raw> {
             topic: self.topic,
             reliable: self.reliable,
             events: self.events,
+            history: self.history,
             kind: Typed(PhantomData),
         }
     }
@@ -123,7 +137,7 @@ impl PublisherBuilder<Raw> {
     /// Creates the publisher and announces it.
     pub fn create(self) -> Result<Publisher, CreateError> {
         let reliable = self.reliability();
-        Publisher::create(&self.rt, &self.topic, self.kind.type_info, reliable, self.events)
+        Publisher::create(&self.rt, &self.topic, self.kind.type_info, reliable, self.history, self.events)
     }
 }
 
@@ -131,11 +145,13 @@ impl<M: Message> PublisherBuilder<Typed<M>> {
     /// Creates the typed publisher and announces it.
     pub fn create(self) -> Result<TypedPublisher<M>, CreateError> {
         let reliable = self.reliability();
+        let type_info = M::type_info().clone();
         Ok(TypedPublisher::new(Publisher::create(
             &self.rt,
             &self.topic,
-            M::type_info().clone(),
+            type_info,
             reliable,
+            self.history,
             self.events,
         )?))
     }
@@ -159,6 +175,7 @@ pub(crate) struct SubOptions {
     pub(crate) reliable: Option<bool>,
     /// Where connection events go (`on_event`).
     pub(crate) events: Option<Arc<EventSink>>,
+    pub(crate) history: History,
 }
 
 impl<K> SubscriberBuilder<K> {
@@ -192,6 +209,15 @@ impl<K> SubscriberBuilder<K> {
     /// events thread, never the I/O thread; see [`crate::events`].
     pub fn on_event(mut self, callback: impl FnMut(&Event) + Send + 'static) -> Self {
         self.opts.events = Some(EventSink::new(Arc::clone(&self.rt.events), Box::new(callback)));
+        self
+    }
+
+    /// Asks every publisher this subscriber matches for the messages it keeps for late joiners
+    /// ([`PublisherBuilder::history`]): `true` all of them, a number at most that many of the newest, `false` or 0
+    /// none. They come in order, once, before live data, whenever a publisher matches (same process, native ring,
+    /// TCP; UDP gives live data only). The subscriber's queue is made deep enough to hold them. Default: none.
+    pub fn history(mut self, history: impl Into<History>) -> Self {
+        self.opts.history = history.into();
         self
     }
 }
@@ -268,6 +294,12 @@ impl<K, F> CallbackSubscriberBuilder<K, F> {
     /// Connection events, as [`SubscriberBuilder::on_event`] (on the events thread, not the callback's thread).
     pub fn on_event(mut self, callback: impl FnMut(&Event) + Send + 'static) -> Self {
         self.opts.events = Some(EventSink::new(Arc::clone(&self.rt.events), Box::new(callback)));
+        self
+    }
+
+    /// The messages publishers kept for late joiners, before live data; as [`SubscriberBuilder::history`].
+    pub fn history(mut self, history: impl Into<History>) -> Self {
+        self.opts.history = history.into();
         self
     }
 }

@@ -3,6 +3,7 @@
 pub(crate) mod builder;
 pub(crate) mod dispatch;
 pub(crate) mod events;
+pub(crate) mod history;
 pub(crate) mod meter;
 pub(crate) mod publisher;
 pub(crate) mod runtime;

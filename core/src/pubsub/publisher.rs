@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::io::Command;
 use crate::pubsub::events::{Event, EventSink, Peer, via_of_layer};
+use crate::pubsub::history::{History, HistoryStore, Kept};
 use crate::pubsub::runtime::Runtime;
 use crate::pubsub::subscriber::SubShared;
 use crate::pubsub::waker;
@@ -19,7 +20,7 @@ use crate::sample::{Payload, Sample};
 use crate::stats::{ShoalStats, Via};
 use crate::sync::lock;
 use crate::transport::shm_ring::{DoorbellRemote, FlowStats, RingWriter};
-use crate::transport::{LayerWriter, SampleMeta};
+use crate::transport::{HistorySource, LayerWriter, SampleMeta};
 use crate::types::TypeInfo;
 
 /// A matched subscriber in another process.
@@ -100,6 +101,10 @@ pub(crate) struct PubShared {
     flow: FlowCounters,
     /// Where connection events go (`PublisherBuilder::on_event`).
     events: Option<Arc<EventSink>>,
+    /// The messages kept for late joiners (`PublisherBuilder::history`); `None` without a history. A send appends
+    /// and takes its connections under this lock, a late joiner gets the kept messages and is connected under it
+    /// (`pubsub/history.rs`).
+    pub(crate) history: Option<Arc<Mutex<HistoryStore>>>,
 }
 
 /// The registration kind of a layer named in a priority list.
@@ -127,6 +132,13 @@ impl std::fmt::Debug for PubShared {
 
 impl PubShared {
     pub(crate) fn connect_intra(&self, s: &Arc<SubShared>) {
+        // A subscriber asking for history gets the kept messages before it is connected, under the store's lock:
+        // a send holds it while it keeps its message and takes its connections.
+        let mut store = self.history.as_ref().filter(|_| s.history() != History::Off).map(|h| lock(h));
+        if let Some(store) = store.as_mut() {
+            let kept: Vec<Kept> = store.resend(s.history()).cloned().collect();
+            s.push_history(kept.into_iter().map(|k| self.kept_sample(k)));
+        }
         let mut c = lock(&self.conns);
         if !c.intra.iter().any(|x| x.id == s.id) {
             c.intra.push(Arc::clone(s));
@@ -136,6 +148,19 @@ impl PubShared {
             }
         }
         self.changed();
+    }
+
+    /// A kept message as a same-process sample.
+    fn kept_sample(&self, k: Kept) -> Sample {
+        Sample {
+            payload: Payload::Shared(k.payload),
+            send_time_ns: k.send_time_ns,
+            via: Via::SameProcess,
+            clock: k.clock,
+            publisher_id: self.id,
+            type_info: Arc::clone(&self.type_info),
+            topic: Arc::clone(&self.topic),
+        }
     }
 
     pub(crate) fn disconnect_intra(&self, sub_id: u64) {
@@ -311,6 +336,8 @@ impl PubShared {
 
     fn stats_with(&self, clock: u64, bytes: u64, w: &Window) -> TopicStats {
         let (local, external) = self.host_counts(&self.host_name);
+        let (kept, kept_bytes, resent, resent_bytes) =
+            self.history.as_ref().map_or((0, 0, 0, 0), |h| lock(h).counters());
         TopicStats {
             topic_size: self.last_size.load(Ordering::Relaxed) as i32,
             connections_local: local as i32,
@@ -325,6 +352,10 @@ impl PubShared {
                 reliable_waits: self.flow.waits.load(Ordering::Relaxed),
                 reliable_wait_ns: self.flow.wait_ns.load(Ordering::Relaxed),
                 reliable_evicted: self.flow.evicted.load(Ordering::Relaxed),
+                history_kept: kept,
+                history_kept_bytes: kept_bytes,
+                history_resent: resent,
+                history_resent_bytes: resent_bytes,
             }),
             ..TopicStats::default()
         }
@@ -370,16 +401,24 @@ impl Publisher {
         topic: &str,
         type_info: TypeInfo,
         reliable: Option<Duration>,
+        history: u32,
         events: Option<Arc<EventSink>>,
     ) -> Result<Publisher, CreateError> {
         if topic.is_empty() {
             return Err(CreateError::EmptyTopic);
         }
         let id = rt.new_entity_id();
+        let history = history.min(rt.config.history.max_depth);
         let ring = if rt.config.shm_ring.enabled {
-            let mut ring = RingWriter::create(&rt.config.shm_ring, id)?;
+            // A ring holds a history of n in n + 1 slots (the next one may be being written): a publisher with a
+            // history gets a ring that deep, and so does every ring it grows into.
+            let history_slots = history.saturating_add(1).next_power_of_two();
+            let mut cfg = rt.config.shm_ring.clone();
+            cfg.slot_count = cfg.slot_count.max(history_slots);
+            let mut ring = RingWriter::create(&cfg, id)?;
             // A grown ring keeps at least a subscriber queue's depth of large messages.
-            ring.set_grown_min_slots(u32::try_from(rt.config.receive.queue.depth).unwrap_or(u32::MAX));
+            let queue_depth = u32::try_from(rt.config.receive.queue.depth).unwrap_or(u32::MAX);
+            ring.set_grown_min_slots(queue_depth.max(history_slots));
             ring.set_flow_control(reliable);
             Some(ring)
         } else {
@@ -406,9 +445,16 @@ impl Publisher {
             ring_par: Mutex::new(None),
             flow: FlowCounters::default(),
             events,
+            history: (history > 0)
+                .then(|| Arc::new(Mutex::new(HistoryStore::new(history, rt.config.history.max_bytes)))),
         });
-        let writers: Vec<Box<dyn LayerWriter>> =
+        let mut writers: Vec<Box<dyn LayerWriter>> =
             rt.writer_factories.iter().filter_map(|f| f.create(id, topic, &shared.type_info)).collect();
+        if let Some(h) = &shared.history {
+            for w in &mut writers {
+                w.set_history(Arc::clone(h) as Arc<dyn HistorySource>);
+            }
+        }
         *lock(&shared.layers) = LayerSet { active: vec![false; writers.len()], writers };
         let p = Publisher {
             shared: Arc::clone(&shared),
@@ -431,6 +477,10 @@ impl Publisher {
 
     /// Publishes the ring's current geometry to the shared state (at creation and after growth).
     fn update_ring_par(&self) {
+        let (history_depth, history_bytes) = self.shared.history.as_ref().map_or((0, 0), |h| {
+            let h = lock(h);
+            (h.depth(), h.max_bytes() as u64)
+        });
         *lock(&self.shared.ring_par) = self.ring.as_ref().map(|ring| ShoalPar {
             segment: ring.segment_name().to_string(),
             slot_count: ring.slot_count(),
@@ -438,6 +488,8 @@ impl Publisher {
             generation: ring.generation() as u32,
             doorbell: String::new(),
             page_kb: u32::try_from(ring.page_size() / 1024).unwrap_or(u32::MAX),
+            history_depth,
+            history_bytes,
         });
     }
 
@@ -520,8 +572,11 @@ impl Publisher {
         }
         let c = lock(&self.shared.conns);
         self.cache = ConnCache { version: v, doorbells: c.ring_doorbells(), intra: c.intra.clone() };
-        if let Some(ring) = &mut self.ring {
+        if let Some(ring) = &mut self.ring
+            && self.shared.history.is_none()
+        {
             // Warm reuse of the ring's payload areas waits until every subscriber reading it publishes its cursor.
+            // (Never with a history: the ring keeps it for late joiners, so areas are reused only a ring later.)
             ring.set_expected_readers(c.remote.values().filter(|r| r.doorbell.is_some()).count());
         }
     }
@@ -539,7 +594,8 @@ impl Publisher {
     fn send_at(&mut self, data: &[u8], send_time_ns: i64) -> Result<(), SendError> {
         self.refresh();
         let clock = self.clock + 1;
-        if !self.cache.doorbells.is_empty()
+        // With a history the ring is written for readers yet to come too.
+        if (!self.cache.doorbells.is_empty() || self.shared.history.is_some())
             && let Some(ring) = &mut self.ring
         {
             let published = ring.write(data, send_time_ns, clock)?;
@@ -548,10 +604,31 @@ impl Publisher {
             }
             waker::ring_after_publish(&self.rt.waker, &self.cache.doorbells);
         }
-        self.write_layers(data, send_time_ns, clock);
-        self.deliver_intra(data, send_time_ns, clock);
+        if self.shared.history.is_some() {
+            let payload: Arc<[u8]> = Arc::from(data);
+            self.keep(&payload, send_time_ns, clock);
+            self.write_layers(data, send_time_ns, clock);
+            self.deliver_intra_shared(payload, send_time_ns, clock);
+        } else {
+            self.write_layers(data, send_time_ns, clock);
+            self.deliver_intra(data, send_time_ns, clock);
+        }
         self.finish(clock, data.len());
         Ok(())
+    }
+
+    /// Keeps a message in the history and takes the connections under the store's lock: a same-process subscriber
+    /// connected before gets it live, one connected after got it with the history (`pubsub/history.rs`).
+    fn keep(&mut self, payload: &Arc<[u8]>, send_time_ns: i64, clock: u64) {
+        let Some(h) = &self.shared.history else { return };
+        let mut store = lock(h);
+        store.push(Kept { clock, send_time_ns, payload: Arc::clone(payload) });
+        let v = self.shared.version.load(Ordering::Acquire);
+        if v != self.cache.version {
+            let c = lock(&self.shared.conns);
+            self.cache = ConnCache { version: v, doorbells: c.ring_doorbells(), intra: c.intra.clone() };
+        }
+        drop(store);
     }
 
     /// Sends through every eCAL-facing layer that has subscribers; a failing layer drops (counted), the others
@@ -676,7 +753,9 @@ impl Publisher {
             Some(ring) => {
                 // Same-process subscribers and the eCAL layers get their copy before the slot is published (and may
                 // be overwritten).
-                let need_copy = !self.cache.intra.is_empty() || self.shared.layers_active.load(Ordering::Acquire);
+                let need_copy = !self.cache.intra.is_empty()
+                    || self.shared.layers_active.load(Ordering::Acquire)
+                    || self.shared.history.is_some();
                 let copy: Option<Arc<[u8]>> =
                     if need_copy { ring.loan(len).ok().map(|b| Arc::from(&*b)) } else { None };
                 // `Publisher::loan` loaned the slot and only the `Loan` it returned, which borrows the publisher,
@@ -690,14 +769,22 @@ impl Publisher {
                     self.ring_grew();
                 }
                 if let Some(data) = copy {
+                    self.keep(&data, t, clock);
                     self.write_layers(&data, t, clock);
                     self.deliver_intra_shared(data, t, clock);
                 }
             }
             None => {
                 let data = std::mem::take(&mut self.scratch);
-                self.write_layers(&data[..len], t, clock);
-                self.deliver_intra(&data[..len], t, clock);
+                if self.shared.history.is_some() {
+                    let payload: Arc<[u8]> = Arc::from(&data[..len]);
+                    self.keep(&payload, t, clock);
+                    self.write_layers(&data[..len], t, clock);
+                    self.deliver_intra_shared(payload, t, clock);
+                } else {
+                    self.write_layers(&data[..len], t, clock);
+                    self.deliver_intra(&data[..len], t, clock);
+                }
                 self.scratch = data;
             }
         }

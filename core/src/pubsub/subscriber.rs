@@ -9,6 +9,7 @@ use crate::config::{QueuePolicy, WaitStrategy};
 use crate::io::Command;
 use crate::pubsub::builder::SubOptions;
 use crate::pubsub::events::{Event, EventSink, Peer, via_of_layer};
+use crate::pubsub::history::History;
 use crate::pubsub::meter::{ConnMeter, MeterTable};
 use crate::pubsub::runtime::{Runtime, shoal_par};
 use crate::pubsub::{CreateError, RecvError};
@@ -95,6 +96,8 @@ pub(crate) struct SubShared {
     ring_queue: Option<QueuePolicy>,
     /// Join reliable publishers' flow control on their rings.
     reliable: bool,
+    /// The kept messages it asks of each publisher it matches (`SubscriberBuilder::history`).
+    history: History,
     /// Bytes the queued samples are charged ([`QueuePolicy::charge`]).
     intra_bytes: AtomicUsize,
     intra_pubs: AtomicUsize,
@@ -136,6 +139,46 @@ impl std::fmt::Debug for SubShared {
 impl SubShared {
     pub(crate) fn is_callback(&self) -> bool {
         self.callback.is_some()
+    }
+
+    /// The kept messages this subscriber asks of each publisher.
+    pub(crate) fn history(&self) -> History {
+        self.history
+    }
+
+    /// Queues a same-process publisher's kept messages (oldest first) before its live data (the subscriber's
+    /// queue was made deep enough for them).
+    pub(crate) fn push_history(&self, samples: impl Iterator<Item = Sample>) {
+        let mut any = false;
+        for s in samples {
+            self.push_inbox(s);
+            any = true;
+        }
+        if any {
+            self.wake();
+        }
+    }
+
+    /// Rewinds a newly opened ring reader over the publisher's kept messages this subscriber asks for: at most the
+    /// smaller of both depths, the newest that fit the publisher's byte budget; or, without a history, over what
+    /// was sent since this subscriber was created.
+    fn rewind_ring(&self, reader: &mut RingReader, par: &ShoalPar) {
+        let depth = u64::from(self.history.depth().min(par.history_depth));
+        if depth == 0 {
+            reader.rewind_to_time(self.created_ns);
+            return;
+        }
+        // Both are runs of the newest slots: the longer one is taken.
+        let (mut n, mut bytes, mut kept) = (0u64, 0u64, true);
+        let created_ns = self.created_ns;
+        reader.rewind_while(|t, len| {
+            kept = kept && n < depth && bytes.saturating_add(len) <= par.history_bytes;
+            if kept {
+                n += 1;
+                bytes += len;
+            }
+            kept || t >= created_ns
+        });
     }
 
     /// A layer's clock check resynchronised on `s`'s publisher (its clock had jumped far ahead before).
@@ -286,8 +329,9 @@ impl SubShared {
             }
             (None, Some(par)) => match open_announced_ring(&par.segment, remote, self.reliable) {
                 Ok(mut reader) => {
-                    // Messages the publisher sent after we subscribed but before we opened its ring are ours too.
-                    reader.rewind_to_time(self.created_ns);
+                    // Messages the publisher sent after we subscribed but before we opened its ring are ours too,
+                    // and so are the ones it kept for late joiners when we ask for them.
+                    self.rewind_ring(&mut reader, par);
                     let type_info = Arc::new(remote.type_info.clone());
                     readers.push(ReaderEntry::new(remote.key.clone(), reader, type_info, self.ring_queue.as_ref()));
                     self.remote_pubs.store(self.remote_count(&readers), Ordering::Relaxed);
@@ -662,6 +706,15 @@ impl SubHandle {
         if topic.is_empty() {
             return Err(CreateError::EmptyTopic);
         }
+        // A subscriber asking for history keeps at least as much as a publisher keeps for it.
+        let room = |q: QueuePolicy| match opts.history {
+            History::Off => q,
+            h => {
+                let cfg = &rt.config.history;
+                let depth = h.depth().min(cfg.max_depth) as usize;
+                QueuePolicy::new(q.depth.max(depth), q.bytes.max(cfg.max_bytes))
+            }
+        };
         let shared = Arc::new(SubShared {
             id: rt.new_entity_id(),
             topic: Arc::from(topic),
@@ -673,9 +726,10 @@ impl SubHandle {
             next_reader: AtomicUsize::new(0),
             intra: Mutex::new(VecDeque::new()),
             intra_len: AtomicUsize::new(0),
-            queue: opts.queue.unwrap_or(rt.config.receive.queue),
-            ring_queue: opts.queue,
+            queue: room(opts.queue.unwrap_or(rt.config.receive.queue)),
+            ring_queue: opts.queue.map(room),
             reliable: opts.reliable.unwrap_or(rt.config.reliable.subscribers),
+            history: opts.history,
             intra_bytes: AtomicUsize::new(0),
             intra_pubs: AtomicUsize::new(0),
             remote_pubs: AtomicUsize::new(0),
@@ -711,7 +765,11 @@ impl SubHandle {
     }
 
     fn local_topic(&self) -> LocalTopic {
-        let par = ShoalPar { doorbell: self.rt.doorbell.name().to_string(), ..ShoalPar::default() };
+        let par = ShoalPar {
+            doorbell: self.rt.doorbell.name().to_string(),
+            history_depth: self.shared.history.depth(),
+            ..ShoalPar::default()
+        };
         let mut layers =
             vec![Layer::new(LayerKind::ShoalRing, self.rt.config.shm_ring.enabled, false, LayerPar::Shoal(par))];
         layers.extend(self.rt.reader_factories.iter().filter_map(|f| f.subscriber_advert()));
@@ -867,6 +925,10 @@ impl Inbox for SubShared {
 
     fn count_drops(&self, n: u64) {
         self.drops.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn history_depth(&self) -> u32 {
+        self.history.depth()
     }
 }
 

@@ -78,6 +78,8 @@ pub fn layer_to_pb(layer: &Layer) -> pb::TransportLayer {
                 generation: p.generation,
                 doorbell: p.doorbell.clone(),
                 page_kb: p.page_kb,
+                history_depth: p.history_depth,
+                history_bytes: p.history_bytes,
             }),
             ..Default::default()
         }),
@@ -109,6 +111,8 @@ pub fn layer_from_pb(layer: &pb::TransportLayer) -> Layer {
                 generation: p.generation,
                 doorbell: p.doorbell.clone(),
                 page_kb: p.page_kb,
+                history_depth: p.history_depth,
+                history_bytes: p.history_bytes,
             })
         }),
         LayerKind::Udp => par
@@ -201,6 +205,10 @@ fn shoal_stats_to_pb(s: &ShoalStats) -> pb::TopicStatsShoal {
         reliable_waits: s.reliable_waits,
         reliable_wait_ns: s.reliable_wait_ns,
         reliable_evicted: s.reliable_evicted,
+        history_kept: s.history_kept,
+        history_kept_bytes: s.history_kept_bytes,
+        history_resent: s.history_resent,
+        history_resent_bytes: s.history_resent_bytes,
     }
 }
 
@@ -212,6 +220,10 @@ fn shoal_stats_from_pb(s: &pb::TopicStatsShoal) -> ShoalStats {
         reliable_waits: s.reliable_waits,
         reliable_wait_ns: s.reliable_wait_ns,
         reliable_evicted: s.reliable_evicted,
+        history_kept: s.history_kept,
+        history_kept_bytes: s.history_kept_bytes,
+        history_resent: s.history_resent,
+        history_resent_bytes: s.history_resent_bytes,
     }
 }
 

@@ -83,6 +83,11 @@ pub struct ShoalPar {
     pub doorbell: String,
     /// Page size of the ring segment's mapping, KiB (2048 on huge pages, 4 on normal ones); 0 when not announced.
     pub page_kb: u32,
+    /// History for late joiners: a publisher's most kept messages, a subscriber's wanted depth (0: none,
+    /// `u32::MAX`: all the publisher keeps).
+    pub history_depth: u32,
+    /// A publisher's byte budget for its kept messages.
+    pub history_bytes: u64,
 }
 
 /// Layer-specific parameters.

@@ -109,6 +109,8 @@ fn shoal_layer(generation: u32) -> Layer {
             generation,
             doorbell: "shoal_bell".into(),
             page_kb: 2048,
+            history_depth: 10,
+            history_bytes: 4096,
         }),
     )
 }
@@ -367,6 +369,8 @@ fn shoal_layer_extension_is_skippable() {
     // And back into the model: the page size the ring got reaches the peers (and the tools).
     let layer = codec::layer_from_pb(&codec::layer_to_pb(&shoal_layer(2)));
     assert!(matches!(layer.par, LayerPar::Shoal(ShoalPar { page_kb: 2048, .. })), "{layer:?}");
+    // The history a publisher keeps (or a subscriber asks for) too.
+    assert!(matches!(layer.par, LayerPar::Shoal(ShoalPar { history_depth: 10, history_bytes: 4096, .. })), "{layer:?}");
 }
 
 fn key(tag: u32, wire_type: u8) -> Vec<u8> {

@@ -100,6 +100,18 @@ pub(crate) trait LayerWriter: Send + std::fmt::Debug {
     fn take_late_drops(&mut self) -> u64 {
         0
     }
+
+    /// The publisher keeps a history for late joiners: a layer that can send it to a subscriber that asks (TCP:
+    /// on the new connection, before live data) reads it here. Called once, at creation, for such publishers.
+    fn set_history(&mut self, _history: std::sync::Arc<dyn HistorySource>) {}
+}
+
+/// The messages a publisher keeps for late joiners (`pubsub/history.rs`), as a layer reads them.
+pub(crate) trait HistorySource: Send + Sync + std::fmt::Debug {
+    /// Calls `f(clock, send time µs, payload)` for the newest `depth` kept messages (`u32::MAX`: all), oldest
+    /// first, under the store's lock (a send keeps its message under it before it writes the layers), and counts
+    /// them as sent again.
+    fn replay(&self, depth: u32, f: &mut dyn FnMut(u64, i64, &[u8]));
 }
 
 /// Creates the eCAL-facing writers of a new publisher (not started yet).
@@ -137,6 +149,11 @@ pub(crate) trait Inbox: Send + Sync {
     fn reads_ring_of(&self, publisher_id: u64) -> bool;
     /// Counts `n` samples a layer lost or rejected on the way to this subscriber (they show in its drops).
     fn count_drops(&self, n: u64);
+    /// The kept messages the subscriber asks of each publisher (0 none, `u32::MAX` all), for a layer that asks a
+    /// publisher for them when it connects (TCP).
+    fn history_depth(&self) -> u32 {
+        0
+    }
 }
 
 /// A subscriber-side connection of an eCAL-facing layer to one remote publisher; dropping it disconnects.

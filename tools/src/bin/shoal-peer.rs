@@ -92,6 +92,12 @@ struct PubArgs {
     /// The type name announced (encoding `raw`).
     #[arg(long, default_value = "shoal.test.Pattern")]
     type_name: String,
+    /// Keep the last this many messages for late joiners (`PublisherBuilder::history`).
+    #[arg(long, default_value_t = 0)]
+    history: u32,
+    /// Send this many of the `--count` messages at once, before waiting for subscribers (then prints `before`).
+    #[arg(long, default_value_t = 0)]
+    before: u64,
 }
 
 // The arguments of `shoal-peer sub`.
@@ -133,6 +139,9 @@ struct SubArgs {
     /// reaches other processes through registration).
     #[arg(long, default_value_t = 0)]
     linger_ms: u64,
+    /// Ask each publisher for the messages it kept: `all`, or at most this many (`SubscriberBuilder::history`).
+    #[arg(long)]
+    history: Option<String>,
 }
 
 /// (clock, send ns, intact)
@@ -261,15 +270,23 @@ fn publish(node: &shoal::Node, a: &PubArgs) -> Result<()> {
         Some(ms) => builder.reliable(Duration::from_millis(ms)),
         None => builder,
     };
-    let mut publ = builder.create()?;
+    let mut publ = builder.history(a.history).create()?;
     emit(&json!({"event": "ready", "pid": std::process::id(), "publisher_id": publ.id()}));
+    let mut buf = vec![0u8; a.size];
+    for clock in 1..=a.before {
+        shoal_tools::fill_pattern(&mut buf, clock);
+        publ.send(&buf)?;
+    }
+    if a.before > 0 {
+        emit(&json!({"event": "before", "sent": a.before}));
+    }
     if a.wait_subs > 0 && publ.wait_for_subscribers(a.wait_subs, Duration::from_millis(a.wait_ms)).is_err() {
         return Err(unmatched(node, a, &publ));
     }
     emit(&json!({"event": "matched", "subscribers": publ.subscriber_count()}));
     std::thread::sleep(Duration::from_millis(a.start_delay_ms));
     let start = Instant::now();
-    let (sent, max_gap) = send_all(&mut publ, a, start)?;
+    let (sent, max_gap) = send_all(&mut publ, a, start, a.before)?;
     let flow = publ.flow_stats();
     let tcp = tcp_json(&node.snapshot().tcp);
     emit(&json!({"event": "done", "sent": sent, "drops": publ.drops(), "tcp": tcp,
@@ -304,12 +321,12 @@ fn unmatched(node: &shoal::Node, a: &PubArgs, publ: &shoal::Publisher) -> anyhow
 
 /// Sends `--count` messages (0: until killed), paced at `--rate` from `start`, through a loan with `--loan`;
 /// reports progress every 10,000. Returns the messages sent and the longest gap between two sends.
-fn send_all(publ: &mut shoal::Publisher, a: &PubArgs, start: Instant) -> Result<(u64, Duration)> {
+fn send_all(publ: &mut shoal::Publisher, a: &PubArgs, start: Instant, sent: u64) -> Result<(u64, Duration)> {
     let period = if a.rate > 0.0 { Some(Duration::from_secs_f64(1.0 / a.rate)) } else { None };
     let mut buf = vec![0u8; a.size];
     let mut max_gap = Duration::ZERO;
     let mut last = Instant::now();
-    let mut clock = 0u64;
+    let mut clock = sent;
     while a.count == 0 || clock < a.count {
         clock += 1;
         if a.loan {
@@ -322,7 +339,7 @@ fn send_all(publ: &mut shoal::Publisher, a: &PubArgs, start: Instant) -> Result<
         max_gap = max_gap.max(now - last);
         last = now;
         if let Some(p) = period {
-            let due = start + p.mul_f64(clock as f64);
+            let due = start + p.mul_f64((clock - sent) as f64);
             let now = Instant::now();
             if due > now {
                 std::thread::sleep(due - now);
@@ -345,10 +362,16 @@ fn subscribe(node: &shoal::Node, a: &SubArgs) -> Result<()> {
     if a.spin {
         builder = builder.wait(shoal::WaitStrategy::BusySpin);
     }
+    match a.history.as_deref() {
+        None => {}
+        Some("all") => builder = builder.history(true),
+        Some(n) => builder = builder.history(n.parse::<u32>().context("--history: `all` or a number")?),
+    }
     let sub = builder.create()?;
     let first_ms = a.first_ms.unwrap_or(a.idle_ms.max(30_000));
     emit(&json!({"event": "ready", "pid": std::process::id()}));
     let created = Instant::now();
+    let created_ns = mono_ns();
     let mut matched_at: Option<Instant> = None;
     let mut tally = Tally::default();
     let mut scratch = Vec::new();
@@ -385,6 +408,7 @@ fn subscribe(node: &shoal::Node, a: &SubArgs) -> Result<()> {
         if tally.received == 0 {
             let since_match_ms = matched_at.unwrap_or(created).elapsed().as_secs_f64() * 1e3;
             tally.first_msg_after_match_ms = Some(since_match_ms);
+            tally.first_sent_before_created_ms = Some((created_ns as f64 - m.sent as f64) / 1e6);
             emit(&json!({"event": "first", "clock": m.clock, "since_match_ms": tally.first_msg_after_match_ms}));
         }
         tally.count(&m, now_ns);
@@ -405,6 +429,9 @@ struct Received {
     via: shoal::monitor::Via,
 }
 
+/// How many of the first sample clocks `shoal-peer sub` reports.
+const FIRST_CLOCKS: usize = 64;
+
 /// What `shoal-peer sub` saw.
 #[derive(Default)]
 struct Tally {
@@ -416,17 +443,25 @@ struct Tally {
     last_clock: std::collections::HashMap<u64, u64>,
     /// Per publisher: messages received, the first and the last sample clock.
     publishers: std::collections::BTreeMap<u64, (u64, u64, u64)>,
+    /// The sample clocks of the first messages (at most `FIRST_CLOCKS`).
+    first_clocks: Vec<u64>,
     vias: std::collections::BTreeMap<&'static str, u64>,
     lat_sum_ns: u128,
     lat_max_ns: u64,
     timed_out: bool,
     first_msg_after_match_ms: Option<f64>,
+    /// How long before this subscriber was created its first message was sent, ms (negative: after; a history
+    /// message was sent before).
+    first_sent_before_created_ms: Option<f64>,
 }
 
 impl Tally {
     /// Counts `m`, received at `now_ns` ([`mono_ns`]).
     fn count(&mut self, m: &Received, now_ns: u64) {
         self.received += 1;
+        if self.first_clocks.len() < FIRST_CLOCKS {
+            self.first_clocks.push(m.shoal_clock);
+        }
         let per = self.publishers.entry(m.publisher).or_insert((0, m.shoal_clock, m.shoal_clock));
         per.0 += 1;
         per.2 = m.shoal_clock;
@@ -461,9 +496,11 @@ impl Tally {
                 })
                 .collect::<Vec<_>>(),
             "via": self.vias,
+            "first_clocks": self.first_clocks,
             "shm_truncations": shoal::shm_truncations(),
             "timed_out": self.timed_out,
             "first_msg_after_match_ms": self.first_msg_after_match_ms,
+            "first_sent_before_created_ms": self.first_sent_before_created_ms,
             "mean_latency_us": if received > 0 { (self.lat_sum_ns / u128::from(received)) as f64 / 1e3 } else { 0.0 },
             "max_latency_us": self.lat_max_ns / 1000,
             "auth": auth_json(&snapshot.auth),

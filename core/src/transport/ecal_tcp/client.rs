@@ -69,6 +69,10 @@ pub(super) struct Client {
     pub(super) bad_port: Option<u16>,
     /// Handshake bytes still to write.
     pub(super) out: Vec<u8>,
+    /// The current connection's handshake asks for the publisher's history (`pubsub/history.rs`).
+    pub(super) asks_history: bool,
+    /// A publisher answered a handshake that asked for its history: later connections do not ask again.
+    pub(super) history_answered: bool,
     pub(super) decoder: StreamDecoder,
     pub(super) backoff: Duration,
     pub(super) next_attempt: Instant,
@@ -112,6 +116,8 @@ impl Client {
             port,
             bad_port: None,
             out: Vec::new(),
+            asks_history: false,
+            history_answered: false,
             decoder: StreamDecoder::new(max_message),
             backoff: BACKOFF_MIN,
             next_attempt: now,
@@ -177,7 +183,7 @@ impl Client {
 
     /// Feeds received bytes through the connection's decoder and acts on what it reports.
     pub(super) fn feed(&mut self, shared: &Shared, bytes: &[u8]) -> Result<(), stream::StreamError> {
-        let Client { decoder, shared: cs, answered, just_answered, .. } = self;
+        let Client { decoder, shared: cs, answered, just_answered, asks_history, history_answered, .. } = self;
         let counters = &shared.counters;
         let mut delivered = false;
         let result = decoder.feed(bytes, &mut |event| match event {
@@ -185,6 +191,7 @@ impl Client {
                 if !*answered {
                     *answered = true;
                     *just_answered = true;
+                    *history_answered |= *asks_history;
                 }
             }
             Event::Message(m) => {
@@ -222,6 +229,9 @@ impl Client {
                 bump(&counters.out_of_order);
                 cs.inbox.count_drops(1);
             }
+            // The message a shoal publisher was sending while it read its history for this connection, again
+            // (`session.rs`): already delivered, not a loss.
+            Event::Repeat { .. } => {}
             Event::Lost(n) => {
                 counters.lost.fetch_add(n, Ordering::Relaxed);
                 cs.inbox.count_drops(n);
@@ -302,7 +312,15 @@ impl TcpSource {
                 c.answered = false;
                 c.attempt_addr = Some(ip);
                 c.attempt_started = now;
-                c.out = frame::handshake().to_vec();
+                // A subscriber asking for history asks each publisher once (a reconnection is no new match: what
+                // came live before must not come again).
+                let depth = c.shared.inbox.history_depth();
+                c.asks_history = depth > 0 && !c.history_answered;
+                c.out = if c.asks_history {
+                    frame::handshake_asking_history(depth).to_vec()
+                } else {
+                    frame::handshake().to_vec()
+                };
                 c.decoder.restart();
                 address.in_flight += 1;
                 *connections += 1;

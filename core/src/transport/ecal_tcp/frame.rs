@@ -60,6 +60,27 @@ pub fn handshake() -> [u8; HEADER_LEN + 1] {
     f
 }
 
+/// What follows the version byte in the handshake of a shoal subscriber that asks for a publisher's history.
+const HISTORY_ASK: &[u8; 4] = b"SHHI";
+
+/// The handshake of a shoal subscriber asking for the newest `depth` messages the publisher kept for late joiners
+/// (`u32::MAX`: all): protocol version 0, then `"SHHI"` and the depth (`u32` LE). tcp_pubsub's publisher (eCAL
+/// 6.1.1's, tcp_pubsub 2.0.1 `PublisherSession`) reads a handshake's data whole and copies only its first byte, the
+/// version, so an eCAL publisher answers it as any handshake.
+pub fn handshake_asking_history(depth: u32) -> [u8; HEADER_LEN + 9] {
+    let mut f = [0u8; HEADER_LEN + 9];
+    put_header(&mut f, TYPE_HANDSHAKE, 9);
+    f[HEADER_LEN + 1..HEADER_LEN + 5].copy_from_slice(HISTORY_ASK);
+    f[HEADER_LEN + 5..].copy_from_slice(&depth.to_le_bytes());
+    f
+}
+
+/// The history depth a handshake's data asks for ([`handshake_asking_history`]), if it asks.
+fn asked_history(data: &[u8]) -> Option<u32> {
+    let rest = data.get(1..9)?;
+    (rest[..4] == HISTORY_ASK[..]).then(|| u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]))
+}
+
 fn str_field_len(len: usize) -> usize {
     1 + varint_len(len as u64) + len
 }
@@ -244,8 +265,23 @@ pub enum SubscriberInputError {
 /// frames at the start of `input` (what the connection received so far) out of it; returns how many of them were
 /// handshakes. A frame of more than `max` bytes, header included, is an error as soon as its header is in.
 pub fn take_subscriber_frames(input: &mut Vec<u8>, max: usize) -> Result<usize, SubscriberInputError> {
+    take_subscriber_input(input, max).map(|i| i.handshakes)
+}
+
+/// What [`take_subscriber_input`] found in whole frames.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubscriberInput {
+    /// Handshake frames.
+    pub handshakes: usize,
+    /// The history depth the last handshake that asked for one asked for ([`handshake_asking_history`]).
+    pub history: Option<u32>,
+}
+
+/// [`take_subscriber_frames`], also giving the history a shoal subscriber's handshake asks for.
+pub fn take_subscriber_input(input: &mut Vec<u8>, max: usize) -> Result<SubscriberInput, SubscriberInputError> {
     let mut at = 0;
     let mut handshakes = 0;
+    let mut history = None;
     while input.len() - at >= HEADER_LEN {
         let mut h = [0u8; HEADER_LEN];
         h.copy_from_slice(&input[at..at + HEADER_LEN]);
@@ -258,13 +294,15 @@ pub fn take_subscriber_frames(input: &mut Vec<u8>, max: usize) -> Result<usize, 
         if input.len() - at < total {
             break;
         }
-        at += total;
         if header.kind == TYPE_HANDSHAKE {
             handshakes += 1;
+            let data = &input[at + usize::from(header.header_size)..at + total];
+            history = asked_history(data).or(history);
         }
+        at += total;
     }
     input.drain(..at);
-    Ok(handshakes)
+    Ok(SubscriberInput { handshakes, history })
 }
 
 #[cfg(test)]
@@ -329,5 +367,24 @@ mod tests {
         assert!(decode_message(&bad).is_err());
         assert!(parse_header(&[11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).is_none());
         assert_eq!(handshake(), [12, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn a_handshake_asking_for_history_is_a_handshake_whose_version_byte_comes_first() {
+        let ask = handshake_asking_history(7);
+        let h = parse_header(ask[..HEADER_LEN].try_into().unwrap()).unwrap();
+        assert_eq!((h.kind, h.data_size), (TYPE_HANDSHAKE, 9));
+        // tcp_pubsub's publisher copies only the first data byte: the version, 0, as in a plain handshake.
+        assert_eq!(ask[HEADER_LEN], handshake()[HEADER_LEN]);
+        let mut input = ask.to_vec();
+        assert_eq!(take_subscriber_input(&mut input, 4096), Ok(SubscriberInput { handshakes: 1, history: Some(7) }));
+        let mut input = handshake().to_vec();
+        assert_eq!(take_subscriber_input(&mut input, 4096), Ok(SubscriberInput { handshakes: 1, history: None }));
+        // Split anywhere, the request is read once its frame is whole.
+        let mut input = ask[..15].to_vec();
+        assert_eq!(take_subscriber_input(&mut input, 4096), Ok(SubscriberInput::default()));
+        input.extend_from_slice(&ask[15..]);
+        assert_eq!(take_subscriber_input(&mut input, 4096).unwrap().history, Some(7));
+        assert!(input.is_empty());
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::registration::{Layer, LayerKind, LayerPar, RemoteTopic};
 use crate::sync::lock;
-use crate::transport::{LayerWriteError, LayerWriter, LayerWriterFactory, SampleMeta};
+use crate::transport::{HistorySource, LayerWriteError, LayerWriter, LayerWriterFactory, SampleMeta};
 use crate::types::TypeInfo;
 
 use super::session::{Origin, Server, Session, subscriber_origin};
@@ -55,6 +55,7 @@ impl LayerWriterFactory for TcpWriterFactory {
             start_failed: false,
             targets: 0,
             places: Vec::new(),
+            history: None,
         }))
     }
 }
@@ -73,6 +74,8 @@ pub(super) struct TcpWriter {
     pub(super) targets: usize,
     /// The places of the matched subscribers (copied to the server when it starts).
     pub(super) places: Vec<Origin>,
+    /// The publisher's history for late joiners (handed to the server when it starts).
+    pub(super) history: Option<Arc<dyn HistorySource>>,
 }
 
 impl std::fmt::Debug for TcpWriter {
@@ -124,6 +127,9 @@ impl TcpWriter {
                     admitted: Mutex::new(HashMap::new()),
                     late_drops: AtomicU64::new(0),
                     closed: AtomicBool::new(false),
+                    publisher_id: self.publisher_id,
+                    id_str: self.id_str.clone(),
+                    history: self.history.clone(),
                 });
                 lock(&self.shared.new_servers).push(Arc::clone(&server));
                 tracing::debug!("topic {}: TCP layer started, listening on port {port}", self.topic);
@@ -271,5 +277,9 @@ impl LayerWriter for TcpWriter {
 
     fn take_late_drops(&mut self) -> u64 {
         self.server.as_ref().map_or(0, |s| s.late_drops.swap(0, Ordering::Relaxed))
+    }
+
+    fn set_history(&mut self, history: Arc<dyn HistorySource>) {
+        self.history = Some(history);
     }
 }

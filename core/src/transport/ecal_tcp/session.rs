@@ -13,6 +13,7 @@ use mio::{Interest, Registry, Token};
 
 use crate::registration::RemoteTopic;
 use crate::sync::lock;
+use crate::transport::HistorySource;
 
 use super::source::{CloseReason, Entry, Outcome, TcpSource};
 use super::{Counters, bump, frame};
@@ -61,6 +62,12 @@ pub(super) struct Server {
     pub(super) late_drops: AtomicU64,
     /// Set when the publisher goes: the I/O thread closes the listener and the connections.
     pub(super) closed: AtomicBool,
+    /// The publisher's entity id and its decimal form (eCAL's topic id), for the frames of its history.
+    pub(super) publisher_id: u64,
+    pub(super) id_str: String,
+    /// The messages the publisher keeps for late joiners, if it keeps any: a connection whose handshake asks for
+    /// them gets them right after the handshake's answer, before live data.
+    pub(super) history: Option<Arc<dyn HistorySource>>,
 }
 
 impl Server {
@@ -134,6 +141,8 @@ pub(super) struct SessionState {
     pub(super) progress_at: Instant,
     /// A write or read failed; the I/O thread removes the connection.
     pub(super) dead: bool,
+    /// The history depth a shoal subscriber's handshake asked for ([`frame::handshake_asking_history`]).
+    pub(super) history: Option<u32>,
 }
 
 impl SessionState {
@@ -287,6 +296,7 @@ impl TcpSource {
                     queued: 0,
                     progress_at: now,
                     dead: false,
+                    history: None,
                 }),
                 room: Condvar::new(),
                 peer,
@@ -307,9 +317,36 @@ impl TcpSource {
         let Some(origin) = server.admit(session.peer.ip(), session.this_host) else { return false };
         st.admitted = Some(origin);
         st.push(Arc::new(frame::handshake().to_vec()));
+        if let (Some(depth), Some(history)) = (st.history, &server.history) {
+            Self::queue_history(server, history.as_ref(), depth, st);
+        }
         bump(&counters.admitted);
         tracing::debug!("topic {}: TCP subscriber {} admitted ({origin:?})", server.topic, session.peer);
         true
+    }
+
+    /// Queues the publisher's kept messages (the newest `depth`) for a connection just admitted, before any live
+    /// message: this runs under the connection's lock, which a live write takes too (after the publisher kept its
+    /// message), so a message is either in this history or written live after it. The one being sent while the
+    /// history is read may come both ways: the subscriber drops the second as a repeat (`stream.rs`). Bounded by
+    /// the publisher's history (depth and bytes), not by `send_queue`.
+    fn queue_history(server: &Server, history: &dyn HistorySource, depth: u32, st: &mut SessionState) {
+        let mut frames = 0u32;
+        history.replay(depth, &mut |clock, time_us, payload| match frame::encode_message(
+            &server.topic,
+            &server.id_str,
+            server.publisher_id,
+            clock,
+            time_us,
+            payload,
+        ) {
+            Ok(f) => {
+                st.push(Arc::new(f));
+                frames += 1;
+            }
+            Err(e) => tracing::debug!("topic {}: kept message {clock} not sent: {e}", server.topic),
+        });
+        tracing::debug!("topic {}: {frames} kept messages queued for a late TCP subscriber", server.topic);
     }
 
     /// Reads the subscriber's handshake (and anything else it sends, bounded), admits and answers it, flushes the
@@ -338,10 +375,13 @@ impl TcpSource {
                 Err(e) => return Outcome::Close(e.into()),
             }
         }
-        match frame::take_subscriber_frames(&mut st.input, MAX_SESSION_INPUT) {
+        match frame::take_subscriber_input(&mut st.input, MAX_SESSION_INPUT) {
             Err(e) => return Outcome::Close(e.into()),
-            Ok(0) => {}
-            Ok(_) => st.handshaken = true,
+            Ok(i) if i.handshakes == 0 => {}
+            Ok(i) => {
+                st.handshaken = true;
+                st.history = i.history.or(st.history);
+            }
         }
         if st.handshaken && !st.ready() {
             Self::try_admit(counters, server, session, &mut st);

@@ -9,8 +9,8 @@
 //! skipped without being stored. Only an invalid frame header ends the stream ([`StreamError`]); a payload frame
 //! that does not decode is skipped whole and reported.
 //!
-//! Clock checks per connection: a message whose clock is not above the last one delivered is reported
-//! ([`Event::OutOfOrder`]) and not delivered; a gap in the clocks that the frames skipped here do not explain is
+//! Clock checks per connection: a message whose clock is below the last one delivered is reported
+//! ([`Event::OutOfOrder`]) and not delivered, one equal to it ([`Event::Repeat`]) is not delivered either; a gap in the clocks that the frames skipped here do not explain is
 //! reported as [`Event::Lost`].
 
 use super::frame::{self, DecodeError, FrameHeader};
@@ -56,6 +56,12 @@ pub enum Event {
     },
     /// Messages missing between the last clock delivered and the next one (frames skipped here not included).
     Lost(u64),
+    /// A message with the clock of the last one delivered: not delivered, not a loss (a shoal publisher sends the
+    /// message it was sending while it read its history for a new connection both ways).
+    Repeat {
+        /// Its clock.
+        clock: u64,
+    },
 }
 
 /// Why the stream cannot go on (the connection must be closed).
@@ -264,7 +270,11 @@ impl StreamDecoder {
     /// Reports a received message (`m` from its header, `payload` its bytes) unless its clock is out of order.
     fn deliver(&mut self, m: &frame::Decoded, payload: Vec<u8>, out: &mut impl FnMut(Event)) {
         if let Some(last) = self.last_clock {
-            if m.clock <= last {
+            if m.clock == last {
+                out(Event::Repeat { clock: m.clock });
+                return;
+            }
+            if m.clock < last {
                 out(Event::OutOfOrder { clock: m.clock, last });
                 return;
             }
@@ -319,10 +329,8 @@ mod tests {
         let mut whole = StreamDecoder::new(150_000);
         let (expected, end) = events(&mut whole, &stream);
         assert_eq!(end, Err(StreamError::BadHeader(3)));
-        assert_eq!(expected.len(), 7, "{expected:?}"); // handshake, 1, too large, lost 2, 5, out of order, 6
-        assert!(
-            expected[2].starts_with("TooLarge") && expected[3] == "Lost(2)" && expected[5].starts_with("OutOfOrder")
-        );
+        assert_eq!(expected.len(), 7, "{expected:?}"); // handshake, 1, too large, lost 2, 5, repeat, 6
+        assert!(expected[2].starts_with("TooLarge") && expected[3] == "Lost(2)" && expected[5].starts_with("Repeat"));
         for chunk in [1, 7, 13, 4096, 65_536, 1 << 20] {
             let mut d = StreamDecoder::new(150_000);
             let mut got = Vec::new();
@@ -351,5 +359,18 @@ mod tests {
             assert_eq!(got, expected, "chunks of {chunk}");
             assert_eq!(end, Err(StreamError::BadHeader(3)));
         }
+    }
+
+    #[test]
+    fn the_last_clock_again_is_a_repeat_and_an_older_one_out_of_order() {
+        let mut d = StreamDecoder::new(1 << 20);
+        let mut stream = frame::handshake().to_vec();
+        for clock in [3u64, 4, 4, 2, 5] {
+            stream.extend_from_slice(&frame::encode_message("t", "9", 9, clock, 7, b"x").expect("frame"));
+        }
+        let (ev, r) = events(&mut d, &stream);
+        assert!(r.is_ok());
+        let kinds: Vec<&str> = ev.iter().map(|e| e.split([' ', '(', '{']).next().unwrap_or("")).collect();
+        assert_eq!(kinds, ["Handshake", "Message", "Message", "Repeat", "OutOfOrder", "Message"], "{ev:?}");
     }
 }

@@ -516,6 +516,14 @@ impl RingReader {
     /// the ring just after the publisher started serving it still gets those samples. Returns
     /// how many samples were rewound. A slot being overwritten stops the rewind.
     pub fn rewind_to_time(&mut self, min_send_time_ns: i64) -> u64 {
+        self.rewind_while(|t, _| t >= min_send_time_ns)
+    }
+
+    /// Moves the cursor back over the newest samples still in the ring, from the newest back, while `more(send
+    /// time, payload length)` of each says so (at most `slot_count - 1` of them; a late joiner's history is read
+    /// this way). Each slot is validated as a read validates it: one not published, overwritten or being written
+    /// stops the rewind, so the reader never starts on a slot the writer is in. Returns how many were rewound.
+    pub fn rewind_while(&mut self, mut more: impl FnMut(i64, u64) -> bool) -> u64 {
         let mut rewound = 0u64;
         while self.cursor > 0 && rewound + 1 < u64::from(self.seg.slot_count) {
             let prev = self.cursor - 1;
@@ -525,9 +533,10 @@ impl RingReader {
                 break;
             }
             let t = slot.send_time_ns.load(Ordering::Relaxed);
+            let len = slot.len.load(Ordering::Relaxed);
             // Re-check after reading the time: the writer may have started to overwrite the slot.
             fence(Ordering::Acquire);
-            if !self.seg.holds(slot, prev) || t < min_send_time_ns {
+            if !self.seg.holds(slot, prev) || !more(t, len) {
                 break;
             }
             self.cursor = prev;
