@@ -230,6 +230,8 @@ impl Fixture {
         if k < RECORDER_EXPIRES_AT {
             let mut rec = self.subscriber(2003, 0x5003, "/status", TypeInfo::raw("std.String"), "udp", vec![], 0);
             rec.shoal = None;
+            // eCAL's subscriber measures its own latency and announces a mean since it started (no histogram).
+            rec.latency = shoal::monitor::LatencySummary { count: k + 1, mean_us: 111.0, ..Default::default() };
             rec.registration_age = recorder_age;
             topics.push(rec);
         }

@@ -473,3 +473,24 @@ fn topics_without_subscribers_are_noted_not_counted_as_problems() {
     assert_eq!(t.problems.health(), Health::Ok);
     assert!(!t.problems.need_attention(), "not counted, not kept by Problems only");
 }
+
+/// No figure where there is no measurement: a topic only eCAL subscribes to shows eCAL's announced mean, said as
+/// eCAL's, in the Overview and the Topic view alike, and no latency plots (no axes to read an invented latency from).
+#[test]
+fn an_ecal_only_topic_shows_ecals_mean_as_such_and_no_latency_plots() {
+    let mut h = harness(app_after(8));
+    h.run();
+    h.get_by_label("eCAL mean 111.0 µs"); // /status, read by the eCAL recorder only
+    h.state_mut().select_topic(Some("/status"));
+    h.state_mut().state.tab = Tab::Topic;
+    h.run();
+    h.get_by_label_contains(
+        "Its eCAL subscribers announce rate, drops and a mean latency since they started: 111.0 µs",
+    );
+    h.get_by_label_contains("No latency measured in this window");
+    assert!(h.query_by_label("Latency histogram of the last window (log µs)").is_none(), "no empty plots");
+    // A topic shoal measures keeps its plots.
+    h.state_mut().select_topic(Some("shoal_demo/0"));
+    h.run();
+    h.get_by_label("Latency histogram of the last window (log µs)");
+}

@@ -128,6 +128,12 @@ impl MonitorApp {
                 show_plot(ui, plot, |p| p.line(Line::new("bandwidth", PlotPoints::Borrowed(&s.bandwidth))));
             });
         });
+        let has_histogram = buckets.as_ref().is_some_and(|b| b.iter().next().is_some());
+        if s.latency[0].is_empty() && !has_histogram {
+            // No figure where there is no measurement: no axes to read a latency from.
+            ui.label(NO_LATENCY);
+            return;
+        }
         ui.horizontal(|ui| {
             ui.vertical(|ui| {
                 ui.label("Latency (µs): P50–P99 band, P90, max");
@@ -169,6 +175,10 @@ impl MonitorApp {
         });
     }
 }
+
+/// What the Topic view says instead of latency plots when nothing measured one in the window.
+pub(super) const NO_LATENCY: &str = "No latency measured in this window: latency plots need a shoal subscriber on the \
+    publisher's host (eCAL subscribers announce only a mean since they started, shown in the Overview as \"eCAL mean\").";
 
 /// A plot over the last `window_s` seconds (x: seconds before the shown view), from 0 up.
 fn time_plot(id: &str, height: f32, width: f32, window_s: f64) -> Plot<'static> {

@@ -47,7 +47,16 @@ impl MonitorApp {
         let conns: Vec<&ConnectionRow> = view.connections_of(&name).collect();
         self.connection_table(ui, &conns);
         if conns.is_empty() {
-            ui.label("No connection figures: no shoal subscriber reports this topic (eCAL subscribers announce rate and drops only).");
+            ui.label(match t.latency_mean_us {
+                Some(m) => format!(
+                    "No connection figures: no shoal subscriber reports this topic. Its eCAL subscribers announce rate, \
+                     drops and a mean latency since they started: {} (the Overview's \"eCAL mean\").",
+                    fmt_us(m)
+                ),
+                None => "No connection figures: no shoal subscriber reports this topic (eCAL subscribers announce rate \
+                         and drops)."
+                    .to_owned(),
+            });
         }
         ui.separator();
         self.plots(ui, view, &name);

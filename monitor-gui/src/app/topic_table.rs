@@ -165,7 +165,8 @@ impl MonitorApp {
 fn latency_cells(t: &TopicRow) -> (String, String) {
     match (t.latency, t.latency_mean_us) {
         (Some(l), _) => (fmt_us(l.p50_us), fmt_us(l.p99_us)),
-        (None, Some(m)) => (format!("mean {}", fmt_us(m)), "-".into()),
+        // Not a shoal measurement: the mean eCAL's subscribers announce (since they started), said as such.
+        (None, Some(m)) => (format!("eCAL mean {}", fmt_us(m)), "-".into()),
         (None, None) if t.cross_host_connections > 0 => ("clock not shared".into(), String::new()),
         (None, None) => ("-".into(), "-".into()),
     }
