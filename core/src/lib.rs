@@ -35,6 +35,7 @@
 pub mod config;
 pub mod dynamic;
 mod io;
+pub mod logging;
 pub mod monitor;
 mod node;
 pub mod process;

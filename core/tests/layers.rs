@@ -23,7 +23,7 @@ const ROWS: &[&[&str]] = &[
     &["node"],
     &["pubsub"],
     &["service"],
-    &["io"],
+    &["io", "logging"],
     &["monitor", "transport"],
     &["registration"],
     &["wire", "dynamic", "sample"],

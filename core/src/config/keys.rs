@@ -228,6 +228,16 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
         doc: &[],
     },
     SectionDef { name: "subscriber", title: "SUBSCRIBER LAYERS", doc: &[] },
+    SectionDef {
+        name: "monitoring",
+        title: "LOGGING (eCAL 5 names)",
+        doc: &[
+            "Other eCAL 5 keys of this section (timeout, filter_excl, filter_incl, filter_log_con,",
+            "filter_log_file) are accepted and ignored with a warning: an application installs its own",
+            "console or file output (tracing-subscriber); shoal sends log records only on eCAL's UDP log",
+            "channel, and only when the application installs shoal::logging's layer.",
+        ],
+    },
     SectionDef { name: "shoal_registration", title: "SHOAL: REGISTRATION", doc: &[] },
     SectionDef { name: "shoal_network", title: "SHOAL: UDP ADDRESSES AND PORTS", doc: &[] },
     SectionDef {
@@ -290,6 +300,16 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
             "below is counted when it refuses something (Node::snapshot().services).",
         ],
     },
+    SectionDef {
+        name: "shoal_logging",
+        title: "SHOAL: LOG MESSAGES ON eCAL'S LOG CHANNEL",
+        doc: &[
+            "shoal::logging's tracing layer (installed by the application, never by the library) sends the",
+            "records [monitoring] filter_log_udp selects as eCAL log messages, to the registration address",
+            "([network]) on this port, from a queue its own thread drains: logging never waits for the",
+            "network. What the bounds below refuse is counted (shoal::logging::LogStatsHandle::stats).",
+        ],
+    },
     SectionDef { name: "shoal_io", title: "SHOAL: I/O THREAD", doc: &[] },
     SectionDef { name: "shoal_security", title: "SHOAL: ACCESS TO SHARED MEMORY", doc: &[] },
     SectionDef {
@@ -324,6 +344,40 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
 ];
 
 const BOOL: &str = "true or false (also 1/0, yes/no, on/off)";
+
+/// eCAL's log level names and their `eLogLevel` bits, in the order a filter is written.
+const LOG_LEVELS: [(&str, u8); 8] = [
+    ("info", 1),
+    ("warning", 2),
+    ("error", 4),
+    ("fatal", 8),
+    ("debug1", 16),
+    ("debug2", 32),
+    ("debug3", 64),
+    ("debug4", 128),
+];
+
+/// eCAL's log level filter: a comma list of level names, `all`, or nothing (no level).
+pub(crate) fn log_levels(v: &str) -> Option<u8> {
+    let mut mask = 0u8;
+    for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if part.eq_ignore_ascii_case("all") {
+            mask = 0xff;
+            continue;
+        }
+        let (_, bit) = LOG_LEVELS.iter().find(|(name, _)| name.eq_ignore_ascii_case(part))?;
+        mask |= bit;
+    }
+    Some(mask)
+}
+
+/// A level mask as eCAL writes it (`info, warning, error, fatal`; `all`; empty for none).
+pub(crate) fn fmt_log_levels(mask: u8) -> String {
+    if mask == 0xff {
+        return "all".into();
+    }
+    LOG_LEVELS.iter().filter(|(_, bit)| mask & bit != 0).map(|(name, _)| *name).collect::<Vec<_>>().join(", ")
+}
 const LAYER_LIST: &str = "a comma list of shm, udp (also udp_mc), tcp, each at most once, at least one";
 
 /// A layer priority list: `shm, udp, tcp` in any order, no layer twice, not empty.
@@ -648,6 +702,22 @@ pub(crate) static KEYS: &[KeyDef] = &[
         get: |c| c.layers.sub_tcp.to_string(),
         set: |d, v, _| {
             d.cfg.layers.sub_tcp = boolean(v)?;
+            Some(())
+        },
+    },
+    // ----- [monitoring]
+    KeyDef {
+        section: "monitoring",
+        key: "filter_log_udp",
+        alias: None,
+        doc: &[
+            "Levels of the records sent as eCAL log messages on UDP (eCAL 6: logging.provider.udp.log_level).",
+            "tracing's ERROR is error, WARN warning, INFO info, DEBUG debug1, TRACE debug2.",
+        ],
+        allowed: "a comma list of info, warning, error, fatal, debug1, debug2, debug3, debug4; all; or empty (none)",
+        get: |c| fmt_log_levels(c.logging.udp_levels),
+        set: |d, v, _| {
+            d.cfg.logging.udp_levels = log_levels(v)?;
             Some(())
         },
     },
@@ -1655,6 +1725,64 @@ pub(crate) static KEYS: &[KeyDef] = &[
         get: |c| c.limits.auth_senders.to_string(),
         set: |d, v, _| {
             d.cfg.limits.auth_senders = usize::try_from(int_in(v, 1, 1000000)?).ok()?;
+            Some(())
+        },
+    },
+    // ----- [shoal_logging]
+    KeyDef {
+        section: "shoal_logging",
+        key: "port",
+        alias: None,
+        doc: &["UDP port of log messages, sent and received (eCAL 6: logging.provider.udp.port, 14001)."],
+        allowed: "1..=65535",
+        get: |c| c.logging.port.to_string(),
+        set: |d, v, _| {
+            d.cfg.logging.port = port(v)?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_logging",
+        key: "max_rate",
+        alias: None,
+        doc: &[
+            "Records per second this process sends at most (a bucket of one second's records, refilled",
+            "continuously); records beyond are dropped and counted, so a log storm cannot flood the network.",
+        ],
+        allowed: "1..=1000000 (records per second)",
+        get: |c| c.logging.max_rate.to_string(),
+        set: |d, v, _| {
+            d.cfg.logging.max_rate = u32::try_from(int_in(v, 1, 1_000_000)?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_logging",
+        key: "max_record",
+        alias: None,
+        doc: &[
+            "Bytes of a record's content at most (message and fields; suffix k allowed); a longer one is",
+            "cut on a character boundary, marked with a trailing ..., and counted. Every record fits one datagram.",
+        ],
+        allowed: "64..=60000 bytes",
+        get: |c| fmt_size(c.logging.max_record_bytes),
+        set: |d, v, _| {
+            d.cfg.logging.max_record_bytes = usize::try_from(size(v).filter(|n| (64..=60_000).contains(n))?).ok()?;
+            Some(())
+        },
+    },
+    KeyDef {
+        section: "shoal_logging",
+        key: "queue",
+        alias: None,
+        doc: &[
+            "Records waiting for the sender thread at most; a record that finds the queue full is dropped",
+            "and counted (the logging thread never waits).",
+        ],
+        allowed: "1..=1048576 (records)",
+        get: |c| c.logging.queue.to_string(),
+        set: |d, v, _| {
+            d.cfg.logging.queue = usize::try_from(int_in(v, 1, 1 << 20)?).ok()?;
             Some(())
         },
     },

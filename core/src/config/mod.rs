@@ -79,6 +79,8 @@ pub struct Config {
     pub service: ServiceConfig,
     /// Authentication between shoal peers (off without a key).
     pub auth: AuthConfig,
+    /// eCAL's log channel: what `shoal::logging`'s tracing layer sends and where its receiver listens.
+    pub logging: LoggingConfig,
     /// Where this configuration was read from (`None`: built-in defaults).
     pub source: Option<PathBuf>,
 }
@@ -521,6 +523,32 @@ impl Default for TcpConfig {
     }
 }
 
+/// eCAL's log channel (`[monitoring] filter_log_udp`, `[shoal_logging]`): the records `shoal::logging`'s tracing
+/// layer sends as eCAL log messages and the port its `LogReceiver` listens on. The addresses are registration's
+/// (`[network]`: the local broadcast address, or the multicast group in network mode), as eCAL's.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggingConfig {
+    /// eCAL's level filter of its UDP log sink: a bit mask of eCAL's `eLogLevel` values (info 1, warning 2,
+    /// error 4, fatal 8, debug1..4 16..128; eCAL: info, warning, error and fatal).
+    pub udp_levels: u8,
+    /// UDP port of log messages (eCAL 6: `logging.provider.udp.port` and `logging.receiver.udp.port`, 14001).
+    pub port: u16,
+    /// Records per second the layer sends at most (a token bucket holding one second's records); more are dropped
+    /// and counted.
+    pub max_rate: u32,
+    /// Bytes of a record's content at most; a longer one is cut (on a character boundary) and counted.
+    pub max_record_bytes: usize,
+    /// Records waiting for the sender thread at most; a record that finds the queue full is dropped and counted.
+    pub queue: usize,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        LoggingConfig { udp_levels: 0x0f, port: 14001, max_rate: 1000, max_record_bytes: 4096, queue: 1024 }
+    }
+}
+
 /// Service servers and clients (`[shoal_service]`).
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -691,6 +719,7 @@ impl Default for Config {
             tcp: TcpConfig::default(),
             service: ServiceConfig::default(),
             auth: AuthConfig::default(),
+            logging: LoggingConfig::default(),
             source: None,
         }
     }
