@@ -27,6 +27,20 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
+/// User plus system CPU time of this process so far, all threads, in seconds (getrusage).
+pub fn process_cpu_s() -> f64 {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `ru` points to writable memory of the size of `rusage`; RUSAGE_SELF is always valid.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
+    if rc != 0 {
+        return 0.0;
+    }
+    // SAFETY: getrusage succeeded, so it filled the struct (and it was zeroed before).
+    let ru = unsafe { ru.assume_init() };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
 /// FNV-1a, 64 bit: `shoal-peer`'s payload checksum and the descriptor digest that `shoal-snapshot` and the Python
 /// eCAL peers print.
 pub fn fnv1a64(data: &[u8]) -> u64 {

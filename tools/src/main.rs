@@ -7,6 +7,7 @@ mod echo;
 mod exit;
 mod flatbuf;
 mod inspect;
+mod log;
 mod perf;
 mod play;
 mod publish;
@@ -41,6 +42,8 @@ enum Command {
     /// List and inspect service servers and clients (shoal's and eCAL's), call their methods.
     #[command(subcommand)]
     Service(service::ServiceCommand),
+    /// Follow the log messages of every process (shoal's and eCAL's) on eCAL's log channel, filtered.
+    Log(log::LogArgs),
     /// Record topics into an MCAP file (with their protobuf schemas), until Ctrl-C, SIGTERM or --duration.
     Record(record::RecordArgs),
     /// Publish the messages of an MCAP file with their recorded timing and type information.
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
         }
         Command::Perf(args) => perf::run(args),
         Command::PerfPeer(args) => perf::run_peer(args),
+        Command::Log(args) => log::run(args),
         Command::Record(args) => record::run(args),
         Command::Play(args) => play::run(args),
         Command::Info(args) => play::info(args),

@@ -537,20 +537,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// User plus system CPU time of this process so far, in seconds (getrusage).
-pub(crate) fn process_cpu_s() -> f64 {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: `ru` points to writable memory of the size of `rusage`; RUSAGE_SELF is always valid.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
-    if rc != 0 {
-        return 0.0;
-    }
-    // SAFETY: getrusage succeeded, so it filled the struct (and it was zeroed before).
-    let ru = unsafe { ru.assume_init() };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 /// Which topics to record.
 enum Selection {
     Listed,
@@ -568,7 +554,7 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
     let queue = Arc::new(Queue::new(usize::try_from(a.queue_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX)));
     let topics: Arc<Mutex<Vec<Arc<TopicState>>>> = Arc::default();
     let progress = Arc::new(Progress::default());
-    let cpu_start = process_cpu_s();
+    let cpu_start = shoal_tools::process_cpu_s();
     let started = SystemTime::now();
     let t0 = Instant::now();
 
@@ -622,7 +608,7 @@ pub(crate) fn run(a: RecordArgs) -> Result<()> {
     let report = writer.join().map_err(|_| anyhow::anyhow!("the writer thread panicked"))??;
     let summary = Summary {
         elapsed: t0.elapsed().as_secs_f64(),
-        cpu: process_cpu_s() - cpu_start,
+        cpu: shoal_tools::process_cpu_s() - cpu_start,
         states: lock(&topics).clone(),
         not_recorded: topics_not_recorded.load(Ordering::Relaxed),
         max_topics,

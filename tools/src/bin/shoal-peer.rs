@@ -44,6 +44,42 @@ enum Cmd {
     Sub(SubArgs),
     /// Serve a service: method `echo` answers `shoal:` + the request, method `fail` fails with "refused by shoal".
     Serve(ServeArgs),
+    /// Log records through `shoal::logging`'s layer (eCAL log messages) and to stderr; no node.
+    Log(LogArgs),
+    /// Measure the CPU cost of logging through `shoal::logging`'s layer against tracing's fmt layer writing to
+    /// stderr (run it with stderr on /dev/null), in one run; prints one JSON line.
+    LogBench(LogBenchArgs),
+}
+
+// The arguments of `shoal-peer log`.
+#[derive(Args, Debug)]
+struct LogArgs {
+    /// Records to log.
+    #[arg(long, default_value_t = 5)]
+    count: u64,
+    /// Their level: error, warn, info, debug, trace.
+    #[arg(long, default_value = "warn")]
+    level: tracing::Level,
+    /// Their message; ` N` (the record's number) is appended.
+    #[arg(long, default_value = "shoal-peer log")]
+    text: String,
+    /// Between records, in ms.
+    #[arg(long, default_value_t = 100)]
+    interval_ms: u64,
+    /// The unit name the messages carry.
+    #[arg(long, default_value = "shoal_log_peer")]
+    unit: String,
+}
+
+// The arguments of `shoal-peer log-bench`.
+#[derive(Args, Debug)]
+struct LogBenchArgs {
+    /// Records per second.
+    #[arg(long, default_value_t = 10_000)]
+    rate: u64,
+    /// Seconds per phase (each phase runs twice, alternating).
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
 }
 
 // The arguments of `shoal-peer serve`.
@@ -207,25 +243,117 @@ fn tcp_json(t: &shoal::monitor::TcpCounts) -> serde_json::Value {
 }
 
 fn main() -> Result<()> {
-    // The library's warnings (a ring it may not open, ...) go to stderr; stdout carries only the JSON lines.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
-    let node = shoal::Node::init("shoal-peer").context("starting the shoal node")?;
-    if let Some(state) = &cli.state {
-        let (severity, level, info) = parse_state(state)?;
-        node.set_state(severity, level, &info);
-    }
+    // The log commands install their own subscribers and need no node.
+    let state = cli.state.clone();
+    let with_node = |run: &dyn Fn(&shoal::Node) -> Result<()>| -> Result<()> {
+        // The library's warnings (a ring it may not open, ...) go to stderr; stdout carries only the JSON lines.
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            )
+            .with_writer(std::io::stderr)
+            .init();
+        let node = shoal::Node::init("shoal-peer").context("starting the shoal node")?;
+        if let Some(state) = &state {
+            let (severity, level, info) = parse_state(state)?;
+            node.set_state(severity, level, &info);
+        }
+        run(&node)
+    };
     match cli.cmd {
-        Cmd::Pub(a) => publish(&node, &a),
-        Cmd::Sub(a) => subscribe(&node, &a),
-        Cmd::Serve(a) => serve(&node, &a),
+        Cmd::Pub(a) => with_node(&|node| publish(node, &a)),
+        Cmd::Sub(a) => with_node(&|node| subscribe(node, &a)),
+        Cmd::Serve(a) => with_node(&|node| serve(node, &a)),
+        Cmd::Log(a) => log_peer(&a),
+        Cmd::LogBench(a) => log_bench(&a),
     }
+}
+
+/// `shoal-peer log`: installs fmt (stderr, `RUST_LOG`) and `shoal::logging`'s layer (levels from `ecal.ini`), logs
+/// `--count` records, waits until they are sent, prints `{"event":"done","stats":...}`.
+fn log_peer(a: &LogArgs) -> Result<()> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::{EnvFilter, Layer};
+    let cfg = shoal::Config::load().context("reading ecal.ini")?;
+    let layer = shoal::logging::LogLayer::new(&cfg)?.unit_name(&a.unit);
+    let stats = layer.stats_handle();
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")));
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(fmt).with(layer))?;
+    for i in 0..a.count {
+        let text = &a.text;
+        match a.level {
+            tracing::Level::ERROR => tracing::error!("{text} {i}"),
+            tracing::Level::WARN => tracing::warn!("{text} {i}"),
+            tracing::Level::INFO => tracing::info!("{text} {i}"),
+            tracing::Level::DEBUG => tracing::debug!("{text} {i}"),
+            tracing::Level::TRACE => tracing::trace!("{text} {i}"),
+        }
+        std::thread::sleep(Duration::from_millis(a.interval_ms));
+    }
+    let flushed = stats.flush(Duration::from_secs(5));
+    let s = stats.stats();
+    emit(&json!({"event": "done", "flushed": flushed, "stats": {"queued": s.queued, "sent": s.sent,
+        "dropped_rate": s.dropped_rate, "dropped_queue_full": s.dropped_queue_full, "send_failed": s.send_failed,
+        "truncated": s.truncated}}));
+    Ok(())
+}
+
+/// Logs `rate` records per second for `seconds` under the current default subscriber; the process's CPU seconds
+/// (all threads, getrusage) it took, `settle` included (what a layer's thread still does after the last record).
+fn log_phase(rate: u64, seconds: f64, settle: &dyn Fn()) -> f64 {
+    let total = (rate as f64 * seconds) as u64;
+    let cpu0 = shoal_tools::process_cpu_s();
+    let start = Instant::now();
+    for i in 0..total {
+        let due = start + Duration::from_secs_f64(i as f64 / rate as f64);
+        let now = Instant::now();
+        if due > now + Duration::from_millis(1) {
+            std::thread::sleep(due - now);
+        }
+        tracing::info!(seq = i, topic = "robot/odometry", "bench record with a few words of text");
+    }
+    settle();
+    shoal_tools::process_cpu_s() - cpu0
+}
+
+/// `shoal-peer log-bench`: the same records at the same rate under three subscribers, each phase twice,
+/// alternating: none (the pacing loop and tracing's macro: the floor), `shoal::logging`'s layer (sent on UDP),
+/// tracing's fmt layer writing to stderr. Prints the CPU seconds of each and the ratios.
+fn log_bench(a: &LogBenchArgs) -> Result<()> {
+    use tracing_subscriber::layer::SubscriberExt;
+    let mut cfg = shoal::Config::load().context("reading ecal.ini")?;
+    cfg.logging.max_rate = u32::try_from(a.rate.saturating_mul(2)).unwrap_or(u32::MAX).min(1_000_000);
+    cfg.logging.queue = 1 << 16;
+    let layer = shoal::logging::LogLayer::new(&cfg)?.unit_name("shoal_log_bench");
+    let stats = layer.stats_handle();
+    let ecal_sub = std::sync::Arc::new(tracing_subscriber::registry().with(layer));
+    let fmt_sub = std::sync::Arc::new(
+        tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false).with_max_level(tracing::Level::INFO).finish(),
+    );
+    let none_sub = std::sync::Arc::new(tracing_subscriber::registry());
+    let (mut none, mut ecal, mut fmt) = (0.0, 0.0, 0.0);
+    let flush = || {
+        stats.flush(Duration::from_secs(10));
+    };
+    for _ in 0..2 {
+        none += tracing::subscriber::with_default(none_sub.clone(), || log_phase(a.rate, a.seconds, &|| {}));
+        ecal += tracing::subscriber::with_default(ecal_sub.clone(), || log_phase(a.rate, a.seconds, &flush));
+        fmt += tracing::subscriber::with_default(fmt_sub.clone(), || log_phase(a.rate, a.seconds, &|| {}));
+    }
+    let s = stats.stats();
+    let records = 2 * (a.rate as f64 * a.seconds) as u64;
+    emit(&json!({"event": "log_bench", "rate": a.rate, "records_per_subscriber": records,
+        "cpu_s": {"none": none, "ecal_layer": ecal, "fmt_stderr": fmt},
+        "cpu_us_per_record": {"none": none * 1e6 / records as f64, "ecal_layer": ecal * 1e6 / records as f64,
+            "fmt_stderr": fmt * 1e6 / records as f64},
+        "ratio_ecal_over_fmt": ecal / fmt,
+        "ratio_above_floor": (ecal - none) / (fmt - none),
+        "ecal_layer_stats": {"sent": s.sent, "dropped": s.dropped(), "send_failed": s.send_failed}}));
+    Ok(())
 }
 
 /// `shoal-peer serve`: prints `ready` (with the port), one `call` line per call of `echo`, `done` at the end (after
