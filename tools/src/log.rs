@@ -45,9 +45,8 @@ pub(crate) struct LogArgs {
 }
 
 fn parse_level(v: &str) -> Result<LogLevel, String> {
-    LogLevel::parse(v).ok_or_else(|| {
-        format!("unknown level {v:?} (debug4, debug3, debug2, debug1, info, warning, error, fatal)")
-    })
+    LogLevel::parse(v)
+        .ok_or_else(|| format!("unknown level {v:?} (debug4, debug3, debug2, debug1, info, warning, error, fatal)"))
 }
 
 /// Runs `shoal log`.

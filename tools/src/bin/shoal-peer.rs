@@ -296,9 +296,11 @@ fn log_peer(a: &LogArgs) -> Result<()> {
     }
     let flushed = stats.flush(Duration::from_secs(5));
     let s = stats.stats();
-    emit(&json!({"event": "done", "flushed": flushed, "stats": {"queued": s.queued, "sent": s.sent,
+    emit(
+        &json!({"event": "done", "pid": std::process::id(), "flushed": flushed, "stats": {"queued": s.queued, "sent": s.sent,
         "dropped_rate": s.dropped_rate, "dropped_queue_full": s.dropped_queue_full, "send_failed": s.send_failed,
-        "truncated": s.truncated}}));
+        "truncated": s.truncated}}),
+    );
     Ok(())
 }
 
@@ -332,7 +334,11 @@ fn log_bench(a: &LogBenchArgs) -> Result<()> {
     let stats = layer.stats_handle();
     let ecal_sub = std::sync::Arc::new(tracing_subscriber::registry().with(layer));
     let fmt_sub = std::sync::Arc::new(
-        tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false).with_max_level(tracing::Level::INFO).finish(),
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish(),
     );
     let none_sub = std::sync::Arc::new(tracing_subscriber::registry());
     let (mut none, mut ecal, mut fmt) = (0.0, 0.0, 0.0);
