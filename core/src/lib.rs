@@ -22,11 +22,12 @@
 //! - Callbacks: `.callback(..)` gives a [`CallbackSubscriber`], run on the process's doorbell thread.
 //! - Services (eCAL's request/response, same wire): [`Node::service_server`] gives a [`ServiceServer`],
 //!   [`Node::service_client`] a [`ServiceClient`] whose calls return a [`ServiceResponse`] per server ([`service`]).
+//! - Logs on eCAL's log channel, both ways: [`logging`] (a `tracing` layer the application installs, a receiver).
 //! - What the system looks like: [`Node::snapshot`] ([`monitor`]); decoding any protobuf topic from its
 //!   registration descriptor: [`dynamic`]; configuration: [`config`] (`ecal.ini`); every error type: [`error`].
 //!
 //! Everything above is the public API, stated in this file: the root re-exports, [`builder`], [`error`],
-//! [`config`], [`monitor`], [`service`] and [`dynamic`]. With the cargo feature `internals` (off by default; the repository's
+//! [`config`], [`monitor`], [`service`], [`logging`] and [`dynamic`]. With the cargo feature `internals` (off by default; the repository's
 //! fuzz targets, tests and tools turn it on) the modules `registration`, `transport` and `wire` and
 //! `ring_geometry` are public too, for them only: they are not part of the API and change without notice.
 #![deny(unsafe_code)]

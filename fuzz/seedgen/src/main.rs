@@ -364,6 +364,49 @@ fn main() -> Result<()> {
     mcap_seeds(&dir)?;
     ecal_tcp_seeds(&dir)?;
     ros2::ros2_seeds(&dir)?;
+    log_seeds(&dir)?;
+    Ok(())
+}
+
+/// `log_decode`: eCAL log messages as `[flags u8][len u16 LE][bytes]` records (see the target's harness).
+fn log_seeds(dir: &Path) -> Result<()> {
+    use shoal::logging::{LOG_SAMPLE_NAME, LogLevel, LogRecord, encode_record};
+    const T: &str = "log_decode";
+    let rec = |flags: u8, bytes: &[u8]| {
+        let mut b = vec![flags];
+        b.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+        b.extend_from_slice(bytes);
+        b
+    };
+    let record = |level: LogLevel, content: &str| {
+        encode_record(&LogRecord {
+            time_us: 1_700_000_000_000_000,
+            host_name: "fuzzhost".into(),
+            process_id: 4242,
+            process_name: "/usr/bin/robot".into(),
+            unit_name: "robot".into(),
+            level,
+            content: content.into(),
+        })
+    };
+    let warning = record(LogLevel::Warning, "wheel slip");
+    // A payload, framed by the harness; the same as a raw whole datagram; from another host.
+    write(dir, T, "framed_warning", &rec(0, &warning))?;
+    let whole = encode_message(LOG_SAMPLE_NAME, &warning, 65_000, &mut || 1)?;
+    write(dir, T, "raw_datagram", &rec(1, &whole[0]))?;
+    write(dir, T, "other_host", &rec(2, &warning))?;
+    // A long record the harness fragments, then one after 1 s.
+    let long = record(LogLevel::Error, &"motor hot; ".repeat(400));
+    write(dir, T, "fragmented_then_later", &[rec(0, &long), rec(4 * 10, &record(LogLevel::Info, "ok"))].concat())?;
+    // A registration-named sample, and a log sample that is not a LogMessage.
+    let other = encode_message("__ecal_reg__", b"\x08\x01", 65_000, &mut || 2)?;
+    let bad = encode_message(LOG_SAMPLE_NAME, b"\x08\xff", 65_000, &mut || 3)?;
+    write(dir, T, "other_sample_and_bad_message", &[rec(1, &other[0]), rec(1, &bad[0])].concat())?;
+    // Text that is not UTF-8, an unknown level.
+    let mut odd = record(LogLevel::Other(3), "ab");
+    let last = odd.len() - 1;
+    odd[last] = 0xff;
+    write(dir, T, "not_utf8_unknown_level", &rec(0, &odd))?;
     Ok(())
 }
 
