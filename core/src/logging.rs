@@ -27,7 +27,8 @@
 //!   counted ([`LogLayerStats`]), none waits.
 //!
 //!   **Why its own thread.** The queue is drained by one thread, `shoal-log`, started with the layer, which encodes
-//!   and sends (non-blocking; a full socket buffer is a counted drop). shoal's I/O thread would be the natural
+//!   and sends, up to 64 records per `sendmmsg` (non-blocking; a datagram the socket refuses is a counted drop),
+//!   and naps 10 ms after a busy turn, so a stream of records costs one wake-up per nap, not one per record. shoal's I/O thread would be the natural
 //!   sender, but it exists only once a [`Node`](crate::Node) does, and an application installs its subscriber
 //!   first, logs before any node and after the last one; a layer that depended on a node would lose exactly the
 //!   start-up and shut-down records. The sender thread logs nothing itself (it would feed its own queue).

@@ -1,7 +1,8 @@
 //! [`LogLayer`]: tracing records → eCAL log messages, through a bounded queue and the `shoal-log` sender thread.
 
 use std::fmt::{self, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::io::IoSlice;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
@@ -13,6 +14,7 @@ use tracing_subscriber::layer::Context;
 
 use super::{LogLevel, LogRecord};
 use crate::config::Config;
+use crate::sys::mmsg::{OutMsg, send_mmsg};
 use crate::transport::udp::net as udp_net;
 
 /// How long the sender naps after a turn that sent something, so that a stream of records is sent in batches
@@ -195,7 +197,7 @@ impl LogLayer {
         let iface = if net.enabled { udp_net::multicast_interface(net) } else { Ipv4Addr::UNSPECIFIED };
         let socket = udp_net::open_send_socket(net, iface).map_err(LogLayerError::Socket)?;
         let to = if net.enabled { net.multicast_group } else { net.local_broadcast };
-        let dest = SocketAddr::V4(SocketAddrV4::new(to, cfg.logging.port));
+        let dest = SocketAddrV4::new(to, cfg.logging.port);
         let rate = f64::from(cfg.logging.max_rate.max(1));
         let shared = Arc::new(Shared {
             queue: ArrayQueue::new(cfg.logging.queue.max(1)),
@@ -379,41 +381,51 @@ impl Visit for FieldWriter<'_> {
     }
 }
 
-/// The sender thread: drains the queue, sends each record as one datagram (non-blocking), naps while busy, sleeps
-/// until woken when idle; ends, after sending what is queued, when the layer is gone. It logs nothing.
-fn run_sender(shared: &Shared, identity: &Mutex<Identity>, socket: &socket2::Socket, dest: SocketAddr) {
-    let dest = socket2::SockAddr::from(dest);
+/// Records the sender encodes and hands to one `sendmmsg` at most.
+const BATCH: usize = 64;
+
+/// The sender thread: drains the queue, sends each record as one datagram, a batch per `sendmmsg` (non-blocking),
+/// naps while busy, sleeps until woken when idle; ends, after sending what is queued, when the layer is gone. It
+/// logs nothing.
+fn run_sender(shared: &Shared, identity: &Mutex<Identity>, socket: &socket2::Socket, dest: SocketAddrV4) {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(socket);
     let mut id_counter: i32 = 0;
     let mut next_id = move || {
         id_counter = id_counter.wrapping_add(1);
         id_counter
     };
+    let mut datagrams: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
     loop {
         let mut sent_any = false;
         let mut record: Option<LogRecord> = None;
-        while let Some(p) = shared.queue.pop() {
-            let r = record.get_or_insert_with(|| {
-                let id = crate::sync::lock(identity);
-                LogRecord {
-                    time_us: 0,
-                    host_name: id.host_name.clone(),
-                    process_id: id.process_id,
-                    process_name: id.process_name.clone(),
-                    unit_name: id.unit_name.clone(),
-                    level: LogLevel::Info,
-                    content: String::new(),
-                }
-            });
-            r.time_us = p.time_us;
-            r.level = p.level;
-            r.content = p.content;
-            for d in super::wire::encode_datagrams(r, &mut next_id) {
-                match socket.send_to(&d, &dest) {
-                    Ok(_) => shared.sent.fetch_add(1, Ordering::Relaxed),
-                    Err(_) => shared.send_failed.fetch_add(1, Ordering::Relaxed),
-                };
+        loop {
+            datagrams.clear();
+            let mut records = 0u64;
+            while records < BATCH as u64 {
+                let Some(p) = shared.queue.pop() else { break };
+                let r = record.get_or_insert_with(|| {
+                    let id = crate::sync::lock(identity);
+                    LogRecord {
+                        time_us: 0,
+                        host_name: id.host_name.clone(),
+                        process_id: id.process_id,
+                        process_name: id.process_name.clone(),
+                        unit_name: id.unit_name.clone(),
+                        level: LogLevel::Info,
+                        content: String::new(),
+                    }
+                });
+                r.time_us = p.time_us;
+                r.level = p.level;
+                r.content = p.content;
+                datagrams.extend(super::wire::encode_datagrams(r, &mut next_id));
+                records += 1;
             }
-            shared.done.fetch_add(1, Ordering::SeqCst);
+            if records == 0 {
+                break;
+            }
+            send_batch(shared, fd, dest, &datagrams);
+            shared.done.fetch_add(records, Ordering::SeqCst);
             sent_any = true;
         }
         if shared.stop.load(Ordering::SeqCst) && shared.queue.is_empty() {
@@ -428,6 +440,26 @@ fn run_sender(shared: &Shared, identity: &Mutex<Identity>, socket: &socket2::Soc
                 std::thread::park_timeout(IDLE_SLEEP);
             }
             shared.idle.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Sends `datagrams` to `dest` with as few `sendmmsg` calls as the kernel allows; a datagram it refuses is counted
+/// and skipped.
+fn send_batch(shared: &Shared, fd: std::os::fd::RawFd, dest: SocketAddrV4, datagrams: &[Vec<u8>]) {
+    let slices: Vec<[IoSlice<'_>; 1]> = datagrams.iter().map(|d| [IoSlice::new(d)]).collect();
+    let msgs: Vec<OutMsg<'_>> = slices.iter().map(|iov| OutMsg { dest, iov, segment: None }).collect();
+    let mut from = 0;
+    while let Some(rest) = msgs.get(from..).filter(|r| !r.is_empty()) {
+        match send_mmsg(fd, rest) {
+            Ok(n) if n > 0 => {
+                shared.sent.fetch_add(n as u64, Ordering::Relaxed);
+                from += n;
+            }
+            _ => {
+                shared.send_failed.fetch_add(1, Ordering::Relaxed);
+                from += 1;
+            }
         }
     }
 }

@@ -59,6 +59,48 @@ fn record_round_trips_through_the_datagram() {
 }
 
 #[test]
+fn records_encode_as_prost_encodes_log_message() {
+    // The message of eCAL's logging.proto, as prost derives it: the reference for the hand-written encoder.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct LogMessage {
+        #[prost(int64, tag = "1")]
+        time: i64,
+        #[prost(string, tag = "2")]
+        host_name: String,
+        #[prost(int32, tag = "3")]
+        process_id: i32,
+        #[prost(string, tag = "4")]
+        process_name: String,
+        #[prost(string, tag = "5")]
+        unit_name: String,
+        #[prost(int32, tag = "6")]
+        level: i32,
+        #[prost(string, tag = "7")]
+        content: String,
+    }
+    let mut odd = record(LogLevel::Other(-5), "");
+    odd.process_id = -1;
+    odd.time_us = 0;
+    odd.unit_name = String::new();
+    for r in [record(LogLevel::Fatal, "x ✓"), odd] {
+        let reference = prost::Message::encode_to_vec(&LogMessage {
+            time: r.time_us,
+            host_name: r.host_name.clone(),
+            process_id: r.process_id,
+            process_name: r.process_name.clone(),
+            unit_name: r.unit_name.clone(),
+            level: r.level.to_wire(),
+            content: r.content.clone(),
+        });
+        assert_eq!(encode_record(&r), reference);
+        assert_eq!(decode_record(&reference).unwrap(), r);
+        // The in-place datagram is the one the framing of registration makes.
+        let whole = crate::wire::encode_message(LOG_SAMPLE_NAME, &reference, 65_000, &mut || 1).unwrap();
+        assert_eq!(encode_datagrams(&r, &mut || 1), whole);
+    }
+}
+
+#[test]
 fn a_fragmented_message_is_reassembled() {
     let r = record(LogLevel::Error, &"x".repeat(100_000));
     let mut n = 0;

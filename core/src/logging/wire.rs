@@ -5,7 +5,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::{LogLevel, LogRecord};
-use crate::wire::{Reassembler, ReassemblyConfig, WireError, split_name};
+use crate::wire::{
+    DEFAULT_MAX_FRAGMENT_PAYLOAD, DatagramHeader, HEADER_LEN, Reassembler, ReassemblyConfig, WireError, begin_framed,
+    encode_message, framed_len, split_name,
+};
 
 /// The sample name eCAL's log provider sends under and its receiver accepts (`_log_message_`).
 pub const LOG_SAMPLE_NAME: &str = "_log_message_";
@@ -36,15 +39,36 @@ struct LogMessage {
 
 /// The protobuf bytes of `record` (`eCAL.pb.LogMessage`; frame them under [`LOG_SAMPLE_NAME`]).
 pub fn encode_record(record: &LogRecord) -> Vec<u8> {
-    prost::Message::encode_to_vec(&LogMessage {
-        time: record.time_us,
-        host_name: record.host_name.as_bytes().to_vec(),
-        process_id: record.process_id,
-        process_name: record.process_name.as_bytes().to_vec(),
-        unit_name: record.unit_name.as_bytes().to_vec(),
-        level: record.level.to_wire(),
-        content: record.content.as_bytes().to_vec(),
-    })
+    let mut buf = Vec::new();
+    append_record(&mut buf, record);
+    buf
+}
+
+/// Appends `record` as `eCAL.pb.LogMessage` to `buf`, field by field as prost writes it (proto3: fields at their
+/// default value are left out), without copying the strings into a message first.
+fn append_record(buf: &mut Vec<u8>, record: &LogRecord) {
+    use prost::encoding::{WireType, encode_key, encode_varint};
+    let int = |tag: u32, v: i64, buf: &mut Vec<u8>| {
+        if v != 0 {
+            encode_key(tag, WireType::Varint, buf);
+            // int32 and int64 alike: a negative value is its 64-bit two's complement (10 bytes).
+            encode_varint(v as u64, buf);
+        }
+    };
+    let text = |tag: u32, v: &str, buf: &mut Vec<u8>| {
+        if !v.is_empty() {
+            encode_key(tag, WireType::LengthDelimited, buf);
+            encode_varint(v.len() as u64, buf);
+            buf.extend_from_slice(v.as_bytes());
+        }
+    };
+    int(1, record.time_us, buf);
+    text(2, &record.host_name, buf);
+    int(3, i64::from(record.process_id), buf);
+    text(4, &record.process_name, buf);
+    text(5, &record.unit_name, buf);
+    int(6, i64::from(record.level.to_wire()), buf);
+    text(7, &record.content, buf);
 }
 
 /// The record in `eCAL.pb.LogMessage` protobuf bytes.
@@ -182,11 +206,28 @@ impl LogDecoder {
     }
 }
 
-/// The datagram(s) of `record`: framed under [`LOG_SAMPLE_NAME`], one datagram when it fits (the layer's records
-/// always do), fragmented otherwise.
+/// The datagram(s) of `record`: framed under [`LOG_SAMPLE_NAME`], one datagram (the message encoded in place after
+/// its header) when it fits, as the layer's records do unless the process and host names are very long; fragmented
+/// otherwise.
 pub(super) fn encode_datagrams(record: &LogRecord, id: &mut impl FnMut() -> i32) -> Vec<Vec<u8>> {
-    let payload = encode_record(record);
-    // Only a name over 64 KiB or a message over 4 GiB fails; neither can be made here.
-    crate::wire::encode_message(LOG_SAMPLE_NAME, &payload, crate::wire::DEFAULT_MAX_FRAGMENT_PAYLOAD, id)
-        .unwrap_or_default()
+    let mut buf = Vec::with_capacity(HEADER_LEN + 64 + record.content.len() + record.process_name.len());
+    // Only a name with a NUL or over 64 KiB fails; the constant name has neither.
+    if begin_framed(&mut buf, LOG_SAMPLE_NAME).is_err() {
+        return Vec::new();
+    }
+    append_record(&mut buf, record);
+    let framed = buf.len() - HEADER_LEN;
+    if framed <= DEFAULT_MAX_FRAGMENT_PAYLOAD {
+        let header = DatagramHeader::whole(framed as u32).to_bytes();
+        buf[..HEADER_LEN].copy_from_slice(&header);
+        return vec![buf];
+    }
+    // Only a message over 4 GiB fails; a record is far smaller.
+    encode_message(
+        LOG_SAMPLE_NAME,
+        &buf[HEADER_LEN + framed_len(LOG_SAMPLE_NAME, 0)..],
+        DEFAULT_MAX_FRAGMENT_PAYLOAD,
+        id,
+    )
+    .unwrap_or_default()
 }

@@ -322,6 +322,19 @@ fn log_phase(rate: u64, seconds: f64, settle: &dyn Fn()) -> f64 {
     shoal_tools::process_cpu_s() - cpu0
 }
 
+/// CPU seconds the thread named `name` of this process ran so far (`/proc/self/task/*/schedstat`), 0 if none.
+fn thread_cpu_s(name: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0.0 };
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            let stat = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+            return stat.split_whitespace().next().and_then(|ns| ns.parse::<f64>().ok()).unwrap_or(0.0) / 1e9;
+        }
+    }
+    0.0
+}
+
 /// `shoal-peer log-bench`: the same records at the same rate under three subscribers, each phase twice,
 /// alternating: none (the pacing loop and tracing's macro: the floor), `shoal::logging`'s layer (sent on UDP),
 /// tracing's fmt layer writing to stderr. Prints the CPU seconds of each and the ratios.
@@ -342,6 +355,7 @@ fn log_bench(a: &LogBenchArgs) -> Result<()> {
     );
     let none_sub = std::sync::Arc::new(tracing_subscriber::registry());
     let (mut none, mut ecal, mut fmt) = (0.0, 0.0, 0.0);
+    let sender0 = thread_cpu_s("shoal-log");
     let flush = || {
         stats.flush(Duration::from_secs(10));
     };
@@ -350,12 +364,14 @@ fn log_bench(a: &LogBenchArgs) -> Result<()> {
         ecal += tracing::subscriber::with_default(ecal_sub.clone(), || log_phase(a.rate, a.seconds, &flush));
         fmt += tracing::subscriber::with_default(fmt_sub.clone(), || log_phase(a.rate, a.seconds, &|| {}));
     }
+    let sender = thread_cpu_s("shoal-log") - sender0;
     let s = stats.stats();
     let records = 2 * (a.rate as f64 * a.seconds) as u64;
     emit(&json!({"event": "log_bench", "rate": a.rate, "records_per_subscriber": records,
         "cpu_s": {"none": none, "ecal_layer": ecal, "fmt_stderr": fmt},
         "cpu_us_per_record": {"none": none * 1e6 / records as f64, "ecal_layer": ecal * 1e6 / records as f64,
             "fmt_stderr": fmt * 1e6 / records as f64},
+        "ecal_layer_sender_thread_cpu_s": sender,
         "ratio_ecal_over_fmt": ecal / fmt,
         "ratio_above_floor": (ecal - none) / (fmt - none),
         "ecal_layer_stats": {"sent": s.sent, "dropped": s.dropped(), "send_failed": s.send_failed}}));
