@@ -684,3 +684,26 @@ impl MessageSource for FixtureMessages {
         });
     }
 }
+
+/// The scripted network's log messages (the Logs tab of the tests and screenshots): shoal's and eCAL's processes
+/// of both hosts, every level, newest last; `t0_us` is the first one's time.
+pub fn fixture_logs(t0_us: i64) -> Vec<shoal::logging::LogRecord> {
+    use shoal::logging::{LogLevel, LogRecord};
+    let rec = |dt_ms: i64, host: &str, pid: i32, unit: &str, level: LogLevel, content: &str| LogRecord {
+        time_us: t0_us + dt_ms * 1000,
+        host_name: host.into(),
+        process_id: pid,
+        process_name: format!("/opt/robot/bin/{unit}"),
+        unit_name: unit.into(),
+        level,
+        content: content.into(),
+    };
+    vec![
+        rec(0, REMOTE_HOST, 3001, "navigation", LogLevel::Info, "map loaded: 4096 x 4096 cells"),
+        rec(400, HOST, 1005, "teleop", LogLevel::Info, "joystick connected"),
+        rec(900, REMOTE_HOST, 3001, "navigation", LogLevel::Warning, "localisation drift 0.4 m, relocalising"),
+        rec(1300, HOST, 2003, "ecal_recorder", LogLevel::Error, "disk /data 97% full"),
+        rec(1800, REMOTE_HOST, 3001, "navigation", LogLevel::Debug1, "planner: 212 nodes expanded"),
+        rec(2500, HOST, 2003, "ecal_recorder", LogLevel::Fatal, "cannot write /data/run_0042.hdf5: no space left"),
+    ]
+}

@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use shoal_monitor::app::{MonitorApp, Tab};
-use shoal_monitor::fixture::{Fixture, FixtureMessages};
+use shoal_monitor::fixture::{Fixture, FixtureMessages, fixture_logs};
 use shoal_monitor::headless;
-use shoal_monitor::source::{MessageSource, NodeMessages, NodeSnapshots, SnapshotSource};
+use shoal_monitor::source::{MessageSource, NodeMessages, NodeSnapshots, ReceivedLogs, ScriptedLogs, SnapshotSource};
 
 /// The shoal monitor: processes, topics and services of this host (and the network in network mode), shoal's and
 /// eCAL's, with rate, drops and latency, and call counts and rates.
@@ -35,7 +35,7 @@ struct Args {
     /// With --fixture: take this many snapshots at start (history for the plots).
     #[arg(long, default_value_t = 0)]
     prefill: u32,
-    /// The tab to open: overview, topic, inspector, services, graph, events.
+    /// The tab to open: overview, topic, inspector, services, graph, events, logs.
     #[arg(long, default_value = "overview")]
     tab: String,
     /// The topic to select.
@@ -101,7 +101,7 @@ fn run() -> Result<()> {
         bail!("--bench-blank is the baseline of --bench: add --bench");
     }
     let Some(tab) = Tab::from_name(&args.tab) else {
-        bail!("unknown tab `{}` (overview, topic, inspector, services, graph, events)", args.tab);
+        bail!("unknown tab `{}` (overview, topic, inspector, services, graph, events, logs)", args.tab);
     };
     let (mut snapshots, messages): (Box<dyn SnapshotSource + Send>, Box<dyn MessageSource>) = if args.fixture {
         let mut f = match args.fixture_scale {
@@ -132,6 +132,20 @@ fn run() -> Result<()> {
         );
     }
     let mut app = MonitorApp::new(snapshots, messages, interval);
+    if args.fixture {
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(0));
+        let logs = ScriptedLogs::default();
+        logs.0.lock().unwrap_or_else(|e| e.into_inner()).extend(fixture_logs(now_us - 3_000_000));
+        app = app.with_logs(Box::new(logs));
+    } else {
+        // Every process's log messages, from eCAL's log port (the configuration's port and addresses).
+        match shoal::Config::load().map_err(anyhow::Error::from).and_then(|c| Ok(ReceivedLogs::start(&c)?)) {
+            Ok(logs) => app = app.with_logs(Box::new(logs)),
+            Err(e) => tracing::warn!("no Logs view: cannot receive log messages: {e:#}"),
+        }
+    }
     for _ in 0..args.prefill {
         app.refresh_now();
     }

@@ -474,6 +474,45 @@ fn topics_without_subscribers_are_noted_not_counted_as_problems() {
     assert!(!t.problems.need_attention(), "not counted, not kept by Problems only");
 }
 
+#[test]
+fn the_logs_tab_lists_every_process_s_records_newest_first_and_filters_them() {
+    use shoal::logging::LogLevel;
+    use shoal_monitor::source::ScriptedLogs;
+    let logs = ScriptedLogs::default();
+    logs.0.lock().unwrap().extend(shoal_monitor::fixture::fixture_logs(1_700_000_000_000_000));
+    let mut app = app_after(2).with_logs(Box::new(logs.clone()));
+    app.state.tab = Tab::Logs;
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label("6 of 6 log records (newest first; 0 dropped)");
+    h.get_by_label("cannot write /data/run_0042.hdf5: no space left");
+    assert_eq!(h.get_all_by_label("ecal_recorder:2003").count(), 2);
+    // Newest first.
+    assert!(top(&h, "cannot write /data/run_0042.hdf5: no space left") < top(&h, "map loaded: 4096 x 4096 cells"));
+    // Level: warning and above.
+    h.get_by_label("warning+").click();
+    h.run();
+    h.get_by_label("3 of 6 log records (newest first; 0 dropped)");
+    assert!(h.query_by_label("joystick connected").is_none());
+    h.get_by_label("localisation drift 0.4 m, relocalising");
+    // A record that arrives later is shown, filtered alike.
+    logs.0.lock().unwrap().extend(shoal_monitor::fixture::fixture_logs(1_700_000_010_000_000).into_iter().take(1));
+    h.run();
+    h.get_by_label("3 of 7 log records (newest first; 0 dropped)");
+    // By process, host and text (the filter of `shoal log`).
+    h.state_mut().state.logs.min_level = None;
+    h.state_mut().state.logs.process = Some("NAVIG".into());
+    h.run();
+    h.get_by_label("4 of 7 log records (newest first; 0 dropped)");
+    h.state_mut().state.logs.host = Some("lab-pc".into());
+    h.run();
+    h.get_by_label("0 of 7 log records (newest first; 0 dropped)");
+    h.state_mut().state.logs = shoal::logging::LogFilter { text: Some("DISK".into()), ..Default::default() };
+    h.run();
+    h.get_by_label("1 of 7 log records (newest first; 0 dropped)");
+    assert_eq!(h.state().logs().filter(|r| r.level == LogLevel::Fatal).count(), 1);
+}
+
 /// No figure where there is no measurement: a topic only eCAL subscribes to shows eCAL's announced mean, said as
 /// eCAL's, in the Overview and the Topic view alike, and no latency plots (no axes to read an invented latency from).
 #[test]

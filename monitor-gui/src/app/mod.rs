@@ -1,5 +1,6 @@
-//! The window: a top bar (tabs, freeze and scroll-back, filter) over six views — Overview, Topic, Inspector,
-//! Services, Graph, Events — all drawn from the [`View`]s in the [`History`].
+//! The window: a top bar (tabs, freeze and scroll-back, filter) over seven views — Overview, Topic, Inspector,
+//! Services, Graph, Events, all drawn from the [`View`]s in the [`History`], and Logs, every process's log messages
+//! from a [`LogSource`].
 //!
 //! Per frame the app draws only what is visible and recomputes only what changed: the tables are virtualised
 //! (`TableBuilder::rows`), their order (filter, sort) and the Events list are found again only when a view
@@ -12,7 +13,7 @@
 //! not redrawn every refresh.
 //!
 //! One file per view, each an `impl MonitorApp` block: `top_bar.rs`, `overview.rs` (with `processes.rs` and
-//! `topic_table.rs`), `topic.rs` (with `plots.rs`), `inspector.rs`, `services.rs`, `graph.rs`, `events.rs`;
+//! `topic_table.rs`), `topic.rs` (with `plots.rs`), `inspector.rs`, `services.rs`, `graph.rs`, `events.rs`, `logs.rs`;
 //! `refresh.rs` brings the
 //! history up to date, `order.rs` keeps the tables' filter and sort, `widgets.rs` holds what the views share. A new
 //! view is a [`Tab`], a file here and one arm in [`MonitorApp::ui`].
@@ -20,6 +21,7 @@
 mod events;
 mod graph;
 mod inspector;
+mod logs;
 mod order;
 mod overview;
 mod plots;
@@ -31,6 +33,7 @@ mod topic;
 mod topic_table;
 mod widgets;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -39,21 +42,23 @@ use egui::Color32;
 
 use crate::history::{EventKind, History};
 use crate::model::{ConnKey, Interner, View};
-use crate::source::{MessageSource, SnapshotSource};
+use crate::source::{LogSource, MessageSource, NoLogs, SnapshotSource};
 use events::EventsKey;
 use graph::GraphLayout;
 use inspector::Inspector;
 use order::Order;
 use plots::Series;
 use refresh::Update;
+use shoal::logging::{LogFilter, LogRecord};
 
 pub use graph::{MAX_GRAPH_SERVICES, MAX_GRAPH_TOPICS};
 pub use inspector::INSPECTOR_KEEP;
+pub use logs::LOGS_KEEP;
 pub use refresh::{FEED_CAPACITY, IDLE_REPAINT};
 pub use topic_table::TopicCol;
 pub use widgets::{clock, health_color};
 
-/// The six views.
+/// The seven views.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tab {
     /// Hosts, processes, topics, service counts.
@@ -68,11 +73,14 @@ pub enum Tab {
     Graph,
     /// What happened.
     Events,
+    /// Every process's log messages.
+    Logs,
 }
 
 impl Tab {
     /// Every tab, in order.
-    pub const ALL: [Tab; 6] = [Tab::Overview, Tab::Topic, Tab::Inspector, Tab::Services, Tab::Graph, Tab::Events];
+    pub const ALL: [Tab; 7] =
+        [Tab::Overview, Tab::Topic, Tab::Inspector, Tab::Services, Tab::Graph, Tab::Events, Tab::Logs];
 
     /// The tab's title.
     pub fn title(self) -> &'static str {
@@ -83,6 +91,7 @@ impl Tab {
             Tab::Services => "Services",
             Tab::Graph => "Graph",
             Tab::Events => "Events",
+            Tab::Logs => "Logs",
         }
     }
 
@@ -115,6 +124,8 @@ pub struct UiState {
     pub window_s: f64,
     /// Events of one kind only.
     pub event_kind: Option<EventKind>,
+    /// Which log records the Logs tab shows.
+    pub logs: LogFilter,
 }
 
 impl Default for UiState {
@@ -130,6 +141,7 @@ impl Default for UiState {
             frozen_at: None,
             window_s: 60.0,
             event_kind: None,
+            logs: LogFilter::default(),
         }
     }
 }
@@ -158,6 +170,15 @@ pub struct MonitorApp {
     series: Option<Series>,
     inspector: Inspector,
     refreshes: u64,
+    log_source: Box<dyn LogSource>,
+    /// The kept log records, oldest first (at most [`LOGS_KEEP`]).
+    logs: VecDeque<LogRecord>,
+    /// Counts the polls that brought records (the Logs table's order is found again when it changes).
+    logs_generation: u64,
+    /// Records pushed out of `logs` by newer ones.
+    logs_evicted: u64,
+    /// The Logs table's rows (indices into `logs`, newest first) and what they were found for.
+    logs_order: (Option<(u64, LogFilter)>, Vec<usize>),
 }
 
 impl Drop for MonitorApp {
@@ -202,6 +223,11 @@ impl MonitorApp {
             series: None,
             inspector: Inspector::default(),
             refreshes: 0,
+            log_source: Box::new(NoLogs),
+            logs: VecDeque::new(),
+            logs_generation: 0,
+            logs_evicted: 0,
+            logs_order: (None, Vec::new()),
         }
     }
 
@@ -210,6 +236,12 @@ impl MonitorApp {
         let mut app = MonitorApp::new(snapshots, messages, Duration::from_secs(1));
         app.auto_refresh = false;
         app
+    }
+
+    /// Takes the Logs tab's records from `source` (without one the tab stays empty).
+    pub fn with_logs(mut self, source: Box<dyn LogSource>) -> MonitorApp {
+        self.log_source = source;
+        self
     }
 
     /// The kept views and events.
@@ -270,6 +302,7 @@ impl MonitorApp {
                 Tab::Services => self.services(ui, &view),
                 Tab::Graph => self.graph(ui, &view),
                 Tab::Events => self.events(ui),
+                Tab::Logs => self.logs_ui(ui),
             }
         });
     }

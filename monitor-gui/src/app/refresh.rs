@@ -99,6 +99,11 @@ impl MonitorApp {
     /// snapshot when one is due (an app without the thread), polls the inspected topic, and asks for the next
     /// frame when one will be needed.
     pub(super) fn catch_up(&mut self, ctx: &egui::Context) {
+        self.poll_logs();
+        if matches!(self.state.tab, Tab::Logs) {
+            // Log records do not wake the window: look again every refresh while they are shown.
+            ctx.request_repaint_after(self.refresh);
+        }
         if let Some(feed) = &self.feed {
             let mut got = false;
             while let Ok(u) = feed.try_recv() {
