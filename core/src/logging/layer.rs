@@ -436,6 +436,7 @@ fn run_sender(shared: &Shared, identity: &Mutex<Identity>, socket: &socket2::Soc
         } else {
             shared.idle.store(true, Ordering::SeqCst);
             // A record queued between the drain and `idle` being set saw `idle` false: look again before sleeping.
+            // (Should a wake-up still be missed, the record waits IDLE_SLEEP at most.)
             if shared.queue.is_empty() && !shared.stop.load(Ordering::SeqCst) {
                 std::thread::park_timeout(IDLE_SLEEP);
             }
