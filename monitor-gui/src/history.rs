@@ -90,6 +90,19 @@ pub struct Event {
     pub subject: Arc<str>,
     /// Details.
     pub detail: String,
+    /// The process it is about, when it is about one (its logs are one click away in the Events tab).
+    pub process: Option<ProcessRef>,
+}
+
+/// A process an event is about.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProcessRef {
+    /// Its unit name.
+    pub unit: Arc<str>,
+    /// Its host.
+    pub host: Arc<str>,
+    /// Its process id.
+    pub pid: u32,
 }
 
 /// The events of the first view (`old` is `None`): one [`EventKind::Start`] that says what was already running;
@@ -107,6 +120,7 @@ pub fn events_since(old: Option<&View>, new: &View) -> Vec<Event> {
                 new.topics.len(),
                 new.service_endpoints.len()
             ),
+            process: None,
         }],
     }
 }
@@ -115,14 +129,20 @@ pub fn events_since(old: Option<&View>, new: &View) -> Vec<Event> {
 pub fn diff(old: &View, new: &View) -> Vec<Event> {
     let mut out = Vec::new();
     let t = new.time_s;
-    let mut ev = |kind, subject: &Arc<str>, detail: String| {
-        out.push(Event { time_s: t, kind, subject: subject.clone(), detail })
+    // The process (host, pid) names, from either view.
+    let units: HashMap<(&str, u32), &Arc<str>> =
+        old.processes.iter().chain(&new.processes).map(|p| ((&*p.host, p.pid), &p.unit)).collect();
+    let who = |host: &Arc<str>, pid: u32| {
+        units.get(&(&**host, pid)).map(|unit| ProcessRef { unit: Arc::clone(unit), host: Arc::clone(host), pid })
+    };
+    let mut ev = |kind, subject: &Arc<str>, detail: String, process: Option<ProcessRef>| {
+        out.push(Event { time_s: t, kind, subject: subject.clone(), detail, process })
     };
     let old_procs: HashMap<(&str, u32), _> = old.processes.iter().map(|p| ((&*p.host, p.pid), p)).collect();
     let new_procs: HashSet<(&str, u32)> = new.processes.iter().map(|p| (&*p.host, p.pid)).collect();
     for p in &new.processes {
         if !old_procs.contains_key(&(&*p.host, p.pid)) {
-            ev(EventKind::ProcessNew, &p.unit, format!("{} ({})", p.label(), p.version));
+            ev(EventKind::ProcessNew, &p.unit, format!("{} ({})", p.label(), p.version), who(&p.host, p.pid));
         }
     }
     for p in &old.processes {
@@ -132,9 +152,10 @@ pub fn diff(old: &View, new: &View) -> Vec<Event> {
                     EventKind::ProcessExpired,
                     &p.unit,
                     format!("{}: no registration for {:.1} s", p.label(), p.registration_age_s),
+                    who(&p.host, p.pid),
                 );
             } else {
-                ev(EventKind::ProcessGone, &p.unit, format!("{} unregistered", p.label()));
+                ev(EventKind::ProcessGone, &p.unit, format!("{} unregistered", p.label()), who(&p.host, p.pid));
             }
         }
     }
@@ -143,7 +164,8 @@ pub fn diff(old: &View, new: &View) -> Vec<Event> {
     let new_ents: HashSet<_> = new.entities.iter().map(key).collect();
     for e in &new.entities {
         if !old_ents.contains_key(&key(e)) {
-            ev(EventKind::EntityNew, &e.topic, format!("{} {} ({})", e.direction, e.process, e.type_name));
+            let detail = format!("{} {} ({})", e.direction, e.process, e.type_name);
+            ev(EventKind::EntityNew, &e.topic, detail, who(&e.host, e.pid));
         }
     }
     for e in &old.entities {
@@ -153,9 +175,10 @@ pub fn diff(old: &View, new: &View) -> Vec<Event> {
                     EventKind::Expired,
                     &e.topic,
                     format!("{} {}: no registration for {:.1} s", e.direction, e.process, e.registration_age_s),
+                    who(&e.host, e.pid),
                 );
             } else {
-                ev(EventKind::EntityGone, &e.topic, format!("{} {}", e.direction, e.process));
+                ev(EventKind::EntityGone, &e.topic, format!("{} {}", e.direction, e.process), who(&e.host, e.pid));
             }
         }
     }
@@ -166,7 +189,8 @@ pub fn diff(old: &View, new: &View) -> Vec<Event> {
     for e in &new.service_endpoints {
         if !old_eps.contains_key(&skey(e)) {
             let methods: Vec<&str> = e.methods.iter().map(|m| &*m.name).collect();
-            ev(EventKind::EntityNew, &e.service, format!("{} {} ({})", e.role, e.process, methods.join(", ")));
+            let detail = format!("{} {} ({})", e.role, e.process, methods.join(", "));
+            ev(EventKind::EntityNew, &e.service, detail, who(&e.host, e.pid));
         }
     }
     for e in &old.service_endpoints {
@@ -176,9 +200,10 @@ pub fn diff(old: &View, new: &View) -> Vec<Event> {
                     EventKind::Expired,
                     &e.service,
                     format!("{} {}: no registration for {:.1} s", e.role, e.process, e.registration_age_s),
+                    who(&e.host, e.pid),
                 );
             } else {
-                ev(EventKind::EntityGone, &e.service, format!("{} {}", e.role, e.process));
+                ev(EventKind::EntityGone, &e.service, format!("{} {}", e.role, e.process), who(&e.host, e.pid));
             }
         }
     }
@@ -186,7 +211,7 @@ pub fn diff(old: &View, new: &View) -> Vec<Event> {
     let new_conns: HashSet<ConnKey> = new.connections.iter().map(|c| c.key()).collect();
     for c in &new.connections {
         match old_conns.get(&c.key()) {
-            None => ev(EventKind::Match, &c.topic, format!("{} -> {} via {}", c.publisher, c.subscriber, c.via)),
+            None => ev(EventKind::Match, &c.topic, format!("{} -> {} via {}", c.publisher, c.subscriber, c.via), None),
             Some(o) if c.drops > o.drops => ev(
                 EventKind::Drops,
                 &c.topic,
@@ -198,13 +223,15 @@ pub fn diff(old: &View, new: &View) -> Vec<Event> {
                     c.via,
                     c.drops
                 ),
+                // The subscriber that lost them.
+                new.entities.iter().find(|e| e.entity_id == c.subscriber_id).and_then(|e| who(&e.host, e.pid)),
             ),
             Some(_) => {}
         }
     }
     for c in &old.connections {
         if !new_conns.contains(&c.key()) {
-            ev(EventKind::Unmatch, &c.topic, format!("{} -> {} via {}", c.publisher, c.subscriber, c.via));
+            ev(EventKind::Unmatch, &c.topic, format!("{} -> {} via {}", c.publisher, c.subscriber, c.via), None);
         }
     }
     for tp in &new.topics {
@@ -214,14 +241,14 @@ pub fn diff(old: &View, new: &View) -> Vec<Event> {
         {
             let types: Vec<String> =
                 new.entities_of(&tp.name).map(|e| format!("{} {}", e.direction, e.type_name)).collect();
-            ev(EventKind::TypeMismatch, &tp.name, types.join(", "));
+            ev(EventKind::TypeMismatch, &tp.name, types.join(", "), None);
         }
         // Drops of subscribers without per-connection figures (eCAL subscribers).
         if new.connections_of(&tp.name).next().is_none()
             && let Some(b) = before
             && tp.drops > b.drops
         {
-            ev(EventKind::Drops, &tp.name, format!("{} lost ({} in all)", tp.drops - b.drops, tp.drops));
+            ev(EventKind::Drops, &tp.name, format!("{} lost ({} in all)", tp.drops - b.drops, tp.drops), None);
         }
     }
     out

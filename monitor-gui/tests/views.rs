@@ -533,3 +533,25 @@ fn an_ecal_only_topic_shows_ecals_mean_as_such_and_no_latency_plots() {
     h.run();
     h.get_by_label("Latency histogram of the last window (log µs)");
 }
+
+/// The Events tab links a process's problems to its logs: the "logs" button of the eCAL recorder's expiry opens the
+/// Logs tab filtered to that process (by unit and host).
+#[test]
+fn an_event_links_to_the_logs_of_its_process() {
+    use shoal_monitor::source::ScriptedLogs;
+    let logs = ScriptedLogs::default();
+    logs.0.lock().unwrap().extend(shoal_monitor::fixture::fixture_logs(1_700_000_000_000_000));
+    let mut app = app_after(65).with_logs(Box::new(logs));
+    app.state.tab = Tab::Events;
+    let mut h = harness(app);
+    h.run();
+    h.get_all_by_label("expired").next().expect("kind button").click();
+    h.run();
+    h.get_by_label("sub ecal_recorder@lab-pc:2003: no registration for 11.3 s");
+    h.get_by_label("logs").click();
+    h.run();
+    assert_eq!(h.state().state.tab, Tab::Logs);
+    assert_eq!(h.state().state.logs.process.as_deref(), Some("ecal_recorder"));
+    h.get_by_label("2 of 6 log records (newest first; 0 dropped)");
+    assert_eq!(h.get_all_by_label("ecal_recorder:2003").count(), 2);
+}

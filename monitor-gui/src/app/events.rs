@@ -7,7 +7,7 @@ use shoal::monitor::printable as shown;
 
 use super::MonitorApp;
 use super::widgets::{ROW_H, clock, contains_ci, health_color, stripe, ui_text_color};
-use crate::history::EventKind;
+use crate::history::{EventKind, ProcessRef};
 use crate::model::Health;
 
 /// What the Events table's rows depend on.
@@ -56,15 +56,17 @@ impl MonitorApp {
         let events = self.history.events();
         let list = &self.events_order.1;
         ui.label(format!("{} events (newest first)", list.len()));
+        let mut open_logs: Option<ProcessRef> = None;
         TableBuilder::new(ui)
             .id_salt("events")
             .resizable(true)
             .column(Column::initial(80.0))
             .column(Column::initial(110.0))
             .column(Column::initial(200.0))
+            .column(Column::initial(90.0))
             .column(Column::remainder())
             .header(ROW_H, |mut h| {
-                for t in ["Time", "Event", "Subject", "Detail"] {
+                for t in ["Time", "Event", "Subject", "Process", "Detail"] {
                     h.col(|ui| {
                         ui.strong(t);
                     });
@@ -86,9 +88,38 @@ impl MonitorApp {
                         ui.label(shown(&e.subject));
                     });
                     row.col(|ui| {
+                        // The process's log messages, one click away (a link: no frame to draw per row).
+                        if let Some(p) = &e.process
+                            && ui
+                                .link("logs")
+                                .on_hover_text(format!(
+                                    "log messages of {}@{}:{}",
+                                    shown(&p.unit),
+                                    shown(&p.host),
+                                    p.pid
+                                ))
+                                .clicked()
+                        {
+                            open_logs = Some(p.clone());
+                        }
+                    });
+                    row.col(|ui| {
                         ui.label(shown(&e.detail));
                     });
                 });
             });
+        if let Some(p) = open_logs {
+            self.open_logs_of(&p);
+        }
+    }
+
+    /// The Logs tab, filtered to the log messages of process `p` (by its unit name and host).
+    pub fn open_logs_of(&mut self, p: &ProcessRef) {
+        self.state.logs = shoal::logging::LogFilter {
+            process: Some(p.unit.to_string()),
+            host: Some(p.host.to_string()),
+            ..Default::default()
+        };
+        self.state.tab = super::Tab::Logs;
     }
 }
