@@ -271,6 +271,10 @@ pub struct TopicRow {
     pub bandwidth_bps: f64,
     /// Size of the last message, bytes (largest over the publishers).
     pub size_bytes: u64,
+    /// `Some(age)` when the rate, bandwidth and size are stale: the freshest registration of the endpoints that
+    /// announce them (the publishers; the subscribers when none publishes) is older than [`STALE_AFTER`], so they
+    /// are the last figures announced `age` seconds ago, not current ones. `None` while they are fresh.
+    pub stale_figures_s: Option<f64>,
     /// Messages lost, summed over the subscribers.
     pub drops: u64,
     /// Latency over every same-host connection's last window (shoal subscribers), if any was measured.
@@ -981,6 +985,7 @@ fn topic_row(name: Arc<str>, sum: &TopicSummary, problems: Problems, interner: &
         rate_hz: sum.rate_hz,
         bandwidth_bps: sum.bandwidth_bps,
         size_bytes: sum.size_bytes,
+        stale_figures_s: (sum.figures_age > STALE_AFTER).then(|| sum.figures_age.as_secs_f64().floor()),
         drops: sum.drops,
         latency: Percentiles::of(&sum.latency_histogram),
         latency_mean_us: (sum.latency.count > 0).then_some(sum.latency.mean_us),

@@ -555,3 +555,19 @@ fn an_event_links_to_the_logs_of_its_process() {
     h.get_by_label("2 of 6 log records (newest first; 0 dropped)");
     assert_eq!(h.get_all_by_label("ecal_recorder:2003").count(), 2);
 }
+
+/// Figures of a stale registration are shown as such: the stale eCAL logger's rate and bandwidth on /status carry
+/// their age ("… s ago", greyed), a live topic's do not.
+#[test]
+fn a_stale_topics_figures_say_how_old_they_are() {
+    let mut h = harness(app_after(8));
+    h.run();
+    let view = h.state().displayed().expect("view");
+    let status = view.topic("/status").expect("/status");
+    let age = status.stale_figures_s.expect("the logger's registration is late");
+    assert!(age > shoal_monitor::model::STALE_AFTER.as_secs_f64(), "{age}");
+    assert!(view.topic("shoal_demo/0").expect("demo").stale_figures_s.is_none());
+    let rate = label_containing(&h, &format!("Hz · {age:.0} s ago"));
+    assert!(rate.starts_with("1"), "/status's last announced rate, 1 Hz: {rate}");
+    assert!(h.query_all_by_label_contains(" s ago").count() >= 2, "rate and bandwidth");
+}

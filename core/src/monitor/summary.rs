@@ -89,6 +89,9 @@ pub struct TopicSummary {
     pub cross_host_connections: usize,
     /// The age of the most recent registration of any endpoint (the topic's last sign of life).
     pub last_seen: Duration,
+    /// The age of the most recent registration among the endpoints whose figures `rate_hz`, `bandwidth_bps` and
+    /// `size_bytes` are (the publishers; the subscribers when none publishes): how old those figures are.
+    pub figures_age: Duration,
     /// What is wrong, each once, in a fixed order.
     pub problems: Vec<TopicProblem>,
 }
@@ -203,6 +206,11 @@ pub fn summarize_topic(name: &str, list: &[&TopicEntry]) -> TopicSummary {
         latency_histogram,
         cross_host_connections,
         last_seen: list.iter().map(|t| t.registration_age).min().unwrap_or_default(),
+        figures_age: if pubs.is_empty() { &subs } else { &pubs }
+            .iter()
+            .map(|t| t.registration_age)
+            .min()
+            .unwrap_or_default(),
         problems,
     }
 }
@@ -283,6 +291,7 @@ mod tests {
         assert_eq!(s.problems, [TopicProblem::Stale], "untyped subscribers agree with anything");
         assert!(!s.is_current());
         assert_eq!(s.last_seen, Duration::from_millis(500));
+        assert!(s.figures_age >= s.last_seen);
 
         // Counters from the network saturate.
         let mut huge = entry("t", TopicDirection::Subscriber, "", 5);

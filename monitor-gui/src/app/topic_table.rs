@@ -6,7 +6,7 @@ use egui::RichText;
 use egui_extras::{Column, TableBuilder};
 use shoal::monitor::printable as shown;
 
-use super::widgets::{ROW_H, health_color, stripe, text_cells};
+use super::widgets::{ROW_H, STALE_TEXT, health_color, stripe, text_cells};
 use super::{MonitorApp, Tab};
 use crate::model::{TopicRow, View, fmt_bandwidth, fmt_bytes, fmt_rate, fmt_us};
 
@@ -142,15 +142,28 @@ impl MonitorApp {
                             format!("{} ({})", shown(&t.type_name), shown(&t.encoding)),
                             t.publishers.to_string(),
                             t.subscribers.to_string(),
-                            fmt_rate(t.rate_hz),
-                            fmt_bandwidth(t.bandwidth_bps),
-                            fmt_bytes(t.size_bytes as f64),
-                            t.drops.to_string(),
-                            p50,
-                            p99,
-                            t.problems.text(),
-                            shown(&t.layers).into_owned(),
                         ],
+                    );
+                    // Figures of late registrations are the last ones announced: greyed, with their age.
+                    let (figures, figures_color) = match t.stale_figures_s {
+                        None => (
+                            [fmt_rate(t.rate_hz), fmt_bandwidth(t.bandwidth_bps), fmt_bytes(t.size_bytes as f64)],
+                            color,
+                        ),
+                        Some(age) => (
+                            [
+                                format!("{} · {age:.0} s ago", fmt_rate(t.rate_hz)),
+                                format!("{} · {age:.0} s ago", fmt_bandwidth(t.bandwidth_bps)),
+                                fmt_bytes(t.size_bytes as f64),
+                            ],
+                            STALE_TEXT,
+                        ),
+                    };
+                    text_cells(&mut row, figures_color, figures);
+                    text_cells(
+                        &mut row,
+                        color,
+                        [t.drops.to_string(), p50, p99, t.problems.text(), shown(&t.layers).into_owned()],
                     );
                 });
             });

@@ -6,6 +6,9 @@ use crate::model::Health;
 
 pub(super) const ROW_H: f32 = 20.0;
 
+/// Text of figures that are not current (a stale registration's last ones).
+pub(super) const STALE_TEXT: Color32 = Color32::from_gray(120);
+
 pub(super) fn ui_text_color() -> Color32 {
     Color32::from_gray(200)
 }
