@@ -502,6 +502,11 @@ struct OneCall {
     conn: Option<Conn>,
     /// The connection was kept from an earlier call (a failure before any answer is retried once anew).
     reused: bool,
+    /// Bytes of an answer arrived on this connection.
+    answered: bool,
+    /// The server reset the connection before any answer: its socket was closed when the request reached it
+    /// (a kept connection it closed for being idle), so it never read the request.
+    reset_unanswered: bool,
     step: Step,
     /// The handshake request (a new connection), written before the call's frame.
     handshake: Vec<u8>,
@@ -523,6 +528,8 @@ impl OneCall {
             addr: server_address(s, &client.ctx.services.host_name),
             conn: None,
             reused: false,
+            answered: false,
+            reset_unanswered: false,
             step: Step::Writing,
             handshake: Vec::new(),
             out_at: 0,
@@ -545,6 +552,8 @@ impl OneCall {
     /// A new connection (non-blocking connect); the handshake goes first.
     fn connect(&mut self) {
         self.reused = false;
+        self.answered = false;
+        self.reset_unanswered = false;
         let Some(addr) = self.addr else {
             self.result = Some(Err("no address to reach the server at".into()));
             return;
@@ -574,14 +583,16 @@ impl OneCall {
     }
 
     /// Handles readiness: writes what is left, reads what arrived. A kept connection that fails before the
-    /// request was written whole (the server closed it meanwhile) is replaced by a new one, once; after that the
-    /// server may have run the request, and it is not sent again.
+    /// request was written whole, or that the server reset before any answer (it had closed the connection for
+    /// being idle as the request went out: a reset says its socket was closed, so it never read the request), is
+    /// replaced by a new one, once; after any other failure the server may have run the request, and it is not
+    /// sent again.
     fn drive(&mut self, poll: &mut Poll, frame: &[u8]) {
         if self.result.is_some() {
             return;
         }
         if let Err(e) = self.try_drive(frame) {
-            if self.reused && self.step == Step::Writing {
+            if self.reused && (self.step == Step::Writing || self.reset_unanswered) {
                 self.drop_conn(poll);
                 self.connect();
                 self.begin(poll);
@@ -601,6 +612,7 @@ impl OneCall {
     fn try_drive(&mut self, frame: &[u8]) -> Result<(), String> {
         let Some(conn) = &mut self.conn else { return Err("no connection".into()) };
         if let Ok(Some(e)) | Err(e) = conn.stream.take_error() {
+            self.reset_unanswered = e.kind() == io::ErrorKind::ConnectionReset && !self.answered;
             return Err(format!("connection: {e}"));
         }
         let hs = self.handshake.len();
@@ -635,8 +647,12 @@ impl OneCall {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(format!("read: {e}")),
+                Err(e) => {
+                    self.reset_unanswered = e.kind() == io::ErrorKind::ConnectionReset && !self.answered;
+                    return Err(format!("read: {e}"));
+                }
             };
+            self.answered = true;
             let mut input = &buf[..n];
             while !input.is_empty() {
                 let Some(f) = self.decoder.decode(&mut input).map_err(|e| e.to_string())? else { break };
