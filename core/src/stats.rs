@@ -351,6 +351,11 @@ pub struct ShoalStats {
     pub history_resent: u64,
     /// Publishers with a history: payload bytes of those.
     pub history_resent_bytes: u64,
+    /// Subscribers asking for history whose live data comes on another layer than the history (UDP): publishers
+    /// whose history did not come before the wait for it ended (their live data was delivered without it).
+    pub history_missed: u64,
+    /// Such subscribers: history messages dropped because they came after that wait had ended.
+    pub history_late: u64,
 }
 
 #[cfg(test)]

@@ -205,7 +205,8 @@ fn endpoint_json(t: &TopicEntry) -> Value {
            "entity_id": t.entity_id.to_string(), "data_clock": t.data_clock, "frequency_hz": rate_of(t),
            "drops": t.message_drops, "size": t.topic_size, "type_mismatch": t.type_mismatch,
            "history_kept": t.shoal.as_ref().map(|s| s.history_kept),
-           "history_resent": t.shoal.as_ref().map(|s| s.history_resent)})
+           "history_resent": t.shoal.as_ref().map(|s| s.history_resent),
+           "history_missed": t.shoal.as_ref().map(|s| s.history_missed)})
 }
 
 /// `shoal topic list`: one row per publisher and subscriber.
@@ -369,6 +370,13 @@ pub(crate) fn topic_info(a: &InfoArgs) -> Result<()> {
                 bytes(s.history_kept_bytes as f64),
                 s.history_resent,
                 bytes(s.history_resent_bytes as f64)
+            )?;
+        }
+        if let Some(s) = t.shoal.as_ref().filter(|s| s.history_missed > 0 || s.history_late > 0) {
+            writeln!(
+                out,
+                "  history     missed: {} publishers' history did not come in time ({} kept messages came too late)",
+                s.history_missed, s.history_late
             )?;
         }
         writeln!(

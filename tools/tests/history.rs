@@ -38,7 +38,13 @@ fn history_publisher(t: &str, ini: &str, history: u32, before: u64, count: u64, 
 /// rest are counted by the summary's own in-order check), and nothing was dropped.
 fn check(layer: &str, name: &str, summary: &Value, expected: std::ops::RangeInclusive<u64>) {
     let via = if layer == "tcp" { "tcp" } else { "shoal_ring" };
-    assert_eq!(summary["via"][via], expected.clone().count() as u64, "all through {via}: {summary}");
+    check_via(layer, name, summary, expected.clone(), &[(via, expected.count() as u64)]);
+}
+
+/// [`check`] with the messages expected per way of delivery.
+fn check_via(layer: &str, name: &str, summary: &Value, expected: std::ops::RangeInclusive<u64>, via: &[(&str, u64)]) {
+    let want_via: serde_json::Map<String, Value> = via.iter().map(|(k, n)| (k.to_string(), Value::from(*n))).collect();
+    assert_eq!(summary["via"], Value::Object(want_via), "{layer} {name}: {summary}");
     let got = first_clocks(summary);
     println!("{layer}, {name}: first received clocks {:?}", &got[..got.len().min(15)]);
     let want: Vec<u64> = expected.clone().take(got.len()).collect();
@@ -110,10 +116,40 @@ fn tcp_late_subscriber_gets_the_history_then_live_data() {
     late_joiners("tcp", &tcp_ini("history_tcp"));
 }
 
+/// Shoal peers whose live data goes over eCAL's UDP layer (no native ring, no eCAL shared memory; TCP receive off,
+/// as by default): a subscriber asking for history fetches it over a TCP connection for the history only.
+fn udp_ini(name: &str) -> String {
+    write_ini(
+        name,
+        "[publisher]\nuse_shm = false\nuse_udp_mc = true\nuse_tcp = true\n[subscriber]\nshm_rec_enabled = false\n\
+         udp_mc_rec_enabled = true\ntcp_rec_enabled = false\n[shoal_shm_ring]\nenabled = false\n",
+    )
+}
+
+/// Over UDP the kept messages come over TCP (10), the live ones over UDP (30); the subscriber without history gets
+/// the live ones only.
+#[test]
+fn udp_late_subscriber_gets_the_history_then_live_data() {
+    let ini = udp_ini("history_udp");
+    let t = topic("history_udp");
+    let mut publ = history_publisher(&t, &ini, 10, 30, 60, 2);
+    let mut with = Peer::subscriber(&t, 40).arg("--history", "all").ini(&ini).spawn_ready("subscriber with history");
+    let mut without = Peer::subscriber(&t, 30).ini(&ini).spawn_ready("subscriber without history");
+    let s = with.expect("summary", T);
+    check_via("udp", "subscriber with history", &s, 21..=60, &[("tcp", 10), ("udp", 30)]);
+    let s = without.expect("summary", T);
+    check_via("udp", "subscriber without history", &s, 31..=60, &[("udp", 30)]);
+    let done = publ.expect("done", T);
+    assert_eq!(done["sent"], 60, "{done}");
+    with.wait_success(T);
+    without.wait_success(T);
+    publ.wait_success(T);
+}
+
 /// Subscribers join a publisher that sends all the time (500 a second): each one's first messages are kept ones,
 /// then live data with no gap and no repeat, whatever the publisher was sending while the subscriber joined.
 fn joining_a_running_publisher(layer: &str, via: &str, ini: &str) {
-    let t = topic(&format!("history_running_{via}"));
+    let t = topic(&format!("history_running_{}", layer.replace(' ', "_")));
     let publ = Peer::publisher(&t, 4000, 64, 500)
         .arg("--history", 50)
         .arg("--before", 100)
@@ -138,7 +174,14 @@ fn joining_a_running_publisher(layer: &str, via: &str, ini: &str) {
         assert_eq!(s["received"], 300, "{s}");
         assert_eq!(s["out_of_order"], 0, "{s}");
         assert_eq!(s["drops"], 0, "{s}");
-        assert_eq!(s["via"][via], 300, "{s}");
+        if via == "udp" {
+            // The kept messages over TCP, then live data over UDP (the live messages that came before the history
+            // waited for it).
+            let tcp = s["via"]["tcp"].as_u64().unwrap_or(0);
+            assert!(tcp > 0 && s["via"]["udp"].as_u64() == Some(300 - tcp), "{s}");
+        } else {
+            assert_eq!(s["via"][via], 300, "{s}");
+        }
         // The first message is a kept one: sent before the subscriber existed.
         assert!(s["first_sent_before_created_ms"].as_f64().expect("first sent") > 0.0, "{s}");
         sub.wait_success(T);
@@ -149,6 +192,50 @@ fn joining_a_running_publisher(layer: &str, via: &str, ini: &str) {
 #[test]
 fn tcp_subscribers_joining_a_running_publisher_see_one_run_of_clocks() {
     joining_a_running_publisher("tcp", "tcp", &tcp_ini("history_tcp_running"));
+}
+
+/// eCAL's shared-memory layer between shoal peers (native ring off, no UDP): as over UDP, the kept messages come
+/// over TCP and live data through the memfile, merged in order.
+#[test]
+fn ecal_shm_late_subscriber_gets_the_history_then_live_data() {
+    let ini = write_ini(
+        "history_shm",
+        "[publisher]\nuse_shm = true\nuse_udp_mc = false\nuse_tcp = true\n[subscriber]\nshm_rec_enabled = true\n\
+         udp_mc_rec_enabled = false\ntcp_rec_enabled = false\n[shoal_shm_ring]\nenabled = false\n",
+    );
+    let t = topic("history_shm");
+    let mut publ = history_publisher(&t, &ini, 10, 30, 60, 1);
+    let mut sub = Peer::subscriber(&t, 40).arg("--history", "all").ini(&ini).spawn_ready("subscriber with history");
+    let s = sub.expect("summary", T);
+    check_via("eCAL shm", "subscriber with history", &s, 21..=60, &[("shm", 30), ("tcp", 10)]);
+    sub.wait_success(T);
+    publ.wait_success(T);
+}
+
+/// A publisher whose TCP layer is off cannot send its history to a UDP subscriber: its registration names no port,
+/// so the subscriber counts the history as missed and delivers live data at once, none lost.
+#[test]
+fn udp_a_history_that_cannot_come_is_counted_as_missed_and_live_data_goes_on() {
+    let ini = udp_ini("history_udp_missed");
+    let no_tcp = write_ini(
+        "history_udp_missed_pub",
+        "[publisher]\nuse_shm = false\nuse_udp_mc = true\nuse_tcp = false\n[shoal_shm_ring]\nenabled = false\n",
+    );
+    let t = topic("history_udp_missed");
+    let mut publ = history_publisher(&t, &no_tcp, 10, 30, 60, 1);
+    let mut sub = Peer::subscriber(&t, 30).arg("--history", "all").ini(&ini).spawn_ready("subscriber with history");
+    let s = sub.expect("summary", T);
+    check_via("udp", "subscriber whose history cannot come", &s, 31..=60, &[("udp", 30)]);
+    assert_eq!(s["history_missed"], 1, "{s}");
+    // Nothing waited for a history that could not come (live data sent 5 ms apart, right after the match).
+    assert!(s["max_latency_us"].as_u64().expect("max latency") < 500_000, "{s}");
+    sub.wait_success(T);
+    publ.wait_success(T);
+}
+
+#[test]
+fn udp_subscribers_joining_a_running_publisher_see_one_run_of_clocks() {
+    joining_a_running_publisher("udp", "udp", &udp_ini("history_udp_running"));
 }
 
 #[test]
@@ -196,6 +283,65 @@ fn tcp_an_ecal_subscriber_gets_live_data_only_beside_a_shoal_subscriber_with_his
     shoal.wait_success(T);
     publ.wait_success(T);
     ecal.wait_success(T);
+}
+
+/// eCAL 6.1.1's UDP subscriber of a publisher with a history, beside a shoal subscriber that asks for it: the
+/// history goes over TCP to the shoal subscriber alone, so eCAL's gets live data only, once and in order.
+#[test]
+fn udp_an_ecal_subscriber_gets_live_data_only_beside_a_shoal_subscriber_with_history() {
+    let ini = udp_ini("history_udp_ecal");
+    let t = topic("history_udp_ecal");
+    let mut ecal = Peer::ecal_subscriber(&t, 30, "udp")
+        .arg("--until-clock", 60)
+        .flag("--pattern-only")
+        .timeout_ms(40000)
+        .idle_ms(15000)
+        .spawn_ready("eCAL sub");
+    let mut publ = history_publisher(&t, &ini, 10, 30, 60, 2);
+    let mut shoal = Peer::subscriber(&t, 40).arg("--history", "all").ini(&ini).spawn_ready("shoal sub with history");
+    let s = shoal.expect("summary", T);
+    check_via("udp", "shoal subscriber with history beside eCAL's", &s, 21..=60, &[("tcp", 10), ("udp", 30)]);
+    let mut lines = ecal.until("summary", Duration::from_secs(40));
+    let summary = lines.pop().expect("summary");
+    let clocks: Vec<u64> =
+        lines.iter().filter(|v| v["event"] == "msg").map(|m| m["send_clock"].as_u64().expect("send_clock")).collect();
+    println!("udp, eCAL 6.1.1 subscriber beside it: first received clocks {:?}", &clocks[..clocks.len().min(15)]);
+    assert_eq!(clocks, (31..=60).collect::<Vec<u64>>(), "live data only, once and in order: {summary}");
+    assert_eq!(summary["timed_out"], false, "{summary}");
+    shoal.wait_success(T);
+    publ.wait_success(T);
+    ecal.wait_success(T);
+}
+
+/// A shoal subscriber asking for history of eCAL 6.1.1's UDP publisher: eCAL announces no history, so the live
+/// data that came before its registration was known goes to the subscriber as soon as it is, all of it, in order.
+#[test]
+fn udp_a_shoal_subscriber_asking_for_history_is_served_by_an_ecal_publisher() {
+    let ini = udp_ini("history_udp_from_ecal");
+    let t = topic("history_udp_from_ecal");
+    let count = 50;
+    let mut sub = Peer::subscriber(&t, count)
+        .arg("--history", "all")
+        .idle_ms(15000)
+        .flag("--until-accounted")
+        .ini(&ini)
+        .spawn_ready("shoal sub asking for history");
+    let mut publ = Peer::ecal_publisher(&t, count, 64, 100)
+        .arg("--layer", "udp")
+        .arg("--wait-ms", 20000)
+        .start_delay_ms(2000)
+        .linger_ms(1000)
+        .spawn("eCAL pub");
+    let s = sub.expect("summary", T);
+    let got = first_clocks(&s);
+    println!("udp, eCAL 6.1.1 publisher to a shoal subscriber asking for history: first clocks {:?}", &got[..15]);
+    assert_eq!(s["received"], count, "{s}");
+    assert_eq!(got, (1..=got.len() as u64).collect::<Vec<u64>>(), "{s}");
+    assert_eq!(s["drops"], 0, "{s}");
+    assert_eq!(s["out_of_order"], 0, "{s}");
+    assert_eq!(s["via"], serde_json::json!({"udp": count}), "{s}");
+    sub.wait_success(T);
+    publ.wait_success(T);
 }
 
 /// A shoal subscriber asking for history connects to eCAL 6.1.1's TCP publisher: its longer handshake is answered

@@ -252,7 +252,21 @@ impl PubShared {
             }
         }
         let before: Vec<_> = writers.iter().map(|l| l.advert()).collect();
+        // Subscribers that ask for our history and do not read it in our ring fetch it from a layer that serves it
+        // apart from their live data (`pubsub/history.rs`).
+        let askers: Vec<&RemoteTopic> = if self.history.is_some() {
+            c.remote
+                .values()
+                .filter(|r| r.doorbell.is_none() && r.topic.announced_history().is_some_and(|p| p.history_depth > 0))
+                .map(|r| &r.topic)
+                .collect()
+        } else {
+            Vec::new()
+        };
         for ((layer, targets), is_active) in writers.iter_mut().zip(&assigned).zip(active.iter_mut()) {
+            if self.history.is_some() {
+                layer.set_history_askers(&askers);
+            }
             // Subscribers reading the native ring connect no other layer.
             let peers: Vec<&RemoteTopic> = c
                 .remote
@@ -277,6 +291,12 @@ impl PubShared {
         if let Some(par) = lock(&self.ring_par).clone() {
             let active = self.ring_active.load(Ordering::Relaxed);
             layers.push(Layer::new(LayerKind::ShoalRing, true, active, LayerPar::Shoal(par)));
+        } else if let Some(h) = &self.history {
+            // No ring (switched off): the entry still says what the publisher keeps, for subscribers that fetch it
+            // over another layer.
+            let h = lock(h);
+            let par = ShoalPar { history_depth: h.depth(), history_bytes: h.max_bytes() as u64, ..ShoalPar::default() };
+            layers.push(Layer::new(LayerKind::ShoalRing, false, false, LayerPar::Shoal(par)));
         }
         layers.extend(lock(&self.layers).writers.iter().filter_map(|l| l.advert()));
         LocalTopic {
@@ -356,6 +376,7 @@ impl PubShared {
                 history_kept_bytes: kept_bytes,
                 history_resent: resent,
                 history_resent_bytes: resent_bytes,
+                ..ShoalStats::default()
             }),
             ..TopicStats::default()
         }

@@ -243,6 +243,7 @@ impl Runtime {
         out.extend(t.pubs.values().filter_map(Weak::upgrade).map(|p| (p.id, p.stats(now))));
         out.extend(t.subs.values().filter_map(Weak::upgrade).map(|s| {
             s.report_drops();
+            s.expire_history_waits();
             (s.id, s.stats(now, &self.identity.host_name))
         }));
         out

@@ -9,7 +9,7 @@ use crate::config::{QueuePolicy, WaitStrategy};
 use crate::io::Command;
 use crate::pubsub::builder::SubOptions;
 use crate::pubsub::events::{Event, EventSink, Peer, via_of_layer};
-use crate::pubsub::history::History;
+use crate::pubsub::history::{GATE_MIN_WAIT, History, HistoryGate, Offer};
 use crate::pubsub::meter::{ConnMeter, MeterTable};
 use crate::pubsub::runtime::{Runtime, shoal_par};
 use crate::pubsub::{CreateError, RecvError};
@@ -98,6 +98,9 @@ pub(crate) struct SubShared {
     reliable: bool,
     /// The kept messages it asks of each publisher it matches (`SubscriberBuilder::history`).
     history: History,
+    /// With a history asked for: the live data of eCAL-facing layers waits here for each publisher's history
+    /// (`pubsub/history.rs`). Lock order: the gate, then `layer_clocks`, then `intra`.
+    gate: Option<Mutex<HistoryGate<Sample>>>,
     /// Bytes the queued samples are charged ([`QueuePolicy::charge`]).
     intra_bytes: AtomicUsize,
     intra_pubs: AtomicUsize,
@@ -193,10 +196,57 @@ impl SubShared {
         );
     }
 
+    /// Delivers what the history gate released (under its lock, so that no later live message overtakes them).
+    fn release(&self, mut out: Vec<Sample>) {
+        if !out.is_empty() {
+            self.push_batch_checked(&mut out);
+            self.wake();
+        }
+    }
+
+    /// A publisher's registration is known: the history gate learns whether that publisher's history will come
+    /// to this subscriber apart from its live data (it keeps one, and we read no ring of it).
+    fn gate_matched(&self, remote: &RemoteTopic) {
+        if let Some(gate) = &self.gate {
+            let keeps = remote.announced_history().is_some_and(|p| p.history_depth > 0);
+            let port = remote.layers.iter().any(|l| matches!(l.par, LayerPar::Tcp { port } if port > 0));
+            let offer = match (keeps, port) {
+                (false, _) => Offer::None,
+                (true, true) => Offer::Fetch,
+                (true, false) => Offer::Unreachable,
+            };
+            let mut g = lock(gate);
+            let out = g.matched(remote.key.entity_id, offer, Instant::now());
+            self.release(out);
+        }
+    }
+
+    /// Ends the history waits that are past their deadline (called once per registration period; a wait also
+    /// ends when the publisher's next live message comes).
+    pub(crate) fn expire_history_waits(&self) {
+        if let Some(gate) = &self.gate {
+            let mut g = lock(gate);
+            let out = g.expire(Instant::now());
+            self.release(out);
+        }
+    }
+
+    /// Publishers whose history did not come before the wait for it ended, and history messages dropped because
+    /// they came after that.
+    pub(crate) fn history_missed(&self) -> (u64, u64) {
+        self.gate.as_ref().map_or((0, 0), |g| lock(g).missed())
+    }
+
     /// Queues a sample from an eCAL-facing layer, unless that publisher's sample already came through another
     /// layer (a repeat is dropped; an older one is dropped and counted). Gaps are counted by the layer that saw
-    /// them.
+    /// them. With a history asked for, it first passes the history gate.
     fn push_from_layer(&self, s: Sample) {
+        if let Some(gate) = &self.gate {
+            let mut g = lock(gate);
+            let mut out = g.live(s.publisher_id, s, Instant::now());
+            self.push_batch_checked(&mut out);
+            return;
+        }
         match lock(&self.layer_clocks).check(s.publisher_id, s.clock, Instant::now()) {
             ClockCheck::Accept { .. } => {}
             ClockCheck::Resync => self.warn_resync(&s),
@@ -212,6 +262,21 @@ impl SubShared {
     /// [`Self::push_from_layer`] for several samples (`samples` is left empty): the clock table and the queue are
     /// locked once for all of them, and the clock entry looked up once for each run of one publisher's samples.
     fn push_batch_from_layer(&self, samples: &mut Vec<Sample>) {
+        if let Some(gate) = &self.gate {
+            let mut g = lock(gate);
+            let now = Instant::now();
+            let mut out = Vec::with_capacity(samples.len());
+            for s in samples.drain(..) {
+                out.extend(g.live(s.publisher_id, s, now));
+            }
+            self.push_batch_checked(&mut out);
+            return;
+        }
+        self.push_batch_checked(samples);
+    }
+
+    /// [`Self::push_batch_from_layer`] past the history gate.
+    fn push_batch_checked(&self, samples: &mut Vec<Sample>) {
         if samples.is_empty() {
             return;
         }
@@ -329,6 +394,11 @@ impl SubShared {
             }
             (None, Some(par)) => match open_announced_ring(&par.segment, remote, self.reliable) {
                 Ok(mut reader) => {
+                    // The ring holds the history and the live data: what waited of its copies on other layers is
+                    // dropped (copies that come later are dropped as the ring's).
+                    if let Some(gate) = &self.gate {
+                        lock(gate).read_in_ring(remote.key.entity_id);
+                    }
                     // Messages the publisher sent after we subscribed but before we opened its ring are ours too,
                     // and so are the ones it kept for late joiners when we ask for them.
                     self.rewind_ring(&mut reader, par);
@@ -382,6 +452,7 @@ impl SubShared {
     }
 
     fn connect_layers(self: &Arc<Self>, rt: &Runtime, remote: &RemoteTopic, same_host: bool) {
+        self.gate_matched(remote);
         let mut conns = lock(&self.layer_conns);
         let was_known = conns.iter().any(|(k, _, _)| *k == remote.key);
         // Update the layers already connected to this publisher; connect the ones that were not (a publisher may
@@ -417,6 +488,11 @@ impl SubShared {
     }
 
     pub(crate) fn disconnect_remote(&self, key: &EntityKey) {
+        if let Some(gate) = &self.gate {
+            let mut g = lock(gate);
+            let out = g.forget(key.entity_id);
+            self.release(out);
+        }
         lock(&self.layer_types).remove(key);
         lock(&self.layer_clocks).forget(key.entity_id);
         lock(&self.inbox_meters).forget(key.entity_id);
@@ -647,6 +723,8 @@ impl SubShared {
                 bytes,
                 bandwidth_bps: if secs > 0.0 { window_bytes as f64 / secs } else { 0.0 },
                 connections,
+                history_missed: self.history_missed().0,
+                history_late: self.history_missed().1,
                 ..ShoalStats::default()
             }),
             ..TopicStats::default()
@@ -730,6 +808,12 @@ impl SubHandle {
             ring_queue: opts.queue.map(room),
             reliable: opts.reliable.unwrap_or(rt.config.reliable.subscribers),
             history: opts.history,
+            gate: (opts.history != History::Off).then(|| {
+                // A publisher's registration comes at least once a refresh period, and its history right after
+                // ours reached it (a lost datagram costs a period).
+                let wait = (rt.config.registration.refresh * 3).max(GATE_MIN_WAIT);
+                Mutex::new(HistoryGate::new(wait, wait, rt.config.history.max_bytes.saturating_mul(4)))
+            }),
             intra_bytes: AtomicUsize::new(0),
             intra_pubs: AtomicUsize::new(0),
             remote_pubs: AtomicUsize::new(0),
@@ -836,6 +920,14 @@ macro_rules! subscriber_status {
             self.handle().shared.publisher_count()
         }
 
+        /// With a history asked for ([`SubscriberBuilder::history`](crate::builder::SubscriberBuilder::history)):
+        /// publishers that keep one whose history did not come before the wait for it ended (their live data was
+        /// delivered without it; over UDP or eCAL shared memory, where the history comes over TCP). Also in
+        /// registration (`history_missed`).
+        pub fn history_missed(&self) -> u64 {
+            self.handle().shared.history_missed().0
+        }
+
         /// Waits until at least `n` publishers (in this process and in others) are matched, at most `timeout`;
         /// gives how many are, or [`MatchTimeout`](crate::pubsub::MatchTimeout) with how many were when the time was up.
         /// The counterpart of [`Publisher::wait_for_subscribers`](crate::Publisher::wait_for_subscribers).
@@ -929,6 +1021,25 @@ impl Inbox for SubShared {
 
     fn history_depth(&self) -> u32 {
         self.history.depth()
+    }
+
+    fn push_history(&self, sample: Sample) {
+        match &self.gate {
+            Some(gate) => {
+                let mut g = lock(gate);
+                let out = g.history(sample.publisher_id, sample);
+                self.release(out);
+            }
+            None => self.push(sample),
+        }
+    }
+
+    fn history_end(&self, publisher_id: u64) {
+        if let Some(gate) = &self.gate {
+            let mut g = lock(gate);
+            let out = g.history_end(publisher_id);
+            self.release(out);
+        }
     }
 }
 

@@ -209,6 +209,8 @@ fn shoal_stats_to_pb(s: &ShoalStats) -> pb::TopicStatsShoal {
         history_kept_bytes: s.history_kept_bytes,
         history_resent: s.history_resent,
         history_resent_bytes: s.history_resent_bytes,
+        history_missed: s.history_missed,
+        history_late: s.history_late,
     }
 }
 
@@ -224,6 +226,8 @@ fn shoal_stats_from_pb(s: &pb::TopicStatsShoal) -> ShoalStats {
         history_kept_bytes: s.history_kept_bytes,
         history_resent: s.history_resent,
         history_resent_bytes: s.history_resent_bytes,
+        history_missed: s.history_missed,
+        history_late: s.history_late,
     }
 }
 

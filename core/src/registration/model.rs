@@ -243,6 +243,17 @@ pub struct RemoteTopic {
     pub authenticated: bool,
 }
 
+impl RemoteTopic {
+    /// The history a shoal peer announces (a publisher's kept messages, a subscriber's wanted depth): in its
+    /// native ring's entry, also when that layer is off for it; `None` for an eCAL peer.
+    pub fn announced_history(&self) -> Option<&ShoalPar> {
+        self.layers.iter().find_map(|l| match (&l.kind, &l.par) {
+            (LayerKind::ShoalRing, LayerPar::Shoal(p)) => Some(p),
+            _ => None,
+        })
+    }
+}
+
 #[cfg(test)]
 impl RemoteTopic {
     /// A topic `t` on host `h` with only identity, direction and layers set, for the transports' tests.

@@ -81,6 +81,12 @@ pub(crate) trait LayerWriter: Send + std::fmt::Debug {
     /// whenever the matched subscribers change.
     fn set_peers(&mut self, _peers: &[&RemoteTopic]) {}
 
+    /// The matched subscribers that ask for this publisher's history and read no native ring of it (shoal
+    /// subscribers made with `history(..)`, whichever layer carries their live data): a layer that serves the
+    /// history apart from live data (TCP, `pubsub/history.rs`) makes room for them. Called before
+    /// [`LayerWriter::set_peers`] whenever the matched subscribers change, for publishers with a history only.
+    fn set_history_askers(&mut self, _askers: &[&RemoteTopic]) {}
+
     /// The registration entry, or `None` while the layer is not started.
     fn advert(&self) -> Option<Layer>;
 
@@ -154,6 +160,14 @@ pub(crate) trait Inbox: Send + Sync {
     fn history_depth(&self) -> u32 {
         0
     }
+    /// Delivers one message of a publisher's history (what a connection that asked for it receives before the
+    /// publisher's [`Inbox::history_end`] mark); it waits there with the live data of that publisher that came
+    /// another way (`pubsub/history.rs`, `HistoryGate`). Wakes the waiters as [`Inbox::push`] does.
+    fn push_history(&self, sample: crate::sample::Sample) {
+        self.push(sample);
+    }
+    /// `publisher_id`'s history has all come: it and the live data that waited go to the subscriber, in order.
+    fn history_end(&self, _publisher_id: u64) {}
 }
 
 /// A subscriber-side connection of an eCAL-facing layer to one remote publisher; dropping it disconnects.

@@ -639,6 +639,7 @@ impl Tally {
             "torn": self.torn,
             "out_of_order": self.out_of_order,
             "drops": sub.drops(),
+            "history_missed": sub.history_missed(),
             "publishers": self.publishers.len(),
             "per_publisher": self.publishers.iter()
                 .map(|(id, (n, first, last))| {

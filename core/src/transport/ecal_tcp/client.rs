@@ -71,8 +71,13 @@ pub(super) struct Client {
     pub(super) out: Vec<u8>,
     /// The current connection's handshake asks for the publisher's history (`pubsub/history.rs`).
     pub(super) asks_history: bool,
-    /// A publisher answered a handshake that asked for its history: later connections do not ask again.
+    /// The publisher sent all the history asked for (its [`frame::history_end`] mark): later connections do not
+    /// ask again.
     pub(super) history_answered: bool,
+    /// Messages on the current connection are history, until the publisher's mark (an eCAL publisher, which
+    /// answers the handshake as any, never sends one: its live data goes through the subscriber's history gate,
+    /// which passes a publisher that announced no history).
+    pub(super) in_history: bool,
     pub(super) decoder: StreamDecoder,
     pub(super) backoff: Duration,
     pub(super) next_attempt: Instant,
@@ -118,6 +123,7 @@ impl Client {
             out: Vec::new(),
             asks_history: false,
             history_answered: false,
+            in_history: false,
             decoder: StreamDecoder::new(max_message),
             backoff: BACKOFF_MIN,
             next_attempt: now,
@@ -183,7 +189,8 @@ impl Client {
 
     /// Feeds received bytes through the connection's decoder and acts on what it reports.
     pub(super) fn feed(&mut self, shared: &Shared, bytes: &[u8]) -> Result<(), stream::StreamError> {
-        let Client { decoder, shared: cs, answered, just_answered, asks_history, history_answered, .. } = self;
+        let Client { decoder, shared: cs, answered, just_answered, asks_history, history_answered, in_history, .. } =
+            self;
         let counters = &shared.counters;
         let mut delivered = false;
         let result = decoder.feed(bytes, &mut |event| match event {
@@ -191,14 +198,25 @@ impl Client {
                 if !*answered {
                     *answered = true;
                     *just_answered = true;
-                    *history_answered |= *asks_history;
+                    *in_history = *asks_history;
+                }
+            }
+            Event::HistoryEnd => {
+                if *in_history {
+                    *in_history = false;
+                    *history_answered = true;
+                    cs.inbox.history_end(cs.publisher_id);
+                    if cs.history_only {
+                        // Nothing else comes on this connection: the I/O thread closes it on its next turn.
+                        cs.closed.store(true, Ordering::Release);
+                    }
                 }
             }
             Event::Message(m) => {
                 if cs.inbox.reads_ring_of(m.publisher_id) {
                     return;
                 }
-                cs.inbox.push_unwoken(Sample {
+                let sample = Sample {
                     payload: Payload::Owned(m.payload),
                     send_time_ns: m.time_us.saturating_mul(1000),
                     via: Via::Tcp,
@@ -206,8 +224,13 @@ impl Client {
                     publisher_id: m.publisher_id,
                     type_info: Arc::clone(&cs.type_info),
                     topic: Arc::clone(&cs.topic),
-                });
-                delivered = true;
+                };
+                if *in_history {
+                    cs.inbox.push_history(sample);
+                } else {
+                    cs.inbox.push_unwoken(sample);
+                    delivered = true;
+                }
                 bump(&counters.delivered);
             }
             Event::TooLarge { data_size } => {
@@ -316,10 +339,11 @@ impl TcpSource {
                 // came live before must not come again).
                 let depth = c.shared.inbox.history_depth();
                 c.asks_history = depth > 0 && !c.history_answered;
-                c.out = if c.asks_history {
-                    frame::handshake_asking_history(depth).to_vec()
-                } else {
-                    frame::handshake().to_vec()
+                c.in_history = false;
+                c.out = match (c.asks_history, c.shared.history_only) {
+                    (true, true) => frame::handshake_asking_history_only(depth).to_vec(),
+                    (true, false) => frame::handshake_asking_history(depth).to_vec(),
+                    (false, _) => frame::handshake().to_vec(),
                 };
                 c.decoder.restart();
                 address.in_flight += 1;

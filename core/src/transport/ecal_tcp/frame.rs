@@ -62,23 +62,51 @@ pub fn handshake() -> [u8; HEADER_LEN + 1] {
 
 /// What follows the version byte in the handshake of a shoal subscriber that asks for a publisher's history.
 const HISTORY_ASK: &[u8; 4] = b"SHHI";
+/// The same for a connection that asks for the history only: a subscriber whose live data comes through another
+/// layer (UDP) fetches the history this way; the publisher sends no live message on it.
+const HISTORY_ONLY_ASK: &[u8; 4] = b"SHHO";
+/// Frame type of the mark a shoal publisher sends after the history it was asked for (no data): what follows is
+/// live data. tcp_pubsub knows types 0 and 1 only; the mark goes only to shoal subscribers that asked.
+pub const TYPE_HISTORY_END: u8 = 0x48;
+
+/// The mark after a history ([`TYPE_HISTORY_END`]).
+pub fn history_end() -> [u8; HEADER_LEN] {
+    let mut f = [0u8; HEADER_LEN];
+    put_header(&mut f, TYPE_HISTORY_END, 0);
+    f
+}
 
 /// The handshake of a shoal subscriber asking for the newest `depth` messages the publisher kept for late joiners
 /// (`u32::MAX`: all): protocol version 0, then `"SHHI"` and the depth (`u32` LE). tcp_pubsub's publisher (eCAL
 /// 6.1.1's, tcp_pubsub 2.0.1 `PublisherSession`) reads a handshake's data whole and copies only its first byte, the
 /// version, so an eCAL publisher answers it as any handshake.
 pub fn handshake_asking_history(depth: u32) -> [u8; HEADER_LEN + 9] {
+    history_handshake(HISTORY_ASK, depth)
+}
+
+/// The handshake of a shoal subscriber asking for the history only (`"SHHO"`, otherwise as
+/// [`handshake_asking_history`]): the publisher sends the kept messages and the [`history_end`] mark, then nothing.
+pub fn handshake_asking_history_only(depth: u32) -> [u8; HEADER_LEN + 9] {
+    history_handshake(HISTORY_ONLY_ASK, depth)
+}
+
+fn history_handshake(ask: &[u8; 4], depth: u32) -> [u8; HEADER_LEN + 9] {
     let mut f = [0u8; HEADER_LEN + 9];
     put_header(&mut f, TYPE_HANDSHAKE, 9);
-    f[HEADER_LEN + 1..HEADER_LEN + 5].copy_from_slice(HISTORY_ASK);
+    f[HEADER_LEN + 1..HEADER_LEN + 5].copy_from_slice(ask);
     f[HEADER_LEN + 5..].copy_from_slice(&depth.to_le_bytes());
     f
 }
 
-/// The history depth a handshake's data asks for ([`handshake_asking_history`]), if it asks.
-fn asked_history(data: &[u8]) -> Option<u32> {
+/// The history a handshake's data asks for: (depth, history only), if it asks.
+fn asked_history(data: &[u8]) -> Option<(u32, bool)> {
     let rest = data.get(1..9)?;
-    (rest[..4] == HISTORY_ASK[..]).then(|| u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]))
+    let depth = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
+    match &rest[..4] {
+        a if a == HISTORY_ASK => Some((depth, false)),
+        a if a == HISTORY_ONLY_ASK => Some((depth, true)),
+        _ => None,
+    }
 }
 
 fn str_field_len(len: usize) -> usize {
@@ -275,6 +303,8 @@ pub struct SubscriberInput {
     pub handshakes: usize,
     /// The history depth the last handshake that asked for one asked for ([`handshake_asking_history`]).
     pub history: Option<u32>,
+    /// That handshake asked for the history only ([`handshake_asking_history_only`]).
+    pub history_only: bool,
 }
 
 /// [`take_subscriber_frames`], also giving the history a shoal subscriber's handshake asks for.
@@ -282,6 +312,7 @@ pub fn take_subscriber_input(input: &mut Vec<u8>, max: usize) -> Result<Subscrib
     let mut at = 0;
     let mut handshakes = 0;
     let mut history = None;
+    let mut history_only = false;
     while input.len() - at >= HEADER_LEN {
         let mut h = [0u8; HEADER_LEN];
         h.copy_from_slice(&input[at..at + HEADER_LEN]);
@@ -297,12 +328,15 @@ pub fn take_subscriber_input(input: &mut Vec<u8>, max: usize) -> Result<Subscrib
         if header.kind == TYPE_HANDSHAKE {
             handshakes += 1;
             let data = &input[at + usize::from(header.header_size)..at + total];
-            history = asked_history(data).or(history);
+            if let Some((depth, only)) = asked_history(data) {
+                history = Some(depth);
+                history_only = only;
+            }
         }
         at += total;
     }
     input.drain(..at);
-    Ok(SubscriberInput { handshakes, history })
+    Ok(SubscriberInput { handshakes, history, history_only })
 }
 
 #[cfg(test)]
@@ -377,14 +411,30 @@ mod tests {
         // tcp_pubsub's publisher copies only the first data byte: the version, 0, as in a plain handshake.
         assert_eq!(ask[HEADER_LEN], handshake()[HEADER_LEN]);
         let mut input = ask.to_vec();
-        assert_eq!(take_subscriber_input(&mut input, 4096), Ok(SubscriberInput { handshakes: 1, history: Some(7) }));
+        assert_eq!(
+            take_subscriber_input(&mut input, 4096),
+            Ok(SubscriberInput { handshakes: 1, history: Some(7), history_only: false })
+        );
         let mut input = handshake().to_vec();
-        assert_eq!(take_subscriber_input(&mut input, 4096), Ok(SubscriberInput { handshakes: 1, history: None }));
+        assert_eq!(
+            take_subscriber_input(&mut input, 4096),
+            Ok(SubscriberInput { handshakes: 1, history: None, history_only: false })
+        );
         // Split anywhere, the request is read once its frame is whole.
         let mut input = ask[..15].to_vec();
         assert_eq!(take_subscriber_input(&mut input, 4096), Ok(SubscriberInput::default()));
         input.extend_from_slice(&ask[15..]);
         assert_eq!(take_subscriber_input(&mut input, 4096).unwrap().history, Some(7));
         assert!(input.is_empty());
+        // Asking for the history only.
+        let only = handshake_asking_history_only(u32::MAX);
+        assert_eq!(only[HEADER_LEN], handshake()[HEADER_LEN]);
+        let mut input = only.to_vec();
+        assert_eq!(
+            take_subscriber_input(&mut input, 4096),
+            Ok(SubscriberInput { handshakes: 1, history: Some(u32::MAX), history_only: true })
+        );
+        let end = parse_header(&history_end()).unwrap();
+        assert_eq!((end.kind, end.data_size), (TYPE_HISTORY_END, 0));
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::registration::{Layer, LayerKind, LayerPar, RemoteTopic};
+use crate::registration::{EntityKey, Layer, LayerKind, LayerPar, RemoteTopic};
 use crate::sync::lock;
 use crate::transport::{HistorySource, LayerWriteError, LayerWriter, LayerWriterFactory, SampleMeta};
 use crate::types::TypeInfo;
@@ -55,6 +55,8 @@ impl LayerWriterFactory for TcpWriterFactory {
             start_failed: false,
             targets: 0,
             places: Vec::new(),
+            peer_places: Vec::new(),
+            asker_places: Vec::new(),
             history: None,
         }))
     }
@@ -72,8 +74,11 @@ pub(super) struct TcpWriter {
     /// The listener could not be opened (logged once; the layer stays off for this publisher).
     pub(super) start_failed: bool,
     pub(super) targets: usize,
-    /// The places of the matched subscribers (copied to the server when it starts).
+    /// The places of the matched subscribers (copied to the server when it starts): those of the TCP peers and
+    /// of the history askers, one per subscriber.
     pub(super) places: Vec<Origin>,
+    pub(super) peer_places: Vec<(EntityKey, Origin)>,
+    pub(super) asker_places: Vec<(EntityKey, Origin)>,
     /// The publisher's history for late joiners (handed to the server when it starts).
     pub(super) history: Option<Arc<dyn HistorySource>>,
 }
@@ -115,6 +120,26 @@ fn bind_listener(local_only: bool) -> io::Result<std::net::TcpListener> {
 }
 
 impl TcpWriter {
+    /// The places `subs` make (module docs), with the subscriber each belongs to.
+    fn places_of(&self, subs: &[&RemoteTopic]) -> Vec<(EntityKey, Origin)> {
+        subs.iter()
+            .filter(|r| !self.protected || r.authenticated)
+            .filter_map(|r| subscriber_origin(r, &self.shared.host_name).map(|o| (r.key.clone(), o)))
+            .collect()
+    }
+
+    /// One place per matched TCP peer and per history asker that is not also a peer (it connects once).
+    fn update_places(&mut self) {
+        let mut places: Vec<Origin> = self.peer_places.iter().map(|(_, o)| *o).collect();
+        places.extend(
+            self.asker_places.iter().filter(|(k, _)| !self.peer_places.iter().any(|(p, _)| p == k)).map(|(_, o)| *o),
+        );
+        self.places = places;
+        if let Some(server) = &self.server {
+            *lock(&server.places) = self.places.clone();
+        }
+    }
+
     fn start(&mut self) {
         match bind_listener(self.shared.local_only).and_then(|l| Ok((l.local_addr()?.port(), l))) {
             Ok((port, l)) => {
@@ -157,8 +182,9 @@ impl TcpWriter {
         let cap = self.shared.cfg.send_queue_bytes;
         let len = head.len() + payload.len();
         let mut st = lock(&session.state);
-        if st.dead || !st.ready() {
-            // Not admitted yet (handshake pending) or going: not a subscriber of this message, as in tcp_pubsub.
+        if st.dead || !st.ready() || st.history_only {
+            // Not admitted yet (handshake pending) or going: not a subscriber of this message, as in tcp_pubsub; or
+            // a connection that fetches the history only (its live data comes through another layer).
             return true;
         }
         while !st.has_room(len, cap) {
@@ -221,15 +247,18 @@ impl LayerWriter for TcpWriter {
         !self.start_failed && remote.layers.iter().any(|l| l.kind == LayerKind::Tcp && l.is_enabled())
     }
 
-    fn set_peers(&mut self, peers: &[&RemoteTopic]) {
-        self.places = peers
-            .iter()
-            .filter(|r| !self.protected || r.authenticated)
-            .filter_map(|r| subscriber_origin(r, &self.shared.host_name))
-            .collect();
-        if let Some(server) = &self.server {
-            *lock(&server.places) = self.places.clone();
+    fn set_history_askers(&mut self, askers: &[&RemoteTopic]) {
+        if self.history.is_none() {
+            return;
         }
+        // A subscriber whose live data comes through another layer fetches the history here.
+        self.asker_places = self.places_of(askers);
+        self.update_places();
+    }
+
+    fn set_peers(&mut self, peers: &[&RemoteTopic]) {
+        self.peer_places = self.places_of(peers);
+        self.update_places();
     }
 
     fn set_targets(&mut self, targets: &[&RemoteTopic]) {
@@ -281,5 +310,11 @@ impl LayerWriter for TcpWriter {
 
     fn set_history(&mut self, history: Arc<dyn HistorySource>) {
         self.history = Some(history);
+        // The listener starts now, so the first registration already names the port that late joiners whose live
+        // data comes through another layer fetch the history from (an announced port is what tells them it can
+        // come).
+        if self.server.is_none() && !self.start_failed {
+            self.start();
+        }
     }
 }

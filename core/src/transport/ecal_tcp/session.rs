@@ -143,6 +143,8 @@ pub(super) struct SessionState {
     pub(super) dead: bool,
     /// The history depth a shoal subscriber's handshake asked for ([`frame::handshake_asking_history`]).
     pub(super) history: Option<u32>,
+    /// It asked for the history only ([`frame::handshake_asking_history_only`]): no live message goes to it.
+    pub(super) history_only: bool,
 }
 
 impl SessionState {
@@ -297,6 +299,7 @@ impl TcpSource {
                     progress_at: now,
                     dead: false,
                     history: None,
+                    history_only: false,
                 }),
                 room: Condvar::new(),
                 peer,
@@ -317,8 +320,12 @@ impl TcpSource {
         let Some(origin) = server.admit(session.peer.ip(), session.this_host) else { return false };
         st.admitted = Some(origin);
         st.push(Arc::new(frame::handshake().to_vec()));
-        if let (Some(depth), Some(history)) = (st.history, &server.history) {
-            Self::queue_history(server, history.as_ref(), depth, st);
+        if let Some(depth) = st.history {
+            if let Some(history) = &server.history {
+                Self::queue_history(server, history.as_ref(), depth, st);
+            }
+            // The subscriber asked, so it knows the mark: what follows is live data (or, history only, nothing).
+            st.push(Arc::new(frame::history_end().to_vec()));
         }
         bump(&counters.admitted);
         tracing::debug!("topic {}: TCP subscriber {} admitted ({origin:?})", server.topic, session.peer);
@@ -381,6 +388,7 @@ impl TcpSource {
             Ok(i) => {
                 st.handshaken = true;
                 st.history = i.history.or(st.history);
+                st.history_only |= i.history_only;
             }
         }
         if st.handshaken && !st.ready() {

@@ -38,6 +38,8 @@ pub struct Message {
 pub enum Event {
     /// A protocol handshake frame (the publisher's answer to ours).
     Handshake,
+    /// A shoal publisher's mark after the history a handshake asked for ([`frame::history_end`]).
+    HistoryEnd,
     /// A complete message, clock above the last one delivered.
     Message(Message),
     /// A payload frame above `max_message`, skipped unread.
@@ -230,8 +232,10 @@ impl StreamDecoder {
     fn begin_data(&mut self, header: FrameHeader, out: &mut impl FnMut(Event)) -> Rx {
         if header.kind != frame::TYPE_PAYLOAD {
             // The publisher's handshake (protocol version 0) or a future message type: not for the user.
-            if header.kind == frame::TYPE_HANDSHAKE {
-                out(Event::Handshake);
+            match header.kind {
+                frame::TYPE_HANDSHAKE => out(Event::Handshake),
+                frame::TYPE_HISTORY_END => out(Event::HistoryEnd),
+                _ => {}
             }
             return if header.data_size == 0 { Rx::start() } else { Rx::Skip { left: header.data_size } };
         }

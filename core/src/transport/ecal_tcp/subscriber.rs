@@ -29,6 +29,9 @@ pub(super) struct ClientShared {
     pub(super) type_info: Arc<TypeInfo>,
     /// Set when the subscriber or the publisher goes: the I/O thread closes the connection.
     pub(super) closed: AtomicBool,
+    /// The connection fetches the publisher's history only (the subscriber's live data comes through another
+    /// layer) and ends after it.
+    pub(super) history_only: bool,
 }
 
 /// Creates the subscriber-side connections.
@@ -57,7 +60,12 @@ impl LayerReaderFactory for TcpReaderFactory {
         remote: &RemoteTopic,
         same_host: bool,
     ) -> Option<Box<dyn LayerReader>> {
-        if !self.shared.sub_enabled {
+        // Without TCP receive, a subscriber asking for history fetches a shoal publisher's kept messages here
+        // (its live data comes through another layer, `pubsub/history.rs`).
+        let history_only = !self.shared.sub_enabled;
+        if history_only
+            && (inbox.history_depth() == 0 || remote.announced_history().is_none_or(|p| p.history_depth == 0))
+        {
             return None;
         }
         let port = announced_port(remote)?;
@@ -71,9 +79,11 @@ impl LayerReaderFactory for TcpReaderFactory {
             inbox,
             type_info: Arc::new(remote.type_info.clone()),
             closed: AtomicBool::new(false),
+            history_only,
         });
         tracing::debug!(
-            "topic {topic}: TCP connection to publisher {} of {} at {:?}:{port}",
+            "topic {topic}: TCP connection{} to publisher {} of {} at {:?}:{port}",
+            if history_only { " for the history" } else { "" },
             remote.key.entity_id,
             remote.key.host_name,
             remote.source
