@@ -73,6 +73,68 @@ fn shoal_to_shoal_across_namespaces_both_ways() {
     shoal_transfer(&net, 0, 1, inis, "a2b_1mb", 10, 1_000_000, 20);
 }
 
+/// History for late joiners across hosts: the publisher on host a keeps 10 of the 30 it sent before; the subscriber
+/// on host b asks for them: they come over TCP from a's listener (reached at the registration's source), the live
+/// 30 over multicast, one run of clocks with no gap and no repeat.
+#[test]
+fn history_across_namespaces_comes_over_tcp_before_live_multicast_data() {
+    if !root_or_skip("history_across_namespaces_comes_over_tcp_before_live_multicast_data") {
+        return;
+    }
+    let net = NetnsPair::create("h", 23);
+    let ini_a = net_ini("net_hist_a", Some(net.addr(0)));
+    let ini_b = net_ini("net_hist_b", None);
+    let t = topic("net_history");
+    let mut pub_cmd = net.command(
+        0,
+        "shoal-net-a",
+        PEER,
+        &[
+            "pub",
+            "--topic",
+            &t,
+            "--count",
+            "60",
+            "--size",
+            "64",
+            "--rate",
+            "200",
+            "--history",
+            "10",
+            "--before",
+            "30",
+            "--wait-subs",
+            "1",
+            "--start-delay-ms",
+            "1500",
+            "--linger-ms",
+            "1500",
+        ],
+    );
+    pub_cmd.env("ECAL_INI", &ini_a);
+    let publ = Proc::spawn("shoal pub with history", pub_cmd);
+    publ.expect("before", Duration::from_secs(20));
+    let mut sub_cmd = net.command(
+        1,
+        "shoal-net-b",
+        PEER,
+        &["sub", "--topic", &t, "--count", "40", "--history", "all", "--idle-ms", "8000"],
+    );
+    sub_cmd.env("ECAL_INI", &ini_b);
+    let mut sub = Proc::spawn("shoal sub asking for history", sub_cmd);
+    sub.expect("ready", Duration::from_secs(10));
+    let s = sub.expect("summary", Duration::from_secs(30));
+    let clocks: Vec<u64> =
+        s["first_clocks"].as_array().expect("first_clocks").iter().filter_map(Value::as_u64).collect();
+    println!("across hosts over UDP, first received clocks {:?}", &clocks[..clocks.len().min(15)]);
+    assert_eq!(clocks, (21..=60).collect::<Vec<u64>>(), "{s}");
+    assert_eq!(s["via"], serde_json::json!({"tcp": 10, "udp": 30}), "{s}");
+    assert_eq!(s["drops"], 0, "{s}");
+    assert_eq!(s["history_missed"], 0, "{s}");
+    sub.wait_success(Duration::from_secs(10));
+    drop(publ);
+}
+
 #[test]
 fn ecal_pub_in_one_namespace_to_shoal_sub_in_the_other() {
     if !root_or_skip("ecal_pub_in_one_namespace_to_shoal_sub_in_the_other") {
