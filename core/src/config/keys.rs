@@ -265,8 +265,12 @@ pub(crate) static SECTIONS: &[SectionDef] = &[
         doc: &[
             "A publisher made with PublisherBuilder::history(n) keeps its last n messages (within",
             "max_bytes of payload); a subscriber made with SubscriberBuilder::history gets them, in",
-            "order and once, before live data, when it matches (same process, native ring, TCP).",
-            "eCAL subscribers get live data only, as from any publisher.",
+            "order and once, before live data, when it matches (same process, native ring, TCP;",
+            "over UDP and eCAL shared memory it fetches them over TCP, so a history publisher opens its",
+            "TCP listener at creation when [publisher] use_tcp is on). Live data that comes before the",
+            "history waits for it, 3 registration periods (2 s at least; ended within a period after);",
+            "while a publisher's registration is unknown its data waits too, as long. It holds at most 4 x",
+            "max_bytes per publisher meanwhile. eCAL subscribers get live data only, as from any publisher.",
         ],
     },
     SectionDef {

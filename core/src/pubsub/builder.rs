@@ -67,7 +67,9 @@ impl<K> PublisherBuilder<K> {
     /// Keeps the last `n` messages (at most `[shoal_history] max_depth`, and within `max_bytes` of payload) for
     /// subscribers that match later and ask for them ([`SubscriberBuilder::history`]): they get them, in order and
     /// once, before live data — same process, over the native ring (made at least `n + 1` slots deep, and written
-    /// even while no subscriber reads it) and over TCP. UDP and eCAL subscribers get live data only. Default: 0.
+    /// even while no subscriber reads it) and over TCP, which shoal subscribers whose live data comes over UDP or
+    /// eCAL shared memory fetch them from (the TCP listener opens at creation, with `[publisher] use_tcp`). eCAL
+    /// subscribers get live data only. Default: 0.
     pub fn history(mut self, n: u32) -> Self {
         self.history = n;
         self
@@ -178,6 +180,13 @@ pub(crate) struct SubOptions {
     pub(crate) history: History,
 }
 
+impl SubOptions {
+    /// `on_event` of either subscriber builder.
+    fn set_events(&mut self, rt: &Runtime, callback: impl FnMut(&Event) + Send + 'static) {
+        self.events = Some(EventSink::new(Arc::clone(&rt.events), Box::new(callback)));
+    }
+}
+
 impl<K> SubscriberBuilder<K> {
     /// How `recv*` waits for a message: [`WaitStrategy::Block`] (sleep on the futex doorbell),
     /// [`WaitStrategy::SpinThenBlock`] or [`WaitStrategy::BusySpin`]. Default: `[shoal_receive] wait` of the
@@ -208,14 +217,15 @@ impl<K> SubscriberBuilder<K> {
     /// their layers), messages lost (how many, why) and publishers whose type disagrees. It runs on this process's
     /// events thread, never the I/O thread; see [`crate::events`].
     pub fn on_event(mut self, callback: impl FnMut(&Event) + Send + 'static) -> Self {
-        self.opts.events = Some(EventSink::new(Arc::clone(&self.rt.events), Box::new(callback)));
+        self.opts.set_events(&self.rt, callback);
         self
     }
 
     /// Asks every publisher this subscriber matches for the messages it keeps for late joiners
     /// ([`PublisherBuilder::history`]): `true` all of them, a number at most that many of the newest, `false` or 0
-    /// none. They come in order, once, before live data, whenever a publisher matches (same process, native ring,
-    /// TCP; UDP gives live data only). The subscriber's queue is made deep enough to hold them. Default: none.
+    /// none. They come in order, once, before live data, whenever a shoal publisher matches (same process, native
+    /// ring, TCP; over UDP and eCAL shared memory they are fetched over TCP and the live data that came first waits
+    /// for them). The subscriber's queue is made deep enough to hold them. Default: none.
     pub fn history(mut self, history: impl Into<History>) -> Self {
         self.opts.history = history.into();
         self
@@ -293,7 +303,7 @@ impl<K, F> CallbackSubscriberBuilder<K, F> {
 
     /// Connection events, as [`SubscriberBuilder::on_event`] (on the events thread, not the callback's thread).
     pub fn on_event(mut self, callback: impl FnMut(&Event) + Send + 'static) -> Self {
-        self.opts.events = Some(EventSink::new(Arc::clone(&self.rt.events), Box::new(callback)));
+        self.opts.set_events(&self.rt, callback);
         self
     }
 

@@ -209,12 +209,17 @@ impl PubShared {
             return Some(Via::ShoalRing);
         }
         let set = lock(&self.layers);
-        let same_host = r.topic.key.host_name == self.host_name;
+        let chosen = self.choose_layer(&set.writers, &r.topic)?;
+        via_of_layer(set.writers[chosen].kind())
+    }
+
+    /// The layer that carries our messages to `remote` (not reading our ring): the first of the priority list for
+    /// its host (`[publisher] priority_local` / `priority_remote`) that one of `writers` has and that accepts it;
+    /// an index into `writers`.
+    fn choose_layer(&self, writers: &[Box<dyn LayerWriter>], remote: &RemoteTopic) -> Option<usize> {
+        let same_host = remote.key.host_name == self.host_name;
         let order = if same_host { &self.priority_local } else { &self.priority_remote };
-        let kind = order
-            .iter()
-            .find(|kind| set.writers.iter().any(|l| l.kind() == **kind && l.accepts(&r.topic, same_host)))?;
-        via_of_layer(*kind)
+        order.iter().find_map(|kind| writers.iter().position(|l| l.kind() == *kind && l.accepts(remote, same_host)))
     }
 
     /// The doorbells of the subscriber processes that read our native ring, one per process.
@@ -242,12 +247,7 @@ impl PubShared {
         let LayerSet { writers, active } = &mut *set;
         let mut assigned: Vec<Vec<&RemoteTopic>> = vec![Vec::new(); writers.len()];
         for r in c.remote.values().filter(|r| r.doorbell.is_none()) {
-            let same_host = r.topic.key.host_name == self.host_name;
-            let order = if same_host { &self.priority_local } else { &self.priority_remote };
-            let chosen = order
-                .iter()
-                .find_map(|kind| writers.iter().position(|l| l.kind() == *kind && l.accepts(&r.topic, same_host)));
-            if let Some(i) = chosen {
+            if let Some(i) = self.choose_layer(writers, &r.topic) {
                 assigned[i].push(&r.topic);
             }
         }
