@@ -245,6 +245,11 @@ impl Fixture {
                 s.connections.push(c);
             }
             topics.push(self.publisher(1005, 0x1006, "/cmd_vel", proto("pb.Twist"), "udp", 20.0, 48));
+        } else if k >= TELEOP_STEPS.end {
+            // Teleop has ended: the subscriber still announces the last size it received and the mean latency
+            // since it started (as eCAL's do), figures of data that no longer flows.
+            cmd.topic_size = 48;
+            cmd.latency = shoal::monitor::LatencySummary { count: 600, mean_us: 300.0, ..Default::default() };
         }
         topics.push(cmd);
 

@@ -257,6 +257,11 @@ pub struct TopicRow {
     pub type_name: Arc<str>,
     /// Encoding (`proto`, `flatb`, `raw`, …).
     pub encoding: Arc<str>,
+    /// The type as the tools show it: every distinct type and encoding its endpoints announce, `(MISMATCH)` when
+    /// they disagree, `-` where none is announced ([`TopicSummary::type_label`]).
+    pub type_label: Arc<str>,
+    /// No publisher is known: the size and latency are what the subscribers received last, not current figures.
+    pub no_publisher: bool,
     /// Number of publishers.
     pub publishers: usize,
     /// Number of subscribers.
@@ -974,10 +979,13 @@ fn topic_problems(sum: &TopicSummary, drops_before: Option<u64>) -> Problems {
 /// A topic's row from its summary.
 fn topic_row(name: Arc<str>, sum: &TopicSummary, problems: Problems, interner: &mut Interner) -> TopicRow {
     let typed = sum.type_info();
+    let (type_names, encodings) = sum.type_label();
     TopicRow {
         name,
         type_name: interner.get(typed.map_or("", |t| t.name.as_str())),
         encoding: interner.get(typed.map_or("", |t| t.encoding.as_str())),
+        type_label: interner.get(&if type_names == "-" { type_names } else { format!("{type_names} ({encodings})") }),
+        no_publisher: sum.publishers == 0,
         publishers: sum.publishers,
         subscribers: sum.subscribers,
         layers: interner.get(&sum.layers.join(",")),

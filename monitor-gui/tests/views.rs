@@ -186,6 +186,50 @@ fn inspector_shows_text_payloads_as_text() {
     h.get_by_label_contains("ok, uptime");
 }
 
+/// After its publisher went, a topic's row shows no current size or latency: the size is "last", greyed, and
+/// the mean latency its subscriber still announces is not shown as one (issue 26, defect 3).
+#[test]
+fn a_topic_whose_publisher_went_shows_its_last_size_as_such_and_no_latency() {
+    let mut h = harness(app_after(65)); // teleop published /cmd_vel in steps 30..60
+    h.run();
+    let view = h.state().displayed().expect("view");
+    let row = view.topic("/cmd_vel").expect("/cmd_vel");
+    assert_eq!((row.publishers, row.subscribers, row.no_publisher), (0, 1, true));
+    assert!(row.latency_mean_us.is_some(), "the subscriber still announces a mean: {row:?}");
+    h.get_by_label("last 48 B");
+    assert!(h.query_by_label("eCAL mean 300 µs").is_none(), "no latency for data that does not flow");
+    assert!(h.query_by_label("48 B").is_none(), "the size is not shown as a current one");
+    h.get_by_label("pb.Twist (proto)");
+    h.get_by_label("/cmd_vel").click();
+    h.run();
+    h.get_by_label("No connection figures: the topic has no publisher now.");
+}
+
+/// The Inspector keeps its messages while another tab is shown, and says when the topic has no publisher any more
+/// (issue 26, defect 3: it said "No message received yet" though it had held 100).
+#[test]
+fn the_inspector_keeps_its_messages_across_tabs_and_says_when_the_publisher_is_gone() {
+    let kept = |h: &Harness<'_, MonitorApp>| -> usize {
+        let l = label_containing(h, "kept · clock");
+        l.split(" of ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).expect(&l)
+    };
+    let mut h = inspecting("/cmd_vel", 40, 5); // teleop publishes /cmd_vel
+    let before = kept(&h);
+    assert!(before >= 5, "{before}");
+    assert!(h.query_by_label_contains("No publisher now").is_none());
+    h.state_mut().state.tab = Tab::Overview;
+    for _ in 0..25 {
+        h.state_mut().refresh_now(); // teleop ends at step 60
+    }
+    h.run();
+    h.state_mut().state.tab = Tab::Inspector;
+    h.run();
+    // Those kept before, and (the fixture's source delivering on every poll) the ones since the tab came back.
+    let after = kept(&h);
+    assert!((before..before + 3).contains(&after), "kept {before}, now {after}");
+    h.get_by_label_contains("No publisher now: these are the last");
+}
+
 #[test]
 fn problems_are_named_and_problems_only_hides_healthy_topics() {
     let mut h = harness(app_after(8));

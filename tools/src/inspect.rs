@@ -107,25 +107,11 @@ fn process_table(snap: &Snapshot) -> Table {
     t
 }
 
-/// The TYPE and ENCODING cells of a topic: every distinct type its endpoints announce, `(MISMATCH)` when they
-/// disagree (the core's one rule, [`TopicProblem::TypeMismatch`]).
-fn type_cell(r: &TopicSummary) -> (String, String) {
-    let dash = |s: &str| if s.is_empty() { "-".to_owned() } else { s.to_owned() };
-    let names: Vec<String> = r.types.iter().map(|t| dash(&t.name)).collect();
-    let mut encodings: Vec<String> = r.types.iter().map(|t| dash(&t.encoding)).collect();
-    encodings.dedup();
-    let mut name = if names.is_empty() { "-".to_owned() } else { names.join(" | ") };
-    if r.has(TopicProblem::TypeMismatch) {
-        name.push_str(" (MISMATCH)");
-    }
-    (name, if encodings.is_empty() { "-".into() } else { encodings.join(" | ") })
-}
-
 fn topic_table(topics: &[TopicSummary]) -> Table {
     let mut t =
         Table::new(&["TOPIC", "TYPE", "ENCODING", ">PUBS", ">SUBS", "LAYERS", ">RATE_HZ", ">DROPS", "PROBLEMS"]);
     for r in topics {
-        let (ty, enc) = type_cell(r);
+        let (ty, enc) = r.type_label();
         let problems: Vec<&str> = r.problems.iter().map(|p| p.label()).collect();
         t.row(vec![
             r.name.clone(),

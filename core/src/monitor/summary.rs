@@ -102,6 +102,20 @@ impl TopicSummary {
         self.types.first()
     }
 
+    /// The type as tools show it: (every distinct type name its endpoints announce, joined by `" | "`, with
+    /// `" (MISMATCH)"` when they disagree; their encodings), `"-"` for what none announces.
+    pub fn type_label(&self) -> (String, String) {
+        let dash = |s: &str| if s.is_empty() { "-".to_owned() } else { s.to_owned() };
+        let names: Vec<String> = self.types.iter().map(|t| dash(&t.name)).collect();
+        let mut encodings: Vec<String> = self.types.iter().map(|t| dash(&t.encoding)).collect();
+        encodings.dedup();
+        let mut name = if names.is_empty() { "-".to_owned() } else { names.join(" | ") };
+        if self.has(TopicProblem::TypeMismatch) {
+            name.push_str(" (MISMATCH)");
+        }
+        (name, if encodings.is_empty() { "-".into() } else { encodings.join(" | ") })
+    }
+
     /// Whether `p` is among the problems.
     pub fn has(&self, p: TopicProblem) -> bool {
         self.problems.contains(&p)

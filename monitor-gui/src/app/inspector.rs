@@ -8,9 +8,9 @@ use shoal::TypeInfo;
 use shoal::dynamic::{DynamicDecoder, RawView};
 use shoal::monitor::printable as shown;
 
-use super::widgets::{clock, health_color};
+use super::widgets::{STALE_TEXT, clock, health_color};
 use super::{MonitorApp, Tab};
-use crate::model::{Health, fmt_bytes};
+use crate::model::{Health, View, fmt_bytes};
 use crate::source::Message;
 
 /// The inspector keeps this many messages to step through.
@@ -19,7 +19,10 @@ pub const INSPECTOR_KEEP: usize = 100;
 /// The inspector: the messages of the selected topic, a decoder per type, pause and step.
 #[derive(Debug, Default)]
 pub(super) struct Inspector {
+    /// The topic whose messages are kept (they stay while another tab is shown, until another topic is selected).
     pub(super) topic: Option<Arc<str>>,
+    /// The topic subscribed to now: the kept one while the Inspector tab is shown, none otherwise.
+    subscribed: Option<Arc<str>>,
     messages: VecDeque<Message>,
     /// Paused: `messages` and the shown one stay as they are until Resume.
     pub(super) paused: bool,
@@ -73,12 +76,22 @@ impl Inspector {
 
 impl MonitorApp {
     pub(super) fn poll_messages(&mut self) {
-        let wanted = if matches!(self.state.tab, Tab::Inspector) { self.state.selected.clone() } else { None };
-        if wanted != self.inspector.topic {
-            self.messages.select(wanted.as_deref());
-            self.inspector = Inspector { topic: wanted, mode: self.inspector.mode, ..Inspector::default() };
+        // Another topic selected: what was kept of the last one goes. Another tab: the subscription ends (it costs
+        // the publishers a connection) but the kept messages stay for when the Inspector is shown again.
+        if self.state.selected.is_some() && self.state.selected != self.inspector.topic {
+            self.inspector = Inspector {
+                topic: self.state.selected.clone(),
+                subscribed: self.inspector.subscribed.take(),
+                mode: self.inspector.mode,
+                ..Inspector::default()
+            };
         }
-        if self.inspector.topic.is_none() {
+        let wanted = if matches!(self.state.tab, Tab::Inspector) { self.state.selected.clone() } else { None };
+        if wanted != self.inspector.subscribed {
+            self.messages.select(wanted.as_deref());
+            self.inspector.subscribed = wanted;
+        }
+        if self.inspector.subscribed.is_none() {
             return;
         }
         let mut incoming = std::mem::take(&mut self.inspector.incoming);
@@ -97,14 +110,16 @@ impl MonitorApp {
         self.inspector.incoming = incoming;
     }
 
-    pub(super) fn inspector_ui(&mut self, ui: &mut egui::Ui) {
+    pub(super) fn inspector_ui(&mut self, ui: &mut egui::Ui, view: &View) {
         let Some(topic) = self.state.selected.clone() else {
             ui.label("Select a topic in the Overview (click its name) to inspect its messages.");
             return;
         };
-        if self.inspector.topic.as_deref() != Some(&*topic) {
+        if self.inspector.subscribed.as_deref() != Some(&*topic) {
             self.poll_messages();
         }
+        // Whether anyone publishes it now (the topic's row is gone, or has no publisher left).
+        let publishers = view.topic(&topic).map_or(0, |t| t.publishers);
         let n = self.inspector.messages.len();
         ui.horizontal(|ui| {
             ui.heading(shown(&topic));
@@ -136,9 +151,19 @@ impl MonitorApp {
         let index =
             if self.inspector.paused { self.inspector.cursor.min(n.saturating_sub(1)) } else { n.saturating_sub(1) };
         let Some(msg) = self.inspector.messages.get(index).cloned() else {
-            ui.label("No message received yet.");
+            ui.label(if publishers == 0 {
+                "No message received: the topic has no publisher now."
+            } else {
+                "No message received yet."
+            });
             return;
         };
+        if publishers == 0 {
+            ui.colored_label(
+                STALE_TEXT,
+                format!("No publisher now: these are the last {n} messages received while it had one."),
+            );
+        }
         if self.inspector.paused {
             let newer = self.inspector.held.len() as u64 + self.inspector.held_over;
             ui.label(format!("Paused: {newer} newer messages arrived since (shown on Resume)."));

@@ -298,7 +298,7 @@ impl MonitorApp {
             match self.state.tab {
                 Tab::Overview => self.overview(ui, &view),
                 Tab::Topic => self.topic_detail(ui, &view),
-                Tab::Inspector => self.inspector_ui(ui),
+                Tab::Inspector => self.inspector_ui(ui, &view),
                 Tab::Services => self.services(ui, &view),
                 Tab::Graph => self.graph(ui, &view),
                 Tab::Events => self.events(ui),

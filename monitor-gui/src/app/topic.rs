@@ -22,9 +22,8 @@ impl MonitorApp {
             ui.heading(shown(&t.name));
             let pages: Vec<String> = t.ring_page_kb.iter().map(|kb| shoal::monitor::pages_label(*kb)).collect();
             ui.label(format!(
-                "{} ({}) · {} pub · {} sub · layers {}{} · {}",
-                shown(&t.type_name),
-                shown(&t.encoding),
+                "{} · {} pub · {} sub · layers {}{} · {}",
+                shown(&t.type_label),
                 t.publishers,
                 t.subscribers,
                 if t.layers.is_empty() { "-".into() } else { shown(&t.layers) },
@@ -48,6 +47,7 @@ impl MonitorApp {
         self.connection_table(ui, &conns);
         if conns.is_empty() {
             ui.label(match t.latency_mean_us {
+                _ if t.no_publisher => "No connection figures: the topic has no publisher now.".to_owned(),
                 Some(m) => format!(
                     "No connection figures: no shoal subscriber reports this topic. Its eCAL subscribers announce rate, \
                      drops and a mean latency since they started: {} (the Overview's \"eCAL mean\").",

@@ -138,14 +138,14 @@ impl MonitorApp {
                     text_cells(
                         &mut row,
                         color,
-                        [
-                            format!("{} ({})", shown(&t.type_name), shown(&t.encoding)),
-                            t.publishers.to_string(),
-                            t.subscribers.to_string(),
-                        ],
+                        [shown(&t.type_label).into_owned(), t.publishers.to_string(), t.subscribers.to_string()],
                     );
-                    // Figures of late registrations are the last ones announced: greyed, with their age.
+                    // Figures of late registrations are the last ones announced: greyed, with their age. Without a
+                    // publisher the size is the last one received: greyed, said as such.
                     let (figures, figures_color) = match t.stale_figures_s {
+                        None if t.no_publisher => {
+                            ([fmt_rate(t.rate_hz), fmt_bandwidth(t.bandwidth_bps), last_size(t.size_bytes)], STALE_TEXT)
+                        }
                         None => (
                             [fmt_rate(t.rate_hz), fmt_bandwidth(t.bandwidth_bps), fmt_bytes(t.size_bytes as f64)],
                             color,
@@ -175,8 +175,15 @@ impl MonitorApp {
     }
 }
 
+/// A size received while a publisher was there: `last 1.0 kB`, `-` for none.
+fn last_size(bytes: u64) -> String {
+    if bytes == 0 { "-".into() } else { format!("last {}", fmt_bytes(bytes as f64)) }
+}
+
 fn latency_cells(t: &TopicRow) -> (String, String) {
     match (t.latency, t.latency_mean_us) {
+        // No publisher: no data flows, so no latency now (what subscribers measured before is not current).
+        _ if t.no_publisher => ("-".into(), "-".into()),
         (Some(l), _) => (fmt_us(l.p50_us), fmt_us(l.p99_us)),
         // Not a shoal measurement: the mean eCAL's subscribers announce (since they started), said as such.
         (None, Some(m)) => (format!("eCAL mean {}", fmt_us(m)), "-".into()),
