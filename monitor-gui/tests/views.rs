@@ -303,21 +303,123 @@ fn at_scale_the_sort_reaches_rows_that_were_out_of_sight() {
     assert!(h.query_by_label("/camera").is_none(), "now out of sight");
 }
 
+/// The Graph at 1,000 topics (issue 26 defect 5): it used to draw the first 60 topics by name and leave out the
+/// rest, live ones among them. Now every topic is reachable: shown, or counted in a group node that expands.
 #[test]
-fn at_scale_the_graph_draws_the_first_topics_and_a_filter_brings_others() {
+fn at_scale_the_graph_groups_topics_and_every_one_is_reachable() {
     let mut app = scale_app(2);
     app.state.tab = Tab::Graph;
     let mut h = harness(app);
     h.run();
-    h.get_by_label("Showing 60 of 1006 topics; filter to see others.");
-    h.get_by_label("/camera");
-    assert!(h.query_by_label("/fleet/sensor_0999").is_none());
+    // A live topic that sorts last by name is shown, and the 1,000 fleet topics are one group with their count.
+    h.get_by_label("shoal_demo/0");
+    h.get_by_label("+ /fleet… 1000 topics · 1000 live");
+    h.get_by_label_contains("1000 of them in 1 collapsed group");
+    // The fleet's 200 publishing processes are one node, and its 200 subscribing ones another, not 400 nodes pushed
+    // off screen.
+    assert_eq!(h.get_all_by_label("+200 processes of /fleet…").count(), 2);
+    // The topics with problems come first.
+    assert!(top(&h, "/odom") < top(&h, "shoal_demo/0"), "a topic with a problem above a healthy one");
+    h.get_by_label("+ /fleet… 1000 topics · 1000 live").click();
+    h.run();
+    h.get_by_label("/fleet/sensor_0000");
+    assert!(h.query_by_label("/fleet/sensor_0999").is_none(), "out of sight: not laid out");
+    // Scrolling the canvas reaches the last one.
+    let canvas = h.get_by_label("/fleet/sensor_0000").rect().center();
+    let mut scrolls = 0;
+    while h.query_by_label("/fleet/sensor_0999").is_none() {
+        assert!(scrolls < 200, "the last fleet topic was not reached by scrolling");
+        h.event(egui::Event::PointerMoved(canvas));
+        h.event(egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Point,
+            delta: egui::vec2(0.0, -600.0),
+            phase: egui::TouchPhase::Move,
+            modifiers: egui::Modifiers::NONE,
+            source: egui::MouseWheelSource::Wheel,
+        });
+        h.run();
+        scrolls += 1;
+    }
+    h.get_by_label("/fleet/sensor_0999").click();
+    h.run();
+    assert_eq!(h.state().state.selected.as_deref(), Some("/fleet/sensor_0999"));
+}
+
+#[test]
+fn at_scale_the_graph_focuses_on_a_topic_and_on_a_process() {
+    let mut app = scale_app(2);
+    app.state.tab = Tab::Graph;
+    app.select_topic(Some("/fleet/sensor_0999"));
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label("Focus on /fleet/sensor_0999").click();
+    h.run();
+    // The topic, its publisher (left) and its subscriber (right), nothing else.
+    h.get_by_label("/fleet/sensor_0999");
+    let (publisher, subscriber) =
+        (h.get_by_label("node_199@lab-pc:10199").rect(), h.get_by_label("node_000@lab-pc:10000").rect());
+    let topic = h.get_by_label("/fleet/sensor_0999").rect();
+    assert!(publisher.right() < topic.left() && topic.right() < subscriber.left());
+    for r in [publisher, subscriber, topic] {
+        assert!(
+            egui::Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(1400.0, 900.0)).contains_rect(r),
+            "{r:?} on screen"
+        );
+    }
+    assert!(h.query_by_label("/camera").is_none());
+    assert!(h.query_by_label_contains("/fleet…").is_none());
+    // A click on the publisher: it and the topics it takes part in (publishes 0199, 0399, …; subscribes 0198, …).
+    h.get_by_label("node_199@lab-pc:10199").click();
+    h.run();
+    h.get_by_label_contains("Focus on node_199@lab-pc:10199");
+    for t in
+        ["/fleet/sensor_0199", "/fleet/sensor_0599", "/fleet/sensor_0999", "/fleet/sensor_0198", "/fleet/sensor_0998"]
+    {
+        h.get_by_label(t);
+    }
+    assert!(h.query_by_label("/fleet/sensor_0000").is_none());
+    assert!(h.query_by_label("node_000@lab-pc:10000").is_none(), "not a direct neighbour");
+    h.get_by_label("Show all").click();
+    h.run();
+    h.get_by_label("+ /fleet… 1000 topics · 1000 live");
+}
+
+#[test]
+fn at_scale_the_graph_follows_the_filter() {
+    let mut app = scale_app(2);
+    app.state.tab = Tab::Graph;
+    let mut h = harness(app);
+    h.run();
     h.state_mut().state.filter = "sensor_0999".into();
     h.run();
     h.get_by_label("/fleet/sensor_0999");
     h.get_by_label("node_199@lab-pc:10199");
     h.get_by_label("node_000@lab-pc:10000");
+    h.get_by_label_contains("1 of 1006 topics");
     assert!(h.query_by_label("/camera").is_none(), "the layout follows the filter");
+    assert!(h.query_by_label_contains("/fleet…").is_none(), "one topic: no group");
+}
+
+#[test]
+fn the_graph_zooms_with_its_buttons_and_ctrl_scroll() {
+    let mut app = app_after(3);
+    app.state.tab = Tab::Graph;
+    let mut h = harness(app);
+    h.run();
+    let w0 = h.get_by_label("/odom").rect().width();
+    h.get_by_label("Zoom out").click();
+    h.run();
+    let w1 = h.get_by_label("/odom").rect().width();
+    assert!((w1 * 1.5 - w0).abs() < 1.0, "{w0} -> {w1}");
+    let at = h.get_by_label("/odom").rect().center();
+    h.event(egui::Event::PointerMoved(at));
+    h.event(egui::Event::Zoom(2.0));
+    h.run();
+    let w2 = h.get_by_label("/odom").rect().width();
+    assert!((w2 - 2.0 * w1).abs() < 1.0, "{w1} -> {w2}");
+    h.get_by_label("Fit").click();
+    h.run();
+    assert!((h.get_by_label("/odom").rect().width() - w0).abs() < 1.0, "fit: back to full size");
 }
 
 fn event_count(h: &Harness<'_, MonitorApp>) -> usize {
@@ -570,4 +672,16 @@ fn a_stale_topics_figures_say_how_old_they_are() {
     let rate = label_containing(&h, &format!("Hz · {age:.0} s ago"));
     assert!(rate.starts_with("1"), "/status's last announced rate, 1 Hz: {rate}");
     assert!(h.query_all_by_label_contains(" s ago").count() >= 2, "rate and bandwidth");
+}
+
+/// The graph's groups are by first name segment; names of one segment, and odd names, are not grouped.
+#[test]
+fn topics_group_by_the_first_segment_of_their_names() {
+    use shoal_monitor::app::name_prefix;
+    assert_eq!(name_prefix("/robot1/imu/raw"), Some("/robot1"));
+    assert_eq!(name_prefix("demo.A"), Some("demo"));
+    assert_eq!(name_prefix("shoal_demo/0"), Some("shoal_demo"));
+    for name in ["/camera", "camera", "", "/", "//x", "./x", ".x"] {
+        assert_eq!(name_prefix(name), None, "{name:?}");
+    }
 }
