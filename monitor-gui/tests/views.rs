@@ -685,3 +685,21 @@ fn topics_group_by_the_first_segment_of_their_names() {
         assert_eq!(name_prefix(name), None, "{name:?}");
     }
 }
+
+/// In a narrow window every node of the graph is inside it (a long line of text above the canvas once widened it
+/// and pushed the right column out).
+#[test]
+fn in_a_narrow_window_the_graph_keeps_its_nodes_on_screen() {
+    let mut app = app_after(3);
+    app.state.tab = Tab::Graph;
+    let mut h = Harness::builder()
+        .with_size(egui::vec2(1024.0, 700.0))
+        .build_ui_state(|ui, app: &mut MonitorApp| app.ui(ui), app);
+    h.run();
+    let screen = egui::Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(1024.0, 700.0));
+    let nodes: Vec<egui::Rect> = h.get_all_by_label_contains("@").map(|n| n.rect()).collect();
+    assert!(nodes.len() >= 10, "{} process nodes", nodes.len());
+    for r in nodes {
+        assert!(screen.contains_rect(r), "{r:?} off screen");
+    }
+}

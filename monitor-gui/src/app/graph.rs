@@ -477,7 +477,7 @@ impl MonitorApp {
                 if groups == 1 { "" } else { "s" }
             ));
         }
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             ui.label(text);
             if self.graph.focus.is_some() {
                 if ui.button("Show all").clicked() {
@@ -493,13 +493,11 @@ impl MonitorApp {
                 self.graph.focus = Some(Focus::Service(s.clone()));
             }
         });
-        ui.horizontal(|ui| {
-            ui.label(
-                "Publishing processes -> topics -> subscribing processes; calling processes -> services -> serving \
-                 processes; colour: green ok, orange warning, red error. Drag or scroll to pan, ctrl+scroll or pinch \
-                 to zoom; click a process to focus on it.",
-            );
-        });
+        ui.label(
+            "Publishing processes -> topics -> subscribing processes; calling processes -> services -> serving \
+             processes; colour: green ok, orange warning, red error. Drag or scroll to pan, ctrl+scroll or pinch to \
+             zoom; click a process to focus on it.",
+        );
         ui.horizontal(|ui| {
             if ui.button("Zoom out").clicked() {
                 self.graph.zoom = (self.graph.zoom / 1.5).clamp(*ZOOM.start(), *ZOOM.end());
@@ -516,7 +514,8 @@ impl MonitorApp {
 
     /// The diagram; returns what was clicked.
     fn graph_canvas(&mut self, ui: &mut egui::Ui, view: &View) -> Option<Clicked> {
-        let rect = ui.available_rect_before_wrap();
+        // Within the window even if a line above was wider.
+        let rect = ui.available_rect_before_wrap().intersect(ui.clip_rect());
         let canvas = ui.allocate_rect(rect, Sense::click_and_drag());
         let st = &mut self.graph;
         let g = st.layout.as_ref()?;
