@@ -379,6 +379,13 @@ fn at_scale_the_graph_focuses_on_a_topic_and_on_a_process() {
     }
     assert!(h.query_by_label("/fleet/sensor_0000").is_none());
     assert!(h.query_by_label("node_000@lab-pc:10000").is_none(), "not a direct neighbour");
+    // A click on one of its topics moves the focus there: the topic's subscriber comes in.
+    h.get_by_label("/fleet/sensor_0599").click();
+    h.run();
+    assert_eq!(h.state().state.selected.as_deref(), Some("/fleet/sensor_0599"));
+    h.get_by_label_contains("Focus on /fleet/sensor_0599");
+    h.get_by_label("node_000@lab-pc:10000");
+    assert!(h.query_by_label("/fleet/sensor_0999").is_none());
     h.get_by_label("Show all").click();
     h.run();
     h.get_by_label("+ /fleet… 1000 topics · 1000 live");
@@ -702,4 +709,74 @@ fn in_a_narrow_window_the_graph_keeps_its_nodes_on_screen() {
     for r in nodes {
         assert!(screen.contains_rect(r), "{r:?} off screen");
     }
+}
+
+/// The scale network where the first 100 fleet topics are renamed `orphan_NNNN` (one name segment: not grouped) and
+/// lose their publishers, and the last 100 are renamed `/spare/sensor_NNNN`, of which `/spare/sensor_0999` loses its
+/// publisher: 101 topics with a problem ("no publisher"), a healthy group `/fleet` and a group `/spare` with a
+/// problem.
+struct Orphans(Fixture);
+
+impl shoal_monitor::source::SnapshotSource for Orphans {
+    fn snapshot(&mut self) -> shoal::monitor::Snapshot {
+        use shoal::monitor::TopicDirection;
+        let mut s = self.0.next_snapshot();
+        let index = |name: &str| name.strip_prefix("/fleet/sensor_").and_then(|n| n.parse::<u32>().ok());
+        s.topics.retain(|t| {
+            t.direction != TopicDirection::Publisher || !index(&t.topic_name).is_some_and(|i| i < 100 || i == 999)
+        });
+        for t in &mut s.topics {
+            match index(&t.topic_name) {
+                Some(i) if i < 100 => t.topic_name = format!("orphan_{i:04}"),
+                Some(i) if i >= 900 => t.topic_name = format!("/spare/sensor_{i:04}"),
+                _ => {}
+            }
+        }
+        s
+    }
+}
+
+/// Problems are not hidden in a group: a group says how many of its topics have one, takes the worst colour and
+/// comes first with the topics that have problems, and they come first when it expands. A healthy group below
+/// them, expanded far down the column, is shown where it is, not at the top of the column.
+#[test]
+fn at_scale_the_graph_puts_problems_first_and_counts_them_in_groups() {
+    let mut app =
+        MonitorApp::manual(Box::new(Orphans(Fixture::with_scale(1000, 200))), Box::new(FixtureMessages::default()));
+    app.refresh_now();
+    app.refresh_now();
+    app.state.tab = Tab::Graph;
+    let mut h = harness(app);
+    h.run();
+    let spare = "+ /spare… 100 topics · 100 live · 1 with problems";
+    h.get_by_label(spare);
+    h.get_by_label("orphan_0000");
+    assert!(h.query_by_label_contains("/fleet…").is_none(), "the healthy group comes after 100 topics with problems");
+    h.get_by_label(spare).click();
+    h.run();
+    let first = h.get_by_label("/spare/sensor_0999").rect().top();
+    assert!(first < h.get_by_label("/spare/sensor_0900").rect().top(), "the topic with a problem first");
+    h.get_by_label("- /spare… 100 topics · 100 live · 1 with problems").click();
+    h.run();
+    // Scrolled down to the healthy group and expanded, it stays in sight.
+    let group = "+ /fleet… 800 topics · 800 live";
+    let canvas = h.get_by_label("orphan_0000").rect().center();
+    let mut scrolls = 0;
+    while h.query_by_label(group).is_none() {
+        assert!(scrolls < 50, "the group was not reached by scrolling");
+        h.event(egui::Event::PointerMoved(canvas));
+        h.event(egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Point,
+            delta: egui::vec2(0.0, -100.0),
+            phase: egui::TouchPhase::Move,
+            modifiers: egui::Modifiers::NONE,
+            source: egui::MouseWheelSource::Wheel,
+        });
+        h.run();
+        scrolls += 1;
+    }
+    h.get_by_label(group).click();
+    h.run();
+    h.get_by_label("- /fleet… 800 topics · 800 live");
+    h.get_by_label("/fleet/sensor_0100");
 }

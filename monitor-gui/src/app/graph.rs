@@ -12,7 +12,8 @@
 //! - Focus: on the selected topic or service, or on a clicked process, the graph shows only it and its direct
 //!   neighbours; a click on another topic there moves the focus to it.
 //! - A canvas that pans (drag, scroll) and zooms (ctrl+scroll, pinch, buttons); a new layout (focus, expansion,
-//!   filter) starts zoomed to fit the height where its text stays readable. Only what is in sight is laid out and
+//!   filter) starts zoomed to fit the height where its text stays readable, from the top, or from the group just
+//!   expanded or collapsed when that would be out of sight. Only what is in sight is laid out and
 //!   drawn: nodes off the canvas are skipped, an edge is drawn when one of its ends is in sight (at most
 //!   [`MAX_EDGES_DRAWN`], the rest counted on screen), node boxes are one mesh of square rectangles and, zoomed
 //!   out below [`TEXT_ZOOM`], labels are left out and edges are plain quads: the triangles a frame costs stay
@@ -105,12 +106,22 @@ pub(super) struct GraphState {
     zoom: f32,
     /// The layout needs to be shown whole again (pan and zoom reset) at the next frame.
     refit: bool,
+    /// The group whose node the next refit puts at the top (the one just expanded or collapsed).
+    reveal: Option<(bool, String)>,
     layout: Option<GraphLayout>,
 }
 
 impl Default for GraphState {
     fn default() -> Self {
-        GraphState { focus: None, expanded: HashSet::new(), pan: Vec2::ZERO, zoom: 1.0, refit: true, layout: None }
+        GraphState {
+            focus: None,
+            expanded: HashSet::new(),
+            pan: Vec2::ZERO,
+            zoom: 1.0,
+            refit: true,
+            reveal: None,
+            layout: None,
+        }
     }
 }
 
@@ -439,8 +450,9 @@ impl MonitorApp {
                 if let Some(g) = self.graph.layout.as_ref().and_then(|l| l.groups.get(gi)) {
                     let k = (g.services, g.prefix.clone());
                     if !self.graph.expanded.remove(&k) {
-                        self.graph.expanded.insert(k);
+                        self.graph.expanded.insert(k.clone());
                     }
+                    self.graph.reveal = Some(k);
                 }
             }
             Some(Clicked::Process(p)) => self.graph.focus = Some(Focus::Process(p)),
@@ -524,9 +536,23 @@ impl MonitorApp {
         let content = vec2(width, MARGIN * 2.0 + g.rows() * SPACING);
         if st.refit {
             st.refit = false;
-            // As much of the height as the text allows (and no more than full size), from the top.
+            // As much of the height as the text allows (and no more than full size), from the top, or from the
+            // group just expanded or collapsed.
             st.zoom = (rect.height() / content.y).clamp(TEXT_ZOOM, 1.0);
             st.pan = vec2((1.0 - st.zoom) * width / 2.0, 0.0);
+            if let Some((services, prefix)) = st.reveal.take() {
+                let row = g.columns[1].iter().find_map(|n| match n.kind {
+                    NodeKind::Group(gi) => {
+                        let gr = &g.groups[gi];
+                        (gr.services == services && gr.prefix == prefix).then_some(n.row)
+                    }
+                    _ => None,
+                });
+                // Only when it would be out of sight from the top.
+                if let Some(row) = row.filter(|r| (MARGIN + (r + 1.0) * SPACING) * st.zoom > rect.height()) {
+                    st.pan.y = -(row * SPACING) * st.zoom;
+                }
+            }
         }
         // Pan and zoom.
         if canvas.dragged() {
