@@ -408,7 +408,7 @@ fn at_scale_the_graph_follows_the_filter() {
 }
 
 #[test]
-fn the_graph_zooms_with_its_buttons_and_ctrl_scroll() {
+fn the_graph_zooms_with_its_buttons_and_ctrl_scroll_and_pans_with_a_drag() {
     let mut app = app_after(3);
     app.state.tab = Tab::Graph;
     let mut h = harness(app);
@@ -427,6 +427,32 @@ fn the_graph_zooms_with_its_buttons_and_ctrl_scroll() {
     h.get_by_label("Fit").click();
     h.run();
     assert!((h.get_by_label("/odom").rect().width() - w0).abs() < 1.0, "fit: back to full size");
+    // A drag (here starting on a node) pans.
+    let before = h.get_by_label("/odom").rect();
+    let from = before.center();
+    let to = from + egui::vec2(100.0, 80.0);
+    h.event(egui::Event::PointerMoved(from));
+    h.event(egui::Event::PointerButton {
+        pos: from,
+        button: egui::PointerButton::Primary,
+        pressed: true,
+        modifiers: egui::Modifiers::NONE,
+    });
+    h.run();
+    for i in 1..=5 {
+        h.event(egui::Event::PointerMoved(from + (to - from) * (i as f32 / 5.0)));
+        h.run();
+    }
+    h.event(egui::Event::PointerButton {
+        pos: to,
+        button: egui::PointerButton::Primary,
+        pressed: false,
+        modifiers: egui::Modifiers::NONE,
+    });
+    h.run();
+    let after = h.get_by_label("/odom").rect();
+    assert!((after.min - before.min - (to - from)).length() < 1.0, "{before:?} -> {after:?}");
+    assert_eq!(h.state().state.selected, None, "a drag is not a click");
 }
 
 fn event_count(h: &Harness<'_, MonitorApp>) -> usize {
