@@ -806,3 +806,57 @@ fn at_scale_the_graph_puts_problems_first_and_counts_them_in_groups() {
     h.get_by_label("- /fleet… 800 topics · 800 live");
     h.get_by_label("/fleet/sensor_0100");
 }
+
+#[test]
+fn the_graph_focuses_on_the_selected_service() {
+    let mut app = app_after(5);
+    app.state.tab = Tab::Graph;
+    app.select_service(Some("calibration"));
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label("Focus on calibration (service)").click();
+    h.run();
+    h.get_by_label("calibration (service)");
+    // Its server (right) and its two clients (left), nothing else.
+    h.get_by_label("imu_driver@lab-pc:1004");
+    h.get_by_label("navigation@robot-2:3001");
+    h.get_by_label("demo_sub_a@lab-pc:1002");
+    assert!(h.query_by_label("/odom").is_none());
+    assert!(h.query_by_label("map_server (service)").is_none());
+    h.get_by_label("Show all").click();
+    h.run();
+    h.get_by_label("/odom");
+}
+
+/// The small network with 60 more services, `svc/calib_NN`, each a copy of the calibration server.
+struct ManyServices(Fixture);
+
+impl shoal_monitor::source::SnapshotSource for ManyServices {
+    fn snapshot(&mut self) -> shoal::monitor::Snapshot {
+        let mut s = self.0.next_snapshot();
+        let server = s.services.iter().find(|e| e.service_name == "calibration").cloned().expect("calibration");
+        for i in 0..60u64 {
+            let mut e = server.clone();
+            e.service_name = format!("svc/calib_{i:02}");
+            e.entity_id = 0x7000 + i;
+            s.services.push(e);
+        }
+        s
+    }
+}
+
+#[test]
+fn many_services_are_grouped_like_topics() {
+    let mut app = MonitorApp::manual(Box::new(ManyServices(Fixture::new())), Box::new(FixtureMessages::default()));
+    for _ in 0..3 {
+        app.refresh_now();
+    }
+    app.state.tab = Tab::Graph;
+    let mut h = harness(app);
+    h.run();
+    let group = h.get_by_label_contains("+ svc… 60 services");
+    group.click();
+    h.run();
+    h.get_by_label("svc/calib_00 (service)");
+    h.get_by_label("calibration (service)");
+}
