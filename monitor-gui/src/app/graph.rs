@@ -50,7 +50,7 @@ const MARGIN: f32 = 10.0;
 
 /// What the graph is narrowed to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Focus {
+enum Focus {
     /// A topic and its publishing and subscribing processes.
     Topic(Arc<str>),
     /// A service and its clients' and servers' processes.

@@ -51,7 +51,7 @@ use plots::Series;
 use refresh::Update;
 use shoal::logging::{LogFilter, LogRecord};
 
-pub use graph::{Focus, GROUP_ABOVE, MAX_EDGES_DRAWN, PROCESSES_ABOVE, TEXT_ZOOM, name_prefix};
+pub use graph::{GROUP_ABOVE, MAX_EDGES_DRAWN, PROCESSES_ABOVE, TEXT_ZOOM, name_prefix};
 pub use inspector::INSPECTOR_KEEP;
 pub use logs::LOGS_KEEP;
 pub use refresh::{FEED_CAPACITY, IDLE_REPAINT};
