@@ -175,3 +175,38 @@ fn frame_time(h: &mut Harness<'_, MonitorApp>) -> f64 {
     times.sort_by(f64::total_cmp);
     times[times.len() / 2]
 }
+
+/// One process publishing and subscribing 2,000 topics, their group expanded and the process in sight: 4,000 edges
+/// end at it, and the frame stays within the budget (at most `MAX_EDGES_DRAWN` are drawn).
+#[test]
+fn the_graph_with_a_process_of_4000_edges_in_sight_stays_within_the_budget() {
+    use egui_kittest::kittest::Queryable;
+    let mut app = MonitorApp::manual(Box::new(Fixture::with_scale(2000, 1)), Box::new(FixtureMessages::default()));
+    app.refresh_now();
+    app.refresh_now();
+    app.state.tab = Tab::Graph;
+    let mut h =
+        Harness::builder().with_size(egui::vec2(W, H)).build_ui_state(|ui, app: &mut MonitorApp| app.ui(ui), app);
+    h.run();
+    h.get_by_label_contains("+ /fleet… 2000 topics").click();
+    h.run();
+    let canvas = h.get_by_label("/fleet/sensor_0000").rect().center();
+    let mut scrolls = 0;
+    while h.query_all_by_label("node_000@lab-pc:10000").next().is_none() {
+        assert!(scrolls < 100, "the process was not reached by scrolling");
+        h.event(egui::Event::PointerMoved(canvas));
+        h.event(egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Point,
+            delta: egui::vec2(0.0, -300.0),
+            phase: egui::TouchPhase::Move,
+            modifiers: egui::Modifiers::NONE,
+            source: egui::MouseWheelSource::Wheel,
+        });
+        h.run();
+        scrolls += 1;
+    }
+    let c = cost(&h);
+    let line = format!("{} triangles ({} solid), {:.2} screens", c.triangles, c.solid_triangles, c.screens);
+    println!("Graph, a process with 4000 edges in sight: {line}");
+    assert!(c.triangles <= MAX_TRIANGLES && c.screens <= MAX_SCREENS, "over budget: {line}");
+}

@@ -15,7 +15,7 @@
 //!   filter) starts zoomed to fit the height where its text stays readable, from the top, or from the group just
 //!   expanded or collapsed when that would be out of sight. Only what is in sight is laid out and
 //!   drawn: nodes off the canvas are skipped, an edge is drawn when one of its ends is in sight (at most
-//!   [`MAX_EDGES_DRAWN`], the rest counted on screen), node boxes are one mesh of square rectangles and, zoomed
+//!   [`MAX_EDGES_DRAWN`], the rest counted on screen: a process linked to thousands of topics is a fan), node boxes are one mesh of square rectangles and, zoomed
 //!   out below [`TEXT_ZOOM`], labels are left out and edges are plain quads: the triangles a frame costs stay
 //!   bounded at any size.
 
@@ -37,8 +37,9 @@ pub const GROUP_ABOVE: usize = 40;
 pub const PROCESSES_ABOVE: usize = 6;
 /// Below this zoom the labels are left out (and edges are drawn without anti-aliasing).
 pub const TEXT_ZOOM: f32 = 0.6;
-/// At most this many edges are drawn in a frame.
-pub const MAX_EDGES_DRAWN: usize = 1500;
+/// At most this many edges are drawn in a frame (anti-aliased, 4 triangles each); zoomed out below [`TEXT_ZOOM`],
+/// twice as many (plain quads, 2 triangles each).
+pub const MAX_EDGES_DRAWN: usize = 600;
 /// The zoom range.
 const ZOOM: std::ops::RangeInclusive<f32> = 0.1..=2.0;
 /// Row spacing at zoom 1, in points.
@@ -588,16 +589,17 @@ impl MonitorApp {
         let in_sight = |r: Rect| rect.intersects(r);
 
         // Edges with one end in sight.
+        let max_edges = if zoom >= TEXT_ZOOM { MAX_EDGES_DRAWN } else { 2 * MAX_EDGES_DRAWN };
         let mut drawn = 0usize;
         let mut skipped = 0usize;
-        let mut plain = egui::epaint::Mesh::default();
+        let mut lines = egui::epaint::Mesh::default();
         for &(col, pi, mi, h) in &g.edges {
             let (p, m) = (&g.columns[col as usize][pi as usize], &g.columns[1][mi as usize]);
             let (pr, mr) = (node_rect(col as usize, p.row), node_rect(1, m.row));
             if !in_sight(pr) && !in_sight(mr) {
                 continue;
             }
-            if drawn == MAX_EDGES_DRAWN {
+            if drawn == max_edges {
                 skipped += 1;
                 continue;
             }
@@ -605,16 +607,30 @@ impl MonitorApp {
             let (a, b) =
                 if col == 0 { (pr.right_center(), mr.left_center()) } else { (mr.right_center(), pr.left_center()) };
             let color = health_color(h).gamma_multiply(0.7);
+            let i = lines.vertices.len() as u32;
             if zoom >= TEXT_ZOOM {
-                painter.line_segment([a, b], egui::Stroke::new(1.5, color));
+                // Anti-aliased in 4 triangles: full colour along the line, fading to nothing a point either side.
+                let n = (b - a).normalized().rot90();
+                for v in [a + n, b + n] {
+                    lines.colored_vertex(v, Color32::TRANSPARENT);
+                }
+                for v in [a, b] {
+                    lines.colored_vertex(v, color);
+                }
+                for v in [a - n, b - n] {
+                    lines.colored_vertex(v, Color32::TRANSPARENT);
+                }
+                lines.add_triangle(i, i + 1, i + 3);
+                lines.add_triangle(i, i + 3, i + 2);
+                lines.add_triangle(i + 2, i + 3, i + 5);
+                lines.add_triangle(i + 2, i + 5, i + 4);
             } else {
                 let n = (b - a).normalized().rot90() * 0.5;
-                let i = plain.vertices.len() as u32;
                 for v in [a + n, a - n, b - n, b + n] {
-                    plain.colored_vertex(v, color);
+                    lines.colored_vertex(v, color);
                 }
-                plain.add_triangle(i, i + 1, i + 2);
-                plain.add_triangle(i, i + 2, i + 3);
+                lines.add_triangle(i, i + 1, i + 2);
+                lines.add_triangle(i, i + 2, i + 3);
             }
         }
         // Node boxes: square, pixel aligned, one mesh without anti-aliasing fringes.
@@ -636,7 +652,7 @@ impl MonitorApp {
                 visible.push((col, i, r));
             }
         }
-        painter.add(egui::Shape::mesh(plain));
+        painter.add(egui::Shape::mesh(lines));
         painter.add(egui::Shape::mesh(boxes));
         let selected = |k: &NodeKind| match k {
             NodeKind::Member(Member::Topic(t)) => self.state.selected.as_deref() == Some(&*view.topics[*t].name),
@@ -677,7 +693,7 @@ impl MonitorApp {
             painter.text(
                 rect.left_bottom() + vec2(4.0, -4.0),
                 egui::Align2::LEFT_BOTTOM,
-                format!("{skipped} more edges in sight not drawn: zoom in"),
+                format!("{skipped} more edges in sight not drawn: zoom in, or focus on a node"),
                 egui::FontId::proportional(13.0),
                 health_color(Health::Warning),
             );
