@@ -91,3 +91,122 @@ fn every_view_at_scale_stays_within_its_rasterising_budget() {
     }
     println!("{}", report.join("\n"));
 }
+
+/// The Graph at 1,000 topics in each of its states — the topics grouped, the 1,000-topic group expanded, scrolled
+/// to its middle, zoomed out as far as it goes, focused on one topic — within the same budget, and a frame of it
+/// (the UI pass and tessellation) costs no more CPU than one of the Overview, give or take.
+#[test]
+fn the_graph_at_1000_topics_stays_within_the_budget_in_every_state() {
+    use egui_kittest::kittest::Queryable;
+    let mut app = MonitorApp::manual(Box::new(Fixture::with_scale(1000, 200)), Box::new(FixtureMessages::default()));
+    for _ in 0..60 {
+        app.refresh_now();
+    }
+    app.select_topic(Some("/fleet/sensor_0500"));
+    let mut h =
+        Harness::builder().with_size(egui::vec2(W, H)).build_ui_state(|ui, app: &mut MonitorApp| app.ui(ui), app);
+    h.state_mut().state.tab = Tab::Overview;
+    h.run();
+    let overview = frame_time(&mut h);
+    h.state_mut().state.tab = Tab::Graph;
+    h.run();
+    let mut report = vec![format!("Overview: {:.2} ms per frame", overview * 1e3)];
+    let mut check = |h: &mut Harness<'_, MonitorApp>, state: &str, min_triangles: usize| {
+        let c = cost(h);
+        let t = frame_time(h);
+        report.push(format!(
+            "Graph, {state}: {} triangles ({} solid), {:.2} screens, {:.2} ms per frame",
+            c.triangles,
+            c.solid_triangles,
+            c.screens,
+            t * 1e3
+        ));
+        let line = report.last().cloned().unwrap_or_default();
+        assert!(c.triangles >= min_triangles, "nothing drawn? {line}");
+        assert!(c.triangles <= MAX_TRIANGLES && c.screens <= MAX_SCREENS, "over budget: {line}");
+        assert!(
+            t <= 2.0 * overview + 0.002,
+            "a frame costs more than the Overview's ({:.2} ms): {line}",
+            overview * 1e3
+        );
+    };
+    check(&mut h, "grouped", 500);
+    h.get_by_label("+ /fleet… 1000 topics · 1000 live").click();
+    h.run();
+    h.get_by_label("/fleet/sensor_0000");
+    check(&mut h, "group expanded", 500);
+    let canvas = h.get_by_label("/fleet/sensor_0000").rect().center();
+    for _ in 0..20 {
+        h.event(egui::Event::PointerMoved(canvas));
+        h.event(egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Point,
+            delta: egui::vec2(0.0, -800.0),
+            phase: egui::TouchPhase::Move,
+            modifiers: egui::Modifiers::NONE,
+            source: egui::MouseWheelSource::Wheel,
+        });
+        h.run();
+    }
+    assert!(h.query_by_label("/fleet/sensor_0000").is_none(), "scrolled away from the top");
+    check(&mut h, "expanded, scrolled to the middle", 500);
+    for _ in 0..8 {
+        h.get_by_label("Zoom out").click();
+        h.run();
+    }
+    h.get_by_label("10 %");
+    check(&mut h, "expanded, zoomed out to 10 %", 500);
+    h.get_by_label("Focus on /fleet/sensor_0500").click();
+    h.run();
+    check(&mut h, "focused on a topic", 100);
+    println!("{}", report.join("\n"));
+}
+
+/// The median CPU time of a frame (the UI pass and tessellation) over 15 frames, in seconds.
+fn frame_time(h: &mut Harness<'_, MonitorApp>) -> f64 {
+    let mut times: Vec<f64> = (0..15)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            h.step();
+            let out = h.output();
+            let _ = h.ctx.tessellate(out.shapes.clone(), out.pixels_per_point);
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// One process publishing and subscribing 2,000 topics, their group expanded and the process in sight: 4,000 edges
+/// end at it, and the frame stays within the budget (at most `MAX_EDGES_DRAWN` are drawn).
+#[test]
+fn the_graph_with_a_process_of_4000_edges_in_sight_stays_within_the_budget() {
+    use egui_kittest::kittest::Queryable;
+    let mut app = MonitorApp::manual(Box::new(Fixture::with_scale(2000, 1)), Box::new(FixtureMessages::default()));
+    app.refresh_now();
+    app.refresh_now();
+    app.state.tab = Tab::Graph;
+    let mut h =
+        Harness::builder().with_size(egui::vec2(W, H)).build_ui_state(|ui, app: &mut MonitorApp| app.ui(ui), app);
+    h.run();
+    h.get_by_label_contains("+ /fleet… 2000 topics").click();
+    h.run();
+    let canvas = h.get_by_label("/fleet/sensor_0000").rect().center();
+    let mut scrolls = 0;
+    while h.query_all_by_label("node_000@lab-pc:10000").next().is_none() {
+        assert!(scrolls < 100, "the process was not reached by scrolling");
+        h.event(egui::Event::PointerMoved(canvas));
+        h.event(egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Point,
+            delta: egui::vec2(0.0, -300.0),
+            phase: egui::TouchPhase::Move,
+            modifiers: egui::Modifiers::NONE,
+            source: egui::MouseWheelSource::Wheel,
+        });
+        h.run();
+        scrolls += 1;
+    }
+    let c = cost(&h);
+    let line = format!("{} triangles ({} solid), {:.2} screens", c.triangles, c.solid_triangles, c.screens);
+    println!("Graph, a process with 4000 edges in sight: {line}");
+    assert!(c.triangles <= MAX_TRIANGLES && c.screens <= MAX_SCREENS, "over budget: {line}");
+}

@@ -347,21 +347,156 @@ fn at_scale_the_sort_reaches_rows_that_were_out_of_sight() {
     assert!(h.query_by_label("/camera").is_none(), "now out of sight");
 }
 
+/// The Graph at 1,000 topics (issue 26 defect 5): it used to draw the first 60 topics by name and leave out the
+/// rest, live ones among them. Now every topic is reachable: shown, or counted in a group node that expands.
 #[test]
-fn at_scale_the_graph_draws_the_first_topics_and_a_filter_brings_others() {
+fn at_scale_the_graph_groups_topics_and_every_one_is_reachable() {
     let mut app = scale_app(2);
     app.state.tab = Tab::Graph;
     let mut h = harness(app);
     h.run();
-    h.get_by_label("Showing 60 of 1006 topics; filter to see others.");
-    h.get_by_label("/camera");
+    // A live topic that sorts last by name is shown, and the 1,000 fleet topics are one group with their count.
+    h.get_by_label("shoal_demo/0");
+    h.get_by_label("+ /fleet… 1000 topics · 1000 live");
+    h.get_by_label_contains("1000 of them in 1 collapsed group");
+    // The fleet's 200 publishing processes are one node, and its 200 subscribing ones another, not 400 nodes pushed
+    // off screen.
+    assert_eq!(h.get_all_by_label("+200 processes of /fleet…").count(), 2);
+    // The topics with problems come first.
+    assert!(top(&h, "/odom") < top(&h, "shoal_demo/0"), "a topic with a problem above a healthy one");
+    h.get_by_label("+ /fleet… 1000 topics · 1000 live").click();
+    h.run();
+    h.get_by_label("/fleet/sensor_0000");
+    assert!(h.query_by_label("/fleet/sensor_0999").is_none(), "out of sight: not laid out");
+    // Scrolling the canvas reaches the last one.
+    let canvas = h.get_by_label("/fleet/sensor_0000").rect().center();
+    let mut scrolls = 0;
+    while h.query_by_label("/fleet/sensor_0999").is_none() {
+        assert!(scrolls < 200, "the last fleet topic was not reached by scrolling");
+        h.event(egui::Event::PointerMoved(canvas));
+        h.event(egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Point,
+            delta: egui::vec2(0.0, -600.0),
+            phase: egui::TouchPhase::Move,
+            modifiers: egui::Modifiers::NONE,
+            source: egui::MouseWheelSource::Wheel,
+        });
+        h.run();
+        scrolls += 1;
+    }
+    h.get_by_label("/fleet/sensor_0999").click();
+    h.run();
+    assert_eq!(h.state().state.selected.as_deref(), Some("/fleet/sensor_0999"));
+}
+
+#[test]
+fn at_scale_the_graph_focuses_on_a_topic_and_on_a_process() {
+    let mut app = scale_app(2);
+    app.state.tab = Tab::Graph;
+    app.select_topic(Some("/fleet/sensor_0999"));
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label("Focus on /fleet/sensor_0999").click();
+    h.run();
+    // The topic, its publisher (left) and its subscriber (right), nothing else.
+    h.get_by_label("/fleet/sensor_0999");
+    let (publisher, subscriber) =
+        (h.get_by_label("node_199@lab-pc:10199").rect(), h.get_by_label("node_000@lab-pc:10000").rect());
+    let topic = h.get_by_label("/fleet/sensor_0999").rect();
+    assert!(publisher.right() < topic.left() && topic.right() < subscriber.left());
+    for r in [publisher, subscriber, topic] {
+        assert!(
+            egui::Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(1400.0, 900.0)).contains_rect(r),
+            "{r:?} on screen"
+        );
+    }
+    assert!(h.query_by_label("/camera").is_none());
+    assert!(h.query_by_label_contains("/fleet…").is_none());
+    // A click on the publisher: it and the topics it takes part in (publishes 0199, 0399, …; subscribes 0198, …).
+    h.get_by_label("node_199@lab-pc:10199").click();
+    h.run();
+    h.get_by_label_contains("Focus on node_199@lab-pc:10199");
+    for t in
+        ["/fleet/sensor_0199", "/fleet/sensor_0599", "/fleet/sensor_0999", "/fleet/sensor_0198", "/fleet/sensor_0998"]
+    {
+        h.get_by_label(t);
+    }
+    assert!(h.query_by_label("/fleet/sensor_0000").is_none());
+    assert!(h.query_by_label("node_000@lab-pc:10000").is_none(), "not a direct neighbour");
+    // A click on one of its topics moves the focus there: the topic's subscriber comes in.
+    h.get_by_label("/fleet/sensor_0599").click();
+    h.run();
+    assert_eq!(h.state().state.selected.as_deref(), Some("/fleet/sensor_0599"));
+    h.get_by_label_contains("Focus on /fleet/sensor_0599");
+    h.get_by_label("node_000@lab-pc:10000");
     assert!(h.query_by_label("/fleet/sensor_0999").is_none());
+    h.get_by_label("Show all").click();
+    h.run();
+    h.get_by_label("+ /fleet… 1000 topics · 1000 live");
+}
+
+#[test]
+fn at_scale_the_graph_follows_the_filter() {
+    let mut app = scale_app(2);
+    app.state.tab = Tab::Graph;
+    let mut h = harness(app);
+    h.run();
     h.state_mut().state.filter = "sensor_0999".into();
     h.run();
     h.get_by_label("/fleet/sensor_0999");
     h.get_by_label("node_199@lab-pc:10199");
     h.get_by_label("node_000@lab-pc:10000");
+    h.get_by_label_contains("1 of 1006 topics");
     assert!(h.query_by_label("/camera").is_none(), "the layout follows the filter");
+    assert!(h.query_by_label_contains("/fleet…").is_none(), "one topic: no group");
+}
+
+#[test]
+fn the_graph_zooms_with_its_buttons_and_ctrl_scroll_and_pans_with_a_drag() {
+    let mut app = app_after(3);
+    app.state.tab = Tab::Graph;
+    let mut h = harness(app);
+    h.run();
+    let w0 = h.get_by_label("/odom").rect().width();
+    h.get_by_label("Zoom out").click();
+    h.run();
+    let w1 = h.get_by_label("/odom").rect().width();
+    assert!((w1 * 1.5 - w0).abs() < 1.0, "{w0} -> {w1}");
+    let at = h.get_by_label("/odom").rect().center();
+    h.event(egui::Event::PointerMoved(at));
+    h.event(egui::Event::Zoom(2.0));
+    h.run();
+    let w2 = h.get_by_label("/odom").rect().width();
+    assert!((w2 - 2.0 * w1).abs() < 1.0, "{w1} -> {w2}");
+    h.get_by_label("Fit").click();
+    h.run();
+    assert!((h.get_by_label("/odom").rect().width() - w0).abs() < 1.0, "fit: back to full size");
+    // A drag (here starting on a node) pans.
+    let before = h.get_by_label("/odom").rect();
+    let from = before.center();
+    let to = from + egui::vec2(100.0, 80.0);
+    h.event(egui::Event::PointerMoved(from));
+    h.event(egui::Event::PointerButton {
+        pos: from,
+        button: egui::PointerButton::Primary,
+        pressed: true,
+        modifiers: egui::Modifiers::NONE,
+    });
+    h.run();
+    for i in 1..=5 {
+        h.event(egui::Event::PointerMoved(from + (to - from) * (i as f32 / 5.0)));
+        h.run();
+    }
+    h.event(egui::Event::PointerButton {
+        pos: to,
+        button: egui::PointerButton::Primary,
+        pressed: false,
+        modifiers: egui::Modifiers::NONE,
+    });
+    h.run();
+    let after = h.get_by_label("/odom").rect();
+    assert!((after.min - before.min - (to - from)).length() < 1.0, "{before:?} -> {after:?}");
+    assert_eq!(h.state().state.selected, None, "a drag is not a click");
 }
 
 fn event_count(h: &Harness<'_, MonitorApp>) -> usize {
@@ -614,4 +749,158 @@ fn a_stale_topics_figures_say_how_old_they_are() {
     let rate = label_containing(&h, &format!("Hz · {age:.0} s ago"));
     assert!(rate.starts_with("1"), "/status's last announced rate, 1 Hz: {rate}");
     assert!(h.query_all_by_label_contains(" s ago").count() >= 2, "rate and bandwidth");
+}
+
+/// The graph's groups are by first name segment; names of one segment, and odd names, are not grouped.
+#[test]
+fn topics_group_by_the_first_segment_of_their_names() {
+    use shoal_monitor::app::name_prefix;
+    assert_eq!(name_prefix("/robot1/imu/raw"), Some("/robot1"));
+    assert_eq!(name_prefix("demo.A"), Some("demo"));
+    assert_eq!(name_prefix("shoal_demo/0"), Some("shoal_demo"));
+    for name in ["/camera", "camera", "", "/", "//x", "./x", ".x"] {
+        assert_eq!(name_prefix(name), None, "{name:?}");
+    }
+}
+
+/// In a narrow window every node of the graph is inside it (a long line of text above the canvas once widened it
+/// and pushed the right column out).
+#[test]
+fn in_a_narrow_window_the_graph_keeps_its_nodes_on_screen() {
+    let mut app = app_after(3);
+    app.state.tab = Tab::Graph;
+    let mut h = Harness::builder()
+        .with_size(egui::vec2(1024.0, 700.0))
+        .build_ui_state(|ui, app: &mut MonitorApp| app.ui(ui), app);
+    h.run();
+    let screen = egui::Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(1024.0, 700.0));
+    let nodes: Vec<egui::Rect> = h.get_all_by_label_contains("@").map(|n| n.rect()).collect();
+    assert!(nodes.len() >= 10, "{} process nodes", nodes.len());
+    for r in nodes {
+        assert!(screen.contains_rect(r), "{r:?} off screen");
+    }
+}
+
+/// The scale network where the first 100 fleet topics are renamed `orphan_NNNN` (one name segment: not grouped) and
+/// lose their publishers, and the last 100 are renamed `/spare/sensor_NNNN`, of which `/spare/sensor_0999` loses its
+/// publisher: 101 topics with a problem ("no publisher"), a healthy group `/fleet` and a group `/spare` with a
+/// problem.
+struct Orphans(Fixture);
+
+impl shoal_monitor::source::SnapshotSource for Orphans {
+    fn snapshot(&mut self) -> shoal::monitor::Snapshot {
+        use shoal::monitor::TopicDirection;
+        let mut s = self.0.next_snapshot();
+        let index = |name: &str| name.strip_prefix("/fleet/sensor_").and_then(|n| n.parse::<u32>().ok());
+        s.topics.retain(|t| {
+            t.direction != TopicDirection::Publisher || !index(&t.topic_name).is_some_and(|i| i < 100 || i == 999)
+        });
+        for t in &mut s.topics {
+            match index(&t.topic_name) {
+                Some(i) if i < 100 => t.topic_name = format!("orphan_{i:04}"),
+                Some(i) if i >= 900 => t.topic_name = format!("/spare/sensor_{i:04}"),
+                _ => {}
+            }
+        }
+        s
+    }
+}
+
+/// Problems are not hidden in a group: a group says how many of its topics have one, takes the worst colour and
+/// comes first with the topics that have problems, and they come first when it expands. A healthy group below
+/// them, expanded far down the column, is shown where it is, not at the top of the column.
+#[test]
+fn at_scale_the_graph_puts_problems_first_and_counts_them_in_groups() {
+    let mut app =
+        MonitorApp::manual(Box::new(Orphans(Fixture::with_scale(1000, 200))), Box::new(FixtureMessages::default()));
+    app.refresh_now();
+    app.refresh_now();
+    app.state.tab = Tab::Graph;
+    let mut h = harness(app);
+    h.run();
+    let spare = "+ /spare… 100 topics · 100 live · 1 with problems";
+    h.get_by_label(spare);
+    h.get_by_label("orphan_0000");
+    assert!(h.query_by_label_contains("/fleet…").is_none(), "the healthy group comes after 100 topics with problems");
+    h.get_by_label(spare).click();
+    h.run();
+    let first = h.get_by_label("/spare/sensor_0999").rect().top();
+    assert!(first < h.get_by_label("/spare/sensor_0900").rect().top(), "the topic with a problem first");
+    h.get_by_label("- /spare… 100 topics · 100 live · 1 with problems").click();
+    h.run();
+    // Scrolled down to the healthy group and expanded, it stays in sight.
+    let group = "+ /fleet… 800 topics · 800 live";
+    let canvas = h.get_by_label("orphan_0000").rect().center();
+    let mut scrolls = 0;
+    while h.query_by_label(group).is_none() {
+        assert!(scrolls < 50, "the group was not reached by scrolling");
+        h.event(egui::Event::PointerMoved(canvas));
+        h.event(egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Point,
+            delta: egui::vec2(0.0, -100.0),
+            phase: egui::TouchPhase::Move,
+            modifiers: egui::Modifiers::NONE,
+            source: egui::MouseWheelSource::Wheel,
+        });
+        h.run();
+        scrolls += 1;
+    }
+    h.get_by_label(group).click();
+    h.run();
+    h.get_by_label("- /fleet… 800 topics · 800 live");
+    h.get_by_label("/fleet/sensor_0100");
+}
+
+#[test]
+fn the_graph_focuses_on_the_selected_service() {
+    let mut app = app_after(5);
+    app.state.tab = Tab::Graph;
+    app.select_service(Some("calibration"));
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label("Focus on calibration (service)").click();
+    h.run();
+    h.get_by_label("calibration (service)");
+    // Its server (right) and its two clients (left), nothing else.
+    h.get_by_label("imu_driver@lab-pc:1004");
+    h.get_by_label("navigation@robot-2:3001");
+    h.get_by_label("demo_sub_a@lab-pc:1002");
+    assert!(h.query_by_label("/odom").is_none());
+    assert!(h.query_by_label("map_server (service)").is_none());
+    h.get_by_label("Show all").click();
+    h.run();
+    h.get_by_label("/odom");
+}
+
+/// The small network with 60 more services, `svc/calib_NN`, each a copy of the calibration server.
+struct ManyServices(Fixture);
+
+impl shoal_monitor::source::SnapshotSource for ManyServices {
+    fn snapshot(&mut self) -> shoal::monitor::Snapshot {
+        let mut s = self.0.next_snapshot();
+        let server = s.services.iter().find(|e| e.service_name == "calibration").cloned().expect("calibration");
+        for i in 0..60u64 {
+            let mut e = server.clone();
+            e.service_name = format!("svc/calib_{i:02}");
+            e.entity_id = 0x7000 + i;
+            s.services.push(e);
+        }
+        s
+    }
+}
+
+#[test]
+fn many_services_are_grouped_like_topics() {
+    let mut app = MonitorApp::manual(Box::new(ManyServices(Fixture::new())), Box::new(FixtureMessages::default()));
+    for _ in 0..3 {
+        app.refresh_now();
+    }
+    app.state.tab = Tab::Graph;
+    let mut h = harness(app);
+    h.run();
+    let group = h.get_by_label_contains("+ svc… 60 services");
+    group.click();
+    h.run();
+    h.get_by_label("svc/calib_00 (service)");
+    h.get_by_label("calibration (service)");
 }

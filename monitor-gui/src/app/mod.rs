@@ -4,9 +4,9 @@
 //!
 //! Per frame the app draws only what is visible and recomputes only what changed: the tables are virtualised
 //! (`TableBuilder::rows`), their order (filter, sort) and the Events list are found again only when a view
-//! arrives or the filter or sort changes, the Graph's layout once per order (at most [`MAX_GRAPH_TOPICS`] topics,
-//! only the nodes in sight laid out), and the Topic view's plot series once per view, at most two points per pixel
-//! column. Under software GL most of a frame is rasterising, which costs by the pixel: the panels and plots are not
+//! arrives or the filter or sort changes, the Graph's layout once per order, focus and set of expanded groups (topics
+//! grouped by name prefix above [`GROUP_ABOVE`]; only the nodes in sight laid out and drawn, at any pan and zoom),
+//! and the Topic view's plot series once per view, at most two points per pixel column. Under software GL most of a frame is rasterising, which costs by the pixel: the panels and plots are not
 //! filled (the window is cleared with the panels' colour, [`clear_color`]) and table stripes are one rectangle a
 //! row. Snapshots are taken, turned into views and diffed for events on a refresh thread; the window is woken
 //! only when a view differs from the one before ([`View::same_content`]), so a network where nothing changes is
@@ -44,14 +44,14 @@ use crate::history::{EventKind, History};
 use crate::model::{ConnKey, Interner, View};
 use crate::source::{LogSource, MessageSource, NoLogs, SnapshotSource};
 use events::EventsKey;
-use graph::GraphLayout;
+use graph::GraphState;
 use inspector::Inspector;
 use order::Order;
 use plots::Series;
 use refresh::Update;
 use shoal::logging::{LogFilter, LogRecord};
 
-pub use graph::{MAX_GRAPH_SERVICES, MAX_GRAPH_TOPICS};
+pub use graph::{GROUP_ABOVE, MAX_EDGES_DRAWN, PROCESSES_ABOVE, TEXT_ZOOM, name_prefix};
 pub use inspector::INSPECTOR_KEEP;
 pub use logs::LOGS_KEEP;
 pub use refresh::{FEED_CAPACITY, IDLE_REPAINT};
@@ -166,7 +166,7 @@ pub struct MonitorApp {
     order: Order,
     /// The Events table's rows (indices into the history's events, newest first) and what they were found for.
     events_order: (Option<EventsKey>, Vec<usize>),
-    graph_layout: Option<GraphLayout>,
+    graph: GraphState,
     series: Option<Series>,
     inspector: Inspector,
     refreshes: u64,
@@ -219,7 +219,7 @@ impl MonitorApp {
             state: UiState::default(),
             order: Order::default(),
             events_order: (None, Vec::new()),
-            graph_layout: None,
+            graph: GraphState::default(),
             series: None,
             inspector: Inspector::default(),
             refreshes: 0,
