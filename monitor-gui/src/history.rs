@@ -38,14 +38,23 @@ pub enum EventKind {
     TypeMismatch,
     /// Messages were lost.
     Drops,
+    /// A short-lived process (a tool such as `shoal list`, `ecal_mon_cli`) came and exited normally within
+    /// [`SHORT_RUN_S`]: its process new/exit events and its endpoints' new/gone events folded into this one, shown
+    /// quietly.
+    ShortRun,
 }
+
+/// A process that exits normally (unregisters) within this many seconds of appearing is a short run
+/// ([`EventKind::ShortRun`]).
+pub const SHORT_RUN_S: f64 = 10.0;
 
 impl EventKind {
     /// Every kind, in display order.
-    pub const ALL: [EventKind; 11] = [
+    pub const ALL: [EventKind; 12] = [
         EventKind::Start,
         EventKind::ProcessNew,
         EventKind::ProcessGone,
+        EventKind::ShortRun,
         EventKind::ProcessExpired,
         EventKind::EntityNew,
         EventKind::EntityGone,
@@ -70,7 +79,13 @@ impl EventKind {
             EventKind::Unmatch => "unmatch",
             EventKind::TypeMismatch => "type mismatch",
             EventKind::Drops => "drops",
+            EventKind::ShortRun => "short run",
         }
+    }
+
+    /// Drawn quietly (greyed): worth a line, not attention.
+    pub fn is_quiet(self) -> bool {
+        matches!(self, EventKind::ShortRun)
     }
 
     /// Drawn as a problem.
@@ -95,7 +110,7 @@ pub struct Event {
 }
 
 /// A process an event is about.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProcessRef {
     /// Its unit name.
     pub unit: Arc<str>,
@@ -289,6 +304,8 @@ impl History {
     /// Adds a view whose `events` (its [`diff`] against the newest kept view) were found elsewhere: the refresh
     /// thread diffs, so the UI thread does not.
     pub fn push_diffed(&mut self, view: Arc<View>, events: Vec<Event>) {
+        let mut events = events;
+        self.fold_short_runs(&mut events);
         for e in events {
             if self.events.len() == MAX_EVENTS {
                 self.events.pop_front();
@@ -301,6 +318,54 @@ impl History {
             self.views.pop_front();
         }
         self.generation += 1;
+    }
+
+    /// A process exiting normally (in `incoming`) that appeared within [`SHORT_RUN_S`] (its process-new event is
+    /// among the kept ones): its events since then, kept and incoming, become one [`EventKind::ShortRun`].
+    fn fold_short_runs(&mut self, incoming: &mut Vec<Event>) {
+        let gone: Vec<(ProcessRef, f64, Arc<str>)> = incoming
+            .iter()
+            .filter(|e| e.kind == EventKind::ProcessGone)
+            .filter_map(|e| e.process.clone().map(|p| (p, e.time_s, e.subject.clone())))
+            .collect();
+        for (p, t, subject) in gone {
+            let Some(start) = self
+                .events
+                .iter()
+                .rposition(|e| e.kind == EventKind::ProcessNew && e.process.as_ref() == Some(&p))
+                .filter(|&i| t - self.events[i].time_s <= SHORT_RUN_S)
+            else {
+                continue;
+            };
+            let began = self.events[start].time_s;
+            let tail: Vec<Event> = self.events.drain(start..).collect();
+            let mut folded = 0usize;
+            for e in tail {
+                if e.process.as_ref() == Some(&p) {
+                    folded += 1;
+                } else {
+                    self.events.push_back(e);
+                }
+            }
+            incoming.retain(|e| {
+                let mine = e.process.as_ref() == Some(&p);
+                folded += usize::from(mine);
+                !mine
+            });
+            incoming.push(Event {
+                time_s: t,
+                kind: EventKind::ShortRun,
+                subject,
+                detail: format!(
+                    "{}@{}:{} ran for {:.1} s and exited ({folded} events folded)",
+                    p.unit,
+                    p.host,
+                    p.pid,
+                    t - began
+                ),
+                process: Some(p),
+            });
+        }
     }
 
     /// Changes whenever a view is added.
@@ -385,5 +450,45 @@ mod tests {
         assert_eq!(events[0].kind, EventKind::Start);
         assert!(events[0].detail.starts_with("already running: 2 processes"), "{}", events[0].detail);
         assert!(events_since(Some(&first), &first).is_empty());
+    }
+
+    fn view_at(time_s: f64, pids: &[u32]) -> Arc<View> {
+        let mut v = View::default();
+        v.time_s = time_s;
+        v.processes = pids.iter().map(|p| process(*p, 0.1)).collect();
+        Arc::new(v)
+    }
+
+    /// A tool that comes and exits normally within 10 s is one quiet "short run" event, not a new and an exit
+    /// (issue 26, defect 6: each `shoal list` run added two); a long-running one's exit and an expiry stay as they
+    /// are, and so do other processes' events in between.
+    #[test]
+    fn a_short_run_folds_into_one_quiet_event() {
+        let mut h = History::new(DEFAULT_RETAIN_S);
+        for (t, pids) in [
+            (0.0, &[1][..]),
+            (1.0, &[1, 7]),    // 7: a tool starts
+            (2.0, &[1, 7, 8]), // 8: a long-running process
+            (3.0, &[1, 8]),    // the tool exits
+            (20.0, &[1]),      // 8 exits after 18 s
+            (21.0, &[1, 9]),   // 9: another tool...
+            (29.0, &[1, 9]),
+        ] {
+            h.push_shared(view_at(t, pids));
+        }
+        let kinds: Vec<(EventKind, &str)> = h.events().iter().map(|e| (e.kind, &*e.subject)).collect();
+        assert_eq!(
+            kinds,
+            [
+                (EventKind::Start, "monitor"),
+                (EventKind::ProcessNew, "u8"),
+                (EventKind::ShortRun, "u7"),
+                (EventKind::ProcessGone, "u8"),
+                (EventKind::ProcessNew, "u9"),
+            ]
+        );
+        let short = &h.events()[2];
+        assert!(short.detail.contains("ran for 2.0 s and exited (2 events folded)"), "{}", short.detail);
+        assert!(EventKind::ShortRun.is_quiet() && !EventKind::ShortRun.is_problem());
     }
 }

@@ -6,7 +6,7 @@ use egui_extras::{Column, TableBuilder};
 use shoal::monitor::printable as shown;
 
 use super::MonitorApp;
-use super::widgets::{ROW_H, clock, contains_ci, health_color, stripe, ui_text_color};
+use super::widgets::{ROW_H, STALE_TEXT, clock, contains_ci, health_color, stripe, ui_text_color};
 use crate::history::{EventKind, ProcessRef};
 use crate::model::Health;
 
@@ -75,7 +75,13 @@ impl MonitorApp {
             .body(|body| {
                 body.rows(ROW_H, list.len(), |mut row| {
                     let e = &events[list[row.index()]];
-                    let color = if e.kind.is_problem() { health_color(Health::Error) } else { ui_text_color() };
+                    let color = if e.kind.is_problem() {
+                        health_color(Health::Error)
+                    } else if e.kind.is_quiet() {
+                        STALE_TEXT
+                    } else {
+                        ui_text_color()
+                    };
                     let index = row.index();
                     row.col(|ui| {
                         stripe(ui, index);
