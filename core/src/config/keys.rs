@@ -575,7 +575,9 @@ pub(crate) static KEYS: &[KeyDef] = &[
         alias: None,
         doc: &[
             "Serve TCP subscribers (eCAL tcp_pubsub): a publisher starts its TCP server when a subscriber",
-            "that has TCP enabled matches and no layer earlier in the priority list serves it.",
+            "that has TCP enabled matches and no layer earlier in the priority list serves it, or at",
+            "creation when it keeps a history for late joiners (shoal subscribers fetch it over TCP when",
+            "their live data comes over UDP or eCAL shared memory).",
         ],
         allowed: ECAL5_USE,
         get: |c| c.layers.pub_tcp.to_string(),

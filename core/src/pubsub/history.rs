@@ -214,6 +214,12 @@ enum Gate<T> {
     Waiting { for_history: bool, deadline: Instant, live: Vec<T>, history: Vec<T>, bytes: usize },
 }
 
+impl<T> Gate<T> {
+    fn waiting(for_history: bool, deadline: Instant) -> Gate<T> {
+        Gate::Waiting { for_history, deadline, live: Vec::new(), history: Vec::new(), bytes: 0 }
+    }
+}
+
 /// The history of a publisher whose live data comes on another path than its history (UDP, while the history
 /// comes over TCP): per publisher, the live messages that arrive before the history are held, then both are
 /// merged by the publisher's clock (one copy of each) and delivered in order; from then on live data passes.
@@ -248,16 +254,7 @@ impl<T: Held> HistoryGate<T> {
             if self.entries.len() >= GATE_MAX_PUBLISHERS {
                 return vec![s];
             }
-            self.entries.insert(
-                publisher,
-                Gate::Waiting {
-                    for_history: false,
-                    deadline: now + self.unknown_wait,
-                    live: Vec::new(),
-                    history: Vec::new(),
-                    bytes: 0,
-                },
-            );
+            self.entries.insert(publisher, Gate::waiting(false, now + self.unknown_wait));
         }
         let Some(gate) = self.entries.get_mut(&publisher) else { return vec![s] };
         match gate {
@@ -284,17 +281,7 @@ impl<T: Held> HistoryGate<T> {
         match self.entries.get_mut(&publisher) {
             None => {
                 if self.entries.len() < GATE_MAX_PUBLISHERS {
-                    let gate = if serves_history {
-                        Gate::Waiting {
-                            for_history: true,
-                            deadline: now + self.fetch_wait,
-                            live: Vec::new(),
-                            history: Vec::new(),
-                            bytes: 0,
-                        }
-                    } else {
-                        Gate::Open
-                    };
+                    let gate = if serves_history { Gate::waiting(true, now + self.fetch_wait) } else { Gate::Open };
                     self.entries.insert(publisher, gate);
                 }
                 Vec::new()

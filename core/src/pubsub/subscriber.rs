@@ -209,8 +209,7 @@ impl SubShared {
     fn gate_matched(&self, remote: &RemoteTopic) {
         if let Some(gate) = &self.gate {
             let keeps = remote.announced_history().is_some_and(|p| p.history_depth > 0);
-            let port = remote.layers.iter().any(|l| matches!(l.par, LayerPar::Tcp { port } if port > 0));
-            let offer = match (keeps, port) {
+            let offer = match (keeps, remote.announced_tcp_port().is_some()) {
                 (false, _) => Offer::None,
                 (true, true) => Offer::Fetch,
                 (true, false) => Offer::Unreachable,
@@ -713,6 +712,7 @@ impl SubShared {
         let window_bytes: u64 = connections.iter().map(|c| c.window_bytes).sum();
         let mut latency = lock(&self.latency_total);
         latency.merge(&window_latency);
+        let (history_missed, history_late) = self.history_missed();
         TopicStats {
             connections_local: self.publisher_count() as i32,
             message_drops: self.drops().min(i32::MAX as u64) as i32,
@@ -723,8 +723,8 @@ impl SubShared {
                 bytes,
                 bandwidth_bps: if secs > 0.0 { window_bytes as f64 / secs } else { 0.0 },
                 connections,
-                history_missed: self.history_missed().0,
-                history_late: self.history_missed().1,
+                history_missed,
+                history_late,
                 ..ShoalStats::default()
             }),
             ..TopicStats::default()

@@ -252,6 +252,14 @@ impl RemoteTopic {
             _ => None,
         })
     }
+
+    /// The TCP port a publisher announces (eCAL's `layer_par_tcp.port`), if any.
+    pub fn announced_tcp_port(&self) -> Option<u16> {
+        self.layers.iter().find_map(|l| match (&l.kind, &l.par) {
+            (LayerKind::Tcp, LayerPar::Tcp { port }) => u16::try_from(*port).ok().filter(|p| *p != 0),
+            _ => None,
+        })
+    }
 }
 
 #[cfg(test)]

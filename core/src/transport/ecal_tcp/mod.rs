@@ -1,8 +1,9 @@
 //! eCAL's TCP layer (`transport_layer` type 5, tcp_pubsub 1.x framing as eCAL 6.1.1 speaks it).
 //!
 //! - Publisher side ([`TcpLayer::writer_factory`]): a publisher's writer starts when its first subscriber that has
-//!   TCP enabled is assigned to it (eCAL's priority lists, `[publisher] priority_*`); it then listens on an
-//!   ephemeral port and announces it in `layer_par_tcp.port`. In local mode (`[network] network_enabled = false`)
+//!   TCP enabled is assigned to it (eCAL's priority lists, `[publisher] priority_*`), or at creation for a publisher
+//!   with a history for late joiners (shoal subscribers whose live data comes through another layer fetch it here,
+//!   `pubsub/history.rs`); it then listens on an ephemeral port and announces it in `layer_par_tcp.port`. In local mode (`[network] network_enabled = false`)
 //!   the listener is bound to the loopback interface (`[::]` or `0.0.0.0` with `SO_BINDTODEVICE lo`: any
 //!   127.x.y.z and `::1` reach it, other hosts do not; where the option is refused, `127.0.0.1` alone), in network
 //!   mode to every address (`[::]`, or `0.0.0.0` without IPv6). The I/O thread accepts connections, answers an
@@ -21,7 +22,8 @@
 //!   connection shows, its peer address, against what registration announced: the matched subscribers of its
 //!   topic that have TCP enabled (whichever layer the publisher chose for them: an eCAL subscriber connects to
 //!   every publisher that announces a port; shoal subscribers reading the native ring excepted, they connect no
-//!   other layer), each one place for one connection. A subscriber registered from a
+//!   other layer) and, for a publisher with a history, the matched shoal subscribers that ask for it (not reading
+//!   its ring), each one place for one connection. A subscriber registered from a
 //!   loopback address or under this host's name is a place for a connection from this host (peer address on
 //!   loopback, or the connection's own local address); any other one is a place for a connection from the address
 //!   its registration came from ([`RemoteTopic::source`]). Under `[shoal_auth]`, a protected topic's places are

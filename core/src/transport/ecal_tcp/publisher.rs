@@ -1,5 +1,6 @@
-//! The publisher's side: a writer per publisher, its listener (started with its first TCP subscriber), and the
-//! hand-over of each message to the admitted connections from the publisher's thread.
+//! The publisher's side: a writer per publisher, its listener (started with its first TCP subscriber, or at
+//! creation for a publisher with a history), and the hand-over of each message to the admitted connections from
+//! the publisher's thread.
 
 use std::collections::HashMap;
 use std::io;

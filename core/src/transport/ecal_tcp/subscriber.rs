@@ -40,14 +40,6 @@ pub(crate) struct TcpReaderFactory {
     pub(super) shared: Arc<Shared>,
 }
 
-/// The announced TCP port of a publisher, if any.
-fn announced_port(remote: &RemoteTopic) -> Option<u16> {
-    remote.layers.iter().find_map(|l| match (&l.kind, &l.par) {
-        (LayerKind::Tcp, LayerPar::Tcp { port }) => u16::try_from(*port).ok().filter(|p| *p != 0),
-        _ => None,
-    })
-}
-
 impl LayerReaderFactory for TcpReaderFactory {
     fn subscriber_advert(&self) -> Option<Layer> {
         self.shared.sub_enabled.then(|| Layer::new(LayerKind::Tcp, true, false, LayerPar::Tcp { port: 0 }))
@@ -68,7 +60,7 @@ impl LayerReaderFactory for TcpReaderFactory {
         {
             return None;
         }
-        let port = announced_port(remote)?;
+        let port = remote.announced_tcp_port()?;
         let client = Arc::new(ClientShared {
             topic: Arc::from(topic),
             publisher_id: remote.key.entity_id,
@@ -121,7 +113,7 @@ impl Drop for TcpReader {
 
 impl LayerReader for TcpReader {
     fn update(&mut self, remote: &RemoteTopic) {
-        if let Some(port) = announced_port(remote) {
+        if let Some(port) = remote.announced_tcp_port() {
             self.client.port.store(u32::from(port), Ordering::Release);
         }
         if remote.source.is_some() {
