@@ -647,46 +647,153 @@ pub fn imu_payload(stamp_us: u64, frame_id: &str, accel: [f64; 3], gyro: [f64; 3
     out
 }
 
-/// Scripted messages for the inspector: `/imu` protobuf, `/status` text, anything else bytes.
+/// The fixture's odometry topic: the publisher sends `pb.Odometry` (a descriptor with it, so its messages decode),
+/// the subscriber expects `pb.Pose` (a type mismatch).
+pub const ODOM_TOPIC: &str = "/odom";
+
+/// A message type of the fixture: `package.Name` with messages of (name, type, label, type name) fields.
+fn descriptor_set(file: &str, package: &str, messages: Vec<prost_types::DescriptorProto>) -> Vec<u8> {
+    use prost_types::{FileDescriptorProto, FileDescriptorSet};
+    FileDescriptorSet {
+        file: vec![FileDescriptorProto {
+            name: Some(file.into()),
+            package: Some(package.into()),
+            message_type: messages,
+            syntax: Some("proto3".into()),
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec()
+}
+
+fn message_type(
+    name: &str,
+    fields: &[(&str, prost_types::field_descriptor_proto::Type, bool, Option<&str>)],
+) -> prost_types::DescriptorProto {
+    use prost_types::field_descriptor_proto::Label;
+    prost_types::DescriptorProto {
+        name: Some(name.into()),
+        field: fields
+            .iter()
+            .enumerate()
+            .map(|(i, (n, ty, repeated, type_name))| prost_types::FieldDescriptorProto {
+                name: Some((*n).into()),
+                number: Some(i as i32 + 1),
+                label: Some(if *repeated { Label::Repeated } else { Label::Optional } as i32),
+                r#type: Some(*ty as i32),
+                type_name: type_name.map(str::to_owned),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// `pb.Odometry` of [`ODOM_TOPIC`]: `stamp_us`, `pose {x, y, theta}`, `speed` (float), `ranges` (repeated double).
+pub fn odometry_type_info() -> TypeInfo {
+    use prost_types::field_descriptor_proto::Type;
+    let pose = message_type(
+        "Pose2",
+        &[("x", Type::Double, false, None), ("y", Type::Double, false, None), ("theta", Type::Double, false, None)],
+    );
+    let odom = message_type(
+        "Odometry",
+        &[
+            ("stamp_us", Type::Uint64, false, None),
+            ("pose", Type::Message, false, Some(".pb.Pose2")),
+            ("speed", Type::Float, false, None),
+            ("ranges", Type::Double, true, None),
+        ],
+    );
+    TypeInfo::new("pb.Odometry", "proto", descriptor_set("odometry.proto", "pb", vec![pose, odom]))
+}
+
+/// One `pb.Odometry` payload: the robot `n` steps along a circle of 2 m (a full turn in 40 steps), 0.3 m/s, four
+/// ranges.
+pub fn odometry_payload(n: u64) -> Vec<u8> {
+    let a = n as f64 * std::f64::consts::TAU / 40.0;
+    let mut out = Vec::new();
+    put_varint(&mut out, 1 << 3);
+    put_varint(&mut out, 1_700_000_000_000_000 + n * 20_000);
+    put_vec3(&mut out, 2, [2.0 * a.cos(), 2.0 * a.sin(), a.rem_euclid(std::f64::consts::TAU)]);
+    put_varint(&mut out, (3 << 3) | 5);
+    out.extend_from_slice(&(0.3f32 + 0.05 * (a * 3.0).sin() as f32).to_le_bytes());
+    let ranges = [1.5 + 0.5 * a.sin(), 2.0, 3.0 + a.cos(), 4.0];
+    put_varint(&mut out, (4 << 3) | 2);
+    put_varint(&mut out, (ranges.len() * 8) as u64);
+    for r in ranges {
+        out.extend_from_slice(&r.to_le_bytes());
+    }
+    out
+}
+
+/// `pb.Twist` of `/cmd_vel`: `linear_x`, `angular_z` (doubles).
+pub fn twist_type_info() -> TypeInfo {
+    use prost_types::field_descriptor_proto::Type;
+    let twist =
+        message_type("Twist", &[("linear_x", Type::Double, false, None), ("angular_z", Type::Double, false, None)]);
+    TypeInfo::new("pb.Twist", "proto", descriptor_set("twist.proto", "pb", vec![twist]))
+}
+
+/// One `pb.Twist` payload of step `n`.
+pub fn twist_payload(n: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (field, v) in [(1u64, 0.5 + 0.1 * (n as f64 * 0.3).sin()), (2, 0.2 * (n as f64 * 0.2).cos())] {
+        put_varint(&mut out, (field << 3) | 1);
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+/// Scripted messages for the inspector and the field plot: every poll, one message of each followed topic —
+/// `/imu` and `/odom` protobuf whose numbers follow sines and circles, `/cmd_vel` protobuf, `/status` text,
+/// anything else bytes. Message `n` (the `n`th poll) is received `n` seconds after the fixture's epoch.
 #[derive(Debug, Default)]
 pub struct FixtureMessages {
-    topic: Option<String>,
+    topics: Vec<Arc<str>>,
     clock: u64,
 }
 
 impl MessageSource for FixtureMessages {
-    fn select(&mut self, topic: Option<&str>) {
-        self.topic = topic.map(str::to_owned);
+    fn follow(&mut self, topics: &[Arc<str>]) {
+        self.topics = topics.to_vec();
     }
 
     fn poll(&mut self, out: &mut Vec<Message>) {
-        let Some(topic) = &self.topic else { return };
+        if self.topics.is_empty() {
+            return;
+        }
         self.clock += 1;
         let n = self.clock;
-        let (type_info, payload) = match topic.as_str() {
-            IMU_TOPIC => {
-                let t = n as f64 * 0.1;
-                (
-                    imu_type_info(),
-                    imu_payload(
-                        1_700_000_000_000_000 + n * 5000,
-                        "imu_link",
-                        [t.sin(), t.cos(), 9.81],
-                        [0.01, -0.02, 0.1 * t.sin()],
-                    ),
-                )
-            }
-            "/status" => (TypeInfo::raw("std.String"), format!("ok, uptime {n} s").into_bytes()),
-            _ => (TypeInfo::raw("shoal.demo.Bytes"), (0..64u64).map(|i| (i * 7 + n) as u8).collect()),
-        };
-        out.push(Message {
-            payload: payload.into(),
-            type_info: Arc::new(type_info),
-            publisher_id: 0x1004,
-            clock: n,
-            send_time_us: 1_700_000_000_000_000 + n as i64 * 5000,
-            received_at: SystemTime::UNIX_EPOCH + Duration::from_secs(EPOCH_S + n),
-        });
+        for topic in &self.topics {
+            let (type_info, payload) = match &**topic {
+                IMU_TOPIC => {
+                    let t = n as f64 * 0.1;
+                    (
+                        imu_type_info(),
+                        imu_payload(
+                            1_700_000_000_000_000 + n * 5000,
+                            "imu_link",
+                            [t.sin(), t.cos(), 9.81],
+                            [0.01, -0.02, 0.1 * t.sin()],
+                        ),
+                    )
+                }
+                ODOM_TOPIC => (odometry_type_info(), odometry_payload(n)),
+                "/cmd_vel" => (twist_type_info(), twist_payload(n)),
+                "/status" => (TypeInfo::raw("std.String"), format!("ok, uptime {n} s").into_bytes()),
+                _ => (TypeInfo::raw("shoal.demo.Bytes"), (0..64u64).map(|i| (i * 7 + n) as u8).collect()),
+            };
+            out.push(Message {
+                topic: topic.clone(),
+                payload: payload.into(),
+                type_info: Arc::new(type_info),
+                publisher_id: 0x1004,
+                clock: n,
+                send_time_us: 1_700_000_000_000_000 + n as i64 * 5000,
+                received_at: SystemTime::UNIX_EPOCH + Duration::from_secs(EPOCH_S + n),
+            });
+        }
     }
 }
 

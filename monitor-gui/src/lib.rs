@@ -2,8 +2,8 @@
 //! drops and per-connection latency, live in a window (egui) or as JSON lines (`--headless --json`).
 //!
 //! A thin client of shoal's public API ([`shoal::monitor`], [`shoal::dynamic`] for the inspector, a [`shoal::Node`]):
-//! [`source`] takes a [`Snapshot`](shoal::monitor::Snapshot) per refresh from the node (and the inspected topic's
-//! messages through a subscriber), [`model`] turns it into the [`View`](model::View) both front ends show,
+//! [`source`] takes a [`Snapshot`](shoal::monitor::Snapshot) per refresh from the node (and the messages of the
+//! inspected and the plotted topics through subscribers), [`signals`] keeps the plotted fields' values, [`model`] turns it into the [`View`](model::View) both front ends show,
 //! [`history`] keeps the last minutes of views (plots, freeze, scroll-back) and the events found by diffing them,
 //! [`app`] draws the window (a file per view) and [`headless`] prints the lines. [`fixture`] is a scripted network
 //! for the tests and screenshots.
@@ -13,4 +13,5 @@ pub mod fixture;
 pub mod headless;
 pub mod history;
 pub mod model;
+pub mod signals;
 pub mod source;

@@ -7,6 +7,7 @@ use clap::Parser;
 use shoal_monitor::app::{MonitorApp, Tab};
 use shoal_monitor::fixture::{Fixture, FixtureMessages, fixture_logs};
 use shoal_monitor::headless;
+use shoal_monitor::signals::FieldPath;
 use shoal_monitor::source::{MessageSource, NodeMessages, NodeSnapshots, ReceivedLogs, ScriptedLogs, SnapshotSource};
 
 /// The shoal monitor: processes, topics and services of this host (and the network in network mode), shoal's and
@@ -35,12 +36,16 @@ struct Args {
     /// With --fixture: take this many snapshots at start (history for the plots).
     #[arg(long, default_value_t = 0)]
     prefill: u32,
-    /// The tab to open: overview, topic, inspector, services, graph, events, logs.
+    /// The tab to open: overview, topic, inspector, plot, services, graph, events, logs.
     #[arg(long, default_value = "overview")]
     tab: String,
     /// The topic to select.
     #[arg(long)]
     select: Option<String>,
+    /// Plot this numeric field (`TOPIC:PATH`, e.g. `/odom:pose.x` or `/scan:ranges[3]`) from the start, as a click
+    /// on it in the Inspector does; repeat for more (at most 16).
+    #[arg(long = "plot", value_name = "TOPIC:PATH", value_parser = parse_field)]
+    plot: Vec<(String, FieldPath)>,
     /// The service to select (the Services tab then shows its servers and clients only).
     #[arg(long)]
     select_service: Option<String>,
@@ -72,6 +77,14 @@ fn parse_pair(s: &str) -> Result<(usize, usize), String> {
     Ok((a.trim().parse().map_err(|e| format!("{e}"))?, b.trim().parse().map_err(|e| format!("{e}"))?))
 }
 
+fn parse_field(s: &str) -> Result<(String, FieldPath), String> {
+    let (topic, path) = s.rsplit_once(':').ok_or("expected TOPIC:PATH")?;
+    if topic.is_empty() {
+        return Err("expected TOPIC:PATH: the topic is empty".into());
+    }
+    Ok((topic.to_owned(), FieldPath::parse(path)?))
+}
+
 fn parse_size(s: &str) -> Result<(f32, f32), String> {
     let (a, b) = s.split_once('x').ok_or("expected WIDTHxHEIGHT")?;
     Ok((a.parse().map_err(|e| format!("{e}"))?, b.parse().map_err(|e| format!("{e}"))?))
@@ -101,7 +114,7 @@ fn run() -> Result<()> {
         bail!("--bench-blank is the baseline of --bench: add --bench");
     }
     let Some(tab) = Tab::from_name(&args.tab) else {
-        bail!("unknown tab `{}` (overview, topic, inspector, services, graph, events, logs)", args.tab);
+        bail!("unknown tab `{}` (overview, topic, inspector, plot, services, graph, events, logs)", args.tab);
     };
     let (mut snapshots, messages): (Box<dyn SnapshotSource + Send>, Box<dyn MessageSource>) = if args.fixture {
         let mut f = match args.fixture_scale {
@@ -145,6 +158,9 @@ fn run() -> Result<()> {
             Ok(logs) => app = app.with_logs(Box::new(logs)),
             Err(e) => tracing::warn!("no Logs view: cannot receive log messages: {e:#}"),
         }
+    }
+    for (topic, path) in &args.plot {
+        app.plot_field(topic, path.clone()).map_err(|e| anyhow::anyhow!("--plot {topic}:{path}: {e}"))?;
     }
     for _ in 0..args.prefill {
         app.refresh_now();

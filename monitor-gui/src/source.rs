@@ -1,7 +1,8 @@
-//! Where the monitor's data comes from: snapshots of a [`shoal::Node`], the messages of the inspected topic and
-//! every process's log messages ([`shoal::logging`]), behind three small traits so the tests and the screenshot
-//! script can script them.
+//! Where the monitor's data comes from: snapshots of a [`shoal::Node`], the messages of the inspected and the
+//! plotted topics and every process's log messages ([`shoal::logging`]), behind three small traits so the tests and
+//! the screenshot script can script them.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::SystemTime;
@@ -16,9 +17,11 @@ pub trait SnapshotSource {
     fn snapshot(&mut self) -> Snapshot;
 }
 
-/// A received message, as the inspector keeps it.
+/// A received message, as the inspector keeps it and the field plot reads it.
 #[derive(Debug, Clone)]
 pub struct Message {
+    /// The topic it came on.
+    pub topic: Arc<str>,
     /// The bytes.
     pub payload: Arc<[u8]>,
     /// The publisher's type information.
@@ -33,12 +36,18 @@ pub struct Message {
     pub received_at: SystemTime,
 }
 
-/// Delivers the messages of one topic at a time.
+/// Delivers the messages of the topics the monitor follows: the inspected one and the plotted ones.
 pub trait MessageSource {
-    /// Inspect `topic` from now on (`None`: none).
-    fn select(&mut self, topic: Option<&str>);
-    /// Messages that arrived since the last call, oldest first.
+    /// Follow exactly `topics` from now on (sorted, no duplicates; empty: none). A topic followed before stays
+    /// subscribed; one no longer listed is unsubscribed.
+    fn follow(&mut self, topics: &[Arc<str>]);
+    /// Messages that arrived since the last call, oldest first per topic.
     fn poll(&mut self, out: &mut Vec<Message>);
+    /// Messages of `topic` lost since it was followed, before the monitor took them (the subscriber's drops and
+    /// what did not fit in the source's queue).
+    fn lost(&self, _topic: &str) -> u64 {
+        0
+    }
 }
 
 /// Snapshots of a shoal node.
@@ -51,57 +60,92 @@ impl SnapshotSource for NodeSnapshots {
     }
 }
 
-/// The inspected topic's messages, through a raw subscriber of a shoal node.
+/// Messages a followed topic queues between the subscriber's callback and the UI; more are dropped and counted.
+pub const MESSAGE_QUEUE: usize = 4096;
+
+/// One followed topic: a callback subscriber that copies each message into a bounded queue on the doorbell thread,
+/// so that messages keep being taken while the window is not drawn.
+#[derive(Debug)]
+struct Followed {
+    sub: shoal::CallbackSubscriber,
+    rx: mpsc::Receiver<Message>,
+    overflow: Arc<AtomicU64>,
+}
+
+/// The followed topics' messages, through callback subscribers of a shoal node.
 #[derive(Debug)]
 pub struct NodeMessages {
     node: shoal::Node,
-    sub: Option<shoal::Subscriber>,
-    topic: Option<String>,
-    last_type: Option<Arc<TypeInfo>>,
+    topics: BTreeMap<Arc<str>, Followed>,
 }
 
 impl NodeMessages {
-    /// Subscribes through `node` when a topic is selected.
+    /// Subscribes through `node` to the topics followed.
     pub fn new(node: shoal::Node) -> NodeMessages {
-        NodeMessages { node, sub: None, topic: None, last_type: None }
+        NodeMessages { node, topics: BTreeMap::new() }
+    }
+
+    fn subscribe(&self, topic: &Arc<str>) -> Result<Followed, shoal::CreateError> {
+        let (tx, rx) = mpsc::sync_channel(MESSAGE_QUEUE);
+        let overflow = Arc::new(AtomicU64::new(0));
+        let counted = overflow.clone();
+        let name = topic.clone();
+        let mut last_type: Option<Arc<TypeInfo>> = None;
+        let sub = self
+            .node
+            .subscriber(topic)
+            .callback(move |s: &shoal::Sample| {
+                // One type information for a run of messages of the same type.
+                let type_info = match &last_type {
+                    Some(t) if **t == *s.type_info() => t.clone(),
+                    _ => Arc::new(s.type_info().clone()),
+                };
+                last_type = Some(type_info.clone());
+                let m = Message {
+                    topic: name.clone(),
+                    payload: Arc::from(s.payload()),
+                    type_info,
+                    publisher_id: s.publisher_id(),
+                    clock: s.clock(),
+                    send_time_us: s.send_time_us(),
+                    received_at: SystemTime::now(),
+                };
+                if tx.try_send(m).is_err() {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+            .create()?;
+        Ok(Followed { sub, rx, overflow })
     }
 }
 
 impl MessageSource for NodeMessages {
-    fn select(&mut self, topic: Option<&str>) {
-        if topic == self.topic.as_deref() {
-            return;
-        }
-        self.sub = None;
-        self.topic = topic.map(str::to_owned);
-        if let Some(t) = topic {
-            match self.node.subscriber(t).create() {
-                Ok(s) => self.sub = Some(s),
-                Err(e) => tracing::warn!(topic = t, error = %e, "cannot subscribe for the inspector"),
+    fn follow(&mut self, topics: &[Arc<str>]) {
+        self.topics.retain(|t, _| topics.contains(t));
+        for t in topics {
+            if self.topics.contains_key(t) {
+                continue;
+            }
+            match self.subscribe(t) {
+                Ok(f) => {
+                    self.topics.insert(t.clone(), f);
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %shoal::monitor::printable(t), error = %e, "cannot subscribe for the inspector or the field plot")
+                }
             }
         }
     }
 
     fn poll(&mut self, out: &mut Vec<Message>) {
-        let Some(sub) = &self.sub else { return };
-        // Bounded: a fast topic must not keep the UI thread here.
-        for _ in 0..256 {
-            let Some(s) = sub.try_recv() else { break };
-            // One type information for a run of messages of the same type.
-            let type_info = match &self.last_type {
-                Some(t) if **t == *s.type_info() => t.clone(),
-                _ => Arc::new(s.type_info().clone()),
-            };
-            self.last_type = Some(type_info.clone());
-            out.push(Message {
-                payload: Arc::from(s.payload()),
-                type_info,
-                publisher_id: s.publisher_id(),
-                clock: s.clock(),
-                send_time_us: s.send_time_us(),
-                received_at: SystemTime::now(),
-            });
+        // Bounded: at most one queue's worth per topic and call.
+        for f in self.topics.values() {
+            out.extend(f.rx.try_iter().take(MESSAGE_QUEUE));
         }
+    }
+
+    fn lost(&self, topic: &str) -> u64 {
+        self.topics.get(topic).map_or(0, |f| f.sub.drops() + f.overflow.load(Ordering::Relaxed))
     }
 }
 
@@ -110,7 +154,7 @@ impl MessageSource for NodeMessages {
 pub struct NoMessages;
 
 impl MessageSource for NoMessages {
-    fn select(&mut self, _topic: Option<&str>) {}
+    fn follow(&mut self, _topics: &[Arc<str>]) {}
     fn poll(&mut self, _out: &mut Vec<Message>) {}
 }
 

@@ -904,3 +904,121 @@ fn many_services_are_grouped_like_topics() {
     h.get_by_label("svc/calib_00 (service)");
     h.get_by_label("calibration (service)");
 }
+
+/// Clicks the first node labelled `text` (a label's text may be in two nodes) and runs the frames after.
+fn click_label(h: &mut Harness<'_, MonitorApp>, text: &str) {
+    h.get_all_by_label(text).next().unwrap_or_else(|| panic!("no {text:?}")).click();
+    h.run();
+}
+
+/// The fixture's `/imu` accel.x of message `n`.
+fn imu_x(n: u32) -> f64 {
+    (f64::from(n) * 0.1).sin()
+}
+
+fn signal_labels(h: &Harness<'_, MonitorApp>) -> Vec<String> {
+    h.state().signals().list().iter().map(|s| s.label.clone()).collect()
+}
+
+fn points(h: &Harness<'_, MonitorApp>) -> Vec<usize> {
+    h.state().signals().list().iter().map(|s| s.points().len()).collect()
+}
+
+/// A click on a number of the decoded message plots it (issue 26, feature 7): the Plot tab lists it with its
+/// latest value and the points taken since, one per message; a click again in the Inspector stops it.
+#[test]
+fn picking_a_field_in_the_inspector_plots_it() {
+    // Shown: message 3, accel.x = sin(0.3).
+    let mut h = inspecting("/imu", 3, 2);
+    h.get_by_label_contains("clock 3 ·");
+    click_label(&mut h, &format!("x: {}", imu_x(3)));
+    assert_eq!(signal_labels(&h), ["/imu:accel.x"]);
+    // Picking polls once (message 4), then one message per refresh: 5 to 9.
+    for _ in 0..5 {
+        h.state_mut().refresh_now();
+    }
+    h.state_mut().state.tab = Tab::Plot;
+    h.run();
+    assert!(h.query_all_by_label("/imu:accel.x").next().is_some());
+    h.get_by_label(&format!("latest {:.4} · 6 points", imu_x(9)));
+    assert_eq!(points(&h), [6]);
+    let last = h.state().signals().list()[0].last.expect("a value");
+    assert_eq!(last.1, imu_x(9));
+    // Clicked again (the Inspector shows message 9 now): no longer plotted.
+    h.state_mut().state.tab = Tab::Inspector;
+    h.run();
+    click_label(&mut h, &format!("x: {}", imu_x(9)));
+    assert!(h.state().signals().is_empty());
+    h.state_mut().state.tab = Tab::Plot;
+    h.run();
+    h.get_by_label_contains("No field plotted");
+}
+
+/// Fields of two topics are plotted at once and keep being taken while another tab is shown; Remove and Clear all
+/// stop them, and their topics are no longer followed.
+#[test]
+fn fields_of_several_topics_keep_being_taken_on_other_tabs_and_can_be_removed() {
+    let mut h = inspecting("/imu", 3, 1); // message 2 shown
+    click_label(&mut h, &format!("x: {}", imu_x(2)));
+    h.state_mut().select_topic(Some("/odom"));
+    h.run(); // the Inspector follows /odom now: message 4 (the pick took message 3)
+    let a = |n: u32| f64::from(n) * std::f64::consts::TAU / 40.0;
+    h.get_by_label_contains("type pb.Odometry (proto)");
+    click_label(&mut h, &format!("x: {}", 2.0 * a(4).cos()));
+    // That pick polled: message 5 shown.
+    click_label(&mut h, &format!("[2]: {}", 3.0 + a(5).cos()));
+    assert_eq!(signal_labels(&h), ["/imu:accel.x", "/odom:pose.x", "/odom:ranges[2]"]);
+    h.state_mut().state.tab = Tab::Overview;
+    h.run();
+    let before = points(&h);
+    for _ in 0..10 {
+        h.state_mut().refresh_now();
+    }
+    h.run();
+    let after = points(&h);
+    assert_eq!(after, before.iter().map(|n| n + 10).collect::<Vec<_>>(), "taken on the Overview too");
+    h.state_mut().state.tab = Tab::Plot;
+    h.run();
+    for l in ["/imu:accel.x", "/odom:pose.x", "/odom:ranges[2]"] {
+        assert!(h.query_all_by_label(l).next().is_some(), "{l} is listed");
+    }
+    h.get_by_label("3 of 16 signals");
+    click_label(&mut h, "Remove");
+    assert_eq!(signal_labels(&h), ["/odom:pose.x", "/odom:ranges[2]"]);
+    assert_eq!(h.state().signals().topics(), [std::sync::Arc::<str>::from("/odom")]);
+    assert!(h.query_all_by_label("/imu:accel.x").next().is_none());
+    click_label(&mut h, "Clear all");
+    assert!(h.state().signals().is_empty());
+    h.get_by_label_contains("No field plotted");
+}
+
+/// At most 16 signals: a 17th pick is refused with a message, nothing is dropped.
+#[test]
+fn a_pick_beyond_the_signal_bound_is_refused_with_a_message() {
+    use shoal_monitor::signals::{FieldPath, MAX_SIGNALS};
+    let mut h = inspecting("/imu", 3, 2);
+    for i in 0..MAX_SIGNALS {
+        h.state_mut().plot_field("/fleet/x", FieldPath::parse(&format!("v[{i}]")).expect("path")).expect("fits");
+    }
+    click_label(&mut h, &format!("x: {}", imu_x(3)));
+    assert_eq!(h.state().signals().list().len(), MAX_SIGNALS);
+    h.get_by_label("Not plotted: at most 16 signals are plotted: remove one first.");
+}
+
+/// A signal whose topic has no publisher any more is shown as such, greyed, with its last value's age.
+#[test]
+fn a_signal_whose_topic_lost_its_publisher_is_shown_stale() {
+    let mut h = inspecting("/cmd_vel", 40, 1); // teleop publishes /cmd_vel in steps 30..60; message 2 shown
+    click_label(&mut h, &format!("linear_x: {}", 0.5 + 0.1 * (2.0f64 * 0.3).sin()));
+    assert_eq!(signal_labels(&h), ["/cmd_vel:linear_x"]);
+    h.state_mut().state.tab = Tab::Plot;
+    h.run();
+    h.get_by_label_contains("latest ");
+    assert!(h.query_by_label_contains("no publisher now").is_none());
+    for _ in 0..25 {
+        h.state_mut().refresh_now(); // step 66: teleop has ended
+    }
+    h.run();
+    h.get_by_label_contains("no publisher now · last value ");
+    assert!(h.query_by_label_contains("latest ").is_none());
+}

@@ -1,5 +1,5 @@
 //! The Inspector tab: the selected topic's latest messages, decoded (protobuf as a tree, text as text) or as hex,
-//! with pause and step.
+//! with pause and step; a click on a numeric field of the tree plots it (the Plot tab), a click again stops.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -8,9 +8,11 @@ use shoal::TypeInfo;
 use shoal::dynamic::{DynamicDecoder, RawView};
 use shoal::monitor::printable as shown;
 
+use super::fieldplot::signal_color;
 use super::widgets::{STALE_TEXT, clock, health_color};
 use super::{MonitorApp, Tab};
 use crate::model::{Health, View, fmt_bytes};
+use crate::signals::{FieldPath, Seg, Signals, numeric};
 use crate::source::Message;
 
 /// The inspector keeps this many messages to step through.
@@ -75,6 +77,8 @@ impl Inspector {
 }
 
 impl MonitorApp {
+    /// Follows the inspected topic (while the Inspector tab is shown) and the plotted ones, and hands each message
+    /// taken to the inspector and to the signals of its topic.
     pub(super) fn poll_messages(&mut self) {
         // Another topic selected: what was kept of the last one goes. Another tab: the subscription ends (it costs
         // the publishers a connection) but the kept messages stay for when the Inspector is shown again.
@@ -86,17 +90,29 @@ impl MonitorApp {
                 ..Inspector::default()
             };
         }
-        let wanted = if matches!(self.state.tab, Tab::Inspector) { self.state.selected.clone() } else { None };
-        if wanted != self.inspector.subscribed {
-            self.messages.select(wanted.as_deref());
-            self.inspector.subscribed = wanted;
+        self.inspector.subscribed =
+            if matches!(self.state.tab, Tab::Inspector) { self.state.selected.clone() } else { None };
+        let mut wanted = self.signals.topics();
+        if let Some(t) = &self.inspector.subscribed
+            && !wanted.contains(t)
+        {
+            wanted.push(t.clone());
+            wanted.sort();
         }
-        if self.inspector.subscribed.is_none() {
+        if wanted != self.followed {
+            self.messages.follow(&wanted);
+            self.followed = wanted;
+        }
+        if self.followed.is_empty() {
             return;
         }
         let mut incoming = std::mem::take(&mut self.inspector.incoming);
         self.messages.poll(&mut incoming);
         for m in incoming.drain(..) {
+            self.signals.record(&m);
+            if self.inspector.subscribed.as_ref() != Some(&m.topic) {
+                continue;
+            }
             if self.inspector.paused {
                 if self.inspector.held.len() == INSPECTOR_KEEP {
                     self.inspector.held.pop_front();
@@ -179,10 +195,18 @@ impl MonitorApp {
             if msg.type_info.encoding.is_empty() { "raw".into() } else { shown(&msg.type_info.encoding) },
             clock(msg.send_time_us as f64 / 1e6),
         ));
+        if let Some(note) = &self.plot_note {
+            ui.colored_label(health_color(Health::Warning), note);
+        }
         ui.separator();
         let decoded = self.decode(&msg);
+        let mut picked = None;
+        let tree = Tree { topic: &topic, signals: &self.signals };
         egui::ScrollArea::vertical().auto_shrink(false).show(ui, |ui| match (self.inspector.mode, decoded) {
-            (InspectMode::Auto, Decoded::Tree(v)) => json_tree(ui, "message", &v, 0),
+            (InspectMode::Auto, Decoded::Tree(v)) => {
+                ui.weak("Click a number to plot it (the Plot tab), again to stop.");
+                tree.show(ui, "message", &v, &mut Vec::new(), &mut picked);
+            }
             (InspectMode::Auto, Decoded::Raw(r)) if r.text.is_some() => {
                 ui.label("Text:");
                 // Line by line: the payload's lines stay lines, anything else that would not show as itself
@@ -197,6 +221,9 @@ impl MonitorApp {
             }
             _ => hex_dump(ui, &msg.payload),
         });
+        if let Some(path) = picked {
+            self.toggle_signal(&topic, path);
+        }
     }
 
     fn decode(&mut self, msg: &Message) -> Decoded {
@@ -224,31 +251,69 @@ impl MonitorApp {
     }
 }
 
-fn json_tree(ui: &mut egui::Ui, key: &str, v: &serde_json::Value, depth: usize) {
-    use serde_json::Value;
-    match v {
-        Value::Object(m) => {
-            egui::CollapsingHeader::new(format!("{} {{{}}}", shown(key), m.len()))
-                .id_salt((key, depth, m.len()))
-                .default_open(depth < 4)
-                .show(ui, |ui| {
-                    for (k, x) in m {
-                        json_tree(ui, k, x, depth + 1);
-                    }
+/// The decoded message as a tree; its numeric leaves are clickable, the plotted ones in their signal's colour.
+struct Tree<'a> {
+    topic: &'a str,
+    signals: &'a Signals,
+}
+
+impl Tree<'_> {
+    fn show(
+        &self,
+        ui: &mut egui::Ui,
+        key: &str,
+        v: &serde_json::Value,
+        path: &mut Vec<Seg>,
+        picked: &mut Option<FieldPath>,
+    ) {
+        use serde_json::Value;
+        let depth = path.len();
+        match v {
+            Value::Object(m) => {
+                egui::CollapsingHeader::new(format!("{} {{{}}}", shown(key), m.len()))
+                    .id_salt((key, depth, m.len()))
+                    .default_open(depth < 4)
+                    .show(ui, |ui| {
+                        for (k, x) in m {
+                            path.push(Seg::Key(k.clone()));
+                            self.show(ui, k, x, path, picked);
+                            path.pop();
+                        }
+                    });
+            }
+            Value::Array(a) => {
+                egui::CollapsingHeader::new(format!("{} [{}]", shown(key), a.len()))
+                    .id_salt((key, depth, a.len()))
+                    .default_open(depth < 4 && a.len() <= 32)
+                    .show(ui, |ui| {
+                        for (i, x) in a.iter().enumerate().take(1000) {
+                            path.push(Seg::Index(i));
+                            self.show(ui, &format!("[{i}]"), x, path, picked);
+                            path.pop();
+                        }
+                    });
+            }
+            scalar => {
+                let text = format!("{}: {}", shown(key), shown(&scalar.to_string()));
+                if numeric(scalar).is_none() {
+                    ui.monospace(text);
+                    return;
+                }
+                let field = FieldPath(path.clone());
+                let plotted = self.signals.list().iter().position(|s| &*s.topic == self.topic && s.path == field);
+                let mut rich = egui::RichText::new(text).monospace();
+                if let Some(i) = plotted {
+                    rich = rich.color(signal_color(i));
+                }
+                let r = ui.add(egui::Label::new(rich).sense(egui::Sense::click()));
+                let r = r.on_hover_text(match plotted {
+                    Some(_) => format!("{}:{field} is plotted: click to stop", shown(self.topic)),
+                    None => format!("Click to plot {}:{field}", shown(self.topic)),
                 });
-        }
-        Value::Array(a) => {
-            egui::CollapsingHeader::new(format!("{} [{}]", shown(key), a.len()))
-                .id_salt((key, depth, a.len()))
-                .default_open(depth < 4 && a.len() <= 32)
-                .show(ui, |ui| {
-                    for (i, x) in a.iter().enumerate().take(1000) {
-                        json_tree(ui, &format!("[{i}]"), x, depth + 1);
-                    }
-                });
-        }
-        scalar => {
-            ui.monospace(format!("{}: {}", shown(key), shown(&scalar.to_string())));
+                if r.clicked() {
+                    *picked = Some(field);
+                }
+            }
         }
     }
 }

@@ -1,6 +1,6 @@
-//! The window: a top bar (tabs, freeze and scroll-back, filter) over seven views — Overview, Topic, Inspector,
-//! Services, Graph, Events, all drawn from the [`View`]s in the [`History`], and Logs, every process's log messages
-//! from a [`LogSource`].
+//! The window: a top bar (tabs, freeze and scroll-back, filter) over eight views — Overview, Topic, Inspector,
+//! Services, Graph, Events, all drawn from the [`View`]s in the [`History`], Plot, the numeric fields picked in the
+//! Inspector over time ([`Signals`]), and Logs, every process's log messages from a [`LogSource`].
 //!
 //! Per frame the app draws only what is visible and recomputes only what changed: the tables are virtualised
 //! (`TableBuilder::rows`), their order (filter, sort) and the Events list are found again only when a view
@@ -13,12 +13,14 @@
 //! not redrawn every refresh.
 //!
 //! One file per view, each an `impl MonitorApp` block: `top_bar.rs`, `overview.rs` (with `processes.rs` and
-//! `topic_table.rs`), `topic.rs` (with `plots.rs`), `inspector.rs`, `services.rs`, `graph.rs`, `events.rs`, `logs.rs`;
+//! `topic_table.rs`), `topic.rs` (with `plots.rs`), `inspector.rs`, `fieldplot.rs`, `services.rs`, `graph.rs`,
+//! `events.rs`, `logs.rs`;
 //! `refresh.rs` brings the
 //! history up to date, `order.rs` keeps the tables' filter and sort, `widgets.rs` holds what the views share. A new
 //! view is a [`Tab`], a file here and one arm in [`MonitorApp::ui`].
 
 mod events;
+mod fieldplot;
 mod graph;
 mod inspector;
 mod logs;
@@ -42,8 +44,10 @@ use egui::Color32;
 
 use crate::history::{EventKind, History};
 use crate::model::{ConnKey, Interner, View};
+use crate::signals::{AddError, FieldPath, Signals};
 use crate::source::{LogSource, MessageSource, NoLogs, SnapshotSource};
 use events::EventsKey;
+use fieldplot::FieldSeries;
 use graph::GraphState;
 use inspector::Inspector;
 use order::Order;
@@ -58,7 +62,7 @@ pub use refresh::{FEED_CAPACITY, IDLE_REPAINT};
 pub use topic_table::TopicCol;
 pub use widgets::{clock, health_color};
 
-/// The seven views.
+/// The eight views.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tab {
     /// Hosts, processes, topics, service counts.
@@ -67,6 +71,8 @@ pub enum Tab {
     Topic,
     /// One topic's latest message.
     Inspector,
+    /// Numeric fields picked in the Inspector, over time.
+    Plot,
     /// Services: their servers and clients, methods, types, call counts and rates.
     Services,
     /// Processes, topics and services as a node-link diagram.
@@ -79,8 +85,8 @@ pub enum Tab {
 
 impl Tab {
     /// Every tab, in order.
-    pub const ALL: [Tab; 7] =
-        [Tab::Overview, Tab::Topic, Tab::Inspector, Tab::Services, Tab::Graph, Tab::Events, Tab::Logs];
+    pub const ALL: [Tab; 8] =
+        [Tab::Overview, Tab::Topic, Tab::Inspector, Tab::Plot, Tab::Services, Tab::Graph, Tab::Events, Tab::Logs];
 
     /// The tab's title.
     pub fn title(self) -> &'static str {
@@ -88,6 +94,7 @@ impl Tab {
             Tab::Overview => "Overview",
             Tab::Topic => "Topic",
             Tab::Inspector => "Inspector",
+            Tab::Plot => "Plot",
             Tab::Services => "Services",
             Tab::Graph => "Graph",
             Tab::Events => "Events",
@@ -120,7 +127,7 @@ pub struct UiState {
     pub selected_service: Option<Arc<str>>,
     /// Frozen at this view time (seconds since the epoch); `None`: live.
     pub frozen_at: Option<f64>,
-    /// Plot window, seconds.
+    /// Plot window of the Topic and Plot tabs, seconds.
     pub window_s: f64,
     /// Events of one kind only.
     pub event_kind: Option<EventKind>,
@@ -169,6 +176,13 @@ pub struct MonitorApp {
     graph: GraphState,
     series: Option<Series>,
     inspector: Inspector,
+    /// The plotted fields.
+    signals: Signals,
+    /// The topics the message source follows now (the inspected one and the plotted ones).
+    followed: Vec<Arc<str>>,
+    /// Why the last field picked was not plotted (too many signals).
+    plot_note: Option<String>,
+    field_series: Option<FieldSeries>,
     refreshes: u64,
     log_source: Box<dyn LogSource>,
     /// The kept log records, oldest first (at most [`LOGS_KEEP`]).
@@ -222,6 +236,10 @@ impl MonitorApp {
             graph: GraphState::default(),
             series: None,
             inspector: Inspector::default(),
+            signals: Signals::default(),
+            followed: Vec::new(),
+            plot_note: None,
+            field_series: None,
             refreshes: 0,
             log_source: Box::new(NoLogs),
             logs: VecDeque::new(),
@@ -279,6 +297,28 @@ impl MonitorApp {
         self.state.selected_service = name.map(Arc::from);
     }
 
+    /// The plotted fields.
+    pub fn signals(&self) -> &Signals {
+        &self.signals
+    }
+
+    /// Plots `path` of `topic` (the Plot tab), from the next message on; its messages are taken from the next
+    /// refresh on whichever tab is shown.
+    pub fn plot_field(&mut self, topic: &str, path: FieldPath) -> Result<(), AddError> {
+        self.signals.add(topic, path)
+    }
+
+    /// Plots `path` of `topic`, or stops when it is plotted; says so when no more signals fit.
+    fn toggle_signal(&mut self, topic: &str, path: FieldPath) {
+        self.plot_note = None;
+        if let Some(i) = self.signals.list().iter().position(|s| &*s.topic == topic && s.path == path) {
+            self.signals.remove(i);
+        } else if let Err(e) = self.signals.add(topic, path) {
+            self.plot_note = Some(format!("Not plotted: {e}."));
+        }
+        self.poll_messages();
+    }
+
     /// Draws the whole monitor into `ui`; takes a snapshot first when one is due.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         self.catch_up(ui.ctx());
@@ -299,6 +339,7 @@ impl MonitorApp {
                 Tab::Overview => self.overview(ui, &view),
                 Tab::Topic => self.topic_detail(ui, &view),
                 Tab::Inspector => self.inspector_ui(ui, &view),
+                Tab::Plot => self.field_plot(ui, &view),
                 Tab::Services => self.services(ui, &view),
                 Tab::Graph => self.graph(ui, &view),
                 Tab::Events => self.events(ui),

@@ -78,7 +78,7 @@ impl Series {
 
 /// The points `(x, y)` that `get` takes from `items` (in time order), at most two per column `col(x)`: the lowest
 /// and the highest, in time order (one when they are the same point).
-fn decimate<T>(items: &[T], col: impl Fn(f64) -> usize, get: impl Fn(&T) -> (f64, f64)) -> Vec<PlotPoint> {
+pub(super) fn decimate<T>(items: &[T], col: impl Fn(f64) -> usize, get: impl Fn(&T) -> (f64, f64)) -> Vec<PlotPoint> {
     let mut out = Vec::new();
     for run in items.chunk_by(|a, b| col(get(a).0) == col(get(b).0)) {
         let pts = run.iter().map(&get);
@@ -194,7 +194,7 @@ fn time_plot(id: &str, height: f32, width: f32, window_s: f64) -> Plot<'static> 
 
 /// Shows `plot` without the filled background egui_plot gives it, with the background's outline drawn instead:
 /// under software GL the Topic view's four filled plot backgrounds cost as much as the rest of it.
-fn show_plot<'a>(ui: &mut egui::Ui, plot: Plot<'a>, build: impl FnOnce(&mut egui_plot::PlotUi<'a>) + 'a) {
+pub(super) fn show_plot<'a>(ui: &mut egui::Ui, plot: Plot<'a>, build: impl FnOnce(&mut egui_plot::PlotUi<'a>) + 'a) {
     let r = plot.show_background(false).show(ui, build);
     let stroke = ui.visuals().widgets.noninteractive.bg_stroke;
     ui.painter().rect_stroke(*r.transform.frame(), 2.0, stroke, egui::StrokeKind::Inside);

@@ -23,7 +23,7 @@ pub(super) struct Update {
 }
 
 impl MonitorApp {
-    /// Takes one snapshot now and polls the inspected topic (nothing once the refresh thread runs).
+    /// Takes one snapshot now and polls the inspected and the plotted topics (nothing once the refresh thread runs).
     pub fn refresh_now(&mut self) {
         let Some(source) = self.snapshots.as_mut() else { return };
         let snap = source.snapshot();
@@ -96,8 +96,8 @@ impl MonitorApp {
     }
 
     /// Brings the history up to date before a frame: takes the views the refresh thread handed over, or takes a
-    /// snapshot when one is due (an app without the thread), polls the inspected topic, and asks for the next
-    /// frame when one will be needed.
+    /// snapshot when one is due (an app without the thread), polls the inspected and the plotted topics, and asks
+    /// for the next frame when one will be needed.
     pub(super) fn catch_up(&mut self, ctx: &egui::Context) {
         self.poll_logs();
         if matches!(self.state.tab, Tab::Logs) {
@@ -111,10 +111,12 @@ impl MonitorApp {
                 got = true;
             }
             let inspecting = matches!(self.state.tab, Tab::Inspector) && !self.inspector.paused;
-            if got || inspecting {
+            // Plotted fields are taken on every tab: the window is woken every refresh while there are any.
+            let plotting = !self.signals.is_empty();
+            if got || inspecting || plotting {
                 self.poll_messages();
             }
-            if inspecting {
+            if inspecting || plotting {
                 ctx.request_repaint_after(self.refresh);
             }
         } else if self.auto_refresh {
@@ -123,7 +125,7 @@ impl MonitorApp {
             if due {
                 self.last_refresh = Some(now);
                 self.refresh_now();
-            } else if matches!(self.state.tab, Tab::Inspector) && !self.inspector.paused {
+            } else if (matches!(self.state.tab, Tab::Inspector) && !self.inspector.paused) || !self.signals.is_empty() {
                 self.poll_messages();
             }
             let next = self.last_refresh.map_or(Duration::ZERO, |t| self.refresh.saturating_sub(t.elapsed()));

@@ -12,9 +12,8 @@ impl MonitorApp {
             for tab in Tab::ALL {
                 if ui.selectable_label(self.state.tab == tab, tab.title()).clicked() {
                     self.state.tab = tab;
-                    if tab == Tab::Inspector {
-                        self.poll_messages();
-                    }
+                    // Follows the inspected topic from now on, or no longer.
+                    self.poll_messages();
                 }
             }
             ui.separator();
