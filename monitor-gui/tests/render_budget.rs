@@ -1,14 +1,20 @@
-//! What each view costs to rasterise at scale: the Overview, Topic, Services, Graph and Events views of the scale network
-//! (1000 generated topics over 200 processes besides the scripted ones, 60 s of history) at 1280x800, tessellated
+//! What each view costs to rasterise at scale: the Overview, Topic, Plot (five fields of two topics), Services, Graph
+//! and Events views of the scale network (1000 generated topics over 200 processes besides the scripted ones, 60 s of
+//! history) at 1280x800, tessellated
 //! as the window would be. Under software GL (llvmpipe) a frame's time is mostly spent rasterising, and that cost
 //! follows the pixels the triangles cover (every one blended) and their count; both are held to a budget here,
 //! deterministically, so a change that fills the panels again or strokes every table cell shows as a failure and
 //! not only as a slower `scripts/monitor-scale`.
 
 use egui::epaint::{Primitive, WHITE_UV};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
 use egui_kittest::Harness;
 use shoal_monitor::app::{MonitorApp, Tab};
-use shoal_monitor::fixture::{Fixture, FixtureMessages};
+use shoal_monitor::fixture::{Fixture, FixtureMessages, imu_payload, imu_type_info};
+use shoal_monitor::signals::{FieldPath, MAX_POINTS, MAX_SIGNALS};
+use shoal_monitor::source::{Message, MessageSource};
 
 const W: f32 = 1280.0;
 const H: f32 = 800.0;
@@ -63,6 +69,11 @@ fn cost(h: &Harness<'_, MonitorApp>) -> Cost {
 #[test]
 fn every_view_at_scale_stays_within_its_rasterising_budget() {
     let mut app = MonitorApp::manual(Box::new(Fixture::with_scale(1000, 200)), Box::new(FixtureMessages::default()));
+    for (topic, path) in
+        [("/imu", "accel.x"), ("/imu", "accel.y"), ("/odom", "pose.x"), ("/odom", "pose.y"), ("/odom", "ranges[0]")]
+    {
+        app.plot_field(topic, FieldPath::parse(path).expect("path")).expect("fits");
+    }
     for _ in 0..60 {
         app.refresh_now();
     }
@@ -70,7 +81,7 @@ fn every_view_at_scale_stays_within_its_rasterising_budget() {
     let mut h =
         Harness::builder().with_size(egui::vec2(W, H)).build_ui_state(|ui, app: &mut MonitorApp| app.ui(ui), app);
     let mut report = Vec::new();
-    for tab in [Tab::Overview, Tab::Topic, Tab::Services, Tab::Graph, Tab::Events] {
+    for tab in [Tab::Overview, Tab::Topic, Tab::Plot, Tab::Services, Tab::Graph, Tab::Events] {
         h.state_mut().state.tab = tab;
         h.run();
         let c = cost(&h);
@@ -209,4 +220,85 @@ fn the_graph_with_a_process_of_4000_edges_in_sight_stays_within_the_budget() {
     let line = format!("{} triangles ({} solid), {:.2} screens", c.triangles, c.solid_triangles, c.screens);
     println!("Graph, a process with 4000 edges in sight: {line}");
     assert!(c.triangles <= MAX_TRIANGLES && c.screens <= MAX_SCREENS, "over budget: {line}");
+}
+
+/// 2024-01-01T00:00:00Z, the fixture's clock (its snapshots are taken one second apart from here).
+const FIXTURE_EPOCH_S: u64 = 1_704_067_200;
+
+/// Every followed topic at 1 kHz: each poll (one a refresh) brings one second of `pb.sensors.Imu` messages of each.
+#[derive(Default)]
+struct KiloHertz {
+    topics: Vec<Arc<str>>,
+    polls: u64,
+}
+
+impl MessageSource for KiloHertz {
+    fn follow(&mut self, topics: &[Arc<str>]) {
+        self.topics = topics.to_vec();
+    }
+
+    fn poll(&mut self, out: &mut Vec<Message>) {
+        self.polls += 1;
+        let ti = Arc::new(imu_type_info());
+        for topic in &self.topics {
+            for i in 0..1000u64 {
+                let ms = (self.polls - 1) * 1000 + i;
+                let t = ms as f64 / 1000.0;
+                out.push(Message {
+                    topic: topic.clone(),
+                    payload: imu_payload(ms, "imu", [t.sin(), (3.0 * t).cos(), 9.81], [t, -t, 0.5]).into(),
+                    type_info: ti.clone(),
+                    publisher_id: 1,
+                    clock: ms,
+                    send_time_us: 0,
+                    received_at: SystemTime::UNIX_EPOCH + Duration::from_millis(FIXTURE_EPOCH_S * 1000 + ms),
+                });
+            }
+        }
+    }
+}
+
+/// The Plot tab at its bounds: 16 signals of two topics at 1 kHz, five minutes of them (each signal at about its
+/// point bound), drawn over the 5-minute window beside 1,000 topics: within the budget, and a frame costs no more
+/// CPU than one of the Overview, give or take.
+#[test]
+fn the_plot_with_16_signals_at_1_khz_over_5_minutes_stays_within_the_budget() {
+    let mut app = MonitorApp::manual(Box::new(Fixture::with_scale(1000, 200)), Box::new(KiloHertz::default()));
+    let fields = ["accel.x", "accel.y", "accel.z", "gyro.x", "gyro.y", "gyro.z", "covariance[0]", "stamp_us"];
+    for topic in ["/fleet/sensor_0001", "/fleet/sensor_0002"] {
+        for f in fields {
+            app.plot_field(topic, FieldPath::parse(f).expect("path")).expect("fits");
+        }
+    }
+    assert_eq!(app.signals().list().len(), MAX_SIGNALS);
+    for _ in 0..300 {
+        app.refresh_now();
+    }
+    for s in app.signals().list() {
+        assert!((MAX_POINTS / 2..=MAX_POINTS).contains(&s.points().len()), "{}: {} points", s.label, s.points().len());
+        assert_eq!((s.messages, s.undecodable, s.missing), (300_000, 0, 0), "{}", s.label);
+    }
+    app.state.window_s = 300.0;
+    let mut h =
+        Harness::builder().with_size(egui::vec2(W, H)).build_ui_state(|ui, app: &mut MonitorApp| app.ui(ui), app);
+    h.state_mut().state.tab = Tab::Overview;
+    h.run();
+    let overview = frame_time(&mut h);
+    h.state_mut().state.tab = Tab::Plot;
+    h.run();
+    let c = cost(&h);
+    let t = frame_time(&mut h);
+    let line = format!(
+        "Plot, 16 signals at 1 kHz over 5 min: {} triangles ({} solid), {:.2} screens, {:.2} ms per frame (Overview \
+         {:.2} ms)",
+        c.triangles,
+        c.solid_triangles,
+        c.screens,
+        t * 1e3,
+        overview * 1e3
+    );
+    println!("{line}");
+    assert!(c.triangles > 500, "nothing drawn? {line}");
+    assert!(c.triangles <= MAX_TRIANGLES && c.screens <= MAX_SCREENS, "over budget: {line}");
+    assert!(t <= 2.0 * overview + 0.002, "a frame costs more than the Overview's: {line}");
 }

@@ -2,12 +2,14 @@
 //! window (30 s, 1 min, 5 min; x: receive time, seconds before the shown view or the newest value), one line each
 //! with a legend of `topic:path`; per signal its latest value, the points kept, the messages that did not decode or
 //! lacked the field, those lost before the monitor took them, and whether its topic still has a publisher. The
-//! lines are found once per change of the points, window or width, at most two points per pixel column.
+//! lines are found once per change of the points, window or width, each point the lowest or the highest value of a
+//! column of the plot: at most two per pixel column, and at most [`DRAWN_POINTS`] for all signals together (a line
+//! costs about four triangles a point; 16 signals at a point per pixel would be eight times a view's budget).
 
 use std::sync::Arc;
 
 use egui::{Color32, RichText};
-use egui_plot::{Legend, Line, Plot, PlotPoint, PlotPoints};
+use egui_plot::{Line, Plot, PlotPoint, PlotPoints};
 use shoal::monitor::printable as shown;
 
 use super::MonitorApp;
@@ -30,6 +32,10 @@ pub(super) fn signal_color(i: usize) -> Color32 {
     ];
     PALETTE[i % PALETTE.len()]
 }
+
+/// Points drawn for all signals together, at most: one signal gets a column every 3 pixels of a 1280-pixel window,
+/// 16 signals one every 50.
+pub const DRAWN_POINTS: usize = 800;
 
 /// What the plotted lines depend on.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,7 +144,8 @@ impl MonitorApp {
             generation: self.signals.generation(),
             end,
             window_s: self.state.window_s,
-            columns: (w as usize).max(1),
+            // Two points a column at most: the lowest and the highest value in it.
+            columns: (DRAWN_POINTS / 2 / self.signals.list().len().max(1)).clamp(1, (w as usize).max(1)),
         };
         if self.field_series.as_ref().is_none_or(|s| s.key != key) {
             let lines = self
@@ -165,8 +172,7 @@ impl MonitorApp {
             .include_x(-window_s)
             .include_x(0.0)
             .x_axis_formatter(|m, _| format!("{:.0} s", m.value))
-            .allow_scroll(false)
-            .legend(Legend::default());
+            .allow_scroll(false);
         let labels: Vec<(Arc<str>, Color32)> = self
             .signals
             .list()
@@ -180,7 +186,8 @@ impl MonitorApp {
             .collect();
         show_plot(ui, plot, move |p| {
             for ((name, color), pts) in labels.iter().zip(&series.lines) {
-                p.line(Line::new(&**name, PlotPoints::Borrowed(pts)).color(*color));
+                // One pixel wide: a thin line is tessellated into fewer triangles.
+                p.line(Line::new(&**name, PlotPoints::Borrowed(pts)).color(*color).width(1.0));
             }
         });
     }

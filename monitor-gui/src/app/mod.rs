@@ -55,6 +55,7 @@ use plots::Series;
 use refresh::Update;
 use shoal::logging::{LogFilter, LogRecord};
 
+pub use fieldplot::DRAWN_POINTS;
 pub use graph::{GROUP_ABOVE, MAX_EDGES_DRAWN, PROCESSES_ABOVE, TEXT_ZOOM, name_prefix};
 pub use inspector::INSPECTOR_KEEP;
 pub use logs::LOGS_KEEP;
