@@ -3,7 +3,7 @@
 //! the screenshot script can script them.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::SystemTime;
 
@@ -62,14 +62,19 @@ impl SnapshotSource for NodeSnapshots {
 
 /// Messages a followed topic queues between the subscriber's callback and the UI; more are dropped and counted.
 pub const MESSAGE_QUEUE: usize = 4096;
+/// Payload bytes a followed topic queues, at most (beyond them messages are dropped and counted): a topic of
+/// large messages does not hold [`MESSAGE_QUEUE`] of them while the UI is not drawn.
+pub const MESSAGE_QUEUE_BYTES: usize = 16 << 20;
 
-/// One followed topic: a callback subscriber that copies each message into a bounded queue on the doorbell thread,
-/// so that messages keep being taken while the window is not drawn.
+/// One followed topic: a callback subscriber that copies each message into a queue bounded by count and bytes on
+/// the doorbell thread, so that messages keep being taken while the window is not drawn.
 #[derive(Debug)]
 struct Followed {
     sub: shoal::CallbackSubscriber,
     rx: mpsc::Receiver<Message>,
     overflow: Arc<AtomicU64>,
+    /// Payload bytes in `rx`.
+    queued_bytes: Arc<AtomicUsize>,
 }
 
 /// The followed topics' messages, through callback subscribers of a shoal node.
@@ -89,12 +94,19 @@ impl NodeMessages {
         let (tx, rx) = mpsc::sync_channel(MESSAGE_QUEUE);
         let overflow = Arc::new(AtomicU64::new(0));
         let counted = overflow.clone();
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
+        let queued = queued_bytes.clone();
         let name = topic.clone();
         let mut last_type: Option<Arc<TypeInfo>> = None;
         let sub = self
             .node
             .subscriber(topic)
             .callback(move |s: &shoal::Sample| {
+                let len = s.payload().len();
+                if queued.load(Ordering::Relaxed) + len > MESSAGE_QUEUE_BYTES {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
                 // One type information for a run of messages of the same type.
                 let type_info = match &last_type {
                     Some(t) if **t == *s.type_info() => t.clone(),
@@ -110,12 +122,15 @@ impl NodeMessages {
                     send_time_us: s.send_time_us(),
                     received_at: SystemTime::now(),
                 };
+                // Counted before it is sent, so that the UI's subtraction never comes first.
+                queued.fetch_add(len, Ordering::Relaxed);
                 if tx.try_send(m).is_err() {
+                    queued.fetch_sub(len, Ordering::Relaxed);
                     counted.fetch_add(1, Ordering::Relaxed);
                 }
             })
             .create()?;
-        Ok(Followed { sub, rx, overflow })
+        Ok(Followed { sub, rx, overflow, queued_bytes })
     }
 }
 
@@ -140,7 +155,10 @@ impl MessageSource for NodeMessages {
     fn poll(&mut self, out: &mut Vec<Message>) {
         // Bounded: at most one queue's worth per topic and call.
         for f in self.topics.values() {
-            out.extend(f.rx.try_iter().take(MESSAGE_QUEUE));
+            for m in f.rx.try_iter().take(MESSAGE_QUEUE) {
+                f.queued_bytes.fetch_sub(m.payload.len(), Ordering::Relaxed);
+                out.push(m);
+            }
         }
     }
 

@@ -20,10 +20,8 @@ fn topics() -> [String; 2] {
 fn node_messages_follows_several_topics_and_stops_following() {
     let node = shoal::Node::init_with_config("fieldplot_follow", shoal::Config::default()).expect("node");
     let [a, b] = topics();
-    let mut pubs: Vec<shoal::Publisher> = [&a, &b]
-        .iter()
-        .map(|t| node.publisher(t).type_info(imu_type_info()).create().expect("publisher"))
-        .collect();
+    let mut pubs: Vec<shoal::Publisher> =
+        [&a, &b].iter().map(|t| node.publisher(t).type_info(imu_type_info()).create().expect("publisher")).collect();
     let mut source = NodeMessages::new(node.clone());
     let (ta, tb): (Arc<str>, Arc<str>) = (a.as_str().into(), b.as_str().into());
     source.follow(&[ta.clone(), tb.clone()]);
@@ -66,10 +64,8 @@ fn node_messages_follows_several_topics_and_stops_following() {
 fn the_monitor_plots_fields_of_two_live_topics() {
     let node = shoal::Node::init_with_config("fieldplot_live", shoal::Config::default()).expect("node");
     let [a, b] = topics().map(|t| format!("{t}_live"));
-    let mut pubs: Vec<shoal::Publisher> = [&a, &b]
-        .iter()
-        .map(|t| node.publisher(t).type_info(imu_type_info()).create().expect("publisher"))
-        .collect();
+    let mut pubs: Vec<shoal::Publisher> =
+        [&a, &b].iter().map(|t| node.publisher(t).type_info(imu_type_info()).create().expect("publisher")).collect();
     let mut app = MonitorApp::manual(Box::new(NodeSnapshots(node.clone())), Box::new(NodeMessages::new(node.clone())));
     app.plot_field(&a, FieldPath::parse("accel.x").expect("path")).expect("fits");
     app.plot_field(&b, FieldPath::parse("gyro.z").expect("path")).expect("fits");
@@ -93,4 +89,34 @@ fn the_monitor_plots_fields_of_two_live_topics() {
     assert_eq!(l[0].last.map(|v| v.1), Some(19.0));
     assert_eq!(l[1].last.map(|v| v.1), Some(-19.0));
     assert!(l.iter().all(|s| s.undecodable == 0 && s.missing == 0 && !s.points().is_empty()));
+}
+
+/// Large messages the UI has not taken are bounded by bytes: of 40 messages of 1 MiB at most 16 wait, and every
+/// other one is counted as lost.
+#[test]
+fn node_messages_queues_at_most_its_bytes_and_counts_the_rest() {
+    use shoal_monitor::source::MESSAGE_QUEUE_BYTES;
+    let node = shoal::Node::init_with_config("fieldplot_bytes", shoal::Config::default()).expect("node");
+    let [t, _] = topics().map(|t| format!("{t}_large"));
+    let mut publisher = node.publisher(&t).type_info(shoal::TypeInfo::raw("blob")).create().expect("publisher");
+    let mut source = NodeMessages::new(node.clone());
+    let topic: Arc<str> = t.as_str().into();
+    source.follow(std::slice::from_ref(&topic));
+    publisher.wait_for_subscribers(1, Duration::from_secs(10)).expect("matched");
+    let blob = vec![7u8; 1 << 20];
+    for _ in 0..40 {
+        publisher.send(&blob).expect("send");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Not taken while they arrive, as by a UI that is not drawn; then taken once.
+    let bound = MESSAGE_QUEUE_BYTES / blob.len();
+    let until = Instant::now() + Duration::from_secs(10);
+    while source.lost(&t) < (40 - bound) as u64 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut got = Vec::new();
+    source.poll(&mut got);
+    let lost = source.lost(&t);
+    assert!(got.len() <= bound, "{} messages of 1 MiB queued", got.len());
+    assert_eq!(got.len() as u64 + lost, 40, "{} taken, {lost} lost", got.len());
 }
