@@ -1,10 +1,11 @@
 //! The Plot tab: the numeric fields picked in the Inspector ([`Signals`](crate::signals::Signals)), live over the
-//! window (30 s, 1 min, 5 min; x: receive time, seconds before the shown view or the newest value), one line each
-//! with a legend of `topic:path`; per signal its latest value, the points kept, the messages that did not decode or
-//! lacked the field, those lost before the monitor took them, and whether its topic still has a publisher. The
-//! lines are found once per change of the points, window or width, each point the lowest or the highest value of a
-//! column of the plot: at most two per pixel column, and at most [`DRAWN_POINTS`] for all signals together (a line
-//! costs about four triangles a point; 16 signals at a point per pixel would be eight times a view's budget).
+//! window (30 s, 1 min, 5 min; x: receive time, seconds before the shown view or the newest value), one line each,
+//! listed above the plot with its colour and `topic:path` (the legend), a Remove link, and its latest value, the
+//! points kept, the messages that did not decode or lacked the field, those lost before the monitor took them, and
+//! whether its topic still has a publisher. The lines are found once per change of the points, window or width, each
+//! point the lowest or the highest value of a column of the plot: at most two per pixel column, and at most
+//! [`DRAWN_POINTS`] for all signals together (a line costs about four triangles a point; 16 signals at two points
+//! per pixel column were eight times a view's budget).
 
 use std::sync::Arc;
 
@@ -155,8 +156,12 @@ impl MonitorApp {
                 .map(|s| {
                     let p = s.points();
                     let start = p.partition_point(|q| q.0 < end - key.window_s);
-                    let pts: Vec<(f64, f64)> =
-                        p.range(start..).filter(|q| q.0 <= end + 1e-6).map(|q| (q.0 - end, q.1)).collect();
+                    // NaN and infinities have no place on the axis (the row shows them as the latest value).
+                    let pts: Vec<(f64, f64)> = p
+                        .range(start..)
+                        .filter(|q| q.0 <= end + 1e-6 && q.1.is_finite())
+                        .map(|q| (q.0 - end, q.1))
+                        .collect();
                     let col = |x: f64| (((x + key.window_s) / key.window_s) * key.columns as f64).max(0.0) as usize;
                     decimate(&pts, col, |t| *t)
                 })

@@ -306,9 +306,11 @@ impl Tree<'_> {
                     rich = rich.color(signal_color(i));
                 }
                 let r = ui.add(egui::Label::new(rich).sense(egui::Sense::click()));
+                // Names from the network (the topic, a map's keys) shown through the one escaping.
+                let name = shown(&format!("{}:{field}", self.topic)).into_owned();
                 let r = r.on_hover_text(match plotted {
-                    Some(_) => format!("{}:{field} is plotted: click to stop", shown(self.topic)),
-                    None => format!("Click to plot {}:{field}", shown(self.topic)),
+                    Some(_) => format!("{name} is plotted: click to stop"),
+                    None => format!("Click to plot {name}"),
                 });
                 if r.clicked() {
                     *picked = Some(field);

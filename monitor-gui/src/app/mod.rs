@@ -6,7 +6,8 @@
 //! (`TableBuilder::rows`), their order (filter, sort) and the Events list are found again only when a view
 //! arrives or the filter or sort changes, the Graph's layout once per order, focus and set of expanded groups (topics
 //! grouped by name prefix above [`GROUP_ABOVE`]; only the nodes in sight laid out and drawn, at any pan and zoom),
-//! and the Topic view's plot series once per view, at most two points per pixel column. Under software GL most of a frame is rasterising, which costs by the pixel: the panels and plots are not
+//! the Topic view's plot series once per view, at most two points per pixel column, and the Plot tab's lines once per
+//! change of their points (at most [`DRAWN_POINTS`] in all). Under software GL most of a frame is rasterising, which costs by the pixel: the panels and plots are not
 //! filled (the window is cleared with the panels' colour, [`clear_color`]) and table stripes are one rectangle a
 //! row. Snapshots are taken, turned into views and diffed for events on a refresh thread; the window is woken
 //! only when a view differs from the one before ([`View::same_content`]), so a network where nothing changes is
