@@ -1022,3 +1022,50 @@ fn a_signal_whose_topic_lost_its_publisher_is_shown_stale() {
     h.get_by_label_contains("no publisher now · last value ");
     assert!(h.query_by_label_contains("latest ").is_none());
 }
+
+/// The fixture's messages with every other one cut short (it does not decode), and 7 lost before the monitor took
+/// them.
+#[derive(Default)]
+struct Lossy(FixtureMessages);
+
+impl shoal_monitor::source::MessageSource for Lossy {
+    fn follow(&mut self, topics: &[std::sync::Arc<str>]) {
+        self.0.follow(topics);
+    }
+
+    fn poll(&mut self, out: &mut Vec<shoal_monitor::source::Message>) {
+        let from = out.len();
+        self.0.poll(out);
+        for m in &mut out[from..] {
+            if m.clock % 2 == 1 {
+                m.payload = m.payload[..m.payload.len() - 3].into();
+            }
+        }
+    }
+
+    fn lost(&self, _topic: &str) -> u64 {
+        7
+    }
+}
+
+/// Messages that do not decode, that lack the field and that were lost are counted and shown with the signal.
+#[test]
+fn a_signal_shows_what_was_not_plotted() {
+    use shoal_monitor::signals::FieldPath;
+    let mut app = MonitorApp::manual(Box::new(Fixture::new()), Box::new(Lossy::default()));
+    app.plot_field("/imu", FieldPath::parse("accel.x").expect("path")).expect("fits");
+    app.plot_field("/imu", FieldPath::parse("accel.w").expect("path")).expect("fits");
+    for _ in 0..4 {
+        app.refresh_now(); // messages 1 to 4: 1 and 3 cut short
+    }
+    app.state.tab = Tab::Plot;
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label(&format!(
+        "latest {:.4} · 2 points · 2 not decoded · 7 of the topic lost before the monitor took them",
+        imu_x(4)
+    ));
+    h.get_by_label(
+        "no value yet · 0 points · 2 not decoded · 2 without the field · 7 of the topic lost before the monitor took them",
+    );
+}
