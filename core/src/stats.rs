@@ -1,6 +1,9 @@
 //! Fixed-size statistics measured on the data path: the log-bucket [`LatencyHistogram`] and the running
 //! [`LatencySummary`] eCAL's registration carries. Both are plain values (no allocation when recording), filled by
-//! subscribers where the data arrives, sent in registration, and shown by the monitor.
+//! subscribers where the data arrives, sent in registration, and shown by the monitor. Also the process's own
+//! figures its registration carries ([`ShoalProcessStats`]: kernel drops, memory, CPU).
+
+use std::time::{Duration, Instant};
 
 /// Values below this many nanoseconds have a bucket each.
 const EXACT: u64 = 16;
@@ -362,6 +365,22 @@ pub struct ShoalStats {
 mod tests {
     use super::*;
 
+    /// The load is CPU time over wall time between measurements at least half a second apart; a measurement
+    /// sooner keeps the last figure; none before two.
+    #[test]
+    fn cpu_meter_divides_cpu_time_by_wall_time() {
+        let mut m = CpuMeter::default();
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        assert_eq!(m.sample(t0, s(10)), None);
+        assert_eq!(m.sample(t0 + Duration::from_millis(100), s(11)), None, "too soon");
+        assert_eq!(m.sample(t0 + s(2), s(13)), Some(1500), "3 s of CPU in 2 s: one and a half cores");
+        assert_eq!(m.sample(t0 + Duration::from_millis(2200), s(14)), Some(1500), "too soon: the last figure");
+        assert_eq!(m.sample(t0 + s(4), s(12)), Some(0), "a CPU time going back counts as idle, not as a wrap");
+        let st = ShoalProcessStats { cpu_load_permille: Some(250), ..ShoalProcessStats::default() };
+        assert_eq!(st.cpu_load(), Some(0.25));
+    }
+
     #[test]
     fn merging_counts_announced_by_peers_saturates() {
         let big = LatencySummary { count: u64::MAX - 1, mean_us: 5.0, ..LatencySummary::default() };
@@ -605,4 +624,46 @@ pub struct ShoalProcessStats {
     pub udp_kernel_drops: u64,
     /// The same on its registration socket.
     pub registration_kernel_drops: u64,
+    /// Resident memory (RSS) when the registration was sent, bytes; `None` when not measured.
+    pub memory_rss_bytes: Option<u64>,
+    /// CPU time (user and system, every thread) used since the process started; `None` when not measured.
+    pub cpu_time: Option<Duration>,
+    /// CPU used between its last two measurements (about one registration period), in thousandths of one core
+    /// (1000: one core busy all the time); `None` until two measurements were made.
+    pub cpu_load_permille: Option<u32>,
+}
+
+impl ShoalProcessStats {
+    /// The CPU load as a fraction of one core (1.0: one core busy), if measured.
+    pub fn cpu_load(&self) -> Option<f64> {
+        self.cpu_load_permille.map(|p| f64::from(p) / 1000.0)
+    }
+}
+
+/// Measures the CPU load of this process between refreshes: the CPU time used over the wall time passed, over
+/// spans of at least [`CpuMeter::MIN_SPAN`] (a refresh right after another keeps the last figure).
+#[derive(Debug, Default)]
+pub(crate) struct CpuMeter {
+    basis: Option<(Instant, Duration)>,
+    load_permille: Option<u32>,
+}
+
+impl CpuMeter {
+    /// The shortest span a load is measured over.
+    pub(crate) const MIN_SPAN: Duration = Duration::from_millis(500);
+
+    /// Takes the CPU time `cpu` used by `now`; returns the load over the last span (thousandths of a core).
+    pub(crate) fn sample(&mut self, now: Instant, cpu: Duration) -> Option<u32> {
+        match self.basis {
+            Some((t0, c0)) if now.saturating_duration_since(t0) >= Self::MIN_SPAN => {
+                let wall = now.saturating_duration_since(t0).as_secs_f64();
+                let used = cpu.saturating_sub(c0).as_secs_f64();
+                self.load_permille = Some((used / wall * 1000.0).round().min(f64::from(u32::MAX)) as u32);
+                self.basis = Some((now, cpu));
+            }
+            Some(_) => {}
+            None => self.basis = Some((now, cpu)),
+        }
+        self.load_permille
+    }
 }

@@ -227,7 +227,8 @@ pub fn diff(old: &View, new: &View) -> Vec<Event> {
     for c in &new.connections {
         match old_conns.get(&c.key()) {
             None => ev(EventKind::Match, &c.topic, format!("{} -> {} via {}", c.publisher, c.subscriber, c.via), None),
-            Some(o) if c.drops > o.drops => ev(
+            // An eCAL subscriber's drops are its totals, told once per topic below.
+            Some(o) if c.measured && c.drops > o.drops => ev(
                 EventKind::Drops,
                 &c.topic,
                 format!(
@@ -259,7 +260,7 @@ pub fn diff(old: &View, new: &View) -> Vec<Event> {
             ev(EventKind::TypeMismatch, &tp.name, types.join(", "), None);
         }
         // Drops of subscribers without per-connection figures (eCAL subscribers).
-        if new.connections_of(&tp.name).next().is_none()
+        if !new.connections_of(&tp.name).any(|c| c.measured)
             && let Some(b) = before
             && tp.drops > b.drops
         {
@@ -414,6 +415,8 @@ mod tests {
             host: "h".into(),
             pid,
             name: "p".into(),
+            path: "/bin/p".into(),
+            command_line: "/bin/p".into(),
             unit: format!("u{pid}").into(),
             kind: "shoal",
             version: "shoal".into(),
@@ -422,6 +425,8 @@ mod tests {
             state: "unknown".into(),
             is_self: false,
             kernel_drops: None,
+            memory_bytes: None,
+            cpu_load: None,
             problems: Default::default(),
         }
     }

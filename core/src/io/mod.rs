@@ -206,6 +206,7 @@ pub(crate) fn start(
                 waker: thread_waker,
                 directory,
                 directory_generation: None,
+                cpu_meter: crate::stats::CpuMeter::default(),
             };
             if let Err(e) = io.run() {
                 tracing::error!("shoal I/O thread stopped: {e}");
@@ -240,6 +241,8 @@ struct IoThread {
     directory: Arc<ServerDirectory>,
     /// The registrar's services generation last published.
     directory_generation: Option<u64>,
+    /// This process's CPU load between stats updates, announced in its registration.
+    cpu_meter: crate::stats::CpuMeter,
 }
 
 impl IoThread {
@@ -485,9 +488,15 @@ impl IoThread {
     }
 
     fn update_stats(&mut self) {
+        // What the OS says of this process; a failure leaves the figure out (announced as not measured).
+        let cpu_time = crate::sys::process_cpu_time().ok();
+        let cpu_load_permille = cpu_time.and_then(|t| self.cpu_meter.sample(Instant::now(), t));
         self.registrar.set_process_stats(crate::stats::ShoalProcessStats {
             udp_kernel_drops: self.sources.iter().map(|s| s.kernel_drops()).sum(),
             registration_kernel_drops: self.reg_batch.kernel_drops(),
+            memory_rss_bytes: crate::sys::process_rss_bytes().ok(),
+            cpu_time,
+            cpu_load_permille,
         });
         let Some(handler) = self.handler.upgrade() else { return };
         for (id, stats) in handler.collect_stats() {

@@ -32,6 +32,8 @@ pub struct ProcessEntry {
     pub process_name: String,
     /// eCAL unit name (shoal: the first node's name).
     pub unit_name: String,
+    /// Command line as announced (eCAL's `process_parameter`: the arguments joined by spaces).
+    pub command_line: String,
     /// Runtime version string (`v6.1.1` for eCAL 6.1.1, `shoal 0.1.0 (eCAL v6.1.1 compatible)` for shoal).
     pub runtime_version: String,
     /// True for a shoal process (its runtime version starts with `shoal`), false for eCAL.
@@ -43,8 +45,8 @@ pub struct ProcessEntry {
     pub registration_age: Duration,
     /// The state it announces (see [`crate::process`]).
     pub state: ProcessState,
-    /// shoal's process statistics from its registration (kernel drops on its sockets); `None` for eCAL
-    /// processes. For this process, the figures of its last registration (its own are in [`Snapshot::udp`]).
+    /// shoal's process statistics from its registration (kernel drops on its sockets, memory, CPU); `None` for
+    /// eCAL processes (eCAL 6 announces neither memory nor CPU). For this process, the figures of its last registration (its own are in [`Snapshot::udp`]).
     pub shoal: Option<ShoalProcessStats>,
 }
 
@@ -177,6 +179,26 @@ impl Snapshot {
     }
 }
 
+/// The layer `publisher` serves `subscriber` over, as their registrations imply it: for the pairs no shoal
+/// subscriber measures (an eCAL subscriber announces its totals only, not its connections). shoal's native ring
+/// when both announce it on one host; else the first layer of eCAL's priority list that both have enabled (same
+/// host: `shm`, `udp`, `tcp`; another host: `udp`, `tcp`), the rule of eCAL 6's publisher and the default of shoal's
+/// (`[publisher] priority_local`, `priority_remote`). `None` when they share no layer or are not one topic's
+/// publisher and subscriber.
+pub fn announced_layer(publisher: &TopicEntry, subscriber: &TopicEntry) -> Option<Via> {
+    if publisher.direction != TopicDirection::Publisher
+        || subscriber.direction != TopicDirection::Subscriber
+        || publisher.topic_name != subscriber.topic_name
+    {
+        return None;
+    }
+    let both = |name: &str| publisher.layers.iter().any(|l| l == name) && subscriber.layers.iter().any(|l| l == name);
+    let same_host = publisher.host_name == subscriber.host_name;
+    let order: &[Via] =
+        if same_host { &[Via::ShoalRing, Via::EcalShm, Via::Udp, Via::Tcp] } else { &[Via::Udp, Via::Tcp] };
+    order.iter().copied().find(|v| both(v.name()))
+}
+
 /// Datagrams the kernel dropped on this process's registration socket for a full receive buffer (`SO_RXQ_OVFL`),
 /// since it was opened (the UDP data layer's socket: [`UdpCounts::kernel_drops`]). Every such datagram is lost: a
 /// subscriber counts the whole messages it loses that way as drops of its connection (a gap in the publisher's
@@ -220,6 +242,7 @@ pub(crate) fn build_snapshot(reg: &Registrar, now: Instant) -> Snapshot {
             pid: p.pid,
             process_name: p.process_name.clone(),
             unit_name: p.unit_name.clone(),
+            command_line: p.process_parameter.clone(),
             runtime_version: p.ecal_runtime_version.clone(),
             is_shoal: p.ecal_runtime_version.starts_with("shoal"),
             is_self: p.pid == my_pid && p.host_name == my_host,

@@ -281,6 +281,9 @@ pub fn process_sample_with(
         p.shoal_stats = Some(pb::ProcessStatsShoal {
             udp_kernel_drops: stats.udp_kernel_drops,
             registration_kernel_drops: stats.registration_kernel_drops,
+            memory_rss_bytes: stats.memory_rss_bytes,
+            cpu_time_us: stats.cpu_time.map(|t| u64::try_from(t.as_micros()).unwrap_or(u64::MAX)),
+            cpu_load_permille: stats.cpu_load_permille,
         });
     }
     sample
@@ -423,6 +426,9 @@ pub fn remote_process(p: &pb::Process, now: Instant) -> RemoteProcess {
         shoal: p.shoal_stats.as_ref().map(|s| ShoalProcessStats {
             udp_kernel_drops: s.udp_kernel_drops,
             registration_kernel_drops: s.registration_kernel_drops,
+            memory_rss_bytes: s.memory_rss_bytes,
+            cpu_time: s.cpu_time_us.map(std::time::Duration::from_micros),
+            cpu_load_permille: s.cpu_load_permille,
         }),
         last_seen: now,
     }

@@ -126,6 +126,24 @@ pub struct UiState {
     pub event_kind: Option<EventKind>,
     /// Which log records the Logs tab shows.
     pub logs: LogFilter,
+    /// How the Overview's process table groups its rows.
+    pub process_group: ProcessGroup,
+    /// The groups of the process table shown folded (host or unit names).
+    pub folded_groups: std::collections::BTreeSet<Arc<str>>,
+    /// The process whose details the Overview shows (host, pid).
+    pub selected_process: Option<(Arc<str>, u32)>,
+}
+
+/// How the Overview's process table groups its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProcessGroup {
+    /// One row per process, by host and pid.
+    #[default]
+    None,
+    /// Under a row per host.
+    Host,
+    /// Under a row per unit name (the same program on several hosts or started several times).
+    Unit,
 }
 
 impl Default for UiState {
@@ -142,6 +160,9 @@ impl Default for UiState {
             window_s: 60.0,
             event_kind: None,
             logs: LogFilter::default(),
+            process_group: ProcessGroup::None,
+            folded_groups: Default::default(),
+            selected_process: None,
         }
     }
 }
