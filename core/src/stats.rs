@@ -381,6 +381,19 @@ mod tests {
         assert_eq!(st.cpu_load(), Some(0.25));
     }
 
+    /// An announced figure moves only by a step or more, so small wobbles of an idle process do not change its
+    /// registration; unknown figures pass through.
+    #[test]
+    fn steady_figures_move_only_by_a_step() {
+        let mut a = None;
+        assert_eq!(steady(&mut a, Some(100), 10), Some(100));
+        assert_eq!(steady(&mut a, Some(109), 10), Some(100));
+        assert_eq!(steady(&mut a, Some(91), 10), Some(100));
+        assert_eq!(steady(&mut a, Some(110), 10), Some(110));
+        assert_eq!(steady(&mut a, None, 10), None);
+        assert_eq!(steady(&mut a, Some(5), 10), Some(5));
+    }
+
     #[test]
     fn merging_counts_announced_by_peers_saturates() {
         let big = LatencySummary { count: u64::MAX - 1, mean_us: 5.0, ..LatencySummary::default() };
@@ -624,12 +637,11 @@ pub struct ShoalProcessStats {
     pub udp_kernel_drops: u64,
     /// The same on its registration socket.
     pub registration_kernel_drops: u64,
-    /// Resident memory (RSS) when the registration was sent, bytes; `None` when not measured.
+    /// Resident memory (RSS), bytes, within [`RSS_STEP`] of the measured one; `None` when not measured.
     pub memory_rss_bytes: Option<u64>,
-    /// CPU time (user and system, every thread) used since the process started; `None` when not measured.
-    pub cpu_time: Option<Duration>,
     /// CPU used between its last two measurements (about one registration period), in thousandths of one core
-    /// (1000: one core busy all the time); `None` until two measurements were made.
+    /// (1000: one core busy all the time), within [`CPU_LOAD_STEP`] of the measured one; `None` until two
+    /// measurements were made.
     pub cpu_load_permille: Option<u32>,
 }
 
@@ -638,6 +650,23 @@ impl ShoalProcessStats {
     pub fn cpu_load(&self) -> Option<f64> {
         self.cpu_load_permille.map(|p| f64::from(p) / 1000.0)
     }
+}
+
+/// The announced resident memory follows the measured one when they are this far apart (bytes), not closer: an idle
+/// process's registration then repeats, and every receiver recognises the repeat before decoding it
+/// (`registration::repeat`), which is what keeps registration cheap at scale.
+pub(crate) const RSS_STEP: u64 = 256 << 10;
+/// The same for the announced CPU load, in thousandths of a core (0.5 % of one core).
+pub(crate) const CPU_LOAD_STEP: u64 = 5;
+
+/// A figure kept steady for announcing: `announced` moves to `measured` only when they are at least `step` apart
+/// (or one of them is unknown); returns the figure to announce.
+pub(crate) fn steady(announced: &mut Option<u64>, measured: Option<u64>, step: u64) -> Option<u64> {
+    match (*announced, measured) {
+        (Some(a), Some(m)) if a.abs_diff(m) < step => {}
+        _ => *announced = measured,
+    }
+    *announced
 }
 
 /// Measures the CPU load of this process between refreshes: the CPU time used over the wall time passed, over

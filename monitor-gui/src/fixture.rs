@@ -186,7 +186,6 @@ impl Fixture {
                     // Memory and CPU as a shoal process announces them: the publisher busiest, each steady with a
                     // little wobble; the first refresh has no load yet (two measurements make one).
                     memory_rss_bytes: Some(u64::from(p.pid % 1000) * (3 << 20) + (k % 4) * 4096),
-                    cpu_time: Some(Duration::from_millis(u64::from(p.pid % 1000) * 10 * (k + 1))),
                     cpu_load_permille: (k > 0).then_some(p.pid % 1000 * 10 + (k % 3) as u32),
                     ..ShoalProcessStats::default()
                 }),

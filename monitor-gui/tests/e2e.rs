@@ -27,6 +27,17 @@ fn shoal_peer(args: &[&str]) -> Option<Proc> {
     Some(Proc::spawn("shoal-peer", cmd))
 }
 
+/// The last line of `shoal-monitor --headless --json --seconds 3`.
+fn headless_last_line() -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal-monitor"))
+        .args(["--headless", "--json", "--seconds", "3"])
+        .output()
+        .expect("run shoal-monitor");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().expect("a line")).expect("JSON")
+}
+
 fn topic<'a>(line: &'a Value, name: &str) -> Option<&'a Value> {
     line["topics"].as_array()?.iter().find(|t| t["name"] == name)
 }
@@ -51,13 +62,7 @@ fn headless_monitor_lists_shoal_and_ecal_publishers_with_rates_and_latency() {
     // Let both streams run for a couple of registration periods.
     std::thread::sleep(Duration::from_secs(3));
 
-    let out = Command::new(env!("CARGO_BIN_EXE_shoal-monitor"))
-        .args(["--headless", "--json", "--seconds", "3"])
-        .output()
-        .expect("run shoal-monitor");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let last: Value = serde_json::from_str(text.lines().last().expect("a line")).expect("JSON");
+    let last = headless_last_line();
 
     let shoal = topic(&last, &t_shoal).unwrap_or_else(|| panic!("{t_shoal} not listed: {last}"));
     assert!(shoal["rate_hz"].as_f64().unwrap_or(0.0) > 100.0, "{shoal}");
@@ -101,13 +106,7 @@ fn headless_monitor_shows_an_ecal_to_ecal_connection_and_shoal_process_figures()
     ecal_sub.expect("msg", T);
     std::thread::sleep(Duration::from_secs(3));
 
-    let out = Command::new(env!("CARGO_BIN_EXE_shoal-monitor"))
-        .args(["--headless", "--json", "--seconds", "3"])
-        .output()
-        .expect("run shoal-monitor");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let last: Value = serde_json::from_str(text.lines().last().expect("a line")).expect("JSON");
+    let last = headless_last_line();
     let topic = topic(&last, &t).unwrap_or_else(|| panic!("{t} not listed: {last}"));
     assert_eq!((topic["publishers"].as_u64(), topic["subscribers"].as_u64()), (Some(1), Some(1)), "{topic}");
     let conns = topic["connections"].as_array().expect("connections");

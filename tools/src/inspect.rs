@@ -67,7 +67,6 @@ fn process_json(snap: &Snapshot, p: &ProcessEntry) -> Value {
            "registration_kernel_drops": p.shoal.map(|s| s.registration_kernel_drops),
            "command_line": p.command_line,
            "memory_rss_bytes": p.shoal.and_then(|s| s.memory_rss_bytes),
-           "cpu_time_us": p.shoal.and_then(|s| s.cpu_time).map(|t| t.as_micros() as u64),
            "cpu_load": p.shoal.and_then(|s| s.cpu_load())})
 }
 

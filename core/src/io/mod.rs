@@ -207,6 +207,7 @@ pub(crate) fn start(
                 directory,
                 directory_generation: None,
                 cpu_meter: crate::stats::CpuMeter::default(),
+                announced_use: (None, None),
             };
             if let Err(e) = io.run() {
                 tracing::error!("shoal I/O thread stopped: {e}");
@@ -243,6 +244,8 @@ struct IoThread {
     directory_generation: Option<u64>,
     /// This process's CPU load between stats updates, announced in its registration.
     cpu_meter: crate::stats::CpuMeter,
+    /// The resident memory and CPU load last announced ([`crate::stats::steady`]).
+    announced_use: (Option<u64>, Option<u64>),
 }
 
 impl IoThread {
@@ -488,14 +491,18 @@ impl IoThread {
     }
 
     fn update_stats(&mut self) {
-        // What the OS says of this process; a failure leaves the figure out (announced as not measured).
-        let cpu_time = crate::sys::process_cpu_time().ok();
-        let cpu_load_permille = cpu_time.and_then(|t| self.cpu_meter.sample(Instant::now(), t));
+        // What the OS says of this process (a failure leaves the figure out: announced as not measured), kept
+        // steady so that an idle process's registration repeats.
+        use crate::stats::{CPU_LOAD_STEP, RSS_STEP, steady};
+        let load = crate::sys::process_cpu_time().ok().and_then(|t| self.cpu_meter.sample(Instant::now(), t));
+        let (rss, cpu) = &mut self.announced_use;
+        let memory_rss_bytes = steady(rss, crate::sys::process_rss_bytes().ok(), RSS_STEP);
+        let cpu_load_permille =
+            steady(cpu, load.map(u64::from), CPU_LOAD_STEP).map(|p| p.min(u64::from(u32::MAX)) as u32);
         self.registrar.set_process_stats(crate::stats::ShoalProcessStats {
             udp_kernel_drops: self.sources.iter().map(|s| s.kernel_drops()).sum(),
             registration_kernel_drops: self.reg_batch.kernel_drops(),
-            memory_rss_bytes: crate::sys::process_rss_bytes().ok(),
-            cpu_time,
+            memory_rss_bytes,
             cpu_load_permille,
         });
         let Some(handler) = self.handler.upgrade() else { return };

@@ -282,7 +282,6 @@ pub fn process_sample_with(
             udp_kernel_drops: stats.udp_kernel_drops,
             registration_kernel_drops: stats.registration_kernel_drops,
             memory_rss_bytes: stats.memory_rss_bytes,
-            cpu_time_us: stats.cpu_time.map(|t| u64::try_from(t.as_micros()).unwrap_or(u64::MAX)),
             cpu_load_permille: stats.cpu_load_permille,
         });
     }
@@ -427,7 +426,6 @@ pub fn remote_process(p: &pb::Process, now: Instant) -> RemoteProcess {
             udp_kernel_drops: s.udp_kernel_drops,
             registration_kernel_drops: s.registration_kernel_drops,
             memory_rss_bytes: s.memory_rss_bytes,
-            cpu_time: s.cpu_time_us.map(std::time::Duration::from_micros),
             cpu_load_permille: s.cpu_load_permille,
         }),
         last_seen: now,

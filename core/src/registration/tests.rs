@@ -329,7 +329,6 @@ fn our_samples_carry_the_fields_ecal_reads() {
         udp_kernel_drops: 12_345,
         registration_kernel_drops: 6,
         memory_rss_bytes: Some(7 << 20),
-        cpu_time: Some(std::time::Duration::from_micros(1_234_567)),
         cpu_load_permille: Some(1_500),
     };
     // The state set with `Node::set_state` travels in eCAL's ProcessState and comes back as it was set.
