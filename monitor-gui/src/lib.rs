@@ -13,4 +13,5 @@ pub mod fixture;
 pub mod headless;
 pub mod history;
 pub mod model;
+pub mod saved;
 pub mod source;

@@ -23,6 +23,7 @@ use crate::types::TypeInfo;
 
 /// A process seen through registration (eCAL or shoal).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ProcessEntry {
     /// Host name as announced.
     pub host_name: String,
@@ -50,6 +51,7 @@ pub struct ProcessEntry {
 
 /// Publisher or subscriber of a topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum TopicDirection {
     /// Sends on the topic.
     Publisher,
@@ -59,6 +61,7 @@ pub enum TopicDirection {
 
 /// One service server or client seen through registration (eCAL's and shoal's alike).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ServiceEntry {
     /// Host name.
     pub host_name: String,
@@ -88,6 +91,7 @@ pub struct ServiceEntry {
 
 /// One publisher or subscriber seen through registration.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TopicEntry {
     /// Host of the owning process.
     pub host_name: String,
@@ -137,6 +141,7 @@ pub struct TopicEntry {
 
 /// Processes and topics at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Snapshot {
     /// When it was taken (`None` for an empty snapshot after a failed request).
     pub taken_at: Option<SystemTime>,
@@ -182,6 +187,7 @@ impl Snapshot {
 /// subscriber counts the whole messages it loses that way as drops of its connection (a gap in the publisher's
 /// clock, or an incomplete fragmented message).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SocketDrops {
     /// On the registration socket.
     pub registration: u64,
