@@ -4,9 +4,10 @@
 //! The file holds the core's [`Snapshot`] the shown view was built from and the one before it (serialized with the
 //! `serde` feature of `shoal`), so opening it builds the [`View`] again with [`build_view`], the rule the live
 //! monitor uses: the figures, problems and registration ages are those of the moment it was taken. Drops rising
-//! and call rates are found between the two snapshots, as live; a call rate that the live monitor carried over
-//! from an older registration (two registrations less than [`MIN_RATE_SPAN_S`](crate::model::MIN_RATE_SPAN_S)
-//! apart) is not in the file, and the opened view shows none. Beside them: the events, the log records the
+//! and call rates are found between the two snapshots. The live monitor derives a call rate from the last
+//! registration at least [`MIN_RATE_SPAN_S`](crate::model::MIN_RATE_SPAN_S) older, which can be older than the
+//! snapshot before: where registrations came closer together than that, an opened file's call rate can differ from
+//! the one the window showed, or be missing. Beside them: the events, the log records the
 //! monitor kept, and the last minutes of each topic's rate, bandwidth, drops and latency ([`HistorySeries`]), which
 //! the file carries for whoever reads it (`--open` does not plot them). A `format` name and a `version` come first:
 //! a file of a newer version is refused with a message that says so, not misread.

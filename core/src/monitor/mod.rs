@@ -2,6 +2,11 @@
 //! tools (`shoal topic list`; `shoal topic echo` names a sample's publisher with it). Its names (topics, processes,
 //! hosts, units, types, state texts) are whatever peers announced: [`printable`] is the escaping the tools and the
 //! monitor show them through.
+//!
+//! With the cargo feature `serde`, a [`Snapshot`] and everything in it are `Serialize` and `Deserialize` (the
+//! monitor saves and opens snapshots as JSON): a [`LatencyHistogram`] as its non-empty buckets, refused when
+//! recording could not have made it (a bucket out of range, a minimum above the maximum); an infinite or NaN
+//! figure as the text `inf`, `-inf` or `NaN`.
 
 use std::time::{Duration, Instant, SystemTime};
 
