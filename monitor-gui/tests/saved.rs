@@ -73,9 +73,20 @@ fn a_saved_snapshot_opens_as_the_same_view() {
     let live_json = view_json(&shown, &events(live));
     assert_eq!(view_json(&view, &events(&opened)), live_json, "figures, ages, events");
 
+    // A configuration no node starts with: the live monitor fails, `--open` starts none and does not.
+    let broken_ini = dir.join("broken.ini");
+    std::fs::write(&broken_ini, "[network]\nnetwork_enabled = maybe\n").expect("write");
+    let live_out = Command::new(env!("CARGO_BIN_EXE_shoal-monitor"))
+        .args(["--headless", "--json", "--seconds", "1"])
+        .env("ECAL_INI", &broken_ini)
+        .output()
+        .expect("run shoal-monitor");
+    assert_eq!(live_out.status.code(), Some(1), "a live monitor starts a node, which refuses the configuration");
+    assert!(String::from_utf8_lossy(&live_out.stderr).contains("starting the shoal node"));
     let out = Command::new(env!("CARGO_BIN_EXE_shoal-monitor"))
         .args(["--headless", "--json", "--open"])
         .arg(&path)
+        .env("ECAL_INI", &broken_ini)
         .output()
         .expect("run shoal-monitor --open");
     let err = String::from_utf8_lossy(&out.stderr);
