@@ -150,16 +150,7 @@ fn export_writes_the_json_and_a_screenshot_beside_it() {
 
     h.get_by_label("Screenshot").click();
     h.step();
-    let request = h
-        .output()
-        .viewport_output
-        .values()
-        .flat_map(|v| &v.commands)
-        .find_map(|c| match c {
-            egui::ViewportCommand::Screenshot(cb) => Some(cb.clone()),
-            _ => None,
-        })
-        .expect("a screenshot was asked for");
+    let request = screenshot_request(&h);
     // What the integration hands back after painting (kittest renders only with a GPU feature).
     let image = egui::ColorImage::new([3, 2], vec![egui::Color32::from_rgb(10, 20, 30); 6]);
     request.complete(std::sync::Arc::new(image.clone()));
@@ -178,6 +169,57 @@ fn export_writes_the_json_and_a_screenshot_beside_it() {
     h.run();
     let err = h.get_by_label_contains("choose a path in a writable directory");
     assert!(err.value().unwrap_or_default().contains("cannot write"), "{:?}", err.value());
+}
+
+/// The Screenshot callback the last frame asked for.
+fn screenshot_request(h: &Harness<'_, MonitorApp>) -> egui::ScreenshotCallback {
+    h.output()
+        .viewport_output
+        .values()
+        .flat_map(|v| &v.commands)
+        .find_map(|c| match c {
+            egui::ViewportCommand::Screenshot(cb) => Some(cb.clone()),
+            _ => None,
+        })
+        .expect("a screenshot was asked for")
+}
+
+/// Without a typed path, Save JSON and Screenshot write `shoal-monitor-<time>.json` and `.png` with one stem in the
+/// current directory, even when a refresh came between them; after the row is closed and opened again, the next
+/// export takes the newer time.
+#[test]
+fn without_a_path_the_json_and_png_share_a_timestamped_stem() {
+    let dir = scratch("default-name");
+    // The only test here that depends on the current directory (the others give absolute paths).
+    std::env::set_current_dir(&dir).expect("cd");
+    let mut h = harness(live_app(5));
+    h.run();
+    let time = h.state().displayed().expect("view").time_s;
+    let stem = shoal_monitor::saved::default_file_name(time).trim_end_matches(".json").to_owned();
+    h.get_by_label("Export…").click();
+    h.run();
+    h.get_by_label("Save JSON").click();
+    h.run();
+    h.state_mut().refresh_now(); // a second later
+    h.run();
+    h.get_by_label("Screenshot").click();
+    h.step();
+    screenshot_request(&h).complete(std::sync::Arc::new(egui::ColorImage::new([1, 1], vec![egui::Color32::RED])));
+    h.run();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, [format!("{stem}.json"), format!("{stem}.png")]);
+    h.get_by_label("Export…").click();
+    h.run();
+    h.get_by_label("Export…").click();
+    h.run();
+    h.get_by_label("Save JSON").click();
+    h.run();
+    let later = shoal_monitor::saved::default_file_name(time + 1.0);
+    assert!(dir.join(&later).exists(), "{later} after the row was opened again");
 }
 
 fn decode_png(bytes: &[u8]) -> egui::ColorImage {

@@ -16,6 +16,9 @@ pub(super) struct ExportState {
     pub(super) open: bool,
     /// The file the user typed (empty: a name with the snapshot's time, in the current directory).
     pub(super) path: String,
+    /// That name, fixed by the first Save JSON or Screenshot without a typed path, so that the JSON and the PNG
+    /// share a stem; forgotten when the row closes.
+    pub(super) named: Option<String>,
     /// What the last export or screenshot did, one line (true: an error).
     pub(super) status: Arc<Mutex<Option<(bool, String)>>>,
 }
@@ -62,11 +65,17 @@ impl MonitorApp {
     }
 
     /// The JSON file Export… writes: the path typed, or a name with the newest view's time in the current
-    /// directory; a `.json` extension when it has none.
+    /// directory (the one the row's first Save JSON or Screenshot used, while the row stays open); a `.json`
+    /// extension when it has none.
     pub fn export_path(&self) -> PathBuf {
         let typed = self.export.path.trim();
         let mut p = if typed.is_empty() {
-            PathBuf::from(default_file_name(self.history.latest().map_or(0.0, |v| v.time_s)))
+            PathBuf::from(
+                self.export
+                    .named
+                    .clone()
+                    .unwrap_or_else(|| default_file_name(self.history.latest().map_or(0.0, |v| v.time_s))),
+            )
         } else {
             PathBuf::from(typed)
         };
@@ -78,7 +87,7 @@ impl MonitorApp {
 
     /// Writes the saved snapshot to [`MonitorApp::export_path`] and says where (or why not) in the row.
     pub fn export_json(&mut self) {
-        let path = self.export_path();
+        let path = self.fix_export_name();
         let Some(saved) = self.saved_snapshot() else {
             self.export.set_status(true, "Nothing to export yet: wait for the first snapshot".into());
             return;
@@ -92,7 +101,7 @@ impl MonitorApp {
     /// Asks for a screenshot of the window; when the next frame is painted it is written as a PNG beside the JSON
     /// file (the same stem) and the row says where.
     fn request_screenshot(&mut self, ctx: &egui::Context) {
-        let path = self.export_path().with_extension("png");
+        let path = self.fix_export_name().with_extension("png");
         let status = Arc::clone(&self.export.status);
         let repaint = ctx.clone();
         self.export.set_status(false, "Taking the screenshot…".into());
@@ -110,6 +119,23 @@ impl MonitorApp {
             *status.lock().unwrap_or_else(|e| e.into_inner()) = Some(line);
             repaint.request_repaint();
         });
+    }
+
+    /// [`MonitorApp::export_path`], its name fixed for the row's next Save JSON and Screenshot when none is typed.
+    fn fix_export_name(&mut self) -> PathBuf {
+        let path = self.export_path();
+        if self.export.path.trim().is_empty() && self.export.named.is_none() {
+            self.export.named = Some(path.display().to_string());
+        }
+        path
+    }
+
+    /// Opens or closes the Export… row (closing forgets the name a Save JSON or Screenshot fixed).
+    pub(super) fn toggle_export_row(&mut self) {
+        self.export.open = !self.export.open;
+        if !self.export.open {
+            self.export.named = None;
+        }
     }
 
     /// The Export… row: the file, Save JSON, Screenshot, and what the last one did.

@@ -29,7 +29,7 @@ impl MonitorApp {
             ui.checkbox(&mut self.state.problems_only, "Problems only");
             ui.separator();
             if ui.selectable_label(self.export.open, "Export…").clicked() {
-                self.export.open = !self.export.open;
+                self.toggle_export_row();
             }
         });
         if self.export.open {
