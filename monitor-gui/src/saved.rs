@@ -185,7 +185,8 @@ impl SavedSnapshot {
 
     /// The file's bytes (JSON).
     pub fn to_json(&self) -> Vec<u8> {
-        // Every map key is a string and every number is finite or written as text: this cannot fail.
+        // Every map key is a string, and serde_json writes any number (a NaN or an infinity as null; the core's
+        // figures that can be one are written as text): this cannot fail.
         serde_json::to_vec(self).unwrap_or_default()
     }
 
