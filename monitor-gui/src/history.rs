@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::model::{ConnKey, Problem, View};
 
@@ -13,7 +13,7 @@ pub const DEFAULT_RETAIN_S: f64 = 300.0;
 pub const MAX_EVENTS: usize = 10_000;
 
 /// What happened between two views.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     /// The monitor's first view: what was already running when it started.
@@ -95,7 +95,7 @@ impl EventKind {
 }
 
 /// One event.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     /// When the view that showed it was taken, seconds since the UNIX epoch.
     pub time_s: f64,
@@ -110,7 +110,7 @@ pub struct Event {
 }
 
 /// A process an event is about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessRef {
     /// Its unit name.
     pub unit: Arc<str>,

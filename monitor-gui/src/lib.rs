@@ -5,12 +5,14 @@
 //! [`source`] takes a [`Snapshot`](shoal::monitor::Snapshot) per refresh from the node (and the inspected topic's
 //! messages through a subscriber), [`model`] turns it into the [`View`](model::View) both front ends show,
 //! [`history`] keeps the last minutes of views (plots, freeze, scroll-back) and the events found by diffing them,
-//! [`app`] draws the window (a file per view) and [`headless`] prints the lines. [`fixture`] is a scripted network
-//! for the tests and screenshots.
+//! [`app`] draws the window (a file per view) and [`headless`] prints the lines. [`saved`] is the file the window's
+//! Export… writes and `--open FILE` shows again, frozen. [`fixture`] is a scripted network for the tests and
+//! screenshots.
 
 pub mod app;
 pub mod fixture;
 pub mod headless;
 pub mod history;
 pub mod model;
+pub mod saved;
 pub mod source;

@@ -2,6 +2,11 @@
 //! tools (`shoal topic list`; `shoal topic echo` names a sample's publisher with it). Its names (topics, processes,
 //! hosts, units, types, state texts) are whatever peers announced: [`printable`] is the escaping the tools and the
 //! monitor show them through.
+//!
+//! With the cargo feature `serde`, a [`Snapshot`] and everything in it are `Serialize` and `Deserialize` (the
+//! monitor saves and opens snapshots as JSON): a [`LatencyHistogram`] as its non-empty buckets, refused when
+//! recording could not have made it (a bucket out of range, a minimum above the maximum); an infinite or NaN
+//! figure as the text `inf`, `-inf` or `NaN`.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -23,6 +28,7 @@ use crate::types::TypeInfo;
 
 /// A process seen through registration (eCAL or shoal).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ProcessEntry {
     /// Host name as announced.
     pub host_name: String,
@@ -52,6 +58,7 @@ pub struct ProcessEntry {
 
 /// Publisher or subscriber of a topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum TopicDirection {
     /// Sends on the topic.
     Publisher,
@@ -61,6 +68,7 @@ pub enum TopicDirection {
 
 /// One service server or client seen through registration (eCAL's and shoal's alike).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ServiceEntry {
     /// Host name.
     pub host_name: String,
@@ -90,6 +98,7 @@ pub struct ServiceEntry {
 
 /// One publisher or subscriber seen through registration.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TopicEntry {
     /// Host of the owning process.
     pub host_name: String,
@@ -139,6 +148,7 @@ pub struct TopicEntry {
 
 /// Processes and topics at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Snapshot {
     /// When it was taken (`None` for an empty snapshot after a failed request).
     pub taken_at: Option<SystemTime>,
@@ -204,6 +214,7 @@ pub fn announced_layer(publisher: &TopicEntry, subscriber: &TopicEntry) -> Optio
 /// subscriber counts the whole messages it loses that way as drops of its connection (a gap in the publisher's
 /// clock, or an incomplete fragmented message).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SocketDrops {
     /// On the registration socket.
     pub registration: u64,

@@ -12,13 +12,15 @@
 //! only when a view differs from the one before ([`View::same_content`]), so a network where nothing changes is
 //! not redrawn every refresh.
 //!
-//! One file per view, each an `impl MonitorApp` block: `top_bar.rs`, `overview.rs` (with `processes.rs` and
+//! One file per view, each an `impl MonitorApp` block: `top_bar.rs` (with `export.rs`, its Export… row and the
+//! opened snapshot's app), `overview.rs` (with `processes.rs` and
 //! `topic_table.rs`), `topic.rs` (with `plots.rs`), `inspector.rs`, `services.rs`, `graph.rs`, `events.rs`, `logs.rs`;
 //! `refresh.rs` brings the
 //! history up to date, `order.rs` keeps the tables' filter and sort, `widgets.rs` holds what the views share. A new
 //! view is a [`Tab`], a file here and one arm in [`MonitorApp::ui`].
 
 mod events;
+mod export;
 mod graph;
 mod inspector;
 mod logs;
@@ -50,6 +52,7 @@ use order::Order;
 use plots::Series;
 use refresh::Update;
 use shoal::logging::{LogFilter, LogRecord};
+use shoal::monitor::Snapshot;
 
 pub use graph::{GROUP_ABOVE, MAX_EDGES_DRAWN, PROCESSES_ABOVE, TEXT_ZOOM, name_prefix};
 pub use inspector::INSPECTOR_KEEP;
@@ -200,6 +203,12 @@ pub struct MonitorApp {
     logs_evicted: u64,
     /// The Logs table's rows (indices into `logs`, newest first) and what they were found for.
     logs_order: (Option<(u64, LogFilter)>, Vec<usize>),
+    /// The snapshots of the two newest views (the one before, the newest): what Export… saves.
+    last_snapshots: (Option<Arc<Snapshot>>, Option<Arc<Snapshot>>),
+    /// The Export… row.
+    export: export::ExportState,
+    /// An opened saved snapshot's banner ([`MonitorApp::opened`]); `None`: live.
+    opened: Option<String>,
 }
 
 impl Drop for MonitorApp {
@@ -249,6 +258,9 @@ impl MonitorApp {
             logs_generation: 0,
             logs_evicted: 0,
             logs_order: (None, Vec::new()),
+            last_snapshots: (None, None),
+            export: export::ExportState::default(),
+            opened: None,
         }
     }
 
