@@ -55,6 +55,7 @@ use std::fmt;
 
 /// eCAL's log levels (`eCAL::Logging::eLogLevel`), with the bit each has in eCAL's level filters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum LogLevel {
     /// `log_level_debug4` (128).
     Debug4,
@@ -177,6 +178,7 @@ impl fmt::Display for LogLevel {
 /// One log message as eCAL sends it (`eCAL.pb.LogMessage`). Text received is kept as sent; bytes that are not
 /// UTF-8 are replaced (U+FFFD). Print names with [`crate::monitor::printable`]: they come from the network.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LogRecord {
     /// When it was logged, µs since the Unix epoch (eCAL's clock).
     pub time_us: i64,

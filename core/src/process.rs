@@ -18,6 +18,7 @@ pub const MAX_INFO_LEN: usize = 1024;
 /// How a process rates its own condition (eCAL's `eProcessSeverity`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 #[non_exhaustive]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Severity {
     /// Condition unknown: what a process announces until it sets a state (0).
     #[default]
@@ -98,6 +99,7 @@ impl fmt::Display for Severity {
 /// A finer grade within a severity (eCAL's `eProcessSeverityLevel`, 1 to 5; what level 1 to 5 mean is the
 /// application's choice).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum SeverityLevel {
     /// Level 1, the default.
     #[default]
@@ -139,6 +141,7 @@ impl SeverityLevel {
 
 /// A process's announced state.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ProcessState {
     /// The severity.
     pub severity: Severity,

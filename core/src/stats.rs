@@ -1,6 +1,9 @@
 //! Fixed-size statistics measured on the data path: the log-bucket [`LatencyHistogram`] and the running
 //! [`LatencySummary`] eCAL's registration carries. Both are plain values (no allocation when recording), filled by
-//! subscribers where the data arrives, sent in registration, and shown by the monitor.
+//! subscribers where the data arrives, sent in registration, and shown by the monitor. Also the process's own
+//! figures its registration carries ([`ShoalProcessStats`]: kernel drops, memory, CPU).
+
+use std::time::{Duration, Instant};
 
 /// Values below this many nanoseconds have a bucket each.
 const EXACT: u64 = 16;
@@ -16,6 +19,11 @@ pub(crate) const LATENCY_BUCKETS: usize = EXACT as usize + (TOP_EXP as usize - 4
 /// A histogram of latencies in nanoseconds with logarithmic buckets: exact below 16 ns, then eight buckets per power
 /// of two (each ≤ 12.5 % wide), up to 2^40 ns. Recording is a few instructions and never allocates.
 #[derive(Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(into = "HistogramRepr", try_from = "HistogramRepr")
+)]
 pub struct LatencyHistogram {
     counts: Box<[u32; LATENCY_BUCKETS]>,
     count: u64,
@@ -172,18 +180,24 @@ impl LatencyHistogram {
 /// Running latency figures in microseconds, as eCAL 6.1's registration carries them for a subscriber
 /// (`data_latency_us`: count, latest, min, max, mean, variance). "Nothing measured" is eCAL's: min +∞, max −∞.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LatencySummary {
     /// Latencies counted.
     pub count: u64,
     /// The last one, µs.
+    #[cfg_attr(feature = "serde", serde(with = "finite_or_text"))]
     pub latest_us: f64,
     /// The smallest, µs.
+    #[cfg_attr(feature = "serde", serde(with = "finite_or_text"))]
     pub min_us: f64,
     /// The largest, µs.
+    #[cfg_attr(feature = "serde", serde(with = "finite_or_text"))]
     pub max_us: f64,
     /// Their mean, µs.
+    #[cfg_attr(feature = "serde", serde(with = "finite_or_text"))]
     pub mean_us: f64,
     /// Their variance, µs².
+    #[cfg_attr(feature = "serde", serde(with = "finite_or_text"))]
     pub variance_us2: f64,
 }
 
@@ -238,6 +252,7 @@ impl LatencySummary {
 
 /// The way a sample reached a subscriber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Via {
     /// From a publisher of the same process (in-memory queue).
     SameProcess,
@@ -284,6 +299,7 @@ impl Via {
 /// What a subscriber measured on one connection: one publisher, one way ([`Via`]). Totals since the connection
 /// started, and the last statistics window (one registration period, about a second).
 #[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ConnectionStats {
     /// The publisher's entity id.
     pub publisher_id: u64,
@@ -329,10 +345,12 @@ fn per_second(n: u64, window_ms: u32) -> f64 {
 
 /// shoal's statistics of one publisher or subscriber beyond eCAL's fields, sent in shoal's registration extension.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ShoalStats {
     /// Payload bytes sent (publisher) or received (subscriber) so far.
     pub bytes: u64,
     /// Payload bytes per second over the last window.
+    #[cfg_attr(feature = "serde", serde(with = "finite_or_text"))]
     pub bandwidth_bps: f64,
     /// Subscribers: one entry per publisher and way of delivery.
     pub connections: Vec<ConnectionStats>,
@@ -358,9 +376,122 @@ pub struct ShoalStats {
     pub history_late: u64,
 }
 
+/// A [`LatencyHistogram`] as it is serialized: its non-empty buckets as `(index, count)` pairs.
+#[cfg(feature = "serde")]
+#[derive(serde::Serialize, serde::Deserialize)]
+struct HistogramRepr {
+    count: u64,
+    min_ns: u64,
+    max_ns: u64,
+    buckets: Vec<(u16, u32)>,
+}
+
+#[cfg(feature = "serde")]
+impl From<LatencyHistogram> for HistogramRepr {
+    fn from(h: LatencyHistogram) -> HistogramRepr {
+        let buckets = h
+            .counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, c)| (u16::try_from(i).unwrap_or(u16::MAX), *c))
+            .collect();
+        HistogramRepr { count: h.count, min_ns: h.min_ns, max_ns: h.max_ns, buckets }
+    }
+}
+
+#[cfg(feature = "serde")]
+impl TryFrom<HistogramRepr> for LatencyHistogram {
+    type Error = String;
+
+    /// Refuses what recording cannot make: a bucket index out of range, a minimum above the maximum of a
+    /// histogram that counted something.
+    fn try_from(r: HistogramRepr) -> Result<LatencyHistogram, String> {
+        if r.count > 0 && r.min_ns > r.max_ns {
+            return Err(format!("latency histogram: minimum {} ns above maximum {} ns", r.min_ns, r.max_ns));
+        }
+        let mut h = LatencyHistogram { count: r.count, min_ns: r.min_ns, max_ns: r.max_ns, ..Default::default() };
+        for (i, c) in r.buckets {
+            let Some(slot) = h.counts.get_mut(usize::from(i)) else {
+                return Err(format!("latency histogram: bucket {i} (there are {LATENCY_BUCKETS})"));
+            };
+            *slot = c;
+        }
+        Ok(h)
+    }
+}
+
+/// An `f64` that may be infinite or not a number (an empty [`LatencySummary`] has `min_us` +∞ and `max_us` −∞;
+/// peers announce any value): a number when finite, else the text `inf`, `-inf` or `NaN`, which JSON cannot carry as
+/// a number.
+#[cfg(feature = "serde")]
+mod finite_or_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f64(*v)
+        } else if v.is_nan() {
+            s.serialize_str("NaN")
+        } else if *v > 0.0 {
+            s.serialize_str("inf")
+        } else {
+            s.serialize_str("-inf")
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum NumberOrText {
+        Number(f64),
+        Text(String),
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        match NumberOrText::deserialize(d)? {
+            NumberOrText::Number(v) => Ok(v),
+            NumberOrText::Text(t) => match t.as_str() {
+                "inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                "NaN" => Ok(f64::NAN),
+                _ => Err(serde::de::Error::custom(format!("expected a number, `inf`, `-inf` or `NaN`, not `{t}`"))),
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The load is CPU time over wall time between measurements at least half a second apart; a measurement
+    /// sooner keeps the last figure; none before two.
+    #[test]
+    fn cpu_meter_divides_cpu_time_by_wall_time() {
+        let mut m = CpuMeter::default();
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        assert_eq!(m.sample(t0, s(10)), None);
+        assert_eq!(m.sample(t0 + Duration::from_millis(100), s(11)), None, "too soon");
+        assert_eq!(m.sample(t0 + s(2), s(13)), Some(1500), "3 s of CPU in 2 s: one and a half cores");
+        assert_eq!(m.sample(t0 + Duration::from_millis(2200), s(14)), Some(1500), "too soon: the last figure");
+        assert_eq!(m.sample(t0 + s(4), s(12)), Some(0), "a CPU time going back counts as idle, not as a wrap");
+        let st = ShoalProcessStats { cpu_load_permille: Some(250), ..ShoalProcessStats::default() };
+        assert_eq!(st.cpu_load(), Some(0.25));
+    }
+
+    /// An announced figure moves only by a step or more, so small wobbles of an idle process do not change its
+    /// registration; unknown figures pass through.
+    #[test]
+    fn steady_figures_move_only_by_a_step() {
+        let mut a = None;
+        assert_eq!(steady(&mut a, Some(100), 10), Some(100));
+        assert_eq!(steady(&mut a, Some(109), 10), Some(100));
+        assert_eq!(steady(&mut a, Some(91), 10), Some(100));
+        assert_eq!(steady(&mut a, Some(110), 10), Some(110));
+        assert_eq!(steady(&mut a, None, 10), None);
+        assert_eq!(steady(&mut a, Some(5), 10), Some(5));
+    }
 
     #[test]
     fn merging_counts_announced_by_peers_saturates() {
@@ -446,11 +577,41 @@ mod tests {
         assert_eq!((a.count, a.min_us, a.max_us, a.latest_us), (5, 3.0, 21.0, 21.0));
         assert_eq!(LatencySummary::default().max_us, f64::NEG_INFINITY);
     }
+
+    /// A summary with nothing measured (min +∞, max −∞) and a histogram go through JSON and come back equal; a
+    /// histogram recording cannot make (a bucket out of range, min above max) is refused, not kept.
+    #[cfg(feature = "serde")]
+    #[test]
+    fn statistics_survive_json_and_impossible_histograms_are_refused() {
+        let mut s = ShoalStats { bandwidth_bps: f64::INFINITY, ..Default::default() };
+        let mut c = ConnectionStats::default();
+        for ns in [3, 900, 40_000, 40_001, 7_000_000] {
+            c.latency.record(ns);
+        }
+        s.connections.push(c);
+        let text = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<ShoalStats>(&text).unwrap(), s);
+        let empty = LatencySummary::default();
+        let text = serde_json::to_string(&empty).unwrap();
+        assert!(text.contains(r#""min_us":"inf","max_us":"-inf""#), "{text}");
+        assert_eq!(serde_json::from_str::<LatencySummary>(&text).unwrap(), empty);
+        let nan: LatencySummary =
+            serde_json::from_str(&text.replace(r#""mean_us":0.0"#, r#""mean_us":"NaN""#)).unwrap();
+        assert!(nan.mean_us.is_nan());
+        for bad in [
+            r#"{"count":1,"min_ns":5,"max_ns":4,"buckets":[]}"#,
+            r#"{"count":1,"min_ns":5,"max_ns":5,"buckets":[[60000,1]]}"#,
+        ] {
+            assert!(serde_json::from_str::<LatencyHistogram>(bad).is_err(), "{bad}");
+        }
+        assert!(serde_json::from_str::<LatencySummary>(&text.replace(r#""inf""#, r#""big""#)).is_err());
+    }
 }
 
 /// What this process's UDP data layer received and dropped since the start, over all its topics (the per-topic
 /// share of the losses is each subscriber's drop count). `Node::snapshot().udp`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct UdpCounts {
     /// Messages handed to the send socket completely.
     pub sent: u64,
@@ -502,6 +663,7 @@ pub struct UdpCounts {
 /// (`call_count`).
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ServiceCounts {
     /// Client connections the servers hold now.
     pub sessions: u64,
@@ -542,6 +704,7 @@ pub struct ServiceCounts {
 /// publishers. Messages lost on the way are also in each publisher's and subscriber's drop count.
 /// `Node::snapshot().tcp`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TcpCounts {
     /// Subscriber connections the publishers hold now (admitted or still in their handshake).
     pub sessions: u64,
@@ -600,9 +763,68 @@ pub struct TcpCounts {
 /// shoal's statistics of a whole process, sent in its process registration (`shoal.ProcessStatsShoal`, field 100
 /// of eCAL's `Process`, which eCAL skips) and shown for every shoal process of a [`Snapshot`](crate::monitor::Snapshot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ShoalProcessStats {
     /// Datagrams the kernel dropped on the process's UDP data socket for a full receive buffer, since the start.
     pub udp_kernel_drops: u64,
     /// The same on its registration socket.
     pub registration_kernel_drops: u64,
+    /// Resident memory (RSS), bytes, within [`RSS_STEP`] of the measured one; `None` when not measured.
+    pub memory_rss_bytes: Option<u64>,
+    /// CPU used between its last two measurements (about one registration period), in thousandths of one core
+    /// (1000: one core busy all the time), within [`CPU_LOAD_STEP`] of the measured one; `None` until two
+    /// measurements were made.
+    pub cpu_load_permille: Option<u32>,
+}
+
+impl ShoalProcessStats {
+    /// The CPU load as a fraction of one core (1.0: one core busy), if measured.
+    pub fn cpu_load(&self) -> Option<f64> {
+        self.cpu_load_permille.map(|p| f64::from(p) / 1000.0)
+    }
+}
+
+/// The announced resident memory follows the measured one when they are this far apart (bytes), not closer: an idle
+/// process's registration then repeats, and every receiver recognises the repeat before decoding it
+/// (`registration::repeat`), which is what keeps registration cheap at scale.
+pub(crate) const RSS_STEP: u64 = 256 << 10;
+/// The same for the announced CPU load, in thousandths of a core (0.5 % of one core).
+pub(crate) const CPU_LOAD_STEP: u64 = 5;
+
+/// A figure kept steady for announcing: `announced` moves to `measured` only when they are at least `step` apart
+/// (or one of them is unknown); returns the figure to announce.
+pub(crate) fn steady(announced: &mut Option<u64>, measured: Option<u64>, step: u64) -> Option<u64> {
+    match (*announced, measured) {
+        (Some(a), Some(m)) if a.abs_diff(m) < step => {}
+        _ => *announced = measured,
+    }
+    *announced
+}
+
+/// Measures the CPU load of this process between refreshes: the CPU time used over the wall time passed, over
+/// spans of at least [`CpuMeter::MIN_SPAN`] (a refresh right after another keeps the last figure).
+#[derive(Debug, Default)]
+pub(crate) struct CpuMeter {
+    basis: Option<(Instant, Duration)>,
+    load_permille: Option<u32>,
+}
+
+impl CpuMeter {
+    /// The shortest span a load is measured over.
+    pub(crate) const MIN_SPAN: Duration = Duration::from_millis(500);
+
+    /// Takes the CPU time `cpu` used by `now`; returns the load over the last span (thousandths of a core).
+    pub(crate) fn sample(&mut self, now: Instant, cpu: Duration) -> Option<u32> {
+        match self.basis {
+            Some((t0, c0)) if now.saturating_duration_since(t0) >= Self::MIN_SPAN => {
+                let wall = now.saturating_duration_since(t0).as_secs_f64();
+                let used = cpu.saturating_sub(c0).as_secs_f64();
+                self.load_permille = Some((used / wall * 1000.0).round().min(f64::from(u32::MAX)) as u32);
+                self.basis = Some((now, cpu));
+            }
+            Some(_) => {}
+            None => self.basis = Some((now, cpu)),
+        }
+        self.load_permille
+    }
 }

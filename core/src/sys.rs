@@ -4,7 +4,8 @@
 //! a reliable ring reader's liveness), the modes of the shared-memory files this process creates, the
 //! SIGBUS guard for mappings of files that peers can truncate ([`shm_guard`]), copy-only access to bytes another
 //! process may be writing ([`shared_bytes`]), the batched UDP calls `sendmmsg`/`recvmmsg` with GSO and the
-//! receive-overflow counter ([`mmsg`]), and reading a socket into a buffer's spare capacity ([`recv_into_spare`]).
+//! receive-overflow counter ([`mmsg`]), reading a socket into a buffer's spare capacity ([`recv_into_spare`]), and
+//! the process's CPU time and resident memory (`process_cpu_time`, `process_rss_bytes`).
 #![allow(unsafe_code)]
 
 pub(crate) mod mmsg;
@@ -393,6 +394,31 @@ pub(crate) fn open_peer_file(
     Ok((file, meta.len()))
 }
 
+/// CPU time (user and system, every thread) this process has used since it started (`getrusage(RUSAGE_SELF)`).
+pub(crate) fn process_cpu_time() -> io::Result<std::time::Duration> {
+    // SAFETY: rusage is plain old data for which all-zero is valid.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage; RUSAGE_SELF exists on every Linux.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let us = |t: libc::timeval| (t.tv_sec.max(0) as u64).saturating_mul(1_000_000) + t.tv_usec.max(0) as u64;
+    Ok(std::time::Duration::from_micros(us(ru.ru_utime).saturating_add(us(ru.ru_stime))))
+}
+
+/// Resident memory of this process now, bytes (`/proc/self/statm`'s resident pages times the page size).
+pub(crate) fn process_rss_bytes() -> io::Result<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm")?;
+    let pages: u64 = statm
+        .split_ascii_whitespace()
+        .nth(1)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "/proc/self/statm has no resident field"))?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Ok(pages.saturating_mul(u64::try_from(page).unwrap_or(4096)))
+}
+
 /// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`): what tests measure to tell a thread that
 /// waits from one that spins, whatever the machine's load.
 #[cfg(test)]
@@ -469,6 +495,23 @@ mod tests {
 
     fn unique(tag: &str) -> String {
         format!("/dev/shm/shoal_systest_{}_{tag}", std::process::id())
+    }
+
+    /// The process's figures are its own: memory it touches shows in the RSS, CPU it burns in the CPU time.
+    #[test]
+    fn process_memory_and_cpu_time_follow_what_the_process_does() {
+        let rss0 = super::process_rss_bytes().unwrap();
+        let block = vec![1u8; 64 << 20];
+        let rss1 = super::process_rss_bytes().unwrap();
+        assert!(rss1 >= rss0 + (48 << 20), "{rss0} -> {rss1} after touching 64 MiB");
+        drop(std::hint::black_box(block));
+        let cpu0 = super::process_cpu_time().unwrap();
+        let until = super::thread_cpu_time() + std::time::Duration::from_millis(50);
+        while super::thread_cpu_time() < until {
+            std::hint::black_box(0u64);
+        }
+        let cpu1 = super::process_cpu_time().unwrap();
+        assert!(cpu1 >= cpu0 + std::time::Duration::from_millis(45), "{cpu0:?} -> {cpu1:?} after 50 ms of spinning");
     }
 
     #[test]

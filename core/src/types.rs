@@ -3,6 +3,7 @@
 /// {name, encoding, descriptor} of a topic's messages, as eCAL writes it in registration
 /// (`datatype_information`: 1 name, 2 encoding, 3 descriptor bytes).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TypeInfo {
     /// Full type name, e.g. `pb.Imu` (protobuf) or `demo.Type`.
     pub name: String,

@@ -166,6 +166,7 @@ impl Fixture {
                 pid: p.pid,
                 process_name: format!("/usr/bin/{}", p.unit),
                 unit_name: p.unit.into(),
+                command_line: format!("/usr/bin/{} --config /etc/{}.yaml", p.unit, p.unit),
                 runtime_version: if p.shoal { "shoal 0.1.0 (eCAL v6.1.1 compatible)".into() } else { "v6.1.1".into() },
                 is_shoal: p.shoal,
                 is_self: p.pid == 999,
@@ -181,7 +182,13 @@ impl Fixture {
                 } else {
                     ProcessState::new(Severity::Healthy, SeverityLevel::Level1, "")
                 },
-                shoal: p.shoal.then(ShoalProcessStats::default),
+                shoal: p.shoal.then(|| ShoalProcessStats {
+                    // Memory and CPU as a shoal process announces them: the publisher busiest, each steady with a
+                    // little wobble; the first refresh has no load yet (two measurements make one).
+                    memory_rss_bytes: Some(u64::from(p.pid % 1000) * (3 << 20) + (k % 4) * 4096),
+                    cpu_load_permille: (k > 0).then_some(p.pid % 1000 * 10 + (k % 3) as u32),
+                    ..ShoalProcessStats::default()
+                }),
             })
             .collect();
         let mut topics = Vec::new();
@@ -264,6 +271,7 @@ impl Fixture {
                 pid: 10_000 + p as u32,
                 process_name: format!("/opt/fleet/node_{p:03}"),
                 unit_name: format!("node_{p:03}"),
+                command_line: format!("/opt/fleet/node_{p:03} --id {p}"),
                 runtime_version: "shoal 0.1.0 (eCAL v6.1.1 compatible)".into(),
                 is_shoal: true,
                 is_self: false,

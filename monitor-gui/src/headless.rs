@@ -1,4 +1,4 @@
-//! `shoal-monitor --headless`: every refresh, what the window would show, as one JSON object a line (`--json`) or
+//! `shoal-monitor --headless`: every refresh, what the window would show (once, for a saved snapshot: `--open`), as one JSON object a line (`--json`) or
 //! as a short text table. Names in the text go through [`shoal::monitor::printable`], as in the window; the JSON
 //! carries them as they were announced (its encoder escapes control characters).
 
@@ -10,6 +10,7 @@ use shoal::monitor::printable as shown;
 
 use crate::history::{Event, events_since};
 use crate::model::{Interner, ServiceEndpointRow, View, build_view, fmt_bandwidth, fmt_rate, fmt_us};
+use crate::saved::SavedSnapshot;
 use crate::source::SnapshotSource;
 
 /// The JSON object of one view: `time_s`, `hosts`, `processes`, `topics` (each with its `connections`), `services`
@@ -92,6 +93,21 @@ pub fn view_text(view: &View) -> String {
         ));
     }
     s
+}
+
+/// Prints the view of a saved snapshot once ([`crate::saved`], `--open FILE --headless`): as [`view_json`] with
+/// every event the file holds (`--json`), or as [`view_text`] and the events.
+pub fn print_saved(saved: &SavedSnapshot, as_json: bool, out: &mut dyn Write) -> std::io::Result<()> {
+    let (_, view) = saved.views();
+    if as_json {
+        writeln!(out, "{}", view_json(&view, &saved.events))?;
+    } else {
+        write!(out, "{}", view_text(&view))?;
+        for e in &saved.events {
+            writeln!(out, "  event: {} {} {}", e.kind.label(), shown(&e.subject), shown(&e.detail))?;
+        }
+    }
+    out.flush()
 }
 
 /// Prints one line per `interval` for `duration` (the first after the first interval, so that registrations have

@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::model::{ConnKey, Problem, View};
 
@@ -13,7 +13,7 @@ pub const DEFAULT_RETAIN_S: f64 = 300.0;
 pub const MAX_EVENTS: usize = 10_000;
 
 /// What happened between two views.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     /// The monitor's first view: what was already running when it started.
@@ -95,7 +95,7 @@ impl EventKind {
 }
 
 /// One event.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     /// When the view that showed it was taken, seconds since the UNIX epoch.
     pub time_s: f64,
@@ -110,7 +110,7 @@ pub struct Event {
 }
 
 /// A process an event is about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessRef {
     /// Its unit name.
     pub unit: Arc<str>,
@@ -227,7 +227,8 @@ pub fn diff(old: &View, new: &View) -> Vec<Event> {
     for c in &new.connections {
         match old_conns.get(&c.key()) {
             None => ev(EventKind::Match, &c.topic, format!("{} -> {} via {}", c.publisher, c.subscriber, c.via), None),
-            Some(o) if c.drops > o.drops => ev(
+            // An eCAL subscriber's drops are its totals, told once per topic below.
+            Some(o) if c.measured && c.drops > o.drops => ev(
                 EventKind::Drops,
                 &c.topic,
                 format!(
@@ -259,7 +260,7 @@ pub fn diff(old: &View, new: &View) -> Vec<Event> {
             ev(EventKind::TypeMismatch, &tp.name, types.join(", "), None);
         }
         // Drops of subscribers without per-connection figures (eCAL subscribers).
-        if new.connections_of(&tp.name).next().is_none()
+        if !new.connections_of(&tp.name).any(|c| c.measured)
             && let Some(b) = before
             && tp.drops > b.drops
         {
@@ -414,6 +415,8 @@ mod tests {
             host: "h".into(),
             pid,
             name: "p".into(),
+            path: "/bin/p".into(),
+            command_line: "/bin/p".into(),
             unit: format!("u{pid}").into(),
             kind: "shoal",
             version: "shoal".into(),
@@ -422,6 +425,8 @@ mod tests {
             state: "unknown".into(),
             is_self: false,
             kernel_drops: None,
+            memory_bytes: None,
+            cpu_load: None,
             problems: Default::default(),
         }
     }

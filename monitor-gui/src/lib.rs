@@ -6,13 +6,15 @@
 //! inspected and the plotted topics through subscribers), [`model`] turns the snapshot into the
 //! [`View`](model::View) both front ends show, [`signals`] keeps the plotted fields' values,
 //! [`history`] keeps the last minutes of views (plots, freeze, scroll-back) and the events found by diffing them,
-//! [`app`] draws the window (a file per view) and [`headless`] prints the lines. [`fixture`] is a scripted network
-//! for the tests and screenshots.
+//! [`app`] draws the window (a file per view) and [`headless`] prints the lines. [`saved`] is the file the window's
+//! Export… writes and `--open FILE` shows again, frozen. [`fixture`] is a scripted network for the tests and
+//! screenshots.
 
 pub mod app;
 pub mod fixture;
 pub mod headless;
 pub mod history;
 pub mod model;
+pub mod saved;
 pub mod signals;
 pub mod source;

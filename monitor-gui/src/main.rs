@@ -7,6 +7,7 @@ use clap::Parser;
 use shoal_monitor::app::{MonitorApp, Tab};
 use shoal_monitor::fixture::{Fixture, FixtureMessages, fixture_logs};
 use shoal_monitor::headless;
+use shoal_monitor::saved::SavedSnapshot;
 use shoal_monitor::signals::FieldPath;
 use shoal_monitor::source::{MessageSource, NodeMessages, NodeSnapshots, ReceivedLogs, ScriptedLogs, SnapshotSource};
 
@@ -27,6 +28,10 @@ struct Args {
     /// Time between snapshots, ms.
     #[arg(long, default_value_t = 1000)]
     interval_ms: u64,
+    /// Show a snapshot saved with Export… (frozen, not live: no node is started) instead of a live node; with
+    /// --headless, print it once.
+    #[arg(long, value_name = "FILE")]
+    open: Option<std::path::PathBuf>,
     /// Show the scripted network (tests, screenshots) instead of a live node.
     #[arg(long)]
     fixture: bool,
@@ -116,6 +121,24 @@ fn run() -> Result<()> {
     let Some(tab) = Tab::from_name(&args.tab) else {
         bail!("unknown tab `{}` (overview, topic, inspector, plot, services, graph, events, logs)", args.tab);
     };
+    if let Some(path) = &args.open {
+        if args.fixture {
+            bail!("--open shows a saved snapshot, --fixture the scripted network: give one of them");
+        }
+        let saved = SavedSnapshot::load(path)?;
+        if args.headless {
+            eprintln!("shoal-monitor: {}", saved.banner(path));
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            return headless::print_saved(&saved, args.json, &mut out).context("writing to stdout");
+        }
+        let mut app = MonitorApp::opened(&saved, path);
+        app.state.tab = tab;
+        app.select_topic(args.select.as_deref());
+        app.select_service(args.select_service.as_deref());
+        app.state.window_s = args.window_s;
+        return run_window(app, &args);
+    }
     let (mut snapshots, messages): (Box<dyn SnapshotSource + Send>, Box<dyn MessageSource>) = if args.fixture {
         let mut f = match args.fixture_scale {
             Some((t, p)) => Fixture::with_scale(t, p),
@@ -137,13 +160,7 @@ fn run() -> Result<()> {
         return headless::run(&mut *snapshots, Duration::from_secs(args.seconds), interval, args.json, &mut out)
             .context("writing to stdout");
     }
-    let has_display = |var: &str| std::env::var_os(var).is_some_and(|v| !v.is_empty());
-    if !has_display("DISPLAY") && !has_display("WAYLAND_DISPLAY") {
-        bail!(
-            "no display to open the window on (DISPLAY and WAYLAND_DISPLAY are unset): use `shoal-monitor --headless \
-             --json` for JSON lines on stdout, or run under a display (`xvfb-run -a shoal-monitor` for a virtual one)"
-        );
-    }
+    check_display()?;
     let mut app = MonitorApp::new(snapshots, messages, interval);
     if args.fixture {
         let now_us = std::time::SystemTime::now()
@@ -169,6 +186,24 @@ fn run() -> Result<()> {
     app.select_topic(args.select.as_deref());
     app.select_service(args.select_service.as_deref());
     app.state.window_s = args.window_s;
+    run_window(app, &args)
+}
+
+/// Fails with what to do instead when there is no display to open a window on.
+fn check_display() -> Result<()> {
+    let has_display = |var: &str| std::env::var_os(var).is_some_and(|v| !v.is_empty());
+    if !has_display("DISPLAY") && !has_display("WAYLAND_DISPLAY") {
+        bail!(
+            "no display to open the window on (DISPLAY and WAYLAND_DISPLAY are unset): use `shoal-monitor --headless \
+             --json` for JSON lines on stdout, or run under a display (`xvfb-run -a shoal-monitor` for a virtual one)"
+        );
+    }
+    Ok(())
+}
+
+/// Opens the window on `app` and runs it until it closes.
+fn run_window(mut app: MonitorApp, args: &Args) -> Result<()> {
+    check_display()?;
     let options = eframe::NativeOptions {
         renderer: eframe::Renderer::Glow,
         viewport: egui::ViewportBuilder::default()

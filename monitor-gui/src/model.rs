@@ -183,6 +183,10 @@ pub struct ProcessRow {
     pub pid: u32,
     /// Executable (file name).
     pub name: Arc<str>,
+    /// Executable path as announced.
+    pub path: Arc<str>,
+    /// Command line as announced.
+    pub command_line: Arc<str>,
     /// Unit name.
     pub unit: Arc<str>,
     /// `shoal` or `eCAL`.
@@ -201,6 +205,11 @@ pub struct ProcessRow {
     /// Datagrams the kernel dropped on its UDP data and registration sockets for a full receive buffer, as its
     /// registration announces them (`None`: an eCAL process, which does not).
     pub kernel_drops: Option<u64>,
+    /// Resident memory, bytes, as its last registration announces it (`None`: an eCAL process, which does not).
+    pub memory_bytes: Option<u64>,
+    /// CPU load over about its last registration period, in cores (0.5: half of one core), as announced (`None`:
+    /// an eCAL process, or not measured yet).
+    pub cpu_load: Option<f64>,
     /// What is wrong.
     pub problems: Problems,
 }
@@ -216,6 +225,8 @@ impl ProcessRow {
             host,
             pid,
             name,
+            path,
+            command_line,
             unit,
             kind,
             version,
@@ -224,22 +235,26 @@ impl ProcessRow {
             state,
             is_self,
             kernel_drops,
+            memory_bytes,
+            cpu_load,
             problems,
         } = self;
-        (host, pid, name, unit, kind, version, severity, state, is_self, kernel_drops, problems)
+        (host, pid, name, path, command_line, unit, kind, version, severity, state, is_self)
             == (
                 &o.host,
                 &o.pid,
                 &o.name,
+                &o.path,
+                &o.command_line,
                 &o.unit,
                 &o.kind,
                 &o.version,
                 &o.severity,
                 &o.state,
                 &o.is_self,
-                &o.kernel_drops,
-                &o.problems,
             )
+            && (kernel_drops, memory_bytes, cpu_load, problems)
+                == (&o.kernel_drops, &o.memory_bytes, &o.cpu_load, &o.problems)
     }
 
     /// `unit@host:pid`, how the other tables name a process.
@@ -312,16 +327,30 @@ pub struct EntityRow {
     pub pid: u32,
     /// Entity id.
     pub entity_id: u64,
+    /// `shoal` or `eCAL` (its process's runtime; `None` when its process is not known).
+    pub kind: Option<&'static str>,
     /// Type name.
     pub type_name: Arc<str>,
-    /// Messages sent or received.
+    /// Type encoding (`proto`, `flatb`, `raw`, …).
+    pub encoding: Arc<str>,
+    /// Size of the announced type descriptor, bytes.
+    pub descriptor_bytes: usize,
+    /// Enabled layers as announced, joined by `,`.
+    pub layers: Arc<str>,
+    /// Messages sent or received (its data clock).
     pub messages: i64,
+    /// Messages per second, as announced.
+    pub rate_hz: f64,
     /// Drops (subscriber).
     pub drops: u64,
+    /// Connected peers on its host and on other hosts, as announced.
+    pub connections: (i32, i32),
     /// Announced type mismatch.
     pub type_mismatch: bool,
     /// Seconds since its last registration.
     pub registration_age_s: f64,
+    /// Its registration is older than [`STALE_AFTER`]: its figures are the last announced, not current.
+    pub stale: bool,
 }
 
 impl EntityRow {
@@ -334,13 +363,20 @@ impl EntityRow {
             host,
             pid,
             entity_id,
+            kind,
             type_name,
+            encoding,
+            descriptor_bytes,
+            layers,
             messages,
+            rate_hz,
             drops,
+            connections,
             type_mismatch,
             registration_age_s: _,
+            stale,
         } = self;
-        (topic, direction, process, host, pid, entity_id, type_name, messages, drops, type_mismatch)
+        (topic, direction, process, host, pid, entity_id, kind, type_name, encoding, descriptor_bytes, layers)
             == (
                 &o.topic,
                 &o.direction,
@@ -348,15 +384,20 @@ impl EntityRow {
                 &o.host,
                 &o.pid,
                 &o.entity_id,
+                &o.kind,
                 &o.type_name,
-                &o.messages,
-                &o.drops,
-                &o.type_mismatch,
+                &o.encoding,
+                &o.descriptor_bytes,
+                &o.layers,
             )
+            && (messages, rate_hz, drops, connections, type_mismatch, stale)
+                == (&o.messages, &o.rate_hz, &o.drops, &o.connections, &o.type_mismatch, &o.stale)
     }
 }
 
-/// What a shoal subscriber measured from one publisher, over one layer.
+/// One publisher's connection to one subscriber: what a shoal subscriber measured from it over one layer, or, for
+/// an eCAL subscriber (which announces only its totals), the connection its registration and the publisher's imply
+/// ([`shoal::monitor::announced_layer`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ConnectionRow {
     /// Topic name.
@@ -371,6 +412,11 @@ pub struct ConnectionRow {
     pub subscriber: Arc<str>,
     /// Layer (`intra`, `shoal_ring`, `shm`, `udp`, `tcp`).
     pub via: &'static str,
+    /// Measured by a shoal subscriber. `false`: an eCAL subscriber's connection, its layer implied by the two
+    /// registrations, its rate, messages and drops the subscriber's totals, and no latency.
+    pub measured: bool,
+    /// Not measured, and the subscriber has more than one publisher: the figures are its totals over all of them.
+    pub shared_figures: bool,
     /// Publisher and subscriber share a host clock; otherwise latency is not shown.
     pub same_host: bool,
     /// Messages per second over the last window.
@@ -731,7 +777,7 @@ pub fn build_view(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner)
         let drops_before = prev.and_then(|v| v.topic(name)).map(|t| t.drops);
         let problems = topic_problems(&sum, drops_before);
         for s in list.iter().filter(|t| t.direction == TopicDirection::Subscriber) {
-            cx.connections(&name_a, s, interner, &mut connections);
+            cx.connections(&name_a, s, list, interner, &mut connections);
         }
         for t in list {
             entities.push(cx.entity(&name_a, t, interner));
@@ -931,6 +977,8 @@ fn process_rows(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner) -
                 host: interner.get(&p.host_name),
                 pid: p.pid,
                 name: interner.get(file_name(&p.process_name)),
+                path: interner.get(&p.process_name),
+                command_line: interner.get(&p.command_line),
                 unit: interner.get(&p.unit_name),
                 kind: if p.is_shoal { "shoal" } else { "eCAL" },
                 version: interner.get(&p.runtime_version),
@@ -939,6 +987,8 @@ fn process_rows(snap: &Snapshot, prev: Option<&View>, interner: &mut Interner) -
                 state: interner.get(&p.state.to_string()),
                 is_self: p.is_self,
                 kernel_drops,
+                memory_bytes: p.shoal.and_then(|s| s.memory_rss_bytes),
+                cpu_load: p.shoal.and_then(|s| s.cpu_load()),
                 problems,
             }
         })
@@ -1007,6 +1057,7 @@ fn topic_row(name: Arc<str>, sum: &TopicSummary, problems: Problems, interner: &
 /// publishers by entity id and the connections' drops in the view before.
 struct TopicContext<'a> {
     proc_label: HashMap<(&'a str, u32), Arc<str>>,
+    kind_of: HashMap<(&'a str, u32), &'static str>,
     publisher_of: HashMap<u64, &'a TopicEntry>,
     prev_conn_drops: HashMap<ConnKey, u64>,
 }
@@ -1020,6 +1071,7 @@ impl<'a> TopicContext<'a> {
     ) -> TopicContext<'a> {
         TopicContext {
             proc_label: processes.iter().map(|p| ((&*p.host, p.pid), interner.get(&p.label()))).collect(),
+            kind_of: processes.iter().map(|p| ((&*p.host, p.pid), p.kind)).collect(),
             publisher_of: snap
                 .topics
                 .iter()
@@ -1040,9 +1092,21 @@ impl<'a> TopicContext<'a> {
             .unwrap_or_else(|| interner.get(&format!("{}@{}:{}", t.unit_name, t.host_name, t.pid)))
     }
 
-    /// The connections subscriber `s` of `topic` measured (shoal subscribers report them), added to `out`.
-    fn connections(&self, topic: &Arc<str>, s: &TopicEntry, interner: &mut Interner, out: &mut Vec<ConnectionRow>) {
-        let conns = s.shoal.as_ref().map(|st| st.connections.as_slice()).unwrap_or(&[]);
+    /// The connections of subscriber `s` of `topic` (whose endpoints are `list`), added to `out`: those it measured
+    /// (a shoal subscriber), or those the registrations imply (an eCAL subscriber).
+    fn connections(
+        &self,
+        topic: &Arc<str>,
+        s: &TopicEntry,
+        list: &[&TopicEntry],
+        interner: &mut Interner,
+        out: &mut Vec<ConnectionRow>,
+    ) {
+        let Some(st) = &s.shoal else {
+            self.announced_connections(topic, s, list, interner, out);
+            return;
+        };
+        let conns = st.connections.as_slice();
         for c in conns {
             let publisher = self
                 .publisher_of
@@ -1063,6 +1127,8 @@ impl<'a> TopicContext<'a> {
                 subscriber_id: s.entity_id,
                 subscriber: self.label_of(interner, s),
                 via,
+                measured: true,
+                shared_figures: false,
                 same_host: c.same_host,
                 rate_hz: c.rate_hz(),
                 bandwidth_bps: c.bandwidth_bps(),
@@ -1073,6 +1139,51 @@ impl<'a> TopicContext<'a> {
                 latency,
                 problems: cp,
                 buckets: c.latency.buckets().collect(),
+            });
+        }
+    }
+
+    /// The connections of eCAL subscriber `s` (it announces totals only): one per publisher in `list` that shares
+    /// a layer with it ([`shoal::monitor::announced_layer`]), with the subscriber's totals as figures.
+    fn announced_connections(
+        &self,
+        topic: &Arc<str>,
+        s: &TopicEntry,
+        list: &[&TopicEntry],
+        interner: &mut Interner,
+        out: &mut Vec<ConnectionRow>,
+    ) {
+        let pubs: Vec<(&TopicEntry, Via)> =
+            list.iter().filter_map(|p| shoal::monitor::announced_layer(p, s).map(|v| (*p, v))).collect();
+        let rate_hz = f64::from(s.data_frequency_mhz.max(0)) / 1000.0;
+        let size = u64::try_from(s.topic_size).unwrap_or(0);
+        for &(p, via) in &pubs {
+            let via = via_name(via);
+            let key = ConnKey { publisher_id: p.entity_id, subscriber_id: s.entity_id, via };
+            let drops = u64::try_from(s.message_drops).unwrap_or(0);
+            let mut cp = Problems::default();
+            if self.prev_conn_drops.get(&key).is_some_and(|&d| drops > d) {
+                cp.add(Problem::DropsRising);
+            }
+            out.push(ConnectionRow {
+                topic: topic.clone(),
+                publisher_id: p.entity_id,
+                publisher: self.label_of(interner, p),
+                subscriber_id: s.entity_id,
+                subscriber: self.label_of(interner, s),
+                via,
+                measured: false,
+                shared_figures: pubs.len() > 1,
+                same_host: p.host_name == s.host_name,
+                rate_hz,
+                bandwidth_bps: rate_hz * size as f64,
+                messages: u64::try_from(s.data_clock).unwrap_or(0),
+                bytes: 0,
+                drops,
+                last_size: size,
+                latency: None,
+                problems: cp,
+                buckets: Buckets::default(),
             });
         }
     }
@@ -1089,11 +1200,18 @@ impl<'a> TopicContext<'a> {
             host: interner.get(&t.host_name),
             pid: t.pid,
             entity_id: t.entity_id,
+            kind: self.kind_of.get(&(t.host_name.as_str(), t.pid)).copied(),
             type_name: interner.get(&t.type_info.name),
+            encoding: interner.get(&t.type_info.encoding),
+            descriptor_bytes: t.type_info.descriptor.len(),
+            layers: interner.get(&t.layers.join(",")),
             messages: t.data_clock,
+            rate_hz: f64::from(t.data_frequency_mhz.max(0)) / 1000.0,
             drops: t.message_drops.max(0) as u64,
+            connections: (t.connections_local, t.connections_external),
             type_mismatch: t.type_mismatch,
             registration_age_s: t.registration_age.as_secs_f64(),
+            stale: t.registration_age > STALE_AFTER,
         }
     }
 }
@@ -1106,6 +1224,16 @@ pub fn fmt_rate(hz: f64) -> String {
 /// `1.5 MB/s`, `12 kB/s`, `80 B/s`.
 pub fn fmt_bandwidth(bps: f64) -> String {
     format!("{}/s", fmt_bytes(bps))
+}
+
+/// A CPU load (in cores) as shown: `12.5 %` of one core (above 100 % on several).
+pub fn fmt_cpu(load: Option<f64>) -> String {
+    load.map_or_else(|| "-".to_owned(), |l| format!("{:.1} %", l * 100.0))
+}
+
+/// Resident memory as shown.
+pub fn fmt_memory(bytes: Option<u64>) -> String {
+    bytes.map_or_else(|| "-".to_owned(), |b| fmt_bytes(b as f64))
 }
 
 /// `1.5 MB`, `12.0 kB`, `80 B`.

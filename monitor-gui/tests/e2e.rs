@@ -27,6 +27,17 @@ fn shoal_peer(args: &[&str]) -> Option<Proc> {
     Some(Proc::spawn("shoal-peer", cmd))
 }
 
+/// The last line of `shoal-monitor --headless --json --seconds 3`.
+fn headless_last_line() -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal-monitor"))
+        .args(["--headless", "--json", "--seconds", "3"])
+        .output()
+        .expect("run shoal-monitor");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().expect("a line")).expect("JSON")
+}
+
 fn topic<'a>(line: &'a Value, name: &str) -> Option<&'a Value> {
     line["topics"].as_array()?.iter().find(|t| t["name"] == name)
 }
@@ -51,13 +62,7 @@ fn headless_monitor_lists_shoal_and_ecal_publishers_with_rates_and_latency() {
     // Let both streams run for a couple of registration periods.
     std::thread::sleep(Duration::from_secs(3));
 
-    let out = Command::new(env!("CARGO_BIN_EXE_shoal-monitor"))
-        .args(["--headless", "--json", "--seconds", "3"])
-        .output()
-        .expect("run shoal-monitor");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let last: Value = serde_json::from_str(text.lines().last().expect("a line")).expect("JSON");
+    let last = headless_last_line();
 
     let shoal = topic(&last, &t_shoal).unwrap_or_else(|| panic!("{t_shoal} not listed: {last}"));
     assert!(shoal["rate_hz"].as_f64().unwrap_or(0.0) > 100.0, "{shoal}");
@@ -76,6 +81,49 @@ fn headless_monitor_lists_shoal_and_ecal_publishers_with_rates_and_latency() {
     let procs = last["processes"].as_array().expect("processes");
     assert!(procs.iter().any(|p| p["pid"].as_u64() == Some(ecal_pid) && p["kind"] == "eCAL"), "{procs:?}");
     drop((publ, sub, ecal_pub, ecal_sub));
+}
+
+/// An eCAL 6.1.1 publisher read by an eCAL 6.1.1 subscriber on this host: no shoal subscriber measures that
+/// connection, and the monitor shows it as the two registrations imply it (eCAL's shared memory, first in eCAL's
+/// local priority, which both enable by default), with the subscriber's own figures; a shoal process beside them
+/// announces its command line, memory and CPU load.
+#[test]
+fn headless_monitor_shows_an_ecal_to_ecal_connection_and_shoal_process_figures() {
+    let t = format!("e2e_ecal2ecal_{}", std::process::id());
+    let t_peer = format!("e2e_peer_{}", std::process::id());
+    let Some(peer) = shoal_peer(&["pub", "--topic", &t_peer, "--count", "0", "--rate", "100", "--wait-subs", "0"])
+    else {
+        eprintln!("SKIPPED: shoal-peer is not built beside shoal-monitor (run the workspace tests, scripts/test)");
+        return;
+    };
+    let mut cmd = Command::new(ecal_python());
+    cmd.arg(script("sub.py")).args(["--topic", &t, "--count", "0", "--timeout-ms", "60000", "--idle-ms", "60000"]);
+    let ecal_sub = Proc::spawn("eCAL sub.py", cmd);
+    let mut cmd = Command::new(ecal_python());
+    cmd.arg(script("pub.py")).args(["--topic", &t, "--count", "0", "--rate", "100", "--wait-subs", "0"]);
+    let ecal_pub = Proc::spawn("eCAL pub.py", cmd);
+    ecal_pub.expect("ready", T);
+    ecal_sub.expect("msg", T);
+    std::thread::sleep(Duration::from_secs(3));
+
+    let last = headless_last_line();
+    let topic = topic(&last, &t).unwrap_or_else(|| panic!("{t} not listed: {last}"));
+    assert_eq!((topic["publishers"].as_u64(), topic["subscribers"].as_u64()), (Some(1), Some(1)), "{topic}");
+    let conns = topic["connections"].as_array().expect("connections");
+    assert_eq!(conns.len(), 1, "{topic}");
+    let c = &conns[0];
+    assert_eq!((c["via"].as_str(), c["measured"].as_bool()), (Some("shm"), Some(false)), "{c}");
+    assert!(c["rate_hz"].as_f64().unwrap_or(0.0) > 50.0, "the subscriber's announced rate: {c}");
+    assert!(c["messages"].as_u64().unwrap_or(0) > 100, "its data clock: {c}");
+
+    let peer_pid = u64::from(peer.pid());
+    let procs = last["processes"].as_array().expect("processes");
+    let p = procs.iter().find(|p| p["pid"].as_u64() == Some(peer_pid)).unwrap_or_else(|| panic!("{procs:?}"));
+    assert!(p["command_line"].as_str().is_some_and(|c| c.contains(&t_peer)), "{p}");
+    assert!(p["memory_bytes"].as_u64().is_some_and(|b| b > 1 << 20), "{p}");
+    let load = p["cpu_load"].as_f64().unwrap_or(-1.0);
+    assert!((0.0..2.0).contains(&load), "a 100 Hz publisher uses some of one core: {p}");
+    drop((peer, ecal_pub, ecal_sub));
 }
 
 /// `shoal list --json` and `shoal-monitor --headless --json`, run side by side on one live system, show the same

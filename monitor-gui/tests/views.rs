@@ -96,9 +96,10 @@ fn selecting_a_topic_opens_its_detail_with_connections() {
     assert_eq!(h.state().state.selected.as_deref(), Some("/imu"));
     h.get_by_label("Rate (messages/s)");
     h.get_by_label("Latency histogram of the last window (log µs)");
-    h.get_by_label("navigation@robot-2:3001");
+    assert_eq!(h.get_all_by_label("navigation@robot-2:3001").count(), 2, "its connection and its endpoint");
     h.get_by_label("clock not shared"); // the UDP connection crosses hosts
-    assert_eq!(h.get_all_by_label("imu_driver@lab-pc:1004").count(), 2, "one row per connection");
+    // One row per connection, and the publisher's own in the endpoint table.
+    assert_eq!(h.get_all_by_label("imu_driver@lab-pc:1004").count(), 3, "one row per connection and endpoint");
     h.get_all_by_label("imu_driver@lab-pc:1004").next().expect("row").click();
     h.run();
     assert!(h.state().state.connection.is_some(), "clicking a connection selects it for the plots");
@@ -331,7 +332,8 @@ fn at_scale_only_rows_in_sight_are_laid_out_and_the_filter_finds_any_topic() {
     h.run();
     assert_eq!(h.state().state.selected.as_deref(), Some("/fleet/sensor_0999"));
     assert_eq!(h.state().state.tab, Tab::Topic);
-    h.get_by_label("node_199@lab-pc:10199"); // its publisher, in the connection table
+    // Its publisher, in the connection table and the endpoint table.
+    assert_eq!(h.get_all_by_label("node_199@lab-pc:10199").count(), 2);
 }
 
 #[test]

@@ -64,7 +64,10 @@ fn process_json(snap: &Snapshot, p: &ProcessEntry) -> Value {
            "state_severity_level": p.state.level.to_wire(), "state_info": p.state.info,
            "registration_age_ms": p.registration_age.as_millis() as u64,
            "udp_kernel_drops": p.shoal.map(|s| s.udp_kernel_drops),
-           "registration_kernel_drops": p.shoal.map(|s| s.registration_kernel_drops)})
+           "registration_kernel_drops": p.shoal.map(|s| s.registration_kernel_drops),
+           "command_line": p.command_line,
+           "memory_rss_bytes": p.shoal.and_then(|s| s.memory_rss_bytes),
+           "cpu_load": p.shoal.and_then(|s| s.cpu_load())})
 }
 
 fn process_table(snap: &Snapshot) -> Table {
@@ -77,6 +80,8 @@ fn process_table(snap: &Snapshot) -> Table {
         ">SUBS",
         "STATE",
         ">SEEN",
+        ">CPU",
+        ">MEM",
         ">KERNEL_DROPS",
         "VERSION",
         "PROCESS",
@@ -94,6 +99,11 @@ fn process_table(snap: &Snapshot) -> Table {
             subs.to_string(),
             p.state.to_string(),
             format!("{:.1}s", p.registration_age.as_secs_f64()),
+            // CPU and memory as shoal processes announce them (eCAL 6 announces neither).
+            p.shoal.and_then(|s| s.cpu_load()).map_or_else(|| "-".to_owned(), |l| format!("{:.1}%", l * 100.0)),
+            p.shoal
+                .and_then(|s| s.memory_rss_bytes)
+                .map_or_else(|| "-".to_owned(), |b| format!("{:.1}M", b as f64 / (1u64 << 20) as f64)),
             // Datagrams the kernel dropped on its UDP data and registration sockets (shoal processes announce it).
             // Summed saturating: a peer may announce anything.
             p.shoal.map_or_else(
@@ -412,12 +422,17 @@ mod tests {
             pid: 1,
             process_name: "/bin/p".into(),
             unit_name: "u".into(),
+            command_line: "/bin/p".into(),
             runtime_version: "shoal".into(),
             is_shoal: true,
             is_self: false,
             registration_age: Duration::ZERO,
             state: shoal::ProcessState::new(shoal::Severity::Healthy, shoal::SeverityLevel::Level1, ""),
-            shoal: Some(ShoalProcessStats { udp_kernel_drops: u64::MAX - 1, registration_kernel_drops: 5 }),
+            shoal: Some(ShoalProcessStats {
+                udp_kernel_drops: u64::MAX - 1,
+                registration_kernel_drops: 5,
+                ..ShoalProcessStats::default()
+            }),
         };
         let snap = Snapshot { processes: vec![p], ..Snapshot::default() };
         let mut out = Vec::new();

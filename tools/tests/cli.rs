@@ -99,6 +99,9 @@ fn list_process_list_and_info_show_a_typed_publisher() {
     let p = rows.iter().find(|v| v["kind"] == "process" && v["pid"] == pid).expect("process listed");
     assert_eq!(p["runtime"], "shoal", "{p}");
     assert!(p["publishers"].as_u64() >= Some(1), "{p}");
+    // What the process announces of itself: its command line and memory.
+    assert!(p["command_line"].as_str().is_some_and(|c| c.ends_with(&format!("pub 1 10 {topic}"))), "{p}");
+    assert!(p["memory_rss_bytes"].as_u64().is_some_and(|b| b > 1 << 20), "{p}");
 
     let text = stdout(&list_text.wait_with_output().expect("list"));
     assert!(text.contains("PROCESSES") && text.contains("TOPIC  ") && text.contains("RATE_HZ"), "{text}");

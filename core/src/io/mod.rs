@@ -206,6 +206,8 @@ pub(crate) fn start(
                 waker: thread_waker,
                 directory,
                 directory_generation: None,
+                cpu_meter: crate::stats::CpuMeter::default(),
+                announced_use: (None, None),
             };
             if let Err(e) = io.run() {
                 tracing::error!("shoal I/O thread stopped: {e}");
@@ -240,6 +242,10 @@ struct IoThread {
     directory: Arc<ServerDirectory>,
     /// The registrar's services generation last published.
     directory_generation: Option<u64>,
+    /// This process's CPU load between stats updates, announced in its registration.
+    cpu_meter: crate::stats::CpuMeter,
+    /// The resident memory and CPU load last announced ([`crate::stats::steady`]).
+    announced_use: (Option<u64>, Option<u64>),
 }
 
 impl IoThread {
@@ -485,9 +491,19 @@ impl IoThread {
     }
 
     fn update_stats(&mut self) {
+        // What the OS says of this process (a failure leaves the figure out: announced as not measured), kept
+        // steady so that an idle process's registration repeats.
+        use crate::stats::{CPU_LOAD_STEP, RSS_STEP, steady};
+        let load = crate::sys::process_cpu_time().ok().and_then(|t| self.cpu_meter.sample(Instant::now(), t));
+        let (rss, cpu) = &mut self.announced_use;
+        let memory_rss_bytes = steady(rss, crate::sys::process_rss_bytes().ok(), RSS_STEP);
+        let cpu_load_permille =
+            steady(cpu, load.map(u64::from), CPU_LOAD_STEP).map(|p| p.min(u64::from(u32::MAX)) as u32);
         self.registrar.set_process_stats(crate::stats::ShoalProcessStats {
             udp_kernel_drops: self.sources.iter().map(|s| s.kernel_drops()).sum(),
             registration_kernel_drops: self.reg_batch.kernel_drops(),
+            memory_rss_bytes,
+            cpu_load_permille,
         });
         let Some(handler) = self.handler.upgrade() else { return };
         for (id, stats) in handler.collect_stats() {

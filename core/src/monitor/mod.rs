@@ -2,6 +2,11 @@
 //! tools (`shoal topic list`; `shoal topic echo` names a sample's publisher with it). Its names (topics, processes,
 //! hosts, units, types, state texts) are whatever peers announced: [`printable`] is the escaping the tools and the
 //! monitor show them through.
+//!
+//! With the cargo feature `serde`, a [`Snapshot`] and everything in it are `Serialize` and `Deserialize` (the
+//! monitor saves and opens snapshots as JSON): a [`LatencyHistogram`] as its non-empty buckets, refused when
+//! recording could not have made it (a bucket out of range, a minimum above the maximum); an infinite or NaN
+//! figure as the text `inf`, `-inf` or `NaN`.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -23,6 +28,7 @@ use crate::types::TypeInfo;
 
 /// A process seen through registration (eCAL or shoal).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ProcessEntry {
     /// Host name as announced.
     pub host_name: String,
@@ -32,6 +38,8 @@ pub struct ProcessEntry {
     pub process_name: String,
     /// eCAL unit name (shoal: the first node's name).
     pub unit_name: String,
+    /// Command line as announced (eCAL's `process_parameter`: the arguments joined by spaces).
+    pub command_line: String,
     /// Runtime version string (`v6.1.1` for eCAL 6.1.1, `shoal 0.1.0 (eCAL v6.1.1 compatible)` for shoal).
     pub runtime_version: String,
     /// True for a shoal process (its runtime version starts with `shoal`), false for eCAL.
@@ -43,13 +51,14 @@ pub struct ProcessEntry {
     pub registration_age: Duration,
     /// The state it announces (see [`crate::process`]).
     pub state: ProcessState,
-    /// shoal's process statistics from its registration (kernel drops on its sockets); `None` for eCAL
-    /// processes. For this process, the figures of its last registration (its own are in [`Snapshot::udp`]).
+    /// shoal's process statistics from its registration (kernel drops on its sockets, memory, CPU); `None` for
+    /// eCAL processes (eCAL 6 announces neither memory nor CPU). For this process, the figures of its last registration (its own are in [`Snapshot::udp`]).
     pub shoal: Option<ShoalProcessStats>,
 }
 
 /// Publisher or subscriber of a topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum TopicDirection {
     /// Sends on the topic.
     Publisher,
@@ -59,6 +68,7 @@ pub enum TopicDirection {
 
 /// One service server or client seen through registration (eCAL's and shoal's alike).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ServiceEntry {
     /// Host name.
     pub host_name: String,
@@ -88,6 +98,7 @@ pub struct ServiceEntry {
 
 /// One publisher or subscriber seen through registration.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TopicEntry {
     /// Host of the owning process.
     pub host_name: String,
@@ -137,6 +148,7 @@ pub struct TopicEntry {
 
 /// Processes and topics at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Snapshot {
     /// When it was taken (`None` for an empty snapshot after a failed request).
     pub taken_at: Option<SystemTime>,
@@ -177,11 +189,32 @@ impl Snapshot {
     }
 }
 
+/// The layer `publisher` serves `subscriber` over, as their registrations imply it: for the pairs no shoal
+/// subscriber measures (an eCAL subscriber announces its totals only, not its connections). shoal's native ring
+/// when both announce it on one host; else the first layer of eCAL's priority list that both have enabled (same
+/// host: `shm`, `udp`, `tcp`; another host: `udp`, `tcp`), the rule of eCAL 6's publisher and the default of shoal's
+/// (`[publisher] priority_local`, `priority_remote`). `None` when they share no layer or are not one topic's
+/// publisher and subscriber.
+pub fn announced_layer(publisher: &TopicEntry, subscriber: &TopicEntry) -> Option<Via> {
+    if publisher.direction != TopicDirection::Publisher
+        || subscriber.direction != TopicDirection::Subscriber
+        || publisher.topic_name != subscriber.topic_name
+    {
+        return None;
+    }
+    let both = |name: &str| publisher.layers.iter().any(|l| l == name) && subscriber.layers.iter().any(|l| l == name);
+    let same_host = publisher.host_name == subscriber.host_name;
+    let order: &[Via] =
+        if same_host { &[Via::ShoalRing, Via::EcalShm, Via::Udp, Via::Tcp] } else { &[Via::Udp, Via::Tcp] };
+    order.iter().copied().find(|v| both(v.name()))
+}
+
 /// Datagrams the kernel dropped on this process's registration socket for a full receive buffer (`SO_RXQ_OVFL`),
 /// since it was opened (the UDP data layer's socket: [`UdpCounts::kernel_drops`]). Every such datagram is lost: a
 /// subscriber counts the whole messages it loses that way as drops of its connection (a gap in the publisher's
 /// clock, or an incomplete fragmented message).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SocketDrops {
     /// On the registration socket.
     pub registration: u64,
@@ -220,6 +253,7 @@ pub(crate) fn build_snapshot(reg: &Registrar, now: Instant) -> Snapshot {
             pid: p.pid,
             process_name: p.process_name.clone(),
             unit_name: p.unit_name.clone(),
+            command_line: p.process_parameter.clone(),
             runtime_version: p.ecal_runtime_version.clone(),
             is_shoal: p.ecal_runtime_version.starts_with("shoal"),
             is_self: p.pid == my_pid && p.host_name == my_host,

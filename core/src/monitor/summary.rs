@@ -259,6 +259,36 @@ mod tests {
         }
     }
 
+    /// eCAL's priority decides an unmeasured connection's layer: shm on one host, udp across hosts, the ring
+    /// between shoal endpoints on one host, nothing without a shared layer or across topics.
+    #[test]
+    fn announced_layer_follows_ecal_priority() {
+        use crate::monitor::announced_layer;
+        let with = |d, host: &str, layers: &[&str]| {
+            let mut e = entry("t", d, "demo.A", 1);
+            e.host_name = host.into();
+            e.layers = layers.iter().map(|l| l.to_string()).collect();
+            e
+        };
+        let p = with(TopicDirection::Publisher, "h", &["udp", "shm", "tcp"]);
+        let s = with(TopicDirection::Subscriber, "h", &["shm", "udp"]);
+        assert_eq!(announced_layer(&p, &s), Some(Via::EcalShm));
+        assert_eq!(announced_layer(&s, &p), None, "the publisher comes first");
+        let far = with(TopicDirection::Subscriber, "other", &["shm", "udp"]);
+        assert_eq!(announced_layer(&p, &far), Some(Via::Udp), "no shared memory across hosts");
+        let tcp_only = with(TopicDirection::Subscriber, "other", &["tcp"]);
+        assert_eq!(announced_layer(&p, &tcp_only), Some(Via::Tcp));
+        let ring = with(TopicDirection::Publisher, "h", &["shoal_ring", "shm", "udp"]);
+        let ring_sub = with(TopicDirection::Subscriber, "h", &["shoal_ring", "shm", "udp"]);
+        assert_eq!(announced_layer(&ring, &ring_sub), Some(Via::ShoalRing));
+        assert_eq!(announced_layer(&ring, &s), Some(Via::EcalShm));
+        let udp_pub = with(TopicDirection::Publisher, "h", &["udp"]);
+        assert_eq!(announced_layer(&udp_pub, &with(TopicDirection::Subscriber, "h", &["shm"])), None);
+        let mut other_topic = s.clone();
+        other_topic.topic_name = "u".into();
+        assert_eq!(announced_layer(&p, &other_topic), None);
+    }
+
     /// Two publishers of different types are a mismatch even with no subscriber (the monitor missed it); an
     /// untyped subscriber is not; rates add over publishers, drops over subscribers (the larger of a subscriber's
     /// connection drops and its announced drops), stale endpoints make the topic stale.

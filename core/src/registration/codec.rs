@@ -281,6 +281,8 @@ pub fn process_sample_with(
         p.shoal_stats = Some(pb::ProcessStatsShoal {
             udp_kernel_drops: stats.udp_kernel_drops,
             registration_kernel_drops: stats.registration_kernel_drops,
+            memory_rss_bytes: stats.memory_rss_bytes,
+            cpu_load_permille: stats.cpu_load_permille,
         });
     }
     sample
@@ -423,6 +425,8 @@ pub fn remote_process(p: &pb::Process, now: Instant) -> RemoteProcess {
         shoal: p.shoal_stats.as_ref().map(|s| ShoalProcessStats {
             udp_kernel_drops: s.udp_kernel_drops,
             registration_kernel_drops: s.registration_kernel_drops,
+            memory_rss_bytes: s.memory_rss_bytes,
+            cpu_load_permille: s.cpu_load_permille,
         }),
         last_seen: now,
     }

@@ -285,6 +285,7 @@ impl RemoteTopic {
 
 /// Which side of a service an entity is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ServiceRole {
     /// Offers the methods (registered with cmd 5, eCAL's `Service`).
     Server,
@@ -295,6 +296,7 @@ pub enum ServiceRole {
 /// One method of a service as registration announces it: its name, the type information of its request and
 /// response (name, encoding, descriptor, as a topic's), and how often it was called.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct MethodInfo {
     /// Method name.
     pub name: String,
@@ -418,6 +420,7 @@ pub enum Event {
 
 /// Counters of a [`Registrar`](super::Registrar), one per outcome or drop reason.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RegistrationCounters {
     /// Datagrams received.
     pub datagrams_received: u64,

@@ -325,7 +325,12 @@ fn our_samples_carry_the_fields_ecal_reads() {
     assert!(p.shoal_stats.is_none());
     assert_eq!(codec::remote_process(&p, Instant::now()).shoal, None, "eCAL's processes carry no shoal statistics");
     // shoal's process statistics travel in field 100 and come back as they were sent.
-    let stats = crate::stats::ShoalProcessStats { udp_kernel_drops: 12_345, registration_kernel_drops: 6 };
+    let stats = crate::stats::ShoalProcessStats {
+        udp_kernel_drops: 12_345,
+        registration_kernel_drops: 6,
+        memory_rss_bytes: Some(7 << 20),
+        cpu_load_permille: Some(1_500),
+    };
     // The state set with `Node::set_state` travels in eCAL's ProcessState and comes back as it was set.
     let state = crate::process::ProcessState::new(
         crate::process::Severity::Critical,

@@ -447,6 +447,7 @@ pub fn open_datagram<'a, 'r>(
 
 /// Datagrams or samples not accepted, one counter per cause.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct AuthCounts {
     /// Without an envelope, for a protected topic (or an entry that was authenticated).
     pub unsigned: u64,
@@ -483,6 +484,7 @@ impl AuthCounts {
 
 /// This process's `[shoal_auth]` refusals (in `Snapshot::auth`): the drops of both channels and per topic.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct AuthSummary {
     /// Whether this process has a key.
     pub enabled: bool,

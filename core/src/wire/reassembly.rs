@@ -54,6 +54,7 @@ impl Default for ReassemblyConfig {
 
 /// What a [`Reassembler`] has seen and dropped, one counter per reason.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ReassemblyCounters {
     /// Datagrams passed to [`Reassembler::push`].
     pub datagrams: u64,

@@ -13,14 +13,15 @@
 //! only when a view differs from the one before ([`View::same_content`]), so a network where nothing changes is
 //! not redrawn every refresh.
 //!
-//! One file per view, each an `impl MonitorApp` block: `top_bar.rs`, `overview.rs` (with `processes.rs` and
-//! `topic_table.rs`), `topic.rs` (with `plots.rs`), `inspector.rs`, `fieldplot.rs`, `services.rs`, `graph.rs`,
-//! `events.rs`, `logs.rs`;
+//! One file per view, each an `impl MonitorApp` block: `top_bar.rs` (with `export.rs`, its Export… row and the
+//! opened snapshot's app), `overview.rs` (with `processes.rs` and `topic_table.rs`), `topic.rs` (with `plots.rs`),
+//! `inspector.rs`, `fieldplot.rs`, `services.rs`, `graph.rs`, `events.rs`, `logs.rs`;
 //! `refresh.rs` brings the
 //! history up to date, `order.rs` keeps the tables' filter and sort, `widgets.rs` holds what the views share. A new
 //! view is a [`Tab`], a file here and one arm in [`MonitorApp::ui`].
 
 mod events;
+mod export;
 mod fieldplot;
 mod graph;
 mod inspector;
@@ -55,6 +56,7 @@ use order::Order;
 use plots::Series;
 use refresh::Update;
 use shoal::logging::{LogFilter, LogRecord};
+use shoal::monitor::Snapshot;
 
 pub use fieldplot::DRAWN_POINTS;
 pub use graph::{GROUP_ABOVE, MAX_EDGES_DRAWN, PROCESSES_ABOVE, TEXT_ZOOM, name_prefix};
@@ -135,6 +137,24 @@ pub struct UiState {
     pub event_kind: Option<EventKind>,
     /// Which log records the Logs tab shows.
     pub logs: LogFilter,
+    /// How the Overview's process table groups its rows.
+    pub process_group: ProcessGroup,
+    /// The groups of the process table shown folded (host or unit names).
+    pub folded_groups: std::collections::BTreeSet<Arc<str>>,
+    /// The process whose details the Overview shows (host, pid).
+    pub selected_process: Option<(Arc<str>, u32)>,
+}
+
+/// How the Overview's process table groups its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProcessGroup {
+    /// One row per process, by host and pid.
+    #[default]
+    None,
+    /// Under a row per host.
+    Host,
+    /// Under a row per unit name (the same program on several hosts or started several times).
+    Unit,
 }
 
 impl Default for UiState {
@@ -151,6 +171,9 @@ impl Default for UiState {
             window_s: 60.0,
             event_kind: None,
             logs: LogFilter::default(),
+            process_group: ProcessGroup::None,
+            folded_groups: Default::default(),
+            selected_process: None,
         }
     }
 }
@@ -195,6 +218,12 @@ pub struct MonitorApp {
     logs_evicted: u64,
     /// The Logs table's rows (indices into `logs`, newest first) and what they were found for.
     logs_order: (Option<(u64, LogFilter)>, Vec<usize>),
+    /// The snapshots of the two newest views (the one before, the newest): what Export… saves.
+    last_snapshots: (Option<Arc<Snapshot>>, Option<Arc<Snapshot>>),
+    /// The Export… row.
+    export: export::ExportState,
+    /// An opened saved snapshot's banner ([`MonitorApp::opened`]); `None`: live.
+    opened: Option<String>,
 }
 
 impl Drop for MonitorApp {
@@ -248,6 +277,9 @@ impl MonitorApp {
             logs_generation: 0,
             logs_evicted: 0,
             logs_order: (None, Vec::new()),
+            last_snapshots: (None, None),
+            export: export::ExportState::default(),
+            opened: None,
         }
     }
 

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use super::MonitorApp;
 use super::topic_table::TopicCol;
 use super::widgets::contains_ci;
+use super::{MonitorApp, ProcessGroup};
 use crate::model::View;
 
 #[derive(Debug, Default, PartialEq)]
@@ -17,6 +17,18 @@ struct OrderKey {
     problems_only: bool,
     sort: Option<(TopicCol, bool)>,
     service: Option<Arc<str>>,
+    group: ProcessGroup,
+    folded: std::collections::BTreeSet<Arc<str>>,
+}
+
+/// A line of the process table.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum ProcLine {
+    /// A group's head: its name, how many processes pass the filter in it, the sum of their CPU loads and memory
+    /// (over those that announce them; `None` when none does), and whether it is folded.
+    Group { name: Arc<str>, members: usize, cpu_load: Option<f64>, memory_bytes: Option<u64>, folded: bool },
+    /// A process (index into the view's processes).
+    Process(usize),
 }
 
 #[derive(Debug, Default)]
@@ -26,6 +38,8 @@ pub(super) struct Order {
     pub(super) version: u64,
     pub(super) topics: Vec<usize>,
     pub(super) processes: Vec<usize>,
+    /// The process table's lines: the processes in `processes`, under their groups' heads when grouped.
+    pub(super) process_lines: Vec<ProcLine>,
     /// Indices into the view's services.
     pub(super) services: Vec<usize>,
     /// The Services tab's endpoint lines: (index into the view's service endpoints, index into its methods;
@@ -42,6 +56,8 @@ impl MonitorApp {
             problems_only: self.state.problems_only,
             sort: Some(self.state.sort),
             service: self.state.selected_service.clone(),
+            group: self.state.process_group,
+            folded: self.state.folded_groups.clone(),
         };
         if key == self.order.key {
             return;
@@ -64,6 +80,7 @@ impl MonitorApp {
             (!key.problems_only || p.problems.need_attention())
                 && (f.is_empty() || contains_ci(&p.unit, f) || contains_ci(&p.name, f) || contains_ci(&p.host, f))
         }));
+        self.order.process_lines = process_lines(view, &self.order.processes, key.group, &key.folded);
         self.order.services.clear();
         self.order.services.extend((0..view.services.len()).filter(|&i| {
             let s = &view.services[i];
@@ -91,4 +108,51 @@ impl MonitorApp {
         self.order.key = key;
         self.order.version += 1;
     }
+}
+
+/// The process table's lines for the processes `shown` (indices into `view.processes`, by host and pid): each
+/// process, or under `group` each group's head followed by its processes (none when it is in `folded`).
+fn process_lines(
+    view: &View,
+    shown: &[usize],
+    group: ProcessGroup,
+    folded: &std::collections::BTreeSet<Arc<str>>,
+) -> Vec<ProcLine> {
+    let key_of = |i: usize| -> &Arc<str> {
+        let p = &view.processes[i];
+        match group {
+            ProcessGroup::Unit => &p.unit,
+            _ => &p.host,
+        }
+    };
+    if group == ProcessGroup::None {
+        return shown.iter().map(|&i| ProcLine::Process(i)).collect();
+    }
+    let mut sorted = shown.to_vec();
+    // Stable: within a group the processes stay by host and pid.
+    sorted.sort_by(|&a, &b| key_of(a).cmp(key_of(b)));
+    let mut lines = Vec::with_capacity(sorted.len() + 8);
+    for members in sorted.chunk_by(|&a, &b| key_of(a) == key_of(b)) {
+        let name = key_of(members[0]).clone();
+        let procs = || members.iter().map(|&i| &view.processes[i]);
+        let sum = |f: fn(&crate::model::ProcessRow) -> Option<f64>| {
+            procs().filter_map(f).fold(None, |acc: Option<f64>, x| Some(acc.unwrap_or(0.0) + x))
+        };
+        // Announced figures: summed saturating (a peer may announce anything).
+        let memory = procs()
+            .filter_map(|p| p.memory_bytes)
+            .fold(None, |acc: Option<u64>, b| Some(acc.unwrap_or(0).saturating_add(b)));
+        let is_folded = folded.contains(&name);
+        lines.push(ProcLine::Group {
+            name,
+            members: members.len(),
+            cpu_load: sum(|p| p.cpu_load),
+            memory_bytes: memory,
+            folded: is_folded,
+        });
+        if !is_folded {
+            lines.extend(members.iter().map(|&i| ProcLine::Process(i)));
+        }
+    }
+    lines
 }

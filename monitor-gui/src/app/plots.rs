@@ -167,6 +167,7 @@ impl MonitorApp {
                 let plot = Plot::new("histogram")
                     .height(h)
                     .width(w)
+                    .grid_spacing(egui::Rangef::new(GRID_MIN_SPACING, 300.0))
                     .include_y(0.0)
                     .allow_scroll(false)
                     .x_axis_formatter(|m, _| fmt_us(10f64.powf(m.value)));
@@ -180,11 +181,16 @@ impl MonitorApp {
 pub(super) const NO_LATENCY: &str = "No latency measured in this window: latency plots need a shoal subscriber on the \
     publisher's host (eCAL subscribers announce only a mean since they started, shown in the Overview as \"eCAL mean\").";
 
+/// Grid lines closer than this many points are not drawn (egui_plot's default, 8, draws a faint line per second of
+/// a one-minute window: about half the triangles of a time plot, under software GL a cost by the line).
+const GRID_MIN_SPACING: f32 = 24.0;
+
 /// A plot over the last `window_s` seconds (x: seconds before the shown view), from 0 up.
 fn time_plot(id: &str, height: f32, width: f32, window_s: f64) -> Plot<'static> {
     Plot::new(id)
         .height(height)
         .width(width)
+        .grid_spacing(egui::Rangef::new(GRID_MIN_SPACING, 300.0))
         .include_x(-window_s)
         .include_x(0.0)
         .include_y(0.0)

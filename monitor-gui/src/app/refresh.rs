@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::{MonitorApp, Tab};
 use crate::history::{Event, events_since};
 use crate::model::{View, build_view};
+use shoal::monitor::Snapshot;
 
 /// Without changes, the window is still redrawn this often (the clock, the registration ages and the plots' time
 /// axis catch up).
@@ -20,15 +21,18 @@ pub const FEED_CAPACITY: usize = 64;
 pub(super) struct Update {
     view: Arc<View>,
     events: Vec<Event>,
+    /// The snapshot the view was built from (Export… saves the newest two).
+    snapshot: Arc<Snapshot>,
 }
 
 impl MonitorApp {
     /// Takes one snapshot now and polls the inspected and the plotted topics (nothing once the refresh thread runs).
     pub fn refresh_now(&mut self) {
         let Some(source) = self.snapshots.as_mut() else { return };
-        let snap = source.snapshot();
+        let snap = Arc::new(source.snapshot());
         let view = build_view(&snap, self.history.latest().map(|v| &**v), &mut self.interner);
         self.history.push(view);
+        self.keep_snapshot(snap);
         self.refreshes += 1;
         if self.refreshes.is_multiple_of(64) {
             self.interner.shrink();
@@ -65,10 +69,11 @@ impl MonitorApp {
                     return;
                 }
                 next += refresh;
-                let view = Arc::new(build_view(&source.snapshot(), prev.as_deref(), &mut interner));
+                let snapshot = Arc::new(source.snapshot());
+                let view = Arc::new(build_view(&snapshot, prev.as_deref(), &mut interner));
                 let events = events_since(prev.as_deref(), &view);
                 let changed = !events.is_empty() || prev.as_ref().is_none_or(|p| !p.same_content(&view));
-                match tx.try_send(Update { view: view.clone(), events }) {
+                match tx.try_send(Update { view: view.clone(), events, snapshot }) {
                     Ok(()) => {}
                     Err(mpsc::TrySendError::Full(u)) => {
                         // The UI has not drawn for FEED_CAPACITY refreshes: let it take them.
@@ -95,6 +100,11 @@ impl MonitorApp {
         Ok(())
     }
 
+    /// Keeps `snap`, the newest view's snapshot, and the one before it.
+    fn keep_snapshot(&mut self, snap: Arc<Snapshot>) {
+        self.last_snapshots = (self.last_snapshots.1.take(), Some(snap));
+    }
+
     /// Brings the history up to date before a frame: takes the views the refresh thread handed over, or takes a
     /// snapshot when one is due (an app without the thread), polls the inspected and the plotted topics, and asks
     /// for the next frame when one will be needed.
@@ -108,6 +118,7 @@ impl MonitorApp {
             let mut got = false;
             while let Ok(u) = feed.try_recv() {
                 self.history.push_diffed(u.view, u.events);
+                self.last_snapshots = (self.last_snapshots.1.take(), Some(u.snapshot));
                 got = true;
             }
             let inspecting = matches!(self.state.tab, Tab::Inspector) && !self.inspector.paused;
