@@ -93,6 +93,20 @@ const PROCS: &[Proc] = &[
     Proc { host: HOST, pid: 2003, unit: "ecal_recorder", shoal: false },
 ];
 
+/// What a scripted shoal process announces of its use: CPU load (thousandths of a core) and resident memory
+/// (bytes), before a small wobble.
+fn usage(unit: &str) -> (u32, u64) {
+    match unit {
+        "shoal_monitor" => (60, 48 << 20),
+        "demo_pub" => (120, 14 << 20),
+        "demo_sub_a" => (35, 9 << 20),
+        "demo_sub_b" => (40, 9 << 20),
+        "imu_driver" => (25, 11 << 20),
+        "navigation" => (180, 96 << 20),
+        _ => (5, 6 << 20),
+    }
+}
+
 /// The teleop process runs during these steps (then it unregisters: unmatch, gone).
 const TELEOP_STEPS: std::ops::Range<u64> = 30..60;
 /// The eCAL recorder stops refreshing its registration at step 50 and expires at step 62.
@@ -185,8 +199,8 @@ impl Fixture {
                 shoal: p.shoal.then(|| ShoalProcessStats {
                     // Memory and CPU as a shoal process announces them: the publisher busiest, each steady with a
                     // little wobble; the first refresh has no load yet (two measurements make one).
-                    memory_rss_bytes: Some(u64::from(p.pid % 1000) * (3 << 20) + (k % 4) * 4096),
-                    cpu_load_permille: (k > 0).then_some(p.pid % 1000 * 10 + (k % 3) as u32),
+                    memory_rss_bytes: Some(usage(p.unit).1 + (k % 4) * (256 << 10)),
+                    cpu_load_permille: (k > 0).then_some(usage(p.unit).0 + (k % 3) as u32 * 5),
                     ..ShoalProcessStats::default()
                 }),
             })

@@ -170,7 +170,7 @@ fn endpoint_table(ui: &mut egui::Ui, ends: &[&EntityRow]) {
         .columns(Column::initial(70.0), 3)
         .column(Column::initial(220.0))
         .column(Column::initial(80.0))
-        .column(Column::initial(90.0))
+        .column(Column::initial(130.0))
         .column(Column::remainder())
         .header(ROW_H, |mut hd| {
             for c in [
@@ -183,7 +183,7 @@ fn endpoint_table(ui: &mut egui::Ui, ends: &[&EntityRow]) {
                 "Drops",
                 "Type",
                 "Descriptor",
-                "Conns",
+                "Conns here / remote",
                 "Reg. age",
             ] {
                 hd.col(|ui| {
@@ -224,7 +224,7 @@ fn endpoint_table(ui: &mut egui::Ui, ends: &[&EntityRow]) {
                         if e.direction == "pub" { "-".into() } else { e.drops.to_string() },
                         if e.type_mismatch { format!("{ty} MISMATCH") } else { ty },
                         if e.descriptor_bytes == 0 { "none".into() } else { fmt_bytes(e.descriptor_bytes as f64) },
-                        format!("{local} here, {external} remote"),
+                        format!("{local} / {external}"),
                         if e.stale {
                             format!("{:.1} s (stale)", e.registration_age_s)
                         } else {
