@@ -6,21 +6,13 @@ use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use shoal::monitor::{Snapshot, TopicDirection};
 use shoal_monitor::app::{MonitorApp, ProcessGroup, Tab};
-use shoal_monitor::fixture::{Fixture, FixtureMessages, imu_descriptor};
+use shoal_monitor::fixture::{Fixture, imu_descriptor};
 use shoal_monitor::model::{Interner, build_view};
 use shoal_monitor::source::SnapshotSource;
 
-fn app_after(steps: u32) -> MonitorApp {
-    let mut app = MonitorApp::manual(Box::new(Fixture::new()), Box::new(FixtureMessages::default()));
-    for _ in 0..steps {
-        app.refresh_now();
-    }
-    app
-}
+mod common;
 
-fn harness(app: MonitorApp) -> Harness<'static, MonitorApp> {
-    Harness::builder().with_size(egui::vec2(1400.0, 900.0)).build_ui_state(|ui, app: &mut MonitorApp| app.ui(ui), app)
-}
+use common::{app_after, harness};
 
 fn topic_view(topic: &str, steps: u32) -> Harness<'static, MonitorApp> {
     let mut app = app_after(steps);

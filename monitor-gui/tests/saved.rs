@@ -13,6 +13,11 @@ use shoal_monitor::headless::view_json;
 use shoal_monitor::saved::{FORMAT_VERSION, SavedError, SavedSnapshot, png_bytes};
 use shoal_monitor::source::ScriptedLogs;
 
+#[allow(dead_code)] // the other window tests use the rest
+mod common;
+
+use common::harness;
+
 /// A fresh directory under the target directory for one test's files.
 fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("saved-{name}"));
@@ -31,10 +36,6 @@ fn live_app(steps: u32) -> MonitorApp {
         app.refresh_now();
     }
     app
-}
-
-fn harness(app: MonitorApp) -> Harness<'static, MonitorApp> {
-    Harness::builder().with_size(egui::vec2(1400.0, 900.0)).build_ui_state(|ui, app: &mut MonitorApp| app.ui(ui), app)
 }
 
 /// Every event the app keeps, oldest first.

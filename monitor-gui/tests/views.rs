@@ -7,17 +7,9 @@ use egui_kittest::kittest::{NodeT as _, Queryable};
 use shoal_monitor::app::{MonitorApp, Tab};
 use shoal_monitor::fixture::{Fixture, FixtureMessages};
 
-fn app_after(steps: u32) -> MonitorApp {
-    let mut app = MonitorApp::manual(Box::new(Fixture::new()), Box::new(FixtureMessages::default()));
-    for _ in 0..steps {
-        app.refresh_now();
-    }
-    app
-}
+mod common;
 
-fn harness(app: MonitorApp) -> Harness<'static, MonitorApp> {
-    Harness::builder().with_size(egui::vec2(1400.0, 900.0)).build_ui_state(|ui, app: &mut MonitorApp| app.ui(ui), app)
-}
+use common::{app_after, harness};
 
 /// The Inspector on `topic`, after `steps` refreshes before and `after` refreshes with it open.
 fn inspecting(topic: &str, steps: u32, after: u32) -> Harness<'static, MonitorApp> {
