@@ -93,6 +93,19 @@ const PROCS: &[Proc] = &[
     Proc { host: HOST, pid: 2003, unit: "ecal_recorder", shoal: false },
 ];
 
+/// Each endpoint's announced connections, as eCAL counts them: the other side's endpoints of its topic on its host
+/// and on other hosts (the scale topics, one publisher and one subscriber each, are left at 0).
+fn count_connections(topics: &mut [TopicEntry]) {
+    let peers: Vec<(String, TopicDirection, String)> =
+        topics.iter().map(|t| (t.topic_name.clone(), t.direction, t.host_name.clone())).collect();
+    for t in topics.iter_mut().filter(|t| !t.topic_name.starts_with("/fleet/")) {
+        let others = peers.iter().filter(|(n, d, _)| *n == t.topic_name && *d != t.direction);
+        let local = others.clone().filter(|(_, _, h)| *h == t.host_name).count();
+        let external = others.count() - local;
+        (t.connections_local, t.connections_external) = (local as i32, external as i32);
+    }
+}
+
 /// What a scripted shoal process announces of its use: CPU load (thousandths of a core) and resident memory
 /// (bytes), before a small wobble.
 fn usage(unit: &str) -> (u32, u64) {
@@ -307,6 +320,7 @@ impl Fixture {
             c.latency.record(5_000 + (i as u64 % 7) * 300);
             topics.push(self.subscriber(sub_pid, sub_id, &name, ti, "shoal_ring", vec![c], 0));
         }
+        count_connections(&mut topics);
         let logger_age = processes.iter().find(|p| p.pid == 2002).map_or(Duration::ZERO, |p| p.registration_age);
         let services = self.services(k, logger_age);
         Snapshot {
