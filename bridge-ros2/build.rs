@@ -1,5 +1,6 @@
 //! Generates the shipped protobuf forms of the built-in ROS 2 messages (`proto/`) with shoal-codegen, and the
-//! `demo` package of the generic-mapping tests (`tests/demo/demo.proto`, used by `testdata` and shoal-ros2-peer).
+//! `demo` package of the generic-mapping tests (`tests/demo/demo.proto`, used by `testdata` and shoal-ros2-peer)
+//! and its changed form `demo_v2` (`tests/demo/demo_v2.proto`, the type-change test).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     shoal_codegen::Builder::new()
@@ -9,6 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "proto/geometry_msgs.proto",
             "proto/sensor_msgs.proto",
             "tests/demo/demo.proto",
+            "tests/demo/demo_v2.proto",
         ])
         .include_dirs(["proto", "tests/demo"])
         .compile()?;

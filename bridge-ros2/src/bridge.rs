@@ -26,7 +26,7 @@ use serde_json::json;
 use shoal::{Sample, TypeInfo};
 
 use crate::config::{Config, Durability, Reliability, Route};
-use crate::generic::{DynRos, DynSeed, Mapping, ProtoError};
+use crate::generic::{DynRos, DynSeed, Mapping, ProtoError, Remapped, Remapper};
 use crate::mapping::ToRos;
 use crate::pb;
 use crate::ros;
@@ -216,14 +216,69 @@ impl Codec for RawCodec {
 }
 
 /// A generic mapping: the configured protobuf message (announced with its descriptor), written as the ROS 2 type
-/// read from its `.msg` file.
+/// read from its `.msg` file. shoal → ROS 2, a publisher that announces another protobuf descriptor (it restarted
+/// with a changed message) is read through a mapping of that descriptor, made and checked when it is first seen
+/// ([`Remapper`]); one that does not map is refused, each sample dropped as `type_changed` and the type logged once.
 #[derive(Debug)]
-pub struct GenericCodec(Arc<Mapping>);
+pub struct GenericCodec {
+    mapping: Arc<Mapping>,
+    remap: Remapper,
+    /// The route, as logs name it.
+    route: String,
+}
 
 impl GenericCodec {
-    /// The codec of a checked mapping.
-    pub fn new(m: Arc<Mapping>) -> GenericCodec {
-        GenericCodec(m)
+    /// The codec of a checked mapping on route `route`; `reg` finds the ROS type's definition for the mappings of
+    /// changed types.
+    pub fn new(m: Arc<Mapping>, reg: crate::msgdef::MsgRegistry, route: String) -> GenericCodec {
+        GenericCodec { remap: Remapper::new(m.ros_name().clone(), reg), mapping: m, route }
+    }
+
+    /// The ROS 2 message of a shoal payload announced as `announced`.
+    pub fn convert(&self, announced: &TypeInfo, payload: &[u8]) -> Result<DynRos, (Cause, String)> {
+        let other;
+        let mapping = match self.remap.mapping_for(&self.mapping, announced) {
+            Remapped::Route => {
+                check_announced(announced, self.mapping.type_info())?;
+                &*self.mapping
+            }
+            Remapped::Other { mapping, first } => {
+                if first {
+                    let message = format!(
+                        "route {}: a shoal publisher announces {} ({} B descriptor), not the route's {}: read through \
+                         its own mapping to {}",
+                        self.route,
+                        announced.name,
+                        announced.descriptor.len(),
+                        self.mapping.type_info().name,
+                        self.mapping.ros_name()
+                    );
+                    tracing::info!("{message}");
+                    emit(&json!({"event": "type_changed", "route": self.route, "type": announced.name,
+                                 "result": "remapped", "message": message}));
+                }
+                other = mapping;
+                &*other
+            }
+            Remapped::Refused { reason, first } => {
+                let message = format!(
+                    "a shoal publisher announces {} ({} B descriptor), which does not map to {}: {reason}",
+                    announced.name,
+                    announced.descriptor.len(),
+                    self.mapping.ros_name()
+                );
+                if first {
+                    tracing::warn!("route {}: {message}; its samples are dropped as type_changed", self.route);
+                    emit(&json!({"event": "type_changed", "route": self.route, "type": announced.name,
+                                 "result": "refused", "message": message}));
+                }
+                return Err((Cause::TypeChanged, message));
+            }
+        };
+        mapping.from_proto(payload).map_err(|e| match e {
+            ProtoError::Decode(m) => (Cause::ProtoDecode, m),
+            ProtoError::Range(m) => (Cause::Map, m),
+        })
     }
 }
 
@@ -231,17 +286,13 @@ impl Codec for GenericCodec {
     type Ros = DynRos;
     type Seed = DynSeed;
     fn seed(&self) -> DynSeed {
-        self.0.seed()
+        self.mapping.seed()
     }
     fn shoal_type_info(&self) -> TypeInfo {
-        self.0.type_info().clone()
+        self.mapping.type_info().clone()
     }
     fn to_ros(&self, sample: &Sample) -> Result<DynRos, (Cause, String)> {
-        check_announced(sample.type_info(), self.0.type_info())?;
-        self.0.from_proto(sample.payload()).map_err(|e| match e {
-            ProtoError::Decode(m) => (Cause::ProtoDecode, m),
-            ProtoError::Range(m) => (Cause::Map, m),
-        })
+        self.convert(sample.type_info(), sample.payload())
     }
     fn to_shoal(&self, msg: DynRos) -> Result<Vec<u8>, (Cause, String)> {
         Ok(msg.encode_proto())
@@ -409,7 +460,8 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
         let builtin = match &route.ros_type {
             RouteType::Builtin(t) => *t,
             RouteType::Generic(m) => {
-                let r = env.start(route, GenericCodec::new(Arc::clone(m)))?;
+                let reg = crate::msgdef::MsgRegistry::new(config.msg_path.clone());
+                let r = env.start(route, GenericCodec::new(Arc::clone(m), reg, route_name(route)))?;
                 tracing::info!(route = %route_name(route), direction = ?route.direction, qos = ?route.qos, "bridging");
                 running.push(r);
                 continue;

@@ -1,5 +1,6 @@
 //! Generic mapping: any protobuf message ⇄ any ROS 2 message type read from a `.msg` file ([`crate::msgdef`]),
-//! matched by field name and checked once, when the bridge starts. The CDR bytes (XCDR1, as ROS 2 over DDS uses
+//! matched by field name and checked once, when the bridge starts, and again for each other protobuf type a shoal
+//! publisher of the route announces later ([`Remapper`]: a publisher restarted with a changed message). The CDR bytes (XCDR1, as ROS 2 over DDS uses
 //! it) are written and read by walking the parsed `.msg` through `cdr-encoding`'s serde serializer, the same
 //! code RustDDS uses for the built-in types, so alignment follows the same rules.
 //!
@@ -417,6 +418,90 @@ impl Mapping {
     /// none, so elements are read one by one and a length beyond the sample ends at its last byte.
     pub fn seed(&self) -> DynSeed {
         DynSeed { plan: self.plan.clone(), max_bytes: usize::MAX }
+    }
+}
+
+/// Protobuf types a route keeps mappings of besides its own ([`Remapper`]); an older one is forgotten for a newer.
+pub const MAX_ANNOUNCED_TYPES: usize = 16;
+
+/// The mappings of the protobuf types a route's shoal publishers announce, to the route's ROS type: a publisher
+/// that restarts with a changed message (fields renumbered, renamed, or another message that still maps) is read
+/// through the descriptor it announces now, checked once, instead of through the one the route started with.
+pub struct Remapper {
+    ros: MsgName,
+    reg: std::sync::Mutex<MsgRegistry>,
+    /// Types seen (name, encoding, descriptor) and their mapping, or why they do not map; newest last.
+    known: std::sync::Mutex<std::collections::VecDeque<(TypeInfo, Announced)>>,
+}
+
+/// An announced type's mapping, or why it does not map.
+type Announced = Result<Arc<Mapping>, String>;
+
+/// What [`Remapper::mapping_for`] found for a sample's announced type.
+#[derive(Debug)]
+pub enum Remapped {
+    /// The route's own mapping reads it.
+    Route,
+    /// A mapping of the announced type; `first` the first time this type was seen (log it).
+    Other {
+        /// The mapping.
+        mapping: Arc<Mapping>,
+        /// Seen for the first time.
+        first: bool,
+    },
+    /// The announced type does not map to the route's ROS type (the error names the field); `first` as above.
+    Refused {
+        /// Why.
+        reason: String,
+        /// Seen for the first time.
+        first: bool,
+    },
+}
+
+impl fmt::Debug for Remapper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Remapper(to {})", self.ros)
+    }
+}
+
+impl Remapper {
+    /// Mappings to ROS type `ros`, its definition found with `reg`.
+    pub fn new(ros: MsgName, reg: MsgRegistry) -> Remapper {
+        Remapper {
+            ros,
+            reg: std::sync::Mutex::new(reg),
+            known: std::sync::Mutex::new(std::collections::VecDeque::new()),
+        }
+    }
+
+    /// How a sample announced as `announced` is read on a route whose own mapping is `route`: through the route's
+    /// mapping when the announcement is the route's type or carries no protobuf descriptor (a raw eCAL publisher
+    /// states nothing); otherwise through a mapping of the announced descriptor, made and checked the first time
+    /// it is seen.
+    pub fn mapping_for(&self, route: &Mapping, announced: &TypeInfo) -> Remapped {
+        if announced == route.type_info() || announced.encoding != "proto" || announced.descriptor.is_empty() {
+            return Remapped::Route;
+        }
+        let mut known = self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, r)) = known.iter().find(|(t, _)| t == announced) {
+            return match r {
+                Ok(m) => Remapped::Other { mapping: Arc::clone(m), first: false },
+                Err(e) => Remapped::Refused { reason: e.clone(), first: false },
+            };
+        }
+        let made = {
+            let mut reg = self.reg.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            Mapping::new(&mut reg, &self.ros, &announced.name, announced.descriptor.clone())
+        };
+        let made = made.map(Arc::new).map_err(|e| e.to_string());
+        if known.len() == MAX_ANNOUNCED_TYPES {
+            known.pop_front();
+        }
+        known.push_back((announced.clone(), made.clone()));
+        match made {
+            Ok(mapping) => Remapped::Other { mapping, first: true },
+            Err(reason) => Remapped::Refused { reason, first: true },
+        }
     }
 }
 
@@ -883,6 +968,85 @@ mod tests {
 
     fn decode(m: &Mapping, bytes: &[u8]) -> Result<DynRos, String> {
         m.decode_cdr(bytes)
+    }
+
+    /// A scratch directory with `t_msgs/msg/M.msg` of `msg_text`, and the descriptors of `protos` (each the body
+    /// of `message M` in package `t`, or with `package` other than `t`).
+    fn scratch_types(tag: &str, msg_text: &str, protos: &[(&str, &str)]) -> (PathBuf, Vec<Vec<u8>>) {
+        let dir = std::env::temp_dir().join(format!("generic_remap_{}_{tag}", std::process::id()));
+        std::fs::create_dir_all(dir.join("t_msgs/msg")).unwrap();
+        std::fs::write(dir.join("t_msgs/msg/M.msg"), msg_text).unwrap();
+        let descs = protos
+            .iter()
+            .enumerate()
+            .map(|(i, (package, body))| {
+                let path = dir.join(format!("p{i}.proto"));
+                std::fs::write(&path, format!("syntax = \"proto3\"; package {package}; message M {{ {body} }}"))
+                    .unwrap();
+                compile_proto(&path, &[]).unwrap()
+            })
+            .collect();
+        (dir, descs)
+    }
+
+    fn int_field(r: &DynRos, name: &str) -> i128 {
+        int_of(&r.msg.get_field_by_name(name).unwrap()).unwrap()
+    }
+
+    /// A publisher that restarts with its fields renumbered, or under another name, is read through a mapping of
+    /// what it announces (values right, not swapped or refused as another type); one that no longer maps is
+    /// refused, said once; the route's own type and announcements without a descriptor use the route's mapping;
+    /// at most MAX_ANNOUNCED_TYPES are kept.
+    #[test]
+    fn a_changed_type_is_read_through_its_own_mapping_or_refused() {
+        let (dir, d) = scratch_types(
+            "changed",
+            "int32 a\nint32 b\n",
+            &[
+                ("t", "int32 a = 1; int32 b = 2;"),
+                ("t", "int32 b = 1; int32 a = 2;"),
+                ("t2", "int32 a = 1; int32 b = 2;"),
+                ("t", "int32 a = 1; int32 b = 2; int32 c = 3;"),
+            ],
+        );
+        let ros = MsgName::parse("t_msgs/M").unwrap();
+        let route = Mapping::new(&mut MsgRegistry::new([dir.clone()]), &ros, "t.M", d[0].clone()).unwrap();
+        let remap = Remapper::new(ros.clone(), MsgRegistry::new([dir.clone()]));
+        assert!(matches!(remap.mapping_for(&route, route.type_info()), Remapped::Route));
+        assert!(matches!(remap.mapping_for(&route, &TypeInfo::raw("t.M")), Remapped::Route), "no descriptor");
+
+        // Renumbered: b = 7 is field 1, a = 5 field 2. Through the route's mapping the values would swap.
+        let payload = [0x08, 7, 0x10, 5];
+        let wrong = route.from_proto(&payload).unwrap();
+        assert_eq!((int_field(&wrong, "a"), int_field(&wrong, "b")), (7, 5));
+        let renumbered = TypeInfo::new("t.M", "proto", d[1].clone());
+        let Remapped::Other { mapping, first: true } = remap.mapping_for(&route, &renumbered) else {
+            panic!("the renumbered type maps")
+        };
+        let right = mapping.from_proto(&payload).unwrap();
+        assert_eq!((int_field(&right, "a"), int_field(&right, "b")), (5, 7));
+        assert!(matches!(remap.mapping_for(&route, &renumbered), Remapped::Other { first: false, .. }));
+
+        // Another name, the same fields: mapped, not a mismatch.
+        let renamed = TypeInfo::new("t2.M", "proto", d[2].clone());
+        assert!(matches!(remap.mapping_for(&route, &renamed), Remapped::Other { first: true, .. }));
+
+        // A field the ROS type lacks: refused, the field named, once as new.
+        let grown = TypeInfo::new("t.M", "proto", d[3].clone());
+        let Remapped::Refused { reason, first: true } = remap.mapping_for(&route, &grown) else { panic!("refused") };
+        assert!(reason.starts_with("c: "), "{reason}");
+        assert!(matches!(remap.mapping_for(&route, &grown), Remapped::Refused { first: false, .. }));
+
+        // Bounded: after MAX_ANNOUNCED_TYPES newer types the renumbered one is made again (seen as new).
+        for i in 0..MAX_ANNOUNCED_TYPES {
+            // Distinct by name (refused: the descriptor defines no such message; kept all the same).
+            let mut other = renamed.clone();
+            other.name = format!("t2.M{i}");
+            let _ = remap.mapping_for(&route, &other);
+        }
+        assert!(matches!(remap.mapping_for(&route, &renumbered), Remapped::Other { first: true, .. }));
+        assert!(remap.known.lock().unwrap().len() <= MAX_ANNOUNCED_TYPES);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -25,6 +25,9 @@ pub enum Cause {
     RosWrite,
     /// The shoal send failed.
     ShoalSend,
+    /// A shoal publisher announces a protobuf type other than the route's (a changed message) that does not map to
+    /// the route's ROS type (generic routes; one that maps is read through its own mapping).
+    TypeChanged,
     /// shoal → ROS 2: the route's queue to its DDS writer was full (more than [`QUEUE_MESSAGES`] messages or
     /// [`QUEUE_BYTES`] bytes waiting: the writer cannot keep up).
     QueueFull,
@@ -36,7 +39,7 @@ pub const QUEUE_MESSAGES: usize = 1024;
 pub const QUEUE_BYTES: usize = 64 << 20;
 
 impl Cause {
-    const ALL: [Cause; 7] = [
+    const ALL: [Cause; 8] = [
         Cause::ProtoDecode,
         Cause::TypeMismatch,
         Cause::Map,
@@ -44,6 +47,7 @@ impl Cause {
         Cause::RosWrite,
         Cause::ShoalSend,
         Cause::QueueFull,
+        Cause::TypeChanged,
     ];
 
     /// The key in the statistics line.
@@ -56,6 +60,7 @@ impl Cause {
             Cause::RosWrite => "ros_write",
             Cause::ShoalSend => "shoal_send",
             Cause::QueueFull => "queue_full",
+            Cause::TypeChanged => "type_changed",
         }
     }
 }
@@ -70,7 +75,7 @@ pub struct RouteStats {
     pub to_shoal: AtomicU64,
     /// The bridge's own publications seen and ignored (no echo).
     pub own_ignored: AtomicU64,
-    drops: [AtomicU64; 7],
+    drops: [AtomicU64; 8],
     logged: Mutex<Vec<String>>,
 }
 

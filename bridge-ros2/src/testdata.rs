@@ -180,6 +180,33 @@ pub fn telemetry(i: u32, size: usize) -> demo::Telemetry {
     }
 }
 
+/// Message `i` of [`telemetry`] as a publisher that changed its type sends it: `demo_v2.Telemetry`, every field
+/// renumbered, the same values.
+pub fn telemetry_v2(i: u32, size: usize) -> crate::pb::demo_v2::Telemetry {
+    let t = telemetry(i, size);
+    crate::pb::demo_v2::Telemetry {
+        header: t.header,
+        pose: t.pose,
+        wheels: t.wheels,
+        spare: t.spare,
+        temperatures: t.temperatures,
+        gyro: t.gyro,
+        errors: t.errors,
+        name: t.name,
+        tags: t.tags,
+        blob: t.blob,
+        mode: t.mode,
+        ok: t.ok,
+        trim: t.trim,
+        flags: t.flags,
+        grade: t.grade,
+        volts: t.volts,
+        seq: t.seq,
+        counter: t.counter,
+        uptime: t.uptime,
+    }
+}
+
 /// The message number of a [`telemetry`] message (its `header.stamp.sec`).
 pub fn telemetry_index(t: &demo::Telemetry) -> Option<u32> {
     t.header.as_ref()?.stamp.as_ref().and_then(|s| u32::try_from(s.sec).ok())

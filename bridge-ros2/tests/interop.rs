@@ -820,6 +820,70 @@ fn generic_mapping_from_the_announced_descriptor() {
     assert_eq!(drops, Some(0), "{st}");
 }
 
+/// A shoal publisher that restarts with a changed type mid-stream: `demo_v2.Telemetry` (another name, every field
+/// renumbered, the same values) is read through a mapping of the descriptor it announces, so the Cyclone
+/// subscriber gets messages 101..=120 byte for byte as rosbags writes them (through the route's mapping the values
+/// would be read from the wrong fields, and the name alone was a type mismatch, every sample dropped until a
+/// restart); then `demo.BadTelemetry`, which does not map, is refused: said once, each sample counted as
+/// `type_changed`.
+#[test]
+fn generic_type_change_mid_stream_is_remapped_or_refused() {
+    if !root_or_skip("generic_type_change_mid_stream_is_remapped_or_refused") {
+        return;
+    }
+    let _serial = serial();
+    let ns = Netns::create("gc");
+    let msg_dir = demo_dir().join("msg").display().to_string();
+    let route = "tel_chg=demo_msgs/msg/Telemetry,direction=shoal_to_ros,shoal_type=demo.Telemetry";
+    let mut csub =
+        ns.cyclone("cyclone sub", &["sub", "telemetry", "/tel_chg", "20", "100", "--first", "101", "--timeout", "90"]);
+    let mut v1 = ns.shoal(
+        "shoal pub v1",
+        &["pub", "--topic", "tel_chg", "--kind", "telemetry", "--count", "100", "--size", "100", "--rate", "50"],
+    );
+    let mut bridge = ns.bridge(&["--msg-path", &msg_dir, "--topic", route]);
+    v1.expect("done", Duration::from_secs(40));
+    v1.wait_success(Duration::from_secs(10));
+    let mut v2 = ns.shoal(
+        "shoal pub v2",
+        &[
+            "pub",
+            "--topic",
+            "tel_chg",
+            "--kind",
+            "telemetry_v2",
+            "--count",
+            "100",
+            "--first",
+            "101",
+            "--size",
+            "100",
+            "--rate",
+            "50",
+        ],
+    );
+    let summary = csub.expect("summary", Duration::from_secs(90));
+    assert_all("shoal v1 then v2 (renumbered) -> bridge -> cyclone, telemetry", &summary, 20);
+    v2.expect("done", Duration::from_secs(30));
+    v2.wait_success(Duration::from_secs(10));
+    csub.wait_success(Duration::from_secs(10));
+    let remapped = bridge.expect_line("remapped", Duration::from_secs(5), |v| v["event"] == "type_changed");
+    assert_eq!((remapped["type"].as_str(), remapped["result"].as_str()), (Some("demo_v2.Telemetry"), Some("remapped")));
+
+    let mut bad = ns.shoal("shoal pub bad", &["pub", "--topic", "tel_chg", "--kind", "bad_telemetry", "--count", "5"]);
+    bad.expect("done", Duration::from_secs(30));
+    bad.wait_success(Duration::from_secs(10));
+    let refused = bridge.expect_line("refused", Duration::from_secs(10), |v| v["event"] == "type_changed");
+    assert_eq!((refused["type"].as_str(), refused["result"].as_str()), (Some("demo.BadTelemetry"), Some("refused")));
+    let why = refused["message"].as_str().unwrap_or("");
+    assert!(why.contains("does not map to demo_msgs/msg/Telemetry: pose.position.w"), "{refused}");
+    std::thread::sleep(Duration::from_millis(500));
+    let st = stats_of(&mut bridge, "tel_chg");
+    assert_eq!(st["dropped"]["type_changed"].as_u64(), Some(5), "{st}");
+    assert_eq!(st["dropped"]["type_mismatch"].as_u64(), Some(0), "{st}");
+    assert!(st["to_ros"].as_u64().unwrap_or(0) >= 200, "{st}");
+}
+
 /// One RTPS message holding one DATA_FRAG submessage to the SPDP participant reader (every DDS participant has
 /// one, on the discovery multicast port) whose sample size claims `data_size` bytes: RustDDS 0.15.1 allocates
 /// and zero-fills that size before checking anything (see `shoal_ros2_bridge::supervisor`).

@@ -10,8 +10,9 @@
 //! ```
 //!
 //! Kinds: string, imu, image, pointcloud2 (the shipped protobuf types; pose_stamped, twist, transform_stamped and
-//! nav_sat_fix publish only), telemetry (`demo.Telemetry` of the generic-mapping tests, `--size` bytes of blob),
-//! and raw (payloads of `testdata::raw`, announced as `testdata::RAW_TYPE`).
+//! nav_sat_fix publish only), telemetry (`demo.Telemetry` of the generic-mapping tests, `--size` bytes of blob;
+//! publish only: telemetry_v2, the same values as `demo_v2.Telemetry` with its fields renumbered, and
+//! bad_telemetry, a `demo.BadTelemetry` that does not map), and raw (payloads of `testdata::raw`, announced as `testdata::RAW_TYPE`).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -135,6 +136,8 @@ fn message(kind: &str, i: u32, size: usize) -> anyhow::Result<(TypeInfo, Vec<u8>
         "transform_stamped" => enc(testdata::transform_stamped(i)),
         "nav_sat_fix" => enc(testdata::nav_sat_fix(i)),
         "telemetry" => enc(testdata::telemetry(i, size)),
+        "telemetry_v2" => enc(testdata::telemetry_v2(i, size)),
+        "bad_telemetry" => enc(demo::BadTelemetry::default()),
         "raw" => Ok((TypeInfo::raw(testdata::RAW_TYPE), testdata::raw(i, size))),
         _ => bail!("unknown kind {kind}"),
     }
