@@ -20,10 +20,14 @@
 //! | a nested message | a message field, mapped by the same rules |
 //! | `T[N]`, `T[]`, `T[<=N]` | `repeated` of a type allowed for `T` |
 //! | `uint8`/`byte`/`char` arrays | also `bytes` |
+//! | `T[<=1]` | also a single field with presence (proto3 `optional`, a message field, a `oneof` member) of a type allowed for `T`: present is one element, absent none |
 //!
 //! Not mapped: `wstring`, protobuf `map<>` fields, and anything else (integers to floats, `float` to `float64`,
-//! a repeated field to a single ROS value, …). `oneof` members and proto3 `optional` fields map like plain
-//! fields (the ROS side has no presence: an unset field is sent as its default).
+//! a repeated field to a single ROS value, …). ROS 2 messages have no optional fields and no unions; their idiom for
+//! "maybe one" is `T[<=1]`, which carries protobuf presence both ways. A proto3 `optional` field mapped to a plain
+//! `T` loses its presence (an unset field is sent as its default). A `oneof` maps member by member, each to its own
+//! ROS field: to `T[<=1]` the one set is the one present; a ROS message that gives more than one member of a
+//! `oneof` keeps the last in the `.msg` order (a protobuf `oneof` holds one).
 //!
 //! ROS → protobuf never loses a value (the protobuf type holds every value of the ROS type). protobuf → ROS checks
 //! each message: an integer outside the ROS type's range, a string longer than its bound, a bounded sequence
@@ -152,6 +156,9 @@ struct FieldPlan {
     fd: FieldDescriptor,
     elem: Elem,
     array: Array,
+    /// A protobuf field with presence (proto3 `optional`, a message, a `oneof` member) as a ROS `T[<=1]`: present
+    /// is one element, absent none.
+    optional: bool,
 }
 
 /// One message's mapping: the ROS fields in wire order, each with its protobuf field.
@@ -256,17 +263,24 @@ impl Ctx<'_> {
             let kind = fd.kind();
             let is_8bit = matches!(f.base, Base::Prim(Prim::Uint8 | Prim::Byte | Prim::Char));
             if f.array != Array::Single && is_8bit && kind == Kind::Bytes && !fd.is_list() {
-                fields.push(FieldPlan { name: f.name.clone(), fd, elem: Elem::Bytes, array: f.array });
+                fields.push(FieldPlan { name: f.name.clone(), fd, elem: Elem::Bytes, array: f.array, optional: false });
                 continue;
             }
-            let rep = if f.array == Array::Single { "" } else { "repeated " };
-            if fd.is_list() != (f.array != Array::Single) {
+            // ROS has no optional field; its idiom is a sequence of at most one element.
+            let optional = f.array == Array::Bounded(1) && !fd.is_list() && fd.supports_presence();
+            let rep = if f.array == Array::Single || optional { "" } else { "repeated " };
+            if !optional && fd.is_list() != (f.array != Array::Single) {
                 let expected = match &f.base {
                     Base::Prim(p) if p.int_range().is_some() => format!("{rep}one of {}", ints_for(*p)),
                     _ => format!("{rep}{}", expected_single(&f.base)),
                 };
                 let expected =
                     if is_8bit && f.array != Array::Single { format!("bytes or {expected}") } else { expected };
+                let expected = if f.array == Array::Bounded(1) {
+                    format!("{expected}, or the same with presence (proto3 optional, a message, a oneof member)")
+                } else {
+                    expected
+                };
                 return Err(mismatch(expected));
             }
             let elem = match (&f.base, &kind) {
@@ -301,7 +315,7 @@ impl Ctx<'_> {
                 }
                 (base, _) => return Err(mismatch(format!("{rep}{}", expected_single(base)))),
             };
-            fields.push(FieldPlan { name: f.name.clone(), fd, elem, array: f.array });
+            fields.push(FieldPlan { name: f.name.clone(), fd, elem, array: f.array, optional });
         }
         for fd in proto.fields() {
             if !def.fields.iter().any(|f| f.name == fd.name()) {
@@ -602,6 +616,11 @@ impl Serialize for MsgSer<'_> {
         }
         let mut t = s.serialize_tuple(self.plan.fields.len())?;
         for f in &self.plan.fields {
+            if f.optional {
+                let v = self.msg.has_field(&f.fd).then(|| self.msg.get_field(&f.fd));
+                t.serialize_element(&OptionalSer { f, v: v.as_deref() })?;
+                continue;
+            }
             let v = self.msg.get_field(&f.fd);
             t.serialize_element(&FieldSer { f, v: &v })?;
         }
@@ -651,6 +670,23 @@ impl Serialize for FieldSer<'_> {
             }
             (_, v) => Err(ser::Error::custom(format!("field {}: {v:?} is not a list", f.name))),
         }
+    }
+}
+
+/// A field with presence as a ROS `T[<=1]`: one element when present, none when not.
+struct OptionalSer<'a> {
+    f: &'a FieldPlan,
+    v: Option<&'a Value>,
+}
+
+impl Serialize for OptionalSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut q = s.serialize_seq(Some(usize::from(self.v.is_some())))?;
+        if let Some(v) = self.v {
+            q.serialize_element(&ElemSer { elem: &self.f.elem, v })?;
+        }
+        q.end()
     }
 }
 
@@ -734,7 +770,15 @@ impl<'de> Visitor<'de> for MsgV<'_> {
         let mut m = DynamicMessage::new(self.0.proto.clone());
         for (i, f) in self.0.fields.iter().enumerate() {
             let v = seq.next_element_seed(FieldSeed(f, self.1))?.ok_or_else(|| de::Error::invalid_length(i, &self))?;
-            m.set_field(&f.fd, v);
+            match (f.optional, v) {
+                // Present: its one element; absent: left unset.
+                (true, Value::List(mut one)) => {
+                    if let Some(x) = one.pop() {
+                        m.set_field(&f.fd, x);
+                    }
+                }
+                (_, v) => m.set_field(&f.fd, v),
+            }
         }
         Ok(m)
     }
@@ -746,6 +790,9 @@ impl<'de> DeserializeSeed<'de> for FieldSeed<'_> {
     type Value = Value;
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
         let (f, max_bytes) = (self.0, self.1);
+        if f.optional {
+            return d.deserialize_seq(ListV { elem: &f.elem, bound: Some(1), max_bytes });
+        }
         match (f.array, &f.elem) {
             (Array::Single, e) => ElemSeed(e, max_bytes).deserialize(d),
             (Array::Fixed(n), Elem::Bytes) => d.deserialize_tuple(n, BytesV { bound: None }),
@@ -1046,6 +1093,86 @@ mod tests {
         }
         assert!(matches!(remap.mapping_for(&route, &renumbered), Remapped::Other { first: true, .. }));
         assert!(remap.known.lock().unwrap().len() <= MAX_ANNOUNCED_TYPES);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Presence crosses as ROS's `T[<=1]`: a proto3 `optional` set to its default is one element, an unset one
+    /// none, both ways; a message field and `oneof` members alike (the one member set is the one present); a ROS
+    /// sample with two members of one `oneof` keeps the last; without presence `T[<=1]` does not map.
+    #[test]
+    fn presence_maps_to_a_sequence_of_at_most_one() {
+        let (dir, d) = scratch_types(
+            "presence",
+            "int32[<=1] a\nstring[<=1] s\nt_msgs/P[<=1] p\nint32[<=1] x\nstring[<=1] y\nint32 b\n",
+            &[(
+                "t",
+                "optional int32 a = 1; optional string s = 2; P p = 3; oneof o { int32 x = 4; string y = 5; } \
+                 int32 b = 6; } message P { int32 q = 1;",
+            )],
+        );
+        std::fs::write(dir.join("t_msgs/msg/P.msg"), "int32 q\n").unwrap();
+        let ros = MsgName::parse("t_msgs/M").unwrap();
+        let m = Mapping::new(&mut MsgRegistry::new([dir.clone()]), &ros, "t.M", d[0].clone()).unwrap();
+        let desc = m.plan.proto.clone();
+        let round_trip = |msg: &DynamicMessage| {
+            let r = m.from_message(msg.clone()).unwrap();
+            (cdr(&r), m.decode_cdr(&cdr(&r)).unwrap().msg)
+        };
+        // a = 0 and y = "" set (present, defaults), s and p unset, b = 7.
+        let mut msg = DynamicMessage::new(desc.clone());
+        msg.set_field_by_name("a", Value::I32(0));
+        msg.set_field_by_name("y", Value::String(String::new()));
+        msg.set_field_by_name("b", Value::I32(7));
+        let (bytes, back) = round_trip(&msg);
+        // CDR: a = [0], s = [], p = [], x = [], y = [""], b = 7.
+        let want: Vec<u8> = [
+            &[0u8, 1, 0, 0][..],
+            &[1, 0, 0, 0, 0, 0, 0, 0],
+            &[0, 0, 0, 0],
+            &[0, 0, 0, 0],
+            &[0, 0, 0, 0],
+            &[1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0],
+            &[7, 0, 0, 0],
+        ]
+        .concat();
+        assert_eq!(bytes, want);
+        for (name, present) in [("a", true), ("s", false), ("p", false), ("x", false), ("y", true), ("b", true)] {
+            let fd = desc.get_field_by_name(name).unwrap();
+            assert_eq!(back.has_field(&fd), present, "{name}");
+        }
+        assert_eq!(back, msg);
+        // A message field set, and the other oneof member.
+        let mut msg2 = DynamicMessage::new(desc.clone());
+        let mut p = DynamicMessage::new(desc.parent_pool().get_message_by_name("t.P").unwrap());
+        p.set_field_by_name("q", Value::I32(3));
+        msg2.set_field_by_name("p", Value::Message(p));
+        msg2.set_field_by_name("x", Value::I32(9));
+        msg2.set_field_by_name("b", Value::I32(4));
+        let (_, back2) = round_trip(&msg2);
+        assert_eq!(back2, msg2);
+        // ROS gives both x and y: the last, y, is kept.
+        let both: Vec<u8> = [
+            &[0u8, 1, 0, 0][..],
+            &[0, 0, 0, 0],
+            &[0, 0, 0, 0],
+            &[0, 0, 0, 0],
+            &[1, 0, 0, 0, 5, 0, 0, 0],
+            &[1, 0, 0, 0, 2, 0, 0, 0, b'k', 0, 0, 0],
+            &[1, 0, 0, 0],
+        ]
+        .concat();
+        let got = m.decode_cdr(&both).unwrap().msg;
+        assert!(!got.has_field(&desc.get_field_by_name("x").unwrap()));
+        assert_eq!(got.get_field_by_name("y").unwrap().as_str(), Some("k"));
+        // Two elements are not "at most one".
+        let two: Vec<u8> = [&[0u8, 1, 0, 0][..], &[2, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0]].concat();
+        assert!(m.decode_cdr(&two).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+
+        // Without presence (a plain proto3 int32) a ROS int32[<=1] does not map, and says what would.
+        let (dir, d) = scratch_types("nopresence", "int32[<=1] a\n", &[("t", "int32 a = 1;")]);
+        let e = Mapping::new(&mut MsgRegistry::new([dir.clone()]), &ros, "t.M", d[0].clone()).unwrap_err();
+        assert!(e.to_string().contains("or the same with presence (proto3 optional"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
