@@ -112,6 +112,18 @@ impl MsgName {
         let (pkg, name) = match parts.as_slice() {
             [p, n] => (*p, *n),
             [p, "msg", n] => (*p, *n),
+            [_, "srv", _] => {
+                return Err(format!(
+                    "{s:?} is a service type: the bridge carries topics, and a route's type is a message \
+                     (pkg/msg/Type); services are not bridged"
+                ));
+            }
+            [_, "action", _] => {
+                return Err(format!(
+                    "{s:?} is an action type: actions are not bridged (an action is services and topics under \
+                     <name>/_action/; its feedback and status topics can be bridged with their message types)"
+                ));
+            }
             _ => return Err(format!("{s:?}: a message type is written pkg/msg/Type or pkg/Type")),
         };
         if !valid_pkg(pkg) {
@@ -562,6 +574,17 @@ mod tests {
         assert_eq!(d.constants[2], ("GREETING".into(), "\"hi # not a comment\"".into()));
         assert_eq!(d.fields[6].default.as_deref(), Some("\"unnamed\""));
         assert_eq!(d.fields[9].default.as_deref(), Some("1"));
+    }
+
+    /// A service or action type given for a route says what it is and that it is not bridged.
+    #[test]
+    fn service_and_action_types_are_named_as_not_bridged() {
+        let e = MsgName::parse("std_srvs/srv/Trigger").unwrap_err();
+        assert!(e.contains("is a service type") && e.contains("services are not bridged"), "{e}");
+        let e = MsgName::parse("example_interfaces/action/Fibonacci").unwrap_err();
+        assert!(e.contains("is an action type: actions are not bridged"), "{e}");
+        assert!(MsgName::parse("std_msgs/msg/String").is_ok());
+        assert!(MsgName::parse("a/b/c/D").unwrap_err().contains("written pkg/msg/Type"));
     }
 
     #[test]
