@@ -315,8 +315,15 @@ fn a_recording_of_ecal_publishers_plays_back_to_an_ecal_subscriber() {
 }
 
 /// Writes an MCAP file of `chunks` chunks of `per_chunk` messages, one every `step_ms` of log time, on one
-/// protobuf channel; returns the file's bytes.
-fn synthetic_file(chunks: u64, per_chunk: u64, step_ms: u64, compression: Option<mcap::Compression>) -> Vec<u8> {
+/// protobuf channel, topic `channel` (each test its own: the tests of this file run at once, and a play of one
+/// would reach another's subscriber); returns the file's bytes.
+fn synthetic_file(
+    channel: &str,
+    chunks: u64,
+    per_chunk: u64,
+    step_ms: u64,
+    compression: Option<mcap::Compression>,
+) -> Vec<u8> {
     let (ti, md) = reading_type();
     let mut w = mcap::WriteOptions::new()
         .compression(compression)
@@ -324,7 +331,7 @@ fn synthetic_file(chunks: u64, per_chunk: u64, step_ms: u64, compression: Option
         .create(std::io::Cursor::new(Vec::new()))
         .expect("writer");
     let schema = w.add_schema("shoal.test.Reading", "protobuf", &ti.descriptor).expect("schema");
-    let ch = w.add_channel(schema, &topic("synthetic"), "protobuf", &Default::default()).expect("channel");
+    let ch = w.add_channel(schema, channel, "protobuf", &Default::default()).expect("channel");
     let t0 = 1_700_000_000_000_000_000u64;
     for i in 0..chunks * per_chunk {
         let header = mcap::records::MessageHeader {
@@ -354,9 +361,10 @@ fn play_json(file: &Path, args: &[&str]) -> (std::process::Output, Value) {
 fn play_with_rate_2_takes_half_the_time() {
     // 21 messages 50 ms apart: 1 s of recording.
     let file = temp_file("rate");
-    std::fs::write(&file, synthetic_file(3, 7, 50, Some(mcap::Compression::Zstd))).expect("write");
+    let channel = topic("synthetic_rate");
+    std::fs::write(&file, synthetic_file(&channel, 3, 7, 50, Some(mcap::Compression::Zstd))).expect("write");
     let node = shoal::Node::init("play_rate_test").expect("node");
-    let sub = node.subscriber(&topic("synthetic")).create().expect("subscriber");
+    let sub = node.subscriber(&channel).create().expect("subscriber");
     let mut seconds = Vec::new();
     for rate in ["1", "2"] {
         let started = Instant::now();
@@ -381,7 +389,7 @@ fn play_with_rate_2_takes_half_the_time() {
 
 #[test]
 fn a_truncated_file_plays_what_is_readable_and_says_what_is_not() {
-    let bytes = synthetic_file(5, 10, 1, Some(mcap::Compression::Zstd));
+    let bytes = synthetic_file(&topic("synthetic_truncated"), 5, 10, 1, Some(mcap::Compression::Zstd));
     let s = mcap::Summary::read(&bytes).expect("summary").expect("summary");
     // Cut in the middle of the fourth chunk: the first three play, the rest is reported.
     let fourth = &s.chunk_indexes[3];
@@ -408,7 +416,7 @@ fn a_truncated_file_plays_what_is_readable_and_says_what_is_not() {
 
 #[test]
 fn garbage_in_a_chunk_skips_that_chunk_only() {
-    let bytes = synthetic_file(5, 10, 1, Some(mcap::Compression::Zstd));
+    let bytes = synthetic_file(&topic("synthetic_garbage"), 5, 10, 1, Some(mcap::Compression::Zstd));
     let s = mcap::Summary::read(&bytes).expect("summary").expect("summary");
     let second = &s.chunk_indexes[1];
     let mut bad = bytes.clone();

@@ -39,6 +39,7 @@ pub struct ProcessEntry {
     /// eCAL unit name (shoal: the first node's name).
     pub unit_name: String,
     /// Command line as announced (eCAL's `process_parameter`: the arguments joined by spaces).
+    #[cfg_attr(feature = "serde", serde(default))]
     pub command_line: String,
     /// Runtime version string (`v6.1.1` for eCAL 6.1.1, `shoal 0.1.0 (eCAL v6.1.1 compatible)` for shoal).
     pub runtime_version: String,
