@@ -6,8 +6,9 @@
 //! endpoint check (QoS and type mismatches of the remote DDS endpoints on the bridged topics). shoal delivers the
 //! shoal → ROS 2 samples to callbacks on its doorbell thread, which converts each to the ROS message and queues it
 //! (bounded, [`QUEUE_MESSAGES`] and [`QUEUE_BYTES`] per route) for the route's writer task, so a DDS writer waiting
-//! for its reliable window never holds up another route. RustDDS adds its own event-loop thread, shoal its I/O
-//! thread.
+//! for its reliable window never holds up another route. Bridged services (`crate::services`) add their request
+//! and reply tasks to the same executor; a call of a shoal server waits on smol's blocking pool, a call of a ROS 2
+//! server on the shoal server's handler thread. RustDDS adds its own event-loop thread, shoal its I/O thread.
 
 use std::collections::HashSet;
 use std::marker::PhantomData;
@@ -76,6 +77,9 @@ pub enum BridgeError {
         /// The first field that does not map, and why.
         source: Box<crate::generic::GenericError>,
     },
+    /// A bridged service could not start.
+    #[error(transparent)]
+    Service(#[from] crate::services::ServiceError),
     /// The routes contradict each other.
     #[error("routes")]
     Routes(#[from] crate::config::ConfigError),
@@ -488,6 +492,13 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
         running.push(r);
     }
 
+    let mut services = Vec::new();
+    for sr in &config.services {
+        let r = crate::services::start(sr, &dp, &shoal_node, &ex)?;
+        tracing::info!(service = %sr.name(), "bridging");
+        services.push(r);
+    }
+
     let stats_pub = shoal_node
         .publisher("shoal_ros2_bridge/stats")
         .type_info(TypeInfo::raw("json"))
@@ -498,14 +509,16 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
         "node": node.fully_qualified_name(),
         "domain_id": config.domain_id,
         "routes": running.iter().map(|r| route_name(&r.route)).collect::<Vec<_>>(),
+        "services": services.iter().map(|s| s.route.name()).collect::<Vec<_>>(),
     }));
 
-    let main = main_loop(config, &dp, &running, stats_pub, &stop);
+    let main = main_loop(config, &dp, (&running, &services), stats_pub, &stop);
     smol::block_on(ex.run(main));
 
     stop.store(true, Ordering::Relaxed);
     emit(
-        &json!({"event": "stats", "final": true, "routes": running.iter().map(|r| r.stats.to_json()).collect::<Vec<_>>()}),
+        &json!({"event": "stats", "final": true, "routes": running.iter().map(|r| r.stats.to_json()).collect::<Vec<_>>(),
+        "services": services.iter().map(|s| s.stats.to_json()).collect::<Vec<_>>()}),
     );
     Ok(())
 }
@@ -513,7 +526,7 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
 async fn main_loop(
     config: &Config,
     dp: &rustdds::DomainParticipant,
-    running: &[Running],
+    (running, services): (&[Running], &[crate::services::RunningService]),
     mut stats_pub: shoal::Publisher,
     stop: &AtomicBool,
 ) {
@@ -530,8 +543,8 @@ async fn main_loop(
         }
         if !stats_every.is_zero() && now >= next_stats {
             next_stats = now + stats_every;
-            let line =
-                json!({"event": "stats", "routes": running.iter().map(|r| r.stats.to_json()).collect::<Vec<_>>()});
+            let line = json!({"event": "stats", "routes": running.iter().map(|r| r.stats.to_json()).collect::<Vec<_>>(),
+                "services": services.iter().map(|s| s.stats.to_json()).collect::<Vec<_>>()});
             emit(&line);
             let _ = stats_pub.send(line.to_string().as_bytes());
         }

@@ -16,6 +16,7 @@ use shoal::TypeInfo;
 
 use crate::generic::{Mapping, compile_proto};
 use crate::msgdef::{MsgName, MsgRegistry};
+use crate::services::{ServerSide, ServiceRoute};
 use crate::types::{RosType, RouteType};
 
 /// Which way a topic is bridged.
@@ -256,6 +257,8 @@ pub struct Config {
     pub supervisor: Supervision,
     /// The bridged topics.
     pub routes: Vec<Route>,
+    /// The bridged services (`[[service]]`, `--service`).
+    pub services: Vec<ServiceRoute>,
 }
 
 /// What the supervisor (`crate::supervisor`) imposes on the worker process that runs the bridge, and how it
@@ -300,6 +303,7 @@ impl Default for Config {
             announced_type_wait_ms: 10_000,
             supervisor: Supervision::default(),
             routes: Vec::new(),
+            services: Vec::new(),
         }
     }
 }
@@ -345,6 +349,8 @@ struct FileConfig {
     supervisor: Option<FileSupervisor>,
     #[serde(default)]
     topic: Vec<FileTopic>,
+    #[serde(default)]
+    service: Vec<FileService>,
 }
 
 #[derive(Deserialize)]
@@ -386,6 +392,22 @@ struct FileTopic {
     durability: Option<Durability>,
     history_depth: Option<Spanned<i64>>,
     shoal_type: Option<Spanned<String>>,
+    shoal_descriptor: Option<Spanned<String>>,
+    shoal_proto: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileService {
+    shoal: Spanned<String>,
+    ros: Option<Spanned<String>>,
+    method: Option<Spanned<String>>,
+    #[serde(rename = "type")]
+    srv_type: Spanned<String>,
+    server: Spanned<String>,
+    timeout_ms: Option<Spanned<i64>>,
+    shoal_request: Option<Spanned<String>>,
+    shoal_response: Option<Spanned<String>>,
     shoal_descriptor: Option<Spanned<String>>,
     shoal_proto: Option<Spanned<String>>,
 }
@@ -606,6 +628,9 @@ impl Config {
                 shoal_descriptor,
             });
         }
+        for t in file.service {
+            c.services.push(service_from_file(&cx, &base, t, &mut reg)?);
+        }
         Ok(c)
     }
 
@@ -689,8 +714,31 @@ impl Config {
         Ok(r)
     }
 
-    /// Checks what only the whole set of routes can show: two routes may not publish the same topic.
+    /// Parses a `--service` flag: `SHOAL_SERVICE=pkg/srv/Type,server=shoal|ros` with keys `ros`, `method`,
+    /// `timeout_ms`, `shoal_request`, `shoal_response`, `shoal_proto`, `shoal_descriptor` (the file's
+    /// `[[service]]` keys).
+    pub fn parse_service_flag(spec: &str, msg_dirs: &[PathBuf]) -> Result<ServiceRoute, ConfigError> {
+        crate::services::parse_service_flag(spec, msg_dirs)
+            .map_err(|m| ConfigError::Flag { flag: format!("--service {spec}"), message: m })
+    }
+
+    /// Checks what only the whole set of routes can show: two routes may not publish the same topic, and a
+    /// service name is bridged once on each side.
     pub fn check_routes(&self) -> Result<(), ConfigError> {
+        for (i, a) in self.services.iter().enumerate() {
+            for b in &self.services[i + 1..] {
+                let twice = |what: &str, name: &str| ConfigError::Flag {
+                    flag: "services".into(),
+                    message: format!("two services bridge {what} service {name}"),
+                };
+                if a.shoal_name == b.shoal_name {
+                    return Err(twice("shoal", &a.shoal_name));
+                }
+                if a.ros_name == b.ros_name {
+                    return Err(twice("ROS 2", &a.ros_name));
+                }
+            }
+        }
         for (i, a) in self.routes.iter().enumerate() {
             for b in &self.routes[i + 1..] {
                 if a.direction.to_ros() && b.direction.to_ros() && a.ros_topic == b.ros_topic {
@@ -709,6 +757,55 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// One `[[service]]` table.
+fn service_from_file(
+    cx: &FileCtx<'_>,
+    base: &Path,
+    t: FileService,
+    reg: &mut MsgRegistry,
+) -> Result<ServiceRoute, ConfigError> {
+    use crate::services::{Key as SKey, TIMEOUT_RANGE, TypeSpec as STypeSpec};
+    if t.shoal.get_ref().is_empty() {
+        return Err(cx.err(t.shoal.span(), "shoal: the service name must not be empty"));
+    }
+    let server = ServerSide::parse(t.server.get_ref()).ok_or_else(|| {
+        cx.err(t.server.span(), format!("server = {:?}: allowed {}", t.server.get_ref(), ServerSide::ALLOWED))
+    })?;
+    let ros_name = match &t.ros {
+        Some(v) => {
+            check_ros_topic(v.get_ref()).map_err(|m| cx.err(v.span(), format!("ros = {m}")))?;
+            v.get_ref().clone()
+        }
+        None => default_ros_topic(t.shoal.get_ref()),
+    };
+    let method = match t.method {
+        Some(v) if v.get_ref().is_empty() => return Err(cx.err(v.span(), "method: must not be empty")),
+        Some(v) => v.into_inner(),
+        None => crate::services::DEFAULT_METHOD.into(),
+    };
+    let timeout_ms = match &t.timeout_ms {
+        Some(v) => cx.int(v, "timeout_ms", TIMEOUT_RANGE)?,
+        None => crate::services::DEFAULT_TIMEOUT_MS,
+    };
+    let spec = STypeSpec {
+        ty: t.srv_type.get_ref(),
+        shoal_request: t.shoal_request.as_ref().map(|v| v.get_ref().as_str()),
+        shoal_response: t.shoal_response.as_ref().map(|v| v.get_ref().as_str()),
+        descriptor: t.shoal_descriptor.as_ref().map(|v| base.join(v.get_ref())),
+        proto: t.shoal_proto.as_ref().map(|v| base.join(v.get_ref())),
+    };
+    let (srv, request, response) = crate::services::service_types(&spec, reg).map_err(|(key, m)| {
+        let span = match key {
+            SKey::Type => Some(t.srv_type.span()),
+            SKey::ShoalTypes => t.shoal_request.as_ref().or(t.shoal_response.as_ref()).map(Spanned::span),
+            SKey::Descriptor => t.shoal_descriptor.as_ref().map(Spanned::span),
+            SKey::Proto => t.shoal_proto.as_ref().map(Spanned::span),
+        };
+        cx.err(span.unwrap_or_else(|| t.srv_type.span()), m)
+    })?;
+    Ok(ServiceRoute { shoal_name: t.shoal.into_inner(), method, ros_name, srv, server, timeout_ms, request, response })
 }
 
 #[cfg(test)]
@@ -774,6 +871,65 @@ mod tests {
         assert_eq!(c.supervisor, Supervision { memory_limit: 128 << 20, restart_backoff_ms: 20 });
         let e = err("[ros]\ninterfaces = [\"lo\"]\n");
         assert!(e.starts_with("b.toml:2:15: interfaces: \"lo\" is not an IP address"), "{e}");
+    }
+
+    #[test]
+    fn service_tables_and_flags() {
+        let c = Config::from_toml(
+            "b.toml",
+            "[[service]]\nshoal = \"arm/reset\"\ntype = \"std_srvs/srv/Trigger\"\nserver = \"shoal\"\n\
+             [[service]]\nshoal = \"enable\"\nros = \"/motor/enable\"\nmethod = \"set\"\n\
+             type = \"std_srvs/srv/SetBool\"\nserver = \"ros\"\ntimeout_ms = 250\n",
+        )
+        .unwrap();
+        let (a, b) = (&c.services[0], &c.services[1]);
+        assert_eq!((a.ros_name.as_str(), a.method.as_str(), a.timeout_ms), ("/arm/reset", "call", 5000));
+        assert_eq!(a.server, ServerSide::Shoal);
+        assert_eq!(a.request.type_info().name, "std_srvs.Trigger_Request");
+        assert_eq!((b.ros_name.as_str(), b.method.as_str(), b.timeout_ms), ("/motor/enable", "set", 250));
+        assert_eq!(b.response.type_info().name, "std_srvs.SetBool_Response");
+        assert_eq!(b.dds_topics(), ("rq/motor/enableRequest".to_string(), "rr/motor/enableReply".to_string()));
+
+        let e = err("[[service]]\nshoal = \"a\"\ntype = \"std_srvs/srv/Trigger\"\nserver = \"both\"\n");
+        assert!(e.starts_with("b.toml:4:10: server = \"both\": allowed shoal, ros"), "{e}");
+        let e = err("[[service]]\nshoal = \"a\"\ntype = \"std_srvs/srv/Trigger\"\n");
+        assert!(e.contains("missing field `server`"), "{e}");
+        let e = err("[[service]]\nshoal = \"a\"\ntype = \"std_srvs/srv/Trigger\"\nserver = \"ros\"\ntimeout_ms = 0\n");
+        assert!(e.starts_with("b.toml:5:14: timeout_ms = 0: allowed 1..=600000"), "{e}");
+        let e = err("[[service]]\nshoal = \"a\"\ntype = \"example_interfaces/srv/AddTwoInts\"\nserver = \"ros\"\n");
+        assert!(e.starts_with("b.toml:3:8: example_interfaces/srv/AddTwoInts: no definition found"), "{e}");
+        let e = err("[[service]]\nshoal = \"a\"\ntype = \"std_msgs/msg/String\"\nserver = \"ros\"\n");
+        assert!(
+            e.starts_with("b.toml:3:8: type = \"std_msgs/msg/String\": a service type is written pkg/srv/Type"),
+            "{e}"
+        );
+        let e = err("[[service]]\nshoal = \"a\"\ntype = \"demo/action/Go\"\nserver = \"ros\"\n");
+        assert!(e.contains("is an action type: actions are not bridged"), "{e}");
+        let e = err(
+            "[[service]]\nshoal = \"a\"\ntype = \"std_srvs/srv/Empty\"\nserver = \"ros\"\nshoal_request = \"x.Y\"\n",
+        );
+        assert!(e.starts_with("b.toml:5:17: shoal_request and shoal_response: give both"), "{e}");
+
+        // A generic .srv: mapped at start, the first field that does not map named.
+        let demo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/demo");
+        let msg = vec![demo.join("msg")];
+        let proto = demo.join("demo.proto");
+        let flag = format!(
+            "scale=demo_msgs/srv/Scale,server=ros,shoal_request=demo.Scale_Request,shoal_response=demo.Scale_Response,\
+             shoal_proto={}",
+            proto.display()
+        );
+        let s = Config::parse_service_flag(&flag, &msg).unwrap();
+        assert_eq!((s.ros_name.as_str(), s.server), ("/scale", ServerSide::Ros));
+        let bad = flag.replace("demo.Scale_Response", "demo.Wheel");
+        let e = Config::parse_service_flag(&bad, &msg).unwrap_err().to_string();
+        assert!(e.contains("protobuf demo.Wheel does not map to demo_msgs/srv/Scale (Response)"), "{e}");
+        let e = Config::parse_service_flag("x=std_srvs/srv/Trigger", &[]).unwrap_err().to_string();
+        assert!(e.contains("server=shoal or server=ros"), "{e}");
+
+        let mut twice = c.clone();
+        twice.services.push(c.services[0].clone());
+        assert!(twice.check_routes().unwrap_err().to_string().contains("two services bridge shoal service arm/reset"));
     }
 
     #[test]

@@ -422,6 +422,12 @@ impl Mapping {
     /// message), as the bridge's DDS reader does.
     pub fn decode_cdr(&self, bytes: &[u8]) -> Result<DynRos, String> {
         let body = bytes.strip_prefix(&[0, 1, 0, 0]).ok_or("not CDR little-endian (encapsulation 00 01)")?;
+        self.decode_cdr_body(body)
+    }
+
+    /// Reads a message's CDR little-endian bytes without the encapsulation header (a service message after its
+    /// request header, `crate::services`).
+    pub fn decode_cdr_body(&self, body: &[u8]) -> Result<DynRos, String> {
         let mut d = cdr_encoding::CdrDeserializer::<byteorder::LittleEndian>::new(body);
         DynSeed { plan: self.plan.clone(), max_bytes: body.len() }.deserialize(&mut d).map_err(|e| e.to_string())
     }

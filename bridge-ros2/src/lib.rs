@@ -6,6 +6,7 @@
 //!   form (`proto/`); [`mapping`] field by field between the two.
 //! - [`msgdef`]: ROS 2 `.msg` files (any type, no ROS install); [`generic`] maps any protobuf message to one by
 //!   field names, checked at start, with CDR driven by the parsed definition.
+//! - [`services`]: services both ways (rmw's `rq/` and `rr/` topics, the request id in the sample).
 //! - [`bridge`]: the running bridge (threads, echo suppression, QoS checks); [`stats`] its counters.
 //! - [`supervisor`]: the bridge as a supervisor process and a worker under a memory limit, restarted when it
 //!   dies.
@@ -17,13 +18,14 @@ pub mod generic;
 pub mod mapping;
 pub mod msgdef;
 pub mod ros;
+pub mod services;
 pub mod stats;
 pub mod supervisor;
 pub mod testdata;
 pub mod types;
 
 /// The shipped protobuf messages (generated from `proto/` by shoal-codegen): modules `builtin_interfaces`,
-/// `std_msgs`, `geometry_msgs`, `sensor_msgs`; and `demo`, the protobuf side of the generic-mapping tests
+/// `std_msgs`, `geometry_msgs`, `sensor_msgs`, `std_srvs`; and `demo`, the protobuf side of the generic-mapping tests
 /// (`tests/demo/demo.proto`).
 pub mod pb {
     shoal::include_proto!();

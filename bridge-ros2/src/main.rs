@@ -3,6 +3,7 @@
 //! ```text
 //! shoal-ros2-bridge --config bridge.toml
 //! shoal-ros2-bridge --topic chatter=std_msgs/msg/String --topic camera=sensor_msgs/msg/Image,direction=shoal_to_ros
+//! shoal-ros2-bridge --service arm_reset=std_srvs/srv/Trigger,server=shoal,ros=/arm/reset
 //! ```
 //!
 //! Logs go to stderr (`RUST_LOG`, default `info`); machine-readable events (ready, stats, qos_mismatch,
@@ -38,6 +39,13 @@ struct Args {
     /// reliable, volatile, 10.
     #[arg(long = "topic", short = 't')]
     topics: Vec<String>,
+    /// A bridged service, added to the file's: SHOAL_SERVICE=pkg/srv/Type,server=shoal|ros[,ros=/name][,method=M]
+    /// [,timeout_ms=N][,shoal_request=T,shoal_response=T,shoal_proto=FILE|shoal_descriptor=FILE]. server=shoal offers
+    /// a shoal service to ROS 2 clients, server=ros a ROS 2 service to shoal clients. Built in:
+    /// std_srvs/srv/Trigger, SetBool, Empty; another .srv (found in --msg-path as DIR/<pkg>/srv/<Type>.srv) needs its
+    /// protobuf request and response. Defaults: ros=/SHOAL_SERVICE, method=call, timeout_ms=5000.
+    #[arg(long = "service", short = 's')]
+    services: Vec<String>,
     /// A directory of ROS 2 `.msg` files laid out as ROS does (DIR/<pkg>/msg/<Type>.msg), for generic mappings;
     /// repeatable, searched before the file's `msg_path` and the built-in definitions.
     #[arg(long = "msg-path")]
@@ -109,6 +117,9 @@ fn main() -> anyhow::Result<()> {
     for t in &args.topics {
         config.routes.push(Config::parse_topic_flag(t, &config.msg_path)?);
     }
+    for s in &args.services {
+        config.services.push(Config::parse_service_flag(s, &config.msg_path)?);
+    }
     if let Some(m) = args.memory_limit {
         let (lo, hi) = Supervision::MEMORY_LIMIT_RANGE;
         anyhow::ensure!(
@@ -117,7 +128,10 @@ fn main() -> anyhow::Result<()> {
         );
         config.supervisor.memory_limit = m;
     }
-    anyhow::ensure!(!config.routes.is_empty(), "no topics to bridge: give --config FILE or --topic SHOAL=TYPE");
+    anyhow::ensure!(
+        !config.routes.is_empty() || !config.services.is_empty(),
+        "nothing to bridge: give --config FILE, --topic SHOAL=TYPE or --service SHOAL=pkg/srv/Type,server=shoal|ros"
+    );
     config.check_routes()?;
 
     for sig in [libc::SIGTERM, libc::SIGINT] {

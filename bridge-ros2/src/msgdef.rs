@@ -12,7 +12,10 @@
 //!   same package (`Header` alone is `std_msgs/Header` when the package has no `Header`), followed optionally by
 //!   `[N]` (fixed array), `[]` (sequence) or `[<=N]` (bounded sequence).
 //!
-//! Service and action files (`---` separators) are not messages and are refused.
+//! Service files (`<dir>/<pkg>/srv/<Type>.srv`, and the shipped `bridge-ros2/srv/`: std_srvs Trigger, SetBool
+//! and Empty) are a request and a response in this grammar separated by a `---` line; [`MsgRegistry::resolve_srv`]
+//! reads them as the two messages `pkg/Type_Request` and `pkg/Type_Response`, as rosidl does. Action files are
+//! refused.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -146,6 +149,74 @@ impl MsgName {
 impl fmt::Display for MsgName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/msg/{}", self.pkg, self.name)
+    }
+}
+
+/// A service type's name, `pkg/srv/Type`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SrvName {
+    /// The package, e.g. `std_srvs`.
+    pub pkg: String,
+    /// The type, e.g. `Trigger`.
+    pub name: String,
+}
+
+impl SrvName {
+    /// Parses `pkg/srv/Type`, checking ROS 2's naming rules.
+    pub fn parse(s: &str) -> Result<SrvName, String> {
+        let parts: Vec<&str> = s.split('/').collect();
+        let [pkg, "srv", name] = parts.as_slice() else {
+            if let [_, "action", _] = parts.as_slice() {
+                return Err(format!(
+                    "{s:?} is an action type: actions are not bridged (an action is services and topics under \
+                     <name>/_action/; its feedback and status topics can be bridged with their message types)"
+                ));
+            }
+            return Err(format!("{s:?}: a service type is written pkg/srv/Type"));
+        };
+        if !valid_pkg(pkg) {
+            return Err(format!(
+                "{s:?}: package {pkg:?} must be lower case letters, digits and _, starting with a letter"
+            ));
+        }
+        if !valid_type(name) {
+            return Err(format!("{s:?}: type {name:?} must be CamelCase letters and digits, starting upper case"));
+        }
+        Ok(SrvName { pkg: (*pkg).into(), name: (*name).into() })
+    }
+
+    /// The message of one part (`Request` or `Response`): `pkg/Type_Request`, as rosidl names it.
+    pub fn part(&self, part: SrvPart) -> MsgName {
+        MsgName { pkg: self.pkg.clone(), name: format!("{}_{}", self.name, part.suffix()) }
+    }
+
+    /// The DDS type name of one part, `pkg::srv::dds_::Type_Request_`.
+    pub fn dds_name(&self, part: SrvPart) -> String {
+        format!("{}::srv::dds_::{}_{}_", self.pkg, self.name, part.suffix())
+    }
+}
+
+impl fmt::Display for SrvName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/srv/{}", self.pkg, self.name)
+    }
+}
+
+/// One of a service's two messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SrvPart {
+    /// What the client sends.
+    Request,
+    /// What the server answers.
+    Response,
+}
+
+impl SrvPart {
+    fn suffix(self) -> &'static str {
+        match self {
+            SrvPart::Request => "Request",
+            SrvPart::Response => "Response",
+        }
     }
 }
 
@@ -432,7 +503,15 @@ const BUILTIN: &[(&str, &str, &str)] = &[
     ("sensor_msgs", "NavSatFix", include_str!("../msg/sensor_msgs/msg/NavSatFix.msg")),
 ];
 
+/// The service definitions shipped with the bridge (`bridge-ros2/srv/`).
+const BUILTIN_SRV: &[(&str, &str, &str)] = &[
+    ("std_srvs", "Trigger", include_str!("../srv/std_srvs/srv/Trigger.srv")),
+    ("std_srvs", "SetBool", include_str!("../srv/std_srvs/srv/SetBool.srv")),
+    ("std_srvs", "Empty", include_str!("../srv/std_srvs/srv/Empty.srv")),
+];
+
 const BUILTIN_PKGS: &str = "builtin_interfaces, std_msgs, geometry_msgs, sensor_msgs";
+const BUILTIN_SRV_NAMES: &str = "std_srvs/srv/Trigger, SetBool, Empty";
 
 /// Finds and parses message definitions: first `<dir>/<pkg>/msg/<Type>.msg` in each directory, in order, then the
 /// built-in ones. Every definition is parsed once.
@@ -441,13 +520,20 @@ pub struct MsgRegistry {
     dirs: Vec<PathBuf>,
     /// Definitions given as text ([`MsgRegistry::add_text`]), searched first.
     texts: Vec<(MsgName, String)>,
+    /// A definition already parsed ([`MsgRegistry::resolve_srv`]'s parts), found first while it is resolved.
+    pending: HashMap<MsgName, MsgDef>,
     loaded: HashMap<MsgName, Arc<MsgDef>>,
 }
 
 impl MsgRegistry {
     /// A registry searching `dirs`, then the built-in definitions.
     pub fn new(dirs: impl IntoIterator<Item = PathBuf>) -> MsgRegistry {
-        MsgRegistry { dirs: dirs.into_iter().collect(), texts: Vec::new(), loaded: HashMap::new() }
+        MsgRegistry {
+            dirs: dirs.into_iter().collect(),
+            texts: Vec::new(),
+            pending: HashMap::new(),
+            loaded: HashMap::new(),
+        }
     }
 
     /// Adds the definition of `name` as `.msg` text, found before any directory's (parsed when resolved).
@@ -456,6 +542,9 @@ impl MsgRegistry {
     }
 
     fn find(&self, name: &MsgName) -> Result<Option<MsgDef>, MsgError> {
+        if let Some(d) = self.pending.get(name) {
+            return Ok(Some(d.clone()));
+        }
         if let Some((_, text)) = self.texts.iter().find(|(n, _)| n == name) {
             return parse_msg(name, text, &format!("given {name}")).map(Some);
         }
@@ -486,6 +575,80 @@ impl MsgRegistry {
     /// the package does not define is `std_msgs/Header`.
     pub fn resolve(&mut self, name: &MsgName) -> Result<Arc<MsgDef>, MsgError> {
         self.resolve_in(name, &mut Vec::new())
+    }
+
+    /// The request and response of service `name`, from `<dir>/<pkg>/srv/<Type>.srv` in each directory, in order,
+    /// then the shipped definitions, each with every nested type resolved (a nested `Type` alone is
+    /// `pkg/msg/Type`, as in a `.msg` of the package). They are registered as `pkg/Type_Request` and
+    /// `pkg/Type_Response` ([`SrvName::part`]).
+    pub fn resolve_srv(&mut self, name: &SrvName) -> Result<(Arc<MsgDef>, Arc<MsgDef>), MsgError> {
+        let (req, resp) = (name.part(SrvPart::Request), name.part(SrvPart::Response));
+        if let (Some(a), Some(b)) = (self.loaded.get(&req), self.loaded.get(&resp)) {
+            return Ok((a.clone(), b.clone()));
+        }
+        let mut found = None;
+        for d in &self.dirs {
+            let path = d.join(&name.pkg).join("srv").join(format!("{}.srv", name.name));
+            if path.is_file() {
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| MsgError::Read { path: path.display().to_string(), reason: e.to_string() })?;
+                found = Some((text, path.display().to_string()));
+                break;
+            }
+        }
+        if found.is_none() {
+            found = BUILTIN_SRV
+                .iter()
+                .find(|(p, n, _)| *p == name.pkg && *n == name.name)
+                .map(|(_, _, text)| ((*text).to_string(), format!("built-in {name}")));
+        }
+        let Some((text, source)) = found else {
+            let searched: Vec<String> = self
+                .dirs
+                .iter()
+                .map(|d| d.join(&name.pkg).join("srv").join(format!("{}.srv", name.name)).display().to_string())
+                .collect();
+            return Err(MsgError::NotFound {
+                name: name.to_string(),
+                searched: if searched.is_empty() { "no msg_path directories".into() } else { searched.join(", ") },
+                builtin: BUILTIN_SRV_NAMES,
+            });
+        };
+        let mut parts = text.lines().enumerate().filter(|(_, l)| strip_comment(l).trim().starts_with("---"));
+        let Some((sep, _)) = parts.next() else {
+            return Err(MsgError::Syntax {
+                file: source,
+                line: 1,
+                message: "a service file has a request and a response separated by a `---` line; there is none".into(),
+            });
+        };
+        if let Some((extra, _)) = parts.next() {
+            return Err(MsgError::Syntax {
+                file: source,
+                line: extra + 1,
+                message: "a second `---`: that is an action (goal, result, feedback); actions are not bridged".into(),
+            });
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        // The response part keeps its line numbers in errors: blank lines stand for the request part.
+        let request = lines[..sep].join("\n");
+        let response = "\n".repeat(sep + 1) + &lines[sep + 1..].join("\n");
+        for (part, body) in [(&req, request), (&resp, response)] {
+            let def = parse_msg(part, &body, &source)?;
+            self.resolve_parsed(def)?;
+        }
+        Ok((self.loaded[&req].clone(), self.loaded[&resp].clone()))
+    }
+
+    /// Resolves the nested types of a definition read outside the search (a service's part) and keeps it.
+    fn resolve_parsed(&mut self, def: MsgDef) -> Result<Arc<MsgDef>, MsgError> {
+        let name = def.name.clone();
+        self.texts.retain(|(n, _)| n != &name);
+        self.loaded.remove(&name);
+        self.pending.insert(name.clone(), def);
+        let r = self.resolve(&name);
+        self.pending.remove(&name);
+        r
     }
 
     /// The already resolved definition of `name` (after [`MsgRegistry::resolve`] of a type that contains it).
@@ -528,6 +691,42 @@ mod tests {
 
     fn name(s: &str) -> MsgName {
         MsgName::parse(s).unwrap()
+    }
+
+    #[test]
+    fn services_are_two_messages() {
+        let mut reg = MsgRegistry::new(Vec::new());
+        let srv = SrvName::parse("std_srvs/srv/SetBool").unwrap();
+        let (req, resp) = reg.resolve_srv(&srv).unwrap();
+        assert_eq!(req.name.to_string(), "std_srvs/msg/SetBool_Request");
+        assert_eq!(req.fields.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["data"]);
+        assert_eq!(resp.fields.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["success", "message"]);
+        let (req, resp) = reg.resolve_srv(&SrvName::parse("std_srvs/srv/Empty").unwrap()).unwrap();
+        assert!(req.fields.is_empty() && resp.fields.is_empty());
+        assert_eq!(srv.dds_name(SrvPart::Response), "std_srvs::srv::dds_::SetBool_Response_");
+
+        // From a directory, with a same-package nested message, errors on the line of the file.
+        let dir = std::env::temp_dir().join(format!("msgdef_srv_{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("demo_msgs/srv")).unwrap();
+        std::fs::create_dir_all(dir.join("demo_msgs/msg")).unwrap();
+        std::fs::write(dir.join("demo_msgs/msg/Wheel.msg"), "float64 speed\n").unwrap();
+        std::fs::write(dir.join("demo_msgs/srv/Spin.srv"), "Wheel wheel\n---\n# comment\nbool ok\n").unwrap();
+        std::fs::write(dir.join("demo_msgs/srv/Bad.srv"), "int32 a\n---\nint32 b\nfloat99 c\n").unwrap();
+        std::fs::write(dir.join("demo_msgs/srv/Act.srv"), "int32 a\n---\nint32 b\n---\nint32 c\n").unwrap();
+        std::fs::write(dir.join("demo_msgs/srv/None.srv"), "int32 a\n").unwrap();
+        let mut reg = MsgRegistry::new([dir.clone()]);
+        let (req, resp) = reg.resolve_srv(&SrvName::parse("demo_msgs/srv/Spin").unwrap()).unwrap();
+        assert_eq!(req.fields[0].type_text(), "demo_msgs/Wheel wheel".split(' ').next().unwrap());
+        assert_eq!(resp.fields[0].name, "ok");
+        let e = reg.resolve_srv(&SrvName::parse("demo_msgs/srv/Bad").unwrap()).unwrap_err().to_string();
+        assert!(e.contains("Bad.srv:4:") && e.contains("float99"), "{e}");
+        let e = reg.resolve_srv(&SrvName::parse("demo_msgs/srv/Act").unwrap()).unwrap_err().to_string();
+        assert!(e.contains("Act.srv:4:") && e.contains("actions are not bridged"), "{e}");
+        let e = reg.resolve_srv(&SrvName::parse("demo_msgs/srv/None").unwrap()).unwrap_err().to_string();
+        assert!(e.contains("there is none"), "{e}");
+        let e = reg.resolve_srv(&SrvName::parse("demo_msgs/srv/Gone").unwrap()).unwrap_err().to_string();
+        assert!(e.contains("demo_msgs/srv/Gone.srv") && e.contains("std_srvs/srv/Trigger"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -211,3 +211,72 @@ pub fn telemetry_v2(i: u32, size: usize) -> crate::pb::demo_v2::Telemetry {
 pub fn telemetry_index(t: &demo::Telemetry) -> Option<u32> {
     t.header.as_ref()?.stamp.as_ref().and_then(|s| u32::try_from(s.sec).ok())
 }
+
+/// The services of the tests: `trigger` (std_srvs/srv/Trigger), `set_bool` (SetBool), `empty` (Empty) and `scale`
+/// (`demo_msgs/srv/Scale`, generic: `demo.Scale_Request` / `demo.Scale_Response`).
+pub const SERVICE_KINDS: [&str; 4] = ["trigger", "set_bool", "empty", "scale"];
+
+/// Request number `i` of a service `kind`: its protobuf request and response types and the request's bytes.
+pub fn service_request(kind: &str, i: u32) -> Option<(shoal::TypeInfo, shoal::TypeInfo, Vec<u8>)> {
+    use crate::pb::std_srvs;
+    use prost::Message as _;
+    fn types<A: shoal::Message, B: shoal::Message>() -> (shoal::TypeInfo, shoal::TypeInfo) {
+        (A::type_info().clone(), B::type_info().clone())
+    }
+    let ((a, b), bytes) = match kind {
+        "trigger" => (
+            types::<std_srvs::TriggerRequest, std_srvs::TriggerResponse>(),
+            std_srvs::TriggerRequest {}.encode_to_vec(),
+        ),
+        "set_bool" => (
+            types::<std_srvs::SetBoolRequest, std_srvs::SetBoolResponse>(),
+            std_srvs::SetBoolRequest { data: i % 2 == 1 }.encode_to_vec(),
+        ),
+        "empty" => {
+            (types::<std_srvs::EmptyRequest, std_srvs::EmptyResponse>(), std_srvs::EmptyRequest {}.encode_to_vec())
+        }
+        "scale" => {
+            let f = f64::from(i);
+            let wheel = demo::Wheel { name: format!("w{i}"), speed: f * 0.5, ticks: i, slipping: i % 2 == 1 };
+            let req = demo::ScaleRequest { wheel: Some(wheel), factors: vec![1.0, 2.5, f], times: (i % 3 + 1) as i32 };
+            (types::<demo::ScaleRequest, demo::ScaleResponse>(), req.encode_to_vec())
+        }
+        _ => return None,
+    };
+    Some((a, b, bytes))
+}
+
+/// What the tests' servers (shoal and Cyclone alike) answer to a request of `kind`: Trigger "triggered"; SetBool
+/// success = data, "data is true|false"; Empty nothing; Scale the wheel once per factor with the speed times the
+/// factor and the ticks times `times`, and a note `NAME xN` (N: factors × times).
+pub fn service_response(kind: &str, request: &[u8]) -> Result<Vec<u8>, String> {
+    use crate::pb::std_srvs;
+    use prost::Message as _;
+    let e = |e: prost::DecodeError| e.to_string();
+    Ok(match kind {
+        "trigger" => std_srvs::TriggerResponse { success: true, message: "triggered".into() }.encode_to_vec(),
+        "set_bool" => {
+            let data = std_srvs::SetBoolRequest::decode(request).map_err(e)?.data;
+            std_srvs::SetBoolResponse { success: data, message: format!("data is {data}") }.encode_to_vec()
+        }
+        "empty" => std_srvs::EmptyResponse {}.encode_to_vec(),
+        "scale" => {
+            let r = demo::ScaleRequest::decode(request).map_err(e)?;
+            let w = r.wheel.unwrap_or_default();
+            let times = u32::try_from(r.times).unwrap_or(0);
+            let wheels: Vec<demo::Wheel> = r
+                .factors
+                .iter()
+                .map(|f| demo::Wheel {
+                    name: w.name.clone(),
+                    speed: w.speed * f,
+                    ticks: w.ticks.wrapping_mul(times),
+                    slipping: w.slipping,
+                })
+                .collect();
+            let note = format!("{} x{}", w.name, r.factors.len() * times as usize);
+            demo::ScaleResponse { wheels, note }.encode_to_vec()
+        }
+        _ => return Err(format!("unknown service kind {kind}")),
+    })
+}

@@ -1027,3 +1027,157 @@ fn transient_local_maps_to_history_for_late_joiners_both_ways() {
     drop(spub);
     drop(cpub);
 }
+
+/// The `--service` flag of service `kind` under shoal name `name`, served on side `server` (shoal or ros).
+fn service_flag(kind: &str, name: &str, server: &str, extra: &str) -> String {
+    let ty = match kind {
+        "trigger" => "std_srvs/srv/Trigger".to_string(),
+        "set_bool" => "std_srvs/srv/SetBool".to_string(),
+        "empty" => "std_srvs/srv/Empty".to_string(),
+        "scale" => format!(
+            "demo_msgs/srv/Scale,shoal_request=demo.Scale_Request,shoal_response=demo.Scale_Response,shoal_proto={}",
+            demo_dir().join("demo.proto").display()
+        ),
+        _ => panic!("unknown kind {kind}"),
+    };
+    format!("{name}={ty},server={server}{extra}")
+}
+
+/// The counters of service `name` (shoal name) in a statistics line.
+fn service_stats(line: &Value, name: &str) -> Value {
+    line["services"]
+        .as_array()
+        .and_then(|ss| ss.iter().find(|s| s["service"].as_str().is_some_and(|n| n.starts_with(&format!("{name} ")))))
+        .cloned()
+        .unwrap_or_else(|| panic!("no service {name} in {line}"))
+}
+
+/// A ROS 2 client (Cyclone, as rmw_cyclonedds) calls shoal services through the bridge, and a shoal client calls
+/// ROS 2 services (Cyclone servers), for the built-in std_srvs types and a generic .srv; every answer is checked
+/// against what the server must have answered. The round trip of each is printed beside a direct Cyclone client
+/// → Cyclone server call of the same type, in the same namespace.
+#[test]
+fn services_both_ways_against_cyclone() {
+    if !root_or_skip("services_both_ways_against_cyclone") {
+        return;
+    }
+    let _serial = serial();
+    let ns = Netns::create("srv");
+    let msg_dir = demo_dir().join("msg").display().to_string();
+    let count = 20u64;
+    let c = count.to_string();
+    let kinds = ["trigger", "set_bool", "empty", "scale"];
+    let mut args = vec!["--msg-path".to_string(), msg_dir];
+    for k in kinds {
+        args.push("--service".into());
+        args.push(service_flag(k, &format!("{k}_sh"), "shoal", ""));
+        args.push("--service".into());
+        args.push(service_flag(k, &format!("{k}_ros"), "ros", ""));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut bridge = ns.bridge(&args);
+    let mut table = Vec::new();
+    for k in kinds {
+        // Cyclone client → bridge → shoal server.
+        let name = format!("{k}_sh");
+        let server = ns.shoal("shoal server", &["serve", "--service", &name, "--kind", k]);
+        let mut client = ns.cyclone("cyclone client", &["srv_client", k, &format!("/{name}"), &c]);
+        let s = client.expect("summary", Duration::from_secs(60));
+        eprintln!("cyclone client -> bridge -> shoal server, {k}: {s}");
+        assert_eq!(s["answered"], count, "{k}: every call answered: {s}");
+        assert_eq!(s["intact"], count, "{k}: every answer the shoal server's: {s}");
+        client.wait_success(Duration::from_secs(10));
+        drop(server);
+        table.push((k, "ROS 2 client -> shoal server", s["answered"].clone(), s["p50_us"].clone()));
+
+        // shoal client → bridge → Cyclone server.
+        let name = format!("{k}_ros");
+        let server = ns.cyclone("cyclone server", &["srv_server", k, &format!("/{name}"), "--timeout", "60"]);
+        let mut client = ns.shoal("shoal client", &["call", "--service", &name, "--kind", k, "--count", &c]);
+        let s = client.expect("summary", Duration::from_secs(60));
+        eprintln!("shoal client -> bridge -> cyclone server, {k}: {s}");
+        assert_eq!(s["answered"], count, "{k}: every call answered: {s}");
+        assert_eq!(s["intact"], count, "{k}: every answer the Cyclone server's: {s}");
+        client.wait_success(Duration::from_secs(10));
+        drop(server);
+        table.push((k, "shoal client -> ROS 2 server", s["answered"].clone(), s["p50_us"].clone()));
+
+        // The reference: Cyclone client → Cyclone server, no bridge.
+        let server = ns.cyclone("cyclone server", &["srv_server", k, "/direct", "--timeout", "60"]);
+        let client = ns.cyclone("cyclone client", &["srv_client", k, "/direct", &c]);
+        let s = client.expect("summary", Duration::from_secs(60));
+        assert_eq!(s["intact"], count, "{k}: the direct reference works: {s}");
+        drop(server);
+        table.push((k, "ROS 2 client -> ROS 2 server (direct)", s["answered"].clone(), s["p50_us"].clone()));
+    }
+    eprintln!("service | path | answered of {count} | round trip P50 (us)");
+    for (k, path, answered, p50) in &table {
+        eprintln!("{k} | {path} | {answered} | {p50}");
+    }
+    let st = final_stats(&mut bridge);
+    for k in kinds {
+        for side in ["sh", "ros"] {
+            let s = service_stats(&st, &format!("{k}_{side}"));
+            assert_eq!(s["calls"], count, "{s}");
+            assert_eq!(s["answered"], count, "{s}");
+        }
+    }
+}
+
+/// A call that times out on one side times out on the other: a shoal server slower than the bridge's timeout
+/// leaves the ROS 2 client without a reply, and a ROS 2 server slower than the shoal client's timeout leaves the
+/// shoal client timed out; the bridge counts both. With no server at all, a shoal client's call fails at once.
+#[test]
+fn service_timeouts_cross_the_bridge() {
+    if !root_or_skip("service_timeouts_cross_the_bridge") {
+        return;
+    }
+    let _serial = serial();
+    let ns = Netns::create("srvto");
+    let slow_sh = service_flag("set_bool", "slow_sh", "shoal", ",timeout_ms=500");
+    let slow_ros = service_flag("set_bool", "slow_ros", "ros", ",timeout_ms=3000");
+    let none = service_flag("trigger", "none_ros", "ros", "");
+    let mut bridge = ns.bridge(&["--service", &slow_sh, "--service", &slow_ros, "--service", &none]);
+
+    // The shoal server answers after 1.5 s; the bridge gives up at 0.5 s and sends no reply.
+    let server =
+        ns.shoal("slow shoal server", &["serve", "--service", "slow_sh", "--kind", "set_bool", "--delay-ms", "1500"]);
+    let client = ns.cyclone("cyclone client", &["srv_client", "set_bool", "/slow_sh", "2", "--timeout-ms", "2500"]);
+    let s = client.expect("summary", Duration::from_secs(60));
+    eprintln!("cyclone client -> bridge -> slow shoal server: {s}");
+    assert_eq!(s["answered"], 0, "no reply after the bridge's timeout: {s}");
+    assert_eq!(s["timed_out"], 2, "{s}");
+    drop(server);
+
+    // The Cyclone server answers after 1.5 s; the shoal client waits 0.8 s.
+    let server = ns.cyclone("slow cyclone server", &["srv_server", "set_bool", "/slow_ros", "--delay-ms", "1500"]);
+    let client = ns.shoal(
+        "shoal client",
+        &["call", "--service", "slow_ros", "--kind", "set_bool", "--count", "2", "--timeout-ms", "800"],
+    );
+    let s = client.expect("summary", Duration::from_secs(60));
+    eprintln!("shoal client -> bridge -> slow cyclone server: {s}");
+    assert_eq!(s["answered"], 0, "{s}");
+    assert_eq!(s["timed_out"], 2, "the shoal client's call timed out: {s}");
+    drop(server);
+
+    // No ROS 2 server of /none_ros: the call fails at once, saying so.
+    let client = ns.shoal(
+        "shoal client",
+        &["call", "--service", "none_ros", "--kind", "trigger", "--count", "1", "--timeout-ms", "3000"],
+    );
+    let s = client.expect("summary", Duration::from_secs(30));
+    eprintln!("shoal client -> bridge -> no ROS 2 server: {s}");
+    assert_eq!(s["answered"], 0, "{s}");
+    assert!(s["failed"][0].as_str().is_some_and(|m| m.contains("no ROS 2 server of /none_ros")), "{s}");
+
+    let st = final_stats(&mut bridge);
+    let sh = service_stats(&st, "slow_sh");
+    assert_eq!(sh["timed_out"], 2, "{sh}");
+    let ros = service_stats(&st, "slow_ros");
+    assert_eq!(ros["calls"], 2, "{ros}");
+    // The bridge waits up to its own timeout_ms (3 s): the first reply (at 1.5 s) reached it after the shoal client
+    // had given up; the second may still be on its way when the bridge stops.
+    assert!(ros["answered"].as_u64().is_some_and(|n| n >= 1), "{ros}");
+    assert_eq!(service_stats(&st, "none_ros")["no_server"], 1, "{st}");
+}

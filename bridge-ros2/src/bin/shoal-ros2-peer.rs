@@ -7,7 +7,13 @@
 //! shoal-ros2-peer rtt --ping T --pong T --size B --count N
 //! shoal-ros2-peer tput --ping T --pong T --size B --count N [--window W]
 //! shoal-ros2-peer monitor --topic-contains S [--duration-ms MS]
+//! shoal-ros2-peer serve --service S --kind set_bool [--method call] [--delay-ms MS] [--duration-ms MS]
+//! shoal-ros2-peer call --service S --kind set_bool --count N [--method call] [--timeout-ms MS]
 //! ```
+//!
+//! Service kinds (`testdata::SERVICE_KINDS`): trigger, set_bool, empty (std_srvs) and scale (`demo_msgs/srv/Scale`
+//! as `demo.Scale_Request` / `demo.Scale_Response`); the server answers as `testdata::service_response` says, and
+//! the client checks every response against it.
 //!
 //! Kinds: string, imu, image, pointcloud2 (the shipped protobuf types; pose_stamped, twist, transform_stamped and
 //! nav_sat_fix publish only), telemetry (`demo.Telemetry` of the generic-mapping tests, `--size` bytes of blob;
@@ -90,6 +96,32 @@ enum Cmd {
         #[arg(long, default_value_t = 20_000)]
         duration_ms: u64,
     },
+    /// Serve a service of `kind` (answers as `testdata::service_response`), each answer after `delay_ms`.
+    Serve {
+        #[arg(long)]
+        service: String,
+        #[arg(long)]
+        kind: String,
+        #[arg(long, default_value = "call")]
+        method: String,
+        #[arg(long, default_value_t = 0)]
+        delay_ms: u64,
+        #[arg(long, default_value_t = 60_000)]
+        duration_ms: u64,
+    },
+    /// Call a service of `kind` `count` times, one after the other, checking each response; round trips.
+    Call {
+        #[arg(long)]
+        service: String,
+        #[arg(long)]
+        kind: String,
+        #[arg(long)]
+        count: u32,
+        #[arg(long, default_value = "call")]
+        method: String,
+        #[arg(long, default_value_t = 5000)]
+        timeout_ms: u64,
+    },
     /// Round trips: raw payloads of `size` bytes on `ping`, waiting for each on `pong`.
     Rtt {
         #[arg(long)]
@@ -164,6 +196,21 @@ fn check(kind: &str, payload: &[u8], size: usize) -> anyhow::Result<(u32, bool)>
     Ok((i, message(kind, i, size)?.1 == payload))
 }
 
+/// Whether two protobuf responses of a service `kind` are the same message.
+fn same_response(kind: &str, got: &[u8], want: &[u8]) -> bool {
+    use shoal_ros2_bridge::pb::std_srvs;
+    fn eq<M: prost::Message + Default + PartialEq>(a: &[u8], b: &[u8]) -> bool {
+        matches!((M::decode(a), M::decode(b)), (Ok(x), Ok(y)) if x == y)
+    }
+    match kind {
+        "trigger" => eq::<std_srvs::TriggerResponse>(got, want),
+        "set_bool" => eq::<std_srvs::SetBoolResponse>(got, want),
+        "empty" => eq::<std_srvs::EmptyResponse>(got, want),
+        "scale" => eq::<demo::ScaleResponse>(got, want),
+        _ => false,
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let node = shoal::Node::init("shoal_ros2_peer")?;
     match Args::parse().cmd {
@@ -226,6 +273,56 @@ fn main() -> anyhow::Result<()> {
                 "duplicates": dup, "undecodable": undecodable, "missing": missing, "timed_out": seen.len() < count as usize,
                 "other": other,
                 "type": sub_type(&node, &topic, &last)}));
+        }
+        Cmd::Serve { service, kind, method, delay_ms, duration_ms } => {
+            let (req, resp, _) = testdata::service_request(&kind, 1).with_context(|| format!("unknown kind {kind}"))?;
+            let served = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let counter = std::sync::Arc::clone(&served);
+            let _server = node
+                .service_server(&service)
+                .method(&method, req, resp, move |payload: &[u8]| {
+                    std::thread::sleep(Duration::from_millis(delay_ms));
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    testdata::service_response(&kind, payload).map_err(Into::into)
+                })
+                .build()?;
+            out(json!({"event": "ready"}));
+            std::thread::sleep(Duration::from_millis(duration_ms));
+            out(json!({"event": "summary", "served": served.load(std::sync::atomic::Ordering::Relaxed)}));
+        }
+        Cmd::Call { service, kind, count, method, timeout_ms } => {
+            let (req, resp, _) = testdata::service_request(&kind, 1).with_context(|| format!("unknown kind {kind}"))?;
+            let client = node.service_client(&service).method(&method, req, resp).build();
+            out(json!({"event": "ready"}));
+            client.wait_for_servers(1, Duration::from_secs(20)).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let (mut answered, mut intact, mut timed_out, mut failed) = (0u32, 0u32, 0u32, Vec::new());
+            let mut rtts = Vec::new();
+            for i in 1..=count {
+                let (_, _, request) = testdata::service_request(&kind, i).context("kind")?;
+                let want = testdata::service_response(&kind, &request).map_err(|e| anyhow::anyhow!(e))?;
+                let t0 = Instant::now();
+                let r = client.call(&method, &request, Duration::from_millis(timeout_ms));
+                let rtt = t0.elapsed();
+                match r.as_ref().map(|v| v.first()) {
+                    Ok(Some(r)) if r.is_ok() => {
+                        answered += 1;
+                        rtts.push(rtt.as_secs_f64() * 1e6);
+                        // Compared as messages: the bridge's encoder (prost-reflect) may lay bytes out otherwise.
+                        if same_response(&kind, &r.payload, &want) {
+                            intact += 1;
+                        }
+                    }
+                    Ok(Some(r)) if r.status == shoal::service::CallStatus::TimedOut => timed_out += 1,
+                    Ok(Some(r)) => failed.push(format!("{:?}", r.status)),
+                    Ok(None) => failed.push("no response".into()),
+                    Err(e) => failed.push(e.to_string()),
+                }
+            }
+            rtts.sort_by(f64::total_cmp);
+            let pct = |p: f64| rtts.get(((rtts.len() as f64 * p) as usize).min(rtts.len().saturating_sub(1))).copied();
+            failed.truncate(5);
+            out(json!({"event": "summary", "calls": count, "answered": answered, "intact": intact,
+                "timed_out": timed_out, "failed": failed, "p50_us": pct(0.5), "p99_us": pct(0.99)}));
         }
         Cmd::Monitor { topic_contains, duration_ms } => {
             out(json!({"event": "ready"}));

@@ -13,6 +13,13 @@ serialization of what arrived with rosbags' bytes of message i. Prints JSON line
   peer.py rtt  TOPIC_PING TOPIC_PONG SIZE COUNT           (Cyclone -> echo -> Cyclone baseline)
   peer.py tput TOPIC_PING TOPIC_PONG SIZE COUNT [--window W]  (throughput: up to W messages in flight)
   peer.py oracle FILE                                     (lines: TYPE INDEX SIZE HEX; compare with rosbags)
+  peer.py srv_server KIND SERVICE [--delay-ms D] [--timeout S]   (a ROS 2 service server, as rmw_cyclonedds)
+  peer.py srv_client KIND SERVICE COUNT [--timeout-ms T]         (a ROS 2 service client, as rmw_cyclonedds)
+
+Services are what rmw_cyclonedds puts on DDS: requests on rq/<name>Request (pkg::srv::dds_::T_Request_), replies
+on rr/<name>Reply (T_Response_), each sample starting with the request id (client: uint64, seq: int64) that the
+reply returns. KINDs: trigger, set_bool, empty (std_srvs) and scale (demo_msgs/srv/Scale); the server answers as
+testdata.rs's service_response does, and the client checks every reply against it.
 """
 import json
 import sys
@@ -210,6 +217,109 @@ class Telemetry_(IdlStruct, typename="demo_msgs::msg::dds_::Telemetry_"):
     seq: int64
     counter: uint64
     uptime: Duration_
+
+
+# ---- services, as rmw_cyclonedds maps them: the request id first, then the message's fields ----------------
+@dataclass
+class Trigger_Request_(IdlStruct, typename="std_srvs::srv::dds_::Trigger_Request_"):
+    client: uint64
+    seq: int64
+    structure_needs_at_least_one_member: uint8
+
+
+@dataclass
+class Trigger_Response_(IdlStruct, typename="std_srvs::srv::dds_::Trigger_Response_"):
+    client: uint64
+    seq: int64
+    success: bool
+    message: str
+
+
+@dataclass
+class SetBool_Request_(IdlStruct, typename="std_srvs::srv::dds_::SetBool_Request_"):
+    client: uint64
+    seq: int64
+    data: bool
+
+
+@dataclass
+class SetBool_Response_(IdlStruct, typename="std_srvs::srv::dds_::SetBool_Response_"):
+    client: uint64
+    seq: int64
+    success: bool
+    message: str
+
+
+@dataclass
+class Empty_Request_(IdlStruct, typename="std_srvs::srv::dds_::Empty_Request_"):
+    client: uint64
+    seq: int64
+    structure_needs_at_least_one_member: uint8
+
+
+@dataclass
+class Empty_Response_(IdlStruct, typename="std_srvs::srv::dds_::Empty_Response_"):
+    client: uint64
+    seq: int64
+    structure_needs_at_least_one_member: uint8
+
+
+@dataclass
+class Scale_Request_(IdlStruct, typename="demo_msgs::srv::dds_::Scale_Request_"):
+    client: uint64
+    seq: int64
+    wheel: Wheel_
+    factors: sequence[float64]
+    times: int32
+
+
+@dataclass
+class Scale_Response_(IdlStruct, typename="demo_msgs::srv::dds_::Scale_Response_"):
+    client: uint64
+    seq: int64
+    wheels: sequence[Wheel_]
+    note: str
+
+
+SERVICES = {"trigger": (Trigger_Request_, Trigger_Response_), "set_bool": (SetBool_Request_, SetBool_Response_),
+            "empty": (Empty_Request_, Empty_Response_), "scale": (Scale_Request_, Scale_Response_)}
+
+
+def srv_request(kind, i, client):
+    """Request number i of kind (testdata.rs's service_request)."""
+    Req = SERVICES[kind][0]
+    if kind == "set_bool":
+        return Req(client=client, seq=i, data=i % 2 == 1)
+    if kind == "scale":
+        wheel = Wheel_(name=f"w{i}", speed=i * 0.5, ticks=i, slipping=i % 2 == 1)
+        return Req(client=client, seq=i, wheel=wheel, factors=[1.0, 2.5, float(i)], times=i % 3 + 1)
+    return Req(client=client, seq=i, structure_needs_at_least_one_member=0)
+
+
+def srv_response(kind, req):
+    """The answer to req (testdata.rs's service_response), with req's request id."""
+    Resp = SERVICES[kind][1]
+    head = dict(client=req.client, seq=req.seq)
+    if kind == "trigger":
+        return Resp(**head, success=True, message="triggered")
+    if kind == "set_bool":
+        return Resp(**head, success=req.data, message=f"data is {str(req.data).lower()}")
+    if kind == "scale":
+        w = req.wheel
+        wheels = [Wheel_(name=w.name, speed=w.speed * f, ticks=(w.ticks * req.times) % 2**32, slipping=w.slipping)
+                  for f in req.factors]
+        return Resp(**head, wheels=wheels, note=f"{w.name} x{len(req.factors) * req.times}")
+    return Resp(**head, structure_needs_at_least_one_member=0)
+
+
+def srv_endpoints(dp, kind, service, server):
+    Req, Resp = SERVICES[kind]
+    q = qos(False)
+    rq = Topic(dp, f"rq{service}Request", Req, qos=q)
+    rr = Topic(dp, f"rr{service}Reply", Resp, qos=q)
+    if server:
+        return DataReader(dp, rq, qos=qos(False, depth=100)), DataWriter(dp, rr, qos=q)
+    return DataReader(dp, rr, qos=qos(False, depth=100)), DataWriter(dp, rq, qos=q)
 
 
 # A writer whose samples carry the Imu type name but not an Imu's bytes: CDR the bridge cannot decode.
@@ -526,6 +636,65 @@ def main():
             time.sleep(0.05)
         out(event="error", message=f"no node {name} in ros_discovery_info within the timeout; seen: {seen}")
         sys.exit(2)
+    elif mode == "srv_server":
+        kind, service = sys.argv[2], sys.argv[3]
+        r, w = srv_endpoints(dp, kind, service, server=True)
+        delay = arg("--delay-ms", 0.0) / 1000.0
+        out(event="ready")
+        served, end = 0, time.time() + arg("--timeout", 60.0)
+        while time.time() < end:
+            got = r.take(N=10)
+            if not got:
+                time.sleep(0.0002)
+                continue
+            for s in got:
+                if not s.sample_info.valid_data:
+                    continue
+                if delay:
+                    time.sleep(delay)
+                w.write(srv_response(kind, s))
+                served += 1
+                out(event="served", seq=s.seq)
+        out(event="summary", served=served)
+    elif mode == "srv_client":
+        kind, service, count = sys.argv[2], sys.argv[3], int(sys.argv[4])
+        r, w = srv_endpoints(dp, kind, service, server=False)
+        timeout = arg("--timeout-ms", 5000.0) / 1000.0
+        out(event="ready")
+        end = time.time() + 20.0
+        while not (w.get_matched_subscriptions() and r.get_matched_publications()):
+            if time.time() > end:
+                out(event="error", message=f"no server of {service} matched")
+                sys.exit(2)
+            time.sleep(0.05)
+        time.sleep(0.3)  # let the server's side of discovery settle
+        client = 0x5EED_0000_0000_0001
+        answered, intact, timed_out, bad, rtts = 0, 0, 0, [], []
+        for i in range(1, count + 1):
+            req = srv_request(kind, i, client)
+            want = srv_response(kind, req).serialize()
+            t0 = time.perf_counter()
+            w.write(req)
+            got = None
+            while got is None and time.perf_counter() - t0 < timeout:
+                for s in r.take(N=10):
+                    if s.sample_info.valid_data and s.client == client and s.seq == i:
+                        got = s
+                if got is None:
+                    time.sleep(0.00005)
+            if got is None:
+                timed_out += 1
+                continue
+            rtts.append((time.perf_counter() - t0) * 1e6)
+            answered += 1
+            if got.serialize() == want:
+                intact += 1
+            else:
+                bad.append(i)
+        rtts.sort()
+        pct = lambda p: rtts[min(len(rtts) - 1, int(p * len(rtts)))] if rtts else None
+        out(event="summary", calls=count, answered=answered, intact=intact, bad=bad[:10], timed_out=timed_out,
+            p50_us=pct(0.5), p99_us=pct(0.99))
     elif mode == "oracle":
         passed, failed = 0, []
         for line in open(sys.argv[2]):
