@@ -452,7 +452,14 @@ pub struct Remapper {
     reg: std::sync::Mutex<MsgRegistry>,
     /// Types seen (name, encoding, descriptor) and their mapping, or why they do not map; newest last.
     known: std::sync::Mutex<std::collections::VecDeque<(TypeInfo, Announced)>>,
+    /// When the mappings of the last minute were made (at most [`MAX_NEW_TYPES_PER_MINUTE`]).
+    made: std::sync::Mutex<std::collections::VecDeque<std::time::Instant>>,
 }
+
+/// New announced types a route checks per minute at most: a publisher cycling through more types than a route
+/// keeps ([`MAX_ANNOUNCED_TYPES`]) would otherwise make every sample compile a descriptor. Beyond it a sample of a
+/// type not kept is refused (counted as `type_changed`) until the minute has passed.
+pub const MAX_NEW_TYPES_PER_MINUTE: usize = 32;
 
 /// An announced type's mapping, or why it does not map.
 type Announced = Result<Arc<Mapping>, String>;
@@ -491,6 +498,7 @@ impl Remapper {
             ros,
             reg: std::sync::Mutex::new(reg),
             known: std::sync::Mutex::new(std::collections::VecDeque::new()),
+            made: std::sync::Mutex::new(std::collections::VecDeque::new()),
         }
     }
 
@@ -508,6 +516,24 @@ impl Remapper {
                 Ok(m) => Remapped::Other { mapping: Arc::clone(m), first: false },
                 Err(e) => Remapped::Refused { reason: e.clone(), first: false },
             };
+        }
+        {
+            let now = std::time::Instant::now();
+            let mut made = self.made.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            while made.front().is_some_and(|t| now.duration_since(*t) >= std::time::Duration::from_secs(60)) {
+                made.pop_front();
+            }
+            if made.len() >= MAX_NEW_TYPES_PER_MINUTE {
+                return Remapped::Refused {
+                    reason: format!(
+                        "{} announced: more than {MAX_NEW_TYPES_PER_MINUTE} new types within a minute on this \
+                         route, not checked",
+                        announced.name
+                    ),
+                    first: false,
+                };
+            }
+            made.push_back(now);
         }
         let made = {
             let mut reg = self.reg.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -1099,6 +1125,23 @@ mod tests {
         }
         assert!(matches!(remap.mapping_for(&route, &renumbered), Remapped::Other { first: true, .. }));
         assert!(remap.known.lock().unwrap().len() <= MAX_ANNOUNCED_TYPES);
+
+        // Bounded in time: so far 3 + 16 + 1 types were checked within this minute; up to 32 are, then a type not
+        // kept is refused unchecked, while the kept ones still read.
+        let made = remap.made.lock().unwrap().len();
+        assert_eq!(made, 3 + MAX_ANNOUNCED_TYPES + 1);
+        for i in made..MAX_NEW_TYPES_PER_MINUTE {
+            let mut other = renamed.clone();
+            other.name = format!("t2.N{i}");
+            assert!(matches!(remap.mapping_for(&route, &other), Remapped::Refused { first: true, .. }));
+        }
+        let mut one_more = renamed.clone();
+        one_more.name = "t2.Late".into();
+        let Remapped::Refused { reason, first: false } = remap.mapping_for(&route, &one_more) else {
+            panic!("refused unchecked")
+        };
+        assert!(reason.contains("more than 32 new types within a minute"), "{reason}");
+        assert!(matches!(remap.mapping_for(&route, &renumbered), Remapped::Other { first: false, .. }));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
