@@ -65,6 +65,9 @@ pub const MESSAGE_QUEUE: usize = 4096;
 /// Payload bytes a followed topic queues, at most (beyond them messages are dropped and counted): a topic of
 /// large messages does not hold [`MESSAGE_QUEUE`] of them while the UI is not drawn.
 pub const MESSAGE_QUEUE_BYTES: usize = 16 << 20;
+/// Payload bytes all followed topics (the inspected one and up to 16 plotted ones) queue together, at most: more
+/// are dropped and counted on the topic whose message it was.
+pub const MESSAGE_QUEUE_TOTAL_BYTES: usize = 64 << 20;
 
 /// One followed topic: a callback subscriber that copies each message into a queue bounded by count and bytes on
 /// the doorbell thread, so that messages keep being taken while the window is not drawn.
@@ -75,6 +78,15 @@ struct Followed {
     overflow: Arc<AtomicU64>,
     /// Payload bytes in `rx`.
     queued_bytes: Arc<AtomicUsize>,
+    /// Payload bytes in every followed topic's queue ([`MESSAGE_QUEUE_TOTAL_BYTES`]).
+    total: Arc<AtomicUsize>,
+}
+
+impl Drop for Followed {
+    fn drop(&mut self) {
+        // What is left in the queue leaves the total with it.
+        self.total.fetch_sub(self.queued_bytes.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
 }
 
 /// The followed topics' messages, through callback subscribers of a shoal node.
@@ -82,12 +94,18 @@ struct Followed {
 pub struct NodeMessages {
     node: shoal::Node,
     topics: BTreeMap<Arc<str>, Followed>,
+    total: Arc<AtomicUsize>,
 }
 
 impl NodeMessages {
     /// Subscribes through `node` to the topics followed.
     pub fn new(node: shoal::Node) -> NodeMessages {
-        NodeMessages { node, topics: BTreeMap::new() }
+        NodeMessages { node, topics: BTreeMap::new(), total: Arc::default() }
+    }
+
+    /// Payload bytes queued now in all followed topics together.
+    pub fn queued_bytes(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
     }
 
     fn subscribe(&self, topic: &Arc<str>) -> Result<Followed, shoal::CreateError> {
@@ -96,6 +114,7 @@ impl NodeMessages {
         let counted = overflow.clone();
         let queued_bytes = Arc::new(AtomicUsize::new(0));
         let queued = queued_bytes.clone();
+        let (total, all) = (self.total.clone(), self.total.clone());
         let name = topic.clone();
         let mut last_type: Option<Arc<TypeInfo>> = None;
         let sub = self
@@ -103,7 +122,9 @@ impl NodeMessages {
             .subscriber(topic)
             .callback(move |s: &shoal::Sample| {
                 let len = s.payload().len();
-                if queued.load(Ordering::Relaxed) + len > MESSAGE_QUEUE_BYTES {
+                if queued.load(Ordering::Relaxed) + len > MESSAGE_QUEUE_BYTES
+                    || all.load(Ordering::Relaxed) + len > MESSAGE_QUEUE_TOTAL_BYTES
+                {
                     counted.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
@@ -124,13 +145,15 @@ impl NodeMessages {
                 };
                 // Counted before it is sent, so that the UI's subtraction never comes first.
                 queued.fetch_add(len, Ordering::Relaxed);
+                all.fetch_add(len, Ordering::Relaxed);
                 if tx.try_send(m).is_err() {
                     queued.fetch_sub(len, Ordering::Relaxed);
+                    all.fetch_sub(len, Ordering::Relaxed);
                     counted.fetch_add(1, Ordering::Relaxed);
                 }
             })
             .create()?;
-        Ok(Followed { sub, rx, overflow, queued_bytes })
+        Ok(Followed { sub, rx, overflow, queued_bytes, total })
     }
 }
 
@@ -157,6 +180,7 @@ impl MessageSource for NodeMessages {
         for f in self.topics.values() {
             for m in f.rx.try_iter().take(MESSAGE_QUEUE) {
                 f.queued_bytes.fetch_sub(m.payload.len(), Ordering::Relaxed);
+                self.total.fetch_sub(m.payload.len(), Ordering::Relaxed);
                 out.push(m);
             }
         }

@@ -120,3 +120,53 @@ fn node_messages_queues_at_most_its_bytes_and_counts_the_rest() {
     assert!(got.len() <= bound, "{} messages of 1 MiB queued", got.len());
     assert_eq!(got.len() as u64 + lost, 40, "{} taken, {lost} lost", got.len());
 }
+
+/// All followed topics together queue at most `MESSAGE_QUEUE_TOTAL_BYTES` (64 MiB) while the UI takes nothing:
+/// five topics of 1 MiB messages, 20 each, could hold 80 MiB by their own bounds; the rest is counted as lost on
+/// its topic, and a topic no longer followed gives its bytes back.
+#[test]
+fn node_messages_queue_at_most_their_total_bytes() {
+    use shoal_monitor::source::{MESSAGE_QUEUE_BYTES, MESSAGE_QUEUE_TOTAL_BYTES};
+    let node = shoal::Node::init_with_config("fieldplot_total", shoal::Config::default()).expect("node");
+    let names: Vec<String> = (0..5).map(|i| format!("/fieldplot_{}/total_{i}", std::process::id())).collect();
+    let topics: Vec<Arc<str>> = names.iter().map(|t| t.as_str().into()).collect();
+    let mut source = NodeMessages::new(node.clone());
+    source.follow(&topics);
+    let mut pubs: Vec<_> = names
+        .iter()
+        .map(|t| node.publisher(t).type_info(shoal::TypeInfo::raw("blob")).create().expect("publisher"))
+        .collect();
+    for p in &pubs {
+        p.wait_for_subscribers(1, Duration::from_secs(10)).expect("matched");
+    }
+    let blob = vec![7u8; 1 << 20];
+    let per_topic = 20u64;
+    assert!(per_topic as usize * blob.len() > MESSAGE_QUEUE_BYTES);
+    for _ in 0..per_topic {
+        for p in &mut pubs {
+            p.send(&blob).expect("send");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let sent = per_topic * names.len() as u64;
+    let until = Instant::now() + Duration::from_secs(10);
+    let lost = |s: &NodeMessages| names.iter().map(|t| s.lost(t)).sum::<u64>();
+    while lost(&source) + ((source.queued_bytes() / blob.len()) as u64) < sent && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(source.queued_bytes() <= MESSAGE_QUEUE_TOTAL_BYTES, "{} bytes queued", source.queued_bytes());
+    let mut got = Vec::new();
+    source.poll(&mut got);
+    assert!(got.len() * blob.len() <= MESSAGE_QUEUE_TOTAL_BYTES, "{} messages of 1 MiB queued", got.len());
+    assert_eq!(got.len() as u64 + lost(&source), sent, "{} taken", got.len());
+    assert_eq!(source.queued_bytes(), 0);
+    // Queued, then unfollowed: the bytes leave the total with the topic.
+    pubs[0].send(&blob).expect("send");
+    let until = Instant::now() + Duration::from_secs(5);
+    while source.queued_bytes() == 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(source.queued_bytes(), blob.len());
+    source.follow(&topics[1..]);
+    assert_eq!(source.queued_bytes(), 0);
+}
