@@ -531,6 +531,7 @@ async fn main_loop(
     stop: &AtomicBool,
 ) {
     let mut reported: HashSet<(rustdds::GUID, &'static str)> = HashSet::new();
+    let mut actions_listed: HashSet<String> = HashSet::new();
     let stats_every = Duration::from_millis(config.stats_interval_ms);
     let mut next_stats = Instant::now() + stats_every;
     let mut next_check = Instant::now();
@@ -540,6 +541,7 @@ async fn main_loop(
         if now >= next_check {
             next_check = now + Duration::from_millis(250);
             check_endpoints(dp, running, &mut reported);
+            list_actions(dp, &mut actions_listed);
         }
         if !stats_every.is_zero() && now >= next_stats {
             next_stats = now + stats_every;
@@ -547,6 +549,26 @@ async fn main_loop(
                 "services": services.iter().map(|s| s.stats.to_json()).collect::<Vec<_>>()});
             emit(&line);
             let _ = stats_pub.send(line.to_string().as_bytes());
+        }
+    }
+}
+
+/// Lists, once each, the ROS 2 actions DDS discovery shows as not bridged (an event line and a log line).
+fn list_actions(dp: &rustdds::DomainParticipant, listed: &mut HashSet<String>) {
+    let mut topics: Vec<(String, String)> = dp
+        .discovered_writers()
+        .into_iter()
+        .map(|w| (w.publication_topic_data.topic_name, w.publication_topic_data.type_name))
+        .collect();
+    topics.extend(dp.discovered_readers().into_iter().map(|r| {
+        let t = r.subscription_topic_data;
+        (t.topic_name().clone(), t.type_name().clone())
+    }));
+    for (name, ty) in crate::services::discovered_actions(&topics) {
+        if listed.len() < 1024 && listed.insert(name.clone()) {
+            let line = crate::services::action_not_bridged(&name, ty.as_deref());
+            tracing::info!("{}", line["message"].as_str().unwrap_or_default());
+            emit(&line);
         }
     }
 }

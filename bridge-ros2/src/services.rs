@@ -773,6 +773,43 @@ fn start_ros_side(
     Ok(server)
 }
 
+/// The ROS 2 actions DDS discovery shows (`<prefix><name>/_action/<part>` topics of remote endpoints): the
+/// action's name and, when a goal topic shows it, its type (`pkg/action/Type`).
+pub fn discovered_actions(topics: &[(String, String)]) -> Vec<(String, Option<String>)> {
+    let mut out: Vec<(String, Option<String>)> = Vec::new();
+    for (topic, type_name) in topics {
+        let Some(rest) = ["rt/", "rq/", "rr/"].iter().find_map(|p| topic.strip_prefix(p)) else { continue };
+        let Some((name, _part)) = rest.split_once("/_action/") else { continue };
+        // `pkg::action::dds_::Type_SendGoal_Request_` and the like name the action's type.
+        let ty = type_name.split_once("::action::dds_::").and_then(|(pkg, t)| {
+            let t = t.split('_').next().filter(|t| !t.is_empty())?;
+            Some(format!("{pkg}/action/{t}"))
+        });
+        let name = format!("/{name}");
+        match out.iter_mut().find(|(n, _)| *n == name) {
+            Some(e) => {
+                if e.1.is_none() {
+                    e.1 = ty;
+                }
+            }
+            None => out.push((name, ty)),
+        }
+    }
+    out
+}
+
+/// The line that lists a discovered action as not bridged.
+pub fn action_not_bridged(name: &str, ty: Option<&str>) -> Value {
+    let ty_text = ty.map(|t| format!(" ({t})")).unwrap_or_default();
+    json!({
+        "event": "not_bridged", "kind": "action", "name": name, "type": ty,
+        "message": format!(
+            "ROS 2 action {name}{ty_text} is not bridged: an action is services and topics under \
+             {name}/_action/; its feedback and status topics can be bridged as topics"
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -827,5 +864,30 @@ mod tests {
             bad[n] ^= 0xff;
             let _ = decode_request(&route, &RawSample { little_endian: true, bytes: bad });
         }
+    }
+
+    #[test]
+    fn actions_are_found_in_discovery() {
+        let t = |a: &str, b: &str| (a.to_string(), b.to_string());
+        let found = discovered_actions(&[
+            t("rt/chatter", "std_msgs::msg::dds_::String_"),
+            t("rt/arm/move/_action/status", "action_msgs::msg::dds_::GoalStatusArray_"),
+            t("rq/arm/move/_action/send_goalRequest", "control_msgs::action::dds_::Move_SendGoal_Request_"),
+            t(
+                "rr/fibonacci/_action/get_resultReply",
+                "example_interfaces::action::dds_::Fibonacci_GetResult_Response_",
+            ),
+            t("rq/reset/Request", "std_srvs::srv::dds_::Trigger_Request_"),
+        ]);
+        assert_eq!(
+            found,
+            [
+                ("/arm/move".to_string(), Some("control_msgs/action/Move".to_string())),
+                ("/fibonacci".to_string(), Some("example_interfaces/action/Fibonacci".to_string())),
+            ]
+        );
+        let line = action_not_bridged("/arm/move", Some("control_msgs/action/Move"));
+        assert_eq!(line["event"], "not_bridged");
+        assert!(line["message"].as_str().unwrap().contains("/arm/move (control_msgs/action/Move) is not bridged"));
     }
 }

@@ -1181,3 +1181,20 @@ fn service_timeouts_cross_the_bridge() {
     assert!(ros["answered"].as_u64().is_some_and(|n| n >= 1), "{ros}");
     assert_eq!(service_stats(&st, "none_ros")["no_server"], 1, "{st}");
 }
+
+/// A ROS 2 action that DDS discovery shows is listed as not bridged, once, with its type.
+#[test]
+fn discovered_actions_are_listed_as_not_bridged() {
+    if !root_or_skip("discovered_actions_are_listed_as_not_bridged") {
+        return;
+    }
+    let _serial = serial();
+    let ns = Netns::create("act");
+    let bridge = ns.bridge(&["--service", "reset=std_srvs/srv/Trigger,server=shoal"]);
+    let _action = ns.cyclone("cyclone action server", &["action_server", "/fibonacci"]);
+    let line = bridge.expect_line("not_bridged", Duration::from_secs(20), |v| v["event"] == "not_bridged");
+    assert_eq!(line["kind"], "action", "{line}");
+    assert_eq!(line["name"], "/fibonacci", "{line}");
+    assert_eq!(line["type"], "example_interfaces/action/Fibonacci", "{line}");
+    assert!(line["message"].as_str().is_some_and(|m| m.contains("is not bridged")), "{line}");
+}

@@ -15,6 +15,7 @@ serialization of what arrived with rosbags' bytes of message i. Prints JSON line
   peer.py oracle FILE                                     (lines: TYPE INDEX SIZE HEX; compare with rosbags)
   peer.py srv_server KIND SERVICE [--delay-ms D] [--timeout S]   (a ROS 2 service server, as rmw_cyclonedds)
   peer.py srv_client KIND SERVICE COUNT [--timeout-ms T]         (a ROS 2 service client, as rmw_cyclonedds)
+  peer.py action_server NAME [--timeout S]                        (the DDS endpoints of an action server, only)
 
 Services are what rmw_cyclonedds puts on DDS: requests on rq/<name>Request (pkg::srv::dds_::T_Request_), replies
 on rr/<name>Reply (T_Response_), each sample starting with the request id (client: uint64, seq: int64) that the
@@ -320,6 +321,19 @@ def srv_endpoints(dp, kind, service, server):
     if server:
         return DataReader(dp, rq, qos=qos(False, depth=100)), DataWriter(dp, rr, qos=q)
     return DataReader(dp, rr, qos=qos(False, depth=100)), DataWriter(dp, rq, qos=q)
+
+
+# Stand-ins with an action's DDS type names: the bridge reads only the names of an action's endpoints.
+@dataclass
+class Fibonacci_SendGoal_Request_(IdlStruct, typename="example_interfaces::action::dds_::Fibonacci_SendGoal_Request_"):
+    client: uint64
+    seq: int64
+    order: int32
+
+
+@dataclass
+class GoalStatusArray_(IdlStruct, typename="action_msgs::msg::dds_::GoalStatusArray_"):
+    count: uint32
 
 
 # A writer whose samples carry the Imu type name but not an Imu's bytes: CDR the bridge cannot decode.
@@ -695,6 +709,17 @@ def main():
         pct = lambda p: rtts[min(len(rtts) - 1, int(p * len(rtts)))] if rtts else None
         out(event="summary", calls=count, answered=answered, intact=intact, bad=bad[:10], timed_out=timed_out,
             p50_us=pct(0.5), p99_us=pct(0.99))
+    elif mode == "action_server":
+        # Only the endpoints of an action server that discovery shows (its goal service and status topic), for
+        # the bridge to list the action as not bridged.
+        name = sys.argv[2]
+        t = Topic(dp, f"rq{name}/_action/send_goalRequest", Fibonacci_SendGoal_Request_, qos=qos(False))
+        r = DataReader(dp, t, qos=qos(False))
+        st = Topic(dp, f"rt{name}/_action/status", GoalStatusArray_, qos=qos(False))
+        w = DataWriter(dp, st, qos=qos(False))
+        out(event="ready")
+        time.sleep(arg("--timeout", 20.0))
+        out(event="summary", held=[r is not None, w is not None])
     elif mode == "oracle":
         passed, failed = 0, []
         for line in open(sys.argv[2]):
