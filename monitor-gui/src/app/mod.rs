@@ -139,8 +139,11 @@ pub struct UiState {
     pub logs: LogFilter,
     /// How the Overview's process table groups its rows.
     pub process_group: ProcessGroup,
-    /// The groups of the process table shown folded (host or unit names).
-    pub folded_groups: std::collections::BTreeSet<Arc<str>>,
+    /// The groups of the process table shown folded (host or unit names); changed only by
+    /// [`UiState::toggle_folded`], which counts the changes for the tables' order.
+    folded_groups: std::collections::BTreeSet<Arc<str>>,
+    /// Changes of `folded_groups` so far.
+    folded_version: u64,
     /// The process whose details the Overview shows (host, pid).
     pub selected_process: Option<(Arc<str>, u32)>,
 }
@@ -155,6 +158,21 @@ pub enum ProcessGroup {
     Host,
     /// Under a row per unit name (the same program on several hosts or started several times).
     Unit,
+}
+
+impl UiState {
+    /// Folds group `name` of the process table, or unfolds it when it is folded.
+    pub fn toggle_folded(&mut self, name: Arc<str>) {
+        if !self.folded_groups.remove(&name) {
+            self.folded_groups.insert(name);
+        }
+        self.folded_version += 1;
+    }
+
+    /// The groups of the process table shown folded.
+    pub fn folded_groups(&self) -> &std::collections::BTreeSet<Arc<str>> {
+        &self.folded_groups
+    }
 }
 
 impl Default for UiState {
@@ -173,6 +191,7 @@ impl Default for UiState {
             logs: LogFilter::default(),
             process_group: ProcessGroup::None,
             folded_groups: Default::default(),
+            folded_version: 0,
             selected_process: None,
         }
     }

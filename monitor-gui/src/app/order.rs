@@ -18,7 +18,8 @@ struct OrderKey {
     sort: Option<(TopicCol, bool)>,
     service: Option<Arc<str>>,
     group: ProcessGroup,
-    folded: std::collections::BTreeSet<Arc<str>>,
+    /// Changes of the folded groups (the set itself is not cloned every frame).
+    folded_version: u64,
 }
 
 /// A line of the process table.
@@ -57,7 +58,7 @@ impl MonitorApp {
             sort: Some(self.state.sort),
             service: self.state.selected_service.clone(),
             group: self.state.process_group,
-            folded: self.state.folded_groups.clone(),
+            folded_version: self.state.folded_version,
         };
         if key == self.order.key {
             return;
@@ -80,7 +81,7 @@ impl MonitorApp {
             (!key.problems_only || p.problems.need_attention())
                 && (f.is_empty() || contains_ci(&p.unit, f) || contains_ci(&p.name, f) || contains_ci(&p.host, f))
         }));
-        self.order.process_lines = process_lines(view, &self.order.processes, key.group, &key.folded);
+        self.order.process_lines = process_lines(view, &self.order.processes, key.group, self.state.folded_groups());
         self.order.services.clear();
         self.order.services.extend((0..view.services.len()).filter(|&i| {
             let s = &view.services[i];

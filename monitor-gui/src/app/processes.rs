@@ -110,10 +110,8 @@ impl MonitorApp {
                     });
                 });
         });
-        if let Some(g) = toggle_group
-            && !self.state.folded_groups.remove(&g)
-        {
-            self.state.folded_groups.insert(g);
+        if let Some(g) = toggle_group {
+            self.state.toggle_folded(g);
         }
         if let Some(k) = pick {
             self.state.selected_process = if self.state.selected_process.as_ref() == Some(&k) { None } else { Some(k) };
