@@ -117,7 +117,10 @@ fn main() -> anyhow::Result<()> {
         );
         config.supervisor.memory_limit = m;
     }
-    anyhow::ensure!(!config.routes.is_empty(), "no topics to bridge: give --config FILE or --topic SHOAL=TYPE");
+    anyhow::ensure!(
+        !config.routes.is_empty() || config.auto.is_some(),
+        "no topics to bridge: give --config FILE (with [[topic]] or [auto]) or --topic SHOAL=TYPE"
+    );
     config.check_routes()?;
 
     for sig in [libc::SIGTERM, libc::SIGINT] {
