@@ -2,8 +2,9 @@
 //! route a shoal → ROS 2 callback subscriber feeding a DDS writer task and/or a ROS 2 → shoal task.
 //!
 //! Threads: the caller's thread runs a single-threaded executor with ros2-client's spinner (discovery, graph,
-//! parameter services), every ROS 2 → shoal task, every shoal → ROS 2 writer task, the statistics timer and the
-//! endpoint check (QoS and type mismatches of the remote DDS endpoints on the bridged topics). shoal delivers the
+//! parameter services), every ROS 2 → shoal task, every shoal → ROS 2 writer task, the statistics timer, the
+//! endpoint check (QoS and type mismatches of the remote DDS endpoints on the bridged topics) and the automatic
+//! routes' discovery poll ([`crate::auto`]), which starts and stops routes while the bridge runs. shoal delivers the
 //! shoal → ROS 2 samples to callbacks on its doorbell thread, which converts each to the ROS message and queues it
 //! (bounded, [`QUEUE_MESSAGES`] and [`QUEUE_BYTES`] per route) for the route's writer task, so a DDS writer waiting
 //! for its reliable window never holds up another route. RustDDS adds its own event-loop thread, shoal its I/O

@@ -732,6 +732,8 @@ mod tests {
         let text = include_str!("../etc/bridge.toml");
         let c = Config::from_toml("etc/bridge.toml", text).expect("the documented file parses");
         assert!(!c.routes.is_empty());
+        let a = c.auto.as_ref().expect("the documented [auto] table");
+        assert!(a.matches("/auto/x") && !a.matches("/chatter"));
         c.check_routes().expect("no conflicting routes");
     }
 

@@ -6,7 +6,7 @@
 //! ```
 //!
 //! Logs go to stderr (`RUST_LOG`, default `info`); machine-readable events (ready, stats, qos_mismatch,
-//! type_mismatch, type_changed, warning; worker_started, worker_exited from the supervisor) are JSON lines on stdout. SIGINT /
+//! type_mismatch, type_changed, warning, route_added, route_removed, route_refused; worker_started, worker_exited from the supervisor) are JSON lines on stdout. SIGINT /
 //! SIGTERM stop it cleanly.
 //!
 //! The process started is a supervisor: it checks the configuration and runs this binary again as the worker that
