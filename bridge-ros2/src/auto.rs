@@ -4,10 +4,11 @@
 //!
 //! - ROS 2 → shoal: a remote DDS writer on `rt/<name>` (RustDDS discovery) is bridged to shoal topic `<name>`
 //!   (the ROS name without its leading `/`). A built-in type ([`RosType`], including `std_msgs/msg/UInt8MultiArray`
-//!   as the raw fallback) is carried as a listed route of that type would be; any other type is refused (said
-//!   once): the bridge decodes a sample only through a known type, and a generic mapping needs the protobuf
-//!   message a `[[topic]]` names. The route's reader takes the writers' QoS: reliable only when every writer on
-//!   the topic is, transient_local only when every writer is (so it matches them all), keep-last 10.
+//!   as the raw fallback) is carried as a listed route of that type would be; another type whose `.msg` is found
+//!   is a generic mapping of a protobuf message made from it ([`derive_proto`]); any other is refused (said
+//!   once): the bridge decodes a sample only through a known type. The route's reader takes the writers' QoS:
+//!   reliable only when every writer on the topic is, transient_local only when every writer is (so it matches
+//!   them all), keep-last 10.
 //! - shoal → ROS 2: a shoal publisher on `<topic>` (shoal registration, [`shoal::Node::snapshot`]) is bridged to
 //!   ROS topic [`default_ros_topic`]`(<topic>)`, with the type a listed route would get: the shipped protobuf
 //!   message's built-in type when every publisher announces one of them (encoding `proto`, e.g.
@@ -37,6 +38,8 @@ use toml::Spanned;
 
 use crate::bridge::{Running, StartEnv, emit, route_name};
 use crate::config::{ConfigError, Direction, Durability, FileCtx, Qos, Reliability, Route, default_ros_topic};
+use crate::generic::Mapping;
+use crate::msgdef::{Array, Base, MsgName, MsgRegistry, Prim};
 use crate::types::{RosType, RouteType};
 
 /// The file name of the bridge's executable: shoal publishers of a process of this name are another bridge's
@@ -206,6 +209,8 @@ pub struct AutoRoutes {
     added: u64,
     removed: u64,
     refused: u64,
+    /// Finds the `.msg` files of types that are not built in.
+    reg: MsgRegistry,
 }
 
 /// `/name` of DDS topic `rt/name`, if it is a valid ROS 2 topic.
@@ -219,6 +224,106 @@ pub fn builtin_of_dds(dds_type: &str) -> Option<RosType> {
     let (pkg, rest) = dds_type.split_once("::msg::dds_::")?;
     let name = rest.strip_suffix('_')?;
     RosType::parse(&format!("{pkg}/msg/{name}"))
+}
+
+/// A protobuf message for ROS 2 type `ros` (its `.msg` found by `reg`), for a ROS 2 → shoal route of a type that
+/// is not built in: `(full name, serialized FileDescriptorSet)`. The message is `<pkg>.<Type>` (proto3), its fields
+/// the `.msg` fields in order, numbered from 1, with the types the generic mapping pairs with them: bool → bool;
+/// uint8, byte, char, uint16, uint32 → uint32; int8, int16, int32 → int32; int64 → int64; uint64 → uint64;
+/// float32 → float; float64 → double; string → string; a nested type → a message (`<Type>.<pkg>_<Name>`, nested in the top one);
+/// arrays → repeated, and arrays of uint8, byte or char → bytes. `wstring` has no counterpart and is refused.
+pub fn derive_proto(reg: &mut MsgRegistry, ros: &MsgName) -> Result<(String, Vec<u8>), String> {
+    use prost::Message as _;
+    use prost_types::field_descriptor_proto::{Label, Type};
+    use prost_types::{DescriptorProto, FieldDescriptorProto, FileDescriptorProto, FileDescriptorSet};
+    reg.resolve(ros).map_err(|e| e.to_string())?;
+    let top = format!(".{}.{}", ros.pkg, ros.name);
+    let nested_name = |m: &MsgName| format!("{}_{}", m.pkg, m.name);
+    // Every type reachable from `ros`, once each.
+    let mut todo = vec![ros.clone()];
+    let mut seen: Vec<MsgName> = Vec::new();
+    while let Some(n) = todo.pop() {
+        if seen.contains(&n) {
+            continue;
+        }
+        let def = reg.get(&n).ok_or_else(|| format!("{n}: not resolved"))?;
+        todo.extend(def.fields.iter().filter_map(|f| if let Base::Msg(m) = &f.base { Some(m.clone()) } else { None }));
+        seen.push(n);
+    }
+    let message = |n: &MsgName, name: String| -> Result<DescriptorProto, String> {
+        let def = reg.get(n).ok_or_else(|| format!("{n}: not resolved"))?;
+        let mut fields = Vec::new();
+        for (i, f) in def.fields.iter().enumerate() {
+            let bytes = f.array != Array::Single && matches!(f.base, Base::Prim(Prim::Uint8 | Prim::Byte | Prim::Char));
+            let (ty, type_name) = match &f.base {
+                _ if bytes => (Type::Bytes, None),
+                Base::Prim(p) => (
+                    match p {
+                        Prim::Bool => Type::Bool,
+                        Prim::Byte | Prim::Char | Prim::Uint8 | Prim::Uint16 | Prim::Uint32 => Type::Uint32,
+                        Prim::Int8 | Prim::Int16 | Prim::Int32 => Type::Int32,
+                        Prim::Int64 => Type::Int64,
+                        Prim::Uint64 => Type::Uint64,
+                        Prim::Float32 => Type::Float,
+                        Prim::Float64 => Type::Double,
+                    },
+                    None,
+                ),
+                Base::String(_) => (Type::String, None),
+                Base::WString(_) => {
+                    return Err(format!("{n}.{}: wstring has no protobuf counterpart", f.name));
+                }
+                Base::Msg(m) => (Type::Message, Some(format!("{top}.{}", nested_name(m)))),
+            };
+            let repeated = f.array != Array::Single && !bytes;
+            fields.push(FieldDescriptorProto {
+                name: Some(f.name.clone()),
+                number: Some(i32::try_from(i + 1).map_err(|_| format!("{n}: too many fields"))?),
+                label: Some(if repeated { Label::Repeated } else { Label::Optional } as i32),
+                r#type: Some(ty as i32),
+                type_name,
+                json_name: Some(f.name.clone()),
+                ..FieldDescriptorProto::default()
+            });
+        }
+        Ok(DescriptorProto { name: Some(name), field: fields, ..DescriptorProto::default() })
+    };
+    let mut main = message(ros, ros.name.clone())?;
+    for n in seen.iter().filter(|n| *n != ros) {
+        main.nested_type.push(message(n, nested_name(n))?);
+    }
+    let file = FileDescriptorProto {
+        name: Some(format!("{}/{}.proto", ros.pkg, ros.name)),
+        package: Some(ros.pkg.clone()),
+        message_type: vec![main],
+        syntax: Some("proto3".into()),
+        ..FileDescriptorProto::default()
+    };
+    Ok((format!("{}.{}", ros.pkg, ros.name), FileDescriptorSet { file: vec![file] }.encode_to_vec()))
+}
+
+/// The route type of a ROS 2 → shoal route for DDS type `dds_type`: built in, or a generic mapping of a protobuf
+/// message derived from its `.msg` ([`derive_proto`]); or why there is none.
+pub fn ros_route_type(reg: &mut MsgRegistry, dds_type: &str) -> Result<RouteType, String> {
+    if let Some(t) = builtin_of_dds(dds_type) {
+        return Ok(RouteType::Builtin(t));
+    }
+    let parsed = dds_type
+        .split_once("::msg::dds_::")
+        .and_then(|(pkg, rest)| Some((pkg, rest.strip_suffix('_')?)))
+        .and_then(|(pkg, name)| MsgName::parse(&format!("{pkg}/msg/{name}")).ok());
+    let Some(ros) = parsed else {
+        return Err(format!("its type {dds_type} is not a ROS 2 message type (pkg::msg::dds_::Type_)"));
+    };
+    let (name, descriptor) = derive_proto(reg, &ros).map_err(|e| {
+        format!(
+            "its type {ros} is not built in (allowed: {}) and has no generic mapping: {e}; give its .msg under              msg_path, or list it as a [[topic]]",
+            RosType::allowed()
+        )
+    })?;
+    let m = Mapping::new(reg, &ros, &name, descriptor)
+        .map_err(|e| format!("its type {ros}: the protobuf message made from its .msg does not map: {e}"))?;
+    Ok(RouteType::Generic(Arc::new(m)))
 }
 
 /// The built-in type whose shipped protobuf message a shoal publisher announces, if it does.
@@ -241,7 +346,14 @@ impl AutoRoutes {
             added: 0,
             removed: 0,
             refused: 0,
+            reg: MsgRegistry::new(Vec::new()),
         }
+    }
+
+    /// Types that are not built in are found under `msg_path` (then among the shipped definitions).
+    pub fn with_msg_path(mut self, msg_path: Vec<std::path::PathBuf>) -> AutoRoutes {
+        self.reg = MsgRegistry::new(msg_path);
+        self
     }
 
     /// The automatic routes running.
@@ -358,13 +470,7 @@ impl AutoRoutes {
                     continue;
                 }
                 let ty = match types.as_slice() {
-                    [one] => builtin_of_dds(one).ok_or_else(|| {
-                        format!(
-                            "its type {one} is not built in (allowed: {}); bridge it with a [[topic]] generic \
-                             mapping (a .msg under msg_path and the protobuf message shoal_type)",
-                            RosType::allowed()
-                        )
-                    }),
+                    [one] => ros_route_type(&mut self.reg, one),
                     _ => Err(format!("its writers have different types: {}", types.join(", "))),
                 };
                 let ty = match ty {
@@ -382,7 +488,7 @@ impl AutoRoutes {
                 let route = Route {
                     shoal_topic,
                     ros_topic: name.clone(),
-                    ros_type: RouteType::Builtin(ty),
+                    ros_type: ty,
                     direction: Direction::RosToShoal,
                     qos,
                     shoal_type: None,
@@ -492,7 +598,8 @@ pub(crate) struct AutoRun {
 impl AutoRun {
     pub(crate) fn new(cfg: AutoConfig, listed: &[Route], bridges: Bridges, msg_path: Vec<std::path::PathBuf>) -> Self {
         let foreign = Foreign { shoal: Arc::default(), dds: bridges };
-        AutoRun { routes: AutoRoutes::new(cfg, listed), foreign, msg_path, first_seen: HashMap::new() }
+        let routes = AutoRoutes::new(cfg, listed).with_msg_path(msg_path.clone());
+        AutoRun { routes, foreign, msg_path, first_seen: HashMap::new() }
     }
 
     /// Other bridges' endpoints, for the automatic routes' samples.
@@ -795,6 +902,49 @@ mod tests {
         let mut r = AutoRoutes::new(cfg, &[]);
         let c = r.plan(Instant::now(), &[writer("/a", STRING, true, false)], &[publisher("b", TypeInfo::raw("x"))]);
         assert_eq!(added(&c), vec![("/b".into(), Direction::ShoalToRos, "std_msgs/msg/UInt8MultiArray".into())]);
+    }
+
+    #[test]
+    fn a_type_with_a_msg_gets_a_derived_protobuf_and_carries_the_same_cdr() {
+        use shoal::Message as _;
+        let demo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/demo/msg");
+        let mut r = AutoRoutes::new(AutoConfig::new(".*").unwrap(), &[]).with_msg_path(vec![demo.clone()]);
+        let ws = [
+            writer("/tele", "demo_msgs::msg::dds_::Telemetry_", true, false),
+            writer("/nomsg", "demo_msgs::msg::dds_::Missing_", true, false),
+        ];
+        let c = r.plan(Instant::now(), &ws, &[]);
+        assert_eq!(
+            added(&c),
+            vec![("/tele".into(), Direction::RosToShoal, "demo_msgs/msg/Telemetry as demo_msgs.Telemetry".into())]
+        );
+        assert_eq!(r.refused(), 1, "no .msg for Missing: refused");
+        let Change::Add(route) = &c[0] else { panic!() };
+        let RouteType::Generic(derived) = &route.ros_type else { panic!("a generic mapping") };
+        assert_eq!(route.ros_type.dds_name(), "demo_msgs::msg::dds_::Telemetry_");
+        assert_eq!(
+            (derived.type_info().name.as_str(), derived.type_info().encoding.as_str()),
+            ("demo_msgs.Telemetry", "proto")
+        );
+        // A Telemetry sample's CDR, made through the hand-written demo.proto mapping, reads through the derived one
+        // and is written back byte for byte; the shoal payload decodes with the announced descriptor.
+        let mut reg = MsgRegistry::new(vec![demo]);
+        let ros = MsgName::parse("demo_msgs/msg/Telemetry").unwrap();
+        let ti = crate::pb::demo::Telemetry::type_info();
+        let by_hand = Mapping::new(&mut reg, &ros, &ti.name, ti.descriptor.clone()).unwrap();
+        let payload = prost::Message::encode_to_vec(&crate::testdata::telemetry(7, 100));
+        let cdr = crate::to_cdr(&by_hand.from_proto(&payload).unwrap()).unwrap();
+        let msg = derived.decode_cdr(&cdr).unwrap();
+        let shoal_payload = msg.encode_proto();
+        assert_eq!(crate::to_cdr(&derived.from_proto(&shoal_payload).unwrap()).unwrap(), cdr);
+        let json = shoal::dynamic::decode_to_json(derived.type_info(), &shoal_payload).unwrap();
+        assert_eq!(json["header"]["frame_id"], "base_link", "{json}");
+        assert_eq!(json["name"], "rover 7", "{json}");
+        // wstring has no protobuf counterpart.
+        let mut reg = MsgRegistry::new(Vec::new());
+        let w = MsgName::parse("x_msgs/msg/W").unwrap();
+        reg.add_text(w.clone(), "wstring name\n");
+        assert!(derive_proto(&mut reg, &w).unwrap_err().contains("wstring"));
     }
 
     #[test]

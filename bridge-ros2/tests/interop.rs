@@ -1062,7 +1062,9 @@ fn automatic_routes_follow_discovery_without_loops() {
         "au",
         "[shoal]\nstats_interval_ms = 500\n\n[auto]\nallow = \"/auto_.*\"\ndeny = \"/auto_denied\"\ngrace_ms = 500\n",
     );
-    let mut bridge = ns.bridge(&["--config", cfg.to_str().expect("utf-8 path")]);
+    let msg = demo_dir().join("msg");
+    let mut bridge =
+        ns.bridge(&["--config", cfg.to_str().expect("utf-8 path"), "--msg-path", msg.to_str().expect("utf-8 path")]);
     let mut lines = Vec::new();
 
     // Topics that must not be bridged: not matching allow, and matching deny. Best effort: they wait for no reader.
@@ -1128,6 +1130,31 @@ fn automatic_routes_follow_discovery_without_loops() {
         is_event(v, "route_removed", "/auto_chat")
     }));
 
+    // A type that is not built in, its .msg under --msg-path: a generic mapping of a protobuf message made from the
+    // .msg (demo_msgs.Telemetry); every rosbags-made sample decodes and goes to shoal.
+    let mut tpub =
+        ns.cyclone("cyclone pub", &["pub", "telemetry", "/auto_tele", "10", "64", "--rate", "20", "--delay", "3"]);
+    lines.extend(lines_until(&bridge, "route_added /auto_tele", Duration::from_secs(20), |v| {
+        is_event(v, "route_added", "/auto_tele")
+    }));
+    let added = lines.last().cloned().expect("a line");
+    assert_eq!(added["type"], "demo_msgs/msg/Telemetry as demo_msgs.Telemetry", "{added}");
+    assert_eq!(tpub.expect("done", Duration::from_secs(60))["sent"], 10);
+    lines.extend(lines_until(&bridge, "auto_tele: 10 to shoal", Duration::from_secs(20), |v| {
+        v["event"] == "stats"
+            && v["routes"].as_array().is_some_and(|rs| {
+                rs.iter().any(|r| {
+                    r["route"].as_str().is_some_and(|n| n.starts_with("auto_tele <->"))
+                        && r["to_shoal"] == 10
+                        && r["dropped"]["cdr_decode"] == 0
+                })
+            })
+    }));
+    tpub.wait_success(Duration::from_secs(15));
+    lines.extend(lines_until(&bridge, "route_removed /auto_tele", Duration::from_secs(20), |v| {
+        is_event(v, "route_removed", "/auto_tele")
+    }));
+
     // shoal → ROS 2: a shoal publisher started after the bridge, on a matching topic.
     let csub = ns.cyclone("cyclone sub", &["sub", "string", "/auto_out", "20", "0", "--timeout", "60"]);
     let mut spub = ns.shoal(
@@ -1152,13 +1179,16 @@ fn automatic_routes_follow_discovery_without_loops() {
     eprintln!("final: {last}");
     for v in &lines {
         if v["event"] == "route_added" {
-            assert!(v["ros"] == "/auto_chat" || v["ros"] == "/auto_out", "only the matching topics: {v}");
+            assert!(
+                v["ros"] == "/auto_chat" || v["ros"] == "/auto_tele" || v["ros"] == "/auto_out",
+                "only the matching topics: {v}"
+            );
         }
     }
     let added: Vec<&Value> = lines.iter().filter(|v| v["event"] == "route_added").collect();
-    assert_eq!(added.len(), 3, "one route at a time each, none back the other way: {added:?}");
-    assert_eq!(last["auto"]["added"], 3, "{last}");
-    assert_eq!(last["auto"]["removed"], 3, "{last}");
+    assert_eq!(added.len(), 4, "one route at a time each, none back the other way: {added:?}");
+    assert_eq!(last["auto"]["added"], 4, "{last}");
+    assert_eq!(last["auto"]["removed"], 4, "{last}");
     assert_eq!(last["auto"]["routes"], 0, "{last}");
     let _ = std::fs::remove_dir_all(cfg.parent().expect("a directory"));
 }
