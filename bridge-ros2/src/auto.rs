@@ -11,7 +11,7 @@
 //!   them all), keep-last 10.
 //! - shoal → ROS 2: a shoal publisher on `<topic>` (shoal registration, [`shoal::Node::snapshot`]) is bridged to
 //!   ROS topic [`default_ros_topic`]`(<topic>)`, with the type a listed route would get: the shipped protobuf
-//!   message's built-in type when every publisher announces one of them (encoding `proto`, e.g.
+//!   message's built-in type when every publisher announces the same one of them (encoding `proto`, e.g.
 //!   `sensor_msgs.Imu`), raw otherwise; the ROS 2 default QoS (reliable, volatile, keep-last 10).
 //! - The name matched is the ROS 2 topic name in both directions (`/chatter`), as a whole: `allow = "/chat.*"`.
 //!
@@ -21,7 +21,11 @@
 //! publishers whose process executable is named [`BRIDGE_EXECUTABLE`]; (3) a topic that has a route already:
 //! one automatic route per ROS topic and per shoal topic, one way, so a topic bridged one way is not bridged back;
 //! (4) a topic of a listed route (`[[topic]]`, `--topic`), which also means an automatic route never duplicates a
-//! listed one. At most `max_routes` automatic routes exist at once; one more is refused, counted and said once.
+//! listed one. An automatic route also drops the samples of (2) (`Foreign`, counted as `own_ignored`), so two
+//! bridges whose routes on one topic were each started by a genuine peer do not pass each other's messages round;
+//! and a DDS writer starts a route only once it has been known for [`SETTLE`], by when its participant's
+//! `ros_discovery_info` has arrived. At most `max_routes` automatic routes exist at once; one more is refused,
+//! counted and said once.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -640,7 +644,9 @@ impl AutoRun {
                 settled: settled(&t.key),
             })
             .collect();
+        // This process, as shoal's registration names it (pid and executable path).
         let pid = std::process::id();
+        let exe_path = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
         let (bridge_pubs, publishers): (Vec<_>, Vec<_>) = env
             .shoal_node
             .snapshot()
@@ -649,7 +655,7 @@ impl AutoRun {
             .filter(|t| t.direction == shoal::monitor::TopicDirection::Publisher)
             .partition(|t| {
                 let exe = std::path::Path::new(&t.process_name).file_name().and_then(|n| n.to_str());
-                t.pid == pid || exe == Some(BRIDGE_EXECUTABLE)
+                (t.pid == pid && t.process_name == exe_path) || exe == Some(BRIDGE_EXECUTABLE)
             });
         *self.foreign.shoal.write().unwrap_or_else(|e| e.into_inner()) =
             bridge_pubs.iter().map(|t| t.entity_id).collect();
