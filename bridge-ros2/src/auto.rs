@@ -389,8 +389,11 @@ impl AutoRoutes {
         }
     }
 
+    /// Whether the topic has a route, or had one that could not start (tried again when its peers have gone and
+    /// come back).
     fn taken(&self, ros_topic: &str, shoal_topic: &str) -> bool {
-        self.listed_ros.contains(ros_topic)
+        self.said.contains(&(ros_topic.to_string(), "start"))
+            || self.listed_ros.contains(ros_topic)
             || self.listed_shoal.contains(shoal_topic)
             || self.active.contains_key(ros_topic)
             || self.active.values().any(|a| a.route.shoal_topic == shoal_topic)
@@ -899,6 +902,20 @@ mod tests {
         assert!(r.plan(t0 + Duration::from_secs(5), std::slice::from_ref(&fresh), &[]).is_empty());
         assert!(r.plan(t0 + Duration::from_secs(10), std::slice::from_ref(&fresh), &[]).is_empty());
         assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn a_route_that_cannot_start_is_not_tried_again_until_its_peers_come_back() {
+        let mut r = AutoRoutes::new(AutoConfig::new(".*").unwrap(), &[]);
+        let t0 = Instant::now();
+        let ws = [writer("/a", STRING, true, false)];
+        let c = r.plan(t0, &ws, &[]);
+        let Change::Add(route) = &c[0] else { panic!() };
+        r.failed(route, "DDS said no");
+        assert_eq!((r.len(), r.refused(), r.to_json()["added"].as_u64()), (0, 1, Some(0)));
+        assert!(r.plan(t0, &ws, &[]).is_empty(), "not tried again while the writer stays");
+        assert!(r.plan(t0, &[], &[]).is_empty());
+        assert_eq!(added(&r.plan(t0, &ws, &[])).len(), 1, "tried again when it comes back");
     }
 
     #[test]
