@@ -2,8 +2,9 @@
 //! route a shoal → ROS 2 callback subscriber feeding a DDS writer task and/or a ROS 2 → shoal task.
 //!
 //! Threads: the caller's thread runs a single-threaded executor with ros2-client's spinner (discovery, graph,
-//! parameter services), every ROS 2 → shoal task, every shoal → ROS 2 writer task, the statistics timer and the
-//! endpoint check (QoS and type mismatches of the remote DDS endpoints on the bridged topics). shoal delivers the
+//! parameter services), every ROS 2 → shoal task, every shoal → ROS 2 writer task, the statistics timer, the
+//! endpoint check (QoS and type mismatches of the remote DDS endpoints on the bridged topics) and the automatic
+//! routes' discovery poll ([`crate::auto`]), which starts and stops routes while the bridge runs. shoal delivers the
 //! shoal → ROS 2 samples to callbacks on its doorbell thread, which converts each to the ROS message and queues it
 //! (bounded, [`QUEUE_MESSAGES`] and [`QUEUE_BYTES`] per route) for the route's writer task, so a DDS writer waiting
 //! for its reliable window never holds up another route. Bridged services (`crate::services`) add their request
@@ -12,6 +13,7 @@
 
 use std::collections::HashSet;
 use std::marker::PhantomData;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -408,15 +410,25 @@ fn resolve_announced(config: &Config, node: &shoal::Node) -> Result<Vec<Route>, 
     Ok(routes)
 }
 
-/// Parts of a running route the main loop needs.
-struct Running {
+/// Parts of a running route the main loop needs. Dropping it stops the route: its tasks own its shoal subscriber
+/// and publisher and its DDS reader and writer.
+pub(crate) struct Running {
     route: Route,
     stats: Arc<RouteStats>,
     /// GUIDs of the bridge's own DDS endpoints of this route.
     own: Vec<rustdds::GUID>,
+    /// The route's tasks on the bridge's executor; dropping a task cancels it.
+    _tasks: Vec<smol::Task<()>>,
 }
 
-fn route_name(r: &Route) -> String {
+impl Running {
+    /// Whether this runs `route`.
+    pub(crate) fn is_auto_route(&self, route: &Route) -> bool {
+        self.route == *route
+    }
+}
+
+pub(crate) fn route_name(r: &Route) -> String {
     format!("{} <-> {} [{}]", r.shoal_topic, r.ros_topic, r.ros_type)
 }
 
@@ -457,37 +469,25 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
     })
     .detach();
 
+    // The hidden node that tells other bridges this participant's DDS writers are a bridge's (crate::auto).
+    let _marker = ctx
+        .new_node(
+            NodeName::new("/", crate::auto::MARKER_NODE).map_err(|e| ros_err("node name", e))?,
+            NodeOptions::new().enable_rosout(false),
+        )
+        .map_err(|e| ros_err("node", e))?;
+    let bridges = crate::auto::Bridges::default();
+    if let Some(events) = node.status_receiver() {
+        ex.spawn(crate::auto::watch_bridges(events, Rc::clone(&bridges))).detach();
+    }
+    let mut auto =
+        config.auto.clone().map(|a| crate::auto::AutoRun::new(a, &config.routes, bridges, config.msg_path.clone()));
+
     let routes = resolve_announced(config, &shoal_node)?;
     let mut running = Vec::new();
     for route in &routes {
-        let mut env = StartEnv { shoal_node: &shoal_node, node: &mut node, ex: &ex };
-        let builtin = match &route.ros_type {
-            RouteType::Builtin(t) => *t,
-            RouteType::Generic(m) => {
-                let reg = crate::msgdef::MsgRegistry::new(config.msg_path.clone());
-                let r = env.start(route, GenericCodec::new(Arc::clone(m), reg, route_name(route)))?;
-                tracing::info!(route = %route_name(route), direction = ?route.direction, qos = ?route.qos, "bridging");
-                running.push(r);
-                continue;
-            }
-            RouteType::Announced { .. } => {
-                unreachable!("resolve_announced replaced every announced route type before the routes start")
-            }
-        };
-        let r = match builtin {
-            RosType::String => env.start(route, ProtoCodec::<pb::std_msgs::String>::default()),
-            RosType::Header => env.start(route, ProtoCodec::<pb::std_msgs::Header>::default()),
-            RosType::Time => env.start(route, ProtoCodec::<pb::builtin_interfaces::Time>::default()),
-            RosType::Pose => env.start(route, ProtoCodec::<pb::geometry_msgs::Pose>::default()),
-            RosType::PoseStamped => env.start(route, ProtoCodec::<pb::geometry_msgs::PoseStamped>::default()),
-            RosType::Twist => env.start(route, ProtoCodec::<pb::geometry_msgs::Twist>::default()),
-            RosType::TransformStamped => env.start(route, ProtoCodec::<pb::geometry_msgs::TransformStamped>::default()),
-            RosType::Imu => env.start(route, ProtoCodec::<pb::sensor_msgs::Imu>::default()),
-            RosType::Image => env.start(route, ProtoCodec::<pb::sensor_msgs::Image>::default()),
-            RosType::PointCloud2 => env.start(route, ProtoCodec::<pb::sensor_msgs::PointCloud2>::default()),
-            RosType::NavSatFix => env.start(route, ProtoCodec::<pb::sensor_msgs::NavSatFix>::default()),
-            RosType::Raw => env.start(route, RawCodec::new(route)),
-        }?;
+        let mut env = StartEnv { shoal_node: &shoal_node, node: &mut node, ex: &ex, foreign: None };
+        let r = start_route(&mut env, route, &config.msg_path)?;
         tracing::info!(route = %route_name(route), direction = ?route.direction, qos = ?route.qos, "bridging");
         running.push(r);
     }
@@ -512,23 +512,61 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
         "services": services.iter().map(|s| s.route.name()).collect::<Vec<_>>(),
     }));
 
-    let main = main_loop(config, &dp, (&running, &services), stats_pub, &stop);
+    let foreign = auto.as_ref().map(crate::auto::AutoRun::foreign);
+    let env = StartEnv { shoal_node: &shoal_node, node: &mut node, ex: &ex, foreign };
+    let main = main_loop(config, &dp, (&mut running, &services), stats_pub, &stop, auto.as_mut().map(|a| (a, env)));
     smol::block_on(ex.run(main));
 
     stop.store(true, Ordering::Relaxed);
-    emit(
-        &json!({"event": "stats", "final": true, "routes": running.iter().map(|r| r.stats.to_json()).collect::<Vec<_>>(),
-        "services": services.iter().map(|s| s.stats.to_json()).collect::<Vec<_>>()}),
-    );
+    let routes: Vec<_> = running.iter().map(|r| r.stats.to_json()).collect();
+    let services: Vec<_> = services.iter().map(|s| s.stats.to_json()).collect();
+    let mut last = json!({"event": "stats", "final": true, "routes": routes, "services": services});
+    if let Some(a) = &auto {
+        last["auto"] = a.to_json();
+    }
+    emit(&last);
     Ok(())
+}
+
+/// Starts `route` with the codec its type needs (`msg_path`: the `.msg` directories of generic mappings).
+pub(crate) fn start_route(
+    env: &mut StartEnv<'_, '_>,
+    route: &Route,
+    msg_path: &[std::path::PathBuf],
+) -> Result<Running, BridgeError> {
+    let builtin = match &route.ros_type {
+        RouteType::Builtin(t) => *t,
+        RouteType::Generic(m) => {
+            let reg = crate::msgdef::MsgRegistry::new(msg_path.to_vec());
+            return env.start(route, GenericCodec::new(Arc::clone(m), reg, route_name(route)));
+        }
+        RouteType::Announced { .. } => {
+            unreachable!("resolve_announced replaced every announced route type before the routes start")
+        }
+    };
+    match builtin {
+        RosType::String => env.start(route, ProtoCodec::<pb::std_msgs::String>::default()),
+        RosType::Header => env.start(route, ProtoCodec::<pb::std_msgs::Header>::default()),
+        RosType::Time => env.start(route, ProtoCodec::<pb::builtin_interfaces::Time>::default()),
+        RosType::Pose => env.start(route, ProtoCodec::<pb::geometry_msgs::Pose>::default()),
+        RosType::PoseStamped => env.start(route, ProtoCodec::<pb::geometry_msgs::PoseStamped>::default()),
+        RosType::Twist => env.start(route, ProtoCodec::<pb::geometry_msgs::Twist>::default()),
+        RosType::TransformStamped => env.start(route, ProtoCodec::<pb::geometry_msgs::TransformStamped>::default()),
+        RosType::Imu => env.start(route, ProtoCodec::<pb::sensor_msgs::Imu>::default()),
+        RosType::Image => env.start(route, ProtoCodec::<pb::sensor_msgs::Image>::default()),
+        RosType::PointCloud2 => env.start(route, ProtoCodec::<pb::sensor_msgs::PointCloud2>::default()),
+        RosType::NavSatFix => env.start(route, ProtoCodec::<pb::sensor_msgs::NavSatFix>::default()),
+        RosType::Raw => env.start(route, RawCodec::new(route)),
+    }
 }
 
 async fn main_loop(
     config: &Config,
     dp: &rustdds::DomainParticipant,
-    (running, services): (&[Running], &[crate::services::RunningService]),
+    (running, services): (&mut Vec<Running>, &[crate::services::RunningService]),
     mut stats_pub: shoal::Publisher,
     stop: &AtomicBool,
+    mut auto: Option<(&mut crate::auto::AutoRun, StartEnv<'_, '_>)>,
 ) {
     let mut reported: HashSet<(rustdds::GUID, &'static str)> = HashSet::new();
     let mut actions_listed: HashSet<String> = HashSet::new();
@@ -540,13 +578,19 @@ async fn main_loop(
         let now = Instant::now();
         if now >= next_check {
             next_check = now + Duration::from_millis(250);
+            if let Some((a, env)) = auto.as_mut() {
+                a.poll(dp, env, running);
+            }
             check_endpoints(dp, running, &mut reported);
             list_actions(dp, &mut actions_listed);
         }
         if !stats_every.is_zero() && now >= next_stats {
             next_stats = now + stats_every;
-            let line = json!({"event": "stats", "routes": running.iter().map(|r| r.stats.to_json()).collect::<Vec<_>>(),
+            let mut line = json!({"event": "stats", "routes": running.iter().map(|r| r.stats.to_json()).collect::<Vec<_>>(),
                 "services": services.iter().map(|s| s.stats.to_json()).collect::<Vec<_>>()});
+            if let Some((a, _)) = &auto {
+                line["auto"] = a.to_json();
+            }
             emit(&line);
             let _ = stats_pub.send(line.to_string().as_bytes());
         }
@@ -691,15 +735,17 @@ fn check_endpoints(
 }
 
 /// What starting a route needs.
-struct StartEnv<'a, 'ex> {
-    shoal_node: &'a shoal::Node,
+pub(crate) struct StartEnv<'a, 'ex> {
+    pub(crate) shoal_node: &'a shoal::Node,
     node: &'a mut ros2_client::Node,
     ex: &'a smol::LocalExecutor<'ex>,
+    /// Automatic routes: other bridges' endpoints, whose samples are dropped (see `crate::auto`).
+    foreign: Option<crate::auto::Foreign>,
 }
 
 impl StartEnv<'_, '_> {
     fn start<C: Codec>(&mut self, route: &Route, codec: C) -> Result<Running, BridgeError> {
-        let StartEnv { shoal_node, node, ex } = self;
+        let StartEnv { shoal_node, node, ex, foreign } = self;
         let codec = Arc::new(codec);
         let stats = Arc::new(RouteStats::new(route_name(route)));
         let qos = qos_profile(route);
@@ -710,6 +756,7 @@ impl StartEnv<'_, '_> {
             .map_err(|e| ros_err(&format!("topic {}", route.ros_topic), e))?;
         let shoal_err = |source| BridgeError::ShoalTopic { topic: route.shoal_topic.clone(), source };
         let mut own = Vec::new();
+        let mut tasks = Vec::new();
 
         // ROS 2 → shoal: created first, so that the shoal → ROS 2 side knows the shoal publisher to ignore.
         let mut own_shoal_pub = None;
@@ -743,11 +790,14 @@ impl StartEnv<'_, '_> {
             let (tx, rx) = smol::channel::unbounded::<Queued<C::Ros>>();
             let held = Arc::new(Held::default());
             let (cb_codec, cb_stats, cb_held) = (Arc::clone(&codec), Arc::clone(&stats), Arc::clone(&held));
+            let cb_foreign = foreign.as_ref().map(crate::auto::Foreign::shoal_publishers);
             let sub = shoal_node
                 .subscriber(&route.shoal_topic)
                 .type_info(codec.shoal_sub_type_info())
                 .callback(move |sample: &Sample| {
-                    if Some(sample.publisher_id()) == own_shoal_pub {
+                    if Some(sample.publisher_id()) == own_shoal_pub
+                        || cb_foreign.as_ref().is_some_and(|f| f.contains(sample.publisher_id()))
+                    {
                         cb_stats.own_ignored.fetch_add(1, Ordering::Relaxed);
                         return;
                     }
@@ -770,8 +820,9 @@ impl StartEnv<'_, '_> {
                 .create()
                 .map_err(shoal_err)?;
             let stats = Arc::clone(&stats);
-            // The task owns the subscriber: both end when the executor is dropped, after the main loop.
-            ex.spawn(async move {
+            // The task owns the subscriber and the DDS writer: all end when the task is dropped (the route stops) or
+            // the executor is.
+            tasks.push(ex.spawn(async move {
                 while let Ok(Queued { msg, bytes }) = rx.recv().await {
                     let dropped = match msg {
                         Ok(msg) => match ros_pub.async_publish(msg).await {
@@ -795,19 +846,20 @@ impl StartEnv<'_, '_> {
                         sub.count_dropped(refused);
                     }
                 }
-            })
-            .detach();
+            }));
         }
 
         if let (Some(sub), Some(mut publ)) = (ros_sub, shoal_pub) {
-            let (codec, stats) = (Arc::clone(&codec), Arc::clone(&stats));
-            ex.spawn(async move {
+            let (codec, stats, foreign) = (Arc::clone(&codec), Arc::clone(&stats), foreign.clone());
+            tasks.push(ex.spawn(async move {
                 let stream = sub.async_stream_seed(codec.seed());
                 futures::pin_mut!(stream);
                 while let Some(item) = stream.next().await {
                     match item {
                         Ok((msg, info)) => {
-                            if Some(info.publisher_gid()) == own_ros_gid {
+                            if Some(info.publisher_gid()) == own_ros_gid
+                                || foreign.as_ref().is_some_and(|f| f.dds_writer(info.publisher_gid()))
+                            {
                                 stats.own_ignored.fetch_add(1, Ordering::Relaxed);
                                 continue;
                             }
@@ -832,10 +884,9 @@ impl StartEnv<'_, '_> {
                         }
                     }
                 }
-            })
-            .detach();
+            }));
         }
-        Ok(Running { route: route.clone(), stats, own })
+        Ok(Running { route: route.clone(), stats, own, _tasks: tasks })
     }
 }
 

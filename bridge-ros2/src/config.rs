@@ -40,8 +40,8 @@ impl Direction {
     pub fn to_shoal(self) -> bool {
         matches!(self, Direction::RosToShoal | Direction::Both)
     }
-    const ALLOWED: &'static str = "shoal_to_ros, ros_to_shoal, both";
-    fn parse(s: &str) -> Option<Direction> {
+    pub(crate) const ALLOWED: &'static str = "shoal_to_ros, ros_to_shoal, both";
+    pub(crate) fn parse(s: &str) -> Option<Direction> {
         match s {
             "shoal_to_ros" => Some(Direction::ShoalToRos),
             "ros_to_shoal" => Some(Direction::RosToShoal),
@@ -259,6 +259,8 @@ pub struct Config {
     pub routes: Vec<Route>,
     /// The bridged services (`[[service]]`, `--service`).
     pub services: Vec<ServiceRoute>,
+    /// Automatic routes (`[auto]`, see [`crate::auto`]); `None`: only the listed routes.
+    pub auto: Option<crate::auto::AutoConfig>,
 }
 
 /// What the supervisor (`crate::supervisor`) imposes on the worker process that runs the bridge, and how it
@@ -304,6 +306,7 @@ impl Default for Config {
             supervisor: Supervision::default(),
             routes: Vec::new(),
             services: Vec::new(),
+            auto: None,
         }
     }
 }
@@ -347,6 +350,7 @@ struct FileConfig {
     ros: Option<FileRos>,
     shoal: Option<FileShoal>,
     supervisor: Option<FileSupervisor>,
+    auto: Option<crate::auto::FileAuto>,
     #[serde(default)]
     topic: Vec<FileTopic>,
     #[serde(default)]
@@ -420,18 +424,23 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
-struct FileCtx<'a> {
+pub(crate) struct FileCtx<'a> {
     path: &'a str,
     text: &'a str,
 }
 
 impl FileCtx<'_> {
-    fn err(&self, span: Range<usize>, message: impl Into<String>) -> ConfigError {
+    pub(crate) fn err(&self, span: Range<usize>, message: impl Into<String>) -> ConfigError {
         let (line, column) = line_col(self.text, span.start);
         ConfigError::File { path: self.path.into(), line, column, message: message.into() }
     }
 
-    fn int<T: TryFrom<i64>>(&self, v: &Spanned<i64>, key: &str, range: (i64, i64)) -> Result<T, ConfigError> {
+    pub(crate) fn int<T: TryFrom<i64>>(
+        &self,
+        v: &Spanned<i64>,
+        key: &str,
+        range: (i64, i64),
+    ) -> Result<T, ConfigError> {
         let x = *v.get_ref();
         if x < range.0 || x > range.1 {
             return Err(self.err(v.span(), format!("{key} = {x}: allowed {}..={}", range.0, range.1)));
@@ -571,6 +580,9 @@ impl Config {
             if let Some(v) = &sup.restart_backoff_ms {
                 c.supervisor.restart_backoff_ms = cx.int(v, "restart_backoff_ms", Supervision::BACKOFF_RANGE)?;
             }
+        }
+        if let Some(a) = &file.auto {
+            c.auto = Some(crate::auto::AutoConfig::from_file(&cx, a)?);
         }
         c.msg_path.splice(0..0, msg_dirs.iter().cloned());
         let mut reg = MsgRegistry::new(c.msg_path.clone());
@@ -817,6 +829,8 @@ mod tests {
         let text = include_str!("../etc/bridge.toml");
         let c = Config::from_toml("etc/bridge.toml", text).expect("the documented file parses");
         assert!(!c.routes.is_empty());
+        let a = c.auto.as_ref().expect("the documented [auto] table");
+        assert!(a.matches("/auto/x") && !a.matches("/chatter"));
         c.check_routes().expect("no conflicting routes");
     }
 

@@ -7,11 +7,13 @@
 //! - [`msgdef`]: ROS 2 `.msg` files (any type, no ROS install); [`generic`] maps any protobuf message to one by
 //!   field names, checked at start, with CDR driven by the parsed definition.
 //! - [`services`]: services both ways (rmw's `rq/` and `rr/` topics, the request id in the sample).
+//! - [`auto`]: automatic routes (`[auto]`): topics that appear on either side, matched by name.
 //! - [`bridge`]: the running bridge (threads, echo suppression, QoS checks); [`stats`] its counters.
 //! - [`supervisor`]: the bridge as a supervisor process and a worker under a memory limit, restarted when it
 //!   dies.
 //! - [`testdata`]: deterministic messages the interop tests and the benchmark send and check.
 
+pub mod auto;
 pub mod bridge;
 pub mod config;
 pub mod generic;

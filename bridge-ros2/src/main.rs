@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Logs go to stderr (`RUST_LOG`, default `info`); machine-readable events (ready, stats, qos_mismatch,
-//! type_mismatch, type_changed, not_bridged, warning; worker_started, worker_exited from the supervisor) are JSON lines on stdout. SIGINT /
+//! type_mismatch, type_changed, not_bridged, warning, route_added, route_removed, route_refused; worker_started, worker_exited from the supervisor) are JSON lines on stdout. SIGINT /
 //! SIGTERM stop it cleanly.
 //!
 //! The process started is a supervisor: it checks the configuration and runs this binary again as the worker that
@@ -129,8 +129,9 @@ fn main() -> anyhow::Result<()> {
         config.supervisor.memory_limit = m;
     }
     anyhow::ensure!(
-        !config.routes.is_empty() || !config.services.is_empty(),
-        "nothing to bridge: give --config FILE, --topic SHOAL=TYPE or --service SHOAL=pkg/srv/Type,server=shoal|ros"
+        !config.routes.is_empty() || !config.services.is_empty() || config.auto.is_some(),
+        "nothing to bridge: give --config FILE (with [[topic]], [[service]] or [auto]), --topic SHOAL=TYPE or \
+         --service SHOAL=pkg/srv/Type,server=shoal|ros"
     );
     config.check_routes()?;
 

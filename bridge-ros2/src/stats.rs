@@ -73,7 +73,8 @@ pub struct RouteStats {
     pub to_ros: AtomicU64,
     /// ROS 2 → shoal messages sent.
     pub to_shoal: AtomicU64,
-    /// The bridge's own publications seen and ignored (no echo).
+    /// The bridge's own publications seen and ignored (no echo); on automatic routes also other bridges' (no
+    /// loop, see `crate::auto`).
     pub own_ignored: AtomicU64,
     drops: [AtomicU64; 8],
     logged: Mutex<Vec<String>>,

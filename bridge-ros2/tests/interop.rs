@@ -1198,3 +1198,280 @@ fn discovered_actions_are_listed_as_not_bridged() {
     assert_eq!(line["type"], "example_interfaces/action/Fibonacci", "{line}");
     assert!(line["message"].as_str().is_some_and(|m| m.contains("is not bridged")), "{line}");
 }
+
+/// A bridge configuration file with `text`, in a fresh temporary directory named after `tag`.
+fn config_file(tag: &str, text: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("shoal_bridge_{tag}_{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    let p = d.join("bridge.toml");
+    std::fs::write(&p, text).expect("config file");
+    p
+}
+
+/// The bridge's lines up to the first satisfying `pred` (within `timeout`), all of them.
+fn lines_until(bridge: &Proc, what: &str, timeout: Duration, mut pred: impl FnMut(&Value) -> bool) -> Vec<Value> {
+    let mut seen = Vec::new();
+    bridge.expect_line(what, timeout, |v| {
+        seen.push(v.clone());
+        pred(v)
+    });
+    seen
+}
+
+fn is_event(v: &Value, event: &str, ros: &str) -> bool {
+    v["event"] == event && v["ros"] == ros
+}
+
+#[test]
+fn automatic_routes_follow_discovery_without_loops() {
+    if !root_or_skip("automatic_routes_follow_discovery_without_loops") {
+        return;
+    }
+    let _serial = serial();
+    let ns = Netns::create("au");
+    let cfg = config_file(
+        "au",
+        "[shoal]\nstats_interval_ms = 500\n\n[auto]\nallow = \"/auto_.*\"\ndeny = \"/auto_denied\"\ngrace_ms = 500\n",
+    );
+    let msg = demo_dir().join("msg");
+    let mut bridge =
+        ns.bridge(&["--config", cfg.to_str().expect("utf-8 path"), "--msg-path", msg.to_str().expect("utf-8 path")]);
+    let mut lines = Vec::new();
+
+    // Topics that must not be bridged: not matching allow, and matching deny. Best effort: they wait for no reader.
+    let quiet = |topic: &str| {
+        ns.cyclone(
+            &format!("cyclone pub {topic}"),
+            &["pub", "string", topic, "5", "0", "--best-effort", "--linger", "6"],
+        )
+    };
+    let _plain = quiet("/plain_chat");
+    let _denied = quiet("/auto_denied");
+
+    // ROS 2 → shoal: a Cyclone publisher started after the bridge, on a matching topic.
+    let mut sub = ns.shoal(
+        "shoal sub",
+        &["sub", "--topic", "auto_chat", "--kind", "string", "--count", "20", "--timeout-ms", "60000"],
+    );
+    let mut publ =
+        ns.cyclone("cyclone pub", &["pub", "string", "/auto_chat", "20", "0", "--rate", "20", "--delay", "3"]);
+    lines.extend(lines_until(&bridge, "route_added /auto_chat", Duration::from_secs(20), |v| {
+        is_event(v, "route_added", "/auto_chat")
+    }));
+    let added = lines.last().cloned().expect("a line");
+    eprintln!("{added}");
+    assert_eq!(added["direction"], "ros_to_shoal", "{added}");
+    assert_eq!(added["type"], "std_msgs/msg/String", "{added}");
+    assert_eq!(added["shoal"], "auto_chat", "{added}");
+    assert_eq!(added["qos"]["reliability"], "reliable", "the reader takes the writer's QoS: {added}");
+    // Beside the bridge, a Cyclone subscriber on the same topic sees every message once: the bridge does not
+    // bridge its own shoal publisher back to ROS 2 (no DDS writer of its own on /auto_chat).
+    let csub = ns.cyclone("cyclone sub", &["sub", "string", "/auto_chat", "20", "0", "--timeout", "30"]);
+    assert_eq!(publ.expect("done", Duration::from_secs(60))["sent"], 20);
+    let s = sub.expect("summary", Duration::from_secs(60));
+    assert_all("cyclone -> automatic route -> shoal", &s, 20);
+    assert_eq!(s["type"]["name"], "std_msgs.String", "the built-in type: {s}");
+    assert_eq!(s["type"]["decoded"]["data"], "hello 20", "{s}");
+    let c = csub.expect("summary", Duration::from_secs(40));
+    assert_all("cyclone sub beside the bridge", &c, 20);
+    sub.wait_success(Duration::from_secs(10));
+    publ.wait_success(Duration::from_secs(15));
+    // The publisher is gone: so is the route.
+    lines.extend(lines_until(&bridge, "route_removed /auto_chat", Duration::from_secs(20), |v| {
+        is_event(v, "route_removed", "/auto_chat")
+    }));
+    // A new publisher: a new route; the old one's reader and shoal publisher are gone with it (if they were not,
+    // each message would arrive twice).
+    let mut sub = ns.shoal(
+        "shoal sub",
+        &["sub", "--topic", "auto_chat", "--kind", "string", "--count", "20", "--timeout-ms", "60000", "--first", "21"],
+    );
+    let mut publ = ns.cyclone(
+        "cyclone pub",
+        &["pub", "string", "/auto_chat", "20", "0", "--rate", "20", "--delay", "3", "--first", "21"],
+    );
+    lines.extend(lines_until(&bridge, "route_added /auto_chat again", Duration::from_secs(20), |v| {
+        is_event(v, "route_added", "/auto_chat")
+    }));
+    assert_eq!(publ.expect("done", Duration::from_secs(60))["sent"], 20);
+    assert_all("cyclone -> automatic route again -> shoal", &sub.expect("summary", Duration::from_secs(60)), 20);
+    sub.wait_success(Duration::from_secs(10));
+    publ.wait_success(Duration::from_secs(15));
+    lines.extend(lines_until(&bridge, "route_removed /auto_chat again", Duration::from_secs(20), |v| {
+        is_event(v, "route_removed", "/auto_chat")
+    }));
+
+    // A type that is not built in, its .msg under --msg-path: a generic mapping of a protobuf message made from the
+    // .msg (demo_msgs.Telemetry); every rosbags-made sample decodes and goes to shoal.
+    let mut tpub =
+        ns.cyclone("cyclone pub", &["pub", "telemetry", "/auto_tele", "10", "64", "--rate", "20", "--delay", "3"]);
+    lines.extend(lines_until(&bridge, "route_added /auto_tele", Duration::from_secs(20), |v| {
+        is_event(v, "route_added", "/auto_tele")
+    }));
+    let added = lines.last().cloned().expect("a line");
+    assert_eq!(added["type"], "demo_msgs/msg/Telemetry as demo_msgs.Telemetry", "{added}");
+    assert_eq!(tpub.expect("done", Duration::from_secs(60))["sent"], 10);
+    lines.extend(lines_until(&bridge, "auto_tele: 10 to shoal", Duration::from_secs(20), |v| {
+        v["event"] == "stats"
+            && v["routes"].as_array().is_some_and(|rs| {
+                rs.iter().any(|r| {
+                    r["route"].as_str().is_some_and(|n| n.starts_with("auto_tele <->"))
+                        && r["to_shoal"] == 10
+                        && r["dropped"]["cdr_decode"] == 0
+                })
+            })
+    }));
+    tpub.wait_success(Duration::from_secs(15));
+    lines.extend(lines_until(&bridge, "route_removed /auto_tele", Duration::from_secs(20), |v| {
+        is_event(v, "route_removed", "/auto_tele")
+    }));
+
+    // shoal → ROS 2: a shoal publisher started after the bridge, on a matching topic.
+    let csub = ns.cyclone("cyclone sub", &["sub", "string", "/auto_out", "20", "0", "--timeout", "60"]);
+    let mut spub = ns.shoal(
+        "shoal pub",
+        &["pub", "--topic", "auto_out", "--kind", "string", "--count", "20", "--rate", "20", "--delay-ms", "3000"],
+    );
+    lines.extend(lines_until(&bridge, "route_added /auto_out", Duration::from_secs(20), |v| {
+        is_event(v, "route_added", "/auto_out")
+    }));
+    let added = lines.last().cloned().expect("a line");
+    assert_eq!(added["direction"], "shoal_to_ros", "{added}");
+    assert_eq!(added["type"], "std_msgs/msg/String", "the shipped protobuf std_msgs.String: {added}");
+    assert_eq!(spub.expect("done", Duration::from_secs(60))["sent"], 20);
+    let c = csub.expect("summary", Duration::from_secs(60));
+    assert_all("shoal -> automatic route -> cyclone", &c, 20);
+    spub.wait_success(Duration::from_secs(10));
+    lines.extend(lines_until(&bridge, "route_removed /auto_out", Duration::from_secs(20), |v| {
+        is_event(v, "route_removed", "/auto_out")
+    }));
+
+    let last = final_stats(&mut bridge);
+    eprintln!("final: {last}");
+    for v in &lines {
+        if v["event"] == "route_added" {
+            assert!(
+                v["ros"] == "/auto_chat" || v["ros"] == "/auto_tele" || v["ros"] == "/auto_out",
+                "only the matching topics: {v}"
+            );
+        }
+    }
+    let added: Vec<&Value> = lines.iter().filter(|v| v["event"] == "route_added").collect();
+    assert_eq!(added.len(), 4, "one route at a time each, none back the other way: {added:?}");
+    assert_eq!(last["auto"]["added"], 4, "{last}");
+    assert_eq!(last["auto"]["removed"], 4, "{last}");
+    assert_eq!(last["auto"]["routes"], 0, "{last}");
+    let _ = std::fs::remove_dir_all(cfg.parent().expect("a directory"));
+}
+
+/// Two bridges on the same systems: A bridges shoal → ROS 2, B ROS 2 → shoal, both automatically on the same
+/// names. Neither bridges the other's publications back (B not A's DDS writer: A's participant lists the hidden
+/// marker node; A not B's shoal publisher: its process is a shoal-ros2-bridge), so nothing ping-pongs and every
+/// subscriber sees every message once.
+#[test]
+fn two_bridges_do_not_ping_pong() {
+    if !root_or_skip("two_bridges_do_not_ping_pong") {
+        return;
+    }
+    let _serial = serial();
+    let ns = Netns::create("pp");
+    let cfg = |tag: &str, direction: &str| {
+        config_file(tag, &format!("[auto]\nallow = \"/pp_.*\"\ndirection = \"{direction}\"\ngrace_ms = 500\n"))
+    };
+    let (ca, cb) = (cfg("ppa", "shoal_to_ros"), cfg("ppb", "ros_to_shoal"));
+    let mut a = ns.bridge(&["--config", ca.to_str().expect("utf-8 path")]);
+    let mut b = ns.bridge(&["--config", cb.to_str().expect("utf-8 path")]);
+    let mut lines_a = Vec::new();
+
+    // shoal → A → ROS 2: B leaves A's DDS writer alone, so the shoal subscriber gets each message once.
+    let csub = ns.cyclone("cyclone sub", &["sub", "string", "/pp_x", "20", "0", "--timeout", "60"]);
+    let mut ssub = ns
+        .shoal("shoal sub", &["sub", "--topic", "pp_x", "--kind", "string", "--count", "20", "--timeout-ms", "60000"]);
+    let mut spub = ns.shoal(
+        "shoal pub",
+        &["pub", "--topic", "pp_x", "--kind", "string", "--count", "20", "--rate", "20", "--delay-ms", "3000"],
+    );
+    lines_a
+        .extend(lines_until(&a, "route_added /pp_x", Duration::from_secs(20), |v| is_event(v, "route_added", "/pp_x")));
+    assert_eq!(spub.expect("done", Duration::from_secs(60))["sent"], 20);
+    assert_all("shoal -> bridge A -> cyclone", &csub.expect("summary", Duration::from_secs(60)), 20);
+    assert_all("shoal sub beside bridge A and B", &ssub.expect("summary", Duration::from_secs(60)), 20);
+    spub.wait_success(Duration::from_secs(10));
+    ssub.wait_success(Duration::from_secs(10));
+
+    // ROS 2 → B → shoal: A leaves B's shoal publisher alone, so the Cyclone subscriber gets each message once.
+    let mut ssub = ns
+        .shoal("shoal sub", &["sub", "--topic", "pp_y", "--kind", "string", "--count", "20", "--timeout-ms", "60000"]);
+    let csub = ns.cyclone("cyclone sub", &["sub", "string", "/pp_y", "20", "0", "--timeout", "60"]);
+    let mut cpub = ns.cyclone("cyclone pub", &["pub", "string", "/pp_y", "20", "0", "--rate", "20", "--delay", "3"]);
+    assert_eq!(cpub.expect("done", Duration::from_secs(60))["sent"], 20);
+    assert_all("cyclone -> bridge B -> shoal", &ssub.expect("summary", Duration::from_secs(60)), 20);
+    assert_all("cyclone sub beside bridge A and B", &csub.expect("summary", Duration::from_secs(60)), 20);
+    ssub.wait_success(Duration::from_secs(10));
+    cpub.wait_success(Duration::from_secs(15));
+
+    // Both at once on /pp_z, each bridge's route started by a genuine peer: A's for a shoal publisher (1..20), B's
+    // for a Cyclone publisher (101..120). Each drops what the other forwarded: every subscriber gets each message
+    // once (the other side's as `other`), instead of A's 1..20 coming back to shoal through B and B's 101..120
+    // back to ROS 2 through A, round and round.
+    let mut ssub = ns
+        .shoal("shoal sub", &["sub", "--topic", "pp_z", "--kind", "string", "--count", "20", "--timeout-ms", "60000"]);
+    let csub = ns.cyclone("cyclone sub", &["sub", "string", "/pp_z", "20", "0", "--timeout", "60", "--first", "101"]);
+    let mut spub = ns.shoal(
+        "shoal pub",
+        &["pub", "--topic", "pp_z", "--kind", "string", "--count", "20", "--rate", "20", "--delay-ms", "3000"],
+    );
+    let mut cpub = ns.cyclone(
+        "cyclone pub",
+        &["pub", "string", "/pp_z", "20", "0", "--rate", "20", "--delay", "3", "--first", "101"],
+    );
+    assert_eq!(spub.expect("done", Duration::from_secs(60))["sent"], 20);
+    assert_eq!(cpub.expect("done", Duration::from_secs(60))["sent"], 20);
+    let s = ssub.expect("summary", Duration::from_secs(60));
+    assert_all("shoal sub on pp_z", &s, 20);
+    let c = csub.expect("summary", Duration::from_secs(60));
+    assert_all("cyclone sub on /pp_z", &c, 20);
+    // The subscribers stop at their 20; what arrived of the other side's by then is some of 20, never more.
+    assert!(s["other"].as_u64().unwrap_or(99) <= 20 && c["other"].as_u64().unwrap_or(99) <= 20, "{s} {c}");
+    ssub.wait_success(Duration::from_secs(10));
+    spub.wait_success(Duration::from_secs(10));
+    cpub.wait_success(Duration::from_secs(15));
+
+    let rest = |p: &mut Proc| {
+        p.signal(libc::SIGTERM);
+        lines_until(p, "final stats", Duration::from_secs(15), |v| v["event"] == "stats" && v["final"] == true)
+    };
+    lines_a.extend(rest(&mut a));
+    let lines_b = rest(&mut b);
+    let added = |lines: &[Value]| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|v| v["event"] == "route_added")
+            .map(|v| v["ros"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    assert_eq!(added(&lines_a), ["/pp_x", "/pp_z"], "bridge A bridged B's shoal publisher of /pp_y");
+    assert_eq!(added(&lines_b), ["/pp_y", "/pp_z"], "bridge B bridged A's DDS writer of /pp_x");
+    // Each saw the other's forwarded messages on /pp_z and dropped them (the statistics lines while it ran).
+    let ignored = |lines: &[Value]| {
+        lines
+            .iter()
+            .filter(|l| l["event"] == "stats")
+            .filter_map(|l| {
+                l["routes"]
+                    .as_array()?
+                    .iter()
+                    .find(|r| r["route"].as_str().is_some_and(|n| n.starts_with("pp_z <->")))
+                    .cloned()
+            })
+            .filter_map(|r| r["own_ignored"].as_u64())
+            .max()
+            .unwrap_or(0)
+    };
+    let (ia, ib) = (ignored(&lines_a), ignored(&lines_b));
+    eprintln!("pp_z own_ignored: A {ia}, B {ib}");
+    assert!(ia > 0 && ib > 0, "each bridge dropped the other's forwarded messages: A {ia}, B {ib}");
+    for c in [ca, cb] {
+        let _ = std::fs::remove_dir_all(c.parent().expect("a directory"));
+    }
+}

@@ -68,6 +68,9 @@ enum Cmd {
         /// Stay alive this long after the last message, ms.
         #[arg(long, default_value_t = 500)]
         linger_ms: u64,
+        /// Wait this long after the subscribers before sending, ms (more to come: a bridge's DDS readers).
+        #[arg(long, default_value_t = 0)]
+        delay_ms: u64,
     },
     /// Receive and check messages first..first+count (others are counted apart, as `other`).
     Sub {
@@ -214,14 +217,27 @@ fn same_response(kind: &str, got: &[u8], want: &[u8]) -> bool {
 fn main() -> anyhow::Result<()> {
     let node = shoal::Node::init("shoal_ros2_peer")?;
     match Args::parse().cmd {
-        Cmd::Pub { topic, kind, count, size, rate, bad, wrong_type, first, history, wait_subs, linger_ms } => {
+        Cmd::Pub {
+            topic,
+            kind,
+            count,
+            size,
+            rate,
+            bad,
+            wrong_type,
+            first,
+            history,
+            wait_subs,
+            linger_ms,
+            delay_ms,
+        } => {
             let (ti, _) = message(&kind, 1, size)?;
             let mut publ = node.publisher(&topic).type_info(ti.clone()).history(history).create()?;
             out(json!({"event": "ready", "publisher_id": publ.id()}));
             if wait_subs > 0 && publ.wait_for_subscribers(wait_subs, Duration::from_secs(20)).is_err() {
                 bail!("no subscriber on {topic} within 20 s");
             }
-            std::thread::sleep(Duration::from_millis(300));
+            std::thread::sleep(Duration::from_millis(300 + delay_ms));
             for k in 0..bad {
                 publ.send(&[0xff, 0xff, 0xff, 0xff, 0x0f, k as u8])?;
             }

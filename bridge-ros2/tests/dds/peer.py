@@ -5,7 +5,7 @@ Every message number i is built with rosbags exactly as bridge-ros2/src/testdata
 rosbags, and turned into the Cyclone object by Cyclone's own deserializer; a receiver compares Cyclone's
 serialization of what arrived with rosbags' bytes of message i. Prints JSON lines: ready, done, summary, ...
 
-  peer.py pub  TYPE TOPIC COUNT SIZE [--best-effort] [--bad N] [--rate HZ] [--first I]
+  peer.py pub  TYPE TOPIC COUNT SIZE [--best-effort] [--bad N] [--rate HZ] [--first I] [--delay S]
   peer.py sub  TYPE TOPIC COUNT SIZE [--timeout S] [--first I]
                (messages --first .. --first+COUNT-1, default 1..COUNT; a sub counts others apart, as "other")
   peer.py echo TOPIC_IN TOPIC_OUT [--timeout S]          (std_msgs/UInt8MultiArray, for the benchmark)
@@ -494,6 +494,7 @@ def main():
         else:
             wait_matched(w, arg("--timeout", 20.0))
         time.sleep(0.5)  # let the reader's side of discovery settle
+        time.sleep(arg("--delay", 0.0))  # more readers to come (a bridge's automatic route)
         bad = int(arg("--bad", 0, int))
         if bad:
             bt = Topic(dp, "rt" + topic, BadImu_, qos=qos(False))
