@@ -10,9 +10,11 @@
 //! ([`Mapping`]); `std_srvs/srv/Trigger`, `SetBool` and `Empty` come with their protobuf forms (`proto/std_srvs.proto`),
 //! any other `.srv` under `msg_path` needs its protobuf messages given.
 //!
-//! - `server = "shoal"`: the bridge reads requests from ROS 2 clients, calls the shoal service's method with the
-//!   protobuf request (on a blocking-pool thread, so a slow server holds up no other call) and writes the first
-//!   executed response back as the reply. A call that times out, fails or finds no shoal server gets no reply:
+//! - `server = "shoal"`: the bridge reads requests from ROS 2 clients, calls the shoal service's method of one
+//!   shoal server with the protobuf request (on a blocking-pool thread, so a slow server holds up no other call)
+//!   and writes its response back as the reply. The server is the first announced that is not in a
+//!   shoal-ros2-bridge process: a bridge's shoal server stands for a ROS 2 service, which the ROS 2 client reaches
+//!   directly, and calling it would send the request round between two bridges. A call that times out, fails or finds no shoal server gets no reply:
 //!   ROS 2 has no error reply, so the ROS client's own timeout ends it, as it would for a ROS server that never
 //!   answers.
 //! - `server = "ros"`: the bridge runs a shoal service server whose method's handler writes the request to DDS and
@@ -600,7 +602,7 @@ fn start_shoal_side(
             // The call blocks until the shoal server answers or the timeout: on the blocking pool, so a slow server
             // holds up no other call, and the reply is written from there.
             smol::unblock(move || {
-                let result = client.call(&route.method, &proto, timeout);
+                let result = call_one(&client, &route, &proto, timeout);
                 in_flight.fetch_sub(1, Ordering::AcqRel);
                 match reply_of(&route, header, result) {
                     Ok(bytes) => match writer.write(RawSample { little_endian: true, bytes }, None) {
@@ -614,6 +616,26 @@ fn start_shoal_side(
         }
     })
     .detach();
+}
+
+/// Whether a shoal server belongs to a shoal-ros2-bridge process (this one or another): such a server stands for a
+/// ROS 2 service, and calling it for a ROS 2 client would send the call round between the bridges.
+fn is_bridge(s: &shoal::service::ServerId) -> bool {
+    let exe = std::path::Path::new(&s.process_name).file_name().and_then(|n| n.to_str());
+    exe == Some(crate::auto::BRIDGE_EXECUTABLE)
+}
+
+/// Calls one shoal server of the route's service: the first announced that is not a bridge's ([`is_bridge`]).
+fn call_one(
+    client: &shoal::ServiceClient,
+    route: &ServiceRoute,
+    request: &[u8],
+    timeout: Duration,
+) -> Result<Vec<shoal::service::ServiceResponse>, shoal::service::CallError> {
+    let Some(server) = client.servers().into_iter().find(|s| !is_bridge(s)) else {
+        return Err(shoal::service::CallError::NoServer { service: route.shoal_name.clone() });
+    };
+    client.call_server(&server, &route.method, request, timeout).map(|r| vec![r])
 }
 
 /// A ROS 2 request sample's header and its message as protobuf bytes.

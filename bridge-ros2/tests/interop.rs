@@ -1475,3 +1475,31 @@ fn two_bridges_do_not_ping_pong() {
         let _ = std::fs::remove_dir_all(c.parent().expect("a directory"));
     }
 }
+
+/// Two bridges, one offering ROS 2 service /x as shoal service x, the other shoal service x as ROS 2 service /x: a
+/// call from either side is answered once by the real server and never goes round between the bridges (a bridge
+/// calls no shoal server of a bridge).
+#[test]
+fn services_do_not_go_round_between_two_bridges() {
+    if !root_or_skip("services_do_not_go_round_between_two_bridges") {
+        return;
+    }
+    let _serial = serial();
+    let ns = Netns::create("srvloop");
+    let mut a = ns.bridge(&["--node-name", "bridge_a", "--service", "x=std_srvs/srv/SetBool,server=ros,ros=/x"]);
+    let mut b = ns.bridge(&["--node-name", "bridge_b", "--service", "x=std_srvs/srv/SetBool,server=shoal,ros=/x"]);
+    let server = ns.cyclone("cyclone server", &["srv_server", "set_bool", "/x", "--timeout", "15"]);
+    std::thread::sleep(Duration::from_secs(1));
+    let client = ns.cyclone("cyclone client", &["srv_client", "set_bool", "/x", "10"]);
+    let s = client.expect("summary", Duration::from_secs(60));
+    assert_eq!((s["answered"].as_u64(), s["intact"].as_u64()), (Some(10), Some(10)), "{s}");
+    let client = ns.shoal("shoal client", &["call", "--service", "x", "--kind", "set_bool", "--count", "10"]);
+    let s = client.expect("summary", Duration::from_secs(60));
+    assert_eq!((s["answered"].as_u64(), s["intact"].as_u64()), (Some(10), Some(10)), "{s}");
+    let served = server.expect("summary", Duration::from_secs(30));
+    assert_eq!(served["served"], 20, "each call served once, none sent round: {served}");
+    let (sa, sb) = (final_stats(&mut a), final_stats(&mut b));
+    let x_b = service_stats(&sb, "x");
+    assert_eq!(x_b["answered"], 0, "bridge B called no bridge's shoal server: {x_b}");
+    assert_eq!(service_stats(&sa, "x")["answered"], 10, "{sa}");
+}
