@@ -170,7 +170,25 @@ fn ros_to_shoal_from(ns: &Netns, kind: &str, topic: &str, count: u64, size: usiz
     let (c, s, f) = (count.to_string(), size.to_string(), first.to_string());
     let mut sub = ns.shoal(
         "shoal sub",
-        &["sub", "--topic", topic, "--kind", kind, "--count", &c, "--size", &s, "--timeout-ms", "60000", "--first", &f],
+        &[
+            "sub",
+            "--topic",
+            topic,
+            "--kind",
+            kind,
+            "--count",
+            &c,
+            "--size",
+            &s,
+            "--timeout-ms",
+            "60000",
+            "--first",
+            &f,
+            // The bridge's shoal publisher matched before the Cyclone publisher starts: none of the first messages
+            // is sent before the subscriber is known (a registration refresh can take up to a second under load).
+            "--wait-pubs",
+            "1",
+        ],
     );
     let route = format!("{topic} <->");
     let mut publ =

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! shoal-ros2-peer pub --topic T --kind imu --count 20 [--size B] [--rate HZ] [--bad N] [--wrong-type N] [--first I]
-//! shoal-ros2-peer sub --topic T --kind imu --count 20 [--size B] [--timeout-ms MS] [--first I]
+//! shoal-ros2-peer sub --topic T --kind imu --count 20 [--size B] [--timeout-ms MS] [--first I] [--wait-pubs N]
 //! shoal-ros2-peer rtt --ping T --pong T --size B --count N
 //! shoal-ros2-peer tput --ping T --pong T --size B --count N [--window W]
 //! shoal-ros2-peer monitor --topic-contains S [--duration-ms MS]
@@ -90,6 +90,9 @@ enum Cmd {
         /// Ask each publisher for the messages it kept for late joiners (`SubscriberBuilder::history`).
         #[arg(long)]
         history: bool,
+        /// Wait until this many publishers are matched before saying ready (0: say it at once).
+        #[arg(long, default_value_t = 0)]
+        wait_pubs: usize,
     },
     /// Every 200 ms, what this process's registration knows of the topics whose name contains `topic_contains`
     /// (shoal's monitor view: type information and drops of every publisher and subscriber).
@@ -259,9 +262,12 @@ fn main() -> anyhow::Result<()> {
             out(json!({"event": "done", "sent": count}));
             std::thread::sleep(Duration::from_millis(linger_ms));
         }
-        Cmd::Sub { topic, kind, count, size, timeout_ms, first, history } => {
+        Cmd::Sub { topic, kind, count, size, timeout_ms, first, history, wait_pubs } => {
             let (ti, _) = message(&kind, 1, size)?;
             let sub = node.subscriber(&topic).type_info(ti).history(history).create()?;
+            if wait_pubs > 0 && sub.wait_for_publishers(wait_pubs, Duration::from_secs(20)).is_err() {
+                bail!("{topic}: fewer than {wait_pubs} publishers matched within 20 s");
+            }
             out(json!({"event": "ready"}));
             let end = Instant::now() + Duration::from_millis(timeout_ms);
             let want = first..first.saturating_add(count);
