@@ -12,11 +12,12 @@
 //!
 //! Every process of a host receives every registration datagram of the host (a process and each of its entities
 //! every second). On a busy host (at least [`REG_BUSY_RATE`] datagrams in the last second: some 150 processes or
-//! more) the registration socket is read at most every [`REG_READ_PAUSE`] while datagrams keep coming: after a read
-//! that got some, the socket leaves the poll for that long and what arrived meanwhile is read in one wake-up (200
-//! processes: one wake-up instead of about 40). Below that rate it is read as soon as it signals: what a peer
-//! announces is learnt at once (an eCAL publisher that re-creates its memory file gives readers 5 ms to follow its
-//! new name). A socket that had nothing stays in the poll, so an idle host wakes nobody.
+//! more) the registration socket leaves the poll and is read on a timer instead, every [`REG_READ_PAUSE`]: what
+//! arrived meanwhile is read in one wake-up (200 processes: one wake-up instead of about 40). The registrar's timer
+//! (the refresh) takes the read along and restarts its pause, and so does any other wake-up less than half a pause
+//! before the read: the reads keep in step with the refresh, which then costs no wake-up of its own. Below that rate the socket is back in the poll and read
+//! as soon as it signals: what a peer announces is learnt at once (an eCAL publisher that re-creates its memory
+//! file gives readers 5 ms to follow its new name), and an idle host wakes nobody.
 //!
 //! The thread only moves datagrams, timers and events: what a match means for local publishers and subscribers is
 //! decided by the [`EventHandler`] it is started with (the runtime of `pubsub`), which it calls with every event.
@@ -46,12 +47,12 @@ const SOURCE_TOKEN_BASE: usize = 2;
 /// connection, [`IoSource::on_token`]).
 const SOURCE_TOKEN_SPACE: usize = 1 << 32;
 /// Registration datagrams one `recvmmsg` takes at most (64 KiB of buffer each, of which the pages a datagram
-/// touched are resident): the datagrams of one [`REG_READ_PAUSE`] of 200 processes in two calls.
-const REG_RECV_SLOTS: usize = 32;
-/// How long the registration socket stays out of the poll after a read that got datagrams (see the module's doc):
-/// what a new peer announces waits at most this long, a match at most twice (each side reads the other's).
+/// touched are resident): the datagrams of one [`REG_READ_PAUSE`] of 300 processes in one call.
+const REG_RECV_SLOTS: usize = 128;
+/// How often the registration socket is read on a busy host, out of the poll (see the module's doc): what a new
+/// peer announces waits at most this long, a match at most twice (each side reads the other's).
 const REG_READ_PAUSE: Duration = Duration::from_millis(200);
-/// Registration datagrams per second from which reads are paused ([`REG_READ_PAUSE`]).
+/// Registration datagrams per second from which the socket is read on a timer ([`REG_READ_PAUSE`]).
 const REG_BUSY_RATE: usize = 300;
 /// Registration datagrams one `sendmmsg` sends at most.
 const REG_SEND_BATCH: usize = 64;
@@ -200,13 +201,14 @@ pub(crate) fn start(
                 sources,
                 receive_batch,
                 reg_batch: udp_net::RecvBatch::new(REG_RECV_SLOTS),
-                reg_paused_until: None,
+                reg_read_at: None,
                 reg_rate: (Instant::now(), 0),
                 reg_busy: false,
                 waker: thread_waker,
                 directory,
                 directory_generation: None,
                 cpu_meter: crate::stats::CpuMeter::default(),
+                rss: crate::sys::RssReader::default(),
                 announced_use: (None, None),
             };
             if let Err(e) = io.run() {
@@ -230,11 +232,11 @@ struct IoThread {
     receive_batch: usize,
     /// `recvmmsg` buffers of the registration socket and its kernel drop count.
     reg_batch: udp_net::RecvBatch,
-    /// The registration socket is out of the poll until then ([`REG_READ_PAUSE`]).
-    reg_paused_until: Option<Instant>,
+    /// Set on a busy host: the registration socket is out of the poll and read next then ([`REG_READ_PAUSE`]).
+    reg_read_at: Option<Instant>,
     /// Start of the current one-second window of registration datagrams, and how many it got so far.
     reg_rate: (Instant, usize),
-    /// The last full window got at least [`REG_BUSY_RATE`] datagrams: reads are paused.
+    /// The last full window got at least [`REG_BUSY_RATE`] datagrams: the socket is read on a timer.
     reg_busy: bool,
     /// Handed to the sources, whose producers wake the thread with it.
     waker: Arc<Waker>,
@@ -244,6 +246,8 @@ struct IoThread {
     directory_generation: Option<u64>,
     /// This process's CPU load between stats updates, announced in its registration.
     cpu_meter: crate::stats::CpuMeter,
+    /// This process's resident memory, announced in its registration.
+    rss: crate::sys::RssReader,
     /// The resident memory and CPU load last announced ([`crate::stats::steady`]).
     announced_use: (Option<u64>, Option<u64>),
 }
@@ -271,7 +275,7 @@ impl IoThread {
             if let Some(t) = flush_at {
                 timeout = timeout.min(t.saturating_duration_since(now));
             }
-            if let Some(t) = self.reg_paused_until {
+            if let Some(t) = self.reg_read_at {
                 timeout = timeout.min(t.saturating_duration_since(now));
             }
             if reg_pending || sources_pending.iter().any(|p| *p) {
@@ -309,18 +313,21 @@ impl IoThread {
                     *p = true;
                 }
             }
-            if self.reg_paused_until.is_some_and(|t| t <= Instant::now()) {
-                // Back in the poll, and read now: what arrived during the pause does not signal again.
-                self.resume_registration_reads();
+            let now = Instant::now();
+            let timer_due = self.registrar.poll_timeout().is_some_and(|t| t <= now);
+            if let Some(t) = self.reg_read_at
+                && (timer_due || t.saturating_duration_since(now) < REG_READ_PAUSE / 2)
+            {
+                // Due, or nearly, or the registrar's timer woke the thread: read now, on this wake-up, and next a
+                // pause from now (so the reads keep in step with the refresh, which then wakes nobody on its own).
+                self.reg_read_at = Some(now + REG_READ_PAUSE);
                 reg_pending = true;
             }
             if reg_pending {
                 let got;
                 (reg_pending, got) = self.drain_socket();
                 self.count_registration_reads(got);
-                if !reg_pending && got > 0 && self.reg_busy {
-                    self.pause_registration_reads();
-                }
+                self.follow_registration_rate();
             }
             for (src, pending) in self.sources.iter_mut().zip(sources_pending.iter_mut()) {
                 if *pending {
@@ -339,7 +346,9 @@ impl IoThread {
             }
             let now = Instant::now();
             if self.registrar.poll_timeout().is_some_and(|t| t <= now) {
-                self.update_stats();
+                if self.registrar.refresh_due(now) {
+                    self.update_stats();
+                }
                 self.registrar.handle_timeout(now);
             }
             self.process_events();
@@ -371,7 +380,7 @@ impl IoThread {
         self.sources.iter_mut().filter_map(|s| s.flush(now)).min()
     }
 
-    /// Counts `got` registration datagrams into the rate that decides whether reads are paused.
+    /// Counts `got` registration datagrams into the rate that decides whether the socket is read on a timer.
     fn count_registration_reads(&mut self, got: usize) {
         let now = Instant::now();
         let (start, count) = &mut self.reg_rate;
@@ -386,21 +395,22 @@ impl IoThread {
         }
     }
 
-    /// Takes the registration socket out of the poll for [`REG_READ_PAUSE`] (if the poll refuses, it stays in).
-    fn pause_registration_reads(&mut self) {
-        match self.poll.registry().deregister(&mut self.sockets.recv) {
-            Ok(()) => self.reg_paused_until = Some(Instant::now() + REG_READ_PAUSE),
-            Err(e) => tracing::warn!("cannot pause registration reads: {e}"),
-        }
-    }
-
-    /// Puts the registration socket back into the poll; if the poll refuses, tries again after a pause (the socket
-    /// is read at the end of each pause meanwhile).
-    fn resume_registration_reads(&mut self) {
-        self.reg_paused_until = None;
-        if let Err(e) = self.poll.registry().register(&mut self.sockets.recv, RECV_TOKEN, Interest::READABLE) {
-            tracing::warn!("cannot resume registration reads: {e}");
-            self.reg_paused_until = Some(Instant::now() + REG_READ_PAUSE);
+    /// Reads the registration socket on a timer while the host is busy, on readiness otherwise (see the module's
+    /// doc). If the poll refuses a change, the socket stays as it is (and is read on the timer while out of it).
+    fn follow_registration_rate(&mut self) {
+        match (self.reg_busy, self.reg_read_at) {
+            (true, None) => match self.poll.registry().deregister(&mut self.sockets.recv) {
+                Ok(()) => self.reg_read_at = Some(Instant::now() + REG_READ_PAUSE),
+                Err(e) => tracing::warn!("cannot take the registration socket out of the poll: {e}"),
+            },
+            // Back in the poll: what is already queued signals at once (readiness is checked as it is added).
+            (false, Some(_)) => {
+                match self.poll.registry().register(&mut self.sockets.recv, RECV_TOKEN, Interest::READABLE) {
+                    Ok(()) => self.reg_read_at = None,
+                    Err(e) => tracing::warn!("cannot put the registration socket back into the poll: {e}"),
+                }
+            }
+            _ => {}
         }
     }
 
@@ -496,7 +506,7 @@ impl IoThread {
         use crate::stats::{CPU_LOAD_STEP, RSS_STEP, steady};
         let load = crate::sys::process_cpu_time().ok().and_then(|t| self.cpu_meter.sample(Instant::now(), t));
         let (rss, cpu) = &mut self.announced_use;
-        let memory_rss_bytes = steady(rss, crate::sys::process_rss_bytes().ok(), RSS_STEP);
+        let memory_rss_bytes = steady(rss, self.rss.read().ok(), RSS_STEP);
         let cpu_load_permille =
             steady(cpu, load.map(u64::from), CPU_LOAD_STEP).map(|p| p.min(u64::from(u32::MAX)) as u32);
         self.registrar.set_process_stats(crate::stats::ShoalProcessStats {

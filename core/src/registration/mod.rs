@@ -12,6 +12,7 @@ mod pbwalk;
 mod registrar;
 mod repeat;
 mod services;
+mod slots;
 
 #[cfg(test)]
 mod tests;
