@@ -49,7 +49,8 @@ const SOURCE_TOKEN_SPACE: usize = 1 << 32;
 /// Registration datagrams one `recvmmsg` takes at most (64 KiB of buffer each, of which the pages a datagram
 /// touched are resident): the datagrams of one [`REG_READ_PAUSE`] of 200 processes in three calls. More slots save
 /// calls but cost more: each datagram lands on a page of its own, and the kernel's copy into a page the last call
-/// did not touch is what dominates (200 processes, measured: 64 slots 9 %, 128 slots 27 % more time in `recvmmsg`).
+/// did not touch is what dominates (200 processes, one profile each: 64 slots 9 %, 128 slots 27 % more time in
+/// `recvmmsg`).
 const REG_RECV_SLOTS: usize = 32;
 /// How often the registration socket is read on a busy host, out of the poll (see the module's doc): what a new
 /// peer announces waits at most this long, a match at most twice (each side reads the other's).
@@ -203,7 +204,7 @@ pub(crate) fn start(
                 sources,
                 receive_batch,
                 reg_batch: udp_net::RecvBatch::new(REG_RECV_SLOTS),
-                reg_read_at: None,
+                reg_reads: RegReads::default(),
                 reg_rate: (Instant::now(), 0),
                 reg_busy: false,
                 waker: thread_waker,
@@ -221,6 +222,48 @@ pub(crate) fn start(
     Ok((IoHandle { tx, waker, thread: Some(thread) }, Attach { tx: attach_tx }))
 }
 
+/// When the registration socket is read while it is out of the poll (a busy host, see the module's doc): every
+/// [`REG_READ_PAUSE`], and also on a wake-up of the registrar's timer or any other wake-up less than half a pause
+/// before the read, each read restarting the pause.
+#[derive(Debug, Default)]
+struct RegReads {
+    /// The next read; `None`: the socket is in the poll.
+    at: Option<Instant>,
+}
+
+impl RegReads {
+    /// Reads on the timer from now on, the first a pause from `now`.
+    fn start(&mut self, now: Instant) {
+        self.at = Some(now + REG_READ_PAUSE);
+    }
+
+    /// Back to reads on readiness.
+    fn stop(&mut self) {
+        self.at = None;
+    }
+
+    fn on_timer(&self) -> bool {
+        self.at.is_some()
+    }
+
+    /// The next read on the timer, for the poll's timeout.
+    fn next(&self) -> Option<Instant> {
+        self.at
+    }
+
+    /// Whether to read on this wake-up at `now` (`timer_due`: the registrar's timer woke the thread); if so, the
+    /// next read is a pause from `now`.
+    fn read_now(&mut self, now: Instant, timer_due: bool) -> bool {
+        match self.at {
+            Some(t) if timer_due || t.saturating_duration_since(now) < REG_READ_PAUSE / 2 => {
+                self.at = Some(now + REG_READ_PAUSE);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 struct IoThread {
     poll: Poll,
     sockets: Sockets,
@@ -234,8 +277,8 @@ struct IoThread {
     receive_batch: usize,
     /// `recvmmsg` buffers of the registration socket and its kernel drop count.
     reg_batch: udp_net::RecvBatch,
-    /// Set on a busy host: the registration socket is out of the poll and read next then ([`REG_READ_PAUSE`]).
-    reg_read_at: Option<Instant>,
+    /// When the registration socket is read on a busy host ([`RegReads`]).
+    reg_reads: RegReads,
     /// Start of the current one-second window of registration datagrams, and how many it got so far.
     reg_rate: (Instant, usize),
     /// The last full window got at least [`REG_BUSY_RATE`] datagrams: the socket is read on a timer.
@@ -277,7 +320,7 @@ impl IoThread {
             if let Some(t) = flush_at {
                 timeout = timeout.min(t.saturating_duration_since(now));
             }
-            if let Some(t) = self.reg_read_at {
+            if let Some(t) = self.reg_reads.next() {
                 timeout = timeout.min(t.saturating_duration_since(now));
             }
             if reg_pending || sources_pending.iter().any(|p| *p) {
@@ -317,12 +360,7 @@ impl IoThread {
             }
             let now = Instant::now();
             let timer_due = self.registrar.poll_timeout().is_some_and(|t| t <= now);
-            if let Some(t) = self.reg_read_at
-                && (timer_due || t.saturating_duration_since(now) < REG_READ_PAUSE / 2)
-            {
-                // Due, or nearly, or the registrar's timer woke the thread: read now, on this wake-up, and next a
-                // pause from now (so the reads keep in step with the refresh, which then wakes nobody on its own).
-                self.reg_read_at = Some(now + REG_READ_PAUSE);
+            if self.reg_reads.read_now(now, timer_due) {
                 reg_pending = true;
             }
             if reg_pending {
@@ -400,15 +438,15 @@ impl IoThread {
     /// Reads the registration socket on a timer while the host is busy, on readiness otherwise (see the module's
     /// doc). If the poll refuses a change, the socket stays as it is (and is read on the timer while out of it).
     fn follow_registration_rate(&mut self) {
-        match (self.reg_busy, self.reg_read_at) {
-            (true, None) => match self.poll.registry().deregister(&mut self.sockets.recv) {
-                Ok(()) => self.reg_read_at = Some(Instant::now() + REG_READ_PAUSE),
+        match (self.reg_busy, self.reg_reads.on_timer()) {
+            (true, false) => match self.poll.registry().deregister(&mut self.sockets.recv) {
+                Ok(()) => self.reg_reads.start(Instant::now()),
                 Err(e) => tracing::warn!("cannot take the registration socket out of the poll: {e}"),
             },
             // Back in the poll: what is already queued signals at once (readiness is checked as it is added).
-            (false, Some(_)) => {
+            (false, true) => {
                 match self.poll.registry().register(&mut self.sockets.recv, RECV_TOKEN, Interest::READABLE) {
-                    Ok(()) => self.reg_read_at = None,
+                    Ok(()) => self.reg_reads.stop(),
                     Err(e) => tracing::warn!("cannot put the registration socket back into the poll: {e}"),
                 }
             }
@@ -542,5 +580,34 @@ impl IoThread {
                 self.registrar.update_local(Instant::now(), changed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timer_reads_keep_in_step_with_the_registrar_timer() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut r = RegReads::default();
+        // In the poll: nothing on a timer.
+        assert!(!r.read_now(t0, true) && r.next().is_none() && !r.on_timer());
+        r.start(t0);
+        assert_eq!(r.next(), Some(ms(200)));
+        // A wake-up more than half a pause early reads nothing; within half a pause it reads, and restarts the pause.
+        assert!(!r.read_now(ms(90), false));
+        assert!(r.read_now(ms(110), false));
+        assert_eq!(r.next(), Some(ms(310)));
+        assert!(r.read_now(ms(310), false));
+        // The registrar's timer takes the read along however early, so that the refresh needs no wake-up of its
+        // own: the reads follow it from there.
+        assert!(r.read_now(ms(320), true));
+        assert_eq!(r.next(), Some(ms(520)));
+        assert!(r.read_now(ms(520), false));
+        assert_eq!(r.next(), Some(ms(720)));
+        r.stop();
+        assert!(!r.read_now(ms(720), true) && r.next().is_none());
     }
 }
