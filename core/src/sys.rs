@@ -5,7 +5,7 @@
 //! SIGBUS guard for mappings of files that peers can truncate ([`shm_guard`]), copy-only access to bytes another
 //! process may be writing ([`shared_bytes`]), the batched UDP calls `sendmmsg`/`recvmmsg` with GSO and the
 //! receive-overflow counter ([`mmsg`]), reading a socket into a buffer's spare capacity ([`recv_into_spare`]), and
-//! the process's CPU time and resident memory (`process_cpu_time`, `process_rss_bytes`).
+//! the process's CPU time and resident memory (`process_cpu_time`, `RssReader`).
 #![allow(unsafe_code)]
 
 pub(crate) mod mmsg;
@@ -406,17 +406,41 @@ pub(crate) fn process_cpu_time() -> io::Result<std::time::Duration> {
     Ok(std::time::Duration::from_micros(us(ru.ru_utime).saturating_add(us(ru.ru_stime))))
 }
 
-/// Resident memory of this process now, bytes (`/proc/self/statm`'s resident pages times the page size).
-pub(crate) fn process_rss_bytes() -> io::Result<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm")?;
-    let pages: u64 = statm
-        .split_ascii_whitespace()
-        .nth(1)
-        .and_then(|f| f.parse().ok())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "/proc/self/statm has no resident field"))?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    Ok(pages.saturating_mul(u64::try_from(page).unwrap_or(4096)))
+/// Reads the resident memory of this process (`/proc/self/statm`'s resident pages times the page size) from a file
+/// kept open: one `pread` per reading instead of opening, sizing, reading and closing the file each time (the I/O
+/// thread reads it every registration refresh).
+#[derive(Debug, Default)]
+pub(crate) struct RssReader {
+    statm: Option<std::fs::File>,
+}
+
+impl RssReader {
+    /// Resident memory now, bytes.
+    pub(crate) fn read(&mut self) -> io::Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let file = match &mut self.statm {
+            Some(f) => f,
+            None => self.statm.insert(std::fs::File::open("/proc/self/statm")?),
+        };
+        // Seven numbers of at most 20 digits each.
+        let mut buf = [0u8; 160];
+        // A /proc file is made anew when read from its start.
+        let n = match file.read_at(&mut buf, 0) {
+            Ok(n) => n,
+            Err(e) => {
+                self.statm = None;
+                return Err(e);
+            }
+        };
+        let pages: u64 = std::str::from_utf8(&buf[..n])
+            .ok()
+            .and_then(|s| s.split_ascii_whitespace().nth(1))
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "/proc/self/statm has no resident field"))?;
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        Ok(pages.saturating_mul(u64::try_from(page).unwrap_or(4096)))
+    }
 }
 
 /// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`): what tests measure to tell a thread that
@@ -500,9 +524,11 @@ mod tests {
     /// The process's figures are its own: memory it touches shows in the RSS, CPU it burns in the CPU time.
     #[test]
     fn process_memory_and_cpu_time_follow_what_the_process_does() {
-        let rss0 = super::process_rss_bytes().unwrap();
+        // One reader, read twice: the kept-open file gives the figure of now each time.
+        let mut rss = super::RssReader::default();
+        let rss0 = rss.read().unwrap();
         let block = vec![1u8; 64 << 20];
-        let rss1 = super::process_rss_bytes().unwrap();
+        let rss1 = rss.read().unwrap();
         assert!(rss1 >= rss0 + (48 << 20), "{rss0} -> {rss1} after touching 64 MiB");
         drop(std::hint::black_box(block));
         let cpu0 = super::process_cpu_time().unwrap();

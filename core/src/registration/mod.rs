@@ -4,6 +4,8 @@
 //! - [`Registrar`]: periodic registration of the local process and entities, the registry of
 //!   remote processes, topics and service servers and clients with expiry, and matching (see its docs).
 //! - `repeat`: a repeated registration recognised from its bytes, before decoding.
+//! - `slots`: the map the registry keeps remote topics and processes in: a repeat finds its entry at a remembered
+//!   slot, without a search by key.
 
 pub mod codec;
 pub mod limits;
@@ -12,6 +14,7 @@ mod pbwalk;
 mod registrar;
 mod repeat;
 mod services;
+mod slots;
 
 #[cfg(test)]
 mod tests;

@@ -23,6 +23,7 @@ use super::model::{
 };
 use super::repeat::{self, Body, Fingerprint, RepeatKey};
 use super::services::ServiceRegistry;
+use super::slots::SlotMap;
 use crate::wire::pb;
 
 #[derive(Debug)]
@@ -60,6 +61,14 @@ struct ProcessEntry {
 enum Repeated {
     Topic(EntityKey),
     Process((String, u32)),
+}
+
+/// What the repeat index holds for a [`RepeatKey`]: its entry, and the slot where that entry was last found in its
+/// [`SlotMap`] (a hint: a removal may have moved it; checked against the entry's own repeat key before use).
+#[derive(Debug)]
+struct RepeatTarget {
+    entry: Repeated,
+    slot: usize,
 }
 
 /// Bytes charged per registry entry on top of its strings: the structs, map nodes, key copies and the allocator's
@@ -229,10 +238,10 @@ pub struct Registrar {
     process_dirty: bool,
     locals: BTreeMap<u64, LocalEntry>,
     dirty: BTreeSet<u64>,
-    processes: BTreeMap<(String, u32), ProcessEntry>,
-    topics: BTreeMap<EntityKey, RemoteEntry>,
+    processes: SlotMap<(String, u32), ProcessEntry>,
+    topics: SlotMap<EntityKey, RemoteEntry>,
     /// The repeat keys of the entries of `topics` and `processes` (at most one each: bounded as they are).
-    repeats: HashMap<RepeatKey, Repeated>,
+    repeats: HashMap<RepeatKey, RepeatTarget>,
     /// Keys the fingerprints' hash ([`repeat::fingerprint`]).
     repeat_keys: RandomState,
     /// No entry of `topics` or `processes` expires before this (a lower bound, made exact by `handle_timeout`), so
@@ -287,8 +296,8 @@ impl Registrar {
             process_dirty: true,
             locals: BTreeMap::new(),
             dirty: BTreeSet::new(),
-            processes: BTreeMap::new(),
-            topics: BTreeMap::new(),
+            processes: SlotMap::default(),
+            topics: SlotMap::default(),
             repeats: HashMap::new(),
             repeat_keys: RandomState::new(),
             expiry_floor: None,
@@ -544,24 +553,39 @@ impl Registrar {
 
     /// When `key` is the repeat key of an entry (the same sample but for its clock, from the same address, sealed
     /// alike): refreshes the entry's expiry and clock, counts the sample as applied and as a repeat, true.
+    /// The entry is found at the slot the index remembers (no search by key), or, when a removal moved it, by its
+    /// key (and the slot remembered again).
     fn refresh_repeat(&mut self, now: Instant, f: Fingerprint, key: RepeatKey) -> bool {
-        let refreshed = match self.repeats.get(&key) {
-            Some(Repeated::Topic(k)) if f.body == Body::Topic => match self.topics.get_mut(k) {
-                Some(e) if e.repeat == Some(key) => {
-                    e.last_seen = now;
-                    e.topic.registration_clock = f.clock;
-                    true
+        let Some(target) = self.repeats.get_mut(&key) else { return false };
+        let refreshed = match &target.entry {
+            Repeated::Topic(k) if f.body == Body::Topic => {
+                let hinted = self.topics.at_mut(target.slot).is_some_and(|e| e.repeat == Some(key));
+                if !hinted && let Some(slot) = self.topics.slot(k) {
+                    target.slot = slot;
                 }
-                _ => false,
-            },
-            Some(Repeated::Process(k)) if f.body == Body::Process => match self.processes.get_mut(k) {
-                Some(e) if e.repeat == Some(key) => {
-                    e.process.last_seen = now;
-                    e.process.registration_clock = f.clock;
-                    true
+                match self.topics.at_mut(target.slot) {
+                    Some(e) if e.repeat == Some(key) => {
+                        e.last_seen = now;
+                        e.topic.registration_clock = f.clock;
+                        true
+                    }
+                    _ => false,
                 }
-                _ => false,
-            },
+            }
+            Repeated::Process(k) if f.body == Body::Process => {
+                let hinted = self.processes.at_mut(target.slot).is_some_and(|e| e.repeat == Some(key));
+                if !hinted && let Some(slot) = self.processes.slot(k) {
+                    target.slot = slot;
+                }
+                match self.processes.at_mut(target.slot) {
+                    Some(e) if e.repeat == Some(key) => {
+                        e.process.last_seen = now;
+                        e.process.registration_clock = f.clock;
+                        true
+                    }
+                    _ => false,
+                }
+            }
             _ => false,
         };
         if refreshed {
@@ -578,8 +602,8 @@ impl Registrar {
         self.expiry_floor = Some(self.expiry_floor.map_or(at, |f| f.min(at)));
     }
 
-    /// Makes `repeat` (or nothing) the repeat key of `entry`, replacing the one it had.
-    fn set_repeat(&mut self, old: Option<RepeatKey>, repeat: Option<RepeatKey>, entry: Repeated) {
+    /// Makes `repeat` (or nothing) the repeat key of `entry` (now at `slot` of its map), replacing the one it had.
+    fn set_repeat(&mut self, old: Option<RepeatKey>, repeat: Option<RepeatKey>, entry: Repeated, slot: usize) {
         if old == repeat {
             return;
         }
@@ -587,13 +611,13 @@ impl Registrar {
             self.forget_repeat(old, &entry);
         }
         if let Some(new) = repeat {
-            self.repeats.insert(new, entry);
+            self.repeats.insert(new, RepeatTarget { entry, slot });
         }
     }
 
     /// Removes `key` from the repeat index if it is `entry`'s.
     fn forget_repeat(&mut self, key: RepeatKey, entry: &Repeated) {
-        if self.repeats.get(&key) == Some(entry) {
+        if self.repeats.get(&key).is_some_and(|t| t.entry == *entry) {
             self.repeats.remove(&key);
         }
     }
@@ -639,31 +663,40 @@ impl Registrar {
             }
         }
         let timeout = self.timeout;
-        let stale: Vec<EntityKey> = self
+        // One pass over the entries as they lie (every one is looked at); what expired goes in key order.
+        let mut stale: Vec<EntityKey> = self
             .topics
-            .iter()
+            .iter_unordered()
             .filter(|(_, e)| now.saturating_duration_since(e.last_seen) >= timeout)
             .map(|(k, _)| k.clone())
             .collect();
+        stale.sort_unstable();
         for key in stale {
             self.counters.expired_topics += 1;
             tracing::debug!(?key, "remote topic expired");
             self.remove_remote(&key);
         }
-        let expired: Vec<((String, u32), SocketAddr)> = self
+        let mut expired: Vec<((String, u32), SocketAddr)> = self
             .processes
-            .iter()
+            .iter_unordered()
             .filter(|(_, e)| now.saturating_duration_since(e.process.last_seen) >= timeout)
             .map(|(k, e)| (k.clone(), e.source))
             .collect();
+        expired.sort_unstable();
         for (key, source) in expired {
             self.counters.expired_processes += 1;
             self.remove_process(&key, source);
         }
         self.counters.expired_services += self.services.expire(now, timeout);
-        let topics = self.topics.values().map(|e| e.last_seen);
-        let processes = self.processes.values().map(|e| e.process.last_seen);
+        let topics = self.topics.iter_unordered().map(|(_, e)| e.last_seen);
+        let processes = self.processes.iter_unordered().map(|(_, e)| e.process.last_seen);
         self.expiry_floor = topics.chain(processes).min().map(|t| t + timeout);
+    }
+
+    /// Whether [`handle_timeout`](Self::handle_timeout) at `now` makes the periodic refresh (the registration of the
+    /// process and every local entity), not only expiry: the driver updates the statistics sent with it then.
+    pub fn refresh_due(&self, now: Instant) -> bool {
+        !self.shut_down && now >= self.next_refresh
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next (`None` after shutdown).
@@ -1024,7 +1057,8 @@ impl Registrar {
                 false
             }
         };
-        self.set_repeat(old_repeat, repeat, Repeated::Topic(key.clone()));
+        let slot = self.topics.slot(&key).unwrap_or_default();
+        self.set_repeat(old_repeat, repeat, Repeated::Topic(key.clone()), slot);
         self.rematch_remote(&key, changed);
     }
 
@@ -1120,7 +1154,8 @@ impl Registrar {
             self.authenticated_processes.insert(key.clone());
         }
         let old = self.processes.insert(key.clone(), ProcessEntry { process: p, source: from, repeat });
-        self.set_repeat(old.and_then(|e| e.repeat), repeat, Repeated::Process(key));
+        let slot = self.processes.slot(&key).unwrap_or_default();
+        self.set_repeat(old.and_then(|e| e.repeat), repeat, Repeated::Process(key), slot);
     }
 
     fn remove_process(&mut self, key: &(String, u32), source: SocketAddr) {

@@ -1263,3 +1263,54 @@ fn the_repeat_index_is_bounded_by_the_registry() {
     }
     assert_eq!((r.topics().count(), r.repeat_index_len()), (0, 0));
 }
+
+#[test]
+fn a_repeat_still_refreshes_its_entry_after_a_removal_moved_it() {
+    // The repeat index remembers where each entry sits; removing another entry moves one (the registry's last) into
+    // the freed place, and that one's repeats must still be recognised and refresh it, not another entry.
+    let t0 = Instant::now();
+    let mut r = Registrar::new(ident("h1", 100), &cfg(), t0);
+    for id in 1..=3 {
+        r.handle_datagram(t0, addr(2), &pub_datagram(200, id, "x", 1, vec![]));
+    }
+    let unreg = |id| {
+        let s = codec::topic_unreg_sample(&ident("h1", 200), Direction::Publisher, &local(id, "x", vec![]));
+        codec::encode_registration(&s, wire::DEFAULT_MAX_FRAGMENT_PAYLOAD, &mut || 0).unwrap().remove(0)
+    };
+    r.handle_datagram(t0, addr(2), &unreg(1));
+    let t1 = t0 + Duration::from_secs(5);
+    for (id, clock) in [(3, 2), (2, 2), (3, 3)] {
+        r.handle_datagram(t1, addr(2), &pub_datagram(200, id, "x", clock, vec![]));
+    }
+    assert_eq!((r.counters().samples_applied, r.counters().repeats), (7, 3));
+    let seen: Vec<(u64, i32, Instant)> =
+        r.topics_seen().map(|(t, seen)| (t.key.entity_id, t.registration_clock, seen)).collect();
+    assert_eq!(seen, [(2, 2, t1), (3, 3, t1)]);
+    assert!(r.poll_event().is_none());
+    // Both keep living on their repeats.
+    r.handle_timeout(t0 + Duration::from_secs(12));
+    assert_eq!(r.topics().count(), 2);
+    assert_eq!(r.repeat_index_len(), 2);
+}
+
+#[test]
+fn refresh_due_only_at_the_refresh_not_at_an_expiry_tick() {
+    let t0 = Instant::now();
+    let mut r = Registrar::new(ident("h1", 100), &cfg(), t0);
+    assert!(!r.refresh_due(t0));
+    // A remote entry seen half a period in expires half a period after a refresh: that timer tick is no refresh.
+    r.handle_datagram(t0 + Duration::from_millis(500), addr(2), &pub_datagram(200, 5, "x", 1, vec![]));
+    let mut ticks = Vec::new();
+    let mut now = t0;
+    while now < t0 + Duration::from_millis(11_000) {
+        now = r.poll_timeout().unwrap();
+        ticks.push((now.duration_since(t0).as_millis(), r.refresh_due(now)));
+        r.handle_timeout(now);
+        assert!(!r.refresh_due(now), "the refresh made");
+    }
+    assert!(ticks.contains(&(10_500, false)), "{ticks:?}");
+    assert_eq!(ticks.iter().filter(|(_, refresh)| *refresh).count(), 11, "{ticks:?}");
+    assert!(ticks.iter().all(|&(ms, refresh)| refresh == (ms % 1000 == 0)), "{ticks:?}");
+    r.shutdown(now);
+    assert!(!r.refresh_due(now + Duration::from_secs(5)));
+}
