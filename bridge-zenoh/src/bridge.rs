@@ -13,8 +13,9 @@
 //!
 //! Loop prevention: the export subscriber ignores samples of the bridge's own shoal publishers and of publishers of
 //! processes with the bridge's unit name (other bridges); a topic whose only publishers are bridges is not exported;
-//! the import ignores samples whose attachment carries the bridge's own id (Zenoh delivers a session's own puts
-//! to its subscribers).
+//! the bridge's Zenoh publishers deliver to remote subscribers only (`Locality::Remote`: its own subscriber on
+//! `<prefix>/**` does not get its own puts), and the import ignores samples whose attachment carries the bridge's
+//! own id (its samples coming back from the Zenoh side, e.g. republished by another Zenoh client).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,6 +29,7 @@ use shoal::{Sample, TypeInfo};
 use zenoh::Wait;
 use zenoh::bytes::Encoding;
 use zenoh::qos::CongestionControl;
+use zenoh::sample::Locality;
 
 use crate::config::{Config, DropPolicy};
 use crate::keyexpr::{topic_key, topic_of_key};
@@ -218,6 +220,7 @@ fn start_export(
     let publisher = session
         .declare_publisher(key.clone())
         .congestion_control(CongestionControl::Block)
+        .allowed_destination(Locality::Remote)
         .wait()
         .map_err(|e| zerr(format!("publisher {key}"), e))?;
     let queue = Arc::new(Queue {
@@ -232,8 +235,10 @@ fn start_export(
     let (cb_shared, cb_queue, cb_stats) = (Arc::clone(shared), Arc::clone(&queue), Arc::clone(&stats));
     let mut last_type: Option<Arc<TypeInfo>> = None;
     let (max_m, max_b) = (c.queue_messages, c.queue_bytes);
+    // shoal's own queue in front of the callback holds as much as the export queue: the callback only copies.
     let sub = node
         .subscriber(topic)
+        .queue(shoal::QueuePolicy::new(c.queue_messages, c.queue_bytes))
         .callback(move |s: &Sample| {
             if cb_shared.is_bridge_pub(s.publisher_id()) {
                 cb_stats.own_ignored.fetch_add(1, Ordering::Relaxed);

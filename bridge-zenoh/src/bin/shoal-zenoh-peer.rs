@@ -4,7 +4,11 @@
 //! ```text
 //! shoal-zenoh-peer pub --topic T --count N [--size B] [--rate HZ] [--descriptor FILE] [--wait-subscribers K]
 //! shoal-zenoh-peer sub --topic T --count N [--size B] [--timeout-ms MS] [--idle-ms MS]
+//! shoal-zenoh-peer monitor --topic T --unit U [--duration-ms MS]
 //! ```
+//!
+//! `monitor` reads shoal registration (the node's snapshot, as shoal-monitor does) for `--duration-ms` and prints
+//! the largest `message_drops` announced by the publishers and subscribers of topic T in processes of unit U.
 //!
 //! `pub` announces the probe type (`shoal_zenoh.test.Probe`, encoding proto, the descriptor from FILE), waits until
 //! K subscribers are connected, then sends probes 1..=N at HZ (0: as fast as it can). `sub` receives until N probes
@@ -45,6 +49,15 @@ enum Cmd {
         descriptor: Option<PathBuf>,
         #[arg(long, default_value_t = 1)]
         wait_subscribers: usize,
+    },
+    /// The drops processes of one unit announce on a topic.
+    Monitor {
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        unit: String,
+        #[arg(long, default_value_t = 3000)]
+        duration_ms: u64,
     },
     /// Receive and check probes.
     Sub {
@@ -105,8 +118,26 @@ fn main() -> anyhow::Result<()> {
             // Stay a moment so subscribers behind a bridge finish reading the last messages from this process.
             std::thread::sleep(Duration::from_millis(500));
         }
+        Cmd::Monitor { topic, unit, duration_ms } => {
+            let end = Instant::now() + Duration::from_millis(duration_ms);
+            let (mut pub_drops, mut sub_drops, mut seen) = (0i64, 0i64, false);
+            while Instant::now() < end {
+                for t in node.snapshot().topics.iter().filter(|t| t.topic_name == topic && t.unit_name == unit) {
+                    seen = true;
+                    let d = i64::from(t.message_drops);
+                    match t.direction {
+                        shoal::monitor::TopicDirection::Publisher => pub_drops = pub_drops.max(d),
+                        shoal::monitor::TopicDirection::Subscriber => sub_drops = sub_drops.max(d),
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            emit(&json!({"event": "monitor", "seen": seen, "publisher_drops": pub_drops,
+                         "subscriber_drops": sub_drops}));
+        }
         Cmd::Sub { topic, count, size, timeout_ms, idle_ms } => {
-            let sub = node.subscriber(&topic).create()?;
+            // A deep queue: the measurement sends as fast as it can, and what is measured is the bridges, not this queue.
+            let sub = node.subscriber(&topic).queue(shoal::QueuePolicy::new(1 << 20, 4 << 30)).create()?;
             emit(&json!({"event": "ready"}));
             let deadline = Instant::now() + Duration::from_millis(timeout_ms);
             let (mut received, mut intact, mut duplicates) = (0u64, 0u64, 0u64);
