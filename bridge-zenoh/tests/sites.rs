@@ -567,3 +567,47 @@ fn a_link_cut_mid_stream_resumes_and_every_probe_is_accounted_for() {
         "every probe arrived, or was dropped at A's full queue, or counted lost at B: {summary} {sa} {sb}"
     );
 }
+
+/// An eCAL 6.1.1 subscriber (Python, `tools/tests/ecal/sub.py`) in site B gets a shoal publisher's messages from
+/// site A through the bridges, announced with the publisher's type (all but possibly the first one, see below).
+#[test]
+fn an_ecal_subscriber_in_b_gets_a_shoal_publisher_in_a() {
+    if !root_or_skip("an_ecal_subscriber_in_b_gets_a_shoal_publisher_in_a") {
+        return;
+    }
+    let _s = serial();
+    let desc = descriptor();
+    let sites = Sites::create();
+    let _router = sites.router();
+    let bridge_a = sites.bridge(&sites.a, &["--topic", "to_ecal"]);
+    let _bridge_b = sites.bridge(&sites.b, &["--topic", "to_ecal"]);
+    let script = support::script("sub.py");
+    let args = [script.as_str(), "--topic", "to_ecal", "--count", "50", "--timeout-ms", "40000", "--pattern-only"];
+    let esub = Proc::spawn("ecal sub", Sites::command(&sites.b, &support::ecal_python(), &args));
+    esub.expect("ready", Duration::from_secs(30));
+    // Let B's bridge node learn the eCAL subscriber from registration before the first sample creates its publisher.
+    std::thread::sleep(Duration::from_millis(1500));
+    let publ = sites.peer(
+        &sites.a,
+        "shoal pub",
+        &["pub", "--topic", "to_ecal", "--count", "50", "--size", "100", "--rate", "100", "--descriptor", &desc.1],
+    );
+    wait_export(&bridge_a, "to_ecal");
+    publ.expect("done", Duration::from_secs(30));
+    let lines = esub.until("summary", Duration::from_secs(60));
+    let summary = lines.last().cloned().unwrap_or_default();
+    eprintln!("ecal sub: {summary}");
+    let msgs: Vec<&Value> = lines.iter().filter(|v| v["event"] == "msg").collect();
+    // eCAL opens a new publisher's shared memory only after it has seen that publisher's registration, so the
+    // first sample B's bridge sends on its new publisher can come before the eCAL subscriber reads from it: at most
+    // that one is missing, every later one arrives, in order.
+    let clocks: Vec<u64> = msgs.iter().filter_map(|m| m["send_clock"].as_u64()).collect();
+    assert!(msgs.len() >= 49, "{summary}");
+    assert_eq!(clocks.last(), Some(&50), "up to the last message: {clocks:?}");
+    assert!(clocks.windows(2).all(|w| w[1] == w[0] + 1), "no gap after the first: {clocks:?}");
+    for m in msgs {
+        assert_eq!(m["size"], 100, "{m}");
+        assert_eq!(m["type_name"], PROBE_TYPE, "{m}");
+        assert_eq!(m["encoding"], "proto", "{m}");
+    }
+}
