@@ -1,8 +1,9 @@
 //! Per-topic counters: what was forwarded each way, what was ignored as the bridge's own, and every drop by cause.
 //! The first drop of each cause on a topic is logged; later ones are only counted and appear in the statistics
 //! line. Every drop is also counted on the shoal entity it concerns (`count_dropped` of the bridge's shoal
-//! subscriber for shoal → Zenoh, of its shoal publisher for Zenoh → shoal), so registration carries it as that
-//! entity's `message_drops` and shoal's and eCAL's monitors show it.
+//! subscriber for shoal → Zenoh, of its shoal publisher for Zenoh → shoal; not for a sample that arrives before the
+//! topic has a shoal publisher, i.e. when creating it failed or the first sample's attachment is bad), so
+//! registration carries it as that entity's `message_drops` and shoal's and eCAL's monitors show it.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};

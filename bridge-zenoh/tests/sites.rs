@@ -444,7 +444,8 @@ fn a_full_export_queue_drops_counted_on_the_bridge_subscriber() {
     assert_eq!(st_b["to_shoal"], st["to_zenoh"], "what A put, B's bridge got: {st} {st_b}");
     assert_eq!(st_b["dropped"]["lost"], 0, "{st_b}");
     assert!(summary["distinct"].as_u64().unwrap_or(0) > 0, "{summary}");
-    assert_eq!(m["subscriber_drops"].as_u64(), Some(full), "registration announces the drops: {m}");
+    // Registration announces the queue's drops (plus any shoal itself counted on that subscriber).
+    assert!(m["subscriber_drops"].as_u64().unwrap_or(0) >= full, "registration announces the drops: {m}");
 }
 
 /// Prints what arrives (count, msgs/s and MB/s between the first and the last arrival, one-way latency P50/P99) of
