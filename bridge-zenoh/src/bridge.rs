@@ -367,14 +367,15 @@ fn import(
             imp.stats.type_changes.fetch_add(1, Ordering::Relaxed);
         }
         let want = known_subscribers(node, &topic);
-        let deadline = Instant::now() + MATCH_WAIT;
-        while p.subscriber_count() < want && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
+        let started = Instant::now();
+        while p.subscriber_count() < want && started.elapsed() < MATCH_WAIT {
+            std::thread::sleep(Duration::from_millis(1));
         }
+        let waited_ms = started.elapsed().as_millis();
         tracing::info!(topic, r#type = %type_info.name, encoding = %type_info.encoding, "importing");
         emit(&json!({"event": "import", "topic": topic, "key": sample.key_expr().as_str(), "type": type_info.name,
                      "encoding": type_info.encoding, "descriptor_bytes": type_info.descriptor.len(),
-                     "subscribers": p.subscriber_count()}));
+                     "subscribers": p.subscriber_count(), "known_subscribers": want, "waited_ms": waited_ms}));
         imp.publ = Some(p);
     }
     let Some(publ) = imp.publ.as_mut() else { return };

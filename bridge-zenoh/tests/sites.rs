@@ -467,6 +467,7 @@ fn measure() {
     let mut rows = Vec::new();
     for (what, topic, count, size, rate) in [
         ("64 B at 10000/s", "m_rate10k", 10_000u64, 64usize, "10000"),
+        ("64 B at 40000/s", "m_rate40k", 40_000, 64, "40000"),
         ("64 B, as fast as possible", "m_rate", 20_000, 64, "0"),
         ("1 MiB at 50/s", "m_tput50", 50, 1 << 20, "50"),
         ("1 MiB, as fast as possible", "m_tput", 100, 1 << 20, "0"),
@@ -514,6 +515,9 @@ fn measure() {
         rows.push(format!("{what}:\n  bridged (shoal A -> bridge -> router -> bridge -> shoal B): {}\n  zenoh only (python pub A -> router -> python sub B):       {}", line(&bridged), line(&direct)));
         assert!(bridged["distinct"].as_u64().unwrap_or(0) > 0, "{what}: bridged: {bridged}");
         assert!(direct["distinct"].as_u64().unwrap_or(0) > 0, "{what}: zenoh: {direct}");
+    }
+    while let Some(line) = bridge_b.wait_for(Duration::from_millis(300), |v| v["event"] == "import") {
+        eprintln!("B import: {line}");
     }
     let (sa, sb) = (final_stats(&mut bridge_a), final_stats(&mut bridge_b));
     eprintln!("MEASURED\n{}\nbridge A: {sa}\nbridge B: {sb}", rows.join("\n"));
