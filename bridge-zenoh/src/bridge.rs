@@ -78,8 +78,9 @@ pub fn emit(v: &serde_json::Value) {
     let _ = out.flush();
 }
 
-/// The Zenoh configuration of `config`: mode, endpoints, no multicast scouting; a client keeps trying to reach its
-/// routers (it starts without one, and reconnects after a router restart or a link cut).
+/// The Zenoh configuration of `config`: mode, endpoints, no multicast scouting. At start the bridge waits for one of
+/// its `connect` endpoints, retrying every 250 ms to 1 s, without end; once connected, a client reconnects after a
+/// router restart or a link cut on its own.
 pub fn zenoh_config(config: &Config) -> Result<zenoh::Config, BridgeError> {
     let mut z = zenoh::Config::default();
     let mut set = |key: &str, value: serde_json::Value| {
@@ -90,7 +91,7 @@ pub fn zenoh_config(config: &Config) -> Result<zenoh::Config, BridgeError> {
     set("listen/endpoints", json!(config.listen))?;
     set("scouting/multicast/enabled", json!(false))?;
     set("connect/exit_on_failure", json!({"router": false, "peer": false, "client": false}))?;
-    set("connect/timeout_ms", json!({"router": -1, "peer": -1, "client": 0}))?;
+    set("connect/timeout_ms", json!({"router": -1, "peer": -1, "client": -1}))?;
     set("connect/retry", json!({"period_init_ms": 250, "period_max_ms": 1000, "period_increase_factor": 2}))?;
     Ok(z)
 }

@@ -616,3 +616,18 @@ fn an_ecal_subscriber_in_b_gets_a_shoal_publisher_in_a() {
         assert_eq!(m["encoding"], "proto", "{m}");
     }
 }
+
+/// A bridge started before its router waits for it (retrying), and is ready once the router is up.
+#[test]
+fn a_bridge_started_before_its_router_waits_for_it() {
+    if !root_or_skip("a_bridge_started_before_its_router_waits_for_it") {
+        return;
+    }
+    let _s = serial();
+    let sites = Sites::create();
+    let args = ["--connect", ROUTER_A, "--topic", "early"];
+    let bridge = Proc::spawn("bridge a", Sites::command(&sites.a, BRIDGE, &args));
+    assert!(bridge.wait_for(Duration::from_millis(1500), |v| v["event"] == "ready").is_none(), "ready without router");
+    let _router = sites.router();
+    bridge.expect("ready", Duration::from_secs(10));
+}
