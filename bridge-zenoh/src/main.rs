@@ -1,0 +1,143 @@
+//! `shoal-zenoh-bridge`: carries shoal (and eCAL) topics between sites over Zenoh routers.
+//!
+//! ```text
+//! shoal-zenoh-bridge --config bridge.toml
+//! shoal-zenoh-bridge --connect tcp/203.0.113.7:7447 --allow '^robot/' --topic chatter
+//! ```
+//!
+//! Logs go to stderr (`RUST_LOG`, default `info`); machine-readable events (ready, export, import, stats) are JSON
+//! lines on stdout. SIGINT / SIGTERM stop it cleanly (a final stats line with `"final": true`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use clap::Parser;
+use shoal_zenoh_bridge::bridge;
+use shoal_zenoh_bridge::config::Config;
+
+/// Carries shoal (and eCAL) topics between sites over Zenoh routers.
+#[derive(Parser, Debug)]
+#[command(name = "shoal-zenoh-bridge", version)]
+struct Args {
+    /// TOML configuration file (see bridge-zenoh/etc/bridge.toml for every key).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// A bridged topic, added to the file's: NAME[,direction=export|import|both] (default both).
+    #[arg(long = "topic", short = 't')]
+    topics: Vec<String>,
+    /// A regular expression on shoal topic names: matching topics are bridged (in [select] direction, default
+    /// both); repeatable, added to the file's.
+    #[arg(long)]
+    allow: Vec<String>,
+    /// A regular expression excluding topics that --allow selects; repeatable, added to the file's.
+    #[arg(long)]
+    deny: Vec<String>,
+    /// A Zenoh endpoint to connect to, tcp/<host>:<port>; repeatable, added to the file's.
+    #[arg(long)]
+    connect: Vec<String>,
+    /// A Zenoh endpoint to listen on, tcp/<host>:<port>; repeatable, added to the file's.
+    #[arg(long)]
+    listen: Vec<String>,
+    /// Zenoh mode: client or peer.
+    #[arg(long)]
+    mode: Option<String>,
+    /// Key prefix (default shoal).
+    #[arg(long)]
+    prefix: Option<String>,
+    /// The bridge's shoal unit name (default shoal_zenoh_bridge).
+    #[arg(long)]
+    unit_name: Option<String>,
+    /// Statistics interval in milliseconds (0: none).
+    #[arg(long)]
+    stats_interval_ms: Option<u64>,
+    /// Messages an export queue holds at most.
+    #[arg(long)]
+    queue_messages: Option<usize>,
+    /// Payload bytes an export queue holds at most.
+    #[arg(long)]
+    queue_bytes: Option<usize>,
+    /// What a full export queue drops: drop_oldest or drop_newest.
+    #[arg(long)]
+    drop_policy: Option<String>,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_sig: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    let args = Args::parse();
+    let mut config = match &args.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    for t in &args.topics {
+        let rule = Config::parse_topic_flag(t)?;
+        config.topics.retain(|r| r.name != rule.name);
+        config.topics.push(rule);
+    }
+    for a in &args.allow {
+        config.allow.push(Config::parse_regex_flag("--allow", a)?);
+    }
+    for d in &args.deny {
+        config.deny.push(Config::parse_regex_flag("--deny", d)?);
+    }
+    for e in &args.connect {
+        config.connect.push(Config::parse_endpoint_flag("--connect", e)?);
+    }
+    for e in &args.listen {
+        config.listen.push(Config::parse_endpoint_flag("--listen", e)?);
+    }
+    if let Some(m) = &args.mode {
+        config.mode = Config::parse_mode_flag(m)?;
+    }
+    if let Some(p) = &args.prefix {
+        config.prefix = Config::parse_prefix_flag(p)?;
+    }
+    if let Some(u) = args.unit_name {
+        anyhow::ensure!(!u.is_empty(), "--unit-name: not empty");
+        config.unit_name = u;
+    }
+    if let Some(s) = args.stats_interval_ms {
+        config.stats_interval_ms = s;
+    }
+    if let Some(m) = args.queue_messages {
+        anyhow::ensure!(m >= 1, "--queue-messages {m}: at least 1");
+        config.queue_messages = m;
+    }
+    if let Some(b) = args.queue_bytes {
+        anyhow::ensure!(b >= 1024, "--queue-bytes {b}: at least 1024");
+        config.queue_bytes = b;
+    }
+    if let Some(p) = &args.drop_policy {
+        config.drop_policy = Config::parse_policy_flag(p)?;
+    }
+    anyhow::ensure!(config.selects_something(), "nothing to bridge: give --config FILE, --topic NAME or --allow REGEX");
+    anyhow::ensure!(
+        !config.connect.is_empty() || !config.listen.is_empty(),
+        "no Zenoh endpoint: give --connect tcp/<router>:7447 (or [zenoh] connect in the file), or --listen"
+    );
+
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that only stores to an atomic (async-signal-safe);
+        // `signal` has no other preconditions.
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        while !STOP.load(Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        watcher.store(true, Ordering::Relaxed);
+    });
+    bridge::run(&config, stop)?;
+    Ok(())
+}
