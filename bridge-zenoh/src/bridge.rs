@@ -121,6 +121,47 @@ impl Shared {
     }
 }
 
+/// A topic's export limits at work: two token buckets (messages, bytes), each holding at most one second's budget.
+#[derive(Debug)]
+pub struct Limiter {
+    limits: crate::config::Limits,
+    messages: f64,
+    bytes: f64,
+    last: Option<std::time::Instant>,
+}
+
+impl Limiter {
+    /// A limiter of `limits`, its buckets full.
+    pub fn new(limits: crate::config::Limits) -> Limiter {
+        Limiter { limits, messages: limits.messages_per_s as f64, bytes: limits.bytes_per_s as f64, last: None }
+    }
+
+    /// Whether a message of `len` bytes arriving at `now` is within the limits (and takes its share).
+    pub fn admit(&mut self, len: usize, now: std::time::Instant) -> bool {
+        let (m, b) = (self.limits.messages_per_s as f64, self.limits.bytes_per_s as f64);
+        if let Some(last) = self.last {
+            let dt = now.saturating_duration_since(last).as_secs_f64();
+            self.messages = (self.messages + dt * m).min(m);
+            self.bytes = (self.bytes + dt * b).min(b);
+        }
+        self.last = Some(now);
+        let len = len as f64;
+        let ok_m = m == 0.0 || self.messages >= 1.0;
+        // A message larger than a second's budget passes on a full bucket, so that a limit never stops one for good.
+        let ok_b = b == 0.0 || self.bytes >= len.min(b);
+        if !(ok_m && ok_b) {
+            return false;
+        }
+        if m > 0.0 {
+            self.messages -= 1.0;
+        }
+        if b > 0.0 {
+            self.bytes -= len.min(b);
+        }
+        true
+    }
+}
+
 /// A message waiting for the Zenoh publisher.
 struct Item {
     payload: Vec<u8>,
@@ -236,6 +277,8 @@ fn start_export(
     let (cb_shared, cb_queue, cb_stats) = (Arc::clone(shared), Arc::clone(&queue), Arc::clone(&stats));
     let mut last_type: Option<Arc<TypeInfo>> = None;
     let (max_m, max_b) = (c.queue_messages, c.queue_bytes);
+    let limits = c.limits_of(topic);
+    let mut limiter = (limits != crate::config::Limits::default()).then(|| Limiter::new(limits));
     // shoal's own queue in front of the callback holds as much as the export queue: the callback only copies.
     let sub = node
         .subscriber(topic)
@@ -243,6 +286,20 @@ fn start_export(
         .callback(move |s: &Sample| {
             if cb_shared.is_bridge_pub(s.publisher_id()) {
                 cb_stats.own_ignored.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            if let Some(l) = limiter.as_mut()
+                && !l.admit(s.payload().len(), std::time::Instant::now())
+            {
+                cb_stats.dropped(
+                    Cause::RateLimit,
+                    1,
+                    &format!(
+                        "beyond {} messages/s or {} bytes/s (0: no limit)",
+                        limits.messages_per_s, limits.bytes_per_s
+                    ),
+                );
+                cb_queue.unflushed.fetch_add(1, Ordering::Relaxed);
                 return;
             }
             let type_info = match &last_type {
@@ -521,6 +578,32 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_limiter_passes_a_second_s_budget_then_the_rate() {
+        use crate::config::Limits;
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let mut l = Limiter::new(Limits { messages_per_s: 100, bytes_per_s: 0 });
+        let burst = (0..150).filter(|_| l.admit(10, t0)).count();
+        assert_eq!(burst, 100, "a full bucket: one second's worth at once");
+        // Then 100 a second: 10 ms brings one more.
+        assert!(!l.admit(10, t0 + Duration::from_millis(5)));
+        assert!(l.admit(10, t0 + Duration::from_millis(11)));
+        let later = t0 + Duration::from_secs(10);
+        let n = (0..1000).filter(|i| l.admit(10, later + Duration::from_micros(i * 1000))).count();
+        assert!((199..=201).contains(&n), "{n}: a full bucket, then one per 10 ms over the second");
+
+        let mut l = Limiter::new(Limits { messages_per_s: 0, bytes_per_s: 1000 });
+        assert!(l.admit(600, t0));
+        assert!(!l.admit(600, t0), "400 bytes left");
+        assert!(l.admit(400, t0));
+        // A message larger than the budget passes on a full bucket, not before.
+        assert!(!l.admit(5000, t0 + Duration::from_millis(500)));
+        assert!(l.admit(5000, t0 + Duration::from_secs(2)));
+        let mut none = Limiter::new(Limits::default());
+        assert!((0..10_000).all(|_| none.admit(1 << 20, t0)));
+    }
 
     #[test]
     fn zenoh_accepts_the_configuration() {

@@ -93,6 +93,21 @@ impl DropPolicy {
     }
 }
 
+/// How much of one topic is exported per second at most: a token bucket that holds one second's worth (so a
+/// burst of up to a second's budget passes at once). 0: no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Limits {
+    /// Messages per second.
+    pub messages_per_s: u64,
+    /// Payload bytes per second.
+    pub bytes_per_s: u64,
+}
+
+/// Allowed `max_rate_hz`.
+pub const RATE_RANGE: (i64, i64) = (0, 10_000_000);
+/// Allowed `max_bytes_per_s`.
+pub const BYTES_PER_S_RANGE: (i64, i64) = (0, 1 << 40);
+
 /// A topic named in the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicRule {
@@ -100,6 +115,8 @@ pub struct TopicRule {
     pub name: String,
     /// Which way.
     pub direction: Direction,
+    /// Its export limits, when they differ from `[queue]`'s.
+    pub limits: Option<Limits>,
 }
 
 /// The whole configuration.
@@ -134,6 +151,8 @@ pub struct Config {
     pub queue_bytes: usize,
     /// What a full export queue does.
     pub drop_policy: DropPolicy,
+    /// Each exported topic's limits, unless its `[[topic]]` sets its own.
+    pub limits: Limits,
 }
 
 impl Default for Config {
@@ -153,6 +172,7 @@ impl Default for Config {
             queue_messages: 1024,
             queue_bytes: 64 << 20,
             drop_policy: DropPolicy::DropOldest,
+            limits: Limits::default(),
         }
     }
 }
@@ -232,6 +252,8 @@ struct FileQueue {
     messages: Option<Spanned<i64>>,
     bytes: Option<Spanned<i64>>,
     policy: Option<Spanned<String>>,
+    max_rate_hz: Option<Spanned<i64>>,
+    max_bytes_per_s: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -239,6 +261,8 @@ struct FileQueue {
 struct FileTopic {
     name: Spanned<String>,
     direction: Option<Spanned<String>>,
+    max_rate_hz: Option<Spanned<i64>>,
+    max_bytes_per_s: Option<Spanned<i64>>,
 }
 
 /// Line and column (1-based) of byte `offset` in `text`.
@@ -377,6 +401,12 @@ impl Config {
             if let Some(v) = &q.policy {
                 c.drop_policy = cx.choice(v, "policy", DropPolicy::parse, DropPolicy::ALLOWED)?;
             }
+            if let Some(v) = &q.max_rate_hz {
+                c.limits.messages_per_s = cx.int(v, "max_rate_hz", RATE_RANGE)?;
+            }
+            if let Some(v) = &q.max_bytes_per_s {
+                c.limits.bytes_per_s = cx.int(v, "max_bytes_per_s", BYTES_PER_S_RANGE)?;
+            }
         }
         for t in &file.topic {
             let name = cx.with(&t.name, "name", check_topic)?;
@@ -387,7 +417,19 @@ impl Config {
             if c.topics.iter().any(|r| r.name == name) {
                 return Err(cx.err(t.name.span(), format!("name = {name:?}: the topic is already listed")));
             }
-            c.topics.push(TopicRule { name, direction });
+            let limits = if t.max_rate_hz.is_some() || t.max_bytes_per_s.is_some() {
+                let mut l = c.limits;
+                if let Some(v) = &t.max_rate_hz {
+                    l.messages_per_s = cx.int(v, "max_rate_hz", RATE_RANGE)?;
+                }
+                if let Some(v) = &t.max_bytes_per_s {
+                    l.bytes_per_s = cx.int(v, "max_bytes_per_s", BYTES_PER_S_RANGE)?;
+                }
+                Some(l)
+            } else {
+                None
+            };
+            c.topics.push(TopicRule { name, direction, limits });
         }
         Ok(c)
     }
@@ -407,7 +449,7 @@ impl Config {
                 _ => return Err(err(format!("{p:?}: allowed direction=export|import|both"))),
             }
         }
-        Ok(TopicRule { name, direction })
+        Ok(TopicRule { name, direction, limits: None })
     }
 
     /// Parses a `--mode` flag.
@@ -449,6 +491,11 @@ impl Config {
         }
         (self.allow.iter().any(|r| r.is_match(topic)) && !self.deny.iter().any(|r| r.is_match(topic)))
             .then_some(self.select_direction)
+    }
+
+    /// The export limits of `topic`: its `[[topic]]`'s, else `[queue]`'s.
+    pub fn limits_of(&self, topic: &str) -> Limits {
+        self.topics.iter().find(|r| r.name == topic).and_then(|r| r.limits).unwrap_or(self.limits)
     }
 
     /// Whether anything is selected at all.
@@ -510,10 +557,28 @@ mod tests {
     }
 
     #[test]
+    fn limits_per_topic_and_by_default() {
+        let c = Config::from_toml(
+            "b.toml",
+            "[queue]\nmax_rate_hz = 100\n[[topic]]\nname = \"cam\"\nmax_bytes_per_s = 1000000\n\
+             [[topic]]\nname = \"imu\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.limits_of("imu"), Limits { messages_per_s: 100, bytes_per_s: 0 });
+        assert_eq!(c.limits_of("other"), Limits { messages_per_s: 100, bytes_per_s: 0 });
+        assert_eq!(c.limits_of("cam"), Limits { messages_per_s: 100, bytes_per_s: 1_000_000 });
+        let e = Config::from_toml("b.toml", "[queue]\nmax_rate_hz = -1\n").unwrap_err().to_string();
+        assert!(e.starts_with("b.toml:2:15: max_rate_hz = -1: allowed 0..=10000000"), "{e}");
+        let e =
+            Config::from_toml("b.toml", "[[topic]]\nname = \"a\"\nmax_bytes_per_s = 1.5\n").unwrap_err().to_string();
+        assert!(e.starts_with("b.toml:3:"), "{e}");
+    }
+
+    #[test]
     fn flags() {
         assert_eq!(
             Config::parse_topic_flag("a/b,direction=import").expect("valid"),
-            TopicRule { name: "a/b".into(), direction: Direction::Import }
+            TopicRule { name: "a/b".into(), direction: Direction::Import, limits: None }
         );
         let e = Config::parse_topic_flag("a,direction=up").expect_err("bad").to_string();
         assert_eq!(e, "--topic a,direction=up: direction=up: allowed export, import, both");

@@ -60,6 +60,12 @@ struct Args {
     /// What a full export queue drops: drop_oldest or drop_newest.
     #[arg(long)]
     drop_policy: Option<String>,
+    /// Messages per second each exported topic sends at most (0: no limit; a [[topic]] may set its own).
+    #[arg(long)]
+    max_rate_hz: Option<u64>,
+    /// Payload bytes per second each exported topic sends at most (0: no limit).
+    #[arg(long)]
+    max_bytes_per_s: Option<u64>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -118,6 +124,16 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(p) = &args.drop_policy {
         config.drop_policy = Config::parse_policy_flag(p)?;
+    }
+    if let Some(r) = args.max_rate_hz {
+        let max = shoal_zenoh_bridge::config::RATE_RANGE.1;
+        anyhow::ensure!(i64::try_from(r).is_ok_and(|r| r <= max), "--max-rate-hz {r}: allowed 0..={max}");
+        config.limits.messages_per_s = r;
+    }
+    if let Some(b) = args.max_bytes_per_s {
+        let max = shoal_zenoh_bridge::config::BYTES_PER_S_RANGE.1;
+        anyhow::ensure!(i64::try_from(b).is_ok_and(|b| b <= max), "--max-bytes-per-s {b}: allowed 0..={max}");
+        config.limits.bytes_per_s = b;
     }
     anyhow::ensure!(config.selects_something(), "nothing to bridge: give --config FILE, --topic NAME or --allow REGEX");
     anyhow::ensure!(

@@ -17,6 +17,8 @@ pub enum Cause {
     QueueFull,
     /// shoal → Zenoh: Zenoh refused the put.
     ZenohPut,
+    /// shoal → Zenoh: beyond the topic's rate or byte limit (`max_rate_hz`, `max_bytes_per_s`).
+    RateLimit,
     /// Zenoh → shoal: the shoal send failed, or the shoal publisher could not be created.
     ShoalSend,
     /// Zenoh → shoal: the attachment began like a bridge's but could not be read.
@@ -27,13 +29,15 @@ pub enum Cause {
 }
 
 impl Cause {
-    const ALL: [Cause; 5] = [Cause::QueueFull, Cause::ZenohPut, Cause::ShoalSend, Cause::BadAttachment, Cause::Lost];
+    const ALL: [Cause; 6] =
+        [Cause::QueueFull, Cause::ZenohPut, Cause::RateLimit, Cause::ShoalSend, Cause::BadAttachment, Cause::Lost];
 
     /// The key in the statistics line.
     pub fn key(self) -> &'static str {
         match self {
             Cause::QueueFull => "queue_full",
             Cause::ZenohPut => "zenoh_put",
+            Cause::RateLimit => "rate_limit",
             Cause::ShoalSend => "shoal_send",
             Cause::BadAttachment => "bad_attachment",
             Cause::Lost => "lost",
@@ -58,7 +62,7 @@ pub struct TopicStats {
     pub own_ignored: AtomicU64,
     /// Zenoh → shoal: times the announced type changed (a new shoal publisher with the new type).
     pub type_changes: AtomicU64,
-    drops: [AtomicU64; 5],
+    drops: [AtomicU64; 6],
     logged: Mutex<Vec<Cause>>,
 }
 

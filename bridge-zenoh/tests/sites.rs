@@ -448,6 +448,45 @@ fn a_full_export_queue_drops_counted_on_the_bridge_subscriber() {
     assert!(m["subscriber_drops"].as_u64().unwrap_or(0) >= full, "registration announces the drops: {m}");
 }
 
+/// A topic's rate limit: 200 messages sent at once through a limit of 20 a second pass about a second's budget
+/// (20) and what the bucket refills meanwhile; the rest is dropped, counted as rate_limit, and what passed reaches B.
+#[test]
+fn a_rate_limit_drops_what_is_beyond_it_counted() {
+    if !root_or_skip("a_rate_limit_drops_what_is_beyond_it_counted") {
+        return;
+    }
+    let _s = serial();
+    let desc = descriptor();
+    let sites = Sites::create();
+    let _router = sites.router();
+    let mut bridge_a = sites.bridge(&sites.a, &["--topic", "limited", "--max-rate-hz", "20", "--unit-name", "zl"]);
+    let mut bridge_b = sites.bridge(&sites.b, &["--topic", "limited", "--unit-name", "zl"]);
+    let count = 200u64;
+    let c = count.to_string();
+    let sub = sites.peer(
+        &sites.b,
+        "shoal sub",
+        &["sub", "--topic", "limited", "--count", &c, "--size", "64", "--timeout-ms", "8000", "--idle-ms", "3000"],
+    );
+    let publ = sites.peer(
+        &sites.a,
+        "shoal pub",
+        &["pub", "--topic", "limited", "--count", &c, "--size", "64", "--rate", "400", "--descriptor", &desc.1],
+    );
+    wait_export(&bridge_a, "limited");
+    publ.expect("done", Duration::from_secs(30));
+    let summary = sub.expect("summary", Duration::from_secs(40));
+    let st = topic_stats(&final_stats(&mut bridge_a), "limited");
+    let st_b = topic_stats(&final_stats(&mut bridge_b), "limited");
+    eprintln!("sub: {summary}\nbridge A: {st}\nbridge B: {st_b}");
+    let (sent, limited) = (st["to_zenoh"].as_u64().unwrap_or(0), st["dropped"]["rate_limit"].as_u64().unwrap_or(0));
+    assert_eq!(sent + limited, count, "every message sent or counted: {st}");
+    // 0.5 s at 400 Hz: the bucket's 20 and about 10 more (a little more if the publisher was slower).
+    assert!((20..=45).contains(&sent), "{sent} passed a limit of 20 a second: {st}");
+    assert_eq!(st_b["to_shoal"].as_u64(), Some(sent), "{st_b}");
+    assert_eq!(summary["distinct"].as_u64(), Some(sent), "{summary}");
+}
+
 /// Prints what arrives (count, msgs/s and MB/s between the first and the last arrival, one-way latency P50/P99) of
 /// 64 B and 1 MiB probes at a fixed rate and as fast as the publisher can send, and of 64 B at 100 Hz (latency),
 /// through A-bridge-router-bridge-B and through Zenoh's own (Python) publisher in A and subscriber in B over the
