@@ -10,11 +10,15 @@
 #[allow(dead_code)] // the tools' tests use the rest
 mod support;
 
+#[path = "../../tools/tests/support/root.rs"]
+mod root;
+
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use root::{root_or_skip, run, serial};
 use serde_json::Value;
 use shoal_ros2_bridge::testdata::RAW_TYPE;
 use support::Proc;
@@ -26,47 +30,12 @@ fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// One test at a time: the 6 MB transfers need the two cores.
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
-}
-
-fn root_or_skip(test: &str) -> bool {
-    let root = is_root();
-    if !root {
-        eprintln!("SKIPPED {test}: creating network namespaces needs root");
-    }
-    root
-}
-
 /// The venv's python with cyclonedds and rosbags, made by `scripts/dds-venv` on first use.
 fn python() -> String {
     static PY: OnceLock<Result<String, String>> = OnceLock::new();
-    let r = PY.get_or_init(|| {
-        let script = dir().join("../scripts/dds-venv");
-        let out = Command::new("bash").arg(&script).stdin(Stdio::null()).output().map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(format!("{} failed:\n{}", script.display(), String::from_utf8_lossy(&out.stderr)));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_string())
-    });
-    match r {
+    match PY.get_or_init(|| support::venv_python("scripts/dds-venv")) {
         Ok(p) => p.clone(),
         Err(e) => panic!("the Cyclone DDS Python environment is not available: {e}"),
-    }
-}
-
-fn run(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0]).args(&args[1..]).output().map_err(|e| format!("{args:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("{args:?}: {}", String::from_utf8_lossy(&out.stderr).trim()))
     }
 }
 

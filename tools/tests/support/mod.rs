@@ -2,7 +2,8 @@
 //! `udp_netns.rs`, `tcp_netns.rs`, `impair_netns.rs`, `ecal_shm.rs`, `ecal_interop.rs`): the child processes of
 //! `process.rs`, the tools' binaries, summary checks, and in `netns.rs` a pair of network namespaces joined by a
 //! veth pair or, through the impairment relay of `impair.rs`, by a lossy, delaying, reordering link, and in `peer.rs`
-//! the argument lists of the scripted peers (`shoal-peer pub` / `sub`, eCAL's `sub.py`).
+//! the argument lists of the scripted peers (`shoal-peer pub` / `sub`, eCAL's `sub.py`); `root.rs` what tests needing
+//! root share (also with the bridges' tests).
 
 #![allow(dead_code)] // each test file uses a different subset
 
@@ -10,6 +11,7 @@ mod impair;
 mod netns;
 mod peer;
 mod process;
+mod root;
 
 use std::process::Command;
 use std::time::Duration;

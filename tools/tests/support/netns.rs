@@ -6,29 +6,8 @@
 use std::process::Command;
 
 use super::impair::{Impairment, Relay, offloads_off};
-
-fn run(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0]).args(&args[1..]).output().map_err(|e| format!("{args:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("{args:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
-
-/// Whether this process runs as root (network namespaces need it).
-pub(crate) fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
-}
-
-/// True when root; otherwise prints `SKIPPED <test>` with the reason, and the test returns without running.
-pub(crate) fn root_or_skip(test: &str) -> bool {
-    let root = is_root();
-    if !root {
-        eprintln!("SKIPPED {test}: creating network namespaces needs root");
-    }
-    root
-}
+use super::root::run;
+pub(crate) use super::root::{is_root, root_or_skip};
 
 /// A directory with an `ecal.yaml` that puts eCAL in network mode (eCAL reads `ecal.yaml` from its working dir).
 pub(crate) fn ecal_network_dir() -> String {
