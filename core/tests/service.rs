@@ -170,13 +170,17 @@ mod bounds {
 
     use super::*;
 
-    fn bounded_node() -> Node {
+    /// A node whose runtime has small bounds. Every node with this configuration shares one runtime, so its
+    /// session limit and counters too: the tests using it take turns (each holds the guard it returns).
+    fn bounded_node() -> (std::sync::MutexGuard<'static, ()>, Node) {
+        static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let turn = TURN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut cfg = shoal::Config::default();
         cfg.service.max_request_bytes = 1024;
         cfg.service.handshake_timeout_ms = 200;
         cfg.service.idle_timeout_ms = 1000;
         cfg.service.max_sessions = 3;
-        Node::init_with_config("service_bounds", cfg).expect("init")
+        (turn, Node::init_with_config("service_bounds", cfg).expect("init"))
     }
 
     fn handshake() -> Vec<u8> {
@@ -209,7 +213,7 @@ mod bounds {
 
     #[test]
     fn bad_connections_are_closed_and_counted_and_good_ones_served() {
-        let node = bounded_node();
+        let (_turn, node) = bounded_node();
         let n = name("bounds");
         let server = node.service_server(&n).method("m", raw(), raw(), |r: &[u8]| Ok(r.to_vec())).build().unwrap();
         let port = server.port();
@@ -303,7 +307,7 @@ mod bounds {
 
     #[test]
     fn an_idle_connection_is_closed_and_the_client_connects_again() {
-        let node = bounded_node();
+        let (_turn, node) = bounded_node();
         let n = name("idle");
         let _server = node.service_server(&n).method("m", raw(), raw(), |r: &[u8]| Ok(r.to_vec())).build().unwrap();
         let client = node.service_client(&n).build();
