@@ -283,6 +283,7 @@ fn start_export(
     let sub = node
         .subscriber(topic)
         .queue(shoal::QueuePolicy::new(c.queue_messages, c.queue_bytes))
+        .reliable(c.reliable)
         .callback(move |s: &Sample| {
             if cb_shared.is_bridge_pub(s.publisher_id()) {
                 cb_stats.own_ignored.fetch_add(1, Ordering::Relaxed);
@@ -441,7 +442,23 @@ fn import(
         imp.stats.dropped(Cause::Lost, lost, &"gaps in the far bridge's sequence numbers");
         publ.count_dropped(lost);
     }
-    match publ.send(&sample.payload().to_bytes()) {
+    let payload = sample.payload();
+    let sent = if payload.slices().nth(1).is_none() {
+        publ.send(payload.slices().next().unwrap_or_default()).map_err(|e| e.to_string())
+    } else {
+        // A large message comes in fragments: written into the shoal slot where they are, not joined first.
+        publ.loan(payload.len()).map_err(|e| e.to_string()).map(|loan| {
+            loan.write(|buf| {
+                let mut at = 0;
+                for part in payload.slices() {
+                    buf[at..at + part.len()].copy_from_slice(part);
+                    at += part.len();
+                }
+            })
+            .send();
+        })
+    };
+    match sent {
         Ok(()) => {
             imp.stats.to_shoal.fetch_add(1, Ordering::Relaxed);
         }

@@ -136,6 +136,9 @@ pub struct Config {
     pub stats_interval_ms: u64,
     /// How often shoal registration is scanned for new publishers, ms.
     pub scan_interval_ms: u64,
+    /// The exports' shoal subscribers are reliable (a reliable publisher waits for the bridge's copy into the
+    /// export queue rather than overwrite what the bridge has not taken).
+    pub reliable: bool,
     /// Topics named explicitly.
     pub topics: Vec<TopicRule>,
     /// Patterns selecting topics.
@@ -165,6 +168,7 @@ impl Default for Config {
             unit_name: "shoal_zenoh_bridge".into(),
             stats_interval_ms: 1000,
             scan_interval_ms: 250,
+            reliable: true,
             topics: Vec::new(),
             allow: Vec::new(),
             deny: Vec::new(),
@@ -236,6 +240,7 @@ struct FileShoal {
     unit_name: Option<Spanned<String>>,
     stats_interval_ms: Option<Spanned<i64>>,
     scan_interval_ms: Option<Spanned<i64>>,
+    reliable: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -378,6 +383,9 @@ impl Config {
             }
             if let Some(v) = &s.scan_interval_ms {
                 c.scan_interval_ms = cx.int(v, "scan_interval_ms", (10, 60_000))?;
+            }
+            if let Some(v) = s.reliable {
+                c.reliable = v;
             }
         }
         if let Some(s) = file.select {

@@ -148,6 +148,15 @@ impl Sites {
         p
     }
 
+    /// `shoal-zenoh-peer zpub|zsub` (Zenoh's own Rust API, no shoal) in namespace `ns`, a client of `endpoint`.
+    fn zenoh_rust(&self, ns: &str, endpoint: &str, name: &str, args: &[&str]) -> Proc {
+        let mut full = vec![args[0], "--connect", endpoint];
+        full.extend_from_slice(&args[1..]);
+        let p = Proc::spawn(name, Sites::command(ns, PEER, &full));
+        p.expect("ready", Duration::from_secs(20));
+        p
+    }
+
     /// A Python Zenoh client in namespace `ns` connected to `endpoint`.
     fn zenoh(&self, ns: &str, endpoint: &str, name: &str, args: &[&str]) -> Proc {
         let script = dir().join("tests/zenoh/peer.py");
@@ -483,18 +492,30 @@ fn measure() {
         ("64 B at 100 Hz (latency)", "m_lat", 500, 64, "100"),
     ] {
         let (c, s) = (count.to_string(), size.to_string());
-        let sub = sites.peer(
-            &sites.b,
-            "shoal sub",
-            &["sub", "--topic", topic, "--count", &c, "--size", &s, "--timeout-ms", "30000", "--idle-ms", "3000"],
-        );
-        let publ = sites.peer(
-            &sites.a,
-            "shoal pub",
-            &["pub", "--topic", topic, "--count", &c, "--size", &s, "--rate", rate, "--descriptor", &desc.1],
-        );
+        // Flat out, the publisher is reliable: it waits for the bridge's (reliable) subscriber instead of
+        // overwriting what it has not copied yet, so what arrives measures the path, not the ring's overwrites.
+        let mut pub_args = vec!["pub", "--topic", topic, "--count", &c, "--size", &s, "--rate", rate];
+        pub_args.extend(["--descriptor", &desc.1]);
+        if rate == "0" {
+            pub_args.push("--reliable");
+        }
+        let sub_args = ["--count", &c, "--size", &s, "--timeout-ms", "30000", "--idle-ms", "3000"];
+        let sub = sites.peer(&sites.b, "shoal sub", &[&["sub", "--topic", topic][..], &sub_args].concat());
+        let publ = sites.peer(&sites.a, "shoal pub", &pub_args);
         publ.expect("done", Duration::from_secs(40));
         let bridged = sub.expect("summary", Duration::from_secs(40));
+        // Zenoh's own Rust API, the same version, through the same router (the reference).
+        let key = format!("zenoh_rust/{topic}");
+        let zsub =
+            sites.zenoh_rust(&sites.b, ROUTER_B, "zenoh rust sub", &[&["zsub", "--key", &key][..], &sub_args].concat());
+        let zpub = sites.zenoh_rust(
+            &sites.a,
+            ROUTER_A,
+            "zenoh rust pub",
+            &["zpub", "--key", &key, "--count", &c, "--size", &s, "--rate", rate],
+        );
+        zpub.expect("done", Duration::from_secs(40));
+        let rust = zsub.expect("summary", Duration::from_secs(40));
         let key = format!("zenoh_only/{topic}");
         let zsub = sites.zenoh(
             &sites.b,
@@ -511,7 +532,7 @@ fn measure() {
         zpub.expect("done", Duration::from_secs(40));
         let direct = zsub.expect("summary", Duration::from_secs(40));
         let line = |v: &Value| {
-            let mps = v["msgs_per_s"].as_f64().unwrap_or(0.0);
+            let mps = v["e2e_msgs_per_s"].as_f64().unwrap_or(0.0);
             format!(
                 "{:>6}/{count} recv, {:>9.0} msg/s, {:>8.1} MB/s, latency p50 {:>6} us p99 {:>6} us",
                 v["distinct"],
@@ -521,8 +542,21 @@ fn measure() {
                 v["latency_us"]["p99"]
             )
         };
-        rows.push(format!("{what}:\n  bridged (shoal A -> bridge -> router -> bridge -> shoal B): {}\n  zenoh only (python pub A -> router -> python sub B):       {}", line(&bridged), line(&direct)));
+        let ratio = |a: &Value, b: &Value| {
+            let (x, y) = (a["e2e_msgs_per_s"].as_f64().unwrap_or(0.0), b["e2e_msgs_per_s"].as_f64().unwrap_or(0.0));
+            if y > 0.0 { x / y } else { 0.0 }
+        };
+        rows.push(format!(
+            "{what}:\n  bridged (shoal A -> bridge -> router -> bridge -> shoal B): {}\n  zenoh rust (zenoh pub A -> router -> zenoh sub B):         {}\n  zenoh python (python pub A -> router -> python sub B):     {}\n  bridged/rust msg/s {:.2}, latency p50 {} - {} us",
+            line(&bridged),
+            line(&rust),
+            line(&direct),
+            ratio(&bridged, &rust),
+            bridged["latency_us"]["p50"],
+            rust["latency_us"]["p50"],
+        ));
         assert!(bridged["distinct"].as_u64().unwrap_or(0) > 0, "{what}: bridged: {bridged}");
+        assert!(rust["distinct"].as_u64().unwrap_or(0) > 0, "{what}: zenoh rust: {rust}");
         assert!(direct["distinct"].as_u64().unwrap_or(0) > 0, "{what}: zenoh: {direct}");
     }
     while let Some(line) = bridge_b.wait_for(Duration::from_millis(300), |v| v["event"] == "import") {

@@ -93,7 +93,7 @@ def main():
         s = session("client", connect=a.connect)
         lock = threading.Lock()
         st = {"received": 0, "intact": 0, "duplicates": 0, "seen": set(), "lat": [], "first": None, "last": None,
-              "encoding": None, "attachment": None}
+              "first_sent": None, "last_arrival": 0, "encoding": None, "attachment": None}
         done = threading.Event()
 
         def on(sample):
@@ -117,6 +117,8 @@ def main():
                         if len(b) == a.size:
                             st["intact"] += 1
                     st["lat"].append((now - sent) // 1000)
+                    st["first_sent"] = sent if st["first_sent"] is None else min(st["first_sent"], sent)
+                    st["last_arrival"] = max(st["last_arrival"], now)
                 if len(st["seen"]) >= a.count:
                     done.set()
 
@@ -137,7 +139,9 @@ def main():
             emit(event="summary", received=st["received"], intact=st["intact"], duplicates=st["duplicates"],
                  distinct=len(st["seen"]), encoding=st["encoding"], attachment_header=head.decode("latin-1"),
                  descriptor_hex=desc.hex(), latency_us={"p50": pct(0.5), "p99": pct(0.99)}, seconds=secs,
-                 msgs_per_s=(st["received"] / secs) if secs > 0 else 0.0)
+                 msgs_per_s=(st["received"] / secs) if secs > 0 else 0.0,
+                 e2e_msgs_per_s=(len(st["seen"]) * 1e9 / (st["last_arrival"] - st["first_sent"]))
+                 if st["first_sent"] is not None and st["last_arrival"] > st["first_sent"] else 0.0)
         sub.undeclare()
         s.close()
         return
