@@ -173,12 +173,19 @@ struct QueueState {
     items: VecDeque<Item>,
     bytes: usize,
     closed: bool,
+    /// The worker waits for an item (a push wakes it only then: a futex wake costs a system call).
+    worker_waits: bool,
+    /// The receive thread waits for room (`block`).
+    pusher_waits: bool,
 }
 
 /// An export's bounded queue.
 struct Queue {
     state: Mutex<QueueState>,
+    /// An item came (for the worker).
     ready: Condvar,
+    /// Room was made (for a `block` push).
+    room: Condvar,
     max_messages: usize,
     max_bytes: usize,
     policy: DropPolicy,
@@ -187,10 +194,26 @@ struct Queue {
 }
 
 impl Queue {
+    fn new(max_messages: usize, max_bytes: usize, policy: DropPolicy) -> Queue {
+        Queue {
+            state: Mutex::new(QueueState::default()),
+            ready: Condvar::new(),
+            room: Condvar::new(),
+            max_messages,
+            max_bytes,
+            policy,
+            unflushed: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Queues `item`; returns how many messages the drop policy dropped (0 or 1, or more when one large message
     /// evicts several).
     fn push(&self, item: Item) -> u64 {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.lock();
         let full = |s: &QueueState, bytes: usize| {
             s.items.len() >= self.max_messages || (!s.items.is_empty() && s.bytes + bytes > self.max_bytes)
         };
@@ -208,32 +231,54 @@ impl Queue {
                     dropped += 1;
                 }
             }
+            DropPolicy::Block => {
+                let deadline = Instant::now() + crate::config::BLOCK_MAX;
+                while full(&s, item.payload.len()) && !s.closed {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return 1;
+                    }
+                    s.pusher_waits = true;
+                    s = self.room.wait_timeout(s, left).unwrap_or_else(|e| e.into_inner()).0;
+                }
+            }
         }
         s.bytes += item.payload.len();
         s.items.push_back(item);
+        let wake = std::mem::take(&mut s.worker_waits);
         drop(s);
-        self.ready.notify_one();
+        if wake {
+            self.ready.notify_one();
+        }
         dropped
     }
 
-    /// The next item; `None` once closed.
-    fn pop(&self) -> Option<Item> {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+    /// Moves every queued item (at least one) into `out`; false once closed and empty.
+    fn pop_all(&self, out: &mut VecDeque<Item>) -> bool {
+        let mut s = self.lock();
         loop {
-            if let Some(item) = s.items.pop_front() {
-                s.bytes -= item.payload.len();
-                return Some(item);
+            if !s.items.is_empty() {
+                std::mem::swap(&mut s.items, out);
+                s.bytes = 0;
+                let wake = std::mem::take(&mut s.pusher_waits);
+                drop(s);
+                if wake {
+                    self.room.notify_one();
+                }
+                return true;
             }
             if s.closed {
-                return None;
+                return false;
             }
+            s.worker_waits = true;
             s = self.ready.wait(s).unwrap_or_else(|e| e.into_inner());
         }
     }
 
     fn close(&self) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+        self.lock().closed = true;
         self.ready.notify_all();
+        self.room.notify_all();
     }
 }
 
@@ -244,9 +289,36 @@ struct Export {
     worker: Option<JoinHandle<()>>,
 }
 
-/// A topic's import: its shoal publisher and what it last saw from each far bridge.
+/// A sample waiting for its type's descriptor.
+struct Held {
+    payload: zenoh::bytes::ZBytes,
+    encoding: Encoding,
+    fingerprint: u64,
+    since: Instant,
+    /// Held before (counted once in `held`).
+    counted: bool,
+}
+
+/// At most this many samples (and bytes) wait for a descriptor per topic, at most this long; beyond, the oldest are
+/// dropped, counted as `no_descriptor`. A far bridge sends the descriptor at least every `wire::DESCRIPTOR_EVERY`.
+const HELD_MESSAGES: usize = 4096;
+const HELD_BYTES: usize = 64 << 20;
+const HELD_MAX_AGE: Duration = Duration::from_secs(1);
+/// Descriptors kept per topic.
+const KNOWN_DESCRIPTORS: usize = 8;
+
+/// A topic's import (under its Zenoh key): its shoal publisher and what it last saw from each far bridge.
 struct Import {
+    topic: String,
     publ: Option<shoal::Publisher>,
+    /// The encoding and descriptor fingerprint of the last sample sent (with the publisher, its type).
+    encoding: Option<Encoding>,
+    fingerprint: u64,
+    /// Descriptors received, by fingerprint (the last few).
+    known: VecDeque<(u64, Vec<u8>)>,
+    /// Samples waiting for their type's descriptor, oldest first, and their payload bytes.
+    held: VecDeque<Held>,
+    held_bytes: usize,
     last_seq: HashMap<u64, u64>,
     stats: Arc<TopicStats>,
 }
@@ -265,14 +337,7 @@ fn start_export(
         .allowed_destination(Locality::Remote)
         .wait()
         .map_err(|e| zerr(format!("publisher {key}"), e))?;
-    let queue = Arc::new(Queue {
-        state: Mutex::new(QueueState::default()),
-        ready: Condvar::new(),
-        max_messages: c.queue_messages,
-        max_bytes: c.queue_bytes,
-        policy: c.drop_policy,
-        unflushed: AtomicU64::new(0),
-    });
+    let queue = Arc::new(Queue::new(c.queue_messages, c.queue_bytes, c.drop_policy));
     let stats = shared.stats_for(topic);
     let (cb_shared, cb_queue, cb_stats) = (Arc::clone(shared), Arc::clone(&queue), Arc::clone(&stats));
     let mut last_type: Option<Arc<TypeInfo>> = None;
@@ -328,25 +393,40 @@ fn start_export(
         .name(format!("export {topic}"))
         .spawn(move || {
             let mut seq = 0u64;
-            let mut encoding: Option<(Arc<TypeInfo>, Encoding)> = None;
-            while let Some(item) = w_queue.pop() {
-                seq += 1;
-                let enc = match &encoding {
-                    Some((t, e)) if Arc::ptr_eq(t, &item.type_info) || **t == *item.type_info => e.clone(),
-                    _ => {
-                        let e = Encoding::from(wire::encoding_of(&item.type_info));
-                        encoding = Some((Arc::clone(&item.type_info), e.clone()));
-                        e
+            // The type of the last message: its Zenoh encoding and descriptor fingerprint.
+            let mut current: Option<(Arc<TypeInfo>, Encoding, u64)> = None;
+            // When a sample last carried the descriptor (see `wire`).
+            let mut descriptor_sent: Option<Instant> = None;
+            let mut batch = VecDeque::new();
+            while w_queue.pop_all(&mut batch) {
+                for item in batch.drain(..) {
+                    seq += 1;
+                    let (enc, fp) = match &current {
+                        Some((t, e, fp)) if Arc::ptr_eq(t, &item.type_info) || **t == *item.type_info => {
+                            (e.clone(), *fp)
+                        }
+                        _ => {
+                            let e = Encoding::from(wire::encoding_of(&item.type_info));
+                            let fp = wire::fingerprint(&item.type_info.descriptor);
+                            current = Some((Arc::clone(&item.type_info), e.clone(), fp));
+                            descriptor_sent = None;
+                            (e, fp)
+                        }
+                    };
+                    let now = Instant::now();
+                    let with = descriptor_sent.is_none_or(|t| now.duration_since(t) >= wire::DESCRIPTOR_EVERY);
+                    if with {
+                        descriptor_sent = Some(now);
                     }
-                };
-                let att = wire::attachment(bridge_id, seq, &item.type_info.descriptor);
-                match publisher.put(item.payload).encoding(enc).attachment(att).wait() {
-                    Ok(()) => {
-                        w_stats.to_zenoh.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        w_stats.dropped(Cause::ZenohPut, 1, &e);
-                        w_queue.unflushed.fetch_add(1, Ordering::Relaxed);
+                    let att = wire::attachment(bridge_id, seq, &item.type_info.descriptor, fp, with);
+                    match publisher.put(item.payload).encoding(enc).attachment(att).wait() {
+                        Ok(()) => {
+                            w_stats.to_zenoh.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            w_stats.dropped(Cause::ZenohPut, 1, &e);
+                            w_queue.unflushed.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 }
             }
@@ -371,21 +451,36 @@ fn import(
     sample: &zenoh::sample::Sample,
 ) {
     let c = &shared.config;
-    let Some(topic) = topic_of_key(&c.prefix, sample.key_expr().as_str()) else {
-        if !sample.key_expr().as_str().starts_with(&format!("{}/@", c.prefix)) {
-            shared.bad_keys.fetch_add(1, Ordering::Relaxed);
-        }
-        return;
-    };
-    if !c.direction_of(&topic).is_some_and(|d| d.imports()) {
-        return;
-    }
+    let key = sample.key_expr().as_str();
     let mut imports = imports.lock().unwrap_or_else(|e| e.into_inner());
-    let imp = imports.entry(topic.clone()).or_insert_with(|| Import {
-        publ: None,
-        last_seq: HashMap::new(),
-        stats: shared.stats_for(&topic),
-    });
+    // A key seen before is not unescaped and matched against the patterns again.
+    if !imports.contains_key(key) {
+        let Some(topic) = topic_of_key(&c.prefix, key) else {
+            if !key.starts_with(&format!("{}/@", c.prefix)) {
+                shared.bad_keys.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        };
+        if !c.direction_of(&topic).is_some_and(|d| d.imports()) {
+            return;
+        }
+        let stats = shared.stats_for(&topic);
+        imports.insert(
+            key.to_owned(),
+            Import {
+                topic,
+                publ: None,
+                encoding: None,
+                fingerprint: wire::EMPTY_FINGERPRINT,
+                known: VecDeque::new(),
+                held: VecDeque::new(),
+                held_bytes: 0,
+                last_seq: HashMap::new(),
+                stats,
+            },
+        );
+    }
+    let Some(imp) = imports.get_mut(key) else { return };
     let attachment = sample.attachment().map(|a| a.to_bytes());
     let att = match wire::parse(attachment.as_deref()) {
         Ok(a) => a,
@@ -402,47 +497,131 @@ fn import(
         return;
     }
     let mut lost = 0;
-    let mut type_info = wire::type_of_encoding(&sample.encoding().to_string());
-    if let Some(a) = att {
-        if let Some(prev) = imp.last_seq.insert(a.bridge, a.seq)
-            && a.seq > prev + 1
-        {
-            lost = a.seq - prev - 1;
-        }
-        type_info.descriptor = a.descriptor;
+    if let Some(a) = &att
+        && let Some(prev) = imp.last_seq.insert(a.bridge, a.seq)
+        && a.seq > prev + 1
+    {
+        lost = a.seq - prev - 1;
     }
-    if imp.publ.as_ref().is_none_or(|p| *p.type_info() != type_info) {
-        let changed = imp.publ.is_some();
-        imp.publ = None;
-        let p = match node.publisher(&topic).type_info(type_info.clone()).create() {
-            Ok(p) => p,
-            Err(e) => {
-                imp.stats.dropped(Cause::ShoalSend, 1, &format!("creating the shoal publisher: {e}"));
-                return;
-            }
-        };
-        shared.own_pubs.write().unwrap_or_else(|e| e.into_inner()).insert(p.id());
-        if changed {
-            imp.stats.type_changes.fetch_add(1, Ordering::Relaxed);
-        }
-        let want = known_subscribers(node, &topic);
-        let started = Instant::now();
-        while p.subscriber_count() < want && started.elapsed() < MATCH_WAIT {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let waited_ms = started.elapsed().as_millis();
-        tracing::info!(topic, r#type = %type_info.name, encoding = %type_info.encoding, "importing");
-        emit(&json!({"event": "import", "topic": topic, "key": sample.key_expr().as_str(), "type": type_info.name,
-                     "encoding": type_info.encoding, "descriptor_bytes": type_info.descriptor.len(),
-                     "subscribers": p.subscriber_count(), "known_subscribers": want, "waited_ms": waited_ms}));
-        imp.publ = Some(p);
-    }
-    let Some(publ) = imp.publ.as_mut() else { return };
     if lost > 0 {
         imp.stats.dropped(Cause::Lost, lost, &"gaps in the far bridge's sequence numbers");
-        publ.count_dropped(lost);
+        if let Some(p) = &imp.publ {
+            p.count_dropped(lost);
+        }
     }
-    let payload = sample.payload();
+    // A plain Zenoh publisher's sample has no descriptor (the fingerprint of none).
+    let fp = att.as_ref().map_or(wire::EMPTY_FINGERPRINT, |a| a.fingerprint);
+    if let Some(d) = att.as_ref().and_then(|a| a.descriptor)
+        && !imp.known.iter().any(|(f, _)| *f == fp)
+    {
+        if imp.known.len() == KNOWN_DESCRIPTORS {
+            imp.known.pop_front();
+        }
+        imp.known.push_back((fp, d.to_vec()));
+        // What waited for it goes first, in order.
+        for h in std::mem::take(&mut imp.held) {
+            imp.held_bytes -= h.payload.len();
+            deliver_or_hold(shared, node, imp, key, h);
+        }
+    }
+    let now = Instant::now();
+    let h = Held {
+        payload: sample.payload().clone(),
+        encoding: sample.encoding().clone(),
+        fingerprint: fp,
+        since: now,
+        counted: false,
+    };
+    deliver_or_hold(shared, node, imp, key, h);
+    // What waited too long (its descriptor never came) is dropped.
+    let mut old = 0;
+    while imp.held.front().is_some_and(|h| now.duration_since(h.since) > HELD_MAX_AGE) {
+        if let Some(h) = imp.held.pop_front() {
+            imp.held_bytes -= h.payload.len();
+            old += 1;
+        }
+    }
+    count_no_descriptor(imp, old);
+}
+
+fn count_no_descriptor(imp: &Import, n: u64) {
+    if n > 0 {
+        imp.stats.dropped(Cause::NoDescriptor, n, &"its type's descriptor did not come from the far bridge");
+        if let Some(p) = &imp.publ {
+            p.count_dropped(n);
+        }
+    }
+}
+
+/// Sends a sample on the import's shoal publisher (made, or made again, for its type), or holds it while its
+/// descriptor is unknown.
+fn deliver_or_hold(shared: &Shared, node: &shoal::Node, imp: &mut Import, key: &str, h: Held) {
+    // The type as the last sample had it (the same encoding and descriptor): nothing to build or compare.
+    let same = imp.publ.is_some() && imp.fingerprint == h.fingerprint && imp.encoding.as_ref() == Some(&h.encoding);
+    if !same {
+        let descriptor = if h.fingerprint == wire::EMPTY_FINGERPRINT {
+            Vec::new()
+        } else if let Some((_, d)) = imp.known.iter().find(|(f, _)| *f == h.fingerprint) {
+            d.clone()
+        } else {
+            if !h.counted {
+                imp.stats.held.fetch_add(1, Ordering::Relaxed);
+            }
+            imp.held_bytes += h.payload.len();
+            imp.held.push_back(Held { counted: true, ..h });
+            let mut over = 0;
+            while imp.held.len() > HELD_MESSAGES || (imp.held.len() > 1 && imp.held_bytes > HELD_BYTES) {
+                if let Some(old) = imp.held.pop_front() {
+                    imp.held_bytes -= old.payload.len();
+                    over += 1;
+                }
+            }
+            count_no_descriptor(imp, over);
+            return;
+        };
+        let mut type_info = wire::type_of_encoding(&h.encoding.to_string());
+        type_info.descriptor = descriptor;
+        imp.encoding = Some(h.encoding.clone());
+        imp.fingerprint = h.fingerprint;
+        if imp.publ.as_ref().is_none_or(|p| *p.type_info() != type_info) {
+            let topic = imp.topic.clone();
+            start_import(shared, node, imp, &topic, type_info, key);
+        }
+    }
+    send_import(imp, &h.payload);
+}
+
+/// Makes the shoal publisher of an import for `type_info` (its first sample, or a new type).
+fn start_import(shared: &Shared, node: &shoal::Node, imp: &mut Import, topic: &str, type_info: TypeInfo, key: &str) {
+    let changed = imp.publ.is_some();
+    imp.publ = None;
+    let p = match node.publisher(topic).type_info(type_info.clone()).create() {
+        Ok(p) => p,
+        Err(e) => {
+            imp.stats.dropped(Cause::ShoalSend, 1, &format!("creating the shoal publisher: {e}"));
+            return;
+        }
+    };
+    shared.own_pubs.write().unwrap_or_else(|e| e.into_inner()).insert(p.id());
+    if changed {
+        imp.stats.type_changes.fetch_add(1, Ordering::Relaxed);
+    }
+    let want = known_subscribers(node, topic);
+    let started = Instant::now();
+    while p.subscriber_count() < want && started.elapsed() < MATCH_WAIT {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let waited_ms = started.elapsed().as_millis();
+    tracing::info!(topic, r#type = %type_info.name, encoding = %type_info.encoding, "importing");
+    emit(&json!({"event": "import", "topic": topic, "key": key, "type": type_info.name,
+                 "encoding": type_info.encoding, "descriptor_bytes": type_info.descriptor.len(),
+                 "subscribers": p.subscriber_count(), "known_subscribers": want, "waited_ms": waited_ms}));
+    imp.publ = Some(p);
+}
+
+/// Sends a Zenoh sample's payload on the import's shoal publisher.
+fn send_import(imp: &mut Import, payload: &zenoh::bytes::ZBytes) {
+    let Some(publ) = imp.publ.as_mut() else { return };
     let sent = if payload.slices().nth(1).is_none() {
         publ.send(payload.slices().next().unwrap_or_default()).map_err(|e| e.to_string())
     } else {
@@ -522,7 +701,9 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
         let stats = shared.stats.lock().unwrap_or_else(|e| e.into_inner());
         let topics: Vec<_> = stats
             .iter()
-            .map(|(t, s)| s.to_json(exports.contains_key(t), imports.get(t).is_some_and(|i| i.publ.is_some())))
+            .map(|(t, s)| {
+                s.to_json(exports.contains_key(t), imports.values().any(|i| i.topic == *t && i.publ.is_some()))
+            })
             .collect();
         let mut v = json!({"event": "stats", "topics": topics, "bad_keys": shared.bad_keys.load(Ordering::Relaxed)});
         if last {
@@ -632,14 +813,7 @@ mod tests {
     }
 
     fn queue(policy: DropPolicy) -> Queue {
-        Queue {
-            state: Mutex::new(QueueState::default()),
-            ready: Condvar::new(),
-            max_messages: 3,
-            max_bytes: 100,
-            policy,
-            unflushed: AtomicU64::new(0),
-        }
+        Queue::new(3, 100, policy)
     }
 
     fn item(n: u8, len: usize) -> Item {
@@ -648,7 +822,32 @@ mod tests {
 
     fn drain(q: &Queue) -> Vec<u8> {
         q.close();
-        std::iter::from_fn(|| q.pop()).map(|i| i.payload[0]).collect()
+        let mut out = VecDeque::new();
+        let mut all = Vec::new();
+        while q.pop_all(&mut out) {
+            all.extend(out.drain(..).map(|i| i.payload[0]));
+        }
+        all
+    }
+
+    #[test]
+    fn block_waits_for_room_and_loses_nothing() {
+        let q = Arc::new(queue(DropPolicy::Block));
+        let worker = {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || {
+                let (mut out, mut all) = (VecDeque::new(), Vec::new());
+                while q.pop_all(&mut out) {
+                    std::thread::sleep(Duration::from_millis(1));
+                    all.extend(out.drain(..).map(|i| i.payload[0]));
+                }
+                all
+            })
+        };
+        let dropped: u64 = (1..=50).map(|n| q.push(item(n, 1))).sum();
+        q.close();
+        assert_eq!(dropped, 0);
+        assert_eq!(worker.join().unwrap(), (1..=50).collect::<Vec<u8>>());
     }
 
     #[test]

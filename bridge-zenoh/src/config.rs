@@ -80,14 +80,22 @@ pub enum DropPolicy {
     DropNewest,
     /// The oldest queued message is dropped to make room (the receiver gets the most recent data).
     DropOldest,
+    /// The bridge's shoal receive thread waits for room (at most [`BLOCK_MAX`]; then the arriving message is
+    /// dropped): with reliable subscribers, a reliable publisher waits for the link, losing nothing. Every exported
+    /// topic waits with it (one receive thread), so it is for a bridge of reliable streams that must not lose.
+    Block,
 }
 
+/// How long a full `block` queue makes the bridge's receive thread wait before it drops the arriving message.
+pub const BLOCK_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl DropPolicy {
-    const ALLOWED: &'static str = "drop_newest, drop_oldest";
+    const ALLOWED: &'static str = "drop_newest, drop_oldest, block";
     fn parse(s: &str) -> Option<DropPolicy> {
         match s {
             "drop_newest" => Some(DropPolicy::DropNewest),
             "drop_oldest" => Some(DropPolicy::DropOldest),
+            "block" => Some(DropPolicy::Block),
             _ => None,
         }
     }
@@ -550,7 +558,7 @@ mod tests {
             ("[zenoh]\nprefix = \"a//b\"\n", "t.toml:2:10: prefix = \"a//b\": chunks of"),
             ("[select]\nallow = [\"(\"]\n", "t.toml:2:10: allow = \"(\" is not a regular expression"),
             ("[queue]\nmessages = 0\n", "t.toml:2:12: messages = 0: allowed 1..=1048576"),
-            ("[queue]\npolicy = \"block\"\n", "t.toml:2:10: policy = \"block\": allowed drop_newest, drop_oldest"),
+            ("[queue]\npolicy = \"wait\"\n", "t.toml:2:10: policy = \"wait\": allowed drop_newest, drop_oldest, block"),
             (
                 "[[topic]]\nname = \"a\"\n[[topic]]\nname = \"a\"\n",
                 "t.toml:4:8: name = \"a\": the topic is already listed",

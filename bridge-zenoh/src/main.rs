@@ -57,7 +57,7 @@ struct Args {
     /// Payload bytes an export queue holds at most.
     #[arg(long)]
     queue_bytes: Option<usize>,
-    /// What a full export queue drops: drop_oldest or drop_newest.
+    /// What a full export queue does: drop_oldest, drop_newest, or block (wait for room, at most 1 s).
     #[arg(long)]
     drop_policy: Option<String>,
     /// Messages per second each exported topic sends at most (0: no limit; a [[topic]] may set its own).

@@ -26,11 +26,20 @@ pub enum Cause {
     /// Zenoh → shoal: samples that never arrived, by the gaps in a far bridge's sequence numbers (router restart,
     /// link cut, a drop on the far side's queue).
     Lost,
+    /// Zenoh → shoal: held for the type's descriptor, which did not come within a second (or the hold was full).
+    NoDescriptor,
 }
 
 impl Cause {
-    const ALL: [Cause; 6] =
-        [Cause::QueueFull, Cause::ZenohPut, Cause::RateLimit, Cause::ShoalSend, Cause::BadAttachment, Cause::Lost];
+    const ALL: [Cause; 7] = [
+        Cause::QueueFull,
+        Cause::ZenohPut,
+        Cause::RateLimit,
+        Cause::ShoalSend,
+        Cause::BadAttachment,
+        Cause::Lost,
+        Cause::NoDescriptor,
+    ];
 
     /// The key in the statistics line.
     pub fn key(self) -> &'static str {
@@ -41,6 +50,7 @@ impl Cause {
             Cause::ShoalSend => "shoal_send",
             Cause::BadAttachment => "bad_attachment",
             Cause::Lost => "lost",
+            Cause::NoDescriptor => "no_descriptor",
         }
     }
 
@@ -62,7 +72,9 @@ pub struct TopicStats {
     pub own_ignored: AtomicU64,
     /// Zenoh → shoal: times the announced type changed (a new shoal publisher with the new type).
     pub type_changes: AtomicU64,
-    drops: [AtomicU64; 6],
+    /// Zenoh → shoal: samples that waited for their type's descriptor (delivered when it came, or dropped).
+    pub held: AtomicU64,
+    drops: [AtomicU64; 7],
     logged: Mutex<Vec<Cause>>,
 }
 
@@ -75,6 +87,7 @@ impl TopicStats {
             to_shoal: AtomicU64::new(0),
             own_ignored: AtomicU64::new(0),
             type_changes: AtomicU64::new(0),
+            held: AtomicU64::new(0),
             drops: Default::default(),
             logged: Mutex::new(Vec::new()),
         }
@@ -112,6 +125,7 @@ impl TopicStats {
             "to_shoal": self.to_shoal.load(Ordering::Relaxed),
             "own_ignored": self.own_ignored.load(Ordering::Relaxed),
             "type_changes": self.type_changes.load(Ordering::Relaxed),
+            "held": self.held.load(Ordering::Relaxed),
             "dropped": drops,
         })
     }

@@ -258,7 +258,7 @@ fn a_to_b_and_b_to_a_with_the_type_no_echo_and_zenoh_sees_it() {
     assert_eq!(z["intact"], 200, "{z}");
     assert_eq!(z["duplicates"], 0, "the topic crossed the router once (no echo): {z}");
     assert_eq!(z["encoding"], format!("application/protobuf;{PROBE_TYPE}"), "{z}");
-    assert!(z["attachment_header"].as_str().is_some_and(|h| h.starts_with("shoal-zenoh/1 ")), "{z}");
+    assert!(z["attachment_header"].as_str().is_some_and(|h| h.starts_with("shoal-zenoh/2 ")), "{z}");
     assert_eq!(z["descriptor_hex"], hex(&desc.0), "the descriptor in the attachment: {z}");
 
     across(&sites, (&sites.b, &bridge_b), &sites.a, "ba", 100, 64, "200", &desc);
@@ -305,7 +305,7 @@ fn a_python_zenoh_publisher_reaches_a_shoal_subscriber_behind_a_bridge() {
     assert_eq!(summary["type"]["descriptor_hex"], "", "a plain Zenoh publisher sends no descriptor: {summary}");
     // Samples marked with B's own bridge id (B's samples coming back from the Zenoh side) are not imported.
     let id = ready["bridge_id"].as_str().expect("bridge_id in the ready line");
-    let own = format!("shoal-zenoh/1 {id} 1 0\n");
+    let own = format!("shoal-zenoh/2 {id} 1 0 cbf29ce484222325\n");
     let mut zpub = sites.zenoh(
         &sites.r,
         "tcp/127.0.0.1:7447",
@@ -365,6 +365,50 @@ fn router_restart_mid_stream_resumes_and_the_loss_is_counted() {
     assert_eq!(received + lost, count, "every probe either arrived or was counted lost: {summary} {st}");
 }
 
+/// A far bridge that joins mid-stream meets samples without the descriptor (it travels with one sample per
+/// `wire::DESCRIPTOR_EVERY`): it holds them until one brings it, then delivers them in order with the type; none is
+/// dropped for want of it.
+#[test]
+fn a_bridge_joining_mid_stream_holds_samples_until_the_descriptor_comes() {
+    if !root_or_skip("a_bridge_joining_mid_stream_holds_samples_until_the_descriptor_comes") {
+        return;
+    }
+    let _s = serial();
+    let desc = descriptor();
+    let sites = Sites::create();
+    let _router = sites.router();
+    let bridge_a = sites.bridge(&sites.a, &["--topic", "late"]);
+    let count = 1500u64;
+    let c = count.to_string();
+    let sub = sites.peer(
+        &sites.b,
+        "shoal sub",
+        &["sub", "--topic", "late", "--count", &c, "--size", "64", "--timeout-ms", "40000", "--idle-ms", "3000"],
+    );
+    let publ = sites.peer(
+        &sites.a,
+        "shoal pub",
+        &["pub", "--topic", "late", "--count", &c, "--size", "64", "--rate", "1000", "--descriptor", &desc.1],
+    );
+    wait_export(&bridge_a, "late");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut bridge_b = sites.bridge(&sites.b, &["--topic", "late"]);
+    publ.expect("done", Duration::from_secs(30));
+    let summary = sub.expect("summary", Duration::from_secs(40));
+    let st = topic_stats(&final_stats(&mut bridge_b), "late");
+    eprintln!("{summary}\nbridge B: {st}");
+    assert_eq!(st["dropped"]["no_descriptor"], 0, "{st}");
+    assert_eq!(summary["type"]["descriptor_hex"], hex(&desc.0), "the type, descriptor included: {summary}");
+    assert_eq!(summary["duplicates"], 0, "{summary}");
+    assert_eq!(summary["last"], count, "{summary}");
+    let (first, received) = (summary["first"].as_u64().unwrap_or(0), summary["distinct"].as_u64().unwrap_or(0));
+    assert!(first > 1, "B joined mid-stream: {summary}");
+    assert_eq!(received, count - first + 1, "from the first probe B's subscriber got, every one: {summary}");
+    // What B's bridge sent before its new publisher's ring connection was up may not have reached the subscriber.
+    assert!(st["to_shoal"].as_u64().is_some_and(|n| n >= received), "{st}");
+    assert!(st["held"].as_u64().is_some_and(|n| n > 0), "B met samples without the descriptor first: {st}");
+}
+
 #[test]
 fn large_messages_1mb_and_8mb_pass() {
     if !root_or_skip("large_messages_1mb_and_8mb_pass") {
@@ -417,7 +461,10 @@ fn a_full_export_queue_drops_counted_on_the_bridge_subscriber() {
     eprintln!("sub: {summary}\nbridge A: {st}\nbridge B: {st_b}\nmonitor: {m}");
     let full = st["dropped"]["queue_full"].as_u64().unwrap_or(0);
     assert!(full > 0, "60 messages of 2 MiB at once overflow a queue of 2: {st}");
-    assert_eq!(st["to_zenoh"].as_u64().unwrap_or(0) + full, count, "{st}");
+    // The publisher (best effort) may also outrun the bridge's copy out of its ring: shoal counts those on the
+    // bridge's subscriber too, so every message was put or counted there.
+    let announced = m["subscriber_drops"].as_u64().unwrap_or(0);
+    assert_eq!(st["to_zenoh"].as_u64().unwrap_or(0) + announced, count, "{st} {m}");
     // Everything A put reached B's bridge (its local shoal subscriber, reading 2 MiB messages as fast as they come,
     // may lose some on shoal's own ring, counted by shoal at that subscriber).
     assert_eq!(st_b["to_shoal"], st["to_zenoh"], "what A put, B's bridge got: {st} {st_b}");
@@ -466,10 +513,13 @@ fn a_rate_limit_drops_what_is_beyond_it_counted() {
     assert_eq!(summary["distinct"].as_u64(), Some(sent), "{summary}");
 }
 
-/// Prints what arrives (count, msgs/s and MB/s between the first and the last arrival, one-way latency P50/P99) of
-/// 64 B and 1 MiB probes at a fixed rate and as fast as the publisher can send, and of 64 B at 100 Hz (latency),
-/// through A-bridge-router-bridge-B and through Zenoh's own (Python) publisher in A and subscriber in B over the
-/// same router, and the bridges' counters (where the missing messages were dropped).
+/// Prints what arrives (count; msgs/s and MB/s from the first probe's send to the last arrival; one-way latency
+/// P50/P99) of 64 B and 1 MiB probes at a fixed rate and as fast as the publisher can send (then a reliable
+/// publisher: it waits for the bridge's reliable subscriber), and of 64 B at 100 Hz (latency), through
+/// A-bridge-router-bridge-B (flat out both with the default queue, drop_oldest, and with a pair of bridges whose
+/// queue blocks), through Zenoh's own Rust API (`shoal-zenoh-peer zpub`/`zsub`, the same Zenoh version as the
+/// bridge: the reference) and through Zenoh's Python API, publisher in A and subscriber in B over the same router;
+/// then the bridges' counters (where the missing messages were dropped).
 #[test]
 fn measure() {
     if !root_or_skip("measure") {
@@ -482,15 +532,27 @@ fn measure() {
     let topics = ["--allow", "^m_"];
     let mut bridge_a = sites.bridge(&sites.a, &topics);
     let mut bridge_b = sites.bridge(&sites.b, &topics);
+    // A second pair, for topics b_*: a full queue blocks (the reliable publisher waits for the link, nothing lost).
+    // Under a prefix of its own: a bridge subscribes to everything under its prefix, so with one prefix each pair
+    // would also receive (and discard) the other's traffic, a third of the CPU in a flat-out run.
+    let blocking = ["--allow", "^b_", "--drop-policy", "block", "--prefix", "shoal_block"];
+    let mut block_a = sites.bridge(&sites.a, &blocking);
+    let mut block_b = sites.bridge(&sites.b, &blocking);
     let mut rows = Vec::new();
     for (what, topic, count, size, rate) in [
         ("64 B at 10000/s", "m_rate10k", 10_000u64, 64usize, "10000"),
         ("64 B at 40000/s", "m_rate40k", 40_000, 64, "40000"),
-        ("64 B, as fast as possible", "m_rate", 20_000, 64, "0"),
+        ("64 B, as fast as possible", "m_rate", 200_000, 64, "0"),
         ("1 MiB at 50/s", "m_tput50", 50, 1 << 20, "50"),
         ("1 MiB, as fast as possible", "m_tput", 100, 1 << 20, "0"),
+        ("64 B, as fast as possible, policy block", "b_rate", 200_000, 64, "0"),
+        ("1 MiB, as fast as possible, policy block", "b_tput", 100, 1 << 20, "0"),
         ("64 B at 100 Hz (latency)", "m_lat", 500, 64, "100"),
     ] {
+        // SHOAL_ZENOH_MEASURE=<text>: only the cases whose name contains it (to profile one).
+        if std::env::var("SHOAL_ZENOH_MEASURE").is_ok_and(|only| !what.contains(&only)) {
+            continue;
+        }
         let (c, s) = (count.to_string(), size.to_string());
         // Flat out, the publisher is reliable: it waits for the bridge's (reliable) subscriber instead of
         // overwriting what it has not copied yet, so what arrives measures the path, not the ring's overwrites.
@@ -563,7 +625,11 @@ fn measure() {
         eprintln!("B import: {line}");
     }
     let (sa, sb) = (final_stats(&mut bridge_a), final_stats(&mut bridge_b));
-    eprintln!("MEASURED\n{}\nbridge A: {sa}\nbridge B: {sb}", rows.join("\n"));
+    let (ba, bb) = (final_stats(&mut block_a), final_stats(&mut block_b));
+    eprintln!(
+        "MEASURED\n{}\nbridge A: {sa}\nbridge B: {sb}\nblocking bridge A: {ba}\nblocking bridge B: {bb}",
+        rows.join("\n")
+    );
 }
 
 /// A 2 s cut is shorter than Zenoh's session lease (10 s): the session survives, Zenoh and TCP hold what was sent
