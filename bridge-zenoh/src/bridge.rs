@@ -524,6 +524,15 @@ fn import(
             deliver_or_hold(shared, node, imp, key, h);
         }
     }
+    // The type as the last sample had it (the same encoding and descriptor): sent at once, nothing built.
+    if imp.held.is_empty()
+        && imp.publ.is_some()
+        && imp.fingerprint == fp
+        && imp.encoding.as_ref() == Some(sample.encoding())
+    {
+        send_import(imp, sample.payload());
+        return;
+    }
     let now = Instant::now();
     let h = Held {
         payload: sample.payload().clone(),
