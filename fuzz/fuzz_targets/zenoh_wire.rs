@@ -6,16 +6,19 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[allow(dead_code)] // the bridge uses more of it than this target
-#[path = "../../bridge-zenoh/src/wire.rs"]
-mod wire;
 #[allow(dead_code)]
 #[path = "../../bridge-zenoh/src/keyexpr.rs"]
 mod keyexpr;
+#[allow(dead_code)] // the bridge uses more of it than this target
+#[path = "../../bridge-zenoh/src/wire.rs"]
+mod wire;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(Some(a)) = wire::parse(Some(data)) {
-        let again = wire::attachment(a.bridge, a.seq, a.descriptor);
+        // Written back with the descriptor when it came along (the fingerprint then matches it, parse checked).
+        let d = a.descriptor.unwrap_or_default();
+        let again =
+            wire::attachment(a.bridge, a.seq, d, a.fingerprint, a.descriptor.is_some() && d.len() == a.descriptor_len);
         let b = wire::parse(Some(&again)).expect("an attachment written back parses").expect("and is one");
         assert_eq!((a.bridge, a.seq, a.descriptor), (b.bridge, b.seq, b.descriptor));
     }
