@@ -46,13 +46,8 @@ enum Cmd {
     Pub {
         #[arg(long)]
         topic: String,
-        #[arg(long)]
-        count: u64,
-        #[arg(long, default_value_t = 64)]
-        size: usize,
-        /// Messages per second; 0: as fast as possible.
-        #[arg(long, default_value_t = 100.0)]
-        rate: f64,
+        #[command(flatten)]
+        stream: Stream,
         /// The announced descriptor (a serialized FileDescriptorSet of probe.proto).
         #[arg(long)]
         descriptor: Option<PathBuf>,
@@ -68,12 +63,8 @@ enum Cmd {
         connect: String,
         #[arg(long)]
         key: String,
-        #[arg(long)]
-        count: u64,
-        #[arg(long, default_value_t = 64)]
-        size: usize,
-        #[arg(long, default_value_t = 100.0)]
-        rate: f64,
+        #[command(flatten)]
+        stream: Stream,
     },
     /// Receive probes with Zenoh's own API (the reference).
     Zsub {
@@ -81,14 +72,8 @@ enum Cmd {
         connect: String,
         #[arg(long)]
         key: String,
-        #[arg(long)]
-        count: u64,
-        #[arg(long, default_value_t = 64)]
-        size: usize,
-        #[arg(long, default_value_t = 60_000)]
-        timeout_ms: u64,
-        #[arg(long, default_value_t = 0)]
-        idle_ms: u64,
+        #[command(flatten)]
+        until: Until,
     },
     /// The drops processes of one unit announce on a topic.
     Monitor {
@@ -103,16 +88,38 @@ enum Cmd {
     Sub {
         #[arg(long)]
         topic: String,
-        #[arg(long)]
-        count: u64,
-        #[arg(long, default_value_t = 64)]
-        size: usize,
-        #[arg(long, default_value_t = 60_000)]
-        timeout_ms: u64,
-        /// After the first probe, stop when none came for this long.
-        #[arg(long, default_value_t = 0)]
-        idle_ms: u64,
+        #[command(flatten)]
+        until: Until,
     },
+}
+
+/// What a publisher sends (`pub`, `zpub`).
+#[derive(clap::Args, Debug)]
+struct Stream {
+    /// Probes 1..=count.
+    #[arg(long)]
+    count: u64,
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// Messages per second; 0: as fast as possible.
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+}
+
+/// What a receiver expects and when it stops (`sub`, `zsub`).
+#[derive(clap::Args, Debug)]
+struct Until {
+    /// Probes 1..=count.
+    #[arg(long)]
+    count: u64,
+    /// Their size (an intact probe has it).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    #[arg(long, default_value_t = 60_000)]
+    timeout_ms: u64,
+    /// After the first probe, stop when none came for this long.
+    #[arg(long, default_value_t = 0)]
+    idle_ms: u64,
 }
 
 fn emit(v: &serde_json::Value) {
@@ -132,7 +139,7 @@ fn main() -> anyhow::Result<()> {
     // Zenoh's own commands (the reference) run no shoal node.
     let node = || shoal::Node::init("shoal_zenoh_peer");
     match args.cmd {
-        Cmd::Pub { topic, count, size, rate, descriptor, wait_subscribers, reliable } => {
+        Cmd::Pub { topic, stream: Stream { count, size, rate }, descriptor, wait_subscribers, reliable } => {
             let desc = match descriptor {
                 Some(p) => std::fs::read(p)?,
                 None => Vec::new(),
@@ -154,7 +161,7 @@ fn main() -> anyhow::Result<()> {
             // Stay a moment so subscribers behind a bridge finish reading the last messages from this process.
             std::thread::sleep(Duration::from_millis(500));
         }
-        Cmd::Zpub { connect, key, count, size, rate } => {
+        Cmd::Zpub { connect, key, stream: Stream { count, size, rate } } => {
             use zenoh::Wait;
             let session = zenoh::open(zenoh_client(&connect)?).wait().map_err(|e| anyhow::anyhow!("zenoh: {e}"))?;
             let publisher = session
@@ -175,7 +182,7 @@ fn main() -> anyhow::Result<()> {
             emit(&json!({"event": "done", "sent": count, "seconds": secs}));
             std::thread::sleep(Duration::from_millis(500));
         }
-        Cmd::Zsub { connect, key, count, size, timeout_ms, idle_ms } => {
+        Cmd::Zsub { connect, key, until: Until { count, size, timeout_ms, idle_ms } } => {
             use zenoh::Wait;
             let session = zenoh::open(zenoh_client(&connect)?).wait().map_err(|e| anyhow::anyhow!("zenoh: {e}"))?;
             let tally = std::sync::Arc::new(std::sync::Mutex::new(Tally::new(size)));
@@ -217,7 +224,7 @@ fn main() -> anyhow::Result<()> {
             emit(&json!({"event": "monitor", "seen": seen, "publisher_drops": pub_drops,
                          "subscriber_drops": sub_drops}));
         }
-        Cmd::Sub { topic, count, size, timeout_ms, idle_ms } => {
+        Cmd::Sub { topic, until: Until { count, size, timeout_ms, idle_ms } } => {
             let node = node()?;
             let sub = node.subscriber(&topic).queue(shoal::QueuePolicy::new(1 << 20, 4 << 30)).create()?;
             emit(&json!({"event": "ready"}));
