@@ -73,6 +73,7 @@ impl Run<'_> {
 /// Entry point of `shoal perf`.
 pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
     args.validate()?;
+    sys::fix_malloc_mmap_threshold();
     if args.service {
         return service::run(&args);
     }

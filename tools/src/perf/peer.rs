@@ -255,6 +255,7 @@ impl Drop for Peer {
 
 /// Entry point of `shoal perf-peer`.
 pub(crate) fn run_peer(args: PeerArgs) -> anyhow::Result<()> {
+    super::sys::fix_malloc_mmap_threshold();
     if args.service {
         return super::service::run_server_peer(&args);
     }
