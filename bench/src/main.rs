@@ -1,7 +1,7 @@
 //! `shoal-bench`: shoal's performance acceptance checks, run against the built `shoal` command line.
 //!
 //! `shoal-bench targets` runs `shoal perf ... --json` as child processes (the `shoal` binary next to this one,
-//! `$SHOAL_BIN` or `--shoal`), evaluates targets T1-T9 and N1-N4 from their JSON lines and prints one row per target. The
+//! `$SHOAL_BIN` or `--shoal`), evaluates targets T1-T9, N1-N4 and S1-S6 from their JSON lines and prints one row per target. The
 //! exit code is 0 only when every target was measured and passed. It depends on `shoal perf`'s output format,
 //! not on its code.
 
@@ -29,7 +29,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Measure what targets T1-T9 and N1-N4 need with `shoal perf --json` and check them (exit code 0: all pass).
+    /// Measure what targets T1-T9, N1-N4 and S1-S6 need with `shoal perf --json` and check them (exit code 0: all pass).
     Targets(TargetsArgs),
 }
 
@@ -43,8 +43,14 @@ rings on normal and on huge pages (T9: huge_pages rings on 2 MB pages in both pr
 shows; needs a hugetlbfs mount at the ini's huge_pages_path with free pages); then, with --wait block,
 shoal's UDP layer streaming 64 B and 1 MiB and its TCP layer 1 MiB, with shoal's defaults, against
 raw socket programs (N1: 64 B UDP >= 0.5x raw sendmmsg, N2: 64 B UDP >= 1 M msg/s with 0 lost, N3: 1 MiB
-UDP >= 0.7x raw UDP, N4: 1 MiB TCP >= 0.7x raw TCP). A target whose measurements are missing (a failed run, a missing
-row or value) is NOT MEASURED, which fails the check like a FAIL does.")]
+UDP >= 0.7x raw UDP, N4: 1 MiB TCP >= 0.7x raw TCP). S1-S6 set shoal against the strongest reference of the
+same run, from the ratios shoal perf prints: S1 copying ping-pong p50 at 64 KB-8 MB <= 1.1x the fastest plain ring
+(line, warm or deep), S2 <= 1.0x iceoryx2 0.10 (scripts/iceoryx2 builds it), S3 block mode at 64 B-8 MB <= 0.8x
+eCAL 6.1.1's C++ ping-pong (scripts/ecal-cpp builds it; this run comes first), S4 64 B spin p50 <= 1.5x the
+fastest plain ring, S5 a reliable 64 B stream >= 0.5x the faster plain ring whose writer waits, with nothing lost,
+S6 the cost of a send to 16 subscriber processes <= 1.3x to one (64 B, 1 MB). A target whose measurements are
+missing (a failed run, a missing row or value, a reference not built) is NOT MEASURED, which fails the check like a
+FAIL does.")]
 struct TargetsArgs {
     /// The shoal binary to measure (default: $SHOAL_BIN, else `shoal` next to this executable).
     #[arg(long, value_name = "PATH")]
@@ -113,8 +119,8 @@ fn targets_command(args: &TargetsArgs) -> anyhow::Result<bool> {
     } else {
         writeln!(
             out,
-            "-- targets (shoal vs the baseline ring of the same run for T1-T4 and T7, vs 1 subscriber for T5; value = \
-             worst over sizes)"
+            "-- targets (shoal vs the baseline ring of the same run for T1-T4 and T7, vs 1 subscriber for T5 and S6, vs \
+             the strongest reference of the same run for S1-S5; value = worst over sizes)"
         )?;
         for t in &targets {
             writeln!(out, "{}", t.to_text())?;

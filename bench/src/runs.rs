@@ -8,7 +8,9 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::targets::{HUGE_SIZES, NET_WAIT, SIZES, SUBSCRIBERS, TOPICS};
+use crate::targets::{
+    ECAL_SIZES, HUGE_SIZES, LARGE_SIZES, MANY_SIZES, MANY_SUBSCRIBERS, NET_WAIT, SIZES, SUBSCRIBERS, TOPICS,
+};
 
 /// One invocation of `shoal perf`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,25 +32,43 @@ impl Run {
     }
 }
 
-/// What the targets measure, per wait mode in order spin, block: the baseline ring (as deep as shoal's ring for each
-/// size) and shoal (each with a fresh publisher) streaming 64 B and 1 KB, then ping-pong at every target size followed by zero-copy ping-pong on the same
-/// grown ring, then fan-out to 1 and 4 subscriber processes; then a separate process with 100 topics; reliable
-/// shoal streams of 64 B and 1 MiB (spin); last shoal streams of 64 KB - 4 MB with rings on normal and on huge pages
-/// (spin, `--huge-pages`); then shoal's UDP layer at 64 B and at 1 MiB and its TCP layer at 1 MiB, with shoal's
-/// defaults (`send_mode = auto`: the 64 B stream goes through the I/O thread's batches, 1 MiB messages from the
-/// publisher's thread), against the raw socket programs (block, `--transport udp|tcp --baseline`).
+/// What the targets measure: first shoal's block-mode ping-pong at 64 B - 8 MB beside eCAL 6.1.1's C++ one
+/// (`--against ecal`); then per wait mode in order spin, block: the plain rings (line, warm and one as deep as
+/// shoal's ring for each size) and shoal (each with a fresh publisher) streaming 64 B and 1 KB, then ping-pong at
+/// every target size and 8 MB beside the plain rings and iceoryx2, followed by zero-copy ping-pong on the same grown
+/// ring, then fan-out to 1 and 4 and to 1 and 16 subscriber processes; then a separate process with 100 topics;
+/// reliable shoal streams of 64 B and 1 MiB beside the plain rings (spin); last shoal streams of 64 KB - 4 MB with
+/// rings on normal and on huge pages (spin, `--huge-pages`); then shoal's UDP layer at 64 B and at 1 MiB and its TCP
+/// layer at 1 MiB, with shoal's defaults (`send_mode = auto`: the 64 B stream goes through the I/O thread's batches,
+/// 1 MiB messages from the publisher's thread), against the raw socket programs (block, `--transport udp|tcp
+/// --baseline`).
+///
+/// The eCAL run comes first so that the block-mode ping-pong rows of the run with the plain rings, which T4 reads
+/// (the latest row of each size), are not followed by another run's.
 pub(crate) fn plan() -> Vec<Run> {
-    let all_sizes = SIZES.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(",");
-    let subscribers = SUBSCRIBERS.to_string();
+    let sizes = |list: &[(u64, &str)]| list.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(",");
+    let all_sizes = sizes(&SIZES);
+    let mut pingpong_sizes: Vec<(u64, &str)> = SIZES.to_vec();
+    pingpong_sizes.extend(LARGE_SIZES.iter().filter(|l| !SIZES.contains(l)));
+    let pingpong_sizes = sizes(&pingpong_sizes);
+    let (subscribers, many) = (SUBSCRIBERS.to_string(), MANY_SUBSCRIBERS.to_string());
     let mut runs = Vec::new();
+    let ecal_sizes = sizes(&ECAL_SIZES);
+    runs.push(Run::new(
+        "S3",
+        &["--json", "--wait", "block", "--pingpong", "--against", "ecal", "--sizes", &ecal_sizes],
+    ));
     for wait in ["spin", "block"] {
         let perf = |targets, extra: &[&str]| Run::new(targets, &[&["--json", "--wait", wait][..], extra].concat());
         runs.push(perf("T2 T7", &["--baseline", "--throughput", "--sizes", "64,1024"]));
-        runs.push(perf("T1 T3 T4", &["--baseline", "--pingpong", "--zero-copy", "--sizes", &all_sizes]));
+        let args = ["--baseline", "--pingpong", "--zero-copy", "--sizes", &pingpong_sizes];
+        runs.push(perf("T1 T3 T4 S1 S2 S4", &args));
         runs.push(perf("T5", &["--subscribers", &subscribers, "--sizes", &all_sizes]));
+        runs.push(perf("S6", &["--subscribers", &many, "--sizes", &sizes(&MANY_SIZES)]));
     }
     runs.push(Run::new("T6", &["--json", "--topics", &TOPICS.to_string(), "--rss"]));
-    runs.push(Run::new("T8", &["--json", "--wait", "spin", "--reliable", "--throughput", "--sizes", "64,1048576"]));
+    let args = ["--json", "--wait", "spin", "--reliable", "--baseline", "--throughput", "--sizes", "64,1048576"];
+    runs.push(Run::new("T8 S5", &args));
     let huge_sizes = HUGE_SIZES.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(",");
     runs.push(Run::new("T9", &["--json", "--wait", "spin", "--huge-pages", "--throughput", "--sizes", &huge_sizes]));
     for (targets, transport, sizes) in [("N1 N2", "udp", "64"), ("N3", "udp", "1048576"), ("N4", "tcp", "1048576")] {
@@ -146,22 +166,31 @@ mod tests {
     #[test]
     fn the_plan_measures_every_target_size_in_both_waits() {
         let p = plan();
-        assert_eq!(p.len(), 12);
+        assert_eq!(p.len(), 15);
         assert_eq!(
-            p[1].command_line(),
-            "shoal perf --json --wait spin --baseline --pingpong --zero-copy --sizes 64,1024,65536,1048576,4194304"
+            p[0].command_line(),
+            "shoal perf --json --wait block --pingpong --against ecal --sizes 64,65536,1048576,4194304,8388608"
         );
-        assert_eq!(p[3].command_line(), "shoal perf --json --wait block --baseline --throughput --sizes 64,1024");
-        assert_eq!(p[5].args[..4], ["--json", "--wait", "block", "--subscribers"]);
-        assert_eq!(p[6].command_line(), "shoal perf --json --topics 100 --rss");
-        assert_eq!(p[7].command_line(), "shoal perf --json --wait spin --reliable --throughput --sizes 64,1048576");
         assert_eq!(
-            p[8].command_line(),
+            p[2].command_line(),
+            "shoal perf --json --wait spin --baseline --pingpong --zero-copy --sizes \
+             64,1024,65536,1048576,4194304,8388608"
+        );
+        assert_eq!(p[4].command_line(), "shoal perf --json --wait spin --subscribers 16 --sizes 64,1048576");
+        assert_eq!(p[5].command_line(), "shoal perf --json --wait block --baseline --throughput --sizes 64,1024");
+        assert_eq!(p[7].args[..4], ["--json", "--wait", "block", "--subscribers"]);
+        assert_eq!(p[9].command_line(), "shoal perf --json --topics 100 --rss");
+        assert_eq!(
+            p[10].command_line(),
+            "shoal perf --json --wait spin --reliable --baseline --throughput --sizes 64,1048576"
+        );
+        assert_eq!(
+            p[11].command_line(),
             "shoal perf --json --wait spin --huge-pages --throughput --sizes 65536,1048576,4194304"
         );
         assert!(p.iter().all(|r| r.args[0] == "--json"));
         assert_eq!(
-            p[9].command_line(),
+            p[12].command_line(),
             "shoal perf --json --wait block --transport udp --baseline --throughput --sizes 64"
         );
     }

@@ -1,10 +1,11 @@
-//! The targets T1-T9 and N1-N4, evaluated from the JSON lines `shoal perf --json` printed: shoal against the
+//! The targets T1-T9, N1-N4 and S1-S6, evaluated from the JSON lines `shoal perf --json` printed: shoal against the
 //! baseline ring of the same run (same method and wait mode, as deep as shoal's ring), fan-out against one
 //! subscriber, the memory of a 100-topic process, the losses of reliable streams (rows marked `reliable`), and the
 //! page size of rings asked to be on huge pages (rows of `--huge-pages` marked `huge_pages`, which no other target
 //! reads); and N1-N4, shoal's UDP and TCP layers against the raw socket programs of the same run (rows of
-//! `--transport udp|tcp`, which no other target reads). Only the output format of `shoal perf` is read here, none
-//! of its code.
+//! `--transport udp|tcp`, which no other target reads); and S1-S6, issue 24's figures against the strongest
+//! reference of the same run, read from the ratios `shoal perf` puts in its rows (see [`strongest`]). Only the
+//! output format of `shoal perf` is read here, none of its code.
 //!
 //! A target passes only when everything it names was measured and holds. A measured value over its limit is a
 //! FAIL (even if other values are missing); otherwise anything missing makes it NOT MEASURED.
@@ -23,6 +24,19 @@ pub(crate) const HUGE_SIZES: [(u64, &str); 3] = [(64 << 10, "64K"), (1 << 20, "1
 
 /// T9's limit: the kernel page size of the rings, kB.
 const HUGE_PAGE_KB: f64 = 2048.0;
+
+/// The sizes of the large-message targets against the strongest plain ring and iceoryx2 (S1, S2), with labels.
+pub(crate) const LARGE_SIZES: [(u64, &str); 4] = [(64 << 10, "64K"), (1 << 20, "1M"), (4 << 20, "4M"), (8 << 20, "8M")];
+
+/// The sizes of the block-mode target against eCAL 6.1.1's C++ ping-pong (S3), with labels.
+pub(crate) const ECAL_SIZES: [(u64, &str); 5] =
+    [(64, "64B"), (64 << 10, "64K"), (1 << 20, "1M"), (4 << 20, "4M"), (8 << 20, "8M")];
+
+/// Subscriber processes of the large fan-out target (S6).
+pub(crate) const MANY_SUBSCRIBERS: u64 = 16;
+
+/// The sizes of the large fan-out target (S6), with labels.
+pub(crate) const MANY_SIZES: [(u64, &str); 2] = [(64, "64B"), (1 << 20, "1M")];
 
 /// Topics of the memory target (T6).
 pub(crate) const TOPICS: u64 = 100;
@@ -184,6 +198,24 @@ impl Rows {
                 && (num(r, "reliable") == Some(1.0)) == reliable
                 && num(r, "huge_pages") != Some(1.0)
                 && !is_network(r)
+        })
+    }
+
+    /// The value at `key` of the latest shoal row over the native ring (normal pages, one subscriber) of this
+    /// mode, wait mode, size and reliability that has it: the ratios `shoal perf` computed against the references
+    /// of the same run (`p50_ratio` against the strongest plain ring, `iceoryx2_p50_ratio`, `ecal_p50_ratio`,
+    /// `msgs_per_s_ratio`), which only the runs that measured those references put in.
+    fn shoal_ratio(&self, mode: &str, wait: &str, size: u64, reliable: bool, key: &str) -> Option<f64> {
+        self.0.iter().rev().find_map(|r| {
+            let ours = r["system"] == "shoal"
+                && r["mode"] == mode
+                && r["wait"] == wait
+                && r["size_bytes"].as_u64() == Some(size)
+                && r["subscribers"].as_u64().is_none_or(|n| n == 1)
+                && (num(r, "reliable") == Some(1.0)) == reliable
+                && num(r, "huge_pages") != Some(1.0)
+                && !is_network(r);
+            if ours { num(r, key) } else { None }
         })
     }
 
@@ -542,6 +574,75 @@ fn t6(rows: &Rows) -> Target {
     }
 }
 
+/// S1-S6: issue 24's figures, each against the strongest reference `shoal perf` measured in the same run. S1: copying
+/// ping-pong p50 at 64 KB - 8 MB against the fastest plain ring (line, warm or deep; `p50_ratio`), at most 1.1x; S2:
+/// the same against iceoryx2 0.10 (`iceoryx2_p50_ratio`, measured where `scripts/iceoryx2` built it), at most 1.0x;
+/// S3: block-mode ping-pong at 64 B - 8 MB against eCAL 6.1.1's C++ (`ecal_p50_ratio`, where `scripts/ecal-cpp`
+/// built it), at most 0.8x; S4: 64 B spin ping-pong against the strongest plain ring, at most 1.5x; S5: a reliable
+/// 64 B stream (nothing lost) against the faster plain ring whose writer waits, at least 0.5x; S6: the cost of a send
+/// to 16 subscriber processes against one, at most 1.3x.
+fn strongest(rows: &Rows) -> Vec<Target> {
+    let mut out = Vec::new();
+    let pingpong = |wait: &str, key: &str, sizes: &[(u64, &'static str)]| -> Vec<(&'static str, Option<f64>)> {
+        sizes.iter().map(|&(size, label)| (label, rows.shoal_ratio("pingpong", wait, size, false, key))).collect()
+    };
+    for wait in ["spin", "block"] {
+        let points = pingpong(wait, "p50_ratio", &LARGE_SIZES);
+        out.push(over_sizes(("S1", Some(wait), "ping-pong p50 vs strongest ring, 64K-8M"), 1.1, Cmp::AtMost, &points));
+    }
+    for wait in ["spin", "block"] {
+        let points = pingpong(wait, "iceoryx2_p50_ratio", &LARGE_SIZES);
+        out.push(over_sizes(("S2", Some(wait), "ping-pong p50 vs iceoryx2, 64K-8M"), 1.0, Cmp::AtMost, &points));
+    }
+    let points = pingpong("block", "ecal_p50_ratio", &ECAL_SIZES);
+    out.push(over_sizes(("S3", Some("block"), "ping-pong p50 vs eCAL 6.1.1 C++, 64B-8M"), 0.8, Cmp::AtMost, &points));
+    let points = pingpong("spin", "p50_ratio", &[(64, "64B")]);
+    out.push(over_sizes(("S4", Some("spin"), "ping-pong p50 vs strongest ring, 64B"), 1.5, Cmp::AtMost, &points));
+    out.push(s5(rows));
+    for wait in ["spin", "block"] {
+        let points: Vec<(&str, Option<f64>)> = MANY_SIZES
+            .iter()
+            .map(|&(size, label)| {
+                let row = rows.0.iter().rev().find(|r| {
+                    r["system"] == "shoal"
+                        && r["mode"] == "fanout"
+                        && r["wait"] == wait
+                        && r["size_bytes"].as_u64() == Some(size)
+                        && r["subscribers"].as_u64() == Some(MANY_SUBSCRIBERS)
+                });
+                (label, row.and_then(|r| num(r, "send_cpu_ratio_vs_1")))
+            })
+            .collect();
+        out.push(over_sizes(("S6", Some(wait), "fan-out cpu/send N=16 vs N=1, 64B, 1M"), 1.3, Cmp::AtMost, &points));
+    }
+    out
+}
+
+/// S5: the reliable unpaced 64 B stream (spin) against the faster plain ring whose writer waits, measured in the same
+/// run; a stream that lost messages is no pass whatever its rate.
+fn s5(rows: &Rows) -> Target {
+    let ratio = rows.shoal_ratio("throughput", "spin", 64, true, "msgs_per_s_ratio");
+    let row = rows.find_with("shoal", "throughput", "spin", 64, true).filter(|r| num(r, "msgs_per_s_ratio").is_some());
+    let lost = row.and_then(|r| r["lost"].as_u64());
+    let vs = row.and_then(|r| r["ratio_vs"].as_str()).unwrap_or("-");
+    let detail = match (row.and_then(|r| num(r, "msgs_per_s")), lost) {
+        (Some(rate), Some(l)) => format!("{:.2}M msg/s vs {vs}, {l} lost (must be 0)", rate / 1e6),
+        _ => "not measured: a reliable 64B stream with --baseline".to_string(),
+    };
+    let (limit, cmp) = (0.5, Cmp::AtLeast);
+    Target {
+        id: "S5",
+        wait: Some("spin"),
+        what: "reliable 64B stream vs strongest ring (waits)",
+        value: ratio,
+        limit,
+        cmp,
+        unit: "x",
+        status: Status::of(ratio.is_some_and(|v| !cmp.holds(v, limit)) || lost.is_some_and(|l| l > 0), ratio.is_none()),
+        detail,
+    }
+}
+
 /// Evaluates every target, in order; each is there whether or not it was measured.
 pub(crate) fn evaluate(rows: &Rows) -> Vec<Target> {
     let waits = ["spin", "block"];
@@ -561,6 +662,7 @@ pub(crate) fn evaluate(rows: &Rows) -> Vec<Target> {
     out.push(n2(rows));
     out.push(net_ratio(rows, ("N3", "1M UDP throughput vs raw UDP"), ("udp", "raw_udp"), 1 << 20, 0.7));
     out.push(net_ratio(rows, ("N4", "1M TCP throughput vs raw TCP"), ("tcp", "raw_tcp"), 1 << 20, 0.7));
+    out.extend(strongest(rows));
     out
 }
 
@@ -605,11 +707,29 @@ mod tests {
                     rows.push(row(system, "zero_copy", wait, size, 500, 1.0));
                 }
             }
+            // What `shoal perf` adds to shoal's ping-pong rows: its ratios to the strongest plain ring, to iceoryx2
+            // (both from --baseline) and, in block mode, to eCAL's C++ ping-pong (--against ecal); and 8 MB.
+            rows.push(row("shoal", "pingpong", wait, 8 << 20, 110, 1.0));
+            for r in rows.iter_mut().filter(|r| r["system"] == "shoal" && r["mode"] == "pingpong" && r["wait"] == wait)
+            {
+                r["p50_ratio"] = json!(1.05);
+                r["ratio_vs"] = json!("warm_ring");
+                r["iceoryx2_p50_ratio"] = json!(0.98);
+                if wait == "block" {
+                    r["ecal_p50_ratio"] = json!(0.5);
+                }
+            }
             for (size, _) in SIZES {
                 rows.push(row("shoal", "fanout", wait, size, 1, 1.0));
                 let mut n = row("shoal", "fanout", wait, size, 1, 1.0);
                 n["subscribers"] = json!(SUBSCRIBERS);
                 n["send_cpu_ratio_vs_1"] = json!(1.1);
+                rows.push(n);
+            }
+            for (size, _) in MANY_SIZES {
+                let mut n = row("shoal", "fanout", wait, size, 1, 1.0);
+                n["subscribers"] = json!(MANY_SUBSCRIBERS);
+                n["send_cpu_ratio_vs_1"] = json!(1.25);
                 rows.push(n);
             }
         }
@@ -636,6 +756,7 @@ mod tests {
         for size in [64, 1 << 20] {
             let mut r = row("shoal", "throughput", "spin", size, 1000, 300.0);
             r["reliable"] = json!(1.0);
+            (r["msgs_per_s_ratio"], r["ratio_vs"]) = (json!(0.52), json!("line_ring"));
             rows.push(r);
         }
         for (size, _) in HUGE_SIZES {
@@ -660,14 +781,14 @@ mod tests {
     #[test]
     fn a_complete_run_within_the_limits_passes_every_target() {
         let s = statuses(passing());
-        assert_eq!(s.len(), 17);
+        assert_eq!(s.len(), 26);
         assert!(s.iter().all(|(_, _, st)| *st == Status::Pass), "{s:?}");
         let t1 = target(passing(), "T1", Some("spin"));
         assert!((t1.value.unwrap() - 1.1).abs() < 1e-9);
         assert!(t1.detail.starts_with("64B 1.10x, 1K 1.10x"), "{}", t1.detail);
         let t6 = target(passing(), "T6", None);
         assert!((t6.value.unwrap() - 7000.0 / 1024.0).abs() < 1e-9);
-        assert!(t6.to_text().contains("PASS") && t6.detail.contains("in 83 of 83 measurement rows"), "{}", t6.detail);
+        assert!(t6.to_text().contains("PASS") && t6.detail.contains("in 89 of 89 measurement rows"), "{}", t6.detail);
     }
 
     /// `shoal perf --baseline` also reports the line and warm rings and iceoryx2 as baseline rows, after the deep
@@ -720,10 +841,53 @@ mod tests {
         assert_eq!(target(rows, "N4", Some("block")).status, Status::NotMeasured);
     }
 
+    /// S1-S6 read the ratios `shoal perf` computed against the strongest references of the same run; a row of a run
+    /// without those references (here eCAL's, after the one with the plain rings) does not hide them.
+    #[test]
+    fn the_strongest_reference_targets_read_the_ratios_of_the_same_run() {
+        let s1 = target(passing(), "S1", Some("spin"));
+        assert_eq!(s1.status, Status::Pass, "{}", s1.detail);
+        assert_eq!(s1.detail, "64K 1.05x, 1M 1.05x, 4M 1.05x, 8M 1.05x");
+        let mut rows = passing();
+        rows.push(row("shoal", "pingpong", "block", 1 << 20, 300, 1.0));
+        assert_eq!(target(rows.clone(), "S1", Some("block")).status, Status::Pass);
+        // Over the limits: iceoryx2 faster at 8 MB, eCAL's ratio at 64 B, a reliable stream that lost messages.
+        for r in rows.iter_mut().filter(|r| r["mode"] == "pingpong" && r["system"] == "shoal") {
+            if r["size_bytes"] == 8 << 20 {
+                r["iceoryx2_p50_ratio"] = json!(1.15);
+            }
+            if r["size_bytes"] == 64 && r["wait"] == "block" {
+                r["ecal_p50_ratio"] = json!(1.2);
+            }
+        }
+        let s2 = target(rows.clone(), "S2", Some("spin"));
+        assert_eq!((s2.status, s2.value), (Status::Fail, Some(1.15)), "{}", s2.detail);
+        let s3 = target(rows.clone(), "S3", Some("block"));
+        assert_eq!(s3.status, Status::Fail, "{}", s3.detail);
+        assert!(s3.detail.starts_with("64B 1.20x, 64K 0.50x"), "{}", s3.detail);
+        let r = rows.iter_mut().rfind(|r| r["reliable"] == 1.0 && r["size_bytes"] == 64).expect("reliable 64 B row");
+        r["lost"] = json!(3);
+        let s5 = target(rows.clone(), "S5", Some("spin"));
+        assert_eq!(s5.status, Status::Fail, "{}", s5.detail);
+        assert!(s5.detail.contains("vs line_ring, 3 lost"), "{}", s5.detail);
+        // Without iceoryx2 (not built here) S2 is not measured, never a pass.
+        let rows: Vec<Value> = passing()
+            .into_iter()
+            .map(|mut r| {
+                if let Some(o) = r.as_object_mut() {
+                    o.remove("iceoryx2_p50_ratio");
+                }
+                r
+            })
+            .collect();
+        assert_eq!(target(rows.clone(), "S2", Some("block")).status, Status::NotMeasured);
+        assert_eq!(target(rows, "S6", Some("block")).status, Status::Pass);
+    }
+
     #[test]
     fn no_rows_at_all_measures_nothing() {
         let s = statuses(Vec::new());
-        assert_eq!(s.len(), 17);
+        assert_eq!(s.len(), 26);
         assert!(s.iter().all(|(_, _, st)| *st == Status::NotMeasured), "{s:?}");
         let t = &evaluate(&Rows::default())[0];
         assert_eq!((t.value, t.to_json()["value"].clone()), (None, Value::Null));
@@ -807,7 +971,7 @@ mod tests {
         rows[0]["peer_peak_rss_kb"] = json!(0);
         let t6 = target(rows, "T6", None);
         assert_eq!(t6.status, Status::NotMeasured);
-        assert!(t6.detail.contains("82 of 83"), "{}", t6.detail);
+        assert!(t6.detail.contains("88 of 89"), "{}", t6.detail);
         let rows: Vec<Value> = passing().into_iter().filter(|r| r["mode"] != "rss").collect();
         assert_eq!(target(rows, "T6", None).status, Status::NotMeasured);
     }

@@ -53,16 +53,16 @@ fn saved_lines_pass_fail_and_not_measured_targets_and_the_exit_code_says_so() {
     assert!(line("T3", "spin").contains("1.20x <= 2.00x    PASS"), "{out}");
     assert!(line("T4", "block").contains("FAIL") && line("T4", "block").contains("64B 1.40x"), "{out}");
     assert!(line("T1", "spin").contains("NOT MEASURED") && line("T6", "-").contains("NOT MEASURED"), "{out}");
-    assert!(out.contains("1 of 17 pass, 1 FAIL, 15 NOT MEASURED") && out.contains("result: FAIL"), "{out}");
+    assert!(out.contains("1 of 26 pass, 1 FAIL, 24 NOT MEASURED") && out.contains("result: FAIL"), "{out}");
 
     let (code, out, _) = bench(&["--from", path.to_str().unwrap(), "--json"]);
     assert_eq!(code, Some(1));
     let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
-    assert_eq!(lines.len(), 18, "17 targets and the summary: {out}");
+    assert_eq!(lines.len(), 27, "26 targets and the summary: {out}");
     assert_eq!(lines[0]["status"], "NOT MEASURED");
     assert_eq!(lines[0]["value"], Value::Null);
-    assert_eq!(lines[17]["all_pass"], false);
-    assert_eq!((lines[17]["pass"].as_u64(), lines[17]["not_measured"].as_u64()), (Some(1), Some(15)));
+    assert_eq!(lines[26]["all_pass"], false);
+    assert_eq!((lines[26]["pass"].as_u64(), lines[26]["not_measured"].as_u64()), (Some(1), Some(24)));
     std::fs::remove_file(&path).unwrap();
 
     let (code, _, err) = bench(&["--from", "/nonexistent/rows.jsonl"]);
@@ -82,14 +82,16 @@ fn the_targets_read_what_shoal_perf_prints() {
         eprintln!("SKIPPED: no shoal binary next to shoal-bench (cargo test --workspace builds it)");
         return;
     };
-    // One wait mode, few sizes, short runs: every target of the block wait, T6 and T9 (64 KB) get their values.
-    let runs: [&[&str]; 6] = [
+    // One wait mode, few sizes, short runs: every target of the block wait, T6 and T9 (64 KB) get their values, and
+    // S1 (4 MB) and S5 the ratios to the strongest plain ring.
+    let runs: [&[&str]; 7] = [
         &["--wait", "block", "--baseline", "--throughput", "--sizes", "64", "--count", "2000"],
         &["--wait", "block", "--baseline", "--pingpong", "--zero-copy", "--sizes", "64,4m", "--iterations", "100"],
         &["--wait", "block", "--subscribers", "4", "--sizes", "64", "--count", "300"],
         &["--topics", "100", "--rss"],
         &["--wait", "spin", "--huge-pages", "--throughput", "--sizes", "64k", "--count", "200"],
         &["--wait", "block", "--transport", "udp", "--baseline", "--throughput", "--sizes", "64", "--count", "2000"],
+        &["--wait", "spin", "--reliable", "--baseline", "--throughput", "--sizes", "64", "--count", "2000"],
     ];
     // The huge-page mount scripts/test sets up as root; without it the huge-page rows fall back to normal pages
     // (and say so), which T9 reads as a FAIL.
@@ -130,6 +132,14 @@ fn the_targets_read_what_shoal_perf_prints() {
     }
     for (id, wait) in [("T1", "spin"), ("T2", "spin"), ("T3", "spin"), ("T5", "spin"), ("N3", "block"), ("N4", "block")]
     {
+        assert_eq!(get(id, Some(wait))["status"], "NOT MEASURED");
+    }
+    let s1 = get("S1", Some("block"));
+    assert!(s1["value"].as_f64().is_some(), "p50_ratio against the strongest ring at 4 MB: {s1}");
+    assert!(s1["detail"].as_str().unwrap().contains("not measured: 64K, 1M, 8M"), "{s1}");
+    let s5 = get("S5", Some("spin"));
+    assert!(s5["value"].as_f64().is_some() && s5["detail"].as_str().unwrap().contains(" msg/s vs "), "{s5}");
+    for (id, wait) in [("S3", "block"), ("S6", "spin"), ("S6", "block")] {
         assert_eq!(get(id, Some(wait))["status"], "NOT MEASURED");
     }
     let t9 = get("T9", Some("spin"));
