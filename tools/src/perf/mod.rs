@@ -73,9 +73,11 @@ impl Run<'_> {
 /// Entry point of `shoal perf`.
 pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
     args.validate()?;
-    sys::fix_malloc_mmap_threshold();
     if args.service {
         return service::run(&args);
+    }
+    if args.transport == Transport::Shm {
+        sys::fix_malloc_mmap_threshold();
     }
     shoal_link::set_reliable(args.reliable);
     let cpus = sys::cpu_count();

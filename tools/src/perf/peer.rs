@@ -255,9 +255,11 @@ impl Drop for Peer {
 
 /// Entry point of `shoal perf-peer`.
 pub(crate) fn run_peer(args: PeerArgs) -> anyhow::Result<()> {
-    super::sys::fix_malloc_mmap_threshold();
     if args.service {
         return super::service::run_server_peer(&args);
+    }
+    if args.transport == Transport::Shm {
+        super::sys::fix_malloc_mmap_threshold();
     }
     super::sys::die_with_parent(args.parent)?;
     super::shoal_link::set_reliable(args.reliable);

@@ -129,11 +129,14 @@ pub(crate) fn die_with_parent(parent_pid: u32) -> anyhow::Result<()> {
 }
 
 /// Makes every allocation of 128 KiB or more a mapping of its own, for the whole run, in this process and in the
-/// peers. glibc raises its mmap threshold to the size of a freed mapped block (up to 32 MiB): the systems measured
-/// first got their message buffers freshly mapped and those measured after them got them from the heap, where an
-/// 8 MiB ping-pong ran 1.12 ms against 0.97 ms for the same ring with mapped buffers (one run: shoal, measured last,
-/// 1.12 ms beside iceoryx2's 0.97 ms; with the threshold fixed 0.97 ms each). Every system now copies from and into
-/// buffers of the same kind, whatever ran before it.
+/// peers, for runs over shared memory. glibc raises its mmap threshold to the size of a freed mapped block (up to
+/// 32 MiB): the systems measured first got their message buffers freshly mapped and those measured after them got
+/// them from the heap, where an 8 MiB ping-pong ran 1.12 ms against 0.97 ms for the same ring with mapped buffers
+/// (one run: shoal, measured last, 1.12 ms beside iceoryx2's 0.97 ms; with the threshold fixed 0.97 ms each). Every
+/// system now copies from and into buffers of the same kind, whatever ran before it. Over shared memory neither
+/// shoal nor the references allocate per message, so only those buffers change. Not over UDP or TCP: there shoal's
+/// receive path allocates each large message, and with the threshold fixed each would be a fresh mapping faulted in
+/// page by page, which no long-running application sees (1 MiB over UDP lost 93 % of the stream that way).
 pub(crate) fn fix_malloc_mmap_threshold() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only sets a parameter of glibc's allocator; it takes any value and allocations made before
