@@ -505,8 +505,14 @@ fn t3(rows: &Rows, wait: &'static str) -> Target {
     }
 }
 
-fn t5(rows: &Rows, wait: &'static str) -> Target {
-    let points: Vec<(&str, Option<f64>)> = SIZES
+/// The fan-out rows' `send_cpu_ratio_vs_1` (cost of a send to `subscribers` processes over its cost to one) per size.
+fn fanout_ratios(
+    rows: &Rows,
+    wait: &str,
+    subscribers: u64,
+    sizes: &[(u64, &'static str)],
+) -> Vec<(&'static str, Option<f64>)> {
+    sizes
         .iter()
         .map(|&(size, label)| {
             let row = rows.0.iter().rev().find(|r| {
@@ -514,11 +520,15 @@ fn t5(rows: &Rows, wait: &'static str) -> Target {
                     && r["mode"] == "fanout"
                     && r["wait"] == wait
                     && r["size_bytes"].as_u64() == Some(size)
-                    && r["subscribers"].as_u64() == Some(SUBSCRIBERS)
+                    && r["subscribers"].as_u64() == Some(subscribers)
             });
             (label, row.and_then(|r| num(r, "send_cpu_ratio_vs_1")))
         })
-        .collect();
+        .collect()
+}
+
+fn t5(rows: &Rows, wait: &'static str) -> Target {
+    let points = fanout_ratios(rows, wait, SUBSCRIBERS, &SIZES);
     over_sizes(("T5", Some(wait), "fan-out cpu/send N=4 vs N=1, phase medians"), 1.2, Cmp::AtMost, &points)
 }
 
@@ -600,19 +610,7 @@ fn strongest(rows: &Rows) -> Vec<Target> {
     out.push(over_sizes(("S4", Some("spin"), "ping-pong p50 vs strongest ring, 64B"), 1.5, Cmp::AtMost, &points));
     out.push(s5(rows));
     for wait in ["spin", "block"] {
-        let points: Vec<(&str, Option<f64>)> = MANY_SIZES
-            .iter()
-            .map(|&(size, label)| {
-                let row = rows.0.iter().rev().find(|r| {
-                    r["system"] == "shoal"
-                        && r["mode"] == "fanout"
-                        && r["wait"] == wait
-                        && r["size_bytes"].as_u64() == Some(size)
-                        && r["subscribers"].as_u64() == Some(MANY_SUBSCRIBERS)
-                });
-                (label, row.and_then(|r| num(r, "send_cpu_ratio_vs_1")))
-            })
-            .collect();
+        let points = fanout_ratios(rows, wait, MANY_SUBSCRIBERS, &MANY_SIZES);
         out.push(over_sizes(("S6", Some(wait), "fan-out cpu/send N=16 vs N=1, 64B, 1M"), 1.3, Cmp::AtMost, &points));
     }
     out
