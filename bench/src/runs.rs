@@ -69,7 +69,7 @@ pub(crate) fn plan() -> Vec<Run> {
     runs.push(Run::new("T6", &["--json", "--topics", &TOPICS.to_string(), "--rss"]));
     let args = ["--json", "--wait", "spin", "--reliable", "--baseline", "--throughput", "--sizes", "64,1048576"];
     runs.push(Run::new("T8 S5", &args));
-    let huge_sizes = HUGE_SIZES.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(",");
+    let huge_sizes = sizes(&HUGE_SIZES);
     runs.push(Run::new("T9", &["--json", "--wait", "spin", "--huge-pages", "--throughput", "--sizes", &huge_sizes]));
     for (targets, transport, sizes) in [("N1 N2", "udp", "64"), ("N3", "udp", "1048576"), ("N4", "tcp", "1048576")] {
         let args =

@@ -174,6 +174,20 @@ fn num(row: &Value, key: &str) -> Option<f64> {
     row.get(key)?.as_f64().filter(|x| x.is_finite())
 }
 
+/// Whether `r` is a row of `system` over the shared-memory rings (best effort or `reliable`, normal pages, not the
+/// line or warm ring nor iceoryx2, which `shoal perf --baseline` measures beside the deep ring) of this mode, wait
+/// mode and size.
+fn is_ring_row(r: &Value, system: &str, mode: &str, wait: &str, size: u64, reliable: bool) -> bool {
+    r["system"] == system
+        && !["line_ring", "warm_ring", "iceoryx2"].iter().any(|t| r["transport"] == *t)
+        && r["mode"] == mode
+        && r["wait"] == wait
+        && r["size_bytes"].as_u64() == Some(size)
+        && (num(r, "reliable") == Some(1.0)) == reliable
+        && num(r, "huge_pages") != Some(1.0)
+        && !is_network(r)
+}
+
 /// The JSON lines of the runs, queried the way the targets need them.
 #[derive(Debug, Default)]
 pub(crate) struct Rows(pub(crate) Vec<Value>);
@@ -189,34 +203,15 @@ impl Rows {
     /// (as deep as shoal's ring, what the targets are set against), not the line or warm ring's nor iceoryx2's,
     /// which `shoal perf --baseline` measures beside it.
     fn find_with(&self, system: &str, mode: &str, wait: &str, size: u64, reliable: bool) -> Option<&Value> {
-        self.0.iter().rev().find(|r| {
-            r["system"] == system
-                && !["line_ring", "warm_ring", "iceoryx2"].iter().any(|t| r["transport"] == *t)
-                && r["mode"] == mode
-                && r["wait"] == wait
-                && r["size_bytes"].as_u64() == Some(size)
-                && (num(r, "reliable") == Some(1.0)) == reliable
-                && num(r, "huge_pages") != Some(1.0)
-                && !is_network(r)
-        })
+        self.0.iter().rev().find(|r| is_ring_row(r, system, mode, wait, size, reliable))
     }
 
-    /// The value at `key` of the latest shoal row over the native ring (normal pages, one subscriber) of this
-    /// mode, wait mode, size and reliability that has it: the ratios `shoal perf` computed against the references
-    /// of the same run (`p50_ratio` against the strongest plain ring, `iceoryx2_p50_ratio`, `ecal_p50_ratio`,
-    /// `msgs_per_s_ratio`), which only the runs that measured those references put in.
-    fn shoal_ratio(&self, mode: &str, wait: &str, size: u64, reliable: bool, key: &str) -> Option<f64> {
-        self.0.iter().rev().find_map(|r| {
-            let ours = r["system"] == "shoal"
-                && r["mode"] == mode
-                && r["wait"] == wait
-                && r["size_bytes"].as_u64() == Some(size)
-                && r["subscribers"].as_u64().is_none_or(|n| n == 1)
-                && (num(r, "reliable") == Some(1.0)) == reliable
-                && num(r, "huge_pages") != Some(1.0)
-                && !is_network(r);
-            if ours { num(r, key) } else { None }
-        })
+    /// The value at `key` of the latest shoal row [`find_with`](Self::find_with) would consider that has it: the
+    /// ratios `shoal perf` computed against the references of the same run (`p50_ratio` against the strongest plain
+    /// ring, `iceoryx2_p50_ratio`, `ecal_p50_ratio`, `msgs_per_s_ratio`), which only the runs that measured those
+    /// references put in.
+    fn shoal_ratio(&self, mode: &str, wait: &str, size: u64, reliable: bool, key: &str) -> Option<&Value> {
+        self.0.iter().rev().find(|r| is_ring_row(r, "shoal", mode, wait, size, reliable) && num(r, key).is_some())
     }
 
     /// The latest row of `shoal perf --transport udp|tcp` with this `transport` label (`udp`, `tcp`, `raw_udp`,
@@ -594,7 +589,8 @@ fn t6(rows: &Rows) -> Target {
 fn strongest(rows: &Rows) -> Vec<Target> {
     let mut out = Vec::new();
     let pingpong = |wait: &str, key: &str, sizes: &[(u64, &'static str)]| -> Vec<(&'static str, Option<f64>)> {
-        sizes.iter().map(|&(size, label)| (label, rows.shoal_ratio("pingpong", wait, size, false, key))).collect()
+        let ratio = |size| rows.shoal_ratio("pingpong", wait, size, false, key).and_then(|r| num(r, key));
+        sizes.iter().map(|&(size, label)| (label, ratio(size))).collect()
     };
     for wait in ["spin", "block"] {
         let points = pingpong(wait, "p50_ratio", &LARGE_SIZES);
@@ -619,8 +615,8 @@ fn strongest(rows: &Rows) -> Vec<Target> {
 /// S5: the reliable unpaced 64 B stream (spin) against the faster plain ring whose writer waits, measured in the same
 /// run; a stream that lost messages is no pass whatever its rate.
 fn s5(rows: &Rows) -> Target {
-    let ratio = rows.shoal_ratio("throughput", "spin", 64, true, "msgs_per_s_ratio");
-    let row = rows.find_with("shoal", "throughput", "spin", 64, true).filter(|r| num(r, "msgs_per_s_ratio").is_some());
+    let row = rows.shoal_ratio("throughput", "spin", 64, true, "msgs_per_s_ratio");
+    let ratio = row.and_then(|r| num(r, "msgs_per_s_ratio"));
     let lost = row.and_then(|r| r["lost"].as_u64());
     let vs = row.and_then(|r| r["ratio_vs"].as_str()).unwrap_or("-");
     let detail = match (row.and_then(|r| num(r, "msgs_per_s")), lost) {
