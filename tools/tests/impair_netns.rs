@@ -97,7 +97,7 @@ fn udp_across_a_lossy_link_delivers_intact_messages_once_and_counts_the_losses()
         let mut publ = publ.spawn_in("shoal pub", &net, 0, hosts[0]);
         let done = publ.expect("done", Duration::from_secs(30));
         assert_eq!(done["sent"], count, "{name}: {done}");
-        assert_eq!(done["drops"], 0, "{name}: the publisher's socket took every message: {done}");
+        assert_eq!(done["drops"], 0, "{name}: the publisher's socket took every message: {done}\n{}", publ.stderr());
         let summary = sub.expect("summary", Duration::from_secs(30));
         eprintln!("{name}: publisher {done}\n{name}: subscriber {summary}");
         let (received, drops) = assert_accounted(&name, &summary, count);

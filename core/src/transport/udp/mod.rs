@@ -55,7 +55,7 @@ mod tests;
 
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use std::io::IoSlice;
@@ -209,6 +209,9 @@ struct Shared {
     pacer: Option<pace::SendPacer>,
     /// `send_mode = io_thread`: the queue from the writers to the I/O thread.
     send_queue: Option<Arc<send::SendQueue>>,
+    /// Whether a send failure was logged at warn level yet: [0] a full socket buffer or queue, [1] any other error (each kind
+    /// once per process; every failure is counted in `counters.send_drops` and at debug level).
+    send_failure_warned: [AtomicBool; 2],
 }
 
 /// The UDP layer's side of `[shoal_auth]`.
@@ -245,6 +248,18 @@ impl Shared {
                 }
             })
             .as_ref()
+    }
+
+    /// Logs the first send failure of its kind at warn level, with what was lost and why (`congested`: the socket
+    /// buffer or the queue to the I/O thread was full; else another send error). Every failure is counted in
+    /// `send_drops` and the publisher's drops; later ones of a kind are not logged above debug level.
+    fn note_send_failure(&self, congested: bool, what: &dyn std::fmt::Display) {
+        if !self.send_failure_warned[usize::from(!congested)].swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "UDP data layer: {what} (counted in the publisher's drops; further {} are only counted)",
+                if congested { "drops for a full buffer" } else { "send errors" }
+            );
+        }
     }
 
     fn iface_if_network(&self) -> Ipv4Addr {
@@ -311,6 +326,7 @@ impl UdpLayer {
                 subs: Mutex::new(SubTable::default()),
                 subs_version: AtomicU64::new(0),
                 counters: Counters::default(),
+                send_failure_warned: Default::default(),
                 auth,
                 auth_stats,
                 pacer: pace::SendPacer::new(config.network.max_send_rate),
@@ -513,11 +529,15 @@ impl UdpWriter {
 
     fn send_error(&self, source: std::io::Error, part: crate::wire::DatagramPart) -> LayerWriteError {
         let dest = self.dest_v4;
-        if is_congestion(&source) {
-            self.fail(UdpWriteError::Congested { part, dest, source })
+        let congested = is_congestion(&source);
+        let e = if congested {
+            UdpWriteError::Congested { part, dest, source }
         } else {
-            self.fail(UdpWriteError::Send { part, dest, source })
-        }
+            UdpWriteError::Send { part, dest, source }
+        };
+        let source = std::error::Error::source(&e).map(|s| format!(": {s}")).unwrap_or_default();
+        self.shared.note_send_failure(congested, &format_args!("topic {}: {e}{source}", self.topic));
+        self.fail(e)
     }
 }
 
@@ -807,7 +827,9 @@ impl UdpWriter {
             Ok(()) => Ok(()),
             Err(_) => {
                 self.shared.counters.queue_full.fetch_add(1, Ordering::Relaxed);
-                Err(self.fail(UdpWriteError::QueueFull { dest: self.dest_v4, waited: q.full_wait() }))
+                let e = UdpWriteError::QueueFull { dest: self.dest_v4, waited: q.full_wait() };
+                self.shared.note_send_failure(true, &format_args!("topic {}: {e}", self.topic));
+                Err(self.fail(e))
             }
         }
     }

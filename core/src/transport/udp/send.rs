@@ -432,7 +432,7 @@ impl UdpSender {
             (Some(e), _) if e.kind() == std::io::ErrorKind::Interrupted => true,
             (Some(e), Some((count, last_msg, _))) => {
                 // Drop every message the failing run touched.
-                tracing::debug!("UDP data layer: send of {count} datagrams failed: {e}");
+                self.shared.note_send_failure(false, &format_args!("a send of {count} datagrams failed: {e}"));
                 for _ in 0..=last_msg {
                     if let Some(m) = self.pending.pop_front() {
                         self.queue.release(m.data.len());
