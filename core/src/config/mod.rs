@@ -692,7 +692,7 @@ impl Default for Config {
                 send_flush_delay: Duration::ZERO,
                 send_queue: 4096,
                 send_queue_bytes: 16 << 20,
-                send_queue_wait: Duration::from_millis(1),
+                send_queue_wait: Duration::from_millis(10),
                 send_pack: true,
                 send_pack_bytes: 1472,
             },

@@ -3,7 +3,7 @@
 //!
 //! - The queue ([`SendQueue`]) is a bounded lock-free MPSC array (`crossbeam_queue::ArrayQueue`) shared by all
 //!   publishers of the runtime. A send that finds it full sleeps (a condition variable the I/O thread notifies
-//!   when it made room while a send waits) for up to `send_queue_wait_us` (default 1 ms) until there is room,
+//!   when it made room while a send waits) for up to `send_queue_wait_us` (default 10 ms) until there is room,
 //!   which slows a sender faster than the socket to the socket's pace; after that it drops its message and counts
 //!   it as a drop of its publisher. With 0 it never waits.
 //! - Waking: the I/O thread marks the queue idle just before it sleeps; the first push after that wakes it
