@@ -71,6 +71,10 @@ fn shoal_to_shoal_across_namespaces_both_ways() {
     // 1 MB = 16 datagrams of 64 KiB, each cut into ~45 IP fragments on the 1500-byte veth: a burst of several
     // megabytes overflows the receive buffer (as it would for eCAL), so these go at a paced 20 MB/s.
     shoal_transfer(&net, 0, 1, inis, "a2b_1mb", 10, 1_000_000, 20);
+    // A stream of messages longer than the link's MTU, as fast as the publisher sends: back to back, they go through
+    // the I/O thread's batches, where equal datagrams to one address leave as one GSO send, which the kernel refuses
+    // for segments longer than the MTU (EMSGSIZE); those go one by one instead, IP-fragmented, none lost.
+    shoal_transfer(&net, 0, 1, inis, "a2b_4k_stream", 400, 4000, 0);
 }
 
 /// History for late joiners across hosts: the publisher on host a keeps 10 of the 30 it sent before; the subscriber

@@ -12,8 +12,11 @@
 //! - Batches: consecutive datagrams to one address of one size (the last of a run may be shorter) leave as one
 //!   message with a `UDP_SEGMENT` control message (GSO: the kernel cuts it into those datagrams), up to 64
 //!   datagrams and 65,507 bytes a run; a kernel or route that refuses GSO (EIO, EINVAL) turns it off for the
-//!   process and the datagrams go one per message. Small messages of a topic (same size) are therefore one GSO
-//!   run; eCAL's fragments of a large message are 65,507-byte datagrams already, one per message of the batch.
+//!   process and the datagrams go one per message. GSO segments must fit the link's MTU: a run refused with
+//!   EMSGSIZE (datagrams longer than 1,472 bytes on Ethernet; loopback takes 64 KB) is sent again one datagram per
+//!   message, which the kernel IP-fragments, and datagrams that long are not put in runs again. Small messages of a
+//!   topic (same size) are therefore one GSO run; eCAL's fragments of a large message are 65,507-byte datagrams
+//!   already, one per message of the batch.
 //! - Packing: a message queued as a packed datagram (`Outgoing::pack_key`) is appended, when the I/O thread takes it
 //!   from the queue, to the packed datagram of the same publisher at the back of what it holds unsent, up to
 //!   `send_pack_bytes` and `wire::packed::MAX_RECORDS` samples; so only neighbours in the queue merge and no
@@ -241,6 +244,10 @@ pub(crate) struct UdpSender {
     held_since: Option<Instant>,
     retry_at: Option<Instant>,
     gso: bool,
+    /// The longest datagram sent in GSO runs: a run of longer ones goes as single datagrams. The kernel refuses a
+    /// GSO run whose segments do not fit the link's MTU (EMSGSIZE; 1,500 bytes on Ethernet, where a longer datagram
+    /// is sent in IP fragments instead), so a refusal lowers it below that segment size and to at most 1,472 bytes.
+    gso_max_segment: usize,
 }
 
 impl UdpSender {
@@ -253,6 +260,7 @@ impl UdpSender {
             held_since: None,
             retry_at: None,
             gso: true,
+            gso_max_segment: usize::MAX,
         }
     }
 
@@ -390,7 +398,7 @@ impl UdpSender {
                     runs.push((m.dest, iovs.len(), 1, None, mi));
                     run_bytes = d.len();
                     run_seg = d.len();
-                    run_closed = d.is_empty() || d.len() > u16::MAX as usize;
+                    run_closed = d.is_empty() || d.len() > u16::MAX as usize || d.len() > self.gso_max_segment;
                 }
                 iovs.push(IoSlice::new(d));
             }
@@ -415,13 +423,26 @@ impl UdpSender {
         let c = &self.shared.counters;
         c.send_calls.fetch_add(1, Ordering::Relaxed);
         c.gso_runs.fetch_add(runs[..sent_runs].iter().filter(|r| r.3.is_some()).count() as u64, Ordering::Relaxed);
-        let failed_run = failed.as_ref().map(|_| (runs[0].2, runs[0].4, runs[0].3.is_some()));
+        let failed_run = failed.as_ref().map(|_| (runs[0].2, runs[0].4, runs[0].3));
         drop(msgs);
         drop(iovs);
         self.advance(sent_datagrams);
         match (failed, failed_run) {
             (None, _) => true,
-            (Some(e), Some((_, _, true))) if is_gso_unsupported(&e) => {
+            (Some(e), Some((count, _, Some(segment)))) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                // The segments do not fit the link's MTU: the run is sent again as single datagrams (IP fragments
+                // them), and so are later runs of datagrams this long.
+                // Below Ethernet's 1,472 payload bytes (MTU 1,500) at once, so that a stream of varying sizes does
+                // not find the limit one refusal at a time; a smaller MTU lowers it further.
+                self.gso_max_segment = usize::from(segment).saturating_sub(1).min(ETHERNET_UDP_PAYLOAD);
+                tracing::debug!(
+                    "UDP data layer: the kernel refused a GSO run of {count} datagrams of {segment} bytes ({e}); \
+                     datagrams longer than {} bytes are sent one by one",
+                    self.gso_max_segment
+                );
+                true
+            }
+            (Some(e), Some((_, _, Some(_)))) if is_gso_unsupported(&e) => {
                 tracing::warn!("UDP data layer: the kernel refused a UDP GSO send ({e}); sending without GSO");
                 self.gso = false;
                 true
@@ -470,6 +491,9 @@ impl UdpSender {
         }
     }
 }
+
+/// The longest UDP payload in one Ethernet frame (MTU 1,500 less the IPv4 and UDP headers).
+const ETHERNET_UDP_PAYLOAD: usize = 1500 - 20 - 8;
 
 fn run_seg_of(first: &IoSlice<'_>) -> u16 {
     // Runs are cut so that their first datagram is the longest and fits in a u16.
