@@ -5,7 +5,10 @@
 //! unread; the start of a payload frame (magic, length, eCAL sample header) is buffered up to 6 + 65535 bytes; a
 //! payload is buffered only when it is at most `max_message` bytes, in a buffer grown as its bytes arrive
 //! (doubling from 64 KiB, never beyond the payload's size), so what the decoder holds is at most about twice what
-//! the publisher actually sent of the message, and never more than `max_message` + 64 KiB. A larger frame is
+//! the publisher actually sent of the message, and never more than `max_message` + 64 KiB. Once the connection
+//! delivered a complete message, the buffer of a later one starts as large as the largest such message (up to
+//! that one's size): a publisher that proved it sends messages that long costs no regrowth (each doubling copies
+//! what came so far, nearly one more copy of a 1 MiB message), and the bound stays `max_message` + 64 KiB. A larger frame is
 //! skipped without being stored. Only an invalid frame header ends the stream ([`StreamError`]); a payload frame
 //! that does not decode is skipped whole and reported.
 //!
@@ -99,13 +102,14 @@ impl Rx {
     }
 }
 
-/// Grows `buf` so that `need` more bytes fit, by doubling (from [`FIRST_CHUNK`]), never beyond `want` in all.
-fn grow(buf: &mut Vec<u8>, need: usize, want: usize) {
+/// Grows `buf` so that `need` more bytes fit, by doubling (from [`FIRST_CHUNK`], or from `proven`, the largest
+/// message the connection delivered), never beyond `want` in all.
+fn grow(buf: &mut Vec<u8>, need: usize, want: usize, proven: usize) {
     let spare = buf.capacity() - buf.len();
     if spare >= need {
         return;
     }
-    let target = (buf.len() + need).max(buf.capacity().saturating_mul(2)).max(FIRST_CHUNK).min(want);
+    let target = (buf.len() + need).max(buf.capacity().saturating_mul(2)).max(FIRST_CHUNK).max(proven).min(want);
     buf.reserve_exact(target.saturating_sub(buf.len()));
 }
 
@@ -118,19 +122,23 @@ pub struct StreamDecoder {
     last_clock: Option<u64>,
     /// Frames skipped (too large, undecodable) since then: their clocks fall into the next gap.
     skipped: u64,
+    /// Payload bytes of the largest message this connection delivered completely (a later one's buffer starts
+    /// this large, up to its own size).
+    proven: usize,
 }
 
 impl StreamDecoder {
     /// A decoder at the start of a stream, taking payload frames of up to `max_message` data bytes (the eCAL
     /// sample header and the payload).
     pub fn new(max_message: usize) -> StreamDecoder {
-        StreamDecoder { rx: Rx::start(), max_message, last_clock: None, skipped: 0 }
+        StreamDecoder { rx: Rx::start(), max_message, last_clock: None, skipped: 0, proven: 0 }
     }
 
     /// Back to the start of a stream (a new connection), keeping the clock of the last message delivered: the
     /// next connection to the same publisher continues its clock.
     pub fn restart(&mut self) {
         self.rx = Rx::start();
+        self.proven = 0;
     }
 
     /// Bytes the decoder holds allocated (for the bound in the module docs).
@@ -146,13 +154,14 @@ impl StreamDecoder {
     /// bytes left. A caller that appends received bytes there (at most the bytes left) then calls
     /// [`feed`](Self::feed) with no bytes to go on.
     pub fn payload_spare(&mut self, min_left: usize) -> Option<(&mut Vec<u8>, usize)> {
+        let proven = self.proven;
         let Rx::Payload { buf, m, .. } = &mut self.rx else { return None };
         let want = m.payload.len();
         let left = want - buf.len();
         if left < min_left || left == 0 {
             return None;
         }
-        grow(buf, left.min(buf.len().max(FIRST_CHUNK)), want);
+        grow(buf, left.min(buf.len().max(FIRST_CHUNK)), want, proven);
         Some((buf, left))
     }
 
@@ -212,12 +221,13 @@ impl StreamDecoder {
                 Rx::Payload { buf, m, trailing } => {
                     let want = m.payload.len();
                     let take = (want - buf.len()).min(bytes.len());
-                    grow(buf, take, want);
+                    grow(buf, take, want, self.proven);
                     buf.extend_from_slice(&bytes[..take]);
                     bytes = &bytes[take..];
                     if buf.len() < want {
                         return Ok(());
                     }
+                    self.proven = self.proven.max(want);
                     let (payload, m, trailing) = (std::mem::take(buf), m.clone(), *trailing);
                     self.rx = Rx::after(trailing);
                     self.deliver(&m, payload, out);
@@ -320,6 +330,44 @@ mod tests {
         let (buf, left) = d.payload_spare(64 * 1024).expect("payload in progress");
         assert_eq!(left, (60 << 20) - 100_000);
         assert!(buf.capacity() <= 2 * 100_000 + 64 * 1024, "capacity {}", buf.capacity());
+    }
+
+    #[test]
+    fn after_a_complete_message_the_next_as_long_is_received_without_regrowth() {
+        let mut d = StreamDecoder::new(4 << 20);
+        let payload = vec![7u8; 1 << 20];
+        let first = frame::encode_message("t", "5", 5, 1, 0, &payload).expect("frame");
+        // The first message: the buffer doubles as the bytes come (nothing proven yet).
+        let (_, r) = events(&mut d, &first[..first.len() - payload.len() + 100_000]);
+        assert!(r.is_ok());
+        assert!(d.held_bytes() < 256 * 1024, "held {} for 100 KB of an unproven message", d.held_bytes());
+        let (ev, r) = events(&mut d, &first[first.len() - payload.len() + 100_000..]);
+        assert!(r.is_ok() && ev.len() == 1, "{ev:?}");
+        // The second, as long: one buffer of the message's size from its first bytes on, filled in place.
+        let second = frame::encode_message("t", "5", 5, 2, 0, &payload).expect("frame");
+        let head_len = second.len() - payload.len();
+        let (_, r) = events(&mut d, &second[..head_len + 1000]);
+        assert!(r.is_ok());
+        assert_eq!(d.held_bytes(), 1 << 20, "the whole message's buffer at once");
+        let (buf, left) = d.payload_spare(1).expect("payload in progress");
+        assert_eq!((buf.capacity(), left), (1 << 20, (1 << 20) - 1000));
+        let at = buf.as_ptr();
+        buf.extend_from_slice(&payload[1000..]);
+        let mut got = Vec::new();
+        d.feed(&[], &mut |e| {
+            if let Event::Message(m) = e {
+                got.push(m.payload)
+            }
+        })
+        .expect("feed");
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].as_ptr(), at, "delivered from the buffer it was received into");
+        assert_eq!(got[0], payload);
+        // A new connection proves its sizes again.
+        d.restart();
+        let (_, r) = events(&mut d, &second[..head_len + 1000]);
+        assert!(r.is_ok());
+        assert!(d.held_bytes() < 256 * 1024, "held {} after a restart", d.held_bytes());
     }
 
     #[test]
