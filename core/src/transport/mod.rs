@@ -14,6 +14,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use crate::registration::{Layer, LayerKind, RemoteTopic};
 
 pub(crate) mod clock;
+pub(crate) mod recycle;
 #[allow(unsafe_code)]
 pub mod shm_ring;
 

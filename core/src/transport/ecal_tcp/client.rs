@@ -79,6 +79,8 @@ pub(super) struct Client {
     /// which passes a publisher that announced no history).
     pub(super) in_history: bool,
     pub(super) decoder: StreamDecoder,
+    /// Buffers of delivered payloads whose readers are done with them, for the decoder to reuse.
+    returned: crate::transport::recycle::Returned,
     pub(super) backoff: Duration,
     pub(super) next_attempt: Instant,
 }
@@ -125,6 +127,7 @@ impl Client {
             history_answered: false,
             in_history: false,
             decoder: StreamDecoder::new(max_message),
+            returned: Default::default(),
             backoff: BACKOFF_MIN,
             next_attempt: now,
         }
@@ -161,6 +164,9 @@ impl Client {
                 Err(e) => return Outcome::Close(e.into()),
             }
         }
+        for b in self.returned.take() {
+            self.decoder.recycle(b);
+        }
         let mut budget = READ_BUDGET;
         loop {
             if budget == 0 {
@@ -189,8 +195,17 @@ impl Client {
 
     /// Feeds received bytes through the connection's decoder and acts on what it reports.
     pub(super) fn feed(&mut self, shared: &Shared, bytes: &[u8]) -> Result<(), stream::StreamError> {
-        let Client { decoder, shared: cs, answered, just_answered, asks_history, history_answered, in_history, .. } =
-            self;
+        let Client {
+            decoder,
+            shared: cs,
+            answered,
+            just_answered,
+            asks_history,
+            history_answered,
+            in_history,
+            returned,
+            ..
+        } = self;
         let counters = &shared.counters;
         let mut delivered = false;
         let result = decoder.feed(bytes, &mut |event| match event {
@@ -216,8 +231,10 @@ impl Client {
                 if cs.inbox.reads_ring_of(m.publisher_id) {
                     return;
                 }
+                let held = m.payload.capacity();
                 let sample = Sample {
-                    payload: Payload::Owned(m.payload),
+                    // The buffer comes back to the decoder when the last reader is done with it.
+                    payload: Payload::Bytes { bytes: returned.bytes(m.payload), held },
                     send_time_ns: m.time_us.saturating_mul(1000),
                     via: Via::Tcp,
                     clock: m.clock,

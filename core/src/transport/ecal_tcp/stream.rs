@@ -8,7 +8,9 @@
 //! the publisher actually sent of the message, and never more than `max_message` + 64 KiB. Once the connection
 //! delivered a complete message, the buffer of a later one starts as large as the largest such message (up to
 //! that one's size): a publisher that proved it sends messages that long costs no regrowth (each doubling copies
-//! what came so far, nearly one more copy of a 1 MiB message), and the bound stays `max_message` + 64 KiB. A larger frame is
+//! what came so far, nearly one more copy of a 1 MiB message), and the bound stays `max_message` + 64 KiB. Buffers
+//! of delivered messages come back when their readers are done ([`StreamDecoder::recycle`]; at most two of 64 KiB to
+//! 4 MiB are kept) and take a later payload that fits, without fresh memory. A larger frame is
 //! skipped without being stored. Only an invalid frame header ends the stream ([`StreamError`]); a payload frame
 //! that does not decode is skipped whole and reported.
 //!
@@ -125,13 +127,15 @@ pub struct StreamDecoder {
     /// Payload bytes of the largest message this connection delivered completely (a later one's buffer starts
     /// this large, up to its own size).
     proven: usize,
+    /// Buffers of delivered messages handed back ([`Self::recycle`]), for later payloads that fit in them.
+    spare: Vec<Vec<u8>>,
 }
 
 impl StreamDecoder {
     /// A decoder at the start of a stream, taking payload frames of up to `max_message` data bytes (the eCAL
     /// sample header and the payload).
     pub fn new(max_message: usize) -> StreamDecoder {
-        StreamDecoder { rx: Rx::start(), max_message, last_clock: None, skipped: 0, proven: 0 }
+        StreamDecoder { rx: Rx::start(), max_message, last_clock: None, skipped: 0, proven: 0, spare: Vec::new() }
     }
 
     /// Back to the start of a stream (a new connection), keeping the clock of the last message delivered: the
@@ -141,7 +145,24 @@ impl StreamDecoder {
         self.proven = 0;
     }
 
-    /// Bytes the decoder holds allocated (for the bound in the module docs).
+    /// Hands back the buffer of a message this decoder delivered, once its reader is done with it: kept (up to
+    /// [`SPARE_BUFFERS`](crate::transport::recycle::SPARE_BUFFERS), if its capacity is worth it) for a later payload
+    /// that fits in it, which then needs no fresh memory; else freed.
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        use crate::transport::recycle::{SPARE_BUFFERS, SPARE_MAX_BYTES, SPARE_MIN_BYTES};
+        if self.spare.len() < SPARE_BUFFERS && (SPARE_MIN_BYTES..=SPARE_MAX_BYTES).contains(&buf.capacity()) {
+            buf.clear();
+            self.spare.push(buf);
+        }
+    }
+
+    /// Spare buffers held ([`Self::recycle`]).
+    pub fn spare_buffers(&self) -> usize {
+        self.spare.len()
+    }
+
+    /// Bytes the decoder holds allocated for the message in progress (for the bound in the module docs; spare
+    /// buffers not included).
     pub fn held_bytes(&self) -> usize {
         match &self.rx {
             Rx::Head { buf, .. } | Rx::Payload { buf, .. } => buf.capacity(),
@@ -276,7 +297,10 @@ impl StreamDecoder {
                     self.deliver(&m, Vec::new(), out);
                     return Rx::after(trailing);
                 }
-                Rx::Payload { buf: Vec::new(), m, trailing }
+                // A spare buffer it fits in (already mapped), else one grown as the bytes come.
+                let fits = self.spare.iter().position(|b| b.capacity() >= m.payload.len());
+                let buf = fits.map(|i| self.spare.swap_remove(i)).unwrap_or_default();
+                Rx::Payload { buf, m, trailing }
             }
         }
     }
@@ -363,6 +387,15 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].as_ptr(), at, "delivered from the buffer it was received into");
         assert_eq!(got[0], payload);
+        // Handed back by its reader, the buffer takes the next message that fits: no fresh memory.
+        d.recycle(got.pop().expect("one"));
+        assert_eq!(d.spare_buffers(), 1);
+        let third = frame::encode_message("t", "5", 5, 3, 0, &payload[..500_000]).expect("frame");
+        let (ev, r) = events(&mut d, &third);
+        assert!(r.is_ok() && ev.len() == 1, "{ev:?}");
+        assert_eq!(d.spare_buffers(), 0, "the spare took the message");
+        d.recycle(vec![0u8; 100]);
+        assert_eq!(d.spare_buffers(), 0, "a small buffer is not kept");
         // A new connection proves its sizes again.
         d.restart();
         let (_, r) = events(&mut d, &second[..head_len + 1000]);

@@ -18,7 +18,6 @@ use crate::transport::{Inbox, IoSource};
 use crate::types::TypeInfo;
 use crate::wire::auth::{self as wauth, AuthReceiver, AuthReject, Channel};
 use crate::wire::packed;
-use crate::wire::reassembly::{SPARE_BUFFERS, SPARE_MAX_BYTES, SPARE_MIN_BYTES};
 use crate::wire::{DatagramHeader, DatagramKind, HEADER_LEN, Reassembler, ReassemblyCounters, split_name};
 
 use super::Shared;
@@ -88,8 +87,8 @@ pub(crate) struct UdpReceiver {
     /// Fragments received straight into their message's buffer.
     in_place: InPlace,
     /// Buffers of reassembled messages whose readers are done with them, for the reassembler to reuse
-    /// ([`Recycled`]).
-    returned: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+    /// ([`crate::transport::recycle`]).
+    returned: crate::transport::recycle::Returned,
 }
 
 /// Local mode to the loopback broadcast address ([`super::net::own_datagrams_loop_back`]): the receive socket drops
@@ -138,7 +137,7 @@ impl UdpReceiver {
             own: None,
             own_failed: false,
             in_place: InPlace::default(),
-            returned: Arc::default(),
+            returned: Default::default(),
         }
     }
 
@@ -403,7 +402,7 @@ impl UdpReceiver {
             Cow::Borrowed(m) => (decode_data_sample(&m[proto_at..]), m, None),
             Cow::Owned(v) => {
                 let capacity = v.capacity();
-                owned = recycled_bytes(v, &self.returned);
+                owned = self.returned.bytes(v);
                 (decode_data_sample_from(owned.slice(proto_at..)), &owned[..], Some(capacity))
             }
         };
@@ -682,10 +681,8 @@ impl IoSource for UdpReceiver {
         let fd = std::os::fd::AsRawFd::as_raw_fd(socket);
         let mut batcher = std::mem::replace(&mut self.batch, super::net::RecvBatch::new(1));
         let before = batcher.kernel_drops();
-        if let Ok(mut back) = self.returned.try_lock() {
-            for b in back.drain(..) {
-                self.reassembler.recycle(b);
-            }
+        for b in self.returned.take() {
+            self.reassembler.recycle(b);
         }
         // One `recvmmsg` at a time, waking the subscribers after each (not per sample, and not only after the
         // whole budget, which would hold the first sample back). While fragments come, one datagram at a time,
@@ -748,40 +745,6 @@ struct InPlace {
     head: [u8; crate::wire::HEADER_LEN],
     spill: Vec<u8>,
     scratch: Vec<u8>,
-}
-
-/// A reassembled message's buffer that goes back to its receiver when the last sample holding it is dropped (so the
-/// next message of about its size reuses memory already mapped: no page faults, no zeroing by the kernel). At most
-/// [`SPARE_BUFFERS`] wait to be taken back; a receiver that is gone frees them.
-struct Recycled {
-    buf: Vec<u8>,
-    back: std::sync::Weak<std::sync::Mutex<Vec<Vec<u8>>>>,
-}
-
-impl AsRef<[u8]> for Recycled {
-    fn as_ref(&self) -> &[u8] {
-        &self.buf
-    }
-}
-
-impl Drop for Recycled {
-    fn drop(&mut self) {
-        if let Some(back) = self.back.upgrade() {
-            let mut back = lock(&back);
-            if back.len() < SPARE_BUFFERS {
-                back.push(std::mem::take(&mut self.buf));
-            }
-        }
-    }
-}
-
-/// `v` as shared bytes: handed back to `returned` when done if the reassembler would reuse it.
-fn recycled_bytes(v: Vec<u8>, returned: &Arc<std::sync::Mutex<Vec<Vec<u8>>>>) -> bytes::Bytes {
-    if (SPARE_MIN_BYTES..=SPARE_MAX_BYTES).contains(&v.capacity()) {
-        bytes::Bytes::from_owner(Recycled { buf: v, back: Arc::downgrade(returned) })
-    } else {
-        bytes::Bytes::from(v)
-    }
 }
 
 /// The pending hand-over of `inbox` (made if it has none yet in this batch).
@@ -872,35 +835,6 @@ mod tests {
     /// inside a datagram is lost once, a repeated clock is a duplicate (a drop), a late one is neither; a
     /// subscriber that reads the publisher's ring gets none of them (skipped, each counted); each subscriber gets
     /// one hand-over and one wake-up per batch; the payloads are the records' bytes.
-    /// A reassembled message's buffer goes back to the receiver when the last piece of it is dropped, at most
-    /// `SPARE_BUFFERS` of them; a small one, or one whose receiver is gone, is simply freed.
-    #[test]
-    fn a_reassembled_buffer_goes_back_when_its_last_sample_is_dropped() {
-        let returned: Arc<std::sync::Mutex<Vec<Vec<u8>>>> = Arc::default();
-        let big = || {
-            let mut v = Vec::with_capacity(SPARE_MIN_BYTES * 2);
-            v.extend_from_slice(&[7u8; 100]);
-            v
-        };
-        let b = recycled_bytes(big(), &returned);
-        let part = b.slice(10..20);
-        drop(b);
-        assert!(lock(&returned).is_empty(), "a slice still holds it");
-        assert_eq!(&part[..], &[7u8; 10]);
-        drop(part);
-        assert_eq!(lock(&returned).len(), 1);
-        for _ in 0..SPARE_BUFFERS + 2 {
-            drop(recycled_bytes(big(), &returned));
-        }
-        assert_eq!(lock(&returned).len(), SPARE_BUFFERS, "bounded");
-        lock(&returned).clear();
-        drop(recycled_bytes(vec![1u8; 100], &returned));
-        assert!(lock(&returned).is_empty(), "small buffers are not kept");
-        let kept = recycled_bytes(big(), &returned);
-        drop(returned);
-        drop(kept);
-    }
-
     #[test]
     fn dispatch_batch_counts_exactly_what_one_sample_at_a_time_would() {
         let layer = UdpLayer::new(&Config::default(), "h", Default::default()).expect("no pattern to compile");
