@@ -210,20 +210,21 @@ impl TcpWriter {
         let result = if st.queue.is_empty() {
             st.write_direct(head, payload).map(|n| {
                 if n < len {
-                    let rest = if n < head.len() {
-                        let mut rest = Vec::with_capacity(len - n);
+                    // What the socket did not take, copied into the buffer of a frame already written out if
+                    // there is one.
+                    let mut rest = st.frame_buffer(len - n);
+                    if n < head.len() {
                         rest.extend_from_slice(&head[n..]);
                         rest.extend_from_slice(payload);
-                        rest
                     } else {
-                        payload[n - head.len()..].to_vec()
-                    };
+                        rest.extend_from_slice(&payload[n - head.len()..]);
+                    }
                     st.push(Arc::new(rest));
                 }
             })
         } else {
             let frame = whole.get_or_insert_with(|| {
-                let mut f = Vec::with_capacity(len);
+                let mut f = st.frame_buffer(len);
                 f.extend_from_slice(head);
                 f.extend_from_slice(payload);
                 Arc::new(f)

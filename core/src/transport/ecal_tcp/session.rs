@@ -145,6 +145,9 @@ pub(super) struct SessionState {
     pub(super) history: Option<u32>,
     /// It asked for the history only ([`frame::handshake_asking_history_only`]): no live message goes to it.
     pub(super) history_only: bool,
+    /// The buffer of a frame written out, for the next rest of a message the socket did not take at once
+    /// ([`Self::frame_buffer`]): no fresh mapping per large message.
+    pub(super) spare: Option<Vec<u8>>,
 }
 
 impl SessionState {
@@ -174,7 +177,9 @@ impl SessionState {
                     if self.front_off == front.len() {
                         self.queued -= front.len();
                         self.front_off = 0;
-                        self.queue.pop_front();
+                        if let Some(done) = self.queue.pop_front() {
+                            self.keep_spare(done);
+                        }
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
@@ -208,6 +213,31 @@ impl SessionState {
             }
         }
         Ok(done)
+    }
+
+    /// Keeps the buffer of a frame written out as the spare, if nothing else holds it and it is worth keeping.
+    fn keep_spare(&mut self, frame: Arc<Vec<u8>>) {
+        use crate::transport::recycle::{SPARE_MAX_BYTES, SPARE_MIN_BYTES};
+        if self.spare.is_none()
+            && let Ok(buf) = Arc::try_unwrap(frame)
+            && (SPARE_MIN_BYTES..=SPARE_MAX_BYTES).contains(&buf.capacity())
+        {
+            self.spare = Some(buf);
+        }
+    }
+
+    /// An empty buffer for a frame of `len` bytes: the spare if it holds that much, else a new one.
+    pub(super) fn frame_buffer(&mut self, len: usize) -> Vec<u8> {
+        match self.spare.take() {
+            Some(mut buf) if buf.capacity() >= len => {
+                buf.clear();
+                buf
+            }
+            other => {
+                self.spare = other;
+                Vec::with_capacity(len)
+            }
+        }
     }
 
     /// Whether a frame of `len` bytes fits the queue bound (an empty queue takes any frame).
@@ -300,6 +330,7 @@ impl TcpSource {
                     dead: false,
                     history: None,
                     history_only: false,
+                    spare: None,
                 }),
                 room: Condvar::new(),
                 peer,
