@@ -1,12 +1,13 @@
 //! Buffers of received messages that go back to their receiver when the last sample holding them is dropped, so
 //! that the next message of about their size reuses memory already mapped (no page faults, no zeroing by the
 //! kernel): the UDP layer's reassembled messages and the TCP layer's received payloads. At most
-//! [`SPARE_BUFFERS`] of [`SPARE_MIN_BYTES`]..=[`SPARE_MAX_BYTES`] wait to be taken back; a receiver that is gone
-//! frees them.
+//! [`SPARE_BUFFERS`] of [`SPARE_MIN_BYTES`](crate::wire::reassembly::SPARE_MIN_BYTES)..=
+//! [`SPARE_MAX_BYTES`](crate::wire::reassembly::SPARE_MAX_BYTES) bytes wait to be taken back; a receiver that is
+//! gone frees them.
 
 use std::sync::{Arc, Mutex, Weak};
 
-pub(crate) use crate::wire::reassembly::{SPARE_BUFFERS, SPARE_MAX_BYTES, SPARE_MIN_BYTES};
+pub(crate) use crate::wire::reassembly::{SPARE_BUFFERS, worth_keeping};
 
 use crate::sync::lock;
 
@@ -17,7 +18,7 @@ pub(crate) struct Returned(Arc<Mutex<Vec<Vec<u8>>>>);
 impl Returned {
     /// `v` as shared bytes, handed back here when the last of them is dropped if its capacity is worth keeping.
     pub(crate) fn bytes(&self, v: Vec<u8>) -> bytes::Bytes {
-        if (SPARE_MIN_BYTES..=SPARE_MAX_BYTES).contains(&v.capacity()) {
+        if worth_keeping(v.capacity()) {
             bytes::Bytes::from_owner(Recycled { buf: v, back: Arc::downgrade(&self.0) })
         } else {
             bytes::Bytes::from(v)
@@ -56,6 +57,7 @@ impl Drop for Recycled {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::reassembly::SPARE_MIN_BYTES;
 
     /// A buffer goes back when the last piece of it is dropped, at most `SPARE_BUFFERS` of them; a small one, or
     /// one whose receiver is gone, is simply freed.

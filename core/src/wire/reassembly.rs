@@ -247,6 +247,20 @@ pub const SPARE_MAX_BYTES: usize = 4 << 20;
 /// Smallest capacity worth keeping (smaller messages allocate little).
 pub const SPARE_MIN_BYTES: usize = 64 << 10;
 
+/// Whether a buffer of `capacity` bytes is worth keeping for reuse ([`SPARE_MIN_BYTES`]..=[`SPARE_MAX_BYTES`]).
+pub(crate) fn worth_keeping(capacity: usize) -> bool {
+    (SPARE_MIN_BYTES..=SPARE_MAX_BYTES).contains(&capacity)
+}
+
+/// Adds `buf`, emptied, to `spare` if it is worth keeping and `spare` holds fewer than [`SPARE_BUFFERS`]; else
+/// frees it.
+pub(crate) fn keep_spare(spare: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
+    if spare.len() < SPARE_BUFFERS && worth_keeping(buf.capacity()) {
+        buf.clear();
+        spare.push(buf);
+    }
+}
+
 impl Reassembler {
     /// An empty reassembler with the given limits.
     pub fn new(cfg: ReassemblyConfig) -> Self {
@@ -551,11 +565,8 @@ impl Reassembler {
     /// Hands back the buffer of a message this reassembler returned, once its reader is done with it: kept (up to
     /// [`SPARE_BUFFERS`], if its capacity is [`SPARE_MIN_BYTES`]..=[`SPARE_MAX_BYTES`]) for a later message of at
     /// most its capacity, which then needs no fresh memory (no page faults); else freed.
-    pub fn recycle(&mut self, mut buf: Vec<u8>) {
-        if self.spare.len() < SPARE_BUFFERS && (SPARE_MIN_BYTES..=SPARE_MAX_BYTES).contains(&buf.capacity()) {
-            buf.clear();
-            self.spare.push(buf);
-        }
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        keep_spare(&mut self.spare, buf);
     }
 
     /// Spare buffers held ([`Self::recycle`]).

@@ -217,10 +217,9 @@ impl SessionState {
 
     /// Keeps the buffer of a frame written out as the spare, if nothing else holds it and it is worth keeping.
     fn keep_spare(&mut self, frame: Arc<Vec<u8>>) {
-        use crate::transport::recycle::{SPARE_MAX_BYTES, SPARE_MIN_BYTES};
         if self.spare.is_none()
             && let Ok(buf) = Arc::try_unwrap(frame)
-            && (SPARE_MIN_BYTES..=SPARE_MAX_BYTES).contains(&buf.capacity())
+            && crate::transport::recycle::worth_keeping(buf.capacity())
         {
             self.spare = Some(buf);
         }

@@ -148,12 +148,8 @@ impl StreamDecoder {
     /// Hands back the buffer of a message this decoder delivered, once its reader is done with it: kept (up to
     /// [`SPARE_BUFFERS`](crate::transport::recycle::SPARE_BUFFERS), if its capacity is worth it) for a later payload
     /// that fits in it, which then needs no fresh memory; else freed.
-    pub fn recycle(&mut self, mut buf: Vec<u8>) {
-        use crate::transport::recycle::{SPARE_BUFFERS, SPARE_MAX_BYTES, SPARE_MIN_BYTES};
-        if self.spare.len() < SPARE_BUFFERS && (SPARE_MIN_BYTES..=SPARE_MAX_BYTES).contains(&buf.capacity()) {
-            buf.clear();
-            self.spare.push(buf);
-        }
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        crate::wire::reassembly::keep_spare(&mut self.spare, buf);
     }
 
     /// Spare buffers held ([`Self::recycle`]).
