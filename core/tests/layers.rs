@@ -31,7 +31,7 @@ const ROWS: &[&[&str]] = &[
 ];
 
 /// The child modules of `transport` that are not transports but parts the transports (and `pubsub`) share.
-const TRANSPORT_SHARED: &[&str] = &["clock"];
+const TRANSPORT_SHARED: &[&str] = &["clock", "recycle"];
 
 fn row_of(module: &str) -> Option<usize> {
     ROWS.iter().position(|row| row.contains(&module))
