@@ -221,11 +221,20 @@ impl Pending {
 /// A message's still empty, unallocated buffer `data` becomes a spare buffer that holds `total` bytes, if one does.
 fn give_spare(spare: &mut Vec<Vec<u8>>, data: &mut Vec<u8>, total: usize) {
     if data.capacity() == 0
-        && total >= SPARE_MIN_BYTES
-        && let Some(i) = spare.iter().position(|b| b.capacity() >= total)
+        && let Some(buf) = take_spare(spare, total)
     {
-        *data = spare.swap_remove(i);
+        *data = buf;
     }
+}
+
+/// Takes from `spare` an (empty) buffer that holds `len` bytes, if `len` is worth one (at least
+/// [`SPARE_MIN_BYTES`]: a small message does not take a large buffer) and one does.
+pub(crate) fn take_spare(spare: &mut Vec<Vec<u8>>, len: usize) -> Option<Vec<u8>> {
+    if len < SPARE_MIN_BYTES {
+        return None;
+    }
+    let i = spare.iter().position(|b| b.capacity() >= len)?;
+    Some(spare.swap_remove(i))
 }
 
 /// Reassembles eCAL datagrams into framed messages. Sans-IO: the caller passes `now`.

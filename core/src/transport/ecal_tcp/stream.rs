@@ -4,13 +4,14 @@
 //! Bounds, whatever the publisher sends: a frame header is 12 bytes plus at most [`MAX_HEADER_SIZE`] skipped
 //! unread; the start of a payload frame (magic, length, eCAL sample header) is buffered up to 6 + 65535 bytes; a
 //! payload is buffered only when it is at most `max_message` bytes, in a buffer grown as its bytes arrive
-//! (doubling from 64 KiB, never beyond the payload's size), so what the decoder holds is at most about twice what
-//! the publisher actually sent of the message, and never more than `max_message` + 64 KiB. Once the connection
-//! delivered a complete message, the buffer of a later one starts as large as the largest such message (up to
-//! that one's size): a publisher that proved it sends messages that long costs no regrowth (each doubling copies
-//! what came so far, nearly one more copy of a 1 MiB message), and the bound stays `max_message` + 64 KiB. Buffers
-//! of delivered messages come back when their readers are done ([`StreamDecoder::recycle`]; at most two of 64 KiB to
-//! 4 MiB are kept) and take a later payload that fits, without fresh memory. A larger frame is
+//! (doubling from 64 KiB, never beyond the payload's size), so on a new connection what the decoder holds for a
+//! message is at most about twice what the publisher actually sent of it, and never more than `max_message` +
+//! 64 KiB. Once the connection delivered a complete message, the buffer of a later one starts as large as the
+//! largest such message (up to that one's size): a publisher that proved it sends messages that long costs no
+//! regrowth (each doubling copies what came so far, nearly one more copy of a 1 MiB message), and the bound stays
+//! `max_message` + 64 KiB. Buffers of delivered messages come back when their readers are done
+//! ([`StreamDecoder::recycle`]; at most two of 64 KiB to 4 MiB are kept, beside that bound) and take a later payload
+//! of at least 64 KiB that fits, without fresh memory. A larger frame is
 //! skipped without being stored. Only an invalid frame header ends the stream ([`StreamError`]); a payload frame
 //! that does not decode is skipped whole and reported.
 //!
@@ -294,8 +295,7 @@ impl StreamDecoder {
                     return Rx::after(trailing);
                 }
                 // A spare buffer it fits in (already mapped), else one grown as the bytes come.
-                let fits = self.spare.iter().position(|b| b.capacity() >= m.payload.len());
-                let buf = fits.map(|i| self.spare.swap_remove(i)).unwrap_or_default();
+                let buf = crate::wire::reassembly::take_spare(&mut self.spare, m.payload.len()).unwrap_or_default();
                 Rx::Payload { buf, m, trailing }
             }
         }
