@@ -1,7 +1,8 @@
 //! The strongest plain rings a competent engineer would write, the references `shoal perf --baseline` takes shoal's
 //! ratios against (the deep ring of [`crate::spsc`] stays as a second reference). Both live in a `/dev/shm` file
 //! shared by two processes, copy in and copy out, and wait like [`crate::spsc::Ring`]: the reader busy-spins or
-//! sleeps on a futex doorbell, a writer with no free slot waits (no overwrite).
+//! sleeps on a futex doorbell (polling briefly first while messages come back to back, as shoal's block mode
+//! does), a writer with no free slot waits (no overwrite).
 //!
 //! [`LineRing`]: a FIFO ring whose slot is the message itself: a tag word (sequence and length) followed at once by
 //! the payload, slots 128-byte aligned (a line pair the adjacent-line prefetcher fetches together). A 48-byte
@@ -26,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
 
-use crate::spsc::{Error, SPIN_BEFORE_YIELD, Wait, futex_wait, futex_wake, io_error, map_file};
+use crate::spsc::{Error, SPIN_BEFORE_YIELD, StreamPoll, Wait, futex_wait, futex_wake, io_error, map_file};
 
 /// Magic of a [`LineRing`] file ("SHOALLIN").
 pub const LINE_MAGIC: u64 = 0x5348_4f41_4c4c_494e;
@@ -66,6 +67,8 @@ struct Shared {
     base: *mut u8,
     len: usize,
     unlink: Option<PathBuf>,
+    /// The reader's poll before it sleeps (block mode).
+    poll: StreamPoll,
 }
 
 impl Drop for Shared {
@@ -115,7 +118,7 @@ impl Shared {
     fn from_map(mut map: MmapMut, unlink: Option<PathBuf>) -> Shared {
         let base = map.as_mut_ptr();
         let len = map.len();
-        Shared { _map: map, base, len, unlink }
+        Shared { _map: map, base, len, unlink, poll: StreamPoll::default() }
     }
 
     fn header(&self) -> &Header {
@@ -188,6 +191,7 @@ impl Shared {
                 }
                 Ok(())
             }
+            Wait::Block if self.poll.poll(&ready) => Ok(()),
             Wait::Block => loop {
                 h.waiters.fetch_add(1, Ordering::SeqCst);
                 let seen = h.doorbell.load(Ordering::SeqCst);

@@ -1171,7 +1171,9 @@ pub(crate) static KEYS: &[KeyDef] = &[
         alias: None,
         doc: &[
             "How a blocking receive waits for the next sample:",
-            "  block            sleep on the doorbell at once (least CPU)",
+            "  block            sleep on the doorbell; while samples come back to back (the last",
+            "                   wait found one within 10 us), poll 10 us first, so a receiver that",
+            "                   keeps up with a stream costs its publisher no wake-up per sample",
             "  spin_then_block  spin for spin_us microseconds, then sleep",
             "  busy_spin        spin, never sleep (least latency; uses a whole core)",
         ],

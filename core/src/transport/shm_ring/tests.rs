@@ -936,6 +936,49 @@ fn doorbell_rings_without_syscall_only_when_nobody_waits() {
     assert!(bell.wait_until(|| true, Some(Instant::now())).unwrap());
 }
 
+/// Runs one `wait_until` whose `ready` turns true on its third call; returns the doorbell's waiter count at that
+/// moment: 0 if the wait was polling (a publisher finds no waiter to wake), 1 if it had registered to sleep.
+fn waiters_when_ready(bell: &Doorbell) -> u32 {
+    let (mut calls, mut waiters) = (0, u32::MAX);
+    let ready = bell
+        .wait_until(
+            || {
+                calls += 1;
+                if calls == 3 {
+                    waiters = bell.waiters();
+                }
+                calls >= 3
+            },
+            Some(Instant::now() + Duration::from_secs(5)),
+        )
+        .unwrap();
+    assert!(ready);
+    waiters
+}
+
+/// A wait polls before it sleeps only while samples come back to back: at first it registers at once, except one
+/// wait in 64 that polls (a probe); once a poll found a sample, the next waits poll first too and take a sample
+/// that comes meanwhile without ever registering (so the publisher makes no wake-up); a poll that finds nothing
+/// ends that.
+#[test]
+fn doorbell_polls_before_sleeping_only_while_samples_come_back_to_back() {
+    let bell = Doorbell::create().unwrap();
+    assert_eq!(waiters_when_ready(&bell), 1, "a paced receiver registers at once");
+    let mut registered = 1;
+    while waiters_when_ready(&bell) == 1 {
+        registered += 1;
+        assert!(registered < 64, "one wait in 64 polls first");
+    }
+    assert_eq!(registered, 63);
+    for _ in 0..100 {
+        assert_eq!(waiters_when_ready(&bell), 0, "while a poll finds samples, the next wait polls too");
+    }
+    // A poll that finds nothing (the wait times out) ends the streaming state.
+    assert!(!bell.wait_until(|| false, Some(Instant::now() + Duration::from_millis(2))).unwrap());
+    assert_eq!(waiters_when_ready(&bell), 1);
+    assert_eq!(bell.waiters(), 0);
+}
+
 /// Ping-pong across two threads, each sleeping on its own doorbell: a lost wake-up would stall
 /// a round trip until the 3 s deadline and fail the test.
 #[test]
