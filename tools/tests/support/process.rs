@@ -140,7 +140,12 @@ impl Proc {
                         return seen;
                     }
                 }
-                Err(_) => panic!("{} sent no {event:?} line within {timeout:?}\n{}", self.name, self.report()),
+                Err(_) => panic!(
+                    "{} sent no {event:?} line within {timeout:?}\n{}\n{}",
+                    self.name,
+                    self.report(),
+                    self.where_it_waits()
+                ),
             }
         }
     }
@@ -175,6 +180,34 @@ impl Proc {
         let last: Vec<String> = recent.iter().rev().take(3).map(|v| truncate(&v.to_string(), 3000)).collect();
         let err = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
         format!("last lines (newest first):\n{}\nstderr (tail):\n{}", last.join("\n"), tail(&err, 3000))
+    }
+
+    /// Where a child that stopped answering waits: each thread's name and kernel wait channel, and, where `gdb` is
+    /// installed, every thread's stack (a rare hang in a CI run is then diagnosed from its log).
+    fn where_it_waits(&self) -> String {
+        let pid = self.child.id();
+        let mut out = format!("threads of pid {pid} (name, wait channel):\n");
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+            for t in tasks.flatten() {
+                let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+                out.push_str(&format!(
+                    "  {} {} {}\n",
+                    t.file_name().to_string_lossy(),
+                    read("comm").trim(),
+                    read("wchan")
+                ));
+            }
+        }
+        let gdb = Command::new("timeout")
+            .args(["30", "gdb", "-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt 20"])
+            .stdin(Stdio::null())
+            .output();
+        if let Ok(o) = gdb
+            && o.status.success()
+        {
+            out.push_str(&format!("gdb stacks:\n{}", tail(&String::from_utf8_lossy(&o.stdout), 8000)));
+        }
+        out
     }
 
     /// What the child wrote to stderr so far (its tail).
