@@ -86,6 +86,12 @@ pub const SLOT_COUNT: u64 = 16;
 /// very core (a loaded 2-core machine), and then spinning on would only keep it from running.
 pub(crate) const SPIN_BEFORE_YIELD: Duration = Duration::from_micros(50);
 
+/// How long a block-mode reader polls before it sleeps while messages come back to back ([`StreamPoll`]); equal to
+/// shoal's `PollState::SPIN` (a test of `shoal perf` checks it).
+pub const STREAM_POLL_SPIN: Duration = Duration::from_micros(10);
+/// While they do not, one wait in this many polls first ([`StreamPoll`]); equal to shoal's `PollState::PROBE_EVERY`.
+pub const STREAM_POLL_PROBE_EVERY: u32 = 64;
+
 /// Block mode's poll before a reader sleeps, the rule of shoal's block mode (its doorbell's `wait_until`), so that
 /// a block-mode comparison is of rings, not of wait strategies: while messages come back to back (the last poll
 /// found one), poll up to 10 µs before sleeping; otherwise poll first in one wait of 64 (to notice a stream).
@@ -96,19 +102,16 @@ pub(crate) struct StreamPoll {
 }
 
 impl StreamPoll {
-    const SPIN: Duration = Duration::from_micros(10);
-    const PROBE_EVERY: u32 = 64;
-
     /// Polls `ready` first if this wait should (see the type); whether it became true meanwhile.
     pub(crate) fn poll(&self, ready: impl Fn() -> bool) -> bool {
         if !self.streaming.get() {
             let n = self.since_probe.get() + 1;
-            self.since_probe.set(if n >= Self::PROBE_EVERY { 0 } else { n });
-            if n < Self::PROBE_EVERY {
+            self.since_probe.set(if n >= STREAM_POLL_PROBE_EVERY { 0 } else { n });
+            if n < STREAM_POLL_PROBE_EVERY {
                 return false;
             }
         }
-        let end = Instant::now() + Self::SPIN;
+        let end = Instant::now() + STREAM_POLL_SPIN;
         let mut n = 0u32;
         let found = loop {
             if ready() {

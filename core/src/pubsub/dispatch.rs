@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::pubsub::runtime::Runtime;
 use crate::pubsub::subscriber::SubShared;
 use crate::sync::lock;
-use crate::transport::shm_ring::Doorbell;
+use crate::transport::shm_ring::{Doorbell, PollState};
 
 #[derive(Default)]
 struct Inner {
@@ -71,6 +71,7 @@ impl Dispatcher {
 }
 
 fn run(shared: &Shared, doorbell: &Doorbell) {
+    let mut poll = PollState::new();
     loop {
         if shared.stop.load(Ordering::SeqCst) {
             return;
@@ -91,7 +92,7 @@ fn run(shared: &Shared, doorbell: &Doorbell) {
         if !any {
             let until = Instant::now() + Duration::from_millis(100);
             let ready = || shared.stop.load(Ordering::SeqCst) || subs.iter().any(|s| s.has_data());
-            if let Err(e) = doorbell.wait_until(ready, Some(until)) {
+            if let Err(e) = doorbell.wait_until(&mut poll, ready, Some(until)) {
                 tracing::warn!("doorbell wait failed, polling instead: {e}");
                 std::thread::sleep(Duration::from_millis(1));
             }

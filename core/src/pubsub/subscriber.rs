@@ -18,9 +18,15 @@ use crate::sample::{Sample, SampleRef, now_ns};
 use crate::stats::{ConnectionStats, LatencySummary, ShoalStats, Via};
 use crate::sync::lock;
 use crate::transport::clock::{ClockCheck, PublisherClocks};
-use crate::transport::shm_ring::{ReadOutcome, RingReader};
+use crate::transport::shm_ring::{PollState, ReadOutcome, RingReader};
 use crate::transport::{Inbox, LayerReader};
 use crate::types::TypeInfo;
+
+thread_local! {
+    /// The doorbell poll state of this thread's blocking `recv` calls (the doorbell is the process's, the state is
+    /// the thread's: see [`PollState`]).
+    static RECV_POLL: std::cell::Cell<PollState> = const { std::cell::Cell::new(PollState::new()) };
+}
 
 /// A connection of an eCAL-facing layer: (publisher, index of its factory in `Runtime::reader_factories`, reader).
 type LayerConn = (EntityKey, usize, Box<dyn LayerReader>);
@@ -1133,7 +1139,10 @@ impl Subscriber {
             // Sleep on the doorbell; wake at least every 100 ms to notice new publishers.
             let cap = now + Duration::from_millis(100);
             let until = deadline.map_or(cap, |d| d.min(cap));
-            if let Err(e) = self.handle.rt.doorbell.wait_until(|| shared.has_data(), Some(until)) {
+            let mut poll = RECV_POLL.get();
+            let waited = self.handle.rt.doorbell.wait_until(&mut poll, || shared.has_data(), Some(until));
+            RECV_POLL.set(poll);
+            if let Err(e) = waited {
                 tracing::warn!("doorbell wait failed, polling instead: {e}");
                 std::thread::sleep(Duration::from_millis(1));
             }

@@ -185,7 +185,7 @@ fn run(shared: &Shared) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::shm_ring::Doorbell;
+    use crate::transport::shm_ring::{Doorbell, PollState};
     use std::time::Instant;
 
     /// Two doorbells with a sleeping thread each: one ring from the publishing thread wakes both through the waker
@@ -205,7 +205,7 @@ mod tests {
                 let (d, flag) = (Arc::clone(d), Arc::clone(&flag));
                 std::thread::spawn(move || {
                     let deadline = Instant::now() + Duration::from_secs(10);
-                    d.wait_until(|| flag.load(Ordering::SeqCst), Some(deadline)).expect("wait")
+                    d.wait_until(&mut PollState::new(), || flag.load(Ordering::SeqCst), Some(deadline)).expect("wait")
                 })
             })
             .collect();

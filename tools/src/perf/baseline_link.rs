@@ -164,6 +164,14 @@ impl Receiver for BaselineLink {
 mod tests {
     use super::*;
     use crate::perf::link::is_timeout;
+    use shoal::transport::shm_ring::PollState;
+
+    /// The baseline rings' block mode polls by shoal's rule (so block-mode ratios compare rings): same constants.
+    #[test]
+    fn the_baseline_block_mode_polls_by_shoals_rule() {
+        assert_eq!(spsc::STREAM_POLL_SPIN, PollState::SPIN);
+        assert_eq!(spsc::STREAM_POLL_PROBE_EVERY, PollState::PROBE_EVERY);
+    }
 
     #[test]
     fn a_ring_is_a_link_whose_receive_timeout_is_the_loops_timeout() {

@@ -241,16 +241,43 @@ pub struct Doorbell {
     map: PeerMap,
     /// Held while the doorbell lives (stale-file cleanup).
     _owner: crate::sys::OwnerLock,
-    /// Whether messages come back to back: the last wait's spin found one (see [`Doorbell::wait_until`]).
-    streaming: AtomicBool,
-    /// Waits since the last spin, while not streaming (a spin is tried every [`SPIN_PROBE_EVERY`]).
-    since_probe: AtomicU32,
 }
 
-/// How long [`Doorbell::wait_until`] polls before it sleeps, while messages come back to back.
-const STREAM_SPIN: Duration = Duration::from_micros(10);
-/// While they do not, one wait in this many still polls first, to notice a stream beginning.
-const SPIN_PROBE_EVERY: u32 = 64;
+/// One waiting thread's state for [`Doorbell::wait_until`]: whether its messages come back to back. Kept by the
+/// thread that waits (a `recv` caller, the callback thread), not by the doorbell, which every receiving thread of
+/// the process shares: one thread's stream must not make another thread's paced waits poll.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PollState {
+    /// The last wait's poll found a message.
+    streaming: bool,
+    /// Waits since the last poll, while not streaming.
+    since_probe: u32,
+}
+
+impl PollState {
+    /// How long a wait polls before it sleeps, while messages come back to back.
+    pub const SPIN: Duration = Duration::from_micros(10);
+    /// While they do not, one wait in this many still polls first, to notice a stream beginning.
+    pub const PROBE_EVERY: u32 = 64;
+
+    /// A thread's state before its first wait: not streaming.
+    pub const fn new() -> PollState {
+        PollState { streaming: false, since_probe: 0 }
+    }
+
+    /// Whether this wait polls before it sleeps: while streaming, and once every [`PollState::PROBE_EVERY`] waits.
+    fn should_poll(&mut self) -> bool {
+        if self.streaming {
+            return true;
+        }
+        self.since_probe += 1;
+        if self.since_probe >= Self::PROBE_EVERY {
+            self.since_probe = 0;
+            return true;
+        }
+        false
+    }
+}
 
 impl Doorbell {
     /// Creates `/dev/shm/shoal_db_<pid>_<unique>`.
@@ -266,13 +293,7 @@ impl Doorbell {
         h.version.store(DOORBELL_VERSION, Ordering::Relaxed);
         h.owner_pid.store(pid, Ordering::Relaxed);
         h.magic.store(DOORBELL_MAGIC, Ordering::Release);
-        Ok(Doorbell {
-            path: created.path,
-            map: created.map,
-            _owner: created.owner,
-            streaming: AtomicBool::new(false),
-            since_probe: AtomicU32::new(0),
-        })
+        Ok(Doorbell { path: created.path, map: created.map, _owner: created.owner })
     }
 
     fn header(&self) -> &DoorbellHeader {
@@ -308,33 +329,31 @@ impl Doorbell {
     }
 
     /// Waits until `ready()` is true or `deadline` passes; returns `ready()`'s last value.
-    /// `ready` should be cheap (e.g. `has_data()` of the readers served by this doorbell).
+    /// `ready` should be cheap (e.g. `has_data()` of the readers served by this doorbell). `poll` is the calling
+    /// thread's own state, kept from one wait to the next.
     ///
     /// While messages come back to back (the previous wait's poll found one), it polls `ready` for up to
-    /// [`STREAM_SPIN`] (10 µs) before it registers as a waiter and sleeps: a receiver that keeps up with a stream
+    /// [`PollState::SPIN`] (10 µs) before it registers as a waiter and sleeps: a receiver that keeps up with a stream
     /// then never sleeps between its messages, so the publisher finds no waiter and makes no `FUTEX_WAKE` per message
     /// (about 2 µs of its CPU each, and the receiver's wake-up latency). A poll that finds nothing ends the
-    /// streaming state; otherwise one wait in [`SPIN_PROBE_EVERY`] (64) polls first, so a paced receiver polls
+    /// streaming state; otherwise one wait in [`PollState::PROBE_EVERY`] (64) polls first, so a paced receiver polls
     /// 10 µs per 64 messages and sleeps at once for the rest.
     pub fn wait_until(
         &self,
+        poll: &mut PollState,
         mut ready: impl FnMut() -> bool,
         deadline: Option<Instant>,
     ) -> Result<bool, DoorbellWaitError> {
         if ready() {
             return Ok(true);
         }
-        if self.should_poll() {
-            let found = poll_for(&mut ready, STREAM_SPIN, deadline);
-            self.streaming.store(found, Ordering::Relaxed);
-            if found {
+        if poll.should_poll() {
+            poll.streaming = poll_for(&mut ready, PollState::SPIN, deadline);
+            if poll.streaming {
                 return Ok(true);
             }
         }
         loop {
-            if ready() {
-                return Ok(true);
-            }
             let timeout = match deadline {
                 Some(d) => match d.checked_duration_since(Instant::now()) {
                     Some(left) if !left.is_zero() => Some(left),
@@ -347,22 +366,11 @@ impl Doorbell {
                 return Ok(true);
             }
             registration.wait(timeout)?;
+            drop(registration);
+            if ready() {
+                return Ok(true);
+            }
         }
-    }
-}
-
-impl Doorbell {
-    /// Whether this wait polls before it sleeps: while streaming, and once every [`SPIN_PROBE_EVERY`] waits.
-    fn should_poll(&self) -> bool {
-        if self.streaming.load(Ordering::Relaxed) {
-            return true;
-        }
-        let n = self.since_probe.fetch_add(1, Ordering::Relaxed);
-        if n + 1 >= SPIN_PROBE_EVERY {
-            self.since_probe.store(0, Ordering::Relaxed);
-            return true;
-        }
-        false
     }
 }
 

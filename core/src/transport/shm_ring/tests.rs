@@ -932,22 +932,25 @@ fn doorbell_rings_without_syscall_only_when_nobody_waits() {
     let t = Instant::now();
     assert_eq!(bell.wait(bell.seq(), Some(Duration::from_millis(20))).unwrap(), WakeReason::TimedOut);
     assert!(t.elapsed() >= Duration::from_millis(15));
-    assert!(!bell.wait_until(|| false, Some(Instant::now() + Duration::from_millis(10))).unwrap());
-    assert!(bell.wait_until(|| true, Some(Instant::now())).unwrap());
+    assert!(
+        !bell.wait_until(&mut PollState::new(), || false, Some(Instant::now() + Duration::from_millis(10))).unwrap()
+    );
+    assert!(bell.wait_until(&mut PollState::new(), || true, Some(Instant::now())).unwrap());
 }
 
-/// Runs one `wait_until` whose `ready` turns true on its third call; returns the doorbell's waiter count at that
+/// Runs one `wait_until` whose `ready` turns true on its second call; returns the doorbell's waiter count at that
 /// moment: 0 if the wait was polling (a publisher finds no waiter to wake), 1 if it had registered to sleep.
-fn waiters_when_ready(bell: &Doorbell) -> u32 {
+fn waiters_when_ready(bell: &Doorbell, poll: &mut PollState) -> u32 {
     let (mut calls, mut waiters) = (0, u32::MAX);
     let ready = bell
         .wait_until(
+            poll,
             || {
                 calls += 1;
-                if calls == 3 {
+                if calls == 2 {
                     waiters = bell.waiters();
                 }
-                calls >= 3
+                calls >= 2
             },
             Some(Instant::now() + Duration::from_secs(5)),
         )
@@ -963,20 +966,28 @@ fn waiters_when_ready(bell: &Doorbell) -> u32 {
 #[test]
 fn doorbell_polls_before_sleeping_only_while_samples_come_back_to_back() {
     let bell = Doorbell::create().unwrap();
-    assert_eq!(waiters_when_ready(&bell), 1, "a paced receiver registers at once");
+    let mut poll = PollState::new();
+    assert_eq!(waiters_when_ready(&bell, &mut poll), 1, "a paced receiver registers at once");
     let mut registered = 1;
-    while waiters_when_ready(&bell) == 1 {
+    while waiters_when_ready(&bell, &mut poll) == 1 {
         registered += 1;
         assert!(registered < 64, "one wait in 64 polls first");
     }
     assert_eq!(registered, 63);
     for _ in 0..100 {
-        assert_eq!(waiters_when_ready(&bell), 0, "while a poll finds samples, the next wait polls too");
+        assert_eq!(waiters_when_ready(&bell, &mut poll), 0, "while a poll finds samples, the next wait polls too");
     }
     // A poll that finds nothing (the wait times out) ends the streaming state.
-    assert!(!bell.wait_until(|| false, Some(Instant::now() + Duration::from_millis(2))).unwrap());
-    assert_eq!(waiters_when_ready(&bell), 1);
+    assert!(!bell.wait_until(&mut poll, || false, Some(Instant::now() + Duration::from_millis(2))).unwrap());
+    assert_eq!(waiters_when_ready(&bell, &mut poll), 1);
     assert_eq!(bell.waiters(), 0);
+    // The state is the waiting thread's: while this thread streams, another thread's waits on the same doorbell
+    // do not poll.
+    while waiters_when_ready(&bell, &mut poll) == 1 {}
+    assert_eq!(waiters_when_ready(&bell, &mut poll), 0, "streaming again");
+    std::thread::scope(|s| {
+        s.spawn(|| assert_eq!(waiters_when_ready(&bell, &mut PollState::new()), 1, "another thread's paced wait"));
+    });
 }
 
 /// Ping-pong across two threads, each sleeping on its own doorbell: a lost wake-up would stall
@@ -995,9 +1006,13 @@ fn doorbell_wake_across_threads_no_lost_wakeup() {
     let woken = Arc::new(AtomicU64::new(0));
     let woken2 = woken.clone();
     let b = std::thread::spawn(move || {
+        let mut poll_b = PollState::new();
         for round in 0..ROUNDS {
             let deadline = Some(Instant::now() + Duration::from_secs(3));
-            assert!(bell_b.wait_until(|| ping_reader.has_data(), deadline).unwrap(), "lost wake-up at {round}");
+            assert!(
+                bell_b.wait_until(&mut poll_b, || ping_reader.has_data(), deadline).unwrap(),
+                "lost wake-up at {round}"
+            );
             let ReadOutcome::Sample(clock) = ping_reader.try_read_with(|v| v.clock()) else { panic!("no sample") };
             assert_eq!(clock, round);
             // Vary the timing so that both "already registered" and "sleeping" cases occur.
@@ -1010,6 +1025,7 @@ fn doorbell_wake_across_threads_no_lost_wakeup() {
             }
         }
     });
+    let mut poll_a = PollState::new();
     for round in 0..ROUNDS {
         let _ = ping.write(&round.to_le_bytes(), 0, round).unwrap();
         if ring_b.ring() {
@@ -1019,7 +1035,10 @@ fn doorbell_wake_across_threads_no_lost_wakeup() {
             std::thread::sleep(Duration::from_micros(30));
         }
         let deadline = Some(Instant::now() + Duration::from_secs(3));
-        assert!(bell_a.wait_until(|| pong_reader.has_data(), deadline).unwrap(), "lost wake-up at {round}");
+        assert!(
+            bell_a.wait_until(&mut poll_a, || pong_reader.has_data(), deadline).unwrap(),
+            "lost wake-up at {round}"
+        );
         let ReadOutcome::Sample(clock) = pong_reader.try_read_with(|v| v.clock()) else { panic!("no sample") };
         assert_eq!(clock, round);
     }
@@ -1193,8 +1212,9 @@ fn child_reader_process() {
     out.flush().unwrap();
     let (mut got, mut bad) = (0u64, 0u64);
     let deadline = Instant::now() + Duration::from_secs(20);
+    let mut poll = PollState::new();
     while r.position() < CHILD_SAMPLES && Instant::now() < deadline {
-        if !bell.wait_until(|| r.has_data(), Some(deadline)).unwrap() {
+        if !bell.wait_until(&mut poll, || r.has_data(), Some(deadline)).unwrap() {
             break;
         }
         match r.try_read_with(|v| v.payload().to_vec() == pattern(v.clock(), pattern_len(v.clock()))) {
