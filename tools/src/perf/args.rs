@@ -26,7 +26,8 @@ not lossless rates, and says so (table: after the ratio; JSON: msgs_per_s_ratio_
 Fan-out's cost per send is the publishing thread's CPU time inside send() (preemption
 excluded; median of 8 phases' medians per count, mean and wall time alongside), one publisher in
 phases of 1, N, N, 1, ... subscriber processes at one pace.
-In spin mode the publishing thread keeps CPU 0 and the spinning subscribers share the others.
+The publishing thread keeps CPU 0 and the subscribers share the others (in both wait modes: subscribers woken
+on the publisher's core would evict its cache between sends, a cost of sharing the core, not of send()).
 On a 2-core machine leave --pin off: the runtime threads of each process then share both cores.
 --service measures services instead: the round trip of a call (request and response of the same
 size, default 64 B and 1 MB) from a shoal client in this process to a shoal server in a spawned
@@ -83,7 +84,7 @@ pub(crate) struct PerfArgs {
     pub(crate) baseline_only: bool,
     /// Pin this process to CPU 0 and peer k to CPU k (modulo the CPU count; fan-out subscribers
     /// only on CPUs 1..). Off by default: on a 2-core machine pinning leaves no core for the
-    /// runtime threads. (Spin-mode fan-out always keeps CPU 0 for the publishing thread.)
+    /// runtime threads. (Fan-out always keeps CPU 0 for the publishing thread.)
     #[arg(long)]
     pub(crate) pin: bool,
     /// One JSON object per line and measurement instead of a table.

@@ -19,6 +19,9 @@
 //! phase starts with unmeasured sends that let the ring reach its size for the payload and fault
 //! its pages in.
 //!
+//! On a machine with more than one CPU the publishing thread keeps CPU 0 and the subscribers share the others, in
+//! both wait modes (see `run`): subscribers running on the publisher's core would evict its cache between sends.
+//!
 //! The publisher writes the whole payload before each send, as an application that produces its
 //! message does. Without that, on a 2-core machine the subscribers' copies run on the
 //! publisher's core while it waits for the next send and evict its idle buffer: the N side then
@@ -290,10 +293,13 @@ pub(crate) fn run(
     name_of: &mut dyn FnMut() -> String,
     rep: &mut Reporter,
 ) -> anyhow::Result<()> {
-    // Spinning subscribers need cores of their own: with more spinning processes than cores, the ones sharing the
-    // publisher's core would make its cost the scheduler's (every send after a context switch meets cold caches).
-    // So in spin mode (and with --pin) the publishing thread keeps CPU 0 and the subscribers share the others.
-    let isolate = run.cpus > 1 && (run.wait == WaitMode::Spin || run.args.pin);
+    // The subscribers need cores other than the publisher's: spinning ones would make its cost the scheduler's
+    // (every send after a context switch meets cold caches), and sleeping ones that wake on its core evict its
+    // private cache between two sends (1 MB to 16 block-mode subscribers on 2 cores: the send's copy ran from L3,
+    // 104 us against 44 us to one; with the subscribers on the other core 52-58 us against 65-78 us). That is the
+    // cost of sharing a core with other processes' work, not of the send, so in both wait modes the publishing
+    // thread keeps CPU 0 and the subscribers share the others.
+    let isolate = run.cpus > 1;
     let _pinned = if isolate && !run.args.pin { Some(pin_thread_for_scope(0)?) } else { None };
     let name = name_of();
     let (topic, _) = shoal_link::topics(&name);
