@@ -91,27 +91,51 @@ pub(crate) const SPIN_BEFORE_YIELD: Duration = Duration::from_micros(50);
 pub const STREAM_POLL_SPIN: Duration = Duration::from_micros(10);
 /// While they do not, one wait in this many polls first ([`StreamPoll`]); equal to shoal's `PollState::PROBE_EVERY`.
 pub const STREAM_POLL_PROBE_EVERY: u32 = 64;
+/// How long a wait of a thread that published since its previous wait polls instead (it waits for a reply);
+/// equal to shoal's `PollState::REPLY_SPIN`.
+pub const STREAM_POLL_REPLY_SPIN: Duration = Duration::from_micros(50);
+
+thread_local! {
+    /// Messages this thread has written to a ring (see [`StreamPoll`]).
+    static PUBLISHED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts a message written by the calling thread (a wait after one waits for a reply: [`StreamPoll`]).
+pub(crate) fn note_publish() {
+    PUBLISHED.with(|c| c.set(c.get().wrapping_add(1)));
+}
 
 /// Block mode's poll before a reader sleeps, the rule of shoal's block mode (its doorbell's `wait_until`), so that
 /// a block-mode comparison is of rings, not of wait strategies: while messages come back to back (the last poll
-/// found one), poll up to 10 µs before sleeping; otherwise poll first in one wait of 64 (to notice a stream).
+/// found one), poll up to 10 µs before sleeping; otherwise poll first in one wait of 64 (to notice a stream), and
+/// right after a stream ended in the 2nd, then 4th, ... wait; a wait of a thread that wrote a message since its
+/// previous wait polls up to 50 µs instead.
 #[derive(Debug, Default)]
 pub(crate) struct StreamPoll {
     streaming: std::cell::Cell<bool>,
     since_probe: std::cell::Cell<u32>,
+    /// Waits between probes while not streaming (0: [`STREAM_POLL_PROBE_EVERY`]).
+    interval: std::cell::Cell<u32>,
+    published_seen: std::cell::Cell<u64>,
 }
 
 impl StreamPoll {
     /// Polls `ready` first if this wait should (see the type); whether it became true meanwhile.
     pub(crate) fn poll(&self, ready: impl Fn() -> bool) -> bool {
+        let published = PUBLISHED.with(std::cell::Cell::get);
+        let replying = published != self.published_seen.replace(published);
         if !self.streaming.get() {
             let n = self.since_probe.get() + 1;
-            self.since_probe.set(if n >= STREAM_POLL_PROBE_EVERY { 0 } else { n });
-            if n < STREAM_POLL_PROBE_EVERY {
+            let interval = match self.interval.get() {
+                0 => STREAM_POLL_PROBE_EVERY,
+                i => i,
+            };
+            if n < interval {
+                self.since_probe.set(n);
                 return false;
             }
         }
-        let end = Instant::now() + STREAM_POLL_SPIN;
+        let end = Instant::now() + if replying { STREAM_POLL_REPLY_SPIN } else { STREAM_POLL_SPIN };
         let mut n = 0u32;
         let found = loop {
             if ready() {
@@ -123,7 +147,16 @@ impl StreamPoll {
             }
             std::hint::spin_loop();
         };
+        let interval = if found {
+            1
+        } else if self.streaming.get() {
+            2
+        } else {
+            (self.interval.get().max(1) * 2).min(STREAM_POLL_PROBE_EVERY)
+        };
+        self.interval.set(interval);
         self.streaming.set(found);
+        self.since_probe.set(0);
         found
     }
 }
@@ -327,6 +360,7 @@ impl Ring {
         let r = f(buf);
         self.slot_len(w).store(len as u64, Ordering::Relaxed);
         h.write_idx.store(w + 1, Ordering::Release);
+        note_publish();
         fence(Ordering::SeqCst);
         if h.waiters.load(Ordering::Relaxed) > 0 {
             h.doorbell.fetch_add(1, Ordering::SeqCst);

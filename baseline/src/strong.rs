@@ -164,6 +164,7 @@ impl Shared {
     /// Rings the doorbell if the ring was created for block mode and a reader waits (after a publish). A ring
     /// created for spin mode has readers that never sleep: its writer skips the fence and the check.
     fn wake(&self) {
+        crate::spsc::note_publish();
         let h = self.header();
         if h.block.load(Ordering::Relaxed) == 0 {
             return;

@@ -19,7 +19,7 @@ use crate::sample::now_ns;
 use crate::sample::{Payload, Sample};
 use crate::stats::{ShoalStats, Via};
 use crate::sync::lock;
-use crate::transport::shm_ring::{DoorbellRemote, FlowStats, RingWriter};
+use crate::transport::shm_ring::{self, DoorbellRemote, FlowStats, RingWriter};
 use crate::transport::{HistorySource, LayerWriter, SampleMeta};
 use crate::types::TypeInfo;
 
@@ -715,6 +715,7 @@ impl Publisher {
     }
 
     fn finish(&mut self, clock: u64, len: usize) {
+        shm_ring::note_publish();
         if let (Some(seen), Some(ring)) = (&mut self.flow_seen, &self.ring) {
             let now = ring.flow_stats();
             if now != *seen {

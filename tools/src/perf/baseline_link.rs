@@ -171,6 +171,7 @@ mod tests {
     fn the_baseline_block_mode_polls_by_shoals_rule() {
         assert_eq!(spsc::STREAM_POLL_SPIN, PollState::SPIN);
         assert_eq!(spsc::STREAM_POLL_PROBE_EVERY, PollState::PROBE_EVERY);
+        assert_eq!(spsc::STREAM_POLL_REPLY_SPIN, PollState::REPLY_SPIN);
     }
 
     #[test]

@@ -243,6 +243,17 @@ pub struct Doorbell {
     _owner: crate::sys::OwnerLock,
 }
 
+thread_local! {
+    /// Messages this thread has published (see [`note_publish`]).
+    static PUBLISHED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts a message published by the calling thread: a wait that follows one on the same thread waits for a reply
+/// (request/response, ping-pong), and polls longer ([`PollState::REPLY_SPIN`]).
+pub fn note_publish() {
+    PUBLISHED.with(|c| c.set(c.get().wrapping_add(1)));
+}
+
 /// One waiting thread's state for [`Doorbell::wait_until`]: whether its messages come back to back. Kept by the
 /// thread that waits (a `recv` caller, the callback thread), not by the doorbell, which every receiving thread of
 /// the process shares: one thread's stream must not make another thread's paced waits poll.
@@ -252,30 +263,66 @@ pub struct PollState {
     streaming: bool,
     /// Waits since the last poll, while not streaming.
     since_probe: u32,
+    /// Waits from one probe to the next while not streaming: 2 after a poll that ended a stream, doubling after each
+    /// probe that finds nothing up to [`PollState::PROBE_EVERY`] (0 stands for that, a fresh state's).
+    interval: u32,
+    /// This thread's publish count when its last wait began ([`note_publish`]).
+    published_seen: u64,
 }
 
 impl PollState {
     /// How long a wait polls before it sleeps, while messages come back to back.
     pub const SPIN: Duration = Duration::from_micros(10);
-    /// While they do not, one wait in this many still polls first, to notice a stream beginning.
+    /// How long a wait that polls polls instead when its thread published since its previous wait: long enough
+    /// for a peer that sleeps to wake and reply (20-35 µs on a 2-core VM), so that a request/response exchange
+    /// settles with both sides polling (each reply found within the poll) rather than both sleeping, which the
+    /// 10 µs poll alone could never leave (the peer's reply comes a wake-up later).
+    pub const REPLY_SPIN: Duration = Duration::from_micros(50);
+    /// While they do not, one wait in this many at most still polls first (a probe), to notice a stream beginning.
+    /// Right after a stream ends probes come sooner (every 2nd wait, then 4th, ... up to this), so an exchange that
+    /// one slow round (a hiccup, a ring that grew) knocked out of polling finds back to it within a few rounds.
     pub const PROBE_EVERY: u32 = 64;
 
     /// A thread's state before its first wait: not streaming.
     pub const fn new() -> PollState {
-        PollState { streaming: false, since_probe: 0 }
+        PollState { streaming: false, since_probe: 0, interval: 0, published_seen: 0 }
     }
 
-    /// Whether this wait polls before it sleeps: while streaming, and once every [`PollState::PROBE_EVERY`] waits.
+    /// How long this wait polls before it sleeps (zero: it does not), given whether its thread published since
+    /// its previous wait: while streaming, and at each probe.
+    fn poll_window(&mut self, replying: bool) -> Duration {
+        if !self.should_poll() {
+            return Duration::ZERO;
+        }
+        if replying { Self::REPLY_SPIN } else { Self::SPIN }
+    }
+
+    /// Whether this wait polls before it sleeps: while streaming, and at each probe.
     fn should_poll(&mut self) -> bool {
         if self.streaming {
             return true;
         }
         self.since_probe += 1;
-        if self.since_probe >= Self::PROBE_EVERY {
+        let interval = if self.interval == 0 { Self::PROBE_EVERY } else { self.interval };
+        if self.since_probe >= interval {
             self.since_probe = 0;
             return true;
         }
         false
+    }
+
+    /// Records what a poll found: a message keeps (or starts) the streaming state; nothing ends it, and the next
+    /// probe comes after twice the waits of the last (from 2, up to [`PollState::PROBE_EVERY`]).
+    fn polled(&mut self, found: bool) {
+        self.interval = if found {
+            1
+        } else if self.streaming {
+            2
+        } else {
+            (self.interval.max(1) * 2).min(Self::PROBE_EVERY)
+        };
+        self.streaming = found;
+        self.since_probe = 0;
     }
 }
 
@@ -337,19 +384,26 @@ impl Doorbell {
     /// then never sleeps between its messages, so the publisher finds no waiter and makes no `FUTEX_WAKE` per message
     /// (about 2 µs of its CPU each, and the receiver's wake-up latency). A poll that finds nothing ends the
     /// streaming state; otherwise one wait in [`PollState::PROBE_EVERY`] (64) polls first, so a paced receiver polls
-    /// 10 µs per 64 messages and sleeps at once for the rest.
+    /// 10 µs per 64 messages and sleeps at once for the rest (right after a stream ends probes come sooner: every
+    /// 2nd wait, then 4th, ... up to every 64th). A wait of a thread that published since its previous wait (it
+    /// waits for a reply) polls up to [`PollState::REPLY_SPIN`] (50 µs) instead, by the same rule.
     pub fn wait_until(
         &self,
         poll: &mut PollState,
         mut ready: impl FnMut() -> bool,
         deadline: Option<Instant>,
     ) -> Result<bool, DoorbellWaitError> {
+        let published = PUBLISHED.with(std::cell::Cell::get);
+        let replying = published != poll.published_seen;
+        poll.published_seen = published;
         if ready() {
             return Ok(true);
         }
-        if poll.should_poll() {
-            poll.streaming = poll_for(&mut ready, PollState::SPIN, deadline);
-            if poll.streaming {
+        let window = poll.poll_window(replying);
+        if !window.is_zero() {
+            let found = poll_for(&mut ready, window, deadline);
+            poll.polled(found);
+            if found {
                 return Ok(true);
             }
         }

@@ -962,7 +962,7 @@ fn waiters_when_ready(bell: &Doorbell, poll: &mut PollState) -> u32 {
 /// A wait polls before it sleeps only while samples come back to back: at first it registers at once, except one
 /// wait in 64 that polls (a probe); once a poll found a sample, the next waits poll first too and take a sample
 /// that comes meanwhile without ever registering (so the publisher makes no wake-up); a poll that finds nothing
-/// ends that.
+/// ends that, and the probes then back off from every 2nd wait.
 #[test]
 fn doorbell_polls_before_sleeping_only_while_samples_come_back_to_back() {
     let bell = Doorbell::create().unwrap();
@@ -977,8 +977,19 @@ fn doorbell_polls_before_sleeping_only_while_samples_come_back_to_back() {
     for _ in 0..100 {
         assert_eq!(waiters_when_ready(&bell, &mut poll), 0, "while a poll finds samples, the next wait polls too");
     }
-    // A poll that finds nothing (the wait times out) ends the streaming state.
-    assert!(!bell.wait_until(&mut poll, || false, Some(Instant::now() + Duration::from_millis(2))).unwrap());
+    // A poll that finds nothing (the wait times out) ends the streaming state; probes then come sooner than every
+    // 64th wait, at the 2nd wait, then (when that finds nothing) at the 4th, ...
+    let nothing = |poll: &mut PollState| {
+        assert!(!bell.wait_until(poll, || false, Some(Instant::now() + Duration::from_millis(2))).unwrap());
+    };
+    nothing(&mut poll);
+    assert_eq!(waiters_when_ready(&bell, &mut poll), 1);
+    nothing(&mut poll);
+    for _ in 0..3 {
+        assert_eq!(waiters_when_ready(&bell, &mut poll), 1);
+    }
+    assert_eq!(waiters_when_ready(&bell, &mut poll), 0, "the 4th wait after a probe that found nothing probes");
+    nothing(&mut poll);
     assert_eq!(waiters_when_ready(&bell, &mut poll), 1);
     assert_eq!(bell.waiters(), 0);
     // The state is the waiting thread's: while this thread streams, another thread's waits on the same doorbell
@@ -988,6 +999,29 @@ fn doorbell_polls_before_sleeping_only_while_samples_come_back_to_back() {
     std::thread::scope(|s| {
         s.spawn(|| assert_eq!(waiters_when_ready(&bell, &mut PollState::new()), 1, "another thread's paced wait"));
     });
+}
+
+/// A thread that published since its previous wait waits for a reply: while it polls at all (streaming, or a
+/// probe), it polls up to `PollState::REPLY_SPIN` (50 µs), long enough to find a reply that a sleeping peer sends
+/// after waking, without registering as a waiter.
+#[test]
+fn a_wait_after_a_publish_polls_long_enough_for_a_reply_from_a_sleeping_peer() {
+    let bell = Doorbell::create().unwrap();
+    let mut poll = PollState::new();
+    while waiters_when_ready(&bell, &mut poll) == 1 {}
+    assert_eq!(waiters_when_ready(&bell, &mut poll), 0, "streaming");
+    note_publish();
+    let start = Instant::now();
+    // The reply comes 30 µs after the wait began; a ready() that a registered waiter calls never sees it (and the
+    // wait then times out).
+    let found = bell
+        .wait_until(
+            &mut poll,
+            || bell.waiters() == 0 && start.elapsed() >= Duration::from_micros(30),
+            Some(start + Duration::from_secs(1)),
+        )
+        .unwrap();
+    assert!(found, "found by the reply poll, not after registering");
 }
 
 /// Ping-pong across two threads, each sleeping on its own doorbell: a lost wake-up would stall
