@@ -276,7 +276,10 @@ impl PollState {
     /// How long a wait that polls polls instead when its thread published since its previous wait: long enough
     /// for a peer that sleeps to wake and reply (20-35 µs on a 2-core VM), so that a request/response exchange
     /// settles with both sides polling (each reply found within the poll) rather than both sleeping, which the
-    /// 10 µs poll alone could never leave (the peer's reply comes a wake-up later).
+    /// 10 µs poll alone could never leave (the peer's reply comes a wake-up later). The price: a thread that
+    /// republishes a stream whose samples come every 10-50 µs polls between them too, where it slept before (a
+    /// sleep per sample costs CPU as well: waking a sleeping receiver cost its publisher 2-7.5 µs per send on a
+    /// 2-core VM, `shoal perf --subscribers`).
     pub const REPLY_SPIN: Duration = Duration::from_micros(50);
     /// While they do not, one wait in this many at most still polls first (a probe), to notice a stream beginning.
     /// Right after a stream ends probes come sooner (every 2nd wait, then 4th, ... up to this), so an exchange that
