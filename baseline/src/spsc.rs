@@ -91,8 +91,8 @@ pub(crate) const SPIN_BEFORE_YIELD: Duration = Duration::from_micros(50);
 pub const STREAM_POLL_SPIN: Duration = Duration::from_micros(10);
 /// While they do not, one wait in this many polls first ([`StreamPoll`]); equal to shoal's `PollState::PROBE_EVERY`.
 pub const STREAM_POLL_PROBE_EVERY: u32 = 64;
-/// How long a wait of a thread that published since its previous wait polls instead (it waits for a reply);
-/// equal to shoal's `PollState::REPLY_SPIN`.
+/// How long a probe (a poll while not streaming) of a thread that published since its previous wait polls instead
+/// (it waits for a reply); equal to shoal's `PollState::REPLY_SPIN`.
 pub const STREAM_POLL_REPLY_SPIN: Duration = Duration::from_micros(50);
 
 thread_local! {
@@ -108,7 +108,7 @@ pub(crate) fn note_publish() {
 /// Block mode's poll before a reader sleeps, the rule of shoal's block mode (its doorbell's `wait_until`), so that
 /// a block-mode comparison is of rings, not of wait strategies: while messages come back to back (the last poll
 /// found one), poll up to 10 µs before sleeping; otherwise poll first in one wait of 64 (to notice a stream), and
-/// right after a stream ended in the 2nd, then 4th, ... wait; a wait of a thread that wrote a message since its
+/// right after a stream ended in the 2nd, then 4th, ... wait; a probe of a thread that wrote a message since its
 /// previous wait polls up to 50 µs instead.
 #[derive(Debug, Default)]
 pub(crate) struct StreamPoll {
@@ -135,7 +135,8 @@ impl StreamPoll {
                 return false;
             }
         }
-        let end = Instant::now() + if replying { STREAM_POLL_REPLY_SPIN } else { STREAM_POLL_SPIN };
+        let probe = !self.streaming.get();
+        let end = Instant::now() + if probe && replying { STREAM_POLL_REPLY_SPIN } else { STREAM_POLL_SPIN };
         let mut n = 0u32;
         let found = loop {
             if ready() {

@@ -43,9 +43,9 @@ pub use report::{ConfigReport, FoundBy, KeyReport, ValueOrigin};
 pub enum WaitStrategy {
     /// Sleep on the futex doorbell; while samples come back to back (the previous wait found one within 10 µs),
     /// poll 10 µs first, so that a receiver keeping up with a stream neither sleeps nor costs its publisher a
-    /// wake-up per sample; a thread that published since its previous wait (request/response) polls 50 µs, long
-    /// enough for a sleeping peer's reply, so both sides of an exchange end up polling (as does a thread that
-    /// republishes a stream arriving every 10-50 µs; the doorbell's `wait_until`).
+    /// wake-up per sample; otherwise one wait in 64 polls first (sooner right after a stream ends), for 50 µs when
+    /// its thread published since its previous wait (a reply is due), so both sides of a request/response exchange
+    /// end up polling (the doorbell's `wait_until`).
     Block,
     /// Spin for the given time, then sleep on the doorbell.
     SpinThenBlock(Duration),

@@ -249,7 +249,7 @@ thread_local! {
 }
 
 /// Counts a message published by the calling thread: a wait that follows one on the same thread waits for a reply
-/// (request/response, ping-pong), and polls longer ([`PollState::REPLY_SPIN`]).
+/// (request/response, ping-pong), and its probe polls longer ([`PollState::REPLY_SPIN`]).
 pub fn note_publish() {
     PUBLISHED.with(|c| c.set(c.get().wrapping_add(1)));
 }
@@ -273,13 +273,13 @@ pub struct PollState {
 impl PollState {
     /// How long a wait polls before it sleeps, while messages come back to back.
     pub const SPIN: Duration = Duration::from_micros(10);
-    /// How long a wait that polls polls instead when its thread published since its previous wait: long enough
-    /// for a peer that sleeps to wake and reply (20-35 µs on a 2-core VM), so that a request/response exchange
-    /// settles with both sides polling (each reply found within the poll) rather than both sleeping, which the
-    /// 10 µs poll alone could never leave (the peer's reply comes a wake-up later). The price: a thread that
-    /// republishes a stream whose samples come every 10-50 µs polls between them too, where it slept before (a
-    /// sleep per sample costs CPU as well: waking a sleeping receiver cost its publisher 2-7.5 µs per send on a
-    /// 2-core VM, `shoal perf --subscribers`).
+    /// How long a probe (a poll while not streaming) polls instead when its thread published since its previous
+    /// wait: long enough for a peer that sleeps to wake and reply (20-35 µs on a 2-core VM), so that a
+    /// request/response exchange settles with both sides polling rather than both sleeping, which the 10 µs poll
+    /// alone could never leave (the peer's reply comes a wake-up later). Polls while streaming stay at
+    /// [`PollState::SPIN`]: with the long poll there too, a thread that republishes a stream arriving every 20-50 µs
+    /// polled all the time (98 % of a core against 23-26 % when it slept per sample; with the long poll only in
+    /// probes 37-48 %).
     pub const REPLY_SPIN: Duration = Duration::from_micros(50);
     /// While they do not, one wait in this many at most still polls first (a probe), to notice a stream beginning.
     /// Right after a stream ends probes come sooner (every 2nd wait, then 4th, ... up to this), so an exchange that
@@ -292,12 +292,13 @@ impl PollState {
     }
 
     /// How long this wait polls before it sleeps (zero: it does not), given whether its thread published since
-    /// its previous wait: while streaming, and at each probe.
+    /// its previous wait: while streaming, and at each probe (longer when replying).
     fn poll_window(&mut self, replying: bool) -> Duration {
+        let probe = !self.streaming;
         if !self.should_poll() {
             return Duration::ZERO;
         }
-        if replying { Self::REPLY_SPIN } else { Self::SPIN }
+        if probe && replying { Self::REPLY_SPIN } else { Self::SPIN }
     }
 
     /// Whether this wait polls before it sleeps: while streaming, and at each probe.
@@ -388,8 +389,8 @@ impl Doorbell {
     /// (about 2 µs of its CPU each, and the receiver's wake-up latency). A poll that finds nothing ends the
     /// streaming state; otherwise one wait in [`PollState::PROBE_EVERY`] (64) polls first, so a paced receiver polls
     /// 10 µs per 64 messages and sleeps at once for the rest (right after a stream ends probes come sooner: every
-    /// 2nd wait, then 4th, ... up to every 64th). A wait of a thread that published since its previous wait (it
-    /// waits for a reply) polls up to [`PollState::REPLY_SPIN`] (50 µs) instead, by the same rule.
+    /// 2nd wait, then 4th, ... up to every 64th). A probe of a thread that published since its previous wait (it
+    /// waits for a reply) polls up to [`PollState::REPLY_SPIN`] (50 µs) instead.
     pub fn wait_until(
         &self,
         poll: &mut PollState,

@@ -1001,15 +1001,17 @@ fn doorbell_polls_before_sleeping_only_while_samples_come_back_to_back() {
     });
 }
 
-/// A thread that published since its previous wait waits for a reply: while it polls at all (streaming, or a
-/// probe), it polls up to `PollState::REPLY_SPIN` (50 µs), long enough to find a reply that a sleeping peer sends
-/// after waking, without registering as a waiter.
+/// A thread that published since its previous wait waits for a reply: its probe polls up to `PollState::REPLY_SPIN`
+/// (50 µs), long enough to find a reply that a sleeping peer sends after waking, without registering as a waiter.
 #[test]
-fn a_wait_after_a_publish_polls_long_enough_for_a_reply_from_a_sleeping_peer() {
+fn a_probe_after_a_publish_polls_long_enough_for_a_reply_from_a_sleeping_peer() {
     let bell = Doorbell::create().unwrap();
     let mut poll = PollState::new();
     while waiters_when_ready(&bell, &mut poll) == 1 {}
     assert_eq!(waiters_when_ready(&bell, &mut poll), 0, "streaming");
+    // A poll that finds nothing ends streaming: the next wait sleeps, the one after is a probe.
+    assert!(!bell.wait_until(&mut poll, || false, Some(Instant::now() + Duration::from_millis(2))).unwrap());
+    assert_eq!(waiters_when_ready(&bell, &mut poll), 1);
     note_publish();
     let start = Instant::now();
     // The reply comes 30 µs after the wait began; a ready() that a registered waiter calls never sees it (and the
@@ -1021,7 +1023,7 @@ fn a_wait_after_a_publish_polls_long_enough_for_a_reply_from_a_sleeping_peer() {
             Some(start + Duration::from_secs(1)),
         )
         .unwrap();
-    assert!(found, "found by the reply poll, not after registering");
+    assert!(found, "found by the reply probe, not after registering");
 }
 
 /// Ping-pong across two threads, each sleeping on its own doorbell: a lost wake-up would stall
