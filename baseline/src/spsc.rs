@@ -124,12 +124,12 @@ impl StreamPoll {
     pub(crate) fn poll(&self, ready: impl Fn() -> bool) -> bool {
         let published = PUBLISHED.with(std::cell::Cell::get);
         let replying = published != self.published_seen.replace(published);
+        let interval = match self.interval.get() {
+            0 => STREAM_POLL_PROBE_EVERY,
+            i => i,
+        };
         if !self.streaming.get() {
             let n = self.since_probe.get() + 1;
-            let interval = match self.interval.get() {
-                0 => STREAM_POLL_PROBE_EVERY,
-                i => i,
-            };
             if n < interval {
                 self.since_probe.set(n);
                 return false;
@@ -153,7 +153,7 @@ impl StreamPoll {
         } else if self.streaming.get() {
             2
         } else {
-            (self.interval.get().max(1) * 2).min(STREAM_POLL_PROBE_EVERY)
+            (interval * 2).min(STREAM_POLL_PROBE_EVERY)
         };
         self.interval.set(interval);
         self.streaming.set(found);

@@ -307,8 +307,7 @@ impl PollState {
             return true;
         }
         self.since_probe += 1;
-        let interval = if self.interval == 0 { Self::PROBE_EVERY } else { self.interval };
-        if self.since_probe >= interval {
+        if self.since_probe >= self.probe_interval() {
             self.since_probe = 0;
             return true;
         }
@@ -323,10 +322,15 @@ impl PollState {
         } else if self.streaming {
             2
         } else {
-            (self.interval.max(1) * 2).min(Self::PROBE_EVERY)
+            (self.probe_interval() * 2).min(Self::PROBE_EVERY)
         };
         self.streaming = found;
         self.since_probe = 0;
+    }
+
+    /// Waits from one probe to the next while not streaming.
+    fn probe_interval(&self) -> u32 {
+        if self.interval == 0 { Self::PROBE_EVERY } else { self.interval }
     }
 }
 
@@ -628,5 +632,33 @@ impl LocalWaiter<'_> {
 impl Drop for LocalWaiter<'_> {
     fn drop(&mut self) {
         self.bell.words().deregister();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PollState;
+
+    /// Waits until the next probe (the probing wait included) of a thread that is not streaming.
+    fn waits_to_probe(poll: &mut PollState) -> u32 {
+        (1..=PollState::PROBE_EVERY).find(|_| poll.should_poll()).expect("a probe within PROBE_EVERY waits")
+    }
+
+    #[test]
+    fn probes_back_off_to_every_64th_wait_and_stay_there() {
+        let mut poll = PollState::new();
+        // A fresh state's probe that finds nothing leaves it probing every 64th wait.
+        assert_eq!(waits_to_probe(&mut poll), PollState::PROBE_EVERY);
+        poll.polled(false);
+        assert_eq!(waits_to_probe(&mut poll), PollState::PROBE_EVERY);
+        poll.polled(false);
+        // A stream, then its end: probes at the 2nd wait, then the 4th, ... up to the 64th, and no further apart.
+        poll.polled(true);
+        assert!(poll.should_poll(), "streaming: every wait polls");
+        poll.polled(false);
+        for expected in [2, 4, 8, 16, 32, 64, 64] {
+            assert_eq!(waits_to_probe(&mut poll), expected);
+            poll.polled(false);
+        }
     }
 }
