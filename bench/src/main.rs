@@ -38,8 +38,8 @@ enum Command {
 Runs, per wait mode (spin, block): the baseline ring (as deep as shoal's ring for each size) and
 shoal streaming 64 B (T2) and 1 KB (T7); ping-pong at 64 B-4 MB and zero-copy (T1 spin, T4 block,
 T3); fan-out to 1 and 4 subscriber processes (T5); then a process with 100 topics (T6); last reliable
-shoal streams of 64 B and 1 MiB, which must lose nothing (T8); shoal streams of 64 KB-4 MB with
-rings on normal and on huge pages (T9: huge_pages rings on 2 MB pages in both processes, as smaps
+shoal streams of 64 B and 1 MiB, which must lose nothing (T8), and two more of 64 B (S5); shoal
+streams of 64 KB-4 MB with rings on normal and on huge pages (T9: huge_pages rings on 2 MB pages in both processes, as smaps
 shows; needs a hugetlbfs mount at the ini's huge_pages_path with free pages); then, with --wait block,
 shoal's UDP layer streaming 64 B and 1 MiB and its TCP layer 1 MiB, with shoal's defaults, against
 raw socket programs (N1: 64 B UDP >= 0.5x raw sendmmsg, N2: 64 B UDP >= 1 M msg/s with 0 lost, N3: 1 MiB
@@ -47,8 +47,9 @@ UDP >= 0.7x raw UDP, N4: 1 MiB TCP >= 0.7x raw TCP). S1-S6 set shoal against the
 same run, from the ratios shoal perf prints: S1 copying ping-pong p50 at 64 KB-8 MB <= 1.1x the fastest plain ring
 (line, warm or deep), S2 <= 1.0x iceoryx2 0.10 (scripts/iceoryx2 builds it), S3 block mode at 64 B-8 MB <= 0.8x
 eCAL 6.1.1's C++ ping-pong (scripts/ecal-cpp builds it; this run comes first), S4 64 B spin p50 <= 1.5x the
-fastest plain ring, S5 a reliable 64 B stream >= 0.5x the faster plain ring whose writer waits, with nothing lost,
-S6 the cost of a send to 16 subscriber processes <= 1.3x to one (64 B, 1 MB). A target whose measurements are
+fastest plain ring, S5 a reliable 64 B stream >= 0.5x the faster plain ring whose writer waits (the median of
+three runs, each measuring the rings and then shoal), with nothing lost in any, S6 the cost of a send to 16
+subscriber processes <= 1.3x to one (64 B, 1 MB). A target whose measurements are
 missing (a failed run, a missing row or value, a reference not built) is NOT MEASURED, which fails the check like a
 FAIL does.")]
 struct TargetsArgs {
