@@ -628,8 +628,9 @@ fn s5(rows: &Rows) -> Target {
     let runs = &found[found.len().saturating_sub(S5_RUNS)..];
     let mut ratios: Vec<f64> = runs.iter().filter_map(|r| num(r, "msgs_per_s_ratio")).collect();
     ratios.sort_by(f64::total_cmp);
-    let ratio = (ratios.len() == S5_RUNS).then(|| ratios[S5_RUNS / 2]);
+    // A run whose row does not say what it lost is no measurement of a lossless stream.
     let lost = runs.iter().map(|r| r["lost"].as_u64()).sum::<Option<u64>>().filter(|_| !runs.is_empty());
+    let ratio = (ratios.len() == S5_RUNS && lost.is_some()).then(|| ratios[S5_RUNS / 2]);
     let median_row = ratio.and_then(|m| runs.iter().find(|r| num(r, "msgs_per_s_ratio") == Some(m)));
     let vs = median_row.and_then(|r| r["ratio_vs"].as_str()).unwrap_or("-");
     let all = runs.iter().filter_map(|r| num(r, "msgs_per_s_ratio")).map(|v| format!("{v:.2}x")).collect::<Vec<_>>();
@@ -637,6 +638,7 @@ fn s5(rows: &Rows) -> Target {
         (Some(rate), Some(l)) => {
             format!("median {:.2}M msg/s vs {vs} (runs {}), {l} lost (must be 0)", rate / 1e6, all.join(", "))
         }
+        _ if runs.len() == S5_RUNS => "not measured: a run's row does not say what it lost".to_string(),
         _ => format!("not measured: {} of {S5_RUNS} runs with a reliable 64B stream and --baseline", runs.len()),
     };
     let (limit, cmp) = (0.5, Cmp::AtLeast);
@@ -898,6 +900,12 @@ mod tests {
         let s5 = target(rows, "S5", Some("spin"));
         assert_eq!(s5.status, Status::NotMeasured, "{}", s5.detail);
         assert!(s5.detail.contains("2 of 3 runs"), "{}", s5.detail);
+        let mut rows = passing();
+        let first = rows.iter_mut().find(|r| r["msgs_per_s_ratio"] == 0.60).expect("the first S5 run");
+        first.as_object_mut().map(|o| o.remove("lost"));
+        let s5 = target(rows, "S5", Some("spin"));
+        assert_eq!((s5.status, s5.value), (Status::NotMeasured, None), "{}", s5.detail);
+        assert!(s5.detail.contains("does not say what it lost"), "{}", s5.detail);
         // Without iceoryx2 (not built here) S2 is not measured, never a pass.
         let rows: Vec<Value> = passing()
             .into_iter()
