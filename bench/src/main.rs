@@ -1,9 +1,9 @@
 //! `shoal-bench`: shoal's performance acceptance checks, run against the built `shoal` command line.
 //!
 //! `shoal-bench targets` runs `shoal perf ... --json` as child processes (the `shoal` binary next to this one,
-//! `$SHOAL_BIN` or `--shoal`), evaluates targets T1-T9, N1-N4 and S1-S6 from their JSON lines and prints one row per target. The
-//! exit code is 0 only when every target was measured and passed. It depends on `shoal perf`'s output format,
-//! not on its code.
+//! `$SHOAL_BIN` or `--shoal`), evaluates targets T1-T9, N1-N4 and S1-S6 from their JSON lines and prints one row
+//! per target. The exit code is 0 only when every target was measured and passed. It depends on `shoal perf`'s
+//! output format, not on its code.
 
 mod runs;
 mod targets;
@@ -39,8 +39,9 @@ Runs, per wait mode (spin, block): the baseline ring (as deep as shoal's ring fo
 shoal streaming 64 B (T2) and 1 KB (T7); ping-pong at 64 B-4 MB and zero-copy (T1 spin, T4 block,
 T3); fan-out to 1 and 4 subscriber processes (T5); then a process with 100 topics (T6); last reliable
 shoal streams of 64 B and 1 MiB, which must lose nothing (T8), and two more of 64 B (S5); shoal
-streams of 64 KB-4 MB with rings on normal and on huge pages (T9: huge_pages rings on 2 MB pages in both processes, as smaps
-shows; needs a hugetlbfs mount at the ini's huge_pages_path with free pages); then, with --wait block,
+streams of 64 KB-4 MB with rings on normal and on huge pages (T9: huge_pages rings on 2 MB pages in
+both processes, as smaps shows; needs a hugetlbfs mount at the ini's huge_pages_path with free
+pages); then, with --wait block,
 shoal's UDP layer streaming 64 B and 1 MiB and its TCP layer 1 MiB, with shoal's defaults, against
 raw socket programs (N1: 64 B UDP >= 0.5x raw sendmmsg, N2: 64 B UDP >= 1 M msg/s with 0 lost, N3: 1 MiB
 UDP >= 0.7x raw UDP, N4: 1 MiB TCP >= 0.7x raw TCP). S1-S6 set shoal against the strongest reference of the

@@ -188,6 +188,12 @@ fn is_ring_row(r: &Value, system: &str, mode: &str, wait: &str, size: u64, relia
         && !is_network(r)
 }
 
+/// Whether `r` is a shoal [ring row](is_ring_row) of this mode, wait mode and size that carries the ratio `key`,
+/// which `shoal perf` computes against the references of the same run.
+fn is_ratio_row(r: &Value, mode: &str, wait: &str, size: u64, reliable: bool, key: &str) -> bool {
+    is_ring_row(r, "shoal", mode, wait, size, reliable) && num(r, key).is_some()
+}
+
 /// The JSON lines of the runs, queried the way the targets need them.
 #[derive(Debug, Default)]
 pub(crate) struct Rows(pub(crate) Vec<Value>);
@@ -211,7 +217,7 @@ impl Rows {
     /// ring, `iceoryx2_p50_ratio`, `ecal_p50_ratio`, `msgs_per_s_ratio`), which only the runs that measured those
     /// references put in.
     fn shoal_ratio(&self, mode: &str, wait: &str, size: u64, reliable: bool, key: &str) -> Option<&Value> {
-        self.0.iter().rev().find(|r| is_ring_row(r, "shoal", mode, wait, size, reliable) && num(r, key).is_some())
+        self.0.iter().rev().find(|r| is_ratio_row(r, mode, wait, size, reliable, key))
     }
 
     /// The latest row of `shoal perf --transport udp|tcp` with this `transport` label (`udp`, `tcp`, `raw_udp`,
@@ -284,8 +290,8 @@ fn net_ratio(
     }
 }
 
-/// N2: 64 B over shoal's UDP layer with shoal's defaults, which batch a stream through the I/O thread, unpaced, at least 1 M msg/s received
-/// with none lost: a receive rate of a run that lost messages does not count.
+/// N2: 64 B over shoal's UDP layer with shoal's defaults, which batch a stream through the I/O thread, unpaced, at
+/// least 1 M msg/s received with none lost: a receive rate of a run that lost messages does not count.
 fn n2(rows: &Rows) -> Target {
     let (limit, cmp) = (1e6, Cmp::AtLeast);
     let row = rows.find_net("udp", "throughput", NET_WAIT, 64);
@@ -585,8 +591,7 @@ fn t6(rows: &Rows) -> Target {
 /// S3: block-mode ping-pong at 64 B - 8 MB against eCAL 6.1.1's C++ (`ecal_p50_ratio`, where `scripts/ecal-cpp`
 /// built it), at most 0.8x; S4: 64 B spin ping-pong against the strongest plain ring, at most 1.5x; S5: a reliable
 /// 64 B stream (nothing lost) against the faster plain ring whose writer waits, the median of three runs, at least
-/// 0.5x; S6: the cost of a send
-/// to 16 subscriber processes against one, at most 1.3x.
+/// 0.5x; S6: the cost of a send to 16 subscriber processes against one, at most 1.3x.
 fn strongest(rows: &Rows) -> Vec<Target> {
     let mut out = Vec::new();
     let pingpong = |wait: &str, key: &str, sizes: &[(u64, &'static str)]| -> Vec<(&'static str, Option<f64>)> {
@@ -620,11 +625,8 @@ pub(crate) const S5_RUNS: usize = 3;
 /// in one run (the plain rings, then shoal), the median of the last [`S5_RUNS`] runs' ratios; a stream that lost
 /// messages is no pass whatever its rate, and fewer runs are not measured.
 fn s5(rows: &Rows) -> Target {
-    let found: Vec<&Value> = rows
-        .0
-        .iter()
-        .filter(|r| is_ring_row(r, "shoal", "throughput", "spin", 64, true) && num(r, "msgs_per_s_ratio").is_some())
-        .collect();
+    let found: Vec<&Value> =
+        rows.0.iter().filter(|r| is_ratio_row(r, "throughput", "spin", 64, true, "msgs_per_s_ratio")).collect();
     let runs = &found[found.len().saturating_sub(S5_RUNS)..];
     let mut ratios: Vec<f64> = runs.iter().filter_map(|r| num(r, "msgs_per_s_ratio")).collect();
     ratios.sort_by(f64::total_cmp);
