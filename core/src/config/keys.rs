@@ -1178,7 +1178,9 @@ pub(crate) static KEYS: &[KeyDef] = &[
             "                   50 us when its thread published since its last wait (a reply is",
             "                   due), so both sides of a request/response exchange end up polling",
             "  spin_then_block  spin for spin_us microseconds, then sleep",
-            "  busy_spin        spin, never sleep (least latency; uses a whole core)",
+            "  busy_spin        spin, never sleep (least latency; uses a whole core); while no",
+            "                   thread of the process has slept, its publishers skip a fence",
+            "                   per send",
         ],
         allowed: "block, spin_then_block or busy_spin",
         get: |c| {

@@ -49,7 +49,8 @@ pub enum WaitStrategy {
     Block,
     /// Spin for the given time, then sleep on the doorbell.
     SpinThenBlock(Duration),
-    /// Spin without ever sleeping (lowest latency, burns a core).
+    /// Spin without ever sleeping (lowest latency, burns a core). While no thread of the process has slept on its
+    /// doorbell, publishers skip the doorbell's fence on every send to it (`shm_ring::doorbell`).
     BusySpin,
 }
 

@@ -727,7 +727,9 @@ impl Publisher {
         }
         self.clock = clock;
         self.shared.clock.store(clock, Ordering::Relaxed);
-        self.shared.bytes.fetch_add(len as u64, Ordering::Relaxed);
+        // This publisher is the counter's only writer: a load and a store, not a locked add, which would make every
+        // send wait until its ring stores reached the reader's core.
+        self.shared.bytes.store(self.shared.bytes.load(Ordering::Relaxed).wrapping_add(len as u64), Ordering::Relaxed);
         self.shared.last_size.store(len as u64, Ordering::Relaxed);
     }
 

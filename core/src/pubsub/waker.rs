@@ -97,7 +97,9 @@ impl Waker {
 /// Rings the doorbells of `bells` whose process sleeps, after the caller published (and before it returns to the
 /// user): one sleeping process directly, two or more through the waker thread. Returns how many were asleep.
 pub(crate) fn ring_after_publish(waker: &Waker, bells: &[Arc<DoorbellRemote>]) -> usize {
-    if bells.is_empty() {
+    // Processes none of whose threads ever slept need neither the fence nor the waiter checks (the doorbell's
+    // `spin_only`): a stream to busy-spinning receivers then makes its publisher wait for no store on any send.
+    if bells.iter().all(|b| b.spin_only()) {
         return 0;
     }
     // StoreLoad between the publish and the waiter checks (see the doorbell protocol).

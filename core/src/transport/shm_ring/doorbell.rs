@@ -9,6 +9,17 @@
 //! futex wait returns at once or is woken), or the waiter's re-check sees the published slot.
 //! The futex ops are the plain (shared, non-PRIVATE) ones: the word lives in a file mapping.
 //!
+//! A process whose threads never sleep (busy-spinning receivers) spares its publishers that fence, which makes them
+//! wait for their ring stores to reach the other core on every send: its doorbell starts `spin_only`, and a ringer
+//! that reads `spin_only == 1` after its publish (program order, no fence) neither fences nor looks for waiters.
+//! Before the owner's first registration, it stores `spin_only = 0` and calls
+//! `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)`, a fence on every CPU that runs a thread of a process registered for
+//! it (about 1 µs), before it goes on as above: the asymmetric form of the same store-buffering pairing (a ringer
+//! that still read 1 had its publish made visible by that barrier, so the re-check sees it; a ringer that reads later
+//! sees 0 and fences). Once per process. A process registers when it opens its first [`DoorbellRemote`] (its node's
+//! own, at start-up), so every ringer that may skip the fence is registered; where the kernel lacks the command
+//! (before Linux 4.16, or a seccomp filter refuses it) doorbells are never spin-only and ringers always fence.
+//!
 //! [`LocalBell`] is the same protocol on a process-private word (PRIVATE futex ops), for threads of one process;
 //! [`DoorbellRemote::hand_over`] marks a remote doorbell to be rung later by another thread of the publishing
 //! process (the waker thread), so that a send with several sleeping subscriber processes makes one wake-up, not one
@@ -16,7 +27,8 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, compiler_fence, fence};
 use std::time::{Duration, Instant};
 
 use memmap2::MmapOptions;
@@ -169,6 +181,35 @@ fn futex_wake_all(word: &AtomicU32, scope: Scope) {
     }
 }
 
+/// `membarrier(2)` commands (`linux/membarrier.h`).
+const MEMBARRIER_CMD_QUERY: libc::c_int = 0;
+const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_int = 1 << 1;
+const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_int = 1 << 2;
+
+fn membarrier(cmd: libc::c_int) -> io::Result<libc::c_long> {
+    // SAFETY: the membarrier commands used here take no pointer (flags 0); the call only returns a value.
+    let rc = unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
+}
+
+/// Whether this kernel offers the expedited global barrier and its registration (Linux 4.16 and later, where no
+/// seccomp filter refuses `membarrier`): asked once per process.
+fn expedited_barrier_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let wanted = libc::c_long::from(MEMBARRIER_CMD_GLOBAL_EXPEDITED | MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED);
+        membarrier(MEMBARRIER_CMD_QUERY).is_ok_and(|mask| mask & wanted == wanted)
+    })
+}
+
+/// Registers this process for the expedited global barriers of doorbell owners (once; module comment): whether it
+/// is, and so may skip the fence for a spin-only doorbell.
+fn registered_for_barriers() -> bool {
+    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *REGISTERED
+        .get_or_init(|| expedited_barrier_available() && membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED).is_ok())
+}
+
 /// The two words of the doorbell protocol (module comment), wherever they live.
 #[derive(Clone, Copy)]
 struct Words<'a> {
@@ -241,6 +282,10 @@ pub struct Doorbell {
     map: PeerMap,
     /// Held while the doorbell lives (stale-file cleanup).
     _owner: crate::sys::OwnerLock,
+    /// The header's `spin_only` is 0 and every ringer sees it (module comment): a thread may register.
+    may_sleep: AtomicBool,
+    /// Taken by the thread that ends `spin_only`; the others wait for its barrier.
+    ending_spin_only: Mutex<()>,
 }
 
 thread_local! {
@@ -335,7 +380,9 @@ impl PollState {
 }
 
 impl Doorbell {
-    /// Creates `/dev/shm/shoal_db_<pid>_<unique>`.
+    /// Creates `/dev/shm/shoal_db_<pid>_<unique>`, `spin_only` where the kernel offers the barrier that ends it
+    /// (module comment): until a thread of this process first registers as a waiter, its publishers skip the
+    /// doorbell's fence.
     pub fn create() -> Result<Doorbell, DoorbellCreateError> {
         let pid = segment::own_pid();
         let mode = crate::sys::shm_write_mode();
@@ -347,8 +394,41 @@ impl Doorbell {
         let h = header(&created.map);
         h.version.store(DOORBELL_VERSION, Ordering::Relaxed);
         h.owner_pid.store(pid, Ordering::Relaxed);
+        let spin_only = expedited_barrier_available();
+        h.spin_only.store(u32::from(spin_only), Ordering::Relaxed);
         h.magic.store(DOORBELL_MAGIC, Ordering::Release);
-        Ok(Doorbell { path: created.path, map: created.map, _owner: created.owner })
+        Ok(Doorbell {
+            path: created.path,
+            map: created.map,
+            _owner: created.owner,
+            may_sleep: AtomicBool::new(!spin_only),
+            ending_spin_only: Mutex::new(()),
+        })
+    }
+
+    /// Whether ringers still skip their fence because no thread of this process has registered yet.
+    pub fn spin_only(&self) -> bool {
+        self.header().spin_only.load(Ordering::SeqCst) != 0
+    }
+
+    /// Before a registration: ends `spin_only` (once per doorbell) and makes every ringer see that (module
+    /// comment). A thread that comes while another ends it waits for that one's barrier.
+    fn allow_sleep(&self) {
+        if self.may_sleep.load(Ordering::Acquire) {
+            return;
+        }
+        let _ending = self.ending_spin_only.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.may_sleep.load(Ordering::Acquire) {
+            return;
+        }
+        self.header().spin_only.store(0, Ordering::SeqCst);
+        if let Err(e) = membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) {
+            // Offered when the doorbell was made, refused now: a ringer's store still in flight reaches memory
+            // within microseconds (a CPU that stops, a descheduled vCPU included, drains its store buffer first).
+            tracing::warn!("shm_ring: membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) failed ({e}); waiting 1 ms instead");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.may_sleep.store(true, Ordering::Release);
     }
 
     fn header(&self) -> &DoorbellHeader {
@@ -374,6 +454,7 @@ impl Doorbell {
     /// After this, re-check the readers; if they are still empty, call
     /// [`WaiterRegistration::wait`].
     pub fn register_waiter(&self) -> WaiterRegistration<'_> {
+        self.allow_sleep();
         WaiterRegistration { bell: self, observed: shared_words(&self.map).register() }
     }
 
@@ -498,6 +579,8 @@ pub struct DoorbellRemote {
     owner_pid: u32,
     /// Handed over to another thread of this process, which will ring it (see [`DoorbellRemote::hand_over`]).
     handed_over: AtomicBool,
+    /// This process is registered for the owners' barriers: it may skip the fence while the owner is spin-only.
+    barriers: bool,
 }
 
 impl DoorbellRemote {
@@ -524,7 +607,14 @@ impl DoorbellRemote {
         if magic != DOORBELL_MAGIC || version != DOORBELL_VERSION || h.owner_pid.load(Ordering::Relaxed) != owner {
             return Err(DoorbellOpenError::BadHeader { path: path.to_owned(), magic, version });
         }
-        Ok(DoorbellRemote { path: path.to_owned(), map, file, owner_pid: owner, handed_over: AtomicBool::new(false) })
+        Ok(DoorbellRemote {
+            path: path.to_owned(),
+            map,
+            file,
+            owner_pid: owner,
+            handed_over: AtomicBool::new(false),
+            barriers: registered_for_barriers(),
+        })
     }
 
     /// Path of the doorbell.
@@ -545,10 +635,22 @@ impl DoorbellRemote {
     }
 
     /// Call after publishing: wakes the subscriber's sleeping threads, if any. Without waiters
-    /// this is one fence and one load (no syscall). Returns whether a wake was issued.
+    /// this is one fence and one load (no syscall), and only a load while the owner is [spin
+    /// only](Self::spin_only). Returns whether a wake was issued.
     #[inline]
     pub fn ring(&self) -> bool {
-        shared_words(&self.map).ring()
+        !self.spin_only() && shared_words(&self.map).ring()
+    }
+
+    /// Whether no thread of the owning process has ever registered as a waiter (module comment): then nothing is
+    /// to be woken and a ringer needs no fence. Call after publishing, in program order (no fence needed); false
+    /// means: fence, then ask [`has_waiters`](Self::has_waiters).
+    #[inline]
+    pub fn spin_only(&self) -> bool {
+        // The publish stays before this load in the compiled code (the barrier that ends `spin_only` orders it in
+        // the CPU).
+        compiler_fence(Ordering::SeqCst);
+        self.barriers && header(&self.map).spin_only.load(Ordering::Relaxed) == 1
     }
 
     /// Whether a thread of the owning process is registered as (about to be) sleeping. Call after publishing and

@@ -160,6 +160,11 @@ pub(super) struct DoorbellHeader {
     pub(super) version: AtomicU32,
     /// Process id of the waiting (subscribing) process.
     pub(super) owner_pid: AtomicU32,
+    /// 1 while no thread of the owning process has ever registered as a waiter (nothing can sleep, so a ringer needs
+    /// neither its fence nor the waiter check); 0 once one may (stored before the owner's first registration, then
+    /// made visible to every ringer by a system-wide memory barrier, `doorbell.rs`). Zero in a doorbell of a shoal
+    /// that did not know the field: its ringers always fence.
+    pub(super) spin_only: AtomicU32,
     /// Futex word: incremented by a ringer that saw a waiter.
     pub(super) seq: CacheLine<AtomicU32>,
     /// Number of threads registered as (about to be) sleeping on `seq`.

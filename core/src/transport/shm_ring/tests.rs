@@ -88,6 +88,7 @@ fn layout_is_as_asserted() {
     assert_eq!(offset_of!(DoorbellHeader, magic), 0);
     assert_eq!(offset_of!(DoorbellHeader, version), 8);
     assert_eq!(offset_of!(DoorbellHeader, owner_pid), 12);
+    assert_eq!(offset_of!(DoorbellHeader, spin_only), 16);
     assert_eq!(offset_of!(DoorbellHeader, seq), 64);
     assert_eq!(offset_of!(DoorbellHeader, waiters), 128);
     assert_eq!(size_of::<DoorbellHeader>(), 192);
@@ -1081,6 +1082,41 @@ fn doorbell_wake_across_threads_no_lost_wakeup() {
     b.join().unwrap();
     assert!(woken.load(Ordering::Relaxed) > 0, "some rings must have found a sleeper");
     assert_eq!(bell_a.waiters(), 0);
+}
+
+/// A doorbell starts spin-only (where the kernel has the global membarrier): its ringers skip the fence until a
+/// thread of the owner first registers. A sample published at any moment around that switch (before it, during the
+/// barrier, after it) still wakes the waiter at once; a lost wake-up would leave it asleep until its deadline.
+#[test]
+fn doorbell_spin_only_ends_at_the_first_waiter_without_a_lost_wakeup() {
+    for round in 0..12u64 {
+        let mut w = RingWriter::create(&cfg(8, 64), 1).unwrap();
+        let bell = Doorbell::create().unwrap();
+        let remote = DoorbellRemote::open(bell.name()).unwrap();
+        let reader = RingReader::open(w.segment_name()).unwrap();
+        assert_eq!(bell.spin_only(), remote.spin_only());
+        // Nobody can sleep yet: nothing to wake.
+        assert!(!remote.ring());
+        let waiter = std::thread::spawn(move || {
+            let start = Instant::now();
+            let deadline = Some(start + Duration::from_secs(20));
+            let got = bell.wait_until(&mut PollState::new(), || reader.has_data(), deadline).unwrap();
+            (got, start.elapsed())
+        });
+        // The switch takes milliseconds (an RCU grace period): publish before, during and after it.
+        std::thread::sleep(Duration::from_millis(round * 3));
+        let _ = w.write(&round.to_le_bytes(), 0, round).unwrap();
+        remote.ring();
+        let (got, waited) = waiter.join().unwrap();
+        assert!(got, "round {round}: no sample");
+        assert!(waited < Duration::from_secs(10), "round {round}: lost wake-up (woke after {waited:?})");
+    }
+    // A wait that finds nothing registers, which ends spin-only for good.
+    let bell = Doorbell::create().unwrap();
+    let remote = DoorbellRemote::open(bell.name()).unwrap();
+    let deadline = Some(Instant::now() + Duration::from_millis(1));
+    assert!(!bell.wait_until(&mut PollState::new(), || false, deadline).unwrap());
+    assert!(!bell.spin_only() && !remote.spin_only());
 }
 
 /// Records the messages of tracing events.
