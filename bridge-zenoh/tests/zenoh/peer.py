@@ -64,6 +64,9 @@ def session(mode, connect=None, listen=None):
     if listen:
         c.insert_json5("listen/endpoints", json.dumps([listen]))
     c.insert_json5("scouting/multicast/enabled", "false")
+    # Zenoh's shared-memory transport (on by default in the wheel) keeps a file in /dev/shm that a killed
+    # process (the router-restart test kills its router) leaves behind; these peers reach the bridges over TCP.
+    c.insert_json5("transport/shared_memory/enabled", "false")
     return zenoh.open(c)
 
 
