@@ -1084,33 +1084,45 @@ fn doorbell_wake_across_threads_no_lost_wakeup() {
     assert_eq!(bell_a.waiters(), 0);
 }
 
-/// A doorbell starts spin-only (where the kernel has the global membarrier): its ringers skip the fence until a
-/// thread of the owner first registers. A sample published at any moment around that switch (before it, during the
-/// barrier, after it) still wakes the waiter at once; a lost wake-up would leave it asleep until its deadline.
+/// A doorbell starts spin-only (where the kernel has the expedited global membarrier): its ringers skip the fence
+/// until a thread of the owner first registers. A sample published at any moment around that switch (before it,
+/// during the barrier, after it) still wakes the waiter at once; a lost wake-up would leave it asleep until its
+/// deadline.
 #[test]
 fn doorbell_spin_only_ends_at_the_first_waiter_without_a_lost_wakeup() {
-    for round in 0..12u64 {
+    // The waiter registers tens of microseconds after its thread starts and the barrier takes about one: publish
+    // 0-200 µs after the start in 2 µs steps, so that some samples land on each side of the switch and inside it.
+    let (mut spin_only_at_start, mut switched) = (0, 0);
+    for round in 0..100u64 {
         let mut w = RingWriter::create(&cfg(8, 64), 1).unwrap();
         let bell = Doorbell::create().unwrap();
         let remote = DoorbellRemote::open(bell.name()).unwrap();
         let reader = RingReader::open(w.segment_name()).unwrap();
         assert_eq!(bell.spin_only(), remote.spin_only());
+        let at_start = bell.spin_only();
         // Nobody can sleep yet: nothing to wake.
         assert!(!remote.ring());
         let waiter = std::thread::spawn(move || {
             let start = Instant::now();
             let deadline = Some(start + Duration::from_secs(20));
             let got = bell.wait_until(&mut PollState::new(), || reader.has_data(), deadline).unwrap();
-            (got, start.elapsed())
+            (got, start.elapsed(), bell.spin_only())
         });
-        // The switch takes milliseconds (an RCU grace period): publish before, during and after it.
-        std::thread::sleep(Duration::from_millis(round * 3));
+        let until = Instant::now() + Duration::from_micros(round * 2);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
         let _ = w.write(&round.to_le_bytes(), 0, round).unwrap();
         remote.ring();
-        let (got, waited) = waiter.join().unwrap();
+        let (got, waited, still) = waiter.join().unwrap();
         assert!(got, "round {round}: no sample");
         assert!(waited < Duration::from_secs(10), "round {round}: lost wake-up (woke after {waited:?})");
+        spin_only_at_start += u32::from(at_start);
+        switched += u32::from(at_start && !still);
     }
+    // Where the kernel has the barrier, some waiters must have gone through the switch (not all found the sample
+    // before they registered).
+    assert!(spin_only_at_start == 0 || switched > 0, "no round ended spin-only");
     // A wait that finds nothing registers, which ends spin-only for good.
     let bell = Doorbell::create().unwrap();
     let remote = DoorbellRemote::open(bell.name()).unwrap();
