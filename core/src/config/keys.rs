@@ -1180,7 +1180,8 @@ pub(crate) static KEYS: &[KeyDef] = &[
             "  spin_then_block  spin for spin_us microseconds, then sleep",
             "  busy_spin        spin, never sleep (least latency; uses a whole core); while no",
             "                   thread of the process has slept, its publishers skip a fence",
-            "                   per send",
+            "                   per send (where the kernel has the expedited global membarrier,",
+            "                   Linux 4.16 and later unless seccomp refuses it)",
         ],
         allowed: "block, spin_then_block or busy_spin",
         get: |c| {
