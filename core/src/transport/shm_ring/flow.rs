@@ -4,7 +4,9 @@
 //! A reliable reader holds one entry of the segment's reader table ([`ReaderSlot`]): its pid, a token, and its
 //! cursor (every sample before it is consumed), stored after each read. The writer keeps the bound up to which it
 //! may write without looking (`free_until`: the smallest cursor it saw plus the slot count) and scans the table
-//! only when it reaches that bound, so the table costs a comparison per write. Nothing is locked that anyone waits
+//! only when it reaches that bound, so the table costs a comparison per write. A writer that had to sleep is woken
+//! once the slowest reader has left room for a quarter of the ring (`FlowHeader::wake_at`), so a stream limited by
+//! its reader costs a futex wake and wait per quarter ring, not per sample. Nothing is locked that anyone waits
 //! for: a reader that dies leaves an entry nobody holds, which the writer takes out of flow control at once; a
 //! reader that stalls past the timeout is taken out (evicted) and never holds the writer again; a writer that dies
 //! blocks nobody (readers never wait for the writer here). Both are counted ([`FlowStats`]).
@@ -202,7 +204,11 @@ impl WriterFlow {
             }
             // Sleep until a reader makes progress (or a slice passes): announce the wait, then re-check, so a
             // reader that consumed meanwhile either is seen here or sees the flag and wakes us.
+            // A reader wakes it only once the slowest one left room for a quarter of the ring (at least this sample):
+            // a writer woken at each consumed sample, writing one and sleeping again, costs both sides a futex call
+            // per sample for as long as the reader is the slower.
             let f = &h.flow.0;
+            f.wake_at.store((seq + 1 + n / 4).saturating_sub(n).min(seq), Ordering::Relaxed);
             f.writer_waiting.store(1, Ordering::SeqCst);
             let progress = f.progress.load(Ordering::SeqCst);
             if min_cursor(h).is_some_and(|m| seq >= m.saturating_add(n)) {
@@ -368,7 +374,7 @@ impl ReaderFlow {
         // StoreLoad against the writer's "waiting" announcement (see `WriterFlow::wait`).
         fence(Ordering::SeqCst);
         let f = &h.flow.0;
-        if f.writer_waiting.load(Ordering::Relaxed) != 0 {
+        if f.writer_waiting.load(Ordering::Acquire) != 0 && cursor >= f.wake_at.load(Ordering::Relaxed) {
             f.progress.fetch_add(1, Ordering::SeqCst);
             futex_wake_shared(&f.progress);
         }

@@ -108,6 +108,10 @@ pub(super) struct FlowHeader {
     pub(super) writer_waiting: AtomicU32,
     /// Futex word: bumped by a reliable reader that consumed while the writer waits.
     pub(super) progress: AtomicU32,
+    /// While `writer_waiting`: the cursor at which a reader wakes the writer (room for a quarter of the ring, not
+    /// one slot; `flow.rs`). 0 in a ring of a shoal before this field: its readers then wake at each sample, and a
+    /// reader here woke an older writer at each sample as that writer expects.
+    pub(super) wake_at: AtomicU64,
 }
 
 /// One reliable reader (see `flow.rs` for the states). While in flow control its reader holds a shared OFD lock on

@@ -68,6 +68,10 @@ fn layout_is_as_asserted() {
     assert_eq!(offset_of!(SegmentHeader, next_path), 200);
     assert_eq!(200 + NEXT_PATH_CAP, 448);
     assert_eq!(offset_of!(SegmentHeader, flow), 448);
+    assert_eq!(offset_of!(super::layout::FlowHeader, timeout_ms), 0);
+    assert_eq!(offset_of!(super::layout::FlowHeader, writer_waiting), 4);
+    assert_eq!(offset_of!(super::layout::FlowHeader, progress), 8);
+    assert_eq!(offset_of!(super::layout::FlowHeader, wake_at), 16);
     assert_eq!(offset_of!(SegmentHeader, readers), 512);
     assert_eq!(size_of::<super::layout::ReaderSlot>(), 64);
     assert_eq!(SEGMENT_HEADER_SIZE, 512 + 64 * super::layout::MAX_RELIABLE_READERS);
@@ -1412,6 +1416,39 @@ fn a_reliable_reader_loses_nothing_from_an_unpaced_reliable_writer() {
     assert_eq!(reader.join().expect("reader thread"), (0, false));
     let s = w.flow_stats();
     assert!(s.waits > 0, "the writer waited for the slow reader: {s:?}");
+    assert_eq!(s.evicted(), 0, "{s:?}");
+}
+
+#[test]
+fn a_writer_held_by_a_slow_reliable_reader_sleeps_once_per_quarter_ring_not_per_sample() {
+    let mut w = RingWriter::create(&cfg(64, 64), 72).expect("writer");
+    w.set_flow_control(Some(Duration::from_secs(5)));
+    let mut r = RingReader::open_reliable(w.segment_name()).expect("reader");
+    const N: u64 = 1_000;
+    let reader = std::thread::spawn(move || {
+        let mut got = 0u64;
+        while got < N {
+            match r.try_read_with(|v| u64::from_le_bytes(v.payload().read_array(0).expect("8 bytes"))) {
+                ReadOutcome::Sample(clock) => {
+                    assert_eq!(clock, got, "in order, none skipped");
+                    got += 1;
+                    // Slower than the writer's spin: it sleeps whenever the ring is full.
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                ReadOutcome::Empty => std::thread::sleep(Duration::from_micros(50)),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        (r.drops(), r.evicted())
+    });
+    for clock in 0..N {
+        let _ = w.write(&clock.to_le_bytes(), 0, clock).expect("write");
+    }
+    assert_eq!(reader.join().expect("reader thread"), (0, false));
+    let s = w.flow_stats();
+    // After the first 64 every write finds the ring full unless a wait made room for more than one sample: one wait
+    // per 17 samples (a quarter ring and the one waited for), ~55; woken at each sample, it would be ~936.
+    assert!((1..=N / 8).contains(&s.waits), "the writer waited {} times for {N} samples: {s:?}", s.waits);
     assert_eq!(s.evicted(), 0, "{s:?}");
 }
 
