@@ -321,6 +321,8 @@ struct Import {
     held_bytes: usize,
     last_seq: HashMap<u64, u64>,
     stats: Arc<TopicStats>,
+    /// The key was declared to Zenoh (by the main loop, [`declare_import_keys`]).
+    key_declared: bool,
 }
 
 fn start_export(
@@ -477,6 +479,7 @@ fn import(
                 held_bytes: 0,
                 last_seq: HashMap::new(),
                 stats,
+                key_declared: false,
             },
         );
     }
@@ -604,7 +607,14 @@ fn deliver_or_hold(shared: &Shared, node: &shoal::Node, imp: &mut Import, key: &
 fn start_import(shared: &Shared, node: &shoal::Node, imp: &mut Import, topic: &str, type_info: TypeInfo, key: &str) {
     let changed = imp.publ.is_some();
     imp.publ = None;
-    let p = match node.publisher(topic).type_info(type_info.clone()).create() {
+    let mut builder = node.publisher(topic).type_info(type_info.clone());
+    // With `policy = "block"` and `[shoal] reliable` nothing may be lost on the way in either: the publisher waits
+    // (at most the queue's 1 s) for reliable local subscribers, which holds Zenoh's receive thread, so the link's
+    // own flow control slows the far side down instead of an overwrite here.
+    if shared.config.drop_policy == DropPolicy::Block && shared.config.reliable {
+        builder = builder.reliable(crate::config::BLOCK_MAX);
+    }
+    let p = match builder.create() {
         Ok(p) => p,
         Err(e) => {
             imp.stats.dropped(Cause::ShoalSend, 1, &format!("creating the shoal publisher: {e}"));
@@ -665,6 +675,31 @@ fn random_id() -> u64 {
     h.finish()
 }
 
+/// Declares to Zenoh each key that the import subscriber (on `<prefix>/**`) has received and not declared yet.
+///
+/// A sample whose key the session has not declared is routed from scratch (the key rebuilt as a string and matched
+/// against every subscription, then delivered by name and matched again) on Zenoh's receive thread, for every
+/// sample: a third of the CPU of a 64 B stream through the bridges. A declared key has a cached route and arrives by
+/// its number. Declared here, not in the subscriber's callback (a declaration takes Zenoh's routing tables for
+/// writing). A key that fails to declare (logged) is not tried again: its samples still arrive, by name.
+fn declare_import_keys(
+    session: &zenoh::Session,
+    imports: &Mutex<HashMap<String, Import>>,
+    declared: &mut Vec<zenoh::key_expr::KeyExpr<'static>>,
+) {
+    let lock = || imports.lock().unwrap_or_else(|e| e.into_inner());
+    let new: Vec<String> = lock().iter().filter(|(_, i)| !i.key_declared).map(|(k, _)| k.clone()).collect();
+    for key in new {
+        match session.declare_keyexpr(key.clone()).wait() {
+            Ok(k) => declared.push(k),
+            Err(e) => tracing::warn!("declaring Zenoh key {key}: {e} (its samples arrive by name, more slowly)"),
+        }
+        if let Some(i) = lock().get_mut(&key) {
+            i.key_declared = true;
+        }
+    }
+}
+
 /// Runs the bridge until `stop` becomes true.
 pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
     let node = Arc::new(shoal::Node::init(&config.unit_name)?);
@@ -702,6 +737,7 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
     }));
 
     let mut exports: BTreeMap<String, Export> = BTreeMap::new();
+    let mut declared_keys = Vec::new();
     let stats_every = Duration::from_millis(config.stats_interval_ms);
     let scan_every = Duration::from_millis(config.scan_interval_ms);
     let (mut next_stats, mut next_scan) = (Instant::now() + stats_every, Instant::now());
@@ -756,6 +792,7 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
                 }
             }
         }
+        declare_import_keys(&session, &imports, &mut declared_keys);
         for e in exports.values() {
             let n = e.queue.unflushed.swap(0, Ordering::Relaxed);
             if n > 0 {
@@ -770,6 +807,9 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
         }
     }
     let _ = zsub.undeclare().wait();
+    for k in declared_keys {
+        let _ = session.undeclare(k).wait();
+    }
     for e in exports.values_mut() {
         e.queue.close();
         if let Some(w) = e.worker.take() {

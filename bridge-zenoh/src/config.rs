@@ -82,7 +82,9 @@ pub enum DropPolicy {
     DropOldest,
     /// The bridge's shoal receive thread waits for room (at most [`BLOCK_MAX`]; then the arriving message is
     /// dropped): with reliable subscribers, a reliable publisher waits for the link, losing nothing. Every exported
-    /// topic waits with it (one receive thread), so it is for a bridge of reliable streams that must not lose.
+    /// topic waits with it (one receive thread), so it is for a bridge of reliable streams that must not lose. With
+    /// `reliable`, imported topics' publishers are reliable too (waiting at most `BLOCK_MAX` for reliable local
+    /// subscribers, which holds the Zenoh session's receive thread and so slows the far side through the link).
     Block,
 }
 

@@ -562,7 +562,10 @@ fn measure() {
             pub_args.push("--reliable");
         }
         let sub_args = ["--count", &c, "--size", &s, "--timeout-ms", "30000", "--idle-ms", "3000"];
-        let sub = sites.peer(&sites.b, "shoal sub", &[&["sub", "--topic", topic][..], &sub_args].concat());
+        // Behind the blocking pair the subscriber is reliable too: bridge B's publisher waits for it (nothing lost
+        // end to end, as with Zenoh's own congestion control), where a best-effort one would see overwrites.
+        let reliable: &[&str] = if topic.starts_with("b_") { &["--reliable"] } else { &[] };
+        let sub = sites.peer(&sites.b, "shoal sub", &[&["sub", "--topic", topic][..], &sub_args, reliable].concat());
         let publ = sites.peer(&sites.a, "shoal pub", &pub_args);
         publ.expect("done", Duration::from_secs(40));
         let bridged = sub.expect("summary", Duration::from_secs(40));

@@ -4,7 +4,7 @@
 //! ```text
 //! shoal-zenoh-peer pub --topic T --count N [--size B] [--rate HZ] [--descriptor FILE] [--wait-subscribers K]
 //!                      [--reliable]
-//! shoal-zenoh-peer sub --topic T --count N [--size B] [--timeout-ms MS] [--idle-ms MS]
+//! shoal-zenoh-peer sub --topic T --count N [--size B] [--timeout-ms MS] [--idle-ms MS] [--reliable]
 //! shoal-zenoh-peer monitor --topic T --unit U [--duration-ms MS]
 //! shoal-zenoh-peer zpub --connect E --key K --count N [--size B] [--rate HZ]
 //! shoal-zenoh-peer zsub --connect E --key K --count N [--size B] [--timeout-ms MS] [--idle-ms MS]
@@ -19,7 +19,8 @@
 //! (right size and pattern) and duplicate probes, names the type the publisher announced, and gives the one-way
 //! latency (send time in the probe to arrival, same host) percentiles and the receive rate. `pub --reliable` makes
 //! a reliable publisher (it waits up to 5 s for reliable subscribers, such as the bridge's, instead of overwriting
-//! what they have not taken).
+//! what they have not taken); `sub --reliable` a reliable subscriber (a reliable publisher, such as a bridge's with
+//! `policy = "block"`, waits for it).
 //!
 //! `zpub` and `zsub` do the same with Zenoh's own Rust API and nothing of shoal (a Zenoh client of the router at
 //! E, the probes as plain payloads on key K, `put` with congestion control `Block`): the reference the bridges'
@@ -90,6 +91,9 @@ enum Cmd {
         topic: String,
         #[command(flatten)]
         until: Until,
+        /// A reliable subscriber (reliable publishers wait for it).
+        #[arg(long)]
+        reliable: bool,
     },
 }
 
@@ -224,9 +228,10 @@ fn main() -> anyhow::Result<()> {
             emit(&json!({"event": "monitor", "seen": seen, "publisher_drops": pub_drops,
                          "subscriber_drops": sub_drops}));
         }
-        Cmd::Sub { topic, until: Until { count, size, timeout_ms, idle_ms } } => {
+        Cmd::Sub { topic, until: Until { count, size, timeout_ms, idle_ms }, reliable } => {
             let node = node()?;
-            let sub = node.subscriber(&topic).queue(shoal::QueuePolicy::new(1 << 20, 4 << 30)).create()?;
+            let sub =
+                node.subscriber(&topic).queue(shoal::QueuePolicy::new(1 << 20, 4 << 30)).reliable(reliable).create()?;
             emit(&json!({"event": "ready"}));
             let deadline = Instant::now() + Duration::from_millis(timeout_ms);
             let mut tally = Tally::new(size);
