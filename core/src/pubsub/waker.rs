@@ -110,7 +110,7 @@ pub(crate) fn ring_after_publish(waker: &Waker, bells: &[Arc<DoorbellRemote>]) -
     for b in bells.iter().filter(|b| b.has_waiters()) {
         asleep += 1;
         if !delegate {
-            b.wake();
+            let _ = b.wake();
             continue;
         }
         match first {
@@ -124,7 +124,9 @@ pub(crate) fn ring_after_publish(waker: &Waker, bells: &[Arc<DoorbellRemote>]) -
         }
     }
     match (asleep, first) {
-        (1, Some(f)) => f.wake(),
+        (1, Some(f)) => {
+            let _ = f.wake();
+        }
         // The marks are stored before `ring`'s fence: either the thread sees them in its re-check or `ring` sees it
         // registered and wakes it.
         (2.., Some(_)) => {

@@ -1,12 +1,18 @@
 //! Futex doorbell: one per subscribing process, rung by writers after they publish.
 //!
-//! Protocol (no lost wake-up, no syscall while nobody sleeps):
-//! - ringer: publish the slot; `fence(SeqCst)`; if `waiters > 0` { `seq += 1`; `FUTEX_WAKE(all)` }.
-//! - waiter: `waiters += 1` (SeqCst) + `fence(SeqCst)`; `observed = seq`; re-check the readers;
+//! Protocol (no lost wake-up, no syscall while nobody sleeps, one per registration while somebody does):
+//! - ringer: publish the slot; `fence(SeqCst)`; if `waiters > 0` and `rung != WOKEN` and `swap(rung, WOKEN) !=
+//!   WOKEN` { `seq += 1`; `FUTEX_WAKE(all)` }.
+//! - waiter: `waiters += 1`; `rung = ARMED` (SeqCst) + `fence(SeqCst)`; `observed = seq`; re-check the readers;
 //!   if still nothing, `FUTEX_WAIT(seq, observed, timeout)`; `waiters -= 1`.
 //!
 //! Either the ringer sees the waiter (then `seq` changes after `observed` was loaded, so the
-//! futex wait returns at once or is woken), or the waiter's re-check sees the published slot.
+//! futex wait returns at once or is woken), or the waiter's re-check sees the published slot. `rung` makes the first
+//! ringer after a registration the only one that wakes: until the woken thread runs and deregisters (on a busy host,
+//! many samples later) the others would each make a `FUTEX_WAKE` for nobody. A ringer that finds `WOKEN` skips
+//! safely: the ringer that stored it wakes every thread registered before, and a registration after its swap stores
+//! `ARMED` and then re-checks, seeing what the skipping ringer published (or that ringer sees `ARMED` and wakes).
+//! `rung` is 0 in a doorbell of a shoal that did not know it; its ringers then wake whenever `waiters > 0`.
 //! The futex ops are the plain (shared, non-PRIVATE) ones: the word lives in a file mapping.
 //!
 //! A process whose threads never sleep (busy-spinning receivers) spares its publishers that fence, which makes them
@@ -210,11 +216,19 @@ fn registered_for_barriers() -> bool {
         .get_or_init(|| expedited_barrier_available() && membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED).is_ok())
 }
 
-/// The two words of the doorbell protocol (module comment), wherever they live.
+/// `rung` of a doorbell whose owner predates the word: ringers wake whenever a waiter is registered.
+const RUNG_UNKNOWN: u32 = 0;
+/// `rung`: a thread registered since the last wake; the next ringer wakes.
+const RUNG_ARMED: u32 = 1;
+/// `rung`: a ringer woke every registered thread; the others skip until a thread registers again.
+const RUNG_WOKEN: u32 = 2;
+
+/// The words of the doorbell protocol (module comment), wherever they live.
 #[derive(Clone, Copy)]
 struct Words<'a> {
     seq: &'a AtomicU32,
     waiters: &'a AtomicU32,
+    rung: &'a AtomicU32,
     scope: Scope,
 }
 
@@ -222,6 +236,7 @@ impl Words<'_> {
     /// Registers a waiter; returns the `seq` to wait on.
     fn register(self) -> u32 {
         self.waiters.fetch_add(1, Ordering::SeqCst);
+        self.rung.store(RUNG_ARMED, Ordering::SeqCst);
         // StoreLoad: the registration is visible before the condition is re-checked.
         fence(Ordering::SeqCst);
         self.seq.load(Ordering::SeqCst)
@@ -231,23 +246,27 @@ impl Words<'_> {
         self.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// Whether a registered thread has not been woken yet (after the ringer's fence).
     fn has_waiters(self) -> bool {
-        self.waiters.load(Ordering::SeqCst) != 0
+        self.waiters.load(Ordering::SeqCst) != 0 && self.rung.load(Ordering::Relaxed) != RUNG_WOKEN
     }
 
-    fn wake(self) {
+    /// Wakes the registered threads unless another ringer has since their registration. Returns whether it did.
+    fn wake(self) -> bool {
+        if self.rung.load(Ordering::Relaxed) != RUNG_UNKNOWN
+            && self.rung.swap(RUNG_WOKEN, Ordering::SeqCst) == RUNG_WOKEN
+        {
+            return false;
+        }
         self.seq.fetch_add(1, Ordering::SeqCst);
         futex_wake_all(self.seq, self.scope);
+        true
     }
 
     /// After publishing: fence, and wake if anybody waits. Returns whether a wake was issued.
     fn ring(self) -> bool {
         fence(Ordering::SeqCst);
-        if !self.has_waiters() {
-            return false;
-        }
-        self.wake();
-        true
+        self.has_waiters() && self.wake()
     }
 
     fn wait(self, observed: u32, timeout: Option<Duration>) -> Result<WakeReason, DoorbellWaitError> {
@@ -271,7 +290,7 @@ pub(super) fn futex_wake_shared(word: &AtomicU32) {
 
 fn shared_words(map: &PeerMap) -> Words<'_> {
     let h = header(map);
-    Words { seq: &h.seq.0, waiters: &h.waiters.0, scope: Scope::Shared }
+    Words { seq: &h.seq.0, waiters: &h.waiters.0, rung: &h.rung, scope: Scope::Shared }
 }
 
 /// The waiting side: owned by the subscribing process, unlinked on drop.
@@ -396,6 +415,7 @@ impl Doorbell {
         h.owner_pid.store(pid, Ordering::Relaxed);
         let spin_only = expedited_barrier_available();
         h.spin_only.store(u32::from(spin_only), Ordering::Relaxed);
+        h.rung.store(RUNG_ARMED, Ordering::Relaxed);
         h.magic.store(DOORBELL_MAGIC, Ordering::Release);
         Ok(Doorbell {
             path: created.path,
@@ -660,9 +680,10 @@ impl DoorbellRemote {
         shared_words(&self.map).has_waiters()
     }
 
-    /// Wakes the owning process's sleeping threads (one syscall), without checking for waiters first.
-    pub fn wake(&self) {
-        shared_words(&self.map).wake();
+    /// Wakes the owning process's sleeping threads (one syscall) unless another ringer has since they registered,
+    /// without checking for waiters first. Returns whether it woke them.
+    pub fn wake(&self) -> bool {
+        shared_words(&self.map).wake()
     }
 
     /// Marks this doorbell to be rung by another thread of this process, which must then be told (the waker
@@ -689,10 +710,17 @@ impl DoorbellRemote {
 
 /// The doorbell protocol of this module on a process-private futex word: threads of one process wait on it and
 /// other threads of that process ring it. No syscall for the ringer while nobody sleeps.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LocalBell {
     seq: AtomicU32,
     waiters: AtomicU32,
+    rung: AtomicU32,
+}
+
+impl Default for LocalBell {
+    fn default() -> LocalBell {
+        LocalBell { seq: AtomicU32::new(0), waiters: AtomicU32::new(0), rung: AtomicU32::new(RUNG_ARMED) }
+    }
 }
 
 impl LocalBell {
@@ -708,7 +736,7 @@ impl LocalBell {
     }
 
     fn words(&self) -> Words<'_> {
-        Words { seq: &self.seq, waiters: &self.waiters, scope: Scope::Private }
+        Words { seq: &self.seq, waiters: &self.waiters, rung: &self.rung, scope: Scope::Private }
     }
 
     /// Call after making the condition true: wakes the waiters, if any. Returns whether a wake was issued.

@@ -374,7 +374,12 @@ impl ReaderFlow {
         // StoreLoad against the writer's "waiting" announcement (see `WriterFlow::wait`).
         fence(Ordering::SeqCst);
         let f = &h.flow.0;
-        if f.writer_waiting.load(Ordering::Acquire) != 0 && cursor >= f.wake_at.load(Ordering::Relaxed) {
+        // Only the first reader to get there wakes it (`swap`): until the writer runs, the others would each make a
+        // futex call for nobody. The writer stores the flag again, then re-checks the cursors, before it sleeps again.
+        if f.writer_waiting.load(Ordering::Acquire) != 0
+            && cursor >= f.wake_at.load(Ordering::Relaxed)
+            && f.writer_waiting.swap(0, Ordering::SeqCst) != 0
+        {
             f.progress.fetch_add(1, Ordering::SeqCst);
             futex_wake_shared(&f.progress);
         }

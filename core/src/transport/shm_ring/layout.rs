@@ -169,6 +169,10 @@ pub(super) struct DoorbellHeader {
     /// made visible to every ringer by a system-wide memory barrier, `doorbell.rs`). Zero in a doorbell of a shoal
     /// that did not know the field: its ringers always fence.
     pub(super) spin_only: AtomicU32,
+    /// 1 after a thread registers as a waiter, 2 once a ringer has woken the registered threads (later ringers skip
+    /// their `FUTEX_WAKE` until the next registration, `doorbell.rs`). Zero in a doorbell of a shoal that did not
+    /// know the field: its ringers wake whenever `waiters > 0`.
+    pub(super) rung: AtomicU32,
     /// Futex word: incremented by a ringer that saw a waiter.
     pub(super) seq: CacheLine<AtomicU32>,
     /// Number of threads registered as (about to be) sleeping on `seq`.

@@ -93,6 +93,7 @@ fn layout_is_as_asserted() {
     assert_eq!(offset_of!(DoorbellHeader, version), 8);
     assert_eq!(offset_of!(DoorbellHeader, owner_pid), 12);
     assert_eq!(offset_of!(DoorbellHeader, spin_only), 16);
+    assert_eq!(offset_of!(DoorbellHeader, rung), 20);
     assert_eq!(offset_of!(DoorbellHeader, seq), 64);
     assert_eq!(offset_of!(DoorbellHeader, waiters), 128);
     assert_eq!(size_of::<DoorbellHeader>(), 192);
@@ -941,6 +942,33 @@ fn doorbell_rings_without_syscall_only_when_nobody_waits() {
         !bell.wait_until(&mut PollState::new(), || false, Some(Instant::now() + Duration::from_millis(10))).unwrap()
     );
     assert!(bell.wait_until(&mut PollState::new(), || true, Some(Instant::now())).unwrap());
+}
+
+/// Until a registered thread runs and deregisters, only the first ring wakes it: the others would each be a
+/// `FUTEX_WAKE` for nobody (a stream into a block-mode subscriber on a busy host made one per three samples). A new
+/// registration re-arms; a doorbell of an older shoal (the word 0) is woken by every ring, as its owner expects.
+#[test]
+fn doorbell_wakes_once_per_registration() {
+    let bell = Doorbell::create().unwrap();
+    let remote = DoorbellRemote::open(bell.name()).unwrap();
+    let reg = bell.register_waiter();
+    assert_eq!((0..100).filter(|_| remote.ring()).count(), 1, "one wake for a registration");
+    assert!(!remote.has_waiters(), "woken, not deregistered yet: nobody to wake");
+    assert_eq!(bell.seq(), 1);
+    assert_ne!(bell.seq(), reg.observed_seq(), "its wait returns at once");
+    let again = bell.register_waiter();
+    assert!(remote.has_waiters());
+    assert!(remote.ring(), "a new registration is woken");
+    assert!(!remote.ring());
+    drop((reg, again));
+    assert!(!remote.ring(), "nobody registered");
+
+    // The owner is an older shoal: it never writes the word.
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new().write(true).open(bell.name()).unwrap();
+    let _reg = bell.register_waiter();
+    file.write_all_at(&0u32.to_le_bytes(), offset_of!(DoorbellHeader, rung) as u64).unwrap();
+    assert_eq!((0..10).filter(|_| remote.ring()).count(), 10, "every ring wakes");
 }
 
 /// Runs one `wait_until` whose `ready` turns true on its second call; returns the doorbell's waiter count at that
