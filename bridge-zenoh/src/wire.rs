@@ -110,7 +110,11 @@ pub fn attachment(bridge: u64, seq: u64, descriptor: &[u8], fingerprint: u64, wi
 /// `v` as 16 lower-case hex digits (`{v:016x}`).
 fn push_hex16(out: &mut Vec<u8>, v: u64) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    out.extend((0..16).rev().map(|i| DIGITS[((v >> (4 * i)) & 0xf) as usize]));
+    let mut buf = [0u8; 16];
+    for (i, d) in buf.iter_mut().enumerate() {
+        *d = DIGITS[((v >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    out.extend_from_slice(&buf);
 }
 
 /// `v` in decimal (`{v}`).
