@@ -78,7 +78,17 @@ fn a_publisher_in_another_process_connects_over_the_ring_disagrees_and_disconnec
         _ => None,
     });
     assert_eq!(gone, pid);
-    assert!(stopped.elapsed() < Duration::from_secs(5), "took {:?}", stopped.elapsed());
+    let took = stopped.elapsed();
+    if took >= Duration::from_secs(5) {
+        // Seen once in CI (9.8 s: the registration timeout's shape): say whether this side's socket or decoder lost
+        // the peer's unregistration.
+        let snap = node.snapshot();
+        panic!(
+            "Disconnected took {took:?} (the unregistration was not seen); this node's socket drops {:?}, \
+             registration counters {:?}",
+            snap.socket_drops, snap.registration
+        );
+    }
     drop(sub);
 }
 
