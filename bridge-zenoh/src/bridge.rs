@@ -10,7 +10,7 @@
 //!   the bridge's shoal publisher of the topic, created on the topic's first sample with the type the sample
 //!   carries (and created again when a sample carries another type). A new publisher waits up to
 //!   [`MATCH_WAIT`] for the topic's shoal subscribers registration lists, so the first samples reach them. The
-//!   main thread declares each key the subscriber received to Zenoh ([`declare_import_keys`]), so its samples are
+//!   main thread declares each key the subscriber received to Zenoh (`declare_import_keys`), so its samples are
 //!   routed by a cached route. With `policy = "block"` and `[shoal] reliable` the import publishers are reliable
 //!   (a reliable local subscriber holds Zenoh's receive thread, at most 1 s, instead of being overwritten).
 //!
