@@ -9,7 +9,7 @@ use crate::monitor::Snapshot;
 use crate::process::{ProcessState, Severity, SeverityLevel};
 use crate::pubsub::ShmError;
 use crate::pubsub::builder::{PublisherBuilder, SubscriberBuilder};
-use crate::pubsub::runtime::{Runtime, RuntimeParts};
+use crate::pubsub::runtime::{Runtime, RuntimeParts, RuntimeShare};
 use crate::registration::{Identity, Registrar};
 use crate::sync::lock;
 use crate::transport::shm_ring::{self, Doorbell, DoorbellRemote};
@@ -33,7 +33,7 @@ pub enum InitError {
 }
 
 /// The process-wide runtime, shared by every node created with the same configuration.
-static RUNTIME: Mutex<Option<Weak<Runtime>>> = Mutex::new(None);
+static RUNTIME: Mutex<Option<Weak<RuntimeShare>>> = Mutex::new(None);
 
 /// A participant: creates publishers and subscribers. Cheap to clone.
 ///
@@ -41,7 +41,7 @@ static RUNTIME: Mutex<Option<Weak<Runtime>>> = Mutex::new(None);
 /// process; it stops, sending its unregistration, when the last node, publisher and subscriber are dropped.
 #[derive(Clone, Debug)]
 pub struct Node {
-    rt: Arc<Runtime>,
+    rt: Arc<RuntimeShare>,
     name: Arc<str>,
 }
 
@@ -187,7 +187,7 @@ impl Node {
     }
 }
 
-fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> {
+fn start_runtime(name: &str, config: Config) -> Result<Arc<RuntimeShare>, InitError> {
     crate::sys::set_shm_modes(config.security.shm_access.read_mode(), config.security.shm_access.write_mode());
     for dir in [std::path::Path::new(shm_ring::SHM_DIR), config.shm_ring.huge_pages_path.as_path()] {
         let huge = dir == config.shm_ring.huge_pages_path.as_path();
@@ -264,5 +264,29 @@ fn start_runtime(name: &str, config: Config) -> Result<Arc<Runtime>, InitError> 
     }));
     let handler: Weak<Runtime> = Arc::downgrade(&rt);
     attach.attach(handler as Weak<dyn EventHandler>);
-    Ok(rt)
+    Ok(RuntimeShare::new(rt))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_user_handle_shuts_the_runtime_down_while_a_runtime_thread_holds_it() {
+        // A configuration of its own, so that no other test's node shares this runtime.
+        let mut config = Config::default();
+        config.registration.refresh = std::time::Duration::from_millis(977);
+        let node = Node::init_with_config("runtime_share_test", config).expect("node");
+        let publ = node.publisher("runtime_share_test").create().expect("publisher");
+        // What the I/O thread holds for a moment in each refresh (`Weak::upgrade` of its event handler).
+        let held = Arc::clone(node.rt.runtime());
+        drop(node);
+        assert!(!held.is_shut_down(), "the publisher still holds a share");
+        drop(publ);
+        assert!(held.is_shut_down(), "the last share's drop stops the I/O thread, after the unregistration");
+        // A new node does not join the stopped runtime.
+        let again = Node::init_with_config("runtime_share_test", held.config.clone()).expect("node");
+        assert!(!Arc::ptr_eq(again.rt.runtime(), &held));
+        assert!(!again.rt.is_shut_down());
+    }
 }

@@ -26,7 +26,7 @@ use crate::pubsub::CreateError;
 use crate::pubsub::events::{Event, EventSink};
 use crate::pubsub::history::History;
 use crate::pubsub::publisher::Publisher;
-use crate::pubsub::runtime::Runtime;
+use crate::pubsub::runtime::{Runtime, RuntimeShare};
 use crate::pubsub::subscriber::{CallbackSubscriber, Subscriber};
 use crate::pubsub::typed::{MessageMeta, TypedPublisher, TypedSubscriber, typed_callback_subscriber};
 use crate::sample::Sample;
@@ -52,7 +52,7 @@ impl<M> std::fmt::Debug for Typed<M> {
 #[must_use = "a builder creates nothing until `create()` is called"]
 #[derive(Debug)]
 pub struct PublisherBuilder<K = Raw> {
-    rt: Arc<Runtime>,
+    rt: Arc<RuntimeShare>,
     topic: String,
     /// `Some(Some(t))` reliable with timeout `t`, `Some(None)` best effort, `None` the configuration's choice.
     reliable: Option<Option<Duration>>,
@@ -106,7 +106,7 @@ impl<K> PublisherBuilder<K> {
 }
 
 impl PublisherBuilder<Raw> {
-    pub(crate) fn new(rt: &Arc<Runtime>, topic: &str) -> Self {
+    pub(crate) fn new(rt: &Arc<RuntimeShare>, topic: &str) -> Self {
         PublisherBuilder {
             rt: Arc::clone(rt),
             topic: topic.to_string(),
@@ -163,7 +163,7 @@ impl<M: Message> PublisherBuilder<Typed<M>> {
 #[must_use = "a builder creates nothing until `create()` is called"]
 #[derive(Debug)]
 pub struct SubscriberBuilder<K = Raw> {
-    rt: Arc<Runtime>,
+    rt: Arc<RuntimeShare>,
     topic: String,
     opts: SubOptions,
     kind: K,
@@ -233,7 +233,7 @@ impl<K> SubscriberBuilder<K> {
 }
 
 impl SubscriberBuilder<Raw> {
-    pub(crate) fn new(rt: &Arc<Runtime>, topic: &str) -> Self {
+    pub(crate) fn new(rt: &Arc<RuntimeShare>, topic: &str) -> Self {
         SubscriberBuilder {
             rt: Arc::clone(rt),
             topic: topic.to_string(),
@@ -286,7 +286,7 @@ impl<M: Message> SubscriberBuilder<Typed<M>> {
 /// A subscriber builder with a callback; from [`SubscriberBuilder::callback`].
 #[must_use = "a builder creates nothing until `create()` is called"]
 pub struct CallbackSubscriberBuilder<K, F> {
-    rt: Arc<Runtime>,
+    rt: Arc<RuntimeShare>,
     topic: String,
     opts: SubOptions,
     kind: K,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::io::Command;
 use crate::pubsub::events::{Event, EventSink, Peer, via_of_layer};
 use crate::pubsub::history::{History, HistoryStore, Kept};
-use crate::pubsub::runtime::Runtime;
+use crate::pubsub::runtime::RuntimeShare;
 use crate::pubsub::subscriber::SubShared;
 use crate::pubsub::waker;
 use crate::pubsub::{CreateError, LoanError, SendError};
@@ -397,7 +397,7 @@ struct ConnCache {
 /// `send` and `loan` take `&mut self`: a publisher is one writer. Move it to another thread freely (`Send`).
 pub struct Publisher {
     shared: Arc<PubShared>,
-    rt: Arc<Runtime>,
+    rt: Arc<RuntimeShare>,
     ring: Option<RingWriter>,
     cache: ConnCache,
     clock: u64,
@@ -418,7 +418,7 @@ impl std::fmt::Debug for Publisher {
 
 impl Publisher {
     pub(crate) fn create(
-        rt: &Arc<Runtime>,
+        rt: &Arc<RuntimeShare>,
         topic: &str,
         type_info: TypeInfo,
         reliable: Option<Duration>,

@@ -249,6 +249,12 @@ impl Runtime {
         out
     }
 
+    /// Whether [`shutdown`](Self::shutdown) ran (the I/O thread is stopped).
+    #[cfg(test)]
+    pub(crate) fn is_shut_down(&self) -> bool {
+        lock(&self.io).is_none()
+    }
+
     /// Stops the threads; the I/O thread sends the unregistration samples first.
     pub(crate) fn shutdown(&self) {
         self.dispatcher.shutdown(self);
@@ -264,6 +270,40 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// A user's share of the runtime: what nodes, publishers, subscribers and service servers and clients hold
+/// (`Arc<RuntimeShare>`). The runtime's own threads hold it only weakly and upgrade for a moment; so when the last
+/// share is dropped, the runtime shuts down right there, on the user's thread: the I/O thread has sent the
+/// unregistration when the drop returns (for `main`, before the process exits). Were the runtime's own `Drop` the
+/// trigger, a thread of the runtime holding a moment's upgrade when `main` dropped its node would run the shutdown,
+/// and the process would exit under it without unregistering (peers then see it go only at the registration
+/// timeout).
+#[derive(Debug)]
+pub(crate) struct RuntimeShare(Arc<Runtime>);
+
+impl RuntimeShare {
+    pub(crate) fn new(rt: Arc<Runtime>) -> Arc<RuntimeShare> {
+        Arc::new(RuntimeShare(rt))
+    }
+
+    /// The runtime itself, to hand its threads a `Weak` of.
+    pub(crate) fn runtime(&self) -> &Arc<Runtime> {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for RuntimeShare {
+    type Target = Runtime;
+    fn deref(&self) -> &Runtime {
+        &self.0
+    }
+}
+
+impl Drop for RuntimeShare {
+    fn drop(&mut self) {
+        self.0.shutdown();
     }
 }
 

@@ -11,7 +11,7 @@ use crate::pubsub::builder::SubOptions;
 use crate::pubsub::events::{Event, EventSink, Peer, via_of_layer};
 use crate::pubsub::history::{GATE_MIN_WAIT, History, HistoryGate, Offer};
 use crate::pubsub::meter::{ConnMeter, MeterTable};
-use crate::pubsub::runtime::{Runtime, shoal_par};
+use crate::pubsub::runtime::{Runtime, RuntimeShare, shoal_par};
 use crate::pubsub::{CreateError, RecvError};
 use crate::registration::{EntityKey, Layer, LayerKind, LayerPar, LocalTopic, RemoteTopic, ShoalPar, TopicStats};
 use crate::sample::{Sample, SampleRef, now_ns};
@@ -775,13 +775,13 @@ impl SubShared {
 /// What every kind of subscriber holds: its shared state and the runtime. Dropping it unregisters the subscriber.
 pub(crate) struct SubHandle {
     pub(crate) shared: Arc<SubShared>,
-    rt: Arc<Runtime>,
+    rt: Arc<RuntimeShare>,
 }
 
 impl SubHandle {
     /// Creates the subscriber, connects it with same-process publishers and announces it.
     pub(crate) fn create(
-        rt: &Arc<Runtime>,
+        rt: &Arc<RuntimeShare>,
         topic: &str,
         type_info: TypeInfo,
         callback: Option<Callback>,
@@ -838,7 +838,7 @@ impl SubHandle {
             bytes: AtomicU64::new(0),
             conn_lock: Mutex::new(()),
             conn_cond: Condvar::new(),
-            runtime: Arc::downgrade(rt),
+            runtime: Arc::downgrade(rt.runtime()),
         });
         let h = SubHandle { shared: Arc::clone(&shared), rt: Arc::clone(rt) };
         rt.add_subscriber(&shared);
@@ -1051,7 +1051,7 @@ impl Inbox for SubShared {
 
 impl Subscriber {
     pub(crate) fn create(
-        rt: &Arc<Runtime>,
+        rt: &Arc<RuntimeShare>,
         topic: &str,
         type_info: TypeInfo,
         opts: SubOptions,
@@ -1179,7 +1179,7 @@ impl std::fmt::Debug for CallbackSubscriber {
 
 impl CallbackSubscriber {
     pub(crate) fn create(
-        rt: &Arc<Runtime>,
+        rt: &Arc<RuntimeShare>,
         topic: &str,
         type_info: TypeInfo,
         callback: Callback,

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::pubsub::builder::SubOptions;
 use crate::pubsub::publisher::Publisher;
-use crate::pubsub::runtime::Runtime;
+use crate::pubsub::runtime::RuntimeShare;
 use crate::pubsub::subscriber::{CallbackSubscriber, SubHandle, Subscriber, subscriber_status};
 use crate::pubsub::{CreateError, LoanError, RecvError};
 use crate::sample::{Sample, SampleRef};
@@ -303,7 +303,7 @@ impl<M: Message> std::fmt::Debug for TypedSubscriber<M> {
 }
 
 impl<M: Message> TypedSubscriber<M> {
-    pub(crate) fn create(rt: &Arc<Runtime>, topic: &str, opts: SubOptions) -> Result<Self, CreateError> {
+    pub(crate) fn create(rt: &Arc<RuntimeShare>, topic: &str, opts: SubOptions) -> Result<Self, CreateError> {
         let check = Arc::new(TypeCheck::new::<M>(topic));
         let sub = Subscriber::create(rt, topic, M::type_info().clone(), opts)?;
         Ok(TypedSubscriber { sub, check, scratch: Mutex::default(), _type: PhantomData })
@@ -358,7 +358,7 @@ impl<M: Message> TypedSubscriber<M> {
 /// decode, or come from a publisher announcing another type, are counted
 /// ([`CallbackSubscriber::decode_errors`]) and logged.
 pub(crate) fn typed_callback_subscriber<M: Message>(
-    rt: &Arc<Runtime>,
+    rt: &Arc<RuntimeShare>,
     topic: &str,
     mut callback: impl FnMut(M, &MessageMeta) + Send + 'static,
     opts: SubOptions,
