@@ -98,22 +98,35 @@ def wait_until_enough(enough, stop, lock, state, timeout_ms, idle_ms):
 
 
 class StopFlag:
-    """Set by SIGTERM / SIGINT so that scripts can finalize eCAL and exit cleanly."""
+    """Set by SIGTERM / SIGINT so that scripts can finalize eCAL and exit cleanly.
+
+    The handler only stores a flag, taking no lock: Python runs a handler in the main thread between two bytecodes,
+    also while that thread holds the lock inside `threading.Event.wait`, and a handler that takes the same lock (as
+    `Event.set` does) then waits for itself forever (seen once in CI: an eCAL server never printed "done" after its
+    SIGTERM, its main thread in `lock.acquire()`). `sleep` polls the flag instead."""
+
+    SLICE = 0.01
 
     def __init__(self):
-        self.event = threading.Event()
+        self._stopped = False
         signal.signal(signal.SIGTERM, self._handler)
         signal.signal(signal.SIGINT, self._handler)
 
     def _handler(self, _signum, _frame):
-        self.event.set()
+        self._stopped = True
 
     def is_set(self):
-        return self.event.is_set()
+        return self._stopped
 
     def sleep(self, seconds):
-        """Sleep up to `seconds`; True if interrupted by a stop signal."""
-        return self.event.wait(max(0.0, seconds))
+        """Sleep up to `seconds`; True if interrupted by a stop signal (seen within `SLICE`)."""
+        end = time.monotonic() + max(0.0, seconds)
+        while not self._stopped:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, self.SLICE))
+        return True
 
 
 def fnv1a64(data):
