@@ -110,6 +110,8 @@ struct Shared {
     stats: Mutex<BTreeMap<String, Arc<TopicStats>>>,
     /// Zenoh samples under the prefix whose key does not unescape to a topic.
     bad_keys: AtomicU64,
+    /// Keys of new imports, for the main loop to declare to Zenoh (`declare_import_keys`).
+    new_import_keys: Mutex<Vec<String>>,
 }
 
 impl Shared {
@@ -324,8 +326,6 @@ struct Import {
     held_bytes: usize,
     last_seq: HashMap<u64, u64>,
     stats: Arc<TopicStats>,
-    /// The key was declared to Zenoh (by the main loop, [`declare_import_keys`]).
-    key_declared: bool,
 }
 
 fn start_export(
@@ -482,9 +482,9 @@ fn import(
                 held_bytes: 0,
                 last_seq: HashMap::new(),
                 stats,
-                key_declared: false,
             },
         );
+        shared.new_import_keys.lock().unwrap_or_else(|e| e.into_inner()).push(key.to_owned());
     }
     let Some(imp) = imports.get_mut(key) else { return };
     let attachment = sample.attachment().map(|a| a.to_bytes());
@@ -678,7 +678,8 @@ fn random_id() -> u64 {
     h.finish()
 }
 
-/// Declares to Zenoh each key that the import subscriber (on `<prefix>/**`) has received and not declared yet.
+/// Declares to Zenoh each key of an import made since the last call (the import subscriber, on `<prefix>/**`,
+/// received it).
 ///
 /// A sample whose key the session has not declared is routed from scratch (the key rebuilt as a string and matched
 /// against every subscription, then delivered by name and matched again) on Zenoh's receive thread, for every
@@ -687,18 +688,14 @@ fn random_id() -> u64 {
 /// writing). A key that fails to declare (logged) is not tried again: its samples still arrive, by name.
 fn declare_import_keys(
     session: &zenoh::Session,
-    imports: &Mutex<HashMap<String, Import>>,
+    shared: &Shared,
     declared: &mut Vec<zenoh::key_expr::KeyExpr<'static>>,
 ) {
-    let lock = || imports.lock().unwrap_or_else(|e| e.into_inner());
-    let new: Vec<String> = lock().iter().filter(|(_, i)| !i.key_declared).map(|(k, _)| k.clone()).collect();
+    let new = std::mem::take(&mut *shared.new_import_keys.lock().unwrap_or_else(|e| e.into_inner()));
     for key in new {
         match session.declare_keyexpr(key.clone()).wait() {
             Ok(k) => declared.push(k),
             Err(e) => tracing::warn!("declaring Zenoh key {key}: {e} (its samples arrive by name, more slowly)"),
-        }
-        if let Some(i) = lock().get_mut(&key) {
-            i.key_declared = true;
         }
     }
 }
@@ -714,6 +711,7 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
         bridge_pubs: RwLock::new(HashSet::new()),
         stats: Mutex::new(BTreeMap::new()),
         bad_keys: AtomicU64::new(0),
+        new_import_keys: Mutex::new(Vec::new()),
     });
     let imports: Arc<Mutex<HashMap<String, Import>>> = Arc::new(Mutex::new(HashMap::new()));
     let all = format!("{}/**", config.prefix);
@@ -795,7 +793,7 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
                 }
             }
         }
-        declare_import_keys(&session, &imports, &mut declared_keys);
+        declare_import_keys(&session, &shared, &mut declared_keys);
         for e in exports.values() {
             let n = e.queue.unflushed.swap(0, Ordering::Relaxed);
             if n > 0 {
