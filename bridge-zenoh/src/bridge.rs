@@ -11,7 +11,8 @@
 //!   carries (and created again when a sample carries another type). A new publisher waits up to
 //!   [`MATCH_WAIT`] for the topic's shoal subscribers registration lists, so the first samples reach them. The
 //!   main thread declares each key the subscriber received to Zenoh (`declare_import_keys`), so its samples are
-//!   routed by a cached route. With `policy = "block"` and `[shoal] reliable` the import publishers are reliable
+//!   routed by a cached route. At most `[select] max_imports` keys are imported; a sample of a further key is
+//!   dropped and counted (`imports_refused`). With `policy = "block"` and `[shoal] reliable` the import publishers are reliable
 //!   (a reliable local subscriber holds Zenoh's receive thread, at most 1 s, instead of being overwritten).
 //!
 //! Loop prevention: the export subscriber ignores samples of the bridge's own shoal publishers and of publishers of
@@ -110,6 +111,8 @@ struct Shared {
     stats: Mutex<BTreeMap<String, Arc<TopicStats>>>,
     /// Zenoh samples under the prefix whose key does not unescape to a topic.
     bad_keys: AtomicU64,
+    /// Samples of a new key dropped because `max_imports` keys are imported already.
+    imports_refused: AtomicU64,
     /// Keys of new imports, for the main loop to declare to Zenoh (`declare_import_keys`).
     new_import_keys: Mutex<Vec<String>>,
 }
@@ -469,6 +472,12 @@ fn import(
         if !c.direction_of(&topic).is_some_and(|d| d.imports()) {
             return;
         }
+        if imports.len() >= c.max_imports {
+            if shared.imports_refused.fetch_add(1, Ordering::Relaxed) == 0 {
+                tracing::warn!(key, max_imports = c.max_imports, "import refused: max_imports keys are imported");
+            }
+            return;
+        }
         let stats = shared.stats_for(&topic);
         imports.insert(
             key.to_owned(),
@@ -711,6 +720,7 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
         bridge_pubs: RwLock::new(HashSet::new()),
         stats: Mutex::new(BTreeMap::new()),
         bad_keys: AtomicU64::new(0),
+        imports_refused: AtomicU64::new(0),
         new_import_keys: Mutex::new(Vec::new()),
     });
     let imports: Arc<Mutex<HashMap<String, Import>>> = Arc::new(Mutex::new(HashMap::new()));
@@ -751,7 +761,8 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
                 s.to_json(exports.contains_key(t), imports.values().any(|i| i.topic == *t && i.publ.is_some()))
             })
             .collect();
-        let mut v = json!({"event": "stats", "topics": topics, "bad_keys": shared.bad_keys.load(Ordering::Relaxed)});
+        let mut v = json!({"event": "stats", "topics": topics, "bad_keys": shared.bad_keys.load(Ordering::Relaxed),
+                           "imports_refused": shared.imports_refused.load(Ordering::Relaxed)});
         if last {
             v["final"] = json!(true);
         }

@@ -157,6 +157,10 @@ pub struct Config {
     pub deny: Vec<Regex>,
     /// The direction of topics selected by `allow`.
     pub select_direction: Direction,
+    /// Zenoh keys this bridge imports at most (each is a shoal publisher with its ring); a sample of a further key
+    /// is dropped and counted (`imports_refused`), so remote publishers cannot make this host's bridge create
+    /// publishers without end.
+    pub max_imports: usize,
     /// Messages an export queue holds at most.
     pub queue_messages: usize,
     /// Payload bytes an export queue holds at most (one message larger than this still passes when the queue is
@@ -183,6 +187,7 @@ impl Default for Config {
             allow: Vec::new(),
             deny: Vec::new(),
             select_direction: Direction::Both,
+            max_imports: 1024,
             queue_messages: 1024,
             queue_bytes: 64 << 20,
             drop_policy: DropPolicy::DropOldest,
@@ -259,6 +264,7 @@ struct FileSelect {
     allow: Option<Vec<Spanned<String>>>,
     deny: Option<Vec<Spanned<String>>>,
     direction: Option<Spanned<String>>,
+    max_imports: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -327,6 +333,8 @@ impl FileCtx<'_> {
     }
 }
 
+/// Range of `[select] max_imports`.
+pub const MAX_IMPORTS_RANGE: (i64, i64) = (1, 65536);
 /// Messages range of `[queue] messages`.
 pub const QUEUE_MESSAGES_RANGE: (i64, i64) = (1, 1 << 20);
 /// Bytes range of `[queue] bytes`.
@@ -407,6 +415,9 @@ impl Config {
             }
             if let Some(v) = &s.direction {
                 c.select_direction = cx.choice(v, "direction", Direction::parse, Direction::ALLOWED)?;
+            }
+            if let Some(v) = &s.max_imports {
+                c.max_imports = usize::try_from(cx.int(v, "max_imports", MAX_IMPORTS_RANGE)?).unwrap_or(usize::MAX);
             }
         }
         if let Some(q) = file.queue {
@@ -547,11 +558,14 @@ mod tests {
         assert_eq!(c.direction_of("robot/debug2"), None);
         assert_eq!(c.direction_of("robot/debug"), Some(Direction::Import));
         assert_eq!(c.direction_of("other"), None);
+        assert_eq!(c.max_imports, 1024);
+        let c = Config::from_toml("t.toml", "[select]\nmax_imports = 3\n").expect("valid");
+        assert_eq!(c.max_imports, 3);
     }
 
     #[test]
     fn errors_name_the_place_and_the_allowed_values() {
-        let cases: [(&str, &str); 7] = [
+        let cases: [(&str, &str); 8] = [
             ("[zenoh]\nmode = \"router\"\n", "t.toml:2:8: mode = \"router\": allowed client, peer"),
             (
                 "[zenoh]\nconnect = [\"udp/1.2.3.4:7447\"]\n",
@@ -560,6 +574,7 @@ mod tests {
             ("[zenoh]\nprefix = \"a//b\"\n", "t.toml:2:10: prefix = \"a//b\": chunks of"),
             ("[select]\nallow = [\"(\"]\n", "t.toml:2:10: allow = \"(\" is not a regular expression"),
             ("[queue]\nmessages = 0\n", "t.toml:2:12: messages = 0: allowed 1..=1048576"),
+            ("[select]\nmax_imports = 0\n", "t.toml:2:15: max_imports = 0: allowed 1..=65536"),
             ("[queue]\npolicy = \"wait\"\n", "t.toml:2:10: policy = \"wait\": allowed drop_newest, drop_oldest, block"),
             (
                 "[[topic]]\nname = \"a\"\n[[topic]]\nname = \"a\"\n",

@@ -51,6 +51,9 @@ struct Args {
     /// Statistics interval in milliseconds (0: none).
     #[arg(long)]
     stats_interval_ms: Option<u64>,
+    /// Zenoh keys imported at most (a sample of a further key is dropped, counted as imports_refused).
+    #[arg(long)]
+    max_imports: Option<usize>,
     /// Messages an export queue holds at most.
     #[arg(long)]
     queue_messages: Option<usize>,
@@ -113,6 +116,14 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(s) = args.stats_interval_ms {
         config.stats_interval_ms = s;
+    }
+    if let Some(m) = args.max_imports {
+        let (lo, hi) = shoal_zenoh_bridge::config::MAX_IMPORTS_RANGE;
+        anyhow::ensure!(
+            i64::try_from(m).is_ok_and(|m| (lo..=hi).contains(&m)),
+            "--max-imports {m}: allowed {lo}..={hi}"
+        );
+        config.max_imports = m;
     }
     if let Some(m) = args.queue_messages {
         anyhow::ensure!(m >= 1, "--queue-messages {m}: at least 1");

@@ -286,7 +286,7 @@ fn a_python_zenoh_publisher_reaches_a_shoal_subscriber_behind_a_bridge() {
     let _s = serial();
     let sites = Sites::create();
     let _router = sites.router();
-    let (mut bridge_b, ready) = sites.bridge_ready(&sites.b, &["--allow", "^from_py/"]);
+    let (mut bridge_b, ready) = sites.bridge_ready(&sites.b, &["--allow", "^from_py/", "--max-imports", "2"]);
     let sub =
         sites.peer(&sites.b, "shoal sub", &["sub", "--topic", "from_py/probe", "--count", "100", "--size", "100"]);
     let zpub = sites.zenoh(
@@ -314,7 +314,18 @@ fn a_python_zenoh_publisher_reaches_a_shoal_subscriber_behind_a_bridge() {
     );
     zpub.expect("done", Duration::from_secs(30));
     zpub.wait_success(Duration::from_secs(10));
+    // A third key is beyond `--max-imports 2`: refused, counted, no topic.
+    let mut zpub = sites.zenoh(
+        &sites.r,
+        "tcp/127.0.0.1:7447",
+        "zenoh pub (third key)",
+        &["pub", "--key", "shoal/from_py/third", "--count", "5", "--size", "100", "--rate", "200"],
+    );
+    zpub.expect("done", Duration::from_secs(30));
+    zpub.wait_success(Duration::from_secs(10));
     let stats = final_stats(&mut bridge_b);
+    assert_eq!(stats["imports_refused"], 5, "{stats}");
+    assert!(stats["topics"].as_array().is_some_and(|t| t.iter().all(|t| t["topic"] != "from_py/third")), "{stats}");
     let st = topic_stats(&stats, "from_py/probe");
     assert_eq!(st["to_shoal"], 100, "{st}");
     assert_eq!(st["dropped"]["bad_attachment"], 0, "{st}");
