@@ -107,7 +107,7 @@ pub(crate) fn ring_after_publish(waker: &Waker, bells: &[Arc<DoorbellRemote>]) -
     let delegate = bells.len() > 1 && waker.shared.running.load(Ordering::Relaxed);
     let mut first: Option<&DoorbellRemote> = None;
     let mut asleep = 0;
-    for b in bells.iter().filter(|b| b.has_waiters()) {
+    for b in bells.iter().filter(|b| b.needs_wake()) {
         asleep += 1;
         if !delegate {
             let _ = b.wake();

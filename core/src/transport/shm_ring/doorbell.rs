@@ -247,7 +247,7 @@ impl Words<'_> {
     }
 
     /// Whether a registered thread has not been woken yet (after the ringer's fence).
-    fn has_waiters(self) -> bool {
+    fn needs_wake(self) -> bool {
         self.waiters.load(Ordering::SeqCst) != 0 && self.rung.load(Ordering::Relaxed) != RUNG_WOKEN
     }
 
@@ -266,7 +266,7 @@ impl Words<'_> {
     /// After publishing: fence, and wake if anybody waits. Returns whether a wake was issued.
     fn ring(self) -> bool {
         fence(Ordering::SeqCst);
-        self.has_waiters() && self.wake()
+        self.needs_wake() && self.wake()
     }
 
     fn wait(self, observed: u32, timeout: Option<Duration>) -> Result<WakeReason, DoorbellWaitError> {
@@ -664,7 +664,7 @@ impl DoorbellRemote {
 
     /// Whether no thread of the owning process has ever registered as a waiter (module comment): then nothing is
     /// to be woken and a ringer needs no fence. Call after publishing, in program order (no fence needed); false
-    /// means: fence, then ask [`has_waiters`](Self::has_waiters).
+    /// means: fence, then ask [`needs_wake`](Self::needs_wake).
     #[inline]
     pub fn spin_only(&self) -> bool {
         // The publish stays before this load in the compiled code (the barrier that ends `spin_only` orders it in
@@ -673,11 +673,12 @@ impl DoorbellRemote {
         self.barriers && header(&self.map).spin_only.load(Ordering::Relaxed) == 1
     }
 
-    /// Whether a thread of the owning process is registered as (about to be) sleeping. Call after publishing and
-    /// `fence(SeqCst)`; if true, the doorbell must be rung ([`wake`](Self::wake) or [`hand_over`](Self::hand_over)).
+    /// Whether a thread of the owning process is registered as (about to be) sleeping and no ringer has woken it
+    /// since it registered. Call after publishing and `fence(SeqCst)`; if true, the doorbell must be rung
+    /// ([`wake`](Self::wake) or [`hand_over`](Self::hand_over)).
     #[inline]
-    pub fn has_waiters(&self) -> bool {
-        shared_words(&self.map).has_waiters()
+    pub fn needs_wake(&self) -> bool {
+        shared_words(&self.map).needs_wake()
     }
 
     /// Wakes the owning process's sleeping threads (one syscall) unless another ringer has since they registered,

@@ -929,9 +929,9 @@ fn doorbell_rings_without_syscall_only_when_nobody_waits() {
         assert_eq!(reg.wait(Some(Duration::from_secs(5))).unwrap(), WakeReason::Changed);
     }
     assert_eq!(bell.waiters(), 0);
-    assert!(!remote.has_waiters());
+    assert!(!remote.needs_wake());
     let reg = bell.register_waiter();
-    assert!(remote.has_waiters());
+    assert!(remote.needs_wake());
     remote.wake();
     assert_ne!(bell.seq(), reg.observed_seq(), "woken");
     drop(reg);
@@ -953,11 +953,11 @@ fn doorbell_wakes_once_per_registration() {
     let remote = DoorbellRemote::open(bell.name()).unwrap();
     let reg = bell.register_waiter();
     assert_eq!((0..100).filter(|_| remote.ring()).count(), 1, "one wake for a registration");
-    assert!(!remote.has_waiters(), "woken, not deregistered yet: nobody to wake");
+    assert!(!remote.needs_wake(), "woken, not deregistered yet: nobody to wake");
     assert_eq!(bell.seq(), 1);
     assert_ne!(bell.seq(), reg.observed_seq(), "its wait returns at once");
     let again = bell.register_waiter();
-    assert!(remote.has_waiters());
+    assert!(remote.needs_wake());
     assert!(remote.ring(), "a new registration is woken");
     assert!(!remote.ring());
     drop((reg, again));
