@@ -314,6 +314,22 @@ const HELD_BYTES: usize = 64 << 20;
 const HELD_MAX_AGE: Duration = Duration::from_secs(1);
 /// Descriptors kept per topic.
 const KNOWN_DESCRIPTORS: usize = 8;
+/// Far bridges whose last sequence number an import keeps (a restarted bridge has a new id: the oldest are
+/// forgotten, so the table stays bounded however often far bridges restart).
+const FAR_BRIDGES: usize = 16;
+
+/// Notes `seq` as far bridge `bridge`'s last sequence number in `last` (at most [`FAR_BRIDGES`] entries, the oldest
+/// forgotten first); returns the one it had.
+fn note_seq(last: &mut VecDeque<(u64, u64)>, bridge: u64, seq: u64) -> Option<u64> {
+    if let Some(e) = last.iter_mut().find(|e| e.0 == bridge) {
+        return Some(std::mem::replace(&mut e.1, seq));
+    }
+    if last.len() == FAR_BRIDGES {
+        last.pop_front();
+    }
+    last.push_back((bridge, seq));
+    None
+}
 
 /// A topic's import (under its Zenoh key): its shoal publisher and what it last saw from each far bridge.
 struct Import {
@@ -327,7 +343,8 @@ struct Import {
     /// Samples waiting for their type's descriptor, oldest first, and their payload bytes.
     held: VecDeque<Held>,
     held_bytes: usize,
-    last_seq: HashMap<u64, u64>,
+    /// Each far bridge's last sequence number ([`note_seq`]).
+    last_seq: VecDeque<(u64, u64)>,
     stats: Arc<TopicStats>,
 }
 
@@ -489,7 +506,7 @@ fn import(
                 known: VecDeque::new(),
                 held: VecDeque::new(),
                 held_bytes: 0,
-                last_seq: HashMap::new(),
+                last_seq: VecDeque::new(),
                 stats,
             },
         );
@@ -513,7 +530,7 @@ fn import(
     }
     let mut lost = 0;
     if let Some(a) = &att
-        && let Some(prev) = imp.last_seq.insert(a.bridge, a.seq)
+        && let Some(prev) = note_seq(&mut imp.last_seq, a.bridge, a.seq)
         && a.seq > prev + 1
     {
         lost = a.seq - prev - 1;
@@ -837,6 +854,20 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn far_bridges_sequence_numbers_are_kept_for_the_newest_sixteen() {
+        let mut last = VecDeque::new();
+        assert_eq!(note_seq(&mut last, 1, 10), None);
+        assert_eq!(note_seq(&mut last, 1, 11), Some(10));
+        // Far bridges restarting again and again (each time a new id): the table stays at 16.
+        for id in 100..1100 {
+            assert_eq!(note_seq(&mut last, id, 1), None);
+        }
+        assert_eq!(last.len(), FAR_BRIDGES);
+        assert_eq!(note_seq(&mut last, 1, 12), None, "the oldest was forgotten");
+        assert_eq!(note_seq(&mut last, 1099, 2), Some(1), "the newest kept");
+    }
 
     #[test]
     fn the_limiter_passes_a_second_s_budget_then_the_rate() {
