@@ -37,7 +37,8 @@ enum Command {
 #[command(after_help = "\
 Runs, per wait mode (spin, block): the baseline ring (as deep as shoal's ring for each size) and
 shoal streaming 64 B (T2) and 1 KB (T7); ping-pong at 64 B-4 MB and zero-copy (T1 spin, T4 block,
-T3); fan-out to 1 and 4 subscriber processes (T5); then a process with 100 topics (T6); last reliable
+T3), three times (T1, T4, S1, S2 and S4 take the median of the three runs' ratios, each run's shoal
+against the same run's references: one run in another regime of a small VM does not decide); fan-out to 1 and 4 subscriber processes (T5); then a process with 100 topics (T6); last reliable
 shoal streams of 64 B and 1 MiB, which must lose nothing (T8), and two more of 64 B (S5); shoal
 streams of 64 KB-4 MB with rings on normal and on huge pages (T9: huge_pages rings on 2 MB pages in
 both processes, as smaps shows; needs a hugetlbfs mount at the ini's huge_pages_path with free
@@ -122,7 +123,7 @@ fn targets_command(args: &TargetsArgs) -> anyhow::Result<bool> {
         writeln!(
             out,
             "-- targets (shoal vs the baseline ring of the same run for T1-T4 and T7, vs 1 subscriber for T5 and S6, vs \
-             the strongest reference of the same run for S1-S5; value = worst over sizes)"
+             the strongest reference of the same run for S1-S5; ping-pong: the median of 3 runs; value = worst over sizes)"
         )?;
         for t in &targets {
             writeln!(out, "{}", t.to_text())?;

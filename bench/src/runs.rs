@@ -9,7 +9,8 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 
 use crate::targets::{
-    ECAL_SIZES, HUGE_SIZES, LARGE_SIZES, MANY_SIZES, MANY_SUBSCRIBERS, NET_WAIT, S5_RUNS, SIZES, SUBSCRIBERS, TOPICS,
+    ECAL_SIZES, HUGE_SIZES, LARGE_SIZES, MANY_SIZES, MANY_SUBSCRIBERS, NET_WAIT, PINGPONG_RUNS, S5_RUNS, SIZES,
+    SUBSCRIBERS, TOPICS,
 };
 
 /// One invocation of `shoal perf`.
@@ -62,7 +63,10 @@ pub(crate) fn plan() -> Vec<Run> {
         let perf = |targets, extra: &[&str]| Run::new(targets, &[&["--json", "--wait", wait][..], extra].concat());
         runs.push(perf("T2 T7", &["--baseline", "--throughput", "--sizes", "64,1024"]));
         let args = ["--baseline", "--pingpong", "--zero-copy", "--sizes", &pingpong_sizes];
-        runs.push(perf("T1 T3 T4 S1 S2 S4", &args));
+        // T1, T4, S1, S2 and S4 take the median of these runs' ratios (T3 the last run's).
+        for _ in 0..PINGPONG_RUNS {
+            runs.push(perf("T1 T3 T4 S1 S2 S4", &args));
+        }
         runs.push(perf("T5", &["--subscribers", &subscribers, "--sizes", &all_sizes]));
         runs.push(perf("S6", &["--subscribers", &many, "--sizes", &sizes(&MANY_SIZES)]));
     }
@@ -132,7 +136,11 @@ pub(crate) fn run_all(shoal: &Path, runs: &[Run], mut save: Option<&mut dyn Writ
             }
         };
         let text = String::from_utf8_lossy(&output.stdout);
-        let (rows, bad) = parse_lines(&text);
+        let (mut rows, bad) = parse_lines(&text);
+        // Each row says which run printed it: targets that take the median over runs pair a run's rows.
+        for r in &mut rows {
+            r["bench_run"] = serde_json::json!(i);
+        }
         if let Some(w) = save.as_deref_mut() {
             for r in &rows {
                 writeln!(w, "{r}").context("writing --save")?;
@@ -172,37 +180,44 @@ mod tests {
     #[test]
     fn the_plan_measures_every_target_size_in_both_waits() {
         let p = plan();
-        assert_eq!(p.len(), 17);
+        assert_eq!(p.len(), 21);
         assert_eq!(
             p[0].command_line(),
             "shoal perf --json --wait block --pingpong --against ecal --sizes 64,65536,1048576,4194304,8388608"
         );
+        // Per wait mode, the ping-pong with the plain rings PINGPONG_RUNS times (the targets take the median).
+        for (at, wait) in [(2, "spin"), (8, "block")] {
+            for r in &p[at..at + PINGPONG_RUNS] {
+                assert_eq!(
+                    r.command_line(),
+                    format!(
+                        "shoal perf --json --wait {wait} --baseline --pingpong --zero-copy --sizes \
+                         64,1024,65536,1048576,4194304,8388608"
+                    )
+                );
+            }
+        }
+        assert_eq!(p[6].command_line(), "shoal perf --json --wait spin --subscribers 16 --sizes 64,1048576");
+        assert_eq!(p[7].command_line(), "shoal perf --json --wait block --baseline --throughput --sizes 64,1024");
+        assert_eq!(p[11].args[..4], ["--json", "--wait", "block", "--subscribers"]);
+        assert_eq!(p[13].command_line(), "shoal perf --json --topics 100 --rss");
         assert_eq!(
-            p[2].command_line(),
-            "shoal perf --json --wait spin --baseline --pingpong --zero-copy --sizes \
-             64,1024,65536,1048576,4194304,8388608"
-        );
-        assert_eq!(p[4].command_line(), "shoal perf --json --wait spin --subscribers 16 --sizes 64,1048576");
-        assert_eq!(p[5].command_line(), "shoal perf --json --wait block --baseline --throughput --sizes 64,1024");
-        assert_eq!(p[7].args[..4], ["--json", "--wait", "block", "--subscribers"]);
-        assert_eq!(p[9].command_line(), "shoal perf --json --topics 100 --rss");
-        assert_eq!(
-            p[10].command_line(),
+            p[14].command_line(),
             "shoal perf --json --wait spin --reliable --baseline --throughput --sizes 64,1048576"
         );
-        for s5 in &p[11..13] {
+        for s5 in &p[15..17] {
             assert_eq!(
                 (s5.command_line().as_str(), s5.for_targets),
                 ("shoal perf --json --wait spin --reliable --baseline --throughput --sizes 64", "S5")
             );
         }
         assert_eq!(
-            p[13].command_line(),
+            p[17].command_line(),
             "shoal perf --json --wait spin --huge-pages --throughput --sizes 65536,1048576,4194304"
         );
         assert!(p.iter().all(|r| r.args[0] == "--json"));
         assert_eq!(
-            p[14].command_line(),
+            p[18].command_line(),
             "shoal perf --json --wait block --transport udp --baseline --throughput --sizes 64"
         );
     }

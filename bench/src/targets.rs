@@ -212,14 +212,6 @@ impl Rows {
         self.0.iter().rev().find(|r| is_ring_row(r, system, mode, wait, size, reliable))
     }
 
-    /// The value at `key` of the latest shoal row [`find_with`](Self::find_with) would consider that has it: the
-    /// ratios `shoal perf` computed against the references of the same run (`p50_ratio` against the strongest plain
-    /// ring, `iceoryx2_p50_ratio`, `ecal_p50_ratio`, `msgs_per_s_ratio`), which only the runs that measured those
-    /// references put in.
-    fn shoal_ratio(&self, mode: &str, wait: &str, size: u64, reliable: bool, key: &str) -> Option<&Value> {
-        self.0.iter().rev().find(|r| is_ratio_row(r, mode, wait, size, reliable, key))
-    }
-
     /// The latest row of `shoal perf --transport udp|tcp` with this `transport` label (`udp`, `tcp`, `raw_udp`,
     /// `raw_tcp`), mode, wait mode and size.
     fn find_net(&self, transport: &str, mode: &str, wait: &str, size: u64) -> Option<&Value> {
@@ -340,16 +332,87 @@ fn over_sizes(
     Target { id, wait, what, value, limit, cmp, unit: "x", status: Status::of(failed, !missing.is_empty()), detail }
 }
 
-/// Shoal's ping-pong p50 over the baseline's, per target size.
-fn pingpong_vs_baseline(rows: &Rows, wait: &str) -> Vec<(&'static str, Option<f64>)> {
-    let p50 = |system, size| num(rows.find(system, "pingpong", wait, size)?, "p50_ns");
-    SIZES
+/// Runs of the ping-pong with the plain rings (per wait mode) whose ratios the ping-pong targets (T1, T4, S1, S2,
+/// S4) take the median of: one run measures the rings, then shoal, seconds apart, and on a small VM a run now and
+/// then lands in another regime for one of them (where the host puts the two spinning threads), which one run's
+/// ratio would take for shoal's.
+pub(crate) const PINGPONG_RUNS: usize = 3;
+
+/// The run (`shoal-bench` tags every row with the index of the run that printed it) a row came from; rows without
+/// the tag (older `--save` files) are one run.
+fn run_of(r: &Value) -> Option<u64> {
+    r.get("bench_run").and_then(Value::as_u64)
+}
+
+/// The values `value` gives for the last row of each run among `rows` (in run order), of the last
+/// [`PINGPONG_RUNS`] runs that have one.
+fn last_runs<'a>(rows: impl Iterator<Item = &'a Value>, value: impl Fn(Option<u64>) -> Option<f64>) -> Vec<f64> {
+    let mut runs: Vec<Option<u64>> = Vec::new();
+    for r in rows {
+        let run = run_of(r);
+        if runs.last() != Some(&run) {
+            runs.retain(|x| *x != run);
+            runs.push(run);
+        }
+    }
+    let values: Vec<f64> = runs.into_iter().filter_map(value).collect();
+    values[values.len().saturating_sub(PINGPONG_RUNS)..].to_vec()
+}
+
+/// The median of the runs' values (of two, the larger: the ping-pong limits are upper bounds) and the values.
+fn median_of_runs(values: Vec<f64>) -> Option<(f64, Vec<f64>)> {
+    let mut sorted = values.clone();
+    sorted.sort_by(f64::total_cmp);
+    Some((*sorted.get(sorted.len() / 2)?, values))
+}
+
+/// A ping-pong target's points (the median per size) and, for the detail, each size's values run by run.
+type RunPoints = (Vec<(&'static str, Option<f64>)>, String);
+
+/// A size's label and its median with the runs' values.
+type SizeRuns = (&'static str, Option<(f64, Vec<f64>)>);
+
+fn run_points(per_size: Vec<SizeRuns>) -> RunPoints {
+    let runs = per_size
         .iter()
-        .map(|&(size, label)| {
-            let ratio = p50("shoal", size).zip(p50("baseline", size).filter(|b| *b > 0.0)).map(|(s, b)| s / b);
-            (label, ratio)
+        .filter_map(|(label, m)| {
+            let (_, values) = m.as_ref()?;
+            Some(format!("{label} {}", values.iter().map(|v| format!("{v:.2}")).collect::<Vec<_>>().join("/")))
         })
-        .collect()
+        .collect::<Vec<_>>();
+    let n = per_size.iter().filter_map(|(_, m)| m.as_ref().map(|(_, v)| v.len())).max().unwrap_or(0);
+    let detail = if n > 1 { format!("; median of {n} runs: {}", runs.join(", ")) } else { String::new() };
+    (per_size.into_iter().map(|(label, m)| (label, m.map(|(median, _)| median))).collect(), detail)
+}
+
+/// Shoal's ping-pong p50 over the baseline's of the same run, per target size: the median of the last
+/// [`PINGPONG_RUNS`] runs that measured both.
+fn pingpong_vs_baseline(rows: &Rows, wait: &str) -> RunPoints {
+    run_points(
+        SIZES
+            .iter()
+            .map(|&(size, label)| {
+                let of = |system| rows.0.iter().filter(move |r| is_ring_row(r, system, "pingpong", wait, size, false));
+                let p50 = |system, run| of(system).rfind(|r| run_of(r) == run).and_then(|r| num(r, "p50_ns"));
+                let ratios = last_runs(of("baseline"), |run| {
+                    p50("shoal", run).zip(p50("baseline", run).filter(|b| *b > 0.0)).map(|(s, b)| s / b)
+                });
+                (label, median_of_runs(ratios))
+            })
+            .collect(),
+    )
+}
+
+/// [`over_sizes`] with the runs each median came from in the detail.
+fn over_sizes_runs(
+    target: (&'static str, Option<&'static str>, &'static str),
+    limit: f64,
+    cmp: Cmp,
+    (points, runs): RunPoints,
+) -> Target {
+    let mut t = over_sizes(target, limit, cmp, &points);
+    t.detail.push_str(&runs);
+    t
 }
 
 fn t2(rows: &Rows, wait: &'static str) -> Target {
@@ -594,22 +657,41 @@ fn t6(rows: &Rows) -> Target {
 /// 0.5x; S6: the cost of a send to 16 subscriber processes against one, at most 1.3x.
 fn strongest(rows: &Rows) -> Vec<Target> {
     let mut out = Vec::new();
-    let pingpong = |wait: &str, key: &str, sizes: &[(u64, &'static str)]| -> Vec<(&'static str, Option<f64>)> {
-        let ratio = |size| rows.shoal_ratio("pingpong", wait, size, false, key).and_then(|r| num(r, key));
-        sizes.iter().map(|&(size, label)| (label, ratio(size))).collect()
+    // The median of the last PINGPONG_RUNS runs' ratios (S3: one run against eCAL).
+    let pingpong = |wait: &str, key: &str, sizes: &[(u64, &'static str)]| -> RunPoints {
+        run_points(
+            sizes
+                .iter()
+                .map(|&(size, label)| {
+                    let of = || rows.0.iter().filter(|r| is_ratio_row(r, "pingpong", wait, size, false, key));
+                    let ratios = last_runs(of(), |run| of().rfind(|r| run_of(r) == run).and_then(|r| num(r, key)));
+                    (label, median_of_runs(ratios))
+                })
+                .collect(),
+        )
     };
     for wait in ["spin", "block"] {
         let points = pingpong(wait, "p50_ratio", &LARGE_SIZES);
-        out.push(over_sizes(("S1", Some(wait), "ping-pong p50 vs strongest ring, 64K-8M"), 1.1, Cmp::AtMost, &points));
+        out.push(over_sizes_runs(
+            ("S1", Some(wait), "ping-pong p50 vs strongest ring, 64K-8M"),
+            1.1,
+            Cmp::AtMost,
+            points,
+        ));
     }
     for wait in ["spin", "block"] {
         let points = pingpong(wait, "iceoryx2_p50_ratio", &LARGE_SIZES);
-        out.push(over_sizes(("S2", Some(wait), "ping-pong p50 vs iceoryx2, 64K-8M"), 1.0, Cmp::AtMost, &points));
+        out.push(over_sizes_runs(("S2", Some(wait), "ping-pong p50 vs iceoryx2, 64K-8M"), 1.0, Cmp::AtMost, points));
     }
     let points = pingpong("block", "ecal_p50_ratio", &ECAL_SIZES);
-    out.push(over_sizes(("S3", Some("block"), "ping-pong p50 vs eCAL 6.1.1 C++, 64B-8M"), 0.8, Cmp::AtMost, &points));
+    out.push(over_sizes_runs(
+        ("S3", Some("block"), "ping-pong p50 vs eCAL 6.1.1 C++, 64B-8M"),
+        0.8,
+        Cmp::AtMost,
+        points,
+    ));
     let points = pingpong("spin", "p50_ratio", &[(64, "64B")]);
-    out.push(over_sizes(("S4", Some("spin"), "ping-pong p50 vs strongest ring, 64B"), 1.5, Cmp::AtMost, &points));
+    out.push(over_sizes_runs(("S4", Some("spin"), "ping-pong p50 vs strongest ring, 64B"), 1.5, Cmp::AtMost, points));
     out.push(s5(rows));
     for wait in ["spin", "block"] {
         let points = fanout_ratios(rows, wait, MANY_SUBSCRIBERS, &MANY_SIZES);
@@ -662,11 +744,11 @@ pub(crate) fn evaluate(rows: &Rows) -> Vec<Target> {
     let waits = ["spin", "block"];
     let mut out = Vec::new();
     let spin = pingpong_vs_baseline(rows, "spin");
-    out.push(over_sizes(("T1", Some("spin"), "ping-pong p50 vs baseline, 64B-4M"), 1.5, Cmp::AtMost, &spin));
+    out.push(over_sizes_runs(("T1", Some("spin"), "ping-pong p50 vs baseline, 64B-4M"), 1.5, Cmp::AtMost, spin));
     out.extend(waits.iter().map(|w| t2(rows, w)));
     out.extend(waits.iter().map(|w| t3(rows, w)));
     let block = pingpong_vs_baseline(rows, "block");
-    out.push(over_sizes(("T4", Some("block"), "ping-pong p50 vs baseline, 64B-4M"), 1.3, Cmp::AtMost, &block));
+    out.push(over_sizes_runs(("T4", Some("block"), "ping-pong p50 vs baseline, 64B-4M"), 1.3, Cmp::AtMost, block));
     out.extend(waits.iter().map(|w| t5(rows, w)));
     out.push(t6(rows));
     out.extend(waits.iter().map(|w| t7(rows, w)));
@@ -920,6 +1002,39 @@ mod tests {
             .collect();
         assert_eq!(target(rows.clone(), "S2", Some("block")).status, Status::NotMeasured);
         assert_eq!(target(rows, "S6", Some("block")).status, Status::Pass);
+    }
+
+    /// The ping-pong targets take the median of the runs' ratios, each run's shoal row paired with the same run's
+    /// baseline row: one run in another regime does not decide them, two do.
+    #[test]
+    fn ping_pong_targets_take_the_median_of_the_runs() {
+        let runs = |shoal_64b: [u64; 3], s4: [f64; 3]| {
+            let mut rows = passing();
+            for (i, (p50, ratio)) in shoal_64b.into_iter().zip(s4).enumerate() {
+                let mut base = row("baseline", "pingpong", "spin", 64, 100, 1.0);
+                base["bench_run"] = json!(10 + i);
+                let mut shoal = row("shoal", "pingpong", "spin", 64, p50, 1.0);
+                shoal["p50_ratio"] = json!(ratio);
+                shoal["bench_run"] = json!(10 + i);
+                rows.extend([base, shoal]);
+            }
+            rows
+        };
+        let t1 = target(runs([120, 300, 110], [1.2, 3.0, 1.1]), "T1", Some("spin"));
+        assert_eq!((t1.status, t1.value), (Status::Pass, Some(1.2)), "{}", t1.detail);
+        assert!(t1.detail.contains("median of 3 runs: 64B 1.20/3.00/1.10"), "{}", t1.detail);
+        let s4 = target(runs([120, 300, 110], [1.2, 3.0, 1.1]), "S4", Some("spin"));
+        assert_eq!((s4.status, s4.value), (Status::Pass, Some(1.2)), "{}", s4.detail);
+        let t1 = target(runs([200, 300, 110], [1.6, 3.0, 1.1]), "T1", Some("spin"));
+        assert_eq!((t1.status, t1.value), (Status::Fail, Some(2.0)), "{}", t1.detail);
+        let s4 = target(runs([200, 300, 110], [1.6, 3.0, 1.1]), "S4", Some("spin"));
+        assert_eq!((s4.status, s4.value), (Status::Fail, Some(1.6)), "{}", s4.detail);
+        // A run without a baseline row (eCAL's, shoal only) is no run of T1's.
+        let mut rows = runs([120, 300, 110], [1.2, 3.0, 1.1]);
+        let mut lone = row("shoal", "pingpong", "spin", 64, 900, 1.0);
+        lone["bench_run"] = json!(20);
+        rows.push(lone);
+        assert_eq!(target(rows, "T1", Some("spin")).value, Some(1.2));
     }
 
     #[test]
