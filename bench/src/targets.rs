@@ -710,11 +710,11 @@ fn s5(rows: &Rows) -> Target {
     let found: Vec<&Value> =
         rows.0.iter().filter(|r| is_ratio_row(r, "throughput", "spin", 64, true, "msgs_per_s_ratio")).collect();
     let runs = &found[found.len().saturating_sub(S5_RUNS)..];
-    let mut ratios: Vec<f64> = runs.iter().filter_map(|r| num(r, "msgs_per_s_ratio")).collect();
-    ratios.sort_by(f64::total_cmp);
+    let ratios: Vec<f64> = runs.iter().filter_map(|r| num(r, "msgs_per_s_ratio")).collect();
     // A run whose row does not say what it lost is no measurement of a lossless stream.
     let lost = runs.iter().map(|r| r["lost"].as_u64()).sum::<Option<u64>>().filter(|_| !runs.is_empty());
-    let ratio = (ratios.len() == S5_RUNS && lost.is_some()).then(|| ratios[S5_RUNS / 2]);
+    let ratio =
+        (ratios.len() == S5_RUNS && lost.is_some()).then(|| median_of_runs(ratios)).flatten().map(|(median, _)| median);
     let median_row = ratio.and_then(|m| runs.iter().find(|r| num(r, "msgs_per_s_ratio") == Some(m)));
     let vs = median_row.and_then(|r| r["ratio_vs"].as_str()).unwrap_or("-");
     let all = runs.iter().filter_map(|r| num(r, "msgs_per_s_ratio")).map(|v| format!("{v:.2}x")).collect::<Vec<_>>();
