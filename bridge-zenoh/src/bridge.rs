@@ -12,8 +12,9 @@
 //!   [`MATCH_WAIT`] for the topic's shoal subscribers registration lists, so the first samples reach them. The
 //!   main thread declares each key the subscriber received to Zenoh (`declare_import_keys`), so its samples are
 //!   routed by a cached route. At most `[select] max_imports` keys are imported; a sample of a further key is
-//!   dropped and counted (`imports_refused`). With `policy = "block"` and `[shoal] reliable` the import publishers are reliable
-//!   (a reliable local subscriber holds Zenoh's receive thread, at most 1 s, instead of being overwritten).
+//!   dropped and counted (`imports_refused`). With `policy = "block"` and `[shoal] reliable` the import publishers
+//!   are reliable (a reliable local subscriber holds Zenoh's receive thread, at most 1 s, instead of being
+//!   overwritten).
 //!
 //! Loop prevention: the export subscriber ignores samples of the bridge's own shoal publishers and of publishers of
 //! processes with the bridge's unit name (other bridges); a topic whose only publishers are bridges is not exported;
