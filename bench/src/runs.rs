@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::targets::{
     ECAL_SIZES, HUGE_SIZES, LARGE_SIZES, MANY_SIZES, MANY_SUBSCRIBERS, NET_WAIT, PINGPONG_RUNS, S5_RUNS, SIZES,
-    SUBSCRIBERS, TOPICS,
+    STREAM_RUNS, SUBSCRIBERS, TOPICS,
 };
 
 /// One invocation of `shoal perf`.
@@ -61,7 +61,16 @@ pub(crate) fn plan() -> Vec<Run> {
     ));
     for wait in ["spin", "block"] {
         let perf = |targets, extra: &[&str]| Run::new(targets, &[&["--json", "--wait", wait][..], extra].concat());
-        runs.push(perf("T2 T7", &["--baseline", "--throughput", "--sizes", "64,1024"]));
+        // T2 and T7 take the median of these runs' ratios. The block-mode streams are pinned (this process on CPU 0,
+        // the reader's on CPU 1): unpinned, this VM's scheduler now and then wakes the sleeping reader onto the
+        // writer's vCPU while the other idles, and the pair then shares one vCPU for the whole stream, which
+        // measures that placement rather than the rings (a writer that waits on a full ring loses nothing that way,
+        // a best-effort one overwrites). A spinning reader never sleeps, so no wake-up places it; pinned, it would
+        // share its CPU with whatever else wakes there (its runtime threads, the host's), so spin streams are not.
+        let pin: &[&str] = if wait == "block" { &["--pin"] } else { &[] };
+        for _ in 0..STREAM_RUNS {
+            runs.push(perf("T2 T7", &[pin, &["--baseline", "--throughput", "--sizes", "64,1024"]].concat()));
+        }
         let args = ["--baseline", "--pingpong", "--zero-copy", "--sizes", &pingpong_sizes];
         // T1, T4, S1, S2 and S4 take the median of these runs' ratios (T3 the last run's).
         for _ in 0..PINGPONG_RUNS {
@@ -180,14 +189,25 @@ mod tests {
     #[test]
     fn the_plan_measures_every_target_size_in_both_waits() {
         let p = plan();
-        assert_eq!(p.len(), 21);
+        assert_eq!(p.len(), 25);
         assert_eq!(
             p[0].command_line(),
             "shoal perf --json --wait block --pingpong --against ecal --sizes 64,65536,1048576,4194304,8388608"
         );
-        // Per wait mode, the ping-pong with the plain rings PINGPONG_RUNS times (the targets take the median).
-        for (at, wait) in [(2, "spin"), (8, "block")] {
-            for r in &p[at..at + PINGPONG_RUNS] {
+        // Per wait mode, the streams with the plain rings STREAM_RUNS times (pinned in block mode), then the ping-pong with them
+        // PINGPONG_RUNS times (the targets take the medians).
+        for (at, wait, pin) in [(1, "spin", ""), (9, "block", " --pin")] {
+            for r in &p[at..at + STREAM_RUNS] {
+                assert_eq!(
+                    (r.command_line().as_str(), r.for_targets),
+                    (
+                        format!("shoal perf --json --wait {wait}{pin} --baseline --throughput --sizes 64,1024")
+                            .as_str(),
+                        "T2 T7"
+                    )
+                );
+            }
+            for r in &p[at + STREAM_RUNS..at + STREAM_RUNS + PINGPONG_RUNS] {
                 assert_eq!(
                     r.command_line(),
                     format!(
@@ -197,27 +217,26 @@ mod tests {
                 );
             }
         }
-        assert_eq!(p[6].command_line(), "shoal perf --json --wait spin --subscribers 16 --sizes 64,1048576");
-        assert_eq!(p[7].command_line(), "shoal perf --json --wait block --baseline --throughput --sizes 64,1024");
-        assert_eq!(p[11].args[..4], ["--json", "--wait", "block", "--subscribers"]);
-        assert_eq!(p[13].command_line(), "shoal perf --json --topics 100 --rss");
+        assert_eq!(p[8].command_line(), "shoal perf --json --wait spin --subscribers 16 --sizes 64,1048576");
+        assert_eq!(p[15].args[..4], ["--json", "--wait", "block", "--subscribers"]);
+        assert_eq!(p[17].command_line(), "shoal perf --json --topics 100 --rss");
         assert_eq!(
-            p[14].command_line(),
+            p[18].command_line(),
             "shoal perf --json --wait spin --reliable --baseline --throughput --sizes 64,1048576"
         );
-        for s5 in &p[15..17] {
+        for s5 in &p[19..21] {
             assert_eq!(
                 (s5.command_line().as_str(), s5.for_targets),
                 ("shoal perf --json --wait spin --reliable --baseline --throughput --sizes 64", "S5")
             );
         }
         assert_eq!(
-            p[17].command_line(),
+            p[21].command_line(),
             "shoal perf --json --wait spin --huge-pages --throughput --sizes 65536,1048576,4194304"
         );
         assert!(p.iter().all(|r| r.args[0] == "--json"));
         assert_eq!(
-            p[18].command_line(),
+            p[22].command_line(),
             "shoal perf --json --wait block --transport udp --baseline --throughput --sizes 64"
         );
     }

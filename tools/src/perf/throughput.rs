@@ -91,6 +91,10 @@ pub(crate) fn measure<S: Sender, R: Receiver>(
     if let Pacing::Rate(r) = pacing {
         extra.push(("rate_target", r));
     }
+    if run.args.pin {
+        // `--pin`: this process on CPU 0, the reader on its own CPU.
+        extra.push(("pinned", 1.0));
+    }
     if run.system == super::args::System::Shoal && super::shoal_link::reliable() {
         extra.push(("reliable", 1.0));
     }
