@@ -11,10 +11,11 @@
 //!   carries (and created again when a sample carries another type). A new publisher waits up to
 //!   [`MATCH_WAIT`] for the topic's shoal subscribers registration lists, so the first samples reach them. The
 //!   main thread declares each key the subscriber received to Zenoh (`declare_import_keys`), so its samples are
-//!   routed by a cached route. At most `[select] max_imports` keys are imported; a sample of a further key is
-//!   dropped and counted (`imports_refused`). With `policy = "block"` and `[shoal] reliable` the import publishers
-//!   are reliable (a reliable local subscriber holds Zenoh's receive thread, at most 1 s, instead of being
-//!   overwritten).
+//!   routed by a cached route. At most `[select] max_imports` keys are imported; a sample of a further key takes
+//!   the slot of the import idle longest if that one has had no sample for `[select] import_idle_ms` (it ends: its
+//!   shoal publisher goes, its key is undeclared, `imports_ended`), otherwise it is dropped and counted
+//!   (`imports_refused`). With `policy = "block"` and `[shoal] reliable` the import publishers are reliable (a
+//!   reliable local subscriber holds Zenoh's receive thread, at most 1 s, instead of being overwritten).
 //!
 //! Loop prevention: the export subscriber ignores samples of the bridge's own shoal publishers and of publishers of
 //! processes with the bridge's unit name (other bridges); a topic whose only publishers are bridges is not exported;
@@ -116,6 +117,16 @@ struct Shared {
     imports_refused: AtomicU64,
     /// Keys of new imports, for the main loop to declare to Zenoh (`declare_import_keys`).
     new_import_keys: Mutex<Vec<String>>,
+    /// Keys of imports that gave their slot to a new key, for the main loop to undeclare.
+    ended_import_keys: Mutex<Vec<String>>,
+    /// Imports that gave their slot to a new key (`[select] import_idle_ms`).
+    imports_ended: AtomicU64,
+    /// Milliseconds since the bridge started, as the main loop last saw them (every 20 ms): a sample's time without
+    /// a clock read on Zenoh's receive thread.
+    clock_ms: AtomicU64,
+    /// With `max_imports` keys imported, no import can be idle long enough before this time (`clock_ms`): until
+    /// then, a new key is refused without a scan of the imports. Read and written under the imports' lock.
+    idle_scan_after_ms: AtomicU64,
 }
 
 impl Shared {
@@ -347,6 +358,48 @@ struct Import {
     /// Each far bridge's last sequence number ([`note_seq`]).
     last_seq: VecDeque<(u64, u64)>,
     stats: Arc<TopicStats>,
+    /// When its last sample came (`Shared::clock_ms`).
+    last_ms: u64,
+}
+
+/// The key of the import idle longest if it has had no sample for `idle_ms` at `now_ms`; otherwise the time before
+/// which none can have (the oldest last sample plus `idle_ms`; `u64::MAX` without imports).
+fn longest_idle<'a>(
+    imports: impl Iterator<Item = (&'a String, u64)>,
+    now_ms: u64,
+    idle_ms: u64,
+) -> Result<&'a String, u64> {
+    match imports.min_by_key(|(_, last)| *last) {
+        Some((key, last)) if now_ms.saturating_sub(last) >= idle_ms => Ok(key),
+        Some((_, last)) => Err(last.saturating_add(idle_ms)),
+        None => Err(u64::MAX),
+    }
+}
+
+/// With `max_imports` keys imported: makes room for a new key by ending the import idle longest, if one has been
+/// idle for `[select] import_idle_ms`. Its shoal publisher goes (its subscribers see it leave); samples it held for
+/// a descriptor are counted as dropped; a later sample of its key imports it again.
+fn make_room(shared: &Shared, imports: &mut HashMap<String, Import>) -> bool {
+    let now = shared.clock_ms.load(Ordering::Relaxed);
+    if now < shared.idle_scan_after_ms.load(Ordering::Relaxed) {
+        return false;
+    }
+    let idle_ms = shared.config.import_idle_ms;
+    let key = match longest_idle(imports.iter().map(|(k, i)| (k, i.last_ms)), now, idle_ms) {
+        Ok(k) => k.clone(),
+        Err(after) => {
+            shared.idle_scan_after_ms.store(after, Ordering::Relaxed);
+            return false;
+        }
+    };
+    let Some(imp) = imports.remove(&key) else { return false };
+    count_no_descriptor(&imp, imp.held.len() as u64);
+    let idle = now.saturating_sub(imp.last_ms);
+    tracing::info!(topic = imp.topic, key, idle_ms = idle, "import ended: idle, its slot taken by a new key");
+    emit(&json!({"event": "import_end", "topic": imp.topic, "key": key, "idle_ms": idle}));
+    shared.imports_ended.fetch_add(1, Ordering::Relaxed);
+    shared.ended_import_keys.lock().unwrap_or_else(|e| e.into_inner()).push(key);
+    true
 }
 
 fn start_export(
@@ -490,7 +543,7 @@ fn import(
         if !c.direction_of(&topic).is_some_and(|d| d.imports()) {
             return;
         }
-        if imports.len() >= c.max_imports {
+        if imports.len() >= c.max_imports && !make_room(shared, &mut imports) {
             if shared.imports_refused.fetch_add(1, Ordering::Relaxed) == 0 {
                 tracing::warn!(key, max_imports = c.max_imports, "import refused: max_imports keys are imported");
             }
@@ -509,11 +562,13 @@ fn import(
                 held_bytes: 0,
                 last_seq: VecDeque::new(),
                 stats,
+                last_ms: 0,
             },
         );
         shared.new_import_keys.lock().unwrap_or_else(|e| e.into_inner()).push(key.to_owned());
     }
     let Some(imp) = imports.get_mut(key) else { return };
+    imp.last_ms = shared.clock_ms.load(Ordering::Relaxed);
     let attachment = sample.attachment().map(|a| a.to_bytes());
     let att = match wire::parse(attachment.as_deref()) {
         Ok(a) => a,
@@ -725,6 +780,14 @@ fn declare_import_keys(
             Err(e) => tracing::warn!("declaring Zenoh key {key}: {e} (its samples arrive by name, more slowly)"),
         }
     }
+    // Ended imports (after the declarations: a key that ended and came back since the last call is declared twice,
+    // then undeclared once).
+    let ended = std::mem::take(&mut *shared.ended_import_keys.lock().unwrap_or_else(|e| e.into_inner()));
+    for key in ended {
+        if let Some(i) = declared.iter().position(|k| k.as_str() == key) {
+            let _ = session.undeclare(declared.swap_remove(i)).wait();
+        }
+    }
 }
 
 /// Runs the bridge until `stop` becomes true.
@@ -740,7 +803,12 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
         bad_keys: AtomicU64::new(0),
         imports_refused: AtomicU64::new(0),
         new_import_keys: Mutex::new(Vec::new()),
+        ended_import_keys: Mutex::new(Vec::new()),
+        imports_ended: AtomicU64::new(0),
+        clock_ms: AtomicU64::new(0),
+        idle_scan_after_ms: AtomicU64::new(0),
     });
+    let started = Instant::now();
     let imports: Arc<Mutex<HashMap<String, Import>>> = Arc::new(Mutex::new(HashMap::new()));
     let all = format!("{}/**", config.prefix);
     let (i_shared, i_node, i_imports) = (Arc::clone(&shared), Arc::clone(&node), Arc::clone(&imports));
@@ -780,7 +848,8 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
             })
             .collect();
         let mut v = json!({"event": "stats", "topics": topics, "bad_keys": shared.bad_keys.load(Ordering::Relaxed),
-                           "imports_refused": shared.imports_refused.load(Ordering::Relaxed)});
+                           "imports_refused": shared.imports_refused.load(Ordering::Relaxed),
+                           "imports_ended": shared.imports_ended.load(Ordering::Relaxed)});
         if last {
             v["final"] = json!(true);
         }
@@ -789,6 +858,9 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
         let now = Instant::now();
+        shared
+            .clock_ms
+            .store(u64::try_from(now.duration_since(started).as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
         if now >= next_scan {
             next_scan = now + scan_every;
             let snap = node.snapshot();
@@ -855,6 +927,16 @@ pub fn run(config: &Config, stop: Arc<AtomicBool>) -> Result<(), BridgeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_import_idle_longest_gives_its_slot_once_idle_long_enough() {
+        let keys: Vec<String> = ["a", "b", "c"].iter().map(|k| (*k).to_string()).collect();
+        let imports = |last: [u64; 3]| keys.iter().zip(last).collect::<Vec<_>>().into_iter();
+        assert_eq!(longest_idle(imports([500, 100, 300]), 1100, 1000), Ok(&keys[1]), "b idle 1000 ms");
+        assert_eq!(longest_idle(imports([500, 100, 300]), 1099, 1000), Err(1100), "none yet: not before 1100");
+        assert_eq!(longest_idle(imports([0, 0, 0]), 5, 100), Err(100));
+        assert_eq!(longest_idle(std::iter::empty(), 5, 100), Err(u64::MAX));
+    }
 
     #[test]
     fn far_bridges_sequence_numbers_are_kept_for_the_newest_sixteen() {

@@ -161,6 +161,9 @@ pub struct Config {
     /// is dropped and counted (`imports_refused`), so remote publishers cannot make this host's bridge create
     /// publishers without end.
     pub max_imports: usize,
+    /// With `max_imports` keys imported, a new key takes the slot of the key idle longest once that one has had no
+    /// sample for this many milliseconds (its shoal publisher is dropped; a later sample imports it again).
+    pub import_idle_ms: u64,
     /// Messages an export queue holds at most.
     pub queue_messages: usize,
     /// Payload bytes an export queue holds at most (one message larger than this still passes when the queue is
@@ -188,6 +191,7 @@ impl Default for Config {
             deny: Vec::new(),
             select_direction: Direction::Both,
             max_imports: 1024,
+            import_idle_ms: 60_000,
             queue_messages: 1024,
             queue_bytes: 64 << 20,
             drop_policy: DropPolicy::DropOldest,
@@ -265,6 +269,7 @@ struct FileSelect {
     deny: Option<Vec<Spanned<String>>>,
     direction: Option<Spanned<String>>,
     max_imports: Option<Spanned<i64>>,
+    import_idle_ms: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -335,6 +340,8 @@ impl FileCtx<'_> {
 
 /// Range of `[select] max_imports`.
 pub const MAX_IMPORTS_RANGE: (i64, i64) = (1, 65536);
+/// Range of `[select] import_idle_ms` (100 ms to a day).
+pub const IMPORT_IDLE_MS_RANGE: (i64, i64) = (100, 86_400_000);
 /// Messages range of `[queue] messages`.
 pub const QUEUE_MESSAGES_RANGE: (i64, i64) = (1, 1 << 20);
 /// Bytes range of `[queue] bytes`.
@@ -418,6 +425,9 @@ impl Config {
             }
             if let Some(v) = &s.max_imports {
                 c.max_imports = usize::try_from(cx.int(v, "max_imports", MAX_IMPORTS_RANGE)?).unwrap_or(usize::MAX);
+            }
+            if let Some(v) = &s.import_idle_ms {
+                c.import_idle_ms = cx.int(v, "import_idle_ms", IMPORT_IDLE_MS_RANGE)?;
             }
         }
         if let Some(q) = file.queue {
@@ -561,11 +571,14 @@ mod tests {
         assert_eq!(c.max_imports, 1024);
         let c = Config::from_toml("t.toml", "[select]\nmax_imports = 3\n").expect("valid");
         assert_eq!(c.max_imports, 3);
+        assert_eq!(c.import_idle_ms, 60_000);
+        let c = Config::from_toml("t.toml", "[select]\nimport_idle_ms = 500\n").expect("valid");
+        assert_eq!(c.import_idle_ms, 500);
     }
 
     #[test]
     fn errors_name_the_place_and_the_allowed_values() {
-        let cases: [(&str, &str); 8] = [
+        let cases: [(&str, &str); 9] = [
             ("[zenoh]\nmode = \"router\"\n", "t.toml:2:8: mode = \"router\": allowed client, peer"),
             (
                 "[zenoh]\nconnect = [\"udp/1.2.3.4:7447\"]\n",
@@ -575,6 +588,7 @@ mod tests {
             ("[select]\nallow = [\"(\"]\n", "t.toml:2:10: allow = \"(\" is not a regular expression"),
             ("[queue]\nmessages = 0\n", "t.toml:2:12: messages = 0: allowed 1..=1048576"),
             ("[select]\nmax_imports = 0\n", "t.toml:2:15: max_imports = 0: allowed 1..=65536"),
+            ("[select]\nimport_idle_ms = 99\n", "t.toml:2:18: import_idle_ms = 99: allowed 100..=86400000"),
             ("[queue]\npolicy = \"wait\"\n", "t.toml:2:10: policy = \"wait\": allowed drop_newest, drop_oldest, block"),
             (
                 "[[topic]]\nname = \"a\"\n[[topic]]\nname = \"a\"\n",

@@ -54,6 +54,10 @@ struct Args {
     /// Zenoh keys imported at most (a sample of a further key is dropped, counted as imports_refused).
     #[arg(long)]
     max_imports: Option<usize>,
+    /// With max-imports keys imported, a new key takes the slot of the key idle longest once that one has had no
+    /// sample for this many milliseconds.
+    #[arg(long)]
+    import_idle_ms: Option<u64>,
     /// Messages an export queue holds at most.
     #[arg(long)]
     queue_messages: Option<usize>,
@@ -124,6 +128,14 @@ fn main() -> anyhow::Result<()> {
             "--max-imports {m}: allowed {lo}..={hi}"
         );
         config.max_imports = m;
+    }
+    if let Some(m) = args.import_idle_ms {
+        let (lo, hi) = shoal_zenoh_bridge::config::IMPORT_IDLE_MS_RANGE;
+        anyhow::ensure!(
+            i64::try_from(m).is_ok_and(|m| (lo..=hi).contains(&m)),
+            "--import-idle-ms {m}: allowed {lo}..={hi}"
+        );
+        config.import_idle_ms = m;
     }
     if let Some(m) = args.queue_messages {
         anyhow::ensure!(m >= 1, "--queue-messages {m}: at least 1");

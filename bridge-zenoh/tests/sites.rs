@@ -18,7 +18,7 @@ mod root;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use root::{root_or_skip, run, serial};
 use serde_json::Value;
@@ -27,6 +27,8 @@ use support::Proc;
 const BRIDGE: &str = env!("CARGO_BIN_EXE_shoal-zenoh-bridge");
 const PEER: &str = env!("CARGO_BIN_EXE_shoal-zenoh-peer");
 const PROBE_TYPE: &str = "shoal_zenoh.test.Probe";
+/// `--import-idle-ms` of the bridge that imports the Python publishers' keys.
+const IMPORT_IDLE: Duration = Duration::from_secs(10);
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -286,7 +288,9 @@ fn a_python_zenoh_publisher_reaches_a_shoal_subscriber_behind_a_bridge() {
     let _s = serial();
     let sites = Sites::create();
     let _router = sites.router();
-    let (mut bridge_b, ready) = sites.bridge_ready(&sites.b, &["--allow", "^from_py/", "--max-imports", "2"]);
+    // Two imported keys at most; an import idle for 10 s gives its slot to a new key.
+    let args = ["--allow", "^from_py/", "--max-imports", "2", "--import-idle-ms", &IMPORT_IDLE.as_millis().to_string()];
+    let (mut bridge_b, ready) = sites.bridge_ready(&sites.b, &args);
     let sub =
         sites.peer(&sites.b, "shoal sub", &["sub", "--topic", "from_py/probe", "--count", "100", "--size", "100"]);
     let zpub = sites.zenoh(
@@ -297,6 +301,7 @@ fn a_python_zenoh_publisher_reaches_a_shoal_subscriber_behind_a_bridge() {
     );
     zpub.expect("done", Duration::from_secs(30));
     let summary = sub.expect("summary", Duration::from_secs(60));
+    let probe_done = Instant::now();
     eprintln!("{summary}");
     assert_eq!(summary["distinct"], 100, "{summary}");
     assert_eq!(summary["intact"], 100, "{summary}");
@@ -323,8 +328,28 @@ fn a_python_zenoh_publisher_reaches_a_shoal_subscriber_behind_a_bridge() {
     );
     zpub.expect("done", Duration::from_secs(30));
     zpub.wait_success(Duration::from_secs(10));
+    assert!(
+        probe_done.elapsed() < IMPORT_IDLE,
+        "the third key came {:?} after the probe's last sample, when the probe's import may have ended: \
+         the test cannot tell a refusal from an ended import",
+        probe_done.elapsed()
+    );
+    // Once the probe's import has had no sample for the idle time, a fourth key takes its slot.
+    std::thread::sleep(
+        (probe_done + IMPORT_IDLE + Duration::from_millis(500)).saturating_duration_since(Instant::now()),
+    );
+    let mut zpub = sites.zenoh(
+        &sites.r,
+        "tcp/127.0.0.1:7447",
+        "zenoh pub (fourth key)",
+        &["pub", "--key", "shoal/from_py/fourth", "--count", "5", "--size", "100", "--rate", "200"],
+    );
+    zpub.expect("done", Duration::from_secs(30));
+    zpub.wait_success(Duration::from_secs(10));
     let stats = final_stats(&mut bridge_b);
     assert_eq!(stats["imports_refused"], 5, "{stats}");
+    assert_eq!(stats["imports_ended"], 1, "the probe's import ended for the fourth key: {stats}");
+    assert_eq!(topic_stats(&stats, "from_py/fourth")["to_shoal"], 5, "{stats}");
     assert!(stats["topics"].as_array().is_some_and(|t| t.iter().all(|t| t["topic"] != "from_py/third")), "{stats}");
     let st = topic_stats(&stats, "from_py/probe");
     assert_eq!(st["to_shoal"], 100, "{st}");
