@@ -158,8 +158,8 @@ pub struct Config {
     /// The direction of topics selected by `allow`.
     pub select_direction: Direction,
     /// Zenoh keys this bridge imports at most (each is a shoal publisher with its ring); a sample of a further key
-    /// is dropped and counted (`imports_refused`), so remote publishers cannot make this host's bridge create
-    /// publishers without end.
+    /// is dropped and counted (`imports_refused`) unless an import has been idle for `import_idle_ms`, so remote
+    /// publishers cannot make this host's bridge create publishers without end.
     pub max_imports: usize,
     /// With `max_imports` keys imported, a new key takes the slot of the key idle longest once that one has had no
     /// sample for this many milliseconds (its shoal publisher is dropped; a later sample imports it again).

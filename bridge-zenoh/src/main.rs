@@ -51,7 +51,8 @@ struct Args {
     /// Statistics interval in milliseconds (0: none).
     #[arg(long)]
     stats_interval_ms: Option<u64>,
-    /// Zenoh keys imported at most (a sample of a further key is dropped, counted as imports_refused).
+    /// Zenoh keys imported at most (a sample of a further key is dropped, counted as imports_refused, unless an
+    /// import has been idle for import-idle-ms).
     #[arg(long)]
     max_imports: Option<usize>,
     /// With max-imports keys imported, a new key takes the slot of the key idle longest once that one has had no
