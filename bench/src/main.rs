@@ -50,7 +50,7 @@ raw socket programs (N1: 64 B UDP >= 0.5x raw sendmmsg, N2: 64 B UDP >= 1 M msg/
 UDP >= 0.7x raw UDP, N4: 1 MiB TCP >= 0.7x raw TCP). S1-S6 set shoal against the strongest reference of the
 same run, from the ratios shoal perf prints: S1 copying ping-pong p50 at 64 KB-8 MB <= 1.1x the fastest plain ring
 (line, warm or deep), S2 <= 1.0x iceoryx2 0.10 (scripts/iceoryx2 builds it), S3 block mode at 64 B-8 MB <= 0.8x
-eCAL 6.1.1's C++ ping-pong (scripts/ecal-cpp builds it; this run comes first), S4 64 B spin p50 <= 1.5x the
+eCAL 6.1.1's C++ ping-pong (scripts/ecal-cpp builds it; these three runs come first, the median taken), S4 64 B spin p50 <= 1.5x the
 fastest plain ring, S5 a reliable 64 B stream >= 0.5x the faster plain ring whose writer waits (the median of
 three runs, each measuring the rings and then shoal), with nothing lost in any, S6 the cost of a send to 16
 subscriber processes <= 1.3x to one (64 B, 1 MB). A target whose measurements are

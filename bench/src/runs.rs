@@ -55,10 +55,13 @@ pub(crate) fn plan() -> Vec<Run> {
     let (subscribers, many) = (SUBSCRIBERS.to_string(), MANY_SUBSCRIBERS.to_string());
     let mut runs = Vec::new();
     let ecal_sizes = sizes(&ECAL_SIZES);
-    runs.push(Run::new(
-        "S3",
-        &["--json", "--wait", "block", "--pingpong", "--against", "ecal", "--sizes", &ecal_sizes],
-    ));
+    // S3 takes the median of these runs' ratios, as the ping-pong targets do.
+    for _ in 0..PINGPONG_RUNS {
+        runs.push(Run::new(
+            "S3",
+            &["--json", "--wait", "block", "--pingpong", "--against", "ecal", "--sizes", &ecal_sizes],
+        ));
+    }
     for wait in ["spin", "block"] {
         let perf = |targets, extra: &[&str]| Run::new(targets, &[&["--json", "--wait", wait][..], extra].concat());
         // T2 and T7 take the median of these runs' ratios. The block-mode streams are pinned (this process on CPU 0,
@@ -189,14 +192,16 @@ mod tests {
     #[test]
     fn the_plan_measures_every_target_size_in_both_waits() {
         let p = plan();
-        assert_eq!(p.len(), 25);
-        assert_eq!(
-            p[0].command_line(),
-            "shoal perf --json --wait block --pingpong --against ecal --sizes 64,65536,1048576,4194304,8388608"
-        );
+        assert_eq!(p.len(), 27);
+        for s3 in &p[..PINGPONG_RUNS] {
+            assert_eq!(
+                s3.command_line(),
+                "shoal perf --json --wait block --pingpong --against ecal --sizes 64,65536,1048576,4194304,8388608"
+            );
+        }
         // Per wait mode, the streams with the plain rings STREAM_RUNS times (pinned in block mode), then the ping-pong with them
         // PINGPONG_RUNS times (the targets take the medians).
-        for (at, wait, pin) in [(1, "spin", ""), (9, "block", " --pin")] {
+        for (at, wait, pin) in [(3, "spin", ""), (11, "block", " --pin")] {
             for r in &p[at..at + STREAM_RUNS] {
                 assert_eq!(
                     (r.command_line().as_str(), r.for_targets),
@@ -217,26 +222,26 @@ mod tests {
                 );
             }
         }
-        assert_eq!(p[8].command_line(), "shoal perf --json --wait spin --subscribers 16 --sizes 64,1048576");
-        assert_eq!(p[15].args[..4], ["--json", "--wait", "block", "--subscribers"]);
-        assert_eq!(p[17].command_line(), "shoal perf --json --topics 100 --rss");
+        assert_eq!(p[10].command_line(), "shoal perf --json --wait spin --subscribers 16 --sizes 64,1048576");
+        assert_eq!(p[17].args[..4], ["--json", "--wait", "block", "--subscribers"]);
+        assert_eq!(p[19].command_line(), "shoal perf --json --topics 100 --rss");
         assert_eq!(
-            p[18].command_line(),
+            p[20].command_line(),
             "shoal perf --json --wait spin --reliable --baseline --throughput --sizes 64,1048576"
         );
-        for s5 in &p[19..21] {
+        for s5 in &p[21..23] {
             assert_eq!(
                 (s5.command_line().as_str(), s5.for_targets),
                 ("shoal perf --json --wait spin --reliable --baseline --throughput --sizes 64", "S5")
             );
         }
         assert_eq!(
-            p[21].command_line(),
+            p[23].command_line(),
             "shoal perf --json --wait spin --huge-pages --throughput --sizes 65536,1048576,4194304"
         );
         assert!(p.iter().all(|r| r.args[0] == "--json"));
         assert_eq!(
-            p[22].command_line(),
+            p[24].command_line(),
             "shoal perf --json --wait block --transport udp --baseline --throughput --sizes 64"
         );
     }

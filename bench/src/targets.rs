@@ -699,7 +699,7 @@ fn t6(rows: &Rows) -> Target {
 /// 0.5x; S6: the cost of a send to 16 subscriber processes against one, at most 1.3x.
 fn strongest(rows: &Rows) -> Vec<Target> {
     let mut out = Vec::new();
-    // The median of the last PINGPONG_RUNS runs' ratios (S3: one run against eCAL).
+    // The median of the last PINGPONG_RUNS runs' ratios (S3: of the runs against eCAL).
     let pingpong = |wait: &str, key: &str, sizes: &[(u64, &'static str)]| -> RunPoints {
         run_points(
             sizes
