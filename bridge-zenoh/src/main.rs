@@ -123,20 +123,10 @@ fn main() -> anyhow::Result<()> {
         config.stats_interval_ms = s;
     }
     if let Some(m) = args.max_imports {
-        let (lo, hi) = shoal_zenoh_bridge::config::MAX_IMPORTS_RANGE;
-        anyhow::ensure!(
-            i64::try_from(m).is_ok_and(|m| (lo..=hi).contains(&m)),
-            "--max-imports {m}: allowed {lo}..={hi}"
-        );
-        config.max_imports = m;
+        config.max_imports = in_range("--max-imports", m, shoal_zenoh_bridge::config::MAX_IMPORTS_RANGE)?;
     }
     if let Some(m) = args.import_idle_ms {
-        let (lo, hi) = shoal_zenoh_bridge::config::IMPORT_IDLE_MS_RANGE;
-        anyhow::ensure!(
-            i64::try_from(m).is_ok_and(|m| (lo..=hi).contains(&m)),
-            "--import-idle-ms {m}: allowed {lo}..={hi}"
-        );
-        config.import_idle_ms = m;
+        config.import_idle_ms = in_range("--import-idle-ms", m, shoal_zenoh_bridge::config::IMPORT_IDLE_MS_RANGE)?;
     }
     if let Some(m) = args.queue_messages {
         anyhow::ensure!(m >= 1, "--queue-messages {m}: at least 1");
@@ -180,4 +170,14 @@ fn main() -> anyhow::Result<()> {
     });
     bridge::run(&config, stop)?;
     Ok(())
+}
+
+/// `value` of `flag` if it lies in the config key's range, else an error naming the range.
+fn in_range<T: Copy + std::fmt::Display + TryInto<i64>>(
+    flag: &str,
+    value: T,
+    (lo, hi): (i64, i64),
+) -> anyhow::Result<T> {
+    anyhow::ensure!(value.try_into().is_ok_and(|v| (lo..=hi).contains(&v)), "{flag} {value}: allowed {lo}..={hi}");
+    Ok(value)
 }

@@ -319,15 +319,20 @@ fn a_python_zenoh_publisher_reaches_a_shoal_subscriber_behind_a_bridge() {
     );
     zpub.expect("done", Duration::from_secs(30));
     zpub.wait_success(Duration::from_secs(10));
+    // Five samples of a key from a Python Zenoh publisher.
+    let publish_five = |name: &str| {
+        let key = format!("shoal/from_py/{name}");
+        let mut zpub = sites.zenoh(
+            &sites.r,
+            "tcp/127.0.0.1:7447",
+            &format!("zenoh pub ({name} key)"),
+            &["pub", "--key", &key, "--count", "5", "--size", "100", "--rate", "200"],
+        );
+        zpub.expect("done", Duration::from_secs(30));
+        zpub.wait_success(Duration::from_secs(10));
+    };
     // A third key is beyond `--max-imports 2`: refused, counted, no topic.
-    let mut zpub = sites.zenoh(
-        &sites.r,
-        "tcp/127.0.0.1:7447",
-        "zenoh pub (third key)",
-        &["pub", "--key", "shoal/from_py/third", "--count", "5", "--size", "100", "--rate", "200"],
-    );
-    zpub.expect("done", Duration::from_secs(30));
-    zpub.wait_success(Duration::from_secs(10));
+    publish_five("third");
     assert!(
         probe_done.elapsed() < IMPORT_IDLE,
         "the third key came {:?} after the probe's last sample, when the probe's import may have ended: \
@@ -338,14 +343,7 @@ fn a_python_zenoh_publisher_reaches_a_shoal_subscriber_behind_a_bridge() {
     std::thread::sleep(
         (probe_done + IMPORT_IDLE + Duration::from_millis(500)).saturating_duration_since(Instant::now()),
     );
-    let mut zpub = sites.zenoh(
-        &sites.r,
-        "tcp/127.0.0.1:7447",
-        "zenoh pub (fourth key)",
-        &["pub", "--key", "shoal/from_py/fourth", "--count", "5", "--size", "100", "--rate", "200"],
-    );
-    zpub.expect("done", Duration::from_secs(30));
-    zpub.wait_success(Duration::from_secs(10));
+    publish_five("fourth");
     let stats = final_stats(&mut bridge_b);
     assert_eq!(stats["imports_refused"], 5, "{stats}");
     assert_eq!(stats["imports_ended"], 1, "the probe's import ended for the fourth key: {stats}");
