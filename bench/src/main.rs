@@ -39,8 +39,10 @@ Runs, per wait mode (spin, block): the baseline ring (as deep as shoal's ring fo
 shoal streaming 64 B (T2) and 1 KB (T7), three times, block mode pinned (writer on CPU 0, reader on
 CPU 1: unpinned, a small VM's scheduler may wake a sleeping reader onto the writer's vCPU for a whole
 stream), T2 and T7 taking the median of the three runs' ratios and T2 needing the paced stream lossless
-in most runs; ping-pong at 64 B-4 MB and zero-copy (T1 spin, T4 block, T3), three times (T1, T4, S1, S2 and S4 take the median of the three runs' ratios, each run's shoal
-against the same run's references: one run in another regime of a small VM does not decide); fan-out to 1 and 4 subscriber processes (T5); then a process with 100 topics (T6); last reliable
+in most runs; ping-pong at 64 B-4 MB and zero-copy (T1 spin, T4 block, T3), three times (T1, T4, S1,
+S2 and S4 take the median of the three runs' ratios, each run's shoal against the same run's
+references: one run in another regime of a small VM does not decide); fan-out to 1 and 4 subscriber
+processes (T5); then a process with 100 topics (T6); last reliable
 shoal streams of 64 B and 1 MiB, which must lose nothing (T8), and two more of 64 B (S5); shoal
 streams of 64 KB-4 MB with rings on normal and on huge pages (T9: huge_pages rings on 2 MB pages in
 both processes, as smaps shows; needs a hugetlbfs mount at the ini's huge_pages_path with free
@@ -50,11 +52,11 @@ raw socket programs (N1: 64 B UDP >= 0.5x raw sendmmsg, N2: 64 B UDP >= 1 M msg/
 UDP >= 0.7x raw UDP, N4: 1 MiB TCP >= 0.7x raw TCP). S1-S6 set shoal against the strongest reference of the
 same run, from the ratios shoal perf prints: S1 copying ping-pong p50 at 64 KB-8 MB <= 1.1x the fastest plain ring
 (line, warm or deep), S2 <= 1.0x iceoryx2 0.10 (scripts/iceoryx2 builds it), S3 block mode at 64 B-8 MB <= 0.8x
-eCAL 6.1.1's C++ ping-pong (scripts/ecal-cpp builds it; these three runs come first, the median taken), S4 64 B spin p50 <= 1.5x the
-fastest plain ring, S5 a reliable 64 B stream >= 0.5x the faster plain ring whose writer waits (the median of
-three runs, each measuring the rings and then shoal), with nothing lost in any, S6 the cost of a send to 16
-subscriber processes <= 1.3x to one (64 B, 1 MB). A target whose measurements are
-missing (a failed run, a missing row or value, a reference not built) is NOT MEASURED, which fails the check like a
+eCAL 6.1.1's C++ ping-pong (scripts/ecal-cpp builds it; these three runs come first, the median taken),
+S4 64 B spin p50 <= 1.5x the fastest plain ring, S5 a reliable 64 B stream >= 0.5x the faster plain ring
+whose writer waits (the median of three runs, each measuring the rings and then shoal), with nothing
+lost in any, S6 the cost of a send to 16 subscriber processes <= 1.3x to one (64 B, 1 MB). A target
+whose measurements are missing (a failed run, a missing row or value, a reference not built) is NOT MEASURED, which fails the check like a
 FAIL does.")]
 struct TargetsArgs {
     /// The shoal binary to measure (default: $SHOAL_BIN, else `shoal` next to this executable).
@@ -125,7 +127,8 @@ fn targets_command(args: &TargetsArgs) -> anyhow::Result<bool> {
         writeln!(
             out,
             "-- targets (shoal vs the baseline ring of the same run for T1-T4 and T7, vs 1 subscriber for T5 and S6, vs \
-             the strongest reference of the same run for S1-S5; ping-pong: the median of 3 runs; value = worst over sizes)"
+             the strongest reference of the same run for S1-S5; ping-pong, streams, S3 and S5: the median of 3 runs; \
+             value = worst over sizes)"
         )?;
         for t in &targets {
             writeln!(out, "{}", t.to_text())?;

@@ -199,8 +199,8 @@ mod tests {
                 "shoal perf --json --wait block --pingpong --against ecal --sizes 64,65536,1048576,4194304,8388608"
             );
         }
-        // Per wait mode, the streams with the plain rings STREAM_RUNS times (pinned in block mode), then the ping-pong with them
-        // PINGPONG_RUNS times (the targets take the medians).
+        // Per wait mode, the streams with the plain rings STREAM_RUNS times (pinned in block mode), then the
+        // ping-pong with them PINGPONG_RUNS times (the targets take the medians).
         for (at, wait, pin) in [(3, "spin", ""), (11, "block", " --pin")] {
             for r in &p[at..at + STREAM_RUNS] {
                 assert_eq!(

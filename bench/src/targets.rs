@@ -344,12 +344,6 @@ fn run_of(r: &Value) -> Option<u64> {
     r.get("bench_run").and_then(Value::as_u64)
 }
 
-/// The values `value` gives for the last row of each run among `rows` (in run order), of the last
-/// [`PINGPONG_RUNS`] runs that have one.
-fn last_runs<'a>(rows: impl Iterator<Item = &'a Value>, value: impl Fn(Option<u64>) -> Option<f64>) -> Vec<f64> {
-    last_runs_of(rows, value, PINGPONG_RUNS)
-}
-
 /// The values `value` gives for each run among `rows` (in run order), of the last `n` runs that have one.
 fn last_runs_of<'a, T>(
     rows: impl Iterator<Item = &'a Value>,
@@ -369,11 +363,15 @@ fn last_runs_of<'a, T>(
     values
 }
 
-/// The median of the runs' values (of two, the larger: the ping-pong limits are upper bounds) and the values.
-fn median_of_runs(values: Vec<f64>) -> Option<(f64, Vec<f64>)> {
+/// The median of the runs' values and the values. Of an even number, the middle value on the failing side of a
+/// target compared by `cmp` (of two runs, the larger against an upper bound, the smaller against a lower one): a
+/// missing run never makes a target easier to pass.
+fn median_of_runs(values: Vec<f64>, cmp: Cmp) -> Option<(f64, Vec<f64>)> {
     let mut sorted = values.clone();
     sorted.sort_by(f64::total_cmp);
-    Some((*sorted.get(sorted.len() / 2)?, values))
+    let n = sorted.len();
+    let at = if n.is_multiple_of(2) && cmp == Cmp::AtLeast { (n / 2).checked_sub(1)? } else { n / 2 };
+    Some((*sorted.get(at)?, values))
 }
 
 /// A ping-pong target's points (the median per size) and, for the detail, each size's values run by run.
@@ -404,10 +402,8 @@ fn pingpong_vs_baseline(rows: &Rows, wait: &str) -> RunPoints {
             .map(|&(size, label)| {
                 let of = |system| rows.0.iter().filter(move |r| is_ring_row(r, system, "pingpong", wait, size, false));
                 let p50 = |system, run| of(system).rfind(|r| run_of(r) == run).and_then(|r| num(r, "p50_ns"));
-                let ratios = last_runs(of("baseline"), |run| {
-                    p50("shoal", run).zip(p50("baseline", run).filter(|b| *b > 0.0)).map(|(s, b)| s / b)
-                });
-                (label, median_of_runs(ratios))
+                let ratio = |run| p50("shoal", run).zip(p50("baseline", run).filter(|b| *b > 0.0)).map(|(s, b)| s / b);
+                (label, median_of_runs(last_runs_of(of("baseline"), ratio, PINGPONG_RUNS), Cmp::AtMost))
             })
             .collect(),
     )
@@ -439,7 +435,7 @@ fn stream_vs_baseline(rows: &Rows, wait: &str, size: u64) -> (Option<f64>, Strin
     let ratio = |run| rate("shoal", run).zip(rate("baseline", run).filter(|b| *b > 0.0)).map(|(s, b)| s / b);
     let runs: Vec<Option<u64>> = last_runs_of(of("baseline"), |run| ratio(run).map(|_| run), STREAM_RUNS);
     let ratios: Vec<f64> = runs.iter().filter_map(|run| ratio(*run)).collect();
-    let Some((median, values)) = median_of_runs(ratios) else {
+    let Some((median, values)) = median_of_runs(ratios, Cmp::AtLeast) else {
         return (None, "unpaced: not measured".to_string());
     };
     let run = runs.iter().copied().find(|run| ratio(*run) == Some(median)).flatten();
@@ -706,8 +702,8 @@ fn strongest(rows: &Rows) -> Vec<Target> {
                 .iter()
                 .map(|&(size, label)| {
                     let of = || rows.0.iter().filter(|r| is_ratio_row(r, "pingpong", wait, size, false, key));
-                    let ratios = last_runs(of(), |run| of().rfind(|r| run_of(r) == run).and_then(|r| num(r, key)));
-                    (label, median_of_runs(ratios))
+                    let ratio = |run| of().rfind(|r| run_of(r) == run).and_then(|r| num(r, key));
+                    (label, median_of_runs(last_runs_of(of(), ratio, PINGPONG_RUNS), Cmp::AtMost))
                 })
                 .collect(),
         )
@@ -755,8 +751,10 @@ fn s5(rows: &Rows) -> Target {
     let ratios: Vec<f64> = runs.iter().filter_map(|r| num(r, "msgs_per_s_ratio")).collect();
     // A run whose row does not say what it lost is no measurement of a lossless stream.
     let lost = runs.iter().map(|r| r["lost"].as_u64()).sum::<Option<u64>>().filter(|_| !runs.is_empty());
-    let ratio =
-        (ratios.len() == S5_RUNS && lost.is_some()).then(|| median_of_runs(ratios)).flatten().map(|(median, _)| median);
+    let ratio = (ratios.len() == S5_RUNS && lost.is_some())
+        .then(|| median_of_runs(ratios, Cmp::AtLeast))
+        .flatten()
+        .map(|(median, _)| median);
     let median_row = ratio.and_then(|m| runs.iter().find(|r| num(r, "msgs_per_s_ratio") == Some(m)));
     let vs = median_row.and_then(|r| r["ratio_vs"].as_str()).unwrap_or("-");
     let all = runs.iter().filter_map(|r| num(r, "msgs_per_s_ratio")).map(|v| format!("{v:.2}x")).collect::<Vec<_>>();
@@ -1077,6 +1075,16 @@ mod tests {
         lone["bench_run"] = json!(20);
         rows.push(lone);
         assert_eq!(target(rows, "T1", Some("spin")).value, Some(1.2));
+    }
+
+    /// Of two runs, the median is the one on the failing side of the target's limit.
+    #[test]
+    fn the_median_of_an_even_number_of_runs_never_favours_passing() {
+        assert_eq!(median_of_runs(vec![1.0, 3.0, 2.0], Cmp::AtMost).map(|m| m.0), Some(2.0));
+        assert_eq!(median_of_runs(vec![1.0, 3.0, 2.0], Cmp::AtLeast).map(|m| m.0), Some(2.0));
+        assert_eq!(median_of_runs(vec![1.0, 3.0], Cmp::AtMost).map(|m| m.0), Some(3.0));
+        assert_eq!(median_of_runs(vec![1.0, 3.0], Cmp::AtLeast).map(|m| m.0), Some(1.0));
+        assert_eq!(median_of_runs(Vec::new(), Cmp::AtLeast), None);
     }
 
     #[test]
