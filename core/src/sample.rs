@@ -319,8 +319,9 @@ impl<'a> SampleRef<'a> {
 }
 
 /// Now, in ns since the UNIX epoch (the clock publishers stamp send times with; eCAL's unit is its µs).
+#[inline]
 pub(crate) fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+    crate::sys::wall_clock::now_ns()
 }
 
 #[cfg(test)]
