@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::pubsub::runtime::Runtime;
-use crate::pubsub::subscriber::SubShared;
+use crate::pubsub::subscriber::{SubShared, WRITE_POLL};
 use crate::sync::lock;
 use crate::transport::shm_ring::{Doorbell, PollState};
 
@@ -72,6 +72,9 @@ impl Dispatcher {
 
 fn run(shared: &Shared, doorbell: &Doorbell) {
     let mut poll = PollState::new();
+    // Until when the thread polls instead of sleeping while a publisher writes a next message (as a blocking
+    // receive does, `subscriber::WRITE_POLL`); reset by every delivery.
+    let mut write_poll_end: Option<Instant> = None;
     loop {
         if shared.stop.load(Ordering::SeqCst) {
             return;
@@ -89,9 +92,19 @@ fn run(shared: &Shared, doorbell: &Doorbell) {
         for s in &subs {
             any |= s.dispatch();
         }
-        if !any {
-            let until = Instant::now() + Duration::from_millis(100);
-            let ready = || shared.stop.load(Ordering::SeqCst) || subs.iter().any(|s| s.has_data());
+        if any {
+            write_poll_end = None;
+        } else {
+            let now = Instant::now();
+            let poll_writes = write_poll_end.is_none_or(|end| now < end);
+            if poll_writes && write_poll_end.is_none() && subs.iter().any(|s| s.writing()) {
+                write_poll_end = Some(now + WRITE_POLL);
+            }
+            let until = now + Duration::from_millis(100);
+            let ready = || {
+                shared.stop.load(Ordering::SeqCst)
+                    || subs.iter().any(|s| if poll_writes { s.has_data_or_writing() } else { s.has_data() })
+            };
             if let Err(e) = doorbell.wait_until(&mut poll, ready, Some(until)) {
                 tracing::warn!("doorbell wait failed, polling instead: {e}");
                 std::thread::sleep(Duration::from_millis(1));

@@ -619,7 +619,14 @@ impl Publisher {
         if (!self.cache.doorbells.is_empty() || self.shared.history.is_some())
             && let Some(ring) = &mut self.ring
         {
-            let published = ring.write(data, send_time_ns, clock)?;
+            let published = if data.len() >= waker::EARLY_WAKE_BYTES {
+                let (w, bells) = (&self.rt.waker, &self.cache.doorbells);
+                ring.write_announced(data, send_time_ns, clock, || {
+                    waker::ring_before_copy(w, bells);
+                })?
+            } else {
+                ring.write(data, send_time_ns, clock)?
+            };
             if published.segment_changed {
                 self.ring_grew();
             }
@@ -741,6 +748,10 @@ impl Publisher {
         match &mut self.ring {
             Some(ring) => {
                 ring.loan(len)?;
+                if len >= waker::EARLY_WAKE_BYTES {
+                    // The loan is marked as being written: sleeping subscribers wake while it is filled.
+                    waker::ring_before_copy(&self.rt.waker, &self.cache.doorbells);
+                }
             }
             None => {
                 self.scratch.clear();

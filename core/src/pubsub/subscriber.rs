@@ -584,6 +584,19 @@ impl SubShared {
         lock(&self.readers).iter().any(|e| !e.ended && e.reader.has_data())
     }
 
+    /// Whether a publisher is writing the next message of one of the rings (see `RingReader::writing`).
+    pub(crate) fn writing(&self) -> bool {
+        lock(&self.readers).iter().any(|e| !e.ended && e.reader.writing())
+    }
+
+    /// [`has_data`](Self::has_data), or a publisher writing the next message of one of the rings.
+    pub(crate) fn has_data_or_writing(&self) -> bool {
+        if self.intra_len.load(Ordering::Acquire) > 0 {
+            return true;
+        }
+        lock(&self.readers).iter().any(|e| !e.ended && e.reader.has_data_or_writing())
+    }
+
     /// One attempt to take the next sample and run `f` on it.
     fn try_once<R>(&self, f: &mut impl FnMut(SampleRef<'_>) -> R) -> Option<R> {
         if self.intra_len.load(Ordering::Acquire) > 0 {
@@ -1115,6 +1128,8 @@ impl Subscriber {
             WaitStrategy::BusySpin => None,
         };
         let mut spins: u32 = 0;
+        // Until when this call polls instead of sleeping while a publisher writes the next message.
+        let mut write_poll_end: Option<Instant> = None;
         loop {
             if let Some(r) = shared.try_once(&mut f) {
                 return Ok(r);
@@ -1139,8 +1154,17 @@ impl Subscriber {
             // Sleep on the doorbell; wake at least every 100 ms to notice new publishers.
             let cap = now + Duration::from_millis(100);
             let until = deadline.map_or(cap, |d| d.min(cap));
+            // A publisher that writes a large message wakes this thread when the write starts (`ring_before_copy`):
+            // the thread then polls until the message is published instead of sleeping again (its next wake-up
+            // would come after the copy, which the early one was to overlap). A write that does not end within
+            // WRITE_POLL (a loan held long, a publisher that died mid-write) is waited for asleep.
+            let poll_writes = write_poll_end.is_none_or(|end| now < end);
+            if poll_writes && write_poll_end.is_none() && shared.writing() {
+                write_poll_end = Some(now + WRITE_POLL);
+            }
             let mut poll = RECV_POLL.get();
-            let waited = self.handle.rt.doorbell.wait_until(&mut poll, || shared.has_data(), Some(until));
+            let ready = || if poll_writes { shared.has_data_or_writing() } else { shared.has_data() };
+            let waited = self.handle.rt.doorbell.wait_until(&mut poll, ready, Some(until));
             RECV_POLL.set(poll);
             if let Err(e) = waited {
                 tracing::warn!("doorbell wait failed, polling instead: {e}");
@@ -1206,6 +1230,9 @@ impl CallbackSubscriber {
 /// Torn reads of one ring retried in a row within one receive call (each already skips up to the reader's own
 /// bound of overrun slots) before the subscriber moves on to its other publishers.
 const TORN_RETRIES: u32 = 16;
+/// How long a blocking receive polls, instead of sleeping, while a publisher writes the next message (longer than
+/// the copy of the largest messages: 8 MiB take about 0.4 ms).
+pub(crate) const WRITE_POLL: Duration = Duration::from_millis(1);
 
 /// Opens the ring a remote publisher announced and checks that it is that publisher's: the segment's writer pid
 /// and publisher id must be the announcer's (a registration sample naming another process's segment is refused).
@@ -1366,6 +1393,66 @@ mod tests {
         assert!(cpu < window / 10, "recv_timeout used {cpu:?} of CPU in a {window:?} window: it spun");
         assert_eq!(sub.drops(), 2, "the two samples counted but never published are lost, and counted");
         assert_eq!(sub.received(), 1);
+    }
+
+    #[test]
+    fn a_blocking_recv_polls_through_a_write_for_a_bounded_time_only() {
+        use std::time::Duration;
+        let node = private_node("sub_held_loan");
+        let sub = node.subscriber("sub_held_loan_topic").wait(crate::WaitStrategy::Block).create().expect("sub");
+        let mut ring = crate::transport::shm_ring::RingWriter::create(&node.config().shm_ring, 92).expect("ring");
+        sub.handle.shared.connect_remote(&sub.handle.rt, &ring_remote(&node, &ring, 92));
+        // A write that never ends (a loan held, or a publisher that died mid-write): the receive polls through it
+        // for WRITE_POLL, then sleeps for the rest of its timeout.
+        ring.loan(1000).expect("loan").fill(3);
+        let window = Duration::from_millis(600);
+        let cpu = crate::sys::thread_cpu_time();
+        let got = sub.recv_timeout(window);
+        let cpu = crate::sys::thread_cpu_time() - cpu;
+        assert!(matches!(got, Err(crate::pubsub::RecvError::Timeout)), "{got:?}");
+        assert!(cpu < window / 10, "recv_timeout used {cpu:?} of CPU in a {window:?} window: it kept polling");
+        // A write that ends while a receive waits is delivered, whether the receive polled or slept meanwhile.
+        let receiver =
+            std::thread::spawn(move || sub.recv_timeout(Duration::from_secs(5)).map(|s| s.payload().to_vec()));
+        std::thread::sleep(Duration::from_millis(20));
+        let _ = ring.commit(1000, crate::sample::now_ns(), 1).expect("commit");
+        assert_eq!(receiver.join().expect("receiver").expect("the message"), vec![3u8; 1000]);
+    }
+
+    #[test]
+    fn the_doorbell_thread_polls_through_a_write_for_a_bounded_time_only() {
+        use std::sync::Mutex;
+        use std::time::{Duration, Instant};
+        let node = private_node("sub_held_loan_dispatch");
+        // Each callback notes the CPU time its thread (the doorbell thread) has used so far.
+        let seen: Arc<Mutex<Vec<(u64, Duration)>>> = Arc::default();
+        let sink = Arc::clone(&seen);
+        let sub = node
+            .subscriber("sub_held_loan_dispatch_topic")
+            .callback(move |s| sink.lock().unwrap().push((s.clock, crate::sys::thread_cpu_time())))
+            .create()
+            .expect("subscriber");
+        let wait_for = |n: usize| {
+            let until = Instant::now() + Duration::from_secs(5);
+            while seen.lock().unwrap().len() < n {
+                assert!(Instant::now() < until, "callback {n} did not run");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        let mut ring = crate::transport::shm_ring::RingWriter::create(&node.config().shm_ring, 95).expect("ring");
+        sub.handle.shared.connect_remote(&sub.handle.rt, &ring_remote(&node, &ring, 95));
+        let _ = ring.write(b"first", crate::sample::now_ns(), 1).expect("write");
+        wait_for(1);
+        // A write that does not end for a while (a loan held): polled through for WRITE_POLL, then slept through.
+        ring.loan(1000).expect("loan").fill(5);
+        let window = Duration::from_millis(600);
+        std::thread::sleep(window);
+        let _ = ring.commit(1000, crate::sample::now_ns(), 2).expect("commit");
+        wait_for(2);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.iter().map(|(clock, _)| *clock).collect::<Vec<_>>(), [1, 2]);
+        let cpu = seen[1].1 - seen[0].1;
+        assert!(cpu < window / 10, "the doorbell thread used {cpu:?} of CPU in a {window:?} window: it kept polling");
     }
 
     #[test]

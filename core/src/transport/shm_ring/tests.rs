@@ -339,6 +339,28 @@ fn ring_payload_view_reads_by_copying() {
     assert_eq!(debug, "PayloadView { len: 40, stable: false }");
 }
 
+/// A reader sees the writer's loan of the next slot as a write under way until it is published (what a blocking
+/// receive polls through after an early wake-up), and not the loan of a slot it has read past.
+#[test]
+fn a_loan_of_the_next_slot_reads_as_writing_until_it_is_published() {
+    let mut w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    assert!(!r.writing() && !r.has_data_or_writing(), "an empty ring");
+    w.loan(10).unwrap().fill(7);
+    assert!(r.writing() && r.has_data_or_writing(), "loaned, not published");
+    assert!(!r.has_data());
+    assert_eq!(read_one(&mut r), ReadOutcome::Empty, "nothing to read while it is written");
+    let _ = w.commit(10, 0, 1).unwrap();
+    assert!(!r.writing() && r.has_data() && r.has_data_or_writing(), "published");
+    assert!(matches!(read_one(&mut r), ReadOutcome::Sample((b, _)) if b == [7; 10]));
+    assert!(!r.has_data_or_writing(), "read");
+    // The write announced before its copy: the hook runs with the slot marked, the copy follows it.
+    let mut marked = false;
+    let _ = w.write_announced(&[9; 20], 0, 2, || marked = true).unwrap();
+    assert!(marked);
+    assert!(matches!(read_one(&mut r), ReadOutcome::Sample((b, _)) if b == [9; 20]));
+}
+
 /// A lossy reader whose slot the writer overwrites while the closure runs: the view reads the slot as it is at each
 /// read (so what the closure computed mixes two messages), and that result is discarded and counted as a drop, never
 /// returned; the next read delivers a whole message.

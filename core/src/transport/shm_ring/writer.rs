@@ -553,7 +553,25 @@ impl RingWriter {
     /// Copies `bytes` into the next slot and publishes it (`loan` + memcpy + `commit`).
     #[inline]
     pub fn write(&mut self, bytes: &[u8], send_time_ns: i64, clock: u64) -> Result<Published, SlotError> {
-        self.loan(bytes.len())?.copy_from_slice(bytes);
+        self.write_announced(bytes, send_time_ns, clock, || {})
+    }
+
+    /// [`write`](Self::write), running `started` once the slot is marked as being written ([`RingReader::writing`]
+    /// is true from then on) and before the copy: a publisher wakes its sleeping readers there for a large message,
+    /// so that their wake-up overlaps the copy.
+    ///
+    /// [`RingReader::writing`]: super::RingReader::writing
+    #[inline]
+    pub fn write_announced(
+        &mut self,
+        bytes: &[u8],
+        send_time_ns: i64,
+        clock: u64,
+        started: impl FnOnce(),
+    ) -> Result<Published, SlotError> {
+        let slot = self.loan(bytes.len())?;
+        started();
+        slot.copy_from_slice(bytes);
         let published = self.commit(bytes.len(), send_time_ns, clock);
         // A loan of bytes.len() was just made, so commit cannot fail.
         Ok(published.unwrap_or(Published { seq: self.next_seq.wrapping_sub(1), segment_changed: false }))
