@@ -1419,26 +1419,37 @@ mod tests {
         assert_eq!(receiver.join().expect("receiver").expect("the message"), vec![3u8; 1000]);
     }
 
-    #[test]
-    fn the_doorbell_thread_polls_through_a_write_for_a_bounded_time_only() {
-        use std::sync::Mutex;
-        use std::time::{Duration, Instant};
-        let node = private_node("sub_held_loan_dispatch");
-        // Each callback notes the CPU time its thread (the doorbell thread) has used so far.
-        let seen: Arc<Mutex<Vec<(u64, Duration)>>> = Arc::default();
+    /// The (clock, CPU time of its thread so far) each callback of a callback subscriber noted.
+    type Noted = Arc<std::sync::Mutex<Vec<(u64, std::time::Duration)>>>;
+
+    /// A callback subscriber of `topic` whose callbacks (on the doorbell thread) note the sample's clock and the CPU
+    /// time their thread has used so far.
+    fn cpu_noting_subscriber(node: &crate::Node, topic: &str) -> (crate::CallbackSubscriber, Noted) {
+        let seen: Noted = Arc::default();
         let sink = Arc::clone(&seen);
         let sub = node
-            .subscriber("sub_held_loan_dispatch_topic")
+            .subscriber(topic)
             .callback(move |s| sink.lock().unwrap().push((s.clock, crate::sys::thread_cpu_time())))
             .create()
             .expect("subscriber");
-        let wait_for = |n: usize| {
-            let until = Instant::now() + Duration::from_secs(5);
-            while seen.lock().unwrap().len() < n {
-                assert!(Instant::now() < until, "callback {n} did not run");
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        };
+        (sub, seen)
+    }
+
+    /// Waits up to 5 s until `n` callbacks noted theirs.
+    fn wait_for_callbacks(seen: &Noted, n: usize) {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while seen.lock().unwrap().len() < n {
+            assert!(std::time::Instant::now() < until, "callback {n} did not run");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn the_doorbell_thread_polls_through_a_write_for_a_bounded_time_only() {
+        use std::time::Duration;
+        let node = private_node("sub_held_loan_dispatch");
+        let (sub, seen) = cpu_noting_subscriber(&node, "sub_held_loan_dispatch_topic");
+        let wait_for = |n| wait_for_callbacks(&seen, n);
         let mut ring = crate::transport::shm_ring::RingWriter::create(&node.config().shm_ring, 95).expect("ring");
         sub.handle.shared.connect_remote(&sub.handle.rt, &ring_remote(&node, &ring, 95));
         let _ = ring.write(b"first", crate::sample::now_ns(), 1).expect("write");
@@ -1457,23 +1468,9 @@ mod tests {
 
     #[test]
     fn the_doorbell_thread_waits_instead_of_spinning_on_a_superseded_ring_whose_slots_were_never_published() {
-        use std::sync::Mutex;
         let node = private_node("sub_dead_slots_dispatch");
-        // Each callback notes the CPU time its thread (the doorbell thread) has used so far.
-        let seen: Arc<Mutex<Vec<(u64, std::time::Duration)>>> = Arc::default();
-        let sink = Arc::clone(&seen);
-        let sub = node
-            .subscriber("sub_dead_slots_dispatch_topic")
-            .callback(move |s| sink.lock().unwrap().push((s.clock, crate::sys::thread_cpu_time())))
-            .create()
-            .expect("subscriber");
-        let wait_for = |n: usize| {
-            let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
-            while seen.lock().unwrap().len() < n {
-                assert!(std::time::Instant::now() < until, "callback {n} did not run");
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-        };
+        let (sub, seen) = cpu_noting_subscriber(&node, "sub_dead_slots_dispatch_topic");
+        let wait_for = |n| wait_for_callbacks(&seen, n);
         let cfg = &node.config().shm_ring;
         let mut bad = crate::transport::shm_ring::RingWriter::create(cfg, 93).expect("ring");
         let mut good = crate::transport::shm_ring::RingWriter::create(cfg, 94).expect("ring");
