@@ -39,9 +39,11 @@ Runs, per wait mode (spin, block): the baseline ring (as deep as shoal's ring fo
 shoal streaming 64 B (T2) and 1 KB (T7), three times, block mode pinned (writer on CPU 0, reader on
 CPU 1: unpinned, a small VM's scheduler may wake a sleeping reader onto the writer's vCPU for a whole
 stream), T2 and T7 taking the median of the three runs' ratios and T2 needing the paced stream lossless
-in most runs; ping-pong at 64 B-4 MB and zero-copy (T1 spin, T4 block, T3), three times (T1, T4, S1,
-S2 and S4 take the median of the three runs' ratios, each run's shoal against the same run's
-references: one run in another regime of a small VM does not decide); fan-out to 1 and 4 subscriber
+in most runs; ping-pong at 64 B-8 MB and zero-copy (T1 spin, T4 block, T3), three times (T1, T4, S1
+and S2 take the median of the three runs' ratios, each run's shoal against the same run's
+references: one run in another regime of a small VM does not decide), in spin mode then three runs of
+64 B alone (S4's median, the rings and shoal seconds apart; runs whose host check says the host
+changed speed meanwhile are left out of these medians); fan-out to 1 and 4 subscriber
 processes (T5); then a process with 100 topics (T6); last reliable
 shoal streams of 64 B and 1 MiB, which must lose nothing (T8), and two more of 64 B (S5); shoal
 streams of 64 KB-4 MB with rings on normal and on huge pages (T9: huge_pages rings on 2 MB pages in

@@ -234,9 +234,9 @@ impl Rows {
         })
     }
 
-    /// Rows of the measurement modes (every mode but the memory mode's `rss`).
+    /// Rows of the measurement modes (every mode but the memory mode's `rss` and the host checks, `host_check`).
     fn measurements(&self) -> impl Iterator<Item = &Value> {
-        self.0.iter().filter(|r| r.get("size_bytes").is_some() && r["mode"] != "rss")
+        self.0.iter().filter(|r| r.get("size_bytes").is_some() && r["mode"] != "rss" && r["mode"] != "host_check")
     }
 }
 
@@ -344,6 +344,12 @@ fn run_of(r: &Value) -> Option<u64> {
     r.get("bench_run").and_then(Value::as_u64)
 }
 
+/// Whether `r` came from a run made for `target` (`shoal-bench` tags every row with its run's targets); a row without
+/// the tag (older `--save` files) counts for every target.
+fn measured_for(r: &Value, target: &str) -> bool {
+    r.get("bench_for").and_then(Value::as_str).is_none_or(|f| f.split(' ').any(|t| t == target))
+}
+
 /// The values `value` gives for each run among `rows` (in run order), of the last `n` runs that have one.
 fn last_runs_of<'a, T>(
     rows: impl Iterator<Item = &'a Value>,
@@ -393,20 +399,69 @@ fn run_points(per_size: Vec<SizeRuns>) -> RunPoints {
     (per_size.into_iter().map(|(label, m)| (label, m.map(|(median, _)| median))).collect(), detail)
 }
 
+/// The runs of `wait` during which the host changed speed, each with its checks: `shoal perf --baseline` measures the
+/// line ring's 64 B spin ping-pong right before and right after shoal's ping-pong and, with the run's own line-ring
+/// 64 B spin row (measured before the other references), says whether they agree (a `host_check` row, `steady`). On
+/// a VM they change from one minute to the next (95 ns, then 340 ns: the host moved the vCPUs), and a ratio of shoal
+/// to references measured before such a change measures the change.
+fn unsteady_runs(rows: &Rows, wait: &str) -> Vec<(Option<u64>, String)> {
+    rows.0
+        .iter()
+        .filter(|c| c["mode"] == "host_check" && c["wait"] == wait && c["steady"] == false)
+        .map(|c| {
+            let checks = ["start_p50_ns", "before_p50_ns", "after_p50_ns"].iter().filter_map(|k| num(c, k));
+            (run_of(c), checks.map(|v| format!("{v:.0}")).collect::<Vec<_>>().join("/"))
+        })
+        .collect()
+}
+
+/// Whether `r` is of none of the `unsteady` runs.
+fn steady(unsteady: &[(Option<u64>, String)], r: &Value) -> bool {
+    !unsteady.iter().any(|(run, _)| *run == run_of(r))
+}
+
+/// `points` of a ping-pong target whose rows left out the `unsteady` runs, the detail saying which of them were made
+/// for `target`.
+fn noting_unsteady(mut points: RunPoints, unsteady: &[(Option<u64>, String)], rows: &Rows, target: &str) -> RunPoints {
+    let left: Vec<&str> = unsteady
+        .iter()
+        .filter(|(run, _)| rows.0.iter().any(|r| run_of(r) == *run && measured_for(r, target)))
+        .map(|(_, checks)| checks.as_str())
+        .collect();
+    if !left.is_empty() {
+        points.1.push_str(&format!(
+            "; left out {} run(s) during which the host changed speed (line ring 64 B spin p50 at the run's start/before/after \
+             shoal, ns: {})",
+            left.len(),
+            left.join(", ")
+        ));
+    }
+    points
+}
+
 /// Shoal's ping-pong p50 over the baseline's of the same run, per target size: the median of the last
-/// [`PINGPONG_RUNS`] runs that measured both.
-fn pingpong_vs_baseline(rows: &Rows, wait: &str) -> RunPoints {
-    run_points(
+/// [`PINGPONG_RUNS`] steady runs ([`unsteady_runs`]) made for `target` that measured both.
+fn pingpong_vs_baseline(rows: &Rows, wait: &str, target: &str) -> RunPoints {
+    let unsteady = unsteady_runs(rows, wait);
+    let points = run_points(
         SIZES
             .iter()
             .map(|&(size, label)| {
-                let of = |system| rows.0.iter().filter(move |r| is_ring_row(r, system, "pingpong", wait, size, false));
+                let of = |system| {
+                    let unsteady = &unsteady;
+                    rows.0.iter().filter(move |r| {
+                        is_ring_row(r, system, "pingpong", wait, size, false)
+                            && measured_for(r, target)
+                            && steady(unsteady, r)
+                    })
+                };
                 let p50 = |system, run| of(system).rfind(|r| run_of(r) == run).and_then(|r| num(r, "p50_ns"));
                 let ratio = |run| p50("shoal", run).zip(p50("baseline", run).filter(|b| *b > 0.0)).map(|(s, b)| s / b);
                 (label, median_of_runs(last_runs_of(of("baseline"), ratio, PINGPONG_RUNS), Cmp::AtMost))
             })
             .collect(),
-    )
+    );
+    noting_unsteady(points, &unsteady, rows, target)
 }
 
 /// [`over_sizes`] with the runs each median came from in the detail.
@@ -695,21 +750,31 @@ fn t6(rows: &Rows) -> Target {
 /// 0.5x; S6: the cost of a send to 16 subscriber processes against one, at most 1.3x.
 fn strongest(rows: &Rows) -> Vec<Target> {
     let mut out = Vec::new();
-    // The median of the last PINGPONG_RUNS runs' ratios (S3: of the runs against eCAL).
-    let pingpong = |wait: &str, key: &str, sizes: &[(u64, &'static str)]| -> RunPoints {
-        run_points(
+    // The median of the ratios of the last PINGPONG_RUNS runs made for the target (S3: the runs against eCAL; S4:
+    // the runs of 64 B alone).
+    // Runs during which the host changed speed are left out (`unsteady_runs`).
+    let pingpong = |target: &str, wait: &str, key: &str, sizes: &[(u64, &'static str)]| -> RunPoints {
+        let unsteady = unsteady_runs(rows, wait);
+        let points = run_points(
             sizes
                 .iter()
                 .map(|&(size, label)| {
-                    let of = || rows.0.iter().filter(|r| is_ratio_row(r, "pingpong", wait, size, false, key));
+                    let of = || {
+                        rows.0.iter().filter(|r| {
+                            is_ratio_row(r, "pingpong", wait, size, false, key)
+                                && measured_for(r, target)
+                                && steady(&unsteady, r)
+                        })
+                    };
                     let ratio = |run| of().rfind(|r| run_of(r) == run).and_then(|r| num(r, key));
                     (label, median_of_runs(last_runs_of(of(), ratio, PINGPONG_RUNS), Cmp::AtMost))
                 })
                 .collect(),
-        )
+        );
+        noting_unsteady(points, &unsteady, rows, target)
     };
     for wait in ["spin", "block"] {
-        let points = pingpong(wait, "p50_ratio", &LARGE_SIZES);
+        let points = pingpong("S1", wait, "p50_ratio", &LARGE_SIZES);
         out.push(over_sizes_runs(
             ("S1", Some(wait), "ping-pong p50 vs strongest ring, 64K-8M"),
             1.1,
@@ -718,17 +783,17 @@ fn strongest(rows: &Rows) -> Vec<Target> {
         ));
     }
     for wait in ["spin", "block"] {
-        let points = pingpong(wait, "iceoryx2_p50_ratio", &LARGE_SIZES);
+        let points = pingpong("S2", wait, "iceoryx2_p50_ratio", &LARGE_SIZES);
         out.push(over_sizes_runs(("S2", Some(wait), "ping-pong p50 vs iceoryx2, 64K-8M"), 1.0, Cmp::AtMost, points));
     }
-    let points = pingpong("block", "ecal_p50_ratio", &ECAL_SIZES);
+    let points = pingpong("S3", "block", "ecal_p50_ratio", &ECAL_SIZES);
     out.push(over_sizes_runs(
         ("S3", Some("block"), "ping-pong p50 vs eCAL 6.1.1 C++, 64B-8M"),
         0.8,
         Cmp::AtMost,
         points,
     ));
-    let points = pingpong("spin", "p50_ratio", &[(64, "64B")]);
+    let points = pingpong("S4", "spin", "p50_ratio", &[(64, "64B")]);
     out.push(over_sizes_runs(("S4", Some("spin"), "ping-pong p50 vs strongest ring, 64B"), 1.5, Cmp::AtMost, points));
     out.push(s5(rows));
     for wait in ["spin", "block"] {
@@ -783,11 +848,11 @@ fn s5(rows: &Rows) -> Target {
 pub(crate) fn evaluate(rows: &Rows) -> Vec<Target> {
     let waits = ["spin", "block"];
     let mut out = Vec::new();
-    let spin = pingpong_vs_baseline(rows, "spin");
+    let spin = pingpong_vs_baseline(rows, "spin", "T1");
     out.push(over_sizes_runs(("T1", Some("spin"), "ping-pong p50 vs baseline, 64B-4M"), 1.5, Cmp::AtMost, spin));
     out.extend(waits.iter().map(|w| t2(rows, w)));
     out.extend(waits.iter().map(|w| t3(rows, w)));
-    let block = pingpong_vs_baseline(rows, "block");
+    let block = pingpong_vs_baseline(rows, "block", "T4");
     out.push(over_sizes_runs(("T4", Some("block"), "ping-pong p50 vs baseline, 64B-4M"), 1.3, Cmp::AtMost, block));
     out.extend(waits.iter().map(|w| t5(rows, w)));
     out.push(t6(rows));
@@ -1075,6 +1140,68 @@ mod tests {
         lone["bench_run"] = json!(20);
         rows.push(lone);
         assert_eq!(target(rows, "T1", Some("spin")).value, Some(1.2));
+    }
+
+    /// S4 reads only the runs made for it (64 B alone) and T1 only its own, each the median of its runs, whichever
+    /// come last.
+    #[test]
+    fn each_ping_pong_target_reads_the_runs_made_for_it() {
+        let mut rows = passing();
+        for (i, (for_targets, shoal_p50, ratio)) in
+            [("T1 T3 T4 S1 S2", 120, 1.2), ("T1 T3 T4 S1 S2", 140, 1.4), ("S4", 300, 3.0), ("S4", 310, 3.1)]
+                .into_iter()
+                .enumerate()
+        {
+            let mut base = row("baseline", "pingpong", "spin", 64, 100, 1.0);
+            let mut shoal = row("shoal", "pingpong", "spin", 64, shoal_p50, 1.0);
+            shoal["p50_ratio"] = json!(ratio);
+            for r in [&mut base, &mut shoal] {
+                r["bench_run"] = json!(10 + i);
+                r["bench_for"] = json!(for_targets);
+            }
+            rows.extend([base, shoal]);
+        }
+        // `passing()`'s untagged rows (an older `--save` file's) are one more run of every target.
+        let t1 = target(rows.clone(), "T1", Some("spin"));
+        assert!(t1.detail.contains("median of 3 runs: 64B 1.10/1.20/1.40,"), "{}", t1.detail);
+        let s4 = target(rows, "S4", Some("spin"));
+        assert_eq!((s4.status, s4.value), (Status::Fail, Some(3.0)), "{}", s4.detail);
+        assert!(s4.detail.ends_with("median of 3 runs: 64B 1.05/3.00/3.10"), "{}", s4.detail);
+    }
+
+    /// A run during which the host changed speed (its host checks disagree) is left out of the ping-pong medians, and
+    /// the detail says so; the other runs decide.
+    #[test]
+    fn a_run_during_which_the_host_changed_speed_is_left_out() {
+        let mut rows = passing();
+        for (i, (ratio, checks)) in [(1.2, (95, 100)), (3.0, (95, 340)), (1.3, (340, 345))].into_iter().enumerate() {
+            let mut base = row("baseline", "pingpong", "spin", 64, 100, 1.0);
+            let mut shoal = row("shoal", "pingpong", "spin", 64, 100, 1.0);
+            shoal["p50_ratio"] = json!(ratio);
+            let mut check = json!({
+                "system": "baseline", "transport": "line_ring", "mode": "host_check", "wait": "spin",
+                "size_bytes": 64, "before_p50_ns": checks.0, "after_p50_ns": checks.1,
+                "steady": checks.1 <= checks.0 * 3 / 2,
+            });
+            for r in [&mut base, &mut shoal, &mut check] {
+                r["bench_run"] = json!(10 + i);
+                r["bench_for"] = json!("S4");
+            }
+            rows.extend([base, shoal, check]);
+        }
+        assert_eq!(target(rows.clone(), "T6", None).status, Status::Pass, "a host check is no measurement row");
+        let s4 = target(rows.clone(), "S4", Some("spin"));
+        assert_eq!((s4.status, s4.value), (Status::Pass, Some(1.2)), "{}", s4.detail);
+        assert!(s4.detail.contains("median of 3 runs: 64B 1.05/1.20/1.30"), "{}", s4.detail);
+        assert!(s4.detail.contains("left out 1 run(s) during which the host changed speed"), "{}", s4.detail);
+        assert!(s4.detail.contains("ns: 95/340)"), "{}", s4.detail);
+        // `shoal perf` decides (with the run's own line-ring row, `start_p50_ns`).
+        let first = rows.iter_mut().find(|r| r["mode"] == "host_check").expect("a check");
+        first["start_p50_ns"] = json!(340);
+        first["steady"] = json!(false);
+        let s4 = target(rows, "S4", Some("spin"));
+        assert!(s4.detail.contains("left out 2 run(s)") && s4.detail.contains("340/95/100"), "{}", s4.detail);
+        assert_eq!(s4.value, Some(1.3), "{}", s4.detail);
     }
 
     /// Of two runs, the median is the one on the failing side of the target's limit.

@@ -102,9 +102,14 @@ fn shoal_rows_carry_their_ratio_to_the_strongest_ring_of_the_same_run() {
     let (ok, out, err) =
         perf(&["--baseline", "--json", "--wait", "block", "--sizes", "64,64k", "--iterations", "100", "--pingpong"]);
     assert!(ok, "stderr: {err}");
-    let lines = json_lines(&out);
+    let (checks, lines): (Vec<_>, Vec<_>) = json_lines(&out).into_iter().partition(|v| v["mode"] == "host_check");
     let ice = iceoryx2_built();
     assert_eq!(lines.len(), 2 * if ice { 5 } else { 4 }, "shoal, three rings (and iceoryx2) at two sizes: {out}");
+    // The host check: the line ring's 64 B spin ping-pong right before and after shoal's (block mode: no own row).
+    assert_eq!(checks.len(), 1, "{out}");
+    let c = &checks[0];
+    assert!(c["before_p50_ns"].as_u64() > Some(0) && c["after_p50_ns"].as_u64() > Some(0), "{c}");
+    assert!(c["steady"].is_boolean() && c.get("start_p50_ns").is_none(), "{c}");
     for size in [64, 65536] {
         let row = |transport: &str| {
             lines
@@ -142,6 +147,8 @@ fn shoal_rows_carry_their_ratio_to_the_strongest_ring_of_the_same_run() {
     assert!(out.contains("vs line_ring:") || out.contains("vs warm_ring:"), "{out}");
     assert!(out.contains("vs deep ring: p50"), "{out}");
     assert!(out.contains("shoal against the strongest plain ring of this run"), "{out}");
+    assert!(out.contains("-- host check (spin): the line ring's 64 B spin p50 "), "{out}");
+    assert!(out.contains(" at the start, "), "spin mode has the line ring's own 64 B row: {out}");
 }
 
 /// `--iceoryx2 DIR` asks for the iceoryx2 reference: a directory without the program is an error that says how to

@@ -143,11 +143,18 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
             if !args.baseline_only {
                 let run =
                     Run { args: &args, system: System::Shoal, wait, transport: args.transport, cpus, label: None };
+                // The host's speed right before and right after shoal's ping-pong, which is set against the references
+                // measured before it (`Reporter::host_check`).
+                let check = args.baseline && args.transport == Transport::Shm && modes.contains(&Mode::PingPong);
+                let before = if check { Some(host_check(&run, &next_name())?) } else { None };
                 let node = node_of(&mut node, default_pages, &args)?;
                 shoal_session(&run, node, default_pages, &modes, &next_name(), &mut rep)?;
                 if args.huge_pages {
                     let node = node_of(&mut huge_node, Some(Pages::Huge), &args)?;
                     shoal_session(&run, node, Some(Pages::Huge), &modes, &next_name(), &mut rep)?;
+                }
+                if let Some(before) = before {
+                    rep.host_check(wait, before, host_check(&run, &next_name())?);
                 }
             }
             if let (Some(dir), WaitMode::Block, true) = (&ecal, wait, modes.contains(&Mode::PingPong)) {
@@ -220,6 +227,35 @@ fn baseline_session(
     ));
     run_modes(run, &mut tx, &mut rx, &mut peer, modes, &[size], rep)?;
     peer.quit()
+}
+
+/// The line ring's 64 B spin ping-pong p50 in a short run (10,000 round trips): how fast this host moves a cache
+/// line between the two processes' CPUs now. On a VM that figure changes from one minute to the next (95 ns, then
+/// 340 ns, as the host moves the vCPUs), and a ratio of shoal to references measured before such a change measures
+/// the change.
+fn host_check(run: &Run, name: &str) -> anyhow::Result<u64> {
+    let run = Run { system: System::Baseline, wait: WaitMode::Spin, label: Some(RingKind::Line.label()), ..*run };
+    let prefix = format!("/dev/shm/{name}");
+    let (ping, pong) = baseline_link::ring_paths(&prefix);
+    let (size, slots) = (HEADER_LEN.max(64), RingKind::Line.slot_count(64, 1));
+    let mut tx = BaselineLink::create(RingKind::Line, &ping, slots, size, WaitMode::Spin)?;
+    let mut rx = BaselineLink::create(RingKind::Line, &pong, slots, size, WaitMode::Spin)?;
+    let spec = PeerSpec {
+        system: System::Baseline,
+        wait: WaitMode::Spin,
+        name: &prefix,
+        index: 0,
+        sink_only: false,
+        cpu: run.peer_cpu(0),
+        pages: None,
+        transport: Transport::Shm,
+        netns: None,
+    };
+    let mut peer = Peer::spawn(&spec)?;
+    peer.wait_ready()?;
+    let m = pingpong::measure(&run, &mut tx, &mut rx, &mut peer, 64, false).context("the host check's ping-pong")?;
+    peer.quit()?;
+    m.latency.map(|l| l.p50).context("the host check measured no latency")
 }
 
 fn shoal_session(

@@ -58,6 +58,15 @@ impl Latency {
     }
 }
 
+/// How far apart (as a factor) the host checks of one run may be for the run to count as steady.
+pub(crate) const HOST_CHECK_TOLERANCE: f64 = 1.5;
+
+/// Whether the largest of `p50s` is within [`HOST_CHECK_TOLERANCE`] of the smallest.
+pub(crate) fn steady(p50s: &[u64]) -> bool {
+    let (lo, hi) = (p50s.iter().min(), p50s.iter().max());
+    lo.zip(hi).is_none_or(|(lo, hi)| *hi as f64 <= *lo as f64 * HOST_CHECK_TOLERANCE)
+}
+
 /// One measured run (one system, wait mode, mode and size).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Measurement {
@@ -614,6 +623,55 @@ impl Reporter {
         }
     }
 
+    /// Reports the host check around shoal's ping-pong of one wait mode (`perf::host_check`): the line ring's 64 B
+    /// spin p50 right before and right after it and, in spin mode, the line ring's own 64 B row of the references,
+    /// measured before the others. The run is steady when they agree within [`HOST_CHECK_TOLERANCE`]. In JSON a row
+    /// of mode `host_check` (`start_p50_ns` where there is that row, `steady`); in the table a line, with a warning
+    /// when the run is not steady.
+    pub(crate) fn host_check(&mut self, wait: WaitMode, before_ns: u64, after_ns: u64) {
+        let start = self
+            .all
+            .iter()
+            .find(|m| {
+                m.system == System::Baseline
+                    && m.transport == LINE_LABEL
+                    && m.mode == Mode::PingPong
+                    && m.wait == WaitMode::Spin
+                    && wait == WaitMode::Spin
+                    && m.size == 64
+            })
+            .and_then(|m| m.latency)
+            .map(|l| l.p50);
+        let checks: Vec<u64> = start.into_iter().chain([before_ns, after_ns]).collect();
+        let steady = steady(&checks);
+        let mut out = std::io::stdout().lock();
+        if self.json {
+            let mut v = json!({
+                "system": "baseline", "transport": "line_ring", "mode": "host_check", "wait": wait.as_str(),
+                "size_bytes": 64, "before_p50_ns": before_ns, "after_p50_ns": after_ns, "steady": steady,
+            });
+            if let Some(s) = start {
+                v["start_p50_ns"] = json!(s);
+            }
+            let _ = writeln!(out, "{v}");
+        } else {
+            let _ = writeln!(
+                out,
+                "-- host check ({}): the line ring's 64 B spin p50 {}{} before shoal's ping-pong, {} after{}",
+                wait.as_str(),
+                start.map_or(String::new(), |s| format!("{} at the start, ", fmt_ns(s))),
+                fmt_ns(before_ns),
+                fmt_ns(after_ns),
+                if steady {
+                    ""
+                } else {
+                    ": the host changed speed meanwhile, so this run's ping-pong ratios measure that change too"
+                }
+            );
+        }
+        let _ = out.flush();
+    }
+
     /// Prints a free-text line (table mode only; JSON output stays machine-readable).
     pub(crate) fn note(&mut self, text: &str) {
         if !self.json {
@@ -698,6 +756,15 @@ impl Drop for Reporter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_is_steady_while_its_host_checks_agree_within_the_tolerance() {
+        assert!(steady(&[95, 100, 90]));
+        assert!(steady(&[100, 150]), "1.5x is within");
+        assert!(!steady(&[100, 151]));
+        assert!(!steady(&[95, 340, 345]), "the host moved the vCPUs");
+        assert!(steady(&[]));
+    }
 
     fn sample(system: System, p50: u64, rate: f64) -> Measurement {
         Measurement {
