@@ -5,15 +5,18 @@
 //! by every send before its slot is published, so once per one-way trip of a ping-pong (a fifth of a 64 B one-way
 //! trip through the ring). Reading the counter (`rdtsc`) and scaling it costs about 10 ns.
 //!
-//! How: an *anchor* pairs a counter value with the wall clock read next to it; a reading is the anchor's wall time plus
-//! the counter ticks since, scaled. The scale (ns per tick) is measured against `CLOCK_MONOTONIC` from the process's
-//! first reading on, so it gets more exact the longer the process runs, and NTP steps of the wall clock do not
-//! disturb it. The anchor is renewed by the first reading [`REANCHOR_NS`] after it (two or more 35 ns wall-clock
-//! reads every 10 ms, on either side of the counter's, [`paired`]), so a reading lies within about 100 ns of the wall
-//! clock (measured on that VM over 1.2 s: -86..+70 ns from the midpoint of two wall-clock reads around it), and a
-//! step of the wall clock is followed within 10 ms. Until the scale has been measured over [`CALIBRATE_NS`], and wherever the counter is not the kernel's
-//! clock source (`/sys/devices/system/clocksource/clocksource0/current_clocksource` is not `tsc`: a counter that may
-//! stop, drift or differ between CPUs) or the CPU is not x86-64, every reading is `SystemTime::now()`.
+//! How: an *anchor* pairs a counter value with the wall clock read on either side of it ([`paired`]); a reading is
+//! the anchor's wall time plus the counter ticks since, scaled. The scale (ns per tick) is measured against
+//! `CLOCK_MONOTONIC` from the process's first reading on (the runtime takes one when it starts), so it gets more exact
+//! the longer the process runs, and NTP steps of the wall clock do not disturb it. For the first [`CALIBRATE_NS`]
+//! (1 ms) every reading is `SystemTime::now()`; then the anchor is renewed by the first reading an eighth of the
+//! scale's span after the last renewal, at most [`REANCHOR_NS`] (10 ms) ([`reanchor_ns`]; a renewal reads the wall
+//! clock two or more times, 35 ns each), so a reading lies within about 100 ns of the wall clock (measured on that VM
+//! over a process's first 1.1 s: -66..+79 ns from the midpoint of two wall-clock reads around it) and a step of the
+//! wall clock is followed within 10 ms. Where the counter is not the kernel's clock source
+//! (`/sys/devices/system/clocksource/clocksource0/current_clocksource` is not `tsc`: a counter that may stop, drift
+//! or differ between CPUs), the CPU is not x86-64 or the measured scale is implausible, every reading is
+//! `SystemTime::now()`.
 //!
 //! The anchor is shared by all threads under a sequence lock: readers never wait (a reading that meets a renewal in
 //! progress reads the wall clock itself), and one renewing thread at a time writes it (the others read the wall
@@ -27,10 +30,17 @@
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering, fence};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// A reading this long after the anchor renews it.
+/// A reading this long after the anchor renews it (sooner while the scale is young, [`reanchor_ns`]).
 pub(crate) const REANCHOR_NS: u64 = 10_000_000;
 /// The scale is used once measured over at least this long.
-pub(crate) const CALIBRATE_NS: u64 = 10_000_000;
+pub(crate) const CALIBRATE_NS: u64 = 1_000_000;
+
+/// How long after a renewal the next one comes when the scale was measured over `span_ns`: an eighth of the span, at
+/// most [`REANCHOR_NS`], so that the scale's error (its two ends' pairing error over the span) moves a reading by at
+/// most an eighth of that pairing error before the next renewal.
+pub(crate) fn reanchor_ns(span_ns: u64) -> u64 {
+    (span_ns / 8).clamp(1, REANCHOR_NS)
+}
 /// Fixed-point fraction bits of the scale (ns per tick × 2^32).
 const SCALE_SHIFT: u32 = 32;
 
@@ -52,6 +62,8 @@ static REANCHOR_TICKS: AtomicU64 = AtomicU64::new(0);
 /// Counter and `CLOCK_MONOTONIC` of the process's first reading: where the scale is measured from.
 static BASE_TICKS: AtomicU64 = AtomicU64::new(0);
 static BASE_MONO_NS: AtomicU64 = AtomicU64::new(0);
+/// The wall clock of the process's first reading: calibration ends [`CALIBRATE_NS`] after it.
+static BASE_WALL_NS: AtomicU64 = AtomicU64::new(0);
 
 /// The wall clock now, in ns since the UNIX epoch (0 before 1970, as `SystemTime` would give an error).
 #[inline]
@@ -108,6 +120,15 @@ fn slow_now_ns() -> i64 {
     if mode == SYSTEM {
         return system_ns() as i64;
     }
+    // Calibrating (no scale yet): the wall clock as it is, and the renewal that measures the scale only once
+    // CALIBRATE_NS have passed since the first reading, so that until then a reading costs what `SystemTime::now()`
+    // does (a send in a process's first 10 ms is not slower than without the counter).
+    if SCALE.load(Ordering::Relaxed) == 0 && BASE_MONO_NS.load(Ordering::Relaxed) != 0 {
+        let wall = system_ns();
+        if wall.checked_sub(BASE_WALL_NS.load(Ordering::Relaxed)).is_some_and(|since| since < CALIBRATE_NS) {
+            return wall as i64;
+        }
+    }
     // Renew the anchor.
     let (t_mono, mono) = paired(mono_ns);
     let (t, wall) = paired(system_ns);
@@ -118,15 +139,18 @@ fn slow_now_ns() -> i64 {
     }
     // Seqlock writer: the odd sequence is visible before the fields change.
     fence(Ordering::Release);
-    if BASE_MONO_NS.load(Ordering::Relaxed) == 0 {
+    let base_mono = BASE_MONO_NS.load(Ordering::Relaxed);
+    if base_mono == 0 {
         BASE_TICKS.store(t_mono, Ordering::Relaxed);
         BASE_MONO_NS.store(mono.max(1), Ordering::Relaxed);
-    } else if let Some(scale) =
-        measure_scale(BASE_TICKS.load(Ordering::Relaxed), BASE_MONO_NS.load(Ordering::Relaxed), t_mono, mono)
-    {
+        BASE_WALL_NS.store(wall, Ordering::Relaxed);
+    } else if let Some(scale) = measure_scale(BASE_TICKS.load(Ordering::Relaxed), base_mono, t_mono, mono) {
         SCALE.store(scale, Ordering::Relaxed);
-        REANCHOR_TICKS
-            .store((u128::from(REANCHOR_NS) << SCALE_SHIFT).div_ceil(u128::from(scale)) as u64, Ordering::Relaxed);
+        let after = reanchor_ns(mono - base_mono);
+        REANCHOR_TICKS.store((u128::from(after) << SCALE_SHIFT).div_ceil(u128::from(scale)) as u64, Ordering::Relaxed);
+    } else if mono.saturating_sub(base_mono) >= CALIBRATE_NS {
+        // Long enough, yet no plausible scale: a counter that does not work here. The wall clock from now on.
+        MODE.store(SYSTEM, Ordering::Relaxed);
     }
     ANCHOR_TICKS.store(t, Ordering::Relaxed);
     ANCHOR_NS.store(wall, Ordering::Relaxed);
@@ -212,11 +236,19 @@ mod tests {
         // 3 GHz: 1/3 ns per tick.
         let s = measure_scale(1_000, 5_000_000, 1_000 + 30_000_000, 15_000_000).expect("10 ms at 3 GHz");
         assert_eq!(scaled(3_000_000_000, s), 999_999_999);
-        assert_eq!(measure_scale(1_000, 5_000_000, 1_000 + 27_000_000, 14_000_000), None, "9 ms is too short");
+        assert!(measure_scale(1_000, 5_000_000, 1_000 + 3_000_000, 6_000_000).is_some(), "1 ms is enough");
+        assert_eq!(measure_scale(1_000, 5_000_000, 1_000 + 2_700_000, 5_900_000), None, "0.9 ms is too short");
         assert_eq!(measure_scale(1_000, 5_000_000, 1_000, 15_000_000), None, "a counter that stood still");
         assert_eq!(measure_scale(9_000, 5_000_000, 1_000, 15_000_000), None, "a counter that went back");
         assert_eq!(measure_scale(1_000, 5_000_000, 1_001, 15_000_000), None, "10 ms in one tick");
         assert_eq!(measure_scale(1_000, 15_000_000, 2_000, 5_000_000), None, "monotonic time went back");
+    }
+
+    #[test]
+    fn renewals_come_sooner_while_the_scale_is_young() {
+        assert_eq!(reanchor_ns(1_000_000), 125_000, "an eighth of a 1 ms span");
+        assert_eq!(reanchor_ns(80_000_000), REANCHOR_NS);
+        assert_eq!(reanchor_ns(10_000_000_000), REANCHOR_NS);
     }
 
     #[test]
