@@ -194,24 +194,8 @@ fn baseline_session(
     rep: &mut Reporter,
 ) -> anyhow::Result<()> {
     let prefix = format!("/dev/shm/{name}");
-    let (ping, pong) = baseline_link::ring_paths(&prefix);
-    let slot = size.max(HEADER_LEN);
     let slots = kind.slot_count(size, shoal_slot_count(cfg, size));
-    let mut tx = BaselineLink::create(kind, &ping, slots, slot, run.wait)?;
-    let mut rx = BaselineLink::create(kind, &pong, slots, slot, run.wait)?;
-    let spec = PeerSpec {
-        system: System::Baseline,
-        wait: run.wait,
-        name: &prefix,
-        index: 0,
-        sink_only: false,
-        cpu: run.peer_cpu(0),
-        pages: None,
-        transport: Transport::Shm,
-        netns: None,
-    };
-    let mut peer = Peer::spawn(&spec)?;
-    peer.wait_ready()?;
+    let (mut tx, mut rx, mut peer) = baseline_pair(run, kind, &prefix, slots, size.max(HEADER_LEN))?;
     let what = match kind {
         RingKind::Line => "line ring (tag and payload in one slot; a reference)",
         RingKind::Warm => "warm ring (the buffer released last is written next; a reference)",
@@ -229,21 +213,22 @@ fn baseline_session(
     peer.quit()
 }
 
-/// The line ring's 64 B spin ping-pong p50 in a short run (10,000 round trips): how fast this host moves a cache
-/// line between the two processes' CPUs now. On a VM that figure changes from one minute to the next (95 ns, then
-/// 340 ns, as the host moves the vCPUs), and a ratio of shoal to references measured before such a change measures
-/// the change.
-fn host_check(run: &Run, name: &str) -> anyhow::Result<u64> {
-    let run = Run { system: System::Baseline, wait: WaitMode::Spin, label: Some(RingKind::Line.label()), ..*run };
-    let prefix = format!("/dev/shm/{name}");
-    let (ping, pong) = baseline_link::ring_paths(&prefix);
-    let (size, slots) = (HEADER_LEN.max(64), RingKind::Line.slot_count(64, 1));
-    let mut tx = BaselineLink::create(RingKind::Line, &ping, slots, size, WaitMode::Spin)?;
-    let mut rx = BaselineLink::create(RingKind::Line, &pong, slots, size, WaitMode::Spin)?;
+/// A plain ring of `kind` each way at `prefix` (`slots` slots of `slot` bytes, waiting as `run` does) and the peer
+/// that echoes through them, ready.
+fn baseline_pair(
+    run: &Run,
+    kind: RingKind,
+    prefix: &str,
+    slots: u64,
+    slot: usize,
+) -> anyhow::Result<(BaselineLink, BaselineLink, Peer)> {
+    let (ping, pong) = baseline_link::ring_paths(prefix);
+    let tx = BaselineLink::create(kind, &ping, slots, slot, run.wait)?;
+    let rx = BaselineLink::create(kind, &pong, slots, slot, run.wait)?;
     let spec = PeerSpec {
         system: System::Baseline,
-        wait: WaitMode::Spin,
-        name: &prefix,
+        wait: run.wait,
+        name: prefix,
         index: 0,
         sink_only: false,
         cpu: run.peer_cpu(0),
@@ -253,6 +238,18 @@ fn host_check(run: &Run, name: &str) -> anyhow::Result<u64> {
     };
     let mut peer = Peer::spawn(&spec)?;
     peer.wait_ready()?;
+    Ok((tx, rx, peer))
+}
+
+/// The line ring's 64 B spin ping-pong p50 in a short run (10,000 round trips): how fast this host moves a cache
+/// line between the two processes' CPUs now. On a VM that figure changes from one minute to the next (95 ns, then
+/// 340 ns, as the host moves the vCPUs), and a ratio of shoal to references measured before such a change measures
+/// the change.
+fn host_check(run: &Run, name: &str) -> anyhow::Result<u64> {
+    let run = Run { system: System::Baseline, wait: WaitMode::Spin, label: Some(RingKind::Line.label()), ..*run };
+    let prefix = format!("/dev/shm/{name}");
+    let slots = RingKind::Line.slot_count(64, 1);
+    let (mut tx, mut rx, mut peer) = baseline_pair(&run, RingKind::Line, &prefix, slots, HEADER_LEN.max(64))?;
     let m = pingpong::measure(&run, &mut tx, &mut rx, &mut peer, 64, false).context("the host check's ping-pong")?;
     peer.quit()?;
     m.latency.map(|l| l.p50).context("the host check measured no latency")
