@@ -97,17 +97,15 @@ fn run(shared: &Shared, doorbell: &Doorbell) {
         } else {
             let now = Instant::now();
             let poll_writes = write_poll_end.is_none_or(|end| now < end);
-            if poll_writes && write_poll_end.is_none() && subs.iter().any(|s| s.writing()) {
-                write_poll_end = Some(now + WRITE_POLL);
-            }
+            let saw_write = std::cell::Cell::new(false);
             let until = now + Duration::from_millis(100);
-            let ready = || {
-                shared.stop.load(Ordering::SeqCst)
-                    || subs.iter().any(|s| if poll_writes { s.has_data_or_writing() } else { s.has_data() })
-            };
+            let ready = || shared.stop.load(Ordering::SeqCst) || subs.iter().any(|s| s.ready(poll_writes, &saw_write));
             if let Err(e) = doorbell.wait_until(&mut poll, ready, Some(until)) {
                 tracing::warn!("doorbell wait failed, polling instead: {e}");
                 std::thread::sleep(Duration::from_millis(1));
+            }
+            if saw_write.get() && write_poll_end.is_none() {
+                write_poll_end = Some(Instant::now() + WRITE_POLL);
             }
         }
     }

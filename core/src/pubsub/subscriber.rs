@@ -577,24 +577,24 @@ impl SubShared {
         }
     }
 
-    pub(crate) fn has_data(&self) -> bool {
+    /// Whether a receive waiting on the doorbell stops waiting: a sample is there (queued, or in a ring), or, with
+    /// `poll_writes`, a publisher is writing the next message of one of the rings (`RingReader::writing`). A write
+    /// seen sets `saw_write` either way. One lock of the reader table.
+    pub(crate) fn ready(&self, poll_writes: bool, saw_write: &std::cell::Cell<bool>) -> bool {
         if self.intra_len.load(Ordering::Acquire) > 0 {
             return true;
         }
-        lock(&self.readers).iter().any(|e| !e.ended && e.reader.has_data())
-    }
-
-    /// Whether a publisher is writing the next message of one of the rings (see `RingReader::writing`).
-    pub(crate) fn writing(&self) -> bool {
-        lock(&self.readers).iter().any(|e| !e.ended && e.reader.writing())
-    }
-
-    /// [`has_data`](Self::has_data), or a publisher writing the next message of one of the rings.
-    pub(crate) fn has_data_or_writing(&self) -> bool {
-        if self.intra_len.load(Ordering::Acquire) > 0 {
-            return true;
+        let mut writing = false;
+        for e in lock(&self.readers).iter().filter(|e| !e.ended) {
+            if e.reader.has_data() {
+                return true;
+            }
+            writing |= e.reader.writing();
         }
-        lock(&self.readers).iter().any(|e| !e.ended && e.reader.has_data_or_writing())
+        if writing {
+            saw_write.set(true);
+        }
+        writing && poll_writes
     }
 
     /// One attempt to take the next sample and run `f` on it.
@@ -1159,13 +1159,14 @@ impl Subscriber {
             // would come after the copy, which the early one was to overlap). A write that does not end within
             // WRITE_POLL (a loan held long, a publisher that died mid-write) is waited for asleep.
             let poll_writes = write_poll_end.is_none_or(|end| now < end);
-            if poll_writes && write_poll_end.is_none() && shared.writing() {
-                write_poll_end = Some(now + WRITE_POLL);
-            }
+            let saw_write = std::cell::Cell::new(false);
             let mut poll = RECV_POLL.get();
-            let ready = || if poll_writes { shared.has_data_or_writing() } else { shared.has_data() };
-            let waited = self.handle.rt.doorbell.wait_until(&mut poll, ready, Some(until));
+            let waited =
+                self.handle.rt.doorbell.wait_until(&mut poll, || shared.ready(poll_writes, &saw_write), Some(until));
             RECV_POLL.set(poll);
+            if saw_write.get() && write_poll_end.is_none() {
+                write_poll_end = Some(Instant::now() + WRITE_POLL);
+            }
             if let Err(e) = waited {
                 tracing::warn!("doorbell wait failed, polling instead: {e}");
                 std::thread::sleep(Duration::from_millis(1));

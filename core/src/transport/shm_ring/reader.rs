@@ -675,16 +675,6 @@ impl RingReader {
         !self.ended && self.seg.slot_header(self.cursor).seq.load(Ordering::Relaxed) == published_word(self.cursor) - 1
     }
 
-    /// [`has_data`](Self::has_data) or [`writing`](Self::writing), with one look at the slot.
-    pub fn has_data_or_writing(&self) -> bool {
-        if self.ended {
-            return false;
-        }
-        let expected = published_word(self.cursor);
-        let s = self.seg.slot_header(self.cursor).seq.load(Ordering::Acquire);
-        s == expected || s == expected - 1 || self.has_data()
-    }
-
     /// Reads the next sample in place: `f` gets a view of the payload in shared memory. After
     /// `f` returns, the slot is checked again; if the writer overwrote it meanwhile the result is
     /// discarded ([`ReadOutcome::Torn`], counted as a drop). A reader that fell more than
