@@ -125,7 +125,7 @@ impl Runtime {
             services,
         } = parts;
         // Starts the send-time clock's calibration (`sys::wall_clock`: sends read the wall clock itself for its first
-        // 10 ms), so that it is over before a publisher of this process is matched.
+        // millisecond), so that it is over before a publisher of this process is matched.
         let _ = crate::sample::now_ns();
         let pid = u64::from(identity.pid);
         let random: u64 = rand::random::<u64>() & 0xFF_FFFF;

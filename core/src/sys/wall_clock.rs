@@ -122,7 +122,7 @@ fn slow_now_ns() -> i64 {
     }
     // Calibrating (no scale yet): the wall clock as it is, and the renewal that measures the scale only once
     // CALIBRATE_NS have passed since the first reading, so that until then a reading costs what `SystemTime::now()`
-    // does (a send in a process's first 10 ms is not slower than without the counter).
+    // does (a send in a process's first millisecond is not slower than without the counter).
     if SCALE.load(Ordering::Relaxed) == 0 && BASE_MONO_NS.load(Ordering::Relaxed) != 0 {
         let wall = system_ns();
         if wall.checked_sub(BASE_WALL_NS.load(Ordering::Relaxed)).is_some_and(|since| since < CALIBRATE_NS) {
