@@ -186,6 +186,10 @@ pub(crate) fn run(data: &[u8]) -> Run {
     let first_generation = reader.generation();
     let _ = (reader.segment_name(), reader.publisher_id(), reader.slot_count(), reader.writer_pid());
     let _ = (reader.position(), reader.has_data(), reader.writer_alive());
+    if let Some(bell) = reader.writer_doorbell() {
+        let name = bell.strip_prefix(&format!("{SHM_DIR}/")).expect("a doorbell in the shared-memory directory");
+        assert!(name.starts_with("shoal_db_") && !name.contains('/'), "a doorbell name believed: {bell}");
+    }
     apply_patches(reader.segment_name(), patches);
     if flags & 0x20 != 0 {
         let rewound = reader.rewind_to_time(i64::MIN);

@@ -19,7 +19,7 @@ use crate::sample::now_ns;
 use crate::sample::{Payload, Sample};
 use crate::stats::{ShoalStats, Via};
 use crate::sync::lock;
-use crate::transport::shm_ring::{self, DoorbellRemote, FlowStats, RingWriter};
+use crate::transport::shm_ring::{self, DoorbellRemote, FlowStats, RingWriter, Ringers};
 use crate::transport::{HistorySource, LayerWriter, SampleMeta};
 use crate::types::TypeInfo;
 
@@ -388,7 +388,7 @@ impl PubShared {
 struct ConnCache {
     version: u64,
     /// Doorbells of the subscriber processes reading the native ring (empty: nobody reads it).
-    doorbells: Vec<Arc<DoorbellRemote>>,
+    doorbells: Ringers,
     intra: Vec<Arc<SubShared>>,
 }
 
@@ -441,6 +441,8 @@ impl Publisher {
             let queue_depth = u32::try_from(rt.config.receive.queue.depth).unwrap_or(u32::MAX);
             ring.set_grown_min_slots(queue_depth.max(history_slots));
             ring.set_flow_control(reliable);
+            // Subscriber processes tell our doorbell when they stop being spin-only (`Ringers`).
+            ring.announce_doorbell(rt.doorbell.name());
             Some(ring)
         } else {
             None
@@ -586,13 +588,19 @@ impl Publisher {
         }
     }
 
+    /// The doorbells to ring after a publish, from the connections `c`.
+    fn ringers(&self, c: &Conns) -> Ringers {
+        let own = self.ring.as_ref().filter(|r| r.doorbell_announced()).map(|_| Arc::clone(&self.rt.doorbell));
+        Ringers::new(c.ring_doorbells(), own)
+    }
+
     fn refresh(&mut self) {
         let v = self.shared.version.load(Ordering::Acquire);
         if v == self.cache.version {
             return;
         }
         let c = lock(&self.shared.conns);
-        self.cache = ConnCache { version: v, doorbells: c.ring_doorbells(), intra: c.intra.clone() };
+        self.cache = ConnCache { version: v, doorbells: self.ringers(&c), intra: c.intra.clone() };
         if let Some(ring) = &mut self.ring
             && self.shared.history.is_none()
         {
@@ -654,7 +662,7 @@ impl Publisher {
         let v = self.shared.version.load(Ordering::Acquire);
         if v != self.cache.version {
             let c = lock(&self.shared.conns);
-            self.cache = ConnCache { version: v, doorbells: c.ring_doorbells(), intra: c.intra.clone() };
+            self.cache = ConnCache { version: v, doorbells: self.ringers(&c), intra: c.intra.clone() };
         }
         drop(store);
     }

@@ -387,6 +387,9 @@ impl SubShared {
                     && e.reader.segment_name() != par.segment
                     && let Ok(r) = open_announced_ring(&par.segment, remote, self.reliable)
                 {
+                    if let Some(bell) = r.writer_doorbell() {
+                        rt.doorbell.note_ringer(&bell);
+                    }
                     self.overrun_drops.fetch_add(e.reader.drops(), Ordering::Relaxed);
                     e.reader = r;
                     e.ended = false;
@@ -399,6 +402,10 @@ impl SubShared {
             }
             (None, Some(par)) => match open_announced_ring(&par.segment, remote, self.reliable) {
                 Ok(mut reader) => {
+                    // Before we may wait for its samples: its process must learn when ours stops being spin-only.
+                    if let Some(bell) = reader.writer_doorbell() {
+                        rt.doorbell.note_ringer(&bell);
+                    }
                     // The ring holds the history and the live data: what waited of its copies on other layers is
                     // dropped (copies that come later are dropped as the ring's).
                     if let Some(gate) = &self.gate {

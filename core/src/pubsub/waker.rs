@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::sync::lock;
-use crate::transport::shm_ring::{DoorbellRemote, LocalBell};
+use crate::transport::shm_ring::{DoorbellRemote, LocalBell, Ringers};
 
 /// How long the thread sleeps without work before it drops doorbells no publisher uses any more.
 const IDLE_REFRESH: Duration = Duration::from_secs(1);
@@ -103,19 +103,20 @@ pub(crate) const EARLY_WAKE_BYTES: usize = 256 << 10;
 /// C-state) then overlaps the copy (25 µs for 1 MiB) instead of following it, and the woken receiver polls until
 /// the message is published (`Subscriber::recv_with`). When the message is published, [`ring_after_publish`] finds
 /// the doorbells rung already (or the receivers polling) and makes no second wake-up. Returns how many were asleep.
-pub(crate) fn ring_before_copy(waker: &Waker, bells: &[Arc<DoorbellRemote>]) -> usize {
+pub(crate) fn ring_before_copy(waker: &Waker, bells: &Ringers) -> usize {
     // The same protocol: the "being written" mark is the store the waiter checks are ordered after.
     ring_after_publish(waker, bells)
 }
 
 /// Rings the doorbells of `bells` whose process sleeps, after the caller published (and before it returns to the
 /// user): one sleeping process directly, two or more through the waker thread. Returns how many were asleep.
-pub(crate) fn ring_after_publish(waker: &Waker, bells: &[Arc<DoorbellRemote>]) -> usize {
+pub(crate) fn ring_after_publish(waker: &Waker, ringers: &Ringers) -> usize {
     // Processes none of whose threads ever slept need neither the fence nor the waiter checks (the doorbell's
     // `spin_only`): a stream to busy-spinning receivers then makes its publisher wait for no store on any send.
-    if bells.iter().all(|b| b.spin_only()) {
+    if ringers.all_spin_only() {
         return 0;
     }
+    let bells = ringers.bells();
     // StoreLoad between the publish and the waiter checks (see the doorbell protocol).
     fence(Ordering::SeqCst);
     let delegate = bells.len() > 1 && waker.shared.running.load(Ordering::Relaxed);
@@ -232,7 +233,7 @@ mod tests {
         }
         flag.store(true, Ordering::SeqCst);
         let t0 = Instant::now();
-        assert_eq!(ring_after_publish(&waker, &remotes), 2);
+        assert_eq!(ring_after_publish(&waker, &Ringers::new(remotes.clone(), None)), 2);
         for s in sleepers {
             assert!(s.join().expect("sleeper"), "woken with the flag set");
         }
@@ -253,7 +254,7 @@ mod tests {
         let remotes: Vec<Arc<DoorbellRemote>> =
             owners.iter().map(|d| Arc::new(DoorbellRemote::open(d.name()).expect("open"))).collect();
         let regs: Vec<_> = owners.iter().map(Doorbell::register_waiter).collect();
-        assert_eq!(ring_after_publish(&waker, &remotes), 3);
+        assert_eq!(ring_after_publish(&waker, &Ringers::new(remotes.clone(), None)), 3);
         for (d, r) in owners.iter().zip(&regs) {
             assert_ne!(d.seq(), r.observed_seq(), "rung");
         }

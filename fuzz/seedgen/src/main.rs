@@ -74,6 +74,8 @@ fn topic(id: u64, name: &str) -> LocalTopic {
                     generation: 0,
                     doorbell: "/dev/shm/shoal_db_777_abc".to_owned(),
                     page_kb: 4,
+                    history_depth: 0,
+                    history_bytes: 0,
                 }),
             ),
         ],

@@ -26,6 +26,13 @@
 //! own, at start-up), so every ringer that may skip the fence is registered; where the kernel lacks the command
 //! (before Linux 4.16, or a seccomp filter refuses it) doorbells are never spin-only and ringers always fence.
 //!
+//! A publisher with sixteen subscriber processes would read sixteen flags on sixteen pages per send. Instead
+//! ([`Ringers`]) it reads one word of its own process's doorbell, `spin_ends`, and the flags only when that moved: a
+//! ring's header names its writer process's doorbell, and a subscriber process notes it when it opens the ring
+//! ([`Doorbell::note_ringer`]) and bumps its `spin_ends` after storing `spin_only = 0` and before the barrier, the
+//! same pairing on another word. A ringer noted after the switch is bumped at once, with a barrier of its own (its
+//! publishers may have taken us for spin-only before we read their ring).
+//!
 //! [`LocalBell`] is the same protocol on a process-private word (PRIVATE futex ops), for threads of one process;
 //! [`DoorbellRemote::hand_over`] marks a remote doorbell to be rung later by another thread of the publishing
 //! process (the waker thread), so that a send with several sleeping subscriber processes makes one wake-up, not one
@@ -33,8 +40,8 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, compiler_fence, fence};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, compiler_fence, fence};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use memmap2::MmapOptions;
@@ -303,9 +310,15 @@ pub struct Doorbell {
     _owner: crate::sys::OwnerLock,
     /// The header's `spin_only` is 0 and every ringer sees it (module comment): a thread may register.
     may_sleep: AtomicBool,
-    /// Taken by the thread that ends `spin_only`; the others wait for its barrier.
-    ending_spin_only: Mutex<()>,
+    /// Taken by the thread that ends `spin_only`; the others wait for its barrier. Holds, while spin-only, the
+    /// doorbells of the processes whose rings this one reads ([`note_ringer`](Self::note_ringer)), told then.
+    ending_spin_only: Mutex<Vec<DoorbellRemote>>,
+    /// Created spin-only (the kernel offers the barrier that ends it).
+    began_spin_only: bool,
 }
+
+/// Noted ringers beyond which those whose process is gone are dropped before another is noted.
+const NOTED_RINGERS_PRUNE: usize = 64;
 
 thread_local! {
     /// Messages this thread has published (see [`note_publish`]).
@@ -422,7 +435,8 @@ impl Doorbell {
             map: created.map,
             _owner: created.owner,
             may_sleep: AtomicBool::new(!spin_only),
-            ending_spin_only: Mutex::new(()),
+            ending_spin_only: Mutex::new(Vec::new()),
+            began_spin_only: spin_only,
         })
     }
 
@@ -437,18 +451,57 @@ impl Doorbell {
         if self.may_sleep.load(Ordering::Acquire) {
             return;
         }
-        let _ending = self.ending_spin_only.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut ringers = self.ending_spin_only.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if self.may_sleep.load(Ordering::Acquire) {
             return;
         }
         self.header().spin_only.store(0, Ordering::SeqCst);
-        if let Err(e) = membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) {
-            // Offered when the doorbell was made, refused now: a ringer's store still in flight reaches memory
-            // within microseconds (a CPU that stops, a descheduled vCPU included, drains its store buffer first).
-            tracing::warn!("shm_ring: membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) failed ({e}); waiting 1 ms instead");
-            std::thread::sleep(Duration::from_millis(1));
+        // The ringers' processes ask their `spin_ends` instead of our `spin_only` (`Ringers`): the barrier covers
+        // both stores.
+        for r in ringers.drain(..) {
+            r.tell_spin_ended();
         }
+        global_barrier();
         self.may_sleep.store(true, Ordering::Release);
+    }
+
+    /// Notes the doorbell of a process whose ring this process reads (`RingReader::writer_doorbell`): its
+    /// publishers may skip asking our `spin_only` while their own doorbell's `spin_ends` is unchanged ([`Ringers`]),
+    /// so it is told (bumped, before the barrier) when this doorbell stops being spin-only. Noted after that, it is
+    /// told at once, with a barrier of its own: it may have taken us for spin-only before we read its ring. Call
+    /// after opening the ring and before waiting for its samples. Returns whether the doorbell could be opened
+    /// (false: it is gone, or not a doorbell; its publishers then never take the shortcut for us).
+    pub fn note_ringer(&self, path: &str) -> bool {
+        if !self.began_spin_only {
+            // Never spin-only: no ringer skips anything for us.
+            return true;
+        }
+        let mut ringers = self.ending_spin_only.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if ringers.iter().any(|r| r.name() == path) {
+            return true;
+        }
+        let remote = match DoorbellRemote::open(path) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!("shm_ring: cannot note the ringer {path}: {e}");
+                return false;
+            }
+        };
+        if self.may_sleep.load(Ordering::Acquire) {
+            remote.tell_spin_ended();
+            global_barrier();
+            return true;
+        }
+        if ringers.len() >= NOTED_RINGERS_PRUNE {
+            ringers.retain(DoorbellRemote::owner_alive);
+        }
+        ringers.push(remote);
+        true
+    }
+
+    /// The word other processes bump when they stop being spin-only ([`note_ringer`](Self::note_ringer)).
+    fn spin_ends(&self) -> &AtomicU32 {
+        &self.header().spin_ends
     }
 
     fn header(&self) -> &DoorbellHeader {
@@ -563,6 +616,102 @@ impl Drop for Doorbell {
     }
 }
 
+/// The doorbells one publisher rings (one per subscriber process), with what it needs to know cheaply whether all of
+/// them are spin-only (then a send neither fences nor looks for waiters, module comment).
+///
+/// Asking sixteen doorbells' `spin_only` on every send made a send to sixteen spin-only processes cost 1.7-2.0x a
+/// send to one (sixteen mappings' lines and pages). Instead, with this process's own doorbell given (its name in
+/// the ring's header, `RingWriter::announce_doorbell`), a send asks one word of it, `spin_ends`, which every
+/// subscriber process that reads our rings bumps before the barrier that ends its spin-only
+/// ([`Doorbell::note_ringer`]): while that word is what it was when all flags last read 1, they still do. The
+/// store-buffering argument is the flag's (module comment), on the word. Without our doorbell, the flags are read,
+/// from one array.
+#[derive(Debug, Default)]
+pub struct Ringers {
+    bells: Vec<Arc<DoorbellRemote>>,
+    /// `spin_only` of each of `bells`, in the same order; empty when one of them may never skip the fence.
+    flags: Vec<*const AtomicU32>,
+    /// This process's doorbell (kept alive for `told`) and its `spin_ends` word.
+    own: Option<(Arc<Doorbell>, *const AtomicU32)>,
+    /// The value of `spin_ends` with which all flags last read 1; [`UNKNOWN`] before, [`NEVER`] once a flag read 0
+    /// (a doorbell never becomes spin-only again).
+    all_spin_at: AtomicU64,
+}
+
+const UNKNOWN: u64 = u64::MAX;
+const NEVER: u64 = u64::MAX - 1;
+
+// SAFETY: the pointers address atomics in mappings that `bells` and `own` keep alive (never remapped); atomics may
+// be read from any thread.
+unsafe impl Send for Ringers {}
+// SAFETY: as for Send: shared access only loads and stores atomics.
+unsafe impl Sync for Ringers {}
+
+impl Ringers {
+    /// The doorbells `bells`; `own`: this process's doorbell, if it is named in the ring's header (the subscriber
+    /// processes then tell it when they stop being spin-only).
+    pub fn new(bells: Vec<Arc<DoorbellRemote>>, own: Option<Arc<Doorbell>>) -> Ringers {
+        let flags = if bells.iter().all(|b| b.barriers) {
+            bells.iter().map(|b| std::ptr::from_ref(&header(&b.map).spin_only)).collect()
+        } else {
+            Vec::new()
+        };
+        let own = own.map(|d| {
+            let word = std::ptr::from_ref(d.spin_ends());
+            (d, word)
+        });
+        Ringers { bells, flags, own, all_spin_at: AtomicU64::new(UNKNOWN) }
+    }
+
+    /// The doorbells.
+    pub fn bells(&self) -> &[Arc<DoorbellRemote>] {
+        &self.bells
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.bells.is_empty()
+    }
+
+    /// [`DoorbellRemote::spin_only`] of all of them: true means the publish needs no fence and wakes nobody. Call
+    /// after publishing, in program order (no fence needed).
+    #[inline]
+    pub fn all_spin_only(&self) -> bool {
+        if self.flags.len() != self.bells.len() {
+            return false;
+        }
+        let at = self.all_spin_at.load(Ordering::Relaxed);
+        if at == NEVER {
+            return false;
+        }
+        // The publish stays before these loads in the compiled code (see `DoorbellRemote::spin_only`).
+        compiler_fence(Ordering::SeqCst);
+        let Some((_, word)) = &self.own else { return self.flags_all_one() };
+        // SAFETY: see the Send impl: the word is in the mapping of `own`'s doorbell.
+        let ends = u64::from(unsafe { &**word }.load(Ordering::Relaxed));
+        if ends == at {
+            return true;
+        }
+        self.recheck(ends)
+    }
+
+    /// `spin_ends` moved (or was never seen): asks the flags, and remembers the answer.
+    #[cold]
+    #[inline(never)]
+    fn recheck(&self, ends: u64) -> bool {
+        // A bump we read was made after its process stored 0 in its flag: read the flags after the word.
+        fence(Ordering::Acquire);
+        let all = self.flags_all_one();
+        self.all_spin_at.store(if all { ends } else { NEVER }, Ordering::Relaxed);
+        all
+    }
+
+    fn flags_all_one(&self) -> bool {
+        // SAFETY: see the Send impl: each pointer addresses a live atomic of a mapping `bells` holds.
+        self.flags.iter().fold(true, |all, f| all & (unsafe { &**f }.load(Ordering::Relaxed) == 1))
+    }
+}
+
 /// A registered waiter of a [`Doorbell`]; deregisters on drop.
 #[derive(Debug)]
 pub struct WaiterRegistration<'a> {
@@ -585,6 +734,16 @@ impl WaiterRegistration<'_> {
 impl Drop for WaiterRegistration<'_> {
     fn drop(&mut self) {
         shared_words(&self.bell.map).deregister();
+    }
+}
+
+/// `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)`: a fence on every CPU running a thread of a registered process.
+fn global_barrier() {
+    if let Err(e) = membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) {
+        // Offered when the doorbell was made, refused now: a ringer's store still in flight reaches memory within
+        // microseconds (a CPU that stops, a descheduled vCPU included, drains its store buffer first).
+        tracing::warn!("shm_ring: membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) failed ({e}); waiting 1 ms instead");
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -671,6 +830,12 @@ impl DoorbellRemote {
         // the CPU).
         compiler_fence(Ordering::SeqCst);
         self.barriers && header(&self.map).spin_only.load(Ordering::Relaxed) == 1
+    }
+
+    /// Tells the owning process that a process whose rings it reads stopped being spin-only
+    /// ([`Doorbell::note_ringer`]).
+    fn tell_spin_ended(&self) {
+        header(&self.map).spin_ends.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Whether a thread of the owning process is registered as (about to be) sleeping and no ringer has woken it

@@ -11,14 +11,18 @@ pub(super) const CACHE_LINE: usize = 64;
 
 /// `b"SHOALRNG"` read as a little-endian u64.
 pub(super) const RING_MAGIC: u64 = u64::from_le_bytes(*b"SHOALRNG");
-/// Layout version of ring segments (5: a slot's header describes a sample whose payload may live in another slot's
-/// payload area, `SlotHeader::chunk`, guarded by that area's own seqlock `SlotHeader::chunk_seq`; a reader of
-/// version 4 would read the payload in place).
-pub(super) const RING_VERSION: u32 = 5;
+/// Layout version of ring segments (6: the header names the writer process's doorbell, which every reader's process
+/// must tell when it stops being spin-only, `SegmentHeader::doorbell_name`; a reader of version 5 would not, and its
+/// publisher could then skip waking it. 5: a slot's header describes a sample whose payload may live in another
+/// slot's payload area, `SlotHeader::chunk`, guarded by that area's own seqlock `SlotHeader::chunk_seq`).
+pub(super) const RING_VERSION: u32 = 6;
 /// `b"SHOALDBL"` read as a little-endian u64.
 pub(super) const DOORBELL_MAGIC: u64 = u64::from_le_bytes(*b"SHOALDBL");
 /// Layout version of doorbells.
 pub(super) const DOORBELL_VERSION: u32 = 1;
+
+/// Capacity of a segment header's doorbell name (`shoal_db_<pid>_<token>` takes at most 9 + 10 + 1 + 24 bytes).
+pub(super) const DOORBELL_NAME_CAP: usize = 48;
 
 /// Capacity of the "next generation path" field of a superseded segment.
 pub(super) const NEXT_PATH_CAP: usize = 248;
@@ -73,7 +77,8 @@ pub(super) struct SegmentHeader {
     pub(super) slot_stride: AtomicU64,
     /// Process id of the writer.
     pub(super) writer_pid: AtomicU32,
-    pub(super) _pad0: AtomicU32,
+    /// Length of `doorbell_name` (stored with Release after it; 0: none).
+    pub(super) doorbell_name_len: AtomicU32,
     /// Publisher id given at creation.
     pub(super) publisher_id: AtomicU64,
     /// Generation of this segment (0 first, +1 on every growth).
@@ -82,7 +87,9 @@ pub(super) struct SegmentHeader {
     pub(super) base_seq: AtomicU64,
     /// Size of the file as created (may exceed header + slots when rounded to huge pages).
     pub(super) segment_size: AtomicU64,
-    pub(super) _reserved: [AtomicU64; 6],
+    /// File name (in [`SHM_DIR`](super::SHM_DIR)) of the writer process's doorbell, which a reader's process tells
+    /// when it stops being spin-only (`Doorbell::note_ringer`).
+    pub(super) doorbell_name: [AtomicU8; DOORBELL_NAME_CAP],
     /// Number of samples ever published by this writer (continuous across generations).
     pub(super) write_seq: CacheLine<AtomicU64>,
     /// Non-zero once the writer moved to the next generation (stored with Release after
@@ -173,6 +180,10 @@ pub(super) struct DoorbellHeader {
     /// their `FUTEX_WAKE` until the next registration, `doorbell.rs`). Zero in a doorbell of a shoal that did not
     /// know the field: its ringers wake whenever `waiters > 0`.
     pub(super) rung: AtomicU32,
+    /// Bumped by another process reading this process's rings when its own doorbell stops being spin-only (before
+    /// its barrier, `doorbell.rs`): this process's publishers, which ask it instead of every subscriber's `spin_only`
+    /// on each send, then ask those again.
+    pub(super) spin_ends: AtomicU32,
     /// Futex word: incremented by a ringer that saw a waiter.
     pub(super) seq: CacheLine<AtomicU32>,
     /// Number of threads registered as (about to be) sleeping on `seq`.

@@ -34,7 +34,7 @@ mod tests;
 
 pub use doorbell::{
     Doorbell, DoorbellCreateError, DoorbellOpenError, DoorbellRemote, DoorbellWaitError, LocalBell, LocalWaiter,
-    PollState, WaiterRegistration, WakeReason, note_publish,
+    PollState, Ringers, WaiterRegistration, WakeReason, note_publish,
 };
 pub use flow::FlowStats;
 pub use reader::{ReadOutcome, RingOpenError, RingReader, SampleInfo, SampleView};

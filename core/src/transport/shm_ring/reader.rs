@@ -8,8 +8,8 @@ use memmap2::MmapOptions;
 
 use super::flow::{ACTIVE, ReaderFlow, TRACKING};
 use super::layout::{
-    MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION, SEGMENT_HEADER_SIZE,
-    SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride, warm_reuse,
+    DOORBELL_NAME_CAP, MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION,
+    SEGMENT_HEADER_SIZE, SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride, warm_reuse,
 };
 use super::segment::{self, RingName};
 use crate::sample::PayloadView;
@@ -558,6 +558,21 @@ impl RingReader {
     /// Publisher id of the ring.
     pub fn publisher_id(&self) -> u64 {
         self.seg.publisher_id
+    }
+
+    /// Path of the writer process's doorbell as its header names it (`RingWriter::announce_doorbell`), if it
+    /// names one that is well formed (`shoal_db_<writer pid>_…` in [`SHM_DIR`](super::SHM_DIR)). This process must
+    /// tell it when it stops being spin-only (`Doorbell::note_ringer`).
+    pub fn writer_doorbell(&self) -> Option<String> {
+        let h = self.seg.header();
+        let n = h.doorbell_name_len.load(Ordering::Acquire) as usize;
+        if n == 0 || n > DOORBELL_NAME_CAP {
+            return None;
+        }
+        let bytes: Vec<u8> = h.doorbell_name[..n].iter().map(|b| b.load(Ordering::Relaxed)).collect();
+        let name = String::from_utf8(bytes).ok()?;
+        let owner = name.strip_prefix("shoal_db_").and_then(|_| segment::owner_pid_of(&name));
+        (owner == Some(self.seg.writer_pid) && !name.contains('/')).then(|| format!("{}/{name}", super::SHM_DIR))
     }
 
     /// Process id of the writer.

@@ -58,10 +58,12 @@ fn layout_is_as_asserted() {
     assert_eq!(offset_of!(SegmentHeader, slot_size), 24);
     assert_eq!(offset_of!(SegmentHeader, slot_stride), 32);
     assert_eq!(offset_of!(SegmentHeader, writer_pid), 40);
+    assert_eq!(offset_of!(SegmentHeader, doorbell_name_len), 44);
     assert_eq!(offset_of!(SegmentHeader, publisher_id), 48);
     assert_eq!(offset_of!(SegmentHeader, generation), 56);
     assert_eq!(offset_of!(SegmentHeader, base_seq), 64);
     assert_eq!(offset_of!(SegmentHeader, segment_size), 72);
+    assert_eq!(offset_of!(SegmentHeader, doorbell_name), 80);
     assert_eq!(offset_of!(SegmentHeader, write_seq), 128);
     assert_eq!(offset_of!(SegmentHeader, superseded), 192);
     assert_eq!(offset_of!(SegmentHeader, next_path_len), 196);
@@ -94,6 +96,7 @@ fn layout_is_as_asserted() {
     assert_eq!(offset_of!(DoorbellHeader, owner_pid), 12);
     assert_eq!(offset_of!(DoorbellHeader, spin_only), 16);
     assert_eq!(offset_of!(DoorbellHeader, rung), 20);
+    assert_eq!(offset_of!(DoorbellHeader, spin_ends), 24);
     assert_eq!(offset_of!(DoorbellHeader, seq), 64);
     assert_eq!(offset_of!(DoorbellHeader, waiters), 128);
     assert_eq!(size_of::<DoorbellHeader>(), 192);
@@ -659,7 +662,9 @@ fn bad_headers_rejected() {
     assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadVersion { version: 3, .. })));
     patch(8, &4u32.to_le_bytes()); // version 4: payloads always in their own slot, no area seqlock
     assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadVersion { version: 4, .. })));
-    patch(8, &5u32.to_le_bytes());
+    patch(8, &5u32.to_le_bytes()); // version 5: its readers would not tell the writer's doorbell (spin-only)
+    assert!(matches!(RingReader::open(w.segment_name()), Err(RingOpenError::BadVersion { version: 5, .. })));
+    patch(8, &6u32.to_le_bytes());
     assert!(RingReader::open(w.segment_name()).is_ok());
 
     // A corrupt slot length is never accepted.
@@ -1183,6 +1188,109 @@ fn doorbell_spin_only_ends_at_the_first_waiter_without_a_lost_wakeup() {
     let deadline = Some(Instant::now() + Duration::from_millis(1));
     assert!(!bell.wait_until(&mut PollState::new(), || false, deadline).unwrap());
     assert!(!bell.spin_only() && !remote.spin_only());
+}
+
+/// What a publisher does after a publish (`pubsub::waker::ring_after_publish` for one doorbell): nothing while
+/// `ringers` says all are spin-only, else fence and wake a sleeper.
+fn ring_as_a_publisher(ringers: &Ringers) {
+    if ringers.all_spin_only() {
+        return;
+    }
+    std::sync::atomic::fence(Ordering::SeqCst);
+    for b in ringers.bells().iter().filter(|b| b.needs_wake()) {
+        b.wake();
+    }
+}
+
+/// The same switch as above, seen by a publisher that asks its own doorbell's `spin_ends` instead of the
+/// subscriber's flag (`Ringers` with the ring's doorbell named): the subscriber's process notes the publisher's
+/// doorbell when it opens the ring and bumps it when it ends spin-only, so no sample published around the switch is
+/// left unannounced. Without the bump (`note_ringer` not called) the waiters would sleep to their deadline.
+#[test]
+fn ringers_that_ask_their_own_doorbell_miss_no_wake_up_when_a_subscriber_stops_spinning() {
+    let own = Arc::new(Doorbell::create().unwrap());
+    let (mut spin_only_at_start, mut switched) = (0, 0);
+    for round in 0..100u64 {
+        let mut w = RingWriter::create(&cfg(8, 64), 1).unwrap();
+        w.announce_doorbell(own.name());
+        let bell = Doorbell::create().unwrap();
+        let remote = Arc::new(DoorbellRemote::open(bell.name()).unwrap());
+        let ringers = Ringers::new(vec![Arc::clone(&remote)], Some(Arc::clone(&own)));
+        let reader = RingReader::open(w.segment_name()).unwrap();
+        assert_eq!(reader.writer_doorbell().as_deref(), Some(own.name()));
+        let at_start = bell.spin_only();
+        // Before the subscriber's process noted us (it has not read the ring yet), we may take it for spin-only.
+        assert_eq!(ringers.all_spin_only(), at_start);
+        assert!(bell.note_ringer(own.name()));
+        let waiter = std::thread::spawn(move || {
+            let start = Instant::now();
+            let deadline = Some(start + Duration::from_secs(20));
+            let got = bell.wait_until(&mut PollState::new(), || reader.has_data(), deadline).unwrap();
+            (got, start.elapsed(), bell.spin_only())
+        });
+        let until = Instant::now() + Duration::from_micros(round * 2);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        let _ = w.write(&round.to_le_bytes(), 0, round).unwrap();
+        ring_as_a_publisher(&ringers);
+        let (got, waited, still) = waiter.join().unwrap();
+        assert!(got, "round {round}: no sample");
+        assert!(waited < Duration::from_secs(10), "round {round}: lost wake-up (woke after {waited:?})");
+        assert_eq!(ringers.all_spin_only(), still, "round {round}: the publisher knows what the subscriber is");
+        spin_only_at_start += u32::from(at_start);
+        switched += u32::from(at_start && !still);
+    }
+    assert!(spin_only_at_start == 0 || switched > 0, "no round ended spin-only");
+}
+
+/// A subscriber's process that stopped being spin-only before it read a publisher's ring tells that publisher's
+/// doorbell when it opens the ring: the publisher may have taken it for spin-only since it learned of it. The
+/// doorbell's name follows the ring into its next generation, and a name that is not the writer's is not believed.
+#[test]
+fn a_ringer_noted_after_the_switch_is_told_at_once() {
+    let own = Arc::new(Doorbell::create().unwrap());
+    let bell = Doorbell::create().unwrap();
+    if !bell.spin_only() {
+        // The kernel has no expedited global barrier: nothing is ever spin-only, nothing to tell.
+        return;
+    }
+    let remote = Arc::new(DoorbellRemote::open(bell.name()).unwrap());
+    let ringers = Ringers::new(vec![remote], Some(Arc::clone(&own)));
+    assert!(ringers.all_spin_only());
+    // A wait that finds nothing ends spin-only; nobody was noted, so the publisher still takes the shortcut...
+    assert!(
+        !bell.wait_until(&mut PollState::new(), || false, Some(Instant::now() + Duration::from_millis(1))).unwrap()
+    );
+    assert!(!bell.spin_only());
+    assert!(ringers.all_spin_only(), "not told yet");
+    // ...until the subscriber's process opens its ring and notes its doorbell.
+    let mut w = RingWriter::create(&cfg(8, 64), 1).unwrap();
+    w.announce_doorbell(own.name());
+    let reader = RingReader::open(w.segment_name()).unwrap();
+    let name = reader.writer_doorbell().expect("named");
+    assert!(bell.note_ringer(&name));
+    assert!(!ringers.all_spin_only(), "told at once");
+    // Noted before the switch: told by it.
+    let other = Doorbell::create().unwrap();
+    let ringers = Ringers::new(vec![Arc::new(DoorbellRemote::open(other.name()).unwrap())], Some(Arc::clone(&own)));
+    assert!(other.note_ringer(&name));
+    assert!(ringers.all_spin_only());
+    assert!(
+        !other.wait_until(&mut PollState::new(), || false, Some(Instant::now() + Duration::from_millis(1))).unwrap()
+    );
+    assert!(!ringers.all_spin_only(), "told by the switch");
+    // The next generation names the doorbell too.
+    let mut reader = reader;
+    let _ = w.write(&[7u8; 4096], 0, 1).unwrap();
+    let mut buf = Vec::new();
+    assert!(matches!(reader.try_read_into(&mut buf), ReadOutcome::Sample(_)));
+    assert_eq!(reader.generation(), 1);
+    assert_eq!(reader.writer_doorbell().as_deref(), Some(own.name()));
+    // A name whose pid is not the writer's is refused.
+    let mut w = RingWriter::create(&cfg(8, 64), 2).unwrap();
+    w.announce_doorbell(&format!("{SHM_DIR}/shoal_db_{}_feed", std::process::id() + 1));
+    assert_eq!(RingReader::open(w.segment_name()).unwrap().writer_doorbell(), None);
 }
 
 /// Records the messages of tracing events.

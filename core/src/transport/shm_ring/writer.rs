@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use super::flow::{self, FlowStats, WriterFlow};
 use super::layout::{
-    MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION, SEGMENT_HEADER_SIZE,
-    SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride, warm_reuse,
+    DOORBELL_NAME_CAP, MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION,
+    SEGMENT_HEADER_SIZE, SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride, warm_reuse,
 };
 use super::segment::{self, CreateFailure, Placement, RingName};
 use crate::config::ShmRingConfig;
@@ -219,6 +219,10 @@ pub struct RingWriter {
     /// `huge_pages = auto`: a ring that cannot go on huge pages falls back without a warning.
     huge_quiet: bool,
     huge_fallback: Option<String>,
+    /// File name of this process's doorbell, written into every generation's header ([`announce_doorbell`]).
+    ///
+    /// [`announce_doorbell`]: Self::announce_doorbell
+    doorbell_name: Option<String>,
     publisher_id: u64,
     /// Sequence number of the next sample.
     next_seq: u64,
@@ -260,6 +264,7 @@ impl RingWriter {
             huge_dir,
             huge_quiet,
             huge_fallback: fallback,
+            doorbell_name: None,
             publisher_id,
             next_seq: 0,
             loaned: None,
@@ -404,6 +409,26 @@ impl RingWriter {
     /// Why huge pages were requested but not used for the most recent segment, if so.
     pub fn huge_pages_fallback(&self) -> Option<&str> {
         self.huge_fallback.as_deref()
+    }
+
+    /// Names this process's doorbell (`Doorbell::name`) in the segment's header, and in every later generation's:
+    /// a reader's process tells that doorbell when it stops being spin-only, so that this process's publishers may
+    /// ask it instead of every subscriber's doorbell on each send (`Ringers`). Call before readers are told of the
+    /// ring. A name longer than the field holds is not written (readers then tell nobody, and the publisher must
+    /// not use [`Ringers`](super::Ringers)' shortcut: [`doorbell_announced`](Self::doorbell_announced) says false).
+    pub fn announce_doorbell(&mut self, path: &str) {
+        let name = std::path::Path::new(path).file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if name.is_empty() || name.len() > DOORBELL_NAME_CAP {
+            tracing::debug!("shm_ring: doorbell name {path} does not fit the segment header");
+            return;
+        }
+        write_doorbell_name(self.seg.header(), name);
+        self.doorbell_name = Some(name.to_owned());
+    }
+
+    /// Whether [`announce_doorbell`](Self::announce_doorbell) named this process's doorbell in the header.
+    pub fn doorbell_announced(&self) -> bool {
+        self.doorbell_name.is_some()
     }
 
     /// The subscribers reading this ring that the publisher knows of (from registration). Payload areas are reused
@@ -600,6 +625,9 @@ impl RingWriter {
         )?;
         // Reliable readers are waited for in the new generation from its first sample.
         flow::carry_over(self.seg.header(), seg.header(), self.next_seq);
+        if let Some(name) = &self.doorbell_name {
+            write_doorbell_name(seg.header(), name);
+        }
         if let Some(flow) = &mut self.flow {
             flow.reset();
         }
@@ -637,4 +665,14 @@ impl Drop for RingWriter {
             }
         }
     }
+}
+
+/// Stores `name` as the header's doorbell name, its length last (Release): a reader that loads the length with
+/// Acquire reads the whole name.
+fn write_doorbell_name(h: &SegmentHeader, name: &str) {
+    let n = name.len().min(DOORBELL_NAME_CAP);
+    for (dst, src) in h.doorbell_name.iter().zip(&name.as_bytes()[..n]) {
+        dst.store(*src, Ordering::Relaxed);
+    }
+    h.doorbell_name_len.store(n as u32, Ordering::Release);
 }
