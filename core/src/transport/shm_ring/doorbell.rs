@@ -469,8 +469,11 @@ impl Doorbell {
     /// publishers may skip asking our `spin_only` while their own doorbell's `spin_ends` is unchanged ([`Ringers`]),
     /// so it is told (bumped, before the barrier) when this doorbell stops being spin-only. Noted after that, it is
     /// told at once, with a barrier of its own: it may have taken us for spin-only before we read its ring. Call
-    /// after opening the ring and before waiting for its samples. Returns whether the doorbell could be opened
-    /// (false: it is gone, or not a doorbell; its publishers then never take the shortcut for us).
+    /// after opening the ring and before waiting for its samples. Returns whether the doorbell could be opened. It
+    /// can be whenever its ring could: both follow the writer's `shm_access` (a doorbell takes the write mode of
+    /// the same class of users the ring's read mode lets in). False means it is gone with its process, or the
+    /// writer named a file that is no doorbell of its own: such a writer can only fail to wake us, as one that
+    /// never rings can.
     pub fn note_ringer(&self, path: &str) -> bool {
         if !self.began_spin_only {
             // Never spin-only: no ringer skips anything for us.
