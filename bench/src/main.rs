@@ -5,6 +5,7 @@
 //! per target. The exit code is 0 only when every target was measured and passed. It depends on `shoal perf`'s
 //! output format, not on its code.
 
+mod hugepages;
 mod runs;
 mod targets;
 
@@ -47,8 +48,9 @@ changed speed meanwhile are left out of these medians); fan-out to 1 and 4 subsc
 processes (T5); then a process with 100 topics (T6); last reliable
 shoal streams of 64 B and 1 MiB, which must lose nothing (T8), and two more of 64 B (S5); shoal
 streams of 64 KB-4 MB with rings on normal and on huge pages (T9: huge_pages rings on 2 MB pages in
-both processes, as smaps shows; needs a hugetlbfs mount at the ini's huge_pages_path with free
-pages); then, with --wait block,
+both processes, as smaps shows; as root shoal-bench reserves 600 more 2 MB pages and mounts a
+private hugetlbfs for that run, both undone at the end, else it needs a hugetlbfs mount at the ini's
+huge_pages_path with free pages); then, with --wait block,
 shoal's UDP layer streaming 64 B and 1 MiB and its TCP layer 1 MiB, with shoal's defaults, against
 raw socket programs (N1: 64 B UDP >= 0.5x raw sendmmsg, N2: 64 B UDP >= 1 M msg/s with 0 lost, N3: 1 MiB
 UDP >= 0.7x raw UDP, N4: 1 MiB TCP >= 0.7x raw TCP). S1-S6 set shoal against the strongest reference of the
@@ -104,7 +106,29 @@ fn targets_command(args: &TargetsArgs) -> anyhow::Result<bool> {
                 Some(p) => Some(BufWriter::new(File::create(p).with_context(|| format!("creating {}", p.display()))?)),
                 None => None,
             };
-            let outcome = runs::run_all(&shoal, &runs::plan(), save.as_mut().map(|w| w as &mut dyn Write))?;
+            let mut plan = runs::plan();
+            // T9 needs rings on 2 MB pages: on a host with none set up, as root, a private mount for its run.
+            let huge = match hugepages::HugePages::provide(hugepages::T9_PAGES) {
+                Ok(h) => {
+                    eprintln!(
+                        "shoal-bench: for T9, {} more 2 MB pages reserved and a hugetlbfs mounted at {} (undone \
+                         at the end; if this process is killed: umount that directory and lower vm.nr_hugepages \
+                         by {})",
+                        h.added(),
+                        h.dir().display(),
+                        h.added()
+                    );
+                    runs::on_huge_pages_at(&mut plan, h.dir());
+                    Some(h)
+                }
+                Err(why) => {
+                    eprintln!("shoal-bench: T9 uses the ini's huge_pages_path ({why})");
+                    None
+                }
+            };
+            let outcome = runs::run_all(&shoal, &plan, save.as_mut().map(|w| w as &mut dyn Write));
+            drop(huge);
+            let outcome = outcome?;
             if let Some(mut w) = save {
                 w.flush().context("writing --save")?;
             }

@@ -109,6 +109,14 @@ pub(crate) fn plan() -> Vec<Run> {
     runs
 }
 
+/// Makes the huge-page runs (T9) put their rings on the hugetlbfs mount `dir` (`shoal perf --huge-pages-path`).
+pub(crate) fn on_huge_pages_at(plan: &mut [Run], dir: &Path) {
+    for run in plan.iter_mut().filter(|r| r.args.iter().any(|a| a == "--huge-pages")) {
+        run.args.push("--huge-pages-path".into());
+        run.args.push(dir.display().to_string());
+    }
+}
+
 /// The `shoal` binary: `explicit` (`--shoal`), else `$SHOAL_BIN`, else `shoal` next to this executable (the same
 /// target directory and profile).
 pub(crate) fn find_shoal(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -198,6 +206,22 @@ pub(crate) fn parse_lines(text: &str) -> (Vec<Value>, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_huge_page_run_is_pointed_at_the_mount() {
+        let mut p = plan();
+        on_huge_pages_at(&mut p, Path::new("/tmp/h"));
+        let pointed: Vec<&Run> = p.iter().filter(|r| r.args.iter().any(|a| a == "--huge-pages-path")).collect();
+        assert_eq!(pointed.len(), 1);
+        assert_eq!(pointed[0].for_targets, "T9");
+        assert!(
+            pointed[0]
+                .command_line()
+                .ends_with("--huge-pages --throughput --sizes 65536,1048576,4194304 --huge-pages-path /tmp/h"),
+            "{}",
+            pointed[0].command_line()
+        );
+    }
 
     #[test]
     fn the_plan_measures_every_target_size_in_both_waits() {

@@ -105,6 +105,10 @@ pub(crate) struct PerfArgs {
     /// normal-page rows, and every shoal row the page size its rings are mapped with (/proc/<pid>/smaps).
     #[arg(long)]
     pub(crate) huge_pages: bool,
+    /// With --huge-pages: the hugetlbfs mount to put the huge-page rings on, instead of the ini's huge_pages_path
+    /// (`shoal-bench` passes the private mount it made for target T9 when the host has none).
+    #[arg(long, value_name = "DIR", requires = "huge_pages")]
+    pub(crate) huge_pages_path: Option<std::path::PathBuf>,
     /// The layer shoal's messages take between the two processes: shm (shoal's ring, the default), udp (eCAL's
     /// UDP data layer) or tcp (eCAL's TCP layer), the other layers switched off in both nodes' configuration; tcp
     /// publishers wait up to 10 s for room in a send queue (`[shoal_tcp] send_timeout_ms`, unless the ini sets it)
@@ -189,6 +193,9 @@ pub(crate) struct PeerArgs {
     /// shoal: put this peer's rings on these pages (`shoal perf --huge-pages`); default: as the ini says.
     #[arg(long, value_enum)]
     pub(crate) pages: Option<Pages>,
+    /// shoal: the hugetlbfs mount for `--pages huge` (`shoal perf --huge-pages-path`).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) huge_pages_path: Option<std::path::PathBuf>,
     /// The layer (see `shoal perf --transport`).
     #[arg(long, value_enum, default_value = "shm")]
     pub(crate) transport: Transport,
@@ -297,9 +304,12 @@ impl Pages {
         }
     }
 
-    /// `config` with its rings on these pages.
+    /// `config` with its rings on these pages (huge ones on the mount `shoal perf --huge-pages-path` named, if any).
     pub(crate) fn apply(self, mut config: shoal::Config) -> shoal::Config {
         config.shm_ring.huge_pages = if self == Pages::Huge { shoal::HugePages::On } else { shoal::HugePages::Off };
+        if let Some(dir) = super::shoal_link::huge_pages_path() {
+            config.shm_ring.huge_pages_path = dir;
+        }
         config
     }
 }

@@ -80,6 +80,7 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
         sys::fix_malloc_mmap_threshold();
     }
     shoal_link::set_reliable(args.reliable);
+    shoal_link::set_huge_pages_path(args.huge_pages_path.clone());
     let cpus = sys::cpu_count();
     if args.pin {
         sys::pin_to_cpu(0)?;

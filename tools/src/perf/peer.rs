@@ -175,6 +175,9 @@ impl Peer {
         if let Some(p) = spec.pages {
             cmd.args(["--pages", p.as_str()]);
         }
+        if let Some(dir) = super::shoal_link::huge_pages_path() {
+            cmd.arg("--huge-pages-path").arg(dir);
+        }
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -263,6 +266,7 @@ pub(crate) fn run_peer(args: PeerArgs) -> anyhow::Result<()> {
     }
     super::sys::die_with_parent(args.parent)?;
     super::shoal_link::set_reliable(args.reliable);
+    super::shoal_link::set_huge_pages_path(args.huge_pages_path.clone());
     if let Some(cpu) = args.cpu {
         super::sys::pin_to_cpu(cpu)?;
     }

@@ -31,6 +31,21 @@ pub(crate) fn reliable() -> bool {
     RELIABLE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// `shoal perf --huge-pages-path` (set once at start, in the main process and in every peer).
+static HUGE_PAGES_PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Puts the rings asked to be on huge pages on the hugetlbfs mount `dir` (once per process).
+pub(crate) fn set_huge_pages_path(dir: Option<std::path::PathBuf>) {
+    if let Some(dir) = dir {
+        let _ = HUGE_PAGES_PATH.set(dir);
+    }
+}
+
+/// The hugetlbfs mount `shoal perf --huge-pages-path` named.
+pub(crate) fn huge_pages_path() -> Option<std::path::PathBuf> {
+    HUGE_PAGES_PATH.get().cloned()
+}
+
 /// The type name the perf topics carry.
 const TYPE_NAME: &str = "shoal.perf.Bytes";
 
