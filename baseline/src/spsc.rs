@@ -94,36 +94,53 @@ pub const STREAM_POLL_PROBE_EVERY: u32 = 64;
 /// How long a probe (a poll while not streaming) of a thread that published since its previous wait polls instead
 /// (it waits for a reply); equal to shoal's `PollState::REPLY_SPIN`.
 pub const STREAM_POLL_REPLY_SPIN: Duration = Duration::from_micros(50);
+/// Added to a replying thread's poll per MiB it wrote since its previous wait; equal to shoal's
+/// `PollState::REPLY_SPIN_PER_MIB`.
+pub const STREAM_POLL_REPLY_SPIN_PER_MIB: Duration = Duration::from_micros(100);
+/// The longest a replying thread's poll grows to; equal to shoal's `PollState::REPLY_SPIN_MAX`.
+pub const STREAM_POLL_REPLY_SPIN_MAX: Duration = Duration::from_millis(2);
 
-thread_local! {
-    /// Messages this thread has written to a ring (see [`StreamPoll`]).
-    static PUBLISHED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+/// How much longer a thread that wrote `bytes` since its previous wait polls for the reply (shoal's
+/// `PollState::reply_window`).
+pub fn reply_window(bytes: u64) -> Duration {
+    let per_mib = STREAM_POLL_REPLY_SPIN_PER_MIB.as_nanos() as u64;
+    Duration::from_nanos(bytes.saturating_mul(per_mib) >> 20).min(STREAM_POLL_REPLY_SPIN_MAX)
 }
 
-/// Counts a message written by the calling thread (a wait after one waits for a reply: [`StreamPoll`]).
-pub(crate) fn note_publish() {
-    PUBLISHED.with(|c| c.set(c.get().wrapping_add(1)));
+thread_local! {
+    /// Messages and bytes this thread has written to a ring (see [`StreamPoll`]).
+    static PUBLISHED: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// Counts a message of `bytes` written by the calling thread (a wait after one waits for a reply: [`StreamPoll`]).
+pub(crate) fn note_publish(bytes: usize) {
+    PUBLISHED.with(|c| {
+        let (n, b) = c.get();
+        c.set((n.wrapping_add(1), b.wrapping_add(bytes as u64)));
+    });
 }
 
 /// Block mode's poll before a reader sleeps, the rule of shoal's block mode (its doorbell's `wait_until`), so that
 /// a block-mode comparison is of rings, not of wait strategies: while messages come back to back (the last poll
 /// found one), poll up to 10 µs before sleeping; otherwise poll first in one wait of 64 (to notice a stream), and
 /// right after a stream ended in the 2nd, then 4th, ... wait; a probe of a thread that wrote a message since its
-/// previous wait polls up to 50 µs instead.
+/// previous wait polls up to 50 µs instead, and a replying thread's poll grows by [`reply_window`] (100 µs per MiB
+/// it wrote), as a probe and while streaming.
 #[derive(Debug, Default)]
 pub(crate) struct StreamPoll {
     streaming: std::cell::Cell<bool>,
     since_probe: std::cell::Cell<u32>,
     /// Waits between probes while not streaming (0: [`STREAM_POLL_PROBE_EVERY`]).
     interval: std::cell::Cell<u32>,
-    published_seen: std::cell::Cell<u64>,
+    published_seen: std::cell::Cell<(u64, u64)>,
 }
 
 impl StreamPoll {
     /// Polls `ready` first if this wait should (see the type); whether it became true meanwhile.
     pub(crate) fn poll(&self, ready: impl Fn() -> bool) -> bool {
         let published = PUBLISHED.with(std::cell::Cell::get);
-        let replying = published != self.published_seen.replace(published);
+        let seen = self.published_seen.replace(published);
+        let replied = (published.0 != seen.0).then(|| published.1.wrapping_sub(seen.1));
         let interval = match self.interval.get() {
             0 => STREAM_POLL_PROBE_EVERY,
             i => i,
@@ -136,7 +153,12 @@ impl StreamPoll {
             }
         }
         let probe = !self.streaming.get();
-        let end = Instant::now() + if probe && replying { STREAM_POLL_REPLY_SPIN } else { STREAM_POLL_SPIN };
+        let window = match replied {
+            Some(bytes) if probe => STREAM_POLL_REPLY_SPIN + reply_window(bytes),
+            Some(bytes) => STREAM_POLL_SPIN + reply_window(bytes),
+            None => STREAM_POLL_SPIN,
+        };
+        let end = Instant::now() + window;
         let mut n = 0u32;
         let found = loop {
             if ready() {
@@ -361,7 +383,7 @@ impl Ring {
         let r = f(buf);
         self.slot_len(w).store(len as u64, Ordering::Relaxed);
         h.write_idx.store(w + 1, Ordering::Release);
-        note_publish();
+        note_publish(len);
         fence(Ordering::SeqCst);
         if h.waiters.load(Ordering::Relaxed) > 0 {
             h.doorbell.fetch_add(1, Ordering::SeqCst);

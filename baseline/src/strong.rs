@@ -161,10 +161,11 @@ impl Shared {
         }
     }
 
-    /// Rings the doorbell if the ring was created for block mode and a reader waits (after a publish). A ring
+    /// Rings the doorbell if the ring was created for block mode and a reader waits (after a publish of `len`
+    /// bytes, counted for the reply poll). A ring
     /// created for spin mode has readers that never sleep: its writer skips the fence and the check.
-    fn wake(&self) {
-        crate::spsc::note_publish();
+    fn wake(&self, len: usize) {
+        crate::spsc::note_publish(len);
         let h = self.header();
         if h.block.load(Ordering::Relaxed) == 0 {
             return;
@@ -336,7 +337,7 @@ impl LineRing {
         let r = f(buf);
         self.shm.word(off).store(tag(w, len as u32), Ordering::Release);
         self.next = w + 1;
-        self.shm.wake();
+        self.shm.wake(len);
         Ok(r)
     }
 
@@ -518,7 +519,7 @@ impl WarmRing {
         self.shm.word(e + 8).store(len as u64, Ordering::Relaxed);
         self.shm.word(e).store(tag(w, b), Ordering::Release);
         self.next = w + 1;
-        self.shm.wake();
+        self.shm.wake(len);
         Ok(r)
     }
 

@@ -730,7 +730,7 @@ impl Publisher {
     }
 
     fn finish(&mut self, clock: u64, len: usize) {
-        shm_ring::note_publish();
+        shm_ring::note_publish(len);
         if let (Some(seen), Some(ring)) = (&mut self.flow_seen, &self.ring) {
             let now = ring.flow_stats();
             if now != *seen {

@@ -172,6 +172,11 @@ mod tests {
         assert_eq!(spsc::STREAM_POLL_SPIN, PollState::SPIN);
         assert_eq!(spsc::STREAM_POLL_PROBE_EVERY, PollState::PROBE_EVERY);
         assert_eq!(spsc::STREAM_POLL_REPLY_SPIN, PollState::REPLY_SPIN);
+        assert_eq!(spsc::STREAM_POLL_REPLY_SPIN_PER_MIB, PollState::REPLY_SPIN_PER_MIB);
+        assert_eq!(spsc::STREAM_POLL_REPLY_SPIN_MAX, PollState::REPLY_SPIN_MAX);
+        for bytes in [0, 64, 1 << 20, 3 << 20, 1 << 30] {
+            assert_eq!(spsc::reply_window(bytes), PollState::reply_window(bytes));
+        }
     }
 
     #[test]

@@ -321,14 +321,17 @@ pub struct Doorbell {
 const NOTED_RINGERS_PRUNE: usize = 64;
 
 thread_local! {
-    /// Messages this thread has published (see [`note_publish`]).
-    static PUBLISHED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Messages and bytes this thread has published (see [`note_publish`]).
+    static PUBLISHED: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
-/// Counts a message published by the calling thread: a wait that follows one on the same thread waits for a reply
-/// (request/response, ping-pong), and its probe polls longer ([`PollState::REPLY_SPIN`]).
-pub fn note_publish() {
-    PUBLISHED.with(|c| c.set(c.get().wrapping_add(1)));
+/// Counts a message of `bytes` published by the calling thread: a wait that follows one on the same thread waits for
+/// a reply (request/response, ping-pong), and polls longer ([`PollState::reply_window`]).
+pub fn note_publish(bytes: usize) {
+    PUBLISHED.with(|c| {
+        let (n, b) = c.get();
+        c.set((n.wrapping_add(1), b.wrapping_add(bytes as u64)));
+    });
 }
 
 /// One waiting thread's state for [`Doorbell::wait_until`]: whether its messages come back to back. Kept by the
@@ -343,8 +346,8 @@ pub struct PollState {
     /// Waits from one probe to the next while not streaming: 2 after a poll that ended a stream, doubling after each
     /// probe that finds nothing up to [`PollState::PROBE_EVERY`] (0 stands for that, a fresh state's).
     interval: u32,
-    /// This thread's publish count when its last wait began ([`note_publish`]).
-    published_seen: u64,
+    /// This thread's publish count and bytes when its last wait began ([`note_publish`]).
+    published_seen: (u64, u64),
 }
 
 impl PollState {
@@ -358,6 +361,14 @@ impl PollState {
     /// polled all the time (98 % of a core against 23-26 % when it slept per sample; with the long poll only in
     /// probes 37-48 %).
     pub const REPLY_SPIN: Duration = Duration::from_micros(50);
+    /// Added to a replying thread's poll (as a probe and while streaming) per MiB it published since its previous
+    /// wait: the peer copies that message out and a reply as large in before the reply is there (two copies at
+    /// about 20 GB/s). Without it a 1 MiB ping-pong never settled into polling (the reply came 50-55 µs after the
+    /// wait began) and both sides slept per message: 56-58 µs one-way against 50-51 µs with it, same script
+    /// alternating on a VM whose idle vCPU halts.
+    pub const REPLY_SPIN_PER_MIB: Duration = Duration::from_micros(100);
+    /// The longest a replying thread's poll grows to with what it published.
+    pub const REPLY_SPIN_MAX: Duration = Duration::from_millis(2);
     /// While they do not, one wait in this many at most still polls first (a probe), to notice a stream beginning.
     /// Right after a stream ends probes come sooner (every 2nd wait, then 4th, ... up to this), so an exchange that
     /// one slow round (a hiccup, a ring that grew) knocked out of polling finds back to it within a few rounds.
@@ -365,17 +376,30 @@ impl PollState {
 
     /// A thread's state before its first wait: not streaming.
     pub const fn new() -> PollState {
-        PollState { streaming: false, since_probe: 0, interval: 0, published_seen: 0 }
+        PollState { streaming: false, since_probe: 0, interval: 0, published_seen: (0, 0) }
     }
 
-    /// How long this wait polls before it sleeps (zero: it does not), given whether its thread published since
-    /// its previous wait: while streaming, and at each probe (longer when replying).
-    fn poll_window(&mut self, replying: bool) -> Duration {
+    /// How long a wait of a thread that published `bytes` (in one or more messages) since its previous wait polls
+    /// for the reply beyond its usual poll ([`PollState::REPLY_SPIN_PER_MIB`], at most
+    /// [`PollState::REPLY_SPIN_MAX`]): nothing for small messages.
+    pub fn reply_window(bytes: u64) -> Duration {
+        let per_mib = Self::REPLY_SPIN_PER_MIB.as_nanos() as u64;
+        Duration::from_nanos(bytes.saturating_mul(per_mib) >> 20).min(Self::REPLY_SPIN_MAX)
+    }
+
+    /// How long this wait polls before it sleeps (zero: it does not), given what its thread published since its
+    /// previous wait (`None`: nothing): while streaming, and at each probe; longer when replying, and longer still
+    /// after large messages.
+    fn poll_window(&mut self, replied: Option<u64>) -> Duration {
         let probe = !self.streaming;
         if !self.should_poll() {
             return Duration::ZERO;
         }
-        if probe && replying { Self::REPLY_SPIN } else { Self::SPIN }
+        match replied {
+            Some(bytes) if probe => Self::REPLY_SPIN + Self::reply_window(bytes),
+            Some(bytes) => Self::SPIN + Self::reply_window(bytes),
+            None => Self::SPIN,
+        }
     }
 
     /// Whether this wait polls before it sleeps: while streaming, and at each probe.
@@ -551,7 +575,8 @@ impl Doorbell {
     /// streaming state; otherwise one wait in [`PollState::PROBE_EVERY`] (64) polls first, so a paced receiver polls
     /// 10 µs per 64 messages and sleeps at once for the rest (right after a stream ends probes come sooner: every
     /// 2nd wait, then 4th, ... up to every 64th). A probe of a thread that published since its previous wait (it
-    /// waits for a reply) polls up to [`PollState::REPLY_SPIN`] (50 µs) instead.
+    /// waits for a reply) polls up to [`PollState::REPLY_SPIN`] (50 µs) instead; after large messages a replying
+    /// thread's poll grows by [`PollState::reply_window`] (100 µs per MiB), as a probe and while streaming.
     pub fn wait_until(
         &self,
         poll: &mut PollState,
@@ -559,12 +584,12 @@ impl Doorbell {
         deadline: Option<Instant>,
     ) -> Result<bool, DoorbellWaitError> {
         let published = PUBLISHED.with(std::cell::Cell::get);
-        let replying = published != poll.published_seen;
+        let replied = (published.0 != poll.published_seen.0).then(|| published.1.wrapping_sub(poll.published_seen.1));
         poll.published_seen = published;
         if ready() {
             return Ok(true);
         }
-        let window = poll.poll_window(replying);
+        let window = poll.poll_window(replied);
         if !window.is_zero() {
             let found = poll_for(&mut ready, window, deadline);
             poll.polled(found);

@@ -1072,7 +1072,7 @@ fn a_probe_after_a_publish_polls_long_enough_for_a_reply_from_a_sleeping_peer() 
     // A poll that finds nothing ends streaming: the next wait sleeps, the one after is a probe.
     assert!(!bell.wait_until(&mut poll, || false, Some(Instant::now() + Duration::from_millis(2))).unwrap());
     assert_eq!(waiters_when_ready(&bell, &mut poll), 1);
-    note_publish();
+    note_publish(64);
     let start = Instant::now();
     // The reply comes 30 µs after the wait began; a ready() that a registered waiter calls never sees it (and the
     // wait then times out).
@@ -1084,6 +1084,32 @@ fn a_probe_after_a_publish_polls_long_enough_for_a_reply_from_a_sleeping_peer() 
         )
         .unwrap();
     assert!(found, "found by the reply probe, not after registering");
+}
+
+/// After a large message the reply takes the peer's copies longer: a replying thread's poll grows by
+/// `PollState::reply_window` (100 µs per MiB), while streaming too; after a small message it stays 10 µs.
+#[test]
+fn a_reply_to_a_large_message_is_polled_for_longer() {
+    assert_eq!(PollState::reply_window(64), Duration::from_nanos(6));
+    assert_eq!(PollState::reply_window(1 << 20), Duration::from_micros(100));
+    assert_eq!(PollState::reply_window(1 << 30), PollState::REPLY_SPIN_MAX);
+    let bell = Doorbell::create().unwrap();
+    let mut poll = PollState::new();
+    while waiters_when_ready(&bell, &mut poll) == 1 {}
+    // Streaming. A reply 40 µs after the wait began, which a ready() that a registered waiter calls never sees (the
+    // wait then sleeps to its deadline): after 8 MiB the poll (10 + 800 µs) finds it...
+    let bell = &bell;
+    let reply_at = |start: Instant| move || bell.waiters() == 0 && start.elapsed() >= Duration::from_micros(40);
+    let deadline = Duration::from_millis(50);
+    note_publish(8 << 20);
+    let start = Instant::now();
+    assert!(bell.wait_until(&mut poll, reply_at(start), Some(start + deadline)).unwrap());
+    assert!(start.elapsed() < deadline, "found by the poll");
+    // ...after 64 B the poll ends at 10 µs and the thread registers.
+    note_publish(64);
+    let start = Instant::now();
+    let _ = bell.wait_until(&mut poll, reply_at(start), Some(start + deadline)).unwrap();
+    assert!(start.elapsed() >= deadline, "slept to the deadline");
 }
 
 /// Ping-pong across two threads, each sleeping on its own doorbell: a lost wake-up would stall
