@@ -659,7 +659,7 @@ pub struct Ringers {
     bells: Vec<Arc<DoorbellRemote>>,
     /// `spin_only` of each of `bells`, in the same order; empty when one of them may never skip the fence.
     flags: Vec<*const AtomicU32>,
-    /// This process's doorbell (kept alive for `told`) and its `spin_ends` word.
+    /// This process's doorbell (kept alive for the pointer) and its `spin_ends` word.
     own: Option<(Arc<Doorbell>, *const AtomicU32)>,
     /// The value of `spin_ends` with which all flags last read 1; [`UNKNOWN`] before, [`NEVER`] once a flag read 0
     /// (a doorbell never becomes spin-only again).

@@ -1169,6 +1169,28 @@ fn doorbell_wake_across_threads_no_lost_wakeup() {
     assert_eq!(bell_a.waiters(), 0);
 }
 
+/// Starts a thread that waits on `bell` for a sample of `reader` (20 s at most) and, `round` × 2 µs later, calls
+/// `publish`; gives whether the waiter got it, how long it waited, and whether `bell` was still spin-only then.
+fn publish_while_a_waiter_starts(
+    bell: Doorbell,
+    reader: RingReader,
+    round: u64,
+    publish: impl FnOnce(),
+) -> (bool, Duration, bool) {
+    let waiter = std::thread::spawn(move || {
+        let start = Instant::now();
+        let deadline = Some(start + Duration::from_secs(20));
+        let got = bell.wait_until(&mut PollState::new(), || reader.has_data(), deadline).unwrap();
+        (got, start.elapsed(), bell.spin_only())
+    });
+    let until = Instant::now() + Duration::from_micros(round * 2);
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+    publish();
+    waiter.join().unwrap()
+}
+
 /// A doorbell starts spin-only (where the kernel has the expedited global membarrier): its ringers skip the fence
 /// until a thread of the owner first registers. A sample published at any moment around that switch (before it,
 /// during the barrier, after it) still wakes the waiter at once; a lost wake-up would leave it asleep until its
@@ -1187,19 +1209,10 @@ fn doorbell_spin_only_ends_at_the_first_waiter_without_a_lost_wakeup() {
         let at_start = bell.spin_only();
         // Nobody can sleep yet: nothing to wake.
         assert!(!remote.ring());
-        let waiter = std::thread::spawn(move || {
-            let start = Instant::now();
-            let deadline = Some(start + Duration::from_secs(20));
-            let got = bell.wait_until(&mut PollState::new(), || reader.has_data(), deadline).unwrap();
-            (got, start.elapsed(), bell.spin_only())
+        let (got, waited, still) = publish_while_a_waiter_starts(bell, reader, round, || {
+            let _ = w.write(&round.to_le_bytes(), 0, round).unwrap();
+            remote.ring();
         });
-        let until = Instant::now() + Duration::from_micros(round * 2);
-        while Instant::now() < until {
-            std::hint::spin_loop();
-        }
-        let _ = w.write(&round.to_le_bytes(), 0, round).unwrap();
-        remote.ring();
-        let (got, waited, still) = waiter.join().unwrap();
         assert!(got, "round {round}: no sample");
         assert!(waited < Duration::from_secs(10), "round {round}: lost wake-up (woke after {waited:?})");
         spin_only_at_start += u32::from(at_start);
@@ -1248,19 +1261,10 @@ fn ringers_that_ask_their_own_doorbell_miss_no_wake_up_when_a_subscriber_stops_s
         // Before the subscriber's process noted us (it has not read the ring yet), we may take it for spin-only.
         assert_eq!(ringers.all_spin_only(), at_start);
         assert!(bell.note_ringer(own.name()));
-        let waiter = std::thread::spawn(move || {
-            let start = Instant::now();
-            let deadline = Some(start + Duration::from_secs(20));
-            let got = bell.wait_until(&mut PollState::new(), || reader.has_data(), deadline).unwrap();
-            (got, start.elapsed(), bell.spin_only())
+        let (got, waited, still) = publish_while_a_waiter_starts(bell, reader, round, || {
+            let _ = w.write(&round.to_le_bytes(), 0, round).unwrap();
+            ring_as_a_publisher(&ringers);
         });
-        let until = Instant::now() + Duration::from_micros(round * 2);
-        while Instant::now() < until {
-            std::hint::spin_loop();
-        }
-        let _ = w.write(&round.to_le_bytes(), 0, round).unwrap();
-        ring_as_a_publisher(&ringers);
-        let (got, waited, still) = waiter.join().unwrap();
         assert!(got, "round {round}: no sample");
         assert!(waited < Duration::from_secs(10), "round {round}: lost wake-up (woke after {waited:?})");
         assert_eq!(ringers.all_spin_only(), still, "round {round}: the publisher knows what the subscriber is");
