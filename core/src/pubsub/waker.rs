@@ -98,21 +98,21 @@ impl Waker {
 /// ([`ring_before_copy`]), not only once it is published.
 pub(crate) const EARLY_WAKE_BYTES: usize = 256 << 10;
 
-/// Rings the doorbells of `bells` whose process sleeps once the slot of a large message is marked as being written,
+/// Rings the doorbells of `ringers` whose process sleeps once the slot of a large message is marked as being written,
 /// before its copy: a sleeping thread's wake-up (about 30 µs on a VM whose idle vCPU halts, tens of µs from a deep
 /// C-state) then overlaps the copy (25 µs for 1 MiB) instead of following it, and the woken receiver polls until
 /// the message is published (`Subscriber::recv_with`). When the message is published, [`ring_after_publish`] finds
 /// the doorbells rung already (or the receivers polling) and makes no second wake-up. Returns how many were asleep.
-pub(crate) fn ring_before_copy(waker: &Waker, bells: &Ringers) -> usize {
+pub(crate) fn ring_before_copy(waker: &Waker, ringers: &Ringers) -> usize {
     // The same protocol: the "being written" mark is the store the waiter checks are ordered after.
-    ring_after_publish(waker, bells)
+    ring_after_publish(waker, ringers)
 }
 
-/// Rings the doorbells of `bells` whose process sleeps, after the caller published (and before it returns to the
+/// Rings the doorbells of `ringers` whose process sleeps, after the caller published (and before it returns to the
 /// user): one sleeping process directly, two or more through the waker thread. Returns how many were asleep.
 pub(crate) fn ring_after_publish(waker: &Waker, ringers: &Ringers) -> usize {
-    // Processes none of whose threads ever slept need neither the fence nor the waiter checks (the doorbell's
-    // `spin_only`): a stream to busy-spinning receivers then makes its publisher wait for no store on any send.
+    // Processes none of whose threads ever slept need neither the fence nor the waiter checks (the doorbells'
+    // `spin_only`, asked through our own doorbell's `spin_ends`: `Ringers`): a stream to busy-spinning receivers then makes its publisher wait for no store on any send.
     if ringers.all_spin_only() {
         return 0;
     }
