@@ -36,8 +36,8 @@ impl Run {
 /// What the targets measure: first shoal's block-mode ping-pong at 64 B - 8 MB beside eCAL 6.1.1's C++ one
 /// (`--against ecal`); then per wait mode in order spin, block: the plain rings (line, warm and one as deep as
 /// shoal's ring for each size) and shoal (each with a fresh publisher) streaming 64 B and 1 KB, then ping-pong at
-/// every target size and 8 MB beside the plain rings and iceoryx2, followed by zero-copy ping-pong on the same grown
-/// ring (in spin mode then the 64 B ping-pong alone beside them, for S4), then fan-out to 1 and 4 and to 1 and 16 subscriber processes; then a separate process with 100 topics;
+/// every target size and 8 MB beside the plain rings and iceoryx2, size by size, each size's shoal ping-pong followed
+/// by its zero-copy ping-pong on the same ring (in spin mode then the 64 B ping-pong alone beside them, for S4), then fan-out to 1 and 4 and to 1 and 16 subscriber processes; then a separate process with 100 topics;
 /// reliable shoal streams of 64 B and 1 MiB beside the plain rings (spin); last shoal streams of 64 KB - 4 MB with
 /// rings on normal and on huge pages (spin, `--huge-pages`); then shoal's UDP layer at 64 B and at 1 MiB and its TCP
 /// layer at 1 MiB, with shoal's defaults (`send_mode = auto`: the 64 B stream goes through the I/O thread's batches,
@@ -80,9 +80,9 @@ pub(crate) fn plan() -> Vec<Run> {
             runs.push(perf("T1 T3 T4 S1 S2", &args));
         }
         if wait == "spin" {
-            // S4 takes the median of runs of 64 B alone: in a run of every size the line ring's 64 B and shoal's lie
-            // half a minute apart, time enough for this VM to move the two spinning threads to other cores (the line
-            // ring's 64 B took 95 ns and 345 ns in consecutive runs), which such a run's ratio would then measure.
+            // S4 takes the median of three short runs of 64 B alone, three more moments of the host than the runs
+            // above give it (this VM's line ring took 95 ns and 345 ns in consecutive runs, as the host moves the two
+            // spinning threads to other cores), each measuring the references and shoal seconds apart.
             for _ in 0..PINGPONG_RUNS {
                 runs.push(perf("S4", &["--baseline", "--pingpong", "--sizes", "64"]));
             }

@@ -110,6 +110,10 @@ fn shoal_rows_carry_their_ratio_to_the_strongest_ring_of_the_same_run() {
     let c = &checks[0];
     assert!(c["before_p50_ns"].as_u64() > Some(0) && c["after_p50_ns"].as_u64() > Some(0), "{c}");
     assert!(c["steady"].is_boolean() && c.get("start_p50_ns").is_none(), "{c}");
+    // Size by size: every row of 64 B (the references', then shoal's) comes before any of 64 KiB.
+    let sizes: Vec<u64> = lines.iter().map(|v| v["size_bytes"].as_u64().unwrap()).collect();
+    assert!(sizes.is_sorted(), "the references and shoal are measured size by size: {sizes:?}");
+    assert_eq!(lines[lines.len() / 2 - 1]["system"], "shoal", "{out}");
     for size in [64, 65536] {
         let row = |transport: &str| {
             lines

@@ -48,13 +48,12 @@ pub(crate) fn locate(args: &PerfArgs, rep: &mut Reporter) -> anyhow::Result<Opti
     Ok(None)
 }
 
-/// Runs the iceoryx2 ping-pong for every size (copying ping-pong only) and reports its rows.
-pub(crate) fn run(run: &Run, dir: &Path, modes: &[Mode], rep: &mut Reporter) -> anyhow::Result<()> {
+/// Runs the iceoryx2 ping-pong for `sizes` (copying ping-pong only) and reports its rows.
+pub(crate) fn run(run: &Run, dir: &Path, modes: &[Mode], sizes: &[usize], rep: &mut Reporter) -> anyhow::Result<()> {
     if !modes.contains(&Mode::PingPong) {
         return Ok(());
     }
     let args = run.args;
-    let sizes = args.sizes();
     let list = |f: &dyn Fn(usize) -> String| sizes.iter().map(|&s| f(s)).collect::<Vec<_>>().join(",");
     let mut cmd = Command::new(dir.join(PROGRAM));
     cmd.args(["--wait", run.wait.as_str()])

@@ -1,7 +1,7 @@
 //! `shoal perf`: two-process latency and throughput of shoal's shared-memory path, zero-copy
 //! latency, 1->N fan-out cost, and per-process memory, optionally as ratios to plain rings (`--baseline`: the
 //! strongest of the line, warm and deep rings for each figure, the deep ring and iceoryx2 as second references) measured
-//! in the same invocation.
+//! in the same invocation, size by size (each size's references, then shoal).
 //!
 //! Modules: `args` (CLI), `peer` (the spawned echo/sink process and its stdin/stdout control),
 //! `link` (the transport interface the loops use), `pingpong`, `throughput`, `fanout`, `rss`,
@@ -121,41 +121,44 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
     let modes: Vec<Mode> = args.modes().into_iter().filter(|m| *m != Mode::Fanout).collect();
     for wait in args.waits() {
         if !modes.is_empty() {
-            if args.baseline || args.baseline_only {
-                let run =
-                    Run { args: &args, system: System::Baseline, wait, transport: args.transport, cpus, label: None };
-                // Per size, the strongest plain rings (line and warm; for latency the deep one counts too), then the deep
-                // ring, as deep as shoal's ring is for that size; then iceoryx2, where it is built.
+            let refs =
+                Run { args: &args, system: System::Baseline, wait, transport: args.transport, cpus, label: None };
+            let run = Run { system: System::Shoal, ..refs };
+            if (args.baseline || args.baseline_only) && args.transport == Transport::Shm {
+                // Size by size: the strongest plain rings (line and warm; for latency the deep one counts too), the
+                // deep ring, as deep as shoal's ring is for that size, iceoryx2 where it is built, then shoal. A
+                // size's references and shoal lie seconds apart, not the minutes a run of every size takes, in which
+                // this VM may change regime (a 1 MiB copy 5-10x slower for every system for a while, a cache line's
+                // transfer 50, 95 or 340 ns as the host moves the vCPUs), which a ratio would then measure.
                 let cfg = shoal::Config::load().context("reading the ecal.ini shoal's ring geometry comes from")?;
-                if args.transport == Transport::Shm {
-                    for &size in &args.sizes() {
-                        for kind in [RingKind::Line, RingKind::Warm, RingKind::Deep] {
-                            let run = Run { label: Some(kind.label()), ..run };
-                            baseline_session(&run, kind, &cfg, &modes, size, &next_name(), &mut rep)?;
-                        }
+                // The host's speed right before shoal's first ping-pong and right after its last, which is set against
+                // the line ring's 64 B measured first (`Reporter::host_check`).
+                let check = !args.baseline_only && modes.contains(&Mode::PingPong);
+                let mut before = None;
+                for &size in &args.sizes() {
+                    for kind in [RingKind::Line, RingKind::Warm, RingKind::Deep] {
+                        let refs = Run { label: Some(kind.label()), ..refs };
+                        baseline_session(&refs, kind, &cfg, &modes, size, &next_name(), &mut rep)?;
                     }
                     if let Some(dir) = &iceoryx2 {
-                        iceoryx2::run(&run, dir, &modes, &mut rep)?;
+                        iceoryx2::run(&refs, dir, &modes, &[size], &mut rep)?;
                     }
-                } else {
-                    raw_session(&run, &modes, &mut rep)?;
-                }
-            }
-            if !args.baseline_only {
-                let run =
-                    Run { args: &args, system: System::Shoal, wait, transport: args.transport, cpus, label: None };
-                // The host's speed right before and right after shoal's ping-pong, which is set against the references
-                // measured before it (`Reporter::host_check`).
-                let check = args.baseline && args.transport == Transport::Shm && modes.contains(&Mode::PingPong);
-                let before = if check { Some(host_check(&run, &next_name())?) } else { None };
-                let node = node_of(&mut node, default_pages, &args)?;
-                shoal_session(&run, node, default_pages, &modes, &next_name(), &mut rep)?;
-                if args.huge_pages {
-                    let node = node_of(&mut huge_node, Some(Pages::Huge), &args)?;
-                    shoal_session(&run, node, Some(Pages::Huge), &modes, &next_name(), &mut rep)?;
+                    if !args.baseline_only {
+                        if check && before.is_none() {
+                            before = Some(host_check(&run, &next_name())?);
+                        }
+                        shoal_sessions(&run, (&mut node, &mut huge_node), &modes, &[size], &mut next_name, &mut rep)?;
+                    }
                 }
                 if let Some(before) = before {
                     rep.host_check(wait, before, host_check(&run, &next_name())?);
+                }
+            } else {
+                if args.baseline || args.baseline_only {
+                    raw_session(&refs, &modes, &mut rep)?;
+                }
+                if !args.baseline_only {
+                    shoal_sessions(&run, (&mut node, &mut huge_node), &modes, &args.sizes(), &mut next_name, &mut rep)?;
                 }
             }
             if let (Some(dir), WaitMode::Block, true) = (&ecal, wait, modes.contains(&Mode::PingPong)) {
@@ -256,11 +259,34 @@ fn host_check(run: &Run, name: &str) -> anyhow::Result<u64> {
     m.latency.map(|l| l.p50).context("the host check measured no latency")
 }
 
+/// shoal's sessions for `sizes`: on the default pages and, with `--huge-pages`, on normal and then on huge pages
+/// (`nodes`: the node of each, made when first needed).
+fn shoal_sessions(
+    run: &Run,
+    nodes: (&mut Option<Node>, &mut Option<Node>),
+    modes: &[Mode],
+    sizes: &[usize],
+    next_name: &mut impl FnMut() -> String,
+    rep: &mut Reporter,
+) -> anyhow::Result<()> {
+    let args = run.args;
+    // --huge-pages: shoal on normal pages, then on huge pages; the default node is the normal-page one.
+    let default_pages = args.huge_pages.then_some(Pages::Normal);
+    let node = node_of(nodes.0, default_pages, args)?;
+    shoal_session(run, node, default_pages, modes, sizes, &next_name(), rep)?;
+    if args.huge_pages {
+        let node = node_of(nodes.1, Some(Pages::Huge), args)?;
+        shoal_session(run, node, Some(Pages::Huge), modes, sizes, &next_name(), rep)?;
+    }
+    Ok(())
+}
+
 fn shoal_session(
     run: &Run,
     node: &Node,
     pages: Option<Pages>,
     modes: &[Mode],
+    sizes: &[usize],
     name: &str,
     rep: &mut Reporter,
 ) -> anyhow::Result<()> {
@@ -302,7 +328,7 @@ fn shoal_session(
         }
     ));
     rep.set_pages((run.transport == Transport::Shm).then(|| (pages, peer.pid())));
-    let result = run_modes(run, &mut tx, &mut rx, &mut peer, modes, &run.args.sizes(), rep);
+    let result = run_modes(run, &mut tx, &mut rx, &mut peer, modes, sizes, rep);
     rep.set_pages(None);
     result?;
     peer.quit()
