@@ -75,6 +75,31 @@ impl ReaderEntry {
     }
 }
 
+/// Messages and bytes delivered through one path, counted by one writer at a time (the caller holds the lock that
+/// serialises that path's deliveries) and read by anyone.
+#[derive(Debug, Default)]
+struct Delivered {
+    messages: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl Delivered {
+    /// One more message of `len` bytes. Callers of one counter hold the same lock.
+    #[inline]
+    fn add(&self, len: usize) {
+        self.messages.store(self.messages.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.bytes.store(self.bytes.load(Ordering::Relaxed).wrapping_add(len as u64), Ordering::Relaxed);
+    }
+
+    fn messages(&self) -> u64 {
+        self.messages.load(Ordering::Relaxed)
+    }
+
+    fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
 /// The part of a subscriber that publishers, the runtime and the I/O thread share.
 pub(crate) struct SubShared {
     pub(crate) id: u64,
@@ -112,7 +137,11 @@ pub(crate) struct SubShared {
     intra_pubs: AtomicUsize,
     remote_pubs: AtomicUsize,
     callback: Option<Mutex<Callback>>,
-    pub(crate) received: AtomicU64,
+    /// Messages and bytes delivered from the rings (written with `readers` held) and from the queue (written with
+    /// `intra` held): one writer at a time each, so a load and a store count, not a locked add, which a spinning
+    /// receiver would pay on every message before it can answer.
+    ring_delivered: Delivered,
+    queue_delivered: Delivered,
     /// Drops of the queue (same-process and eCAL-layer samples) and those the application counted.
     drops: AtomicU64,
     /// Drops of ring readers that went away (overruns).
@@ -132,7 +161,6 @@ pub(crate) struct SubShared {
     inbox_meters: Mutex<MeterTable>,
     /// Latency of every window so far (eCAL's `data_latency_us`), and bytes received.
     latency_total: Mutex<LatencySummary>,
-    bytes: AtomicU64,
     conn_lock: Mutex<()>,
     conn_cond: Condvar,
     /// For layer readers that push from their own threads: ring our process's doorbell after a push.
@@ -612,6 +640,7 @@ impl SubShared {
                 let s = q.pop_front();
                 if let Some(s) = &s {
                     self.intra_bytes.fetch_sub(QueuePolicy::charge(s.payload.held()), Ordering::Relaxed);
+                    self.queue_delivered.add(s.payload().len());
                 }
                 self.intra_len.store(q.len(), Ordering::Release);
                 s
@@ -622,7 +651,7 @@ impl SubShared {
                     m.record(s.payload().len(), times);
                 }
                 let r = f(s.view());
-                self.delivered(s.clock, s.payload().len());
+                self.last_clock.store(s.clock, Ordering::Relaxed);
                 return Some(r);
             }
         }
@@ -683,8 +712,9 @@ impl SubShared {
                     ReadOutcome::Sample((r, clock, len, times)) => {
                         e.meter.record(len, times);
                         self.next_reader.store(idx + 1, Ordering::Relaxed);
+                        self.ring_delivered.add(len);
+                        self.last_clock.store(clock, Ordering::Relaxed);
                         drop(readers);
-                        self.delivered(clock, len);
                         return Some(r);
                     }
                     ReadOutcome::Empty => break,
@@ -704,10 +734,9 @@ impl SubShared {
         None
     }
 
-    fn delivered(&self, clock: u64, len: usize) {
-        self.received.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(len as u64, Ordering::Relaxed);
-        self.last_clock.store(clock, Ordering::Relaxed);
+    /// Messages delivered so far.
+    pub(crate) fn received(&self) -> u64 {
+        self.ring_delivered.messages() + self.queue_delivered.messages()
     }
 
     /// Runs the callback for every sample available now; true when it delivered at least one.
@@ -725,8 +754,8 @@ impl SubShared {
     /// The statistics of the periodic registration: ends the current window at `now` (frequency, bandwidth, every
     /// connection's window) and starts the next.
     pub(crate) fn stats(&self, now: Instant, host_name: &str) -> TopicStats {
-        let received = self.received.load(Ordering::Relaxed);
-        let bytes = self.bytes.load(Ordering::Relaxed);
+        let received = self.received();
+        let bytes = self.ring_delivered.bytes() + self.queue_delivered.bytes();
         let mut f = lock(&self.freq);
         let dt = now.saturating_duration_since(f.0);
         let secs = dt.as_secs_f64();
@@ -844,7 +873,8 @@ impl SubHandle {
             intra_pubs: AtomicUsize::new(0),
             remote_pubs: AtomicUsize::new(0),
             callback: callback.map(Mutex::new),
-            received: AtomicU64::new(0),
+            ring_delivered: Delivered::default(),
+            queue_delivered: Delivered::default(),
             drops: AtomicU64::new(0),
             overrun_drops: AtomicU64::new(0),
             transport_drops: AtomicU64::new(0),
@@ -855,7 +885,6 @@ impl SubHandle {
             latency_on: rt.config.receive.latency_statistics,
             inbox_meters: Mutex::default(),
             latency_total: Mutex::default(),
-            bytes: AtomicU64::new(0),
             conn_lock: Mutex::new(()),
             conn_cond: Condvar::new(),
             runtime: Arc::downgrade(rt.runtime()),
@@ -985,7 +1014,7 @@ macro_rules! subscriber_status {
 
         /// Messages delivered to this subscriber so far.
         pub fn received(&self) -> u64 {
-            self.handle().shared.received.load(std::sync::atomic::Ordering::Relaxed)
+            self.handle().shared.received()
         }
 
         /// Counts `n` received messages the application dropped (for example payloads that do not decode):
