@@ -686,7 +686,7 @@ fn fanout_ratios(
 
 fn t5(rows: &Rows, wait: &'static str) -> Target {
     let points = fanout_ratios(rows, wait, SUBSCRIBERS, &SIZES);
-    over_sizes(("T5", Some(wait), "fan-out cpu/send N=4 vs N=1, phase medians"), 1.2, Cmp::AtMost, &points)
+    over_sizes(("T5", Some(wait), "fan-out cpu/send N=4 vs N=1, ABBA blocks"), 1.2, Cmp::AtMost, &points)
 }
 
 fn t6(rows: &Rows) -> Target {
