@@ -9,8 +9,8 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 
 use crate::targets::{
-    ECAL_SIZES, HUGE_SIZES, LARGE_SIZES, MANY_SIZES, MANY_SUBSCRIBERS, NET_WAIT, PINGPONG_RUNS, S5_RUNS, SIZES,
-    STREAM_RUNS, SUBSCRIBERS, TOPICS,
+    ECAL_SIZES, HUGE_SIZES, LARGE_SIZES, MANY_SIZES, MANY_SUBSCRIBERS, N3_RUNS, NET_WAIT, PINGPONG_RUNS, S5_RUNS,
+    SIZES, STREAM_RUNS, SUBSCRIBERS, TOPICS,
 };
 
 /// One invocation of `shoal perf`.
@@ -39,8 +39,8 @@ impl Run {
 /// every target size and 8 MB beside the plain rings and iceoryx2, size by size, each size's shoal ping-pong followed
 /// by its zero-copy ping-pong on the same ring (in spin mode then the 64 B ping-pong alone beside them, for S4), then fan-out to 1 and 4 and to 1 and 16 subscriber processes; then a separate process with 100 topics;
 /// reliable shoal streams of 64 B and 1 MiB beside the plain rings (spin); last shoal streams of 64 KB - 4 MB with
-/// rings on normal and on huge pages (spin, `--huge-pages`); then shoal's UDP layer at 64 B and at 1 MiB and its TCP
-/// layer at 1 MiB, with shoal's defaults (`send_mode = auto`: the 64 B stream goes through the I/O thread's batches,
+/// rings on normal and on huge pages (spin, `--huge-pages`); then shoal's UDP layer at 64 B and three times at 1 MiB and
+/// its TCP layer at 1 MiB, with shoal's defaults (`send_mode = auto`: the 64 B stream goes through the I/O thread's batches,
 /// 1 MiB messages from the publisher's thread), against the raw socket programs (block, `--transport udp|tcp
 /// --baseline`).
 ///
@@ -101,7 +101,11 @@ pub(crate) fn plan() -> Vec<Run> {
     }
     let huge_sizes = sizes(&HUGE_SIZES);
     runs.push(Run::new("T9", &["--json", "--wait", "spin", "--huge-pages", "--throughput", "--sizes", &huge_sizes]));
-    for (targets, transport, sizes) in [("N1 N2", "udp", "64"), ("N3", "udp", "1048576"), ("N4", "tcp", "1048576")] {
+    // N3 takes the median of its runs.
+    let n3 = std::iter::repeat_n(("N3", "udp", "1048576"), N3_RUNS);
+    for (targets, transport, sizes) in
+        std::iter::once(("N1 N2", "udp", "64")).chain(n3).chain([("N4", "tcp", "1048576")])
+    {
         let args =
             ["--json", "--wait", NET_WAIT, "--transport", transport, "--baseline", "--throughput", "--sizes", sizes];
         runs.push(Run::new(targets, &args));
@@ -226,7 +230,7 @@ mod tests {
     #[test]
     fn the_plan_measures_every_target_size_in_both_waits() {
         let p = plan();
-        assert_eq!(p.len(), 30);
+        assert_eq!(p.len(), 32);
         for s3 in &p[..PINGPONG_RUNS] {
             assert_eq!(
                 s3.command_line(),

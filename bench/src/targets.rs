@@ -282,6 +282,63 @@ fn net_ratio(
     }
 }
 
+/// Runs of the 1 MiB UDP stream whose median N3 takes.
+pub(crate) const N3_RUNS: usize = 3;
+
+/// N3: 1 MiB over shoal's UDP layer with shoal's defaults (`send_mode = auto`: from the publisher's thread), unpaced,
+/// at least 0.9x the raw UDP program of the same run (issue 24 item 4), the median of the last [`N3_RUNS`] runs: on
+/// this VM one run now and then falls in a minute in which every large copy runs several times slower, for one of
+/// the two programs only (0.41x once between runs of 1.06-1.39x). Receive rates, as N1's.
+fn n3(rows: &Rows) -> Target {
+    let (limit, cmp) = (0.9, Cmp::AtLeast);
+    let of = |transport: &'static str| {
+        rows.0.iter().filter(move |r| {
+            r["transport"] == transport
+                && r["mode"] == "throughput"
+                && r["wait"] == NET_WAIT
+                && r["size_bytes"].as_u64() == Some(1 << 20)
+        })
+    };
+    // Each run's shoal row with the raw program's row of the same run.
+    let pairs: Vec<(&Value, &Value)> =
+        of("udp").filter_map(|s| Some((s, of("raw_udp").rfind(|b| run_of(b) == run_of(s))?))).collect();
+    let runs = &pairs[pairs.len().saturating_sub(N3_RUNS)..];
+    let ratio_of = |(s, b): &(&Value, &Value)| Some(num(s, "msgs_per_s")? / num(b, "msgs_per_s").filter(|v| *v > 0.0)?);
+    let ratios: Vec<f64> = runs.iter().filter_map(ratio_of).collect();
+    let value = (ratios.len() == N3_RUNS).then(|| median_of_runs(ratios, cmp)).flatten().map(|(m, _)| m);
+    let lost = |r: &Value| r["lost"].as_u64().map_or_else(|| "-".to_string(), |l| l.to_string());
+    let each = runs
+        .iter()
+        .filter_map(|p| {
+            let rate = |r: &Value| num(r, "msgs_per_s").map_or_else(|| "-".to_string(), |v| format!("{v:.0}"));
+            Some(format!(
+                "{:.2}x ({} msg/s, {} lost, vs raw_udp {}, {} lost)",
+                ratio_of(p)?,
+                rate(p.0),
+                lost(p.0),
+                rate(p.1),
+                lost(p.1)
+            ))
+        })
+        .collect::<Vec<_>>();
+    let detail = if value.is_some() {
+        format!("median of {N3_RUNS} runs: {}", each.join(", "))
+    } else {
+        format!("not measured: {} of {N3_RUNS} runs with a 1 MiB UDP stream and raw_udp beside it", each.len())
+    };
+    Target {
+        id: "N3",
+        wait: Some(NET_WAIT),
+        what: "1M UDP throughput vs raw UDP (defaults)",
+        value,
+        limit,
+        cmp,
+        unit: "x",
+        status: Status::of(value.is_some_and(|v| !cmp.holds(v, limit)), value.is_none()),
+        detail,
+    }
+}
+
 /// N2: 64 B over shoal's UDP layer with shoal's defaults, which batch a stream through the I/O thread, unpaced, at
 /// least 1 M msg/s received with none lost: a receive rate of a run that lost messages does not count.
 fn n2(rows: &Rows) -> Target {
@@ -861,7 +918,7 @@ pub(crate) fn evaluate(rows: &Rows) -> Vec<Target> {
     out.push(t9(rows));
     out.push(net_ratio(rows, ("N1", "64B UDP throughput vs raw sendmmsg"), ("udp", "raw_udp"), 64, 0.5));
     out.push(n2(rows));
-    out.push(net_ratio(rows, ("N3", "1M UDP throughput vs raw UDP"), ("udp", "raw_udp"), 1 << 20, 0.7));
+    out.push(n3(rows));
     out.push(net_ratio(rows, ("N4", "1M TCP throughput vs raw TCP"), ("tcp", "raw_tcp"), 1 << 20, 0.7));
     out.extend(strongest(rows));
     out
@@ -935,10 +992,9 @@ mod tests {
             }
         }
         rows.push(rss_row(TOPICS, 9000, 2000));
-        for (transport, size, rate) in
-            [("udp", 64, 1.2e6), ("raw_udp", 64, 2e6), ("udp", 1 << 20, 800.0), ("raw_udp", 1 << 20, 1000.0)]
-                .into_iter()
-                .chain([("tcp", 1 << 20, 900.0), ("raw_tcp", 1 << 20, 1000.0)])
+        for (transport, size, rate) in [("udp", 64, 1.2e6), ("raw_udp", 64, 2e6)]
+            .into_iter()
+            .chain([("tcp", 1 << 20, 900.0), ("raw_tcp", 1 << 20, 1000.0)])
         {
             let mut r = row(
                 if transport.starts_with("raw") { "baseline" } else { "shoal" },
@@ -953,6 +1009,14 @@ mod tests {
                 r["udp_send_io_thread"] = json!(1.0);
             }
             rows.push(r);
+        }
+        // N3's three runs of 1 MiB over UDP, each beside the raw program: 0.95x, 0.92x, 1.10x.
+        for (run, rate) in [(40, 950.0), (41, 920.0), (42, 1100.0)] {
+            for (system, transport, rate) in [("baseline", "raw_udp", 1000.0), ("shoal", "udp", rate)] {
+                let mut r = row(system, "throughput", "block", 1 << 20, 1000, rate);
+                (r["transport"], r["bench_run"]) = (json!(transport), json!(run));
+                rows.push(r);
+            }
         }
         // S5's further runs of the reliable 64 B stream: the median of the three is the last run's 0.52.
         for ratio in [0.60, 0.40] {
@@ -996,7 +1060,7 @@ mod tests {
         assert!(t1.detail.starts_with("64B 1.10x, 1K 1.10x"), "{}", t1.detail);
         let t6 = target(passing(), "T6", None);
         assert!((t6.value.unwrap() - 7000.0 / 1024.0).abs() < 1e-9);
-        assert!(t6.to_text().contains("PASS") && t6.detail.contains("in 91 of 91 measurement rows"), "{}", t6.detail);
+        assert!(t6.to_text().contains("PASS") && t6.detail.contains("in 95 of 95 measurement rows"), "{}", t6.detail);
     }
 
     /// `shoal perf --baseline` also reports the line and warm rings and iceoryx2 as baseline rows, after the deep
@@ -1015,6 +1079,33 @@ mod tests {
         }
         let t1 = target(rows, "T1", Some("spin"));
         assert!((t1.value.unwrap() - 1.1).abs() < 1e-9, "{}", t1.detail);
+    }
+
+    #[test]
+    fn n3_is_the_median_of_three_runs_each_against_its_own_raw_row() {
+        let n3 = target(passing(), "N3", Some("block"));
+        assert_eq!(n3.status, Status::Pass, "{}", n3.detail);
+        assert!((n3.value.unwrap() - 0.95).abs() < 1e-9, "{}", n3.detail);
+        assert!(n3.detail.starts_with("median of 3 runs: 0.95x (950 msg/s"), "{}", n3.detail);
+        // One slow run does not decide; two do (the limit is 0.9).
+        let with = |rates: [f64; 2]| {
+            let mut rows = passing();
+            for (run, rate) in [41, 42].into_iter().zip(rates) {
+                let r = rows
+                    .iter_mut()
+                    .find(|r| r["transport"] == "udp" && r["bench_run"] == run)
+                    .expect("N3 row of the run");
+                r["msgs_per_s"] = json!(rate);
+            }
+            target(rows, "N3", Some("block"))
+        };
+        assert_eq!(with([410.0, 1100.0]).status, Status::Pass);
+        assert_eq!(with([410.0, 880.0]).status, Status::Fail);
+        // A shoal row is set against the raw row of its own run: a run whose raw row is missing is not measured.
+        let rows: Vec<Value> =
+            passing().into_iter().filter(|r| !(r["transport"] == "raw_udp" && r["bench_run"] == 41)).collect();
+        let t = target(rows, "N3", Some("block"));
+        assert_eq!(t.status, Status::NotMeasured, "{}", t.detail);
     }
 
     #[test]
@@ -1343,7 +1434,7 @@ mod tests {
         rows[0]["peer_peak_rss_kb"] = json!(0);
         let t6 = target(rows, "T6", None);
         assert_eq!(t6.status, Status::NotMeasured);
-        assert!(t6.detail.contains("90 of 91"), "{}", t6.detail);
+        assert!(t6.detail.contains("94 of 95"), "{}", t6.detail);
         let rows: Vec<Value> = passing().into_iter().filter(|r| r["mode"] != "rss").collect();
         assert_eq!(target(rows, "T6", None).status, Status::NotMeasured);
     }
