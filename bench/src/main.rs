@@ -43,8 +43,9 @@ stream), T2 and T7 taking the median of the three runs' ratios and T2 needing th
 in most runs; ping-pong at 64 B-8 MB and zero-copy (T1 spin, T4 block, T3), three times (T1, T4, S1
 and S2 take the median of the three runs' ratios, each run's shoal against the same run's
 references: one run in another regime of a small VM does not decide), in spin mode then three runs of
-64 B alone (S4's median, the rings and shoal seconds apart; runs whose host check says the host
-changed speed meanwhile are left out of these medians); fan-out to 1 and 4 subscriber
+64 B alone (S4's median; every run measures size by size, the rings and shoal seconds apart, and a
+size whose host checks, right before its references and right after shoal, say the host changed
+speed meanwhile is left out of these medians for that run); fan-out to 1 and 4 subscriber
 processes (T5); then a process with 100 topics (T6); last reliable
 shoal streams of 64 B and 1 MiB, which must lose nothing (T8), and two more of 64 B (S5); shoal
 streams of 64 KB-4 MB with rings on normal and on huge pages (T9: huge_pages rings on 2 MB pages in

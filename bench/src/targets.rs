@@ -456,39 +456,79 @@ fn run_points(per_size: Vec<SizeRuns>) -> RunPoints {
     (per_size.into_iter().map(|(label, m)| (label, m.map(|(median, _)| median))).collect(), detail)
 }
 
-/// The runs of `wait` during which the host changed speed, each with its checks: `shoal perf --baseline` measures the
-/// line ring's 64 B spin ping-pong right before and right after shoal's ping-pong and, with the run's own line-ring
-/// 64 B spin row (measured before the other references), says whether they agree (a `host_check` row, `steady`). On
-/// a VM they change from one minute to the next (95 ns, then 340 ns: the host moved the vCPUs), and a ratio of shoal
-/// to references measured before such a change measures the change.
-fn unsteady_runs(rows: &Rows, wait: &str) -> Vec<(Option<u64>, String)> {
+/// Measurements of `wait` during which the host changed speed: `shoal perf --baseline` measures the line ring's 64 B
+/// spin ping-pong right before each size's references and right after shoal's ping-pong of that size and, with the
+/// line ring's own 64 B spin row where there is one, says whether they agree (a `host_check` row of that size,
+/// `for_size_bytes`, and `steady`). On a VM they change from one minute to the next (95 ns, then 340 ns: the host
+/// moved the vCPUs), and a ratio of shoal to references measured before such a change measures the change. A check
+/// without `for_size_bytes` (an older `shoal perf`, which checked once around every size's ping-pong) covers its
+/// whole run.
+#[derive(Debug)]
+struct Unsteady {
+    run: Option<u64>,
+    size: Option<u64>,
+    /// The checks, ns, as the detail shows them.
+    checks: String,
+}
+
+fn unsteady_runs(rows: &Rows, wait: &str) -> Vec<Unsteady> {
     rows.0
         .iter()
         .filter(|c| c["mode"] == "host_check" && c["wait"] == wait && c["steady"] == false)
         .map(|c| {
-            let checks = ["start_p50_ns", "before_p50_ns", "after_p50_ns"].iter().filter_map(|k| num(c, k));
-            (run_of(c), checks.map(|v| format!("{v:.0}")).collect::<Vec<_>>().join("/"))
+            let size = c.get("for_size_bytes").and_then(Value::as_u64);
+            // In the order measured.
+            let keys: &[&str] = match size {
+                Some(_) => &["before_p50_ns", "start_p50_ns", "after_p50_ns"],
+                None => &["start_p50_ns", "before_p50_ns", "after_p50_ns"],
+            };
+            let checks = keys.iter().filter_map(|k| num(c, k)).map(|v| format!("{v:.0}")).collect::<Vec<_>>();
+            let label = size.map_or_else(|| "the run".to_string(), size_label);
+            Unsteady { run: run_of(c), size, checks: format!("{label} {}", checks.join("/")) }
         })
         .collect()
 }
 
-/// Whether `r` is of none of the `unsteady` runs.
-fn steady(unsteady: &[(Option<u64>, String)], r: &Value) -> bool {
-    !unsteady.iter().any(|(run, _)| *run == run_of(r))
+/// A size as the details name it (`64B`, `64K`, `1M`).
+fn size_label(size: u64) -> String {
+    match size {
+        s if s >= 1 << 20 && s.is_multiple_of(1 << 20) => format!("{}M", s >> 20),
+        s if s >= 1 << 10 && s.is_multiple_of(1 << 10) => format!("{}K", s >> 10),
+        s => format!("{s}B"),
+    }
 }
 
-/// `points` of a ping-pong target whose rows left out the `unsteady` runs, the detail saying which of them were made
-/// for `target`.
-fn noting_unsteady(mut points: RunPoints, unsteady: &[(Option<u64>, String)], rows: &Rows, target: &str) -> RunPoints {
+/// Whether `r` was measured while the host kept its speed: no `unsteady` check covers its run and size.
+fn steady(unsteady: &[Unsteady], r: &Value) -> bool {
+    !unsteady.iter().any(|u| u.run == run_of(r) && u.size.is_none_or(|s| r["size_bytes"].as_u64() == Some(s)))
+}
+
+/// `points` of a ping-pong target of `sizes` whose rows left out the `unsteady` measurements, the detail saying
+/// which of them were made for `target`.
+fn noting_unsteady(
+    mut points: RunPoints,
+    unsteady: &[Unsteady],
+    rows: &Rows,
+    (target, sizes): (&str, &[(u64, &str)]),
+) -> RunPoints {
     let left: Vec<&str> = unsteady
         .iter()
-        .filter(|(run, _)| rows.0.iter().any(|r| run_of(r) == *run && measured_for(r, target)))
-        .map(|(_, checks)| checks.as_str())
+        .filter(|u| {
+            rows.0.iter().any(|r| {
+                let size = r["size_bytes"].as_u64();
+                run_of(r) == u.run
+                    && measured_for(r, target)
+                    && r["mode"] == "pingpong"
+                    && sizes.iter().any(|(s, _)| size == Some(*s))
+                    && u.size.is_none_or(|s| size == Some(s))
+            })
+        })
+        .map(|u| u.checks.as_str())
         .collect();
     if !left.is_empty() {
         points.1.push_str(&format!(
-            "; left out {} run(s) during which the host changed speed (line ring 64 B spin p50 at the run's start/before/after \
-             shoal, ns: {})",
+            "; left out {} measurement(s) during which the host changed speed (line ring 64 B spin p50 before, in \
+             and after them, ns: {})",
             left.len(),
             left.join(", ")
         ));
@@ -497,7 +537,8 @@ fn noting_unsteady(mut points: RunPoints, unsteady: &[(Option<u64>, String)], ro
 }
 
 /// Shoal's ping-pong p50 over the baseline's of the same run, per target size: the median of the last
-/// [`PINGPONG_RUNS`] steady runs ([`unsteady_runs`]) made for `target` that measured both.
+/// [`PINGPONG_RUNS`] runs made for `target` that measured both, leaving out a run's size during which the host
+/// changed speed ([`unsteady_runs`]).
 fn pingpong_vs_baseline(rows: &Rows, wait: &str, target: &str) -> RunPoints {
     let unsteady = unsteady_runs(rows, wait);
     let points = run_points(
@@ -518,7 +559,7 @@ fn pingpong_vs_baseline(rows: &Rows, wait: &str, target: &str) -> RunPoints {
             })
             .collect(),
     );
-    noting_unsteady(points, &unsteady, rows, target)
+    noting_unsteady(points, &unsteady, rows, (target, &SIZES))
 }
 
 /// [`over_sizes`] with the runs each median came from in the detail.
@@ -809,7 +850,7 @@ fn strongest(rows: &Rows) -> Vec<Target> {
     let mut out = Vec::new();
     // The median of the ratios of the last PINGPONG_RUNS runs made for the target (S3: the runs against eCAL; S4:
     // the runs of 64 B alone).
-    // Runs during which the host changed speed are left out (`unsteady_runs`).
+    // A run's size during which the host changed speed is left out (`unsteady_runs`).
     let pingpong = |target: &str, wait: &str, key: &str, sizes: &[(u64, &'static str)]| -> RunPoints {
         let unsteady = unsteady_runs(rows, wait);
         let points = run_points(
@@ -828,7 +869,7 @@ fn strongest(rows: &Rows) -> Vec<Target> {
                 })
                 .collect(),
         );
-        noting_unsteady(points, &unsteady, rows, target)
+        noting_unsteady(points, &unsteady, rows, (target, sizes))
     };
     for wait in ["spin", "block"] {
         let points = pingpong("S1", wait, "p50_ratio", &LARGE_SIZES);
@@ -1284,15 +1325,50 @@ mod tests {
         let s4 = target(rows.clone(), "S4", Some("spin"));
         assert_eq!((s4.status, s4.value), (Status::Pass, Some(1.2)), "{}", s4.detail);
         assert!(s4.detail.contains("median of 3 runs: 64B 1.05/1.20/1.30"), "{}", s4.detail);
-        assert!(s4.detail.contains("left out 1 run(s) during which the host changed speed"), "{}", s4.detail);
-        assert!(s4.detail.contains("ns: 95/340)"), "{}", s4.detail);
+        assert!(s4.detail.contains("left out 1 measurement(s) during which the host changed speed"), "{}", s4.detail);
+        assert!(s4.detail.contains("ns: the run 95/340)"), "{}", s4.detail);
         // `shoal perf` decides (with the run's own line-ring row, `start_p50_ns`).
         let first = rows.iter_mut().find(|r| r["mode"] == "host_check").expect("a check");
         first["start_p50_ns"] = json!(340);
         first["steady"] = json!(false);
         let s4 = target(rows, "S4", Some("spin"));
-        assert!(s4.detail.contains("left out 2 run(s)") && s4.detail.contains("340/95/100"), "{}", s4.detail);
+        assert!(s4.detail.contains("left out 2 measurement(s)") && s4.detail.contains("340/95/100"), "{}", s4.detail);
         assert_eq!(s4.value, Some(1.3), "{}", s4.detail);
+    }
+
+    /// A check of one size (`for_size_bytes`) leaves out that size of its run only.
+    #[test]
+    fn a_size_during_which_the_host_changed_speed_is_left_out_alone() {
+        let mut rows = passing();
+        for (i, checks) in [((95, 95), (95, 95)), ((95, 95), (95, 340)), ((95, 95), (95, 95))].into_iter().enumerate() {
+            for (size, ratio, (before, after)) in
+                [(64, 1.2 + i as f64 / 10.0, checks.0), (65536, 1.0 + i as f64, checks.1)]
+            {
+                let mut base = row("baseline", "pingpong", "spin", size, 100, 1.0);
+                let mut shoal = row("shoal", "pingpong", "spin", size, 100, 1.0);
+                shoal["p50_ratio"] = json!(ratio);
+                let mut check = json!({
+                    "system": "baseline", "transport": "line_ring", "mode": "host_check", "wait": "spin",
+                    "size_bytes": 64, "for_size_bytes": size, "before_p50_ns": before, "after_p50_ns": after,
+                    "steady": after <= before * 3 / 2,
+                });
+                for r in [&mut base, &mut shoal, &mut check] {
+                    r["bench_run"] = json!(20 + i);
+                    r["bench_for"] = json!("S1 S4");
+                }
+                rows.extend([base, shoal, check]);
+            }
+        }
+        let s1 = target(rows.clone(), "S1", Some("spin"));
+        // 64K: `passing()`'s untagged run (1.05), runs 20 and 22 (1.0 and 3.0); run 21's (2.0) is left out.
+        assert!(s1.detail.contains("64K 1.05/1.00/3.00"), "{}", s1.detail);
+        assert!(
+            s1.detail.contains("left out 1 measurement(s)") && s1.detail.contains("ns: 64K 95/340)"),
+            "{}",
+            s1.detail
+        );
+        let s4 = target(rows, "S4", Some("spin"));
+        assert!(s4.detail.ends_with("median of 3 runs: 64B 1.20/1.30/1.40"), "{}", s4.detail);
     }
 
     /// Of two runs, the median is the one on the failing side of the target's limit.

@@ -105,11 +105,14 @@ fn shoal_rows_carry_their_ratio_to_the_strongest_ring_of_the_same_run() {
     let (checks, lines): (Vec<_>, Vec<_>) = json_lines(&out).into_iter().partition(|v| v["mode"] == "host_check");
     let ice = iceoryx2_built();
     assert_eq!(lines.len(), 2 * if ice { 5 } else { 4 }, "shoal, three rings (and iceoryx2) at two sizes: {out}");
-    // The host check: the line ring's 64 B spin ping-pong right before and after shoal's (block mode: no own row).
-    assert_eq!(checks.len(), 1, "{out}");
-    let c = &checks[0];
-    assert!(c["before_p50_ns"].as_u64() > Some(0) && c["after_p50_ns"].as_u64() > Some(0), "{c}");
-    assert!(c["steady"].is_boolean() && c.get("start_p50_ns").is_none(), "{c}");
+    // The host checks, one per size: the line ring's 64 B spin ping-pong right before the size's references and right
+    // after shoal's (block mode: no row of its own among them).
+    assert_eq!(checks.len(), 2, "{out}");
+    for (c, size) in checks.iter().zip([64, 65536]) {
+        assert_eq!(c["for_size_bytes"], size, "{c}");
+        assert!(c["before_p50_ns"].as_u64() > Some(0) && c["after_p50_ns"].as_u64() > Some(0), "{c}");
+        assert!(c["steady"].is_boolean() && c.get("start_p50_ns").is_none(), "{c}");
+    }
     // Size by size: every row of 64 B (the references', then shoal's) comes before any of 64 KiB.
     let sizes: Vec<u64> = lines.iter().map(|v| v["size_bytes"].as_u64().unwrap()).collect();
     assert!(sizes.is_sorted(), "the references and shoal are measured size by size: {sizes:?}");
@@ -151,8 +154,8 @@ fn shoal_rows_carry_their_ratio_to_the_strongest_ring_of_the_same_run() {
     assert!(out.contains("vs line_ring:") || out.contains("vs warm_ring:"), "{out}");
     assert!(out.contains("vs deep ring: p50"), "{out}");
     assert!(out.contains("shoal against the strongest plain ring of this run"), "{out}");
-    assert!(out.contains("-- host check (spin): the line ring's 64 B spin p50 "), "{out}");
-    assert!(out.contains(" at the start, "), "spin mode has the line ring's own 64 B row: {out}");
+    assert!(out.contains("-- host check (spin, 64B): the line ring's 64 B spin p50 "), "{out}");
+    assert!(out.contains(" in them, "), "spin mode has the line ring's own 64 B row: {out}");
 }
 
 /// `--iceoryx2 DIR` asks for the iceoryx2 reference: a directory without the program is an error that says how to

@@ -131,11 +131,11 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
                 // this VM may change regime (a 1 MiB copy 5-10x slower for every system for a while, a cache line's
                 // transfer 50, 95 or 340 ns as the host moves the vCPUs), which a ratio would then measure.
                 let cfg = shoal::Config::load().context("reading the ecal.ini shoal's ring geometry comes from")?;
-                // The host's speed right before shoal's first ping-pong and right after its last, which is set against
-                // the line ring's 64 B measured first (`Reporter::host_check`).
+                // Per size, the host's speed right before the references and right after shoal's ping-pong
+                // (`Reporter::host_check`): a size whose two checks differ measured a change of the host too.
                 let check = !args.baseline_only && modes.contains(&Mode::PingPong);
-                let mut before = None;
                 for &size in &args.sizes() {
+                    let before = if check { Some(host_check(&run, &next_name())?) } else { None };
                     for kind in [RingKind::Line, RingKind::Warm, RingKind::Deep] {
                         let refs = Run { label: Some(kind.label()), ..refs };
                         baseline_session(&refs, kind, &cfg, &modes, size, &next_name(), &mut rep)?;
@@ -144,14 +144,11 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
                         iceoryx2::run(&refs, dir, &modes, &[size], &mut rep)?;
                     }
                     if !args.baseline_only {
-                        if check && before.is_none() {
-                            before = Some(host_check(&run, &next_name())?);
-                        }
                         shoal_sessions(&run, (&mut node, &mut huge_node), &modes, &[size], &mut next_name, &mut rep)?;
                     }
-                }
-                if let Some(before) = before {
-                    rep.host_check(wait, before, host_check(&run, &next_name())?);
+                    if let Some(before) = before {
+                        rep.host_check(wait, size, before, host_check(&run, &next_name())?);
+                    }
                 }
             } else {
                 if args.baseline || args.baseline_only {

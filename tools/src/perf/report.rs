@@ -623,32 +623,34 @@ impl Reporter {
         }
     }
 
-    /// Reports the host check around shoal's ping-pong of one wait mode (`perf::host_check`): the line ring's 64 B
-    /// spin p50 right before and right after it and, in spin mode, the line ring's own 64 B row of the references,
-    /// measured before the others. The run is steady when they agree within [`HOST_CHECK_TOLERANCE`]. In JSON a row
-    /// of mode `host_check` (`start_p50_ns` where there is that row, `steady`); in the table a line, with a warning
-    /// when the run is not steady.
-    pub(crate) fn host_check(&mut self, wait: WaitMode, before_ns: u64, after_ns: u64) {
+    /// Reports the host check of one size and wait mode (`perf::host_check`): the line ring's 64 B spin p50 right
+    /// before the size's references and right after shoal's ping-pong and, at 64 B in spin mode, the line ring's own
+    /// row of the references. The size's measurements are steady when they agree within [`HOST_CHECK_TOLERANCE`]. In
+    /// JSON a row of mode `host_check` (`for_size_bytes`, `start_p50_ns` where there is that row, `steady`); in the
+    /// table a line, with a warning when the host changed speed.
+    pub(crate) fn host_check(&mut self, wait: WaitMode, size: usize, before_ns: u64, after_ns: u64) {
         let start = self
             .all
             .iter()
-            .find(|m| {
+            .rfind(|m| {
                 m.system == System::Baseline
                     && m.transport == LINE_LABEL
                     && m.mode == Mode::PingPong
                     && m.wait == WaitMode::Spin
                     && wait == WaitMode::Spin
                     && m.size == 64
+                    && size == 64
             })
             .and_then(|m| m.latency)
             .map(|l| l.p50);
-        let checks: Vec<u64> = start.into_iter().chain([before_ns, after_ns]).collect();
+        let checks: Vec<u64> = [before_ns].into_iter().chain(start).chain([after_ns]).collect();
         let steady = steady(&checks);
         let mut out = std::io::stdout().lock();
         if self.json {
             let mut v = json!({
                 "system": "baseline", "transport": "line_ring", "mode": "host_check", "wait": wait.as_str(),
-                "size_bytes": 64, "before_p50_ns": before_ns, "after_p50_ns": after_ns, "steady": steady,
+                "size_bytes": 64, "for_size_bytes": size, "before_p50_ns": before_ns, "after_p50_ns": after_ns,
+                "steady": steady,
             });
             if let Some(s) = start {
                 v["start_p50_ns"] = json!(s);
@@ -657,15 +659,17 @@ impl Reporter {
         } else {
             let _ = writeln!(
                 out,
-                "-- host check ({}): the line ring's 64 B spin p50 {}{} before shoal's ping-pong, {} after{}",
+                "-- host check ({}, {}): the line ring's 64 B spin p50 {} before the references{}, {} after shoal's \
+                 ping-pong{}",
                 wait.as_str(),
-                start.map_or(String::new(), |s| format!("{} at the start, ", fmt_ns(s))),
+                fmt_size(size),
                 fmt_ns(before_ns),
+                start.map_or(String::new(), |s| format!(", {} in them", fmt_ns(s))),
                 fmt_ns(after_ns),
                 if steady {
                     ""
                 } else {
-                    ": the host changed speed meanwhile, so this run's ping-pong ratios measure that change too"
+                    ": the host changed speed meanwhile, so this size's ping-pong ratios measure that change too"
                 }
             );
         }
