@@ -131,8 +131,14 @@ fn the_targets_read_what_shoal_perf_prints() {
     }
     for (id, size) in [("T4", "64B "), ("T5", "64B ")] {
         let t = get(id, Some("block"));
-        assert!(t["value"].as_f64().is_some() && t["detail"].as_str().unwrap().starts_with(size), "{t}");
-        assert!(t["detail"].as_str().unwrap().contains("not measured: 1K, 64K, 1M"), "{t}");
+        let detail = t["detail"].as_str().unwrap();
+        // Unless the host changed speed during T4's 64 B measurements (its checks then leave them out, and say so).
+        if id == "T4" && detail.contains("left out 1 measurement(s) during which the host changed speed") {
+            assert!(detail.contains("ns: 64B "), "{t}");
+            continue;
+        }
+        assert!(t["value"].as_f64().is_some() && detail.starts_with(size), "{t}");
+        assert!(detail.contains("not measured: 1K, 64K, 1M"), "{t}");
     }
     for (id, wait) in [("T1", "spin"), ("T2", "spin"), ("T3", "spin"), ("T5", "spin"), ("N3", "block"), ("N4", "block")]
     {
