@@ -114,10 +114,9 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    // shoal's node on the default pages and, with --huge-pages, the one on huge pages (`shoal_sessions`).
     let mut node: Option<Node> = None;
     let mut huge_node: Option<Node> = None;
-    // --huge-pages: shoal on normal pages, then on huge pages; the default node is the normal-page one.
-    let default_pages = args.huge_pages.then_some(Pages::Normal);
     let modes: Vec<Mode> = args.modes().into_iter().filter(|m| *m != Mode::Fanout).collect();
     for wait in args.waits() {
         if !modes.is_empty() {
@@ -166,7 +165,7 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
         }
         if let Some(n) = args.subscribers {
             let run = Run { args: &args, system: System::Shoal, wait, transport: args.transport, cpus, label: None };
-            fanout::run(&run, node_of(&mut node, default_pages, &args)?, n, &mut next_name, &mut rep)?;
+            fanout::run(&run, node_of(&mut node, default_pages(&args), &args)?, n, &mut next_name, &mut rep)?;
         }
     }
     rep.summary();
@@ -256,6 +255,12 @@ fn host_check(run: &Run, name: &str) -> anyhow::Result<u64> {
     m.latency.map(|l| l.p50).context("the host check measured no latency")
 }
 
+/// The pages of shoal's default node: as configured, or with --huge-pages normal ones (the huge-page node is the
+/// other).
+fn default_pages(args: &PerfArgs) -> Option<Pages> {
+    args.huge_pages.then_some(Pages::Normal)
+}
+
 /// shoal's sessions for `sizes`: on the default pages and, with `--huge-pages`, on normal and then on huge pages
 /// (`nodes`: the node of each, made when first needed).
 fn shoal_sessions(
@@ -267,10 +272,9 @@ fn shoal_sessions(
     rep: &mut Reporter,
 ) -> anyhow::Result<()> {
     let args = run.args;
-    // --huge-pages: shoal on normal pages, then on huge pages; the default node is the normal-page one.
-    let default_pages = args.huge_pages.then_some(Pages::Normal);
-    let node = node_of(nodes.0, default_pages, args)?;
-    shoal_session(run, node, default_pages, modes, sizes, &next_name(), rep)?;
+    let pages = default_pages(args);
+    let node = node_of(nodes.0, pages, args)?;
+    shoal_session(run, node, pages, modes, sizes, &next_name(), rep)?;
     if args.huge_pages {
         let node = node_of(nodes.1, Some(Pages::Huge), args)?;
         shoal_session(run, node, Some(Pages::Huge), modes, sizes, &next_name(), rep)?;
