@@ -669,10 +669,17 @@ impl Publisher {
 
     /// Sends through every eCAL-facing layer that has subscribers; a failing layer drops (counted), the others
     /// still get the sample.
+    #[inline]
     fn write_layers(&self, data: &[u8], send_time_ns: i64, clock: u64) {
-        if !self.shared.layers_active.load(Ordering::Acquire) {
-            return;
+        if self.shared.layers_active.load(Ordering::Acquire) {
+            self.write_active_layers(data, send_time_ns, clock);
         }
+    }
+
+    /// [`write_layers`](Self::write_layers) once a layer has subscribers: out of line, so that a send through the ring
+    /// alone does not pay for this one's frame.
+    #[inline(never)]
+    fn write_active_layers(&self, data: &[u8], send_time_ns: i64, clock: u64) {
         // A layer that had to change its advert to take this payload (eCAL shm: memfile re-created under a new
         // name) is re-registered before the write, and readers get 5 ms to follow, as eCAL does.
         let mut set = lock(&self.shared.layers);

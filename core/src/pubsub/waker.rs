@@ -110,12 +110,20 @@ pub(crate) fn ring_before_copy(waker: &Waker, ringers: &Ringers) -> usize {
 
 /// Rings the doorbells of `ringers` whose process sleeps, after the caller published (and before it returns to the
 /// user): one sleeping process directly, two or more through the waker thread. Returns how many were asleep.
+#[inline]
 pub(crate) fn ring_after_publish(waker: &Waker, ringers: &Ringers) -> usize {
     // Processes none of whose threads ever slept need neither the fence nor the waiter checks (the doorbells'
-    // `spin_only`, asked through our own doorbell's `spin_ends`: `Ringers`): a stream to busy-spinning receivers then makes its publisher wait for no store on any send.
+    // `spin_only`, asked through our own doorbell's `spin_ends`: `Ringers`): a stream to busy-spinning receivers then
+    // makes its publisher wait for no store on any send, and call nothing.
     if ringers.all_spin_only() {
         return 0;
     }
+    ring_sleepers(waker, ringers)
+}
+
+/// [`ring_after_publish`] past the spin-only check: out of line.
+#[inline(never)]
+fn ring_sleepers(waker: &Waker, ringers: &Ringers) -> usize {
     let bells = ringers.bells();
     // StoreLoad between the publish and the waiter checks (see the doorbell protocol).
     fence(Ordering::SeqCst);
