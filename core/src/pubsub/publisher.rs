@@ -594,11 +594,18 @@ impl Publisher {
         Ringers::new(c.ring_doorbells(), own)
     }
 
+    /// Takes the connections anew when they changed since the last send (inline: every send asks, before it publishes).
+    #[inline]
     fn refresh(&mut self) {
         let v = self.shared.version.load(Ordering::Acquire);
-        if v == self.cache.version {
-            return;
+        if v != self.cache.version {
+            self.reconnect(v);
         }
+    }
+
+    /// [`refresh`](Self::refresh) once the connections changed (version `v`): out of line.
+    #[inline(never)]
+    fn reconnect(&mut self, v: u64) {
         let c = lock(&self.shared.conns);
         self.cache = ConnCache { version: v, doorbells: self.ringers(&c), intra: c.intra.clone() };
         if let Some(ring) = &mut self.ring
