@@ -86,6 +86,21 @@ pub const SLOT_COUNT: u64 = 16;
 /// very core (a loaded 2-core machine), and then spinning on would only keep it from running.
 pub(crate) const SPIN_BEFORE_YIELD: Duration = Duration::from_micros(50);
 
+/// Polls a spin-mode receive makes before it reads the clock for its deadline, as shoal's busy spin does
+/// (`Subscriber::BUSY_SPIN_POLLS_BEFORE_CLOCK`): a reply that comes within them finds the thread polling.
+pub const SPIN_POLLS_BEFORE_CLOCK: u32 = 64;
+
+/// Polls `ready` up to [`SPIN_POLLS_BEFORE_CLOCK`] times; whether it became true.
+pub(crate) fn spin_before_clock(ready: impl Fn() -> bool) -> bool {
+    for _ in 0..SPIN_POLLS_BEFORE_CLOCK {
+        if ready() {
+            return true;
+        }
+        std::hint::spin_loop();
+    }
+    false
+}
+
 /// How long a block-mode reader polls before it sleeps while messages come back to back ([`StreamPoll`]); equal to
 /// shoal's `PollState::SPIN` (a test of `shoal perf` checks it).
 pub const STREAM_POLL_SPIN: Duration = Duration::from_micros(10);
@@ -413,8 +428,11 @@ impl Ring {
 
     fn wait_for(&self, r: u64, timeout: Duration) -> Result<(), Error> {
         let h = self.header();
-        let start = Instant::now();
         let ready = || h.write_idx.load(Ordering::Acquire) != r;
+        if self.wait == Wait::Spin && spin_before_clock(ready) {
+            return Ok(());
+        }
+        let start = Instant::now();
         let timed_out = || Error::TimedOut(timeout);
         match self.wait {
             // A pure busy spin, like shoal's `WaitStrategy::BusySpin`.

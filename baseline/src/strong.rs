@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
 
-use crate::spsc::{Error, SPIN_BEFORE_YIELD, StreamPoll, Wait, futex_wait, futex_wake, io_error, map_file};
+use crate::spsc::{self, Error, SPIN_BEFORE_YIELD, StreamPoll, Wait, futex_wait, futex_wake, io_error, map_file};
 
 /// Magic of a [`LineRing`] file ("SHOALLIN").
 pub const LINE_MAGIC: u64 = 0x5348_4f41_4c4c_494e;
@@ -180,6 +180,9 @@ impl Shared {
     /// Waits until `ready()`: a busy spin, or sleeps on the doorbell.
     fn wait_until(&self, wait: Wait, timeout: Duration, ready: impl Fn() -> bool) -> Result<(), Error> {
         let h = self.header();
+        if wait == Wait::Spin && spsc::spin_before_clock(&ready) {
+            return Ok(());
+        }
         let start = Instant::now();
         match wait {
             Wait::Spin => {

@@ -50,7 +50,10 @@ pub enum WaitStrategy {
     /// Spin for the given time, then sleep on the doorbell.
     SpinThenBlock(Duration),
     /// Spin without ever sleeping (lowest latency, burns a core). While no thread of the process has slept on its
-    /// doorbell, publishers skip the doorbell's fence on every send to it (`shm_ring::doorbell`).
+    /// doorbell, publishers skip the doorbell's fence on every send to it (`shm_ring::doorbell`). A receive reads the
+    /// clock for its deadline only after its first [`Subscriber::BUSY_SPIN_POLLS_BEFORE_CLOCK`] polls.
+    ///
+    /// [`Subscriber::BUSY_SPIN_POLLS_BEFORE_CLOCK`]: crate::Subscriber::BUSY_SPIN_POLLS_BEFORE_CLOCK
     BusySpin,
 }
 

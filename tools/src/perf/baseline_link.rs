@@ -179,6 +179,12 @@ mod tests {
         }
     }
 
+    /// Their spin mode reads the clock as late as shoal's busy spin does.
+    #[test]
+    fn the_baseline_spin_mode_reads_the_clock_by_shoals_rule() {
+        assert_eq!(spsc::SPIN_POLLS_BEFORE_CLOCK, shoal::Subscriber::BUSY_SPIN_POLLS_BEFORE_CLOCK);
+    }
+
     #[test]
     fn a_ring_is_a_link_whose_receive_timeout_is_the_loops_timeout() {
         for kind in [RingKind::Deep, RingKind::Line, RingKind::Warm] {
