@@ -467,7 +467,7 @@ fn run_points(per_size: Vec<SizeRuns>) -> RunPoints {
 struct Unsteady {
     run: Option<u64>,
     size: Option<u64>,
-    /// The checks, ns, as the detail shows them.
+    /// The checks, ns, in the order measured, as the detail shows them.
     checks: String,
 }
 
@@ -483,19 +483,9 @@ fn unsteady_runs(rows: &Rows, wait: &str) -> Vec<Unsteady> {
                 None => &["start_p50_ns", "before_p50_ns", "after_p50_ns"],
             };
             let checks = keys.iter().filter_map(|k| num(c, k)).map(|v| format!("{v:.0}")).collect::<Vec<_>>();
-            let label = size.map_or_else(|| "the run".to_string(), size_label);
-            Unsteady { run: run_of(c), size, checks: format!("{label} {}", checks.join("/")) }
+            Unsteady { run: run_of(c), size, checks: checks.join("/") }
         })
         .collect()
-}
-
-/// A size as the details name it (`64B`, `64K`, `1M`).
-fn size_label(size: u64) -> String {
-    match size {
-        s if s >= 1 << 20 && s.is_multiple_of(1 << 20) => format!("{}M", s >> 20),
-        s if s >= 1 << 10 && s.is_multiple_of(1 << 10) => format!("{}K", s >> 10),
-        s => format!("{s}B"),
-    }
 }
 
 /// Whether `r` was measured while the host kept its speed: no `unsteady` check covers its run and size.
@@ -511,7 +501,12 @@ fn noting_unsteady(
     rows: &Rows,
     (target, sizes): (&str, &[(u64, &str)]),
 ) -> RunPoints {
-    let left: Vec<&str> = unsteady
+    // Each with the label the target's size table gives its size ("the run" for a check of the whole run).
+    let label = |u: &Unsteady| match u.size {
+        Some(s) => sizes.iter().find(|(size, _)| *size == s).map_or("-", |(_, l)| *l),
+        None => "the run",
+    };
+    let left: Vec<String> = unsteady
         .iter()
         .filter(|u| {
             rows.0.iter().any(|r| {
@@ -523,7 +518,7 @@ fn noting_unsteady(
                     && u.size.is_none_or(|s| size == Some(s))
             })
         })
-        .map(|u| u.checks.as_str())
+        .map(|u| format!("{} {}", label(u), u.checks))
         .collect();
     if !left.is_empty() {
         points.1.push_str(&format!(
