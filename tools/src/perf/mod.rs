@@ -131,10 +131,16 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
                 // transfer 50, 95 or 340 ns as the host moves the vCPUs), which a ratio would then measure.
                 let cfg = shoal::Config::load().context("reading the ecal.ini shoal's ring geometry comes from")?;
                 // Per size, the host's speed right before the references and right after shoal's ping-pong
-                // (`Reporter::host_check`): a size whose two checks differ measured a change of the host too.
+                // (`Reporter::host_check`): a size whose two checks differ measured a change of the host too. A
+                // size's check after is the next size's check before (nothing runs between them).
                 let check = !args.baseline_only && modes.contains(&Mode::PingPong);
+                let mut last_check = None;
                 for &size in &args.sizes() {
-                    let before = if check { Some(host_check(&run, &next_name())?) } else { None };
+                    let before = match last_check.take() {
+                        Some(ns) => Some(ns),
+                        None if check => Some(host_check(&run, &next_name())?),
+                        None => None,
+                    };
                     for kind in [RingKind::Line, RingKind::Warm, RingKind::Deep] {
                         let refs = Run { label: Some(kind.label()), ..refs };
                         baseline_session(&refs, kind, &cfg, &modes, size, &next_name(), &mut rep)?;
@@ -146,7 +152,9 @@ pub(crate) fn run(args: PerfArgs) -> anyhow::Result<()> {
                         shoal_sessions(&run, (&mut node, &mut huge_node), &modes, &[size], &mut next_name, &mut rep)?;
                     }
                     if let Some(before) = before {
-                        rep.host_check(wait, size, before, host_check(&run, &next_name())?);
+                        let after = host_check(&run, &next_name())?;
+                        rep.host_check(wait, size, before, after);
+                        last_check = Some(after);
                     }
                 }
             } else {
