@@ -256,6 +256,16 @@ pub(super) fn known_readers(h: &SegmentHeader) -> (usize, u64) {
     (n, min)
 }
 
+/// Passes each known reader's (in flow control or tracked) last read report (`pick::pack`) with its entry's index.
+pub(super) fn read_reports(h: &SegmentHeader, mut f: impl FnMut(usize, u64)) {
+    for (index, r) in h.readers.iter().enumerate() {
+        let state = r.state.load(Ordering::Acquire);
+        if state == ACTIVE || state == TRACKING {
+            f(index, r.read_report.load(Ordering::Relaxed));
+        }
+    }
+}
+
 /// Frees the tracked entries whose reader is gone and whose cursor is before `before` (`alive` as in
 /// [`WriterFlow::wait`]); how many.
 #[cold]
@@ -350,6 +360,11 @@ impl ReaderFlow {
     /// Whether this is a tracked best-effort reader's entry (not in flow control).
     pub(super) fn tracking(&self) -> bool {
         self.state == TRACKING
+    }
+
+    /// Reports how long reading sample `seq` took (`pick.rs`); the writer sees it with the cursor that follows.
+    pub(super) fn report_read(&self, h: &SegmentHeader, seq: u64, read_ns: u64) {
+        self.mine(h).read_report.store(super::pick::pack(seq, read_ns), Ordering::Relaxed);
     }
 
     fn mine<'h>(&self, h: &'h SegmentHeader) -> &'h ReaderSlot {

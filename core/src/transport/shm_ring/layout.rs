@@ -134,6 +134,10 @@ pub(super) struct ReaderSlot {
     pub(super) token: AtomicU64,
     /// Every sample before this sequence number is consumed.
     pub(super) cursor: AtomicU64,
+    /// The last large sample the reader read and how long its read took (`pick::pack`; 0: none yet), stored before
+    /// `cursor`; the writer of a ring with warm reuse chooses areas by it (`pick.rs`). Zero in a ring of a shoal
+    /// before this field, whose readers do not report.
+    pub(super) read_report: AtomicU64,
 }
 
 /// Header of one slot; the slot's payload area follows at offset `size_of::<SlotHeader>()`.

@@ -25,6 +25,7 @@
 mod doorbell;
 mod flow;
 mod layout;
+mod pick;
 mod reader;
 mod segment;
 mod writer;

@@ -76,6 +76,7 @@ fn layout_is_as_asserted() {
     assert_eq!(offset_of!(super::layout::FlowHeader, wake_at), 16);
     assert_eq!(offset_of!(SegmentHeader, readers), 512);
     assert_eq!(size_of::<super::layout::ReaderSlot>(), 64);
+    assert_eq!(offset_of!(super::layout::ReaderSlot, read_report), 24);
     assert_eq!(SEGMENT_HEADER_SIZE, 512 + 64 * super::layout::MAX_RELIABLE_READERS);
     assert_eq!(SEGMENT_HEADER_SIZE % 64, 0);
 
@@ -1937,6 +1938,29 @@ fn large_slots_reuse_the_area_every_reader_consumed() {
     assert_eq!(r.drops(), 0);
 }
 
+/// A sample of `pick::TIMED_MIN_LEN` bytes or more takes the warm area until the cold one has been tried and
+/// measured cheaper; the cold one is tried at the `FIRST_TRIES_EVERY`th write (after warm ones only): both kinds are
+/// taken, and every sample arrives intact.
+#[test]
+fn large_samples_take_the_warm_area_and_try_the_cold_one() {
+    let mut w = RingWriter::create(&cfg(8, LARGE), 7).unwrap();
+    w.set_expected_readers(1);
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    let len = super::pick::TIMED_MIN_LEN;
+    let mut areas = Vec::new();
+    for clock in 0..2 * u64::from(super::pick::EXPLORE_EVERY) {
+        let data = pattern(clock, len);
+        let p = w.write(&data, 0, clock).unwrap();
+        areas.push(area_of_sample(&w, p.seq));
+        let ReadOutcome::Sample((bytes, info)) = read_one(&mut r) else { panic!("sample {clock}") };
+        assert_eq!((bytes, info.clock), (data, clock));
+    }
+    let first_other = areas.windows(2).position(|a| a[0] != a[1]).expect("a cold area taken");
+    assert!(first_other + 2 >= super::pick::FIRST_TRIES_EVERY as usize, "warm until tried: {areas:?}");
+    assert!(areas.windows(2).filter(|a| a[0] == a[1]).count() > 2, "warm areas taken: {areas:?}");
+    assert_eq!(r.drops(), 0);
+}
+
 /// Without a tracked reader for every subscriber the publisher knows of, the ring is a plain ring: sample `s` in
 /// area `s % slot_count`, and a reader that lags a few samples loses none of them.
 #[test]
@@ -2020,10 +2044,23 @@ fn a_lagging_tracked_reader_loses_nothing_the_ring_holds() {
 /// was reused or overwritten while it read (every byte checked), and what it misses is counted.
 #[test]
 fn warm_reuse_under_contention_never_delivers_torn_data() {
+    contend_for_reused_areas(4000, 20_000);
+}
+
+/// The same with samples large enough for the writer to choose between the warm and the cold area (`pick.rs`):
+/// nothing torn is delivered either way.
+#[test]
+fn warm_or_cold_areas_under_contention_never_deliver_torn_data() {
+    contend_for_reused_areas(super::pick::TIMED_MIN_LEN, 3 * super::pick::EXPLORE_EVERY as u64);
+}
+
+/// Two reader threads read everything one writer writes at full speed into a ring of 8 slots of 1 MiB (warm
+/// reuse), samples of `base` to `base + 3000` bytes.
+fn contend_for_reused_areas(base: usize, n: u64) {
     let mut w = RingWriter::create(&cfg(8, LARGE), 9).unwrap();
     w.set_expected_readers(2);
     let name = w.segment_name().to_owned();
-    const N: u64 = 20_000;
+    let (len, last_clock) = (move |clock: u64| base + (clock as usize % 3000), n - 1);
     let readers: Vec<_> = (0..2)
         .map(|_| {
             let mut r = RingReader::open(&name).unwrap();
@@ -2032,11 +2069,11 @@ fn warm_reuse_under_contention_never_delivers_torn_data() {
                 loop {
                     match r.try_read_with(|v| (v.payload().to_vec(), v.info())) {
                         ReadOutcome::Sample((bytes, info)) => {
-                            assert_eq!(bytes, pattern(info.clock, 4000 + (info.clock as usize % 3000)));
+                            assert_eq!(bytes, pattern(info.clock, len(info.clock)));
                             assert!(last.is_none_or(|l| info.clock > l), "in order");
                             last = Some(info.clock);
                             got += 1;
-                            if info.clock == N - 1 {
+                            if info.clock == last_clock {
                                 break;
                             }
                         }
@@ -2048,8 +2085,8 @@ fn warm_reuse_under_contention_never_delivers_torn_data() {
             })
         })
         .collect();
-    for clock in 0..N {
-        let _ = w.write(&pattern(clock, 4000 + (clock as usize % 3000)), 0, clock).unwrap();
+    for clock in 0..n {
+        let _ = w.write(&pattern(clock, len(clock)), 0, clock).unwrap();
         if clock % 64 == 0 {
             std::thread::yield_now();
         }
@@ -2057,7 +2094,7 @@ fn warm_reuse_under_contention_never_delivers_torn_data() {
     for t in readers {
         let (got, drops) = t.join().expect("reader");
         assert!(got > 0);
-        assert_eq!(got + drops, N, "every sample read or counted");
+        assert_eq!(got + drops, n, "every sample read or counted");
     }
 }
 

@@ -10,6 +10,7 @@ use super::layout::{
     DOORBELL_NAME_CAP, MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION,
     SEGMENT_HEADER_SIZE, SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride, warm_reuse,
 };
+use super::pick::{AreaPick, TIMED_MIN_LEN, Temp};
 use super::segment::{self, CreateFailure, Placement, RingName};
 use crate::config::ShmRingConfig;
 use crate::sys::shm_guard::PeerMap;
@@ -157,7 +158,8 @@ impl Segment {
 /// caches, as iceoryx2 hands back the chunk released last. Descriptions stay in ring order (slot `s % slot_count`
 /// describes sample `s`, its `chunk` names the area): readers, skips, rewinds and flow control are unchanged, and a
 /// reader that reads a sample whose area was reused sees it by the area's own seqlock and counts a drop, as for an
-/// overrun.
+/// overrun. A large sample ([`TIMED_MIN_LEN`]) takes either the warm area or the one freed longest ago, whichever
+/// cost the writer and its readers less so far ([`AreaPick`]).
 ///
 /// Every area is, at any time, either free (in `free`) or holds a sample whose description is live and not yet
 /// released: when sample `s` is written, the area of sample `s - slot_count` (whose description `s` overwrites) is
@@ -177,6 +179,10 @@ struct Chunks {
     expected_readers: usize,
     /// When dead tracked readers were last looked for.
     dead_check: Option<Instant>,
+    /// Whether a large write takes the warm or the cold free area, by what each cost (`pick.rs`).
+    pick: AreaPick,
+    /// The outstanding loan's kind of area and when it was taken (chosen large writes only).
+    loan_pick: Option<((Temp, bool), Instant)>,
 }
 
 /// How often a writer whose tracked readers hold warm reuse back a full ring asks whether they still live.
@@ -194,6 +200,8 @@ impl Chunks {
             loaned: None,
             expected_readers,
             dead_check: None,
+            pick: AreaPick::default(),
+            loan_pick: None,
         }
     }
 }
@@ -452,10 +460,11 @@ impl RingWriter {
         unsafe { self.seg.map.as_mut_ptr().add(SEGMENT_HEADER_SIZE + index * self.seg.stride) }
     }
 
-    /// The payload area for sample `seq` (see [`Chunks`]): frees the area of the sample whose description `seq`
-    /// overwrites, releases those every reader consumed (when all are tracked), and takes the warmest free one.
+    /// The payload area for sample `seq` of `len` bytes (see [`Chunks`]): frees the area of the sample whose
+    /// description `seq` overwrites, releases those every reader consumed (when all are tracked), and takes the
+    /// warmest free one, or for a large sample the warm or the cold one by what each cost so far (`pick.rs`).
     #[inline]
-    fn take_chunk(&mut self, seq: u64) -> u32 {
+    fn take_chunk(&mut self, seq: u64, len: usize) -> u32 {
         let n = u64::from(self.seg.slot_count);
         let slot = self.slot_index(seq);
         if !warm_reuse(self.seg.slot_count, self.seg.slot_size) {
@@ -473,10 +482,12 @@ impl RingWriter {
             }
             c.released_to = evicted + 1;
         }
+        let mut reusing = false;
         if c.expected_readers > 0 {
             let h = self.seg.header();
             let (known, min) = flow::known_readers(h);
             if known >= c.expected_readers {
+                reusing = true;
                 // Release, oldest first, so that the newest consumed sample's area ends at the front.
                 let until = min.min(seq);
                 for m in c.released_to..until {
@@ -498,7 +509,18 @@ impl RingWriter {
             }
         }
         // One area per live, unreleased description and at most slot_count - 1 of those before `seq`'s: never empty.
-        let j = c.free.pop_front().unwrap_or(slot as u32);
+        let j = if reusing && len >= TIMED_MIN_LEN && c.free.len() > 1 {
+            flow::read_reports(self.seg.header(), |entry, report| c.pick.reported(entry, report));
+            let pick = c.pick.choose();
+            c.loan_pick = Some((pick, Instant::now()));
+            match pick.0 {
+                Temp::Warm => c.free.pop_front(),
+                Temp::Cold => c.free.pop_back(),
+            }
+        } else {
+            c.free.pop_front()
+        }
+        .unwrap_or(slot as u32);
         c.slot_chunk[slot] = j;
         j
     }
@@ -527,7 +549,7 @@ impl RingWriter {
         let chunk = match self.chunks.loaned {
             Some(j) => j,
             None => {
-                let j = self.take_chunk(seq);
+                let j = self.take_chunk(seq, len);
                 self.chunks.loaned = Some(j);
                 j
             }
@@ -560,6 +582,9 @@ impl RingWriter {
         let seq = self.next_seq;
         let index = self.slot_index(seq);
         let chunk = self.chunks.loaned.take().unwrap_or(index as u32);
+        if let Some((pick, taken)) = self.chunks.loan_pick.take() {
+            self.chunks.pick.written(seq, pick, taken.elapsed().as_nanos() as u64, len);
+        }
         let slot = self.slot_at(index);
         let area = self.slot_at(chunk as usize);
         // SAFETY: as in `loan`.

@@ -1,0 +1,236 @@
+//! Which free payload area a large write takes (warm reuse, `writer.rs`): the one freed last (warm, still in the
+//! caches) or the one freed longest ago (cold).
+//!
+//! Which is faster depends on where the reader runs, and nothing in the process can ask. With writer and reader
+//! under one last-level cache the warm area wins (1 MiB ping-pong 47-52 us against 93-110 through cold areas, same
+//! run); with them on different dies of the host (64 B ping-pong 340 ns instead of 95) the cold one does (205 against
+//! 470 us), presumably because every line of an area the reader has just read must first be taken back from the
+//! reader's die before it is written again. So the writer measures: the time from taking an area to publishing it
+//! (its copy in), plus the time its readers spent reading the sample (their copy out, which they report in their
+//! reader-table entry, [`pack`]), per KiB, in a running average per kind of area. It takes the kind with the lower
+//! average, and every [`EXPLORE_EVERY`]th large write the other kind (every [`FIRST_TRIES_EVERY`]th until it has
+//! been measured), so that both averages follow the host. Measured at 1 MiB: under one cache warm 46-55 ns/KiB,
+//! cold 110-130; across dies warm 390-1250, cold 105-250. The writer's own time alone decides wrongly under one
+//! cache: there its copy into a warm 4 MiB area is slower than into a cold one (186-389 against 71-76 ns/KiB)
+//! while the round trip is faster, because the reader's copy out of a cold-written area costs more than the
+//! difference.
+//!
+//! Only writes of at least [`TIMED_MIN_LEN`] bytes are measured and chosen (two clock reads are nothing against
+//! their copy); smaller ones take the warm area.
+
+use super::layout::MAX_RELIABLE_READERS;
+
+/// Writes (and reads) of at least this many bytes are timed, and their area chosen by [`AreaPick`].
+pub(super) const TIMED_MIN_LEN: usize = 64 << 10;
+
+/// Every this many chosen writes, the kind with the higher average is taken once (few enough not to show in the
+/// 99th percentile of a stream's latency).
+pub(super) const EXPLORE_EVERY: u32 = 128;
+
+/// Until the other kind has been measured, it is tried every this many chosen writes (a stream's first writes then
+/// find the faster kind, instead of waiting for the first [`EXPLORE_EVERY`]th).
+pub(super) const FIRST_TRIES_EVERY: u32 = 8;
+
+/// Recent writes remembered for the readers' reports (a report older than this many writes is ignored).
+const PICKS: usize = 64;
+
+/// Weight of a new measurement of the kind taken in a running average.
+const NEW_WEIGHT: f64 = 1.0 / 8.0;
+/// Weight of a measurement of the kind tried every [`EXPLORE_EVERY`]th write: rare, so each counts more (the
+/// average of a kind that became the cheaper one catches up within two or three tries).
+const EXPLORED_WEIGHT: f64 = 1.0 / 2.0;
+
+/// A single measurement counts at most this many times the running average (a reader or writer preempted during
+/// its copy measures the scheduler, not the memory).
+const OUTLIER_CAP: f64 = 4.0;
+
+/// The kind of free area a write takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Temp {
+    /// Freed last (the front of the free list).
+    Warm,
+    /// Freed longest ago (the back).
+    Cold,
+}
+
+impl Temp {
+    fn index(self) -> usize {
+        match self {
+            Temp::Warm => 0,
+            Temp::Cold => 1,
+        }
+    }
+
+    fn other(self) -> Temp {
+        match self {
+            Temp::Warm => Temp::Cold,
+            Temp::Cold => Temp::Warm,
+        }
+    }
+}
+
+/// A reader's report of the last sample it read: the low 32 bits of its sequence number and the nanoseconds its
+/// read took (at most `u32::MAX`), in one word so that the writer never sees one sample's time with another's number.
+pub(super) fn pack(seq: u64, read_ns: u64) -> u64 {
+    (u64::from(seq as u32) << 32) | read_ns.min(u64::from(u32::MAX))
+}
+
+fn unpack(report: u64) -> (u32, u64) {
+    ((report >> 32) as u32, report & u64::from(u32::MAX))
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pick {
+    /// `u64::MAX`: none.
+    seq: u64,
+    temp: Temp,
+    /// Taken as the other kind (every [`EXPLORE_EVERY`]th write).
+    explored: bool,
+    write_ns: u64,
+    len: usize,
+}
+
+/// The writer's measurements and choice (see the module doc).
+#[derive(Debug)]
+pub(super) struct AreaPick {
+    /// Per kind ([`Temp::index`]): running average of write + read nanoseconds per KiB; `None` until measured.
+    cost: [Option<f64>; 2],
+    /// The last writes, at `seq % PICKS`.
+    picks: [Pick; PICKS],
+    /// Per reader-table entry, the last report taken into account.
+    seen: [u64; MAX_RELIABLE_READERS],
+    /// Chosen writes so far.
+    chosen: u32,
+}
+
+impl Default for AreaPick {
+    fn default() -> Self {
+        AreaPick {
+            cost: [None; 2],
+            picks: [Pick { seq: u64::MAX, temp: Temp::Warm, explored: false, write_ns: 0, len: 0 }; PICKS],
+            seen: [0; MAX_RELIABLE_READERS],
+            chosen: 0,
+        }
+    }
+}
+
+impl AreaPick {
+    /// The kind of area the next large write takes, and whether it is the other kind, tried.
+    pub(super) fn choose(&mut self) -> (Temp, bool) {
+        self.chosen = self.chosen.wrapping_add(1);
+        let better = match self.cost {
+            [Some(warm), Some(cold)] if cold < warm => Temp::Cold,
+            _ => Temp::Warm,
+        };
+        let other_unmeasured = self.cost[better.other().index()].is_none();
+        if self.chosen.is_multiple_of(EXPLORE_EVERY)
+            || (other_unmeasured && self.chosen.is_multiple_of(FIRST_TRIES_EVERY))
+        {
+            (better.other(), true)
+        } else {
+            (better, false)
+        }
+    }
+
+    /// Sample `seq` (`len` bytes) was written into an area of kind `temp` (`explored`: tried as the other kind),
+    /// `write_ns` after the area was taken.
+    pub(super) fn written(&mut self, seq: u64, (temp, explored): (Temp, bool), write_ns: u64, len: usize) {
+        self.picks[seq as usize % PICKS] = Pick { seq, temp, explored, write_ns, len };
+    }
+
+    /// The report in reader-table entry `entry` ([`pack`]): taken into account once, if it names one of the last
+    /// writes.
+    pub(super) fn reported(&mut self, entry: usize, report: u64) {
+        let Some(seen) = self.seen.get_mut(entry) else { return };
+        if *seen == report {
+            return;
+        }
+        *seen = report;
+        let (seq, read_ns) = unpack(report);
+        let p = self.picks[seq as usize % PICKS];
+        if p.seq == u64::MAX || p.seq as u32 != seq || p.len == 0 {
+            return;
+        }
+        let sample = (p.write_ns + read_ns) as f64 * 1024.0 / p.len as f64;
+        let weight = if p.explored { EXPLORED_WEIGHT } else { NEW_WEIGHT };
+        let cost = &mut self.cost[p.temp.index()];
+        *cost = Some(match *cost {
+            None => sample,
+            Some(avg) => avg + (sample.min(avg * OUTLIER_CAP) - avg) * weight,
+        });
+    }
+
+    /// The running averages (warm, cold), ns per KiB.
+    #[cfg(test)]
+    pub(super) fn costs(&self) -> [Option<f64>; 2] {
+        self.cost
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds one write and one reader's report of it.
+    fn round(p: &mut AreaPick, seq: u64, pick: (Temp, bool), write_ns: u64, read_ns: u64) {
+        p.written(seq, pick, write_ns, 1 << 20);
+        p.reported(0, pack(seq, read_ns));
+    }
+
+    #[test]
+    fn warm_until_cold_measures_cheaper_and_the_other_kind_is_tried_now_and_then() {
+        let mut p = AreaPick::default();
+        let n = 2 * EXPLORE_EVERY as usize;
+        let picks: Vec<(Temp, bool)> = (0..n).map(|_| p.choose()).collect();
+        for (i, t) in picks.iter().enumerate() {
+            // Nothing reported: the cold kind stays unmeasured and is tried every FIRST_TRIES_EVERYth write.
+            let explore = (i + 1) % FIRST_TRIES_EVERY as usize == 0;
+            assert_eq!(*t, if explore { (Temp::Cold, true) } else { (Temp::Warm, false) }, "write {i}");
+        }
+        // Under one cache: warm writes cost more, warm reads much less; the sum decides (warm).
+        let mut seq = 0;
+        for _ in 0..20 {
+            round(&mut p, seq, (Temp::Warm, false), 200_000, 50_000);
+            round(&mut p, seq + 1, (Temp::Cold, true), 75_000, 300_000);
+            seq += 2;
+        }
+        let [w, c] = p.costs();
+        assert!(w.unwrap() < c.unwrap(), "{:?}", p.costs());
+        assert_eq!(p.choose(), (Temp::Warm, false));
+        // Across dies: warm round trips cost twice the cold ones. The warm average rises past the cold one within
+        // a few writes; the cold one, measured only when tried, catches up within three tries.
+        for _ in 0..6 {
+            round(&mut p, seq, (Temp::Warm, false), 300_000, 300_000);
+            seq += 1;
+        }
+        assert_eq!(p.choose().0, Temp::Cold, "{:?}", p.costs());
+        for _ in 0..3 {
+            round(&mut p, seq, (Temp::Cold, true), 100_000, 100_000);
+            seq += 1;
+        }
+        let cold = p.costs()[1].unwrap();
+        assert!(cold < 1.2 * 200_000.0 * 1024.0 / f64::from(1 << 20), "{cold}");
+        let mut counts = [0; 2];
+        for _ in 0..n {
+            counts[p.choose().0.index()] += 1;
+        }
+        assert_eq!(counts, [2, n - 2], "cold, warm every {EXPLORE_EVERY}th: {:?}", p.costs());
+    }
+
+    #[test]
+    fn a_report_counts_once_and_only_for_a_write_it_names() {
+        let mut p = AreaPick::default();
+        p.written(5, (Temp::Cold, false), 1024, 1 << 20);
+        p.reported(3, pack(5, 1024));
+        assert_eq!(p.costs(), [None, Some(2.0)]);
+        // The same report again, a report of a write not remembered, one from an entry past the table: ignored.
+        p.reported(3, pack(5, 1024));
+        p.reported(3, pack(5 + PICKS as u64, 9_000_000));
+        p.reported(MAX_RELIABLE_READERS, pack(5, 1));
+        assert_eq!(p.costs(), [None, Some(2.0)]);
+        // A preempted read counts at most OUTLIER_CAP times the average.
+        p.reported(4, pack(5, u64::MAX));
+        let c = p.costs()[1].unwrap();
+        assert!((c - (2.0 + (8.0 - 2.0) * NEW_WEIGHT)).abs() < 1e-9, "{c}");
+    }
+}
