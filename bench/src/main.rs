@@ -40,8 +40,8 @@ Runs, per wait mode (spin, block): the baseline ring (as deep as shoal's ring fo
 shoal streaming 64 B (T2) and 1 KB (T7), three times, block mode pinned (writer on CPU 0, reader on
 CPU 1: unpinned, a small VM's scheduler may wake a sleeping reader onto the writer's vCPU for a whole
 stream), T2 and T7 taking the median of the three runs' ratios and T2 needing the paced stream lossless
-in most runs; ping-pong at 64 B-8 MB and zero-copy (T1 spin, T4 block, T3), three times (T1, T4, S1
-and S2 take the median of the three runs' ratios, each run's shoal against the same run's
+in most runs; ping-pong at 64 B-8 MB and zero-copy (T1 spin, T4 block, T3), three times (T1, T3, T4,
+S1 and S2 take the median of the three runs' ratios, each run's shoal against the same run's
 references: one run in another regime of a small VM does not decide), in spin mode then three runs of
 64 B alone (S4's median; every run measures size by size, the rings and shoal seconds apart, and a
 size whose host checks, right before its references and right after shoal, say the host changed

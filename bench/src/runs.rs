@@ -75,7 +75,7 @@ pub(crate) fn plan() -> Vec<Run> {
             runs.push(perf("T2 T7", &[pin, &["--baseline", "--throughput", "--sizes", "64,1024"]].concat()));
         }
         let args = ["--baseline", "--pingpong", "--zero-copy", "--sizes", &pingpong_sizes];
-        // T1, T4, S1 and S2 take the median of these runs' ratios (T3 the last run's).
+        // T1, T3, T4, S1 and S2 take the median of these runs' ratios.
         for _ in 0..PINGPONG_RUNS {
             runs.push(perf("T1 T3 T4 S1 S2", &args));
         }

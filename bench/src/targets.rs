@@ -199,15 +199,10 @@ fn is_ratio_row(r: &Value, mode: &str, wait: &str, size: u64, reliable: bool, ke
 pub(crate) struct Rows(pub(crate) Vec<Value>);
 
 impl Rows {
-    /// The latest measurement row of a system, mode, wait mode and size, of a best-effort run.
-    fn find(&self, system: &str, mode: &str, wait: &str, size: u64) -> Option<&Value> {
-        self.find_with(system, mode, wait, size, false)
-    }
-
-    /// As [`find`](Self::find), of a run with reliable endpoints (`shoal perf --reliable`) or without; never a
-    /// row of rings put on huge pages by `--huge-pages` (only T9 reads those). A baseline row is the deep ring's
-    /// (as deep as shoal's ring, what the targets are set against), not the line or warm ring's nor iceoryx2's,
-    /// which `shoal perf --baseline` measures beside it.
+    /// The latest measurement row of a system, mode, wait mode and size, of a run with reliable endpoints (`shoal
+    /// perf --reliable`) or without; never a row of rings put on huge pages by `--huge-pages` (only T9 reads
+    /// those). A baseline row is the deep ring's (as deep as shoal's ring, what the targets are set against), not
+    /// the line or warm ring's nor iceoryx2's, which `shoal perf --baseline` measures beside it.
     fn find_with(&self, system: &str, mode: &str, wait: &str, size: u64, reliable: bool) -> Option<&Value> {
         self.0.iter().rev().find(|r| is_ring_row(r, system, mode, wait, size, reliable))
     }
@@ -738,10 +733,28 @@ fn t9(rows: &Rows) -> Target {
 
 fn t3(rows: &Rows, wait: &'static str) -> Target {
     let (limit, cmp) = (2.0, Cmp::AtMost);
-    let p50 = |size| num(rows.find("shoal", "zero_copy", wait, size)?, "p50_ns");
-    let (big, small) = (p50(4 << 20), p50(64));
-    let value = big.zip(small.filter(|s| *s > 0.0)).map(|(b, s)| b / s);
-    let ns = |x: Option<f64>| x.map_or_else(|| "not measured".to_string(), |x| format!("{x:.0} ns"));
+    // Each run's 4 MB p50 over its own 64 B p50; the median of the last PINGPONG_RUNS runs (a run whose host changed
+    // speed between its sizes, e.g. b50_3's 215 ns at 64 B and 906 at 4 MB, is outvoted).
+    let p50 = |run: Option<u64>, size| {
+        let r =
+            rows.0.iter().rev().find(|r| run_of(r) == run && is_ring_row(r, "shoal", "zero_copy", wait, size, false));
+        r.and_then(|r| num(r, "p50_ns"))
+    };
+    let runs = last_runs_of(
+        rows.0.iter().filter(|r| measured_for(r, "T3")),
+        |run| p50(run, 4 << 20).zip(p50(run, 64).filter(|s| *s > 0.0)),
+        PINGPONG_RUNS,
+    );
+    let median = median_of_runs(runs.iter().map(|(b, s)| b / s).collect(), cmp);
+    let value = median.as_ref().map(|(v, _)| *v);
+    let detail = match &median {
+        None => "4M or 64B not measured".to_string(),
+        Some((_, values)) => {
+            let each: Vec<String> = runs.iter().map(|(b, s)| format!("{b:.0}/{s:.0} ns")).collect();
+            let ratios: Vec<String> = values.iter().map(|v| format!("{v:.2}")).collect();
+            format!("4M/64B p50 {}; median of {} runs: {}", each.join(", "), runs.len(), ratios.join("/"))
+        }
+    };
     Target {
         id: "T3",
         wait: Some(wait),
@@ -751,7 +764,7 @@ fn t3(rows: &Rows, wait: &'static str) -> Target {
         cmp,
         unit: "x",
         status: Status::of(value.is_some_and(|v| !cmp.holds(v, limit)), value.is_none()),
-        detail: format!("4M {}, 64B {}", ns(big), ns(small)),
+        detail,
     }
 }
 

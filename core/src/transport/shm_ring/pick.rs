@@ -8,37 +8,55 @@
 //! reader's die before it is written again. So the writer measures: the time from taking an area to publishing it
 //! (its copy in), plus the time its readers spent reading the sample (their copy out, which they report in their
 //! reader-table entry, [`pack`]), per KiB, in a running average per kind of area. It takes the kind with the lower
-//! average, and every [`EXPLORE_EVERY`]th large write the other kind (every [`FIRST_TRIES_EVERY`]th until it has
-//! been measured), so that both averages follow the host. Measured at 1 MiB: under one cache warm 46-55 ns/KiB,
+//! average (the cold kind only when clearly lower, [`COLD_BIAS`]), and every [`EXPLORE_EVERY`]th measured write the other kind (every [`FIRST_TRIES_EVERY`]th until it
+//! has been measured), so that both averages follow the host. Measured at 1 MiB: under one cache warm 46-55 ns/KiB,
 //! cold 110-130; across dies warm 390-1250, cold 105-250. The writer's own time alone decides wrongly under one
 //! cache: there its copy into a warm 4 MiB area is slower than into a cold one (186-389 against 71-76 ns/KiB)
 //! while the round trip is faster, because the reader's copy out of a cold-written area costs more than the
 //! difference.
 //!
-//! Only writes of at least [`TIMED_MIN_LEN`] bytes are measured and chosen (two clock reads are nothing against
-//! their copy); smaller ones take the warm area.
+//! Only writes of at least [`TIMED_MIN_LEN`] bytes are chosen, smaller ones take the warm area. Of those, only every
+//! [`MEASURE_EVERY`]th is measured (sequence number a multiple of it, by writer and readers alike) and only such a
+//! write tries the other kind: four clock reads are nothing against a 64 KiB copy, but a zero-copy write of 4 MiB
+//! that touches few bytes costs about 200 ns, and its median stays that of writes that read no clock.
 
 use super::layout::MAX_RELIABLE_READERS;
 
 /// Writes (and reads) of at least this many bytes are timed, and their area chosen by [`AreaPick`].
 pub(super) const TIMED_MIN_LEN: usize = 64 << 10;
 
-/// Every this many chosen writes, the kind with the higher average is taken once (few enough not to show in the
-/// 99th percentile of a stream's latency).
-pub(super) const EXPLORE_EVERY: u32 = 128;
+/// Only writes whose sequence number is a multiple of this are timed (by the writer and by its readers).
+pub(super) const MEASURE_EVERY: u64 = 16;
 
-/// Until the other kind has been measured, it is tried every this many chosen writes (a stream's first writes then
+/// Every this many measured writes (every 128th large write), the kind with the higher average is taken once (few
+/// enough not to show in the 99th percentile of a stream's latency).
+pub(super) const EXPLORE_EVERY: u32 = 8;
+
+/// Until the other kind has been measured, it is tried every this many measured writes (a stream's first writes then
 /// find the faster kind, instead of waiting for the first [`EXPLORE_EVERY`]th).
-pub(super) const FIRST_TRIES_EVERY: u32 = 8;
+pub(super) const FIRST_TRIES_EVERY: u32 = 2;
+
+/// Whether the write (and the reads) of sample `seq` are timed.
+#[inline]
+pub(super) fn measured(seq: u64) -> bool {
+    seq.is_multiple_of(MEASURE_EVERY)
+}
 
 /// Recent writes remembered for the readers' reports (a report older than this many writes is ignored).
 const PICKS: usize = 64;
 
 /// Weight of a new measurement of the kind taken in a running average.
 const NEW_WEIGHT: f64 = 1.0 / 8.0;
-/// Weight of a measurement of the kind tried every [`EXPLORE_EVERY`]th write: rare, so each counts more (the
+/// Weight of a measurement of the kind tried every [`EXPLORE_EVERY`]th measured write: rare, so each counts more (the
 /// average of a kind that became the cheaper one catches up within two or three tries).
 const EXPLORED_WEIGHT: f64 = 1.0 / 2.0;
+
+/// The cold kind is taken only while its average is below this share of the warm one's. Without it, one run in
+/// three of 1 MiB block ping-pong under one cache took 198 us (as the ring through cold areas does) against 52-59 in
+/// the others. A guess at the cause, not checked: a cold write also evicts what else the caches hold (the reply
+/// ring, for one), which its own measurement does not see, so two rings that both went cold make each other's warm
+/// tries look dearer than they are. Across dies the cold kind's round trip costs 0.2-0.6 of the warm one's.
+const COLD_BIAS: f64 = 0.7;
 
 /// A single measurement counts at most this many times the running average (a reader or writer preempted during
 /// its copy measures the scheduler, not the memory).
@@ -84,7 +102,7 @@ struct Pick {
     /// `u64::MAX`: none.
     seq: u64,
     temp: Temp,
-    /// Taken as the other kind (every [`EXPLORE_EVERY`]th write).
+    /// Taken as the other kind (every [`EXPLORE_EVERY`]th measured write).
     explored: bool,
     write_ns: u64,
     len: usize,
@@ -99,8 +117,8 @@ pub(super) struct AreaPick {
     picks: [Pick; PICKS],
     /// Per reader-table entry, the last report taken into account.
     seen: [u64; MAX_RELIABLE_READERS],
-    /// Chosen writes so far.
-    chosen: u32,
+    /// Measured chosen writes so far.
+    measured: u32,
 }
 
 impl Default for AreaPick {
@@ -109,22 +127,26 @@ impl Default for AreaPick {
             cost: [None; 2],
             picks: [Pick { seq: u64::MAX, temp: Temp::Warm, explored: false, write_ns: 0, len: 0 }; PICKS],
             seen: [0; MAX_RELIABLE_READERS],
-            chosen: 0,
+            measured: 0,
         }
     }
 }
 
 impl AreaPick {
-    /// The kind of area the next large write takes, and whether it is the other kind, tried.
-    pub(super) fn choose(&mut self) -> (Temp, bool) {
-        self.chosen = self.chosen.wrapping_add(1);
+    /// The kind of area the next large write takes (`measured`: one that is timed, [`measured`]), and whether it
+    /// is the other kind, tried.
+    pub(super) fn choose(&mut self, measured: bool) -> (Temp, bool) {
         let better = match self.cost {
-            [Some(warm), Some(cold)] if cold < warm => Temp::Cold,
+            [Some(warm), Some(cold)] if cold < COLD_BIAS * warm => Temp::Cold,
             _ => Temp::Warm,
         };
+        if !measured {
+            return (better, false);
+        }
+        self.measured = self.measured.wrapping_add(1);
         let other_unmeasured = self.cost[better.other().index()].is_none();
-        if self.chosen.is_multiple_of(EXPLORE_EVERY)
-            || (other_unmeasured && self.chosen.is_multiple_of(FIRST_TRIES_EVERY))
+        if self.measured.is_multiple_of(EXPLORE_EVERY)
+            || (other_unmeasured && self.measured.is_multiple_of(FIRST_TRIES_EVERY))
         {
             (better.other(), true)
         } else {
@@ -180,12 +202,15 @@ mod tests {
     #[test]
     fn warm_until_cold_measures_cheaper_and_the_other_kind_is_tried_now_and_then() {
         let mut p = AreaPick::default();
-        let n = 2 * EXPLORE_EVERY as usize;
-        let picks: Vec<(Temp, bool)> = (0..n).map(|_| p.choose()).collect();
-        for (i, t) in picks.iter().enumerate() {
-            // Nothing reported: the cold kind stays unmeasured and is tried every FIRST_TRIES_EVERYth write.
-            let explore = (i + 1) % FIRST_TRIES_EVERY as usize == 0;
-            assert_eq!(*t, if explore { (Temp::Cold, true) } else { (Temp::Warm, false) }, "write {i}");
+        let n = MEASURE_EVERY * u64::from(2 * EXPLORE_EVERY);
+        let mut measured_writes = 0;
+        for seq in 0..n {
+            let pick = p.choose(measured(seq));
+            // Nothing reported: the cold kind stays unmeasured and is tried every FIRST_TRIES_EVERYth measured
+            // write; all other writes take the warm one.
+            measured_writes += u32::from(measured(seq));
+            let explore = measured(seq) && measured_writes.is_multiple_of(FIRST_TRIES_EVERY);
+            assert_eq!(pick, if explore { (Temp::Cold, true) } else { (Temp::Warm, false) }, "write {seq}");
         }
         // Under one cache: warm writes cost more, warm reads much less; the sum decides (warm).
         let mut seq = 0;
@@ -196,25 +221,28 @@ mod tests {
         }
         let [w, c] = p.costs();
         assert!(w.unwrap() < c.unwrap(), "{:?}", p.costs());
-        assert_eq!(p.choose(), (Temp::Warm, false));
-        // Across dies: warm round trips cost twice the cold ones. The warm average rises past the cold one within
-        // a few writes; the cold one, measured only when tried, catches up within three tries.
-        for _ in 0..6 {
+        assert_eq!(p.choose(false), (Temp::Warm, false));
+        // Across dies: warm round trips cost three times the cold ones. The warm average rises far enough past the
+        // cold one (COLD_BIAS) within sixteen writes; the cold one, measured only when tried, catches up within
+        // three tries.
+        for _ in 0..16 {
             round(&mut p, seq, (Temp::Warm, false), 300_000, 300_000);
             seq += 1;
         }
-        assert_eq!(p.choose().0, Temp::Cold, "{:?}", p.costs());
+        assert_eq!(p.choose(false).0, Temp::Cold, "{:?}", p.costs());
         for _ in 0..3 {
             round(&mut p, seq, (Temp::Cold, true), 100_000, 100_000);
             seq += 1;
         }
         let cold = p.costs()[1].unwrap();
         assert!(cold < 1.2 * 200_000.0 * 1024.0 / f64::from(1 << 20), "{cold}");
+        // From here on cold, the warm kind tried on every EXPLORE_EVERYth measured write: twice in as many writes.
+        p.measured = 0;
         let mut counts = [0; 2];
-        for _ in 0..n {
-            counts[p.choose().0.index()] += 1;
+        for seq in 0..n {
+            counts[p.choose(measured(seq)).0.index()] += 1;
         }
-        assert_eq!(counts, [2, n - 2], "cold, warm every {EXPLORE_EVERY}th: {:?}", p.costs());
+        assert_eq!(counts, [2, n - 2], "{:?}", p.costs());
     }
 
     #[test]

@@ -1939,8 +1939,8 @@ fn large_slots_reuse_the_area_every_reader_consumed() {
 }
 
 /// A sample of `pick::TIMED_MIN_LEN` bytes or more takes the warm area until the cold one has been tried and
-/// measured cheaper; the cold one is tried at the `FIRST_TRIES_EVERY`th write (after warm ones only): both kinds are
-/// taken, and every sample arrives intact.
+/// measured cheaper; the cold one is tried at the `FIRST_TRIES_EVERY`th measured write (`MEASURE_EVERY` apart, after
+/// warm ones only): both kinds are taken, and every sample arrives intact.
 #[test]
 fn large_samples_take_the_warm_area_and_try_the_cold_one() {
     let mut w = RingWriter::create(&cfg(8, LARGE), 7).unwrap();
@@ -1948,16 +1948,16 @@ fn large_samples_take_the_warm_area_and_try_the_cold_one() {
     let mut r = RingReader::open(w.segment_name()).unwrap();
     let len = super::pick::TIMED_MIN_LEN;
     let mut areas = Vec::new();
-    for clock in 0..2 * u64::from(super::pick::EXPLORE_EVERY) {
+    for clock in 0..4 * super::pick::MEASURE_EVERY {
         let data = pattern(clock, len);
         let p = w.write(&data, 0, clock).unwrap();
         areas.push(area_of_sample(&w, p.seq));
         let ReadOutcome::Sample((bytes, info)) = read_one(&mut r) else { panic!("sample {clock}") };
         assert_eq!((bytes, info.clock), (data, clock));
     }
-    let first_other = areas.windows(2).position(|a| a[0] != a[1]).expect("a cold area taken");
-    assert!(first_other + 2 >= super::pick::FIRST_TRIES_EVERY as usize, "warm until tried: {areas:?}");
-    assert!(areas.windows(2).filter(|a| a[0] == a[1]).count() > 2, "warm areas taken: {areas:?}");
+    let first_try = (super::pick::MEASURE_EVERY * u64::from(super::pick::FIRST_TRIES_EVERY - 1)) as usize;
+    assert!(areas[..first_try].iter().all(|a| *a == areas[0]), "warm until tried: {areas:?}");
+    assert_ne!(areas[first_try], areas[0], "the cold one tried: {areas:?}");
     assert_eq!(r.drops(), 0);
 }
 
@@ -2051,7 +2051,10 @@ fn warm_reuse_under_contention_never_delivers_torn_data() {
 /// nothing torn is delivered either way.
 #[test]
 fn warm_or_cold_areas_under_contention_never_deliver_torn_data() {
-    contend_for_reused_areas(super::pick::TIMED_MIN_LEN, 3 * super::pick::EXPLORE_EVERY as u64);
+    contend_for_reused_areas(
+        super::pick::TIMED_MIN_LEN,
+        3 * super::pick::MEASURE_EVERY * u64::from(super::pick::EXPLORE_EVERY),
+    );
 }
 
 /// Two reader threads read everything one writer writes at full speed into a ring of 8 slots of 1 MiB (warm

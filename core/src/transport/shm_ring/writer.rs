@@ -10,7 +10,7 @@ use super::layout::{
     DOORBELL_NAME_CAP, MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION,
     SEGMENT_HEADER_SIZE, SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride, warm_reuse,
 };
-use super::pick::{AreaPick, TIMED_MIN_LEN, Temp};
+use super::pick::{self, AreaPick, TIMED_MIN_LEN, Temp};
 use super::segment::{self, CreateFailure, Placement, RingName};
 use crate::config::ShmRingConfig;
 use crate::sys::shm_guard::PeerMap;
@@ -181,7 +181,7 @@ struct Chunks {
     dead_check: Option<Instant>,
     /// Whether a large write takes the warm or the cold free area, by what each cost (`pick.rs`).
     pick: AreaPick,
-    /// The outstanding loan's kind of area and when it was taken (chosen large writes only).
+    /// The outstanding loan's kind of area and when it was taken (measured large writes only, `pick::measured`).
     loan_pick: Option<((Temp, bool), Instant)>,
 }
 
@@ -510,9 +510,14 @@ impl RingWriter {
         }
         // One area per live, unreleased description and at most slot_count - 1 of those before `seq`'s: never empty.
         let j = if reusing && len >= TIMED_MIN_LEN && c.free.len() > 1 {
-            flow::read_reports(self.seg.header(), |entry, report| c.pick.reported(entry, report));
-            let pick = c.pick.choose();
-            c.loan_pick = Some((pick, Instant::now()));
+            let measured = pick::measured(seq);
+            if measured {
+                flow::read_reports(self.seg.header(), |entry, report| c.pick.reported(entry, report));
+            }
+            let pick = c.pick.choose(measured);
+            if measured {
+                c.loan_pick = Some((pick, Instant::now()));
+            }
             match pick.0 {
                 Temp::Warm => c.free.pop_front(),
                 Temp::Cold => c.free.pop_back(),
