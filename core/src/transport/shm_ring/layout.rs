@@ -162,7 +162,9 @@ pub(super) struct SlotHeader {
     pub(super) chunk_seq: AtomicU64,
     /// The payload area (slot index) that holds the sample described here.
     pub(super) chunk: AtomicU32,
-    pub(super) _pad: AtomicU32,
+    /// Bits about the sample described here: `pick::FLAG_TIMED` (its readers time their read, `pick.rs`). Zero in a
+    /// ring of a shoal before this field.
+    pub(super) flags: AtomicU32,
 }
 
 /// A doorbell segment: one per subscribing process.

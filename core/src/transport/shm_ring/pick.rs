@@ -15,32 +15,34 @@
 //! while the round trip is faster, because the reader's copy out of a cold-written area costs more than the
 //! difference.
 //!
-//! Only writes of at least [`TIMED_MIN_LEN`] bytes are chosen, smaller ones take the warm area. Of those, only every
-//! [`MEASURE_EVERY`]th is measured (sequence number a multiple of it, by writer and readers alike) and only such a
-//! write tries the other kind: four clock reads are nothing against a 64 KiB copy, but a zero-copy write of 4 MiB
-//! that touches few bytes costs about 200 ns, and its median stays that of writes that read no clock.
+//! Only writes of at least [`TIMED_MIN_LEN`] bytes are chosen, smaller ones take the warm area. Until each kind has
+//! [`LEARN`] measurements every such write is measured and the two kinds alternate; from then on only every
+//! [`MEASURE_EVERY`]th, and only such a write tries the other kind: four clock reads are nothing against a 64 KiB
+//! copy, but a zero-copy write of 4 MiB that touches few bytes costs about 200 ns, and its median stays that of
+//! writes that read no clock. The writer marks a measured write in its slot's description (`SlotHeader::flags`,
+//! [`FLAG_TIMED`]); its readers time their read of that sample only.
 
 use super::layout::MAX_RELIABLE_READERS;
 
 /// Writes (and reads) of at least this many bytes are timed, and their area chosen by [`AreaPick`].
 pub(super) const TIMED_MIN_LEN: usize = 64 << 10;
 
-/// Only writes whose sequence number is a multiple of this are timed (by the writer and by its readers).
-pub(super) const MEASURE_EVERY: u64 = 16;
+/// Once both kinds are known, every this many large writes is timed (by the writer and by its readers).
+pub(super) const MEASURE_EVERY: u32 = 16;
+
+/// Measurements of each kind before the writer stops timing every large write.
+pub(super) const LEARN: u32 = 4;
+
+/// `SlotHeader::flags` bit: the sample's write was timed; its readers time their read and report it.
+pub(super) const FLAG_TIMED: u32 = 1;
 
 /// Every this many measured writes (every 128th large write), the kind with the higher average is taken once (few
 /// enough not to show in the 99th percentile of a stream's latency).
 pub(super) const EXPLORE_EVERY: u32 = 8;
 
-/// Until the other kind has been measured, it is tried every this many measured writes (a stream's first writes then
-/// find the faster kind, instead of waiting for the first [`EXPLORE_EVERY`]th).
+/// Until the other kind has [`LEARN`] measurements, it is tried every this many measured writes (a stream's first
+/// writes then find the faster kind, instead of waiting for the first [`EXPLORE_EVERY`]th).
 pub(super) const FIRST_TRIES_EVERY: u32 = 2;
-
-/// Whether the write (and the reads) of sample `seq` are timed.
-#[inline]
-pub(super) fn measured(seq: u64) -> bool {
-    seq.is_multiple_of(MEASURE_EVERY)
-}
 
 /// Recent writes remembered for the readers' reports (a report older than this many writes is ignored).
 const PICKS: usize = 64;
@@ -55,8 +57,10 @@ const EXPLORED_WEIGHT: f64 = 1.0 / 2.0;
 /// three of 1 MiB block ping-pong under one cache took 198 us (as the ring through cold areas does) against 52-59 in
 /// the others. A guess at the cause, not checked: a cold write also evicts what else the caches hold (the reply
 /// ring, for one), which its own measurement does not see, so two rings that both went cold make each other's warm
-/// tries look dearer than they are. Across dies the cold kind's round trip costs 0.2-0.6 of the warm one's.
-const COLD_BIAS: f64 = 0.7;
+/// tries look dearer than they are. Across dies the cold kind measures 0.2-0.65 of the warm one's cost at 1 MiB and
+/// about 0.75 at 8 MiB (warm 300-410 ns/KiB, cold 220-270; round trip 2.55 ms warm against 1.33 through the deep
+/// ring), so the margin is small.
+const COLD_BIAS: f64 = 0.85;
 
 /// A single measurement counts at most this many times the running average (a reader or writer preempted during
 /// its copy measures the scheduler, not the memory).
@@ -119,6 +123,10 @@ pub(super) struct AreaPick {
     seen: [u64; MAX_RELIABLE_READERS],
     /// Measured chosen writes so far.
     measured: u32,
+    /// Chosen writes so far.
+    writes: u32,
+    /// Per kind, the measurements taken into account (saturating).
+    samples: [u32; 2],
 }
 
 impl Default for AreaPick {
@@ -128,13 +136,24 @@ impl Default for AreaPick {
             picks: [Pick { seq: u64::MAX, temp: Temp::Warm, explored: false, write_ns: 0, len: 0 }; PICKS],
             seen: [0; MAX_RELIABLE_READERS],
             measured: 0,
+            writes: 0,
+            samples: [0; 2],
         }
     }
 }
 
 impl AreaPick {
-    /// The kind of area the next large write takes (`measured`: one that is timed, [`measured`]), and whether it
-    /// is the other kind, tried.
+    /// Whether the next large write is timed: every one until both kinds have [`LEARN`] measurements, then every
+    /// [`MEASURE_EVERY`]th.
+    pub(super) fn measure_next(&mut self) -> bool {
+        self.writes = self.writes.wrapping_add(1);
+        self.samples.iter().any(|n| *n < LEARN) || self.writes.is_multiple_of(MEASURE_EVERY)
+    }
+
+    /// The kind of area the next large write takes (`measured`: one that is timed, [`measure_next`]), and whether
+    /// it is the other kind, tried.
+    ///
+    /// [`measure_next`]: Self::measure_next
     pub(super) fn choose(&mut self, measured: bool) -> (Temp, bool) {
         let better = match self.cost {
             [Some(warm), Some(cold)] if cold < COLD_BIAS * warm => Temp::Cold,
@@ -144,9 +163,9 @@ impl AreaPick {
             return (better, false);
         }
         self.measured = self.measured.wrapping_add(1);
-        let other_unmeasured = self.cost[better.other().index()].is_none();
+        let other_learning = self.samples[better.other().index()] < LEARN;
         if self.measured.is_multiple_of(EXPLORE_EVERY)
-            || (other_unmeasured && self.measured.is_multiple_of(FIRST_TRIES_EVERY))
+            || (other_learning && self.measured.is_multiple_of(FIRST_TRIES_EVERY))
         {
             (better.other(), true)
         } else {
@@ -175,6 +194,7 @@ impl AreaPick {
         }
         let sample = (p.write_ns + read_ns) as f64 * 1024.0 / p.len as f64;
         let weight = if p.explored { EXPLORED_WEIGHT } else { NEW_WEIGHT };
+        self.samples[p.temp.index()] = self.samples[p.temp.index()].saturating_add(1);
         let cost = &mut self.cost[p.temp.index()];
         *cost = Some(match *cost {
             None => sample,
@@ -200,27 +220,37 @@ mod tests {
     }
 
     #[test]
-    fn warm_until_cold_measures_cheaper_and_the_other_kind_is_tried_now_and_then() {
+    fn every_write_is_timed_and_the_kinds_alternate_until_both_are_known_then_one_in_sixteen() {
         let mut p = AreaPick::default();
-        let n = MEASURE_EVERY * u64::from(2 * EXPLORE_EVERY);
-        let mut measured_writes = 0;
-        for seq in 0..n {
-            let pick = p.choose(measured(seq));
-            // Nothing reported: the cold kind stays unmeasured and is tried every FIRST_TRIES_EVERYth measured
-            // write; all other writes take the warm one.
-            measured_writes += u32::from(measured(seq));
-            let explore = measured(seq) && measured_writes.is_multiple_of(FIRST_TRIES_EVERY);
-            assert_eq!(pick, if explore { (Temp::Cold, true) } else { (Temp::Warm, false) }, "write {seq}");
+        let mut seq = 0;
+        // Nothing reported yet: every write timed, every second one tries the cold kind.
+        for i in 1..=8u32 {
+            assert!(p.measure_next());
+            let want = if i.is_multiple_of(FIRST_TRIES_EVERY) { (Temp::Cold, true) } else { (Temp::Warm, false) };
+            assert_eq!(p.choose(true), want, "write {i}");
         }
-        // Under one cache: warm writes cost more, warm reads much less; the sum decides (warm).
+        // Each kind measured LEARN times (under one cache: warm writes cost more, warm reads much less).
+        for _ in 0..LEARN {
+            round(&mut p, seq, (Temp::Warm, false), 200_000, 50_000);
+            round(&mut p, seq + 1, (Temp::Cold, true), 75_000, 300_000);
+            seq += 2;
+        }
+        let timed = (0..4 * MEASURE_EVERY).filter(|_| p.measure_next()).count();
+        assert_eq!(timed, 4);
+        let [w, c] = p.costs();
+        assert!(w.unwrap() < c.unwrap(), "{:?}", p.costs());
+        assert_eq!(p.choose(false), (Temp::Warm, false));
+    }
+
+    #[test]
+    fn warm_until_cold_measures_clearly_cheaper_and_the_other_kind_is_tried_now_and_then() {
+        let mut p = AreaPick::default();
         let mut seq = 0;
         for _ in 0..20 {
             round(&mut p, seq, (Temp::Warm, false), 200_000, 50_000);
             round(&mut p, seq + 1, (Temp::Cold, true), 75_000, 300_000);
             seq += 2;
         }
-        let [w, c] = p.costs();
-        assert!(w.unwrap() < c.unwrap(), "{:?}", p.costs());
         assert_eq!(p.choose(false), (Temp::Warm, false));
         // Across dies: warm round trips cost three times the cold ones. The warm average rises far enough past the
         // cold one (COLD_BIAS) within sixteen writes; the cold one, measured only when tried, catches up within
@@ -236,11 +266,13 @@ mod tests {
         }
         let cold = p.costs()[1].unwrap();
         assert!(cold < 1.2 * 200_000.0 * 1024.0 / f64::from(1 << 20), "{cold}");
-        // From here on cold, the warm kind tried on every EXPLORE_EVERYth measured write: twice in as many writes.
+        // From here on cold, the warm kind tried on every EXPLORE_EVERYth measured write.
         p.measured = 0;
+        let n = MEASURE_EVERY * 2 * EXPLORE_EVERY;
         let mut counts = [0; 2];
-        for seq in 0..n {
-            counts[p.choose(measured(seq)).0.index()] += 1;
+        for _ in 0..n {
+            let measured = p.measure_next();
+            counts[p.choose(measured).0.index()] += 1;
         }
         assert_eq!(counts, [2, n - 2], "{:?}", p.costs());
     }

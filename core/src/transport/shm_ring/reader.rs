@@ -12,7 +12,7 @@ use super::layout::{
     DOORBELL_NAME_CAP, MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION,
     SEGMENT_HEADER_SIZE, SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride, warm_reuse,
 };
-use super::pick::{self, TIMED_MIN_LEN};
+use super::pick::{FLAG_TIMED, TIMED_MIN_LEN};
 use super::segment::{self, RingName};
 use crate::sample::PayloadView;
 use crate::sys::shared_bytes::SharedBytes;
@@ -824,7 +824,7 @@ impl RingReader {
         // A large sample of a ring with warm reuse: its read is timed for the writer's choice of areas (`pick.rs`)
         // if its write was.
         let timed = info.len >= TIMED_MIN_LEN
-            && pick::measured(c)
+            && slot.flags.load(Ordering::Relaxed) & FLAG_TIMED != 0
             && self.flow.is_some()
             && warm_reuse(self.seg.slot_count, self.seg.slot_size);
         let started = timed.then(Instant::now);

@@ -86,6 +86,7 @@ fn layout_is_as_asserted() {
     assert_eq!(offset_of!(SlotHeader, clock), 24);
     assert_eq!(offset_of!(SlotHeader, chunk_seq), 32);
     assert_eq!(offset_of!(SlotHeader, chunk), 40);
+    assert_eq!(offset_of!(SlotHeader, flags), 44);
     assert_eq!(SLOT_HEADER_SIZE, 64);
     assert_eq!(layout::slot_stride(1), Some(128));
     assert_eq!(layout::slot_stride(64), Some(128));
@@ -1939,7 +1940,7 @@ fn large_slots_reuse_the_area_every_reader_consumed() {
 }
 
 /// A sample of `pick::TIMED_MIN_LEN` bytes or more takes the warm area until the cold one has been tried and
-/// measured cheaper; the cold one is tried at the `FIRST_TRIES_EVERY`th measured write (`MEASURE_EVERY` apart, after
+/// measured cheaper; the cold one is tried at the `FIRST_TRIES_EVERY`th write (every write is measured at first, after
 /// warm ones only): both kinds are taken, and every sample arrives intact.
 #[test]
 fn large_samples_take_the_warm_area_and_try_the_cold_one() {
@@ -1948,14 +1949,14 @@ fn large_samples_take_the_warm_area_and_try_the_cold_one() {
     let mut r = RingReader::open(w.segment_name()).unwrap();
     let len = super::pick::TIMED_MIN_LEN;
     let mut areas = Vec::new();
-    for clock in 0..4 * super::pick::MEASURE_EVERY {
+    for clock in 0..4 * u64::from(super::pick::MEASURE_EVERY) {
         let data = pattern(clock, len);
         let p = w.write(&data, 0, clock).unwrap();
         areas.push(area_of_sample(&w, p.seq));
         let ReadOutcome::Sample((bytes, info)) = read_one(&mut r) else { panic!("sample {clock}") };
         assert_eq!((bytes, info.clock), (data, clock));
     }
-    let first_try = (super::pick::MEASURE_EVERY * u64::from(super::pick::FIRST_TRIES_EVERY - 1)) as usize;
+    let first_try = super::pick::FIRST_TRIES_EVERY as usize - 1;
     assert!(areas[..first_try].iter().all(|a| *a == areas[0]), "warm until tried: {areas:?}");
     assert_ne!(areas[first_try], areas[0], "the cold one tried: {areas:?}");
     assert_eq!(r.drops(), 0);
@@ -2053,7 +2054,7 @@ fn warm_reuse_under_contention_never_delivers_torn_data() {
 fn warm_or_cold_areas_under_contention_never_deliver_torn_data() {
     contend_for_reused_areas(
         super::pick::TIMED_MIN_LEN,
-        3 * super::pick::MEASURE_EVERY * u64::from(super::pick::EXPLORE_EVERY),
+        3 * u64::from(super::pick::MEASURE_EVERY * super::pick::EXPLORE_EVERY),
     );
 }
 

@@ -10,7 +10,7 @@ use super::layout::{
     DOORBELL_NAME_CAP, MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION,
     SEGMENT_HEADER_SIZE, SLOT_HEADER_SIZE, SegmentHeader, SlotHeader, ring_bytes, slot_stride, warm_reuse,
 };
-use super::pick::{self, AreaPick, TIMED_MIN_LEN, Temp};
+use super::pick::{AreaPick, FLAG_TIMED, TIMED_MIN_LEN, Temp};
 use super::segment::{self, CreateFailure, Placement, RingName};
 use crate::config::ShmRingConfig;
 use crate::sys::shm_guard::PeerMap;
@@ -181,7 +181,7 @@ struct Chunks {
     dead_check: Option<Instant>,
     /// Whether a large write takes the warm or the cold free area, by what each cost (`pick.rs`).
     pick: AreaPick,
-    /// The outstanding loan's kind of area and when it was taken (measured large writes only, `pick::measured`).
+    /// The outstanding loan's kind of area and when it was taken (measured large writes only, `AreaPick::measure_next`).
     loan_pick: Option<((Temp, bool), Instant)>,
 }
 
@@ -510,7 +510,7 @@ impl RingWriter {
         }
         // One area per live, unreleased description and at most slot_count - 1 of those before `seq`'s: never empty.
         let j = if reusing && len >= TIMED_MIN_LEN && c.free.len() > 1 {
-            let measured = pick::measured(seq);
+            let measured = c.pick.measure_next();
             if measured {
                 flow::read_reports(self.seg.header(), |entry, report| c.pick.reported(entry, report));
             }
@@ -587,8 +587,10 @@ impl RingWriter {
         let seq = self.next_seq;
         let index = self.slot_index(seq);
         let chunk = self.chunks.loaned.take().unwrap_or(index as u32);
+        let mut flags = 0;
         if let Some((pick, taken)) = self.chunks.loan_pick.take() {
             self.chunks.pick.written(seq, pick, taken.elapsed().as_nanos() as u64, len);
+            flags = FLAG_TIMED;
         }
         let slot = self.slot_at(index);
         let area = self.slot_at(chunk as usize);
@@ -598,6 +600,7 @@ impl RingWriter {
         header.send_time_ns.store(send_time_ns, Ordering::Relaxed);
         header.clock.store(clock, Ordering::Relaxed);
         header.chunk.store(chunk, Ordering::Relaxed);
+        header.flags.store(flags, Ordering::Relaxed);
         area_header.chunk_seq.store(2 * seq + 2, Ordering::Release);
         header.seq.store(2 * seq + 2, Ordering::Release);
         self.seg.header().write_seq.0.store(seq + 1, Ordering::Release);
