@@ -8,8 +8,9 @@
 //! reader's die before it is written again. So the writer measures: the time from taking an area to publishing it
 //! (its copy in), plus the time its readers spent reading the sample (their copy out, which they report in their
 //! reader-table entry, [`pack`]), per KiB, in a running average per kind of area. It takes the kind with the lower
-//! average (the cold kind only when clearly lower, [`COLD_BIAS`]), and every [`EXPLORE_EVERY`]th measured write the other kind (every [`FIRST_TRIES_EVERY`]th until it
-//! has been measured), so that both averages follow the host. Measured at 1 MiB: under one cache warm 46-55 ns/KiB,
+//! average (the cold kind only when clearly lower, [`COLD_BIAS`]), and every [`EXPLORE_EVERY`]th measured write the
+//! other kind (every [`FIRST_TRIES_EVERY`]th while it has fewer than [`LEARN`] measurements), so that both averages
+//! follow the host. Measured at 1 MiB: under one cache warm 46-55 ns/KiB,
 //! cold 110-130; across dies warm 390-1250, cold 105-250. The writer's own time alone decides wrongly under one
 //! cache: there its copy into a warm 4 MiB area is slower than into a cold one (186-389 against 71-76 ns/KiB)
 //! while the round trip is faster, because the reader's copy out of a cold-written area costs more than the
@@ -24,7 +25,7 @@
 
 use super::layout::MAX_RELIABLE_READERS;
 
-/// Writes (and reads) of at least this many bytes are timed, and their area chosen by [`AreaPick`].
+/// Writes of at least this many bytes have their area chosen by [`AreaPick`]; some of them (and their reads) are timed.
 pub(super) const TIMED_MIN_LEN: usize = 64 << 10;
 
 /// Once both kinds are known, every this many large writes is timed (by the writer and by its readers).
@@ -36,7 +37,7 @@ pub(super) const LEARN: u32 = 4;
 /// `SlotHeader::flags` bit: the sample's write was timed; its readers time their read and report it.
 pub(super) const FLAG_TIMED: u32 = 1;
 
-/// Every this many measured writes (every 128th large write), the kind with the higher average is taken once (few
+/// Every this many measured writes (every 128th large write once both kinds are learnt), the kind with the higher average is taken once (few
 /// enough not to show in the 99th percentile of a stream's latency).
 pub(super) const EXPLORE_EVERY: u32 = 8;
 
