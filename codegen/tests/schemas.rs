@@ -4,11 +4,27 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn temp_dir(name: &str) -> PathBuf {
+/// A directory under the system's temporary one, removed with what it holds when dropped.
+struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn temp_dir(name: &str) -> TempDir {
     let d = std::env::temp_dir().join(format!("shoal-codegen-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TempDir(d)
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -24,7 +40,7 @@ fn broken_proto_reports_file_line_and_message() {
         write(&d, "broken.proto", "syntax = \"proto3\";\npackage x;\nmessage M {\n  int32 a = 1\n  double b = 2;\n}\n");
     let err = shoal_codegen::Builder::new()
         .proto_files([&f])
-        .include_dirs([&d])
+        .include_dirs([&*d])
         .out_dir(d.join("out"))
         .compile()
         .unwrap_err();
@@ -42,7 +58,7 @@ fn broken_proto_reports_file_line_and_message() {
 fn missing_import_is_reported() {
     let d = temp_dir("importproto");
     let f = write(&d, "a.proto", "syntax = \"proto3\";\nimport \"nowhere.proto\";\nmessage A {}\n");
-    let err = shoal_codegen::Builder::new().proto_files([&f]).include_dirs([&d]).out_dir(d.join("out")).compile();
+    let err = shoal_codegen::Builder::new().proto_files([&f]).include_dirs([&*d]).out_dir(d.join("out")).compile();
     let text = err.unwrap_err().to_string();
     assert!(text.contains("nowhere.proto"), "{text}");
 }
@@ -61,7 +77,7 @@ fn good_schemas_generate_impls_and_ecal_descriptors() {
     let out = d.join("out");
     let g = shoal_codegen::Builder::new()
         .proto_files([&p])
-        .include_dirs([&d])
+        .include_dirs([&*d])
         .fbs_files([&f])
         .out_dir(&out)
         .compile()
@@ -104,7 +120,7 @@ fn broken_fbs_reports_file_line_and_message() {
     write(&d, "broken.fbs", "namespace demo;\n\ntable Pose {\n  seq: ulong;\n  frame: strin;\n}\n");
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "broken_fbs_reports_file_line_and_message", "--nocapture", "--test-threads=1"])
-        .env("SHOAL_CODEGEN_FBS_CHILD", &d)
+        .env("SHOAL_CODEGEN_FBS_CHILD", &*d)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -628,11 +628,27 @@ fn random_garbage_never_panics() {
 
 // ----- [shoal_auth] ---------------------------------------------------------------------------
 
-fn key_file(name: &str, mode: u32, text: &str) -> PathBuf {
+/// A test's directory for key files, removed with them when dropped.
+struct KeyDir(PathBuf);
+
+impl KeyDir {
+    fn new(test: &str) -> KeyDir {
+        let dir = std::env::temp_dir().join(format!("shoal-auth-cfg-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        KeyDir(dir)
+    }
+}
+
+impl Drop for KeyDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn key_file(dir: &KeyDir, name: &str, mode: u32, text: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("shoal-auth-cfg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(name);
+    let path = dir.0.join(name);
     std::fs::write(&path, text).expect("write key file");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
     path
@@ -640,8 +656,9 @@ fn key_file(name: &str, mode: u32, text: &str) -> PathBuf {
 
 #[test]
 fn auth_key_from_a_private_file_or_hex() {
+    let keys = KeyDir::new("good");
     let hex = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
-    let path = key_file("good.key", 0o600, &format!("{hex}\n"));
+    let path = key_file(&keys, "good.key", 0o600, &format!("{hex}\n"));
     let (cfg, warnings) =
         parse_ok(&format!("[shoal_auth]\nkey_file = {}\nprotected_topics = imu|cmd/.*\n", path.display()));
     assert!(warnings.is_empty(), "{warnings:?}");
@@ -658,9 +675,10 @@ fn auth_key_from_a_private_file_or_hex() {
 
 #[test]
 fn auth_key_files_others_can_read_are_refused_with_the_reason() {
+    let keys = KeyDir::new("refused");
     let hex = "00112233445566778899aabbccddeeff";
     for (name, mode) in [("group.key", 0o640), ("world.key", 0o604), ("gw.key", 0o620)] {
-        let path = key_file(name, mode, hex);
+        let path = key_file(&keys, name, mode, hex);
         let e = parse_err(&format!("[shoal_auth]\nkey_file = {}\n", path.display()));
         let text = e.to_string();
         assert!(text.contains("key_file") && text.contains(&format!("mode {mode:04o}")), "{text}");
@@ -671,7 +689,7 @@ fn auth_key_files_others_can_read_are_refused_with_the_reason() {
             other => panic!("{other:?}"),
         }
     }
-    let path = key_file("short.key", 0o600, "abcd");
+    let path = key_file(&keys, "short.key", 0o600, "abcd");
     let e = parse_err(&format!("[shoal_auth]\nkey_file = {}\n", path.display()));
     assert!(matches!(e, ConfigError::KeyFile { source: KeyFileError::NotAKey, .. }), "{e:?}");
     let e = parse_err("[shoal_auth]\nkey_file = /nonexistent/shoal.key\n");
@@ -682,7 +700,7 @@ fn auth_key_files_others_can_read_are_refused_with_the_reason() {
     let dir = path.parent().expect("dir").to_path_buf();
     let link = dir.join("link.key");
     let _ = std::fs::remove_file(&link);
-    let target = key_file("link-target.key", 0o600, hex);
+    let target = key_file(&keys, "link-target.key", 0o600, hex);
     std::os::unix::fs::symlink(&target, &link).expect("symlink");
     let e = parse_err(&format!("[shoal_auth]\nkey_file = {}\n", link.display()));
     assert!(
@@ -697,8 +715,9 @@ fn auth_key_files_others_can_read_are_refused_with_the_reason() {
 
 #[test]
 fn auth_settings_are_checked_together() {
+    let keys = KeyDir::new("together");
     let hex = "00112233445566778899aabbccddeeff";
-    let path = key_file("both.key", 0o600, hex);
+    let path = key_file(&keys, "both.key", 0o600, hex);
     let e = parse_err(&format!("[shoal_auth]\nkey_file = {}\nkey_hex = {hex}\n", path.display()));
     assert!(e.to_string().contains("both set"), "{e}");
     let e = parse_err("[shoal_auth]\nkey_hex = abc\n");
