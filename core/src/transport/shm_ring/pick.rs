@@ -8,7 +8,7 @@
 //! reader's die before it is written again. So the writer measures: the time from taking an area to publishing it
 //! (its copy in), plus the time its readers spent reading the sample (their copy out, which they report in their
 //! reader-table entry, [`pack`]), per KiB, in a running average per kind of area. It takes the kind with the lower
-//! average (the cold kind only when clearly lower, [`COLD_BIAS`]), and every [`EXPLORE_EVERY`]th measured write the
+//! average (the cold kind only when clearly lower, [`COLD_BIAS`] and [`COLD_MIN_SAVING`]), and every [`EXPLORE_EVERY`]th measured write the
 //! other kind (every [`FIRST_TRIES_EVERY`]th while it has fewer than [`LEARN`] measurements), so that both averages
 //! follow the host. Measured at 1 MiB: under one cache warm 46-55 ns/KiB,
 //! cold 110-130; across dies warm 390-1250, cold 105-250. The writer's own time alone decides wrongly under one
@@ -62,6 +62,13 @@ const EXPLORED_WEIGHT: f64 = 1.0 / 2.0;
 /// about 0.75 at 8 MiB (warm 300-410 ns/KiB, cold 220-270; round trip 2.55 ms warm against 1.33 through the deep
 /// ring), so the margin is small.
 const COLD_BIAS: f64 = 0.85;
+
+/// ... and only while it saves at least this many ns per KiB. A write that copies its payload costs 40 ns/KiB or
+/// more (46-55 for a warm 1 MiB copy under one cache, the cheapest measured), and where the cold kind wins it saves
+/// 100 or more; a zero-copy write of 1 MiB that touches a few bytes costs under 1 ns/KiB of either kind, the two
+/// measure alike and a relative margin alone let the cold kind be taken now and then (761-836 ns one way across dies
+/// against 586 through warm areas).
+const COLD_MIN_SAVING: f64 = 4.0;
 
 /// A single measurement counts at most this many times the running average (a reader or writer preempted during
 /// its copy measures the scheduler, not the memory).
@@ -157,7 +164,7 @@ impl AreaPick {
     /// [`measure_next`]: Self::measure_next
     pub(super) fn choose(&mut self, measured: bool) -> (Temp, bool) {
         let better = match self.cost {
-            [Some(warm), Some(cold)] if cold < COLD_BIAS * warm => Temp::Cold,
+            [Some(warm), Some(cold)] if cold < COLD_BIAS * warm && warm - cold >= COLD_MIN_SAVING => Temp::Cold,
             _ => Temp::Warm,
         };
         if !measured {
@@ -276,6 +283,28 @@ mod tests {
             counts[p.choose(measured).0.index()] += 1;
         }
         assert_eq!(counts, [2, n - 2], "{:?}", p.costs());
+    }
+
+    #[test]
+    fn zero_copy_writes_stay_warm_when_the_cold_kind_is_cheaper_by_nothing_that_counts() {
+        let mut p = AreaPick::default();
+        let mut seq = 0;
+        // 1 MiB written in place, a few bytes touched: warm 0.6 ns/KiB, cold 0.3 (half, but 300 ns a write).
+        for _ in 0..20 {
+            round(&mut p, seq, (Temp::Warm, false), 400, 200);
+            round(&mut p, seq + 1, (Temp::Cold, true), 200, 100);
+            seq += 2;
+        }
+        let [w, c] = p.costs();
+        assert!(c.unwrap() < COLD_BIAS * w.unwrap(), "{:?}", p.costs());
+        assert_eq!(p.choose(false), (Temp::Warm, false));
+        // A copy's saving of the same share is taken (once the averages have climbed, OUTLIER_CAP at a time).
+        for _ in 0..40 {
+            round(&mut p, seq, (Temp::Warm, false), 400_000, 200_000);
+            round(&mut p, seq + 1, (Temp::Cold, true), 200_000, 100_000);
+            seq += 2;
+        }
+        assert_eq!(p.choose(false), (Temp::Cold, false));
     }
 
     #[test]
