@@ -27,8 +27,24 @@ fn spawn(name: &str, cmd: Command) -> Proc {
 const PUB_UID: u32 = 64_501;
 const SUB_UID: u32 = 64_502;
 
-/// A directory every user can read, holding a copy of `shoal-peer` (the build tree may not be readable by others).
-fn shared_dir(tag: &str) -> std::path::PathBuf {
+/// A directory every user can read, holding a copy of `shoal-peer` (the build tree may not be readable by others);
+/// removed on drop, also when the test fails.
+struct SharedDir(std::path::PathBuf);
+
+impl std::ops::Deref for SharedDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for SharedDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn shared_dir(tag: &str) -> SharedDir {
     let dir = std::env::temp_dir().join(format!("shoal_{tag}_{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("create the shared directory");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod the shared directory");
@@ -38,7 +54,7 @@ fn shared_dir(tag: &str) -> std::path::PathBuf {
         std::fs::copy(PEER, &peer).expect("copy shoal-peer");
         std::fs::set_permissions(&peer, std::fs::Permissions::from_mode(0o755)).expect("chmod shoal-peer");
     }
-    dir
+    SharedDir(dir)
 }
 
 fn ini(dir: &std::path::Path, name: &str, text: &str) -> String {
@@ -111,15 +127,14 @@ fn another_users_subscriber_is_refused_by_default_and_served_with_shm_access_all
     assert_eq!(summary["torn"], 0, "{summary}");
     publ.wait_success(Duration::from_secs(20));
     sub.wait_success(Duration::from_secs(10));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn files_are_created_with_the_configured_mode() {
     // The ring of a publisher and its node's doorbell, created by a child with each setting.
+    let dir = shared_dir("modes");
     for (access, ring_mode, bell_mode) in [("owner", 0o600, 0o600), ("group", 0o640, 0o660), ("all", 0o644, 0o666)] {
         let ini = format!("[shoal_security]\nshm_access = {access}\n");
-        let dir = shared_dir("modes");
         // One node per process and configuration: run each in a child (`shoal-peer pub` creates ring and doorbell).
         let path = self::ini(&dir, &format!("mode_{access}.ini"), &ini);
         let t = topic(&format!("modes_{access}"));
