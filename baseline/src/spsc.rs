@@ -114,6 +114,13 @@ pub const STREAM_POLL_REPLY_SPIN: Duration = Duration::from_micros(50);
 pub const STREAM_POLL_REPLY_SPIN_PER_MIB: Duration = Duration::from_micros(100);
 /// The longest a replying thread's poll grows to; equal to shoal's `PollState::REPLY_SPIN_MAX`.
 pub const STREAM_POLL_REPLY_SPIN_MAX: Duration = Duration::from_millis(2);
+/// A poll yields its CPU after this much polling (a peer that can only run on this CPU gets it), and again after
+/// twice as long each time; equal to shoal's `Pacer::FIRST`.
+pub const STREAM_POLL_YIELD_FIRST: Duration = Duration::from_micros(5);
+/// The longest polling between two yields; equal to shoal's `Pacer::LONGEST`.
+pub const STREAM_POLL_YIELD_LONGEST: Duration = Duration::from_micros(160);
+/// A yield that took longer ran another thread; equal to shoal's `Pacer::GAVE_WAY`.
+pub const STREAM_POLL_GAVE_WAY: Duration = Duration::from_micros(2);
 
 /// How much longer a thread that wrote `bytes` since its previous wait polls for the reply (shoal's
 /// `PollState::reply_window`).
@@ -140,7 +147,9 @@ pub(crate) fn note_publish(bytes: usize) {
 /// found one), poll up to 10 µs before sleeping; otherwise poll first in one wait of 64 (to notice a stream), and
 /// right after a stream ended in the 2nd, then 4th, ... wait; a probe of a thread that wrote a message since its
 /// previous wait polls up to 50 µs instead, and a replying thread's poll grows by [`reply_window`] (100 µs per MiB
-/// it wrote), as a probe and while streaming.
+/// it wrote), as a probe and while streaming. A poll yields its CPU after 5 µs ([`STREAM_POLL_YIELD_FIRST`]) and
+/// again after twice as long each time, and one whose message came only after a yield ran another thread counts as
+/// one that found nothing.
 #[derive(Debug, Default)]
 pub(crate) struct StreamPoll {
     streaming: std::cell::Cell<bool>,
@@ -173,18 +182,34 @@ impl StreamPoll {
             Some(bytes) => STREAM_POLL_SPIN + reply_window(bytes),
             None => STREAM_POLL_SPIN,
         };
-        let end = Instant::now() + window;
+        let start = Instant::now();
+        let end = start + window;
+        let mut gap = STREAM_POLL_YIELD_FIRST;
+        let mut next_yield = start + gap;
+        let mut gave_way = false;
         let mut n = 0u32;
         let found = loop {
             if ready() {
                 break true;
             }
             n = n.wrapping_add(1);
-            if n.is_multiple_of(16) && Instant::now() >= end {
-                break false;
+            if n.is_multiple_of(16) {
+                let now = Instant::now();
+                if now >= end {
+                    break false;
+                }
+                if now >= next_yield {
+                    std::thread::yield_now();
+                    let after = Instant::now();
+                    gave_way |= after.saturating_duration_since(now) > STREAM_POLL_GAVE_WAY;
+                    gap = (gap * 2).min(STREAM_POLL_YIELD_LONGEST);
+                    next_yield = after + gap;
+                }
             }
             std::hint::spin_loop();
         };
+        // A message that came only after a yield ran another thread was written on this CPU: as if none had come.
+        let found = found && !gave_way;
         let interval = if found {
             1
         } else if self.streaming.get() {

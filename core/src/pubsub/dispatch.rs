@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::pubsub::runtime::Runtime;
-use crate::pubsub::subscriber::{SubShared, WRITE_POLL};
+use crate::pubsub::subscriber::{SubShared, WritePoll};
 use crate::sync::lock;
 use crate::transport::shm_ring::{Doorbell, PollState};
 
@@ -72,9 +72,8 @@ impl Dispatcher {
 
 fn run(shared: &Shared, doorbell: &Doorbell) {
     let mut poll = PollState::new();
-    // Until when the thread polls instead of sleeping while a publisher writes a next message (as a blocking
-    // receive does, `subscriber::WRITE_POLL`); reset by every delivery.
-    let mut write_poll_end: Option<Instant> = None;
+    // Polls through a publisher's write in progress as a blocking receive does; reset by every delivery.
+    let mut write_poll = WritePoll::default();
     loop {
         if shared.stop.load(Ordering::SeqCst) {
             return;
@@ -93,10 +92,10 @@ fn run(shared: &Shared, doorbell: &Doorbell) {
             any |= s.dispatch();
         }
         if any {
-            write_poll_end = None;
+            write_poll = WritePoll::default();
         } else {
             let now = Instant::now();
-            let poll_writes = write_poll_end.is_none_or(|end| now < end);
+            let poll_writes = write_poll.polls(now);
             let saw_write = std::cell::Cell::new(false);
             let until = now + Duration::from_millis(100);
             let ready = || shared.stop.load(Ordering::SeqCst) || subs.iter().any(|s| s.ready(poll_writes, &saw_write));
@@ -104,9 +103,7 @@ fn run(shared: &Shared, doorbell: &Doorbell) {
                 tracing::warn!("doorbell wait failed, polling instead: {e}");
                 std::thread::sleep(Duration::from_millis(1));
             }
-            if saw_write.get() && write_poll_end.is_none() {
-                write_poll_end = Some(Instant::now() + WRITE_POLL);
-            }
+            write_poll.waited(saw_write.get(), poll_writes);
         }
     }
 }

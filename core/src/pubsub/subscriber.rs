@@ -1178,8 +1178,7 @@ impl Subscriber {
             WaitStrategy::BusySpin => None,
         };
         let mut spins: u32 = 0;
-        // Until when this call polls instead of sleeping while a publisher writes the next message.
-        let mut write_poll_end: Option<Instant> = None;
+        let mut write_poll = WritePoll::default();
         loop {
             if let Some(r) = shared.try_once(&mut f) {
                 return Ok(r);
@@ -1204,19 +1203,13 @@ impl Subscriber {
             // Sleep on the doorbell; wake at least every 100 ms to notice new publishers.
             let cap = now + Duration::from_millis(100);
             let until = deadline.map_or(cap, |d| d.min(cap));
-            // A publisher that writes a large message wakes this thread when the write starts (`ring_before_copy`):
-            // the thread then polls until the message is published instead of sleeping again (its next wake-up
-            // would come after the copy, which the early one was to overlap). A write that does not end within
-            // WRITE_POLL (a loan held long, a publisher that died mid-write) is waited for asleep.
-            let poll_writes = write_poll_end.is_none_or(|end| now < end);
+            let poll_writes = write_poll.polls(now);
             let saw_write = std::cell::Cell::new(false);
             let mut poll = RECV_POLL.get();
             let waited =
                 self.handle.rt.doorbell.wait_until(&mut poll, || shared.ready(poll_writes, &saw_write), Some(until));
             RECV_POLL.set(poll);
-            if saw_write.get() && write_poll_end.is_none() {
-                write_poll_end = Some(Instant::now() + WRITE_POLL);
-            }
+            write_poll.waited(saw_write.get(), poll_writes);
             if let Err(e) = waited {
                 tracing::warn!("doorbell wait failed, polling instead: {e}");
                 std::thread::sleep(Duration::from_millis(1));
@@ -1284,6 +1277,39 @@ const TORN_RETRIES: u32 = 16;
 /// How long a blocking receive polls, instead of sleeping, while a publisher writes the next message (longer than
 /// the copy of the largest messages: 8 MiB take about 0.4 ms).
 pub(crate) const WRITE_POLL: Duration = Duration::from_millis(1);
+
+/// A waiting thread's poll through a publisher's write in progress (a `recv` call, or the callback thread until it
+/// delivers). A publisher that writes a large message wakes the sleeping subscriber processes when the write starts
+/// (`ring_before_copy`): the woken thread then polls until the message is published instead of sleeping again (its
+/// next wake-up would come after the copy, which the early one was to overlap). A write that does not end within
+/// [`WRITE_POLL`] of the first one seen (a loan held long, a publisher that died mid-write) is waited for asleep. The
+/// poll is paced ([`Pacer`](crate::transport::shm_ring::Pacer)): the woken thread may have preempted the very writer
+/// it waits for, on the one CPU both may use.
+#[derive(Debug, Default)]
+pub(crate) struct WritePoll {
+    end: Option<Instant>,
+    pacer: Option<crate::transport::shm_ring::Pacer>,
+}
+
+impl WritePoll {
+    /// Whether a wait beginning at `now` returns for a write in progress (`SubShared::ready`'s `poll_writes`).
+    pub(crate) fn polls(&self, now: Instant) -> bool {
+        self.end.is_none_or(|end| now < end)
+    }
+
+    /// After a wait that saw a write in progress or not (`saw_write`), and returned for one or not (`polled`, what
+    /// [`polls`](Self::polls) said): starts the WRITE_POLL window at the first write seen, and paces the poll.
+    pub(crate) fn waited(&mut self, saw_write: bool, polled: bool) {
+        if !saw_write {
+            return;
+        }
+        let now = Instant::now();
+        self.end.get_or_insert(now + WRITE_POLL);
+        if polled {
+            self.pacer.get_or_insert_with(|| crate::transport::shm_ring::Pacer::new(now)).pause(now);
+        }
+    }
+}
 
 /// Opens the ring a remote publisher announced and checks that it is that publisher's: the segment's writer pid
 /// and publisher id must be the announcer's (a registration sample naming another process's segment is refused).

@@ -164,7 +164,7 @@ impl Receiver for BaselineLink {
 mod tests {
     use super::*;
     use crate::perf::link::is_timeout;
-    use shoal::transport::shm_ring::PollState;
+    use shoal::transport::shm_ring::{Pacer, PollState};
 
     /// The baseline rings' block mode polls by shoal's rule (so block-mode ratios compare rings): same constants.
     #[test]
@@ -174,6 +174,9 @@ mod tests {
         assert_eq!(spsc::STREAM_POLL_REPLY_SPIN, PollState::REPLY_SPIN);
         assert_eq!(spsc::STREAM_POLL_REPLY_SPIN_PER_MIB, PollState::REPLY_SPIN_PER_MIB);
         assert_eq!(spsc::STREAM_POLL_REPLY_SPIN_MAX, PollState::REPLY_SPIN_MAX);
+        assert_eq!(spsc::STREAM_POLL_YIELD_FIRST, Pacer::FIRST);
+        assert_eq!(spsc::STREAM_POLL_YIELD_LONGEST, Pacer::LONGEST);
+        assert_eq!(spsc::STREAM_POLL_GAVE_WAY, Pacer::GAVE_WAY);
         for bytes in [0, 64, 1 << 20, 3 << 20, 1 << 30] {
             assert_eq!(spsc::reply_window(bytes), PollState::reply_window(bytes));
         }

@@ -34,7 +34,7 @@ mod writer;
 mod tests;
 
 pub use doorbell::{
-    Doorbell, DoorbellCreateError, DoorbellOpenError, DoorbellRemote, DoorbellWaitError, LocalBell, LocalWaiter,
+    Doorbell, DoorbellCreateError, DoorbellOpenError, DoorbellRemote, DoorbellWaitError, LocalBell, LocalWaiter, Pacer,
     PollState, Ringers, WaiterRegistration, WakeReason, note_publish,
 };
 pub use flow::FlowStats;
