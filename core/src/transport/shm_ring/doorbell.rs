@@ -626,7 +626,7 @@ impl Doorbell {
 /// run on this CPU (both pinned to one, or put there by the scheduler while they slept in turn) then writes the
 /// message being waited for instead of waiting for this thread's time slice to end: with both processes of a 1 MiB
 /// block ping-pong pinned to one CPU a round trip took 1.07-1.09 ms one way without (a receiver woken early polled
-/// through the write it was preempting for all of `WRITE_POLL`), 62-65 µs with. A yield costs about 0.6 µs on a
+/// through the write it was preempting for all of `WRITE_POLL`), 62-73 µs with. A yield costs about 0.6 µs on a
 /// 2-core VM when nobody else wants the CPU; polls of small messages mostly end before the first, and the long
 /// polls for large messages make a few.
 #[derive(Debug, Clone, Copy)]
