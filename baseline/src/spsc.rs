@@ -119,6 +119,9 @@ pub const STREAM_POLL_REPLY_SPIN_MAX: Duration = Duration::from_millis(2);
 pub const STREAM_POLL_YIELD_FIRST: Duration = Duration::from_micros(5);
 /// The longest polling between two yields; equal to shoal's `Pacer::LONGEST`.
 pub const STREAM_POLL_YIELD_LONGEST: Duration = Duration::from_micros(160);
+/// Polls in a row whose message came only after a yield ran another thread from which on a found message counts
+/// as none; equal to shoal's `PollState::GAVE_WAY_IN_A_ROW`.
+pub const STREAM_POLL_GAVE_WAY_IN_A_ROW: u32 = 4;
 /// A yield that took longer ran another thread; equal to shoal's `Pacer::GAVE_WAY`.
 pub const STREAM_POLL_GAVE_WAY: Duration = Duration::from_micros(2);
 
@@ -148,8 +151,8 @@ pub(crate) fn note_publish(bytes: usize) {
 /// right after a stream ended in the 2nd, then 4th, ... wait; a probe of a thread that wrote a message since its
 /// previous wait polls up to 50 µs instead, and a replying thread's poll grows by [`reply_window`] (100 µs per MiB
 /// it wrote), as a probe and while streaming. A poll yields its CPU after 5 µs ([`STREAM_POLL_YIELD_FIRST`]) and
-/// again after twice as long each time, and one whose message came only after a yield ran another thread counts as
-/// one that found nothing.
+/// again after twice as long each time; from the 4th poll in a row whose message came only after a yield ran another
+/// thread, a found message counts as none.
 #[derive(Debug, Default)]
 pub(crate) struct StreamPoll {
     streaming: std::cell::Cell<bool>,
@@ -157,6 +160,8 @@ pub(crate) struct StreamPoll {
     /// Waits between probes while not streaming (0: [`STREAM_POLL_PROBE_EVERY`]).
     interval: std::cell::Cell<u32>,
     published_seen: std::cell::Cell<(u64, u64)>,
+    /// Polls in a row whose message came only after a yield ran another thread.
+    gave_way: std::cell::Cell<u32>,
 }
 
 impl StreamPoll {
@@ -208,9 +213,13 @@ impl StreamPoll {
             }
             std::hint::spin_loop();
         };
-        // A message that came only after a yield ran another thread was written on this CPU: as if none had come.
-        let found = found && !gave_way;
-        let interval = if found {
+        // Messages that came only after a yield ran another thread, several polls in a row, were written on this
+        // CPU: as if none had come.
+        if found {
+            self.gave_way.set(if gave_way { self.gave_way.get().saturating_add(1) } else { 0 });
+        }
+        let counts = found && self.gave_way.get() < STREAM_POLL_GAVE_WAY_IN_A_ROW;
+        let interval = if counts {
             1
         } else if self.streaming.get() {
             2
@@ -218,7 +227,7 @@ impl StreamPoll {
             (interval * 2).min(STREAM_POLL_PROBE_EVERY)
         };
         self.interval.set(interval);
-        self.streaming.set(found);
+        self.streaming.set(counts);
         self.since_probe.set(0);
         found
     }

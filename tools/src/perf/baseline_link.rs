@@ -177,6 +177,7 @@ mod tests {
         assert_eq!(spsc::STREAM_POLL_YIELD_FIRST, Pacer::FIRST);
         assert_eq!(spsc::STREAM_POLL_YIELD_LONGEST, Pacer::LONGEST);
         assert_eq!(spsc::STREAM_POLL_GAVE_WAY, Pacer::GAVE_WAY);
+        assert_eq!(spsc::STREAM_POLL_GAVE_WAY_IN_A_ROW, PollState::GAVE_WAY_IN_A_ROW);
         for bytes in [0, 64, 1 << 20, 3 << 20, 1 << 30] {
             assert_eq!(spsc::reply_window(bytes), PollState::reply_window(bytes));
         }
