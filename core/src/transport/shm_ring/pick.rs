@@ -8,9 +8,9 @@
 //! reader's die before it is written again. So the writer measures: the time from taking an area to publishing it
 //! (its copy in), plus the time its readers spent reading the sample (their copy out, which they report in their
 //! reader-table entry, [`pack`]), per KiB, in a running average per kind of area. It takes the kind with the lower
-//! average (the cold kind only when clearly lower, [`COLD_BIAS`] and [`COLD_MIN_SAVING`]), and every [`EXPLORE_EVERY`]th measured write the
-//! other kind (every [`FIRST_TRIES_EVERY`]th while it has fewer than [`LEARN`] measurements), so that both averages
-//! follow the host. Measured at 1 MiB: under one cache warm 46-55 ns/KiB,
+//! average (the cold kind only when clearly lower, [`COLD_BIAS`] and [`COLD_MIN_SAVING`]), and every
+//! [`EXPLORE_EVERY`]th measured write the other kind (every [`FIRST_TRIES_EVERY`]th while it has fewer than [`LEARN`]
+//! measurements), so that both averages follow the host. Measured at 1 MiB: under one cache warm 46-55 ns/KiB,
 //! cold 110-130; across dies warm 390-1250, cold 105-250. The writer's own time alone decides wrongly under one
 //! cache: there its copy into a warm 4 MiB area is slower than into a cold one (186-389 against 71-76 ns/KiB)
 //! while the round trip is faster, because the reader's copy out of a cold-written area costs more than the
@@ -37,8 +37,8 @@ pub(super) const LEARN: u32 = 4;
 /// `SlotHeader::flags` bit: the sample's write was timed; its readers time their read and report it.
 pub(super) const FLAG_TIMED: u32 = 1;
 
-/// Every this many measured writes (every 128th large write once both kinds are learnt), the kind with the higher average is taken once (few
-/// enough not to show in the 99th percentile of a stream's latency).
+/// Every this many measured writes (every 128th large write once both kinds are learnt), the kind with the higher
+/// average is taken once (few enough not to show in the 99th percentile of a stream's latency).
 pub(super) const EXPLORE_EVERY: u32 = 8;
 
 /// Until the other kind has [`LEARN`] measurements, it is tried every this many measured writes (a stream's first
@@ -66,8 +66,8 @@ const COLD_BIAS: f64 = 0.85;
 /// ... and only while it saves at least this many ns per KiB. A write that copies its payload costs 40 ns/KiB or
 /// more (46-55 for a warm 1 MiB copy under one cache, the cheapest measured), and where the cold kind wins it saves
 /// 100 or more; a zero-copy write of 1 MiB that touches a few bytes costs under 1 ns/KiB of either kind, the two
-/// measure alike and a relative margin alone let the cold kind be taken now and then (761-836 ns one way across dies
-/// against 586 through warm areas).
+/// measure alike and a relative margin alone let the cold kind be taken now and then (a zero-copy 1 MiB ping-pong
+/// across dies: 786-901 ns one way with the margin alone, 681-686 ns with this saving required as well).
 const COLD_MIN_SAVING: f64 = 4.0;
 
 /// A single measurement counts at most this many times the running average (a reader or writer preempted during
