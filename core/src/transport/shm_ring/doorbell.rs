@@ -642,8 +642,8 @@ impl Doorbell {
 /// (`sched_yield`), and again after twice as long each time, up to [`Pacer::LONGEST`] apart. A peer that can only
 /// run on this CPU (both pinned to one, or put there by the scheduler while they slept in turn) then writes the
 /// message being waited for instead of waiting for this thread's time slice to end: with both processes of a 1 MiB
-/// block ping-pong pinned to one CPU a round trip took 1.07-1.09 ms one way without (a receiver woken early polled
-/// through the write it was preempting for all of `WRITE_POLL`), 62-73 µs with. A yield costs about 0.6 µs on a
+/// block ping-pong pinned to one CPU a round trip took 1.07-1.11 ms one way without (a receiver woken early polled
+/// through the write it was preempting for all of `WRITE_POLL`), 63-76 µs with. A yield costs about 0.6 µs on a
 /// 2-core VM when nobody else wants the CPU; polls of small messages mostly end before the first, and the long
 /// polls for large messages make a few.
 #[derive(Debug, Clone, Copy)]
