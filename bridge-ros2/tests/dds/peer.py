@@ -468,9 +468,19 @@ def arg(name, default, conv=float):
     return default
 
 
+def has_matches(get_matched):
+    """Whether an entity has a match. cyclonedds sizes the list from a first count and fills it with a second call,
+    which returns the count of that moment: a match made in between makes it index past the list (IndexError),
+    and there is a match then."""
+    try:
+        return bool(get_matched())
+    except IndexError:
+        return True
+
+
 def wait_matched(w, timeout):
     end = time.time() + timeout
-    while not w.get_matched_subscriptions():
+    while not has_matches(w.get_matched_subscriptions):
         if time.time() > end:
             out(event="error", message="no matched subscription")
             sys.exit(2)
@@ -677,7 +687,7 @@ def main():
         timeout = arg("--timeout-ms", 5000.0) / 1000.0
         out(event="ready")
         end = time.time() + 20.0
-        while not (w.get_matched_subscriptions() and r.get_matched_publications()):
+        while not (has_matches(w.get_matched_subscriptions) and has_matches(r.get_matched_publications)):
             if time.time() > end:
                 out(event="error", message=f"no server of {service} matched")
                 sys.exit(2)
