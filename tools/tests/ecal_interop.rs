@@ -10,12 +10,11 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{Proc, SNAPSHOT, ecal_peer, shoal_peer, topic};
+use support::{Proc, SNAPSHOT, TempPath, ecal_peer, shoal_peer, topic};
 
 // ---------------------------------------------------------------------------------------------------------------
 // Harness
@@ -68,27 +67,6 @@ fn pid_is(v: &Value, pid: u32) -> bool {
 /// Host name as the shoal node announces it (`gethostname`), from a shoal peer's "ready" line.
 fn host_of(ready: &Value) -> String {
     ready["host_name"].as_str().expect("ready line has host_name").to_string()
-}
-
-/// A temporary file removed on drop.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn with_bytes(tag: &str, bytes: &[u8]) -> TempFile {
-        let p = std::env::temp_dir().join(format!("shoal_interop_{}_{tag}", std::process::id()));
-        std::fs::write(&p, bytes).expect("write temp file");
-        TempFile(p)
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().expect("UTF-8 temp path")
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 const DISCOVERY: Duration = Duration::from_secs(15);
@@ -318,7 +296,8 @@ fn large_type_descriptor_crosses_both_ways() {
     let (t_shoal, t_ecal) = (format!("{t}_from_shoal"), format!("{t}_from_ecal"));
     let desc: Vec<u8> = (0..150_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     let digest = format!("{:016x}", shoal_tools::fnv1a64(&desc));
-    let file = TempFile::with_bytes("bigdesc.bin", &desc);
+    let file = TempPath::new("interop_bigdesc.bin");
+    std::fs::write(&file, &desc).expect("write temp file");
 
     let shoal = shoal_snapshot(
         "shoal-snapshot (big publisher)",
@@ -330,7 +309,7 @@ fn large_type_descriptor_crosses_both_ways() {
             "--encoding",
             "proto",
             "--descriptor-file",
-            file.path(),
+            file.as_str(),
             "--wait-ms",
             "0",
             "--duration-ms",
@@ -357,7 +336,7 @@ fn large_type_descriptor_crosses_both_ways() {
             "--encoding",
             "proto",
             "--descriptor-file",
-            file.path(),
+            file.as_str(),
         ],
     );
     epub.expect("ready", Duration::from_secs(20));

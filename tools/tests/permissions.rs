@@ -12,7 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::Duration;
 
-use support::{PEER, Proc, is_root, topic};
+use support::{PEER, Proc, TempPath, is_root, topic};
 
 /// Held while `shoal-peer` is copied and while a child is spawned: a child forked while the other test's copy is
 /// still open for writing would hold that descriptor until its exec, and exec'ing the copy then fails with
@@ -29,23 +29,8 @@ const SUB_UID: u32 = 64_502;
 
 /// A directory every user can read, holding a copy of `shoal-peer` (the build tree may not be readable by others);
 /// removed on drop, also when the test fails.
-struct SharedDir(std::path::PathBuf);
-
-impl std::ops::Deref for SharedDir {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for SharedDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn shared_dir(tag: &str) -> SharedDir {
-    let dir = std::env::temp_dir().join(format!("shoal_{tag}_{}", std::process::id()));
+fn shared_dir(tag: &str) -> TempPath {
+    let dir = TempPath::new(tag);
     std::fs::create_dir_all(&dir).expect("create the shared directory");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod the shared directory");
     let peer = dir.join("shoal-peer");
@@ -54,7 +39,7 @@ fn shared_dir(tag: &str) -> SharedDir {
         std::fs::copy(PEER, &peer).expect("copy shoal-peer");
         std::fs::set_permissions(&peer, std::fs::Permissions::from_mode(0o755)).expect("chmod shoal-peer");
     }
-    SharedDir(dir)
+    dir
 }
 
 fn ini(dir: &std::path::Path, name: &str, text: &str) -> String {

@@ -1,9 +1,9 @@
 //! Helpers shared by the multi-process tests (`multiprocess.rs`, `timing.rs`, `udp.rs`, `ecal_udp.rs`,
-//! `udp_netns.rs`, `tcp_netns.rs`, `impair_netns.rs`, `ecal_shm.rs`, `ecal_interop.rs`): the child processes of
-//! `process.rs`, the tools' binaries, summary checks, and in `netns.rs` a pair of network namespaces joined by a
-//! veth pair or, through the impairment relay of `impair.rs`, by a lossy, delaying, reordering link, and in `peer.rs`
-//! the argument lists of the scripted peers (`shoal-peer pub` / `sub`, eCAL's `sub.py`); `root.rs` what tests needing
-//! root share (also with the bridges' tests).
+//! `udp_netns.rs`, `tcp_netns.rs`, `impair_netns.rs`, `ecal_shm.rs`, `ecal_interop.rs`, `permissions.rs`): the child
+//! processes of `process.rs`, the tools' binaries, summary checks, temporary paths removed on drop, and in
+//! `netns.rs` a pair of network namespaces joined by a veth pair or, through the impairment relay of `impair.rs`, by
+//! a lossy, delaying, reordering link, and in `peer.rs` the argument lists of the scripted peers (`shoal-peer pub` /
+//! `sub`, eCAL's `sub.py`); `root.rs` what tests needing root share (also with the bridges' tests).
 
 #![allow(dead_code)] // each test file uses a different subset
 
@@ -26,6 +26,41 @@ pub(crate) use netns::{NetnsPair, ecal_network_dir, is_root, root_or_skip};
 pub(crate) use peer::Peer;
 #[allow(unused_imports)] // as above
 pub(crate) use process::{Proc, ecal_python, script, shm_files_of, venv_python};
+
+/// `<temp dir>/shoal_<tag>_<pid>`, a file or a directory tree the test makes there, removed on drop (also when the
+/// test fails).
+pub(crate) struct TempPath(std::path::PathBuf);
+
+impl TempPath {
+    /// The path, not yet created.
+    pub(crate) fn new(tag: &str) -> TempPath {
+        TempPath(std::env::temp_dir().join(format!("shoal_{tag}_{}", std::process::id())))
+    }
+
+    /// The path as UTF-8 (for command lines).
+    pub(crate) fn as_str(&self) -> &str {
+        self.0.to_str().expect("UTF-8 temp path")
+    }
+}
+
+impl std::ops::Deref for TempPath {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for TempPath {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        let _ = if self.0.is_dir() { std::fs::remove_dir_all(&self.0) } else { std::fs::remove_file(&self.0) };
+    }
+}
 
 /// The `shoal-peer` binary.
 pub(crate) const PEER: &str = env!("CARGO_BIN_EXE_shoal-peer");
