@@ -1287,14 +1287,14 @@ pub(crate) const WRITE_POLL: Duration = Duration::from_millis(1);
 /// it waits for, on the one CPU both may use.
 #[derive(Debug, Default)]
 pub(crate) struct WritePoll {
-    end: Option<Instant>,
-    pacer: Option<crate::transport::shm_ring::Pacer>,
+    /// From the first write seen: when the poll ends, and its pacing (a wait that sees the first write polls).
+    seen: Option<(Instant, crate::transport::shm_ring::Pacer)>,
 }
 
 impl WritePoll {
     /// Whether a wait beginning at `now` returns for a write in progress (`SubShared::ready`'s `poll_writes`).
     pub(crate) fn polls(&self, now: Instant) -> bool {
-        self.end.is_none_or(|end| now < end)
+        self.seen.is_none_or(|(end, _)| now < end)
     }
 
     /// After a wait that saw a write in progress or not (`saw_write`), and returned for one or not (`polled`, what
@@ -1304,9 +1304,10 @@ impl WritePoll {
             return;
         }
         let now = Instant::now();
-        self.end.get_or_insert(now + WRITE_POLL);
+        let (_, pacer) =
+            self.seen.get_or_insert_with(|| (now + WRITE_POLL, crate::transport::shm_ring::Pacer::new(now)));
         if polled {
-            self.pacer.get_or_insert_with(|| crate::transport::shm_ring::Pacer::new(now)).pause(now);
+            pacer.pause(now);
         }
     }
 }
