@@ -95,6 +95,30 @@ fn bad_arguments_say_what_to_do() {
     assert!(err.contains("k or m suffix"), "{err}");
 }
 
+/// A block-mode ping-pong warms up for at least 250 ms (rounds of twice as many round trips until then) unless
+/// `--iterations` is given: after a pause the kernel may have put both processes on one CPU, which the first
+/// hundred milliseconds or so of wake-ups undo. Spin mode, and explicit iterations, warm up by the count rule.
+#[test]
+fn block_pingpongs_warm_up_for_a_quarter_second_unless_iterations_are_given() {
+    let warmed = |args: &[&str], wait: &str| {
+        let (ok, out, err) = perf(args);
+        assert!(ok, "stderr: {err}");
+        json_lines(&out)
+            .iter()
+            .find(|v| v["wait"] == wait && v["mode"] == "pingpong")
+            .and_then(|v| v["warmup_round_trips"].as_f64())
+            .map(|n| n as u64)
+            .unwrap_or_else(|| panic!("a {wait} ping-pong row with warmup_round_trips: {out}"))
+    };
+    // The count rule: a tenth of the round trips (4,096 at 64 KiB), 10 to 1,000.
+    assert_eq!(warmed(&["--json", "--pingpong", "--wait", "spin", "--sizes", "64k"], "spin"), 409);
+    // 409 round trips of 64 KiB take a few ms; then 818, 1,636, ... more until 250 ms have passed.
+    let block = warmed(&["--json", "--pingpong", "--wait", "block", "--sizes", "64k"], "block");
+    assert!(block >= 409 + 818, "block mode warmed up with {block} round trips");
+    let args = ["--json", "--pingpong", "--wait", "block", "--sizes", "64k", "--iterations", "50"];
+    assert_eq!(warmed(&args, "block"), 10);
+}
+
 /// Every shoal row's ratios are taken against the strongest plain ring of the same run (for latency the fastest of the
 /// line, warm and deep rings, named in `ratio_vs`); the deep ring and (where built) iceoryx2 give second ratios.
 #[test]
