@@ -17,7 +17,7 @@ use super::sys::{CpuTime, mono_ns, peak_rss_kb};
 /// waits for its command while other systems are measured) the kernel often wakes the first receiver onto its
 /// waker's CPU, and the two processes share one CPU until a later wake-up puts them apart. 64 B round trips
 /// then take 2.6-3 µs one way instead of 0.12-0.15 µs: after 300 ms of pause before a 64 B block ping-pong of
-/// 10,000 round trips, 6 runs of 6 measured that (without the pause 1 of 6, in part), and three such ping-pongs
+/// 10,000 round trips, 6 runs of 6 measured that (without the pause none, 2 of 6 at p90), and three such ping-pongs
 /// back to back had their processes apart by the third in 6 runs of 6 (the count rule's longest warm-up, 1,000
 /// round trips, lasts 0.3 ms at 64 B apart and 6 ms on one CPU).
 /// The figure measured is the steady state; every system the tool drives itself (the plain rings and shoal) warms
