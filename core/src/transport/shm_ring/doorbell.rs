@@ -376,10 +376,10 @@ impl PollState {
     /// both processes pinned to one CPU a 64 B block ping-pong took 7.0-7.9 µs one way polling, 2.6-2.8 sleeping). A
     /// single one (another thread of the process, or of the system, ran at that moment) does not end a stream.
     /// Sleeping is also what lets the scheduler part two processes it put on one CPU (a wake-up may place the woken
-    /// one on the other, idle CPU): a 64 B pair that began a run on one CPU was apart by its third back-to-back
-    /// measurement in 6 of 6 runs. Polling on for 100 ms instead, so that the idle CPU's load balancing would pull
-    /// one over, parted a 64 B pair in 2-55 ms but kept others together for the whole 100 ms (a zero-copy
-    /// ping-pong after a 1 MiB copying one: 7.0-7.8 µs one way, sleeping 0.2-0.3 µs).
+    /// one on the other, idle CPU): of six runs of three back-to-back 64 B measurements, three began on one CPU,
+    /// and all six were apart by the third. Polling on for 100 ms instead, so that the idle CPU's load balancing
+    /// would pull one over, parted a 64 B pair in 2-55 ms but kept others together for the whole 100 ms (a
+    /// zero-copy ping-pong after a 1 MiB copying one: 7.0-7.8 µs one way, sleeping 0.2-0.3 µs).
     pub const GAVE_WAY_IN_A_ROW: u32 = 4;
     /// While they do not, one wait in this many at most still polls first (a probe), to notice a stream beginning.
     /// Right after a stream ends probes come sooner (every 2nd wait, then 4th, ... up to this), so an exchange that
