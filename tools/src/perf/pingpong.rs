@@ -20,8 +20,9 @@ use super::sys::{CpuTime, mono_ns, peak_rss_kb};
 /// 10,000 round trips, 6 runs of 6 measured that (without the pause none, 2 of 6 at p90), and three such ping-pongs
 /// back to back had their processes apart by the third in 6 runs of 6 (the count rule's longest warm-up, 1,000
 /// round trips, lasts 0.3 ms at 64 B apart and 6 ms on one CPU).
-/// The figure measured is the steady state; every system the tool drives itself (the plain rings and shoal) warms
-/// up by this rule, iceoryx2's and eCAL's programs, which always sleep, by the round-trip count alone.
+/// The figure measured is the steady state; every system the tool drives itself (the plain rings, the raw socket
+/// programs of `--transport udp|tcp` and shoal) warms up by this rule, iceoryx2's and eCAL's programs, which
+/// always sleep, by the round-trip count alone.
 pub(crate) const BLOCK_WARMUP: Duration = Duration::from_millis(250);
 
 /// Measures one payload size; `zero_copy` selects the header-only path.
