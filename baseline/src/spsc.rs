@@ -469,7 +469,7 @@ impl Ring {
         let start = Instant::now();
         let timed_out = || Error::TimedOut(timeout);
         match self.wait {
-            // A pure busy spin that never yields: the fastest where each process has a CPU of its own (shoal's `WaitStrategy::BusySpin` yields after 5 µs without a message, for a CPU it shares).
+            // A pure busy spin, like shoal's `WaitStrategy::BusySpin`.
             Wait::Spin => {
                 let mut spins = 0u32;
                 while !ready() {

@@ -47,13 +47,6 @@ pub(crate) fn set_current_thread_affinity(cpus: &[usize]) -> io::Result<()> {
     if rc != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
-/// The CPU the calling thread runs on (0 where the kernel cannot tell).
-#[cfg(test)]
-pub(crate) fn current_cpu() -> usize {
-    // SAFETY: sched_getcpu has no preconditions; it returns the calling thread's CPU or -1.
-    usize::try_from(unsafe { libc::sched_getcpu() }).unwrap_or(0)
-}
-
 /// The full path of the running executable (eCAL's `process_name`).
 pub(crate) fn current_exe_name() -> String {
     std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| String::from("unknown"))

@@ -1186,9 +1186,6 @@ pub(crate) static KEYS: &[KeyDef] = &[
             "                   thread of the process has slept, its publishers skip a fence",
             "                   per send (where the kernel has the expedited global membarrier,",
             "                   Linux 4.16 and later unless seccomp refuses it)",
-            "  Every poll (block's, spin_then_block's spin, busy_spin) yields the CPU after",
-            "  5 us without a sample and then ever more rarely (160 us apart at most), so that",
-            "  a thread sharing the CPU (its publisher, another spinning subscriber) runs.",
         ],
         allowed: "block, spin_then_block or busy_spin",
         get: |c| {

@@ -47,20 +47,11 @@ pub enum WaitStrategy {
     /// its thread published since its previous wait (a reply is due), so both sides of a request/response exchange
     /// end up polling (the doorbell's `wait_until`).
     Block,
-    /// Spin for the given time (giving the CPU away now and then, as [`WaitStrategy::BusySpin`] does), then sleep on
-    /// the doorbell.
+    /// Spin for the given time, then sleep on the doorbell.
     SpinThenBlock(Duration),
     /// Spin without ever sleeping (lowest latency, burns a core). While no thread of the process has slept on its
     /// doorbell, publishers skip the doorbell's fence on every send to it (`shm_ring::doorbell`). A receive reads the
-    /// clock for its deadline only after its first [`Subscriber::BUSY_SPIN_POLLS_BEFORE_CLOCK`] polls, and then
-    /// every 64th poll. A receive that finds nothing yields its CPU (`sched_yield`) after 5 µs and then after twice
-    /// as long each time, at most 160 µs apart (the doorbell's `Pacer`, as block-mode polls do): a thread that shares
-    /// the CPU runs instead of waiting for the spinner's time slice to end. Two processes that ping-pong 64 B with
-    /// busy spins on one CPU (`taskset -c 0 shoal perf --wait spin --pingpong`) took 4.00 ms one way without it,
-    /// 11.9 µs with; four spinning subscribers of one publisher sharing a CPU (`shoal perf --wait spin
-    /// --subscribers 4`) received 64 B, 1 MiB and 4 MiB messages 4.2, 4.8 and 6.6 ms after their send (median of
-    /// the slowest subscriber) and lost about 24,000 of a run's 64 KiB ones, with it 39 µs, 0.38 and 2.7 ms, none
-    /// lost. A reply within 5 µs (a 64 B ping-pong on two CPUs, 0.1-0.2 µs) meets no yield.
+    /// clock for its deadline only after its first [`Subscriber::BUSY_SPIN_POLLS_BEFORE_CLOCK`] polls.
     ///
     /// [`Subscriber::BUSY_SPIN_POLLS_BEFORE_CLOCK`]: crate::Subscriber::BUSY_SPIN_POLLS_BEFORE_CLOCK
     BusySpin,

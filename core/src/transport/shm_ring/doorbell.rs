@@ -650,9 +650,7 @@ impl Doorbell {
 /// block ping-pong pinned to one CPU a round trip took 1.07-1.11 ms one way without (a receiver woken early polled
 /// through the write it was preempting for all of `WRITE_POLL`), 63-76 µs with. A yield costs about 0.6 µs on a
 /// 2-core VM when nobody else wants the CPU; polls of small messages mostly end before the first, and the long
-/// polls for large messages make a few. A spinning receive (`WaitStrategy::BusySpin`, the spin of `SpinThenBlock`)
-/// is paced the same way: two busy-spinning processes that ping-pong 64 B on one CPU took 4.00 ms one way without
-/// it (each hop waited out the other's time slice), 11.9 µs with.
+/// polls for large messages make a few.
 #[derive(Debug, Clone, Copy)]
 pub struct Pacer {
     next: Instant,
