@@ -49,9 +49,20 @@ pub enum WaitStrategy {
     Block,
     /// Spin for the given time, then sleep on the doorbell.
     SpinThenBlock(Duration),
-    /// Spin without ever sleeping (lowest latency, burns a core). While no thread of the process has slept on its
-    /// doorbell, publishers skip the doorbell's fence on every send to it (`shm_ring::doorbell`). A receive reads the
-    /// clock for its deadline only after its first [`Subscriber::BUSY_SPIN_POLLS_BEFORE_CLOCK`] polls.
+    /// Spin without ever sleeping or yielding (lowest latency, burns a core). While no thread of the process has
+    /// slept on its doorbell, publishers skip the doorbell's fence on every send to it (`shm_ring::doorbell`). A
+    /// receive reads the clock for its deadline only after its first [`Subscriber::BUSY_SPIN_POLLS_BEFORE_CLOCK`]
+    /// polls.
+    ///
+    /// Give each busy-spinning receiver a CPU of its own; one that shares its CPU with the thread it waits for waits
+    /// out that thread's time slice per message (two processes pinned to one CPU, `taskset -c 0 shoal perf --wait
+    /// spin --pingpong`: 4.00 ms one way), and several on one CPU lag each other (four subscribers of one publisher
+    /// on one CPU: 4-7 ms behind it, and some of a fast stream lost). [`WaitStrategy::SpinThenBlock`] and
+    /// [`WaitStrategy::Block`] sleep, and serve such a place. A spin that yields its CPU now and then, as a
+    /// block-mode poll does, was tried (`git show 70dd989`) and reverted: on a host whose kernel wakes a thread onto
+    /// its waker's CPU, two yielding spinners that a wake-up put on one CPU stay there, too busy for the load
+    /// balancer to move (a zero-copy 1-8 MiB ping-pong at 11.8 µs one way instead of 0.25-0.3), where a pure spinner
+    /// is moved to the idle CPU within its first time slice.
     ///
     /// [`Subscriber::BUSY_SPIN_POLLS_BEFORE_CLOCK`]: crate::Subscriber::BUSY_SPIN_POLLS_BEFORE_CLOCK
     BusySpin,
