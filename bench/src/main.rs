@@ -13,6 +13,8 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -50,8 +52,9 @@ processes (T5); then a process with 100 topics (T6); last reliable
 shoal streams of 64 B and 1 MiB, which must lose nothing (T8), and two more of 64 B (S5); shoal
 streams of 64 KB-4 MB with rings on normal and on huge pages (T9: huge_pages rings on 2 MB pages in
 both processes, as smaps shows; as root shoal-bench reserves 600 more 2 MB pages and mounts a
-private hugetlbfs for that run, both undone at the end, else it needs a hugetlbfs mount at the ini's
-huge_pages_path with free pages); then, with --wait block,
+private hugetlbfs for that run, both undone at the end or on SIGINT, SIGTERM or SIGHUP (which
+stop the runs), else it needs a hugetlbfs mount at the ini's huge_pages_path with free pages);
+then, with --wait block,
 shoal's UDP layer streaming 64 B and (three times) 1 MiB and its TCP layer 1 MiB, with shoal's defaults,
 against raw socket programs (N1: 64 B UDP >= 0.5x raw sendmmsg, N2: 64 B UDP >= 1 M msg/s with 0 lost, N3:
 1 MiB UDP >= 0.9x raw UDP, the median of the three runs, each against its own raw run, N4: 1 MiB TCP >= 0.7x
@@ -84,10 +87,14 @@ fn main() -> ExitCode {
     match targets_command(&args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("shoal-bench: error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => match e.downcast_ref::<runs::Interrupted>() {
+            // As a shell reports a command that a signal ended.
+            Some(runs::Interrupted(sig)) => ExitCode::from(u8::try_from(128 + sig).unwrap_or(u8::MAX)),
+            None => {
+                eprintln!("shoal-bench: error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 
@@ -109,13 +116,26 @@ fn targets_command(args: &TargetsArgs) -> anyhow::Result<bool> {
                 None => None,
             };
             let mut plan = runs::plan();
+            // SIGINT, SIGTERM or SIGHUP stop the runs and the huge pages below are given back (a second one ends
+            // this process at once).
+            let signal = Arc::new(AtomicUsize::new(0));
+            let seen = Arc::new(AtomicBool::new(false));
+            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+                let number = usize::try_from(sig).context("a signal number")?;
+                // In this order: the shutdown looks at `seen` before the second handler sets it.
+                signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, Arc::clone(&seen))
+                    .context("cannot install the signal handler")?;
+                signal_hook::flag::register(sig, Arc::clone(&seen)).context("cannot install the signal handler")?;
+                signal_hook::flag::register_usize(sig, Arc::clone(&signal), number)
+                    .context("cannot install the signal handler")?;
+            }
             // T9 needs rings on 2 MB pages: on a host with none set up, as root, a private mount for its run.
             let huge = match hugepages::HugePages::provide(hugepages::T9_PAGES) {
                 Ok(h) => {
                     eprintln!(
                         "shoal-bench: for T9, {} more 2 MB pages reserved and a hugetlbfs mounted at {} (undone \
-                         at the end; if this process is killed: umount that directory and lower vm.nr_hugepages \
-                         by {})",
+                         at the end and on SIGINT, SIGTERM or SIGHUP; if this process is killed otherwise or \
+                         signalled twice: umount that directory and lower vm.nr_hugepages by {})",
                         h.added(),
                         h.dir().display(),
                         h.added()
@@ -128,7 +148,12 @@ fn targets_command(args: &TargetsArgs) -> anyhow::Result<bool> {
                     None
                 }
             };
-            let outcome = runs::run_all(&shoal, &plan, save.as_mut().map(|w| w as &mut dyn Write));
+            let outcome = runs::run_all(&shoal, &plan, save.as_mut().map(|w| w as &mut dyn Write), &signal);
+            if let Some(h) = &huge
+                && outcome.as_ref().is_err_and(|e| e.is::<runs::Interrupted>())
+            {
+                eprintln!("shoal-bench: giving back the {} huge pages and unmounting {}", h.added(), h.dir().display());
+            }
             drop(huge);
             let outcome = outcome?;
             if let Some(mut w) = save {

@@ -1,9 +1,10 @@
 //! The `shoal perf --json` runs the targets need, run as child processes, and their JSON lines.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde_json::Value;
@@ -149,25 +150,72 @@ pub(crate) struct Outcome {
     pub(crate) failures: Vec<String>,
 }
 
+/// A signal stopped the runs (`run_all`): its number.
+#[derive(Debug, thiserror::Error)]
+#[error("stopped by signal {0}")]
+pub(crate) struct Interrupted(pub(crate) i32);
+
+/// How often a run's end or a signal is looked for.
+const WAIT_POLL: Duration = Duration::from_millis(20);
+
 /// Runs every run of `runs` one after the other (a failed run does not stop the others: the targets it measures
 /// for are then not measured), printing progress on stderr; the runs' own stderr passes through. Each JSON line
-/// is also written to `save`.
-pub(crate) fn run_all(shoal: &Path, runs: &[Run], mut save: Option<&mut dyn Write>) -> anyhow::Result<Outcome> {
+/// is also written to `save`. Once `signal` holds a signal number (the handlers `main` installs store it), the run
+/// in progress is killed (its peers die with it) and `Interrupted` returned, so that the caller undoes what it set
+/// up (the huge pages).
+pub(crate) fn run_all(
+    shoal: &Path,
+    runs: &[Run],
+    mut save: Option<&mut dyn Write>,
+    signal: &AtomicUsize,
+) -> anyhow::Result<Outcome> {
     let mut out = Outcome::default();
+    let interrupted = || match signal.load(Ordering::Relaxed) {
+        0 => None,
+        sig => Some(Interrupted(i32::try_from(sig).unwrap_or(i32::MAX))),
+    };
     for (i, run) in runs.iter().enumerate() {
+        if let Some(stop) = interrupted() {
+            return Err(stop.into());
+        }
         eprintln!("shoal-bench: run {}/{} for {}: {}", i + 1, runs.len(), run.for_targets, run.command_line());
         let start = Instant::now();
         let mut cmd = Command::new(shoal);
-        cmd.arg("perf").args(&run.args).stdin(Stdio::null());
-        let result = cmd.output();
-        let output = match result {
-            Ok(o) => o,
+        cmd.arg("perf").args(&run.args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
             Err(e) => {
                 out.failures.push(format!("{}: cannot start {}: {e}", run.command_line(), shoal.display()));
                 continue;
             }
         };
-        let text = String::from_utf8_lossy(&output.stdout);
+        // Its stdout is read on a thread while this one watches for its end and for a signal.
+        let mut stdout = child.stdout.take().context("the child's stdout")?;
+        let reader = std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            stdout.read_to_end(&mut bytes).map(|_| bytes)
+        });
+        let status = loop {
+            if let Some(stop) = interrupted() {
+                let _ = child.kill();
+                let _ = child.wait();
+                eprintln!("shoal-bench: {stop}: run {}/{} killed", i + 1, runs.len());
+                return Err(stop.into());
+            }
+            match child.try_wait().with_context(|| format!("waiting for {}", run.command_line()))? {
+                Some(status) => break status,
+                None => std::thread::sleep(WAIT_POLL),
+            }
+        };
+        let stdout = match reader.join() {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(e)) => {
+                out.failures.push(format!("{}: cannot read its output: {e}", run.command_line()));
+                continue;
+            }
+            Err(_) => bail!("the thread reading {}'s output panicked", run.command_line()),
+        };
+        let text = String::from_utf8_lossy(&stdout);
         let (mut rows, bad) = parse_lines(&text);
         // Each row says which run printed it (targets that take the median over runs pair a run's rows) and for
         // which targets.
@@ -180,9 +228,9 @@ pub(crate) fn run_all(shoal: &Path, runs: &[Run], mut save: Option<&mut dyn Writ
                 writeln!(w, "{r}").context("writing --save")?;
             }
         }
-        eprintln!("shoal-bench:   {} rows in {:.1} s, {}", rows.len(), start.elapsed().as_secs_f64(), output.status);
-        if !output.status.success() {
-            out.failures.push(format!("{}: {} (its error is above)", run.command_line(), output.status));
+        eprintln!("shoal-bench:   {} rows in {:.1} s, {}", rows.len(), start.elapsed().as_secs_f64(), status);
+        if !status.success() {
+            out.failures.push(format!("{}: {} (its error is above)", run.command_line(), status));
         }
         if let Some(line) = bad {
             out.failures.push(format!("{}: printed a line that is not a JSON object: {line:?}", run.command_line()));

@@ -176,3 +176,70 @@ fn the_targets_read_what_shoal_perf_prints() {
         assert!(t9["value"].as_f64().is_some(), "the page size is measured also without huge pages: {t9}");
     }
 }
+
+/// A signal stops the runs: the `shoal perf` in progress is killed, what shoal-bench set up for T9 (as root: more
+/// 2 MB pages and a hugetlbfs mount) is given back, and the exit status says which signal, as a shell's would. What
+/// a run prints on stderr passes through.
+#[test]
+fn a_signal_stops_the_run_in_progress_and_gives_the_huge_pages_back() {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Duration, Instant};
+
+    // A stand-in for `shoal` whose every run lasts a minute: it says so on stderr, writes its pid, then sleeps.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("shoal_bench_signal_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("shoal");
+    let pid_file = dir.join("run.pid");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho 'stand-in shoal: started' >&2\necho $$ > {}.tmp\nmv {0}.tmp {0}\nexec sleep 60\n",
+            pid_file.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let pages = || std::fs::read_to_string("/proc/sys/vm/nr_hugepages").ok().map(|s| s.trim().to_string());
+    let pages_before = pages();
+
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_shoal-bench"))
+        .args(["targets", "--shoal"])
+        .arg(&fake)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start shoal-bench");
+    let start = Instant::now();
+    let run_pid = loop {
+        if let Ok(pid) = std::fs::read_to_string(&pid_file) {
+            break pid.trim().to_string();
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "shoal-bench started no run within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(Command::new("kill").args(["-TERM", &bench.id().to_string()]).status().unwrap().success());
+    let status = loop {
+        if let Some(s) = bench.try_wait().unwrap() {
+            break s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "shoal-bench did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    bench.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(128 + 15), "{err}");
+    assert!(err.contains("stopped by signal 15: run 1/32 killed"), "{err}");
+    assert!(err.contains("stand-in shoal: started"), "the run's stderr passes through: {err}");
+    assert!(!Path::new("/proc").join(&run_pid).exists(), "the run in progress (pid {run_pid}) was killed: {err}");
+    match err.lines().find_map(|l| l.split("a hugetlbfs mounted at ").nth(1)) {
+        Some(rest) => {
+            let mount = rest.split(' ').next().unwrap();
+            assert!(err.contains(&format!("unmounting {mount}")), "{err}");
+            assert!(!Path::new(mount).exists(), "{mount} unmounted and removed: {err}");
+            assert_eq!(pages(), pages_before, "the 2 MB pages given back: {err}");
+        }
+        None => eprintln!("SKIPPED: huge pages given back on a signal (shoal-bench set none up here): {err}"),
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
