@@ -5,12 +5,14 @@
 //! ros2-client's own `QosProfile::default()` is best-effort with depth 1.
 
 use std::net::IpAddr;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
 use toml::Spanned;
+
+use shoal_bridge_common::read_file;
+pub use shoal_bridge_common::{ConfigError, FileCtx};
 
 use shoal::TypeInfo;
 
@@ -311,39 +313,6 @@ impl Default for Config {
     }
 }
 
-/// A configuration error: where (`file:line:column`, when from a file) and what.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{path}: {reason}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why.
-        reason: String,
-    },
-    /// A key or value in the file is wrong.
-    #[error("{path}:{line}:{column}: {message}")]
-    File {
-        /// The file.
-        path: String,
-        /// 1-based line.
-        line: usize,
-        /// 1-based column.
-        column: usize,
-        /// What is wrong and what is allowed.
-        message: String,
-    },
-    /// A command-line value is wrong.
-    #[error("{flag}: {message}")]
-    Flag {
-        /// The flag.
-        flag: String,
-        /// What is wrong and what is allowed.
-        message: String,
-    },
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
@@ -416,39 +385,6 @@ struct FileService {
     shoal_proto: Option<Spanned<String>>,
 }
 
-/// Line and column (1-based) of byte `offset` in `text`.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
-}
-
-pub(crate) struct FileCtx<'a> {
-    path: &'a str,
-    text: &'a str,
-}
-
-impl FileCtx<'_> {
-    pub(crate) fn err(&self, span: Range<usize>, message: impl Into<String>) -> ConfigError {
-        let (line, column) = line_col(self.text, span.start);
-        ConfigError::File { path: self.path.into(), line, column, message: message.into() }
-    }
-
-    pub(crate) fn int<T: TryFrom<i64>>(
-        &self,
-        v: &Spanned<i64>,
-        key: &str,
-        range: (i64, i64),
-    ) -> Result<T, ConfigError> {
-        let x = *v.get_ref();
-        if x < range.0 || x > range.1 {
-            return Err(self.err(v.span(), format!("{key} = {x}: allowed {}..={}", range.0, range.1)));
-        }
-        T::try_from(x).map_err(|_| self.err(v.span(), format!("{key} = {x}: out of range")))
-    }
-}
-
 /// Checks a ROS 2 topic name: absolute, `/`-separated tokens of `[A-Za-z0-9_]`, not starting with a digit, no
 /// `//` or `__`, no trailing `/`.
 pub fn check_ros_topic(name: &str) -> Result<(), String> {
@@ -495,8 +431,7 @@ impl Config {
 
     /// [`Config::from_file`], with `.msg` directories (`--msg-path`) searched before the file's `msg_path`.
     pub fn from_file_with(path: &Path, msg_dirs: &[PathBuf]) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::Read { path: path.display().to_string(), reason: e.to_string() })?;
+        let text = read_file(path)?;
         Config::from_toml_with(&path.display().to_string(), &text, msg_dirs)
     }
 
@@ -509,11 +444,8 @@ impl Config {
     /// [`Config::from_toml`], with `.msg` directories searched before the file's `msg_path`.
     pub fn from_toml_with(path: &str, text: &str, msg_dirs: &[PathBuf]) -> Result<Config, ConfigError> {
         let base = Path::new(path).parent().unwrap_or(Path::new("")).to_path_buf();
-        let cx = FileCtx { path, text };
-        let file: FileConfig = toml::from_str(text).map_err(|e| {
-            let span = e.span().unwrap_or(0..0);
-            cx.err(span, e.message().trim().to_string())
-        })?;
+        let cx = FileCtx::new(path, text);
+        let file: FileConfig = cx.parse()?;
         let mut c = Config::default();
         if let Some(ros) = file.ros {
             if let Some(v) = &ros.domain_id {

@@ -6,12 +6,14 @@
 //! expressions and none of the `deny` ones. Export (shoal → Zenoh) starts when a shoal publisher of the topic
 //! appears in registration; import (Zenoh → shoal) when a sample arrives on its key.
 
-use std::ops::Range;
 use std::path::Path;
 
 use regex::Regex;
 use serde::Deserialize;
 use toml::Spanned;
+
+pub use shoal_bridge_common::ConfigError;
+use shoal_bridge_common::{FileCtx, read_file};
 
 use crate::keyexpr::check_prefix;
 
@@ -200,39 +202,6 @@ impl Default for Config {
     }
 }
 
-/// A configuration error: where (`file:line:column`, when from a file) and what.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{path}: {reason}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why.
-        reason: String,
-    },
-    /// A key or value in the file is wrong.
-    #[error("{path}:{line}:{column}: {message}")]
-    File {
-        /// The file.
-        path: String,
-        /// 1-based line.
-        line: usize,
-        /// 1-based column.
-        column: usize,
-        /// What is wrong and what is allowed.
-        message: String,
-    },
-    /// A command-line value is wrong.
-    #[error("{flag}: {message}")]
-    Flag {
-        /// The flag.
-        flag: String,
-        /// What is wrong and what is allowed.
-        message: String,
-    },
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
@@ -291,53 +260,6 @@ struct FileTopic {
     max_bytes_per_s: Option<Spanned<i64>>,
 }
 
-/// Line and column (1-based) of byte `offset` in `text`.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
-}
-
-struct FileCtx<'a> {
-    path: &'a str,
-    text: &'a str,
-}
-
-impl FileCtx<'_> {
-    fn err(&self, span: Range<usize>, message: impl Into<String>) -> ConfigError {
-        let (line, column) = line_col(self.text, span.start);
-        ConfigError::File { path: self.path.into(), line, column, message: message.into() }
-    }
-
-    fn int(&self, v: &Spanned<i64>, key: &str, range: (i64, i64)) -> Result<u64, ConfigError> {
-        let x = *v.get_ref();
-        if x < range.0 || x > range.1 {
-            return Err(self.err(v.span(), format!("{key} = {x}: allowed {}..={}", range.0, range.1)));
-        }
-        u64::try_from(x).map_err(|_| self.err(v.span(), format!("{key} = {x}: out of range")))
-    }
-
-    fn choice<T>(
-        &self,
-        v: &Spanned<String>,
-        key: &str,
-        parse: fn(&str) -> Option<T>,
-        allowed: &str,
-    ) -> Result<T, ConfigError> {
-        parse(v.get_ref()).ok_or_else(|| self.err(v.span(), format!("{key} = {:?}: allowed {allowed}", v.get_ref())))
-    }
-
-    fn with<T>(
-        &self,
-        v: &Spanned<String>,
-        key: &str,
-        check: impl Fn(&str) -> Result<T, String>,
-    ) -> Result<T, ConfigError> {
-        check(v.get_ref()).map_err(|m| self.err(v.span(), format!("{key} = {m}")))
-    }
-}
-
 /// Range of `[select] max_imports`.
 pub const MAX_IMPORTS_RANGE: (i64, i64) = (1, 65536);
 /// Range of `[select] import_idle_ms` (100 ms to a day).
@@ -371,18 +293,14 @@ fn check_topic(t: &str) -> Result<String, String> {
 impl Config {
     /// Reads and checks a TOML configuration file.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::Read { path: path.display().to_string(), reason: e.to_string() })?;
+        let text = read_file(path)?;
         Config::from_toml(&path.display().to_string(), &text)
     }
 
     /// Parses and checks configuration text; `path` is used in error messages.
     pub fn from_toml(path: &str, text: &str) -> Result<Config, ConfigError> {
-        let cx = FileCtx { path, text };
-        let file: FileConfig = toml::from_str(text).map_err(|e| {
-            let span = e.span().unwrap_or(0..0);
-            cx.err(span, e.message().trim().to_string())
-        })?;
+        let cx = FileCtx::new(path, text);
+        let file: FileConfig = cx.parse()?;
         let mut c = Config::default();
         if let Some(z) = file.zenoh {
             if let Some(v) = &z.mode {
@@ -424,7 +342,7 @@ impl Config {
                 c.select_direction = cx.choice(v, "direction", Direction::parse, Direction::ALLOWED)?;
             }
             if let Some(v) = &s.max_imports {
-                c.max_imports = usize::try_from(cx.int(v, "max_imports", MAX_IMPORTS_RANGE)?).unwrap_or(usize::MAX);
+                c.max_imports = cx.int(v, "max_imports", MAX_IMPORTS_RANGE)?;
             }
             if let Some(v) = &s.import_idle_ms {
                 c.import_idle_ms = cx.int(v, "import_idle_ms", IMPORT_IDLE_MS_RANGE)?;
@@ -432,10 +350,10 @@ impl Config {
         }
         if let Some(q) = file.queue {
             if let Some(v) = &q.messages {
-                c.queue_messages = usize::try_from(cx.int(v, "messages", QUEUE_MESSAGES_RANGE)?).unwrap_or(usize::MAX);
+                c.queue_messages = cx.int(v, "messages", QUEUE_MESSAGES_RANGE)?;
             }
             if let Some(v) = &q.bytes {
-                c.queue_bytes = usize::try_from(cx.int(v, "bytes", QUEUE_BYTES_RANGE)?).unwrap_or(usize::MAX);
+                c.queue_bytes = cx.int(v, "bytes", QUEUE_BYTES_RANGE)?;
             }
             if let Some(v) = &q.policy {
                 c.drop_policy = cx.choice(v, "policy", DropPolicy::parse, DropPolicy::ALLOWED)?;
