@@ -48,7 +48,7 @@ pub fn read_file(path: &Path) -> Result<String, ConfigError> {
 }
 
 /// Line and column (1-based, in characters) of byte `offset` in `text`.
-pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let mut offset = offset.min(text.len());
     while !text.is_char_boundary(offset) {
         offset -= 1;
@@ -71,11 +71,6 @@ impl<'a> FileCtx<'a> {
     /// The file named `path` (in messages) whose text is `text`.
     pub fn new(path: &'a str, text: &'a str) -> FileCtx<'a> {
         FileCtx { path, text }
-    }
-
-    /// The file's name, as messages give it.
-    pub fn path(&self) -> &'a str {
-        self.path
     }
 
     /// The text as TOML, deserialized into `T`; a syntax error or a wrong key or type is an error at its place.
