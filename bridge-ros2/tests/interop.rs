@@ -3,8 +3,8 @@
 //! rosbags' CDR serializer, and builds what it sends with rosbags. The shoal side is `shoal-ros2-peer`.
 //!
 //! Every test runs inside a private network namespace that it creates (only `lo`, multicast on), so no DDS or
-//! shoal traffic leaves it; it needs root (`ip netns`) and prints SKIPPED otherwise. Tests run one at a time
-//! (large samples on two shared cores), each bounded by timeouts.
+//! shoal traffic leaves it; it needs root (`ip netns`) and prints SKIPPED otherwise. Tests that mostly wait run side
+//! by side; the two that move megabyte samples run alone (`root::alone`). Each is bounded by timeouts.
 
 #[path = "../../tools/tests/support/process.rs"]
 #[allow(dead_code)] // the tools' tests use the rest
@@ -18,7 +18,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use root::{root_or_skip, run, serial};
+use root::{alone, root_or_skip, run, shared};
 use serde_json::Value;
 use shoal_ros2_bridge::testdata::RAW_TYPE;
 use support::Proc;
@@ -229,7 +229,7 @@ fn string_and_imu_both_ways() {
     if !root_or_skip("string_and_imu_both_ways") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("si");
     let mut bridge = ns.bridge(&[
         "--topic",
@@ -264,7 +264,7 @@ fn images_1mb_and_6mb_both_ways() {
     if !root_or_skip("images_1mb_and_6mb_both_ways") {
         return;
     }
-    let _serial = serial();
+    let _cores = alone();
     let ns = Netns::create("im");
     let bridge = ns.bridge(&[
         "--topic",
@@ -283,7 +283,7 @@ fn pointcloud2_both_ways() {
     if !root_or_skip("pointcloud2_both_ways") {
         return;
     }
-    let _serial = serial();
+    let _cores = alone();
     let ns = Netns::create("pc");
     let bridge = ns.bridge(&[
         "--topic",
@@ -300,7 +300,7 @@ fn both_directions_without_echo() {
     if !root_or_skip("both_directions_without_echo") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("ec");
     let mut bridge = ns.bridge(&["--topic", "talk=std_msgs/msg/String,direction=both"]);
     // A Cyclone subscriber on the same ROS topic sees the Cyclone publisher's 20 messages once each: the bridge
@@ -321,7 +321,7 @@ fn bad_input_is_dropped_counted_and_survived() {
     if !root_or_skip("bad_input_is_dropped_counted_and_survived") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("bd");
     let mut bridge = ns.bridge(&[
         "--topic",
@@ -410,7 +410,7 @@ fn raw_fallback_both_ways() {
     if !root_or_skip("raw_fallback_both_ways") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("rw");
     let desc = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("shoal_test_blob_{}.desc", std::process::id()));
     let descriptor = blob_descriptor();
@@ -484,7 +484,7 @@ fn ros2_node_list_finds_the_bridge() {
     if !root_or_skip("ros2_node_list_finds_the_bridge") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("nl");
     let _bridge = ns.bridge(&[
         "--node-name",
@@ -513,7 +513,7 @@ fn peers_killed_mid_stream_traffic_resumes() {
     if !root_or_skip("peers_killed_mid_stream_traffic_resumes") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("kl");
     let mut bridge = ns.bridge(&[
         "--topic",
@@ -596,7 +596,7 @@ fn qos_mismatch_is_reported() {
     if !root_or_skip("qos_mismatch_is_reported") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("qs");
     let bridge = ns.bridge(&["--topic", "scan=std_msgs/msg/String,direction=ros_to_shoal"]);
     let _cpub = ns
@@ -686,7 +686,7 @@ fn generic_mapping_both_ways() {
     if !root_or_skip("generic_mapping_both_ways") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("gm");
     let cfg = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("generic_{}.toml", std::process::id()));
     let demo = demo_dir();
@@ -737,7 +737,7 @@ fn generic_mismatch_is_refused_at_start() {
     if !root_or_skip("generic_mismatch_is_refused_at_start") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("gx");
     let demo = demo_dir();
     let msg_dir = demo.join("msg").display().to_string();
@@ -767,7 +767,7 @@ fn generic_mapping_from_the_announced_descriptor() {
     if !root_or_skip("generic_mapping_from_the_announced_descriptor") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("ga");
     let msg_dir = demo_dir().join("msg").display().to_string();
     let route = "tel_ann=demo_msgs/msg/Telemetry,direction=shoal_to_ros,shoal_type=demo.Telemetry";
@@ -818,7 +818,7 @@ fn generic_type_change_mid_stream_is_remapped_or_refused() {
     if !root_or_skip("generic_type_change_mid_stream_is_remapped_or_refused") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("gc");
     let msg_dir = demo_dir().join("msg").display().to_string();
     let route = "tel_chg=demo_msgs/msg/Telemetry,direction=shoal_to_ros,shoal_type=demo.Telemetry";
@@ -911,7 +911,7 @@ fn hostile_data_frag_costs_a_restart_not_the_memory() {
     if !root_or_skip("hostile_data_frag_costs_a_restart_not_the_memory") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("hf");
     let mut bridge =
         Proc::spawn("bridge", ns.command(BRIDGE, &["--topic", "hf_out=std_msgs/msg/String,direction=shoal_to_ros"]));
@@ -967,7 +967,7 @@ fn transient_local_maps_to_history_for_late_joiners_both_ways() {
     if !root_or_skip("transient_local_maps_to_history_for_late_joiners_both_ways") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("tl");
     // shoal → ROS 2: a shoal publisher that keeps 5, with no subscriber yet.
     let spub = ns.shoal(
@@ -1048,7 +1048,7 @@ fn services_both_ways_against_cyclone() {
     if !root_or_skip("services_both_ways_against_cyclone") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("srv");
     let msg_dir = demo_dir().join("msg").display().to_string();
     let count = 20u64;
@@ -1119,7 +1119,7 @@ fn service_timeouts_cross_the_bridge() {
     if !root_or_skip("service_timeouts_cross_the_bridge") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("srvto");
     let slow_sh = service_flag("set_bool", "slow_sh", "shoal", ",timeout_ms=500");
     let slow_ros = service_flag("set_bool", "slow_ros", "ros", ",timeout_ms=3000");
@@ -1175,7 +1175,7 @@ fn discovered_actions_are_listed_as_not_bridged() {
     if !root_or_skip("discovered_actions_are_listed_as_not_bridged") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("act");
     let bridge = ns.bridge(&["--service", "reset=std_srvs/srv/Trigger,server=shoal"]);
     let _action = ns.cyclone("cyclone action server", &["action_server", "/fibonacci"]);
@@ -1214,7 +1214,7 @@ fn automatic_routes_follow_discovery_without_loops() {
     if !root_or_skip("automatic_routes_follow_discovery_without_loops") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("au");
     let cfg = config_file(
         "au",
@@ -1360,7 +1360,7 @@ fn two_bridges_do_not_ping_pong() {
     if !root_or_skip("two_bridges_do_not_ping_pong") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("pp");
     let cfg = |tag: &str, direction: &str| {
         config_file(tag, &format!("[auto]\nallow = \"/pp_.*\"\ndirection = \"{direction}\"\ngrace_ms = 500\n"))
@@ -1471,7 +1471,7 @@ fn services_do_not_go_round_between_two_bridges() {
     if !root_or_skip("services_do_not_go_round_between_two_bridges") {
         return;
     }
-    let _serial = serial();
+    let _cores = shared();
     let ns = Netns::create("srvloop");
     let mut a = ns.bridge(&["--node-name", "bridge_a", "--service", "x=std_srvs/srv/SetBool,server=ros,ros=/x"]);
     let mut b = ns.bridge(&["--node-name", "bridge_b", "--service", "x=std_srvs/srv/SetBool,server=shoal,ros=/x"]);

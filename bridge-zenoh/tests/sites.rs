@@ -4,8 +4,9 @@
 //! PyPI in router mode (`tests/zenoh/peer.py`, in the venv `scripts/zenoh-venv` makes under `target/`); each site
 //! runs a `shoal-zenoh-bridge` (client of the router) and `shoal-zenoh-peer` publishers and subscribers.
 //!
-//! Every test creates and deletes its namespaces; without root it prints SKIPPED. Tests run one at a time, each
-//! bounded by timeouts. `measure` prints the throughput and latency figures beside Zenoh's own publisher and
+//! Every test creates and deletes namespaces of its own; without root it prints SKIPPED. Tests that mostly wait run
+//! side by side; those that move large samples, measure or count drops against a rate run alone (`root::alone`).
+//! Each is bounded by timeouts. `measure` prints the throughput and latency figures beside Zenoh's own publisher and
 //! subscriber (its Rust API, `shoal-zenoh-peer zpub`/`zsub`, and its Python API) over the same router.
 
 #[path = "../../tools/tests/support/process.rs"]
@@ -15,12 +16,14 @@ mod support;
 #[path = "../../tools/tests/support/root.rs"]
 mod root;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use root::{root_or_skip, run, serial};
+use root::{alone, root_or_skip, run, shared};
 use serde_json::Value;
 use support::Proc;
 
@@ -73,14 +76,17 @@ const ROUTER_A: &str = "tcp/10.232.1.1:7447";
 const ROUTER_B: &str = "tcp/10.232.2.1:7447";
 
 impl Sites {
+    /// Namespaces and veth names of their own (this process's id and a count), as tests run side by side.
     fn create() -> Sites {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
         let id = std::process::id();
         let n = id % 100_000;
         let s = Sites {
-            a: format!("shoal_zs_a_{id}"),
-            b: format!("shoal_zs_b_{id}"),
-            r: format!("shoal_zs_r_{id}"),
-            a_link: format!("zsar{n}"),
+            a: format!("shoal_zs_a_{id}_{k}"),
+            b: format!("shoal_zs_b_{id}_{k}"),
+            r: format!("shoal_zs_r_{id}_{k}"),
+            a_link: format!("zsa{k}r{n}"),
         };
         for ns in [&s.a, &s.b, &s.r] {
             let _ = run(&["ip", "netns", "del", ns]);
@@ -95,7 +101,7 @@ impl Sites {
                 run(&["ip", "-n", ns, "route", "add", "224.0.0.0/4", "dev", "lo"])?;
             }
             for (site, tag, net) in [(&s.a, "a", 1), (&s.b, "b", 2)] {
-                let (here, there) = (format!("zs{tag}{n}"), format!("zs{tag}r{n}"));
+                let (here, there) = (format!("zs{tag}{k}x{n}"), format!("zs{tag}{k}r{n}"));
                 run(&["ip", "link", "add", &here, "type", "veth", "peer", "name", &there])?;
                 run(&["ip", "link", "set", &here, "netns", site])?;
                 run(&["ip", "link", "set", &there, "netns", &s.r])?;
@@ -239,7 +245,7 @@ fn a_to_b_and_b_to_a_with_the_type_no_echo_and_zenoh_sees_it() {
     if !root_or_skip("a_to_b_and_b_to_a_with_the_type_no_echo_and_zenoh_sees_it") {
         return;
     }
-    let _s = serial();
+    let _cores = shared();
     let desc = descriptor();
     let sites = Sites::create();
     let _router = sites.router();
@@ -285,7 +291,7 @@ fn a_python_zenoh_publisher_reaches_a_shoal_subscriber_behind_a_bridge() {
     if !root_or_skip("a_python_zenoh_publisher_reaches_a_shoal_subscriber_behind_a_bridge") {
         return;
     }
-    let _s = serial();
+    let _cores = shared();
     let sites = Sites::create();
     let _router = sites.router();
     // Two imported keys at most; an import idle for 10 s gives its slot to a new key.
@@ -362,7 +368,7 @@ fn router_restart_mid_stream_resumes_and_the_loss_is_counted() {
     if !root_or_skip("router_restart_mid_stream_resumes_and_the_loss_is_counted") {
         return;
     }
-    let _s = serial();
+    let _cores = shared();
     let desc = descriptor();
     let sites = Sites::create();
     let mut router = sites.router();
@@ -373,7 +379,21 @@ fn router_restart_mid_stream_resumes_and_the_loss_is_counted() {
     let sub = sites.peer(
         &sites.b,
         "shoal sub",
-        &["sub", "--topic", "restart", "--count", &c, "--size", "64", "--timeout-ms", "40000", "--idle-ms", "5000"],
+        &[
+            "sub",
+            "--topic",
+            "restart",
+            "--count",
+            &c,
+            "--size",
+            "64",
+            "--timeout-ms",
+            "40000",
+            "--idle-ms",
+            "5000",
+            "--after-last-ms",
+            "1000",
+        ],
     );
     let publ = sites.peer(
         &sites.a,
@@ -407,7 +427,7 @@ fn a_bridge_joining_mid_stream_holds_samples_until_the_descriptor_comes() {
     if !root_or_skip("a_bridge_joining_mid_stream_holds_samples_until_the_descriptor_comes") {
         return;
     }
-    let _s = serial();
+    let _cores = alone();
     let desc = descriptor();
     let sites = Sites::create();
     let _router = sites.router();
@@ -417,7 +437,21 @@ fn a_bridge_joining_mid_stream_holds_samples_until_the_descriptor_comes() {
     let sub = sites.peer(
         &sites.b,
         "shoal sub",
-        &["sub", "--topic", "late", "--count", &c, "--size", "64", "--timeout-ms", "40000", "--idle-ms", "3000"],
+        &[
+            "sub",
+            "--topic",
+            "late",
+            "--count",
+            &c,
+            "--size",
+            "64",
+            "--timeout-ms",
+            "40000",
+            "--idle-ms",
+            "3000",
+            "--after-last-ms",
+            "1000",
+        ],
     );
     let publ = sites.peer(
         &sites.a,
@@ -448,7 +482,7 @@ fn large_messages_1mb_and_8mb_pass() {
     if !root_or_skip("large_messages_1mb_and_8mb_pass") {
         return;
     }
-    let _s = serial();
+    let _cores = alone();
     let desc = descriptor();
     let sites = Sites::create();
     let _router = sites.router();
@@ -463,7 +497,7 @@ fn a_full_export_queue_drops_counted_on_the_bridge_subscriber() {
     if !root_or_skip("a_full_export_queue_drops_counted_on_the_bridge_subscriber") {
         return;
     }
-    let _s = serial();
+    let _cores = alone();
     let desc = descriptor();
     let sites = Sites::create();
     let _router = sites.router();
@@ -515,7 +549,7 @@ fn a_rate_limit_drops_what_is_beyond_it_counted() {
     if !root_or_skip("a_rate_limit_drops_what_is_beyond_it_counted") {
         return;
     }
-    let _s = serial();
+    let _cores = alone();
     let desc = descriptor();
     let sites = Sites::create();
     let _router = sites.router();
@@ -559,7 +593,7 @@ fn measure() {
     if !root_or_skip("measure") {
         return;
     }
-    let _s = serial();
+    let _cores = alone();
     let desc = descriptor();
     let sites = Sites::create();
     let _router = sites.router();
@@ -573,6 +607,7 @@ fn measure() {
     let mut block_a = sites.bridge(&sites.a, &blocking);
     let mut block_b = sites.bridge(&sites.b, &blocking);
     let mut rows = Vec::new();
+    let mut references: HashMap<(u64, usize, &str), (Value, Value)> = HashMap::new();
     for (what, topic, count, size, rate) in [
         ("64 B at 10000/s", "m_rate10k", 10_000u64, 64usize, "10000"),
         ("64 B at 40000/s", "m_rate40k", 40_000, 64, "40000"),
@@ -581,7 +616,7 @@ fn measure() {
         ("1 MiB, as fast as possible", "m_tput", 100, 1 << 20, "0"),
         ("64 B, as fast as possible, policy block", "b_rate", 200_000, 64, "0"),
         ("1 MiB, as fast as possible, policy block", "b_tput", 100, 1 << 20, "0"),
-        ("64 B at 100 Hz (latency)", "m_lat", 500, 64, "100"),
+        ("64 B at 100 Hz (latency)", "m_lat", 300, 64, "100"),
     ] {
         // SHOAL_ZENOH_MEASURE=<text>: only the cases whose name contains it (to profile one).
         if std::env::var("SHOAL_ZENOH_MEASURE").is_ok_and(|only| !what.contains(&only)) {
@@ -599,7 +634,8 @@ fn measure() {
         if rate == "0" {
             pub_args.push("--reliable");
         }
-        let sub_args = ["--count", &c, "--size", &s, "--timeout-ms", "30000", "--idle-ms", "3000"];
+        let sub_args =
+            ["--count", &c, "--size", &s, "--timeout-ms", "30000", "--idle-ms", "3000", "--after-last-ms", "1000"];
         // Behind the blocking pair the subscriber is reliable too: bridge B's publisher waits for it (nothing lost
         // end to end, as with Zenoh's own congestion control), where a best-effort one would see overwrites.
         let reliable: &[&str] = if topic.starts_with("b_") { &["--reliable"] } else { &[] };
@@ -607,33 +643,45 @@ fn measure() {
         let publ = sites.peer(&sites.a, "shoal pub", &pub_args);
         publ.expect("done", Duration::from_secs(40));
         let bridged = sub.expect("summary", Duration::from_secs(40));
-        // Zenoh's own Rust API, the same version, through the same router (the reference).
-        let key = format!("zenoh_rust/{topic}");
-        let zsub =
-            sites.zenoh_rust(&sites.b, ROUTER_B, "zenoh rust sub", &[&["zsub", "--key", &key][..], &sub_args].concat());
-        let zpub = sites.zenoh_rust(
-            &sites.a,
-            ROUTER_A,
-            "zenoh rust pub",
-            &["zpub", "--key", &key, "--count", &c, "--size", &s, "--rate", rate],
-        );
-        zpub.expect("done", Duration::from_secs(40));
-        let rust = zsub.expect("summary", Duration::from_secs(40));
-        let key = format!("zenoh_only/{topic}");
-        let zsub = sites.zenoh(
-            &sites.b,
-            ROUTER_B,
-            "zenoh sub",
-            &["sub", "--key", &key, "--count", &c, "--size", &s, "--timeout", "30", "--idle", "3"],
-        );
-        let zpub = sites.zenoh(
-            &sites.a,
-            ROUTER_A,
-            "zenoh pub",
-            &["pub", "--key", &key, "--count", &c, "--size", &s, "--rate", rate],
-        );
-        zpub.expect("done", Duration::from_secs(40));
-        let direct = zsub.expect("summary", Duration::from_secs(40));
+        // The references, measured once for a count, size and rate (the blocking pair's cases show them again).
+        let (rust, direct) = match references.get(&(count, size, rate)) {
+            Some(r) => r.clone(),
+            None => {
+                // Zenoh's own Rust API, the same version, through the same router (the reference).
+                let key = format!("zenoh_rust/{topic}");
+                let zsub = sites.zenoh_rust(
+                    &sites.b,
+                    ROUTER_B,
+                    "zenoh rust sub",
+                    &[&["zsub", "--key", &key][..], &sub_args].concat(),
+                );
+                let zpub = sites.zenoh_rust(
+                    &sites.a,
+                    ROUTER_A,
+                    "zenoh rust pub",
+                    &["zpub", "--key", &key, "--count", &c, "--size", &s, "--rate", rate],
+                );
+                zpub.expect("done", Duration::from_secs(40));
+                let rust = zsub.expect("summary", Duration::from_secs(40));
+                let key = format!("zenoh_only/{topic}");
+                let zsub = sites.zenoh(
+                    &sites.b,
+                    ROUTER_B,
+                    "zenoh sub",
+                    &["sub", "--key", &key, "--count", &c, "--size", &s, "--timeout", "30", "--idle", "3"],
+                );
+                let zpub = sites.zenoh(
+                    &sites.a,
+                    ROUTER_A,
+                    "zenoh pub",
+                    &["pub", "--key", &key, "--count", &c, "--size", &s, "--rate", rate],
+                );
+                zpub.expect("done", Duration::from_secs(40));
+                let direct = zsub.expect("summary", Duration::from_secs(40));
+                references.insert((count, size, rate), (rust.clone(), direct.clone()));
+                (rust, direct)
+            }
+        };
         let line = |v: &Value| {
             let mps = v["e2e_msgs_per_s"].as_f64().unwrap_or(0.0);
             format!(
@@ -687,7 +735,21 @@ fn stream_across_a_link_cut(topic: &str, count: u64, cut: Duration) -> (Value, u
     let sub = sites.peer(
         &sites.b,
         "shoal sub",
-        &["sub", "--topic", topic, "--count", &c, "--size", "64", "--timeout-ms", "60000", "--idle-ms", "20000"],
+        &[
+            "sub",
+            "--topic",
+            topic,
+            "--count",
+            &c,
+            "--size",
+            "64",
+            "--timeout-ms",
+            "60000",
+            "--idle-ms",
+            "20000",
+            "--after-last-ms",
+            "1000",
+        ],
     );
     let publ = sites.peer(
         &sites.a,
@@ -723,7 +785,7 @@ fn a_link_cut_mid_stream_resumes_and_every_probe_is_accounted_for() {
     if !root_or_skip("a_link_cut_mid_stream_resumes_and_every_probe_is_accounted_for") {
         return;
     }
-    let _s = serial();
+    let _cores = shared();
     let (summary, _) = stream_across_a_link_cut("cut", 1400, Duration::from_secs(2));
     // The cut was real: probes sent during it arrived a second or more late (held by Zenoh and TCP, not lost).
     assert!(summary["latency_us"]["max"].as_u64().unwrap_or(0) >= 1_000_000, "{summary}");
@@ -736,7 +798,7 @@ fn a_link_cut_longer_than_the_lease_resumes_with_the_loss_counted() {
     if !root_or_skip("a_link_cut_longer_than_the_lease_resumes_with_the_loss_counted") {
         return;
     }
-    let _s = serial();
+    let _cores = shared();
     let (summary, missing) = stream_across_a_link_cut("longcut", 4000, Duration::from_secs(12));
     assert!(missing > 0, "12 s of probes cannot all have waited out a closed session: {summary}");
 }
@@ -748,7 +810,7 @@ fn an_ecal_subscriber_in_b_gets_a_shoal_publisher_in_a() {
     if !root_or_skip("an_ecal_subscriber_in_b_gets_a_shoal_publisher_in_a") {
         return;
     }
-    let _s = serial();
+    let _cores = shared();
     let desc = descriptor();
     let sites = Sites::create();
     let _router = sites.router();
@@ -791,7 +853,7 @@ fn a_bridge_started_before_its_router_waits_for_it() {
     if !root_or_skip("a_bridge_started_before_its_router_waits_for_it") {
         return;
     }
-    let _s = serial();
+    let _cores = shared();
     let sites = Sites::create();
     let args = ["--connect", ROUTER_A, "--topic", "early"];
     let bridge = Proc::spawn("bridge a", Sites::command(&sites.a, BRIDGE, &args));

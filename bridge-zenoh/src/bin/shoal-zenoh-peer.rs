@@ -4,10 +4,12 @@
 //! ```text
 //! shoal-zenoh-peer pub --topic T --count N [--size B] [--rate HZ] [--descriptor FILE] [--wait-subscribers K]
 //!                      [--reliable]
-//! shoal-zenoh-peer sub --topic T --count N [--size B] [--timeout-ms MS] [--idle-ms MS] [--reliable]
+//! shoal-zenoh-peer sub --topic T --count N [--size B] [--timeout-ms MS] [--idle-ms MS] [--after-last-ms MS]
+//!                      [--reliable]
 //! shoal-zenoh-peer monitor --topic T --unit U [--duration-ms MS]
 //! shoal-zenoh-peer zpub --connect E --key K --count N [--size B] [--rate HZ]
 //! shoal-zenoh-peer zsub --connect E --key K --count N [--size B] [--timeout-ms MS] [--idle-ms MS]
+//!                       [--after-last-ms MS]
 //! ```
 //!
 //! `monitor` reads shoal registration (the node's snapshot, as shoal-monitor does) for `--duration-ms` and prints
@@ -15,7 +17,8 @@
 //!
 //! `pub` announces the probe type (`shoal_zenoh.test.Probe`, encoding proto, the descriptor from FILE), waits until
 //! K subscribers are connected, then sends probes 1..=N at HZ (0: as fast as it can). `sub` receives until N probes
-//! arrived, or `--idle-ms` passed without one after the first, or the timeout; its summary counts received, intact
+//! arrived, or `--idle-ms` passed without one after the first, or `--after-last-ms` without one after probe N (the
+//! stream is over: what has not come was lost), or the timeout; its summary counts received, intact
 //! (right size and pattern) and duplicate probes, names the type the publisher announced, and gives the one-way
 //! latency (send time in the probe to arrival, same host) percentiles and the receive rate. `pub --reliable` makes
 //! a reliable publisher (it waits up to 5 s for reliable subscribers, such as the bridge's, instead of overwriting
@@ -124,6 +127,10 @@ struct Until {
     /// After the first probe, stop when none came for this long.
     #[arg(long, default_value_t = 0)]
     idle_ms: u64,
+    /// After the last probe (number `count`), stop when none came for this long: the stream is over, and what has
+    /// not come was lost (a stream with a gap longer than `idle_ms` need not wait that out at its end).
+    #[arg(long, default_value_t = 0)]
+    after_last_ms: u64,
 }
 
 fn emit(v: &serde_json::Value) {
@@ -186,10 +193,10 @@ fn main() -> anyhow::Result<()> {
             emit(&json!({"event": "done", "sent": count, "seconds": secs}));
             std::thread::sleep(Duration::from_millis(500));
         }
-        Cmd::Zsub { connect, key, until: Until { count, size, timeout_ms, idle_ms } } => {
+        Cmd::Zsub { connect, key, until } => {
             use zenoh::Wait;
             let session = zenoh::open(zenoh_client(&connect)?).wait().map_err(|e| anyhow::anyhow!("zenoh: {e}"))?;
-            let tally = std::sync::Arc::new(std::sync::Mutex::new(Tally::new(size)));
+            let tally = std::sync::Arc::new(std::sync::Mutex::new(Tally::new(until.size)));
             let t = std::sync::Arc::clone(&tally);
             let _sub = session
                 .declare_subscriber(key)
@@ -200,11 +207,11 @@ fn main() -> anyhow::Result<()> {
                 .wait()
                 .map_err(|e| anyhow::anyhow!("zenoh subscriber: {e}"))?;
             emit(&json!({"event": "ready"}));
-            let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+            let deadline = Instant::now() + Duration::from_millis(until.timeout_ms);
             loop {
                 std::thread::sleep(Duration::from_millis(10));
                 let t = tally.lock().unwrap_or_else(|e| e.into_inner());
-                if t.done(count, deadline, idle_ms) {
+                if t.done(&until, deadline) {
                     emit(&t.summary(None));
                     break;
                 }
@@ -228,15 +235,15 @@ fn main() -> anyhow::Result<()> {
             emit(&json!({"event": "monitor", "seen": seen, "publisher_drops": pub_drops,
                          "subscriber_drops": sub_drops}));
         }
-        Cmd::Sub { topic, until: Until { count, size, timeout_ms, idle_ms }, reliable } => {
+        Cmd::Sub { topic, until, reliable } => {
             let node = node()?;
             let sub =
                 node.subscriber(&topic).queue(shoal::QueuePolicy::new(1 << 20, 4 << 30)).reliable(reliable).create()?;
             emit(&json!({"event": "ready"}));
-            let deadline = Instant::now() + Duration::from_millis(timeout_ms);
-            let mut tally = Tally::new(size);
+            let deadline = Instant::now() + Duration::from_millis(until.timeout_ms);
+            let mut tally = Tally::new(until.size);
             let mut type_info: Option<TypeInfo> = None;
-            while !tally.done(count, deadline, idle_ms) {
+            while !tally.done(&until, deadline) {
                 let Ok(s) = sub.recv_timeout(Duration::from_millis(50)) else { continue };
                 type_info.get_or_insert_with(|| s.type_info().clone());
                 tally.add(s.payload(), probe::now_ns());
@@ -323,12 +330,15 @@ impl Tally {
         }
     }
 
-    /// All `count` arrived, or the deadline passed, or `idle_ms` (when not 0) passed since the last one.
-    fn done(&self, count: u64, deadline: Instant, idle_ms: u64) -> bool {
+    /// All `until.count` arrived, or the deadline passed, or `until.idle_ms` (when not 0) passed since the last
+    /// arrival, or `until.after_last_ms` (when not 0) since the last arrival and probe `count` is among them.
+    fn done(&self, until: &Until, deadline: Instant) -> bool {
         let now = Instant::now();
-        self.seen.len() as u64 >= count
+        let quiet_for = |ms: u64| ms > 0 && self.first_at.is_some() && now - self.last_at > Duration::from_millis(ms);
+        self.seen.len() as u64 >= until.count
             || now >= deadline
-            || (idle_ms > 0 && self.first_at.is_some() && now - self.last_at > Duration::from_millis(idle_ms))
+            || quiet_for(until.idle_ms)
+            || (self.seen.contains(&until.count) && quiet_for(until.after_last_ms))
     }
 
     fn summary(&self, t: Option<&TypeInfo>) -> serde_json::Value {

@@ -1,9 +1,9 @@
 //! What the tests that need root share (the network-namespace tests here and the bridges' tests, which include this
 //! file by path): running a setup command, whether this process is root (else the test prints SKIPPED and returns),
-//! and one such test at a time within a test binary.
+//! and which of them may run side by side within a test binary.
 
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Runs `args[0]` with the rest as arguments; its stderr when it fails.
 pub(crate) fn run(args: &[&str]) -> Result<(), String> {
@@ -29,8 +29,17 @@ pub(crate) fn root_or_skip(test: &str) -> bool {
     root
 }
 
-/// Held by a test for its whole run: one at a time (large transfers and timing need the two cores).
-pub(crate) fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+/// The machine's two cores, as the tests of one binary share them.
+static CORES: RwLock<()> = RwLock::new(());
+
+/// Held for its whole run by a test that mostly waits (discovery, paced streams, a cut link) in namespaces of its
+/// own: such tests run side by side, as many as the test harness runs at once.
+pub(crate) fn shared() -> RwLockReadGuard<'static, ()> {
+    CORES.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Held for its whole run by a test whose deadlines or figures need the two cores (large samples, measurements):
+/// it waits for the tests running to end, and none starts until it is done.
+pub(crate) fn alone() -> RwLockWriteGuard<'static, ()> {
+    CORES.write().unwrap_or_else(|e| e.into_inner())
 }
