@@ -1,6 +1,9 @@
 //! What shoal's bridges (`bridge-ros2`, `bridge-zenoh`) share: reading a TOML configuration file so that every
 //! error names the file, line and column of the value at fault, what is wrong and what is allowed ([`FileCtx`],
-//! [`ConfigError`]), as the eCAL ini of the core does.
+//! [`ConfigError`]), as the eCAL ini of the core does; and their processes' set-up ([`process`]: log output, the
+//! flag that SIGTERM and SIGINT set).
+
+pub mod process;
 
 use std::ops::Range;
 use std::path::Path;

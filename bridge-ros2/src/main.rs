@@ -16,8 +16,6 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -70,17 +68,8 @@ struct Args {
     memory_limit: Option<u64>,
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_sig: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
-
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .init();
+    shoal_bridge_common::process::init_tracing();
     let args = Args::parse();
     let mut config = match &args.config {
         Some(path) => Config::from_file_with(path, &args.msg_path)?,
@@ -135,25 +124,13 @@ fn main() -> anyhow::Result<()> {
     );
     config.check_routes()?;
 
-    for sig in [libc::SIGTERM, libc::SIGINT] {
-        // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that only stores to an atomic (async-signal-safe);
-        // `signal` has no other preconditions.
-        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
-    }
+    let stop = shoal_bridge_common::process::stop_on_signals().context("installing the SIGTERM/SIGINT handlers")?;
     let Some(supervisor_pid) = supervisor::worker_of() else {
-        let restarts = supervisor::run(&config.supervisor, &STOP)?;
+        let restarts = supervisor::run(&config.supervisor, &stop)?;
         tracing::info!(restarts, "stopped");
         return Ok(());
     };
     supervisor::enter_worker(&config.supervisor, supervisor_pid).context("setting up the worker process")?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let watcher = Arc::clone(&stop);
-    std::thread::spawn(move || {
-        while !STOP.load(Ordering::Relaxed) {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        watcher.store(true, Ordering::Relaxed);
-    });
     bridge::run(&config, stop)?;
     Ok(())
 }

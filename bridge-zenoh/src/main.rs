@@ -9,9 +9,8 @@
 //! lines on stdout. SIGINT / SIGTERM stop it cleanly (a final stats line with `"final": true`).
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
+use anyhow::Context as _;
 use clap::Parser;
 use shoal_zenoh_bridge::bridge;
 use shoal_zenoh_bridge::config::Config;
@@ -76,17 +75,8 @@ struct Args {
     max_bytes_per_s: Option<u64>,
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_sig: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
-
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .init();
+    shoal_bridge_common::process::init_tracing();
     let args = Args::parse();
     let mut config = match &args.config {
         Some(path) => Config::from_file(path)?,
@@ -155,19 +145,7 @@ fn main() -> anyhow::Result<()> {
         "no Zenoh endpoint: give --connect tcp/<router>:7447 (or [zenoh] connect in the file), or --listen"
     );
 
-    for sig in [libc::SIGTERM, libc::SIGINT] {
-        // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that only stores to an atomic (async-signal-safe);
-        // `signal` has no other preconditions.
-        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let watcher = Arc::clone(&stop);
-    std::thread::spawn(move || {
-        while !STOP.load(Ordering::Relaxed) {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        watcher.store(true, Ordering::Relaxed);
-    });
+    let stop = shoal_bridge_common::process::stop_on_signals().context("installing the SIGTERM/SIGINT handlers")?;
     bridge::run(&config, stop)?;
     Ok(())
 }
