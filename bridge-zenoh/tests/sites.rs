@@ -204,6 +204,15 @@ fn wait_export(bridge: &Proc, topic: &str) {
     });
 }
 
+/// The arguments of a `shoal-zenoh-peer sub` of 64 B probes 1..=`count` on `topic` that gives up after
+/// `timeout_ms`, or `idle_ms` without a probe, and ends 1 s after the last probe came (what did not come by then
+/// was lost: a stream with a gap need not wait out `idle_ms` at its end).
+fn stream_sub<'a>(topic: &'a str, count: &'a str, timeout_ms: &'a str, idle_ms: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["sub", "--topic", topic, "--count", count, "--size", "64"];
+    args.extend(["--timeout-ms", timeout_ms, "--idle-ms", idle_ms, "--after-last-ms", "1000"]);
+    args
+}
+
 /// shoal publisher in `from` → bridges → shoal subscriber in `to`: `count` probes of `size` bytes at `rate`; checks
 /// every one arrived intact, once, with the publisher's type. Returns the subscriber's summary.
 #[allow(clippy::too_many_arguments)]
@@ -377,25 +386,7 @@ fn router_restart_mid_stream_resumes_and_the_loss_is_counted() {
     let mut bridge_b = sites.bridge(&sites.b, &["--topic", "restart"]);
     let count = 1600u64;
     let c = count.to_string();
-    let sub = sites.peer(
-        &sites.b,
-        "shoal sub",
-        &[
-            "sub",
-            "--topic",
-            "restart",
-            "--count",
-            &c,
-            "--size",
-            "64",
-            "--timeout-ms",
-            "40000",
-            "--idle-ms",
-            "5000",
-            "--after-last-ms",
-            "1000",
-        ],
-    );
+    let sub = sites.peer(&sites.b, "shoal sub", &stream_sub("restart", &c, "40000", "5000"));
     let publ = sites.peer(
         &sites.a,
         "shoal pub",
@@ -435,25 +426,7 @@ fn a_bridge_joining_mid_stream_holds_samples_until_the_descriptor_comes() {
     let bridge_a = sites.bridge(&sites.a, &["--topic", "late"]);
     let count = 1500u64;
     let c = count.to_string();
-    let sub = sites.peer(
-        &sites.b,
-        "shoal sub",
-        &[
-            "sub",
-            "--topic",
-            "late",
-            "--count",
-            &c,
-            "--size",
-            "64",
-            "--timeout-ms",
-            "40000",
-            "--idle-ms",
-            "3000",
-            "--after-last-ms",
-            "1000",
-        ],
-    );
+    let sub = sites.peer(&sites.b, "shoal sub", &stream_sub("late", &c, "40000", "3000"));
     let publ = sites.peer(
         &sites.a,
         "shoal pub",
@@ -648,37 +621,29 @@ fn measure() {
         let (rust, direct) = match references.get(&(count, size, rate)) {
             Some(r) => r.clone(),
             None => {
+                // A subscriber in B, then a publisher in A, each a client of its site's router address.
+                type Spawn = fn(&Sites, &str, &str, &str, &[&str]) -> Proc;
+                let across_router = |spawn: Spawn, what: &str, sub: &[&str], publ: &[&str]| {
+                    let zsub = spawn(&sites, &sites.b, ROUTER_B, &format!("{what} sub"), sub);
+                    let zpub = spawn(&sites, &sites.a, ROUTER_A, &format!("{what} pub"), publ);
+                    zpub.expect("done", Duration::from_secs(40));
+                    zsub.expect("summary", Duration::from_secs(40))
+                };
                 // Zenoh's own Rust API, the same version, through the same router (the reference).
                 let key = format!("zenoh_rust/{topic}");
-                let zsub = sites.zenoh_rust(
-                    &sites.b,
-                    ROUTER_B,
-                    "zenoh rust sub",
+                let rust = across_router(
+                    Sites::zenoh_rust,
+                    "zenoh rust",
                     &[&["zsub", "--key", &key][..], &sub_args].concat(),
-                );
-                let zpub = sites.zenoh_rust(
-                    &sites.a,
-                    ROUTER_A,
-                    "zenoh rust pub",
                     &["zpub", "--key", &key, "--count", &c, "--size", &s, "--rate", rate],
                 );
-                zpub.expect("done", Duration::from_secs(40));
-                let rust = zsub.expect("summary", Duration::from_secs(40));
                 let key = format!("zenoh_only/{topic}");
-                let zsub = sites.zenoh(
-                    &sites.b,
-                    ROUTER_B,
-                    "zenoh sub",
+                let direct = across_router(
+                    Sites::zenoh,
+                    "zenoh",
                     &["sub", "--key", &key, "--count", &c, "--size", &s, "--timeout", "30", "--idle", "3"],
-                );
-                let zpub = sites.zenoh(
-                    &sites.a,
-                    ROUTER_A,
-                    "zenoh pub",
                     &["pub", "--key", &key, "--count", &c, "--size", &s, "--rate", rate],
                 );
-                zpub.expect("done", Duration::from_secs(40));
-                let direct = zsub.expect("summary", Duration::from_secs(40));
                 references.insert((count, size, rate), (rust.clone(), direct.clone()));
                 (rust, direct)
             }
@@ -733,25 +698,7 @@ fn stream_across_a_link_cut(topic: &str, count: u64, cut: Duration) -> (Value, u
     let mut bridge_a = sites.bridge(&sites.a, &["--topic", topic, "--queue-messages", "100"]);
     let mut bridge_b = sites.bridge(&sites.b, &["--topic", topic]);
     let c = count.to_string();
-    let sub = sites.peer(
-        &sites.b,
-        "shoal sub",
-        &[
-            "sub",
-            "--topic",
-            topic,
-            "--count",
-            &c,
-            "--size",
-            "64",
-            "--timeout-ms",
-            "60000",
-            "--idle-ms",
-            "20000",
-            "--after-last-ms",
-            "1000",
-        ],
-    );
+    let sub = sites.peer(&sites.b, "shoal sub", &stream_sub(topic, &c, "60000", "20000"));
     let publ = sites.peer(
         &sites.a,
         "shoal pub",
