@@ -5,8 +5,8 @@
 //! runs a `shoal-zenoh-bridge` (client of the router) and `shoal-zenoh-peer` publishers and subscribers.
 //!
 //! Every test creates and deletes namespaces of its own; without root it prints SKIPPED. Tests that mostly wait run
-//! side by side; those that move large samples, measure, count drops against a rate or race an eCAL subscriber's
-//! connection run alone (`root::alone`).
+//! side by side; those that move large samples, measure, count drops against a rate, or need a late bridge or an
+//! eCAL subscriber to join at the right moment run alone (`root::alone`).
 //! Each is bounded by timeouts. `measure` prints the throughput and latency figures beside Zenoh's own publisher and
 //! subscriber (its Rust API, `shoal-zenoh-peer zpub`/`zsub`, and its Python API) over the same router.
 
@@ -419,6 +419,7 @@ fn a_bridge_joining_mid_stream_holds_samples_until_the_descriptor_comes() {
     if !root_or_skip("a_bridge_joining_mid_stream_holds_samples_until_the_descriptor_comes") {
         return;
     }
+    // Alone: B's bridge must be up within the 1.5 s stream, 300 ms after it starts, however loaded the machine.
     let _cores = alone();
     let desc = descriptor();
     let sites = Sites::create();
