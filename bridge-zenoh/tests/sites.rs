@@ -419,7 +419,7 @@ fn a_bridge_joining_mid_stream_holds_samples_until_the_descriptor_comes() {
     if !root_or_skip("a_bridge_joining_mid_stream_holds_samples_until_the_descriptor_comes") {
         return;
     }
-    // Alone: B's bridge must be up within the 1.5 s stream, 300 ms after it starts, however loaded the machine.
+    // Alone: B's bridge must be up within the 1.5 s stream, 350 ms after it starts, however loaded the machine.
     let _cores = alone();
     let desc = descriptor();
     let sites = Sites::create();
@@ -434,7 +434,10 @@ fn a_bridge_joining_mid_stream_holds_samples_until_the_descriptor_comes() {
         &["pub", "--topic", "late", "--count", &c, "--size", "64", "--rate", "1000", "--descriptor", &desc.1],
     );
     wait_export(&bridge_a, "late");
-    std::thread::sleep(Duration::from_millis(300));
+    // A's bridge sends the descriptor with its first sample and then every `DESCRIPTOR_EVERY` (100 ms, 100 samples
+    // here); B's bridge takes a few milliseconds to start. Joining 350 ms after the export lands mid-way between two
+    // descriptors, so B meets about 40 samples without one first (300 ms landed on one: 1 run in 6 held none).
+    std::thread::sleep(Duration::from_millis(350));
     let mut bridge_b = sites.bridge(&sites.b, &["--topic", "late"]);
     publ.expect("done", Duration::from_secs(30));
     let summary = sub.expect("summary", Duration::from_secs(40));
@@ -790,10 +793,16 @@ fn an_ecal_subscriber_in_b_gets_a_shoal_publisher_in_a() {
     assert!(msgs.len() >= 49, "{summary}");
     assert_eq!(clocks.last(), Some(&50), "up to the last message: {clocks:?}");
     assert!(clocks.windows(2).all(|w| w[1] == w[0] + 1), "no gap after the first: {clocks:?}");
-    for m in msgs {
+    // eCAL 6.1.1 opens the memfile (`ApplyLayerParameter`) before it stores the publisher's type from the same
+    // registration (`ApplyPublisherRegistration`, both in `CSubGate::ApplyPublisherRegistration`): a sample read in
+    // between reaches the callback with an empty type. Only the first can be read then; every later one has the type.
+    for (i, m) in msgs.iter().enumerate() {
         assert_eq!(m["size"], 100, "{m}");
-        assert_eq!(m["type_name"], PROBE_TYPE, "{m}");
-        assert_eq!(m["encoding"], "proto", "{m}");
+        let raced = i == 0 && m["type_name"] == "" && m["encoding"] == "";
+        if !raced {
+            assert_eq!(m["type_name"], PROBE_TYPE, "{m}");
+            assert_eq!(m["encoding"], "proto", "{m}");
+        }
     }
 }
 
