@@ -2,7 +2,9 @@
 //! on a futex in the segment) while a reliable reader is a whole ring behind, for at most that timeout.
 //!
 //! A reliable reader holds one entry of the segment's reader table ([`ReaderSlot`]): its pid, a token, and its
-//! cursor (every sample before it is consumed), stored after each read. The writer keeps the bound up to which it
+//! cursor (every sample before it is consumed), stored once per sixteenth of the ring read and whenever the reader
+//! finds the ring empty ([`publish_every`]: a store and a full fence per sample were a third of a 64 B stream's
+//! read). The writer keeps the bound up to which it
 //! may write without looking (`free_until`: the smallest cursor it saw plus the slot count) and scans the table
 //! only when it reaches that bound, so the table costs a comparison per write. A writer that had to sleep is woken
 //! once the slowest reader has left room for a quarter of the ring (`FlowHeader::wake_at`), so a stream limited by
@@ -283,6 +285,17 @@ pub(super) fn free_dead_trackers(h: &SegmentHeader, before: u64, alive: &dyn Fn(
     freed
 }
 
+/// How many samples a reliable reader consumes between two publications of its cursor in a ring of `slot_count`
+/// slots of `slot_size` bytes: a sixteenth of the ring (1 up to 31 slots). Publishing costs the reader a store to a
+/// line the writer reads and a full fence (the wake-up check); once per sample, that was a third of a 64 B stream's
+/// read. The writer sees a cursor at most this far behind, and a reader that finds its ring empty publishes at once
+/// ([`ReaderFlow::caught_up`]), so the writer never waits for what was read. In a ring with warm reuse
+/// (`layout::warm_reuse`, slots of 64 KiB and more) every sample: there the cursor also frees payload areas for
+/// reuse, and a fence is nothing beside the copy.
+pub(super) fn publish_every(slot_count: u32, slot_size: usize) -> u64 {
+    if super::layout::warm_reuse(slot_count, slot_size) { 1 } else { u64::from(slot_count / 16).max(1) }
+}
+
 /// A reliable (or tracked) reader's entry.
 #[derive(Debug)]
 pub(super) struct ReaderFlow {
@@ -292,6 +305,11 @@ pub(super) struct ReaderFlow {
     state: u32,
     /// The writer took this reader out of flow control (or freed its tracked entry).
     pub(super) evicted: bool,
+    /// The cursor last stored in the entry.
+    published: u64,
+    /// A reliable reader publishes its cursor once it is this far past `published` ([`publish_every`]); a tracked
+    /// one at every sample.
+    every: u64,
 }
 
 impl ReaderFlow {
@@ -299,7 +317,14 @@ impl ReaderFlow {
     /// the reader's `file` of the segment before the entry enters flow control; `None` when the table is full or
     /// the lock cannot be taken.
     /// `state` is `ACTIVE` (a reliable reader) or `TRACKING` (a best-effort one publishing its cursor).
-    pub(super) fn claim(h: &SegmentHeader, file: &File, cursor: u64, token: u64, state: u32) -> Option<ReaderFlow> {
+    /// `every`: how often a reliable reader publishes its cursor ([`publish_every`] of the ring as it mapped it).
+    pub(super) fn claim(
+        h: &SegmentHeader,
+        file: &File,
+        (cursor, every): (u64, u64),
+        token: u64,
+        state: u32,
+    ) -> Option<ReaderFlow> {
         for (index, r) in h.readers.iter().enumerate() {
             let s = r.state.load(Ordering::Acquire);
             // An evicted (or tracked) reader that still lives holds its lock until it notices the eviction (or
@@ -318,7 +343,7 @@ impl ReaderFlow {
                 r.token.store(token, Ordering::Relaxed);
                 r.cursor.store(cursor, Ordering::Relaxed);
                 r.state.store(state, Ordering::Release);
-                return Some(ReaderFlow { index, token, state, evicted: false });
+                return Some(ReaderFlow::new(index, token, state, cursor, every));
             }
         }
         None
@@ -327,7 +352,7 @@ impl ReaderFlow {
     /// The entry in a new generation (header `h`, the reader's `file` of it): the one the writer carried over,
     /// locked in `file` (the caller releases the old generation's entry only afterwards), else a new claim.
     /// `None`: table full, or the lock cannot be taken.
-    pub(super) fn follow(&self, h: &SegmentHeader, file: &File, cursor: u64) -> Option<ReaderFlow> {
+    pub(super) fn follow(&self, h: &SegmentHeader, file: &File, (cursor, every): (u64, u64)) -> Option<ReaderFlow> {
         let r = &h.readers[self.index];
         if r.state.load(Ordering::Acquire) == self.state
             && r.token.load(Ordering::Relaxed) == self.token
@@ -337,12 +362,7 @@ impl ReaderFlow {
             match crate::sys::hold_range(file, start, len) {
                 Ok(()) => {
                     r.cursor.store(cursor, Ordering::Release);
-                    return Some(ReaderFlow {
-                        index: self.index,
-                        token: self.token,
-                        state: self.state,
-                        evicted: false,
-                    });
+                    return Some(ReaderFlow::new(self.index, self.token, self.state, cursor, every));
                 }
                 Err(e) => {
                     let _ = r.state.compare_exchange(self.state, FREE, Ordering::AcqRel, Ordering::Relaxed);
@@ -354,7 +374,12 @@ impl ReaderFlow {
                 }
             }
         }
-        ReaderFlow::claim(h, file, cursor, self.token, self.state)
+        ReaderFlow::claim(h, file, (cursor, every), self.token, self.state)
+    }
+
+    fn new(index: usize, token: u64, state: u32, cursor: u64, every: u64) -> ReaderFlow {
+        let every = if state == TRACKING { 1 } else { every.max(1) };
+        ReaderFlow { index, token, state, evicted: false, published: cursor, every }
     }
 
     /// Whether this is a tracked best-effort reader's entry (not in flow control).
@@ -371,10 +396,27 @@ impl ReaderFlow {
         &h.readers[self.index]
     }
 
-    /// After consuming everything before `cursor`: publishes it and wakes a waiting writer. Notices eviction (and
-    /// then lets go of the entry's lock in `file`, so that another reader may take the entry).
+    /// After consuming everything before `cursor`: publishes it and wakes a waiting writer once it is
+    /// [`publish_every`] past the last publication. Notices eviction then (and lets go of the entry's lock in
+    /// `file`, so that another reader may take the entry).
     #[inline]
     pub(super) fn consumed(&mut self, h: &SegmentHeader, file: &File, cursor: u64) {
+        if cursor.wrapping_sub(self.published) >= self.every {
+            self.publish(h, file, cursor);
+        }
+    }
+
+    /// The reader found nothing after `cursor`: publishes it if it has not (a writer waiting for room must see
+    /// everything read before the reader waits in turn).
+    #[inline]
+    pub(super) fn caught_up(&mut self, h: &SegmentHeader, file: &File, cursor: u64) {
+        if cursor != self.published {
+            self.publish(h, file, cursor);
+        }
+    }
+
+    fn publish(&mut self, h: &SegmentHeader, file: &File, cursor: u64) {
+        self.published = cursor;
         let r = self.mine(h);
         if r.state.load(Ordering::Relaxed) != self.state || r.token.load(Ordering::Relaxed) != self.token {
             self.evicted = true;

@@ -381,6 +381,11 @@ impl Mapped {
         unsafe { &*self.slot(seq).cast::<SlotHeader>() }
     }
 
+    /// How often a reliable reader of this ring publishes its cursor (`flow::publish_every`).
+    fn publish_every(&self) -> u64 {
+        super::flow::publish_every(self.slot_count, self.slot_size)
+    }
+
     /// The header of the slot whose payload area holds the sample that `slot` describes, if its `chunk` is in
     /// bounds, with the area's payload pointer.
     #[inline]
@@ -498,7 +503,7 @@ impl RingReader {
         if h.flow.0.timeout_ms.load(Ordering::Acquire) == 0 {
             return;
         }
-        self.flow = ReaderFlow::claim(h, &self.seg.file, self.cursor, token, ACTIVE);
+        self.flow = ReaderFlow::claim(h, &self.seg.file, (self.cursor, self.seg.publish_every()), token, ACTIVE);
         if self.flow.is_none() {
             tracing::warn!(
                 "shm_ring: {}: the table of reliable readers is full; reading best effort",
@@ -515,7 +520,13 @@ impl RingReader {
         if self.evicted || !self.seg.writable || !warm_reuse(self.seg.slot_count, self.seg.slot_size) {
             return;
         }
-        self.flow = ReaderFlow::claim(self.seg.header(), &self.seg.file, self.cursor, token, TRACKING);
+        self.flow = ReaderFlow::claim(
+            self.seg.header(),
+            &self.seg.file,
+            (self.cursor, self.seg.publish_every()),
+            token,
+            TRACKING,
+        );
     }
 
     /// Whether the writer waits for this reader (it asked for it, the writer is reliable and has not taken it out).
@@ -755,6 +766,7 @@ impl RingReader {
                     return ReadOutcome::Ended;
                 }
                 self.seg.prefetch_payload(c);
+                self.flow_consumed(true);
                 return ReadOutcome::Empty;
             }
             // Superseded: everything ever written here is visible now, the slot at the cursor included.
@@ -840,23 +852,36 @@ impl RingReader {
             self.drops = self.drops.saturating_add(1);
             return ReadOutcome::Torn;
         }
-        if let Some(flow) = &mut self.flow
+        if let (Some(flow), Some(ns)) = (&self.flow, read_ns)
             && !self.evicted
         {
-            if let Some(ns) = read_ns {
-                flow.report_read(self.seg.header(), c, ns);
-            }
+            flow.report_read(self.seg.header(), c, ns);
+        }
+        self.flow_consumed(false);
+        ReadOutcome::Sample(result)
+    }
+
+    /// Tells the flow-control entry (if any) what is consumed: everything before the cursor (`caught_up`: and
+    /// nothing after it is published yet), and notices whether the writer took the entry.
+    #[inline]
+    fn flow_consumed(&mut self, caught_up: bool) {
+        let Some(flow) = &mut self.flow else { return };
+        if self.evicted {
+            return;
+        }
+        if caught_up {
+            flow.caught_up(self.seg.header(), &self.seg.file, self.cursor);
+        } else {
             flow.consumed(self.seg.header(), &self.seg.file, self.cursor);
-            if flow.evicted {
-                if flow.tracking() {
-                    // The writer freed the entry (it judged this reader gone): read on untracked.
-                    self.flow = None;
-                } else {
-                    self.evicted = true;
-                }
+        }
+        if flow.evicted {
+            if flow.tracking() {
+                // The writer freed the entry (it judged this reader gone): read on untracked.
+                self.flow = None;
+            } else {
+                self.evicted = true;
             }
         }
-        ReadOutcome::Sample(result)
     }
 
     /// The slot at the cursor was overwritten (the writer is at `w`): jump to the oldest sample that may still be
@@ -928,7 +953,7 @@ impl RingReader {
                 if let Some(old) = self.flow.take() {
                     // The new entry's lock first, then the old one's: the writer always finds one of them held.
                     if !self.evicted && (!old.tracking() || seg.writable) {
-                        self.flow = old.follow(seg.header(), &seg.file, self.cursor);
+                        self.flow = old.follow(seg.header(), &seg.file, (self.cursor, seg.publish_every()));
                     }
                     old.release(self.seg.header(), &self.seg.file);
                 }

@@ -1639,6 +1639,49 @@ fn a_writer_held_by_a_slow_reliable_reader_sleeps_once_per_quarter_ring_not_per_
     assert!((1..=N / 8).contains(&s.waits), "the writer waited {} times for {N} samples: {s:?}", s.waits);
 }
 
+/// A reliable reader publishes its cursor once per sixteenth of the ring (`flow::publish_every`), not per sample,
+/// and at once when it finds the ring empty: the writer gets room in steps, and never waits for what was read.
+#[test]
+fn a_reliable_reader_publishes_its_cursor_per_sixteenth_of_the_ring_and_when_it_catches_up() {
+    let mut w = RingWriter::create(&cfg(64, 64), 73).expect("writer");
+    assert_eq!(super::flow::publish_every(64, 64), 4);
+    w.set_flow_control(Some(Duration::from_secs(5)));
+    let mut r = RingReader::open_reliable(w.segment_name()).expect("reader");
+    let read = |r: &mut RingReader, n: u64| {
+        for _ in 0..n {
+            assert!(matches!(r.try_read_with(|_| ()), ReadOutcome::Sample(())));
+        }
+    };
+    // Fewer than a sixteenth read, then nothing more there: published, so a full ring after them needs no wait.
+    for clock in 0..3 {
+        let _ = w.write(b"x", 0, clock).expect("write");
+    }
+    read(&mut r, 3);
+    assert_eq!(r.try_read_with(|_| ()), ReadOutcome::Empty);
+    for clock in 3..67 {
+        let _ = w.write(b"x", 0, clock).expect("write");
+    }
+    assert_eq!(w.flow_stats().waits, 0, "{:?}", w.flow_stats());
+    // The ring is full (3..67). A sixteenth read: room for that many.
+    read(&mut r, 4);
+    for clock in 67..71 {
+        let _ = w.write(b"x", 0, clock).expect("write");
+    }
+    assert_eq!(w.flow_stats().waits, 0, "{:?}", w.flow_stats());
+    // Three read: not published yet (the ring is not empty), so the next write waits, until the reader reads on.
+    read(&mut r, 3);
+    let reader = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        while !matches!(r.try_read_with(|_| ()), ReadOutcome::Empty) {}
+        r
+    });
+    let _ = w.write(b"x", 0, 71).expect("write");
+    let r = reader.join().expect("reader thread");
+    let s = w.flow_stats();
+    assert_eq!((s.waits, s.evicted()), (1, 0), "{s:?}");
+    assert!(r.in_flow_control() && r.drops() == 0);
+}
+
 #[test]
 fn a_stalled_reliable_reader_blocks_the_writer_once_for_the_timeout_then_never_again() {
     let mut w = RingWriter::create(&cfg(8, 64), 72).expect("writer");
