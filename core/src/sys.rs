@@ -3,12 +3,13 @@
 //! they decide (`OwnerLock`, `remove_if_unowned`), range locks further into such a file (`hold_range`, `range_held`:
 //! a reliable ring reader's liveness), the modes of the shared-memory files this process creates, the
 //! SIGBUS guard for mappings of files that peers can truncate ([`shm_guard`]), copy-only access to bytes another
-//! process may be writing ([`shared_bytes`]), the batched UDP calls `sendmmsg`/`recvmmsg` with GSO and the
-//! receive-overflow counter ([`mmsg`]), reading a socket into a buffer's spare capacity ([`recv_into_spare`]),
+//! process may be writing ([`shared_bytes`]), payload copies that avoid a slow case of `memcpy` ([`copy`]), the
+//! batched UDP calls `sendmmsg`/`recvmmsg` with GSO and the receive-overflow counter ([`mmsg`]), reading a socket into a buffer's spare capacity ([`recv_into_spare`]),
 //! the process's CPU time and resident memory (`process_cpu_time`, `RssReader`), and the wall clock read from the CPU's
 //! time-stamp counter that stamps every send ([`wall_clock`]).
 #![allow(unsafe_code)]
 
+pub(crate) mod copy;
 pub(crate) mod mmsg;
 pub(crate) mod shared_bytes;
 pub(crate) mod shm_guard;

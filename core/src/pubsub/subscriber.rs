@@ -621,7 +621,7 @@ impl SubShared {
         }
         let mut writing = false;
         for e in lock(&self.readers).iter().filter(|e| !e.ended) {
-            if e.reader.has_data() {
+            if e.reader.has_data() || e.reader.streaming() {
                 return true;
             }
             writing |= e.reader.writing();
@@ -694,8 +694,9 @@ impl SubShared {
             let mut torn = 0u32;
             loop {
                 match e.reader.try_read_with(|v| {
-                    // Received when it is handed over (before the user's closure runs).
-                    let received_ns = latency_due.then(now_ns);
+                    // Received when it is handed over (before the user's closure runs); a sample handed over while
+                    // it is written (a streamed one) once the closure has read what it takes of it.
+                    let received_ns = (latency_due && !v.streamed()).then(now_ns);
                     let clock = v.clock();
                     let (len, sent_ns) = (v.payload().len(), v.send_time_ns());
                     let r = f(SampleRef {
@@ -707,6 +708,7 @@ impl SubShared {
                         type_info,
                         topic,
                     });
+                    let received_ns = received_ns.or_else(|| (latency_due && v.streamed()).then(now_ns));
                     (r, clock, len, received_ns.map(|t| (sent_ns, t)))
                 }) {
                     ReadOutcome::Sample((r, clock, len, times)) => {

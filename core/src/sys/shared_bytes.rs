@@ -5,16 +5,29 @@
 //! on one load and the index using another). [`SharedBytes`] only copies out, with `ptr::copy_nonoverlapping`, into
 //! memory this thread owns; whatever the copy holds stays put while it is used. The copy may be torn (old and new
 //! bytes mixed): the owner of the memory tells afterwards whether it was (the ring's slot sequence re-check).
+//!
+//! The bytes may also still be arriving (a ring sample read while it is written, [`Arriving`]): every copy first
+//! waits until the bytes it takes are written.
 #![allow(unsafe_code)]
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;
+
+/// Bytes written from the start onwards while they are read: how far they are.
+pub(crate) trait Arriving: Sync {
+    /// Waits until at least the first `end` bytes are written and returns how many are (at least `end`). A write that
+    /// stalls or is overwritten is given up: the result is then at least `end` all the same, the copy made after it
+    /// is torn, and the owner of the bytes tells so afterwards.
+    fn wait_for(&self, end: usize) -> usize;
+}
 
 /// `len` bytes at a fixed address, readable for `'a`, that another process may be writing meanwhile.
 #[derive(Clone, Copy)]
 pub(crate) struct SharedBytes<'a> {
     ptr: NonNull<u8>,
     len: usize,
+    /// Set while the bytes are still being written in order (see [`Arriving`]).
+    arriving: Option<&'a dyn Arriving>,
     /// Borrows the mapping for `'a` (it must stay mapped) without claiming the bytes are immutable.
     _mapping: PhantomData<&'a ()>,
 }
@@ -32,7 +45,12 @@ impl<'a> SharedBytes<'a> {
     /// unmapped before `'a` ends). Other processes may write the bytes; this process must not write them through a
     /// reference while `'a` lasts (only through raw pointers or not at all).
     pub(crate) unsafe fn new(ptr: NonNull<u8>, len: usize) -> SharedBytes<'a> {
-        SharedBytes { ptr, len, _mapping: PhantomData }
+        SharedBytes { ptr, len, arriving: None, _mapping: PhantomData }
+    }
+
+    /// The same bytes, still being written in order: every copy waits for the bytes it takes.
+    pub(crate) fn arriving(self, arriving: &'a dyn Arriving) -> SharedBytes<'a> {
+        SharedBytes { arriving: Some(arriving), ..self }
     }
 
     /// Number of bytes.
@@ -48,24 +66,54 @@ impl<'a> SharedBytes<'a> {
         if end > self.len {
             return false;
         }
+        if let Some(a) = self.arriving {
+            a.wait_for(end);
+        }
         // SAFETY: `offset..end` lies inside the `len` bytes `new`'s caller promised readable for 'a; `dst` is memory
         // of this thread, distinct from the mapping (a `&mut [u8]` cannot alias bytes only other processes write),
         // so the ranges do not overlap. Concurrent writes by another process can make the copy torn, never invalid:
         // any byte value is a valid `u8`.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
+        unsafe { copy_out(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
         true
     }
 
-    /// Appends all the bytes to `buf` (grown once to fit).
+    /// Appends all the bytes to `buf` (grown once to fit); bytes still arriving are copied as they come.
     pub(crate) fn append_to(&self, buf: &mut Vec<u8>) {
         buf.reserve(self.len);
         let start = buf.len();
-        // SAFETY: `reserve` made room for `len` more bytes after `start`; the source is readable for `len` bytes
-        // (see `new`) and does not overlap the vector's own allocation. Torn bytes are still valid `u8`s.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.as_ptr(), buf.as_mut_ptr().add(start), self.len);
-            buf.set_len(start + self.len);
+        let mut done = 0;
+        while done < self.len {
+            let ready = self.arriving.map_or(self.len, |a| a.wait_for(done + 1).clamp(done + 1, self.len));
+            // SAFETY: `reserve` made room for `len` more bytes after `start`, and `done < ready <= len`; the source
+            // is readable for `len` bytes (see `new`) and does not overlap the vector's own allocation. Torn bytes
+            // are still valid `u8`s.
+            unsafe { copy_out(self.ptr.as_ptr().add(done), buf.as_mut_ptr().add(start + done), ready - done) };
+            done = ready;
         }
+        // SAFETY: the loop above initialised all `len` bytes after `start`.
+        unsafe { buf.set_len(start + self.len) };
+    }
+}
+
+/// `ptr::copy_nonoverlapping(src, dst, len)`, in pieces at a distance `rep movsb` runs slowly (`sys::copy`).
+///
+/// # Safety
+///
+/// As for `ptr::copy_nonoverlapping`: `src` readable and `dst` writable for `len` bytes, the two not overlapping.
+#[inline]
+unsafe fn copy_out(src: *const u8, dst: *mut u8, len: usize) {
+    if !super::copy::aliased(dst, src, len) {
+        // SAFETY: the caller's promise.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+        return;
+    }
+    let mut done = 0;
+    while done < len {
+        let n = super::copy::PIECE.min(len - done);
+        // SAFETY: `done + n <= len`: inside both ranges the caller promised. Each piece its own call (`black_box`):
+        // the optimiser must not merge them back into one copy.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(done), std::hint::black_box(dst.add(done)), n) };
+        done += n;
     }
 }
 
@@ -96,6 +144,40 @@ mod tests {
         assert_eq!(buf.len(), 33);
         assert_eq!(buf[0], 9);
         assert_eq!(&buf[1..], &(0u8..32).collect::<Vec<_>>()[..]);
+    }
+
+    /// Bytes that arrive in steps of 3 on each wait: copies ask for exactly what they take.
+    struct Steps {
+        written: std::sync::atomic::AtomicUsize,
+        asked: std::sync::Mutex<Vec<usize>>,
+    }
+
+    impl Arriving for Steps {
+        fn wait_for(&self, end: usize) -> usize {
+            self.asked.lock().unwrap().push(end);
+            let w = self.written.load(std::sync::atomic::Ordering::Relaxed);
+            let now = if w >= end { w } else { end.max(w + 3) };
+            self.written.store(now, std::sync::atomic::Ordering::Relaxed);
+            now
+        }
+    }
+
+    #[test]
+    fn copies_of_arriving_bytes_wait_for_what_they_take() {
+        let mut data: Vec<u8> = (0u8..10).collect();
+        let steps = Steps { written: 0.into(), asked: Default::default() };
+        let v = over(&mut data).arriving(&steps);
+        let mut two = [0u8; 2];
+        assert!(v.copy_range(4, &mut two));
+        assert_eq!(two, [4, 5]);
+        assert_eq!(*steps.asked.lock().unwrap(), [6], "waited for the end of the range");
+        let mut buf = Vec::new();
+        v.append_to(&mut buf);
+        assert_eq!(buf, (0u8..10).collect::<Vec<_>>());
+        // 6 were there: copied at once; then 9, then 10 (capped at the length).
+        assert_eq!(*steps.asked.lock().unwrap(), [6, 1, 7, 10]);
+        assert!(!v.copy_range(9, &mut two), "outside: no wait, no copy");
+        assert_eq!(steps.asked.lock().unwrap().len(), 4);
     }
 
     #[test]

@@ -165,6 +165,14 @@ pub(super) struct SlotHeader {
     /// Bits about the sample described here: `pick::FLAG_TIMED` (its readers time their read, `pick.rs`). Zero in a
     /// ring of a shoal before this field.
     pub(super) flags: AtomicU32,
+    /// `2*s+1` once the fields above describe sample `s` while it is still being written and its payload is written
+    /// in parts (a large copying write, `writer.rs`), stored with Release after them: a reader may copy the payload
+    /// out up to [`written`](Self::written) before the sample is published (`reader.rs`, streamed reads). Zero in a
+    /// ring of a shoal before this field, and left as it was by writes that are not streamed.
+    pub(super) stream_seq: AtomicU64,
+    /// Bytes of sample `stream_seq` written so far, from the start of its payload (stored with Release after each
+    /// part; 0 when `stream_seq` is stored).
+    pub(super) written: AtomicU64,
 }
 
 /// A doorbell segment: one per subscribing process.

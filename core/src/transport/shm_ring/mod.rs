@@ -8,6 +8,9 @@
 //!   reliable ([`RingWriter::set_flow_control`]) waits, up to a timeout, while a reliable reader
 //!   ([`RingReader::open_reliable`]) is a full ring behind; dead and stalled readers are taken out of that flow
 //!   control (`flow.rs`), so even then nobody is blocked for longer than the timeout.
+//! - A copying write of 64 KiB or more is streamed: its description is complete and announced before the payload
+//!   is copied in 16 KiB parts, each announced as it is done, and a reader that finds it under way copies the parts
+//!   out as they come, accepting the sample once it is published (`writer.rs`, `reader.rs`).
 //! - A message larger than the slots makes the writer move to generation + 1 with bigger slots;
 //!   the old segment is marked superseded (with the path of the new one) and readers follow.
 //!   Sequence numbers are continuous across generations. Old generation files stay linked until

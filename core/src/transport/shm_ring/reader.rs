@@ -2,8 +2,8 @@
 //! cursor, reading the slots in place.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{Ordering, fence};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU8, Ordering, fence};
+use std::time::{Duration, Instant};
 
 use memmap2::MmapOptions;
 
@@ -15,7 +15,7 @@ use super::layout::{
 use super::pick::{FLAG_TIMED, TIMED_MIN_LEN};
 use super::segment::{self, RingName};
 use crate::sample::PayloadView;
-use crate::sys::shared_bytes::SharedBytes;
+use crate::sys::shared_bytes::{Arriving, SharedBytes};
 use crate::sys::shm_guard::PeerMap;
 
 /// Most generations followed in one `open` or one `try_read_*` call (guards against loops in
@@ -29,6 +29,17 @@ const MAX_SKIPS: u32 = 64;
 /// sequence beyond it comes from a corrupt or hostile segment; refusing it keeps the slot words (`2 * seq + 2`) and
 /// the cursor from wrapping around, which would let a reader circle through the same slots for ever.
 const SEQ_LIMIT: u64 = 1 << 62;
+
+/// How long a streamed read polls for the writer's next part before it yields the CPU between polls (the writer may
+/// be waiting for this CPU; a part takes about a microsecond to write).
+const STREAM_SPIN: Duration = Duration::from_micros(5);
+/// A streamed write that makes no progress for this long is given up: the read is taken back (the cursor stays on the
+/// sample, no drop) and the sample is read once it is published, as one that is not streamed.
+const STREAM_STALL: Duration = Duration::from_millis(10);
+/// A yield of a streamed read that takes this long ran another thread on this CPU, most likely the writer: the two
+/// cannot copy at the same time, and taking turns only adds switches (1 MiB block ping-pong with both processes on one
+/// CPU: 101-110 µs streamed against 79-90 read once published), so the read is taken back as after a stall.
+const STREAM_GAVE_WAY: Duration = Duration::from_micros(20);
 
 /// Value of a slot's seqlock word once sample `seq` is published (`2 * seq + 2`). Wrapping: the
 /// write sequence comes from shared memory, where a corrupt segment can hold any value; a real
@@ -146,6 +157,7 @@ pub struct SampleInfo {
 pub struct SampleView<'a> {
     payload: PayloadView<'a>,
     info: SampleInfo,
+    streamed: bool,
 }
 
 impl<'a> SampleView<'a> {
@@ -187,6 +199,113 @@ impl<'a> SampleView<'a> {
     /// All metadata.
     pub fn info(&self) -> SampleInfo {
         self.info
+    }
+
+    /// Whether the sample was still being written when the view was handed over (a streamed write): its payload's
+    /// copies wait for the bytes they take, and it is received once the closure returns and the sample is published.
+    pub fn streamed(&self) -> bool {
+        self.streamed
+    }
+}
+
+/// Why a streamed read stopped following its write ([`StreamWait::gave_up`]).
+const FOLLOWING: u8 = 0;
+const STALLED: u8 = 1;
+const OVERWRITTEN: u8 = 2;
+/// A yield ran another thread meanwhile ([`STREAM_GAVE_WAY`]).
+const SHARES_CPU: u8 = 3;
+
+/// What a wait for a streamed write saw in one poll.
+enum StreamPoll<T> {
+    Done(T),
+    /// Not yet; the write's progress (a change restarts the stall clock).
+    Pending(u64),
+    /// The slot announces a later sample.
+    Lost,
+}
+
+/// A sample read while it is written (`SlotHeader::stream_seq`): the payload's bytes arrive in order up to
+/// `SlotHeader::written`.
+struct StreamWait<'a> {
+    slot: &'a SlotHeader,
+    /// `2*s+1` of the sample read.
+    mark: u64,
+    len: usize,
+    /// [`FOLLOWING`], or why the read stopped following the write.
+    gave_up: AtomicU8,
+    shares_cpu: std::sync::atomic::AtomicBool,
+}
+
+impl StreamWait<'_> {
+    /// Polls until `poll` is done: spinning for [`STREAM_SPIN`] after the last progress, then yielding between polls;
+    /// `None` (and [`gave_up`](Self::gave_up) says why) when the write is overwritten, stalls for [`STREAM_STALL`]
+    /// or a yield ran another thread ([`STREAM_GAVE_WAY`]).
+    fn wait<T>(&self, mut poll: impl FnMut() -> StreamPoll<T>) -> Option<T> {
+        if self.gave_up.load(Ordering::Relaxed) != FOLLOWING {
+            return None;
+        }
+        let mut last = u64::MAX;
+        let mut since: Option<Instant> = None;
+        let mut polls = 0u32;
+        loop {
+            match poll() {
+                StreamPoll::Done(t) => return Some(t),
+                StreamPoll::Lost => {
+                    self.gave_up.store(OVERWRITTEN, Ordering::Relaxed);
+                    return None;
+                }
+                StreamPoll::Pending(p) if p != last => {
+                    (last, since, polls) = (p, None, 0);
+                }
+                StreamPoll::Pending(_) => {}
+            }
+            polls = polls.wrapping_add(1);
+            if polls.is_multiple_of(if self.shares_cpu.load(Ordering::Relaxed) { 1 } else { 64 }) {
+                let now = Instant::now();
+                let idle = now.saturating_duration_since(*since.get_or_insert(now));
+                if idle >= STREAM_STALL {
+                    self.gave_up.store(STALLED, Ordering::Relaxed);
+                    return None;
+                }
+                if idle >= STREAM_SPIN || self.shares_cpu.load(Ordering::Relaxed) {
+                    std::thread::yield_now();
+                    if now.elapsed() >= STREAM_GAVE_WAY {
+                        self.shares_cpu.store(true, Ordering::Relaxed);
+                    }
+                    continue;
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Waits until the writer published the sample (or gave it up, see [`wait`](Self::wait)).
+    fn wait_published(&self) {
+        self.wait(|| {
+            if self.slot.seq.load(Ordering::Acquire) == self.mark {
+                StreamPoll::Pending(self.slot.written.load(Ordering::Relaxed))
+            } else {
+                StreamPoll::Done(())
+            }
+        });
+    }
+}
+
+impl Arriving for StreamWait<'_> {
+    fn wait_for(&self, end: usize) -> usize {
+        let written = self.wait(|| {
+            let w = self.slot.written.load(Ordering::Acquire);
+            // `written` of a later streamed write of this slot comes after its `stream_seq` (Release): seen here.
+            if self.slot.stream_seq.load(Ordering::Relaxed) != self.mark {
+                StreamPoll::Lost
+            } else if w >= end as u64 {
+                StreamPoll::Done(w)
+            } else {
+                StreamPoll::Pending(w)
+            }
+        });
+        // Given up: the caller copies anyway and the read is discarded afterwards.
+        written.map_or(self.len, |w| usize::try_from(w).unwrap_or(usize::MAX)).max(end)
     }
 }
 
@@ -422,6 +541,9 @@ pub struct RingReader {
     evicted: bool,
     /// The segment file was truncated under this reader (see [`RingReader::truncated`]).
     truncated: bool,
+    /// A sample whose streamed read was taken back (its write stalled, or shares this CPU): read once published, not
+    /// streamed again.
+    stalled: Option<u64>,
 }
 
 /// A token no other reliable reader of this host uses: a random number drawn once per process (pids alone repeat
@@ -486,8 +608,17 @@ impl RingReader {
         if cursor >= SEQ_LIMIT {
             return Err(RingOpenError::BadGeometry { path: seg.path, what: "write sequence beyond any writer" });
         }
-        let mut r =
-            RingReader { seg, cursor, drops: 0, ended: false, reliable, flow: None, evicted: false, truncated: false };
+        let mut r = RingReader {
+            seg,
+            cursor,
+            drops: 0,
+            ended: false,
+            reliable,
+            flow: None,
+            evicted: false,
+            truncated: false,
+            stalled: None,
+        };
         if reliable {
             r.join_flow_control(flow_token());
         }
@@ -719,6 +850,26 @@ impl RingReader {
         !self.ended && self.seg.slot_header(self.cursor).seq.load(Ordering::Relaxed) == published_word(self.cursor) - 1
     }
 
+    /// True while the sample at the cursor is written in parts that a read copies out as they come (a large copying
+    /// write, `SlotHeader::stream_seq`): a read now delivers it, though [`has_data`](Self::has_data) is false.
+    pub fn streaming(&self) -> bool {
+        if self.ended {
+            return false;
+        }
+        let slot = self.seg.slot_header(self.cursor);
+        let mark = published_word(self.cursor).wrapping_sub(1);
+        slot.seq.load(Ordering::Acquire) == mark && self.streamable(slot, self.cursor)
+    }
+
+    /// Whether sample `c`, which `slot` describes and whose write is under way, may be read as it is written: its
+    /// write announced it as streamed, is not one its readers time (`pick.rs`), and did not stall under a read before.
+    #[inline]
+    fn streamable(&self, slot: &SlotHeader, c: u64) -> bool {
+        slot.stream_seq.load(Ordering::Acquire) == published_word(c).wrapping_sub(1)
+            && slot.flags.load(Ordering::Relaxed) & FLAG_TIMED == 0
+            && self.stalled != Some(c)
+    }
+
     /// Reads the next sample in place: `f` gets a view of the payload in shared memory. After
     /// `f` returns, the slot is checked again; if the writer overwrote it meanwhile the result is
     /// discarded ([`ReadOutcome::Torn`], counted as a drop). A reader that fell more than
@@ -742,7 +893,10 @@ impl RingReader {
             let slot = self.seg.slot_header(c);
             let s1 = slot.seq.load(Ordering::Acquire);
             if s1 == expected {
-                return self.read_slot(c, f);
+                return self.read_slot(c, false, f);
+            }
+            if s1 == expected.wrapping_sub(1) && self.streamable(slot, c) {
+                return self.read_slot(c, true, f);
             }
             if s1 > expected {
                 // Overwritten (or being overwritten) by a later sample, if the write sequence says the writer got
@@ -800,8 +954,11 @@ impl RingReader {
         }
     }
 
+    /// Reads sample `c`, published, or with `streamed` still being written in parts (`streamable`): the view's
+    /// copies then wait for the bytes they take, and the read waits for the sample to be published before it checks
+    /// the slot.
     #[inline]
-    fn read_slot<R>(&mut self, c: u64, f: impl FnOnce(SampleView<'_>) -> R) -> ReadOutcome<R> {
+    fn read_slot<R>(&mut self, c: u64, streamed: bool, f: impl FnOnce(SampleView<'_>) -> R) -> ReadOutcome<R> {
         let expected = published_word(c);
         let slot = self.seg.slot_header(c);
         let len = slot.len.load(Ordering::Relaxed);
@@ -814,7 +971,8 @@ impl RingReader {
         };
         self.cursor = c.wrapping_add(1);
         // The payload area holding the sample (its own slot's, or a reused warm one), and that it still holds it.
-        let area = self.seg.area_of(slot).filter(|(area, _)| area.chunk_seq.load(Ordering::Acquire) == expected);
+        let holds = |seq: u64| seq == expected || (streamed && seq == expected.wrapping_sub(1));
+        let area = self.seg.area_of(slot).filter(|(area, _)| holds(area.chunk_seq.load(Ordering::Acquire)));
         let Some((area, at)) = area.filter(|_| len <= self.seg.slot_size as u64) else {
             // Reused for a later sample after every tracked reader had read this one (a reader that is not tracked
             // or was not yet), overwritten meanwhile (re-check below), or a corrupt length or area: never accepted.
@@ -833,15 +991,36 @@ impl RingReader {
             let p = std::ptr::NonNull::new_unchecked(at.add(SLOT_HEADER_SIZE).cast_mut());
             SharedBytes::new(p, info.len)
         };
+        let stream = streamed.then(|| StreamWait {
+            slot,
+            mark: expected.wrapping_sub(1),
+            len: info.len,
+            gave_up: AtomicU8::new(FOLLOWING),
+            shares_cpu: std::sync::atomic::AtomicBool::new(false),
+        });
+        let payload = match &stream {
+            Some(w) => payload.arriving(w),
+            None => payload,
+        };
         // A large sample of a ring with warm reuse: its read is timed for the writer's choice of areas (`pick.rs`)
         // if its write was.
-        let timed = info.len >= TIMED_MIN_LEN
+        let timed = !streamed
+            && info.len >= TIMED_MIN_LEN
             && slot.flags.load(Ordering::Relaxed) & FLAG_TIMED != 0
             && self.flow.is_some()
             && warm_reuse(self.seg.slot_count, self.seg.slot_size);
         let started = timed.then(Instant::now);
-        let result = f(SampleView { payload: PayloadView::shared(payload), info });
+        let result = f(SampleView { payload: PayloadView::shared(payload), info, streamed });
         let read_ns = started.map(|t| t.elapsed().as_nanos() as u64);
+        if let Some(w) = &stream {
+            w.wait_published();
+            if matches!(w.gave_up.load(Ordering::Relaxed), STALLED | SHARES_CPU) {
+                // Taken back: the sample is read again once it is published.
+                self.cursor = c;
+                self.stalled = Some(c);
+                return ReadOutcome::Empty;
+            }
+        }
         // Seqlock reader: the payload reads above happen before the re-checks.
         fence(Ordering::Acquire);
         if slot.seq.load(Ordering::Relaxed) != expected || area.chunk_seq.load(Ordering::Relaxed) != expected {

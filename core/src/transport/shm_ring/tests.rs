@@ -87,6 +87,8 @@ fn layout_is_as_asserted() {
     assert_eq!(offset_of!(SlotHeader, chunk_seq), 32);
     assert_eq!(offset_of!(SlotHeader, chunk), 40);
     assert_eq!(offset_of!(SlotHeader, flags), 44);
+    assert_eq!(offset_of!(SlotHeader, stream_seq), 48);
+    assert_eq!(offset_of!(SlotHeader, written), 56);
     assert_eq!(SLOT_HEADER_SIZE, 64);
     assert_eq!(layout::slot_stride(1), Some(128));
     assert_eq!(layout::slot_stride(64), Some(128));
@@ -364,6 +366,95 @@ fn a_loan_of_the_next_slot_reads_as_writing_until_it_is_published() {
     let _ = w.write_announced(&[9; 20], 0, 2, || marked = true).unwrap();
     assert!(marked);
     assert!(matches!(read_one(&mut r), ReadOutcome::Sample((b, _)) if b == [9; 20]));
+}
+
+/// A large copying write is streamed: a reader that finds it under way reads it at once (`streamed`), its copy waiting
+/// for the parts, and the sample counts as read only once it is published. A write that stalls under such a read
+/// (here: the reader runs inside the write's hook, before any part is written) is given up after `STREAM_STALL`,
+/// the cursor stays (no drop), and the sample is read once published, not streamed again.
+#[test]
+fn a_large_copying_write_is_read_while_it_is_written_and_a_stalled_one_once_published() {
+    let len = writer::STREAM_MIN_LEN * 4;
+    let mut w = RingWriter::create(&cfg(4, len), 1).unwrap();
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    let payload = pattern(3, len);
+    let mut inside = None;
+    let _ = w
+        .write_announced(&payload, 11, 3, || {
+            let streaming = r.streaming();
+            let t = Instant::now();
+            let first = r.try_read_with(|v| (v.streamed(), v.payload().to_vec()));
+            let waited = t.elapsed();
+            let again = r.try_read_with(|v| v.streamed());
+            inside = Some((streaming, first, waited, again, r.streaming(), r.drops()));
+        })
+        .unwrap();
+    let (streaming, first, waited, again, streaming_after, drops) = inside.expect("the hook ran");
+    assert!(streaming, "announced as streamed before its copy");
+    assert_eq!(first, ReadOutcome::Empty, "no part came: given up, not delivered");
+    assert!(waited >= Duration::from_millis(5), "followed the write for a while first: {waited:?}");
+    assert_eq!(again, ReadOutcome::Empty, "a stalled sample is not streamed again");
+    assert!(!streaming_after);
+    assert_eq!(drops, 0, "taken back, not lost");
+    match r.try_read_with(|v| (v.streamed(), v.payload().to_vec(), v.info())) {
+        ReadOutcome::Sample((streamed, bytes, info)) => {
+            assert!(!streamed, "read once published");
+            assert!(bytes == payload, "every byte");
+            assert_eq!((info.seq, info.send_time_ns, info.clock, info.len), (0, 11, 3, len));
+        }
+        other => panic!("expected the sample, got {other:?}"),
+    }
+    // Small writes are not streamed.
+    let _ = w.write_announced(&[5; 100], 0, 4, || assert!(!r.streaming())).unwrap();
+    assert!(matches!(r.try_read_with(|v| v.streamed()), ReadOutcome::Sample(false)));
+    assert_eq!(r.drops(), 0);
+}
+
+/// Another thread reading while large samples are written in parts gets each of them whole and in order, most of them
+/// streamed (the writer pauses in its hook until the reader found the write, then copies while it reads).
+#[test]
+fn a_reader_thread_copies_streamed_samples_out_while_they_are_written() {
+    const N: u64 = 40;
+    let len = writer::STREAM_MIN_LEN * 8 + 123;
+    let mut w = RingWriter::create(&cfg(4, len), 1).unwrap();
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    let done = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut streamed = 0;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while done.load(Ordering::Acquire) < N {
+                assert!(Instant::now() < deadline, "reader stuck at {}", done.load(Ordering::Relaxed));
+                match r.try_read_with(|v| (v.streamed(), v.payload().to_vec(), v.clock())) {
+                    ReadOutcome::Sample((s, bytes, clock)) => {
+                        assert_eq!(clock, done.load(Ordering::Relaxed), "in order");
+                        assert!(bytes == pattern(clock, len), "sample {clock} whole");
+                        streamed += u64::from(s);
+                        done.fetch_add(1, Ordering::Release);
+                    }
+                    ReadOutcome::Empty => std::hint::spin_loop(),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            (streamed, r.drops())
+        })
+    };
+    for i in 0..N {
+        let payload = pattern(i, len);
+        let _ = w
+            .write_announced(&payload, 0, i, || {
+                // Give the reader time to find the write under way (it polls without pause).
+                std::thread::sleep(Duration::from_millis(2));
+            })
+            .unwrap();
+        while done.load(Ordering::Acquire) <= i && !reader.is_finished() {
+            std::thread::yield_now();
+        }
+    }
+    let (streamed, drops) = reader.join().expect("the reader thread checked every sample");
+    assert_eq!(drops, 0);
+    assert!(streamed >= N / 2, "{streamed} of {N} streamed");
 }
 
 /// A lossy reader whose slot the writer overwrites while the closure runs: the view reads the slot as it is at each

@@ -13,7 +13,15 @@ use super::layout::{
 use super::pick::{AreaPick, FLAG_TIMED, TIMED_MIN_LEN, Temp};
 use super::segment::{self, CreateFailure, Placement, RingName};
 use crate::config::ShmRingConfig;
+use crate::sys::copy;
 use crate::sys::shm_guard::PeerMap;
+
+/// A copying write of at least this many bytes is streamed: written in parts of [`STREAM_PART`] bytes, each announced
+/// as it is complete, so that its readers copy it out while it is written (`SlotHeader::stream_seq`, `reader.rs`)
+/// and the copy out overlaps the copy in.
+pub(super) const STREAM_MIN_LEN: usize = 64 << 10;
+/// Bytes of a streamed write announced at a time.
+pub(super) const STREAM_PART: usize = 16 << 10;
 
 /// Error of [`RingWriter::create`] (and of growth, inside [`SlotError::Grow`]).
 #[derive(Debug, thiserror::Error)]
@@ -537,6 +545,19 @@ impl RingWriter {
     /// reports `segment_changed`. A second `loan` without `commit` replaces the first.
     #[inline]
     pub fn loan(&mut self, len: usize) -> Result<&mut [u8], SlotError> {
+        let area = self.loan_area(len, None)?;
+        // SAFETY: the payload area `area` starts SLOT_HEADER_SIZE after its slot's header and holds slot_size >= len
+        // bytes inside our mapping (`loan_area`). Readers in other processes may read these bytes concurrently; they
+        // detect that through the area's odd sequence and discard what they read.
+        Ok(unsafe { std::slice::from_raw_parts_mut(area.add(SLOT_HEADER_SIZE), len) })
+    }
+
+    /// The loan itself: takes the next sample's payload area for `len` bytes, marks the sample as being written and
+    /// returns the area's slot (its header; the payload follows `SLOT_HEADER_SIZE` later). With `stream` (send time
+    /// and clock of a copying write), the description is complete before the payload is written and announced as
+    /// streamed (`SlotHeader::stream_seq`, `written` 0): readers may copy the payload out as it is written.
+    #[inline]
+    fn loan_area(&mut self, len: usize, stream: Option<(i64, u64)>) -> Result<*mut u8, SlotError> {
         if len > self.seg.slot_size {
             self.grow(len)?;
         }
@@ -569,11 +590,20 @@ impl RingWriter {
         header.seq.store(2 * seq + 1, Ordering::Relaxed);
         // Orders the "being written" marks before the payload stores (seqlock writer side).
         fence(Ordering::Release);
+        if let Some((send_time_ns, clock)) = stream {
+            // The description as `commit` will store it, then the announcement (Release: a reader that sees it sees
+            // the description). A measured write is not streamed by its readers (they time their read, `pick.rs`).
+            let flags = if self.chunks.loan_pick.is_some() { FLAG_TIMED } else { 0 };
+            header.len.store(len as u64, Ordering::Relaxed);
+            header.send_time_ns.store(send_time_ns, Ordering::Relaxed);
+            header.clock.store(clock, Ordering::Relaxed);
+            header.chunk.store(chunk, Ordering::Relaxed);
+            header.flags.store(flags, Ordering::Relaxed);
+            header.written.store(0, Ordering::Relaxed);
+            header.stream_seq.store(2 * seq + 1, Ordering::Release);
+        }
         self.loaned = Some(len);
-        // SAFETY: the payload area `chunk` starts SLOT_HEADER_SIZE after its slot and holds slot_size >= len bytes.
-        // Readers in other processes may read these bytes concurrently; they detect that through the area's odd
-        // sequence and discard what they read.
-        Ok(unsafe { std::slice::from_raw_parts_mut(area.add(SLOT_HEADER_SIZE), len) })
+        Ok(area)
     }
 
     /// Publishes the loaned slot with `len` payload bytes (≤ the loaned length).
@@ -627,10 +657,28 @@ impl RingWriter {
         clock: u64,
         started: impl FnOnce(),
     ) -> Result<Published, SlotError> {
-        let slot = self.loan(bytes.len())?;
-        started();
-        slot.copy_from_slice(bytes);
-        let published = self.commit(bytes.len(), send_time_ns, clock);
+        let len = bytes.len();
+        if len < STREAM_MIN_LEN {
+            let slot = self.loan(len)?;
+            started();
+            copy::copy_from(slot, bytes);
+        } else {
+            let area = self.loan_area(len, Some((send_time_ns, clock)))?;
+            let slot = self.slot_at(self.slot_index(self.next_seq));
+            // SAFETY: `slot` is the SlotHeader of the sample just loaned, inside our mapping (as in `loan_area`);
+            // `area` is its payload area's slot, holding slot_size >= len payload bytes after the header (`loan`'s
+            // SAFETY).
+            let (header, payload) = unsafe {
+                (&*slot.cast::<SlotHeader>(), std::slice::from_raw_parts_mut(area.add(SLOT_HEADER_SIZE), len))
+            };
+            started();
+            // In parts, each announced (Release after its bytes): readers copy part k out while part k+1 is written.
+            for (i, (dst, src)) in payload.chunks_mut(STREAM_PART).zip(bytes.chunks(STREAM_PART)).enumerate() {
+                copy::copy_from(dst, src);
+                header.written.store(((i * STREAM_PART) + src.len()) as u64, Ordering::Release);
+            }
+        }
+        let published = self.commit(len, send_time_ns, clock);
         // A loan of bytes.len() was just made, so commit cannot fail.
         Ok(published.unwrap_or(Published { seq: self.next_seq.wrapping_sub(1), segment_changed: false }))
     }
