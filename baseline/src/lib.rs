@@ -11,12 +11,15 @@
 //! [`net`]: raw socket programs for `--transport udp|tcp`: `sendmmsg`/`recvmmsg` datagrams and a
 //! length-prefixed TCP stream, the floor shoal's UDP and TCP layers are compared with.
 //!
+//! [`copy`]: the rings' payload copies, with the guard against a slow case of `memcpy` that shoal's copies have.
+//!
 //! Unsafe code (the mapping, the slot accesses and the futex calls; `sendmmsg`/`recvmmsg`) lives in [`spsc`], [`strong`]
 //! and [`net`] only, each block with its
 //! `// SAFETY:` comment (the workspace lints deny undocumented unsafe blocks and unsafe operations in unsafe
 //! functions).
 #![warn(missing_docs)]
 
+pub mod copy;
 pub mod net;
 pub mod spsc;
 pub mod strong;

@@ -15,7 +15,11 @@
 //! [`WarmRing`]: large messages. A free list hands the writer the most recently released buffer (a stack, as
 //! iceoryx2's publisher reuses the chunk freed last), so a ping-pong writes the same buffer every time, still
 //! warm in the caches, while a stream can still have every buffer in flight. Buffers are page aligned; their
-//! indices travel in two small tagged queues (published, released), one cache line per entry.
+//! indices travel in two small tagged queues (published, released), one cache line per entry. A copy of at least
+//! [`STREAM_MIN`] bytes ([`WarmRing::write_copy`]) is streamed: published before it is written, then announced in
+//! parts of [`STREAM_PART`] bytes in its entry, so that [`WarmRing::read_copy`] copies part k out while part k+1 is
+//! written, as shoal's ring streams its large copying writes (a reference without it would be weaker than shoal by
+//! design, not by craft).
 //!
 //! Which of the two is faster at a given size is measured, not assumed: `shoal perf --baseline` runs both and
 //! takes the faster one in the same run as the reference.
@@ -371,8 +375,18 @@ impl LineRing {
 /// Buffers of a [`WarmRing`] are page aligned.
 const PAGE: usize = 4096;
 
+/// A [`WarmRing`] message of at least this many bytes copied in by [`WarmRing::write_copy`] is streamed (shoal's
+/// ring streams copying writes from the same size).
+pub const STREAM_MIN: usize = 64 << 10;
+/// Bytes of a streamed message announced at a time.
+pub const STREAM_PART: usize = 16 << 10;
+/// How long a reader of a streamed message spins for the next part before it yields between polls.
+const STREAM_SPIN: Duration = Duration::from_micros(5);
+
+/// Distance between two buffers: a page more than the slot size needs, so that buffers of a power-of-two size do not
+/// start on the same cache sets (64 KiB ping-pong 3.1-4.9 µs against 5.0-6.4 with buffers exactly 64 KiB apart).
 fn warm_stride(slot_size: usize) -> Option<usize> {
-    slot_size.max(1).checked_next_multiple_of(PAGE)
+    slot_size.max(1).checked_add(PAGE)?.checked_next_multiple_of(PAGE)
 }
 
 /// Offsets of a warm ring's parts: the published queue, the released queue, the buffers.
@@ -383,6 +397,18 @@ fn warm_layout(slot_count: u64, slot_size: usize) -> Option<(usize, usize, usize
     let buffers = released.checked_add(n.checked_mul(LINE)?)?.checked_next_multiple_of(PAGE)?;
     let total = buffers.checked_add(warm_stride(slot_size)?.checked_mul(n)?)?;
     Some((published, released, buffers, total))
+}
+
+/// A published message of a [`WarmRing`], as its reader found it.
+struct Message {
+    /// Its index in the ring's order.
+    index: u64,
+    /// Offset of its published entry.
+    entry: usize,
+    buffer: u32,
+    len: usize,
+    /// Offset of its buffer.
+    at: usize,
 }
 
 /// A writer's free list at the start (either end may be the writer): every buffer, buffer 0 on top.
@@ -490,6 +516,39 @@ impl WarmRing {
     /// Writes one message of `len` bytes into the most recently released buffer: `f` fills it in place, then it is
     /// published. Waits (up to `timeout`) while every buffer is in flight.
     pub fn write_with<R>(&mut self, len: usize, timeout: Duration, f: impl FnOnce(&mut [u8]) -> R) -> Result<R, Error> {
+        let (b, p) = self.take_buffer(len, timeout)?;
+        // SAFETY: `take_buffer`'s pointer is valid for `len` bytes that only this process writes until `publish`.
+        let r = f(unsafe { std::slice::from_raw_parts_mut(p, len) });
+        self.publish(b, len, len);
+        self.shm.wake(len);
+        Ok(r)
+    }
+
+    /// Copies `bytes` in as one message; one of at least [`STREAM_MIN`] bytes is streamed: published before it is
+    /// written and announced in parts of [`STREAM_PART`] bytes, so that a reader's [`read_copy`](Self::read_copy)
+    /// copies part k out while part k+1 is written (a copy out overlapping the copy in, as shoal's ring does).
+    pub fn write_copy(&mut self, bytes: &[u8], timeout: Duration) -> Result<(), Error> {
+        let len = bytes.len();
+        if len < STREAM_MIN {
+            return self.write_with(len, timeout, |b| crate::copy::copy_from(b, bytes));
+        }
+        let (b, p) = self.take_buffer(len, timeout)?;
+        // SAFETY: `take_buffer`'s pointer is valid for `len` bytes that only this process writes; the reader reads
+        // each part only after its announcement below (Release), and never writes the buffer.
+        let buf = unsafe { std::slice::from_raw_parts_mut(p, len) };
+        let e = self.publish(b, len, 0);
+        self.shm.wake(len);
+        let written = self.shm.word(e + 16);
+        for (i, (dst, src)) in buf.chunks_mut(STREAM_PART).zip(bytes.chunks(STREAM_PART)).enumerate() {
+            crate::copy::copy_from(dst, src);
+            written.store((i * STREAM_PART + src.len()) as u64, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Takes the most recently released buffer for a message of `len` bytes, waiting (up to `timeout`) while every
+    /// buffer is in flight.
+    fn take_buffer(&mut self, len: usize, timeout: Duration) -> Result<(u32, *mut u8), Error> {
         if len > self.slot_size {
             return Err(Error::MessageTooLarge { len, slot_size: self.slot_size });
         }
@@ -509,25 +568,44 @@ impl WarmRing {
         }
         let b = self.free.pop().ok_or(Error::Full(timeout))?;
         let off = self.buffers + b as usize * self.stride;
-        // SAFETY: buffer `b` came back through the released queue (Acquire) or was never handed out, so the reader
-        // is done with it; this process is the only writer, and `len <= slot_size <= stride` keeps the slice in
-        // the buffer.
-        let buf = unsafe { std::slice::from_raw_parts_mut(self.shm.base.add(off), len) };
-        let r = f(buf);
+        // Buffer `b` came back through the released queue (Acquire) or was never handed out, so the reader is done
+        // with it; this process is the only writer, and `len <= slot_size <= stride` keeps `len` bytes from here in
+        // the buffer, inside the mapping `self` holds.
+        // SAFETY: `off` is inside the mapping (the buffers' offsets come from `warm_layout`, b < slot_count).
+        Ok((b, unsafe { self.shm.base.add(off) }))
+    }
+
+    /// Publishes buffer `b` as the next message of `len` bytes of which `written` are written (the rest follows,
+    /// announced in the entry's third word); returns the entry's offset.
+    fn publish(&mut self, b: u32, len: usize, written: usize) -> usize {
         let w = self.next;
         let e = self.published + (w % self.slot_count) as usize * LINE;
-        // The entry's second word: the length; the tag names the buffer. The entry of `w - slot_count` was read
-        // before its buffer was released, and every buffer but the one in hand is accounted for, so the reader is
-        // done with this entry.
+        // The entry's second word: the length; its third: the bytes written so far; the tag names the buffer. The
+        // entry of `w - slot_count` was read before its buffer was released, and every buffer but the one in hand
+        // is accounted for, so the reader is done with this entry.
         self.shm.word(e + 8).store(len as u64, Ordering::Relaxed);
+        self.shm.word(e + 16).store(written as u64, Ordering::Relaxed);
         self.shm.word(e).store(tag(w, b), Ordering::Release);
         self.next = w + 1;
-        self.shm.wake(len);
-        Ok(r)
+        e
     }
 
     /// Reads the next message: `f` sees the buffer in place, then it is released to the writer.
     pub fn read_with<R>(&mut self, timeout: Duration, f: impl FnOnce(&[u8]) -> R) -> Result<R, Error> {
+        let m = self.next_message(timeout)?;
+        // A streamed message (`write_copy`) is read in place once it is whole.
+        self.wait_written(m.entry, m.len, m.len, timeout)?;
+        // SAFETY: the entry was observed with Acquire (`next_message`) and all `len` bytes announced written
+        // (Acquire, above), so the writer finished the buffer and will not touch it until it comes back through the
+        // released queue; `len <= slot_size` keeps it in the buffer.
+        let data = unsafe { std::slice::from_raw_parts(self.shm.base.add(m.at), m.len) };
+        let out = f(data);
+        self.release(m.index, m.buffer);
+        Ok(out)
+    }
+
+    /// Waits (up to `timeout`) for the next message to be published and checks its entry.
+    fn next_message(&self, timeout: Duration) -> Result<Message, Error> {
         let r = self.next;
         let e = self.published + (r % self.slot_count) as usize * LINE;
         let word = self.shm.word(e);
@@ -541,16 +619,63 @@ impl WarmRing {
         if b >= self.slot_count || len > self.slot_size as u64 {
             return Err(Error::Corrupt { len, slot_size: self.slot_size });
         }
-        let off = self.buffers + b as usize * self.stride;
-        // SAFETY: the entry of index `r` was observed with Acquire, so the writer finished buffer `b` and will not
-        // touch it until it comes back through the released queue; `len <= slot_size` keeps it in the buffer.
-        let data = unsafe { std::slice::from_raw_parts(self.shm.base.add(off), len as usize) };
-        let out = f(data);
+        let at = self.buffers + b as usize * self.stride;
+        Ok(Message { index: r, entry: e, buffer: b as u32, len: len as usize, at })
+    }
+
+    /// Reads the next message into `buf` (cleared first); a streamed one (`write_copy`) is copied out part by part
+    /// as it is written.
+    pub fn read_copy(&mut self, timeout: Duration, buf: &mut Vec<u8>) -> Result<(), Error> {
+        let m = self.next_message(timeout)?;
+        buf.clear();
+        buf.reserve(m.len);
+        let mut done = 0;
+        while done < m.len {
+            let ready = self.wait_written(m.entry, done + 1, m.len, timeout)?;
+            // SAFETY: bytes `done..ready` of the buffer are announced written (Acquire) and the writer does not
+            // touch them again until the buffer comes back through the released queue; `len <= slot_size` keeps
+            // them in the buffer.
+            crate::copy::extend(buf, unsafe {
+                std::slice::from_raw_parts(self.shm.base.add(m.at + done), ready - done)
+            });
+            done = ready;
+        }
+        self.release(m.index, m.buffer);
+        Ok(())
+    }
+
+    /// Waits until at least `end` of the `len` bytes of the message at entry offset `e` are written; returns how
+    /// many are (at most `len`). Spins, yielding after [`STREAM_SPIN`] without progress (the writer may wait for
+    /// this CPU); an error after `timeout` without progress.
+    fn wait_written(&self, e: usize, end: usize, len: usize, timeout: Duration) -> Result<usize, Error> {
+        let written = self.shm.word(e + 16);
+        let mut w = written.load(Ordering::Acquire) as usize;
+        let mut since: Option<Instant> = None;
+        let mut polls = 0u32;
+        while w < end {
+            polls = polls.wrapping_add(1);
+            let idle = polls.is_multiple_of(64).then(|| since.get_or_insert_with(Instant::now).elapsed());
+            if idle.is_some_and(|t| t >= timeout) {
+                return Err(Error::TimedOut(timeout));
+            } else if idle.is_some_and(|t| t >= STREAM_SPIN) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+            let now = written.load(Ordering::Acquire) as usize;
+            if now != w {
+                (w, since) = (now, None);
+            }
+        }
+        Ok(w.min(len))
+    }
+
+    /// Gives buffer `b` of message `r` back to the writer.
+    fn release(&mut self, r: u64, b: u32) {
         self.next = r + 1;
         let i = self.next_released;
-        self.entry(self.released, i).store(tag(i, b as u32), Ordering::Release);
+        self.entry(self.released, i).store(tag(i, b), Ordering::Release);
         self.next_released = i + 1;
-        Ok(out)
     }
 }
 
@@ -585,7 +710,8 @@ mod tests {
         assert_eq!(line_stride(64), Some(128));
         assert_eq!(line_stride(1 << 20), Some((1 << 20) + 128));
         let (p, r, b, t) = warm_layout(4, 1 << 20).unwrap();
-        assert_eq!((p, r, b, t), (256, 512, 4096, 4096 + 4 * (1 << 20)));
+        // Buffers a page apart beyond their size (`warm_stride`).
+        assert_eq!((p, r, b, t), (256, 512, 4096, 4096 + 4 * ((1 << 20) + 4096)));
         assert!(tag_is(tag(u64::from(u32::MAX), 7), u64::from(u32::MAX)));
         assert!(!tag_is(tag(3, 7), 3 + 1024));
     }

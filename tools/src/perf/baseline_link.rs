@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use shoal_baseline::copy;
 use shoal_baseline::spsc::{self, Ring, Wait};
 use shoal_baseline::strong::{self, LineRing, WarmRing};
 
@@ -128,7 +129,12 @@ impl BaselineLink {
 
 impl Sender for BaselineLink {
     fn send_copy(&mut self, payload: &[u8]) -> anyhow::Result<()> {
-        ring!(self, r => r.write_with(payload.len(), IO_TIMEOUT, |b| b.copy_from_slice(payload))).map_err(map_err)
+        match self {
+            // Streamed from STREAM_MIN bytes on, as shoal's ring streams its copying writes.
+            BaselineLink::Warm(r) => r.write_copy(payload, IO_TIMEOUT),
+            _ => ring!(self, r => r.write_with(payload.len(), IO_TIMEOUT, |b| copy::copy_from(b, payload))),
+        }
+        .map_err(map_err)
     }
 
     fn send_header(&mut self, len: usize, header: &[u8; HEADER_LEN]) -> anyhow::Result<()> {
@@ -138,10 +144,13 @@ impl Sender for BaselineLink {
 
 impl Receiver for BaselineLink {
     fn recv_copy(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> anyhow::Result<()> {
-        ring!(self, r => r.read_with(timeout, |s| {
-            buf.clear();
-            buf.extend_from_slice(s);
-        }))
+        match self {
+            BaselineLink::Warm(r) => r.read_copy(timeout, buf),
+            _ => ring!(self, r => r.read_with(timeout, |s| {
+                buf.clear();
+                copy::extend(buf, s);
+            })),
+        }
         .map_err(map_err)
     }
 
