@@ -612,7 +612,8 @@ impl SubShared {
         }
     }
 
-    /// Whether a receive waiting on the doorbell stops waiting: a sample is there (queued, or in a ring), or, with
+    /// Whether a receive waiting on the doorbell stops waiting: a sample is there (queued, or in a ring, or being
+    /// written into a ring in parts it can read as they come, `RingReader::streaming`), or, with
     /// `poll_writes`, a publisher is writing the next message of one of the rings (`RingReader::writing`). A write
     /// seen sets `saw_write` either way. One lock of the reader table.
     pub(crate) fn ready(&self, poll_writes: bool, saw_write: &std::cell::Cell<bool>) -> bool {

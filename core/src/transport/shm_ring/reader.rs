@@ -830,7 +830,9 @@ impl RingReader {
     /// It agrees with `try_read_*`: while it is true, a read delivers a sample, moves the cursor on (counting what
     /// it skips as drops), follows the next generation or ends the reader, whatever the segment holds, so that a
     /// caller waiting for it never spins on a segment that cannot be read; while it is false, a read returns
-    /// [`ReadOutcome::Empty`] (or [`ReadOutcome::Ended`]) without changing anything.
+    /// [`ReadOutcome::Empty`] (or [`ReadOutcome::Ended`]) without changing anything, unless the next sample's write
+    /// is streamed ([`streaming`](Self::streaming)): the read then delivers that sample as it is written, or takes
+    /// the read back if the write stalls.
     #[inline]
     pub fn has_data(&self) -> bool {
         if self.ended {
@@ -870,8 +872,9 @@ impl RingReader {
             && self.stalled != Some(c)
     }
 
-    /// Reads the next sample in place: `f` gets a view of the payload in shared memory. After
-    /// `f` returns, the slot is checked again; if the writer overwrote it meanwhile the result is
+    /// Reads the next sample in place: `f` gets a view of the payload in shared memory (of a sample still being
+    /// written if its write is streamed: the view's copies wait for the bytes they take, and the read waits for the
+    /// sample's publication after `f`). After `f` returns, the slot is checked again; if the writer overwrote it meanwhile the result is
     /// discarded ([`ReadOutcome::Torn`], counted as a drop). A reader that fell more than
     /// `slot_count` behind skips ahead first and counts the skipped samples as drops. A drained,
     /// superseded segment is replaced by the next generation transparently; a sample that a superseded segment
