@@ -26,13 +26,30 @@ pub(crate) fn aliased(dst: *const u8, src: *const u8, len: usize) -> bool {
 /// lengths differ).
 #[inline]
 pub(crate) fn copy_from(dst: &mut [u8], src: &[u8]) {
-    if dst.len() == src.len() && aliased(dst.as_ptr(), src.as_ptr(), src.len()) {
-        for (d, s) in dst.chunks_mut(PIECE).zip(src.chunks(PIECE)) {
-            // Each piece its own call: the optimiser must not merge them back into one copy.
-            std::hint::black_box(d).copy_from_slice(s);
-        }
-    } else {
-        dst.copy_from_slice(src);
+    assert_eq!(dst.len(), src.len(), "copy_from: destination and source lengths differ");
+    // SAFETY: both slices hold `src.len()` bytes; a `&mut [u8]` and a `&[u8]` never overlap.
+    unsafe { copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
+}
+
+/// `ptr::copy_nonoverlapping(src, dst, len)`, in pieces at a distance [`aliased`] names.
+///
+/// # Safety
+///
+/// As for `ptr::copy_nonoverlapping`: `src` readable and `dst` writable for `len` bytes, the two not overlapping.
+#[inline]
+pub(crate) unsafe fn copy_nonoverlapping(src: *const u8, dst: *mut u8, len: usize) {
+    if !aliased(dst, src, len) {
+        // SAFETY: the caller's promise.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+        return;
+    }
+    let mut done = 0;
+    while done < len {
+        let n = PIECE.min(len - done);
+        // SAFETY: `done + n <= len`: inside both ranges the caller promised. Each piece its own call (`black_box`):
+        // the optimiser must not merge them back into one copy.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(done), std::hint::black_box(dst.add(done)), n) };
+        done += n;
     }
 }
 

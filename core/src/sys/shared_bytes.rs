@@ -2,9 +2,10 @@
 //!
 //! No `&[u8]` is ever made of them: a shared reference asserts that nothing changes the bytes while it lives, which
 //! a lapping writer breaks, and the compiler may then load a byte twice and get two values (a bounds check passing
-//! on one load and the index using another). [`SharedBytes`] only copies out, with `ptr::copy_nonoverlapping`, into
-//! memory this thread owns; whatever the copy holds stays put while it is used. The copy may be torn (old and new
-//! bytes mixed): the owner of the memory tells afterwards whether it was (the ring's slot sequence re-check).
+//! on one load and the index using another). [`SharedBytes`] only copies out (`sys::copy::copy_nonoverlapping`, which
+//! avoids a slow case of `memcpy`) into memory this thread owns; whatever the copy holds stays put while it is used.
+//! The copy may be torn (old and new bytes mixed): the owner of the memory tells afterwards whether it was (the
+//! ring's slot sequence re-check).
 //!
 //! The bytes may also still be arriving (a ring sample read while it is written, [`Arriving`]): every copy first
 //! waits until the bytes it takes are written.
@@ -12,6 +13,8 @@
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;
+
+use super::copy::copy_nonoverlapping;
 
 /// Bytes written from the start onwards while they are read: how far they are.
 pub(crate) trait Arriving: Sync {
@@ -73,7 +76,7 @@ impl<'a> SharedBytes<'a> {
         // of this thread, distinct from the mapping (a `&mut [u8]` cannot alias bytes only other processes write),
         // so the ranges do not overlap. Concurrent writes by another process can make the copy torn, never invalid:
         // any byte value is a valid `u8`.
-        unsafe { copy_out(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
+        unsafe { copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
         true
     }
 
@@ -87,33 +90,13 @@ impl<'a> SharedBytes<'a> {
             // SAFETY: `reserve` made room for `len` more bytes after `start`, and `done < ready <= len`; the source
             // is readable for `len` bytes (see `new`) and does not overlap the vector's own allocation. Torn bytes
             // are still valid `u8`s.
-            unsafe { copy_out(self.ptr.as_ptr().add(done), buf.as_mut_ptr().add(start + done), ready - done) };
+            unsafe {
+                copy_nonoverlapping(self.ptr.as_ptr().add(done), buf.as_mut_ptr().add(start + done), ready - done)
+            };
             done = ready;
         }
         // SAFETY: the loop above initialised all `len` bytes after `start`.
         unsafe { buf.set_len(start + self.len) };
-    }
-}
-
-/// `ptr::copy_nonoverlapping(src, dst, len)`, in pieces at a distance `rep movsb` runs slowly (`sys::copy`).
-///
-/// # Safety
-///
-/// As for `ptr::copy_nonoverlapping`: `src` readable and `dst` writable for `len` bytes, the two not overlapping.
-#[inline]
-unsafe fn copy_out(src: *const u8, dst: *mut u8, len: usize) {
-    if !super::copy::aliased(dst, src, len) {
-        // SAFETY: the caller's promise.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
-        return;
-    }
-    let mut done = 0;
-    while done < len {
-        let n = super::copy::PIECE.min(len - done);
-        // SAFETY: `done + n <= len`: inside both ranges the caller promised. Each piece its own call (`black_box`):
-        // the optimiser must not merge them back into one copy.
-        unsafe { std::ptr::copy_nonoverlapping(src.add(done), std::hint::black_box(dst.add(done)), n) };
-        done += n;
     }
 }
 

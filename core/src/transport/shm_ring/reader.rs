@@ -2,11 +2,12 @@
 //! cursor, reading the slots in place.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering, fence};
 use std::time::{Duration, Instant};
 
 use memmap2::MmapOptions;
 
+use super::doorbell::Pacer;
 use super::flow::{ACTIVE, ReaderFlow, TRACKING};
 use super::layout::{
     DOORBELL_NAME_CAP, MAX_SLOT_COUNT, MAX_SLOT_SIZE, MIN_SLOT_COUNT, NEXT_PATH_CAP, RING_MAGIC, RING_VERSION,
@@ -30,16 +31,9 @@ const MAX_SKIPS: u32 = 64;
 /// the cursor from wrapping around, which would let a reader circle through the same slots for ever.
 const SEQ_LIMIT: u64 = 1 << 62;
 
-/// How long a streamed read polls for the writer's next part before it yields the CPU between polls (the writer may
-/// be waiting for this CPU; a part takes about a microsecond to write).
-const STREAM_SPIN: Duration = Duration::from_micros(5);
 /// A streamed write that makes no progress for this long is given up: the read is taken back (the cursor stays on the
 /// sample, no drop) and the sample is read once it is published, as one that is not streamed.
 const STREAM_STALL: Duration = Duration::from_millis(10);
-/// A yield of a streamed read that takes this long ran another thread on this CPU, most likely the writer: the two
-/// cannot copy at the same time, and taking turns only adds switches (1 MiB block ping-pong with both processes on one
-/// CPU: 101-110 µs streamed against 79-90 read once published), so the read is taken back as after a stall.
-const STREAM_GAVE_WAY: Duration = Duration::from_micros(20);
 
 /// Value of a slot's seqlock word once sample `seq` is published (`2 * seq + 2`). Wrapping: the
 /// write sequence comes from shared memory, where a corrupt segment can hold any value; a real
@@ -212,8 +206,6 @@ impl<'a> SampleView<'a> {
 const FOLLOWING: u8 = 0;
 const STALLED: u8 = 1;
 const OVERWRITTEN: u8 = 2;
-/// A yield ran another thread meanwhile ([`STREAM_GAVE_WAY`]).
-const SHARES_CPU: u8 = 3;
 
 /// What a wait for a streamed write saw in one poll.
 enum StreamPoll<T> {
@@ -233,19 +225,25 @@ struct StreamWait<'a> {
     len: usize,
     /// [`FOLLOWING`], or why the read stopped following the write.
     gave_up: AtomicU8,
-    shares_cpu: std::sync::atomic::AtomicBool,
+    /// A yield of this read ran another thread: it yields at every poll ([`wait`](Self::wait)).
+    shares_cpu: AtomicBool,
 }
 
 impl StreamWait<'_> {
-    /// Polls until `poll` is done: spinning for [`STREAM_SPIN`] after the last progress, then yielding between polls;
-    /// `None` (and [`gave_up`](Self::gave_up) says why) when the write is overwritten, stalls for [`STREAM_STALL`]
-    /// or a yield ran another thread ([`STREAM_GAVE_WAY`]).
+    /// Polls until `poll` is done, paced by a [`Pacer`] from the last progress (it yields after 5 µs, then ever more
+    /// rarely); once a yield ran another thread (most likely the writer, on this CPU: the two cannot copy at the same
+    /// time) it yields at every poll from then on, for the rest of this read (1 MiB block ping-pong with both
+    /// processes on one CPU: 96-101 µs, against 101-110 when it kept polling between yields and 101-103 when it read
+    /// only published samples). `None` (and [`gave_up`](Self::gave_up) says why) when the write is overwritten or
+    /// stalls for [`STREAM_STALL`].
     fn wait<T>(&self, mut poll: impl FnMut() -> StreamPoll<T>) -> Option<T> {
         if self.gave_up.load(Ordering::Relaxed) != FOLLOWING {
             return None;
         }
         let mut last = u64::MAX;
-        let mut since: Option<Instant> = None;
+        // Since when the write made no progress, and the pacing of the poll since then (read lazily: most waits
+        // end within a few polls).
+        let mut paced: Option<(Instant, Pacer)> = None;
         let mut polls = 0u32;
         loop {
             match poll() {
@@ -255,27 +253,28 @@ impl StreamWait<'_> {
                     return None;
                 }
                 StreamPoll::Pending(p) if p != last => {
-                    (last, since, polls) = (p, None, 0);
+                    (last, paced, polls) = (p, None, 0);
                 }
                 StreamPoll::Pending(_) => {}
             }
             polls = polls.wrapping_add(1);
-            if polls.is_multiple_of(if self.shares_cpu.load(Ordering::Relaxed) { 1 } else { 64 }) {
+            if polls.is_multiple_of(64) {
                 let now = Instant::now();
-                let idle = now.saturating_duration_since(*since.get_or_insert(now));
-                if idle >= STREAM_STALL {
+                let (since, pacer) = paced.get_or_insert_with(|| (now, Pacer::new(now)));
+                if now.saturating_duration_since(*since) >= STREAM_STALL {
                     self.gave_up.store(STALLED, Ordering::Relaxed);
                     return None;
                 }
-                if idle >= STREAM_SPIN || self.shares_cpu.load(Ordering::Relaxed) {
-                    std::thread::yield_now();
-                    if now.elapsed() >= STREAM_GAVE_WAY {
-                        self.shares_cpu.store(true, Ordering::Relaxed);
-                    }
-                    continue;
+                pacer.pause(now);
+                if pacer.gave_way() {
+                    self.shares_cpu.store(true, Ordering::Relaxed);
                 }
             }
-            std::hint::spin_loop();
+            if self.shares_cpu.load(Ordering::Relaxed) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
     }
 
@@ -541,8 +540,7 @@ pub struct RingReader {
     evicted: bool,
     /// The segment file was truncated under this reader (see [`RingReader::truncated`]).
     truncated: bool,
-    /// A sample whose streamed read was taken back (its write stalled, or shares this CPU): read once published, not
-    /// streamed again.
+    /// A sample whose streamed read was taken back (its write stalled): read once published, not streamed again.
     stalled: Option<u64>,
 }
 
@@ -999,7 +997,7 @@ impl RingReader {
             mark: expected.wrapping_sub(1),
             len: info.len,
             gave_up: AtomicU8::new(FOLLOWING),
-            shares_cpu: std::sync::atomic::AtomicBool::new(false),
+            shares_cpu: AtomicBool::new(false),
         });
         let payload = match &stream {
             Some(w) => payload.arriving(w),
@@ -1017,7 +1015,7 @@ impl RingReader {
         let read_ns = started.map(|t| t.elapsed().as_nanos() as u64);
         if let Some(w) = &stream {
             w.wait_published();
-            if matches!(w.gave_up.load(Ordering::Relaxed), STALLED | SHARES_CPU) {
+            if w.gave_up.load(Ordering::Relaxed) == STALLED {
                 // Taken back: the sample is read again once it is published.
                 self.cursor = c;
                 self.stalled = Some(c);
