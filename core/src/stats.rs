@@ -648,13 +648,17 @@ pub struct UdpCounts {
     /// Incomplete fragmented messages evicted by the reassembly bounds (`[shoal_limits] udp_fragmented_per_source`,
     /// `udp_reassembly_bytes`, messages in flight).
     pub reassembly_evicted: u64,
+    /// Incomplete fragmented messages given up at a gap the kernel's drop count explains (a receiver that fell
+    /// behind: the socket dropped the missing fragments): their later fragments are dropped unstored, and the
+    /// messages show in `lost`.
+    pub reassembly_abandoned: u64,
     /// Incomplete fragmented messages held right now.
     pub reassembly_in_flight: u64,
     /// Bytes charged against `udp_reassembly_bytes` by the incomplete messages held right now.
     pub reassembly_bytes: u64,
     /// Datagrams the kernel dropped on the data socket because its receive buffer was full (`SO_RXQ_OVFL`, learnt
-    /// from the datagrams queued after them); the messages they belonged to show in `lost` or
-    /// `reassembly_expired`. Also sent in this process's registration ([`ShoalProcessStats`]).
+    /// from the datagrams queued after them); the messages they belonged to show in `lost` (and
+    /// `reassembly_abandoned` or `reassembly_expired`). Also sent in this process's registration ([`ShoalProcessStats`]).
     pub kernel_drops: u64,
 }
 

@@ -2,12 +2,13 @@
 //! that the next message of about their size reuses memory already mapped (no page faults, no zeroing by the
 //! kernel): the UDP layer's reassembled messages and the TCP layer's received payloads. At most
 //! [`SPARE_BUFFERS`] of [`SPARE_MIN_BYTES`](crate::wire::reassembly::SPARE_MIN_BYTES)..=
-//! [`SPARE_MAX_BYTES`](crate::wire::reassembly::SPARE_MAX_BYTES) bytes wait to be taken back; a receiver that is
-//! gone frees them.
+//! [`SPARE_MAX_BYTES`](crate::wire::reassembly::SPARE_MAX_BYTES) bytes, and
+//! [`SPARE_BYTES`](crate::wire::reassembly::SPARE_BYTES) in all, wait to be taken back (the largest kept,
+//! [`keep_spare`](crate::wire::reassembly::keep_spare)); a receiver that is gone frees them.
 
 use std::sync::{Arc, Mutex, Weak};
 
-pub(crate) use crate::wire::reassembly::{SPARE_BUFFERS, worth_keeping};
+pub(crate) use crate::wire::reassembly::worth_keeping;
 
 use crate::sync::lock;
 
@@ -46,10 +47,7 @@ impl AsRef<[u8]> for Recycled {
 impl Drop for Recycled {
     fn drop(&mut self) {
         if let Some(back) = self.back.upgrade() {
-            let mut back = lock(&back);
-            if back.len() < SPARE_BUFFERS {
-                back.push(std::mem::take(&mut self.buf));
-            }
+            crate::wire::reassembly::keep_spare(&mut lock(&back), std::mem::take(&mut self.buf));
         }
     }
 }
@@ -57,7 +55,7 @@ impl Drop for Recycled {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::reassembly::SPARE_MIN_BYTES;
+    use crate::wire::reassembly::{SPARE_BUFFERS, SPARE_MIN_BYTES};
 
     /// A buffer goes back when the last piece of it is dropped, at most `SPARE_BUFFERS` of them; a small one, or
     /// one whose receiver is gone, is simply freed.

@@ -15,7 +15,7 @@
 //! subscribes to): the rest of its fragments are then only counted, never stored.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -89,6 +89,9 @@ pub struct ReassemblyCounters {
     /// Fragmented messages the caller's filter refused by their first fragment (their other fragments were
     /// counted, not stored).
     pub refused: u64,
+    /// Incomplete messages given up by the caller ([`Reassembler::abandon`]: their missing fragments were dropped
+    /// by the kernel); their later fragments were counted among `datagrams`, not stored.
+    pub abandoned: u64,
 }
 
 impl ReassemblyCounters {
@@ -110,6 +113,7 @@ impl ReassemblyCounters {
             length_mismatch,
             expired,
             refused,
+            abandoned,
         } = *other;
         self.datagrams += datagrams;
         self.whole_messages += whole_messages;
@@ -126,6 +130,7 @@ impl ReassemblyCounters {
         self.length_mismatch += length_mismatch;
         self.expired += expired;
         self.refused += refused;
+        self.abandoned += abandoned;
     }
 }
 
@@ -209,12 +214,12 @@ impl Pending {
         }
     }
 
-    /// Forgets the message's bytes: from now on its fragments are only counted.
-    fn refuse(&mut self) {
+    /// Forgets the message's bytes: from now on its fragments are only counted. Returns its buffer.
+    fn refuse(&mut self) -> Vec<u8> {
         self.refused_fragments = u32::try_from(self.fragment_count()).unwrap_or(u32::MAX);
         self.refused = true;
-        self.data = Vec::new();
         self.parked.clear();
+        std::mem::take(&mut self.data)
     }
 }
 
@@ -227,13 +232,13 @@ fn give_spare(spare: &mut Vec<Vec<u8>>, data: &mut Vec<u8>, total: usize) {
     }
 }
 
-/// Takes from `spare` an (empty) buffer that holds `len` bytes, if `len` is worth one (at least
+/// Takes from `spare` the smallest (empty) buffer that holds `len` bytes, if `len` is worth one (at least
 /// [`SPARE_MIN_BYTES`]: a small message does not take a large buffer) and one does.
 pub(crate) fn take_spare(spare: &mut Vec<Vec<u8>>, len: usize) -> Option<Vec<u8>> {
     if len < SPARE_MIN_BYTES {
         return None;
     }
-    let i = spare.iter().position(|b| b.capacity() >= len)?;
+    let (i, _) = spare.iter().enumerate().filter(|(_, b)| b.capacity() >= len).min_by_key(|(_, b)| b.capacity())?;
     Some(spare.swap_remove(i))
 }
 
@@ -245,12 +250,20 @@ pub struct Reassembler {
     buffered: usize,
     counters: ReassemblyCounters,
     /// Buffers of delivered messages handed back ([`Self::recycle`]), reused for new messages: at most
-    /// [`SPARE_BUFFERS`] of at most [`SPARE_MAX_BYTES`] each.
+    /// [`SPARE_BUFFERS`] of at most [`SPARE_MAX_BYTES`] each, [`SPARE_BYTES`] in all ([`keep_spare`]).
     spare: Vec<Vec<u8>>,
+    /// The last [`ABANDONED_KEYS`] messages given up ([`Self::abandon`]), whose later datagrams are dropped unstored.
+    abandoned: VecDeque<(SocketAddr, i32)>,
 }
 
-/// Most spare buffers a reassembler keeps.
-pub const SPARE_BUFFERS: usize = 2;
+/// Messages given up that a reassembler remembers: a later fragment of an older one starts a new entry (which
+/// expires as any incomplete message does).
+pub const ABANDONED_KEYS: usize = 16;
+
+/// Most spare buffers a reassembler keeps (a burst of large messages in flight at once wants several).
+pub const SPARE_BUFFERS: usize = 8;
+/// Most bytes (capacities) of spare buffers a reassembler keeps: eight of 1 MiB messages, two of 4 MiB.
+pub const SPARE_BYTES: usize = 8 << 20;
 /// Largest capacity of a buffer kept spare (larger ones are freed).
 pub const SPARE_MAX_BYTES: usize = 4 << 20;
 /// Smallest capacity worth keeping (smaller messages allocate little).
@@ -261,12 +274,18 @@ pub(crate) fn worth_keeping(capacity: usize) -> bool {
     (SPARE_MIN_BYTES..=SPARE_MAX_BYTES).contains(&capacity)
 }
 
-/// Adds `buf`, emptied, to `spare` if it is worth keeping and `spare` holds fewer than [`SPARE_BUFFERS`]; else
-/// frees it.
+/// Adds `buf`, emptied, to `spare` if it is worth keeping, then frees the smallest buffers while `spare` holds more
+/// than [`SPARE_BUFFERS`] or [`SPARE_BYTES`]: the largest are kept (a spare too small for the messages that come
+/// now would otherwise stay forever, and every one of them be allocated afresh).
 pub(crate) fn keep_spare(spare: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
-    if spare.len() < SPARE_BUFFERS && worth_keeping(buf.capacity()) {
-        buf.clear();
-        spare.push(buf);
+    if !worth_keeping(buf.capacity()) {
+        return;
+    }
+    buf.clear();
+    spare.push(buf);
+    while spare.len() > SPARE_BUFFERS || spare.iter().map(Vec::capacity).sum::<usize>() > SPARE_BYTES {
+        let Some((i, _)) = spare.iter().enumerate().min_by_key(|(_, b)| b.capacity()) else { break };
+        spare.swap_remove(i);
     }
 }
 
@@ -279,6 +298,7 @@ impl Reassembler {
             buffered: 0,
             counters: ReassemblyCounters::default(),
             spare: Vec::new(),
+            abandoned: VecDeque::new(),
         }
     }
 
@@ -312,10 +332,12 @@ impl Reassembler {
         let max_age = self.cfg.max_age;
         let before = self.pending.len();
         let mut freed = 0usize;
+        let spare = &mut self.spare;
         self.pending.retain(|_, p| {
             let keep = now.saturating_duration_since(p.first_seen) < max_age;
             if !keep {
                 freed += p.charged;
+                keep_spare(spare, std::mem::take(&mut p.data));
             }
             keep
         });
@@ -366,6 +388,7 @@ impl Reassembler {
                 self.counters.whole_messages += 1;
                 return Ok(Some(Cow::Borrowed(payload)));
             }
+            _ if self.abandoned.contains(&(from, header.id)) => return Ok(None),
             DatagramKind::FragmentInfo => self.on_info(now, (from, header.id), header.num, header.len),
             DatagramKind::Fragment => self.on_fragment(now, (from, header.id), header.num, payload, wanted),
         };
@@ -375,6 +398,7 @@ impl Reassembler {
     fn drop_message(&mut self, key: &(SocketAddr, i32)) {
         if let Some(p) = self.pending.remove(key) {
             self.buffered -= p.charged;
+            keep_spare(&mut self.spare, p.data);
         }
     }
 
@@ -553,7 +577,9 @@ impl Reassembler {
         }
         p.received_bytes = received;
         if index == 0 && !wanted(payload) {
-            p.refuse();
+            let buf = p.refuse();
+            keep_spare(&mut self.spare, buf);
+            let Some(p) = self.pending.get_mut(&key) else { return Ok(None) };
             p.refused_fragments = p.refused_fragments.saturating_add(1);
             self.counters.refused += 1;
         } else {
@@ -571,9 +597,29 @@ impl Reassembler {
         self.complete_if_done(&key)
     }
 
-    /// Hands back the buffer of a message this reassembler returned, once its reader is done with it: kept (up to
-    /// [`SPARE_BUFFERS`], if its capacity is [`SPARE_MIN_BYTES`]..=[`SPARE_MAX_BYTES`]) for a later message of at
-    /// most its capacity, which then needs no fresh memory (no page faults); else freed.
+    /// Gives up `from`'s incomplete message `id`, for a caller that knows it cannot complete: a fragment of it came
+    /// past a gap, and the socket's drop count rose in between (the missing fragments were dropped by the kernel,
+    /// not reordered). What it held goes (its buffer kept spare), it is counted (`abandoned`), and its later
+    /// datagrams, this one included, are counted among `datagrams` and dropped unstored, so that a receiver that
+    /// fell behind spends nothing more on it. False when no such message is held.
+    pub fn abandon(&mut self, from: SocketAddr, id: i32) -> bool {
+        let key = (from, id);
+        let Some(p) = self.pending.remove(&key) else { return false };
+        self.buffered -= p.charged;
+        keep_spare(&mut self.spare, p.data);
+        self.counters.abandoned += 1;
+        self.counters.datagrams += 1;
+        if self.abandoned.len() == ABANDONED_KEYS {
+            self.abandoned.pop_front();
+        }
+        self.abandoned.push_back(key);
+        true
+    }
+
+    /// Hands back the buffer of a message this reassembler returned, once its reader is done with it: kept (as
+    /// [`keep_spare`] keeps it: up to [`SPARE_BUFFERS`] and [`SPARE_BYTES`], if its capacity is
+    /// [`SPARE_MIN_BYTES`]..=[`SPARE_MAX_BYTES`]) for a later message of at most its capacity, which then needs no
+    /// fresh memory (no page faults); else freed.
     pub fn recycle(&mut self, buf: Vec<u8>) {
         keep_spare(&mut self.spare, buf);
     }
@@ -634,7 +680,9 @@ impl Reassembler {
         }
         p.received_bytes += len;
         if index == 0 && !wanted(&p.data[..len]) {
-            p.refuse();
+            let buf = p.refuse();
+            keep_spare(&mut self.spare, buf);
+            let Some(p) = self.pending.get_mut(&key) else { return Ok(None) };
             p.refused_fragments = p.refused_fragments.saturating_add(1);
             self.counters.refused += 1;
         } else {
@@ -664,9 +712,11 @@ impl Reassembler {
         let Some(p) = self.pending.remove(key) else { return Ok(None) };
         self.buffered -= p.charged;
         if p.refused {
+            keep_spare(&mut self.spare, p.data);
             return Ok(None);
         }
         if p.received_bytes != total as usize {
+            keep_spare(&mut self.spare, p.data);
             self.counters.length_mismatch += 1;
             return Err(WireError::LengthMismatch { declared: total as u64, received: p.received_bytes as u64 });
         }

@@ -632,10 +632,71 @@ fn recycled_buffers_are_reused_and_bounded() {
     r.recycle(second);
     let third = message(&mut r, 400_000, 3);
     assert_ne!(third.as_ptr(), ptr);
-    for _ in 0..5 {
+    for _ in 0..SPARE_BUFFERS + 2 {
         r.recycle(Vec::with_capacity(SPARE_MIN_BYTES * 2));
     }
     r.recycle(Vec::with_capacity(SPARE_MIN_BYTES - 1));
     r.recycle(Vec::with_capacity(SPARE_MAX_BYTES + 1));
     assert_eq!(r.spare_buffers(), SPARE_BUFFERS, "bounded");
+}
+
+/// Spare buffers keep the largest within their count and byte bounds: buffers too small for the messages that come
+/// now (kept from smaller ones before) give way to larger ones, which the next large message then reuses.
+#[test]
+fn spare_buffers_keep_the_largest_within_their_bounds() {
+    use super::reassembly::{SPARE_BUFFERS, SPARE_BYTES, SPARE_MIN_BYTES, keep_spare, take_spare};
+    let mut spare = Vec::new();
+    for _ in 0..SPARE_BUFFERS {
+        keep_spare(&mut spare, Vec::with_capacity(SPARE_MIN_BYTES));
+    }
+    assert_eq!(spare.len(), SPARE_BUFFERS);
+    assert!(take_spare(&mut spare, 1 << 20).is_none(), "none holds 1 MiB");
+    let big = Vec::<u8>::with_capacity(1 << 20);
+    let ptr = big.as_ptr();
+    keep_spare(&mut spare, big);
+    assert_eq!(spare.len(), SPARE_BUFFERS, "a small one gave way");
+    let got = take_spare(&mut spare, (1 << 20) - 10).expect("the large one is kept");
+    assert_eq!(got.as_ptr(), ptr);
+    // A small message takes the smallest buffer that fits, not the large one.
+    keep_spare(&mut spare, got);
+    let small = take_spare(&mut spare, SPARE_MIN_BYTES).expect("a small one fits");
+    assert_eq!(small.capacity(), SPARE_MIN_BYTES);
+    // Many large ones: no more bytes than SPARE_BYTES, the largest kept.
+    let mut spare = Vec::new();
+    for i in 0..20 {
+        keep_spare(&mut spare, Vec::with_capacity((1 << 20) + i * 4096));
+    }
+    let total: usize = spare.iter().map(Vec::capacity).sum();
+    assert!(total <= SPARE_BYTES && spare.len() <= SPARE_BUFFERS, "{total} bytes in {} buffers", spare.len());
+    assert!(spare.len() >= SPARE_BYTES / (2 << 20), "{} kept", spare.len());
+    assert!(spare.iter().all(|b| b.capacity() >= (1 << 20) + 10 * 4096), "the largest are kept");
+}
+
+/// A message given up (its missing fragments were dropped by the kernel) frees what it held into the spare buffers,
+/// its later datagrams are dropped unstored and counted, and the sender's next message is reassembled as usual.
+#[test]
+fn an_abandoned_message_is_dropped_and_its_later_fragments_are_not_stored() {
+    let now = Instant::now();
+    let mut r = Reassembler::new(ReassemblyConfig::default());
+    let payload: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let d = encode_message("abandon", &payload, 60_000, &mut || 41).unwrap();
+    assert_eq!(d.len(), 1 + 4, "an info datagram and four fragments");
+    assert!(feed(&mut r, now, addr(1), &d[..3]).is_empty());
+    assert!(r.buffered_bytes() > 0);
+    assert!(!r.abandon(addr(1), 42), "not held");
+    assert!(!r.abandon(addr(2), 41), "not held from that sender");
+    assert!(r.abandon(addr(1), 41));
+    assert_eq!((r.in_flight(), r.buffered_bytes(), r.spare_buffers()), (0, 0, 1), "its buffer kept spare");
+    let before = r.counters().datagrams;
+    // Its last fragments: counted, not stored, no new entry.
+    assert!(feed(&mut r, now, addr(1), &d[3..]).is_empty());
+    assert_eq!(r.counters().datagrams, before + 2);
+    assert_eq!(r.in_flight(), 0, "nothing held for it");
+    assert_eq!(r.counters().abandoned, 1);
+    // The next message reuses its buffer and arrives intact.
+    let next = encode_message("abandon", &payload, 60_000, &mut || 43).unwrap();
+    let out = feed(&mut r, now, addr(1), &next);
+    assert_eq!(out.len(), 1);
+    assert_eq!(split_name(&out[0]).unwrap().1, &payload[..]);
+    assert_eq!(r.spare_buffers(), 0, "taken");
 }

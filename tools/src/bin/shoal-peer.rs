@@ -223,7 +223,7 @@ fn udp_json(u: &shoal::monitor::UdpCounts) -> serde_json::Value {
            "non_local_source": u.non_local_source,
            "delivered": u.delivered, "lost": u.lost, "duplicates": u.duplicates, "late": u.late,
            "reassembled": u.reassembled, "reassembly_expired": u.reassembly_expired,
-           "reassembly_evicted": u.reassembly_evicted, "reassembly_in_flight": u.reassembly_in_flight,
+           "reassembly_evicted": u.reassembly_evicted, "reassembly_abandoned": u.reassembly_abandoned, "reassembly_in_flight": u.reassembly_in_flight,
            "reassembly_bytes": u.reassembly_bytes, "packed_sent": u.packed_sent,
            "packed_sent_messages": u.packed_sent_messages, "packed_datagrams": u.packed_datagrams,
            "packed_messages": u.packed_messages, "kernel_drops": u.kernel_drops})

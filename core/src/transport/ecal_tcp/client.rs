@@ -164,13 +164,14 @@ impl Client {
                 Err(e) => return Outcome::Close(e.into()),
             }
         }
-        for b in self.returned.take() {
-            self.decoder.recycle(b);
-        }
         let mut budget = READ_BUDGET;
         loop {
             if budget == 0 {
                 return Outcome::Keep(true);
+            }
+            // Buffers the subscribers are done with, before each read: one call may complete several messages.
+            for b in self.returned.take() {
+                self.decoder.recycle(b);
             }
             // Large remainders of a message are read in place, everything else through the scratch buffer.
             let (read, direct) = match self.decoder.payload_spare(scratch.len()) {

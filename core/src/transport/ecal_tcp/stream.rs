@@ -147,7 +147,7 @@ impl StreamDecoder {
     }
 
     /// Hands back the buffer of a message this decoder delivered, once its reader is done with it: kept (up to
-    /// [`SPARE_BUFFERS`](crate::transport::recycle::SPARE_BUFFERS), if its capacity is worth it) for a later payload
+    /// [`SPARE_BUFFERS`](crate::wire::reassembly::SPARE_BUFFERS), if its capacity is worth it) for a later payload
     /// that fits in it, which then needs no fresh memory; else freed.
     pub fn recycle(&mut self, buf: Vec<u8>) {
         crate::wire::reassembly::keep_spare(&mut self.spare, buf);

@@ -38,7 +38,9 @@
 //!   creation, so it receives from publishers it has not heard of yet (eCAL does the same). The I/O thread
 //!   receives (`recv.rs`, `recvmmsg` 16 datagrams a call, the kernel's drop count of the socket kept; while a
 //!   fragmented message comes, one datagram a call, its next fragment straight into the message's buffer, which
-//!   goes back to the receiver for reuse when the last sample holding it is dropped); per
+//!   goes back to the receiver for reuse when the last sample holding it is dropped; a later fragment that comes
+//!   while the socket reports drops since the last one gives the message up at once, its remaining fragments
+//!   dropped unstored, so that a receiver that fell behind spends nothing more on it); per
 //!   subscriber and publisher, the samples missing in a gap of the publisher's clock are counted as the
 //!   subscriber's drops when the newer sample arrives, a repeated clock is dropped and counted too, and a late
 //!   sample (its clock in such a gap) is discarded without counting its loss twice.
@@ -126,10 +128,12 @@ pub(crate) struct Counters {
     /// Copies skipped because the subscriber reads that publisher through the native ring or the same process.
     pub(crate) skipped_other_path: AtomicU64,
     /// The receiver's reassemblers (copied by the I/O thread after each batch and each expiry): messages
-    /// reassembled, incomplete ones expired and evicted by the bounds, and those held now with their bytes.
+    /// reassembled, incomplete ones expired, evicted by the bounds and abandoned at a kernel drop, and those held
+    /// now with their bytes.
     pub(crate) reassembled: AtomicU64,
     pub(crate) reassembly_expired: AtomicU64,
     pub(crate) reassembly_evicted: AtomicU64,
+    pub(crate) reassembly_abandoned: AtomicU64,
     pub(crate) reassembly_in_flight: AtomicU64,
     pub(crate) reassembly_bytes: AtomicU64,
 }
@@ -154,6 +158,7 @@ impl Counters {
             reassembled: l(&self.reassembled),
             reassembly_expired: l(&self.reassembly_expired),
             reassembly_evicted: l(&self.reassembly_evicted),
+            reassembly_abandoned: l(&self.reassembly_abandoned),
             reassembly_in_flight: l(&self.reassembly_in_flight),
             reassembly_bytes: l(&self.reassembly_bytes),
             kernel_drops: l(&self.kernel_drops),

@@ -255,6 +255,11 @@ impl RecvBatch {
         self.last_overflow = 0;
     }
 
+    /// Whether the socket dropped datagrams between the last one seen and one that carried `dropped_total`.
+    pub(crate) fn dropped_before(&self, dropped_total: Option<u32>) -> bool {
+        dropped_total.is_some_and(|total| (1..1 << 31).contains(&total.wrapping_sub(self.last_overflow)))
+    }
+
     /// Takes in the socket's drop count a received datagram carried (`SO_RXQ_OVFL`).
     pub(crate) fn note_overflow(&mut self, dropped_total: Option<u32>) {
         if let Some(total) = dropped_total {

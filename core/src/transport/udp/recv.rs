@@ -255,13 +255,24 @@ impl UdpReceiver {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Some((Drained::Budget, None)),
             Err(e) => return Some((Drained::Failed, Some(e))),
         };
+        let dropped_before = batcher.dropped_before(got.dropped_total);
         batcher.note_overflow(got.dropped_total);
-        let placed = !got.truncated
-            && got.len == HEADER_LEN + got.in_target
-            && got.from == from
-            && DatagramHeader::parse_head(&ip.head).is_ok_and(|h| {
+        let head = DatagramHeader::parse_head(&ip.head).ok().filter(|_| !got.truncated && got.from == from);
+        let placed = got.len == HEADER_LEN + got.in_target
+            && head.is_some_and(|h| {
                 h.kind == DatagramKind::Fragment && h.id == id && h.num == index && h.len as usize == got.in_target
             });
+        if !placed
+            && dropped_before
+            && head.is_some_and(|h| h.kind == DatagramKind::Fragment && h.id == id && h.num > index)
+            && self.reassembler.abandon(from, id)
+        {
+            // A later fragment of the message, and the kernel dropped datagrams since the last one: the missing
+            // fragments are lost, not late. The message is given up (its subscribers count it lost from the gap in
+            // clocks), and its remaining fragments are dropped as they come, not stored.
+            self.shared.counters.datagrams.fetch_add(1, Ordering::Relaxed);
+            return Some((Drained::Budget, None));
+        }
         if placed {
             self.shared.counters.datagrams.fetch_add(1, Ordering::Relaxed);
             self.shared.counters.in_place_fragments.fetch_add(1, Ordering::Relaxed);
@@ -612,6 +623,7 @@ impl UdpReceiver {
         c.reassembly_expired.store(total.expired, Ordering::Relaxed);
         let evicted = total.in_flight_limit + total.source_limit + total.buffer_limit;
         c.reassembly_evicted.store(evicted, Ordering::Relaxed);
+        c.reassembly_abandoned.store(total.abandoned, Ordering::Relaxed);
         c.reassembly_in_flight.store(in_flight as u64, Ordering::Relaxed);
         c.reassembly_bytes.store(bytes as u64, Ordering::Relaxed);
     }
@@ -681,14 +693,16 @@ impl IoSource for UdpReceiver {
         let fd = std::os::fd::AsRawFd::as_raw_fd(socket);
         let mut batcher = std::mem::replace(&mut self.batch, super::net::RecvBatch::new(1));
         let before = batcher.kernel_drops();
-        for b in self.returned.take() {
-            self.reassembler.recycle(b);
-        }
         // One `recvmmsg` at a time, waking the subscribers after each (not per sample, and not only after the
         // whole budget, which would hold the first sample back). While fragments come, one datagram at a time,
-        // the next fragment of the message in progress received straight into its buffer ([`InPlace`]).
+        // the next fragment of the message in progress received straight into its buffer ([`InPlace`]). Buffers
+        // the subscribers are done with are taken back before each receive: a burst of large messages completes
+        // several in one call, each wanting one.
         let mut left = batch;
         let (drained, err) = loop {
+            for b in self.returned.take() {
+                self.reassembler.recycle(b);
+            }
             let n = if self.in_place.expected.is_some() { 1 } else { left.min(RECV_SLOTS) };
             let (drained, err) = match self.recv_in_place(fd, now, &mut batcher) {
                 Some(r) => r,

@@ -719,3 +719,62 @@ fn fragments_are_received_in_place_and_other_datagrams_between_them_as_usual() {
     assert_eq!(c.wire_drops.load(Ordering::Relaxed), 0);
     assert_eq!(collect.drops.load(Ordering::Relaxed), 0);
 }
+
+/// A fragment that comes past a gap while the kernel reports drops since the message's last fragment: the missing
+/// fragments were dropped (the receiver fell behind), so the message is given up at once (counted, its buffer kept
+/// spare) and its remaining fragments are dropped unstored; the publisher's next message arrives intact and the one
+/// given up is counted lost.
+#[test]
+fn a_message_whose_fragments_the_kernel_dropped_is_given_up_at_the_gap() {
+    let mut cfg = Config::default();
+    cfg.network.data_port = 20_000 + ((std::process::id() + 3907) % 20_000) as u16;
+    // A receive buffer that holds one large datagram: the next ones sent before it is read are dropped.
+    cfg.network.receive_buffer = 4096;
+    let layer = UdpLayer::new(&cfg, "h", Default::default()).expect("no pattern to compile");
+    let rf = layer.reader_factory();
+    let collect = Arc::new(Collect::default());
+    let inbox: Arc<dyn Inbox> = collect.clone();
+    rf.subscriber_created(1, "abandon_t", &inbox);
+    let mut rx = rf.io_source().expect("source");
+    let mut poll = mio::Poll::new().expect("poll");
+    rx.maintain(poll.registry(), mio::Token(9), Instant::now());
+    let to = SocketAddr::from((Ipv4Addr::LOCALHOST, cfg.network.data_port));
+    let a = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("socket");
+    let big = |clock: u64| -> Vec<u8> { (0..300_000u32).map(|i| (i as u64 * 13 + clock) as u8).collect() };
+    let message = |clock: u64| datagrams(&mut framed("abandon_t", 10, "ha", clock, 5, &big(clock)), 90 + clock as i32);
+    let mut events = mio::Events::with_capacity(8);
+    let mut step = |sends: &[&Vec<u8>]| {
+        for d in sends {
+            a.send_to(d, to).expect("send");
+        }
+        poll.poll(&mut events, Some(Duration::from_millis(200))).expect("poll");
+        rx.on_readable(Instant::now(), 1024);
+    };
+    let (m1, m2, m3) = (message(1), message(2), message(3));
+    assert_eq!(m2.len(), 1 + 5);
+    for d in &m1 {
+        step(&[d]);
+    }
+    // Message 2: its info and first fragment, each read; then fragments 1-3 at once (2 and 3 dropped by the full
+    // buffer), 1 read in place; then fragment 4, which carries the drop count.
+    step(&[&m2[0]]);
+    step(&[&m2[1]]);
+    step(&[&m2[2], &m2[3], &m2[4]]);
+    step(&[&m2[5]]);
+    for d in &m3 {
+        step(&[d]);
+    }
+    let got = lock(&collect.samples);
+    let clocks: Vec<u64> = got.iter().map(|s| s.clock).collect();
+    assert_eq!(clocks, [1, 3]);
+    assert!(got[0].payload() == &big(1)[..] && got[1].payload() == &big(3)[..], "intact");
+    drop(got);
+    rx.maintain(poll.registry(), mio::Token(9), Instant::now());
+    let c = layer.counts();
+    assert_eq!(c.kernel_drops, 2, "{c:?}");
+    assert_eq!(c.reassembly_abandoned, 1, "{c:?}");
+    assert_eq!((c.reassembly_in_flight, c.reassembly_bytes), (0, 0), "nothing held for it: {c:?}");
+    assert_eq!(c.lost, 1, "{c:?}");
+    assert_eq!(collect.drops.load(Ordering::Relaxed), 1);
+    assert_eq!(c.datagrams, 3 * 6 - 2, "every datagram the socket delivered counted once: {c:?}");
+}
