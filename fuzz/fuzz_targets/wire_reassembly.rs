@@ -3,8 +3,9 @@
 //!
 //! Input format (read with `arbitrary::Unstructured`, written by `seedgen`; integers little-endian):
 //! `[max_messages u8 (mod 16)][max_bytes u16][max_age_ms u16]`, then records
-//! `[sender u8 (mod 4)][advance_ms u8][kind u8]` followed by, for `kind % 5 == 0`, `[len u16][len
-//! raw bytes]`, else `[id i8][num u16][len_override u16][payload_len u16][payload]`: a datagram with
+//! `[sender u8 (mod 4)][advance_ms u8][kind u8]` followed by, for `kind` 250 or 255, `[id i8]`: the caller gives
+//! up that sender's message `id` (`Reassembler::abandon`, as the UDP receiver does at a gap the kernel's drop
+//! count explains), for another `kind % 5 == 0`, `[len u16][len raw bytes]`, else `[id i8][num u16][len_override u16][payload_len u16][payload]`: a datagram with
 //! a valid magic and version and type 1, 2, 3 (`kind % 5` = 1, 2, 3) or the unknown type `kind`
 //! (`kind % 5 == 4`); its `len` field is `len_override`, or the payload length if that is 0xffff.
 //! Structured records let the fuzzer spend its time in the reassembly logic rather than on the
@@ -13,7 +14,8 @@
 //! - bytes charged never exceed `max_bytes`, messages in flight never exceed `max_messages`;
 //! - a returned message is a whole datagram's payload, or a reassembled message no larger than
 //!   `max_bytes`; `in_flight() == 0` implies `buffered_bytes() == 0`;
-//! - every datagram is counted; `next_expiry` is `None` exactly when nothing is in flight;
+//! - every datagram is counted (an abandon counts the datagram that caused it); `next_expiry` is `None` exactly
+//!   when nothing is in flight; an abandoned message is no longer held;
 //! - `max_age` after the last step everything has expired and the budget is back at zero.
 //!
 //! A second reassembler receives the same datagrams in place, as the UDP receiver does while a fragmented
@@ -43,8 +45,18 @@ struct Step {
     sender: u8,
     /// Time advanced before this datagram, in milliseconds.
     advance_ms: u8,
-    datagram: Vec<u8>,
+    /// The datagram, or the message id to give up.
+    what: What,
 }
+
+#[derive(Debug)]
+enum What {
+    Datagram(Vec<u8>),
+    Abandon(i32),
+}
+
+/// `kind` values that give a message up instead of feeding a datagram.
+const KIND_ABANDON: [u8; 2] = [250, 255];
 
 /// Parses the input; the format is in the module docs. Integers are little-endian (arbitrary's
 /// encoding); a truncated tail is read as zeros or a shorter payload.
@@ -58,6 +70,11 @@ fn parse(data: &[u8]) -> arbitrary::Result<(ReassemblyConfig, Vec<Step>)> {
         let sender = u8::arbitrary(&mut u)?;
         let advance_ms = u8::arbitrary(&mut u)?;
         let kind = u8::arbitrary(&mut u)?;
+        if KIND_ABANDON.contains(&kind) {
+            let id = i32::from(i8::arbitrary(&mut u)?);
+            steps.push(Step { sender, advance_ms, what: What::Abandon(id) });
+            continue;
+        }
         let datagram = if kind % 5 == KIND_RAW {
             let len = usize::from(u16::arbitrary(&mut u)?);
             u.bytes(len.min(u.len()))?.to_vec()
@@ -84,7 +101,7 @@ fn parse(data: &[u8]) -> arbitrary::Result<(ReassemblyConfig, Vec<Step>)> {
             out.extend_from_slice(payload);
             out
         };
-        steps.push(Step { sender, advance_ms, datagram });
+        steps.push(Step { sender, advance_ms, what: What::Datagram(datagram) });
     }
     // Half the slots per sender, so that both the per-sender bound and the eviction of the biggest holder run.
     let max_per_source = (max_messages / 2).max(1);
@@ -145,10 +162,30 @@ fuzz_target!(|data: &[u8]| {
     let mut expected: Option<(SocketAddr, i32)> = None;
     let start = Instant::now();
     let mut now = start;
-    for (n, step) in steps.iter().enumerate() {
+    let mut counted = 0u64;
+    for step in &steps {
         now += Duration::from_millis(u64::from(step.advance_ms));
         let from = senders[usize::from(step.sender % 4)];
-        let bytes = &step.datagram;
+        let bytes = match &step.what {
+            What::Datagram(d) => d,
+            What::Abandon(id) => {
+                let (bytes, held) = (r.buffered_bytes(), r.in_flight());
+                let gone = r.abandon(from, *id);
+                assert_eq!(placed.abandon(from, *id), gone, "in place: another message held");
+                assert_eq!(placed.counters(), r.counters(), "in place: other counters after an abandon");
+                if gone {
+                    counted += 1;
+                    assert_eq!(r.in_flight(), held - 1, "the abandoned message is no longer held");
+                    assert!(r.buffered_bytes() <= bytes);
+                } else {
+                    assert_eq!((r.buffered_bytes(), r.in_flight()), (bytes, held), "nothing held changed");
+                }
+                assert_eq!(r.counters().datagrams, counted);
+                check_invariants(&r, &cfg);
+                continue;
+            }
+        };
+        counted += 1;
         let before = *r.counters();
         let in_place = receive_in_place(&mut placed, expected, now, from, bytes);
         expected = match DatagramHeader::parse(bytes) {
@@ -179,7 +216,7 @@ fuzz_target!(|data: &[u8]| {
             Ok(None) => {}
             Err(_) => {}
         }
-        assert_eq!(r.counters().datagrams, n as u64 + 1);
+        assert_eq!(r.counters().datagrams, counted);
         check_invariants(&r, &cfg);
         if let Some(expiry) = r.next_expiry() {
             assert!(expiry > now || cfg.max_age.is_zero(), "an expired message is still held");

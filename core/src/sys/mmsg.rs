@@ -214,6 +214,37 @@ pub(crate) fn recv_split(
     })
 }
 
+/// Receives the next datagram's first `head.len()` bytes with one non-blocking `recvmsg(2)` with `flags` besides
+/// `MSG_DONTWAIT`: with `MSG_PEEK` the datagram stays queued; with an empty `head` and no flags it is dropped
+/// without its bytes being copied. [`RecvInfo::len`] is the bytes copied, `truncated` says it was longer.
+/// `WouldBlock` when nothing was waiting.
+pub(crate) fn recv_head(fd: RawFd, head: &mut [u8], flags: libc::c_int) -> io::Result<RecvInfo> {
+    let mut iov = libc::iovec { iov_base: head.as_mut_ptr().cast(), iov_len: head.len() };
+    // SAFETY: all-zero sockaddr_storage and msghdr are valid; the fields are set below.
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut cmsg = [0u64; CMSG_WORDS];
+    // SAFETY: as above.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    h.msg_name = (&raw mut addr).cast();
+    h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    h.msg_iov = &raw mut iov;
+    h.msg_iovlen = 1;
+    h.msg_control = cmsg.as_mut_ptr().cast();
+    h.msg_controllen = (CMSG_WORDS * 8) as _;
+    // SAFETY: `h` points into `addr`, `iov` (which points into `head`, borrowed mutably for this call) and `cmsg`,
+    // alive until the call returns; the kernel writes within the lengths given.
+    let rc = unsafe { libc::recvmsg(fd, &raw mut h, libc::MSG_DONTWAIT | flags) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(RecvInfo {
+        len: rc as usize,
+        from: from_sockaddr(&addr),
+        truncated: h.msg_flags & libc::MSG_TRUNC != 0,
+        dropped_total: overflow_count(&h),
+    })
+}
+
 /// Receives up to `bufs.len()` datagrams with one non-blocking `recvmmsg(2)`, datagram `i` into `bufs[i]`;
 /// `out` is replaced by one entry per datagram received. `WouldBlock` when none was waiting.
 pub(crate) fn recv_mmsg(fd: RawFd, bufs: &mut [&mut [u8]], out: &mut Vec<RecvInfo>) -> io::Result<usize> {
@@ -390,6 +421,27 @@ mod tests {
         let next = recv_all(&rx, 1);
         let dropped = next.first().expect("the last datagram").1.dropped_total.expect("SO_RXQ_OVFL attached");
         assert_eq!(dropped as usize, 200 - queued.len(), "every datagram the full buffer dropped is counted");
+    }
+
+    /// A peek at a datagram's head leaves it queued; an empty receive drops it; the next one is then at the head.
+    #[test]
+    fn a_peeked_datagram_stays_and_an_empty_receive_drops_it() {
+        let (tx, rx, to) = pair();
+        rx.set_nonblocking(true).unwrap();
+        tx.send_to(&[1u8; 3000], to).unwrap();
+        tx.send_to(&[2u8; 10], to).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut head = [0u8; 4];
+        for _ in 0..2 {
+            let p = recv_head(rx.as_raw_fd(), &mut head, libc::MSG_PEEK).unwrap();
+            assert_eq!((p.len, p.truncated, head), (4, true, [1; 4]));
+        }
+        let dropped = recv_head(rx.as_raw_fd(), &mut [], 0).unwrap();
+        assert_eq!((dropped.len, dropped.truncated), (0, true));
+        let p = recv_head(rx.as_raw_fd(), &mut head, 0).unwrap();
+        assert_eq!((p.len, p.truncated, head), (4, true, [2; 4]));
+        let e = recv_head(rx.as_raw_fd(), &mut head, libc::MSG_PEEK).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
     }
 
     #[test]

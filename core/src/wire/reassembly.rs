@@ -388,8 +388,13 @@ impl Reassembler {
                 self.counters.whole_messages += 1;
                 return Ok(Some(Cow::Borrowed(payload)));
             }
-            _ if self.abandoned.contains(&(from, header.id)) => return Ok(None),
-            DatagramKind::FragmentInfo => self.on_info(now, (from, header.id), header.num, header.len),
+            // A fragment of a message given up. (Its info came before the first fragment: an info datagram
+            // starts a new message that reuses the id.)
+            DatagramKind::Fragment if self.abandoned.contains(&(from, header.id)) => return Ok(None),
+            DatagramKind::FragmentInfo => {
+                self.abandoned.retain(|k| *k != (from, header.id));
+                self.on_info(now, (from, header.id), header.num, header.len)
+            }
             DatagramKind::Fragment => self.on_fragment(now, (from, header.id), header.num, payload, wanted),
         };
         owned.map(|done| done.map(Cow::Owned))
@@ -600,8 +605,9 @@ impl Reassembler {
     /// Gives up `from`'s incomplete message `id`, for a caller that knows it cannot complete: a fragment of it came
     /// past a gap, and the socket's drop count rose in between (the missing fragments were dropped by the kernel,
     /// not reordered). What it held goes (its buffer kept spare), it is counted (`abandoned`), and its later
-    /// datagrams, this one included, are counted among `datagrams` and dropped unstored, so that a receiver that
-    /// fell behind spends nothing more on it. False when no such message is held.
+    /// fragments, the one that told included, are counted among `datagrams` and dropped unstored, so that a
+    /// receiver that fell behind spends nothing more on it (the last [`ABANDONED_KEYS`] messages given up are
+    /// remembered; an info datagram with the same id starts a new message). False when no such message is held.
     pub fn abandon(&mut self, from: SocketAddr, id: i32) -> bool {
         let key = (from, id);
         let Some(p) = self.pending.remove(&key) else { return false };

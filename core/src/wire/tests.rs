@@ -699,4 +699,9 @@ fn an_abandoned_message_is_dropped_and_its_later_fragments_are_not_stored() {
     assert_eq!(out.len(), 1);
     assert_eq!(split_name(&out[0]).unwrap().1, &payload[..]);
     assert_eq!(r.spare_buffers(), 0, "taken");
+    // A new message that reuses the abandoned one's id starts with its info datagram: reassembled as usual.
+    let again = encode_message("abandon", &payload, 60_000, &mut || 41).unwrap();
+    let out = feed(&mut r, now, addr(1), &again);
+    assert_eq!(out.len(), 1, "the id is free again after an info datagram");
+    assert_eq!(split_name(&out[0]).unwrap().1, &payload[..]);
 }

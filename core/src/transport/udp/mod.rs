@@ -40,7 +40,7 @@
 //!   fragmented message comes, one datagram a call, its next fragment straight into the message's buffer, which
 //!   goes back to the receiver for reuse when the last sample holding it is dropped; a later fragment that comes
 //!   while the socket reports drops since the last one gives the message up at once, its remaining fragments
-//!   dropped unstored, so that a receiver that fell behind spends nothing more on it); per
+//!   dropped unread, so that a receiver that fell behind spends nothing more on it); per
 //!   subscriber and publisher, the samples missing in a gap of the publisher's clock are counted as the
 //!   subscriber's drops when the newer sample arrives, a repeated clock is dropped and counted too, and a late
 //!   sample (its clock in such a gap) is discarded without counting its loss twice.

@@ -269,8 +269,9 @@ impl UdpReceiver {
         {
             // A later fragment of the message, and the kernel dropped datagrams since the last one: the missing
             // fragments are lost, not late. The message is given up (its subscribers count it lost from the gap in
-            // clocks), and its remaining fragments are dropped as they come, not stored.
+            // clocks), and its remaining fragments are dropped as they come, unread.
             self.shared.counters.datagrams.fetch_add(1, Ordering::Relaxed);
+            self.in_place.doomed = Some((from, id));
             return Some((Drained::Budget, None));
         }
         if placed {
@@ -302,6 +303,45 @@ impl UdpReceiver {
         }
         self.in_place.scratch = d;
         Some((Drained::Budget, None))
+    }
+
+    /// While fragments of the message given up last may come ([`InPlace::doomed`]): peeks at the next datagram's
+    /// header and drops the datagram unread (its payload never copied) when it is one of them; `None`, with the
+    /// datagram left queued, when it is anything else (and then none of them is expected any more).
+    fn skip_doomed(
+        &mut self,
+        fd: std::os::fd::RawFd,
+        batcher: &mut super::net::RecvBatch,
+    ) -> Option<(super::net::Drained, Option<std::io::Error>)> {
+        use super::net::Drained;
+        use crate::sys::mmsg::recv_head;
+        let (from, id) = self.in_place.doomed?;
+        let failed = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::WouldBlock => (Drained::Empty, None),
+            std::io::ErrorKind::Interrupted => (Drained::Budget, None),
+            _ => (Drained::Failed, Some(e)),
+        };
+        let mut head = [0u8; HEADER_LEN];
+        let peeked = match recv_head(fd, &mut head, libc::MSG_PEEK) {
+            Ok(p) => p,
+            Err(e) => return Some(failed(e)),
+        };
+        let of_it = peeked.from == from
+            && peeked.len == HEADER_LEN
+            && DatagramHeader::parse_head(&head).is_ok_and(|h| h.kind == DatagramKind::Fragment && h.id == id);
+        if !of_it {
+            self.in_place.doomed = None;
+            return None;
+        }
+        // The only reader of the socket: the datagram dropped is the one peeked at.
+        match recv_head(fd, &mut [], 0) {
+            Ok(got) => {
+                batcher.note_overflow(got.dropped_total);
+                self.shared.counters.datagrams.fetch_add(1, Ordering::Relaxed);
+                Some((Drained::Budget, None))
+            }
+            Err(e) => Some(failed(e)),
+        }
     }
 
     /// Of `raw` drops the socket reported now, those of a full receive buffer ([`OwnFilter`]).
@@ -704,9 +744,12 @@ impl IoSource for UdpReceiver {
                 self.reassembler.recycle(b);
             }
             let n = if self.in_place.expected.is_some() { 1 } else { left.min(RECV_SLOTS) };
-            let (drained, err) = match self.recv_in_place(fd, now, &mut batcher) {
+            let (drained, err) = match self.skip_doomed(fd, &mut batcher) {
                 Some(r) => r,
-                None => batcher.recv(fd, n, |from, d| self.receive(now, from, d)),
+                None => match self.recv_in_place(fd, now, &mut batcher) {
+                    Some(r) => r,
+                    None => batcher.recv(fd, n, |from, d| self.receive(now, from, d)),
+                },
             };
             self.deliver_pending();
             left -= n;
@@ -756,6 +799,9 @@ fn expected_after(plain: bool, from: SocketAddr, d: &[u8]) -> Option<(SocketAddr
 struct InPlace {
     /// The message whose next fragment is expected: (sender, message id).
     expected: Option<(SocketAddr, i32)>,
+    /// The message given up last ([`crate::wire::Reassembler::abandon`]): while its fragments come, each is dropped
+    /// unread once a peek at its header shows it is one of them (`UdpReceiver::skip_doomed`).
+    doomed: Option<(SocketAddr, i32)>,
     head: [u8; crate::wire::HEADER_LEN],
     spill: Vec<u8>,
     scratch: Vec<u8>,
