@@ -239,6 +239,19 @@ fn reassembly_seeds(dir: &Path) -> Result<()> {
     structured_record(&mut s, 3, 0, 1, 1, 2, 5000, b"")?;
     structured_record(&mut s, 3, 0, 2, 1, 0, 40, b"short")?;
     write(dir, T, "structured", &s)?;
+
+    // A message given up after its first fragment (kind 250, as the UDP receiver does at a gap the kernel's drop
+    // count explains), its other fragments after that, then a new message reusing its id.
+    let a = encode_message("topic_a", &[0xaa; 300], 64, &mut || 7)?;
+    let mut s = reassembly_header(8, 4096, 500);
+    for d in &a[..2] {
+        raw_record(&mut s, 0, 1, d)?;
+    }
+    s.extend_from_slice(&[0, 0, 250, 7]);
+    for d in a[2..].iter().chain(&a) {
+        raw_record(&mut s, 0, 1, d)?;
+    }
+    write(dir, T, "abandoned", &s)?;
     Ok(())
 }
 
