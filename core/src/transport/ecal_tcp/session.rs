@@ -145,9 +145,10 @@ pub(super) struct SessionState {
     pub(super) history: Option<u32>,
     /// It asked for the history only ([`frame::handshake_asking_history_only`]): no live message goes to it.
     pub(super) history_only: bool,
-    /// The buffer of a frame written out, for the next rest of a message the socket did not take at once
-    /// ([`Self::frame_buffer`]): no fresh mapping per large message.
-    pub(super) spare: Option<Vec<u8>>,
+    /// Buffers of frames written out, for the next rests of messages the socket did not take at once
+    /// ([`Self::frame_buffer`]; as many as [`crate::wire::reassembly::keep_spare`] keeps): no fresh mapping per
+    /// large message while several wait in the queue.
+    pub(super) spare: Vec<Vec<u8>>,
 }
 
 impl SessionState {
@@ -215,28 +216,16 @@ impl SessionState {
         Ok(done)
     }
 
-    /// Keeps the buffer of a frame written out as the spare, if nothing else holds it and it is worth keeping.
+    /// Keeps the buffer of a frame written out as a spare, if nothing else holds it and it is worth keeping.
     fn keep_spare(&mut self, frame: Arc<Vec<u8>>) {
-        if self.spare.is_none()
-            && let Ok(buf) = Arc::try_unwrap(frame)
-            && crate::transport::recycle::worth_keeping(buf.capacity())
-        {
-            self.spare = Some(buf);
+        if let Ok(buf) = Arc::try_unwrap(frame) {
+            crate::wire::reassembly::keep_spare(&mut self.spare, buf);
         }
     }
 
-    /// An empty buffer for a frame of `len` bytes: the spare if it holds that much, else a new one.
+    /// An empty buffer for a frame of `len` bytes: the smallest spare that holds that much, else a new one.
     pub(super) fn frame_buffer(&mut self, len: usize) -> Vec<u8> {
-        match self.spare.take() {
-            Some(mut buf) if buf.capacity() >= len => {
-                buf.clear();
-                buf
-            }
-            other => {
-                self.spare = other;
-                Vec::with_capacity(len)
-            }
-        }
+        crate::wire::reassembly::take_spare(&mut self.spare, len).unwrap_or_else(|| Vec::with_capacity(len))
     }
 
     /// Whether a frame of `len` bytes fits the queue bound (an empty queue takes any frame).
@@ -329,7 +318,7 @@ impl TcpSource {
                     dead: false,
                     history: None,
                     history_only: false,
-                    spare: None,
+                    spare: Vec::new(),
                 }),
                 room: Condvar::new(),
                 peer,
