@@ -650,7 +650,8 @@ pub struct UdpCounts {
     pub reassembly_evicted: u64,
     /// Incomplete fragmented messages given up at a gap the kernel's drop count explains (a receiver that fell
     /// behind: the socket dropped the missing fragments): their later fragments are dropped unstored, and the
-    /// messages show in `lost`.
+    /// messages show in `lost`. (Absent from the JSON of a shoal that did not count it: read as 0.)
+    #[cfg_attr(feature = "serde", serde(default))]
     pub reassembly_abandoned: u64,
     /// Incomplete fragmented messages held right now.
     pub reassembly_in_flight: u64,

@@ -90,7 +90,9 @@ pub struct ReassemblyCounters {
     /// counted, not stored).
     pub refused: u64,
     /// Incomplete messages given up by the caller ([`Reassembler::abandon`]: their missing fragments were dropped
-    /// by the kernel); their later fragments were counted among `datagrams`, not stored.
+    /// by the kernel); their later fragments were counted among `datagrams`, not stored. (Absent from the JSON of a
+    /// shoal that did not count it: read as 0.)
+    #[cfg_attr(feature = "serde", serde(default))]
     pub abandoned: u64,
 }
 
