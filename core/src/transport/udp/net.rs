@@ -233,6 +233,18 @@ pub(crate) enum Drained {
     Failed,
 }
 
+impl Drained {
+    /// What a failed single receive means: nothing more now (would block), more may wait (interrupted), or an
+    /// error the caller logs.
+    pub(crate) fn of_error(e: io::Error) -> (Drained, Option<io::Error>) {
+        match e.kind() {
+            io::ErrorKind::WouldBlock => (Drained::Empty, None),
+            io::ErrorKind::Interrupted => (Drained::Budget, None),
+            _ => (Drained::Failed, Some(e)),
+        }
+    }
+}
+
 impl RecvBatch {
     pub(crate) fn new(slots: usize) -> RecvBatch {
         RecvBatch {

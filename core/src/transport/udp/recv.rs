@@ -157,6 +157,7 @@ impl UdpReceiver {
                 self.publish_reassembly();
                 self.own = None;
                 self.own_failed = false;
+                self.in_place.forget();
                 tracing::debug!("UDP data layer: no subscriber left, data socket closed");
             }
             return;
@@ -251,9 +252,7 @@ impl UdpReceiver {
         let keep = target.len();
         let got = match crate::sys::mmsg::recv_split(fd, &mut ip.head, target, room, &mut ip.spill) {
             Ok(got) => got,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some((Drained::Empty, None)),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Some((Drained::Budget, None)),
-            Err(e) => return Some((Drained::Failed, Some(e))),
+            Err(e) => return Some(Drained::of_error(e)),
         };
         let dropped_before = batcher.dropped_before(got.dropped_total);
         batcher.note_overflow(got.dropped_total);
@@ -316,15 +315,10 @@ impl UdpReceiver {
         use super::net::Drained;
         use crate::sys::mmsg::recv_head;
         let (from, id) = self.in_place.doomed?;
-        let failed = |e: std::io::Error| match e.kind() {
-            std::io::ErrorKind::WouldBlock => (Drained::Empty, None),
-            std::io::ErrorKind::Interrupted => (Drained::Budget, None),
-            _ => (Drained::Failed, Some(e)),
-        };
         let mut head = [0u8; HEADER_LEN];
         let peeked = match recv_head(fd, &mut head, libc::MSG_PEEK) {
             Ok(p) => p,
-            Err(e) => return Some(failed(e)),
+            Err(e) => return Some(Drained::of_error(e)),
         };
         let of_it = peeked.from == from
             && peeked.len == HEADER_LEN
@@ -340,7 +334,7 @@ impl UdpReceiver {
                 self.shared.counters.datagrams.fetch_add(1, Ordering::Relaxed);
                 Some((Drained::Budget, None))
             }
-            Err(e) => Some(failed(e)),
+            Err(e) => Some(Drained::of_error(e)),
         }
     }
 
@@ -805,6 +799,14 @@ struct InPlace {
     head: [u8; crate::wire::HEADER_LEN],
     spill: Vec<u8>,
     scratch: Vec<u8>,
+}
+
+impl InPlace {
+    /// Forgets the messages of the closed socket (the buffers stay for the next one).
+    fn forget(&mut self) {
+        self.expected = None;
+        self.doomed = None;
+    }
 }
 
 /// The pending hand-over of `inbox` (made if it has none yet in this batch).
