@@ -669,19 +669,34 @@ fn own_broadcasts_filtered(mode: crate::config::UdpSendMode, port_salt: u32) {
 /// While a fragmented message comes, its next fragment is received straight into its buffer; whatever else arrives
 /// between its fragments (another sender's whole datagram, another fragmented message, a fragment out of order) is
 /// handled as usual, and every message arrives intact.
+/// A UDP layer of `cfg` with one subscriber of `topic`, its receive source registered with a poll, and the address
+/// its datagrams go to.
+struct Receiving {
+    layer: UdpLayer,
+    collect: Arc<Collect>,
+    rx: Box<dyn IoSource>,
+    poll: mio::Poll,
+    to: SocketAddr,
+}
+
+fn receiving(cfg: &Config, topic: &str) -> Receiving {
+    let layer = UdpLayer::new(cfg, "h", Default::default()).expect("no pattern to compile");
+    let rf = layer.reader_factory();
+    let collect = Arc::new(Collect::default());
+    let inbox: Arc<dyn Inbox> = collect.clone();
+    rf.subscriber_created(1, topic, &inbox);
+    let mut rx = rf.io_source().expect("source");
+    let poll = mio::Poll::new().expect("poll");
+    rx.maintain(poll.registry(), mio::Token(9), Instant::now());
+    let to = SocketAddr::from((Ipv4Addr::LOCALHOST, cfg.network.data_port));
+    Receiving { layer, collect, rx, poll, to }
+}
+
 #[test]
 fn fragments_are_received_in_place_and_other_datagrams_between_them_as_usual() {
     let mut cfg = Config::default();
     cfg.network.data_port = 20_000 + ((std::process::id() + 3301) % 20_000) as u16;
-    let layer = UdpLayer::new(&cfg, "h", Default::default()).expect("no pattern to compile");
-    let rf = layer.reader_factory();
-    let collect = Arc::new(Collect::default());
-    let inbox: Arc<dyn Inbox> = collect.clone();
-    rf.subscriber_created(1, "inplace_t", &inbox);
-    let mut rx = rf.io_source().expect("source");
-    let mut poll = mio::Poll::new().expect("poll");
-    rx.maintain(poll.registry(), mio::Token(9), Instant::now());
-    let to = SocketAddr::from((Ipv4Addr::LOCALHOST, cfg.network.data_port));
+    let Receiving { layer, collect, mut rx, mut poll, to } = receiving(&cfg, "inplace_t");
     let a = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("socket a");
     let b = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("socket b");
     let big: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 251) as u8).collect();
@@ -730,15 +745,7 @@ fn a_message_whose_fragments_the_kernel_dropped_is_given_up_at_the_gap() {
     cfg.network.data_port = 20_000 + ((std::process::id() + 3907) % 20_000) as u16;
     // A receive buffer that holds one large datagram: the next ones sent before it is read are dropped.
     cfg.network.receive_buffer = 4096;
-    let layer = UdpLayer::new(&cfg, "h", Default::default()).expect("no pattern to compile");
-    let rf = layer.reader_factory();
-    let collect = Arc::new(Collect::default());
-    let inbox: Arc<dyn Inbox> = collect.clone();
-    rf.subscriber_created(1, "abandon_t", &inbox);
-    let mut rx = rf.io_source().expect("source");
-    let mut poll = mio::Poll::new().expect("poll");
-    rx.maintain(poll.registry(), mio::Token(9), Instant::now());
-    let to = SocketAddr::from((Ipv4Addr::LOCALHOST, cfg.network.data_port));
+    let Receiving { layer, collect, mut rx, mut poll, to } = receiving(&cfg, "abandon_t");
     let a = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("socket");
     let big = |clock: u64| -> Vec<u8> { (0..300_000u32).map(|i| (i as u64 * 13 + clock) as u8).collect() };
     let message = |clock: u64| datagrams(&mut framed("abandon_t", 10, "ha", clock, 5, &big(clock)), 90 + clock as i32);
