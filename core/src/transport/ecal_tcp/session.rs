@@ -223,7 +223,9 @@ impl SessionState {
         }
     }
 
-    /// An empty buffer for a frame of `len` bytes: the smallest spare that holds that much, else a new one.
+    /// An empty buffer for a frame of `len` bytes: the smallest spare that holds that much, else a new one. A frame
+    /// under [`crate::wire::reassembly::SPARE_MIN_BYTES`] always gets a new one (the allocator's free lists serve
+    /// those without fresh pages; a spare would be wasted on it).
     pub(super) fn frame_buffer(&mut self, len: usize) -> Vec<u8> {
         crate::wire::reassembly::take_spare(&mut self.spare, len).unwrap_or_else(|| Vec::with_capacity(len))
     }
