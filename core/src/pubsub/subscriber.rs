@@ -117,6 +117,9 @@ pub(crate) struct SubShared {
     layer_clocks: Mutex<PublisherClocks>,
     /// Round-robin start index over `readers`, so one busy publisher cannot starve the others.
     next_reader: AtomicUsize,
+    /// Bumped (under the `readers` lock) whenever a ring reader is added, replaced or removed: a spinning receive's
+    /// [`RingWatch`] is then stale.
+    readers_version: AtomicU64,
     intra: Mutex<VecDeque<Sample>>,
     intra_len: AtomicUsize,
     /// What the queue of same-process and eCAL-layer samples keeps (the oldest beyond it are dropped, counted).
@@ -401,6 +404,7 @@ impl SubShared {
             return;
         }
         let mut readers = lock(&self.readers);
+        self.readers_version.fetch_add(1, Ordering::Relaxed);
         let known = readers.iter().position(|e| e.key == remote.key);
         match (known, par) {
             (Some(i), Some(par)) => {
@@ -556,6 +560,7 @@ impl SubShared {
             }
         }
         let mut readers = lock(&self.readers);
+        self.readers_version.fetch_add(1, Ordering::Relaxed);
         if let Some(i) = readers.iter().position(|e| &e.key == key) {
             if let Some(ev) = self.events.as_ref().filter(|_| !readers[i].closing) {
                 ev.push(Event::Disconnected { peer: Peer::key(key) });
@@ -635,6 +640,18 @@ impl SubShared {
 
     /// One attempt to take the next sample and run `f` on it.
     fn try_once<R>(&self, f: &mut impl FnMut(SampleRef<'_>) -> R) -> Option<R> {
+        self.try_once_watching(f, None)
+    }
+
+    /// [`try_once`](Self::try_once); when it finds nothing, a subscriber with one ring reader and no queued sample
+    /// leaves in `watch` a [`RingWatch`] of that reader, which a spinning receive polls instead of calling this
+    /// again (no lock per poll: its atomic read-modify-writes were most of a spinning poll, 43 % of a 64 B ping-pong
+    /// subscriber's samples).
+    fn try_once_watching<R>(
+        &self,
+        f: &mut impl FnMut(SampleRef<'_>) -> R,
+        watch: Option<&mut Option<RingWatch>>,
+    ) -> Option<R> {
         if self.intra_len.load(Ordering::Acquire) > 0 {
             let s = {
                 let mut q = lock(&self.intra);
@@ -660,6 +677,7 @@ impl SubShared {
         // Drained readers of departed publishers are removed; their drops stay counted. (Only looked for when a
         // reader is closing: this runs on every poll of a spinning receive.)
         if readers.iter().any(|e| e.closing) {
+            self.readers_version.fetch_add(1, Ordering::Relaxed);
             readers.retain(|e| {
                 let keep = !(e.closing && (e.ended || !e.reader.has_data()));
                 if !keep {
@@ -734,7 +752,36 @@ impl SubShared {
                 }
             }
         }
+        if let Some(watch) = watch
+            && let [e] = readers.as_slice()
+            && !e.ended
+            && self.intra_len.load(Ordering::Acquire) == 0
+        {
+            let version = self.readers_version.load(Ordering::Relaxed);
+            *watch = e.reader.watch_next().map(|slot| RingWatch { slot, version });
+        }
         None
+    }
+
+    /// One poll of a spinning receive: while `watch` holds a [`RingWatch`] that saw no change, nothing more (but
+    /// every [`WATCH_FULL_POLL`]-th poll reads anyway, for what a watch does not see: a reader whose segment was
+    /// truncated to zeros, a sample only the queue of a reader that ended holds); else a read, which leaves a new
+    /// watch when it finds nothing.
+    #[inline]
+    fn spin_poll<R>(
+        &self,
+        f: &mut impl FnMut(SampleRef<'_>) -> R,
+        watch: &mut Option<RingWatch>,
+        polls: &mut u32,
+    ) -> Option<R> {
+        if let Some(w) = watch {
+            *polls = polls.wrapping_add(1);
+            if !w.changed(self) && !polls.is_multiple_of(WATCH_FULL_POLL) {
+                return None;
+            }
+            *watch = None;
+        }
+        self.try_once_watching(f, Some(watch))
     }
 
     /// Messages delivered so far.
@@ -860,6 +907,7 @@ impl SubHandle {
             layer_conns: Mutex::new(Vec::new()),
             layer_clocks: Mutex::default(),
             next_reader: AtomicUsize::new(0),
+            readers_version: AtomicU64::new(0),
             intra: Mutex::new(VecDeque::new()),
             intra_len: AtomicUsize::new(0),
             queue: room(opts.queue.unwrap_or(rt.config.receive.queue)),
@@ -1162,13 +1210,16 @@ impl Subscriber {
         // clock time); the deadline starts with the first empty poll, or for a busy spin with its
         // BUSY_SPIN_POLLS_BEFORE_CLOCK-th: a reply that comes back within them (a ping-pong on one host, some hundred
         // nanoseconds) then finds this thread polling, not reading the clock (20-40 ns on a VM).
-        if let Some(r) = shared.try_once(&mut f) {
+        let mut watch = None;
+        let mut polls = 0u32;
+        let spin = self.wait != WaitStrategy::Block;
+        if let Some(r) = shared.try_once_watching(&mut f, spin.then_some(&mut watch)) {
             return Ok(r);
         }
         if self.wait == WaitStrategy::BusySpin {
             for _ in 1..Self::BUSY_SPIN_POLLS_BEFORE_CLOCK {
                 std::hint::spin_loop();
-                if let Some(r) = shared.try_once(&mut f) {
+                if let Some(r) = shared.spin_poll(&mut f, &mut watch, &mut polls) {
                     return Ok(r);
                 }
             }
@@ -1183,7 +1234,8 @@ impl Subscriber {
         let mut spins: u32 = 0;
         let mut write_poll = WritePoll::default();
         loop {
-            if let Some(r) = shared.try_once(&mut f) {
+            let got = if spin { shared.spin_poll(&mut f, &mut watch, &mut polls) } else { shared.try_once(&mut f) };
+            if let Some(r) = got {
                 return Ok(r);
             }
             spins = spins.wrapping_add(1);
@@ -1212,12 +1264,36 @@ impl Subscriber {
             let waited =
                 self.handle.rt.doorbell.wait_until(&mut poll, || shared.ready(poll_writes, &saw_write), Some(until));
             RECV_POLL.set(poll);
+            watch = None;
             write_poll.waited(saw_write.get(), poll_writes);
             if let Err(e) = waited {
                 tracing::warn!("doorbell wait failed, polling instead: {e}");
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
+    }
+}
+
+/// A spinning receive that watches a ring reader ([`RingWatch`]) still reads once every this many polls.
+const WATCH_FULL_POLL: u32 = 64;
+
+/// What a spinning receive polls between reads of a subscriber with one ring reader ([`SubShared::try_once_watching`]):
+/// the slot that reader reads next, and the state of the subscriber the watch was taken in.
+#[derive(Debug)]
+struct RingWatch {
+    slot: crate::transport::shm_ring::NextSlotWatch,
+    /// `SubShared::readers_version` when the watch was taken.
+    version: u64,
+}
+
+impl RingWatch {
+    /// Whether a read may find a sample now: the slot changed, a sample was queued (same process, eCAL layers) or a
+    /// ring reader was added or removed.
+    #[inline]
+    fn changed(&self, shared: &SubShared) -> bool {
+        self.slot.changed()
+            || shared.intra_len.load(Ordering::Relaxed) > 0
+            || shared.readers_version.load(Ordering::Relaxed) != self.version
     }
 }
 
@@ -1473,6 +1549,43 @@ mod tests {
         }
         let _ = ring.write(b"spun", crate::sample::now_ns(), 1).expect("write");
         assert_eq!(sub.recv_timeout(Duration::from_secs(5)).expect("the sample").payload(), b"spun");
+    }
+
+    /// A spinning receive with one ring reader polls a watch of that ring's next slot, not the reader: what comes
+    /// meanwhile from a second ring, from a publisher of this process, and again from the first ring is delivered.
+    #[test]
+    fn a_spinning_receive_watching_one_ring_gets_what_comes_from_a_new_ring_and_this_process() {
+        use std::time::Duration;
+        let node = private_node("sub_watch");
+        let sub = node.subscriber("sub_watch_topic").wait(crate::WaitStrategy::BusySpin).create().expect("sub");
+        let mut a = crate::transport::shm_ring::RingWriter::create(&node.config().shm_ring, 95).expect("ring a");
+        let (shared, rt) = (Arc::clone(&sub.handle.shared), Arc::clone(&sub.handle.rt));
+        shared.connect_remote(&rt, &ring_remote(&node, &a, 95));
+        let receiver = std::thread::spawn(move || {
+            let got: Vec<Vec<u8>> = (0..3)
+                .map_while(|_| sub.recv_timeout(Duration::from_secs(5)).ok())
+                .map(|s| s.payload().to_vec())
+                .collect();
+            (got, sub)
+        });
+        // The receiver spins on ring a's next slot meanwhile.
+        std::thread::sleep(Duration::from_millis(50));
+        let mut b = crate::transport::shm_ring::RingWriter::create(&node.config().shm_ring, 96).expect("ring b");
+        shared.connect_remote(&rt, &ring_remote(&node, &b, 96));
+        let _ = b.write(b"from b", crate::sample::now_ns(), 1).expect("write b");
+        let mut publ = node.publisher("sub_watch_topic").create().expect("publisher");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while shared.intra_pubs.load(std::sync::atomic::Ordering::Relaxed) == 0 && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        publ.send(b"same process").expect("send");
+        std::thread::sleep(Duration::from_millis(50));
+        let _ = a.write(b"from a", crate::sample::now_ns(), 1).expect("write a");
+        let (got, sub) = receiver.join().expect("receiver");
+        assert_eq!(got, [&b"from b"[..], b"same process", b"from a"]);
+        assert_eq!(sub.drops(), 0);
     }
 
     #[test]

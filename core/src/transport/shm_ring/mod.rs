@@ -41,6 +41,6 @@ pub use doorbell::{
     PollState, Ringers, WaiterRegistration, WakeReason, note_publish,
 };
 pub use flow::FlowStats;
-pub use reader::{ReadOutcome, RingOpenError, RingReader, SampleInfo, SampleView};
+pub use reader::{NextSlotWatch, ReadOutcome, RingOpenError, RingReader, SampleInfo, SampleView};
 pub use segment::{CleanupError, SHM_DIR, remove_stale_segments};
 pub use writer::{CommitError, GROWN_MIN_SLOTS, Published, RingCreateError, RingWriter, SlotError, geometry_for};

@@ -2,6 +2,7 @@
 //! cursor, reading the slots in place.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering, fence};
 use std::time::{Duration, Instant};
 
@@ -313,7 +314,7 @@ impl Arriving for StreamWait<'_> {
 struct Mapped {
     /// Read-only, or read-write for a reliable reader (which writes only its entry of the reader table). Raw and
     /// guarded against truncation by the writer (or anyone who can write the file), see `sys::shm_guard`.
-    map: PeerMap,
+    map: Arc<PeerMap>,
     /// Kept open to ask whether the writer still holds its owner lock ([`RingReader::writer_alive`]); a reliable
     /// reader holds the lock on its reader-table entry through it (`flow.rs`).
     file: std::fs::File,
@@ -440,7 +441,7 @@ impl Mapped {
         Ok(Mapped {
             publisher_id,
             base_seq,
-            map,
+            map: Arc::new(map),
             file,
             path: path.to_owned(),
             name,
@@ -476,22 +477,6 @@ impl Mapped {
         unsafe { self.map.as_ptr().add(SEGMENT_HEADER_SIZE + index * self.stride) }
     }
 
-    /// Asks for the first payload line of the slot of sample `seq` (a plain ring's sample is in its own slot's
-    /// area), so that a reader polling for that sample has the line on its way while it waits for the slot's
-    /// header: the header and the payload then cross to this core together, not one after the other.
-    #[inline]
-    fn prefetch_payload(&self, seq: u64) {
-        #[cfg(target_arch = "x86_64")]
-        if !warm_reuse(self.slot_count, self.slot_size) {
-            // A prefetch is a hint: it reads nothing into the program and cannot fault.
-            let line = self.slot(seq).wrapping_add(SLOT_HEADER_SIZE);
-            // SAFETY: `_mm_prefetch` only hints the cache; any address is allowed (this one is in the mapping).
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.cast::<i8>()) };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = seq;
-    }
-
     #[inline]
     fn slot_header(&self, seq: u64) -> &SlotHeader {
         // SAFETY: `slot` is in bounds and 64-byte aligned (header size and stride are
@@ -523,6 +508,56 @@ impl Mapped {
         let expected = published_word(seq);
         slot.seq.load(Ordering::Acquire) == expected
             && self.area_of(slot).is_some_and(|(area, _)| area.chunk_seq.load(Ordering::Acquire) == expected)
+    }
+}
+
+/// A look at the slot a reader reads next that needs neither the reader nor its owner's lock
+/// ([`RingReader::watch_next`]): a spinning receiver polls it, a load or two, and reads (under its lock) only once
+/// it says something changed. It keeps the mapping alive, so it stays valid whatever happens to the reader.
+#[derive(Debug)]
+pub struct NextSlotWatch {
+    map: Arc<PeerMap>,
+    /// Byte offset of the slot's sequence word.
+    seq_at: usize,
+    /// That word when the watch was taken.
+    seen: u64,
+    /// Its value once the sample the reader waits for is published.
+    published: u64,
+    /// A plain ring's slot holds its sample's payload right after the header: asked for as soon as the sample is
+    /// seen published, so that the payload crosses to this core while the receive takes its lock (`false` for a ring
+    /// with warm reuse, whose payload may be in another slot).
+    prefetch: bool,
+}
+
+impl NextSlotWatch {
+    /// Whether a read may now find something it did not when the watch was taken: the slot's sequence word changed
+    /// (a write began or ended, or the mapping reads zeros after a truncation) or says the sample is published, or
+    /// the segment was superseded. Anything else a read would notice (a reader added elsewhere, an ended one) its
+    /// owner checks besides.
+    #[inline]
+    pub fn changed(&self) -> bool {
+        // SAFETY: `seq_at` is the offset of a slot header's first word (slot index < slot_count, 64-byte aligned)
+        // and the superseded flag is in the segment header, both inside the mapping `open` validated; the `Arc`
+        // keeps it mapped, and the guard keeps it readable after a truncation. Both words are atomics.
+        let (seq, superseded) = unsafe {
+            let base = self.map.as_ptr();
+            (
+                &*base.add(self.seq_at).cast::<std::sync::atomic::AtomicU64>(),
+                &(*base.cast::<SegmentHeader>()).superseded,
+            )
+        };
+        let s = seq.load(Ordering::Relaxed);
+        if s == self.published {
+            #[cfg(target_arch = "x86_64")]
+            if self.prefetch {
+                // A prefetch is a hint: it reads nothing into the program and cannot fault.
+                let line = self.map.as_ptr().wrapping_add(self.seq_at + SLOT_HEADER_SIZE);
+                // SAFETY: `_mm_prefetch` only hints the cache; any address is allowed (this one is in the mapping).
+                unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.cast::<i8>()) };
+            }
+            return true;
+        }
+        s != self.seen || superseded.load(Ordering::Relaxed) != 0
     }
 }
 
@@ -844,6 +879,23 @@ impl RingReader {
             || (s > expected && c < self.seg.header().write_seq.0.load(Ordering::Acquire))
     }
 
+    /// A watch of the slot the next read looks at ([`NextSlotWatch`]); `None` once the reader ended.
+    pub fn watch_next(&self) -> Option<NextSlotWatch> {
+        if self.ended {
+            return None;
+        }
+        let slot = self.seg.slot(self.cursor);
+        let seq_at = slot as usize - self.seg.map.as_ptr() as usize;
+        let seen = self.seg.slot_header(self.cursor).seq.load(Ordering::Relaxed);
+        Some(NextSlotWatch {
+            map: Arc::clone(&self.seg.map),
+            seq_at,
+            seen,
+            published: published_word(self.cursor),
+            prefetch: !warm_reuse(self.seg.slot_count, self.seg.slot_size),
+        })
+    }
+
     /// True while the writer writes the sample at the cursor: it loaned the slot and has not published it yet (a
     /// large copy under way, a loan being filled, or a writer that died in between).
     pub fn writing(&self) -> bool {
@@ -920,7 +972,6 @@ impl RingReader {
                 if self.check_truncated() {
                     return ReadOutcome::Ended;
                 }
-                self.seg.prefetch_payload(c);
                 self.flow_consumed(true);
                 return ReadOutcome::Empty;
             }

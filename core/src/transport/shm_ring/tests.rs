@@ -368,6 +368,33 @@ fn a_loan_of_the_next_slot_reads_as_writing_until_it_is_published() {
     assert!(matches!(read_one(&mut r), ReadOutcome::Sample((b, _)) if b == [9; 20]));
 }
 
+/// A watch of the next slot sees what a read would find there: nothing while nothing changes, a write begun, a
+/// sample published, the segment superseded; and it stays valid after its reader is gone (it keeps the mapping).
+#[test]
+fn a_watch_of_the_next_slot_sees_a_write_begin_a_sample_published_and_the_segment_superseded() {
+    let mut w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+    let mut r = RingReader::open(w.segment_name()).unwrap();
+    let watch = r.watch_next().expect("a reader that did not end");
+    assert!(!watch.changed() && !watch.changed(), "nothing written");
+    w.loan(10).unwrap().fill(7);
+    assert!(watch.changed(), "a write begun");
+    let watch = r.watch_next().unwrap();
+    assert!(!watch.changed(), "still being written");
+    let _ = w.commit(10, 0, 1).unwrap();
+    assert!(watch.changed(), "published");
+    let watch = r.watch_next().unwrap();
+    assert!(watch.changed(), "a watch taken after the publication sees the sample at once");
+    assert!(matches!(read_one(&mut r), ReadOutcome::Sample((b, _)) if b == [7; 10]));
+    let watch = r.watch_next().unwrap();
+    assert!(!watch.changed(), "read: the next slot is empty");
+    // A growth supersedes the segment.
+    let _ = w.write(&[1; 100], 0, 2).unwrap();
+    assert!(w.generation() == 1 && watch.changed(), "superseded");
+    drop(r);
+    drop(w);
+    assert!(watch.changed(), "read through the mapping the watch keeps");
+}
+
 /// A large copying write is streamed: a reader that finds it under way reads it at once (`streamed`), its copy waiting
 /// for the parts, and the sample counts as read only once it is published. A write that stalls under such a read
 /// (here: the reader runs inside the write's hook, before any part is written) is given up after `STREAM_STALL`,
