@@ -4,8 +4,12 @@
 //! - [`UdpSender`] / [`UdpReceiver`]: one message in one or more datagrams of at most 65,507 bytes (the largest
 //!   IPv4 UDP datagram, the size shoal's UDP layer fragments to as well), each with a 12-byte header (message
 //!   number, fragment index, fragment count, little endian), sent with `sendmmsg`: all fragments of a message in
-//!   one call, and in batching mode (unpaced streams) up to [`BATCH`] datagrams of consecutive messages in one
-//!   call. The receiver drains up to [`BATCH`] datagrams per `recvmmsg`, reassembles in order, and counts a
+//!   one call, gathered from the caller's buffer ([`UdpSender::send`]) or from the sender's batch, into which
+//!   [`UdpSender::send_with`] writes messages and which in batching mode (unpaced streams) holds up to [`BATCH`]
+//!   datagrams of consecutive messages for one call. The receiver drains up to [`BATCH`] datagrams per `recvmmsg`; once a message's first fragment is in,
+//!   the next `recvmmsg` scatters each datagram's payload straight to its place in the message (no copy but the
+//!   kernel's, as shoal's UDP layer receives in place), and copies only what is not the expected fragment. It
+//!   reassembles in order, and counts a
 //!   message with a missing fragment (or never seen) as dropped from the gaps in the message numbers. The sender's
 //!   socket blocks when its send buffer is full (a datagram the receiver's buffer cannot take is lost, as for
 //!   shoal). Both ask for the socket buffers shoal's UDP layer asks for.
@@ -110,77 +114,108 @@ impl UdpSender {
 
     /// Queues a `len`-byte message that `fill` writes, and sends unless batching holds it.
     pub fn send_with(&mut self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), Error> {
-        let count = len.div_ceil(FRAGMENT_PAYLOAD).max(1);
-        let count32 = u32::try_from(count).map_err(|_| Error::Malformed(format!("a {len}-byte message")))?;
-        let id = self.next_message;
-        self.next_message = id.wrapping_add(1);
         let start = self.pending.len();
         self.pending.resize(start + len, 0);
         fill(&mut self.pending[start..]);
-        for i in 0..count {
-            let mut h = [0u8; DATAGRAM_HEADER];
-            h[..4].copy_from_slice(&id.to_le_bytes());
-            h[4..8].copy_from_slice(&(i as u32).to_le_bytes());
-            h[8..].copy_from_slice(&count32.to_le_bytes());
-            let off = i * FRAGMENT_PAYLOAD;
-            self.spans.push((h, start + off, (len - off).min(FRAGMENT_PAYLOAD)));
-        }
+        let id = self.next_id();
+        push_spans(&mut self.spans, id, start, len)?;
         if !self.batching || self.spans.len() >= BATCH {
             self.flush()?;
         }
         Ok(())
     }
 
+    /// Sends `msg` at once, its datagrams gathered straight from it (no copy), after whatever batching holds.
+    pub fn send(&mut self, msg: &[u8]) -> Result<(), Error> {
+        self.flush()?;
+        let id = self.next_id();
+        push_spans(&mut self.spans, id, 0, msg.len())?;
+        let result = send_spans(&self.sock, &self.dest, msg, &self.spans);
+        self.spans.clear();
+        result
+    }
+
+    fn next_id(&mut self) -> u32 {
+        let id = self.next_message;
+        self.next_message = id.wrapping_add(1);
+        id
+    }
+
     /// Sends every pending datagram (`sendmmsg`, [`BATCH`] at a time; each datagram gathered from its header and
     /// its part of the message, no copy).
     pub fn flush(&mut self) -> Result<(), Error> {
-        let mut done = 0;
-        let result = loop {
-            if done >= self.spans.len() {
-                break Ok(());
-            }
-            let chunk = &self.spans[done..(done + BATCH).min(self.spans.len())];
-            let mut iov: Vec<[libc::iovec; 2]> = chunk
-                .iter()
-                .map(|(h, off, len)| {
-                    [
-                        libc::iovec { iov_base: h.as_ptr() as *mut libc::c_void, iov_len: DATAGRAM_HEADER },
-                        libc::iovec {
-                            iov_base: self.pending[*off..*off + *len].as_ptr() as *mut libc::c_void,
-                            iov_len: *len,
-                        },
-                    ]
-                })
-                .collect();
-            let mut msgs: Vec<libc::mmsghdr> = iov
-                .iter_mut()
-                .map(|v| {
-                    // SAFETY: msghdr is plain data; all-zero is a valid value (no name, no control data).
-                    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-                    h.msg_name = (&raw const self.dest).cast_mut().cast();
-                    h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-                    h.msg_iov = v.as_mut_ptr();
-                    h.msg_iovlen = 2;
-                    libc::mmsghdr { msg_hdr: h, msg_len: 0 }
-                })
-                .collect();
-            // SAFETY: `msgs` holds `msgs.len()` valid headers whose name, iovecs and buffers (`self.dest`, `iov`,
-            // the headers in `self.spans`, `self.pending`) live and stay unmoved until the call returns; the
-            // kernel only reads them.
-            let n = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as libc::c_uint, 0) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                break Err(io("sendmmsg")(e));
-            }
-            done += n as usize;
-        };
+        let result = send_spans(&self.sock, &self.dest, &self.pending, &self.spans);
         self.pending.clear();
         self.spans.clear();
         result
     }
+}
+
+/// Appends the datagrams of message `id`, `len` bytes at `start` of its buffer: each one's header, offset and length.
+fn push_spans(
+    spans: &mut Vec<([u8; DATAGRAM_HEADER], usize, usize)>,
+    id: u32,
+    start: usize,
+    len: usize,
+) -> Result<(), Error> {
+    let count = len.div_ceil(FRAGMENT_PAYLOAD).max(1);
+    let count32 = u32::try_from(count).map_err(|_| Error::Malformed(format!("a {len}-byte message")))?;
+    for i in 0..count {
+        let mut h = [0u8; DATAGRAM_HEADER];
+        h[..4].copy_from_slice(&id.to_le_bytes());
+        h[4..8].copy_from_slice(&(i as u32).to_le_bytes());
+        h[8..].copy_from_slice(&count32.to_le_bytes());
+        let off = i * FRAGMENT_PAYLOAD;
+        spans.push((h, start + off, (len - off).min(FRAGMENT_PAYLOAD)));
+    }
+    Ok(())
+}
+
+/// Sends the datagrams `spans` describes (header, offset and length in `data`) to `dest`, `sendmmsg`, [`BATCH`] at
+/// a time, each gathered from its header and its part of `data`.
+fn send_spans(
+    sock: &UdpSocket,
+    dest: &libc::sockaddr_in,
+    data: &[u8],
+    spans: &[([u8; DATAGRAM_HEADER], usize, usize)],
+) -> Result<(), Error> {
+    let mut done = 0;
+    while done < spans.len() {
+        let chunk = &spans[done..(done + BATCH).min(spans.len())];
+        let mut iov: Vec<[libc::iovec; 2]> = chunk
+            .iter()
+            .map(|(h, off, len)| {
+                [
+                    libc::iovec { iov_base: h.as_ptr() as *mut libc::c_void, iov_len: DATAGRAM_HEADER },
+                    libc::iovec { iov_base: data[*off..*off + *len].as_ptr() as *mut libc::c_void, iov_len: *len },
+                ]
+            })
+            .collect();
+        let mut msgs: Vec<libc::mmsghdr> = iov
+            .iter_mut()
+            .map(|v| {
+                // SAFETY: msghdr is plain data; all-zero is a valid value (no name, no control data).
+                let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+                h.msg_name = (dest as *const libc::sockaddr_in).cast_mut().cast();
+                h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                h.msg_iov = v.as_mut_ptr();
+                h.msg_iovlen = 2;
+                libc::mmsghdr { msg_hdr: h, msg_len: 0 }
+            })
+            .collect();
+        // SAFETY: `msgs` holds `msgs.len()` valid headers whose name, iovecs and buffers (`dest`, `iov`, the headers
+        // in `spans`, `data`) live and stay unmoved until the call returns; the kernel only reads them.
+        let n = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as libc::c_uint, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(io("sendmmsg")(e));
+        }
+        done += n as usize;
+    }
+    Ok(())
 }
 
 /// The receiving end of a raw UDP link.
@@ -198,6 +233,8 @@ pub struct UdpReceiver {
     /// The message number expected next (`None` before the first).
     expected: Option<u32>,
     drops: u64,
+    /// Fragments received straight into their message's buffer ([`UdpReceiver::fill_in_place`]).
+    placed: u64,
 }
 
 impl UdpReceiver {
@@ -215,6 +252,7 @@ impl UdpReceiver {
             partial: None,
             expected: None,
             drops: 0,
+            placed: 0,
         })
     }
 
@@ -228,7 +266,13 @@ impl UdpReceiver {
         self.drops
     }
 
-    /// Receives the next complete message into `out` (cleared first).
+    /// Fragments received straight into their message's buffer so far.
+    pub fn placed(&self) -> u64 {
+        self.placed
+    }
+
+    /// Receives the next complete message into `out` (cleared first). Once a message's first fragment is in, its
+    /// remaining fragments are received straight into `out` ([`UdpReceiver::fill_in_place`]).
     pub fn recv(&mut self, out: &mut Vec<u8>, timeout: Duration) -> Result<(), Error> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -239,8 +283,90 @@ impl UdpReceiver {
                     return Ok(());
                 }
             }
-            self.fill(deadline, timeout)?;
+            if let Some(partial) = self.partial {
+                if self.fill_in_place(partial, out, deadline, timeout)? {
+                    return Ok(());
+                }
+            } else {
+                self.fill(deadline, timeout)?;
+            }
         }
+    }
+
+    /// Receives the remaining fragments of the message `partial` (number, fragment count, next fragment index),
+    /// whose first fragments are in `out`, with one `recvmmsg` whose datagrams are scattered: each one's header into
+    /// a header buffer, its payload straight to its place in `out`, as the next fragments would go. Fragments that
+    /// are the expected ones stay there (no copy); from the first datagram that is not (a lost fragment, another
+    /// message), it and the rest of the batch are moved to the datagram buffers and handled as usual. True when it
+    /// completed the message.
+    fn fill_in_place(
+        &mut self,
+        (id, count, next): (u32, u32, u32),
+        out: &mut Vec<u8>,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<bool, Error> {
+        let k = ((count - next) as usize).min(BATCH);
+        let at = out.len();
+        debug_assert_eq!(at, next as usize * FRAGMENT_PAYLOAD);
+        out.reserve(k * FRAGMENT_PAYLOAD);
+        let base = out.as_mut_ptr();
+        // Every iovec below is FRAGMENT_PAYLOAD long: an IPv4 UDP datagram carries at most MAX_DATAGRAM =
+        // DATAGRAM_HEADER + FRAGMENT_PAYLOAD bytes, so nothing is ever truncated or spills into the next one's place.
+        let mut heads = [[0u8; DATAGRAM_HEADER]; BATCH];
+        let mut iov: Vec<[libc::iovec; 2]> = heads[..k]
+            .iter_mut()
+            .enumerate()
+            .map(|(j, h)| {
+                [
+                    libc::iovec { iov_base: h.as_mut_ptr().cast(), iov_len: DATAGRAM_HEADER },
+                    libc::iovec {
+                        // SAFETY: `out` has room for k more fragments after `at`: the offset stays in its allocation.
+                        iov_base: unsafe { base.add(at + j * FRAGMENT_PAYLOAD) }.cast(),
+                        iov_len: FRAGMENT_PAYLOAD,
+                    },
+                ]
+            })
+            .collect();
+        let n = self.recv_batch(&mut iov, deadline, timeout)?;
+        let mut done = 0;
+        for (j, h) in heads.iter().enumerate().take(n) {
+            let u = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
+            let len = self.lens[j].saturating_sub(DATAGRAM_HEADER);
+            let index = next + j as u32;
+            let last = index + 1 == count;
+            let fits =
+                self.lens[j] >= DATAGRAM_HEADER && if last { len <= FRAGMENT_PAYLOAD } else { len == FRAGMENT_PAYLOAD };
+            if !(fits && (u(0), u(4), u(8)) == (id, index, count)) {
+                break;
+            }
+            // SAFETY: the kernel wrote `len` bytes at `at + j * FRAGMENT_PAYLOAD`, which is `out.len()` (every
+            // fragment before the last is FRAGMENT_PAYLOAD long), within the reserved capacity.
+            unsafe { out.set_len(out.len() + len) };
+            self.placed += 1;
+            done = j + 1;
+            if last {
+                self.partial = None;
+                // Nothing can follow the last fragment in this batch (k fragments at most were asked for).
+                return Ok(self.deliver(id));
+            }
+        }
+        self.partial = Some((id, count, next + done as u32));
+        // The rest of the batch, not where it belongs: back to the datagram buffers (a copy, after a loss only).
+        for (j, h) in heads.iter().enumerate().take(n).skip(done) {
+            let len = self.lens[j].min(MAX_DATAGRAM);
+            let payload = len.saturating_sub(DATAGRAM_HEADER);
+            let q = j - done;
+            self.bufs[q][..DATAGRAM_HEADER].copy_from_slice(h);
+            // SAFETY: the kernel wrote `payload` bytes (at most FRAGMENT_PAYLOAD) there, in reserved capacity
+            // past `out.len()`, which nothing has touched since.
+            let src = unsafe { std::slice::from_raw_parts(base.add(at + j * FRAGMENT_PAYLOAD), payload) };
+            self.bufs[q][DATAGRAM_HEADER..DATAGRAM_HEADER + payload].copy_from_slice(src);
+            self.lens[q] = len;
+        }
+        self.next = 0;
+        self.filled = n - done;
+        Ok(false)
     }
 
     /// Consumes datagram `i`; true when it completed a message in `out`.
@@ -271,37 +397,54 @@ impl UdpReceiver {
                 return Ok(false);
             }
         }
+        Ok(self.deliver(id))
+    }
+
+    /// Message `id` is complete: true if it is delivered (counting the messages missing before it as drops), false
+    /// if it is older than one already delivered.
+    fn deliver(&mut self, id: u32) -> bool {
         let expected = self.expected.unwrap_or(id);
         let gap = id.wrapping_sub(expected);
         if gap >= 1 << 31 {
             // Older than one already delivered (reordered): not delivered twice, already counted as lost.
-            return Ok(false);
+            return false;
         }
         self.drops += u64::from(gap);
         self.expected = Some(id.wrapping_add(1));
-        Ok(true)
+        true
     }
 
     /// Fills the datagram batch with one `recvmmsg`, waiting as the wait mode says until `deadline`.
     fn fill(&mut self, deadline: Instant, timeout: Duration) -> Result<(), Error> {
+        let mut iov: Vec<[libc::iovec; 1]> =
+            self.bufs.iter_mut().map(|b| [libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }]).collect();
+        let n = self.recv_batch(&mut iov, deadline, timeout)?;
+        self.next = 0;
+        self.filled = n;
+        Ok(())
+    }
+
+    /// One `recvmmsg` of up to `iov.len()` datagrams, each scattered over its iovecs, waiting as the wait mode says
+    /// until `deadline`; the datagrams' lengths go to `self.lens`.
+    fn recv_batch<const V: usize>(
+        &mut self,
+        iov: &mut [[libc::iovec; V]],
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<usize, Error> {
         loop {
-            let mut iov: Vec<libc::iovec> = self
-                .bufs
-                .iter_mut()
-                .map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() })
-                .collect();
             let mut msgs: Vec<libc::mmsghdr> = iov
                 .iter_mut()
                 .map(|v| {
                     // SAFETY: msghdr is plain data; all-zero is a valid value (no name, no control data).
                     let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-                    h.msg_iov = v;
-                    h.msg_iovlen = 1;
+                    h.msg_iov = v.as_mut_ptr();
+                    h.msg_iovlen = V;
                     libc::mmsghdr { msg_hdr: h, msg_len: 0 }
                 })
                 .collect();
-            // SAFETY: `msgs` holds BATCH valid headers whose iovecs point into `self.bufs`, which live and stay
-            // unmoved until the call returns; the kernel writes at most `iov_len` bytes into each.
+            // SAFETY: `msgs` holds valid headers whose iovecs point into buffers the caller keeps alive and unmoved
+            // until the call returns; the kernel writes at most `iov_len` bytes into each.
             let n = unsafe {
                 libc::recvmmsg(
                     self.sock.as_raw_fd(),
@@ -316,9 +459,7 @@ impl UdpReceiver {
                 for (len, m) in self.lens.iter_mut().zip(&msgs[..n]) {
                     *len = m.msg_len as usize;
                 }
-                self.next = 0;
-                self.filled = n;
-                return Ok(());
+                return Ok(n);
             }
             let e = std::io::Error::last_os_error();
             if n < 0 && !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) {
@@ -463,6 +604,50 @@ mod tests {
         assert_eq!(out, [9; 10]);
         assert_eq!(rx.drops(), 1);
         assert!(matches!(rx.recv(&mut out, Duration::from_millis(20)), Err(Error::TimedOut(_))));
+    }
+
+    /// Fragments after the first are received in place; a lost one ends its message (counted) and what came in
+    /// its place is handled as usual: here the next message, whose fragments then go in place again.
+    #[test]
+    fn udp_fragments_land_in_place_and_a_lost_one_costs_its_message_only() {
+        let mut rx = UdpReceiver::new(local(0), Wait::Block).unwrap();
+        let to = local(rx.port().unwrap());
+        let tx = UdpSocket::bind(local(0)).unwrap();
+        let message = |id: u32| -> Vec<u8> { (0..200_000u32).map(|i| (i * 7 + id) as u8).collect() };
+        let send = move |id: u32, index: u32| {
+            let m = message(id);
+            let count = m.len().div_ceil(FRAGMENT_PAYLOAD) as u32;
+            let mut d = Vec::new();
+            for v in [id, index, count] {
+                d.extend_from_slice(&v.to_le_bytes());
+            }
+            let off = index as usize * FRAGMENT_PAYLOAD;
+            d.extend_from_slice(&m[off..(off + FRAGMENT_PAYLOAD).min(m.len())]);
+            tx.send_to(&d, to).unwrap();
+        };
+        // Each message's first fragment alone, the rest a moment later: the receiver has begun the message then.
+        let sender = std::thread::spawn(move || {
+            send(0, 0);
+            std::thread::sleep(Duration::from_millis(50));
+            for i in 1..4 {
+                send(0, i);
+            }
+            // Message 1 loses fragment 2; message 2 arrives whole right after it.
+            send(1, 0);
+            std::thread::sleep(Duration::from_millis(50));
+            for (id, i) in [(1, 1), (1, 3), (2, 0), (2, 1), (2, 2), (2, 3)] {
+                send(id, i);
+            }
+        });
+        let mut out = Vec::new();
+        rx.recv(&mut out, Duration::from_secs(5)).unwrap();
+        assert!(out == message(0), "message 0 intact");
+        assert_eq!(rx.placed(), 3, "its fragments 1-3 in place");
+        rx.recv(&mut out, Duration::from_secs(5)).unwrap();
+        assert!(out == message(2), "message 2 intact");
+        assert_eq!(rx.drops(), 1);
+        assert!(rx.placed() >= 4, "message 1's fragment 1 in place: {}", rx.placed());
+        sender.join().unwrap();
     }
 
     #[test]

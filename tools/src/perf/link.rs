@@ -26,6 +26,14 @@ pub(crate) trait Receiver {
     fn recv_copy(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> anyhow::Result<()>;
     /// Receives the next message reading only its header; returns the header and the length.
     fn recv_header(&mut self, timeout: Duration) -> anyhow::Result<([u8; HEADER_LEN], usize)>;
+    /// Receives the next message of a stream as an application takes it: into `buf` (cleared first) where the
+    /// message is not yet in memory of this process's own (a shared-memory slot: copied, all of it, as
+    /// [`recv_copy`](Self::recv_copy)); where a transport already received it into such memory (shoal's UDP and TCP
+    /// layers: the buffer a sample hands out, as `Subscriber::recv` gives it), only its header is read into `buf`.
+    /// The raw programs receive into `buf` itself.
+    fn recv_sink(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> anyhow::Result<()> {
+        self.recv_copy(buf, timeout)
+    }
     /// Messages the transport reports as lost for this receiver so far.
     fn drops(&self) -> u64;
     /// Messages received per layer (`shoal::monitor::Via::name`) since the last call; empty for the baselines.

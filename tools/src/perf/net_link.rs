@@ -58,7 +58,12 @@ impl RawUdpRx {
 }
 
 impl Sender for RawUdpTx {
+    /// A message of more than one datagram leaves at once, gathered from `payload` (no copy, as shoal's UDP layer
+    /// sends large messages from the publisher's thread); smaller ones are copied into the batch.
     fn send_copy(&mut self, payload: &[u8]) -> anyhow::Result<()> {
+        if payload.len() > net::FRAGMENT_PAYLOAD {
+            return self.0.send(payload).map_err(map_err);
+        }
         self.0.send_with(payload.len(), |b| b.copy_from_slice(payload)).map_err(map_err)
     }
 

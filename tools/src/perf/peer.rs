@@ -358,7 +358,7 @@ pub(crate) fn serve<R: Receiver, S: Sender>(mut rx: R, mut tx: Option<S>, ready:
                 let mut hist = new_histogram();
                 let mut timeout = RECV_TIMEOUT;
                 loop {
-                    match rx.recv_copy(&mut buf, timeout) {
+                    match rx.recv_sink(&mut buf, timeout) {
                         Ok(()) => {}
                         Err(e) if is_timeout(&e) => break,
                         Err(e) => return Err(e),

@@ -104,6 +104,23 @@ impl Receiver for ShoalRx {
         Ok(())
     }
 
+    fn recv_sink(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> anyhow::Result<()> {
+        let via = self
+            .0
+            .recv_with(Some(timeout), |s| {
+                buf.clear();
+                let p = s.payload();
+                match p.as_slice() {
+                    Some(bytes) => buf.extend_from_slice(&bytes[..bytes.len().min(HEADER_LEN)]),
+                    None => p.extend_vec(buf),
+                }
+                s.via()
+            })
+            .map_err(|e| map_recv(e, timeout))?;
+        self.1[via_index(via)] += 1;
+        Ok(())
+    }
+
     fn recv_header(&mut self, timeout: Duration) -> anyhow::Result<([u8; HEADER_LEN], usize)> {
         let (h, len, via) = self
             .0
