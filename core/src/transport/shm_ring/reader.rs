@@ -530,9 +530,10 @@ pub struct NextSlotWatch {
 }
 
 impl NextSlotWatch {
-    /// Whether a read may now find something it did not when the watch was taken: the slot's sequence word changed
-    /// (a write began or ended, or the mapping reads zeros after a truncation) or says the sample is published, or
-    /// the segment was superseded. Anything else a read would notice (a reader added elsewhere, an ended one) its
+    /// Whether a read may now find something it did not when the watch was taken: the slot's sequence word says
+    /// the sample is published, or that it is being written in parts a read may take as they come (streamed), or
+    /// changed otherwise (not to "being written": a read would find nothing; but to a later sample, or to zeros after
+    /// a truncation), or the segment was superseded. Anything else a read would notice (a reader added elsewhere, an ended one) its
     /// owner checks besides.
     #[inline]
     pub fn changed(&self) -> bool {
@@ -556,6 +557,13 @@ impl NextSlotWatch {
                 unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.cast::<i8>()) };
             }
             return true;
+        }
+        if s == self.published.wrapping_sub(1) {
+            // Being written: a read can begin only if the write is streamed (a large copy, readable as it comes);
+            // a loan being filled or a small copy is left alone until it is published.
+            // SAFETY: as above; `stream_seq` is an atomic of the same slot header.
+            let stream = unsafe { &(*self.map.as_ptr().add(self.seq_at).cast::<SlotHeader>()).stream_seq };
+            return stream.load(Ordering::Relaxed) == s;
         }
         s != self.seen || superseded.load(Ordering::Relaxed) != 0
     }

@@ -368,18 +368,17 @@ fn a_loan_of_the_next_slot_reads_as_writing_until_it_is_published() {
     assert!(matches!(read_one(&mut r), ReadOutcome::Sample((b, _)) if b == [9; 20]));
 }
 
-/// A watch of the next slot sees what a read would find there: nothing while nothing changes, a write begun, a
-/// sample published, the segment superseded; and it stays valid after its reader is gone (it keeps the mapping).
+/// A watch of the next slot sees what a read would find there: nothing while nothing changes or while a loan is
+/// filled, a sample published, a large copy under way (streamed: readable as it comes), the segment superseded; and
+/// it stays valid after its reader is gone (it keeps the mapping).
 #[test]
-fn a_watch_of_the_next_slot_sees_a_write_begin_a_sample_published_and_the_segment_superseded() {
-    let mut w = RingWriter::create(&cfg(4, 64), 1).unwrap();
+fn a_watch_of_the_next_slot_sees_a_sample_published_a_streamed_write_and_the_segment_superseded() {
+    let mut w = RingWriter::create(&cfg(4, 128 << 10), 1).unwrap();
     let mut r = RingReader::open(w.segment_name()).unwrap();
     let watch = r.watch_next().expect("a reader that did not end");
     assert!(!watch.changed() && !watch.changed(), "nothing written");
     w.loan(10).unwrap().fill(7);
-    assert!(watch.changed(), "a write begun");
-    let watch = r.watch_next().unwrap();
-    assert!(!watch.changed(), "still being written");
+    assert!(!watch.changed(), "a loan being filled: nothing to read yet");
     let _ = w.commit(10, 0, 1).unwrap();
     assert!(watch.changed(), "published");
     let watch = r.watch_next().unwrap();
@@ -387,8 +386,15 @@ fn a_watch_of_the_next_slot_sees_a_write_begin_a_sample_published_and_the_segmen
     assert!(matches!(read_one(&mut r), ReadOutcome::Sample((b, _)) if b == [7; 10]));
     let watch = r.watch_next().unwrap();
     assert!(!watch.changed(), "read: the next slot is empty");
+    let seen_while_written = std::cell::Cell::new(false);
+    let big = pattern(2, super::writer::STREAM_MIN_LEN);
+    let _ = w.write_announced(&big, 0, 2, || seen_while_written.set(watch.changed())).unwrap();
+    assert!(seen_while_written.get(), "a streamed write is seen while it is written");
+    assert!(matches!(read_one(&mut r), ReadOutcome::Sample((b, _)) if b == big));
+    let watch = r.watch_next().unwrap();
+    assert!(!watch.changed());
     // A growth supersedes the segment.
-    let _ = w.write(&[1; 100], 0, 2).unwrap();
+    let _ = w.write(&pattern(3, 200 << 10), 0, 3).unwrap();
     assert!(w.generation() == 1 && watch.changed(), "superseded");
     drop(r);
     drop(w);
