@@ -1,6 +1,7 @@
-//! Streaming throughput: the main process sends a fixed count; the peer copies every message
-//! out, counts it and measures send-to-receive latency from the header. The rate is messages
-//! received over (last receive - first send), on the shared monotonic clock.
+//! Streaming throughput: the main process sends a fixed count; the peer takes every message as an application does
+//! (`Receiver::recv_sink`: a ring's copied out, one a network layer received read where it is), counts it and
+//! measures send-to-receive latency from the header. The rate is messages received over (last receive - first
+//! send), on the shared monotonic clock.
 //!
 //! Each size runs twice: unpaced (the sender goes as fast as it can; shoal's ring never makes
 //! the writer wait, so a slower reader loses messages, while the baseline's writer waits on a

@@ -532,9 +532,9 @@ pub struct NextSlotWatch {
 impl NextSlotWatch {
     /// Whether a read may now find something it did not when the watch was taken: the slot's sequence word says
     /// the sample is published, or that it is being written in parts a read may take as they come (streamed), or
-    /// changed otherwise (not to "being written": a read would find nothing; but to a later sample, or to zeros after
-    /// a truncation), or the segment was superseded. Anything else a read would notice (a reader added elsewhere, an ended one) its
-    /// owner checks besides.
+    /// changed otherwise (not to "being written": a read would find nothing; but to a later sample, or to zeros
+    /// after a truncation), or the segment was superseded. Anything else a read would notice (a reader added
+    /// elsewhere, an ended one) its owner checks besides.
     #[inline]
     pub fn changed(&self) -> bool {
         // SAFETY: `seq_at` is the offset of a slot header's first word (slot index < slot_count, 64-byte aligned)
