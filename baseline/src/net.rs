@@ -218,6 +218,12 @@ fn send_spans(
     Ok(())
 }
 
+/// A datagram header's message number, fragment index and fragment count (`head` is [`DATAGRAM_HEADER`] bytes).
+fn parse_head(head: &[u8]) -> (u32, u32, u32) {
+    let u = |k: usize| u32::from_le_bytes([head[k], head[k + 1], head[k + 2], head[k + 3]]);
+    (u(0), u(4), u(8))
+}
+
 /// The receiving end of a raw UDP link.
 #[derive(Debug)]
 pub struct UdpReceiver {
@@ -331,13 +337,12 @@ impl UdpReceiver {
         let n = self.recv_batch(&mut iov, deadline, timeout)?;
         let mut done = 0;
         for (j, h) in heads.iter().enumerate().take(n) {
-            let u = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
             let len = self.lens[j].saturating_sub(DATAGRAM_HEADER);
             let index = next + j as u32;
             let last = index + 1 == count;
             let fits =
                 self.lens[j] >= DATAGRAM_HEADER && if last { len <= FRAGMENT_PAYLOAD } else { len == FRAGMENT_PAYLOAD };
-            if !(fits && (u(0), u(4), u(8)) == (id, index, count)) {
+            if !(fits && parse_head(h) == (id, index, count)) {
                 break;
             }
             // SAFETY: the kernel wrote `len` bytes at `at + j * FRAGMENT_PAYLOAD`, which is `out.len()` (every
@@ -375,8 +380,7 @@ impl UdpReceiver {
         if d.len() < DATAGRAM_HEADER || d.len() > MAX_DATAGRAM {
             return Err(Error::Malformed(format!("a {}-byte datagram", d.len())));
         }
-        let u = |k: usize| u32::from_le_bytes([d[k], d[k + 1], d[k + 2], d[k + 3]]);
-        let (id, index, count) = (u(0), u(4), u(8));
+        let (id, index, count) = parse_head(&d[..DATAGRAM_HEADER]);
         let body = &d[DATAGRAM_HEADER..];
         if index == 0 {
             // A message left incomplete is counted from the gap when a later one completes.
