@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use shoal::config::WaitStrategy;
 use shoal::monitor::Via;
-use shoal::{Node, Publisher, RecvError, Subscriber, TypeInfo};
+use shoal::{Node, Publisher, RecvError, SampleRef, Subscriber, TypeInfo};
 
 use super::args::{Pages, PeerArgs, Transport, WaitMode};
 use super::link::{HEADER_LEN, Receiver, Sender, TimedOut};
@@ -90,49 +90,41 @@ fn map_recv(e: RecvError, timeout: Duration) -> anyhow::Error {
     }
 }
 
+impl ShoalRx {
+    /// Receives the next message with `f` on its view, counting the layer it came through.
+    fn recv_counted<R>(&mut self, timeout: Duration, mut f: impl FnMut(&SampleRef<'_>) -> R) -> anyhow::Result<R> {
+        let (r, via) = self.0.recv_with(Some(timeout), |s| (f(&s), s.via())).map_err(|e| map_recv(e, timeout))?;
+        self.1[via_index(via)] += 1;
+        Ok(r)
+    }
+}
+
 impl Receiver for ShoalRx {
     fn recv_copy(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> anyhow::Result<()> {
-        let via = self
-            .0
-            .recv_with(Some(timeout), |s| {
-                buf.clear();
-                s.payload().extend_vec(buf);
-                s.via()
-            })
-            .map_err(|e| map_recv(e, timeout))?;
-        self.1[via_index(via)] += 1;
-        Ok(())
+        self.recv_counted(timeout, |s| {
+            buf.clear();
+            s.payload().extend_vec(buf);
+        })
     }
 
     fn recv_sink(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> anyhow::Result<()> {
-        let via = self
-            .0
-            .recv_with(Some(timeout), |s| {
-                buf.clear();
-                let p = s.payload();
-                match p.as_slice() {
-                    Some(bytes) => buf.extend_from_slice(&bytes[..bytes.len().min(HEADER_LEN)]),
-                    None => p.extend_vec(buf),
-                }
-                s.via()
-            })
-            .map_err(|e| map_recv(e, timeout))?;
-        self.1[via_index(via)] += 1;
-        Ok(())
+        self.recv_counted(timeout, |s| {
+            buf.clear();
+            let p = s.payload();
+            match p.as_slice() {
+                Some(bytes) => buf.extend_from_slice(&bytes[..bytes.len().min(HEADER_LEN)]),
+                None => p.extend_vec(buf),
+            }
+        })
     }
 
     fn recv_header(&mut self, timeout: Duration) -> anyhow::Result<([u8; HEADER_LEN], usize)> {
-        let (h, len, via) = self
-            .0
-            .recv_with(Some(timeout), |s| {
-                let p = s.payload();
-                let mut h = [0u8; HEADER_LEN];
-                p.read_at(0, &mut h);
-                (h, p.len(), s.via())
-            })
-            .map_err(|e| map_recv(e, timeout))?;
-        self.1[via_index(via)] += 1;
-        Ok((h, len))
+        self.recv_counted(timeout, |s| {
+            let p = s.payload();
+            let mut h = [0u8; HEADER_LEN];
+            p.read_at(0, &mut h);
+            (h, p.len())
+        })
     }
 
     fn drops(&self) -> u64 {
