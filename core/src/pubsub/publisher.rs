@@ -387,8 +387,9 @@ impl PubShared {
 #[derive(Default)]
 struct ConnCache {
     version: u64,
-    /// Doorbells of the subscriber processes reading the native ring (empty: nobody reads it).
-    doorbells: Ringers,
+    /// Doorbells of the subscriber processes reading the native ring (empty: nobody reads it); shared with the waker
+    /// thread when there are several.
+    doorbells: Arc<waker::WakeSet>,
     intra: Vec<Arc<SubShared>>,
 }
 
@@ -588,10 +589,11 @@ impl Publisher {
         }
     }
 
-    /// The doorbells to ring after a publish, from the connections `c`.
-    fn ringers(&self, c: &Conns) -> Ringers {
+    /// The doorbells to ring after a publish, from the connections `c`; several are also given to the waker thread,
+    /// which rings them when a send hands them over.
+    fn ringers(&self, c: &Conns) -> Arc<waker::WakeSet> {
         let own = self.ring.as_ref().filter(|r| r.doorbell_announced()).map(|_| Arc::clone(&self.rt.doorbell));
-        Ringers::new(c.ring_doorbells(), own)
+        self.rt.waker.watch(Ringers::new(c.ring_doorbells(), own))
     }
 
     /// Takes the connections anew when they changed since the last send (inline: every send asks, before it publishes).

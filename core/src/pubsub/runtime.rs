@@ -317,15 +317,12 @@ impl EventHandler for Runtime {
                 Local::Pub(p) => {
                     let db = self.doorbell_for(&remote);
                     // Several subscriber processes: their wake-ups go through the waker thread (started here, on
-                    // the I/O thread, off the send path, with its affinity). It learns of the doorbell before the
-                    // publisher can hand it over.
+                    // the I/O thread, off the send path, with its affinity). The publisher tells it of its doorbells
+                    // when it takes the new connections, before it can hand them over.
                     if let Some(db) = &db {
-                        let mut bells = p.ring_doorbells();
-                        if !bells.iter().any(|b| Arc::ptr_eq(b, db)) {
-                            bells.push(Arc::clone(db));
-                        }
-                        if bells.len() > 1 {
-                            self.waker.watch(&bells);
+                        let bells = p.ring_doorbells();
+                        if bells.len() + usize::from(!bells.iter().any(|b| Arc::ptr_eq(b, db))) > 1 {
+                            self.waker.start();
                         }
                     }
                     p.connect_remote(remote, db).then(|| p.local_topic())

@@ -1,12 +1,16 @@
 //! The waker thread: rings subscriber processes' doorbells for this process's publishers when a send finds several
 //! of them asleep, so that the cost of `send()` does not grow with the number of sleeping subscriber processes.
 //!
-//! Waking a sleeping process is one `FUTEX_WAKE` (about 2 µs of the caller's CPU, most of it the kernel's wake-up);
-//! ringing N processes from `send()` would cost N of them. Instead, [`ring_after_publish`] wakes a single sleeping
-//! process directly (the lowest-latency path, e.g. ping-pong) and, from two on, marks the sleeping doorbells
-//! ([`DoorbellRemote::hand_over`]) and rings this thread's [`LocalBell`]: one private wake-up, or none while the
-//! thread is still busy with an earlier send. The thread then rings each marked doorbell. The cost moves off the
-//! publishing thread; the subscribers' wake-up takes one hop more.
+//! Waking a sleeping process is one `FUTEX_WAKE` (about 1-2 µs of the caller's CPU, most of it the kernel's wake-up
+//! of another CPU); ringing N processes from `send()` would cost N of them. Instead, [`ring_after_publish`] wakes a
+//! single sleeping process directly (the lowest-latency path, e.g. ping-pong) and, once it finds a second one asleep,
+//! stops looking, marks the publisher's doorbells handed over (its [`WakeSet`]'s bit in a word on the thread's bell's
+//! cache line: one line transfer for the mark and the ring together) and rings this thread's [`LocalBell`]: one
+//! private wake-up, or none while the thread is still busy with an earlier send. The thread takes the marks, and for
+//! each set marked fences and rings every doorbell that needs it, exactly as the publisher would have
+//! ([`Ringers::wake_sleepers`]: taking the mark with `Acquire` orders the publish before the thread's fence, which
+//! pairs with each sleeper's fence as the publisher's own does). The cost moves off the publishing thread and no
+//! longer grows with the number of sleeping processes; their wake-up takes one hop more.
 //!
 //! Started by the first publisher that serves two or more subscriber processes over the native ring; one per
 //! process, whatever the number of publishers.
@@ -17,21 +21,60 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::sync::lock;
-use crate::transport::shm_ring::{DoorbellRemote, LocalBell, Ringers};
+use crate::transport::shm_ring::{LocalBell, Ringers};
 
 /// How long the thread sleeps without work before it drops doorbells no publisher uses any more.
 const IDLE_REFRESH: Duration = Duration::from_secs(1);
 
+/// What a publishing thread touches to hand its doorbells over, on one cache line: the marks, the thread's bell and
+/// whether the thread runs.
 #[derive(Default)]
-struct Shared {
+#[repr(C, align(64))]
+struct HandOver {
+    /// The [`WakeSet`] bits of the sets handed over and not taken yet.
+    pending: AtomicU64,
     bell: LocalBell,
-    stop: AtomicBool,
     /// Set once the thread runs: handing over is pointless before.
     running: AtomicBool,
-    /// Every doorbell a publisher of this process may hand over.
-    watched: Mutex<Vec<Weak<DoorbellRemote>>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    hand: HandOver,
+    stop: AtomicBool,
+    /// The sets of this process's publishers that may be handed over.
+    watched: Mutex<Vec<Weak<WakeSet>>>,
     /// Bumped when `watched` changes.
     watched_version: AtomicU64,
+    /// Sets given a bit so far: the next one gets bit `given % 64`.
+    given: AtomicU64,
+}
+
+/// A publisher's doorbells as the waker thread knows them: the [`Ringers`] and, for two or more doorbells, the bit
+/// that marks them handed over (sets share a bit beyond 64 of them: the thread then checks each set with that bit).
+#[derive(Debug, Default)]
+pub(crate) struct WakeSet {
+    ringers: Ringers,
+    /// `1 << k`; 0 for a set of fewer than two doorbells, never handed over.
+    bit: u64,
+}
+
+impl std::ops::Deref for WakeSet {
+    type Target = Ringers;
+    fn deref(&self) -> &Ringers {
+        &self.ringers
+    }
+}
+
+impl Drop for WakeSet {
+    /// A set handed over may be dropped before the thread took it (its publisher's connections changed right after
+    /// the send), and the thread then no longer finds it: its sleepers are rung here, after every hand-over of it
+    /// (once more than needed at worst, when connections change).
+    fn drop(&mut self) {
+        if self.bit != 0 {
+            self.ringers.wake_sleepers();
+        }
+    }
 }
 
 /// Owner of the waker thread.
@@ -43,29 +86,30 @@ pub(crate) struct Waker {
 
 impl std::fmt::Debug for Waker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Waker").field("running", &self.shared.running.load(Ordering::Relaxed)).finish()
+        f.debug_struct("Waker").field("running", &self.shared.hand.running.load(Ordering::Relaxed)).finish()
     }
 }
 
 impl Waker {
-    /// Lets the thread ring `bells` (the doorbells of one publisher's subscriber processes), starting it if needed.
-    /// Call when a publisher's set of doorbells changes and has two or more (not on the send path).
-    pub(crate) fn watch(&self, bells: &[Arc<DoorbellRemote>]) {
-        {
-            let mut w = lock(&self.shared.watched);
-            let before = w.len();
-            w.retain(|d| d.strong_count() > 0);
-            let mut changed = w.len() != before;
-            for b in bells {
-                if !w.iter().any(|d| std::ptr::eq(d.as_ptr(), Arc::as_ptr(b))) {
-                    w.push(Arc::downgrade(b));
-                    changed = true;
-                }
-            }
-            if changed {
-                self.shared.watched_version.fetch_add(1, Ordering::Release);
-            }
+    /// The set of `ringers` (a publisher's doorbells) that [`ring_after_publish`] takes: with two or more doorbells,
+    /// known to the thread, which rings them when the set is handed over. Call before the publisher uses it; cheap (a
+    /// lock and a push), so the publisher calls it when its connections change.
+    pub(crate) fn watch(&self, ringers: Ringers) -> Arc<WakeSet> {
+        if ringers.bells().len() < 2 {
+            return Arc::new(WakeSet { ringers, bit: 0 });
         }
+        let bit = 1u64 << (self.shared.given.fetch_add(1, Ordering::Relaxed) % 64);
+        let set = Arc::new(WakeSet { ringers, bit });
+        let mut w = lock(&self.shared.watched);
+        w.retain(|r| r.strong_count() > 0);
+        w.push(Arc::downgrade(&set));
+        self.shared.watched_version.fetch_add(1, Ordering::Release);
+        set
+    }
+
+    /// Starts the thread if it does not run yet. Call when a publisher gets its second subscriber process, from a
+    /// thread whose CPU affinity the waker may inherit (the I/O thread; not a publishing thread that may be pinned).
+    pub(crate) fn start(&self) {
         let mut t = lock(&self.thread);
         if t.is_some() || self.shared.stop.load(Ordering::SeqCst) {
             return;
@@ -74,7 +118,7 @@ impl Waker {
         match std::thread::Builder::new().name("shoal-waker".into()).spawn(move || run(&shared)) {
             Ok(h) => {
                 *t = Some(h);
-                self.shared.running.store(true, Ordering::SeqCst);
+                self.shared.hand.running.store(true, Ordering::SeqCst);
             }
             Err(e) => tracing::warn!("cannot start the shoal waker thread, publishers ring every subscriber: {e}"),
         }
@@ -83,8 +127,8 @@ impl Waker {
     /// Stops the thread and waits for it.
     pub(crate) fn shutdown(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        self.shared.running.store(false, Ordering::SeqCst);
-        self.shared.bell.ring();
+        self.shared.hand.running.store(false, Ordering::SeqCst);
+        self.shared.hand.bell.ring();
         let t = lock(&self.thread).take();
         if let Some(t) = t
             && t.thread().id() != std::thread::current().id()
@@ -102,16 +146,18 @@ pub(crate) const EARLY_WAKE_BYTES: usize = 256 << 10;
 /// before its copy: a sleeping thread's wake-up (about 30 µs on a VM whose idle vCPU halts, tens of µs from a deep
 /// C-state) then overlaps the copy (25 µs for 1 MiB) instead of following it, and the woken receiver polls until
 /// the message is published (`Subscriber::recv_with`). When the message is published, [`ring_after_publish`] finds
-/// the doorbells rung already (or the receivers polling) and makes no second wake-up. Returns how many were asleep.
-pub(crate) fn ring_before_copy(waker: &Waker, ringers: &Ringers) -> usize {
+/// the doorbells rung already (or the receivers polling) and makes no second wake-up. Returns what
+/// [`ring_after_publish`] does.
+pub(crate) fn ring_before_copy(waker: &Waker, ringers: &WakeSet) -> usize {
     // The same protocol: the "being written" mark is the store the waiter checks are ordered after.
     ring_after_publish(waker, ringers)
 }
 
 /// Rings the doorbells of `ringers` whose process sleeps, after the caller published (and before it returns to the
-/// user): one sleeping process directly, two or more through the waker thread. Returns how many were asleep.
+/// user): one sleeping process directly, two or more through the waker thread. Returns how many it found asleep,
+/// where 2 means two or more (it stops looking at the second when it hands them over).
 #[inline]
-pub(crate) fn ring_after_publish(waker: &Waker, ringers: &Ringers) -> usize {
+pub(crate) fn ring_after_publish(waker: &Waker, ringers: &WakeSet) -> usize {
     // Processes none of whose threads ever slept need neither the fence nor the waiter checks (the doorbells'
     // `spin_only`, asked through our own doorbell's `spin_ends`: `Ringers`): a stream to busy-spinning receivers then
     // makes its publisher wait for no store on any send, and call nothing.
@@ -123,74 +169,61 @@ pub(crate) fn ring_after_publish(waker: &Waker, ringers: &Ringers) -> usize {
 
 /// [`ring_after_publish`] past the spin-only check: out of line.
 #[inline(never)]
-fn ring_sleepers(waker: &Waker, ringers: &Ringers) -> usize {
-    let bells = ringers.bells();
+fn ring_sleepers(waker: &Waker, set: &WakeSet) -> usize {
+    let bells = set.bells();
     // StoreLoad between the publish and the waiter checks (see the doorbell protocol).
     fence(Ordering::SeqCst);
-    let delegate = bells.len() > 1 && waker.shared.running.load(Ordering::Relaxed);
-    let mut first: Option<&DoorbellRemote> = None;
-    let mut asleep = 0;
-    for b in bells.iter().filter(|b| b.needs_wake()) {
-        asleep += 1;
-        if !delegate {
-            let _ = b.wake();
-            continue;
+    let hand = &waker.shared.hand;
+    if set.bit != 0 && hand.running.load(Ordering::Relaxed) {
+        let mut sleepers = bells.iter().filter(|b| b.needs_wake());
+        let Some(first) = sleepers.next() else { return 0 };
+        if sleepers.next().is_none() {
+            let _ = first.wake();
+            return 1;
         }
-        match first {
-            None => first = Some(b),
-            Some(f) => {
-                if asleep == 2 {
-                    f.hand_over();
-                }
-                b.hand_over();
-            }
-        }
-    }
-    match (asleep, first) {
-        (1, Some(f)) => {
-            let _ = f.wake();
-        }
-        // The marks are stored before `ring`'s fence: either the thread sees them in its re-check or `ring` sees it
+        // Two or more: the thread checks them all (the rest unread here). A mark still set (not taken yet) serves:
+        // this load is before the thread's taking in the word's order, so the thread's fence comes after ours. The
+        // mark is stored before `ring`'s fence: either the thread sees it in its re-check or `ring` sees the thread
         // registered and wakes it.
-        (2.., Some(_)) => {
-            waker.shared.bell.ring();
+        if hand.pending.load(Ordering::Relaxed) & set.bit == 0 {
+            hand.pending.fetch_or(set.bit, Ordering::Release);
         }
-        _ => {}
+        hand.bell.ring();
+        return 2;
     }
-    asleep
+    bells.iter().filter(|b| b.needs_wake() && b.wake()).count()
 }
 
 fn run(shared: &Shared) {
+    let hand = &shared.hand;
     let mut version = u64::MAX;
-    let mut bells: Vec<Arc<DoorbellRemote>> = Vec::new();
+    let mut watched: Vec<Arc<WakeSet>> = Vec::new();
     let mut idle = false;
     loop {
+        // Taking the marks (Acquire) orders each publisher's publish before the fence of `wake_sleepers`, and the
+        // registration of its set (made before it could hand it over) before the version read below.
+        let taken = if hand.pending.load(Ordering::Relaxed) == 0 { 0 } else { hand.pending.swap(0, Ordering::Acquire) };
         let v = shared.watched_version.load(Ordering::Acquire);
         if v != version || idle {
             let mut w = lock(&shared.watched);
-            w.retain(|d| d.strong_count() > 0);
-            bells = w.iter().filter_map(Weak::upgrade).collect();
+            w.retain(|r| r.strong_count() > 0);
+            watched = w.iter().filter_map(Weak::upgrade).collect();
             version = v;
         }
-        let mut rang = false;
-        for b in &bells {
-            // Taking the mark (AcqRel) makes the publisher's data visible here before the waiter check.
-            if b.take_handed_over() {
-                b.ring();
-                rang = true;
+        if taken != 0 {
+            for set in watched.iter().filter(|s| s.bit & taken != 0) {
+                set.wake_sleepers();
             }
+            idle = false;
+            continue;
         }
         if shared.stop.load(Ordering::SeqCst) {
             return;
         }
-        if rang {
-            idle = false;
-            continue;
-        }
-        let waiter = shared.bell.register_waiter();
+        let waiter = hand.bell.register_waiter();
         if shared.stop.load(Ordering::SeqCst)
             || shared.watched_version.load(Ordering::Acquire) != version
-            || bells.iter().any(|b| b.is_handed_over())
+            || hand.pending.load(Ordering::SeqCst) != 0
         {
             continue;
         }
@@ -204,7 +237,7 @@ fn run(shared: &Shared) {
         };
         if idle {
             // Hold no doorbell nobody uses: they are re-read from `watched` (weak) above.
-            bells.clear();
+            watched.clear();
         }
     }
 }
@@ -212,22 +245,25 @@ fn run(shared: &Shared) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::shm_ring::{Doorbell, PollState};
+    use crate::transport::shm_ring::{Doorbell, DoorbellRemote, PollState};
     use std::time::Instant;
 
-    /// Two doorbells with a sleeping thread each: one ring from the publishing thread wakes both through the waker
-    /// thread; the marks are cleared afterwards.
+    fn remotes_of(owners: &[impl std::ops::Deref<Target = Doorbell>]) -> Vec<Arc<DoorbellRemote>> {
+        owners.iter().map(|d| Arc::new(DoorbellRemote::open(d.name()).expect("open"))).collect()
+    }
+
+    /// Three subscriber processes, two with a sleeping thread: the publishing thread finds the two, hands its
+    /// doorbells over and rings the waker thread, which wakes both and leaves the third alone; the mark is taken.
     #[test]
     fn hands_two_sleeping_doorbells_to_the_thread() {
         let waker = Waker::default();
-        let owners: Vec<Arc<Doorbell>> = (0..2).map(|_| Arc::new(Doorbell::create().expect("doorbell"))).collect();
-        let remotes: Vec<Arc<DoorbellRemote>> =
-            owners.iter().map(|d| Arc::new(DoorbellRemote::open(d.name()).expect("open"))).collect();
-        waker.watch(&remotes);
-        assert!(waker.shared.running.load(Ordering::SeqCst));
+        let owners: Vec<Arc<Doorbell>> = (0..3).map(|_| Arc::new(Doorbell::create().expect("doorbell"))).collect();
+        waker.start();
+        let set = waker.watch(Ringers::new(remotes_of(&owners), None));
+        assert!(waker.shared.hand.running.load(Ordering::SeqCst));
         let flag = Arc::new(AtomicBool::new(false));
-        let sleepers: Vec<_> = owners
-            .iter()
+        let sleepers: Vec<_> = [&owners[0], &owners[2]]
+            .into_iter()
             .map(|d| {
                 let (d, flag) = (Arc::clone(d), Arc::clone(&flag));
                 std::thread::spawn(move || {
@@ -236,21 +272,23 @@ mod tests {
                 })
             })
             .collect();
-        while owners.iter().any(|d| d.waiters() == 0) {
+        while owners[0].waiters() == 0 || owners[2].waiters() == 0 {
             std::thread::yield_now();
         }
+        let awake_seq = owners[1].seq();
         flag.store(true, Ordering::SeqCst);
         let t0 = Instant::now();
-        assert_eq!(ring_after_publish(&waker, &Ringers::new(remotes.clone(), None)), 2);
+        assert_eq!(ring_after_publish(&waker, &set), 2, "two or more asleep: handed over");
         for s in sleepers {
             assert!(s.join().expect("sleeper"), "woken with the flag set");
         }
         assert!(t0.elapsed() < Duration::from_secs(5), "woken by the ring, not by the timeout");
-        let cleared = Instant::now() + Duration::from_secs(5);
-        while remotes.iter().any(|r| r.is_handed_over()) {
-            assert!(Instant::now() < cleared, "the waker thread took the marks");
+        let taken = Instant::now() + Duration::from_secs(5);
+        while waker.shared.hand.pending.load(Ordering::SeqCst) != 0 {
+            assert!(Instant::now() < taken, "the waker thread took the mark");
             std::thread::yield_now();
         }
+        assert_eq!(owners[1].seq(), awake_seq, "a process with no sleeping thread is not rung");
         waker.shutdown();
     }
 
@@ -258,14 +296,30 @@ mod tests {
     #[test]
     fn rings_directly_without_the_thread() {
         let waker = Waker::default();
-        let owners: Vec<Doorbell> = (0..3).map(|_| Doorbell::create().expect("doorbell")).collect();
-        let remotes: Vec<Arc<DoorbellRemote>> =
-            owners.iter().map(|d| Arc::new(DoorbellRemote::open(d.name()).expect("open"))).collect();
-        let regs: Vec<_> = owners.iter().map(Doorbell::register_waiter).collect();
-        assert_eq!(ring_after_publish(&waker, &Ringers::new(remotes.clone(), None)), 3);
+        let owners: Vec<Box<Doorbell>> = (0..3).map(|_| Box::new(Doorbell::create().expect("doorbell"))).collect();
+        let regs: Vec<_> = owners.iter().map(|d| d.register_waiter()).collect();
+        let set = waker.watch(Ringers::new(remotes_of(&owners), None));
+        assert_eq!(ring_after_publish(&waker, &set), 3);
         for (d, r) in owners.iter().zip(&regs) {
             assert_ne!(d.seq(), r.observed_seq(), "rung");
         }
-        assert!(remotes.iter().all(|r| !r.is_handed_over()));
+        assert_eq!(waker.shared.hand.pending.load(Ordering::SeqCst), 0, "nothing handed over");
+    }
+
+    /// A publisher whose connections change right after a send handed its doorbells over drops that set, maybe
+    /// before the waker thread took it: the set rings its sleepers when it is dropped, so none is left asleep.
+    #[test]
+    fn a_set_rings_its_sleepers_when_dropped() {
+        let waker = Waker::default();
+        let owners: Vec<Box<Doorbell>> = (0..2).map(|_| Box::new(Doorbell::create().expect("doorbell"))).collect();
+        let regs: Vec<_> = owners.iter().map(|d| d.register_waiter()).collect();
+        let set = waker.watch(Ringers::new(remotes_of(&owners), None));
+        for (d, r) in owners.iter().zip(&regs) {
+            assert_eq!(d.seq(), r.observed_seq(), "not rung yet");
+        }
+        drop(set);
+        for (d, r) in owners.iter().zip(&regs) {
+            assert_ne!(d.seq(), r.observed_seq(), "rung when dropped");
+        }
     }
 }

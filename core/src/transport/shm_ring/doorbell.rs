@@ -34,9 +34,9 @@
 //! publishers may have taken us for spin-only before we read their ring).
 //!
 //! [`LocalBell`] is the same protocol on a process-private word (PRIVATE futex ops), for threads of one process;
-//! [`DoorbellRemote::hand_over`] marks a remote doorbell to be rung later by another thread of the publishing
-//! process (the waker thread), so that a send with several sleeping subscriber processes makes one wake-up, not one
-//! per process.
+//! a publisher may hand its [`Ringers`] over to another thread of its process (the waker thread, module
+//! `pubsub::waker`), so that a send with several sleeping subscriber processes makes one wake-up, not one per
+//! process: that thread fences and checks each of them as the publisher would ([`Ringers::wake_sleepers`]).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -773,6 +773,16 @@ impl Ringers {
         Ringers { bells, flags, own, all_spin_at: AtomicU64::new(UNKNOWN) }
     }
 
+    /// Fences, then wakes every doorbell that needs it: what a thread does that the publisher handed these doorbells
+    /// over to, once everything the publisher published before is visible to it (it took the publisher's mark with
+    /// `Acquire`). Returns how many were woken.
+    pub fn wake_sleepers(&self) -> usize {
+        // StoreLoad between the publish (visible here) and the waiter checks: pairs with each waiter's fence as the
+        // publisher's own would (see the doorbell protocol).
+        fence(Ordering::SeqCst);
+        self.bells.iter().filter(|b| b.needs_wake() && b.wake()).count()
+    }
+
     /// The doorbells.
     pub fn bells(&self) -> &[Arc<DoorbellRemote>] {
         &self.bells
@@ -866,8 +876,6 @@ pub struct DoorbellRemote {
     /// Kept open to ask whether the owner still holds its owner lock ([`DoorbellRemote::owner_alive`]).
     file: std::fs::File,
     owner_pid: u32,
-    /// Handed over to another thread of this process, which will ring it (see [`DoorbellRemote::hand_over`]).
-    handed_over: AtomicBool,
     /// This process is registered for the owners' barriers: it may skip the fence while the owner is spin-only.
     barriers: bool,
 }
@@ -896,14 +904,7 @@ impl DoorbellRemote {
         if magic != DOORBELL_MAGIC || version != DOORBELL_VERSION || h.owner_pid.load(Ordering::Relaxed) != owner {
             return Err(DoorbellOpenError::BadHeader { path: path.to_owned(), magic, version });
         }
-        Ok(DoorbellRemote {
-            path: path.to_owned(),
-            map,
-            file,
-            owner_pid: owner,
-            handed_over: AtomicBool::new(false),
-            barriers: registered_for_barriers(),
-        })
+        Ok(DoorbellRemote { path: path.to_owned(), map, file, owner_pid: owner, barriers: registered_for_barriers() })
     }
 
     /// Path of the doorbell.
@@ -950,7 +951,7 @@ impl DoorbellRemote {
 
     /// Whether a thread of the owning process is registered as (about to be) sleeping and no ringer has woken it
     /// since it registered. Call after publishing and `fence(SeqCst)`; if true, the doorbell must be rung
-    /// ([`wake`](Self::wake) or [`hand_over`](Self::hand_over)).
+    /// ([`wake`](Self::wake), or by the thread it is handed over to: [`Ringers::wake_sleepers`]).
     #[inline]
     pub fn needs_wake(&self) -> bool {
         shared_words(&self.map).needs_wake()
@@ -960,27 +961,6 @@ impl DoorbellRemote {
     /// without checking for waiters first. Returns whether it woke them.
     pub fn wake(&self) -> bool {
         shared_words(&self.map).wake()
-    }
-
-    /// Marks this doorbell to be rung by another thread of this process, which must then be told (the waker
-    /// thread, through its [`LocalBell`]). Everything this thread published before is visible to that thread when
-    /// it takes the mark with [`take_handed_over`](Self::take_handed_over). Returns false if it was already marked
-    /// (one ring serves both).
-    #[inline]
-    pub fn hand_over(&self) -> bool {
-        !self.handed_over.swap(true, Ordering::AcqRel)
-    }
-
-    /// Takes the mark set by [`hand_over`](Self::hand_over); if it was set, the caller rings the doorbell
-    /// ([`ring`](Self::ring)).
-    #[inline]
-    pub fn take_handed_over(&self) -> bool {
-        self.handed_over.swap(false, Ordering::AcqRel)
-    }
-
-    /// Whether the doorbell is marked by [`hand_over`](Self::hand_over) and not yet taken.
-    pub fn is_handed_over(&self) -> bool {
-        self.handed_over.load(Ordering::SeqCst)
     }
 }
 

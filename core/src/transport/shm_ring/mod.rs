@@ -19,7 +19,7 @@
 //! - One [`Doorbell`] (futex word in a tiny segment `/dev/shm/shoal_db_<pid>_<unique>`) per
 //!   subscribing process; publishers ring it through a [`DoorbellRemote`] after publishing, which
 //!   costs a syscall only when a thread of that process sleeps. With several sleeping subscriber processes a
-//!   publisher hands the doorbells over ([`DoorbellRemote::hand_over`]) to a thread that rings them for it.
+//!   publisher hands its doorbells over ([`Ringers::hand_over`]) to a thread that rings them for it.
 //! - [`remove_stale_segments`] deletes files left behind by dead processes.
 //!
 //! Names passed between processes ([`RingWriter::segment_name`], [`Doorbell::name`]) are
