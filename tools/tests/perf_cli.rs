@@ -204,8 +204,8 @@ fn fanout_reports_cpu_cost_per_send_against_one_subscriber() {
         assert!(v["send_cpu_ns"].as_f64().unwrap() > 0.0, "{v}");
         assert!(v["send_wall_ns"].as_f64().unwrap() > 0.0, "{v}");
     }
-    // The ratio compared is the median of the ABBA blocks' ratios (unit tests of `block_ratio`); the counts' phase
-    // medians set against each other are reported beside it.
+    // The ratio compared is the median of the ABBA blocks' ratios of phase means (unit tests of `block_ratio`); the
+    // counts' median phase means set against each other are reported beside it.
     let ratio = fanout[1]["send_cpu_ratio_vs_1"].as_f64().unwrap();
     assert!(ratio.is_finite() && ratio > 0.0, "{ratio}");
     let medians = fanout[1]["send_cpu_medians_ratio_vs_1"].as_f64().unwrap();

@@ -25,9 +25,11 @@ over the run; when shoal's or the baseline's run lost messages, its ratio compar
 not lossless rates, and says so (table: after the ratio; JSON: msgs_per_s_ratio_lossy).
 Fan-out's cost per send is the publishing thread's CPU time inside send() (preemption
 excluded), one publisher in phases of 1, N, N, 1, ... subscriber processes at one pace; the N vs 1
-ratio is the median of the ratios of each N phase to each 1 phase of the same four-phase block (a
-block's phases follow each other, so a change of the host's speed falls on both counts alike), with
-the median of 8 phases' medians per count, the mean and the wall time alongside.
+ratio is the median of the ratios of each N phase's mean to each 1 phase's mean of the same four-phase
+block (a block's phases follow each other, so a change of the host's speed falls on both counts alike; a
+mean, because a blocking send costs ~0.3 µs or, when it wakes a sleeping thread, several µs, and a median
+says only which is the more frequent), with the median of 8 phases' means per count, the median and mean
+over all sends and the wall time alongside.
 The publishing thread keeps CPU 0 and the subscribers share the others (in both wait modes: subscribers woken
 on the publisher's core would evict its cache between sends, a cost of sharing the core, not of send()).
 On a 2-core machine leave --pin off: the runtime threads of each process then share both cores.

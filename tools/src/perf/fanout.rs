@@ -11,14 +11,17 @@
 //! sends in the same conditions): unlike wall time it excludes the time the thread was preempted,
 //! which on a 2-core machine with N spinning subscribers would dominate. Small spin-mode sends are
 //! timed in bursts of 16 (the clock read is a system call of ~0.5 µs); blocking-mode sends one by
-//! one, so that each meets sleeping subscribers. The figure compared (targets T5, S6) is the
-//! median of the ratios of each N phase's median to each 1 phase's median of the same ABBA block
+//! one, so that each meets sleeping subscribers. A phase's cost is the mean of its sends: in blocking mode the
+//! cost of one send is bimodal, ~0.3 µs when it finds nobody asleep and ~5-10 µs (on this kind of VM: the wake-up
+//! of a halted vCPU) when it wakes a thread, so a median reports only which of the two makes up more than half of
+//! the sends (with one subscriber about half of them wake it), not what the sends cost. The figure compared (targets
+//! T5, S6) is the median of the ratios of each N phase's mean to each 1 phase's mean of the same ABBA block
 //! (1, N, N, 1 phases: four ratios per block, sixteen in all): on a shared VM a whole phase can run
 //! 1.5-3x slower (the clock read's own cost rises with it), and for a while, minutes at times, every
 //! copy of a large message 5-10x slower, for one process as for another; a block's four phases
 //! follow each other, so its ratios compare sends made in one regime, and the median outvotes a
 //! slow phase (two of the sixteen ratios) and a block a change fell in. Per count, the median of its
-//! phases' medians, the median and mean over all sends, and the wall time are reported alongside.
+//! phases' means, the median and mean over all sends, and the wall time are reported alongside.
 //! Each
 //! phase starts with unmeasured sends that let the ring reach its size for the payload and fault
 //! its pages in.
@@ -56,9 +59,9 @@ pub(crate) fn pacing_gap(n: usize, size: usize) -> Duration {
 /// Cost of one `send()`, ns.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct SendCost {
-    /// CPU time of the publishing thread: the median of the phases' medians (the figure compared).
+    /// CPU time of the publishing thread: the median of the phases' means (the figure compared).
     pub(crate) cpu_ns: f64,
-    /// Wall time: the median of the phases' medians.
+    /// Wall time: the median of the phases' means.
     pub(crate) wall_ns: f64,
     /// Median CPU time of the publishing thread over all phases.
     pub(crate) cpu_p50_ns: f64,
@@ -122,8 +125,8 @@ struct Gathered {
     sends: Vec<(u64, u64)>,
     /// The clock overhead of each phase.
     overheads: Vec<ClockOverhead>,
-    /// Median (CPU, wall) ns per send of each phase.
-    phase_p50: Vec<(u64, u64)>,
+    /// Mean (CPU, wall) ns per send of each phase.
+    phase_mean: Vec<(u64, u64)>,
     /// Sends per clock bracket.
     burst: u64,
     /// Messages each subscriber should have received, summed over the subscribers.
@@ -246,7 +249,7 @@ impl Bench<'_> {
                 (cpu.saturating_sub(overhead.cpu_ns) / burst, wall.saturating_sub(overhead.wall_ns) / burst)
             })
             .collect();
-        acc.phase_p50.push((median(sends.iter().map(|s| s.0)), median(sends.iter().map(|s| s.1))));
+        acc.phase_mean.push((mean(sends.iter().map(|s| s.0)), mean(sends.iter().map(|s| s.1))));
         acc.sends.extend(sends);
         acc.overheads.push(overhead);
         acc.warmup = warmup;
@@ -268,6 +271,12 @@ impl Bench<'_> {
     }
 }
 
+/// The mean of some values, rounded down (0 without any).
+fn mean(values: impl Iterator<Item = u64>) -> u64 {
+    let (sum, n) = values.fold((0u128, 0u128), |(s, n), v| (s + u128::from(v), n + 1));
+    u64::try_from(sum / n.max(1)).unwrap_or(u64::MAX)
+}
+
 /// The median of some values (0 without any).
 fn median(values: impl Iterator<Item = u64>) -> u64 {
     let mut v: Vec<u64> = values.collect();
@@ -280,8 +289,8 @@ fn median(values: impl Iterator<Item = u64>) -> u64 {
 
 /// Sends per clock bracket. Small spin-mode sends (~0.3 µs) go in bursts, so that the thread-CPU clock read (a
 /// system call, ~0.5 µs, varying with the machine's state) does not dwarf what it measures. Blocking-mode sends
-/// are timed one by one: each then meets sleeping subscribers and pays its wake-up (~2 µs), as an isolated send
-/// does; in a burst only the first would.
+/// are timed one by one: each then meets sleeping subscribers and pays its wake-up (several µs here), as an isolated
+/// send does; in a burst only the first would.
 fn burst_for(wait: WaitMode, size: usize) -> u64 {
     match wait {
         WaitMode::Spin if size <= 4096 => 16,
@@ -334,7 +343,7 @@ pub(crate) fn run(
             let acc = if n == 1 { &mut one } else { &mut many };
             bench.phase(size, gap, per_phase, acc)?;
         }
-        let one_phases = one.phase_p50.clone();
+        let one_phases = one.phase_mean.clone();
         let first = report(run, rep, size, 1, gap, one, None);
         if n_max > 1 {
             report(run, rep, size, n_max, gap, many, Some((first, &one_phases)));
@@ -343,7 +352,7 @@ pub(crate) fn run(
     bench.set_subscribers(0)
 }
 
-/// The ratio of the `many` phases to the `one` phases (their medians' `value`): the median of the ratios of each
+/// The ratio of the `many` phases to the `one` phases (their means' `value`): the median of the ratios of each
 /// `many` phase to each `one` phase of the same ABBA block of the plan (`phase_plan`: block k holds the phases 2k and
 /// 2k+1 of each count), the mean of the middle two of an even number.
 fn block_ratio(one: &[(u64, u64)], many: &[(u64, u64)], value: impl Fn(&(u64, u64)) -> u64) -> f64 {
@@ -363,7 +372,7 @@ fn block_ratio(one: &[(u64, u64)], many: &[(u64, u64)], value: impl Fn(&(u64, u6
     }
 }
 
-/// Reports the sends of one subscriber count; with `vs_one` (the one-subscriber cost and its phases' medians), their
+/// Reports the sends of one subscriber count; with `vs_one` (the one-subscriber cost and its phases' means), their
 /// ratio to the one-subscriber cost. Returns the cost.
 fn report(
     run: &Run,
@@ -374,7 +383,7 @@ fn report(
     acc: Gathered,
     vs_one: Option<(SendCost, &[(u64, u64)])>,
 ) -> SendCost {
-    let (hist, cost) = summarize(&acc.sends, &acc.phase_p50);
+    let (hist, cost) = summarize(&acc.sends, &acc.phase_mean);
     let messages = acc.sends.len() as u64 * acc.burst;
     let phases = acc.overheads.len().max(1) as u64;
     let overhead = ClockOverhead {
@@ -382,7 +391,7 @@ fn report(
         wall_ns: acc.overheads.iter().map(|o| o.wall_ns).sum::<u64>() / phases,
     };
     let mut note = format!(
-        "cost per send: cpu {} (median of the phases' medians; all sends: p50 {} mean {}), wall {} (p50 {} mean \
+        "cost per send: cpu {} (median of the phases' means; all sends: p50 {} mean {}), wall {} (p50 {} mean \
          {}), {} send(s) per clock reading every {}, {} warm-up sends per phase",
         fmt_ns(cost.cpu_ns as u64),
         fmt_ns(cost.cpu_p50_ns as u64),
@@ -402,7 +411,7 @@ fn report(
         ("send_wall_p50_ns", cost.wall_p50_ns),
         ("send_wall_mean_ns", cost.wall_mean_ns),
         ("pacing_gap_ns", gap.as_nanos() as f64),
-        ("phases", acc.phase_p50.len() as f64),
+        ("phases", acc.phase_mean.len() as f64),
         ("warmup_sends", acc.warmup as f64),
         ("sends_per_clock_reading", acc.burst as f64),
         ("clock_overhead_cpu_ns", overhead.cpu_ns as f64),
@@ -414,13 +423,14 @@ fn report(
         extra.push(("delivery_p99_ns", p99 as f64));
     }
     if let Some((one, one_phases)) = vs_one {
-        let rc = block_ratio(one_phases, &acc.phase_p50, |p| p.0);
-        let rw = block_ratio(one_phases, &acc.phase_p50, |p| p.1);
+        let rc = block_ratio(one_phases, &acc.phase_mean, |p| p.0);
+        let rw = block_ratio(one_phases, &acc.phase_mean, |p| p.1);
         let rm = cost.cpu_ns / one.cpu_ns;
         let rp = cost.cpu_p50_ns / one.cpu_p50_ns;
         note.push_str(&format!(
             "; {n} subscribers vs 1: cpu {rc:.2}x (the median of its phases' ratios to the 1 phases of the same \
-             ABBA block; of the counts' phase medians {rm:.2}x, of all sends' p50 {rp:.2}x), wall {rw:.2}x"
+             ABBA block, phase means; of the counts' median phase means {rm:.2}x, of all sends' p50 {rp:.2}x), wall \
+             {rw:.2}x"
         ));
         extra.push(("send_cpu_ratio_vs_1", rc));
         extra.push(("send_cpu_medians_ratio_vs_1", rm));
@@ -457,8 +467,8 @@ fn report(
     cost
 }
 
-/// The wall-time histogram and the cost of sends given as (CPU, wall) ns, with the medians of their phases.
-fn summarize(sends: &[(u64, u64)], phase_p50: &[(u64, u64)]) -> (Histogram<u64>, SendCost) {
+/// The wall-time histogram and the cost of sends given as (CPU, wall) ns, with the means of their phases.
+fn summarize(sends: &[(u64, u64)], phase_mean: &[(u64, u64)]) -> (Histogram<u64>, SendCost) {
     let mut hist = new_histogram();
     let mut cpu_hist = new_histogram();
     let (mut cpu_sum, mut wall_sum) = (0u64, 0u64);
@@ -470,8 +480,8 @@ fn summarize(sends: &[(u64, u64)], phase_p50: &[(u64, u64)]) -> (Histogram<u64>,
     }
     let n = sends.len().max(1) as f64;
     let cost = SendCost {
-        cpu_ns: median(phase_p50.iter().map(|p| p.0)) as f64,
-        wall_ns: median(phase_p50.iter().map(|p| p.1)) as f64,
+        cpu_ns: median(phase_mean.iter().map(|p| p.0)) as f64,
+        wall_ns: median(phase_mean.iter().map(|p| p.1)) as f64,
         cpu_p50_ns: cpu_hist.value_at_quantile(0.5) as f64,
         cpu_mean_ns: cpu_sum as f64 / n,
         wall_p50_ns: hist.value_at_quantile(0.5) as f64,
@@ -486,14 +496,14 @@ mod tests {
 
     #[test]
     fn the_ratio_is_the_median_of_the_phases_ratios_within_their_blocks() {
-        // Four ABBA blocks (1 and N phase medians in plan order); every copy 5x slower from the third block's second
+        // Four ABBA blocks (1 and N phase means in plan order); every copy 5x slower from the third block's second
         // 1 phase on, a change of regime in mid-run.
         let one = [(100, 10), (100, 10), (100, 10), (100, 10), (100, 10), (500, 50), (500, 50), (500, 50)];
         let many = [(110, 11), (110, 11), (120, 12), (120, 12), (500, 50), (500, 50), (550, 55), (550, 55)];
         // Ratios: 1.1 four times, 1.2 four times, 5, 1, 5, 1 (the change within the block), 1.1 four times.
         assert!((block_ratio(&one, &many, |p| p.0) - 1.1).abs() < 1e-9);
         assert!((block_ratio(&one, &many, |p| p.1) - 1.1).abs() < 1e-9);
-        // The counts' phase medians set against each other would say 5x (500 / 100).
+        // The counts' median phase means set against each other would say 5x (500 / 100).
         assert_eq!((median(many.iter().map(|p| p.0)), median(one.iter().map(|p| p.0))), (500, 100));
         // One phase 3x slower moves two of the sixteen ratios, not the median.
         let mut slow = many;
