@@ -200,9 +200,13 @@ fn run(shared: &Shared) {
     let mut watched: Vec<Arc<WakeSet>> = Vec::new();
     let mut idle = false;
     loop {
-        // Taking the marks (Acquire) orders each publisher's publish before the fence of `wake_sleepers`, and the
-        // registration of its set (made before it could hand it over) before the version read below.
         let taken = if hand.pending.load(Ordering::Relaxed) == 0 { 0 } else { hand.pending.swap(0, Ordering::Acquire) };
+        if taken != 0 {
+            // After the marks, before the version read and the waiter checks: every publisher that set a mark taken
+            // here, or found it set and left it (its load is before the taking in the word's order), fenced after its
+            // publish and after registering its set, so this fence comes after theirs and both are seen.
+            fence(Ordering::SeqCst);
+        }
         let v = shared.watched_version.load(Ordering::Acquire);
         if v != version || idle {
             let mut w = lock(&shared.watched);
