@@ -594,14 +594,14 @@ impl Doorbell {
     /// While messages come back to back (the previous wait's poll found one), it polls `ready` for up to
     /// [`PollState::SPIN`] (10 µs) before it registers as a waiter and sleeps: a receiver that keeps up with a stream
     /// then never sleeps between its messages, so the publisher finds no waiter and makes no `FUTEX_WAKE` per message
-    /// (about 2 µs of its CPU each, and the receiver's wake-up latency). A poll that finds nothing ends the
-    /// streaming state; otherwise one wait in [`PollState::PROBE_EVERY`] (64) polls first, so a paced receiver polls
-    /// 10 µs per 64 messages and sleeps at once for the rest (right after a stream ends probes come sooner: every
-    /// 2nd wait, then 4th, ... up to every 64th). A probe of a thread that published since its previous wait (it
-    /// waits for a reply) polls up to [`PollState::REPLY_SPIN`] (50 µs) instead; after large messages a replying
-    /// thread's poll grows by [`PollState::reply_window`] (100 µs per MiB), as a probe and while streaming. Polls are
-    /// paced ([`Pacer`]); after [`PollState::GAVE_WAY_IN_A_ROW`] polls in a row whose message came only after they
-    /// gave their CPU to another thread, a found message counts as none (the thread sleeps and probes).
+    /// (several µs of its CPU each, ~9 µs on the VM this is measured on, and the receiver's wake-up latency). A poll
+    /// that finds nothing ends the streaming state; otherwise one wait in [`PollState::PROBE_EVERY`] (64) polls first,
+    /// so a paced receiver polls 10 µs per 64 messages and sleeps at once for the rest (right after a stream ends
+    /// probes come sooner: every 2nd wait, then 4th, ... up to every 64th). A probe of a thread that published since
+    /// its previous wait (it waits for a reply) polls up to [`PollState::REPLY_SPIN`] (50 µs) instead; after large
+    /// messages a replying thread's poll grows by [`PollState::reply_window`] (100 µs per MiB), as a probe and while
+    /// streaming. Polls are paced ([`Pacer`]); after [`PollState::GAVE_WAY_IN_A_ROW`] polls in a row whose message came
+    /// only after they gave their CPU to another thread, a found message counts as none (the thread sleeps and probes).
     pub fn wait_until(
         &self,
         poll: &mut PollState,
