@@ -320,8 +320,8 @@ impl EventHandler for Runtime {
                     // the I/O thread, off the send path, with its affinity). The publisher tells it of its doorbells
                     // when it takes the new connections, before it can hand them over.
                     if let Some(db) = &db {
-                        let bells = p.ring_doorbells();
-                        if bells.len() + usize::from(!bells.iter().any(|b| Arc::ptr_eq(b, db))) > 1 {
+                        // Another subscriber process's doorbell besides this one: two or more.
+                        if p.ring_doorbells().iter().any(|b| !Arc::ptr_eq(b, db)) {
                             self.waker.start();
                         }
                     }
