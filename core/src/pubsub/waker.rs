@@ -192,7 +192,7 @@ fn ring_sleepers(waker: &Waker, set: &WakeSet) -> usize {
         hand.bell.ring();
         return 2;
     }
-    bells.iter().filter(|b| b.needs_wake() && b.wake()).count()
+    set.wake_needing()
 }
 
 fn run(shared: &Shared) {

@@ -780,6 +780,13 @@ impl Ringers {
         // StoreLoad between the publish (visible here) and the waiter checks: pairs with each waiter's fence as the
         // publisher's own would (see the doorbell protocol).
         fence(Ordering::SeqCst);
+        self.wake_needing()
+    }
+
+    /// Wakes every doorbell that [needs a wake](DoorbellRemote::needs_wake), without the fence: call after publishing
+    /// and `fence(SeqCst)`. Returns how many were woken.
+    #[inline]
+    pub fn wake_needing(&self) -> usize {
         self.bells.iter().filter(|b| b.needs_wake() && b.wake()).count()
     }
 
